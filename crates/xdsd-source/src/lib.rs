@@ -1,0 +1,1 @@
+//! Resource sources (see crate docs).
