@@ -1,0 +1,95 @@
+//! Sans-I/O protocol state machines. Input: a request, or "these names changed in the store".
+//! Output: the response to send, if any. No sockets, clocks or tasks in here: the transports
+//! drive these machines and tests drive them directly.
+
+pub mod sotw;
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+
+/// Makes the nonces of one stream: each response gets a fresh one, never reused on the stream.
+#[derive(Debug, Default)]
+pub struct NonceGen {
+    next: u64,
+}
+
+impl NonceGen {
+    pub fn next_nonce(&mut self) -> String {
+        self.next += 1;
+        self.next.to_string()
+    }
+}
+
+/// How a request relates to the responses already sent for its type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestKind {
+    /// The first request for this type on the stream.
+    Initial,
+    /// Accepts the response with this nonce.
+    Ack { nonce: String },
+    /// Rejects the response with this nonce (`error_detail` is set). `rejected_version` is the
+    /// version that response carried.
+    Nack {
+        nonce: String,
+        rejected_version: Option<Arc<str>>,
+        message: String,
+    },
+    /// Changes the subscription without answering a response (no nonce).
+    Update,
+    /// Names a nonce older than the latest one sent for this type: superseded, not answered.
+    Stale { nonce: String },
+}
+
+/// How a request changed what the stream watches, for the transport to pass on to the store.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SubscriptionChange {
+    /// `Some(on)` when the wildcard subscription was turned on or off.
+    pub wildcard: Option<bool>,
+    pub added: Vec<Arc<str>>,
+    pub removed: Vec<Arc<str>>,
+}
+
+/// The node identity of a stream, fixed by its first request.
+#[derive(Debug, Default)]
+pub struct NodeIdentity {
+    node: Option<Node>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("node changed mid-stream: first request was from {first:?}, this one from {now:?}")]
+pub struct NodeChanged {
+    pub first: String,
+    pub now: String,
+}
+
+impl NodeIdentity {
+    /// Records the node of the first request that carries one; later requests may omit it, but
+    /// one that names a different node (id or cluster) is a client error.
+    pub fn check(&mut self, node: Option<&Node>) -> Result<(), NodeChanged> {
+        let Some(node) = node else { return Ok(()) };
+        if node.id.is_empty() && node.cluster.is_empty() {
+            return Ok(());
+        }
+        match &self.node {
+            None => {
+                self.node = Some(node.clone());
+                Ok(())
+            }
+            Some(first) if first.id == node.id && first.cluster == node.cluster => Ok(()),
+            Some(first) => Err(NodeChanged {
+                first: first.id.clone(),
+                now: node.id.clone(),
+            }),
+        }
+    }
+
+    /// The node id for logs ("" until a request carried one).
+    pub fn id(&self) -> &str {
+        self.node.as_ref().map(|n| n.id.as_str()).unwrap_or("")
+    }
+
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+}

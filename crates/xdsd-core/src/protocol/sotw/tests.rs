@@ -1,0 +1,432 @@
+//! One test per rule of the spec's SotW protocol, driving the state machine directly.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::google::rpc::Status;
+
+use super::*;
+use crate::store::{Change, ResourceInput, Store};
+use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
+
+/// A store, one subscription and the stream's nonce generator.
+struct Harness {
+    store: Store,
+    sub: SotwSubscription,
+    nonces: NonceGen,
+}
+
+fn input(type_url: &str, name: &str, content: &str) -> ResourceInput {
+    ResourceInput {
+        type_url: type_url.into(),
+        name: name.into(),
+        value: Bytes::copy_from_slice(content.as_bytes()),
+    }
+}
+
+impl Harness {
+    fn new(type_url: &str, resources: &[(&str, &str)]) -> Harness {
+        let store = Store::new();
+        store
+            .replace_all(resources.iter().map(|(n, c)| input(type_url, n, c)))
+            .unwrap();
+        Harness {
+            store,
+            sub: SotwSubscription::new(type_url.into()),
+            nonces: NonceGen::default(),
+        }
+    }
+
+    fn set(&self, name: &str, content: &str) {
+        let t = self.sub.type_url().to_string();
+        self.store.apply([Change::Set(input(&t, name, content))]).unwrap();
+        self.sub_changed(name);
+    }
+
+    fn remove(&self, name: &str) {
+        let t = self.sub.type_url().to_string();
+        self.store
+            .apply([Change::Remove {
+                type_url: t,
+                name: name.into(),
+            }])
+            .unwrap();
+        self.sub_changed(name);
+    }
+
+    fn sub_changed(&self, _name: &str) {}
+
+    /// Tells the machine that `names` changed (what the transport does on a store notification).
+    fn notify(&mut self, names: &[&str]) {
+        let names: Vec<Arc<str>> = names.iter().map(|n| Arc::from(*n)).collect();
+        self.sub.mark_changed(names.iter());
+    }
+
+    fn request(&mut self, names: &[&str], nonce: &str, version: &str) -> RequestKind {
+        self.request_full(names, nonce, version, None)
+    }
+
+    fn nack(&mut self, names: &[&str], nonce: &str, version: &str) -> RequestKind {
+        self.request_full(names, nonce, version, Some("rejected by test"))
+    }
+
+    fn request_full(&mut self, names: &[&str], nonce: &str, version: &str, error: Option<&str>) -> RequestKind {
+        let req = DiscoveryRequest {
+            version_info: version.into(),
+            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            type_url: self.sub.type_url().to_string(),
+            response_nonce: nonce.into(),
+            error_detail: error.map(|m| Status {
+                code: 3,
+                message: m.into(),
+                details: vec![],
+            }),
+            ..Default::default()
+        };
+        self.sub.handle_request(&req, |n| n.into()).0
+    }
+
+    fn poll(&mut self) -> Option<SotwResponse> {
+        let snap = self.store.snapshot();
+        self.sub.poll_response(snap.get(self.sub.type_url()), &mut self.nonces)
+    }
+
+    /// Polls and returns (names, version, nonce) of the response; panics if there is none.
+    fn expect(&mut self) -> (Vec<String>, String, String) {
+        let r = self.poll().expect("a response is owed");
+        assert!(self.poll().is_none(), "one response settles what was owed");
+        (
+            r.names().iter().map(|n| n.to_string()).collect(),
+            r.version_info.to_string(),
+            r.nonce,
+        )
+    }
+
+    fn expect_none(&mut self) {
+        if let Some(r) = self.poll() {
+            panic!("no response expected, got {:?}", r.names());
+        }
+    }
+}
+
+#[test]
+fn ack_or_nack_is_decided_by_error_detail_not_by_version() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
+    h.request(&["a"], "", "");
+    let (_, version, nonce) = h.expect();
+    // An ACK that reports an older version is still an ACK: only error_detail makes a NACK.
+    assert_eq!(h.request(&["a"], &nonce, "some-other-version"), RequestKind::Ack { nonce: nonce.clone() });
+    h.set("a", "2");
+    h.notify(&["a"]);
+    let (_, v2, nonce2) = h.expect();
+    assert_ne!(v2, version);
+    // A NACK that reports the version just sent is still a NACK.
+    match h.nack(&["a"], &nonce2, &v2) {
+        RequestKind::Nack {
+            rejected_version,
+            message,
+            ..
+        } => {
+            assert_eq!(rejected_version.as_deref(), Some(v2.as_str()));
+            assert_eq!(message, "rejected by test");
+        }
+        other => panic!("expected a NACK, got {other:?}"),
+    }
+}
+
+#[test]
+fn nack_is_not_answered_and_the_rejected_version_is_not_resent() {
+    let mut h = Harness::new(CLUSTER, &[("c", "1")]);
+    h.request(&[], "", "");
+    let (_, _, nonce) = h.expect();
+    h.nack(&[], &nonce, "");
+    h.expect_none();
+    // Nothing changed: a repeated request (e.g. re-sent resource hints) still gets nothing.
+    h.request(&[], "", "");
+    h.expect_none();
+}
+
+#[test]
+fn nack_then_ack_at_new_version() {
+    let mut h = Harness::new(CLUSTER, &[("c", "bad")]);
+    h.request(&[], "", "");
+    let (_, v1, n1) = h.expect();
+    h.nack(&[], &n1, "");
+    h.set("c", "good");
+    h.notify(&["c"]);
+    let (names, v2, n2) = h.expect();
+    assert_eq!(names, ["c"]);
+    assert_ne!(v1, v2, "the fix goes out at a new version");
+    assert_eq!(h.request(&[], &n2, &v2), RequestKind::Ack { nonce: n2 });
+    h.expect_none();
+}
+
+#[test]
+fn every_response_has_a_fresh_nonce() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
+    h.request(&["a"], "", "");
+    let mut seen = std::collections::HashSet::new();
+    let (_, _, nonce) = h.expect();
+    seen.insert(nonce);
+    for i in 2..10 {
+        h.set("a", &i.to_string());
+        h.notify(&["a"]);
+        let (_, _, nonce) = h.expect();
+        assert!(seen.insert(nonce), "nonce reused");
+    }
+}
+
+#[test]
+fn stale_nonce_is_ignored() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    h.request(&["a"], "", "");
+    let (_, _, n1) = h.expect();
+    h.set("a", "2");
+    h.notify(&["a"]);
+    let (_, _, n2) = h.expect();
+    // The client answers the first response after the server already sent the second one.
+    assert_eq!(h.request(&["a", "b"], &n1, ""), RequestKind::Stale { nonce: n1 });
+    h.expect_none();
+    assert_eq!(h.sub.names().count(), 1, "a stale request changes no subscription");
+    // The request for the latest nonce is processed.
+    assert_eq!(h.request(&["a", "b"], &n2, ""), RequestKind::Ack { nonce: n2 });
+    assert_eq!(h.expect().0, ["b"]);
+}
+
+#[test]
+fn versions_are_per_type() {
+    let store = Store::new();
+    store
+        .replace_all([input(CLUSTER, "c", "1"), input(LISTENER, "l", "1")])
+        .unwrap();
+    let mut nonces = NonceGen::default();
+    let mut cds = SotwSubscription::new(CLUSTER.into());
+    let mut lds = SotwSubscription::new(LISTENER.into());
+    let req = |t: &str| DiscoveryRequest {
+        type_url: t.into(),
+        ..Default::default()
+    };
+    cds.handle_request(&req(CLUSTER), |n| n.into());
+    lds.handle_request(&req(LISTENER), |n| n.into());
+    let snap = store.snapshot();
+    let c1 = cds.poll_response(snap.get(CLUSTER), &mut nonces).unwrap();
+    let l1 = lds.poll_response(snap.get(LISTENER), &mut nonces).unwrap();
+    store.apply([Change::Set(input(CLUSTER, "c", "2"))]).unwrap();
+    cds.mark_changed([&Arc::from("c")]);
+    let snap = store.snapshot();
+    let c2 = cds.poll_response(snap.get(CLUSTER), &mut nonces).unwrap();
+    assert!(lds.poll_response(snap.get(LISTENER), &mut nonces).is_none());
+    assert_ne!(c1.version_info, c2.version_info);
+    assert_eq!(snap.get(LISTENER).unwrap().version(), &l1.version_info, "LDS version did not move");
+}
+
+#[test]
+fn no_response_without_a_change_after_ack() {
+    let mut h = Harness::new(LISTENER, &[("l", "1")]);
+    h.request(&[], "", "");
+    let (_, v, n) = h.expect();
+    h.request(&[], &n, &v);
+    h.expect_none();
+    // A store change to content-identical bytes is not a change.
+    h.set("l", "1");
+    h.notify(&["l"]);
+    h.expect_none();
+}
+
+#[test]
+fn legacy_wildcard_empty_first_request_subscribes_to_everything() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1"), ("b", "1")]);
+    h.request(&[], "", "");
+    assert!(h.sub.is_wildcard());
+    assert_eq!(h.expect().0, ["a", "b"]);
+}
+
+#[test]
+fn four_step_wildcard_example_from_the_spec() {
+    let mut h = Harness::new(LISTENER, &[("A", "1"), ("B", "1")]);
+    // 1. resource_names unset: a subscription to *.
+    h.request(&[], "", "");
+    assert!(h.sub.is_wildcard());
+    let (names, v, n) = h.expect();
+    assert_eq!(names, ["A", "B"]);
+    // 2. * and A: the wildcard continues, A is added.
+    let (_, change) = h.sub.handle_request(
+        &DiscoveryRequest {
+            version_info: v.clone(),
+            resource_names: vec!["*".into(), "A".into()],
+            response_nonce: n.clone(),
+            type_url: LISTENER.into(),
+            ..Default::default()
+        },
+        |n| n.into(),
+    );
+    assert!(h.sub.is_wildcard());
+    assert_eq!(change.wildcard, None);
+    assert_eq!(change.added, [Arc::from("A")]);
+    // A newly subscribed name is sent, even if sent before: the full state again.
+    let (names, v, n) = h.expect();
+    assert_eq!(names, ["A", "B"], "full state, A not duplicated");
+    // 3. only A: the wildcard ends, A continues.
+    h.request(&["A"], &n, &v);
+    assert!(!h.sub.is_wildcard());
+    assert_eq!(h.sub.names().map(|n| n.to_string()).collect::<Vec<_>>(), ["A"]);
+    h.expect_none();
+    h.set("B", "2");
+    h.notify(&["B"]);
+    h.expect_none();
+    // 4. unset again: now it unsubscribes from A, it is not the legacy wildcard.
+    h.request(&[], &n, &v);
+    assert!(!h.sub.is_wildcard());
+    assert_eq!(h.sub.names().count(), 0);
+    h.set("A", "2");
+    h.notify(&["A"]);
+    h.expect_none();
+}
+
+#[test]
+fn explicit_wildcard_star_subscribes_to_everything() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1")]);
+    h.request(&["*"], "", "");
+    assert!(h.sub.is_wildcard());
+    assert_eq!(h.expect().0, ["a"]);
+    h.set("new", "1");
+    h.notify(&["new"]);
+    assert_eq!(h.expect().0, ["a", "new"]);
+}
+
+#[test]
+fn full_state_types_resend_everything_on_one_change() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1"), ("b", "1"), ("c", "1")]);
+    h.request(&[], "", "");
+    h.expect();
+    h.set("b", "2");
+    h.notify(&["b"]);
+    assert_eq!(h.expect().0, ["a", "b", "c"]);
+}
+
+#[test]
+fn full_state_deletion_and_empty_response_deletes_all() {
+    let mut h = Harness::new(LISTENER, &[("a", "1"), ("b", "1")]);
+    h.request(&[], "", "");
+    h.expect();
+    h.remove("a");
+    h.notify(&["a"]);
+    assert_eq!(h.expect().0, ["b"]);
+    h.remove("b");
+    h.notify(&["b"]);
+    let (names, _, _) = h.expect();
+    assert!(names.is_empty(), "an empty full-state response deletes everything");
+}
+
+#[test]
+fn full_state_named_subscription_drops_a_deleted_resource() {
+    let mut h = Harness::new(LISTENER, &[("a", "1"), ("b", "1")]);
+    h.request(&["a", "b"], "", "");
+    assert_eq!(h.expect().0, ["a", "b"]);
+    h.remove("b");
+    h.notify(&["b"]);
+    assert_eq!(h.expect().0, ["a"]);
+}
+
+#[test]
+fn other_types_send_only_what_changed() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    h.request(&["a", "b"], "", "");
+    assert_eq!(h.expect().0, ["a", "b"]);
+    h.set("a", "2");
+    h.notify(&["a"]);
+    assert_eq!(h.expect().0, ["a"]);
+}
+
+#[test]
+fn newly_subscribed_name_is_sent_even_if_sent_before() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    h.request(&["a"], "", "");
+    let (_, v, n) = h.expect();
+    h.request(&["a", "b"], &n, &v);
+    assert_eq!(h.expect().0, ["b"], "only the new name; a did not change");
+    let (_, v, n) = (0, v, h.sub.last_nonce.clone().unwrap());
+    h.request(&["b"], &n, &v);
+    h.expect_none();
+    h.request(&["a", "b"], &n, &v);
+    assert_eq!(h.expect().0, ["a"], "a comes again although the client had it before");
+}
+
+#[test]
+fn resource_springing_into_existence_is_sent_when_it_appears() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[]);
+    h.request(&["later"], "", "");
+    h.expect_none();
+    h.set("later", "1");
+    h.notify(&["later"]);
+    assert_eq!(h.expect().0, ["later"]);
+}
+
+#[test]
+fn deleted_then_recreated_resource_is_sent_again() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
+    h.request(&["a"], "", "");
+    h.expect();
+    h.remove("a");
+    h.notify(&["a"]);
+    h.expect_none();
+    h.set("a", "1");
+    h.notify(&["a"]);
+    assert_eq!(h.expect().0, ["a"]);
+}
+
+#[test]
+fn unsubscribing_by_omission() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    h.request(&["a", "b"], "", "");
+    let (_, v, n) = h.expect();
+    let (_, change) = h.sub.handle_request(
+        &DiscoveryRequest {
+            version_info: v,
+            resource_names: vec!["a".into()],
+            response_nonce: n,
+            ..Default::default()
+        },
+        |n| n.into(),
+    );
+    assert_eq!(change.removed, [Arc::from("b")]);
+    h.set("b", "2");
+    h.notify(&["b"]);
+    h.expect_none();
+}
+
+#[test]
+fn never_two_resources_of_the_same_name_in_one_response() {
+    // Wildcard plus the same name explicitly, on a type sent incrementally.
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
+    h.request(&["*", "a"], "", "");
+    assert_eq!(h.expect().0, ["a"]);
+    h.set("a", "2");
+    h.notify(&["a", "a"]);
+    assert_eq!(h.expect().0, ["a"]);
+}
+
+#[test]
+fn wildcard_on_a_type_with_no_resources_gets_an_empty_state() {
+    let mut h = Harness::new("type.googleapis.com/example.v1.Unknown", &[]);
+    h.request(&[], "", "");
+    let (names, _, _) = h.expect();
+    assert!(names.is_empty());
+}
+
+#[test]
+fn named_subscription_to_missing_full_state_resource_gets_an_empty_full_state() {
+    let mut h = Harness::new(LISTENER, &[]);
+    h.request(&["missing"], "", "");
+    let (names, _, _) = h.expect();
+    assert!(names.is_empty(), "the full state tells the client it does not exist");
+}
+
+#[test]
+fn first_request_with_unknown_nonce_is_not_stale() {
+    // A nonce from a previous stream does not survive a reconnect: nothing newer was sent here.
+    let mut h = Harness::new(CLUSTER, &[("a", "1")]);
+    assert_eq!(h.request(&[], "nonce-from-old-stream", "v0"), RequestKind::Initial);
+    assert_eq!(h.expect().0, ["a"]);
+}

@@ -1,0 +1,150 @@
+use super::*;
+use crate::types::{CLUSTER, LISTENER};
+
+fn input(type_url: &str, name: &str, value: &[u8]) -> ResourceInput {
+    ResourceInput {
+        type_url: type_url.into(),
+        name: name.into(),
+        value: Bytes::copy_from_slice(value),
+    }
+}
+
+fn arc(s: &str) -> Arc<str> {
+    s.into()
+}
+
+#[test]
+fn unchanged_content_keeps_the_same_encoded_bytes_and_versions() {
+    let store = Store::new();
+    store.replace_all([input(CLUSTER, "a", b"\x0a\x01a")]).unwrap();
+    let before = store.snapshot();
+    let summary = store.replace_all([input(CLUSTER, "a", b"\x0a\x01a")]).unwrap();
+    assert_eq!(summary.changed, 0);
+    let after = store.snapshot();
+    let (b, a) = (before.resource(CLUSTER, "a").unwrap(), after.resource(CLUSTER, "a").unwrap());
+    assert!(Arc::ptr_eq(a, b), "an unchanged resource is shared, not re-encoded");
+    assert_eq!(before.get(CLUSTER).unwrap().version(), after.get(CLUSTER).unwrap().version());
+}
+
+#[test]
+fn type_version_changes_when_any_resource_of_the_type_changes() {
+    let store = Store::new();
+    store
+        .replace_all([input(CLUSTER, "a", b"1"), input(LISTENER, "l", b"1")])
+        .unwrap();
+    let s1 = store.snapshot();
+    store
+        .replace_all([input(CLUSTER, "a", b"2"), input(LISTENER, "l", b"1")])
+        .unwrap();
+    let s2 = store.snapshot();
+    assert_ne!(s1.get(CLUSTER).unwrap().version(), s2.get(CLUSTER).unwrap().version());
+    assert_eq!(s1.get(LISTENER).unwrap().version(), s2.get(LISTENER).unwrap().version());
+    assert_ne!(
+        s1.resource(CLUSTER, "a").unwrap().version(),
+        s2.resource(CLUSTER, "a").unwrap().version()
+    );
+}
+
+#[test]
+fn duplicate_names_reject_the_whole_update() {
+    let store = Store::new();
+    store.replace_all([input(CLUSTER, "a", b"1")]).unwrap();
+    let err = store
+        .replace_all([input(CLUSTER, "b", b"1"), input(CLUSTER, "b", b"2")])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::Duplicate {
+            type_url: CLUSTER.into(),
+            name: "b".into()
+        }
+    );
+    assert!(store.snapshot().resource(CLUSTER, "a").is_some(), "the last good state is kept");
+    assert!(store.snapshot().resource(CLUSTER, "b").is_none());
+}
+
+#[test]
+fn bad_type_url_and_empty_name_are_rejected() {
+    let store = Store::new();
+    assert!(matches!(
+        store.replace_all([input("Cluster", "a", b"1")]),
+        Err(StoreError::BadTypeUrl { .. })
+    ));
+    assert!(matches!(
+        store.replace_all([input(CLUSTER, "", b"1")]),
+        Err(StoreError::EmptyName { .. })
+    ));
+}
+
+#[test]
+fn notifications_reach_only_the_watchers_of_the_changed_name() {
+    let store = Store::new();
+    store
+        .replace_all([input(CLUSTER, "a", b"1"), input(CLUSTER, "b", b"1")])
+        .unwrap();
+    let mut watch_a = store.watcher();
+    let mut watch_b = store.watcher();
+    let mut wildcard = store.watcher();
+    let cluster = arc(CLUSTER);
+    watch_a.watch(&cluster, [&arc("a")]);
+    watch_b.watch(&cluster, [&arc("b")]);
+    wildcard.set_wildcard(&cluster, true);
+
+    store
+        .apply([Change::Set(input(CLUSTER, "a", b"2"))])
+        .unwrap();
+    let changes = watch_a.take_changes();
+    assert_eq!(changes[&cluster].iter().map(|n| &**n).collect::<Vec<_>>(), ["a"]);
+    assert!(watch_b.take_changes().is_empty(), "b's watcher is not touched by a change to a");
+    assert_eq!(wildcard.take_changes()[&cluster].len(), 1);
+}
+
+#[test]
+fn a_watched_name_that_springs_into_existence_notifies() {
+    let store = Store::new();
+    let mut w = store.watcher();
+    let cluster = arc(CLUSTER);
+    w.watch(&cluster, [&arc("later")]);
+    store.apply([Change::Set(input(CLUSTER, "later", b"1"))]).unwrap();
+    assert!(w.take_changes()[&cluster].contains("later"));
+    store
+        .apply([Change::Remove {
+            type_url: CLUSTER.into(),
+            name: "later".into(),
+        }])
+        .unwrap();
+    assert!(w.take_changes()[&cluster].contains("later"), "deletion notifies too");
+    assert!(store.snapshot().get(CLUSTER).is_none());
+}
+
+#[test]
+fn dropped_watchers_leave_the_index() {
+    let store = Store::new();
+    let cluster = arc(CLUSTER);
+    {
+        let mut w = store.watcher();
+        w.watch(&cluster, [&arc("a")]);
+        w.set_wildcard(&cluster, true);
+    }
+    let index = lock_index(&store.inner.index);
+    assert!(index_is_empty(&index));
+}
+
+fn index_is_empty(index: &WatchIndex) -> bool {
+    format!("{:?}", index.debug_counts()) == "(0, 0)"
+}
+
+#[test]
+fn sotw_body_is_the_concatenation_of_encoded_any_entries() {
+    use prost::Message;
+    let store = Store::new();
+    store
+        .replace_all([input(CLUSTER, "a", b"x"), input(CLUSTER, "b", b"y")])
+        .unwrap();
+    let snap = store.snapshot();
+    let body = snap.get(CLUSTER).unwrap().sotw_body();
+    let decoded = envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse::decode(body).unwrap();
+    assert_eq!(decoded.resources.len(), 2);
+    assert_eq!(decoded.resources[0].type_url, CLUSTER);
+    assert_eq!(decoded.resources[1].value, b"y");
+}

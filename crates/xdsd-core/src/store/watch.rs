@@ -1,0 +1,195 @@
+//! Change notification, indexed by name: an update touches only the streams that watch one of the
+//! changed names (or the wildcard of its type), never a scan of all clients.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+/// Names that changed since a stream last looked, per type URL.
+pub type Changes = HashMap<Arc<str>, HashSet<Arc<str>>>;
+
+/// What the store holds for one stream: a wake-up and the names that changed since it last took
+/// them. Many updates while the stream is busy or slow coalesce here; the set is bounded by what
+/// the stream watches, whatever the update rate.
+#[derive(Default)]
+pub(crate) struct Signal {
+    notify: Notify,
+    dirty: Mutex<Changes>,
+}
+
+impl Signal {
+    fn dirty(&self) -> MutexGuard<'_, Changes> {
+        // A poisoned lock only means another thread panicked while holding it; the map itself is
+        // still a valid set of names.
+        self.dirty.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+type Watchers = HashMap<u64, Arc<Signal>>;
+
+#[derive(Default)]
+pub(crate) struct WatchIndex {
+    names: HashMap<Arc<str>, HashMap<Arc<str>, Watchers>>,
+    wildcards: HashMap<Arc<str>, Watchers>,
+}
+
+impl WatchIndex {
+    /// Marks `changed` names on every stream that watches them and wakes those streams.
+    pub(crate) fn notify(&self, changed: &[(Arc<str>, Vec<Arc<str>>)]) {
+        let mut touched: HashMap<u64, (&Arc<Signal>, Vec<(&Arc<str>, &Arc<str>)>)> = HashMap::new();
+        for (type_url, names) in changed {
+            if let Some(watchers) = self.wildcards.get(type_url) {
+                for (id, signal) in watchers {
+                    let entry = touched.entry(*id).or_insert_with(|| (signal, Vec::new()));
+                    entry.1.extend(names.iter().map(|n| (type_url, n)));
+                }
+            }
+            if let Some(by_name) = self.names.get(type_url) {
+                for name in names {
+                    for (id, signal) in by_name.get(name).into_iter().flatten() {
+                        let entry = touched.entry(*id).or_insert_with(|| (signal, Vec::new()));
+                        entry.1.push((type_url, name));
+                    }
+                }
+            }
+        }
+        for (signal, names) in touched.into_values() {
+            let mut dirty = signal.dirty();
+            for (type_url, name) in names {
+                dirty.entry(type_url.clone()).or_default().insert(name.clone());
+            }
+            drop(dirty);
+            signal.notify.notify_one();
+        }
+    }
+}
+
+pub(crate) fn lock_index(index: &Mutex<WatchIndex>) -> MutexGuard<'_, WatchIndex> {
+    index.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Default)]
+struct Registered {
+    wildcard: bool,
+    names: HashSet<Arc<str>>,
+}
+
+/// One stream's registration with the store. Dropping it removes every registration.
+pub struct Watcher {
+    id: u64,
+    index: Arc<Mutex<WatchIndex>>,
+    signal: Arc<Signal>,
+    registered: HashMap<Arc<str>, Registered>,
+}
+
+impl Watcher {
+    pub(crate) fn new(id: u64, index: Arc<Mutex<WatchIndex>>) -> Watcher {
+        Watcher {
+            id,
+            index,
+            signal: Arc::default(),
+            registered: HashMap::new(),
+        }
+    }
+
+    /// Watches (or stops watching) every resource of `type_url`, present and future.
+    pub fn set_wildcard(&mut self, type_url: &Arc<str>, on: bool) {
+        let reg = self.registered.entry(type_url.clone()).or_default();
+        if reg.wildcard == on {
+            return;
+        }
+        reg.wildcard = on;
+        let mut index = lock_index(&self.index);
+        if on {
+            index
+                .wildcards
+                .entry(type_url.clone())
+                .or_default()
+                .insert(self.id, self.signal.clone());
+        } else if let Some(w) = index.wildcards.get_mut(type_url) {
+            w.remove(&self.id);
+            if w.is_empty() {
+                index.wildcards.remove(type_url);
+            }
+        }
+    }
+
+    /// Watches the named resources of `type_url`, whether or not they exist yet.
+    pub fn watch<'a>(&mut self, type_url: &Arc<str>, names: impl IntoIterator<Item = &'a Arc<str>>) {
+        let reg = self.registered.entry(type_url.clone()).or_default();
+        let mut index = lock_index(&self.index);
+        let by_name = index.names.entry(type_url.clone()).or_default();
+        for name in names {
+            if reg.names.insert(name.clone()) {
+                by_name
+                    .entry(name.clone())
+                    .or_default()
+                    .insert(self.id, self.signal.clone());
+            }
+        }
+    }
+
+    pub fn unwatch<'a>(&mut self, type_url: &Arc<str>, names: impl IntoIterator<Item = &'a Arc<str>>) {
+        let Some(reg) = self.registered.get_mut(type_url) else {
+            return;
+        };
+        let mut index = lock_index(&self.index);
+        for name in names {
+            if reg.names.remove(name) {
+                remove_name(&mut index, type_url, name, self.id);
+            }
+        }
+    }
+
+    /// Waits until a watched resource changed since the last `take_changes`.
+    pub async fn changed(&self) {
+        self.signal.notify.notified().await
+    }
+
+    /// The names that changed since the last call, per type; empty if none.
+    pub fn take_changes(&self) -> Changes {
+        std::mem::take(&mut *self.signal.dirty())
+    }
+}
+
+fn remove_name(index: &mut WatchIndex, type_url: &Arc<str>, name: &Arc<str>, id: u64) {
+    if let Some(by_name) = index.names.get_mut(type_url) {
+        if let Some(watchers) = by_name.get_mut(name) {
+            watchers.remove(&id);
+            if watchers.is_empty() {
+                by_name.remove(name);
+            }
+        }
+        if by_name.is_empty() {
+            index.names.remove(type_url);
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let mut index = lock_index(&self.index);
+        for (type_url, reg) in &self.registered {
+            if reg.wildcard {
+                if let Some(w) = index.wildcards.get_mut(type_url) {
+                    w.remove(&self.id);
+                    if w.is_empty() {
+                        index.wildcards.remove(type_url);
+                    }
+                }
+            }
+            for name in &reg.names {
+                remove_name(&mut index, type_url, name, self.id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl WatchIndex {
+    /// (types with named watchers, types with wildcard watchers)
+    pub(crate) fn debug_counts(&self) -> (usize, usize) {
+        (self.names.len(), self.wildcards.len())
+    }
+}
