@@ -1,0 +1,32 @@
+//! The process contract: xdsd reports the port it listens on, and SIGTERM while a client stream
+//! is open shuts it down gracefully with exit code 0.
+
+mod support;
+
+use support::ads::{self, AdsStream};
+use support::{unique_name, ResourceDir, Xdsd, CLUSTER};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_an_open_stream_exits_zero() {
+    let dir = ResourceDir::new();
+    dir.write(
+        "c.yaml",
+        &format!("\"@type\": {CLUSTER}\nname: c\ntype: STATIC\nconnect_timeout: 1s\n"),
+    );
+    let mut xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+
+    let mut stream = AdsStream::open(&xdsd.url(), &unique_name("term-node"), CLUSTER, &[])
+        .await
+        .expect("an ADS stream to xdsd");
+    let resp = stream.recv().await.expect("a CDS response");
+    assert_eq!(ads::names(&resp), ["c"]);
+
+    let status = xdsd.terminate().await;
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGTERM ({status}). Log:\n{}",
+        xdsd.log.text()
+    );
+}
