@@ -1,0 +1,341 @@
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::path::Path;
+
+use prost::Message as _;
+use prost_reflect::{DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor};
+use serde::de::{Deserialize, DeserializeSeed};
+use serde_json::{Map, Value};
+
+use crate::de::DocSeed;
+use crate::descriptors::type_url_of;
+use crate::error::{Problem, ResourceRef};
+use crate::{Descriptors, ParsedResource, SourceError};
+
+/// File formats, chosen by extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+impl Format {
+    /// `.yaml`, `.yml` and `.json`, in any letter case; anything else is not a resource file.
+    pub fn of(path: &Path) -> Option<Format> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "yaml" | "yml" => Some(Format::Yaml),
+            "json" => Some(Format::Json),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Format::Yaml => "YAML",
+            Format::Json => "JSON",
+        }
+    }
+}
+
+/// How one YAML document (or the JSON file) holds its resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Null, or `resources:` that is null or empty: nothing to decode.
+    Empty,
+    Single,
+    List,
+    Wrapper,
+}
+
+#[derive(Debug)]
+pub(crate) struct DocPlan {
+    pub layout: Layout,
+    pub resources: Vec<ResourcePlan>,
+}
+
+/// What the first pass learned about a resource before its body is decoded.
+#[derive(Debug)]
+pub(crate) struct ResourcePlan {
+    pub reference: ResourceRef,
+    pub desc: MessageDescriptor,
+    pub name_field: FieldDescriptor,
+}
+
+/// Parses one file's text (format chosen by the extension of `path`, which is also what
+/// errors and origins name). Duplicates within the file are an error.
+pub fn parse_file(
+    descriptors: &Descriptors,
+    path: &Path,
+    text: &str,
+) -> Result<Vec<ParsedResource>, SourceError> {
+    let format = Format::of(path).ok_or_else(|| SourceError::File {
+        file: path.to_path_buf(),
+        message: "not a resource file: expected a .yaml, .yml or .json extension".into(),
+    })?;
+    let malformed = |error: &dyn std::fmt::Display| SourceError::File {
+        file: path.to_path_buf(),
+        message: format!("malformed {}: {error}", format.name()),
+    };
+    let mut planner = Planner {
+        descriptors,
+        path,
+        next_index: 1,
+    };
+    let options = DeserializeOptions::new();
+
+    // First pass: the layout and each resource's type, from a plain value tree.
+    let mut plans = Vec::new();
+    match format {
+        Format::Yaml => {
+            for document in serde_yaml_ng::Deserializer::from_str(text) {
+                let value = Value::deserialize(document).map_err(|e| malformed(&e))?;
+                plans.push(planner.document(value)?);
+            }
+        }
+        Format::Json if text.trim().is_empty() => {}
+        Format::Json => {
+            let value: Value = serde_json::from_str(text).map_err(|e| malformed(&e))?;
+            plans.push(planner.document(value)?);
+        }
+    }
+
+    // Second pass: decode the messages from the text, so errors carry positions.
+    let mut decoded = Vec::new();
+    match format {
+        Format::Yaml => {
+            // The same documents, in the same order, as the first pass.
+            for (document, plan) in serde_yaml_ng::Deserializer::from_str(text).zip(&plans) {
+                decode_document(plan, &options, &mut decoded, |seed| {
+                    seed.deserialize(document)
+                })?;
+            }
+        }
+        Format::Json => {
+            for plan in &plans {
+                decode_document(plan, &options, &mut decoded, |seed| {
+                    let mut de = serde_json::Deserializer::from_str(text);
+                    seed.deserialize(&mut de)?;
+                    de.end()
+                })?;
+            }
+        }
+    }
+
+    let mut resources = Vec::with_capacity(decoded.len());
+    for (plan, message) in decoded {
+        resources.push(finish(plan, &message)?);
+    }
+    check_duplicates(&resources)?;
+    Ok(resources)
+}
+
+fn decode_document<'p, E: std::fmt::Display>(
+    plan: &'p DocPlan,
+    options: &DeserializeOptions,
+    decoded: &mut Vec<(&'p ResourcePlan, DynamicMessage)>,
+    run: impl FnOnce(DocSeed<'_>) -> Result<(), E>,
+) -> Result<(), SourceError> {
+    if plan.resources.is_empty() {
+        return Ok(());
+    }
+    let current = Cell::new(0);
+    let mut messages = Vec::with_capacity(plan.resources.len());
+    let seed = DocSeed {
+        plan,
+        options,
+        out: &mut messages,
+        current: &current,
+    };
+    if let Err(error) = run(seed) {
+        // Non-empty (checked above), so the clamped position is in range.
+        let failed = &plan.resources[current.get().min(plan.resources.len() - 1)];
+        return Err(SourceError::Resource {
+            resource: failed.reference.clone(),
+            problem: Problem::Invalid(error.to_string()),
+        });
+    }
+    decoded.extend(plan.resources.iter().zip(messages));
+    Ok(())
+}
+
+fn finish(plan: &ResourcePlan, message: &DynamicMessage) -> Result<ParsedResource, SourceError> {
+    let name = message
+        .get_field(&plan.name_field)
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let field = match plan.name_field.name() {
+        "name" => "name",
+        _ => "cluster_name",
+    };
+    if name.is_empty() {
+        return Err(SourceError::Resource {
+            resource: plan.reference.clone(),
+            problem: Problem::EmptyName(field),
+        });
+    }
+    Ok(ParsedResource {
+        type_url: type_url_of(&plan.desc),
+        name,
+        value: message.encode_to_vec().into(),
+        origin: format!(
+            "{} (resource #{})",
+            plan.reference.file.display(),
+            plan.reference.index
+        ),
+    })
+}
+
+/// Rejects two resources with the same type URL and name, naming both origins.
+pub fn check_duplicates(resources: &[ParsedResource]) -> Result<(), SourceError> {
+    let mut errors = Vec::new();
+    let mut seen: HashMap<(&str, &str), &str> = HashMap::with_capacity(resources.len());
+    for resource in resources {
+        let key = (resource.type_url.as_str(), resource.name.as_str());
+        if let Some(first) = seen.insert(key, &resource.origin) {
+            // Keep reporting against the first definition when there are three or more.
+            seen.insert(key, first);
+            errors.push(SourceError::Duplicate {
+                type_url: resource.type_url.clone(),
+                name: resource.name.clone(),
+                first: first.to_owned(),
+                second: resource.origin.clone(),
+            });
+        }
+    }
+    match SourceError::from_list(errors) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+struct Planner<'a> {
+    descriptors: &'a Descriptors,
+    path: &'a Path,
+    next_index: usize,
+}
+
+impl Planner<'_> {
+    fn document(&mut self, value: Value) -> Result<DocPlan, SourceError> {
+        match value {
+            Value::Null => Ok(DocPlan {
+                layout: Layout::Empty,
+                resources: Vec::new(),
+            }),
+            Value::Array(items) => Ok(DocPlan {
+                layout: Layout::List,
+                resources: self.list(&items)?,
+            }),
+            Value::Object(map) if !map.contains_key("@type") && map.contains_key("resources") => {
+                self.wrapper(map)
+            }
+            other => Ok(DocPlan {
+                layout: Layout::Single,
+                resources: vec![self.resource(&other)?],
+            }),
+        }
+    }
+
+    fn wrapper(&mut self, map: Map<String, Value>) -> Result<DocPlan, SourceError> {
+        // DiscoveryResponse dumps carry version_info; any other key is more likely a typo or a
+        // misplaced resource than something safe to drop.
+        if let Some(key) = map
+            .keys()
+            .find(|k| !matches!(k.as_str(), "resources" | "version_info"))
+        {
+            return Err(self.file_error(format!(
+                "unexpected key {key:?} next to `resources` (only `version_info` may accompany it)"
+            )));
+        }
+        match map.get("resources") {
+            Some(Value::Array(items)) if !items.is_empty() => Ok(DocPlan {
+                layout: Layout::Wrapper,
+                resources: self.list(items)?,
+            }),
+            Some(Value::Array(_)) | Some(Value::Null) | None => Ok(DocPlan {
+                layout: Layout::Empty,
+                resources: Vec::new(),
+            }),
+            Some(other) => Err(self.file_error(format!(
+                "`resources` must be a list of resources, found {}",
+                kind_of(other)
+            ))),
+        }
+    }
+
+    fn list(&mut self, items: &[Value]) -> Result<Vec<ResourcePlan>, SourceError> {
+        items.iter().map(|item| self.resource(item)).collect()
+    }
+
+    fn resource(&mut self, value: &Value) -> Result<ResourcePlan, SourceError> {
+        let index = self.next_index;
+        self.next_index += 1;
+        let mut reference = ResourceRef {
+            file: self.path.to_path_buf(),
+            index,
+            type_url: None,
+            name: None,
+        };
+        let fail = |reference: ResourceRef, problem| SourceError::Resource {
+            resource: reference,
+            problem,
+        };
+        let Value::Object(map) = value else {
+            let found = kind_of(value);
+            return Err(fail(reference, Problem::NotAMapping { found }));
+        };
+        reference.name = ["name", "cluster_name", "clusterName"]
+            .iter()
+            .find_map(|key| map.get(*key).and_then(Value::as_str))
+            .map(str::to_owned);
+        let type_url = match map.get("@type") {
+            None => return Err(fail(reference, Problem::MissingType)),
+            Some(Value::String(t)) => t.clone(),
+            Some(_) => return Err(fail(reference, Problem::TypeNotAString)),
+        };
+        reference.type_url = Some(type_url.clone());
+        if !type_url.contains('/') {
+            return Err(fail(reference, Problem::NotATypeUrl(type_url)));
+        }
+        let Some(desc) = self.descriptors.message_for_type_url(&type_url) else {
+            return Err(fail(reference, Problem::UnknownType(type_url)));
+        };
+        let Some(name_field) = name_field(&desc) else {
+            let full_name = desc.full_name().to_owned();
+            return Err(fail(reference, Problem::Unnamed(full_name)));
+        };
+        Ok(ResourcePlan {
+            reference,
+            desc,
+            name_field,
+        })
+    }
+
+    fn file_error(&self, message: String) -> SourceError {
+        SourceError::File {
+            file: self.path.to_path_buf(),
+            message,
+        }
+    }
+}
+
+/// The field a resource is served under: `name`, or `cluster_name` for ClusterLoadAssignment
+/// (which has no `name`).
+pub fn name_field(desc: &MessageDescriptor) -> Option<FieldDescriptor> {
+    ["name", "cluster_name"].iter().find_map(|name| {
+        desc.get_field_by_name(name)
+            .filter(|f| f.kind() == Kind::String && !f.is_list() && !f.is_map())
+    })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing (null)",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}

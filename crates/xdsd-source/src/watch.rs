@@ -1,0 +1,175 @@
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+
+use crate::dir::load_directory;
+use crate::{Descriptors, ParsedResource, SourceError};
+
+/// Quiet time that ends a burst of changes (an editor's save, a `cp -r`, a ConfigMap swap).
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+/// A directory that never stays quiet still gets reloaded this often.
+const MAX_DELAY: Duration = Duration::from_secs(2);
+
+enum Message {
+    Event(notify::Result<Event>),
+    Stop,
+}
+
+/// Keeps a directory watched; dropping it stops the watcher and its reload thread.
+pub struct DirectoryWatch {
+    dir: PathBuf,
+    watcher: Option<RecommendedWatcher>,
+    stop: mpsc::Sender<Message>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DirectoryWatch {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl std::fmt::Debug for DirectoryWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectoryWatch")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for DirectoryWatch {
+    fn drop(&mut self) {
+        drop(self.watcher.take());
+        let _ = self.stop.send(Message::Stop);
+        if let Some(thread) = self.thread.take() {
+            // Dropped from inside on_load: joining our own thread would deadlock; it exits
+            // once the callback returns and it sees Stop.
+            if thread.thread().id() != thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// Watches `dir` recursively and, after each burst of changes (coalesced over
+/// [`DEBOUNCE`]), reloads the whole directory and calls `on_load` with the new full set or the
+/// error. The initial state is the caller's `load_directory`; only changes are reported.
+///
+/// The directory itself is watched, not its files, so editors that save by renaming and
+/// Kubernetes' symlink swaps are seen. `on_load` runs on a dedicated thread.
+pub fn watch_directory(
+    descriptors: Descriptors,
+    dir: PathBuf,
+    on_load: impl Fn(Result<Vec<ParsedResource>, SourceError>) + Send + 'static,
+) -> Result<DirectoryWatch, SourceError> {
+    let (tx, rx) = mpsc::channel();
+    let events = tx.clone();
+    let watch_error = |source| SourceError::Watch {
+        path: dir.clone(),
+        source,
+    };
+    let mut watcher = notify::recommended_watcher(move |event| {
+        let _ = events.send(Message::Event(event));
+    })
+    .map_err(watch_error)?;
+    watcher
+        .watch(&dir, RecursiveMode::Recursive)
+        .map_err(watch_error)?;
+
+    let thread_dir = dir.clone();
+    let thread = thread::Builder::new()
+        .name("xdsd-source-watch".into())
+        .spawn(move || reload_loop(&rx, &descriptors, &thread_dir, &on_load))
+        .map_err(|source| SourceError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+    tracing::info!(dir = %dir.display(), "watching resource directory");
+    Ok(DirectoryWatch {
+        dir,
+        watcher: Some(watcher),
+        stop: tx,
+        thread: Some(thread),
+    })
+}
+
+fn reload_loop(
+    rx: &mpsc::Receiver<Message>,
+    descriptors: &Descriptors,
+    dir: &Path,
+    on_load: &dyn Fn(Result<Vec<ParsedResource>, SourceError>),
+) {
+    loop {
+        // Wait for the first relevant event of a burst.
+        loop {
+            match rx.recv() {
+                Ok(Message::Event(event)) if is_relevant(&event) => break,
+                Ok(Message::Event(_)) => continue,
+                Ok(Message::Stop) | Err(_) => return,
+            }
+        }
+        let burst_start = Instant::now();
+        loop {
+            match rx.recv_timeout(DEBOUNCE) {
+                Ok(Message::Event(_)) if burst_start.elapsed() < MAX_DELAY => continue,
+                Ok(Message::Event(_)) | Err(RecvTimeoutError::Timeout) => break,
+                Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        let result = load_directory(descriptors, dir);
+        match &result {
+            Ok(resources) => tracing::info!(
+                dir = %dir.display(),
+                resources = resources.len(),
+                "reloaded resource directory"
+            ),
+            Err(error) => tracing::warn!(
+                dir = %dir.display(),
+                "resource directory has errors, keeping the previous resources: {error}"
+            ),
+        }
+        on_load(result);
+    }
+}
+
+fn is_relevant(event: &notify::Result<Event>) -> bool {
+    let event = match event {
+        Ok(event) => event,
+        Err(error) => {
+            // Missed events (e.g. a queue overflow) are only safe to handle by reloading.
+            tracing::warn!("watch error, reloading: {error}");
+            return true;
+        }
+    };
+    if event.need_rescan() {
+        return true;
+    }
+    match event.kind {
+        // Our own reads show up as opens; only a close after writing matters.
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
+        EventKind::Access(_) => return false,
+        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => return false,
+        _ => {}
+    }
+    // Editor swap and backup files change constantly while editing and are never loaded.
+    // Hidden paths do count: Kubernetes updates a ConfigMap by swapping `..data`.
+    event.paths.is_empty()
+        || event.paths.iter().any(|path| {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            !is_editor_scratch(name)
+        })
+}
+
+fn is_editor_scratch(name: &str) -> bool {
+    name.ends_with('~')
+        || name.ends_with(".swp")
+        || name.ends_with(".swx")
+        || (name.starts_with('#') && name.ends_with('#'))
+}
