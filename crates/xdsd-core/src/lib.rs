@@ -5,3 +5,4 @@
 pub mod protocol;
 pub mod store;
 pub mod types;
+pub mod transport;

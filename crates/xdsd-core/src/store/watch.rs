@@ -37,7 +37,9 @@ pub(crate) struct WatchIndex {
 impl WatchIndex {
     /// Marks `changed` names on every stream that watches them and wakes those streams.
     pub(crate) fn notify(&self, changed: &[(Arc<str>, Vec<Arc<str>>)]) {
-        let mut touched: HashMap<u64, (&Arc<Signal>, Vec<(&Arc<str>, &Arc<str>)>)> = HashMap::new();
+        // Per stream: its signal and the (type, name) pairs to mark, so each is locked once.
+        type Marks<'a> = (&'a Arc<Signal>, Vec<(&'a Arc<str>, &'a Arc<str>)>);
+        let mut touched: HashMap<u64, Marks<'_>> = HashMap::new();
         for (type_url, names) in changed {
             if let Some(watchers) = self.wildcards.get(type_url) {
                 for (id, signal) in watchers {

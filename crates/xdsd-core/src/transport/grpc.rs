@@ -1,0 +1,270 @@
+//! The gRPC server: ADS and every per-type discovery service, routed to stream drivers that
+//! write pre-encoded responses (see `wire`).
+
+use std::convert::Infallible;
+use std::future::{ready, Future, Ready};
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::body::Body;
+use tonic::server::{Grpc, NamedService, StreamingService};
+use tonic::service::Routes;
+use tonic::{Request, Response, Status, Streaming};
+use tonic_prost::ProstCodec;
+
+use super::sotw_stream;
+use super::wire::SotwWire;
+use crate::store::Store;
+use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
+
+/// What every stream of one server shares.
+pub(crate) struct ServerContext {
+    pub(crate) store: Store,
+    next_stream: AtomicU64,
+    /// Flips to true when the server shuts down: every stream then ends with UNAVAILABLE, so
+    /// that a graceful shutdown does not wait forever for streams that never end on their own.
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+impl ServerContext {
+    pub(crate) fn next_stream_id(&self) -> u64 {
+        self.next_stream.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// An xDS gRPC server over a [`Store`]: every SotW and incremental discovery service.
+pub struct XdsServer {
+    ctx: Arc<ServerContext>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl XdsServer {
+    pub fn new(store: Store) -> XdsServer {
+        let (shutdown, rx) = watch::channel(false);
+        XdsServer {
+            ctx: Arc::new(ServerContext {
+                store,
+                next_stream: AtomicU64::new(0),
+                shutdown: rx,
+            }),
+            shutdown,
+        }
+    }
+
+    /// The gRPC routes of every discovery service, to mount in a `tonic` server of your own.
+    pub fn routes(&self) -> Routes {
+        let svc = XdsService { ctx: self.ctx.clone() };
+        let mut routes = Routes::new(Named::<Ads>::new(svc.clone()));
+        macro_rules! add {
+            ($($kind:ident),*) => { $( routes = routes.add_service(Named::<$kind>::new(svc.clone())); )* };
+        }
+        add!(Lds, Rds, Srds, Vhds, Cds, Eds, Sds, Rtds);
+        routes
+    }
+
+    /// Ends every open stream with UNAVAILABLE (clients reconnect elsewhere or later).
+    pub fn end_streams(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Serves on `listener` until `signal` completes, then ends the open streams and returns
+    /// once they are closed.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        signal: impl Future<Output = ()>,
+    ) -> Result<(), tonic::transport::Error> {
+        let routes = self.routes();
+        let shutdown = self.shutdown;
+        tonic::transport::Server::builder()
+            // Detect dead peers, so their streams and memory go away.
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .tcp_nodelay(true)
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                signal.await;
+                let _ = shutdown.send(true);
+            })
+            .await
+    }
+}
+
+/// One tower service for every discovery method; `Named` gives it each gRPC service name.
+#[derive(Clone)]
+struct XdsService {
+    ctx: Arc<ServerContext>,
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
+
+impl XdsService {
+    fn route(&self, path: &str) -> Option<Method> {
+        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+        if service == ADS_SERVICE {
+            return match method {
+                "StreamAggregatedResources" => Some(Method::Sotw(None)),
+                _ => None,
+            };
+        }
+        let (_, type_url) = PER_TYPE_SERVICES.iter().find(|(s, _)| *s == service)?;
+        // VHDS has no SotW variant.
+        if method.starts_with("Stream") && *type_url != crate::types::VIRTUAL_HOST {
+            return Some(Method::Sotw(Some(Arc::from(*type_url))));
+        }
+        None
+    }
+}
+
+enum Method {
+    /// SotW; `Some(type)` for a per-type service, `None` for ADS.
+    Sotw(Option<Arc<str>>),
+}
+
+impl tower_service::Service<http::Request<Body>> for XdsService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        match self.route(req.uri().path()) {
+            Some(Method::Sotw(fixed)) => {
+                let method = SotwMethod {
+                    ctx: self.ctx.clone(),
+                    fixed,
+                };
+                Box::pin(async move {
+                    let mut grpc = Grpc::new(ProstCodec::<SotwWire, DiscoveryRequest>::default());
+                    Ok(grpc.streaming(method, req).await)
+                })
+            }
+            None => Box::pin(ready(Ok(Status::unimplemented(format!(
+                "xdsd does not implement {}",
+                req.uri().path()
+            ))
+            .into_http()))),
+        }
+    }
+}
+
+struct SotwMethod {
+    ctx: Arc<ServerContext>,
+    fixed: Option<Arc<str>>,
+}
+
+/// Responses a stream may have computed but the client not yet taken. One: the next response
+/// is computed only when the previous one was taken, so a slow client holds at most this many
+/// plus its coalesced dirty names.
+const STREAM_BUFFER: usize = 1;
+
+impl StreamingService<DiscoveryRequest> for SotwMethod {
+    type Response = SotwWire;
+    type ResponseStream = ReceiverStream<Result<SotwWire, Status>>;
+    type Future = Ready<Result<Response<Self::ResponseStream>, Status>>;
+
+    fn call(&mut self, request: Request<Streaming<DiscoveryRequest>>) -> Self::Future {
+        let peer: Option<SocketAddr> = request.remote_addr();
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(sotw_stream::run(
+            self.ctx.clone(),
+            self.fixed.clone(),
+            peer,
+            request.into_inner(),
+            tx,
+        ));
+        ready(Ok(Response::new(ReceiverStream::new(rx))))
+    }
+}
+
+/// A gRPC service name, for routing.
+trait ServiceName: Send + Sync + 'static {
+    const NAME: &'static str;
+}
+
+macro_rules! service_names {
+    ($($kind:ident = $name:literal),* $(,)?) => {
+        $(
+            struct $kind;
+            impl ServiceName for $kind {
+                const NAME: &'static str = $name;
+            }
+        )*
+    };
+}
+
+service_names! {
+    Ads = "envoy.service.discovery.v3.AggregatedDiscoveryService",
+    Lds = "envoy.service.listener.v3.ListenerDiscoveryService",
+    Rds = "envoy.service.route.v3.RouteDiscoveryService",
+    Srds = "envoy.service.route.v3.ScopedRoutesDiscoveryService",
+    Vhds = "envoy.service.route.v3.VirtualHostDiscoveryService",
+    Cds = "envoy.service.cluster.v3.ClusterDiscoveryService",
+    Eds = "envoy.service.endpoint.v3.EndpointDiscoveryService",
+    Sds = "envoy.service.secret.v3.SecretDiscoveryService",
+    Rtds = "envoy.service.runtime.v3.RuntimeDiscoveryService",
+}
+
+struct Named<K> {
+    svc: XdsService,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Named<K> {
+    fn new(svc: XdsService) -> Self {
+        Named {
+            svc,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Clone for Named<K> {
+    fn clone(&self) -> Self {
+        Named::new(self.svc.clone())
+    }
+}
+
+impl<K: ServiceName> NamedService for Named<K> {
+    const NAME: &'static str = K::NAME;
+}
+
+impl<K> tower_service::Service<http::Request<Body>> for Named<K> {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.svc.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        self.svc.call(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_per_type_service_name_is_routed() {
+        let names = [Lds::NAME, Rds::NAME, Srds::NAME, Vhds::NAME, Cds::NAME, Eds::NAME, Sds::NAME, Rtds::NAME];
+        for (service, _) in PER_TYPE_SERVICES {
+            assert!(names.contains(service), "{service} has no route");
+        }
+        assert_eq!(Ads::NAME, ADS_SERVICE);
+    }
+}
