@@ -1,1 +1,116 @@
+use std::sync::mpsc;
+use std::time::Duration;
 
+use xdsd_source::{watch_directory, ParsedResource, SourceError};
+
+use crate::descriptors;
+use crate::directory::{cluster_yaml, write};
+
+// Generous: the machine may be busy building; only ordering is asserted, never timing.
+const WAIT: Duration = Duration::from_secs(10);
+
+type Load = Result<Vec<ParsedResource>, SourceError>;
+
+/// Waits for a reload that satisfies `done`, skipping intermediate states (a write can be seen
+/// half-done by one reload and complete by the next).
+fn wait_for(rx: &mpsc::Receiver<Load>, what: &str, done: impl Fn(&Load) -> bool) -> Load {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(remaining) {
+            Ok(load) if done(&load) => return load,
+            Ok(_) => continue,
+            Err(_) => panic!("no reload with {what} within {WAIT:?}"),
+        }
+    }
+}
+
+fn names(load: &Load) -> Vec<String> {
+    match load {
+        Ok(resources) => resources.iter().map(|r| r.name.clone()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+#[test]
+fn reports_changes_errors_and_fixes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    write(&dir, "a.yaml", &cluster_yaml("a"));
+
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let watch = watch_directory(descriptors(), dir.clone(), move |load| {
+        let _ = tx.lock().unwrap().send(load);
+    })
+    .unwrap();
+
+    write(&dir, "sub/b.yaml", &cluster_yaml("b"));
+    let load = wait_for(&rx, "a and b", |l| names(l) == ["a", "b"]);
+    assert!(load.is_ok());
+
+    write(
+        &dir,
+        "broken.yaml",
+        "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\nbogus: 1\n",
+    );
+    let load = wait_for(&rx, "an error", |l| l.is_err());
+    let text = load.unwrap_err().to_string();
+    assert!(
+        text.contains("broken.yaml") && text.contains("bogus"),
+        "{text}"
+    );
+
+    write(&dir, "broken.yaml", &cluster_yaml("c"));
+    wait_for(&rx, "a, c and b", |l| names(l) == ["a", "c", "b"]).unwrap();
+
+    // Editors that save by writing a temporary file and renaming it over the original.
+    write(&dir, ".a.yaml.tmp", &cluster_yaml("a2"));
+    std::fs::rename(dir.join(".a.yaml.tmp"), dir.join("a.yaml")).unwrap();
+    wait_for(&rx, "a2", |l| names(l) == ["a2", "c", "b"]).unwrap();
+
+    std::fs::remove_dir_all(dir.join("sub")).unwrap();
+    wait_for(&rx, "b removed", |l| names(l) == ["a2", "c"]).unwrap();
+
+    drop(watch);
+    // After the guard is gone, the callback (and its sender) are dropped too.
+    write(&dir, "late.yaml", &cluster_yaml("late"));
+    loop {
+        match rx.recv_timeout(WAIT) {
+            Ok(_) => continue, // a reload already under way when the guard dropped
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("watch thread still alive after drop"),
+        }
+    }
+}
+
+#[test]
+fn a_burst_of_writes_is_one_reload_or_a_few() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let _watch = watch_directory(descriptors(), dir.clone(), move |load| {
+        let _ = tx.lock().unwrap().send(load);
+    })
+    .unwrap();
+
+    for i in 0..20 {
+        write(
+            &dir,
+            &format!("c{i:02}.yaml"),
+            &cluster_yaml(&format!("c{i:02}")),
+        );
+    }
+    let load = wait_for(&rx, "all 20", |l| names(l).len() == 20);
+    assert!(load.is_ok());
+    // No assertion on the number of reloads: coalescing depends on scheduling.
+}
+
+#[test]
+fn watching_a_missing_directory_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = watch_directory(descriptors(), tmp.path().join("missing"), |_| {}).unwrap_err();
+    assert!(matches!(err, SourceError::Watch { .. }), "{err:?}");
+    assert!(err.to_string().contains("missing"), "{err}");
+}
