@@ -4,5 +4,5 @@
 
 pub mod protocol;
 pub mod store;
-pub mod types;
 pub mod transport;
+pub mod types;

@@ -4,7 +4,8 @@
 pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 
 pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-pub const ROUTE_CONFIGURATION: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+pub const ROUTE_CONFIGURATION: &str =
+    "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 pub const SCOPED_ROUTE_CONFIGURATION: &str =
     "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration";
 pub const VIRTUAL_HOST: &str = "type.googleapis.com/envoy.config.route.v3.VirtualHost";
@@ -13,7 +14,8 @@ pub const CLUSTER_LOAD_ASSIGNMENT: &str =
     "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 pub const RUNTIME: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime";
-pub const TYPED_EXTENSION_CONFIG: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
+pub const TYPED_EXTENSION_CONFIG: &str =
+    "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
 
 /// SotW responses for these types carry the complete state of the world: a resource left out of a
 /// response is deleted by the client. The spec names Listener and Cluster; Envoy also applies a
@@ -42,12 +44,27 @@ pub fn push_rank(type_url: &str) -> u8 {
 
 /// The non-aggregated gRPC services and the one type each of them serves.
 pub const PER_TYPE_SERVICES: &[(&str, &str)] = &[
-    ("envoy.service.listener.v3.ListenerDiscoveryService", LISTENER),
-    ("envoy.service.route.v3.RouteDiscoveryService", ROUTE_CONFIGURATION),
-    ("envoy.service.route.v3.ScopedRoutesDiscoveryService", SCOPED_ROUTE_CONFIGURATION),
-    ("envoy.service.route.v3.VirtualHostDiscoveryService", VIRTUAL_HOST),
+    (
+        "envoy.service.listener.v3.ListenerDiscoveryService",
+        LISTENER,
+    ),
+    (
+        "envoy.service.route.v3.RouteDiscoveryService",
+        ROUTE_CONFIGURATION,
+    ),
+    (
+        "envoy.service.route.v3.ScopedRoutesDiscoveryService",
+        SCOPED_ROUTE_CONFIGURATION,
+    ),
+    (
+        "envoy.service.route.v3.VirtualHostDiscoveryService",
+        VIRTUAL_HOST,
+    ),
     ("envoy.service.cluster.v3.ClusterDiscoveryService", CLUSTER),
-    ("envoy.service.endpoint.v3.EndpointDiscoveryService", CLUSTER_LOAD_ASSIGNMENT),
+    (
+        "envoy.service.endpoint.v3.EndpointDiscoveryService",
+        CLUSTER_LOAD_ASSIGNMENT,
+    ),
     ("envoy.service.secret.v3.SecretDiscoveryService", SECRET),
     ("envoy.service.runtime.v3.RuntimeDiscoveryService", RUNTIME),
 ];
@@ -57,7 +74,9 @@ pub const ADS_SERVICE: &str = "envoy.service.discovery.v3.AggregatedDiscoverySer
 /// A type URL must at least name a message: `type.googleapis.com/<package>.<Message>`.
 pub fn is_well_formed(type_url: &str) -> bool {
     match type_url.rsplit_once('/') {
-        Some((host, message)) => !host.is_empty() && message.contains('.') && !message.ends_with('.'),
+        Some((host, message)) => {
+            !host.is_empty() && message.contains('.') && !message.ends_with('.')
+        }
         None => false,
     }
 }

@@ -159,8 +159,13 @@ impl SotwSubscription {
         (kind, change)
     }
 
-    fn subscribe(&mut self, requested: &[String], intern: impl Fn(&str) -> Arc<str>) -> SubscriptionChange {
-        let (wildcard, names): (bool, HashSet<Arc<str>>) = if requested.is_empty() && !self.explicit {
+    fn subscribe(
+        &mut self,
+        requested: &[String],
+        intern: impl Fn(&str) -> Arc<str>,
+    ) -> SubscriptionChange {
+        let (wildcard, names): (bool, HashSet<Arc<str>>) = if requested.is_empty() && !self.explicit
+        {
             // Legacy wildcard: no name ever sent means `*`.
             (true, HashSet::new())
         } else {
@@ -169,7 +174,12 @@ impl SotwSubscription {
             let names = requested
                 .iter()
                 .filter(|n| *n != WILDCARD)
-                .map(|n| self.names.get(n.as_str()).cloned().unwrap_or_else(|| intern(n)))
+                .map(|n| {
+                    self.names
+                        .get(n.as_str())
+                        .cloned()
+                        .unwrap_or_else(|| intern(n))
+                })
                 .collect();
             (wildcard, names)
         };
@@ -242,8 +252,15 @@ impl SotwSubscription {
 
     /// LDS/CDS: all subscribed resources, sent when that set differs from what the client has,
     /// or when owed a response anyway.
-    fn full_state_resources(&mut self, current: Option<&Arc<TypeSnapshot>>) -> Option<SotwResources> {
-        let version_of = |name: &str| current.and_then(|t| t.get(name)).map(|r| r.version().clone());
+    fn full_state_resources(
+        &mut self,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> Option<SotwResources> {
+        let version_of = |name: &str| {
+            current
+                .and_then(|t| t.get(name))
+                .map(|r| r.version().clone())
+        };
         let changed = if self.wildcard {
             self.sent_type_version.as_ref() != current.map(|t| t.version())
         } else {
@@ -294,7 +311,8 @@ impl SotwSubscription {
                 None => SotwResources::Some(Vec::new()),
             });
         }
-        let mut candidates: HashSet<&Arc<str>> = self.dirty.iter().chain(self.forced.iter()).collect();
+        let mut candidates: HashSet<&Arc<str>> =
+            self.dirty.iter().chain(self.forced.iter()).collect();
         if self.respond {
             candidates.extend(self.names.iter());
         }

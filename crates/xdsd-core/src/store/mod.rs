@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 
 pub use resource::Resource;
-pub use snapshot::{Snapshot, TypeSnapshot};
 pub(crate) use snapshot::{field_len, put_length_delimited};
-pub use watch::{Changes, Watcher};
+pub use snapshot::{Snapshot, TypeSnapshot};
 use watch::{lock_index, WatchIndex};
+pub use watch::{Changes, Watcher};
 
 /// One resource handed to the store: its type URL, its name and its encoded message.
 #[derive(Debug, Clone)]
@@ -118,7 +118,10 @@ impl Store {
 
     /// Applies individual changes atomically: the embedding API for programs that own their
     /// resources. Removing a resource that does not exist is not an error.
-    pub fn apply(&self, changes: impl IntoIterator<Item = Change>) -> Result<UpdateSummary, StoreError> {
+    pub fn apply(
+        &self,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> Result<UpdateSummary, StoreError> {
         let _writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.snapshot();
         let mut next: HashMap<Arc<str>, TypeMap> = HashMap::new();
@@ -157,11 +160,17 @@ impl Store {
             let old = current.get(&type_url);
             let mut names: Vec<Arc<str>> = map
                 .iter()
-                .filter(|(name, r)| old.and_then(|o| o.get(name)).map(|o| o.version()) != Some(r.version()))
+                .filter(|(name, r)| {
+                    old.and_then(|o| o.get(name)).map(|o| o.version()) != Some(r.version())
+                })
                 .map(|(name, _)| name.clone())
                 .collect();
             if let Some(old) = old {
-                names.extend(old.iter().filter(|r| !map.contains_key(r.name())).map(|r| r.name().clone()));
+                names.extend(
+                    old.iter()
+                        .filter(|r| !map.contains_key(r.name()))
+                        .map(|r| r.name().clone()),
+                );
             }
             if names.is_empty() {
                 continue;
@@ -169,7 +178,10 @@ impl Store {
             if map.is_empty() {
                 types.remove(&type_url);
             } else {
-                types.insert(type_url.clone(), Arc::new(TypeSnapshot::new(type_url.clone(), map)));
+                types.insert(
+                    type_url.clone(),
+                    Arc::new(TypeSnapshot::new(type_url.clone(), map)),
+                );
             }
             changed.push((type_url, names));
         }
@@ -178,7 +190,11 @@ impl Store {
         let generation = current.generation() + u64::from(count > 0);
         if count > 0 {
             let snapshot = Arc::new(Snapshot::new(generation, types));
-            *self.inner.current.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
+            *self
+                .inner
+                .current
+                .write()
+                .unwrap_or_else(|e| e.into_inner()) = snapshot;
             // Notify after the swap: a stream woken by this sees the new state.
             lock_index(&self.inner.index).notify(&changed);
         }
@@ -196,18 +212,31 @@ fn intern_type(current: &Snapshot, type_url: &str) -> Result<Arc<str>, StoreErro
             type_url: type_url.to_owned(),
         });
     }
-    Ok(current.intern_type(type_url).unwrap_or_else(|| type_url.into()))
+    Ok(current
+        .intern_type(type_url)
+        .unwrap_or_else(|| type_url.into()))
 }
 
 /// Encodes a resource, reusing the current one (and its bytes) when the content is unchanged.
-fn build(current: &Snapshot, type_url: &Arc<str>, name: String, value: Bytes) -> Result<Arc<Resource>, StoreError> {
+fn build(
+    current: &Snapshot,
+    type_url: &Arc<str>,
+    name: String,
+    value: Bytes,
+) -> Result<Arc<Resource>, StoreError> {
     if name.is_empty() {
         return Err(StoreError::EmptyName {
             type_url: type_url.to_string(),
         });
     }
     let existing = current.resource(type_url, &name);
-    let resource = Resource::new(type_url, existing.map(|r| r.name().clone()).unwrap_or_else(|| name.into()), value);
+    let resource = Resource::new(
+        type_url,
+        existing
+            .map(|r| r.name().clone())
+            .unwrap_or_else(|| name.into()),
+        value,
+    );
     Ok(match existing {
         Some(old) if old.version() == resource.version() => old.clone(),
         _ => Arc::new(resource),

@@ -22,7 +22,10 @@ pub struct TypeSnapshot {
 }
 
 impl TypeSnapshot {
-    pub(crate) fn new(type_url: Arc<str>, resources: BTreeMap<Arc<str>, Arc<Resource>>) -> TypeSnapshot {
+    pub(crate) fn new(
+        type_url: Arc<str>,
+        resources: BTreeMap<Arc<str>, Arc<Resource>>,
+    ) -> TypeSnapshot {
         // The type version is derived from the resources' names and versions: it changes when
         // any resource of the type changes, is added or is removed, and it is the same after a
         // restart on the same content.
@@ -77,7 +80,11 @@ impl TypeSnapshot {
     pub fn sotw_body(&self) -> Bytes {
         self.sotw_body
             .get_or_init(|| {
-                let len: usize = self.resources.values().map(|r| field_len(r.any_bytes().len())).sum();
+                let len: usize = self
+                    .resources
+                    .values()
+                    .map(|r| field_len(r.any_bytes().len()))
+                    .sum();
                 let mut buf = BytesMut::with_capacity(len);
                 for resource in self.resources.values() {
                     put_length_delimited(&mut buf, 2, resource.any_bytes());

@@ -16,14 +16,27 @@ fn arc(s: &str) -> Arc<str> {
 #[test]
 fn unchanged_content_keeps_the_same_encoded_bytes_and_versions() {
     let store = Store::new();
-    store.replace_all([input(CLUSTER, "a", b"\x0a\x01a")]).unwrap();
+    store
+        .replace_all([input(CLUSTER, "a", b"\x0a\x01a")])
+        .unwrap();
     let before = store.snapshot();
-    let summary = store.replace_all([input(CLUSTER, "a", b"\x0a\x01a")]).unwrap();
+    let summary = store
+        .replace_all([input(CLUSTER, "a", b"\x0a\x01a")])
+        .unwrap();
     assert_eq!(summary.changed, 0);
     let after = store.snapshot();
-    let (b, a) = (before.resource(CLUSTER, "a").unwrap(), after.resource(CLUSTER, "a").unwrap());
-    assert!(Arc::ptr_eq(a, b), "an unchanged resource is shared, not re-encoded");
-    assert_eq!(before.get(CLUSTER).unwrap().version(), after.get(CLUSTER).unwrap().version());
+    let (b, a) = (
+        before.resource(CLUSTER, "a").unwrap(),
+        after.resource(CLUSTER, "a").unwrap(),
+    );
+    assert!(
+        Arc::ptr_eq(a, b),
+        "an unchanged resource is shared, not re-encoded"
+    );
+    assert_eq!(
+        before.get(CLUSTER).unwrap().version(),
+        after.get(CLUSTER).unwrap().version()
+    );
 }
 
 #[test]
@@ -37,8 +50,14 @@ fn type_version_changes_when_any_resource_of_the_type_changes() {
         .replace_all([input(CLUSTER, "a", b"2"), input(LISTENER, "l", b"1")])
         .unwrap();
     let s2 = store.snapshot();
-    assert_ne!(s1.get(CLUSTER).unwrap().version(), s2.get(CLUSTER).unwrap().version());
-    assert_eq!(s1.get(LISTENER).unwrap().version(), s2.get(LISTENER).unwrap().version());
+    assert_ne!(
+        s1.get(CLUSTER).unwrap().version(),
+        s2.get(CLUSTER).unwrap().version()
+    );
+    assert_eq!(
+        s1.get(LISTENER).unwrap().version(),
+        s2.get(LISTENER).unwrap().version()
+    );
     assert_ne!(
         s1.resource(CLUSTER, "a").unwrap().version(),
         s2.resource(CLUSTER, "a").unwrap().version()
@@ -59,7 +78,10 @@ fn duplicate_names_reject_the_whole_update() {
             name: "b".into()
         }
     );
-    assert!(store.snapshot().resource(CLUSTER, "a").is_some(), "the last good state is kept");
+    assert!(
+        store.snapshot().resource(CLUSTER, "a").is_some(),
+        "the last good state is kept"
+    );
     assert!(store.snapshot().resource(CLUSTER, "b").is_none());
 }
 
@@ -94,8 +116,14 @@ fn notifications_reach_only_the_watchers_of_the_changed_name() {
         .apply([Change::Set(input(CLUSTER, "a", b"2"))])
         .unwrap();
     let changes = watch_a.take_changes();
-    assert_eq!(changes[&cluster].iter().map(|n| &**n).collect::<Vec<_>>(), ["a"]);
-    assert!(watch_b.take_changes().is_empty(), "b's watcher is not touched by a change to a");
+    assert_eq!(
+        changes[&cluster].iter().map(|n| &**n).collect::<Vec<_>>(),
+        ["a"]
+    );
+    assert!(
+        watch_b.take_changes().is_empty(),
+        "b's watcher is not touched by a change to a"
+    );
     assert_eq!(wildcard.take_changes()[&cluster].len(), 1);
 }
 
@@ -105,7 +133,9 @@ fn a_watched_name_that_springs_into_existence_notifies() {
     let mut w = store.watcher();
     let cluster = arc(CLUSTER);
     w.watch(&cluster, [&arc("later")]);
-    store.apply([Change::Set(input(CLUSTER, "later", b"1"))]).unwrap();
+    store
+        .apply([Change::Set(input(CLUSTER, "later", b"1"))])
+        .unwrap();
     assert!(w.take_changes()[&cluster].contains("later"));
     store
         .apply([Change::Remove {
@@ -113,7 +143,10 @@ fn a_watched_name_that_springs_into_existence_notifies() {
             name: "later".into(),
         }])
         .unwrap();
-    assert!(w.take_changes()[&cluster].contains("later"), "deletion notifies too");
+    assert!(
+        w.take_changes()[&cluster].contains("later"),
+        "deletion notifies too"
+    );
     assert!(store.snapshot().get(CLUSTER).is_none());
 }
 
@@ -143,7 +176,8 @@ fn sotw_body_is_the_concatenation_of_encoded_any_entries() {
         .unwrap();
     let snap = store.snapshot();
     let body = snap.get(CLUSTER).unwrap().sotw_body();
-    let decoded = envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse::decode(body).unwrap();
+    let decoded =
+        envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse::decode(body).unwrap();
     assert_eq!(decoded.resources.len(), 2);
     assert_eq!(decoded.resources[0].type_url, CLUSTER);
     assert_eq!(decoded.resources[1].value, b"y");

@@ -59,7 +59,10 @@ impl WatchIndex {
         for (signal, names) in touched.into_values() {
             let mut dirty = signal.dirty();
             for (type_url, name) in names {
-                dirty.entry(type_url.clone()).or_default().insert(name.clone());
+                dirty
+                    .entry(type_url.clone())
+                    .or_default()
+                    .insert(name.clone());
             }
             drop(dirty);
             signal.notify.notify_one();
@@ -118,7 +121,11 @@ impl Watcher {
     }
 
     /// Watches the named resources of `type_url`, whether or not they exist yet.
-    pub fn watch<'a>(&mut self, type_url: &Arc<str>, names: impl IntoIterator<Item = &'a Arc<str>>) {
+    pub fn watch<'a>(
+        &mut self,
+        type_url: &Arc<str>,
+        names: impl IntoIterator<Item = &'a Arc<str>>,
+    ) {
         let reg = self.registered.entry(type_url.clone()).or_default();
         let mut index = lock_index(&self.index);
         let by_name = index.names.entry(type_url.clone()).or_default();
@@ -132,7 +139,11 @@ impl Watcher {
         }
     }
 
-    pub fn unwatch<'a>(&mut self, type_url: &Arc<str>, names: impl IntoIterator<Item = &'a Arc<str>>) {
+    pub fn unwatch<'a>(
+        &mut self,
+        type_url: &Arc<str>,
+        names: impl IntoIterator<Item = &'a Arc<str>>,
+    ) {
         let Some(reg) = self.registered.get_mut(type_url) else {
             return;
         };

@@ -62,7 +62,9 @@ impl XdsServer {
 
     /// The gRPC routes of every discovery service, to mount in a `tonic` server of your own.
     pub fn routes(&self) -> Routes {
-        let svc = XdsService { ctx: self.ctx.clone() };
+        let svc = XdsService {
+            ctx: self.ctx.clone(),
+        };
         let mut routes = Routes::new(Named::<Ads>::new(svc.clone()));
         macro_rules! add {
             ($($kind:ident),*) => { $( routes = routes.add_service(Named::<$kind>::new(svc.clone())); )* };
@@ -261,7 +263,16 @@ mod tests {
 
     #[test]
     fn every_per_type_service_name_is_routed() {
-        let names = [Lds::NAME, Rds::NAME, Srds::NAME, Vhds::NAME, Cds::NAME, Eds::NAME, Sds::NAME, Rtds::NAME];
+        let names = [
+            Lds::NAME,
+            Rds::NAME,
+            Srds::NAME,
+            Vhds::NAME,
+            Cds::NAME,
+            Eds::NAME,
+            Sds::NAME,
+            Rtds::NAME,
+        ];
         for (service, _) in PER_TYPE_SERVICES {
             assert!(names.contains(service), "{service} has no route");
         }

@@ -121,12 +121,23 @@ impl SotwStream {
             .subs
             .entry(type_url.clone())
             .or_insert_with(|| SotwSubscription::new(type_url.clone()));
-        let (kind, change) =
-            sub.handle_request(&request, |n| current.and_then(|t| t.intern(n)).unwrap_or_else(|| n.into()));
+        let (kind, change) = sub.handle_request(&request, |n| {
+            current
+                .and_then(|t| t.intern(n))
+                .unwrap_or_else(|| n.into())
+        });
         match &kind {
-            RequestKind::Initial => debug!(stream = self.id, node = self.node.id(), type_url = %type_url, names = request.resource_names.len(), "subscribe"),
-            RequestKind::Ack { nonce } => debug!(stream = self.id, node = self.node.id(), type_url = %type_url, %nonce, version = %request.version_info, "ACK"),
-            RequestKind::Nack { nonce, rejected_version, message } => warn!(
+            RequestKind::Initial => {
+                debug!(stream = self.id, node = self.node.id(), type_url = %type_url, names = request.resource_names.len(), "subscribe")
+            }
+            RequestKind::Ack { nonce } => {
+                debug!(stream = self.id, node = self.node.id(), type_url = %type_url, %nonce, version = %request.version_info, "ACK")
+            }
+            RequestKind::Nack {
+                nonce,
+                rejected_version,
+                message,
+            } => warn!(
                 stream = self.id,
                 node = self.node.id(),
                 type_url = %type_url,
@@ -135,8 +146,12 @@ impl SotwStream {
                 error = %message,
                 "NACK"
             ),
-            RequestKind::Update => debug!(stream = self.id, node = self.node.id(), type_url = %type_url, "subscription update"),
-            RequestKind::Stale { nonce } => debug!(stream = self.id, node = self.node.id(), type_url = %type_url, %nonce, "stale request ignored"),
+            RequestKind::Update => {
+                debug!(stream = self.id, node = self.node.id(), type_url = %type_url, "subscription update")
+            }
+            RequestKind::Stale { nonce } => {
+                debug!(stream = self.id, node = self.node.id(), type_url = %type_url, %nonce, "stale request ignored")
+            }
         }
         // Register before the next snapshot is read, so no change can slip between the two.
         if let Some(on) = change.wildcard {
@@ -169,7 +184,9 @@ impl SotwStream {
         pending.sort_by(|a, b| (types::push_rank(a), a).cmp(&(types::push_rank(b), b)));
         let snapshot = self.store.snapshot();
         for type_url in pending {
-            let Some(sub) = self.subs.get_mut(&type_url) else { continue };
+            let Some(sub) = self.subs.get_mut(&type_url) else {
+                continue;
+            };
             if let Some(response) = sub.poll_response(snapshot.get(&type_url), &mut self.nonces) {
                 debug!(
                     stream = self.id,

@@ -40,7 +40,9 @@ impl Harness {
 
     fn set(&self, name: &str, content: &str) {
         let t = self.sub.type_url().to_string();
-        self.store.apply([Change::Set(input(&t, name, content))]).unwrap();
+        self.store
+            .apply([Change::Set(input(&t, name, content))])
+            .unwrap();
         self.sub_changed(name);
     }
 
@@ -71,7 +73,13 @@ impl Harness {
         self.request_full(names, nonce, version, Some("rejected by test"))
     }
 
-    fn request_full(&mut self, names: &[&str], nonce: &str, version: &str, error: Option<&str>) -> RequestKind {
+    fn request_full(
+        &mut self,
+        names: &[&str],
+        nonce: &str,
+        version: &str,
+        error: Option<&str>,
+    ) -> RequestKind {
         let req = DiscoveryRequest {
             version_info: version.into(),
             resource_names: names.iter().map(|n| n.to_string()).collect(),
@@ -89,7 +97,8 @@ impl Harness {
 
     fn poll(&mut self) -> Option<SotwResponse> {
         let snap = self.store.snapshot();
-        self.sub.poll_response(snap.get(self.sub.type_url()), &mut self.nonces)
+        self.sub
+            .poll_response(snap.get(self.sub.type_url()), &mut self.nonces)
     }
 
     /// Polls and returns (names, version, nonce) of the response; panics if there is none.
@@ -116,7 +125,12 @@ fn ack_or_nack_is_decided_by_error_detail_not_by_version() {
     h.request(&["a"], "", "");
     let (_, version, nonce) = h.expect();
     // An ACK that reports an older version is still an ACK: only error_detail makes a NACK.
-    assert_eq!(h.request(&["a"], &nonce, "some-other-version"), RequestKind::Ack { nonce: nonce.clone() });
+    assert_eq!(
+        h.request(&["a"], &nonce, "some-other-version"),
+        RequestKind::Ack {
+            nonce: nonce.clone()
+        }
+    );
     h.set("a", "2");
     h.notify(&["a"]);
     let (_, v2, nonce2) = h.expect();
@@ -186,11 +200,21 @@ fn stale_nonce_is_ignored() {
     h.notify(&["a"]);
     let (_, _, n2) = h.expect();
     // The client answers the first response after the server already sent the second one.
-    assert_eq!(h.request(&["a", "b"], &n1, ""), RequestKind::Stale { nonce: n1 });
+    assert_eq!(
+        h.request(&["a", "b"], &n1, ""),
+        RequestKind::Stale { nonce: n1 }
+    );
     h.expect_none();
-    assert_eq!(h.sub.names().count(), 1, "a stale request changes no subscription");
+    assert_eq!(
+        h.sub.names().count(),
+        1,
+        "a stale request changes no subscription"
+    );
     // The request for the latest nonce is processed.
-    assert_eq!(h.request(&["a", "b"], &n2, ""), RequestKind::Ack { nonce: n2 });
+    assert_eq!(
+        h.request(&["a", "b"], &n2, ""),
+        RequestKind::Ack { nonce: n2 }
+    );
     assert_eq!(h.expect().0, ["b"]);
 }
 
@@ -212,13 +236,19 @@ fn versions_are_per_type() {
     let snap = store.snapshot();
     let c1 = cds.poll_response(snap.get(CLUSTER), &mut nonces).unwrap();
     let l1 = lds.poll_response(snap.get(LISTENER), &mut nonces).unwrap();
-    store.apply([Change::Set(input(CLUSTER, "c", "2"))]).unwrap();
+    store
+        .apply([Change::Set(input(CLUSTER, "c", "2"))])
+        .unwrap();
     cds.mark_changed([&Arc::from("c")]);
     let snap = store.snapshot();
     let c2 = cds.poll_response(snap.get(CLUSTER), &mut nonces).unwrap();
     assert!(lds.poll_response(snap.get(LISTENER), &mut nonces).is_none());
     assert_ne!(c1.version_info, c2.version_info);
-    assert_eq!(snap.get(LISTENER).unwrap().version(), &l1.version_info, "LDS version did not move");
+    assert_eq!(
+        snap.get(LISTENER).unwrap().version(),
+        &l1.version_info,
+        "LDS version did not move"
+    );
 }
 
 #[test]
@@ -270,7 +300,10 @@ fn four_step_wildcard_example_from_the_spec() {
     // 3. only A: the wildcard ends, A continues.
     h.request(&["A"], &n, &v);
     assert!(!h.sub.is_wildcard());
-    assert_eq!(h.sub.names().map(|n| n.to_string()).collect::<Vec<_>>(), ["A"]);
+    assert_eq!(
+        h.sub.names().map(|n| n.to_string()).collect::<Vec<_>>(),
+        ["A"]
+    );
     h.expect_none();
     h.set("B", "2");
     h.notify(&["B"]);
@@ -316,7 +349,10 @@ fn full_state_deletion_and_empty_response_deletes_all() {
     h.remove("b");
     h.notify(&["b"]);
     let (names, _, _) = h.expect();
-    assert!(names.is_empty(), "an empty full-state response deletes everything");
+    assert!(
+        names.is_empty(),
+        "an empty full-state response deletes everything"
+    );
 }
 
 #[test]
@@ -350,7 +386,11 @@ fn newly_subscribed_name_is_sent_even_if_sent_before() {
     h.request(&["b"], &n, &v);
     h.expect_none();
     h.request(&["a", "b"], &n, &v);
-    assert_eq!(h.expect().0, ["a"], "a comes again although the client had it before");
+    assert_eq!(
+        h.expect().0,
+        ["a"],
+        "a comes again although the client had it before"
+    );
 }
 
 #[test]
@@ -420,13 +460,19 @@ fn named_subscription_to_missing_full_state_resource_gets_an_empty_full_state() 
     let mut h = Harness::new(LISTENER, &[]);
     h.request(&["missing"], "", "");
     let (names, _, _) = h.expect();
-    assert!(names.is_empty(), "the full state tells the client it does not exist");
+    assert!(
+        names.is_empty(),
+        "the full state tells the client it does not exist"
+    );
 }
 
 #[test]
 fn first_request_with_unknown_nonce_is_not_stale() {
     // A nonce from a previous stream does not survive a reconnect: nothing newer was sent here.
     let mut h = Harness::new(CLUSTER, &[("a", "1")]);
-    assert_eq!(h.request(&[], "nonce-from-old-stream", "v0"), RequestKind::Initial);
+    assert_eq!(
+        h.request(&[], "nonce-from-old-stream", "v0"),
+        RequestKind::Initial
+    );
     assert_eq!(h.expect().0, ["a"]);
 }
