@@ -13,6 +13,7 @@ mod descriptors;
 mod dir;
 mod error;
 mod parse;
+mod path;
 mod watch;
 
 pub use descriptors::{

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::de::DocSeed;
 use crate::descriptors::type_url_of;
 use crate::error::{Problem, ResourceRef};
+use crate::path::{Chain, Track, Tracked};
 use crate::{Descriptors, ParsedResource, SourceError};
 
 /// File formats, chosen by extension.
@@ -107,16 +108,26 @@ pub fn parse_file(
             // The same documents, in the same order, as the first pass.
             for (document, plan) in serde_yaml_ng::Deserializer::from_str(text).zip(&plans) {
                 decode_document(plan, &options, &mut decoded, |seed| {
-                    seed.deserialize(document)
+                    seed.deserialize(document).map_err(|e| e.to_string())
                 })?;
             }
         }
         Format::Json => {
             for plan in &plans {
                 decode_document(plan, &options, &mut decoded, |seed| {
+                    let track = Track::default();
                     let mut de = serde_json::Deserializer::from_str(text);
-                    seed.deserialize(&mut de)?;
-                    de.end()
+                    let tracked = Tracked {
+                        de: &mut de,
+                        chain: &Chain::Root,
+                        track: &track,
+                    };
+                    seed.deserialize(tracked)
+                        .and_then(|()| de.end())
+                        .map_err(|e| match track.path() {
+                            Some(path) => format!("{path}: {e}"),
+                            None => e.to_string(),
+                        })
                 })?;
             }
         }
@@ -130,11 +141,11 @@ pub fn parse_file(
     Ok(resources)
 }
 
-fn decode_document<'p, E: std::fmt::Display>(
+fn decode_document<'p>(
     plan: &'p DocPlan,
     options: &DeserializeOptions,
     decoded: &mut Vec<(&'p ResourcePlan, DynamicMessage)>,
-    run: impl FnOnce(DocSeed<'_>) -> Result<(), E>,
+    run: impl FnOnce(DocSeed<'_>) -> Result<(), String>,
 ) -> Result<(), SourceError> {
     if plan.resources.is_empty() {
         return Ok(());
@@ -152,7 +163,7 @@ fn decode_document<'p, E: std::fmt::Display>(
         let failed = &plan.resources[current.get().min(plan.resources.len() - 1)];
         return Err(SourceError::Resource {
             resource: failed.reference.clone(),
-            problem: Problem::Invalid(error.to_string()),
+            problem: Problem::Invalid(error),
         });
     }
     decoded.extend(plan.resources.iter().zip(messages));

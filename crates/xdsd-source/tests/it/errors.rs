@@ -247,3 +247,39 @@ fn repeated_keys_do_not_confuse_the_decoder() {
     let text = err_text("c.json", json);
     assert_mentions(&text, &["c.json (resource #1", "duplicate key \"@type\""]);
 }
+
+#[test]
+fn nested_errors_name_the_field_path_in_both_formats() {
+    let json = r#"{
+  "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+  "name": "ingress",
+  "filterChains": [{"filters": [{"name": "hcm", "typedConfig": {
+    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+    "statPrefix": "x",
+    "commonHttpProtocolOptions": {"idleTimeout": "forever"}
+  }}]}]
+}"#;
+    let text = err_text("l.json", json);
+    assert_mentions(
+        &text,
+        &[
+            "l.json (resource #1",
+            "\"ingress\"",
+            "filterChains[0].filters[0].typedConfig.commonHttpProtocolOptions.idleTimeout",
+            "line 7",
+        ],
+    );
+
+    let yaml = r#""@type": type.googleapis.com/envoy.config.listener.v3.Listener
+name: ingress
+filter_chains:
+- filters:
+  - name: hcm
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+      stat_prefix: x
+      common_http_protocol_options: { idle_timeout: forever }
+"#;
+    let text = err_text("l.yaml", yaml);
+    assert_mentions(&text, &["l.yaml (resource #1", "idle_timeout", "line 9"]);
+}
