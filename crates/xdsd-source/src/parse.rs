@@ -53,6 +53,8 @@ pub(crate) enum Layout {
 pub(crate) struct DocPlan {
     pub layout: Layout,
     pub resources: Vec<ResourcePlan>,
+    /// The document with YAML merge keys applied, when it used them.
+    pub merged: Option<serde_yaml_ng::Value>,
 }
 
 /// What the first pass learned about a resource before its body is decoded.
@@ -70,6 +72,8 @@ pub fn parse_file(
     path: &Path,
     text: &str,
 ) -> Result<Vec<ParsedResource>, SourceError> {
+    // Some Windows editors start UTF-8 files with a byte-order mark, which neither parser skips.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let format = Format::of(path).ok_or_else(|| SourceError::File {
         file: path.to_path_buf(),
         message: "not a resource file: expected a .yaml, .yml or .json extension".into(),
@@ -89,9 +93,25 @@ pub fn parse_file(
     let mut plans = Vec::new();
     match format {
         Format::Yaml => {
-            for document in serde_yaml_ng::Deserializer::from_str(text) {
-                let value = Value::deserialize(document).map_err(|e| malformed(&e))?;
-                plans.push(planner.document(value)?);
+            for (position, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+                let mut value = Value::deserialize(document).map_err(|e| malformed(&e))?;
+                // Merge keys (`<<: *defaults`) are not applied by the streaming parser; such a
+                // document is decoded from its merged value tree instead, without positions.
+                let merged = if has_merge_key(&value) {
+                    let mut yaml = match serde_yaml_ng::Deserializer::from_str(text).nth(position) {
+                        Some(document) => serde_yaml_ng::Value::deserialize(document)
+                            .map_err(|e| malformed(&e))?,
+                        None => serde_yaml_ng::Value::Null,
+                    };
+                    yaml.apply_merge().map_err(|e| malformed(&e))?;
+                    value = Value::deserialize(yaml.clone()).map_err(|e| malformed(&e))?;
+                    Some(yaml)
+                } else {
+                    None
+                };
+                let mut plan = planner.document(value)?;
+                plan.merged = merged;
+                plans.push(plan);
             }
         }
         Format::Json if text.trim().is_empty() => {}
@@ -107,27 +127,18 @@ pub fn parse_file(
         Format::Yaml => {
             // The same documents, in the same order, as the first pass.
             for (document, plan) in serde_yaml_ng::Deserializer::from_str(text).zip(&plans) {
-                decode_document(plan, &options, &mut decoded, |seed| {
-                    seed.deserialize(document).map_err(|e| e.to_string())
+                decode_document(plan, &options, &mut decoded, |seed| match &plan.merged {
+                    None => seed.deserialize(document).map_err(|e| e.to_string()),
+                    Some(merged) => with_path(|tracked| seed.deserialize(tracked), merged.clone()),
                 })?;
             }
         }
         Format::Json => {
             for plan in &plans {
                 decode_document(plan, &options, &mut decoded, |seed| {
-                    let track = Track::default();
                     let mut de = serde_json::Deserializer::from_str(text);
-                    let tracked = Tracked {
-                        de: &mut de,
-                        chain: &Chain::Root,
-                        track: &track,
-                    };
-                    seed.deserialize(tracked)
-                        .and_then(|()| de.end())
-                        .map_err(|e| match track.path() {
-                            Some(path) => format!("{path}: {e}"),
-                            None => e.to_string(),
-                        })
+                    with_path(|tracked| seed.deserialize(tracked), &mut de)?;
+                    de.end().map_err(|e| e.to_string())
                 })?;
             }
         }
@@ -139,6 +150,23 @@ pub fn parse_file(
     }
     check_duplicates(&resources)?;
     Ok(resources)
+}
+
+/// Runs a decode through the field-path tracker, prefixing any error with the path.
+fn with_path<'de, D: serde::Deserializer<'de>>(
+    run: impl FnOnce(Tracked<'_, '_, D>) -> Result<(), D::Error>,
+    de: D,
+) -> Result<(), String> {
+    let track = Track::default();
+    let tracked = Tracked {
+        de,
+        chain: &Chain::Root,
+        track: &track,
+    };
+    run(tracked).map_err(|e| match track.path() {
+        Some(path) => format!("{path}: {e}"),
+        None => e.to_string(),
+    })
 }
 
 fn decode_document<'p>(
@@ -233,10 +261,12 @@ impl Planner<'_> {
             Value::Null => Ok(DocPlan {
                 layout: Layout::Empty,
                 resources: Vec::new(),
+                merged: None,
             }),
             Value::Array(items) => Ok(DocPlan {
                 layout: Layout::List,
                 resources: self.list(&items)?,
+                merged: None,
             }),
             Value::Object(map) if !map.contains_key("@type") && map.contains_key("resources") => {
                 self.wrapper(map)
@@ -244,6 +274,7 @@ impl Planner<'_> {
             other => Ok(DocPlan {
                 layout: Layout::Single,
                 resources: vec![self.resource(&other)?],
+                merged: None,
             }),
         }
     }
@@ -263,10 +294,12 @@ impl Planner<'_> {
             Some(Value::Array(items)) if !items.is_empty() => Ok(DocPlan {
                 layout: Layout::Wrapper,
                 resources: self.list(items)?,
+                merged: None,
             }),
             Some(Value::Array(_)) | Some(Value::Null) | None => Ok(DocPlan {
                 layout: Layout::Empty,
                 resources: Vec::new(),
+                merged: None,
             }),
             Some(other) => Err(self.file_error(format!(
                 "`resources` must be a list of resources, found {}",
@@ -302,6 +335,9 @@ impl Planner<'_> {
             .map(str::to_owned);
         let type_url = match map.get("@type") {
             None => return Err(fail(reference, Problem::MissingType)),
+            Some(Value::String(t)) if t.is_empty() => {
+                return Err(fail(reference, Problem::MissingType))
+            }
             Some(Value::String(t)) => t.clone(),
             Some(_) => return Err(fail(reference, Problem::TypeNotAString)),
         };
@@ -338,6 +374,14 @@ pub fn name_field(desc: &MessageDescriptor) -> Option<FieldDescriptor> {
         desc.get_field_by_name(name)
             .filter(|f| f.kind() == Kind::String && !f.is_list() && !f.is_map())
     })
+}
+
+fn has_merge_key(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map.contains_key("<<") || map.values().any(has_merge_key),
+        Value::Array(items) => items.iter().any(has_merge_key),
+        _ => false,
+    }
 }
 
 fn kind_of(value: &Value) -> &'static str {

@@ -244,3 +244,117 @@ fn type_url_is_canonicalised() {
     let yaml = "\"@type\": example.com/types/envoy.config.cluster.v3.Cluster\nname: a\n";
     assert_eq!(parse("a.yaml", yaml)[0].type_url, CLUSTER);
 }
+
+#[test]
+fn yaml_anchors_aliases_and_merge_keys() {
+    let yaml = r#"
+- &base
+  "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+  name: a
+  connect_timeout: 3s
+  lb_policy: RING_HASH
+- <<: *base
+  name: b
+  connect_timeout: 7s
+"#;
+    let resources = parse("anchors.yaml", yaml);
+    assert_eq!(names(&resources), ["a", "b"]);
+    let b: Cluster = decode(&resources[1]);
+    assert_eq!(b.connect_timeout.unwrap().seconds, 7);
+    assert_eq!(b.lb_policy, cluster::LbPolicy::RingHash as i32);
+
+    // Errors in merged documents still name the field.
+    let bad = format!("{yaml}  bogus_field: 1\n");
+    let err = crate::parse_err("anchors.yaml", &bad).to_string();
+    crate::assert_mentions(&err, &["anchors.yaml (resource #2", "\"b\"", "bogus_field"]);
+}
+
+#[test]
+fn byte_order_mark_is_skipped() {
+    let json = "\u{feff}{\"@type\": \"type.googleapis.com/envoy.config.cluster.v3.Cluster\", \"name\": \"a\"}";
+    assert_eq!(names(&parse("bom.json", json)), ["a"]);
+    let yaml = format!("\u{feff}{CLUSTER_A}");
+    assert_eq!(names(&parse("bom.yaml", &yaml)), ["a"]);
+}
+
+/// Hostile or odd content is an error (or fine), never a panic.
+#[test]
+fn odd_inputs_do_not_panic() {
+    let deep_json = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    let deep_yaml = format!("{}{}", "- ".repeat(2000), "x");
+    let deep_any = format!(
+        "\"@type\": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig\nname: x\ntyped_config: {}\n",
+        "{\"@type\": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig, name: y, typed_config: ".repeat(200)
+            + &"}".repeat(200)
+    );
+    // As deep as the parsers allow (their recursion limit is 128), decoded on a small stack
+    // like the watcher thread's.
+    let deep_valid_any = format!(
+        "\"@type\": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig\nname: x\ntyped_config: {}\n",
+        "{\"@type\": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig, name: y, typed_config: ".repeat(120)
+            + "{\"@type\": type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig, name: z}"
+            + &"}".repeat(120)
+    );
+    let laughs = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n\
+                  c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n\
+                  e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n\
+                  g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: [*g, *g, *g, *g, *g, *g, *g, *g, *g]\n";
+    let cluster = "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: a\n";
+    let cases: Vec<(&str, String)> = vec![
+        ("a.yaml", "\t\"@type\": x".into()),
+        ("a.yaml", "!!binary aGVsbG8=".into()),
+        ("a.yaml", format!("{cluster}connect_timeout: !custom 1s\n")),
+        ("a.yaml", format!("{cluster}connect_timeout: 99999999999999999999999s\n")),
+        ("a.yaml", format!("{cluster}connect_timeout: -1s\n")),
+        ("a.yaml", format!("{cluster}per_connection_buffer_limit_bytes: 99999999999999999999\n")),
+        ("a.yaml", format!("{cluster}per_connection_buffer_limit_bytes: .nan\n")),
+        ("a.yaml", format!("{cluster}metadata: {{filter_metadata: {{x: {{y: .inf}}}}}}\n")),
+        ("a.yaml", format!("{cluster}1: 2\n")),
+        ("a.yaml", format!("{cluster}? [a, b]\n: c\n")),
+        ("a.yaml", "*undefined".into()),
+        ("a.yaml", "<<: 5\n".into()),
+        ("a.yaml", "- <<: [1, 2]\n".into()),
+        ("a.yaml", "---\n...\n---\n{\n".into()),
+        ("a.yaml", "resources: [null]\n".into()),
+        ("a.yaml", "resources: [[]]\n".into()),
+        ("a.yaml", "\"@type\": type.googleapis.com/\nname: a\n".into()),
+        ("a.yaml", "\"@type\": /\nname: a\n".into()),
+        ("a.yaml", "\"@type\": \"\"\n".into()),
+        ("a.yaml", "\"@type\": type.googleapis.com/google.protobuf.Any\nname: a\n".into()),
+        ("a.yaml", "\"@type\": type.googleapis.com/google.protobuf.Struct\nname: a\n".into()),
+        ("a.yaml", "\"@type\": type.googleapis.com/google.protobuf.Value\nname: a\n".into()),
+        ("a.yaml", "\"@type\": type.googleapis.com/google.protobuf.Api\nname: a\n".into()),
+        ("a.yaml", deep_yaml.clone()),
+        ("a.yaml", deep_any.clone()),
+        ("a.yaml", laughs.into()),
+        ("a.yaml", deep_valid_any.clone()),
+        ("a.json", format!("[{}]", "{\"a\": ".repeat(126) + "1" + &"}".repeat(126))),
+        ("a.yaml", "\u{0}\u{1}\u{2}".into()),
+        ("a.json", deep_json.clone()),
+        ("a.json", "{\"@type\": \"type.googleapis.com/envoy.config.cluster.v3.Cluster\", \"name\": \"a\"} trailing".into()),
+        ("a.json", "{\"@type\": \"type.googleapis.com/envoy.config.cluster.v3.Cluster\", \"name\": \"\\ud800\"}".into()),
+        ("a.json", "NaN".into()),
+        ("a.json", "{\"resources\": 1}".into()),
+    ];
+    for (path, text) in cases {
+        let descriptors = crate::descriptors();
+        let result = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn_scoped(scope, || {
+                    xdsd_source::parse_file(&descriptors, std::path::Path::new(path), &text)
+                })
+                .unwrap()
+                .join()
+        });
+        match result {
+            Ok(Ok(resources)) => println!("{path}: ok, {} resources", resources.len()),
+            Ok(Err(e)) => {
+                let e = e.to_string();
+                assert!(e.contains(path), "error does not name the file: {e}");
+                println!("{}", &e[..e.len().min(300)]);
+            }
+            Err(_) => panic!("panicked on {path}: {:?}", &text[..text.len().min(200)]),
+        }
+    }
+}
