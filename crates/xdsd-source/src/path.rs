@@ -62,10 +62,7 @@ macro_rules! forward_deserialize {
             let (chain, track) = (self.chain, self.track);
             self.de
                 .$method(TrackedVisitor { inner: visitor, chain, track })
-                .map_err(|e| {
-                    track.trigger(chain);
-                    e
-                })
+                .inspect_err(|_| track.trigger(chain))
         }
     )*};
 }
@@ -93,10 +90,9 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Tracked<'_, '_, D> {
             chain,
             track,
         };
-        self.de.deserialize_unit_struct(name, visitor).map_err(|e| {
-            track.trigger(chain);
-            e
-        })
+        self.de
+            .deserialize_unit_struct(name, visitor)
+            .inspect_err(|_| track.trigger(chain))
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
@@ -112,10 +108,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Tracked<'_, '_, D> {
         };
         self.de
             .deserialize_newtype_struct(name, visitor)
-            .map_err(|e| {
-                track.trigger(chain);
-                e
-            })
+            .inspect_err(|_| track.trigger(chain))
     }
 
     fn deserialize_tuple<V: Visitor<'de>>(
@@ -129,10 +122,9 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Tracked<'_, '_, D> {
             chain,
             track,
         };
-        self.de.deserialize_tuple(len, visitor).map_err(|e| {
-            track.trigger(chain);
-            e
-        })
+        self.de
+            .deserialize_tuple(len, visitor)
+            .inspect_err(|_| track.trigger(chain))
     }
 
     fn deserialize_tuple_struct<V: Visitor<'de>>(
@@ -149,10 +141,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Tracked<'_, '_, D> {
         };
         self.de
             .deserialize_tuple_struct(name, len, visitor)
-            .map_err(|e| {
-                track.trigger(chain);
-                e
-            })
+            .inspect_err(|_| track.trigger(chain))
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -169,10 +158,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Tracked<'_, '_, D> {
         };
         self.de
             .deserialize_struct(name, fields, visitor)
-            .map_err(|e| {
-                track.trigger(chain);
-                e
-            })
+            .inspect_err(|_| track.trigger(chain))
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -185,10 +171,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Tracked<'_, '_, D> {
         let (chain, track) = (self.chain, self.track);
         self.de
             .deserialize_enum(name, variants, visitor)
-            .map_err(|e| {
-                track.trigger(chain);
-                e
-            })
+            .inspect_err(|_| track.trigger(chain))
     }
 
     fn is_human_readable(&self) -> bool {
@@ -313,10 +296,7 @@ impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for TrackedSeq<'_, '_, A> {
                 chain: &chain,
                 track,
             })
-            .map_err(|e| {
-                track.trigger(&chain);
-                e
-            })
+            .inspect_err(|_| track.trigger(&chain))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -338,10 +318,10 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for TrackedMap<'_, '_, A> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, A::Error> {
-        let Some(key) = self.inner.next_key::<String>().map_err(|e| {
-            self.track.trigger(self.chain);
-            e
-        })?
+        let Some(key) = self
+            .inner
+            .next_key::<String>()
+            .inspect_err(|_| self.track.trigger(self.chain))?
         else {
             return Ok(None);
         };
@@ -359,10 +339,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for TrackedMap<'_, '_, A> {
                 chain: &chain,
                 track,
             })
-            .map_err(|e| {
-                track.trigger(&chain);
-                e
-            })
+            .inspect_err(|_| track.trigger(&chain))
     }
 
     fn size_hint(&self) -> Option<usize> {
