@@ -2,9 +2,20 @@
 //! Output: the response to send, if any. No sockets, clocks or tasks in here: the transports
 //! drive these machines and tests drive them directly.
 
+pub mod delta;
 pub mod sotw;
 
 use std::sync::Arc;
+
+use crate::store::TypeSnapshot;
+
+/// A requested name as the store's shared allocation when the store has that resource, so that
+/// streams subscribed to the same names share them.
+pub(crate) fn intern(current: Option<&Arc<TypeSnapshot>>, name: &str) -> Arc<str> {
+    current
+        .and_then(|t| t.intern(name))
+        .unwrap_or_else(|| name.into())
+}
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 

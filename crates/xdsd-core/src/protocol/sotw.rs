@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
-use super::{NonceGen, RequestKind, SubscriptionChange};
+use super::{intern, NonceGen, RequestKind, SubscriptionChange};
 use crate::store::{Resource, TypeSnapshot};
 
 /// The special resource name that subscribes to every resource of a type.
@@ -117,13 +117,14 @@ impl SotwSubscription {
         self.last_version.as_ref()
     }
 
-    /// Takes in a request for this type. `intern` maps a requested name to the store's shared
-    /// allocation when it has one.
+    /// Takes in a request for this type. `current` (the store's resources of the type) only
+    /// serves to share name allocations with the store.
     pub fn handle_request(
         &mut self,
         request: &DiscoveryRequest,
-        intern: impl Fn(&str) -> Arc<str>,
+        current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
+        let intern = |n: &str| intern(current, n);
         let nonce = request.response_nonce.as_str();
         let kind = match &self.last_nonce {
             // Before any response there is no newer nonce, so nothing is stale yet.

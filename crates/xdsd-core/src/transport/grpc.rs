@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
@@ -21,8 +20,9 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
-use super::sotw_stream;
-use super::wire::SotwWire;
+use super::stream::{self, Variant};
+use crate::protocol::delta::DeltaSubscription;
+use crate::protocol::sotw::SotwSubscription;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 
@@ -115,21 +115,43 @@ impl XdsService {
         if service == ADS_SERVICE {
             return match method {
                 "StreamAggregatedResources" => Some(Method::Sotw(None)),
+                "DeltaAggregatedResources" => Some(Method::Delta(None)),
                 _ => None,
             };
         }
         let (_, type_url) = PER_TYPE_SERVICES.iter().find(|(s, _)| *s == service)?;
+        let type_url = Some(Arc::from(*type_url));
+        if method.starts_with("Delta") {
+            return Some(Method::Delta(type_url));
+        }
         // VHDS has no SotW variant.
-        if method.starts_with("Stream") && *type_url != crate::types::VIRTUAL_HOST {
-            return Some(Method::Sotw(Some(Arc::from(*type_url))));
+        if method.starts_with("Stream") && service != Vhds::NAME {
+            return Some(Method::Sotw(type_url));
         }
         None
     }
 }
 
+/// `Some(type)` for a per-type service, `None` for ADS.
 enum Method {
-    /// SotW; `Some(type)` for a per-type service, `None` for ADS.
     Sotw(Option<Arc<str>>),
+    Delta(Option<Arc<str>>),
+}
+
+fn streaming<V: Variant>(
+    ctx: Arc<ServerContext>,
+    fixed: Option<Arc<str>>,
+    req: http::Request<Body>,
+) -> BoxFuture {
+    let method = StreamMethod::<V> {
+        ctx,
+        fixed,
+        variant: PhantomData,
+    };
+    Box::pin(async move {
+        let mut grpc = Grpc::new(ProstCodec::<V::Wire, V::Request>::default());
+        Ok(grpc.streaming(method, req).await)
+    })
 }
 
 impl tower_service::Service<http::Request<Body>> for XdsService {
@@ -144,14 +166,10 @@ impl tower_service::Service<http::Request<Body>> for XdsService {
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         match self.route(req.uri().path()) {
             Some(Method::Sotw(fixed)) => {
-                let method = SotwMethod {
-                    ctx: self.ctx.clone(),
-                    fixed,
-                };
-                Box::pin(async move {
-                    let mut grpc = Grpc::new(ProstCodec::<SotwWire, DiscoveryRequest>::default());
-                    Ok(grpc.streaming(method, req).await)
-                })
+                streaming::<SotwSubscription>(self.ctx.clone(), fixed, req)
+            }
+            Some(Method::Delta(fixed)) => {
+                streaming::<DeltaSubscription>(self.ctx.clone(), fixed, req)
             }
             None => Box::pin(ready(Ok(Status::unimplemented(format!(
                 "xdsd does not implement {}",
@@ -162,9 +180,10 @@ impl tower_service::Service<http::Request<Body>> for XdsService {
     }
 }
 
-struct SotwMethod {
+struct StreamMethod<V> {
     ctx: Arc<ServerContext>,
     fixed: Option<Arc<str>>,
+    variant: PhantomData<fn() -> V>,
 }
 
 /// Responses a stream may have computed but the client not yet taken. One: the next response
@@ -172,15 +191,15 @@ struct SotwMethod {
 /// plus its coalesced dirty names.
 const STREAM_BUFFER: usize = 1;
 
-impl StreamingService<DiscoveryRequest> for SotwMethod {
-    type Response = SotwWire;
-    type ResponseStream = ReceiverStream<Result<SotwWire, Status>>;
+impl<V: Variant> StreamingService<V::Request> for StreamMethod<V> {
+    type Response = V::Wire;
+    type ResponseStream = ReceiverStream<Result<V::Wire, Status>>;
     type Future = Ready<Result<Response<Self::ResponseStream>, Status>>;
 
-    fn call(&mut self, request: Request<Streaming<DiscoveryRequest>>) -> Self::Future {
+    fn call(&mut self, request: Request<Streaming<V::Request>>) -> Self::Future {
         let peer: Option<SocketAddr> = request.remote_addr();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(sotw_stream::run(
+        tokio::spawn(stream::run::<V>(
             self.ctx.clone(),
             self.fixed.clone(),
             peer,

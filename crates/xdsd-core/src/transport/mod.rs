@@ -1,5 +1,5 @@
 //! Thin adapters that carry the protocol state machines over a transport.
 
 pub mod grpc;
-mod sotw_stream;
+mod stream;
 pub mod wire;

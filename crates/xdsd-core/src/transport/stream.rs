@@ -1,44 +1,160 @@
-//! Drives the SotW state machines of one gRPC stream: ADS (any type, chosen per request) or a
-//! per-type service (one fixed type).
+//! Drives the state machines of one gRPC stream, SotW or incremental: ADS (any type, chosen per
+//! request) or a per-type service (one fixed type).
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::grpc::ServerContext;
-use super::wire::SotwWire;
-use crate::protocol::sotw::SotwSubscription;
-use crate::protocol::{NodeIdentity, NonceGen, RequestKind};
-use crate::store::{Store, Watcher};
+use super::wire::{DeltaWire, SotwWire};
+use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
+use crate::protocol::sotw::{SotwResponse, SotwSubscription};
+use crate::protocol::{NodeIdentity, NonceGen, RequestKind, SubscriptionChange};
+use crate::store::{Store, TypeSnapshot, Watcher};
 use crate::types;
 
-struct SotwStream {
+/// What the stream driver needs of a protocol variant's per-type state machine.
+pub(crate) trait Variant: Send + 'static {
+    type Request: prost::Message + Default + Send + 'static;
+    type Response: Send;
+    type Wire: prost::Message + From<Self::Response> + Send + 'static;
+    /// For logs.
+    const NAME: &'static str;
+
+    fn new(type_url: Arc<str>) -> Self;
+    fn node(request: &Self::Request) -> Option<&Node>;
+    fn type_url(request: &Self::Request) -> &str;
+    fn handle_request(
+        &mut self,
+        request: &Self::Request,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange);
+    fn mark_changed(&mut self, names: &HashSet<Arc<str>>);
+    fn has_pending(&self) -> bool;
+    fn poll_response(
+        &mut self,
+        current: Option<&Arc<TypeSnapshot>>,
+        nonces: &mut NonceGen,
+    ) -> Option<Self::Response>;
+    /// (version, resources, removed names, nonce) of a response, for logs.
+    fn describe(response: &Self::Response) -> (&str, usize, usize, &str);
+}
+
+impl Variant for SotwSubscription {
+    type Request = DiscoveryRequest;
+    type Response = SotwResponse;
+    type Wire = SotwWire;
+    const NAME: &'static str = "SotW";
+
+    fn new(type_url: Arc<str>) -> Self {
+        SotwSubscription::new(type_url)
+    }
+    fn node(request: &DiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
+    }
+    fn type_url(request: &DiscoveryRequest) -> &str {
+        &request.type_url
+    }
+    fn handle_request(
+        &mut self,
+        request: &DiscoveryRequest,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange) {
+        SotwSubscription::handle_request(self, request, current)
+    }
+    fn mark_changed(&mut self, names: &HashSet<Arc<str>>) {
+        SotwSubscription::mark_changed(self, names)
+    }
+    fn has_pending(&self) -> bool {
+        SotwSubscription::has_pending(self)
+    }
+    fn poll_response(
+        &mut self,
+        current: Option<&Arc<TypeSnapshot>>,
+        nonces: &mut NonceGen,
+    ) -> Option<SotwResponse> {
+        SotwSubscription::poll_response(self, current, nonces)
+    }
+    fn describe(r: &SotwResponse) -> (&str, usize, usize, &str) {
+        (&r.version_info, r.len(), 0, &r.nonce)
+    }
+}
+
+impl Variant for DeltaSubscription {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaResponse;
+    type Wire = DeltaWire;
+    const NAME: &'static str = "delta";
+
+    fn new(type_url: Arc<str>) -> Self {
+        DeltaSubscription::new(type_url)
+    }
+    fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
+    }
+    fn type_url(request: &DeltaDiscoveryRequest) -> &str {
+        &request.type_url
+    }
+    fn handle_request(
+        &mut self,
+        request: &DeltaDiscoveryRequest,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange) {
+        DeltaSubscription::handle_request(self, request, current)
+    }
+    fn mark_changed(&mut self, names: &HashSet<Arc<str>>) {
+        DeltaSubscription::mark_changed(self, names)
+    }
+    fn has_pending(&self) -> bool {
+        DeltaSubscription::has_pending(self)
+    }
+    fn poll_response(
+        &mut self,
+        current: Option<&Arc<TypeSnapshot>>,
+        nonces: &mut NonceGen,
+    ) -> Option<DeltaResponse> {
+        DeltaSubscription::poll_response(self, current, nonces)
+    }
+    fn describe(r: &DeltaResponse) -> (&str, usize, usize, &str) {
+        (
+            &r.system_version_info,
+            r.resources.len(),
+            r.removed.len(),
+            &r.nonce,
+        )
+    }
+}
+
+struct Stream<V> {
     id: u64,
     store: Store,
     fixed: Option<Arc<str>>,
     node: NodeIdentity,
     nonces: NonceGen,
     watcher: Watcher,
-    subs: HashMap<Arc<str>, SotwSubscription>,
+    subs: HashMap<Arc<str>, V>,
     /// Types this stream asked for that xdsd has no resources of: warned about once each.
     warned: HashSet<Arc<str>>,
 }
 
-pub(crate) async fn run(
+pub(crate) type Sender<V> = mpsc::Sender<Result<<V as Variant>::Wire, Status>>;
+
+pub(crate) async fn run<V: Variant>(
     ctx: Arc<ServerContext>,
     fixed: Option<Arc<str>>,
     peer: Option<SocketAddr>,
-    mut requests: Streaming<DiscoveryRequest>,
-    tx: mpsc::Sender<Result<SotwWire, Status>>,
+    mut requests: Streaming<V::Request>,
+    tx: Sender<V>,
 ) {
     let mut shutdown = ctx.shutdown.clone();
-    let mut s = SotwStream {
+    let mut s: Stream<V> = Stream {
         id: ctx.next_stream_id(),
         store: ctx.store.clone(),
         watcher: ctx.store.watcher(),
@@ -49,7 +165,7 @@ pub(crate) async fn run(
         warned: HashSet::new(),
     };
     let service = s.fixed.as_deref().unwrap_or("ADS");
-    info!(stream = s.id, peer = ?peer, service, "SotW stream opened");
+    info!(stream = s.id, peer = ?peer, service, variant = V::NAME, "stream opened");
     let ending: Result<(), Status> = loop {
         tokio::select! {
             _ = shutdown.wait_for(|down| *down) => break Err(Status::unavailable("xdsd is shutting down")),
@@ -75,37 +191,37 @@ pub(crate) async fn run(
         warn!(stream = s.id, node = s.node.id(), code = ?status.code(), message = status.message(), "ending stream");
         let _ = tx.send(Err(status)).await;
     }
-    info!(stream = s.id, node = s.node.id(), "SotW stream closed");
+    info!(stream = s.id, node = s.node.id(), "stream closed");
 }
 
-impl SotwStream {
-    fn on_request(&mut self, request: DiscoveryRequest) -> Result<(), Status> {
+impl<V: Variant> Stream<V> {
+    fn on_request(&mut self, request: V::Request) -> Result<(), Status> {
         let first = self.node.node().is_none();
         self.node
-            .check(request.node.as_ref())
+            .check(V::node(&request))
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         if first && self.node.node().is_some() {
             info!(stream = self.id, node = self.node.id(), "node identified");
         }
         let snapshot = self.store.snapshot();
+        let requested = V::type_url(&request);
         let type_url: Arc<str> = match &self.fixed {
-            Some(t) if request.type_url.is_empty() || request.type_url == **t => t.clone(),
+            Some(t) if requested.is_empty() || requested == &**t => t.clone(),
             Some(t) => {
                 return Err(Status::invalid_argument(format!(
-                    "this service serves {t}; the request is for {}",
-                    request.type_url
+                    "this service serves {t}; the request is for {requested}"
                 )))
             }
-            None if request.type_url.is_empty() => {
+            None if requested.is_empty() => {
                 return Err(Status::invalid_argument(
-                    "a DiscoveryRequest on an aggregated stream must set type_url",
+                    "a request on an aggregated stream must set type_url",
                 ))
             }
-            None => match self.subs.get_key_value(request.type_url.as_str()) {
+            None => match self.subs.get_key_value(requested) {
                 Some((t, _)) => t.clone(),
                 None => snapshot
-                    .intern_type(&request.type_url)
-                    .unwrap_or_else(|| request.type_url.as_str().into()),
+                    .intern_type(requested)
+                    .unwrap_or_else(|| requested.into()),
             },
         };
         let current = snapshot.get(&type_url);
@@ -120,26 +236,19 @@ impl SotwStream {
         let sub = self
             .subs
             .entry(type_url.clone())
-            .or_insert_with(|| SotwSubscription::new(type_url.clone()));
-        let (kind, change) = sub.handle_request(&request, |n| {
-            current
-                .and_then(|t| t.intern(n))
-                .unwrap_or_else(|| n.into())
-        });
+            .or_insert_with(|| V::new(type_url.clone()));
+        let (kind, change) = sub.handle_request(&request, current);
+        let (stream, node) = (self.id, self.node.id());
         match &kind {
-            RequestKind::Initial => {
-                debug!(stream = self.id, node = self.node.id(), type_url = %type_url, names = request.resource_names.len(), "subscribe")
-            }
-            RequestKind::Ack { nonce } => {
-                debug!(stream = self.id, node = self.node.id(), type_url = %type_url, %nonce, version = %request.version_info, "ACK")
-            }
+            RequestKind::Initial => debug!(stream, node, type_url = %type_url, "subscribe"),
+            RequestKind::Ack { nonce } => debug!(stream, node, type_url = %type_url, %nonce, "ACK"),
             RequestKind::Nack {
                 nonce,
                 rejected_version,
                 message,
             } => warn!(
-                stream = self.id,
-                node = self.node.id(),
+                stream,
+                node,
                 type_url = %type_url,
                 nonce = %nonce,
                 rejected_version = rejected_version.as_deref().unwrap_or(""),
@@ -147,13 +256,13 @@ impl SotwStream {
                 "NACK"
             ),
             RequestKind::Update => {
-                debug!(stream = self.id, node = self.node.id(), type_url = %type_url, "subscription update")
+                debug!(stream, node, type_url = %type_url, "subscription update")
             }
             RequestKind::Stale { nonce } => {
-                debug!(stream = self.id, node = self.node.id(), type_url = %type_url, %nonce, "stale request ignored")
+                debug!(stream, node, type_url = %type_url, %nonce, "stale request ignored")
             }
         }
-        // Register before the next snapshot is read, so no change can slip between the two.
+        // Registered before the next snapshot is read, so no change can slip between the two.
         if let Some(on) = change.wildcard {
             self.watcher.set_wildcard(&type_url, on);
         }
@@ -171,12 +280,12 @@ impl SotwStream {
     }
 
     /// Sends every response owed, types in make-before-break order. Err: the client is gone.
-    async fn flush(&mut self, tx: &mpsc::Sender<Result<SotwWire, Status>>) -> Result<(), ()> {
+    async fn flush(&mut self, tx: &Sender<V>) -> Result<(), ()> {
         let mut pending: Vec<Arc<str>> = self
             .subs
-            .values()
-            .filter(|s| s.has_pending())
-            .map(|s| s.type_url().clone())
+            .iter()
+            .filter(|(_, s)| s.has_pending())
+            .map(|(t, _)| t.clone())
             .collect();
         if pending.is_empty() {
             return Ok(());
@@ -188,13 +297,15 @@ impl SotwStream {
                 continue;
             };
             if let Some(response) = sub.poll_response(snapshot.get(&type_url), &mut self.nonces) {
+                let (version, resources, removed, nonce) = V::describe(&response);
                 debug!(
                     stream = self.id,
                     node = self.node.id(),
                     type_url = %type_url,
-                    version = %response.version_info,
-                    resources = response.len(),
-                    nonce = %response.nonce,
+                    version,
+                    resources,
+                    removed,
+                    nonce,
                     "push"
                 );
                 tx.send(Ok(response.into())).await.map_err(|_| ())?;

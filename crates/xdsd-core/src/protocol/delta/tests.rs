@@ -1,0 +1,487 @@
+//! One test per rule of the spec's incremental protocol, driving the state machine directly.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+use envoy_types::pb::google::rpc::Status;
+
+use super::*;
+use crate::store::{Change, ResourceInput, Store};
+use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
+
+struct Harness {
+    store: Store,
+    sub: DeltaSubscription,
+    nonces: NonceGen,
+}
+
+fn input(type_url: &str, name: &str, content: &str) -> ResourceInput {
+    ResourceInput {
+        type_url: type_url.into(),
+        name: name.into(),
+        value: Bytes::copy_from_slice(content.as_bytes()),
+    }
+}
+
+#[derive(Default)]
+struct Req<'a> {
+    subscribe: &'a [&'a str],
+    unsubscribe: &'a [&'a str],
+    nonce: &'a str,
+    error: bool,
+    initial: &'a [(&'a str, &'a str)],
+}
+
+/// (resource names, removed names) of a response.
+type Seen = (Vec<String>, Vec<String>);
+
+impl Harness {
+    fn new(type_url: &str, resources: &[(&str, &str)]) -> Harness {
+        let store = Store::new();
+        store
+            .replace_all(resources.iter().map(|(n, c)| input(type_url, n, c)))
+            .unwrap();
+        Harness {
+            store,
+            sub: DeltaSubscription::new(type_url.into()),
+            nonces: NonceGen::default(),
+        }
+    }
+
+    fn set(&mut self, name: &str, content: &str) {
+        let t = self.sub.type_url().to_string();
+        self.store
+            .apply([Change::Set(input(&t, name, content))])
+            .unwrap();
+        self.sub.mark_changed([&Arc::from(name)]);
+    }
+
+    fn remove(&mut self, name: &str) {
+        let t = self.sub.type_url().to_string();
+        self.store
+            .apply([Change::Remove {
+                type_url: t,
+                name: name.into(),
+            }])
+            .unwrap();
+        self.sub.mark_changed([&Arc::from(name)]);
+    }
+
+    fn version(&self, name: &str) -> String {
+        self.store
+            .snapshot()
+            .resource(self.sub.type_url(), name)
+            .unwrap()
+            .version()
+            .to_string()
+    }
+
+    fn request(&mut self, r: Req<'_>) -> RequestKind {
+        let req = DeltaDiscoveryRequest {
+            type_url: self.sub.type_url().to_string(),
+            resource_names_subscribe: r.subscribe.iter().map(|n| n.to_string()).collect(),
+            resource_names_unsubscribe: r.unsubscribe.iter().map(|n| n.to_string()).collect(),
+            response_nonce: r.nonce.into(),
+            error_detail: r.error.then(|| Status {
+                code: 3,
+                message: "rejected by test".into(),
+                details: vec![],
+            }),
+            initial_resource_versions: r
+                .initial
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect::<HashMap<_, _>>(),
+            ..Default::default()
+        };
+        let snap = self.store.snapshot();
+        self.sub
+            .handle_request(&req, snap.get(self.sub.type_url()))
+            .0
+    }
+
+    fn poll(&mut self) -> Option<DeltaResponse> {
+        let snap = self.store.snapshot();
+        self.sub
+            .poll_response(snap.get(self.sub.type_url()), &mut self.nonces)
+    }
+
+    fn expect(&mut self) -> Seen {
+        let r = self.poll().expect("a response is owed");
+        assert!(self.poll().is_none(), "one response settles what was owed");
+        (
+            r.resources.iter().map(|r| r.name().to_string()).collect(),
+            r.removed.iter().map(|n| n.to_string()).collect(),
+        )
+    }
+
+    fn expect_none(&mut self) {
+        if let Some(r) = self.poll() {
+            panic!("no response expected, got {r:?}");
+        }
+    }
+}
+
+fn seen(resources: &[&str], removed: &[&str]) -> Seen {
+    (
+        resources.iter().map(|s| s.to_string()).collect(),
+        removed.iter().map(|s| s.to_string()).collect(),
+    )
+}
+
+#[test]
+fn subscribe_by_name_sends_the_resource() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    h.request(Req {
+        subscribe: &["a"],
+        ..Default::default()
+    });
+    assert_eq!(h.expect(), seen(&["a"], &[]));
+}
+
+#[test]
+fn subscribed_name_that_does_not_exist_is_reported_removed_at_once() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
+    h.request(Req {
+        subscribe: &["a", "ghost"],
+        ..Default::default()
+    });
+    assert_eq!(h.expect(), seen(&["a"], &["ghost"]));
+    // And sent when it springs into existence.
+    h.set("ghost", "1");
+    assert_eq!(h.expect(), seen(&["ghost"], &[]));
+}
+
+#[test]
+fn each_response_carries_only_what_changed() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1"), ("b", "1"), ("c", "1")]);
+    h.request(Req::default());
+    assert_eq!(h.expect(), seen(&["a", "b", "c"], &[]));
+    h.set("b", "2");
+    assert_eq!(h.expect(), seen(&["b"], &[]));
+    // Content-identical bytes are not a change.
+    h.set("c", "1");
+    h.expect_none();
+}
+
+#[test]
+fn each_resource_carries_its_own_version_and_the_response_a_system_version() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1"), ("b", "2")]);
+    h.request(Req::default());
+    let r = h.poll().unwrap();
+    assert_ne!(r.resources[0].version(), r.resources[1].version());
+    assert_eq!(
+        &*r.system_version_info,
+        &**h.store.snapshot().get(CLUSTER).unwrap().version()
+    );
+    assert!(!r.nonce.is_empty());
+}
+
+#[test]
+fn deletion_is_sent_in_removed_resources() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1"), ("b", "1")]);
+    h.request(Req::default());
+    h.expect();
+    h.remove("a");
+    assert_eq!(h.expect(), seen(&[], &["a"]));
+}
+
+#[test]
+fn unsubscribe_needs_no_response_and_stops_updates() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    h.request(Req {
+        subscribe: &["a", "b"],
+        ..Default::default()
+    });
+    h.expect();
+    h.request(Req {
+        unsubscribe: &["b"],
+        ..Default::default()
+    });
+    h.expect_none();
+    h.set("b", "2");
+    h.expect_none();
+}
+
+#[test]
+fn phantom_unsubscribe_is_ignored() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
+    h.request(Req {
+        subscribe: &["a"],
+        ..Default::default()
+    });
+    h.expect();
+    let (_, change) = {
+        let req = DeltaDiscoveryRequest {
+            resource_names_unsubscribe: vec!["never-subscribed".into()],
+            ..Default::default()
+        };
+        h.sub.handle_request(&req, None)
+    };
+    assert!(change.removed.is_empty());
+    h.expect_none();
+    assert_eq!(h.sub.names().count(), 1);
+}
+
+#[test]
+fn subscribe_to_a_name_the_client_has_is_still_answered() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
+    h.request(Req {
+        subscribe: &["a"],
+        ..Default::default()
+    });
+    h.expect();
+    h.request(Req {
+        subscribe: &["a"],
+        ..Default::default()
+    });
+    assert_eq!(
+        h.expect(),
+        seen(&["a"], &[]),
+        "the client may have forgotten it"
+    );
+}
+
+#[test]
+fn legacy_wildcard_no_names_ever_subscribed() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1")]);
+    h.request(Req::default());
+    assert!(h.sub.is_wildcard());
+    assert_eq!(h.expect(), seen(&["a"], &[]));
+    h.set("new", "1");
+    assert_eq!(h.expect(), seen(&["new"], &[]));
+}
+
+#[test]
+fn explicit_wildcard_star() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1")]);
+    h.request(Req {
+        subscribe: &["*"],
+        ..Default::default()
+    });
+    assert!(h.sub.is_wildcard());
+    assert_eq!(h.expect(), seen(&["a"], &[]));
+}
+
+#[test]
+fn four_step_incremental_example_from_the_spec() {
+    let mut h = Harness::new(CLUSTER, &[("A", "1"), ("B", "1")]);
+    // 1. resource_names_subscribe unset: a subscription to *.
+    h.request(Req::default());
+    assert!(h.sub.is_wildcard());
+    assert_eq!(h.expect(), seen(&["A", "B"], &[]));
+    // 2. subscribe A: the wildcard continues and A is added (and answered: it was subscribed).
+    h.request(Req {
+        subscribe: &["A"],
+        ..Default::default()
+    });
+    assert!(h.sub.is_wildcard());
+    assert_eq!(h.sub.names().count(), 1);
+    assert_eq!(h.expect(), seen(&["A"], &[]));
+    // 3. unsubscribe *: A continues.
+    h.request(Req {
+        unsubscribe: &["*"],
+        ..Default::default()
+    });
+    assert!(!h.sub.is_wildcard());
+    h.expect_none();
+    h.set("B", "2");
+    h.expect_none();
+    h.set("A", "2");
+    assert_eq!(h.expect(), seen(&["A"], &[]));
+    // 4. unsubscribe A: nothing is subscribed, and this is not the legacy wildcard.
+    h.request(Req {
+        unsubscribe: &["A"],
+        ..Default::default()
+    });
+    assert!(!h.sub.is_wildcard());
+    h.request(Req::default());
+    assert!(
+        !h.sub.is_wildcard(),
+        "an empty request later is not a wildcard subscription"
+    );
+    h.set("A", "3");
+    h.set("C", "1");
+    h.expect_none();
+}
+
+#[test]
+fn wildcard_and_specific_name_unsubscribe_sends_the_resource_if_still_in_the_wildcard() {
+    let mut h = Harness::new(CLUSTER, &[("A", "1")]);
+    h.request(Req {
+        subscribe: &["*", "A"],
+        ..Default::default()
+    });
+    h.expect();
+    h.request(Req {
+        unsubscribe: &["A"],
+        ..Default::default()
+    });
+    assert_eq!(
+        h.expect(),
+        seen(&["A"], &[]),
+        "A is still covered by the wildcard"
+    );
+}
+
+#[test]
+fn wildcard_and_specific_name_unsubscribe_reports_removed_if_not_in_the_wildcard() {
+    let mut h = Harness::new(CLUSTER, &[("A", "1")]);
+    h.request(Req {
+        subscribe: &["*", "ghost"],
+        ..Default::default()
+    });
+    assert_eq!(h.expect(), seen(&["A"], &["ghost"]));
+    h.request(Req {
+        unsubscribe: &["ghost"],
+        ..Default::default()
+    });
+    assert_eq!(h.expect(), seen(&[], &["ghost"]));
+}
+
+#[test]
+fn ack_and_nack_are_paired_by_nonce_and_decided_by_error_detail() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1")]);
+    assert_eq!(h.request(Req::default()), RequestKind::Initial);
+    let r = h.poll().unwrap();
+    assert_eq!(
+        h.request(Req {
+            nonce: &r.nonce,
+            ..Default::default()
+        }),
+        RequestKind::Ack {
+            nonce: r.nonce.clone()
+        }
+    );
+    h.set("a", "2");
+    let r2 = h.poll().unwrap();
+    match h.request(Req {
+        nonce: &r2.nonce,
+        error: true,
+        ..Default::default()
+    }) {
+        RequestKind::Nack {
+            nonce,
+            rejected_version,
+            message,
+        } => {
+            assert_eq!(nonce, r2.nonce);
+            assert_eq!(rejected_version, Some(r2.system_version_info.clone()));
+            assert_eq!(message, "rejected by test");
+        }
+        other => panic!("expected a NACK, got {other:?}"),
+    }
+}
+
+#[test]
+fn nacked_resource_version_is_not_resent_until_it_changes() {
+    let mut h = Harness::new(CLUSTER, &[("a", "bad")]);
+    h.request(Req::default());
+    let r = h.poll().unwrap();
+    h.request(Req {
+        nonce: &r.nonce,
+        error: true,
+        ..Default::default()
+    });
+    h.expect_none();
+    h.set("a", "good");
+    assert_eq!(h.expect(), seen(&["a"], &[]));
+}
+
+#[test]
+fn subscription_change_is_honoured_even_with_a_stale_nonce() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    h.request(Req {
+        subscribe: &["a"],
+        ..Default::default()
+    });
+    let r1 = h.poll().unwrap();
+    h.set("a", "2");
+    let _r2 = h.poll().unwrap();
+    // The client ACKs the first response (stale now) and subscribes to b in the same request.
+    h.request(Req {
+        subscribe: &["b"],
+        nonce: &r1.nonce,
+        ..Default::default()
+    });
+    assert_eq!(h.expect(), seen(&["b"], &[]));
+}
+
+#[test]
+fn reconnect_with_initial_resource_versions_sends_only_differences() {
+    let mut h = Harness::new(CLUSTER, &[("same", "1"), ("changed", "2"), ("new", "1")]);
+    let same = h.version("same");
+    h.request(Req {
+        initial: &[
+            ("same", &same),
+            ("changed", "old-version"),
+            ("deleted", "v"),
+        ],
+        ..Default::default()
+    });
+    assert_eq!(
+        h.expect(),
+        seen(&["changed", "new"], &["deleted"]),
+        "unchanged not resent, changed resent, deleted removed"
+    );
+}
+
+#[test]
+fn reconnect_with_named_subscriptions_and_initial_versions() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "2")]);
+    let a = h.version("a");
+    h.request(Req {
+        subscribe: &["a", "b", "gone"],
+        initial: &[("a", &a), ("b", "old"), ("gone", "v")],
+        ..Default::default()
+    });
+    assert_eq!(h.expect(), seen(&["b"], &["gone"]));
+}
+
+#[test]
+fn first_request_is_answered_even_when_nothing_differs() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1")]);
+    let a = h.version("a");
+    h.request(Req {
+        initial: &[("a", &a)],
+        ..Default::default()
+    });
+    assert_eq!(
+        h.expect(),
+        seen(&[], &[]),
+        "an empty answer lets the client finish its initial fetch"
+    );
+}
+
+#[test]
+fn wildcard_on_a_type_with_no_resources_gets_an_empty_state() {
+    let mut h = Harness::new("type.googleapis.com/example.v1.Unknown", &[]);
+    h.request(Req::default());
+    assert_eq!(h.expect(), seen(&[], &[]));
+}
+
+#[test]
+fn many_updates_coalesce_into_the_latest_state() {
+    let mut h = Harness::new(CLUSTER, &[("a", "0")]);
+    h.request(Req::default());
+    h.expect();
+    for i in 1..100 {
+        h.set("a", &i.to_string());
+        h.set(&format!("tmp{}", i % 3), &i.to_string());
+    }
+    h.remove("tmp0");
+    let r = h.poll().unwrap();
+    let names: Vec<&str> = r.resources.iter().map(|r| &**r.name()).collect();
+    assert_eq!(
+        names,
+        ["a", "tmp1", "tmp2"],
+        "one response with the latest of each"
+    );
+    assert!(
+        r.removed.is_empty(),
+        "tmp0 never reached the client, so nothing to remove"
+    );
+    assert_eq!(r.resources[0].version(), &Arc::from(h.version("a")));
+}
