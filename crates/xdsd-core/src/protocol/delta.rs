@@ -156,7 +156,7 @@ impl DeltaSubscription {
             // Sent even if the client seems to have it: it may have forgotten it. On the first
             // request, `initial_resource_versions` is the client's word that it has it.
             let known = kind == RequestKind::Initial
-                && self.has.get(&name).is_some()
+                && self.has.contains_key(&name)
                 && self.has.get(&name) == current.and_then(|t| t.get(&name)).map(|r| r.version());
             if !known {
                 self.forced.insert(name);
