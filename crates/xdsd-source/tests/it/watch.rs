@@ -114,3 +114,60 @@ fn watching_a_missing_directory_fails() {
     assert!(matches!(err, SourceError::Watch { .. }), "{err:?}");
     assert!(err.to_string().contains("missing"), "{err}");
 }
+
+/// Kubernetes updates a ConfigMap volume by writing a new hidden directory and swapping the
+/// `..data` symlink; the visible files are symlinks through `..data` and never change.
+#[cfg(unix)]
+#[test]
+fn sees_configmap_style_symlink_swaps() {
+    use std::os::unix::fs::symlink;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    write(&dir, "..v1/c.yaml", &cluster_yaml("v1"));
+    symlink("..v1", dir.join("..data")).unwrap();
+    symlink("..data/c.yaml", dir.join("c.yaml")).unwrap();
+    let initial = xdsd_source::load_directory(&descriptors(), &dir).unwrap();
+    assert_eq!(names(&Ok(initial)), ["v1"]);
+
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let _watch = watch_directory(descriptors(), dir.clone(), move |load| {
+        let _ = tx.lock().unwrap().send(load);
+    })
+    .unwrap();
+
+    write(&dir, "..v2/c.yaml", &cluster_yaml("v2"));
+    symlink("..v2", dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.join("..v1")).unwrap();
+    wait_for(&rx, "v2", |l| names(l) == ["v2"]).unwrap();
+}
+
+#[test]
+fn the_guard_can_be_dropped_from_the_callback() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let in_callback = slot.clone();
+    let watch = watch_directory(descriptors(), dir.clone(), move |_| {
+        let guard = in_callback.lock().unwrap().take();
+        drop(guard);
+        let _ = tx.lock().unwrap().send(());
+    })
+    .unwrap();
+    *slot.lock().unwrap() = Some(watch);
+
+    write(&dir, "a.yaml", &cluster_yaml("a"));
+    rx.recv_timeout(WAIT).expect("a callback");
+    // The thread ends by itself once the callback has dropped the guard.
+    loop {
+        match rx.recv_timeout(WAIT) {
+            Ok(()) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("watch thread did not stop"),
+        }
+    }
+}
