@@ -1,7 +1,8 @@
 //! Second pass over a file: streams each resource straight from the text into a
-//! `DynamicMessage`, so the YAML/JSON parser attaches line, column (and, for YAML, the field
-//! path) to decoding errors. The first pass (plain `serde_json::Value`) already established the
-//! file's layout and each resource's message type, which drive the seeds here.
+//! `DynamicMessage`, so the YAML/JSON parser attaches line and column to decoding errors (the
+//! field path comes from serde_yaml_ng itself, or from `crate::path` for JSON). The first pass
+//! (a plain `serde_json::Value`) already established the file's layout and each resource's
+//! message type, which drive the seeds here.
 
 use std::cell::Cell;
 use std::fmt;

@@ -57,7 +57,8 @@ impl Drop for DirectoryWatch {
 
 /// Watches `dir` recursively and, after each burst of changes (coalesced over
 /// [`DEBOUNCE`]), reloads the whole directory and calls `on_load` with the new full set or the
-/// error. The initial state is the caller's `load_directory`; only changes are reported.
+/// error. The initial state is the caller's `load_directory`; only changes are reported
+/// (call it after starting the watch to not miss a change made in between).
 ///
 /// The directory itself is watched, not its files, so editors that save by renaming and
 /// Kubernetes' symlink swaps are seen. `on_load` runs on a dedicated thread.
@@ -113,10 +114,18 @@ fn reload_loop(
             }
         }
         let burst_start = Instant::now();
+        let mut quiet_until = burst_start + DEBOUNCE;
         loop {
-            match rx.recv_timeout(DEBOUNCE) {
-                Ok(Message::Event(_)) if burst_start.elapsed() < MAX_DELAY => continue,
-                Ok(Message::Event(_)) | Err(RecvTimeoutError::Timeout) => break,
+            let wait = quiet_until.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(Message::Event(event)) if is_relevant(&event) => {
+                    if burst_start.elapsed() >= MAX_DELAY {
+                        break;
+                    }
+                    quiet_until = Instant::now() + DEBOUNCE;
+                }
+                Ok(Message::Event(_)) => {}
+                Err(RecvTimeoutError::Timeout) => break,
                 Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return,
             }
         }
