@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -12,78 +11,20 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_client::EndpointDiscoveryServiceClient;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 use tonic::Streaming;
-use xdsd_core::store::{Change, ResourceInput, Store};
-use xdsd_core::transport::grpc::XdsServer;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 
-const WAIT: Duration = Duration::from_secs(10);
+mod common;
+use common::{Server, WAIT};
 
-struct Server {
-    store: Store,
-    channel: Channel,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Server {
-    async fn start() -> Server {
-        let store = Store::new();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = XdsServer::new(store.clone());
-        let task = tokio::spawn(async move {
-            server
-                .serve(listener, async move {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-        });
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        Server {
-            store,
-            channel,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    fn set(&self, type_url: &str, name: &str, content: &[u8]) {
-        self.store
-            .apply([Change::Set(ResourceInput {
-                type_url: type_url.into(),
-                name: name.into(),
-                value: Bytes::copy_from_slice(content),
-            })])
-            .unwrap();
-    }
-
-    async fn ads(&self) -> Stream {
-        let (tx, rx) = mpsc::channel(16);
-        let responses = AggregatedDiscoveryServiceClient::new(self.channel.clone())
-            .stream_aggregated_resources(ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
-        Stream { tx, responses }
-    }
-
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+async fn ads(server: &Server) -> Stream {
+    let (tx, rx) = mpsc::channel(16);
+    let responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    Stream { tx, responses }
 }
 
 struct Stream {
@@ -155,7 +96,7 @@ async fn ads_wildcard_cds_then_named_eds_and_pushes_on_change() {
     server.set(CLUSTER, "c1", b"c1-v1");
     server.set(CLUSTER, "c2", b"c2-v1");
     server.set(CLUSTER_LOAD_ASSIGNMENT, "c1", b"e1-v1");
-    let mut s = server.ads().await;
+    let mut s = ads(&server).await;
 
     s.send(CLUSTER, &[], "").await;
     let cds = s.recv().await;
@@ -189,7 +130,7 @@ async fn ads_wildcard_cds_then_named_eds_and_pushes_on_change() {
 #[tokio::test]
 async fn empty_type_url_on_ads_ends_the_stream_with_invalid_argument() {
     let server = Server::start().await;
-    let mut s = server.ads().await;
+    let mut s = ads(&server).await;
     s.send("", &[], "").await;
     assert_eq!(s.recv_status().await.code(), tonic::Code::InvalidArgument);
     server.stop().await;
@@ -199,7 +140,7 @@ async fn empty_type_url_on_ads_ends_the_stream_with_invalid_argument() {
 async fn unknown_type_url_on_ads_is_an_empty_type_and_the_stream_stays_up() {
     let server = Server::start().await;
     server.set(CLUSTER, "c1", b"c1");
-    let mut s = server.ads().await;
+    let mut s = ads(&server).await;
     s.send("type.googleapis.com/example.v1.Unknown", &[], "")
         .await;
     let r = s.recv().await;
@@ -220,7 +161,7 @@ async fn unknown_type_url_on_ads_is_an_empty_type_and_the_stream_stays_up() {
 async fn a_different_node_mid_stream_ends_it_with_invalid_argument() {
     let server = Server::start().await;
     server.set(CLUSTER, "c1", b"c1");
-    let mut s = server.ads().await;
+    let mut s = ads(&server).await;
     s.send(CLUSTER, &[], "").await;
     let r = s.recv().await;
     // Omitting the node later is fine.
@@ -295,7 +236,7 @@ async fn per_type_services_serve_their_type_and_reject_others() {
 #[tokio::test]
 async fn shutdown_ends_open_streams() {
     let server = Server::start().await;
-    let mut s = server.ads().await;
+    let mut s = ads(&server).await;
     s.send(CLUSTER, &[], "").await;
     s.recv().await;
     server.stop().await; // would hang if open streams kept the server up

@@ -20,6 +20,7 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
+use super::stats::{StreamCounters, StreamRegistry, StreamStatus};
 use super::stream::{self, Variant};
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::sotw::SotwSubscription;
@@ -30,6 +31,7 @@ use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 pub(crate) struct ServerContext {
     pub(crate) store: Store,
     next_stream: AtomicU64,
+    pub(crate) streams: StreamRegistry,
     /// Flips to true when the server shuts down: every stream then ends with UNAVAILABLE, so
     /// that a graceful shutdown does not wait forever for streams that never end on their own.
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -54,6 +56,7 @@ impl XdsServer {
             ctx: Arc::new(ServerContext {
                 store,
                 next_stream: AtomicU64::new(0),
+                streams: StreamRegistry::default(),
                 shutdown: rx,
             }),
             shutdown,
@@ -71,6 +74,13 @@ impl XdsServer {
         }
         add!(Lds, Rds, Srds, Vhds, Cds, Eds, Sds, Rtds);
         routes
+    }
+
+    /// Reads the stream counters, also after `serve` took the server.
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle {
+            ctx: self.ctx.clone(),
+        }
     }
 
     /// Ends every open stream with UNAVAILABLE (clients reconnect elsewhere or later).
@@ -98,6 +108,24 @@ impl XdsServer {
                 let _ = shutdown.send(true);
             })
             .await
+    }
+}
+
+/// Reads a server's stream counters.
+#[derive(Clone)]
+pub struct StatsHandle {
+    ctx: Arc<ServerContext>,
+}
+
+impl StatsHandle {
+    /// What each open stream has been sent so far.
+    pub fn streams(&self) -> Vec<StreamStatus> {
+        self.ctx.streams.list()
+    }
+
+    /// Totals over every stream this server has had, open or closed.
+    pub fn totals(&self) -> StreamCounters {
+        self.ctx.streams.totals()
     }
 }
 

@@ -13,6 +13,7 @@ use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::grpc::ServerContext;
+use super::stats::StreamEntry;
 use super::wire::{DeltaWire, SotwWire};
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::sotw::{SotwResponse, SotwSubscription};
@@ -134,6 +135,7 @@ impl Variant for DeltaSubscription {
 
 struct Stream<V> {
     id: u64,
+    stats: Arc<StreamEntry>,
     store: Store,
     fixed: Option<Arc<str>>,
     node: NodeIdentity,
@@ -154,8 +156,10 @@ pub(crate) async fn run<V: Variant>(
     tx: Sender<V>,
 ) {
     let mut shutdown = ctx.shutdown.clone();
+    let id = ctx.next_stream_id();
     let mut s: Stream<V> = Stream {
-        id: ctx.next_stream_id(),
+        id,
+        stats: ctx.streams.open(id, V::NAME),
         store: ctx.store.clone(),
         watcher: ctx.store.watcher(),
         fixed,
@@ -191,6 +195,7 @@ pub(crate) async fn run<V: Variant>(
         warn!(stream = s.id, node = s.node.id(), code = ?status.code(), message = status.message(), "ending stream");
         let _ = tx.send(Err(status)).await;
     }
+    ctx.streams.close(s.id);
     info!(stream = s.id, node = s.node.id(), "stream closed");
 }
 
@@ -202,6 +207,7 @@ impl<V: Variant> Stream<V> {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         if first && self.node.node().is_some() {
             info!(stream = self.id, node = self.node.id(), "node identified");
+            self.stats.set_node(self.node.id());
         }
         let snapshot = self.store.snapshot();
         let requested = V::type_url(&request);
@@ -241,20 +247,26 @@ impl<V: Variant> Stream<V> {
         let (stream, node) = (self.id, self.node.id());
         match &kind {
             RequestKind::Initial => debug!(stream, node, type_url = %type_url, "subscribe"),
-            RequestKind::Ack { nonce } => debug!(stream, node, type_url = %type_url, %nonce, "ACK"),
+            RequestKind::Ack { nonce } => {
+                self.stats.acked(true);
+                debug!(stream, node, type_url = %type_url, %nonce, "ACK")
+            }
             RequestKind::Nack {
                 nonce,
                 rejected_version,
                 message,
-            } => warn!(
-                stream,
-                node,
-                type_url = %type_url,
-                nonce = %nonce,
-                rejected_version = rejected_version.as_deref().unwrap_or(""),
-                error = %message,
-                "NACK"
-            ),
+            } => {
+                self.stats.acked(false);
+                warn!(
+                    stream,
+                    node,
+                    type_url = %type_url,
+                    nonce = %nonce,
+                    rejected_version = rejected_version.as_deref().unwrap_or(""),
+                    error = %message,
+                    "NACK"
+                )
+            }
             RequestKind::Update => {
                 debug!(stream, node, type_url = %type_url, "subscription update")
             }
@@ -308,6 +320,7 @@ impl<V: Variant> Stream<V> {
                     nonce,
                     "push"
                 );
+                self.stats.sent(resources, removed);
                 tx.send(Ok(response.into())).await.map_err(|_| ())?;
             }
         }
