@@ -315,3 +315,57 @@ async fn a_client_that_never_reads_neither_stalls_others_nor_queues_without_boun
     drop(slow);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn vhds_delta_virtual_hosts_serves_a_virtual_host_by_domain_alias() {
+    use envoy_types::pb::envoy::config::core::v3::ConfigSource;
+    use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, Vhds, VirtualHost};
+    use envoy_types::pb::envoy::service::route::v3::virtual_host_discovery_service_client::VirtualHostDiscoveryServiceClient;
+    use prost::Message;
+    use xdsd_core::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};
+
+    let server = Server::start().await;
+    let rc = RouteConfiguration {
+        name: "local_route".into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "backend".into(),
+            domains: vec!["backend.example".into()],
+            ..Default::default()
+        }],
+        vhds: Some(Vhds {
+            config_source: Some(ConfigSource::default()),
+        }),
+        ..Default::default()
+    };
+    server.set(ROUTE_CONFIGURATION, "local_route", &rc.encode_to_vec());
+
+    let (tx, rx) = mpsc::channel(4);
+    let mut vhds = VirtualHostDiscoveryServiceClient::new(server.channel.clone())
+        .delta_virtual_hosts(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(DeltaDiscoveryRequest {
+        node: node("vhds"),
+        type_url: VIRTUAL_HOST.into(),
+        resource_names_subscribe: vec![
+            "local_route/backend.example".into(),
+            "local_route/nope.example".into(),
+        ],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = tokio::time::timeout(WAIT, vhds.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(names(&r), ["local_route/backend"]);
+    assert_eq!(r.resources[0].aliases, ["local_route/backend.example"]);
+    let host =
+        VirtualHost::decode(r.resources[0].resource.as_ref().unwrap().value.as_slice()).unwrap();
+    assert_eq!(host.domains, ["backend.example"]);
+    assert_eq!(r.removed_resources, ["local_route/nope.example"]);
+    server.stop().await;
+}

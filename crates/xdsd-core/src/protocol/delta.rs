@@ -231,58 +231,57 @@ impl DeltaSubscription {
         if !self.has_pending() {
             return None;
         }
-        let get = |name: &str| current.and_then(|t| t.get(name));
+        // Keys are what the client subscribed by (a name or an alias); the response holds each
+        // resource once, under its name, whatever the number of keys that lead to it.
+        let get = |key: &str| current.and_then(|t| t.get(key));
         let mut resources: BTreeMap<Arc<str>, Arc<Resource>> = BTreeMap::new();
+        let mut sent: Vec<(Arc<str>, Arc<str>)> = Vec::new();
         let mut removed: BTreeSet<Arc<str>> = BTreeSet::new();
-        let differs = |has: &HashMap<Arc<str>, Arc<str>>, r: &Resource| {
-            has.get(r.name()) != Some(r.version())
+        let mut send = |key: &Arc<str>, r: &Arc<Resource>| {
+            sent.push((key.clone(), r.version().clone()));
+            resources.insert(r.name().clone(), r.clone());
         };
+        let differs = |key: &str, r: &Resource| self.has.get(key) != Some(r.version());
 
         if self.check_all {
             for r in current.into_iter().flat_map(|t| t.iter()) {
-                if self.subscribed(r.name()) && differs(&self.has, r) {
-                    resources.insert(r.name().clone(), r.clone());
+                if self.subscribed(r.name()) && differs(r.name(), r) {
+                    send(r.name(), r);
                 }
             }
-            for name in self.has.keys() {
-                if self.subscribed(name) && get(name).is_none() {
-                    removed.insert(name.clone());
+            for key in self.has.keys() {
+                if self.subscribed(key) && get(key).is_none() {
+                    removed.insert(key.clone());
                 }
             }
         }
-        for name in &self.forced {
-            match get(name) {
-                Some(r) => {
-                    resources.insert(name.clone(), r.clone());
-                }
+        for key in &self.forced {
+            match get(key) {
+                Some(r) => send(key, r),
                 // A subscribed name that does not exist is reported at once.
                 None => {
-                    removed.insert(name.clone());
+                    removed.insert(key.clone());
                 }
             }
         }
-        for name in &self.dirty {
-            if !self.subscribed(name) {
+        for key in &self.dirty {
+            if !self.subscribed(key) {
                 continue;
             }
-            match get(name) {
-                Some(r) if differs(&self.has, r) => {
-                    resources.insert(name.clone(), r.clone());
-                }
+            match get(key) {
+                Some(r) if differs(key, r) => send(key, r),
                 Some(_) => {}
-                None if self.has.contains_key(name) => {
-                    removed.insert(name.clone());
+                None if self.has.contains_key(key) => {
+                    removed.insert(key.clone());
                 }
                 None => {}
             }
         }
-        for name in &self.unsubscribed {
-            match get(name) {
-                Some(r) if self.wildcard => {
-                    resources.insert(name.clone(), r.clone());
-                }
+        for key in &self.unsubscribed {
+            match get(key) {
+                Some(r) if self.wildcard => send(key, r),
                 _ => {
-                    removed.insert(name.clone());
+                    removed.insert(key.clone());
                 }
             }
         }
@@ -292,11 +291,11 @@ impl DeltaSubscription {
         self.forced.clear();
         self.unsubscribed.clear();
         self.dirty.clear();
-        for r in resources.values() {
-            self.has.insert(r.name().clone(), r.version().clone());
+        for (key, version) in sent {
+            self.has.insert(key, version);
         }
-        for name in &removed {
-            self.has.remove(name);
+        for key in &removed {
+            self.has.remove(key);
         }
         if resources.is_empty() && removed.is_empty() && !answer {
             return None;

@@ -3,6 +3,7 @@
 
 mod resource;
 mod snapshot;
+mod vhds;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,6 +16,8 @@ pub use resource::Resource;
 pub(crate) use snapshot::{field_len, put_length_delimited};
 pub use snapshot::{Snapshot, TypeSnapshot};
 use watch::{lock_index, WatchIndex};
+
+use crate::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};
 pub use watch::{Changes, Watcher};
 
 /// One resource handed to the store: its type URL, its name and its encoded message.
@@ -68,6 +71,8 @@ struct Inner {
 }
 
 type TypeMap = BTreeMap<Arc<str>, Arc<Resource>>;
+/// A resource with its type URL.
+type Typed = (Arc<str>, Arc<Resource>);
 
 impl Store {
     pub fn new() -> Store {
@@ -98,16 +103,25 @@ impl Store {
         let _writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.snapshot();
         let mut next: HashMap<Arc<str>, TypeMap> = HashMap::new();
-        for input in resources {
-            let type_url = intern_type(&current, &input.type_url)?;
-            let map = next.entry(type_url.clone()).or_default();
-            let resource = build(&current, &type_url, input.name, input.value)?;
+        let mut add = |type_url: &Arc<str>, resource: Arc<Resource>| {
             let name = resource.name().clone();
-            if map.insert(name.clone(), resource).is_some() {
-                return Err(StoreError::Duplicate {
+            match next
+                .entry(type_url.clone())
+                .or_default()
+                .insert(name.clone(), resource)
+            {
+                Some(_) => Err(StoreError::Duplicate {
                     type_url: type_url.to_string(),
                     name: name.to_string(),
-                });
+                }),
+                None => Ok(()),
+            }
+        };
+        let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
+        for input in resources {
+            let type_url = intern_type(&current, &input.type_url)?;
+            for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)? {
+                add(&type_url, resource)?;
             }
         }
         for type_url in current.type_map().keys() {
@@ -125,26 +139,43 @@ impl Store {
         let _writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.snapshot();
         let mut next: HashMap<Arc<str>, TypeMap> = HashMap::new();
-        let start = |type_url: &Arc<str>| -> TypeMap {
-            current
-                .get(type_url)
-                .map(|t| t.iter().map(|r| (r.name().clone(), r.clone())).collect())
-                .unwrap_or_default()
-        };
+        let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
+        // A type's map, started from the current state the first time the type is touched.
+        fn map_of<'a>(
+            next: &'a mut HashMap<Arc<str>, TypeMap>,
+            current: &Snapshot,
+            type_url: &Arc<str>,
+        ) -> &'a mut TypeMap {
+            next.entry(type_url.clone()).or_insert_with(|| {
+                current
+                    .get(type_url)
+                    .map(|t| t.iter().map(|r| (r.name().clone(), r.clone())).collect())
+                    .unwrap_or_default()
+            })
+        }
         for change in changes {
+            let (type_url, name) = match &change {
+                Change::Set(input) => (intern_type(&current, &input.type_url)?, input.name.clone()),
+                Change::Remove { type_url, name } => {
+                    (intern_type(&current, type_url)?, name.clone())
+                }
+            };
+            if *type_url == *ROUTE_CONFIGURATION {
+                // The virtual hosts of a VHDS route configuration come and go with it.
+                let prefix = vhds::host_prefix(&name);
+                map_of(&mut next, &current, &hosts_type)
+                    .retain(|host, _| !host.starts_with(&prefix));
+            }
             match change {
                 Change::Set(input) => {
-                    let type_url = intern_type(&current, &input.type_url)?;
-                    let resource = build(&current, &type_url, input.name, input.value)?;
-                    next.entry(type_url.clone())
-                        .or_insert_with(|| start(&type_url))
-                        .insert(resource.name().clone(), resource);
+                    for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)?
+                    {
+                        map_of(&mut next, &current, &type_url)
+                            .insert(resource.name().clone(), resource);
+                    }
                 }
-                Change::Remove { type_url, name } => {
-                    let type_url = intern_type(&current, &type_url)?;
-                    next.entry(type_url.clone())
-                        .or_insert_with(|| start(&type_url))
-                        .remove(name.as_str());
+                Change::Remove { .. } => {
+                    map_of(&mut next, &current, &type_url).remove(name.as_str());
                 }
             }
         }
@@ -158,20 +189,29 @@ impl Store {
         let mut changed: Vec<(Arc<str>, Vec<Arc<str>>)> = Vec::new();
         for (type_url, map) in next {
             let old = current.get(&type_url);
-            let mut names: Vec<Arc<str>> = map
-                .iter()
-                .filter(|(name, r)| {
-                    old.and_then(|o| o.get(name)).map(|o| o.version()) != Some(r.version())
-                })
-                .map(|(name, _)| name.clone())
-                .collect();
-            if let Some(old) = old {
-                names.extend(
-                    old.iter()
-                        .filter(|r| !map.contains_key(r.name()))
-                        .map(|r| r.name().clone()),
-                );
+            // Changed resources are known by their names and aliases, old and new: a stream may
+            // watch any of them.
+            let mut names: Vec<Arc<str>> = Vec::new();
+            let mut mark = |r: &Resource| {
+                names.push(r.name().clone());
+                names.extend(r.aliases().iter().cloned());
+            };
+            for (name, r) in &map {
+                let before = old.and_then(|o| o.get_exact(name));
+                if before.map(|o| o.version()) != Some(r.version()) {
+                    mark(r);
+                    if let Some(before) = before {
+                        mark(before);
+                    }
+                }
             }
+            for r in old.into_iter().flat_map(|o| o.iter()) {
+                if !map.contains_key(r.name()) {
+                    mark(r);
+                }
+            }
+            names.sort();
+            names.dedup();
             if names.is_empty() {
                 continue;
             }
@@ -224,23 +264,62 @@ fn build(
     name: String,
     value: Bytes,
 ) -> Result<Arc<Resource>, StoreError> {
+    build_with_aliases(current, type_url, name, Vec::new(), value)
+}
+
+fn build_with_aliases(
+    current: &Snapshot,
+    type_url: &Arc<str>,
+    name: String,
+    aliases: Vec<String>,
+    value: Bytes,
+) -> Result<Arc<Resource>, StoreError> {
     if name.is_empty() {
         return Err(StoreError::EmptyName {
             type_url: type_url.to_string(),
         });
     }
-    let existing = current.resource(type_url, &name);
-    let resource = Resource::new(
+    let existing = current.get(type_url).and_then(|t| t.get_exact(&name));
+    let resource = Resource::with_aliases(
         type_url,
         existing
             .map(|r| r.name().clone())
             .unwrap_or_else(|| name.into()),
+        aliases.into_iter().map(Arc::from).collect(),
         value,
     );
     Ok(match existing {
         Some(old) if old.version() == resource.version() => old.clone(),
         _ => Arc::new(resource),
     })
+}
+
+/// The resources one input becomes: itself, and for a VHDS route configuration its virtual
+/// hosts too (the route configuration then without them).
+fn build_all(
+    current: &Snapshot,
+    type_url: &Arc<str>,
+    hosts_type: &Arc<str>,
+    input: ResourceInput,
+) -> Result<Vec<Typed>, StoreError> {
+    if **type_url == *ROUTE_CONFIGURATION {
+        if let Some((route, hosts)) = vhds::split(&input.value) {
+            let mut out = vec![(
+                type_url.clone(),
+                build(current, type_url, input.name, route)?,
+            )];
+            for host in hosts {
+                let resource =
+                    build_with_aliases(current, hosts_type, host.name, host.aliases, host.value)?;
+                out.push((hosts_type.clone(), resource));
+            }
+            return Ok(out);
+        }
+    }
+    Ok(vec![(
+        type_url.clone(),
+        build(current, type_url, input.name, input.value)?,
+    )])
 }
 
 #[cfg(test)]

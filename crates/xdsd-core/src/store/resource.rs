@@ -14,6 +14,8 @@ use sha2::{Digest, Sha256};
 /// built here, once, whatever the number of streams that will send them.
 pub struct Resource {
     name: Arc<str>,
+    /// Other names clients may subscribe by (VHDS: `<route config>/<domain>`).
+    aliases: Vec<Arc<str>>,
     version: Arc<str>,
     /// `google.protobuf.Any` encoding: an element of `DiscoveryResponse.resources`.
     any: Bytes,
@@ -26,11 +28,24 @@ impl Resource {
     /// the bytes, so the same content keeps the same version across reloads and restarts, which is
     /// what lets a reconnecting delta client skip resources it already has.
     pub fn new(type_url: &str, name: impl Into<Arc<str>>, value: Bytes) -> Resource {
+        Resource::with_aliases(type_url, name, Vec::new(), value)
+    }
+
+    pub fn with_aliases(
+        type_url: &str,
+        name: impl Into<Arc<str>>,
+        aliases: Vec<Arc<str>>,
+        value: Bytes,
+    ) -> Resource {
         let name = name.into();
         let mut hash = Sha256::new();
         hash.update(type_url.as_bytes());
         hash.update([0]);
         hash.update(&value);
+        for alias in &aliases {
+            hash.update([0]);
+            hash.update(alias.as_bytes());
+        }
         let digest = hash.finalize();
         let version: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
         let any = envoy_types::pb::google::protobuf::Any {
@@ -39,12 +54,14 @@ impl Resource {
         };
         let delta = DeltaResource {
             name: name.to_string(),
+            aliases: aliases.iter().map(|a| a.to_string()).collect(),
             version: version.clone(),
             resource: Some(any.clone()),
             ..Default::default()
         };
         Resource {
             name,
+            aliases,
             version: version.into(),
             any: any.encode_to_vec().into(),
             delta: delta.encode_to_vec().into(),
@@ -53,6 +70,10 @@ impl Resource {
 
     pub fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    pub fn aliases(&self) -> &[Arc<str>] {
+        &self.aliases
     }
 
     pub fn version(&self) -> &Arc<str> {

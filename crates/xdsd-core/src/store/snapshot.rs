@@ -15,6 +15,8 @@ pub struct TypeSnapshot {
     type_url: Arc<str>,
     version: Arc<str>,
     resources: BTreeMap<Arc<str>, Arc<Resource>>,
+    /// Alias → name, for resources that have aliases.
+    aliases: HashMap<Arc<str>, Arc<str>>,
     /// Every resource as an encoded `DiscoveryResponse.resources` entry, one after the other: the
     /// body of a SotW wildcard response, built on first use and then shared by every stream that
     /// sends this type at this version.
@@ -38,10 +40,15 @@ impl TypeSnapshot {
         }
         let digest = hash.finalize();
         let version: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let aliases = resources
+            .values()
+            .flat_map(|r| r.aliases().iter().map(|a| (a.clone(), r.name().clone())))
+            .collect();
         TypeSnapshot {
             type_url,
             version: version.into(),
             resources,
+            aliases,
             sotw_body: OnceLock::new(),
         }
     }
@@ -54,7 +61,15 @@ impl TypeSnapshot {
         &self.version
     }
 
+    /// The resource of that name, or else of that alias.
     pub fn get(&self, name: &str) -> Option<&Arc<Resource>> {
+        self.resources
+            .get(name)
+            .or_else(|| self.aliases.get(name).and_then(|n| self.resources.get(n)))
+    }
+
+    /// The resource of that name only (not an alias).
+    pub(crate) fn get_exact(&self, name: &str) -> Option<&Arc<Resource>> {
         self.resources.get(name)
     }
 
@@ -73,7 +88,10 @@ impl TypeSnapshot {
 
     /// The resource name as the store holds it, so streams share one allocation per name.
     pub fn intern(&self, name: &str) -> Option<Arc<str>> {
-        self.resources.get_key_value(name).map(|(k, _)| k.clone())
+        match self.resources.get_key_value(name) {
+            Some((k, _)) => Some(k.clone()),
+            None => self.aliases.get_key_value(name).map(|(k, _)| k.clone()),
+        }
     }
 
     /// All resources encoded as consecutive `DiscoveryResponse.resources` (field 2) entries.

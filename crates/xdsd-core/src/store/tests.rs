@@ -182,3 +182,106 @@ fn sotw_body_is_the_concatenation_of_encoded_any_entries() {
     assert_eq!(decoded.resources[0].type_url, CLUSTER);
     assert_eq!(decoded.resources[1].value, b"y");
 }
+
+mod vhds {
+    use super::*;
+    use crate::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};
+    use envoy_types::pb::envoy::config::core::v3::ConfigSource;
+    use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, Vhds, VirtualHost};
+    use prost::Message;
+
+    fn route(name: &str, hosts: &[(&str, &[&str])], vhds: bool) -> ResourceInput {
+        let rc = RouteConfiguration {
+            name: name.into(),
+            virtual_hosts: hosts
+                .iter()
+                .map(|(n, domains)| VirtualHost {
+                    name: n.to_string(),
+                    domains: domains.iter().map(|d| d.to_string()).collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            vhds: vhds.then(|| Vhds {
+                config_source: Some(ConfigSource::default()),
+            }),
+            ..Default::default()
+        };
+        ResourceInput {
+            type_url: ROUTE_CONFIGURATION.into(),
+            name: name.into(),
+            value: rc.encode_to_vec().into(),
+        }
+    }
+
+    #[test]
+    fn vhds_route_configuration_serves_its_virtual_hosts_separately_with_domain_aliases() {
+        let store = Store::new();
+        store
+            .replace_all([route("rc", &[("web", &["a.example", "b.example"])], true)])
+            .unwrap();
+        let snap = store.snapshot();
+        let served =
+            RouteConfiguration::decode(snap.resource(ROUTE_CONFIGURATION, "rc").unwrap().value())
+                .unwrap();
+        assert!(
+            served.virtual_hosts.is_empty(),
+            "RDS serves the route configuration without its virtual hosts"
+        );
+        let host = snap.resource(VIRTUAL_HOST, "rc/web").unwrap();
+        assert_eq!(&**host.name(), "rc/web");
+        let by_alias = snap.resource(VIRTUAL_HOST, "rc/b.example").unwrap();
+        assert!(
+            Arc::ptr_eq(host, by_alias),
+            "the domain alias finds the same virtual host"
+        );
+        assert_eq!(
+            VirtualHost::decode(host.value()).unwrap().domains,
+            ["a.example", "b.example"]
+        );
+    }
+
+    #[test]
+    fn route_configuration_without_vhds_is_served_whole() {
+        let store = Store::new();
+        store
+            .replace_all([route("rc", &[("web", &["a"])], false)])
+            .unwrap();
+        let snap = store.snapshot();
+        let served =
+            RouteConfiguration::decode(snap.resource(ROUTE_CONFIGURATION, "rc").unwrap().value())
+                .unwrap();
+        assert_eq!(served.virtual_hosts.len(), 1);
+        assert!(snap.get(VIRTUAL_HOST).is_none());
+    }
+
+    #[test]
+    fn changing_a_vhds_route_configuration_notifies_alias_watchers_and_drops_old_hosts() {
+        let store = Store::new();
+        store
+            .replace_all([route("rc", &[("web", &["a"]), ("old", &["o"])], true)])
+            .unwrap();
+        let mut w = store.watcher();
+        let hosts = arc(VIRTUAL_HOST);
+        w.watch(&hosts, [&arc("rc/a")]);
+        store
+            .apply([Change::Set(route("rc", &[("web", &["a", "c"])], true))])
+            .unwrap();
+        assert!(
+            w.take_changes()[&hosts].contains("rc/a"),
+            "watching by alias sees the change"
+        );
+        let snap = store.snapshot();
+        assert!(snap.resource(VIRTUAL_HOST, "rc/old").is_none());
+        assert!(snap.resource(VIRTUAL_HOST, "rc/c").is_some());
+        store
+            .apply([Change::Remove {
+                type_url: ROUTE_CONFIGURATION.into(),
+                name: "rc".into(),
+            }])
+            .unwrap();
+        assert!(
+            store.snapshot().get(VIRTUAL_HOST).is_none(),
+            "hosts go with their route configuration"
+        );
+    }
+}

@@ -485,3 +485,87 @@ fn many_updates_coalesce_into_the_latest_state() {
     );
     assert_eq!(r.resources[0].version(), &Arc::from(h.version("a")));
 }
+
+mod aliases {
+    use super::*;
+    use crate::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};
+    use envoy_types::pb::envoy::config::core::v3::ConfigSource;
+    use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, Vhds, VirtualHost};
+    use prost::Message;
+
+    fn vhds_harness(domains: &[&str]) -> Harness {
+        let h = Harness::new(VIRTUAL_HOST, &[]);
+        h.store.replace_all([route(domains)]).unwrap();
+        h
+    }
+
+    fn route(domains: &[&str]) -> ResourceInput {
+        let rc = RouteConfiguration {
+            name: "rc".into(),
+            virtual_hosts: vec![VirtualHost {
+                name: "web".into(),
+                domains: domains.iter().map(|d| d.to_string()).collect(),
+                ..Default::default()
+            }],
+            vhds: Some(Vhds {
+                config_source: Some(ConfigSource::default()),
+            }),
+            ..Default::default()
+        };
+        ResourceInput {
+            type_url: ROUTE_CONFIGURATION.into(),
+            name: "rc".into(),
+            value: rc.encode_to_vec().into(),
+        }
+    }
+
+    #[test]
+    fn subscribe_by_alias_sends_the_resource_under_its_name_with_aliases() {
+        let mut h = vhds_harness(&["a.example"]);
+        h.request(Req {
+            subscribe: &["rc/a.example"],
+            ..Default::default()
+        });
+        let r = h.poll().unwrap();
+        assert_eq!(&**r.resources[0].name(), "rc/web");
+        assert_eq!(r.resources[0].aliases(), [Arc::from("rc/a.example")]);
+    }
+
+    #[test]
+    fn name_and_alias_of_the_same_resource_send_it_once() {
+        let mut h = vhds_harness(&["a.example"]);
+        h.request(Req {
+            subscribe: &["rc/web", "rc/a.example"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["rc/web"], &[]));
+    }
+
+    #[test]
+    fn alias_of_an_unknown_domain_is_reported_removed() {
+        let mut h = vhds_harness(&["a.example"]);
+        h.request(Req {
+            subscribe: &["rc/unknown.example"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[], &["rc/unknown.example"]));
+    }
+
+    #[test]
+    fn change_seen_through_an_alias_is_sent_once() {
+        let mut h = vhds_harness(&["a.example"]);
+        h.request(Req {
+            subscribe: &["rc/a.example"],
+            ..Default::default()
+        });
+        h.expect();
+        h.store
+            .apply([Change::Set(route(&["a.example", "b.example"]))])
+            .unwrap();
+        h.sub
+            .mark_changed([&Arc::from("rc/a.example"), &Arc::from("rc/web")]);
+        assert_eq!(h.expect(), seen(&["rc/web"], &[]));
+        h.sub.mark_changed([&Arc::from("rc/a.example")]);
+        h.expect_none();
+    }
+}
