@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -54,7 +55,12 @@ struct ServeArgs {
     resources: PathBuf,
 
     /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:18000", env = "XDSD_LISTEN")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:18000",
+        env = "XDSD_LISTEN"
+    )]
     listen: SocketAddr,
 
     /// Log level (error, warn, info, debug, trace) or a tracing filter such as
@@ -90,7 +96,8 @@ fn main() -> ExitCode {
 }
 
 fn init_logs(level: &str) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_new(level).with_context(|| format!("invalid --log-level {level:?}"))?;
+    let filter =
+        EnvFilter::try_new(level).with_context(|| format!("invalid --log-level {level:?}"))?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -115,19 +122,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
     let dir = args.resources;
     let store = Store::new();
-    let initial = xdsd_source::load_directory(&descriptors, &dir)
-        .with_context(|| format!("cannot load resources from {}", dir.display()))?;
-    let count = initial.len();
-    let summary = store
-        .replace_all(inputs(initial))
-        .with_context(|| format!("cannot load resources from {}", dir.display()))?;
-    info!(
-        dir = %dir.display(),
-        resources = count,
-        generation = summary.generation,
-        "resources loaded"
-    );
-    let _watch = watch(&descriptors, &dir, &store)?;
+    // The watch starts before the first load, so no change can fall between the two; the lock
+    // makes the first load's read-and-commit and each reload's commit happen one after the
+    // other, so a reload can never be overwritten by the older first load.
+    let loading = Arc::new(Mutex::new(()));
+    let _watch = watch(&descriptors, &dir, &store, loading.clone())?;
+    {
+        let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
+        let initial = xdsd_source::load_directory(&descriptors, &dir)
+            .with_context(|| format!("cannot load resources from {}", dir.display()))?;
+        let count = initial.len();
+        let summary = store
+            .replace_all(inputs(initial))
+            .with_context(|| format!("cannot load resources from {}", dir.display()))?;
+        info!(
+            dir = %dir.display(),
+            resources = count,
+            generation = summary.generation,
+            "resources loaded"
+        );
+    }
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -161,9 +175,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Follows `dir`: each change becomes a whole new store state, or is rejected whole.
-fn watch(descriptors: &Descriptors, dir: &Path, store: &Store) -> anyhow::Result<xdsd_source::DirectoryWatch> {
+fn watch(
+    descriptors: &Descriptors,
+    dir: &Path,
+    store: &Store,
+    loading: Arc<Mutex<()>>,
+) -> anyhow::Result<xdsd_source::DirectoryWatch> {
     let store = store.clone();
     xdsd_source::watch_directory(descriptors.clone(), dir.to_path_buf(), move |result| {
+        let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
         let generation = store.snapshot().generation();
         match result {
             Ok(resources) => {
@@ -178,9 +198,7 @@ fn watch(descriptors: &Descriptors, dir: &Path, store: &Store) -> anyhow::Result
                         generation = summary.generation,
                         "resources loaded"
                     ),
-                    Err(e) => error!(
-                        "change rejected: {e}; still serving generation {generation}"
-                    ),
+                    Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
                 }
             }
             Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
