@@ -279,19 +279,20 @@ fn build_with_aliases(
             type_url: type_url.to_string(),
         });
     }
+    let aliases: Vec<Arc<str>> = aliases.into_iter().map(Arc::from).collect();
     let existing = current.get(type_url).and_then(|t| t.get_exact(&name));
-    let resource = Resource::with_aliases(
-        type_url,
-        existing
-            .map(|r| r.name().clone())
-            .unwrap_or_else(|| name.into()),
-        aliases.into_iter().map(Arc::from).collect(),
-        value,
-    );
-    Ok(match existing {
-        Some(old) if old.version() == resource.version() => old.clone(),
-        _ => Arc::new(resource),
-    })
+    // Unchanged content keeps its resource, and its bytes: nothing is encoded again.
+    if let Some(old) = existing {
+        if **old.version() == *Resource::version_of(type_url, &aliases, &value) {
+            return Ok(old.clone());
+        }
+    }
+    let name = existing
+        .map(|r| r.name().clone())
+        .unwrap_or_else(|| name.into());
+    Ok(Arc::new(Resource::with_aliases(
+        type_url, name, aliases, value,
+    )))
 }
 
 /// The resources one input becomes: itself, and for a VHDS route configuration its virtual

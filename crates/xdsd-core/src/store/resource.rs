@@ -38,16 +38,7 @@ impl Resource {
         value: Bytes,
     ) -> Resource {
         let name = name.into();
-        let mut hash = Sha256::new();
-        hash.update(type_url.as_bytes());
-        hash.update([0]);
-        hash.update(&value);
-        for alias in &aliases {
-            hash.update([0]);
-            hash.update(alias.as_bytes());
-        }
-        let digest = hash.finalize();
-        let version: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let version = Resource::version_of(type_url, &aliases, &value);
         let any = envoy_types::pb::google::protobuf::Any {
             type_url: type_url.to_owned(),
             value: value.to_vec(),
@@ -66,6 +57,20 @@ impl Resource {
             any: any.encode_to_vec().into(),
             delta: delta.encode_to_vec().into(),
         }
+    }
+
+    /// The version a resource of this content has: the same content, the same version.
+    pub fn version_of(type_url: &str, aliases: &[Arc<str>], value: &[u8]) -> String {
+        let mut hash = Sha256::new();
+        hash.update(type_url.as_bytes());
+        hash.update([0]);
+        hash.update(value);
+        for alias in aliases {
+            hash.update([0]);
+            hash.update(alias.as_bytes());
+        }
+        let digest = hash.finalize();
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
 
     pub fn name(&self) -> &Arc<str> {
