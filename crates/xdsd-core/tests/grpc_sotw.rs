@@ -242,3 +242,55 @@ async fn shutdown_ends_open_streams() {
     server.stop().await; // would hang if open streams kept the server up
     assert_eq!(s.recv_status().await.code(), tonic::Code::Unavailable);
 }
+
+/// An EDS cluster, encoded, with a connect timeout that makes each version distinct.
+fn eds_cluster(name: &str, timeout_secs: i64) -> Vec<u8> {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+        ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
+    };
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::google::protobuf::Duration as PbDuration;
+    use prost::Message;
+    Cluster {
+        name: name.into(),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+        eds_cluster_config: Some(EdsClusterConfig::default()),
+        connect_timeout: Some(PbDuration {
+            seconds: timeout_secs,
+            nanos: 0,
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[tokio::test]
+async fn an_updated_eds_cluster_gets_its_unchanged_endpoints_again_to_finish_warming() {
+    let server = Server::start().await;
+    server.set(CLUSTER, "web", &eds_cluster("web", 1));
+    server.set(CLUSTER, "other", &eds_cluster("other", 1));
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "web", b"endpoints-of-web");
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "other", b"endpoints-of-other");
+    let mut s = ads(&server).await;
+    s.send(CLUSTER, &[], "").await;
+    let cds = s.recv().await;
+    s.send(CLUSTER, &[], &cds.nonce).await;
+    s.send(CLUSTER_LOAD_ASSIGNMENT, &["web", "other"], "").await;
+    let eds = s.recv().await;
+    assert_eq!(eds.resources.len(), 2);
+    s.send(CLUSTER_LOAD_ASSIGNMENT, &["web", "other"], &eds.nonce)
+        .await;
+    s.expect_silence().await;
+
+    server.set(CLUSTER, "web", &eds_cluster("web", 2));
+    let cds = s.recv().await;
+    assert_eq!(cds.type_url, CLUSTER, "clusters first");
+    let eds = s.recv().await;
+    assert_eq!(eds.type_url, CLUSTER_LOAD_ASSIGNMENT);
+    assert_eq!(
+        names(&eds),
+        ["endpoints-of-web"],
+        "only the updated cluster's endpoints, unchanged"
+    );
+    server.stop().await;
+}

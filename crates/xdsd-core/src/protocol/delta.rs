@@ -205,6 +205,13 @@ impl DeltaSubscription {
         }
     }
 
+    /// Sends `name` again with the next response, changed or not, if it is subscribed.
+    pub fn resend(&mut self, name: &Arc<str>) {
+        if self.subscribed(name) {
+            self.forced.insert(name.clone());
+        }
+    }
+
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         for name in names {

@@ -21,6 +21,9 @@ pub struct SotwResponse {
     pub version_info: Arc<str>,
     pub nonce: String,
     pub resources: SotwResources,
+    /// The resources of this response that are new or changed for this client (empty for the
+    /// first response of the type): what a client has to act upon.
+    pub updated: Vec<Arc<Resource>>,
 }
 
 /// The resources of a response: the whole type (its shared encoded body) or a selection.
@@ -228,6 +231,21 @@ impl SotwSubscription {
         if !self.has_pending() {
             return None;
         }
+        let first = self.last_nonce.is_none();
+        let mut updated: Vec<Arc<Resource>> = Vec::new();
+        if !first {
+            let mut names: Vec<&Arc<str>> = self.dirty.union(&self.forced).collect();
+            names.sort();
+            for name in names {
+                if let Some(r) = current.and_then(|t| t.get(name)) {
+                    if self.sent.get(name) != Some(r.version())
+                        && (self.wildcard || self.names.contains(name))
+                    {
+                        updated.push(r.clone());
+                    }
+                }
+            }
+        }
         let resources = if self.full_state {
             self.full_state_resources(current)
         } else {
@@ -248,7 +266,15 @@ impl SotwSubscription {
             version_info,
             nonce,
             resources,
+            updated,
         })
+    }
+
+    /// Sends `name` again with the next response, changed or not, if it is subscribed.
+    pub fn resend(&mut self, name: &Arc<str>) {
+        if self.wildcard || self.names.contains(name) {
+            self.forced.insert(name.clone());
+        }
     }
 
     /// LDS/CDS: all subscribed resources, sent when that set differs from what the client has,

@@ -4,6 +4,7 @@
 mod resource;
 mod snapshot;
 mod vhds;
+mod warming;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};

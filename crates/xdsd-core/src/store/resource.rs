@@ -16,6 +16,8 @@ pub struct Resource {
     name: Arc<str>,
     /// Other names clients may subscribe by (VHDS: `<route config>/<domain>`).
     aliases: Vec<Arc<str>>,
+    /// Resources to send again to a client that receives a change of this one (see `warming`).
+    dependents: Vec<(Arc<str>, Arc<str>)>,
     version: Arc<str>,
     /// `google.protobuf.Any` encoding: an element of `DiscoveryResponse.resources`.
     any: Bytes,
@@ -50,9 +52,11 @@ impl Resource {
             resource: Some(any.clone()),
             ..Default::default()
         };
+        let dependents = super::warming::dependents(type_url, &name, &value);
         Resource {
             name,
             aliases,
+            dependents,
             version: version.into(),
             any: any.encode_to_vec().into(),
             delta: delta.encode_to_vec().into(),
@@ -75,6 +79,12 @@ impl Resource {
 
     pub fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// (type URL, name) of the resources a client must be sent again after a change of this one,
+    /// to finish warming it.
+    pub fn dependents(&self) -> &[(Arc<str>, Arc<str>)] {
+        &self.dependents
     }
 
     pub fn aliases(&self) -> &[Arc<str>] {

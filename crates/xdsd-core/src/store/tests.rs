@@ -285,3 +285,37 @@ mod vhds {
         );
     }
 }
+
+#[test]
+fn an_eds_cluster_depends_on_its_cluster_load_assignment() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+        ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
+    };
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use prost::Message;
+    let cluster = |service: &str, kind: DiscoveryType| {
+        Cluster {
+            name: "c".into(),
+            cluster_discovery_type: Some(ClusterDiscoveryType::Type(kind as i32)),
+            eds_cluster_config: Some(EdsClusterConfig {
+                service_name: service.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let r = Resource::new(CLUSTER, "c", cluster("", DiscoveryType::Eds).into());
+    assert_eq!(
+        r.dependents(),
+        [(arc(crate::types::CLUSTER_LOAD_ASSIGNMENT), arc("c"))]
+    );
+    let r = Resource::new(CLUSTER, "c", cluster("svc", DiscoveryType::Eds).into());
+    assert_eq!(
+        &*r.dependents()[0].1,
+        "svc",
+        "the EDS service name when set"
+    );
+    let r = Resource::new(CLUSTER, "c", cluster("", DiscoveryType::Static).into());
+    assert!(r.dependents().is_empty());
+}

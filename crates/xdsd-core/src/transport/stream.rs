@@ -18,7 +18,7 @@ use super::wire::{DeltaWire, SotwWire};
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::sotw::{SotwResponse, SotwSubscription};
 use crate::protocol::{NodeIdentity, NonceGen, RequestKind, SubscriptionChange};
-use crate::store::{Store, TypeSnapshot, Watcher};
+use crate::store::{Resource, Store, TypeSnapshot, Watcher};
 use crate::types;
 
 /// What the stream driver needs of a protocol variant's per-type state machine.
@@ -46,6 +46,10 @@ pub(crate) trait Variant: Send + 'static {
     ) -> Option<Self::Response>;
     /// (version, resources, removed names, nonce) of a response, for logs.
     fn describe(response: &Self::Response) -> (&str, usize, usize, &str);
+    /// The resources of a response that are new or changed for the client.
+    fn updated(response: &Self::Response) -> &[Arc<Resource>];
+    /// Sends `name` again with the next response, changed or not, if it is subscribed.
+    fn resend(&mut self, name: &Arc<str>);
 }
 
 impl Variant for SotwSubscription {
@@ -85,6 +89,12 @@ impl Variant for SotwSubscription {
     }
     fn describe(r: &SotwResponse) -> (&str, usize, usize, &str) {
         (&r.version_info, r.len(), 0, &r.nonce)
+    }
+    fn updated(r: &SotwResponse) -> &[Arc<Resource>] {
+        &r.updated
+    }
+    fn resend(&mut self, name: &Arc<str>) {
+        SotwSubscription::resend(self, name)
     }
 }
 
@@ -130,6 +140,12 @@ impl Variant for DeltaSubscription {
             r.removed.len(),
             &r.nonce,
         )
+    }
+    fn updated(r: &DeltaResponse) -> &[Arc<Resource>] {
+        &r.resources
+    }
+    fn resend(&mut self, name: &Arc<str>) {
+        DeltaSubscription::resend(self, name)
     }
 }
 
@@ -293,36 +309,40 @@ impl<V: Variant> Stream<V> {
 
     /// Sends every response owed, types in make-before-break order. Err: the client is gone.
     async fn flush(&mut self, tx: &Sender<V>) -> Result<(), ()> {
-        let mut pending: Vec<Arc<str>> = self
-            .subs
-            .iter()
-            .filter(|(_, s)| s.has_pending())
-            .map(|(t, _)| t.clone())
-            .collect();
-        if pending.is_empty() {
+        if !self.subs.values().any(|s| s.has_pending()) {
             return Ok(());
         }
-        pending.sort_by(|a, b| (types::push_rank(a), a).cmp(&(types::push_rank(b), b)));
+        let mut order: Vec<Arc<str>> = self.subs.keys().cloned().collect();
+        order.sort_by(|a, b| (types::push_rank(a), a).cmp(&(types::push_rank(b), b)));
         let snapshot = self.store.snapshot();
-        for type_url in pending {
+        for type_url in order {
             let Some(sub) = self.subs.get_mut(&type_url) else {
                 continue;
             };
-            if let Some(response) = sub.poll_response(snapshot.get(&type_url), &mut self.nonces) {
-                let (version, resources, removed, nonce) = V::describe(&response);
-                debug!(
-                    stream = self.id,
-                    node = self.node.id(),
-                    type_url = %type_url,
-                    version,
-                    resources,
-                    removed,
-                    nonce,
-                    "push"
-                );
-                self.stats.sent(resources, removed);
-                tx.send(Ok(response.into())).await.map_err(|_| ())?;
+            let Some(response) = sub.poll_response(snapshot.get(&type_url), &mut self.nonces)
+            else {
+                continue;
+            };
+            let (version, resources, removed, nonce) = V::describe(&response);
+            debug!(
+                stream = self.id,
+                node = self.node.id(),
+                type_url = %type_url,
+                version,
+                resources,
+                removed,
+                nonce,
+                "push"
+            );
+            self.stats.sent(resources, removed);
+            // A changed resource may need others sent again for the client to finish warming it
+            // (an updated EDS cluster needs its endpoints): they come later in push order.
+            for (dep_type, dep_name) in V::updated(&response).iter().flat_map(|r| r.dependents()) {
+                if let Some(dep) = self.subs.get_mut(dep_type) {
+                    dep.resend(dep_name);
+                }
             }
+            tx.send(Ok(response.into())).await.map_err(|_| ())?;
         }
         Ok(())
     }
