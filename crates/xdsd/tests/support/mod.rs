@@ -172,6 +172,11 @@ impl Log {
     }
 }
 
+/// Whether a log line names node `id` as `node=ID` (or `node="ID"`, tracing's debug form).
+pub fn names_node(line: &str, id: &str) -> bool {
+    line.contains(&format!("node={id}")) || line.contains(&format!("node=\"{id}\""))
+}
+
 /// Kills `child` now (SIGKILL) and reaps it without blocking for long.
 fn kill_now(child: &mut Child) {
     let _ = child.start_kill();

@@ -4,8 +4,8 @@
 //! keeps flowing to B when Envoy NACKs a bad cluster.
 
 use super::{
-    unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER, ENDPOINTS, LISTENER,
-    ROUTE,
+    names_node, unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER, ENDPOINTS,
+    LISTENER, ROUTE,
 };
 
 /// The admin block every test bootstrap uses: 127.0.0.1, port chosen by the OS.
@@ -263,12 +263,19 @@ pub async fn run_envoy_scenario(transport: Transport) {
     xdsd.expect_loaded_since(mark).await;
     let nack = xdsd
         .log
-        .expect_line_since(
+        .wait_for_since(
             mark,
-            &["NACK", &format!("node={node_id}"), CLUSTER],
-            "xdsd to log Envoy's NACK of the broken cluster",
+            |l| l.contains("NACK") && l.contains(CLUSTER) && names_node(l, &node_id),
+            super::DEADLINE,
         )
-        .await;
+        .await
+        .unwrap_or_else(|why| {
+            panic!(
+                "expected xdsd to log Envoy's NACK of the broken cluster with node={node_id} \
+                 ({why}). Log:\n{}",
+                xdsd.log.text()
+            )
+        });
     assert!(nack.contains("WARN"), "a NACK is logged at WARN: {nack}");
     assert!(
         nack.contains("nonce="),
@@ -288,7 +295,16 @@ pub async fn run_envoy_scenario(transport: Transport) {
             "traffic keeps flowing to B after the NACK"
         );
     }
-    // Envoy itself kept its config: the broken cluster was never added.
+    // Envoy counted the rejection, and kept its config: the broken cluster was never added.
+    let rejected_stat = "cluster_manager.cds.update_rejected";
+    let deadline = tokio::time::Instant::now() + super::DEADLINE;
+    while envoy.stat(rejected_stat).await.unwrap_or(0) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Envoy's {rejected_stat} stayed 0 after the NACK"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let dump = envoy.config_dump().await;
     assert!(
         !dump.contains("\"name\": \"broken\""),
