@@ -1,0 +1,263 @@
+//! The harness side of the server processes: spawn one, drive it through its line protocol
+//! (see `server.rs`), and read its CPU time and memory from /proc, so that the figures are the
+//! server's alone.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::server::hex;
+
+/// Which server a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Server {
+    /// xdsd-core through the library API, in its own process.
+    Xdsd,
+    /// The bare-transport limit.
+    Limit,
+    /// rust-control-plane (bench-peer).
+    Peer,
+}
+
+impl Server {
+    pub fn name(self) -> &'static str {
+        match self {
+            Server::Xdsd => "xdsd",
+            Server::Limit => "limit",
+            Server::Peer => "peer",
+        }
+    }
+    pub fn parse(s: &str) -> anyhow::Result<Server> {
+        Ok(match s {
+            "xdsd" => Server::Xdsd,
+            "limit" => Server::Limit,
+            "peer" => Server::Peer,
+            _ => anyhow::bail!("unknown server {s:?} (xdsd, limit, peer)"),
+        })
+    }
+    pub fn supports_delta(self) -> bool {
+        self != Server::Peer
+    }
+}
+
+pub struct Proc {
+    child: Child,
+    pub pid: u32,
+    pub addr: String,
+    pub stdin: ChildStdin,
+    pub lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Proc {
+    pub async fn spawn(
+        server: Server,
+        peer_bin: Option<&Path>,
+        log: &Path,
+    ) -> anyhow::Result<Proc> {
+        let mut cmd = match server {
+            Server::Peer => {
+                Command::new(peer_bin.ok_or_else(|| anyhow::anyhow!("the peer needs --peer-bin"))?)
+            }
+            _ => {
+                let mut c = Command::new(std::env::current_exe()?);
+                c.args(["server", "--kind", server.name()]);
+                c
+            }
+        };
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log)?)
+            .kill_on_drop(true);
+        let mut child = cmd.spawn()?;
+        let pid = child.id().ok_or_else(|| anyhow::anyhow!("no pid"))?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .map_err(|_| anyhow::anyhow!("{} did not start in 30 s", server.name()))??
+            .ok_or_else(|| {
+                anyhow::anyhow!("{} exited at start (see {})", server.name(), log.display())
+            })?;
+        let addr = first
+            .strip_prefix("listening ")
+            .ok_or_else(|| anyhow::anyhow!("unexpected first line {first:?}"))?
+            .to_owned();
+        Ok(Proc {
+            child,
+            pid,
+            addr,
+            stdin,
+            lines,
+        })
+    }
+
+    async fn reply(&mut self) -> anyhow::Result<Vec<u64>> {
+        let line = tokio::time::timeout(Duration::from_secs(300), self.lines.next_line())
+            .await
+            .map_err(|_| anyhow::anyhow!("server did not answer in 300 s"))??
+            .ok_or_else(|| anyhow::anyhow!("server exited"))?;
+        parse_ok(&line)
+    }
+
+    /// Replaces the server's resources with the record file; returns (accepted, done) times.
+    pub async fn load(&mut self, records: &Path) -> anyhow::Result<(u64, u64)> {
+        self.stdin
+            .write_all(format!("load {}\n", records.display()).as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        let r = self.reply().await?;
+        Ok((r[0], *r.get(1).unwrap_or(&r[0])))
+    }
+
+    /// Sends a `set` without waiting for its answer (see [`Proc::read_ok`]).
+    pub async fn send_set(
+        &mut self,
+        type_url: &str,
+        name: &str,
+        value: &[u8],
+    ) -> anyhow::Result<()> {
+        self.stdin
+            .write_all(format!("set {type_url} {name} {}\n", hex(value)).as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        Ok(())
+    }
+
+    /// Sets one resource; returns when the server accepted it.
+    pub async fn set(&mut self, type_url: &str, name: &str, value: &[u8]) -> anyhow::Result<u64> {
+        self.send_set(type_url, name, value).await?;
+        Ok(self.reply().await?[0])
+    }
+
+    /// CPU seconds (user + system) the server process used so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.pid).unwrap_or(0.0)
+    }
+
+    /// Resident memory in KiB (`VmRSS`), and the peak (`VmHWM`).
+    pub fn rss_kib(&self) -> (u64, u64) {
+        (
+            status_kib(self.pid, "VmRSS:").unwrap_or(0),
+            status_kib(self.pid, "VmHWM:").unwrap_or(0),
+        )
+    }
+
+    /// Asks the server to exit, and kills it if it does not within 5 s.
+    pub async fn stop(mut self) {
+        let _ = self.stdin.write_all(b"quit\n").await;
+        let _ = self.stdin.flush().await;
+        drop(self.stdin);
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+pub fn parse_ok(line: &str) -> anyhow::Result<Vec<u64>> {
+    let rest = line
+        .strip_prefix("ok ")
+        .ok_or_else(|| anyhow::anyhow!("server answered {line:?}"))?;
+    Ok(rest
+        .split_whitespace()
+        .map(|w| w.parse::<u64>())
+        .collect::<Result<_, _>>()?)
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// utime + stime of a process, in seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / clock_ticks())
+}
+
+pub fn self_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id()).unwrap_or(0.0)
+}
+
+pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Raises the soft open-file limit to the hard limit.
+pub fn raise_fd_limit() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+/// The machine, for the report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub cpu_model: String,
+    pub mem_gib: f64,
+    pub kernel: String,
+}
+
+pub fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+        .unwrap_or_default();
+    let mem_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0);
+    Machine {
+        nproc: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        cpu_model,
+        mem_gib: (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+    }
+}

@@ -1,0 +1,216 @@
+//! `xds-bench`: a load generator and side-by-side benchmark of xdsd against the bare-transport
+//! limit and a rust-control-plane peer. See BENCHMARKS.md for the scenarios and how to run them.
+
+mod client;
+mod config;
+mod control;
+mod report;
+mod scenarios;
+mod server;
+mod wire;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::ConfigSpec;
+use crate::control::Server;
+use crate::scenarios::{Ctx, Plan};
+
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in the load generator and the server
+/// processes, so convergence is measured across them.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[derive(Parser)]
+#[command(
+    name = "xds-bench",
+    about = "Benchmarks xdsd against the transport limit and a peer"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs one server process for the harness (internal).
+    #[command(hide = true)]
+    Server {
+        #[arg(long, value_enum)]
+        kind: server::ServerKind,
+    },
+}
+
+#[derive(Args, Clone)]
+struct RunArgs {
+    /// Small sizes, a few seconds in all (what CI runs).
+    #[arg(long)]
+    quick: bool,
+    /// Servers to measure, comma-separated: xdsd, limit, peer (default: all three with
+    /// --peer-bin, else xdsd and limit).
+    #[arg(long, value_delimiter = ',')]
+    servers: Vec<String>,
+    /// The bench-peer binary (built from bench-peer/, a separate cargo workspace).
+    #[arg(long)]
+    peer_bin: Option<PathBuf>,
+    /// Scenarios to run, comma-separated: s1 (with s3, s4), s2, s5.
+    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5")]
+    scenarios: Vec<String>,
+    /// Where to write results.json, results.md and s1.svg.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// S1 (and S3/S4) stream counts, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    s1_streams: Vec<usize>,
+    /// Changes per S1 measurement.
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// S2 stream count.
+    #[arg(long)]
+    s2_streams: Option<usize>,
+    /// S2 cluster counts, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    s2_clusters: Vec<usize>,
+    /// S5 stream count.
+    #[arg(long)]
+    s5_streams: Option<usize>,
+    /// S5 offered change rates per second, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    s5_rates: Vec<u32>,
+    /// S5 seconds per rate.
+    #[arg(long)]
+    s5_secs: Option<f64>,
+    /// ADS streams per HTTP/2 connection.
+    #[arg(long)]
+    streams_per_connection: Option<usize>,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
+    let q = a.quick;
+    let servers = if a.servers.is_empty() {
+        if a.peer_bin.is_some() {
+            vec![Server::Xdsd, Server::Limit, Server::Peer]
+        } else {
+            vec![Server::Xdsd, Server::Limit]
+        }
+    } else {
+        a.servers
+            .iter()
+            .map(|s| Server::parse(s))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let or = |v: &Vec<usize>, quick: &[usize], full: &[usize]| {
+        if !v.is_empty() {
+            v.clone()
+        } else if q {
+            quick.to_vec()
+        } else {
+            full.to_vec()
+        }
+    };
+    Ok(Plan {
+        quick: q,
+        servers,
+        scenarios: a.scenarios.clone(),
+        streams_per_connection: a.streams_per_connection.unwrap_or(if q { 10 } else { 100 }),
+        seed: a.seed,
+        s1_streams: or(&a.s1_streams, &[20, 50], &[1000, 2500, 5000, 10_000]),
+        s1_config: ConfigSpec {
+            clusters: if q { 10 } else { 100 },
+            endpoints: if q { 2 } else { 4 },
+            listeners: if q { 2 } else { 4 },
+            routes: if q { 2 } else { 4 },
+            seed: a.seed,
+        },
+        rounds: a.rounds.unwrap_or(if q { 3 } else { 10 }),
+        s2_streams: a.s2_streams.unwrap_or(if q { 20 } else { 1000 }),
+        s2_clusters: or(&a.s2_clusters, &[50, 200], &[1000, 10_000]),
+        s2_rounds: a.rounds.map(|r| r.min(5)).unwrap_or(if q { 2 } else { 5 }),
+        s5_streams: a.s5_streams.unwrap_or(if q { 20 } else { 1000 }),
+        s5_rates: if !a.s5_rates.is_empty() {
+            a.s5_rates.clone()
+        } else if q {
+            vec![50, 100]
+        } else {
+            vec![250, 500, 1000, 2000]
+        },
+        s5_secs: a.s5_secs.unwrap_or(if q { 1.0 } else { 5.0 }),
+        sync_timeout_s: if q { 30 } else { 180 },
+        change_timeout_s: if q { 15 } else { 60 },
+    })
+}
+
+async fn run(a: RunArgs) -> anyhow::Result<()> {
+    control::raise_fd_limit();
+    let plan = plan(&a)?;
+    if plan.servers.contains(&Server::Peer) {
+        anyhow::ensure!(
+            a.peer_bin.is_some(),
+            "the peer needs --peer-bin (see scripts/bench)"
+        );
+    }
+    std::fs::create_dir_all(&a.out)?;
+    let scratch = scenarios::scratch_dir(&a.out);
+    std::fs::create_dir_all(&scratch)?;
+    let machine = control::machine();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let t0 = std::time::Instant::now();
+    let mut ctx = Ctx::new(plan.clone(), a.peer_bin.clone(), scratch);
+    let rows = scenarios::run_all(&mut ctx).await;
+    let table = report::markdown(&rows);
+    let command: Vec<String> = std::env::args().collect();
+    let json = serde_json::json!({
+        "started_unix": started,
+        "seconds": t0.elapsed().as_secs_f64(),
+        "command": command.join(" "),
+        "machine": machine,
+        "plan": plan,
+        "rows": rows,
+    });
+    std::fs::write(
+        a.out.join("results.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    std::fs::write(a.out.join("results.md"), &table)?;
+    std::fs::write(a.out.join("s1.svg"), report::svg(&rows))?;
+    println!(
+        "## xds-bench {} ({} s; {} × {}, {} GiB)\n",
+        if plan.quick { "quick" } else { "full" },
+        t0.elapsed().as_secs(),
+        machine.nproc,
+        machine.cpu_model,
+        machine.mem_gib
+    );
+    println!("{table}");
+    eprintln!(
+        "[xds-bench] wrote {}/results.json, results.md, s1.svg",
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Some(Command::Server { kind }) => rt.block_on(server::run(kind)),
+        None => rt.block_on(run(cli.run)),
+    }
+}

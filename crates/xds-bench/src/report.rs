@@ -1,0 +1,350 @@
+//! Output: markdown tables (with the ratios computed from the same run), the JSON of a run and an
+//! SVG chart of S1 convergence time against the number of streams.
+
+use std::fmt::Write as _;
+
+use crate::scenarios::{Pct, Row};
+
+fn ms(p: &Option<Pct>) -> [String; 4] {
+    match p {
+        Some(p) => [p.p50, p.p90, p.p99, p.max].map(fmt_ms),
+        None => ["–".into(), "–".into(), "–".into(), "–".into()],
+    }
+}
+
+fn fmt_ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "–".into(),
+    }
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1}", kib as f64 / 1024.0)
+}
+
+fn find<'a>(
+    rows: &'a [Row],
+    scenario: &str,
+    server: &str,
+    mode: &str,
+    key: usize,
+) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.scenario == scenario
+            && r.server == server
+            && r.mode == mode
+            && (r.streams == key || r.clusters == key || r.rate == Some(key as u32))
+    })
+}
+
+fn p50(r: Option<&Row>) -> Option<f64> {
+    r.and_then(|r| r.conv_ms.map(|p| p.p50))
+}
+
+fn note(r: &Row) -> String {
+    let mut n = r.note.clone();
+    if r.errors > 0 {
+        if !n.is_empty() {
+            n.push_str("; ");
+        }
+        let _ = write!(
+            n,
+            "{} client errors (first: {})",
+            r.errors,
+            r.error_samples.first().map(String::as_str).unwrap_or("")
+        );
+    }
+    if r.missing > 0 {
+        if !n.is_empty() {
+            n.push_str("; ");
+        }
+        let _ = write!(n, "{} deliveries missing", r.missing);
+    }
+    n.replace('|', "\\|")
+}
+
+pub fn markdown(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let s1: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S1").collect();
+    if !s1.is_empty() {
+        out.push_str(
+            "### S1 fan-out: one ClusterLoadAssignment changes, every stream watches it\n\n",
+        );
+        out.push_str("Convergence = from the server accepting the change to the last client having it, per change (ms).\n\n");
+        out.push_str("| server | streams | conns | p50 | p90 | p99 | max | changes | CPU ms/change | KiB sent/change | xdsd ÷ limit (p50) | peer ÷ xdsd (p50) | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &s1 {
+            let [a, b, c, d] = ms(&r.conv_ms);
+            let (vs_limit, vs_peer) = if r.server == "xdsd" {
+                (
+                    ratio(
+                        p50(Some(r)),
+                        p50(find(rows, "S1", "limit", "sotw", r.streams)),
+                    ),
+                    ratio(
+                        p50(find(rows, "S1", "peer", "sotw", r.streams)),
+                        p50(Some(r)),
+                    ),
+                )
+            } else {
+                ("".into(), "".into())
+            };
+            let per = r.changes.max(1) as f64;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {a} | {b} | {c} | {d} | {} | {:.1} | {:.0} | {vs_limit} | {vs_peer} | {} |",
+                r.server, r.streams, r.connections, r.changes,
+                r.change_cpu_s * 1e3 / per, r.bytes as f64 / 1024.0 / per, note(r)
+            );
+        }
+        out.push('\n');
+    }
+    let s2: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S2").collect();
+    if !s2.is_empty() {
+        out.push_str("### S2 large state: one Cluster changes; SotW resends every cluster, delta only the changed one\n\n");
+        out.push_str("| server | mode | streams | clusters | p50 | p90 | p99 | max | changes | CPU ms/change | KiB sent/change | xdsd ÷ limit (p50) | peer ÷ xdsd (p50) | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &s2 {
+            let [a, b, c, d] = ms(&r.conv_ms);
+            let (vs_limit, vs_peer) = if r.server == "xdsd" {
+                (
+                    ratio(
+                        p50(Some(r)),
+                        p50(find(rows, "S2", "limit", &r.mode, r.clusters)),
+                    ),
+                    ratio(
+                        p50(find(rows, "S2", "peer", &r.mode, r.clusters)),
+                        p50(Some(r)),
+                    ),
+                )
+            } else {
+                ("".into(), "".into())
+            };
+            let per = r.changes.max(1) as f64;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {a} | {b} | {c} | {d} | {} | {:.1} | {:.1} | {vs_limit} | {vs_peer} | {} |",
+                r.server, r.mode, r.streams, r.clusters, r.changes,
+                r.change_cpu_s * 1e3 / per, r.bytes as f64 / 1024.0 / per, note(r)
+            );
+        }
+        out.push('\n');
+    }
+    if !s1.is_empty() {
+        out.push_str("### S3 idle memory: server RSS per connected, synced, idle stream (S1 configuration)\n\n");
+        out.push_str("| server | streams | RSS loaded (MiB) | RSS with streams (MiB) | KiB per stream | xdsd ÷ limit |\n|---|---|---|---|---|---|\n");
+        for r in &s1 {
+            let vs = if r.server == "xdsd" {
+                let l = find(rows, "S1", "limit", "sotw", r.streams).map(|l| l.rss_per_stream_kib);
+                ratio(Some(r.rss_per_stream_kib), l)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.1} | {vs} |",
+                r.server,
+                r.streams,
+                mib(r.rss_base_kib),
+                mib(r.rss_idle_kib),
+                r.rss_per_stream_kib
+            );
+        }
+        out.push('\n');
+        out.push_str("### S4 connect storm: every client connects at once; time from the first connect to each client's complete initial sync (ms)\n\n");
+        out.push_str("| server | streams | synced | p50 | p90 | p99 | max | errors | server CPU s | KiB received/stream | peak RSS (MiB) | xdsd ÷ limit (max) | peer ÷ xdsd (max) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &s1 {
+            let [a, b, c, d] = ms(&r.sync_ms);
+            let mx = |r: Option<&Row>| r.and_then(|r| r.sync_ms.map(|p| p.max));
+            let (vs_limit, vs_peer) = if r.server == "xdsd" {
+                (
+                    ratio(
+                        mx(Some(r)),
+                        mx(find(rows, "S1", "limit", "sotw", r.streams)),
+                    ),
+                    ratio(mx(find(rows, "S1", "peer", "sotw", r.streams)), mx(Some(r))),
+                )
+            } else {
+                ("".into(), "".into())
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {}/{} | {a} | {b} | {c} | {d} | {} | {:.2} | {:.1} | {} | {vs_limit} | {vs_peer} |",
+                r.server, r.streams, r.synced, r.streams, r.errors, r.sync_cpu_s,
+                r.sync_bytes as f64 / 1024.0 / r.streams.max(1) as f64, mib(r.rss_peak_kib)
+            );
+        }
+        out.push('\n');
+    }
+    let s5: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S5").collect();
+    if !s5.is_empty() {
+        out.push_str("### S5 churn: endpoint changes at a steady offered rate, 1 of C clusters at random each\n\n");
+        out.push_str("Convergence per change (ms); a later change of the same cluster delivers the earlier ones.\n\n");
+        out.push_str("| server | streams | offered/s | accepted/s | changes | p50 | p90 | p99 | max | client p50 | CPU s | responses | xdsd ÷ limit (p99) | peer ÷ xdsd (p99) | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &s5 {
+            let [a, b, c, d] = ms(&r.conv_ms);
+            let p99 = |r: Option<&Row>| r.and_then(|r| r.conv_ms.map(|p| p.p99));
+            let rate = r.rate.unwrap_or(0) as usize;
+            let (vs_limit, vs_peer) = if r.server == "xdsd" {
+                (
+                    ratio(p99(Some(r)), p99(find(rows, "S5", "limit", "sotw", rate))),
+                    ratio(p99(find(rows, "S5", "peer", "sotw", rate)), p99(Some(r))),
+                )
+            } else {
+                ("".into(), "".into())
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {a} | {b} | {c} | {d} | {} | {:.2} | {} | {vs_limit} | {vs_peer} | {} |",
+                r.server, r.streams, rate,
+                r.achieved_rate.map(|x| format!("{x:.0}")).unwrap_or_else(|| "–".into()),
+                r.changes,
+                r.client_ms.map(|p| fmt_ms(p.p50)).unwrap_or_else(|| "–".into()),
+                r.change_cpu_s, r.responses, note(r)
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A line chart of S1 median convergence time against streams, one line per server.
+pub fn svg(rows: &[Row]) -> String {
+    let series: Vec<(&str, &str, Vec<(f64, f64)>)> = [
+        ("xdsd", "#1f77b4"),
+        ("limit", "#2ca02c"),
+        ("peer", "#d62728"),
+    ]
+    .into_iter()
+    .map(|(name, color)| {
+        let mut pts: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.scenario == "S1" && r.server == name)
+            .filter_map(|r| r.conv_ms.map(|p| (r.streams as f64, p.p50)))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        (name, color, pts)
+    })
+    .filter(|s| !s.2.is_empty())
+    .collect();
+    let (w, h, l, r, t, b) = (720.0, 420.0, 70.0, 130.0, 40.0, 60.0);
+    let xmax = series
+        .iter()
+        .flat_map(|s| &s.2)
+        .map(|p| p.0)
+        .fold(1.0, f64::max);
+    let ymax_raw = series
+        .iter()
+        .flat_map(|s| &s.2)
+        .map(|p| p.1)
+        .fold(0.001, f64::max);
+    let ymax = nice(ymax_raw);
+    let xs = |x: f64| l + x / xmax * (w - l - r);
+    let ys = |y: f64| h - b - y / ymax * (h - t - b);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">S1: median time for one endpoint change to reach every stream</text>"#,
+        w / 2.0
+    );
+    for i in 0..=5 {
+        let y = ymax * i as f64 / 5.0;
+        let _ = writeln!(
+            s,
+            r##"<line x1="{l}" x2="{0}" y1="{1}" y2="{1}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4}</text>"##,
+            w - r,
+            ys(y),
+            l - 6.0,
+            ys(y) + 4.0,
+            fmt_ms(y)
+        );
+    }
+    let mut ticks: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|p| p.0))
+        .collect();
+    ticks.sort_by(f64::total_cmp);
+    ticks.dedup();
+    for x in ticks {
+        let _ = writeln!(
+            s,
+            r##"<line x1="{0}" x2="{0}" y1="{1}" y2="{2}" stroke="#eee"/><text x="{0}" y="{3}" text-anchor="middle">{4}</text>"##,
+            xs(x),
+            t,
+            h - b,
+            h - b + 16.0,
+            x as u64
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<line x1="{l}" x2="{l}" y1="{t}" y2="{0}" stroke="black"/><line x1="{l}" x2="{1}" y1="{0}" y2="{0}" stroke="black"/>"#,
+        h - b,
+        w - r
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">ADS streams (SotW)</text>"#,
+        (l + w - r) / 2.0,
+        h - 18.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text transform="translate(18,{}) rotate(-90)" text-anchor="middle">convergence p50 (ms)</text>"#,
+        (t + h - b) / 2.0
+    );
+    for (i, (name, color, pts)) in series.iter().enumerate() {
+        let path: Vec<String> = pts
+            .iter()
+            .map(|(x, y)| format!("{:.1},{:.1}", xs(*x), ys(*y)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            path.join(" ")
+        );
+        for (x, y) in pts {
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{color}"/>"#,
+                xs(*x),
+                ys(*y)
+            );
+        }
+        let ly = t + 20.0 + i as f64 * 20.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{name}</text>"#,
+            w - r + 12.0,
+            w - r + 36.0,
+            w - r + 42.0,
+            ly + 4.0
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn nice(v: f64) -> f64 {
+    let mag = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if v <= m * mag {
+            return m * mag;
+        }
+    }
+    10.0 * mag
+}

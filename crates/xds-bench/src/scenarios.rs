@@ -1,0 +1,611 @@
+//! The scenarios (S1–S5 of BENCHMARKS.md) run against each server, each in a fresh server
+//! process, with the same clients, configuration and changes.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+
+use crate::client::{ClientResult, Fleet, FleetSpec, Kind, Shared};
+use crate::config::{self, ConfigSpec, Res, Rng, INITIAL_MARKER};
+use crate::control::{parse_ok, self_cpu_seconds, Proc, Server};
+use crate::server::hex;
+
+/// Percentiles in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Pct {
+    pub n: usize,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+pub fn pct(mut ns: Vec<u64>) -> Option<Pct> {
+    if ns.is_empty() {
+        return None;
+    }
+    ns.sort_unstable();
+    let at = |q: f64| {
+        let i = ((q * ns.len() as f64).ceil() as usize).clamp(1, ns.len()) - 1;
+        ns[i] as f64 / 1e6
+    };
+    Some(Pct {
+        n: ns.len(),
+        p50: at(0.50),
+        p90: at(0.90),
+        p99: at(0.99),
+        max: *ns.last().unwrap_or(&0) as f64 / 1e6,
+    })
+}
+
+/// One measured (scenario, server, mode, size) cell.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Row {
+    pub scenario: String,
+    pub server: String,
+    pub mode: String,
+    pub streams: usize,
+    pub connections: usize,
+    pub clusters: usize,
+    /// S5: offered changes per second.
+    pub rate: Option<u32>,
+    /// S5: changes per second the server accepted.
+    pub achieved_rate: Option<f64>,
+    pub changes: usize,
+    /// Per change: from accepted by the server to the last client having it.
+    pub conv_ms: Option<Pct>,
+    /// Per (client, change): from accepted to that client having it.
+    pub client_ms: Option<Pct>,
+    /// (client, change) pairs never delivered before the timeout.
+    pub missing: usize,
+    /// Per client: from the start of connecting to the initial sync being complete.
+    pub sync_ms: Option<Pct>,
+    pub synced: usize,
+    pub errors: usize,
+    pub error_samples: Vec<String>,
+    /// Server CPU seconds during the initial sync and during the changes.
+    pub sync_cpu_s: f64,
+    pub change_cpu_s: f64,
+    /// Load generator CPU seconds during the changes (it shares the machine).
+    pub client_cpu_s: f64,
+    /// Response payload bytes (gRPC messages with their 5-byte frame headers) the clients
+    /// received during the changes, and responses.
+    pub bytes: u64,
+    pub responses: u64,
+    pub sync_bytes: u64,
+    /// Server RSS after loading the configuration, after the initial sync (idle), and peak.
+    pub rss_base_kib: u64,
+    pub rss_idle_kib: u64,
+    pub rss_peak_kib: u64,
+    pub rss_per_stream_kib: f64,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub quick: bool,
+    pub servers: Vec<Server>,
+    pub scenarios: Vec<String>,
+    pub streams_per_connection: usize,
+    pub seed: u64,
+    pub s1_streams: Vec<usize>,
+    pub s1_config: ConfigSpec,
+    pub rounds: usize,
+    pub s2_streams: usize,
+    pub s2_clusters: Vec<usize>,
+    pub s2_rounds: usize,
+    pub s5_streams: usize,
+    pub s5_rates: Vec<u32>,
+    pub s5_secs: f64,
+    pub sync_timeout_s: u64,
+    pub change_timeout_s: u64,
+}
+
+pub struct Ctx {
+    pub plan: Plan,
+    pub peer_bin: Option<PathBuf>,
+    pub scratch: PathBuf,
+    records: HashMap<String, PathBuf>,
+}
+
+impl Ctx {
+    pub fn new(plan: Plan, peer_bin: Option<PathBuf>, scratch: PathBuf) -> Ctx {
+        Ctx {
+            plan,
+            peer_bin,
+            scratch,
+            records: HashMap::new(),
+        }
+    }
+
+    fn records(&mut self, spec: &ConfigSpec) -> anyhow::Result<PathBuf> {
+        let key = format!(
+            "c{}-e{}-l{}-r{}-s{}",
+            spec.clusters, spec.endpoints, spec.listeners, spec.routes, spec.seed
+        );
+        if let Some(p) = self.records.get(&key) {
+            return Ok(p.clone());
+        }
+        let path = self.scratch.join(format!("config-{key}.rec"));
+        config::write_records(&path, &config::generate(spec))?;
+        self.records.insert(key, path.clone());
+        Ok(path)
+    }
+
+    fn log(&self, server: Server, what: &str) -> PathBuf {
+        self.scratch.join(format!("{}-{what}.log", server.name()))
+    }
+}
+
+/// A server process with a synced fleet of clients.
+struct Session {
+    proc: Proc,
+    fleet: Fleet,
+    row: Row,
+}
+
+fn progress(msg: &str) {
+    eprintln!("[xds-bench] {msg}");
+}
+
+async fn open(
+    ctx: &mut Ctx,
+    server: Server,
+    spec: &ConfigSpec,
+    fleet: FleetSpec,
+    row: Row,
+) -> anyhow::Result<Session> {
+    let records = ctx.records(spec)?;
+    let tag = format!("{}-{}-{}", row.scenario, row.mode, row.streams);
+    let mut proc = Proc::spawn(server, ctx.peer_bin.as_deref(), &ctx.log(server, &tag)).await?;
+    proc.load(&records).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut row = row;
+    row.rss_base_kib = proc.rss_kib().0;
+    let cpu0 = proc.cpu_seconds();
+    let streams = fleet.streams;
+    let shared = Shared::new(fleet);
+    let fleet = Fleet::start(&proc.addr, shared).await?;
+    let synced = fleet
+        .wait_synced(Duration::from_secs(ctx.plan.sync_timeout_s))
+        .await;
+    row.sync_cpu_s = proc.cpu_seconds() - cpu0;
+    row.synced = fleet.shared.synced.load(Ordering::Relaxed);
+    row.sync_bytes = fleet.shared.bytes.load(Ordering::Relaxed);
+    if !synced {
+        row.note = format!(
+            "initial sync incomplete after {} s: {}/{} clients",
+            ctx.plan.sync_timeout_s, row.synced, streams
+        );
+    }
+    // Let the ACKs of the initial sync land and the allocator settle before reading RSS.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (rss, peak) = proc.rss_kib();
+    row.rss_idle_kib = rss;
+    row.rss_peak_kib = peak;
+    row.rss_per_stream_kib = rss.saturating_sub(row.rss_base_kib) as f64 / streams.max(1) as f64;
+    Ok(Session { proc, fleet, row })
+}
+
+/// Stops the clients and the server; fills the sync figures and errors.
+async fn close(s: Session) -> (Row, Vec<ClientResult>) {
+    let Session {
+        proc,
+        fleet,
+        mut row,
+    } = s;
+    let started = fleet.started_ns;
+    let shared = fleet.shared.clone();
+    let results = fleet.stop().await;
+    row.rss_peak_kib = row.rss_peak_kib.max(proc.rss_kib().1);
+    proc.stop().await;
+    row.sync_ms = pct(results
+        .iter()
+        .filter_map(|r| r.synced_ns.map(|t| t.saturating_sub(started)))
+        .collect());
+    row.errors = shared.errors.load(Ordering::Relaxed);
+    row.error_samples = shared.error_samples();
+    (row, results)
+}
+
+/// For each change (tracked id, marker, accepted): the latency to each client, from the clients'
+/// records. Returns (per change: time to the last client, or None if one never got it; pooled
+/// per-client latencies; missing pairs).
+pub fn latencies(
+    changes: &[(u32, u32, u64)],
+    results: &[ClientResult],
+) -> (Vec<Option<u64>>, Vec<u64>, usize) {
+    let mut last = vec![Some(0u64); changes.len()];
+    let mut pooled = Vec::with_capacity(changes.len() * results.len());
+    let mut missing = 0;
+    for r in results {
+        let mut by_id: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
+        for d in &r.deliveries {
+            by_id
+                .entry(d.tracked)
+                .or_default()
+                .push((d.marker, d.at_ns));
+        }
+        for (i, (id, marker, accepted)) in changes.iter().enumerate() {
+            let got = by_id.get(id).and_then(|v| {
+                let at = v.partition_point(|(m, _)| m < marker);
+                v.get(at).map(|(_, t)| t.saturating_sub(*accepted))
+            });
+            match got {
+                Some(l) => {
+                    pooled.push(l);
+                    if let Some(x) = &mut last[i] {
+                        *x = (*x).max(l);
+                    }
+                }
+                None => {
+                    missing += 1;
+                    last[i] = None;
+                }
+            }
+        }
+    }
+    (last, pooled, missing)
+}
+
+fn fill_latencies(row: &mut Row, changes: &[(u32, u32, u64)], results: &[ClientResult]) {
+    let (last, pooled, missing) = latencies(changes, results);
+    row.changes = changes.len();
+    row.conv_ms = pct(last.iter().flatten().copied().collect());
+    row.client_ms = pct(pooled);
+    row.missing = missing;
+}
+
+fn connections(ctx: &Ctx, streams: usize) -> usize {
+    streams
+        .div_ceil(ctx.plan.streams_per_connection.max(1))
+        .max(1)
+}
+
+/// Changes one tracked resource per round and waits for every client to have it.
+async fn rounds(
+    ctx: &Ctx,
+    s: &mut Session,
+    kind: Kind,
+    make: impl Fn(usize, u32) -> Res,
+    rounds: usize,
+    next_marker: &mut u32,
+) -> anyhow::Result<Vec<(u32, u32, u64)>> {
+    let tracked = s.fleet.shared.spec().tracked.len();
+    let cpu0 = s.proc.cpu_seconds();
+    let client0 = self_cpu_seconds();
+    let bytes0 = s.fleet.shared.bytes.load(Ordering::Relaxed);
+    let resp0 = s.fleet.shared.responses.load(Ordering::Relaxed);
+    let mut changes = Vec::new();
+    for r in 0..rounds {
+        let id = (r % tracked) as u32;
+        *next_marker += 1;
+        let res = make(id as usize, *next_marker);
+        debug_assert_eq!(res.type_url, kind.type_url());
+        let accepted = s.proc.set(res.type_url, &res.name, &res.value).await?;
+        changes.push((id, *next_marker, accepted));
+        let ok = s
+            .fleet
+            .wait_marker(
+                id,
+                *next_marker,
+                Duration::from_secs(ctx.plan.change_timeout_s),
+            )
+            .await;
+        if !ok {
+            s.row.note = format!(
+                "round {r}: not every client converged in {} s",
+                ctx.plan.change_timeout_s
+            );
+            break;
+        }
+        // Let the ACKs land before the next change.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    s.row.change_cpu_s = s.proc.cpu_seconds() - cpu0;
+    s.row.client_cpu_s = self_cpu_seconds() - client0;
+    s.row.bytes = s.fleet.shared.bytes.load(Ordering::Relaxed) - bytes0;
+    s.row.responses = s.fleet.shared.responses.load(Ordering::Relaxed) - resp0;
+    Ok(changes)
+}
+
+fn failed_row(mut row: Row, e: &anyhow::Error) -> Row {
+    row.note = format!("failed: {e:#}");
+    row
+}
+
+/// S1 fan-out (and S3 idle memory, S4 connect storm from the same sessions): N streams, C
+/// clusters with EDS; one ClusterLoadAssignment changes per round.
+pub async fn s1(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
+    let spec = ctx.plan.s1_config;
+    let row = Row {
+        scenario: "S1".into(),
+        server: server.name().into(),
+        mode: "sotw".into(),
+        streams,
+        connections: connections(ctx, streams),
+        clusters: spec.clusters,
+        ..Default::default()
+    };
+    progress(&format!("S1 {} streams={streams}", server.name()));
+    let fleet = FleetSpec {
+        streams,
+        connections: row.connections,
+        delta: false,
+        expect_clusters: spec.clusters,
+        expect_routes: config::referenced_routes(&spec),
+        tracked_kind: Kind::Eds,
+        tracked: (0..spec.clusters).map(config::cluster_name).collect(),
+    };
+    let mut s = match open(ctx, server, &spec, fleet, row.clone()).await {
+        Ok(s) => s,
+        Err(e) => return failed_row(row, &e),
+    };
+    let mut changes = Vec::new();
+    if s.row.note.is_empty() {
+        let mut marker = INITIAL_MARKER;
+        let n = ctx.plan.rounds;
+        match rounds(
+            ctx,
+            &mut s,
+            Kind::Eds,
+            |i, m| config::load_assignment(&spec, i, m),
+            n,
+            &mut marker,
+        )
+        .await
+        {
+            Ok(c) => changes = c,
+            Err(e) => s.row.note = format!("failed: {e:#}"),
+        }
+    }
+    let (mut row, results) = close(s).await;
+    fill_latencies(&mut row, &changes, &results);
+    row
+}
+
+/// S2 large state: N streams, C clusters; one Cluster changes per round; SotW or delta.
+pub async fn s2(ctx: &mut Ctx, server: Server, delta: bool, clusters: usize) -> Row {
+    let spec = ConfigSpec {
+        clusters,
+        endpoints: 1,
+        listeners: 1,
+        routes: 1,
+        seed: ctx.plan.seed,
+    };
+    let streams = ctx.plan.s2_streams;
+    let row = Row {
+        scenario: "S2".into(),
+        server: server.name().into(),
+        mode: if delta { "delta" } else { "sotw" }.into(),
+        streams,
+        connections: connections(ctx, streams),
+        clusters,
+        ..Default::default()
+    };
+    if delta && !server.supports_delta() {
+        let mut row = row;
+        row.note = "not supported: rust-control-plane 0.1.2's DeltaAggregatedResources is unimplemented!() (the stream panics)".into();
+        return row;
+    }
+    progress(&format!(
+        "S2 {} {} clusters={clusters}",
+        server.name(),
+        row.mode
+    ));
+    let n = ctx.plan.s2_rounds;
+    let fleet = FleetSpec {
+        streams,
+        connections: row.connections,
+        delta,
+        expect_clusters: clusters,
+        expect_routes: config::referenced_routes(&spec),
+        tracked_kind: Kind::Cds,
+        tracked: (0..n.min(clusters)).map(config::cluster_name).collect(),
+    };
+    let mut s = match open(ctx, server, &spec, fleet, row.clone()).await {
+        Ok(s) => s,
+        Err(e) => return failed_row(row, &e),
+    };
+    let mut changes = Vec::new();
+    if s.row.note.is_empty() {
+        let mut marker = INITIAL_MARKER;
+        match rounds(
+            ctx,
+            &mut s,
+            Kind::Cds,
+            |i, m| config::cluster(&spec, i, m),
+            n,
+            &mut marker,
+        )
+        .await
+        {
+            Ok(c) => changes = c,
+            Err(e) => s.row.note = format!("failed: {e:#}"),
+        }
+    }
+    let (mut row, results) = close(s).await;
+    fill_latencies(&mut row, &changes, &results);
+    row
+}
+
+/// S5 churn: N streams (S1's configuration); endpoint changes at each offered rate in turn, for
+/// `s5_secs` each, on one server process and one fleet. At most `WINDOW` changes wait in the
+/// server's input: a server slower than the offered rate shows as a lower achieved rate.
+pub async fn s5(ctx: &mut Ctx, server: Server) -> Vec<Row> {
+    const WINDOW: usize = 64;
+    let spec = ctx.plan.s1_config;
+    let streams = ctx.plan.s5_streams;
+    let base = Row {
+        scenario: "S5".into(),
+        server: server.name().into(),
+        mode: "sotw".into(),
+        streams,
+        connections: connections(ctx, streams),
+        clusters: spec.clusters,
+        ..Default::default()
+    };
+    progress(&format!("S5 {} streams={streams}", server.name()));
+    let fleet = FleetSpec {
+        streams,
+        connections: base.connections,
+        delta: false,
+        expect_clusters: spec.clusters,
+        expect_routes: config::referenced_routes(&spec),
+        tracked_kind: Kind::Eds,
+        tracked: (0..spec.clusters).map(config::cluster_name).collect(),
+    };
+    let mut s = match open(ctx, server, &spec, fleet, base.clone()).await {
+        Ok(s) => s,
+        Err(e) => return vec![failed_row(base, &e)],
+    };
+    let mut rng = Rng::new(ctx.plan.seed ^ 0xC4A2);
+    let mut marker = INITIAL_MARKER;
+    // Per rate: changes (id, marker, accepted), offered, achieved, cpu, client cpu, bytes, responses, note.
+    let mut phases = Vec::new();
+    if s.row.note.is_empty() {
+        for &rate in &ctx.plan.s5_rates {
+            progress(&format!("S5 {} rate={rate}/s", server.name()));
+            let total = ((rate as f64 * ctx.plan.s5_secs).round() as usize).max(1);
+            let cpu0 = s.proc.cpu_seconds();
+            let client0 = self_cpu_seconds();
+            let bytes0 = s.fleet.shared.bytes.load(Ordering::Relaxed);
+            let resp0 = s.fleet.shared.responses.load(Ordering::Relaxed);
+            let mut pending: Vec<(u32, u32)> = Vec::with_capacity(total);
+            let mut accepted: Vec<u64> = Vec::with_capacity(total);
+            let mut last_marker: HashMap<u32, u32> = HashMap::new();
+            let start = tokio::time::Instant::now();
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            let deadline = start + Duration::from_secs_f64(ctx.plan.s5_secs * 4.0 + 30.0);
+            let mut note = String::new();
+            while accepted.len() < total {
+                tokio::select! {
+                    line = s.proc.lines.next_line() => {
+                        match line.ok().flatten().map(|l| parse_ok(&l)) {
+                            Some(Ok(v)) => accepted.push(v[0]),
+                            other => { note = format!("server stopped answering: {other:?}"); break; }
+                        }
+                    }
+                    _ = tick.tick(), if pending.len() < total => {
+                        if tokio::time::Instant::now() > deadline {
+                            note = "churn timed out".into();
+                            break;
+                        }
+                        let due = ((start.elapsed().as_secs_f64() * rate as f64) as usize).min(total);
+                        let mut batch = String::new();
+                        while pending.len() < due && pending.len() - accepted.len() < WINDOW {
+                            let id = rng.below(spec.clusters) as u32;
+                            marker += 1;
+                            let res = config::load_assignment(&spec, id as usize, marker);
+                            batch.push_str(&format!("set {} {} {}\n", res.type_url, res.name, hex(&res.value)));
+                            pending.push((id, marker));
+                            last_marker.insert(id, marker);
+                        }
+                        if !batch.is_empty() {
+                            if let Err(e) = s.proc.stdin.write_all(batch.as_bytes()).await {
+                                note = format!("write: {e}");
+                                break;
+                            }
+                            let _ = s.proc.stdin.flush().await;
+                        }
+                    }
+                }
+            }
+            // Drain: every client has the last version of every changed cluster.
+            let drain = Duration::from_secs(ctx.plan.change_timeout_s);
+            for (id, m) in &last_marker {
+                if !s.fleet.wait_marker(*id, *m, drain).await {
+                    note = format!(
+                        "not every client converged {} s after the churn",
+                        drain.as_secs()
+                    );
+                    break;
+                }
+            }
+            let changes: Vec<(u32, u32, u64)> = pending
+                .iter()
+                .zip(&accepted)
+                .map(|((id, m), a)| (*id, *m, *a))
+                .collect();
+            let achieved = match (accepted.first(), accepted.last()) {
+                (Some(a), Some(b)) if b > a => {
+                    Some((accepted.len() - 1) as f64 / ((b - a) as f64 / 1e9))
+                }
+                _ => None,
+            };
+            phases.push((
+                rate,
+                changes,
+                achieved,
+                s.proc.cpu_seconds() - cpu0,
+                self_cpu_seconds() - client0,
+                s.fleet.shared.bytes.load(Ordering::Relaxed) - bytes0,
+                s.fleet.shared.responses.load(Ordering::Relaxed) - resp0,
+                note.clone(),
+            ));
+            if !note.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    let (row, results) = close(s).await;
+    if phases.is_empty() {
+        return vec![row];
+    }
+    phases
+        .into_iter()
+        .map(
+            |(rate, changes, achieved, cpu, ccpu, bytes, responses, note)| {
+                let mut r = row.clone();
+                r.rate = Some(rate);
+                r.achieved_rate = achieved;
+                r.change_cpu_s = cpu;
+                r.client_cpu_s = ccpu;
+                r.bytes = bytes;
+                r.responses = responses;
+                if !note.is_empty() {
+                    r.note = note;
+                }
+                fill_latencies(&mut r, &changes, &results);
+                r
+            },
+        )
+        .collect()
+}
+
+pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let plan = ctx.plan.clone();
+    let wants = |s: &str| plan.scenarios.iter().any(|x| x.eq_ignore_ascii_case(s));
+    if wants("s1") || wants("s3") || wants("s4") {
+        for &n in &plan.s1_streams {
+            for &server in &plan.servers {
+                rows.push(s1(ctx, server, n).await);
+            }
+        }
+    }
+    if wants("s2") {
+        for &c in &plan.s2_clusters {
+            for delta in [false, true] {
+                for &server in &plan.servers {
+                    rows.push(s2(ctx, server, delta, c).await);
+                }
+            }
+        }
+    }
+    if wants("s5") {
+        for &server in &plan.servers {
+            rows.extend(s5(ctx, server).await);
+        }
+    }
+    rows
+}
+
+pub fn scratch_dir(out: &Path) -> PathBuf {
+    out.join("scratch")
+}

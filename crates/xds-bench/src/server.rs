@@ -1,0 +1,474 @@
+//! The server processes the harness starts (`xds-bench server --kind xdsd|limit`): each listens
+//! on 127.0.0.1 (port from the OS) and obeys a line protocol on stdin, the same as bench-peer's:
+//!
+//! * stdout, once: `listening <addr>`
+//! * `load <file>`: replace every resource with those of the record file (see
+//!   `config::write_records`); answers `ok <accepted_ns> <done_ns>`
+//! * `set <type_url> <name> <hex value>`: set one resource; answers `ok <accepted_ns>`
+//! * `quit` or EOF: exit.
+//!
+//! `accepted_ns` is CLOCK_MONOTONIC when the server read the command: convergence is measured
+//! from there to the client's receipt, on the same clock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::Resource as DeltaResource;
+use envoy_types::pb::google::protobuf::Any;
+use prost::Message;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::server::{Grpc, NamedService, StreamingService};
+use tonic::{Request, Response, Status, Streaming};
+use xdsd_core::store::{Change, ResourceInput, Store};
+use xdsd_core::transport::grpc::XdsServer;
+
+use crate::client::{Kind, DELTA_PATH, SOTW_PATH};
+use crate::config::read_records;
+use crate::now_ns;
+use crate::wire::{self, fields, RawCodec, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServerKind {
+    /// xdsd-core's `XdsServer` over its `Store`, through the library API.
+    Xdsd,
+    /// The bare-transport limit: pre-encoded responses pushed with no xDS logic.
+    Limit,
+}
+
+pub fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
+    anyhow::ensure!(s.len() % 2 == 0, "odd hex length");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| Ok(u8::from_str_radix(&s[i..i + 2], 16)?))
+        .collect()
+}
+
+pub fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push_str(&format!("{x:02x}"));
+    }
+    s
+}
+
+/// What a server kind does with the commands.
+trait Target {
+    fn load(&self, records: Vec<(String, String, Bytes)>) -> anyhow::Result<()>;
+    fn set(&self, type_url: &str, name: &str, value: Bytes) -> anyhow::Result<()>;
+}
+
+pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let target: Arc<dyn Target + Send + Sync> = match kind {
+        ServerKind::Xdsd => {
+            let store = Store::new();
+            let server = XdsServer::new(store.clone());
+            tokio::spawn(async move {
+                if let Err(e) = server.serve(listener, std::future::pending()).await {
+                    eprintln!("xds-bench server: {e}");
+                    std::process::exit(3);
+                }
+            });
+            Arc::new(XdsdTarget(store))
+        }
+        ServerKind::Limit => {
+            let limit = Arc::new(Limit::new());
+            let svc = LimitService(limit.clone());
+            tokio::spawn(async move {
+                let r = tonic::transport::Server::builder()
+                    .tcp_nodelay(true)
+                    .add_service(svc)
+                    .serve_with_incoming(TcpListenerStream::new(listener))
+                    .await;
+                if let Err(e) = r {
+                    eprintln!("xds-bench server: {e}");
+                    std::process::exit(3);
+                }
+            });
+            limit
+        }
+    };
+    let mut stdout = tokio::io::stdout();
+    stdout
+        .write_all(format!("listening {addr}\n").as_bytes())
+        .await?;
+    stdout.flush().await?;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        let accepted = now_ns();
+        let mut words = line.split_whitespace();
+        let reply = match words.next() {
+            Some("load") => {
+                let path = words
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("load: no path"))?;
+                target.load(read_records(path.as_ref())?)?;
+                format!("ok {accepted} {}\n", now_ns())
+            }
+            Some("set") => {
+                let (Some(t), Some(n), Some(v)) = (words.next(), words.next(), words.next()) else {
+                    anyhow::bail!("bad set line: {line}");
+                };
+                target.set(t, n, unhex(v)?.into())?;
+                format!("ok {accepted}\n")
+            }
+            Some("quit") => break,
+            _ => anyhow::bail!("unknown command: {line}"),
+        };
+        stdout.write_all(reply.as_bytes()).await?;
+        stdout.flush().await?;
+    }
+    Ok(())
+}
+
+struct XdsdTarget(Store);
+
+impl Target for XdsdTarget {
+    fn load(&self, records: Vec<(String, String, Bytes)>) -> anyhow::Result<()> {
+        self.0.replace_all(
+            records
+                .into_iter()
+                .map(|(type_url, name, value)| ResourceInput {
+                    type_url,
+                    name,
+                    value,
+                }),
+        )?;
+        Ok(())
+    }
+
+    fn set(&self, type_url: &str, name: &str, value: Bytes) -> anyhow::Result<()> {
+        self.0.apply([Change::Set(ResourceInput {
+            type_url: type_url.into(),
+            name: name.into(),
+            value,
+        })])?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bare-transport limit.
+
+/// Resources of one kind, pre-encoded in both wire forms.
+#[derive(Default, Clone)]
+struct Encoded {
+    /// `google.protobuf.Any` bytes by name (SotW `resources` elements).
+    any: HashMap<String, Bytes>,
+    /// `envoy.service.discovery.v3.Resource` bytes by name (delta `resources` elements).
+    delta: HashMap<String, Bytes>,
+    /// Every `resources` field of a SotW response carrying all of them, built once.
+    all_sotw: Bytes,
+}
+
+impl Encoded {
+    fn rebuild_all(&mut self) {
+        let mut names: Vec<&String> = self.any.keys().collect();
+        names.sort();
+        let mut buf = Vec::new();
+        for n in names {
+            wire::put_bytes(&mut buf, 2, &self.any[n]);
+        }
+        self.all_sotw = buf.into();
+    }
+}
+
+/// One change, encoded once and pushed as is to every stream of the variant.
+struct Push {
+    kind: Kind,
+    sotw: Bytes,
+    delta: Bytes,
+}
+
+/// A minimal ADS server: it answers a subscription with the pre-encoded resources and pushes the
+/// same pre-encoded bytes to every stream subscribed to the changed type. No versions, no ACK
+/// tracking, no per-name watch index: every benchmark client watches every resource of the type
+/// that changes, so this is what any server must at least do for them.
+pub struct Limit {
+    data: RwLock<Arc<[Encoded; 4]>>,
+    push: broadcast::Sender<Arc<Push>>,
+    generation: AtomicU64,
+    lagged: AtomicU64,
+}
+
+fn encode_resource(type_url: &str, name: &str, value: &Bytes, version: u64) -> (Bytes, Bytes) {
+    let any = Any {
+        type_url: type_url.into(),
+        value: value.to_vec(),
+    };
+    let delta = DeltaResource {
+        name: name.into(),
+        version: version.to_string(),
+        resource: Some(any.clone()),
+        ..Default::default()
+    };
+    (any.encode_to_vec().into(), delta.encode_to_vec().into())
+}
+
+fn sotw_response(kind: Kind, version: &str, resources: &[u8], nonce: &str) -> Bytes {
+    let mut buf = Vec::with_capacity(resources.len() + 120);
+    wire::put_bytes(&mut buf, 1, version.as_bytes());
+    buf.extend_from_slice(resources);
+    wire::put_bytes(&mut buf, 4, kind.type_url().as_bytes());
+    wire::put_bytes(&mut buf, 5, nonce.as_bytes());
+    buf.into()
+}
+
+fn delta_response(kind: Kind, version: &str, resources: &[u8], nonce: &str) -> Bytes {
+    let mut buf = Vec::with_capacity(resources.len() + 120);
+    wire::put_bytes(&mut buf, 1, version.as_bytes());
+    buf.extend_from_slice(resources);
+    wire::put_bytes(&mut buf, 4, kind.type_url().as_bytes());
+    wire::put_bytes(&mut buf, 5, nonce.as_bytes());
+    buf.into()
+}
+
+impl Limit {
+    fn new() -> Limit {
+        Limit {
+            data: RwLock::new(Arc::new(Default::default())),
+            push: broadcast::channel(16_384).0,
+            generation: AtomicU64::new(1),
+            lagged: AtomicU64::new(0),
+        }
+    }
+
+    fn current(&self) -> Arc<[Encoded; 4]> {
+        self.data.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Target for Limit {
+    fn load(&self, records: Vec<(String, String, Bytes)>) -> anyhow::Result<()> {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut data: [Encoded; 4] = Default::default();
+        for (t, n, v) in records {
+            let kind = Kind::from_type_url(t.as_bytes())
+                .ok_or_else(|| anyhow::anyhow!("the limit server does not handle {t}"))?;
+            let (any, delta) = encode_resource(&t, &n, &v, generation);
+            data[kind as usize].any.insert(n.clone(), any);
+            data[kind as usize].delta.insert(n, delta);
+        }
+        for e in &mut data {
+            e.rebuild_all();
+        }
+        *self.data.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(data);
+        Ok(())
+    }
+
+    fn set(&self, type_url: &str, name: &str, value: Bytes) -> anyhow::Result<()> {
+        let kind = Kind::from_type_url(type_url.as_bytes())
+            .ok_or_else(|| anyhow::anyhow!("the limit server does not handle {type_url}"))?;
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let (any, delta) = encode_resource(type_url, name, &value, generation);
+        let mut guard = self.data.write().unwrap_or_else(|e| e.into_inner());
+        let mut data: [Encoded; 4] = (**guard).clone();
+        let e = &mut data[kind as usize];
+        e.any.insert(name.into(), any.clone());
+        e.delta.insert(name.into(), delta.clone());
+        let full_state = matches!(kind, Kind::Cds | Kind::Lds);
+        if full_state {
+            e.rebuild_all();
+        }
+        let version = format!("v{generation}");
+        let nonce = format!("p{generation}");
+        let sotw_resources = if full_state {
+            e.all_sotw.clone()
+        } else {
+            let mut b = Vec::new();
+            wire::put_bytes(&mut b, 2, &any);
+            b.into()
+        };
+        let mut delta_resources = Vec::new();
+        wire::put_bytes(&mut delta_resources, 2, &delta);
+        let push = Push {
+            kind,
+            sotw: sotw_response(kind, &version, &sotw_resources, &nonce),
+            delta: delta_response(kind, &version, &delta_resources, &nonce),
+        };
+        *guard = Arc::new(data);
+        drop(guard);
+        let _ = self.push.send(Arc::new(push));
+        Ok(())
+    }
+}
+
+#[derive(Clone)]
+struct LimitService(Arc<Limit>);
+
+impl NamedService for LimitService {
+    const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
+}
+
+type BoxFuture = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<http::Response<tonic::body::Body>, std::convert::Infallible>,
+            > + Send,
+    >,
+>;
+
+impl tower_service::Service<http::Request<tonic::body::Body>> for LimitService {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let delta = match req.uri().path() {
+            SOTW_PATH => false,
+            DELTA_PATH => true,
+            other => {
+                let status = Status::unimplemented(format!("{other}"));
+                return Box::pin(async move { Ok(status.into_http()) });
+            }
+        };
+        let method = LimitStream {
+            limit: self.0.clone(),
+            delta,
+        };
+        Box::pin(async move {
+            let mut grpc = Grpc::new(RawCodec).max_decoding_message_size(usize::MAX);
+            Ok(grpc.streaming(method, req).await)
+        })
+    }
+}
+
+struct LimitStream {
+    limit: Arc<Limit>,
+    delta: bool,
+}
+
+impl StreamingService<Bytes> for LimitStream {
+    type Response = Bytes;
+    type ResponseStream = ReceiverStream<Result<Bytes, Status>>;
+    type Future = std::future::Ready<Result<Response<Self::ResponseStream>, Status>>;
+
+    fn call(&mut self, request: Request<Streaming<Bytes>>) -> Self::Future {
+        let (tx, rx) = mpsc::channel(1);
+        let limit = self.limit.clone();
+        let pushes = limit.push.subscribe();
+        tokio::spawn(limit_stream(
+            limit,
+            self.delta,
+            request.into_inner(),
+            pushes,
+            tx,
+        ));
+        std::future::ready(Ok(Response::new(ReceiverStream::new(rx))))
+    }
+}
+
+async fn limit_stream(
+    limit: Arc<Limit>,
+    delta: bool,
+    mut requests: Streaming<Bytes>,
+    mut pushes: broadcast::Receiver<Arc<Push>>,
+    tx: mpsc::Sender<Result<Bytes, Status>>,
+) {
+    let mut subscribed = [false; 4];
+    let mut last_names = [0u64; 4];
+    let mut nonce = 0u64;
+    loop {
+        let out = tokio::select! {
+            req = requests.message() => match req {
+                Ok(Some(req)) => {
+                    match answer(&limit, delta, &req, &mut subscribed, &mut last_names, &mut nonce) {
+                        Some(b) => b,
+                        None => continue,
+                    }
+                }
+                _ => return,
+            },
+            push = pushes.recv() => match push {
+                Ok(p) if subscribed[p.kind as usize] => if delta { p.delta.clone() } else { p.sotw.clone() },
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    limit.lagged.fetch_add(n, Ordering::Relaxed);
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+        };
+        if tx.send(Ok(out)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The response to a request, if it subscribes to something new; ACKs are ignored.
+fn answer(
+    limit: &Limit,
+    delta: bool,
+    req: &[u8],
+    subscribed: &mut [bool; 4],
+    last_names: &mut [u64; 4],
+    nonce: &mut u64,
+) -> Option<Bytes> {
+    let (type_tag, names_tag) = if delta { (2, 3) } else { (4, 3) };
+    let mut kind = None;
+    let mut names: Vec<&[u8]> = Vec::new();
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for (tag, v) in fields(req) {
+        if let Value::Bytes(b) = v {
+            if tag == type_tag {
+                kind = Kind::from_type_url(b);
+            } else if tag == names_tag {
+                names.push(b);
+                for x in b.iter().chain([&0u8]) {
+                    hash = (hash ^ u64::from(*x)).wrapping_mul(0x100_0000_01b3);
+                }
+            }
+        }
+    }
+    let kind = kind?;
+    let k = kind as usize;
+    let new_names = if delta {
+        !names.is_empty()
+    } else {
+        hash != last_names[k]
+    };
+    if subscribed[k] && !new_names {
+        return None;
+    }
+    subscribed[k] = true;
+    last_names[k] = hash;
+    let data = limit.current();
+    let e = &data[k];
+    *nonce += 1;
+    let version = format!("v{}", limit.generation.load(Ordering::Relaxed));
+    let nonce = format!("i{nonce}");
+    let mut resources = Vec::new();
+    if names.is_empty() {
+        if delta {
+            for d in e.delta.values() {
+                wire::put_bytes(&mut resources, 2, d);
+            }
+            return Some(delta_response(kind, &version, &resources, &nonce));
+        }
+        return Some(sotw_response(kind, &version, &e.all_sotw, &nonce));
+    }
+    let map = if delta { &e.delta } else { &e.any };
+    for n in names {
+        if let Some(b) = std::str::from_utf8(n).ok().and_then(|n| map.get(n)) {
+            wire::put_bytes(&mut resources, 2, b);
+        }
+    }
+    Some(if delta {
+        delta_response(kind, &version, &resources, &nonce)
+    } else {
+        sotw_response(kind, &version, &resources, &nonce)
+    })
+}
