@@ -61,10 +61,11 @@ pub struct SubscriptionChange {
     pub removed: Vec<Arc<str>>,
 }
 
-/// The node identity of a stream, fixed by its first request.
+/// The node identity of a stream, fixed by its first request. Only id and cluster are kept: a
+/// whole Envoy Node (its extensions, metadata, version) would cost kilobytes per stream.
 #[derive(Debug, Default)]
 pub struct NodeIdentity {
-    node: Option<Node>,
+    node: Option<(Box<str>, Box<str>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,12 +85,12 @@ impl NodeIdentity {
         }
         match &self.node {
             None => {
-                self.node = Some(node.clone());
+                self.node = Some((node.id.as_str().into(), node.cluster.as_str().into()));
                 Ok(())
             }
-            Some(first) if first.id == node.id && first.cluster == node.cluster => Ok(()),
-            Some(first) => Err(NodeChanged {
-                first: first.id.clone(),
+            Some((id, cluster)) if **id == *node.id && **cluster == *node.cluster => Ok(()),
+            Some((id, _)) => Err(NodeChanged {
+                first: id.to_string(),
                 now: node.id.clone(),
             }),
         }
@@ -97,10 +98,11 @@ impl NodeIdentity {
 
     /// The node id for logs ("" until a request carried one).
     pub fn id(&self) -> &str {
-        self.node.as_ref().map(|n| n.id.as_str()).unwrap_or("")
+        self.node.as_ref().map(|(id, _)| &**id).unwrap_or("")
     }
 
-    pub fn node(&self) -> Option<&Node> {
-        self.node.as_ref()
+    /// Whether a request carried a node yet.
+    pub fn is_known(&self) -> bool {
+        self.node.is_some()
     }
 }

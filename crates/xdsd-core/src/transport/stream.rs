@@ -217,11 +217,11 @@ pub(crate) async fn run<V: Variant>(
 
 impl<V: Variant> Stream<V> {
     fn on_request(&mut self, request: V::Request) -> Result<(), Status> {
-        let first = self.node.node().is_none();
+        let first = !self.node.is_known();
         self.node
             .check(V::node(&request))
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        if first && self.node.node().is_some() {
+        if first && self.node.is_known() {
             info!(stream = self.id, node = self.node.id(), "node identified");
             self.stats.set_node(self.node.id());
         }
