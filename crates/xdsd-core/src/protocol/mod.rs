@@ -106,3 +106,48 @@ impl NodeIdentity {
         self.node.is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, cluster: &str) -> Node {
+        Node {
+            id: id.into(),
+            cluster: cluster.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn node_identity_is_taken_from_the_first_request() {
+        let mut identity = NodeIdentity::default();
+        identity.check(Some(&node("a", "c"))).unwrap();
+        assert_eq!(identity.id(), "a");
+    }
+
+    #[test]
+    fn later_requests_may_omit_the_node() {
+        let mut identity = NodeIdentity::default();
+        identity.check(Some(&node("a", "c"))).unwrap();
+        identity.check(None).unwrap();
+        identity.check(Some(&Node::default())).unwrap();
+        identity.check(Some(&node("a", "c"))).unwrap();
+    }
+
+    #[test]
+    fn a_later_request_with_a_different_node_is_an_error() {
+        let mut identity = NodeIdentity::default();
+        identity.check(Some(&node("a", "c"))).unwrap();
+        assert!(identity.check(Some(&node("b", "c"))).is_err());
+        assert!(identity.check(Some(&node("a", "other"))).is_err());
+    }
+
+    #[test]
+    fn nonces_are_never_reused_on_a_stream() {
+        let mut nonces = NonceGen::default();
+        let all: std::collections::HashSet<String> =
+            (0..1000).map(|_| nonces.next_nonce()).collect();
+        assert_eq!(all.len(), 1000);
+    }
+}
