@@ -46,6 +46,8 @@ pub(crate) trait Variant: Send + 'static {
     ) -> Option<Self::Response>;
     /// (version, resources, removed names, nonce) of a response, for logs.
     fn describe(response: &Self::Response) -> (&str, usize, usize, &str);
+    /// How many resources a reconnecting client says it already has.
+    fn initial_versions(request: &Self::Request) -> usize;
     /// The resources of a response that are new or changed for the client.
     fn updated(response: &Self::Response) -> &[Arc<Resource>];
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
@@ -89,6 +91,9 @@ impl Variant for SotwSubscription {
     }
     fn describe(r: &SotwResponse) -> (&str, usize, usize, &str) {
         (&r.version_info, r.len(), 0, &r.nonce)
+    }
+    fn initial_versions(_: &DiscoveryRequest) -> usize {
+        0
     }
     fn updated(r: &SotwResponse) -> &[Arc<Resource>] {
         &r.updated
@@ -140,6 +145,9 @@ impl Variant for DeltaSubscription {
             r.removed.len(),
             &r.nonce,
         )
+    }
+    fn initial_versions(request: &DeltaDiscoveryRequest) -> usize {
+        request.initial_resource_versions.len()
     }
     fn updated(r: &DeltaResponse) -> &[Arc<Resource>] {
         &r.resources
@@ -196,7 +204,7 @@ pub(crate) async fn run<V: Variant>(
                     }
                 }
                 Some(Err(status)) => {
-                    debug!(stream = s.id, node = s.node.id(), %status, "stream read failed");
+                    debug!(stream = s.id, node = %s.node.id(), %status, "stream read failed");
                     break Ok(());
                 }
                 None => break Ok(()),
@@ -208,11 +216,11 @@ pub(crate) async fn run<V: Variant>(
         }
     };
     if let Err(status) = ending {
-        warn!(stream = s.id, node = s.node.id(), code = ?status.code(), message = status.message(), "ending stream");
+        warn!(stream = s.id, node = %s.node.id(), code = ?status.code(), message = status.message(), "ending stream");
         let _ = tx.send(Err(status)).await;
     }
     ctx.streams.close(s.id);
-    info!(stream = s.id, node = s.node.id(), "stream closed");
+    info!(stream = s.id, node = %s.node.id(), "stream closed");
 }
 
 impl<V: Variant> Stream<V> {
@@ -222,7 +230,7 @@ impl<V: Variant> Stream<V> {
             .check(V::node(&request))
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         if first && self.node.is_known() {
-            info!(stream = self.id, node = self.node.id(), "node identified");
+            info!(stream = self.id, node = %self.node.id(), "node identified");
             self.stats.set_node(self.node.id());
         }
         let snapshot = self.store.snapshot();
@@ -250,7 +258,7 @@ impl<V: Variant> Stream<V> {
         if current.is_none() && self.warned.insert(type_url.clone()) {
             warn!(
                 stream = self.id,
-                node = self.node.id(),
+                node = %self.node.id(),
                 type_url = %type_url,
                 "xdsd has no resources of this type; serving it as an empty type"
             );
@@ -262,10 +270,16 @@ impl<V: Variant> Stream<V> {
         let (kind, change) = sub.handle_request(&request, current);
         let (stream, node) = (self.id, self.node.id());
         match &kind {
-            RequestKind::Initial => debug!(stream, node, type_url = %type_url, "subscribe"),
+            RequestKind::Initial => debug!(
+                stream,
+                %node,
+                type_url = %type_url,
+                initial_versions = V::initial_versions(&request),
+                "subscribe"
+            ),
             RequestKind::Ack { nonce } => {
                 self.stats.acked(true);
-                debug!(stream, node, type_url = %type_url, %nonce, "ACK")
+                debug!(stream, %node, type_url = %type_url, %nonce, "ACK")
             }
             RequestKind::Nack {
                 nonce,
@@ -275,7 +289,7 @@ impl<V: Variant> Stream<V> {
                 self.stats.acked(false);
                 warn!(
                     stream,
-                    node,
+                    %node,
                     type_url = %type_url,
                     nonce = %nonce,
                     rejected_version = rejected_version.as_deref().unwrap_or(""),
@@ -284,10 +298,10 @@ impl<V: Variant> Stream<V> {
                 )
             }
             RequestKind::Update => {
-                debug!(stream, node, type_url = %type_url, "subscription update")
+                debug!(stream, %node, type_url = %type_url, "subscription update")
             }
             RequestKind::Stale { nonce } => {
-                debug!(stream, node, type_url = %type_url, %nonce, "stale request ignored")
+                debug!(stream, %node, type_url = %type_url, %nonce, "stale request ignored")
             }
         }
         // Registered before the next snapshot is read, so no change can slip between the two.
@@ -326,7 +340,7 @@ impl<V: Variant> Stream<V> {
             let (version, resources, removed, nonce) = V::describe(&response);
             debug!(
                 stream = self.id,
-                node = self.node.id(),
+                node = %self.node.id(),
                 type_url = %type_url,
                 version,
                 resources,
