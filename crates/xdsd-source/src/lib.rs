@@ -13,7 +13,6 @@ mod descriptors;
 mod dir;
 mod error;
 mod parse;
-mod path;
 mod watch;
 
 pub use descriptors::{

@@ -10,7 +10,6 @@ use serde_json::{Map, Value};
 use crate::de::DocSeed;
 use crate::descriptors::type_url_of;
 use crate::error::{Problem, ResourceRef};
-use crate::path::{Chain, Track, Tracked};
 use crate::{Descriptors, ParsedResource, SourceError};
 
 /// File formats, chosen by extension.
@@ -152,20 +151,21 @@ pub fn parse_file(
     Ok(resources)
 }
 
-/// Runs a decode through the field-path tracker, prefixing any error with the path.
+/// Runs a decode through serde_path_to_error, prefixing any error with the field path (serde_json
+/// reports only line and column; serde_yaml_ng errors already carry the path).
 fn with_path<'de, D: serde::Deserializer<'de>>(
-    run: impl FnOnce(Tracked<'_, '_, D>) -> Result<(), D::Error>,
+    run: impl FnOnce(serde_path_to_error::Deserializer<'_, '_, D>) -> Result<(), D::Error>,
     de: D,
 ) -> Result<(), String> {
-    let track = Track::default();
-    let tracked = Tracked {
-        de,
-        chain: &Chain::Root,
-        track: &track,
-    };
-    run(tracked).map_err(|e| match track.path() {
-        Some(path) => format!("{path}: {e}"),
-        None => e.to_string(),
+    let mut track = serde_path_to_error::Track::new();
+    let result = run(serde_path_to_error::Deserializer::new(de, &mut track));
+    result.map_err(|e| {
+        let path = track.path().to_string();
+        if path.is_empty() || path == "." {
+            e.to_string()
+        } else {
+            format!("{path}: {e}")
+        }
     })
 }
 
