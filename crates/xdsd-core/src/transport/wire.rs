@@ -11,13 +11,55 @@ use crate::protocol::delta::DeltaResponse;
 use crate::protocol::sotw::{SotwResources, SotwResponse};
 use crate::store::{field_len, put_length_delimited};
 
-/// `envoy.service.discovery.v3.DiscoveryResponse` on the wire.
-#[derive(Debug, Default)]
-pub struct SotwWire(Option<SotwResponse>);
+/// A response body that can write itself from pre-encoded pieces.
+pub trait Body: std::fmt::Debug + Send + Sync {
+    fn encode_body(&self, buf: &mut impl BufMut);
+    fn body_len(&self) -> usize;
+}
 
-impl From<SotwResponse> for SotwWire {
-    fn from(response: SotwResponse) -> SotwWire {
-        SotwWire(Some(response))
+/// A response on the wire: `Wire<SotwResponse>` is a `DiscoveryResponse`,
+/// `Wire<DeltaResponse>` a `DeltaDiscoveryResponse`.
+#[derive(Debug)]
+pub struct Wire<R>(Option<R>);
+
+pub type SotwWire = Wire<SotwResponse>;
+pub type DeltaWire = Wire<DeltaResponse>;
+
+impl<R> Default for Wire<R> {
+    fn default() -> Self {
+        Wire(None)
+    }
+}
+
+impl<R> From<R> for Wire<R> {
+    fn from(response: R) -> Self {
+        Wire(Some(response))
+    }
+}
+
+impl<R: Body> Message for Wire<R> {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        if let Some(r) = &self.0 {
+            r.encode_body(buf)
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.as_ref().map_or(0, |r| r.body_len())
+    }
+
+    fn clear(&mut self) {
+        self.0 = None;
     }
 }
 
@@ -41,11 +83,10 @@ fn string_len(value: &str) -> usize {
     }
 }
 
-impl Message for SotwWire {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        let Some(r) = &self.0 else { return };
-        string_field(VERSION_INFO, &r.version_info, buf);
-        match &r.resources {
+impl Body for SotwResponse {
+    fn encode_body(&self, buf: &mut impl BufMut) {
+        string_field(VERSION_INFO, &self.version_info, buf);
+        match &self.resources {
             SotwResources::All(t) => buf.put_slice(&t.sotw_body()),
             SotwResources::Some(list) => {
                 for resource in list {
@@ -53,41 +94,19 @@ impl Message for SotwWire {
                 }
             }
         }
-        string_field(TYPE_URL, &r.type_url, buf);
-        string_field(NONCE, &r.nonce, buf);
+        string_field(TYPE_URL, &self.type_url, buf);
+        string_field(NONCE, &self.nonce, buf);
     }
 
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        let Some(r) = &self.0 else { return 0 };
-        let resources = match &r.resources {
+    fn body_len(&self) -> usize {
+        let resources = match &self.resources {
             SotwResources::All(t) => t.sotw_body().len(),
             SotwResources::Some(list) => list.iter().map(|x| field_len(x.any_bytes().len())).sum(),
         };
-        string_len(&r.version_info) + resources + string_len(&r.type_url) + string_len(&r.nonce)
-    }
-
-    fn clear(&mut self) {
-        self.0 = None;
-    }
-}
-
-/// `envoy.service.discovery.v3.DeltaDiscoveryResponse` on the wire.
-#[derive(Debug, Default)]
-pub struct DeltaWire(Option<DeltaResponse>);
-
-impl From<DeltaResponse> for DeltaWire {
-    fn from(response: DeltaResponse) -> DeltaWire {
-        DeltaWire(Some(response))
+        string_len(&self.version_info)
+            + resources
+            + string_len(&self.type_url)
+            + string_len(&self.nonce)
     }
 }
 
@@ -98,44 +117,118 @@ const DELTA_TYPE_URL: u32 = 4;
 const DELTA_NONCE: u32 = 5;
 const REMOVED_RESOURCES: u32 = 6;
 
-impl Message for DeltaWire {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        let Some(r) = &self.0 else { return };
-        string_field(SYSTEM_VERSION_INFO, &r.system_version_info, buf);
-        for resource in &r.resources {
+impl Body for DeltaResponse {
+    fn encode_body(&self, buf: &mut impl BufMut) {
+        string_field(SYSTEM_VERSION_INFO, &self.system_version_info, buf);
+        for resource in &self.resources {
             put_length_delimited(buf, DELTA_RESOURCES, resource.delta_bytes());
         }
-        string_field(DELTA_TYPE_URL, &r.type_url, buf);
-        string_field(DELTA_NONCE, &r.nonce, buf);
-        for name in &r.removed {
-            // A repeated string keeps empty elements; names are never empty anyway.
+        string_field(DELTA_TYPE_URL, &self.type_url, buf);
+        string_field(DELTA_NONCE, &self.nonce, buf);
+        for name in &self.removed {
             put_length_delimited(buf, REMOVED_RESOURCES, name.as_bytes());
         }
     }
 
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        let Some(r) = &self.0 else { return 0 };
-        string_len(&r.system_version_info)
-            + r.resources
+    fn body_len(&self) -> usize {
+        string_len(&self.system_version_info)
+            + self
+                .resources
                 .iter()
                 .map(|x| field_len(x.delta_bytes().len()))
                 .sum::<usize>()
-            + string_len(&r.type_url)
-            + string_len(&r.nonce)
-            + r.removed.iter().map(|n| field_len(n.len())).sum::<usize>()
+            + string_len(&self.type_url)
+            + string_len(&self.nonce)
+            + self
+                .removed
+                .iter()
+                .map(|n| field_len(n.len()))
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryResponse, DiscoveryResponse,
+    };
+
+    use super::*;
+    use crate::store::{Resource, TypeSnapshot};
+    use crate::types::CLUSTER;
+
+    fn resource(name: &str) -> Arc<Resource> {
+        Arc::new(Resource::with_aliases(
+            CLUSTER,
+            name,
+            vec![Arc::from(format!("alias-of-{name}"))],
+            Bytes::from(format!("value-of-{name}")),
+        ))
     }
 
-    fn clear(&mut self) {
-        self.0 = None;
+    #[test]
+    fn sotw_wire_decodes_as_a_discovery_response() {
+        let list = vec![resource("a"), resource("b")];
+        let all = Arc::new(TypeSnapshot::new(
+            CLUSTER.into(),
+            list.iter().map(|r| (r.name().clone(), r.clone())).collect(),
+        ));
+        for resources in [SotwResources::Some(list.clone()), SotwResources::All(all)] {
+            let wire: SotwWire = SotwResponse {
+                type_url: CLUSTER.into(),
+                version_info: "v1".into(),
+                nonce: "7".into(),
+                resources,
+                updated: Vec::new(),
+            }
+            .into();
+            let bytes = wire.encode_to_vec();
+            assert_eq!(bytes.len(), wire.encoded_len());
+            let decoded = DiscoveryResponse::decode(bytes.as_slice()).unwrap();
+            assert_eq!(decoded.version_info, "v1");
+            assert_eq!(decoded.nonce, "7");
+            assert_eq!(decoded.type_url, CLUSTER);
+            let values: Vec<&[u8]> = decoded
+                .resources
+                .iter()
+                .map(|a| a.value.as_slice())
+                .collect();
+            assert_eq!(values, [b"value-of-a".as_slice(), b"value-of-b"]);
+            assert!(decoded.resources.iter().all(|a| a.type_url == CLUSTER));
+        }
+    }
+
+    #[test]
+    fn delta_wire_decodes_as_a_delta_discovery_response() {
+        let wire: DeltaWire = DeltaResponse {
+            type_url: CLUSTER.into(),
+            system_version_info: "v2".into(),
+            nonce: "9".into(),
+            resources: vec![resource("a")],
+            removed: vec![Arc::from("gone"), Arc::from("also-gone")],
+        }
+        .into();
+        let bytes = wire.encode_to_vec();
+        assert_eq!(bytes.len(), wire.encoded_len());
+        let decoded = DeltaDiscoveryResponse::decode(bytes.as_slice()).unwrap();
+        assert_eq!(decoded.system_version_info, "v2");
+        assert_eq!(decoded.nonce, "9");
+        assert_eq!(decoded.type_url, CLUSTER);
+        assert_eq!(decoded.removed_resources, ["gone", "also-gone"]);
+        let r = &decoded.resources[0];
+        assert_eq!(r.name, "a");
+        assert_eq!(r.aliases, ["alias-of-a"]);
+        assert_eq!(r.version, &**resource("a").version());
+        assert_eq!(r.resource.as_ref().unwrap().value, b"value-of-a");
+    }
+
+    #[test]
+    fn empty_wire_encodes_nothing() {
+        let wire = SotwWire::default();
+        assert_eq!(wire.encoded_len(), 0);
+        assert!(wire.encode_to_vec().is_empty());
     }
 }
