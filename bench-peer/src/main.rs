@@ -6,12 +6,17 @@
 //! * stdin `load <file>`: replace every resource with those of the record file; answers
 //!   `ok <accepted_ns> <done_ns>`
 //! * stdin `set <type_url> <name> <hex value>`: set one resource; answers `ok <accepted_ns>`
+//! * stdin `nodes <n>`: the clients' node ids are `xds-bench-0` … `xds-bench-<n-1>`; answers
+//!   `ok <accepted_ns>`
 //! * stdin EOF or `quit`: exit.
 //!
 //! Times are CLOCK_MONOTONIC nanoseconds, comparable with the load generator's.
 //!
-//! Every client is expected to use the node id `NODE_ID`: the cache keeps one snapshot per node id
-//! and looks it up on every request; one shared snapshot is the cheapest way to use it.
+//! The cache keeps one snapshot per node id and looks it up on every request, so every update is
+//! set for every node, as its users (and go-control-plane's) do. One node id shared by every
+//! client would be cheaper but loses updates in rust-control-plane 0.1.2: a stream cancels its
+//! fired watch by slab index when the client ACKs, and by then the slot may hold another
+//! stream's new watch of the same node (BENCHMARKS.md has the details).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -28,7 +33,7 @@ use rust_control_plane::service::common::Service;
 use rust_control_plane::snapshot::{type_url, Resource, Resources, Snapshot};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-const NODE_ID: &str = "xds-bench";
+const NODE_PREFIX: &str = "xds-bench-";
 
 fn now_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -113,10 +118,19 @@ impl State {
     }
 }
 
+/// Sets the current snapshot for every node, as `Cache::set_snapshot` wants it.
+async fn publish(cache: &Cache, nodes: &[String], state: &State) {
+    let snapshot = state.snapshot();
+    for node in nodes {
+        cache.set_snapshot(node, snapshot.clone()).await;
+    }
+}
+
 async fn control(cache: Arc<Cache>) -> Result<(), String> {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut stdout = tokio::io::stdout();
     let mut state = State::default();
+    let mut nodes: Vec<String> = Vec::new();
     while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
         let accepted = now_ns();
         let mut words = line.split_whitespace();
@@ -134,7 +148,7 @@ async fn control(cache: Arc<Cache>) -> Result<(), String> {
                 for t in all {
                     state.bump(&t);
                 }
-                cache.set_snapshot(NODE_ID, state.snapshot()).await;
+                publish(&cache, &nodes, &state).await;
                 format!("ok {accepted} {}\n", now_ns())
             }
             Some("set") => {
@@ -145,7 +159,15 @@ async fn control(cache: Arc<Cache>) -> Result<(), String> {
                 let r = decode(t, &unhex(v)?)?;
                 state.types.entry(t.to_owned()).or_default().insert(n.to_owned(), r);
                 state.bump(t);
-                cache.set_snapshot(NODE_ID, state.snapshot()).await;
+                publish(&cache, &nodes, &state).await;
+                format!("ok {accepted}\n")
+            }
+            Some("nodes") => {
+                let n: usize = words
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("nodes needs a count")?;
+                nodes = (0..n).map(|i| format!("{NODE_PREFIX}{i}")).collect();
                 format!("ok {accepted}\n")
             }
             Some("quit") => break,
@@ -168,10 +190,13 @@ async fn main() {
     // request (its ADS consistency check holds it until the next snapshot).
     let cache = Arc::new(Cache::new(false));
     let service = Service::new(cache.clone());
+    // TCP_NODELAY as `Server::serve(addr)` would set it (`tcp_nodelay` on the builder is ignored
+    // with an incoming stream): without it, Nagle's algorithm delays responses by ~40 ms.
+    let incoming = tonic::transport::server::TcpIncoming::from_listener(listener, true, None)
+        .expect("listener");
     let server = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .add_service(AggregatedDiscoveryServiceServer::new(service))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        .serve_with_incoming(incoming);
     let server = tokio::spawn(server);
     println!("listening {addr}");
     if let Err(e) = control(cache).await {

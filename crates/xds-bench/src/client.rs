@@ -35,8 +35,8 @@ pub const SOTW_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
 pub const DELTA_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
-/// The node id every client sends (see bench-peer: one snapshot for all of them).
-pub const NODE_ID: &str = "xds-bench";
+/// Client `i`'s node id is `NODE_PREFIX` + `i` (bench-peer sets a snapshot for each).
+pub const NODE_PREFIX: &str = "xds-bench-";
 
 /// Resource kinds the clients know, in subscription order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -112,7 +112,6 @@ pub struct ClientResult {
 /// State the harness reads while the clients run.
 pub struct Shared {
     spec: FleetSpec,
-    node: Bytes,
     interner: RwLock<Interner>,
     tracked: HashMap<String, u32>,
     /// Last marker seen, per (client, tracked id): the harness polls these for convergence.
@@ -124,19 +123,11 @@ pub struct Shared {
     pub bytes: AtomicU64,
     pub requests: AtomicU64,
     /// Pre-encoded `resource_names` blocks of SotW requests, shared by clients with equal lists.
-    name_blocks: Mutex<HashMap<Kind, (Arc<Vec<u32>>, Bytes)>>,
+    name_blocks: Mutex<HashMap<Kind, NamesBlock>>,
 }
 
 impl Shared {
     pub fn new(spec: FleetSpec) -> Arc<Shared> {
-        let node = Node {
-            id: NODE_ID.into(),
-            cluster: "xds-bench".into(),
-            user_agent_name: "xds-bench".into(),
-            ..Default::default()
-        }
-        .encode_to_vec()
-        .into();
         let tracked = spec
             .tracked
             .iter()
@@ -148,7 +139,6 @@ impl Shared {
             .collect();
         Arc::new(Shared {
             spec,
-            node,
             interner: RwLock::default(),
             tracked,
             last,
@@ -213,7 +203,7 @@ impl Shared {
 
     /// The encoded `resource_names` fields for `ids`, shared with other clients that have the
     /// same list.
-    fn names_block(&self, kind: Kind, ids: &Arc<Vec<u32>>) -> (Arc<Vec<u32>>, Bytes) {
+    fn names_block(&self, kind: Kind, ids: &Arc<Vec<u32>>) -> NamesBlock {
         let mut blocks = self.name_blocks.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((cached, block)) = blocks.get(&kind) {
             if cached == ids {
@@ -230,6 +220,9 @@ impl Shared {
         entry
     }
 }
+
+/// A list of name ids and its encoded `resource_names` fields.
+type NamesBlock = (Arc<Vec<u32>>, Bytes);
 
 /// The running fleet.
 pub struct Fleet {
@@ -353,6 +346,8 @@ impl TypeState {
 
 struct Client {
     index: usize,
+    /// The encoded `Node`, sent on every request as Envoy does.
+    node: Bytes,
     shared: Arc<Shared>,
     types: [TypeState; 4],
     result: ClientResult,
@@ -362,8 +357,17 @@ struct Client {
 
 impl Client {
     fn new(index: usize, shared: Arc<Shared>) -> Client {
+        let node = Node {
+            id: format!("{NODE_PREFIX}{index}"),
+            cluster: "xds-bench".into(),
+            user_agent_name: "xds-bench".into(),
+            ..Default::default()
+        }
+        .encode_to_vec()
+        .into();
         Client {
             index,
+            node,
             shared,
             types: Default::default(),
             result: ClientResult::default(),
@@ -378,20 +382,14 @@ impl Client {
         for kind in [Kind::Cds, Kind::Lds] {
             let req = if delta {
                 wire::delta_request(
-                    &self.shared.node,
+                    &self.node,
                     kind.type_url(),
                     "",
                     std::iter::empty(),
                     std::iter::empty(),
                 )
             } else {
-                wire::sotw_request(
-                    &self.shared.node,
-                    kind.type_url(),
-                    "",
-                    "",
-                    std::iter::empty(),
-                )
+                wire::sotw_request(&self.node, kind.type_url(), "", "", std::iter::empty())
             };
             self.send(req);
         }
@@ -565,7 +563,7 @@ impl Client {
         if !st.version.is_empty() {
             wire::put_bytes(&mut buf, 1, st.version.as_bytes());
         }
-        wire::put_bytes(&mut buf, 2, &self.shared.node);
+        wire::put_bytes(&mut buf, 2, &self.node);
         buf.extend_from_slice(&block);
         wire::put_bytes(&mut buf, 4, kind.type_url().as_bytes());
         if !st.nonce.is_empty() {
@@ -625,7 +623,7 @@ impl Client {
         st.responses += 1;
         st.received += count;
         let ack = wire::delta_request(
-            &self.shared.node,
+            &self.node,
             kind.type_url(),
             std::str::from_utf8(nonce).unwrap_or_default(),
             std::iter::empty(),
@@ -652,7 +650,7 @@ impl Client {
                         .read()
                         .unwrap_or_else(|e| e.into_inner());
                     wire::delta_request(
-                        &self.shared.node,
+                        &self.node,
                         dep.type_url(),
                         "",
                         added.iter().map(|id| &*i.names[*id as usize]),

@@ -119,6 +119,16 @@ impl Proc {
         Ok((r[0], *r.get(1).unwrap_or(&r[0])))
     }
 
+    /// Tells the server the clients' node ids (`xds-bench-0` … `xds-bench-<n-1>`).
+    pub async fn nodes(&mut self, n: usize) -> anyhow::Result<()> {
+        self.stdin
+            .write_all(format!("nodes {n}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        self.reply().await?;
+        Ok(())
+    }
+
     /// Sends a `set` without waiting for its answer (see [`Proc::read_ok`]).
     pub async fn send_set(
         &mut self,

@@ -219,7 +219,8 @@ pub fn markdown(rows: &[Row]) -> String {
 
 /// A line chart of S1 median convergence time against streams, one line per server.
 pub fn svg(rows: &[Row]) -> String {
-    let series: Vec<(&str, &str, Vec<(f64, f64)>)> = [
+    type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+    let series: Vec<Series> = [
         ("xdsd", "#1f77b4"),
         ("limit", "#2ca02c"),
         ("peer", "#d62728"),

@@ -162,6 +162,7 @@ async fn open(
     let records = ctx.records(spec)?;
     let tag = format!("{}-{}-{}", row.scenario, row.mode, row.streams);
     let mut proc = Proc::spawn(server, ctx.peer_bin.as_deref(), &ctx.log(server, &tag)).await?;
+    proc.nodes(fleet.streams).await?;
     proc.load(&records).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut row = row;
@@ -253,6 +254,22 @@ pub fn latencies(
 }
 
 fn fill_latencies(row: &mut Row, changes: &[(u32, u32, u64)], results: &[ClientResult]) {
+    if std::env::var_os("XDS_BENCH_DEBUG").is_some() {
+        for (i, r) in results.iter().enumerate() {
+            eprintln!(
+                "client {i}: responses {} deliveries {:?}",
+                r.responses,
+                r.deliveries
+                    .iter()
+                    .map(|d| (d.tracked, d.marker))
+                    .collect::<Vec<_>>()
+            );
+        }
+        eprintln!(
+            "changes {:?}",
+            changes.iter().map(|c| (c.0, c.1)).collect::<Vec<_>>()
+        );
+    }
     let (last, pooled, missing) = latencies(changes, results);
     row.changes = changes.len();
     row.conv_ms = pct(last.iter().flatten().copied().collect());

@@ -5,6 +5,8 @@
 //! * `load <file>`: replace every resource with those of the record file (see
 //!   `config::write_records`); answers `ok <accepted_ns> <done_ns>`
 //! * `set <type_url> <name> <hex value>`: set one resource; answers `ok <accepted_ns>`
+//! * `nodes <n>`: the clients' node ids will be `xds-bench-0` … (only the peer needs to know);
+//!   answers `ok <accepted_ns>`
 //! * `quit` or EOF: exit.
 //!
 //! `accepted_ns` is CLOCK_MONOTONIC when the server read the command: convergence is measured
@@ -21,7 +23,7 @@ use prost::Message;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 use xdsd_core::store::{Change, ResourceInput, Store};
@@ -41,7 +43,7 @@ pub enum ServerKind {
 }
 
 pub fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
-    anyhow::ensure!(s.len() % 2 == 0, "odd hex length");
+    anyhow::ensure!(s.len().is_multiple_of(2), "odd hex length");
     (0..s.len())
         .step_by(2)
         .map(|i| Ok(u8::from_str_radix(&s[i..i + 2], 16)?))
@@ -70,7 +72,21 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
             let store = Store::new();
             let server = XdsServer::new(store.clone());
             tokio::spawn(async move {
-                if let Err(e) = server.serve(listener, std::future::pending()).await {
+                // XDS_BENCH_XDSD_NODELAY=1: serve xdsd's routes on sockets with TCP_NODELAY, to
+                // measure what `XdsServer::serve` loses by not setting it (tonic ignores the
+                // builder's `tcp_nodelay` for an incoming stream).
+                let r = if std::env::var_os("XDS_BENCH_XDSD_NODELAY").is_some() {
+                    tonic::transport::Server::builder()
+                        .add_routes(server.routes())
+                        .serve_with_incoming(
+                            tonic::transport::server::TcpIncoming::from(listener)
+                                .with_nodelay(Some(true)),
+                        )
+                        .await
+                } else {
+                    server.serve(listener, std::future::pending()).await
+                };
+                if let Err(e) = r {
                     eprintln!("xds-bench server: {e}");
                     std::process::exit(3);
                 }
@@ -82,9 +98,11 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
             let svc = LimitService(limit.clone());
             tokio::spawn(async move {
                 let r = tonic::transport::Server::builder()
-                    .tcp_nodelay(true)
                     .add_service(svc)
-                    .serve_with_incoming(TcpListenerStream::new(listener))
+                    .serve_with_incoming(
+                        tonic::transport::server::TcpIncoming::from(listener)
+                            .with_nodelay(Some(true)),
+                    )
                     .await;
                 if let Err(e) = r {
                     eprintln!("xds-bench server: {e}");
@@ -118,6 +136,7 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
                 target.set(t, n, unhex(v)?.into())?;
                 format!("ok {accepted}\n")
             }
+            Some("nodes") => format!("ok {accepted}\n"),
             Some("quit") => break,
             _ => anyhow::bail!("unknown command: {line}"),
         };
@@ -211,16 +230,9 @@ fn encode_resource(type_url: &str, name: &str, value: &Bytes, version: u64) -> (
     (any.encode_to_vec().into(), delta.encode_to_vec().into())
 }
 
-fn sotw_response(kind: Kind, version: &str, resources: &[u8], nonce: &str) -> Bytes {
-    let mut buf = Vec::with_capacity(resources.len() + 120);
-    wire::put_bytes(&mut buf, 1, version.as_bytes());
-    buf.extend_from_slice(resources);
-    wire::put_bytes(&mut buf, 4, kind.type_url().as_bytes());
-    wire::put_bytes(&mut buf, 5, nonce.as_bytes());
-    buf.into()
-}
-
-fn delta_response(kind: Kind, version: &str, resources: &[u8], nonce: &str) -> Bytes {
+/// A `DiscoveryResponse` or a `DeltaDiscoveryResponse` (their version, resources, type URL and
+/// nonce fields have the same numbers) around already encoded `resources` fields.
+fn response(kind: Kind, version: &str, resources: &[u8], nonce: &str) -> Bytes {
     let mut buf = Vec::with_capacity(resources.len() + 120);
     wire::put_bytes(&mut buf, 1, version.as_bytes());
     buf.extend_from_slice(resources);
@@ -289,12 +301,31 @@ impl Target for Limit {
         wire::put_bytes(&mut delta_resources, 2, &delta);
         let push = Push {
             kind,
-            sotw: sotw_response(kind, &version, &sotw_resources, &nonce),
-            delta: delta_response(kind, &version, &delta_resources, &nonce),
+            sotw: response(kind, &version, &sotw_resources, &nonce),
+            delta: response(kind, &version, &delta_resources, &nonce),
         };
+        // An updated EDS cluster needs its endpoints again for Envoy to finish warming it; xdsd
+        // sends them, so the limit pushes the same second response.
+        let warm = (kind == Kind::Cds)
+            .then(|| {
+                let eds = &data[Kind::Eds as usize];
+                let (any, delta) = (eds.any.get(name)?, eds.delta.get(name)?);
+                let (mut s, mut d) = (Vec::new(), Vec::new());
+                wire::put_bytes(&mut s, 2, any);
+                wire::put_bytes(&mut d, 2, delta);
+                Some(Push {
+                    kind: Kind::Eds,
+                    sotw: response(Kind::Eds, &version, &s, &nonce),
+                    delta: response(Kind::Eds, &version, &d, &nonce),
+                })
+            })
+            .flatten();
         *guard = Arc::new(data);
         drop(guard);
         let _ = self.push.send(Arc::new(push));
+        if let Some(w) = warm {
+            let _ = self.push.send(Arc::new(w));
+        }
         Ok(())
     }
 }
@@ -331,7 +362,7 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for LimitService {
             SOTW_PATH => false,
             DELTA_PATH => true,
             other => {
-                let status = Status::unimplemented(format!("{other}"));
+                let status = Status::unimplemented(other.to_string());
                 return Box::pin(async move { Ok(status.into_http()) });
             }
         };
@@ -456,9 +487,9 @@ fn answer(
             for d in e.delta.values() {
                 wire::put_bytes(&mut resources, 2, d);
             }
-            return Some(delta_response(kind, &version, &resources, &nonce));
+            return Some(response(kind, &version, &resources, &nonce));
         }
-        return Some(sotw_response(kind, &version, &e.all_sotw, &nonce));
+        return Some(response(kind, &version, &e.all_sotw, &nonce));
     }
     let map = if delta { &e.delta } else { &e.any };
     for n in names {
@@ -466,9 +497,5 @@ fn answer(
             wire::put_bytes(&mut resources, 2, b);
         }
     }
-    Some(if delta {
-        delta_response(kind, &version, &resources, &nonce)
-    } else {
-        sotw_response(kind, &version, &resources, &nonce)
-    })
+    Some(response(kind, &version, &resources, &nonce))
 }

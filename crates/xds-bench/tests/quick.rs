@@ -1,0 +1,88 @@
+//! Runs the benchmark's quick mode against xdsd and the transport limit (not the peer, whose
+//! build needs protoc), so that the harness keeps working. It checks what happened, never how
+//! fast: every client synced and received every change, with no errors.
+
+use std::process::Command;
+
+#[test]
+fn quick_mode_measures_xdsd_and_the_limit() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_xds-bench"))
+        .args(["--quick", "--servers", "xdsd,limit", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "xds-bench failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(stdout.contains("### S1 fan-out"), "{stdout}");
+
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for row in rows {
+        let what = format!(
+            "{} {} {} streams={} clusters={} rate={}",
+            row["scenario"],
+            row["server"],
+            row["mode"],
+            row["streams"],
+            row["clusters"],
+            row["rate"]
+        );
+        seen.insert((
+            row["scenario"].as_str().unwrap().to_owned(),
+            row["server"].as_str().unwrap().to_owned(),
+            row["mode"].as_str().unwrap().to_owned(),
+        ));
+        assert_eq!(row["note"], "", "{what}: {}", row["note"]);
+        assert_eq!(row["errors"], 0, "{what}: {}", row["error_samples"]);
+        assert_eq!(
+            row["synced"], row["streams"],
+            "{what}: not every client synced"
+        );
+        let changes = row["changes"].as_u64().unwrap();
+        assert!(changes > 0, "{what}: no change measured");
+        assert_eq!(row["missing"], 0, "{what}: some client missed a change");
+        assert!(
+            row["responses"].as_u64().unwrap() > 0,
+            "{what}: no response during the changes"
+        );
+        assert!(
+            row["bytes"].as_u64().unwrap() > 0,
+            "{what}: no bytes during the changes"
+        );
+        assert_eq!(row["conv_ms"]["n"].as_u64().unwrap(), changes, "{what}");
+        assert!(
+            row["rss_idle_kib"].as_u64().unwrap() > 0,
+            "{what}: no RSS read"
+        );
+        let streams = row["streams"].as_u64().unwrap();
+        assert_eq!(row["sync_ms"]["n"].as_u64().unwrap(), streams, "{what}");
+        assert_eq!(
+            row["client_ms"]["n"].as_u64().unwrap(),
+            changes * streams,
+            "{what}: one latency per (client, change)"
+        );
+    }
+    for scenario in ["S1", "S2", "S5"] {
+        for server in ["xdsd", "limit"] {
+            assert!(
+                seen.iter().any(|(s, v, _)| s == scenario && v == server),
+                "no {scenario} row for {server}"
+            );
+        }
+    }
+    for server in ["xdsd", "limit"] {
+        assert!(seen.contains(&("S2".into(), server.into(), "delta".into())));
+    }
+    let svg = std::fs::read_to_string(out.path().join("s1.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.matches("<polyline").count() == 2,
+        "{svg}"
+    );
+    assert!(std::fs::read_to_string(out.path().join("results.md"))
+        .unwrap()
+        .contains("### S5 churn"));
+}
