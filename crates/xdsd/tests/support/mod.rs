@@ -177,6 +177,15 @@ pub fn names_node(line: &str, id: &str) -> bool {
     line.contains(&format!("node={id}")) || line.contains(&format!("node=\"{id}\""))
 }
 
+/// The value of field `key` in a tracing log line (`key=value`, or `key="value"` unquoted), found
+/// by token rather than by position. Values with spaces are not supported.
+pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|token| {
+        let (k, v) = token.split_once('=')?;
+        (k == key).then(|| v.trim_matches('"'))
+    })
+}
+
 /// Kills `child` now (SIGKILL) and reaps it without blocking for long.
 fn kill_now(child: &mut Child) {
     let _ = child.start_kill();
@@ -277,12 +286,30 @@ impl Xdsd {
 
     /// Like [`Xdsd::start`] with other extra arguments after the mandatory ones.
     pub async fn start_with_args(resources: &Path, extra: &[&str]) -> Xdsd {
+        Xdsd::start_on(resources, "127.0.0.1:0", extra).await
+    }
+
+    /// Starts `xdsd serve --resources DIR --listen LISTEN EXTRA...` and waits for its
+    /// "listening" line; panics with the log when it does not come.
+    pub async fn start_on(resources: &Path, listen: &str, extra: &[&str]) -> Xdsd {
+        Xdsd::try_start_on(resources, listen, extra)
+            .await
+            .unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// Like [`Xdsd::start_on`], but returns why xdsd did not start (for example, the port of
+    /// `listen` is not free yet) instead of panicking.
+    pub async fn try_start_on(
+        resources: &Path,
+        listen: &str,
+        extra: &[&str],
+    ) -> Result<Xdsd, String> {
         let bin = env!("CARGO_BIN_EXE_xdsd");
         let mut child = Command::new(bin)
             .arg("serve")
             .arg("--resources")
             .arg(resources)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(extra)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -298,16 +325,18 @@ impl Xdsd {
             Ok(line) => line,
             Err(why) => {
                 kill_now(&mut child);
-                panic!(
+                return Err(format!(
                     "xdsd did not log {marker:?} ({why}); exit status {:?}. Log:\n{}",
                     child.try_wait(),
                     log.text()
-                );
+                ));
             }
         };
-        let port = parse_port_after(&line, marker)
-            .unwrap_or_else(|| panic!("cannot parse the port from xdsd's line {line:?}"));
-        Xdsd { child, port, log }
+        let Some(port) = parse_port_after(&line, marker) else {
+            kill_now(&mut child);
+            return Err(format!("cannot parse the port from xdsd's line {line:?}"));
+        };
+        Ok(Xdsd { child, port, log })
     }
 
     /// `http://127.0.0.1:PORT`, for gRPC clients.
@@ -674,12 +703,22 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
 /// Polls `GET /` on `127.0.0.1:port` until the body is `expected` (status 200) and returns the
 /// number of attempts; panics with the observed responses after [`DEADLINE`].
 pub async fn wait_for_body(port: u16, expected: &str, context: impl Fn() -> String) -> usize {
+    wait_for_body_at(port, "/", expected, context).await
+}
+
+/// Like [`wait_for_body`] for `GET path`.
+pub async fn wait_for_body_at(
+    port: u16,
+    path: &str,
+    expected: &str,
+    context: impl Fn() -> String,
+) -> usize {
     let deadline = Instant::now() + DEADLINE;
     let mut attempts = 0;
     let mut seen = String::new();
     loop {
         attempts += 1;
-        match http_get(("127.0.0.1", port), "/", "example.test").await {
+        match http_get(("127.0.0.1", port), path, "example.test").await {
             Ok(resp) if resp.status == 200 && resp.body == expected => return attempts,
             Ok(resp) => {
                 let _ = write!(seen, "[{} {:?}] ", resp.status, truncate(&resp.body, 120));
@@ -690,7 +729,7 @@ pub async fn wait_for_body(port: u16, expected: &str, context: impl Fn() -> Stri
         }
         if Instant::now() >= deadline {
             panic!(
-                "no 200 {expected:?} from 127.0.0.1:{port} within {DEADLINE:?} ({attempts} \
+                "no 200 {expected:?} from 127.0.0.1:{port}{path} within {DEADLINE:?} ({attempts} \
                  attempts); last responses: {}\n{}",
                 truncate_tail(&seen, 2000),
                 context()

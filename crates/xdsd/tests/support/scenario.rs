@@ -19,6 +19,9 @@ pub const ADMIN: &str = "admin:
 pub enum Transport {
     /// One aggregated stream (`ads_config`, config sources `ads: {}`).
     Ads,
+    /// One aggregated incremental stream (`ads_config` with `api_type: DELTA_GRPC`, config
+    /// sources `ads: {}`).
+    DeltaAds,
     /// A separate SotW stream per type (`api_config_source` with `api_type: GRPC`).
     PerType,
 }
@@ -49,7 +52,7 @@ fn xds_cluster(port: u16) -> String {
 /// `lds_config`/`cds_config` and in the resources' `rds.config_source`/`eds_config`.
 pub fn config_source(transport: Transport) -> &'static str {
     match transport {
-        Transport::Ads => "{ ads: {}, resource_api_version: V3 }",
+        Transport::Ads | Transport::DeltaAds => "{ ads: {}, resource_api_version: V3 }",
         Transport::PerType => {
             "{ resource_api_version: V3, api_config_source: { api_type: GRPC, \
              transport_api_version: V3, grpc_services: [ { envoy_grpc: { cluster_name: \
@@ -64,6 +67,14 @@ pub fn dynamic_bootstrap(node_id: &str, xds_port: u16, transport: Transport) -> 
         Transport::Ads => {
             "  ads_config:
     api_type: GRPC
+    transport_api_version: V3
+    grpc_services:
+    - envoy_grpc: { cluster_name: xds_cluster }
+"
+        }
+        Transport::DeltaAds => {
+            "  ads_config:
+    api_type: DELTA_GRPC
     transport_api_version: V3
     grpc_services:
     - envoy_grpc: { cluster_name: xds_cluster }
