@@ -8,6 +8,7 @@
 //! This crate does not know about the store: it hands back [`ParsedResource`]s and the binary
 //! decides what to do with them.
 
+mod canonical;
 mod de;
 mod descriptors;
 mod dir;

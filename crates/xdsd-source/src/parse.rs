@@ -7,6 +7,7 @@ use prost_reflect::{DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, M
 use serde::de::{Deserialize, DeserializeSeed};
 use serde_json::{Map, Value};
 
+use crate::canonical::canonical;
 use crate::de::DocSeed;
 use crate::descriptors::type_url_of;
 use crate::error::{Problem, ResourceRef};
@@ -217,7 +218,12 @@ fn finish(plan: &ResourcePlan, message: &DynamicMessage) -> Result<ParsedResourc
     Ok(ParsedResource {
         type_url: type_url_of(&plan.desc),
         name,
-        value: message.encode_to_vec().into(),
+        value: canonical(
+            plan.desc.parent_pool(),
+            &plan.desc,
+            &message.encode_to_vec(),
+        )
+        .into(),
         origin: format!(
             "{} (resource #{})",
             plan.reference.file.display(),

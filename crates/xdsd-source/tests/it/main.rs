@@ -1,5 +1,6 @@
 //! One test binary for the crate (each binary links envoy-types, which is slow on small machines).
 
+mod canonical;
 mod descriptors;
 mod directory;
 mod errors;
