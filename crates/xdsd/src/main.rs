@@ -96,8 +96,17 @@ fn main() -> ExitCode {
 }
 
 fn init_logs(level: &str) -> anyhow::Result<()> {
-    let filter =
-        EnvFilter::try_new(level).with_context(|| format!("invalid --log-level {level:?}"))?;
+    // A bare level applies to xdsd's own crates; libraries (HTTP/2 frames at debug) stay at info
+    // at most. A filter with targets is taken as it is.
+    let directives = match level.parse::<tracing::Level>() {
+        Ok(l) => {
+            let libraries = std::cmp::min(l, tracing::Level::INFO);
+            format!("{libraries},xdsd={l},xdsd_core={l},xdsd_source={l}")
+        }
+        Err(_) => level.to_owned(),
+    };
+    let filter = EnvFilter::try_new(&directives)
+        .with_context(|| format!("invalid --log-level {level:?}"))?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

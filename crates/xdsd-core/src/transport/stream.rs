@@ -216,7 +216,7 @@ pub(crate) async fn run<V: Variant>(
         }
     };
     if let Err(status) = ending {
-        warn!(stream = s.id, node = %s.node.id(), code = ?status.code(), message = status.message(), "ending stream");
+        warn!(stream = s.id, node = %s.node.id(), code = ?status.code(), reason = status.message(), "ending stream");
         let _ = tx.send(Err(status)).await;
     }
     ctx.streams.close(s.id);
