@@ -62,7 +62,18 @@ impl Proc {
                 Command::new(peer_bin.ok_or_else(|| anyhow::anyhow!("the peer needs --peer-bin"))?)
             }
             _ => {
-                let mut c = Command::new(std::env::current_exe()?);
+                // XDS_BENCH_SERVER_WRAPPER: a command to run the server under, e.g.
+                // `valgrind --tool=callgrind` (for BENCHMARKS.md's profile).
+                let wrapper = std::env::var("XDS_BENCH_SERVER_WRAPPER").unwrap_or_default();
+                let mut words = wrapper.split_whitespace();
+                let mut c = match words.next() {
+                    Some(w) => {
+                        let mut c = Command::new(w);
+                        c.args(words).arg(std::env::current_exe()?);
+                        c
+                    }
+                    None => Command::new(std::env::current_exe()?),
+                };
                 c.args(["server", "--kind", server.name()]);
                 c
             }
@@ -82,9 +93,9 @@ impl Proc {
             .take()
             .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
         let mut lines = BufReader::new(stdout).lines();
-        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        let first = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
             .await
-            .map_err(|_| anyhow::anyhow!("{} did not start in 30 s", server.name()))??
+            .map_err(|_| anyhow::anyhow!("{} did not start in 120 s", server.name()))??
             .ok_or_else(|| {
                 anyhow::anyhow!("{} exited at start (see {})", server.name(), log.display())
             })?;
