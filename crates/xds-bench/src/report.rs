@@ -112,7 +112,7 @@ pub fn markdown(rows: &[Row]) -> String {
     let s2: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S2").collect();
     if !s2.is_empty() {
         out.push_str("### S2 large state: one Cluster changes; SotW resends every cluster, delta only the changed one\n\n");
-        out.push_str("| server | mode | streams | clusters | p50 | p90 | p99 | max | changes | CPU ms/change | KiB sent/change | xdsd ÷ limit (p50) | peer ÷ xdsd (p50) | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        out.push_str("| server | mode | streams | clusters | p50 | p90 | p99 | max | changes | CPU ms/change | KiB sent/change | xdsd ÷ limit (p50) | peer ÷ xdsd (p50) | initial sync max (ms) | sync CPU s | RSS/stream (KiB) | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &s2 {
             let [a, b, c, d] = ms(&r.conv_ms);
             let (vs_limit, vs_peer) = if r.server == "xdsd" {
@@ -132,9 +132,11 @@ pub fn markdown(rows: &[Row]) -> String {
             let per = r.changes.max(1) as f64;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {a} | {b} | {c} | {d} | {} | {:.1} | {:.1} | {vs_limit} | {vs_peer} | {} |",
+                "| {} | {} | {} | {} | {a} | {b} | {c} | {d} | {} | {:.1} | {:.1} | {vs_limit} | {vs_peer} | {} | {:.2} | {:.0} | {} |",
                 r.server, r.mode, r.streams, r.clusters, r.changes,
-                r.change_cpu_s * 1e3 / per, r.bytes as f64 / 1024.0 / per, note(r)
+                r.change_cpu_s * 1e3 / per, r.bytes as f64 / 1024.0 / per,
+                r.sync_ms.map(|p| fmt_ms(p.max)).unwrap_or_else(|| "–".into()),
+                r.sync_cpu_s, r.rss_per_stream_kib, note(r)
             );
         }
         out.push('\n');
