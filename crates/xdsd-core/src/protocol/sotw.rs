@@ -68,6 +68,10 @@ pub struct SotwSubscription {
     explicit: bool,
     /// Set by the first request for this type.
     requested: bool,
+    /// Digest of the last request's `resource_names`, in order: an ACK repeats the list it
+    /// subscribed with, and recognising it spares rebuilding the subscription (the most frequent
+    /// request by far).
+    last_names: Option<(usize, u64)>,
     /// Nonce and version of the latest response sent.
     last_nonce: Option<String>,
     last_version: Option<Arc<str>>,
@@ -93,6 +97,7 @@ impl SotwSubscription {
             names: HashSet::new(),
             explicit: false,
             requested: false,
+            last_names: None,
             last_nonce: None,
             last_version: None,
             respond: false,
@@ -168,6 +173,11 @@ impl SotwSubscription {
         requested: &[String],
         intern: impl Fn(&str) -> Arc<str>,
     ) -> SubscriptionChange {
+        let digest = names_digest(requested);
+        if self.last_names == Some(digest) {
+            return SubscriptionChange::default();
+        }
+        self.last_names = Some(digest);
         let (wildcard, names): (bool, HashSet<Arc<str>>) = if requested.is_empty() && !self.explicit
         {
             // Legacy wildcard: no name ever sent means `*`.
@@ -375,6 +385,14 @@ impl SotwSubscription {
         out.sort_by(|a, b| a.name().cmp(b.name()));
         Some(SotwResources::Some(out))
     }
+}
+
+/// (count, hash) of a list of names, order included.
+fn names_digest(names: &[String]) -> (usize, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    names.hash(&mut hasher);
+    (names.len(), hasher.finish())
 }
 
 #[cfg(test)]

@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::body::Body;
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::service::Routes;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
@@ -101,12 +102,16 @@ impl XdsServer {
             // Detect dead peers, so their streams and memory go away.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .tcp_nodelay(true)
             .add_routes(routes)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                signal.await;
-                let _ = shutdown.send(true);
-            })
+            // Responses are small and latency matters: no Nagle delay. (The builder's own
+            // tcp_nodelay does not apply to an incoming stream given to it.)
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                async move {
+                    signal.await;
+                    let _ = shutdown.send(true);
+                },
+            )
             .await
     }
 }

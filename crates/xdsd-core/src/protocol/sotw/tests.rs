@@ -472,3 +472,18 @@ fn first_request_with_unknown_nonce_is_not_stale() {
     );
     assert_eq!(h.expect().0, ["a"]);
 }
+
+#[test]
+fn an_ack_repeating_the_names_changes_nothing_and_a_new_list_is_still_seen() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    h.request(&["a", "b"], "", "");
+    let (_, v, n) = h.expect();
+    h.request(&["a", "b"], &n, &v);
+    h.expect_none();
+    // Same length, a duplicate instead of b: b is unsubscribed.
+    h.request(&["a", "a"], &n, &v);
+    assert_eq!(h.sub.names().count(), 1);
+    h.set("b", "2");
+    h.notify(&["b"]);
+    h.expect_none();
+}
