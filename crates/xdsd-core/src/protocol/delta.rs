@@ -4,7 +4,9 @@
 //! that each response carries only the resources that changed for this client and the names it
 //! must drop.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
@@ -57,15 +59,15 @@ impl DeltaSubscription {
             wildcard: false,
             explicit: false,
             requested: false,
-            names: HashSet::new(),
-            has: HashMap::new(),
+            names: HashSet::default(),
+            has: HashMap::default(),
             last_nonce: None,
             last_version: None,
             check_all: false,
             answer: false,
-            forced: HashSet::new(),
-            unsubscribed: HashSet::new(),
-            dirty: HashSet::new(),
+            forced: HashSet::default(),
+            unsubscribed: HashSet::default(),
+            dirty: HashSet::default(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! It keeps what the client asked for, what it was last sent and what is owed to it; the store
 //! state is passed in whenever a response may be due, never kept.
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
@@ -94,17 +94,17 @@ impl SotwSubscription {
             type_url,
             full_state,
             wildcard: false,
-            names: HashSet::new(),
+            names: HashSet::default(),
             explicit: false,
             requested: false,
             last_names: None,
             last_nonce: None,
             last_version: None,
             respond: false,
-            forced: HashSet::new(),
-            dirty: HashSet::new(),
+            forced: HashSet::default(),
+            dirty: HashSet::default(),
             sent_type_version: None,
-            sent: HashMap::new(),
+            sent: HashMap::default(),
         }
     }
 
@@ -181,7 +181,7 @@ impl SotwSubscription {
         let (wildcard, names): (bool, HashSet<Arc<str>>) = if requested.is_empty() && !self.explicit
         {
             // Legacy wildcard: no name ever sent means `*`.
-            (true, HashSet::new())
+            (true, HashSet::default())
         } else {
             self.explicit = true;
             let wildcard = requested.iter().any(|n| n == WILDCARD);
@@ -389,10 +389,11 @@ impl SotwSubscription {
 
 /// (count, hash) of a list of names, order included.
 fn names_digest(names: &[String]) -> (usize, u64) {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    names.hash(&mut hasher);
-    (names.len(), hasher.finish())
+    use std::hash::BuildHasher;
+    (
+        names.len(),
+        foldhash::fast::FixedState::default().hash_one(names),
+    )
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Change notification, indexed by name: an update touches only the streams that watch one of the
 //! changed names (or the wildcard of its type), never a scan of all clients.
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -39,7 +39,7 @@ impl WatchIndex {
     pub(crate) fn notify(&self, changed: &[(Arc<str>, Vec<Arc<str>>)]) {
         // Per stream: its signal and the (type, name) pairs to mark, so each is locked once.
         type Marks<'a> = (&'a Arc<Signal>, Vec<(&'a Arc<str>, &'a Arc<str>)>);
-        let mut touched: HashMap<u64, Marks<'_>> = HashMap::new();
+        let mut touched: HashMap<u64, Marks<'_>> = HashMap::default();
         for (type_url, names) in changed {
             if let Some(watchers) = self.wildcards.get(type_url) {
                 for (id, signal) in watchers {
@@ -94,7 +94,7 @@ impl Watcher {
             id,
             index,
             signal: Arc::default(),
-            registered: HashMap::new(),
+            registered: HashMap::default(),
         }
     }
 

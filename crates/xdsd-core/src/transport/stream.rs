@@ -1,7 +1,7 @@
 //! Drives the state machines of one gRPC stream, SotW or incremental: ADS (any type, chosen per
 //! request) or a per-type service (one fixed type).
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -189,8 +189,8 @@ pub(crate) async fn run<V: Variant>(
         fixed,
         node: NodeIdentity::default(),
         nonces: NonceGen::default(),
-        subs: HashMap::new(),
-        warned: HashSet::new(),
+        subs: HashMap::default(),
+        warned: HashSet::default(),
     };
     let service = s.fixed.as_deref().unwrap_or("ADS");
     info!(stream = s.id, peer = ?peer, service, variant = V::NAME, "stream opened");
