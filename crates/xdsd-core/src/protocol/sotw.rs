@@ -6,13 +6,64 @@
 use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::google::rpc::Status;
 
 use super::{intern, NonceGen, RequestKind, SubscriptionChange};
 use crate::store::{Resource, TypeSnapshot};
 
 /// The special resource name that subscribes to every resource of a type.
 pub const WILDCARD: &str = "*";
+
+/// A `DiscoveryRequest` as the server reads it. An ACK repeats the client's whole list of names
+/// (hundreds, on every response), so the names stay slices of the received bytes until they are
+/// needed, and of the node only the identity is decoded. Same wire format as
+/// `envoy.service.discovery.v3.DiscoveryRequest`; fields xdsd does not use are skipped.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SotwRequest {
+    #[prost(string, tag = "1")]
+    pub version_info: String,
+    #[prost(message, optional, tag = "2")]
+    pub node: Option<NodeId>,
+    #[prost(bytes = "bytes", repeated, tag = "3")]
+    pub resource_names: Vec<Bytes>,
+    #[prost(string, tag = "4")]
+    pub type_url: String,
+    #[prost(string, tag = "5")]
+    pub response_nonce: String,
+    #[prost(message, optional, tag = "6")]
+    pub error_detail: Option<Status>,
+}
+
+/// The identity fields of `envoy.config.core.v3.Node`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NodeId {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    #[prost(string, tag = "2")]
+    pub cluster: String,
+}
+
+impl From<&DiscoveryRequest> for SotwRequest {
+    fn from(r: &DiscoveryRequest) -> SotwRequest {
+        SotwRequest {
+            version_info: r.version_info.clone(),
+            node: r.node.as_ref().map(|n| NodeId {
+                id: n.id.clone(),
+                cluster: n.cluster.clone(),
+            }),
+            resource_names: r
+                .resource_names
+                .iter()
+                .map(|n| Bytes::copy_from_slice(n.as_bytes()))
+                .collect(),
+            type_url: r.type_url.clone(),
+            response_nonce: r.response_nonce.clone(),
+            error_detail: r.error_detail.clone(),
+        }
+    }
+}
 
 /// One response to send.
 #[derive(Debug, Clone)]
@@ -129,7 +180,7 @@ impl SotwSubscription {
     /// serves to share name allocations with the store.
     pub fn handle_request(
         &mut self,
-        request: &DiscoveryRequest,
+        request: &SotwRequest,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
         let intern = |n: &str| intern(current, n);
@@ -170,7 +221,7 @@ impl SotwSubscription {
 
     fn subscribe(
         &mut self,
-        requested: &[String],
+        requested: &[Bytes],
         intern: impl Fn(&str) -> Arc<str>,
     ) -> SubscriptionChange {
         let digest = names_digest(requested);
@@ -184,16 +235,14 @@ impl SotwSubscription {
             (true, HashSet::default())
         } else {
             self.explicit = true;
-            let wildcard = requested.iter().any(|n| n == WILDCARD);
+            let wildcard = requested.iter().any(|n| n == WILDCARD.as_bytes());
+            // A name that is not UTF-8 cannot name any resource; it is kept (lossily) only so
+            // that the subscription is what the client sent.
             let names = requested
                 .iter()
-                .filter(|n| *n != WILDCARD)
-                .map(|n| {
-                    self.names
-                        .get(n.as_str())
-                        .cloned()
-                        .unwrap_or_else(|| intern(n))
-                })
+                .filter(|n| *n != WILDCARD.as_bytes())
+                .map(|n| String::from_utf8_lossy(n))
+                .map(|n| self.names.get(&*n).cloned().unwrap_or_else(|| intern(&n)))
                 .collect();
             (wildcard, names)
         };
@@ -388,7 +437,7 @@ impl SotwSubscription {
 }
 
 /// (count, hash) of a list of names, order included.
-fn names_digest(names: &[String]) -> (usize, u64) {
+fn names_digest(names: &[Bytes]) -> (usize, u64) {
     use std::hash::BuildHasher;
     (
         names.len(),

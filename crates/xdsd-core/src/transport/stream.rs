@@ -5,8 +5,7 @@ use crate::hash::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
@@ -16,7 +15,7 @@ use super::grpc::ServerContext;
 use super::stats::StreamEntry;
 use super::wire::{DeltaWire, SotwWire};
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
-use crate::protocol::sotw::{SotwResponse, SotwSubscription};
+use crate::protocol::sotw::{SotwRequest, SotwResponse, SotwSubscription};
 use crate::protocol::{NodeIdentity, NonceGen, RequestKind, SubscriptionChange};
 use crate::store::{Resource, Store, TypeSnapshot, Watcher};
 use crate::types;
@@ -30,7 +29,8 @@ pub(crate) trait Variant: Send + 'static {
     const NAME: &'static str;
 
     fn new(type_url: Arc<str>) -> Self;
-    fn node(request: &Self::Request) -> Option<&Node>;
+    /// (id, cluster) of the request's node, if it carries one.
+    fn node(request: &Self::Request) -> Option<(&str, &str)>;
     fn type_url(request: &Self::Request) -> &str;
     fn handle_request(
         &mut self,
@@ -55,7 +55,7 @@ pub(crate) trait Variant: Send + 'static {
 }
 
 impl Variant for SotwSubscription {
-    type Request = DiscoveryRequest;
+    type Request = SotwRequest;
     type Response = SotwResponse;
     type Wire = SotwWire;
     const NAME: &'static str = "SotW";
@@ -63,15 +63,18 @@ impl Variant for SotwSubscription {
     fn new(type_url: Arc<str>) -> Self {
         SotwSubscription::new(type_url)
     }
-    fn node(request: &DiscoveryRequest) -> Option<&Node> {
-        request.node.as_ref()
+    fn node(request: &SotwRequest) -> Option<(&str, &str)> {
+        request
+            .node
+            .as_ref()
+            .map(|n| (n.id.as_str(), n.cluster.as_str()))
     }
-    fn type_url(request: &DiscoveryRequest) -> &str {
+    fn type_url(request: &SotwRequest) -> &str {
         &request.type_url
     }
     fn handle_request(
         &mut self,
-        request: &DiscoveryRequest,
+        request: &SotwRequest,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
         SotwSubscription::handle_request(self, request, current)
@@ -92,7 +95,7 @@ impl Variant for SotwSubscription {
     fn describe(r: &SotwResponse) -> (&str, usize, usize, &str) {
         (&r.version_info, r.len(), 0, &r.nonce)
     }
-    fn initial_versions(_: &DiscoveryRequest) -> usize {
+    fn initial_versions(_: &SotwRequest) -> usize {
         0
     }
     fn updated(r: &SotwResponse) -> &[Arc<Resource>] {
@@ -112,8 +115,11 @@ impl Variant for DeltaSubscription {
     fn new(type_url: Arc<str>) -> Self {
         DeltaSubscription::new(type_url)
     }
-    fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
-        request.node.as_ref()
+    fn node(request: &DeltaDiscoveryRequest) -> Option<(&str, &str)> {
+        request
+            .node
+            .as_ref()
+            .map(|n| (n.id.as_str(), n.cluster.as_str()))
     }
     fn type_url(request: &DeltaDiscoveryRequest) -> &str {
         &request.type_url

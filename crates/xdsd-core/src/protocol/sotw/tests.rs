@@ -88,7 +88,7 @@ impl Harness {
             }),
             ..Default::default()
         };
-        self.sub.handle_request(&req, None).0
+        self.sub.handle_request(&(&req).into(), None).0
     }
 
     fn poll(&mut self) -> Option<SotwResponse> {
@@ -227,8 +227,8 @@ fn versions_are_per_type() {
         type_url: t.into(),
         ..Default::default()
     };
-    cds.handle_request(&req(CLUSTER), None);
-    lds.handle_request(&req(LISTENER), None);
+    cds.handle_request(&(&req(CLUSTER)).into(), None);
+    lds.handle_request(&(&req(LISTENER)).into(), None);
     let snap = store.snapshot();
     let c1 = cds.poll_response(snap.get(CLUSTER), &mut nonces).unwrap();
     let l1 = lds.poll_response(snap.get(LISTENER), &mut nonces).unwrap();
@@ -278,13 +278,13 @@ fn four_step_wildcard_example_from_the_spec() {
     assert_eq!(names, ["A", "B"]);
     // 2. * and A: the wildcard continues, A is added.
     let (_, change) = h.sub.handle_request(
-        &DiscoveryRequest {
+        &SotwRequest::from(&DiscoveryRequest {
             version_info: v.clone(),
             resource_names: vec!["*".into(), "A".into()],
             response_nonce: n.clone(),
             type_url: LISTENER.into(),
             ..Default::default()
-        },
+        }),
         None,
     );
     assert!(h.sub.is_wildcard());
@@ -418,12 +418,12 @@ fn unsubscribing_by_omission() {
     h.request(&["a", "b"], "", "");
     let (_, v, n) = h.expect();
     let (_, change) = h.sub.handle_request(
-        &DiscoveryRequest {
+        &SotwRequest::from(&DiscoveryRequest {
             version_info: v,
             resource_names: vec!["a".into()],
             response_nonce: n,
             ..Default::default()
-        },
+        }),
         None,
     );
     assert_eq!(change.removed, [Arc::from("b")]);
@@ -486,4 +486,40 @@ fn an_ack_repeating_the_names_changes_nothing_and_a_new_list_is_still_seen() {
     h.set("b", "2");
     h.notify(&["b"]);
     h.expect_none();
+}
+
+#[test]
+fn sotw_request_reads_the_wire_format_of_a_full_discovery_request() {
+    use envoy_types::pb::envoy::config::core::v3::{Extension, Locality, Node};
+    use prost::Message;
+    let full = DiscoveryRequest {
+        version_info: "v7".into(),
+        node: Some(Node {
+            id: "envoy-1".into(),
+            cluster: "edge".into(),
+            locality: Some(Locality {
+                region: "r".into(),
+                ..Default::default()
+            }),
+            user_agent_name: "envoy".into(),
+            extensions: vec![Extension {
+                name: "envoy.filters.http.router".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        resource_names: vec!["a".into(), "é".into(), "*".into()],
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        response_nonce: "3".into(),
+        error_detail: Some(Status {
+            code: 3,
+            message: "bad".into(),
+            details: vec![],
+        }),
+        ..Default::default()
+    };
+    let read = SotwRequest::decode(full.encode_to_vec().as_slice()).unwrap();
+    assert_eq!(read, SotwRequest::from(&full));
+    assert_eq!(read.node.as_ref().unwrap().id, "envoy-1");
+    assert_eq!(read.resource_names[1], "é".as_bytes());
 }
