@@ -136,12 +136,15 @@ impl DeltaSubscription {
             &request.resource_names_subscribe,
             &request.resource_names_unsubscribe,
         );
-        if !self.explicit && !self.wildcard && subscribe.is_empty() && unsubscribe.is_empty() {
+        let names_something = !subscribe.is_empty() || !unsubscribe.is_empty();
+        if !self.explicit && !self.wildcard && !names_something {
             // Legacy wildcard: no name ever subscribed means `*`.
             self.set_wildcard(true, &mut change);
         }
+        // Any name in either list ends the legacy rule: after an unsubscription from `*`, the
+        // empty requests that follow (ACKs) must not bring the wildcard back.
+        self.explicit |= names_something;
         for name in subscribe {
-            self.explicit = true;
             if name == WILDCARD {
                 self.set_wildcard(true, &mut change);
                 continue;

@@ -3,6 +3,8 @@
 //! drive these machines and tests drive them directly.
 
 pub mod delta;
+#[cfg(test)]
+mod model_tests;
 pub mod sotw;
 
 use std::sync::Arc;

@@ -569,3 +569,23 @@ mod aliases {
         h.expect_none();
     }
 }
+
+#[test]
+fn after_unsubscribing_the_legacy_wildcard_an_empty_ack_does_not_bring_it_back() {
+    let mut h = Harness::new(CLUSTER, &[("a", "1")]);
+    h.request(Req::default());
+    let r = h.poll().unwrap();
+    h.request(Req {
+        unsubscribe: &["*"],
+        nonce: &r.nonce,
+        ..Default::default()
+    });
+    assert!(!h.sub.is_wildcard());
+    h.request(Req::default());
+    assert!(
+        !h.sub.is_wildcard(),
+        "an empty request after an explicit unsubscription is not `*`"
+    );
+    h.set("b", "1");
+    h.expect_none();
+}
