@@ -223,10 +223,34 @@ fn delta_run(seed: u64) {
                 request.resource_names_subscribe.push(n);
             }
         } else {
-            match rng.below(5) {
+            match rng.below(6) {
                 0 => {
                     let changed = change_store(&mut rng, &store, type_url);
                     sub.mark_changed(&changed);
+                }
+                5 => {
+                    // Reconnect: a new stream, told everything the client holds and wants. The
+                    // store may change while the client is away.
+                    sub = DeltaSubscription::new(type_url.into());
+                    let _ = change_store(&mut rng, &store, type_url);
+                    if star {
+                        request.resource_names_subscribe.push("*".into());
+                    }
+                    request
+                        .resource_names_subscribe
+                        .extend(names.iter().cloned());
+                    if !star && names.is_empty() {
+                        // Nothing to ask for: an explicit empty subscription is not expressible
+                        // on a new stream (it would be the legacy wildcard), so stay subscribed
+                        // to one name.
+                        let n = rng.name();
+                        names.insert(n.clone());
+                        request.resource_names_subscribe.push(n);
+                    }
+                    // What it holds but no longer wants, it drops itself.
+                    held.retain(|n, _| star || names.contains(n));
+                    request.initial_resource_versions =
+                        held.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
                 }
                 1 => {
                     if star {
