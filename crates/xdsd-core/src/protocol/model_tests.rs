@@ -82,13 +82,26 @@ fn sotw_run(type_url: &str, seed: u64) {
     let mut star = false;
     let mut held: BTreeMap<String, String> = BTreeMap::new();
     let mut nonce = String::new();
+    let mut old_nonce = String::new();
     // Whether a request ever named anything: from then on an empty list is not the wildcard.
     let mut named = false;
     for _ in 0..STEPS {
-        match rng.below(3) {
+        match rng.below(4) {
             0 => {
                 let changed = change_store(&mut rng, &store, type_url);
                 sub.mark_changed(&changed);
+            }
+            1 if !old_nonce.is_empty() && old_nonce != nonce => {
+                // A request answering an older response, with some other list: stale, so it
+                // must change nothing (the client's next request carries its real list).
+                let request = DiscoveryRequest {
+                    type_url: type_url.into(),
+                    resource_names: vec![rng.name()],
+                    response_nonce: old_nonce.clone(),
+                    ..Default::default()
+                };
+                let snap = store.snapshot();
+                sub.handle_request(&SotwRequest::from(&request), snap.get(type_url));
             }
             _ => {
                 let set = names.get_or_insert_with(BTreeSet::new);
@@ -107,10 +120,19 @@ fn sotw_run(type_url: &str, seed: u64) {
                     list.push("*".into());
                 }
                 named |= !list.is_empty();
+                // Sometimes a NACK: it changes the subscription like any other request.
+                let error_detail = (rng.below(4) == 0 && !nonce.is_empty()).then(|| {
+                    envoy_types::pb::google::rpc::Status {
+                        code: 3,
+                        message: "rejected".into(),
+                        details: vec![],
+                    }
+                });
                 let request = DiscoveryRequest {
                     type_url: type_url.into(),
                     resource_names: list,
                     response_nonce: nonce.clone(),
+                    error_detail,
                     ..Default::default()
                 };
                 let snap = store.snapshot();
@@ -139,7 +161,7 @@ fn sotw_run(type_url: &str, seed: u64) {
                 held.clear();
             }
             held.extend(versions);
-            nonce = response.nonce.clone();
+            old_nonce = std::mem::replace(&mut nonce, response.nonce.clone());
         }
         // What the client must hold now (nothing before it asked for anything).
         if names.is_none() {
