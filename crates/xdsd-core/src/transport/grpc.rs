@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::body::Body;
+use tonic::codec::{BufferSettings, Codec};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
@@ -182,9 +183,40 @@ fn streaming<V: Variant>(
         variant: PhantomData,
     };
     Box::pin(async move {
-        let mut grpc = Grpc::new(ProstCodec::<V::Wire, V::Request>::default());
+        let mut grpc = Grpc::new(SmallBuffers::<V::Wire, V::Request>(PhantomData));
         Ok(grpc.streaming(method, req).await)
     })
+}
+
+/// Starting size of each stream's encode and decode buffers. tonic's default (8 KiB each) would
+/// be most of an idle stream's memory; xDS requests and most responses are far smaller, and the
+/// buffers still grow for a large one.
+const STREAM_BUFFER_BYTES: usize = 1024;
+
+/// prost encoding and decoding with small per-stream buffers.
+struct SmallBuffers<T, U>(PhantomData<fn() -> (T, U)>);
+
+impl<T, U> Codec for SmallBuffers<T, U>
+where
+    T: prost::Message + Send + 'static,
+    U: prost::Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = <ProstCodec<T, U> as Codec>::Encoder;
+    type Decoder = <ProstCodec<T, U> as Codec>::Decoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstCodec::<T, U>::raw_encoder(buffer_settings())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstCodec::<T, U>::raw_decoder(buffer_settings())
+    }
+}
+
+fn buffer_settings() -> BufferSettings {
+    BufferSettings::new(STREAM_BUFFER_BYTES, 32 * 1024)
 }
 
 impl tower_service::Service<http::Request<Body>> for XdsService {
