@@ -16,6 +16,8 @@ use crate::server::hex;
 pub enum Server {
     /// xdsd-core through the library API, in its own process.
     Xdsd,
+    /// The xdsd binary serving a watched directory, changed by renaming files into it.
+    XdsdDir,
     /// The bare-transport limit.
     Limit,
     /// rust-control-plane (bench-peer).
@@ -26,6 +28,7 @@ impl Server {
     pub fn name(self) -> &'static str {
         match self {
             Server::Xdsd => "xdsd",
+            Server::XdsdDir => "xdsd-dir",
             Server::Limit => "limit",
             Server::Peer => "peer",
         }
@@ -33,9 +36,10 @@ impl Server {
     pub fn parse(s: &str) -> anyhow::Result<Server> {
         Ok(match s {
             "xdsd" => Server::Xdsd,
+            "xdsd-dir" => Server::XdsdDir,
             "limit" => Server::Limit,
             "peer" => Server::Peer,
-            _ => anyhow::bail!("unknown server {s:?} (xdsd, limit, peer)"),
+            _ => anyhow::bail!("unknown server {s:?} (xdsd, xdsd-dir, limit, peer)"),
         })
     }
     pub fn supports_delta(self) -> bool {
@@ -52,9 +56,11 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Starts a server. `xdsd_dir` is (xdsd binary, resource directory) for `Server::XdsdDir`.
     pub async fn spawn(
         server: Server,
         peer_bin: Option<&Path>,
+        xdsd_dir: Option<(&Path, &Path)>,
         log: &Path,
     ) -> anyhow::Result<Proc> {
         let mut cmd = match server {
@@ -75,6 +81,11 @@ impl Proc {
                     None => Command::new(std::env::current_exe()?),
                 };
                 c.args(["server", "--kind", server.name()]);
+                if server == Server::XdsdDir {
+                    let (bin, dir) = xdsd_dir
+                        .ok_or_else(|| anyhow::anyhow!("xdsd-dir needs the xdsd binary"))?;
+                    c.arg("--xdsd-bin").arg(bin).arg("--dir").arg(dir);
+                }
                 c
             }
         };
@@ -99,10 +110,20 @@ impl Proc {
             .ok_or_else(|| {
                 anyhow::anyhow!("{} exited at start (see {})", server.name(), log.display())
             })?;
-        let addr = first
+        let mut words = first
             .strip_prefix("listening ")
             .ok_or_else(|| anyhow::anyhow!("unexpected first line {first:?}"))?
+            .split_whitespace();
+        let addr = words
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("unexpected first line {first:?}"))?
             .to_owned();
+        // `listening ADDR PID`: the process that serves is not the one we started (xdsd-dir's
+        // adapter starts xdsd); CPU time and memory are read from that one.
+        let pid = match words.next() {
+            Some(p) => p.parse()?,
+            None => pid,
+        };
         Ok(Proc {
             child,
             pid,

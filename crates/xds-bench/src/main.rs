@@ -4,6 +4,7 @@
 mod client;
 mod config;
 mod control;
+mod dirsrc;
 mod report;
 mod scenarios;
 mod server;
@@ -48,6 +49,12 @@ enum Command {
     Server {
         #[arg(long, value_enum)]
         kind: server::ServerKind,
+        /// xdsd-dir: the xdsd binary.
+        #[arg(long)]
+        xdsd_bin: Option<PathBuf>,
+        /// xdsd-dir: the resource directory to create and serve.
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -56,13 +63,17 @@ struct RunArgs {
     /// Small sizes, a few seconds in all (what CI runs).
     #[arg(long)]
     quick: bool,
-    /// Servers to measure, comma-separated: xdsd, limit, peer (default: all three with
-    /// --peer-bin, else xdsd and limit).
+    /// Servers to measure, comma-separated: xdsd, xdsd-dir, limit, peer (default: xdsd, limit
+    /// and, with --peer-bin, peer). xdsd-dir is the xdsd binary serving a directory of resource
+    /// files, changed by renaming a file into place (needs --xdsd-bin).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
     /// The bench-peer binary (built from bench-peer/, a separate cargo workspace).
     #[arg(long)]
     peer_bin: Option<PathBuf>,
+    /// The xdsd binary, for the xdsd-dir server (`cargo build --release -p xdsd`).
+    #[arg(long, default_value = "target/release/xdsd")]
+    xdsd_bin: PathBuf,
     /// Scenarios to run, comma-separated: s1 (with s3, s4), s2, s5.
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5")]
     scenarios: Vec<String>,
@@ -161,6 +172,17 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             "the peer needs --peer-bin (see scripts/bench)"
         );
     }
+    let xdsd_bin = if plan.servers.contains(&Server::XdsdDir) {
+        let bin = std::fs::canonicalize(&a.xdsd_bin).map_err(|e| {
+            anyhow::anyhow!(
+                "xdsd-dir needs the xdsd binary at {} ({e}): cargo build --release -p xdsd, or --xdsd-bin",
+                a.xdsd_bin.display()
+            )
+        })?;
+        Some(bin)
+    } else {
+        None
+    };
     std::fs::create_dir_all(&a.out)?;
     let scratch = scenarios::scratch_dir(&a.out);
     std::fs::create_dir_all(&scratch)?;
@@ -170,7 +192,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let t0 = std::time::Instant::now();
-    let mut ctx = Ctx::new(plan.clone(), a.peer_bin.clone(), scratch);
+    let mut ctx = Ctx::new(plan.clone(), a.peer_bin.clone(), xdsd_bin, scratch);
     let rows = scenarios::run_all(&mut ctx).await;
     let table = report::markdown(&rows);
     let command: Vec<String> = std::env::args().collect();
@@ -210,7 +232,17 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Some(Command::Server { kind }) => rt.block_on(server::run(kind)),
+        Some(Command::Server {
+            kind: server::ServerKind::XdsdDir,
+            xdsd_bin,
+            dir,
+        }) => {
+            let (Some(bin), Some(dir)) = (xdsd_bin, dir) else {
+                anyhow::bail!("--kind xdsd-dir needs --xdsd-bin and --dir");
+            };
+            rt.block_on(dirsrc::run(&bin, &dir))
+        }
+        Some(Command::Server { kind, .. }) => rt.block_on(server::run(kind)),
         None => rt.block_on(run(cli.run)),
     }
 }

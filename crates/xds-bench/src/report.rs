@@ -85,7 +85,7 @@ pub fn markdown(rows: &[Row]) -> String {
         out.push_str("| server | streams | conns | p50 | p90 | p99 | max | changes | CPU ms/change | KiB sent/change | xdsd ÷ limit (p50) | peer ÷ xdsd (p50) | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &s1 {
             let [a, b, c, d] = ms(&r.conv_ms);
-            let (vs_limit, vs_peer) = if r.server == "xdsd" {
+            let (vs_limit, vs_peer) = if r.server.starts_with("xdsd") {
                 (
                     ratio(
                         p50(Some(r)),
@@ -115,7 +115,7 @@ pub fn markdown(rows: &[Row]) -> String {
         out.push_str("| server | mode | streams | clusters | p50 | p90 | p99 | max | changes | CPU ms/change | KiB sent/change | xdsd ÷ limit (p50) | peer ÷ xdsd (p50) | initial sync max (ms) | sync CPU s | RSS/stream (KiB) | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &s2 {
             let [a, b, c, d] = ms(&r.conv_ms);
-            let (vs_limit, vs_peer) = if r.server == "xdsd" {
+            let (vs_limit, vs_peer) = if r.server.starts_with("xdsd") {
                 (
                     ratio(
                         p50(Some(r)),
@@ -145,7 +145,7 @@ pub fn markdown(rows: &[Row]) -> String {
         out.push_str("### S3 idle memory: server RSS per connected, synced, idle stream (S1 configuration)\n\n");
         out.push_str("| server | streams | RSS loaded (MiB) | RSS with streams (MiB) | KiB per stream | xdsd ÷ limit |\n|---|---|---|---|---|---|\n");
         for r in &s1 {
-            let vs = if r.server == "xdsd" {
+            let vs = if r.server.starts_with("xdsd") {
                 let l = find(rows, "S1", "limit", "sotw", r.streams).map(|l| l.rss_per_stream_kib);
                 ratio(Some(r.rss_per_stream_kib), l)
             } else {
@@ -167,7 +167,7 @@ pub fn markdown(rows: &[Row]) -> String {
         for r in &s1 {
             let [a, b, c, d] = ms(&r.sync_ms);
             let mx = |r: Option<&Row>| r.and_then(|r| r.sync_ms.map(|p| p.max));
-            let (vs_limit, vs_peer) = if r.server == "xdsd" {
+            let (vs_limit, vs_peer) = if r.server.starts_with("xdsd") {
                 (
                     ratio(
                         mx(Some(r)),
@@ -196,7 +196,7 @@ pub fn markdown(rows: &[Row]) -> String {
             let [a, b, c, d] = ms(&r.conv_ms);
             let p99 = |r: Option<&Row>| r.and_then(|r| r.conv_ms.map(|p| p.p99));
             let rate = r.rate.unwrap_or(0) as usize;
-            let (vs_limit, vs_peer) = if r.server == "xdsd" {
+            let (vs_limit, vs_peer) = if r.server.starts_with("xdsd") {
                 (
                     ratio(p99(Some(r)), p99(find(rows, "S5", "limit", "sotw", rate))),
                     ratio(p99(find(rows, "S5", "peer", "sotw", rate)), p99(Some(r))),
@@ -224,6 +224,7 @@ pub fn svg(rows: &[Row]) -> String {
     type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
     let series: Vec<Series> = [
         ("xdsd", "#1f77b4"),
+        ("xdsd-dir", "#9467bd"),
         ("limit", "#2ca02c"),
         ("peer", "#d62728"),
     ]

@@ -108,15 +108,22 @@ pub struct Plan {
 pub struct Ctx {
     pub plan: Plan,
     pub peer_bin: Option<PathBuf>,
+    pub xdsd_bin: Option<PathBuf>,
     pub scratch: PathBuf,
     records: HashMap<String, PathBuf>,
 }
 
 impl Ctx {
-    pub fn new(plan: Plan, peer_bin: Option<PathBuf>, scratch: PathBuf) -> Ctx {
+    pub fn new(
+        plan: Plan,
+        peer_bin: Option<PathBuf>,
+        xdsd_bin: Option<PathBuf>,
+        scratch: PathBuf,
+    ) -> Ctx {
         Ctx {
             plan,
             peer_bin,
+            xdsd_bin,
             scratch,
             records: HashMap::new(),
         }
@@ -161,7 +168,14 @@ async fn open(
 ) -> anyhow::Result<Session> {
     let records = ctx.records(spec)?;
     let tag = format!("{}-{}-{}", row.scenario, row.mode, row.streams);
-    let mut proc = Proc::spawn(server, ctx.peer_bin.as_deref(), &ctx.log(server, &tag)).await?;
+    let dir = ctx.scratch.join(format!("resources-{tag}"));
+    let mut proc = Proc::spawn(
+        server,
+        ctx.peer_bin.as_deref(),
+        ctx.xdsd_bin.as_deref().map(|b| (b, dir.as_path())),
+        &ctx.log(server, &tag),
+    )
+    .await?;
     proc.nodes(fleet.streams).await?;
     proc.load(&records).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;

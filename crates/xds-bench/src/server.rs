@@ -40,6 +40,8 @@ pub enum ServerKind {
     Xdsd,
     /// The bare-transport limit: pre-encoded responses pushed with no xDS logic.
     Limit,
+    /// The xdsd binary serving a directory of resource files (see `dirsrc.rs`).
+    XdsdDir,
 }
 
 pub fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
@@ -93,6 +95,7 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
             });
             Arc::new(XdsdTarget(store))
         }
+        ServerKind::XdsdDir => anyhow::bail!("xdsd-dir runs through dirsrc::run"),
         ServerKind::Limit => {
             let limit = Arc::new(Limit::new());
             let svc = LimitService(limit.clone());

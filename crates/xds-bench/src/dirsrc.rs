@@ -1,0 +1,467 @@
+//! The `xdsd-dir` server kind: the real `xdsd` binary serving a directory of resource files,
+//! changed the way a user changes it.
+//!
+//! `xds-bench server --kind xdsd-dir --xdsd-bin BIN --dir DIR` is an adapter that speaks the
+//! harness's line protocol (see `server.rs`) and turns each command into files:
+//!
+//! * it starts `BIN serve --resources DIR --listen 127.0.0.1:0`, reads `xDS gRPC server
+//!   listening on ADDR` from its log, and prints `listening ADDR PID` with xdsd's pid, so the
+//!   harness reads CPU time and memory from xdsd's /proc entry, not the adapter's;
+//! * `load`: writes one JSON file per resource (Envoy proto3 JSON with `"@type"`, see
+//!   docs/resource-files.md) and waits for xdsd to log the reload with that many resources;
+//! * `set`: writes the resource's file into a staging directory next to DIR (outside the watch),
+//!   then renames it over the old file. `accepted_ns` is taken just before the rename: the
+//!   user's action. Convergence thus includes the watcher's debounce (100 ms of quiet) and the
+//!   reload of the whole directory, as a user sees it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3::{cluster, Cluster};
+use envoy_types::pb::envoy::config::core::v3::{address, config_source, socket_address};
+use envoy_types::pb::envoy::config::core::v3::{Address, ConfigSource};
+use envoy_types::pb::envoy::config::endpoint::v3::{lb_endpoint, ClusterLoadAssignment};
+use envoy_types::pb::envoy::config::listener::v3::{filter, Listener};
+use envoy_types::pb::envoy::config::route::v3::{
+    route, route_action, route_match, RouteConfiguration,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    http_connection_manager, http_filter, HttpConnectionManager,
+};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use prost::Message;
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::watch;
+use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION};
+
+use crate::config::read_records;
+use crate::now_ns;
+use crate::server::unhex;
+
+const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+
+fn duration(d: &Option<PbDuration>) -> Option<Value> {
+    d.as_ref().map(|d| {
+        if d.nanos == 0 {
+            json!(format!("{}s", d.seconds))
+        } else {
+            json!(format!("{}.{:09}s", d.seconds, d.nanos))
+        }
+    })
+}
+
+fn config_source(c: &Option<ConfigSource>) -> anyhow::Result<Value> {
+    let c = c
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no config source"))?;
+    let mut m = Map::new();
+    match &c.config_source_specifier {
+        Some(config_source::ConfigSourceSpecifier::Ads(_)) => {
+            m.insert("ads".into(), json!({}));
+        }
+        other => anyhow::bail!("config source {other:?} not handled"),
+    }
+    if c.resource_api_version == 2 {
+        m.insert("resource_api_version".into(), json!("V3"));
+    }
+    Ok(Value::Object(m))
+}
+
+fn address(a: &Option<Address>) -> anyhow::Result<Value> {
+    match a.as_ref().and_then(|a| a.address.as_ref()) {
+        Some(address::Address::SocketAddress(s)) => {
+            let port = match s.port_specifier {
+                Some(socket_address::PortSpecifier::PortValue(p)) => p,
+                _ => anyhow::bail!("named ports not handled"),
+            };
+            Ok(json!({"socket_address": {"address": s.address, "port_value": port}}))
+        }
+        other => anyhow::bail!("address {other:?} not handled"),
+    }
+}
+
+/// Envoy proto3 JSON of one resource the synthetic configuration holds (see `config.rs`), with
+/// its `"@type"`: every field the generator sets, and an error for anything else.
+pub fn to_json(type_url: &str, value: &[u8]) -> anyhow::Result<Value> {
+    Ok(match type_url {
+        CLUSTER => {
+            let c = Cluster::decode(value)?;
+            let kind = match c.cluster_discovery_type {
+                Some(cluster::ClusterDiscoveryType::Type(t)) => {
+                    cluster::DiscoveryType::try_from(t)?.as_str_name()
+                }
+                _ => anyhow::bail!("cluster type not handled"),
+            };
+            let mut m = Map::new();
+            m.insert("@type".into(), json!(type_url));
+            m.insert("name".into(), json!(c.name));
+            m.insert("type".into(), json!(kind));
+            if let Some(e) = &c.eds_cluster_config {
+                let mut eds = Map::new();
+                eds.insert("eds_config".into(), config_source(&e.eds_config)?);
+                if !e.service_name.is_empty() {
+                    eds.insert("service_name".into(), json!(e.service_name));
+                }
+                m.insert("eds_cluster_config".into(), Value::Object(eds));
+            }
+            if let Some(d) = duration(&c.connect_timeout) {
+                m.insert("connect_timeout".into(), d);
+            }
+            if let Some(v) = c.per_connection_buffer_limit_bytes {
+                m.insert("per_connection_buffer_limit_bytes".into(), json!(v.value));
+            }
+            Value::Object(m)
+        }
+        CLUSTER_LOAD_ASSIGNMENT => {
+            let cla = ClusterLoadAssignment::decode(value)?;
+            let mut localities = Vec::new();
+            for l in &cla.endpoints {
+                let mut eps = Vec::new();
+                for e in &l.lb_endpoints {
+                    let Some(lb_endpoint::HostIdentifier::Endpoint(ep)) = &e.host_identifier else {
+                        anyhow::bail!("endpoint kind not handled");
+                    };
+                    let mut m = Map::new();
+                    m.insert("endpoint".into(), json!({"address": address(&ep.address)?}));
+                    if let Some(w) = e.load_balancing_weight {
+                        m.insert("load_balancing_weight".into(), json!(w.value));
+                    }
+                    eps.push(Value::Object(m));
+                }
+                let mut m = Map::new();
+                m.insert("lb_endpoints".into(), Value::Array(eps));
+                if let Some(w) = l.load_balancing_weight {
+                    m.insert("load_balancing_weight".into(), json!(w.value));
+                }
+                localities.push(Value::Object(m));
+            }
+            let mut m = Map::new();
+            m.insert("@type".into(), json!(type_url));
+            m.insert("cluster_name".into(), json!(cla.cluster_name));
+            m.insert("endpoints".into(), Value::Array(localities));
+            if let Some(f) = cla.policy.and_then(|p| p.overprovisioning_factor) {
+                m.insert("policy".into(), json!({"overprovisioning_factor": f.value}));
+            }
+            Value::Object(m)
+        }
+        LISTENER => {
+            let l = Listener::decode(value)?;
+            let mut chains = Vec::new();
+            for fc in &l.filter_chains {
+                let mut filters = Vec::new();
+                for f in &fc.filters {
+                    let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+                        anyhow::bail!("filter without typed_config");
+                    };
+                    anyhow::ensure!(any.type_url == HCM, "filter {} not handled", any.type_url);
+                    let hcm = HttpConnectionManager::decode(&any.value[..])?;
+                    let Some(http_connection_manager::RouteSpecifier::Rds(rds)) =
+                        &hcm.route_specifier
+                    else {
+                        anyhow::bail!("HCM without RDS not handled");
+                    };
+                    let mut http_filters = Vec::new();
+                    for h in &hcm.http_filters {
+                        let Some(http_filter::ConfigType::TypedConfig(any)) = &h.config_type else {
+                            anyhow::bail!("HTTP filter without typed_config");
+                        };
+                        // The router's config is empty; other filters are not generated.
+                        anyhow::ensure!(any.value.is_empty(), "HTTP filter config not handled");
+                        http_filters
+                            .push(json!({"name": h.name, "typed_config": {"@type": any.type_url}}));
+                    }
+                    filters.push(json!({
+                        "name": f.name,
+                        "typed_config": {
+                            "@type": HCM,
+                            "stat_prefix": hcm.stat_prefix,
+                            "rds": {
+                                "config_source": config_source(&rds.config_source)?,
+                                "route_config_name": rds.route_config_name,
+                            },
+                            "http_filters": http_filters,
+                        },
+                    }));
+                }
+                chains.push(json!({ "filters": filters }));
+            }
+            json!({
+                "@type": type_url,
+                "name": l.name,
+                "address": address(&l.address)?,
+                "filter_chains": chains,
+            })
+        }
+        ROUTE_CONFIGURATION => {
+            let rc = RouteConfiguration::decode(value)?;
+            let mut vhosts = Vec::new();
+            for vh in &rc.virtual_hosts {
+                let mut routes = Vec::new();
+                for r in &vh.routes {
+                    let prefix = match r.r#match.as_ref().and_then(|m| m.path_specifier.as_ref()) {
+                        Some(route_match::PathSpecifier::Prefix(p)) => p,
+                        _ => anyhow::bail!("route match not handled"),
+                    };
+                    let cluster = match &r.action {
+                        Some(route::Action::Route(a)) => match &a.cluster_specifier {
+                            Some(route_action::ClusterSpecifier::Cluster(c)) => c,
+                            _ => anyhow::bail!("route target not handled"),
+                        },
+                        _ => anyhow::bail!("route action not handled"),
+                    };
+                    routes
+                        .push(json!({"match": {"prefix": prefix}, "route": {"cluster": cluster}}));
+                }
+                vhosts.push(json!({"name": vh.name, "domains": vh.domains, "routes": routes}));
+            }
+            json!({"@type": type_url, "name": rc.name, "virtual_hosts": vhosts})
+        }
+        other => anyhow::bail!("the xdsd-dir kind does not write {other}"),
+    })
+}
+
+/// The file a resource lives in: one per resource, named by its kind and name.
+fn file_name(type_url: &str, name: &str) -> String {
+    let kind = match type_url {
+        CLUSTER => "cds",
+        CLUSTER_LOAD_ASSIGNMENT => "eds",
+        LISTENER => "lds",
+        ROUTE_CONFIGURATION => "rds",
+        _ => "other",
+    };
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{kind}-{safe}.json")
+}
+
+/// What xdsd's log says about reloads: the number of reload outcomes seen so far, and the
+/// resource count of the last successful one.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Reloads {
+    seen: u64,
+    last_count: Option<u64>,
+    rejected: u64,
+}
+
+fn field(line: &str, key: &str) -> Option<u64> {
+    let at = line.find(&format!("{key}="))? + key.len() + 1;
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+struct Adapter {
+    dir: PathBuf,
+    staging: PathBuf,
+    reloads: watch::Receiver<Reloads>,
+    serial: AtomicU64,
+}
+
+impl Adapter {
+    /// Writes `value` as the resource's file: staged outside the watched directory, then renamed
+    /// into place. Returns CLOCK_MONOTONIC just before the rename.
+    fn put(&self, type_url: &str, name: &str, value: &[u8]) -> anyhow::Result<u64> {
+        let json = serde_json::to_vec_pretty(&to_json(type_url, value)?)?;
+        let file = file_name(type_url, name);
+        let n = self.serial.fetch_add(1, Ordering::Relaxed);
+        let staged = self.staging.join(format!("{n}-{file}"));
+        std::fs::write(&staged, json)?;
+        let accepted = now_ns();
+        std::fs::rename(&staged, self.dir.join(file))?;
+        Ok(accepted)
+    }
+
+    /// Replaces the directory's resources and waits for xdsd to have reloaded them.
+    async fn load(&mut self, path: &Path) -> anyhow::Result<u64> {
+        let records = read_records(path)?;
+        let before = *self.reloads.borrow();
+        let mut keep = std::collections::HashSet::new();
+        let mut accepted = None;
+        for (t, n, v) in &records {
+            let a = self.put(t, n, v)?;
+            accepted.get_or_insert(a);
+            keep.insert(file_name(t, n));
+        }
+        let mut removed = false;
+        for e in std::fs::read_dir(&self.dir)? {
+            let e = e?;
+            if !keep.contains(e.file_name().to_string_lossy().as_ref()) {
+                std::fs::remove_file(e.path())?;
+                removed = true;
+            }
+        }
+        let want = records.len() as u64;
+        if records.is_empty() && !removed && before.last_count == Some(0) {
+            return Ok(accepted.unwrap_or_else(now_ns));
+        }
+        let wait = self.reloads.wait_for(|r| {
+            r.rejected > before.rejected || (r.seen > before.seen && r.last_count == Some(want))
+        });
+        let r = *tokio::time::timeout(Duration::from_secs(300), wait)
+            .await
+            .map_err(|_| anyhow::anyhow!("xdsd did not reload {want} resources in 300 s"))?
+            .map_err(|_| anyhow::anyhow!("xdsd exited"))?;
+        anyhow::ensure!(
+            r.rejected == before.rejected,
+            "xdsd rejected the directory (see its log)"
+        );
+        Ok(accepted.unwrap_or_else(now_ns))
+    }
+}
+
+pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
+    let staging = dir.with_extension("staging");
+    for d in [dir, &staging] {
+        if d.exists() {
+            std::fs::remove_dir_all(d)?;
+        }
+        std::fs::create_dir_all(d)?;
+    }
+    let mut cmd = tokio::process::Command::new(xdsd_bin);
+    cmd.arg("serve")
+        .arg("--resources")
+        .arg(dir)
+        .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: prctl is async-signal-safe; xdsd must not outlive the adapter if it is killed.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", xdsd_bin.display()))?;
+    let pid = child.id().ok_or_else(|| anyhow::anyhow!("no pid"))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
+    let (reload_tx, reload_rx) = watch::channel(Reloads::default());
+    // Forward xdsd's log to ours (the harness's log file) and follow its reloads.
+    tokio::spawn(async move {
+        let mut addr_tx = Some(addr_tx);
+        let mut lines = BufReader::new(stderr).lines();
+        let mut started = false;
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("{line}");
+            if let Some(at) = line.find("listening on ") {
+                if let Some(tx) = addr_tx.take() {
+                    let _ = tx.send(line[at + "listening on ".len()..].trim().to_owned());
+                }
+                started = true;
+                continue;
+            }
+            if !started {
+                continue;
+            }
+            if line.contains("resources loaded") || line.contains("resources unchanged") {
+                let count = field(&line, "resources");
+                reload_tx.send_modify(|r| {
+                    r.seen += 1;
+                    r.last_count = count;
+                });
+            } else if line.contains("change rejected") {
+                reload_tx.send_modify(|r| {
+                    r.seen += 1;
+                    r.rejected += 1;
+                });
+            }
+        }
+    });
+    let addr = tokio::time::timeout(Duration::from_secs(60), addr_rx)
+        .await
+        .map_err(|_| anyhow::anyhow!("xdsd did not log its address in 60 s"))?
+        .map_err(|_| anyhow::anyhow!("xdsd exited at start"))?;
+    let mut adapter = Adapter {
+        dir: dir.to_path_buf(),
+        staging: staging.clone(),
+        reloads: reload_rx,
+        serial: AtomicU64::new(0),
+    };
+    let mut stdout = tokio::io::stdout();
+    stdout
+        .write_all(format!("listening {addr} {pid}\n").as_bytes())
+        .await?;
+    stdout.flush().await?;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        let now = now_ns();
+        let mut words = line.split_whitespace();
+        let reply = match words.next() {
+            Some("load") => {
+                let path = words
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("load: no path"))?;
+                let accepted = adapter.load(path.as_ref()).await?;
+                format!("ok {accepted} {}\n", now_ns())
+            }
+            Some("set") => {
+                let (Some(t), Some(n), Some(v)) = (words.next(), words.next(), words.next()) else {
+                    anyhow::bail!("bad set line: {line}");
+                };
+                format!("ok {}\n", adapter.put(t, n, &unhex(v)?)?)
+            }
+            Some("nodes") => format!("ok {now}\n"),
+            Some("quit") => break,
+            _ => anyhow::bail!("unknown command: {line}"),
+        };
+        stdout.write_all(reply.as_bytes()).await?;
+        stdout.flush().await?;
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(&staging);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{generate, ConfigSpec};
+
+    #[test]
+    fn every_generated_resource_has_json() {
+        let spec = ConfigSpec {
+            clusters: 3,
+            endpoints: 2,
+            listeners: 2,
+            routes: 2,
+            seed: 1,
+        };
+        for r in generate(&spec) {
+            let j = to_json(r.type_url, &r.value).unwrap();
+            assert_eq!(j["@type"], r.type_url);
+        }
+        let cla = crate::config::load_assignment(&spec, 1, 4242);
+        let j = to_json(cla.type_url, &cla.value).unwrap();
+        assert_eq!(j["policy"]["overprovisioning_factor"], 4242);
+        assert_eq!(j["cluster_name"], "cluster-00001");
+    }
+
+    #[test]
+    fn log_fields() {
+        let l = "2025-01-01T00:00:00Z  INFO xdsd: resources loaded resources=208 changed=1 generation=3";
+        assert_eq!(field(l, "resources"), Some(208));
+        assert_eq!(field(l, "generation"), Some(3));
+    }
+}
