@@ -423,7 +423,7 @@ pub async fn s2(ctx: &mut Ctx, server: Server, delta: bool, clusters: usize) -> 
     };
     if delta && !server.supports_delta() {
         let mut row = row;
-        row.note = "not supported: rust-control-plane 0.1.2's DeltaAggregatedResources is unimplemented!() (the stream panics)".into();
+        row.note = "not supported: rust-control-plane 0.1.2 does not implement DeltaAggregatedResources (the stream panics)".into();
         return row;
     }
     // bench-peer keeps one snapshot per node (see bench-peer/src/main.rs), two copies of each in
