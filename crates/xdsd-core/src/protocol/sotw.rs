@@ -6,7 +6,6 @@
 use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::google::rpc::Status;
 
@@ -17,22 +16,16 @@ use crate::store::{Resource, TypeSnapshot};
 pub const WILDCARD: &str = "*";
 
 /// A `DiscoveryRequest` as the server reads it. An ACK repeats the client's whole list of names
-/// (hundreds, on every response), so the names stay slices of the received bytes until they are
-/// needed, and of the node only the identity is decoded. Same wire format as
+/// (hundreds, on every response), so the names are copied into one buffer, not one allocation
+/// each, and compared by digest; of the node only the identity is decoded. Same wire format as
 /// `envoy.service.discovery.v3.DiscoveryRequest`; fields xdsd does not use are skipped.
-#[derive(Clone, PartialEq, prost::Message)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct SotwRequest {
-    #[prost(string, tag = "1")]
     pub version_info: String,
-    #[prost(message, optional, tag = "2")]
     pub node: Option<NodeId>,
-    #[prost(bytes = "bytes", repeated, tag = "3")]
-    pub resource_names: Vec<Bytes>,
-    #[prost(string, tag = "4")]
+    pub resource_names: Names,
     pub type_url: String,
-    #[prost(string, tag = "5")]
     pub response_nonce: String,
-    #[prost(message, optional, tag = "6")]
     pub error_detail: Option<Status>,
 }
 
@@ -45,6 +38,161 @@ pub struct NodeId {
     pub cluster: String,
 }
 
+/// A list of names in one buffer: `bytes` holds them back to back, `ends` where each ends.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
+pub struct Names {
+    bytes: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl Names {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The names, as received (not checked to be UTF-8).
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter().copied())
+            .map(|(start, end)| &self.bytes[start as usize..end as usize])
+    }
+
+    pub fn push(&mut self, name: &[u8]) {
+        self.bytes.extend_from_slice(name);
+        self.ends.push(self.bytes.len() as u32);
+    }
+}
+
+impl<S: AsRef<[u8]>> FromIterator<S> for Names {
+    fn from_iter<I: IntoIterator<Item = S>>(names: I) -> Names {
+        let mut out = Names::default();
+        for name in names {
+            out.push(name.as_ref());
+        }
+        out
+    }
+}
+
+// DiscoveryRequest field numbers.
+const REQ_VERSION_INFO: u32 = 1;
+const REQ_NODE: u32 = 2;
+const REQ_RESOURCE_NAMES: u32 = 3;
+const REQ_TYPE_URL: u32 = 4;
+const REQ_RESPONSE_NONCE: u32 = 5;
+const REQ_ERROR_DETAIL: u32 = 6;
+
+impl prost::Message for SotwRequest {
+    fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
+        use prost::encoding::{bytes as pb_bytes, message, string};
+        if !self.version_info.is_empty() {
+            string::encode(REQ_VERSION_INFO, &self.version_info, buf);
+        }
+        if let Some(node) = &self.node {
+            message::encode(REQ_NODE, node, buf);
+        }
+        for name in self.resource_names.iter() {
+            pb_bytes::encode(REQ_RESOURCE_NAMES, &name.to_vec(), buf);
+        }
+        if !self.type_url.is_empty() {
+            string::encode(REQ_TYPE_URL, &self.type_url, buf);
+        }
+        if !self.response_nonce.is_empty() {
+            string::encode(REQ_RESPONSE_NONCE, &self.response_nonce, buf);
+        }
+        if let Some(status) = &self.error_detail {
+            message::encode(REQ_ERROR_DETAIL, status, buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        use prost::encoding::{
+            check_wire_type, decode_varint, message, skip_field, string, WireType,
+        };
+        match tag {
+            REQ_VERSION_INFO => string::merge(wire_type, &mut self.version_info, buf, ctx),
+            REQ_NODE => message::merge(
+                wire_type,
+                self.node.get_or_insert_with(NodeId::default),
+                buf,
+                ctx,
+            ),
+            REQ_RESOURCE_NAMES => {
+                check_wire_type(WireType::LengthDelimited, wire_type)?;
+                let len = decode_varint(buf)?;
+                let len = usize::try_from(len)
+                    .ok()
+                    .filter(|l| *l <= buf.remaining())
+                    .ok_or_else(|| decode_error("resource name longer than the message"))?;
+                let names = &mut self.resource_names;
+                let start = names.bytes.len();
+                names.bytes.resize(start + len, 0);
+                buf.copy_to_slice(&mut names.bytes[start..]);
+                let end = u32::try_from(names.bytes.len())
+                    .map_err(|_| decode_error("resource names over 4 GiB"))?;
+                names.ends.push(end);
+                Ok(())
+            }
+            REQ_TYPE_URL => string::merge(wire_type, &mut self.type_url, buf, ctx),
+            REQ_RESPONSE_NONCE => string::merge(wire_type, &mut self.response_nonce, buf, ctx),
+            REQ_ERROR_DETAIL => message::merge(
+                wire_type,
+                self.error_detail.get_or_insert_with(Status::default),
+                buf,
+                ctx,
+            ),
+            _ => skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        use prost::encoding::{bytes as pb_bytes, message, string};
+        let mut len = 0;
+        if !self.version_info.is_empty() {
+            len += string::encoded_len(REQ_VERSION_INFO, &self.version_info);
+        }
+        if let Some(node) = &self.node {
+            len += message::encoded_len(REQ_NODE, node);
+        }
+        len += self
+            .resource_names
+            .iter()
+            .map(|n| pb_bytes::encoded_len(REQ_RESOURCE_NAMES, &n.to_vec()))
+            .sum::<usize>();
+        if !self.type_url.is_empty() {
+            len += string::encoded_len(REQ_TYPE_URL, &self.type_url);
+        }
+        if !self.response_nonce.is_empty() {
+            len += string::encoded_len(REQ_RESPONSE_NONCE, &self.response_nonce);
+        }
+        if let Some(status) = &self.error_detail {
+            len += message::encoded_len(REQ_ERROR_DETAIL, status);
+        }
+        len
+    }
+
+    fn clear(&mut self) {
+        *self = SotwRequest::default();
+    }
+}
+
+/// prost offers no other way to make a decode error of one's own (the constructor is deprecated
+/// for outside use, not yet replaced).
+#[allow(deprecated)]
+fn decode_error(message: &'static str) -> prost::DecodeError {
+    prost::DecodeError::new(message)
+}
+
 impl From<&DiscoveryRequest> for SotwRequest {
     fn from(r: &DiscoveryRequest) -> SotwRequest {
         SotwRequest {
@@ -53,11 +201,7 @@ impl From<&DiscoveryRequest> for SotwRequest {
                 id: n.id.clone(),
                 cluster: n.cluster.clone(),
             }),
-            resource_names: r
-                .resource_names
-                .iter()
-                .map(|n| Bytes::copy_from_slice(n.as_bytes()))
-                .collect(),
+            resource_names: r.resource_names.iter().collect(),
             type_url: r.type_url.clone(),
             response_nonce: r.response_nonce.clone(),
             error_detail: r.error_detail.clone(),
@@ -221,7 +365,7 @@ impl SotwSubscription {
 
     fn subscribe(
         &mut self,
-        requested: &[Bytes],
+        requested: &Names,
         intern: impl Fn(&str) -> Arc<str>,
     ) -> SubscriptionChange {
         let digest = names_digest(requested);
@@ -437,7 +581,7 @@ impl SotwSubscription {
 }
 
 /// (count, hash) of a list of names, order included.
-fn names_digest(names: &[Bytes]) -> (usize, u64) {
+fn names_digest(names: &Names) -> (usize, u64) {
     use std::hash::BuildHasher;
     (
         names.len(),

@@ -521,5 +521,31 @@ fn sotw_request_reads_the_wire_format_of_a_full_discovery_request() {
     let read = SotwRequest::decode(full.encode_to_vec().as_slice()).unwrap();
     assert_eq!(read, SotwRequest::from(&full));
     assert_eq!(read.node.as_ref().unwrap().id, "envoy-1");
-    assert_eq!(read.resource_names[1], "é".as_bytes());
+    assert_eq!(read.resource_names.iter().nth(1), Some("é".as_bytes()));
+    assert_eq!(read.resource_names.len(), 3);
+}
+
+#[test]
+fn sotw_request_rejects_a_name_longer_than_the_message() {
+    use prost::Message;
+    // Field 3 (resource_names), length-delimited, claims 100 bytes but 2 follow.
+    let truncated = [0x1a, 100, b'a', b'b'];
+    assert!(SotwRequest::decode(truncated.as_slice()).is_err());
+}
+
+#[test]
+fn sotw_request_encodes_what_it_decodes() {
+    use prost::Message;
+    let request = SotwRequest::from(&DiscoveryRequest {
+        version_info: "v".into(),
+        resource_names: vec!["x".into(), "".into(), "yz".into()],
+        type_url: CLUSTER.into(),
+        response_nonce: "1".into(),
+        ..Default::default()
+    });
+    let bytes = request.encode_to_vec();
+    assert_eq!(bytes.len(), request.encoded_len());
+    let full = DiscoveryRequest::decode(bytes.as_slice()).unwrap();
+    assert_eq!(full.resource_names, ["x", "", "yz"]);
+    assert_eq!(SotwRequest::decode(bytes.as_slice()).unwrap(), request);
 }
