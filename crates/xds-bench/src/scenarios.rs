@@ -344,6 +344,45 @@ async fn rounds(
     Ok(changes)
 }
 
+/// A row with its identifying columns filled in.
+fn new_row(
+    ctx: &Ctx,
+    scenario: &str,
+    server: Server,
+    delta: bool,
+    streams: usize,
+    clusters: usize,
+) -> Row {
+    Row {
+        scenario: scenario.into(),
+        server: server.name().into(),
+        mode: if delta { "delta" } else { "sotw" }.into(),
+        streams,
+        connections: connections(ctx, streams),
+        clusters,
+        ..Default::default()
+    }
+}
+
+/// The fleet for `row` that syncs `spec` like Envoy and records the versions of `tracked`.
+fn fleet_for(
+    row: &Row,
+    spec: &ConfigSpec,
+    delta: bool,
+    tracked_kind: Kind,
+    tracked: Vec<String>,
+) -> FleetSpec {
+    FleetSpec {
+        streams: row.streams,
+        connections: row.connections,
+        delta,
+        expect_clusters: spec.clusters,
+        expect_routes: config::referenced_routes(spec),
+        tracked_kind,
+        tracked,
+    }
+}
+
 fn failed_row(mut row: Row, e: &anyhow::Error) -> Row {
     row.note = format!("failed: {e:#}");
     row
@@ -353,25 +392,10 @@ fn failed_row(mut row: Row, e: &anyhow::Error) -> Row {
 /// clusters with EDS; one ClusterLoadAssignment changes per round.
 pub async fn s1(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     let spec = ctx.plan.s1_config;
-    let row = Row {
-        scenario: "S1".into(),
-        server: server.name().into(),
-        mode: "sotw".into(),
-        streams,
-        connections: connections(ctx, streams),
-        clusters: spec.clusters,
-        ..Default::default()
-    };
+    let row = new_row(ctx, "S1", server, false, streams, spec.clusters);
     progress(&format!("S1 {} streams={streams}", server.name()));
-    let fleet = FleetSpec {
-        streams,
-        connections: row.connections,
-        delta: false,
-        expect_clusters: spec.clusters,
-        expect_routes: config::referenced_routes(&spec),
-        tracked_kind: Kind::Eds,
-        tracked: (0..spec.clusters).map(config::cluster_name).collect(),
-    };
+    let tracked = (0..spec.clusters).map(config::cluster_name).collect();
+    let fleet = fleet_for(&row, &spec, false, Kind::Eds, tracked);
     let mut s = match open(ctx, server, &spec, fleet, row.clone()).await {
         Ok(s) => s,
         Err(e) => return failed_row(row, &e),
@@ -412,15 +436,7 @@ pub async fn s2(ctx: &mut Ctx, server: Server, delta: bool, clusters: usize) -> 
         seed: ctx.plan.seed,
     };
     let streams = ctx.plan.s2_streams;
-    let row = Row {
-        scenario: "S2".into(),
-        server: server.name().into(),
-        mode: if delta { "delta" } else { "sotw" }.into(),
-        streams,
-        connections: connections(ctx, streams),
-        clusters,
-        ..Default::default()
-    };
+    let row = new_row(ctx, "S2", server, delta, streams, clusters);
     if delta && !server.supports_delta() {
         let mut row = row;
         row.note = "not supported: rust-control-plane 0.1.2 does not implement DeltaAggregatedResources (the stream panics)".into();
@@ -441,15 +457,8 @@ pub async fn s2(ctx: &mut Ctx, server: Server, delta: bool, clusters: usize) -> 
         row.mode
     ));
     let n = ctx.plan.s2_rounds;
-    let fleet = FleetSpec {
-        streams,
-        connections: row.connections,
-        delta,
-        expect_clusters: clusters,
-        expect_routes: config::referenced_routes(&spec),
-        tracked_kind: Kind::Cds,
-        tracked: (0..n.min(clusters)).map(config::cluster_name).collect(),
-    };
+    let tracked = (0..n.min(clusters)).map(config::cluster_name).collect();
+    let fleet = fleet_for(&row, &spec, delta, Kind::Cds, tracked);
     let mut s = match open(ctx, server, &spec, fleet, row.clone()).await {
         Ok(s) => s,
         Err(e) => return failed_row(row, &e),
@@ -493,25 +502,10 @@ pub async fn s5(ctx: &mut Ctx, server: Server) -> Vec<Row> {
             ..Default::default()
         }];
     }
-    let base = Row {
-        scenario: "S5".into(),
-        server: server.name().into(),
-        mode: "sotw".into(),
-        streams,
-        connections: connections(ctx, streams),
-        clusters: spec.clusters,
-        ..Default::default()
-    };
+    let base = new_row(ctx, "S5", server, false, streams, spec.clusters);
     progress(&format!("S5 {} streams={streams}", server.name()));
-    let fleet = FleetSpec {
-        streams,
-        connections: base.connections,
-        delta: false,
-        expect_clusters: spec.clusters,
-        expect_routes: config::referenced_routes(&spec),
-        tracked_kind: Kind::Eds,
-        tracked: (0..spec.clusters).map(config::cluster_name).collect(),
-    };
+    let tracked = (0..spec.clusters).map(config::cluster_name).collect();
+    let fleet = fleet_for(&base, &spec, false, Kind::Eds, tracked);
     let mut s = match open(ctx, server, &spec, fleet, base.clone()).await {
         Ok(s) => s,
         Err(e) => return vec![failed_row(base, &e)],
