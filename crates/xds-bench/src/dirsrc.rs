@@ -39,7 +39,7 @@ use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGU
 
 use crate::config::read_records;
 use crate::now_ns;
-use crate::server::unhex;
+use crate::server::Command;
 
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 
@@ -405,24 +405,14 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
         let now = now_ns();
-        let mut words = line.split_whitespace();
-        let reply = match words.next() {
-            Some("load") => {
-                let path = words
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("load: no path"))?;
+        let reply = match Command::parse(&line)? {
+            Command::Load(path) => {
                 let accepted = adapter.load(path.as_ref()).await?;
                 format!("ok {accepted} {}\n", now_ns())
             }
-            Some("set") => {
-                let (Some(t), Some(n), Some(v)) = (words.next(), words.next(), words.next()) else {
-                    anyhow::bail!("bad set line: {line}");
-                };
-                format!("ok {}\n", adapter.put(t, n, &unhex(v)?)?)
-            }
-            Some("nodes") => format!("ok {now}\n"),
-            Some("quit") => break,
-            _ => anyhow::bail!("unknown command: {line}"),
+            Command::Set(t, n, v) => format!("ok {}\n", adapter.put(t, n, &v)?),
+            Command::Nodes => format!("ok {now}\n"),
+            Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;
         stdout.flush().await?;

@@ -52,6 +52,39 @@ pub fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
         .collect()
 }
 
+/// A line of the harness's control protocol on a server process's stdin.
+pub enum Command<'a> {
+    /// Replace everything with the records in this file.
+    Load(&'a str),
+    /// Set one resource: type URL, name, encoded message.
+    Set(&'a str, &'a str, Vec<u8>),
+    /// A clock reading (answered with a timestamp).
+    Nodes,
+    Quit,
+}
+
+impl<'a> Command<'a> {
+    pub fn parse(line: &'a str) -> anyhow::Result<Command<'a>> {
+        let mut words = line.split_whitespace();
+        Ok(match words.next() {
+            Some("load") => Command::Load(
+                words
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("load: no path"))?,
+            ),
+            Some("set") => {
+                let (Some(t), Some(n), Some(v)) = (words.next(), words.next(), words.next()) else {
+                    anyhow::bail!("bad set line: {line}");
+                };
+                Command::Set(t, n, unhex(v)?)
+            }
+            Some("nodes") => Command::Nodes,
+            Some("quit") => Command::Quit,
+            _ => anyhow::bail!("unknown command: {line}"),
+        })
+    }
+}
+
 pub fn hex(b: &[u8]) -> String {
     let mut s = String::with_capacity(b.len() * 2);
     for x in b {
@@ -123,25 +156,17 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
         let accepted = now_ns();
-        let mut words = line.split_whitespace();
-        let reply = match words.next() {
-            Some("load") => {
-                let path = words
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("load: no path"))?;
+        let reply = match Command::parse(&line)? {
+            Command::Load(path) => {
                 target.load(read_records(path.as_ref())?)?;
                 format!("ok {accepted} {}\n", now_ns())
             }
-            Some("set") => {
-                let (Some(t), Some(n), Some(v)) = (words.next(), words.next(), words.next()) else {
-                    anyhow::bail!("bad set line: {line}");
-                };
-                target.set(t, n, unhex(v)?.into())?;
+            Command::Set(t, n, v) => {
+                target.set(t, n, v.into())?;
                 format!("ok {accepted}\n")
             }
-            Some("nodes") => format!("ok {accepted}\n"),
-            Some("quit") => break,
-            _ => anyhow::bail!("unknown command: {line}"),
+            Command::Nodes => format!("ok {accepted}\n"),
+            Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;
         stdout.flush().await?;
