@@ -18,7 +18,7 @@ mod support;
 use std::time::Duration;
 
 use support::scenario::{
-    dynamic_bootstrap, eds_cluster_yaml, endpoints_yaml, listener_yaml, route_yaml, Transport,
+    basic_resources, dynamic_bootstrap, eds_cluster_yaml, endpoints_yaml, route_yaml, Transport,
 };
 use support::{
     http_get, log_field, names_node, unique_name, wait_for_body, wait_for_body_at, Envoy, Log,
@@ -147,17 +147,7 @@ async fn envoy_over_delta_ads_follows_changes_removals_and_a_server_restart() {
     let upstream_a = Upstream::start("upstream-a").await;
     let upstream_b = Upstream::start("upstream-b").await;
 
-    let dir = ResourceDir::new();
-    dir.write(
-        "listener.yaml",
-        &listener_yaml("listener_0", "route_0", TRANSPORT),
-    );
-    dir.write("route.yaml", &route_yaml("route_0", "service"));
-    dir.write("cluster.yaml", &eds_cluster_yaml("service", TRANSPORT));
-    dir.write(
-        "endpoints.yaml",
-        &endpoints_yaml("service", upstream_a.port),
-    );
+    let dir = basic_resources(TRANSPORT, upstream_a.port);
 
     let mut xdsd = Xdsd::start(&dir.path()).await;
     xdsd.expect_loaded_since(0).await;

@@ -224,11 +224,9 @@ endpoints:
     )
 }
 
-/// The whole Envoy scenario for `transport`; see the module documentation.
-pub async fn run_envoy_scenario(transport: Transport) {
-    let upstream_a = Upstream::start("upstream-a").await;
-    let upstream_b = Upstream::start("upstream-b").await;
-
+/// A resource directory with listener `listener_0` → route `route_0` → EDS cluster `service` →
+/// endpoints at 127.0.0.1:`upstream_port`, their config sources for `transport`.
+pub fn basic_resources(transport: Transport, upstream_port: u16) -> ResourceDir {
     let dir = ResourceDir::new();
     dir.write(
         "listener.yaml",
@@ -236,10 +234,16 @@ pub async fn run_envoy_scenario(transport: Transport) {
     );
     dir.write("route.yaml", &route_yaml("route_0", "service"));
     dir.write("cluster.yaml", &eds_cluster_yaml("service", transport));
-    dir.write(
-        "endpoints.yaml",
-        &endpoints_yaml("service", upstream_a.port),
-    );
+    dir.write("endpoints.yaml", &endpoints_yaml("service", upstream_port));
+    dir
+}
+
+/// The whole Envoy scenario for `transport`; see the module documentation.
+pub async fn run_envoy_scenario(transport: Transport) {
+    let upstream_a = Upstream::start("upstream-a").await;
+    let upstream_b = Upstream::start("upstream-b").await;
+
+    let dir = basic_resources(transport, upstream_a.port);
 
     let xdsd = Xdsd::start(&dir.path()).await;
     xdsd.expect_loaded_since(0).await;
