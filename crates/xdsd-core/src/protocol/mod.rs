@@ -6,6 +6,8 @@ pub mod delta;
 #[cfg(test)]
 mod model_tests;
 pub mod sotw;
+#[cfg(test)]
+mod test_support;
 
 use std::sync::Arc;
 

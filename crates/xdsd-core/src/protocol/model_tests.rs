@@ -6,13 +6,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
 use super::delta::DeltaSubscription;
 use super::sotw::{SotwRequest, SotwSubscription};
+use super::test_support::{remove, set};
 use super::NonceGen;
-use crate::store::{Change, ResourceInput, Store};
+use crate::store::Store;
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
 /// xorshift64*: enough randomness for test sequences, reproducible from the seed.
@@ -41,19 +41,11 @@ const STEPS: usize = 60;
 /// A random store change: set one resource to a random content, or remove it.
 fn change_store(rng: &mut Rng, store: &Store, type_url: &str) -> Vec<Arc<str>> {
     let name = rng.name();
-    let change = if rng.below(4) == 0 {
-        Change::Remove {
-            type_url: type_url.into(),
-            name: name.clone(),
-        }
+    if rng.below(4) == 0 {
+        remove(store, type_url, &name);
     } else {
-        Change::Set(ResourceInput {
-            type_url: type_url.into(),
-            name: name.clone(),
-            value: Bytes::from(format!("content-{}", rng.below(3))),
-        })
-    };
-    store.apply([change]).unwrap();
+        set(store, type_url, &name, &format!("content-{}", rng.below(3)));
+    }
     vec![Arc::from(name)]
 }
 

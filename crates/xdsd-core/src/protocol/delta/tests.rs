@@ -3,11 +3,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use envoy_types::pb::google::rpc::Status;
 
 use super::*;
+use crate::protocol::test_support::{remove, set, store_with};
 use crate::store::{Change, ResourceInput, Store};
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
@@ -15,14 +15,6 @@ struct Harness {
     store: Store,
     sub: DeltaSubscription,
     nonces: NonceGen,
-}
-
-fn input(type_url: &str, name: &str, content: &str) -> ResourceInput {
-    ResourceInput {
-        type_url: type_url.into(),
-        name: name.into(),
-        value: Bytes::copy_from_slice(content.as_bytes()),
-    }
 }
 
 #[derive(Default)]
@@ -39,33 +31,20 @@ type Seen = (Vec<String>, Vec<String>);
 
 impl Harness {
     fn new(type_url: &str, resources: &[(&str, &str)]) -> Harness {
-        let store = Store::new();
-        store
-            .replace_all(resources.iter().map(|(n, c)| input(type_url, n, c)))
-            .unwrap();
         Harness {
-            store,
+            store: store_with(type_url, resources),
             sub: DeltaSubscription::new(type_url.into()),
             nonces: NonceGen::default(),
         }
     }
 
     fn set(&mut self, name: &str, content: &str) {
-        let t = self.sub.type_url().to_string();
-        self.store
-            .apply([Change::Set(input(&t, name, content))])
-            .unwrap();
+        set(&self.store, self.sub.type_url(), name, content);
         self.sub.mark_changed([&Arc::from(name)]);
     }
 
     fn remove(&mut self, name: &str) {
-        let t = self.sub.type_url().to_string();
-        self.store
-            .apply([Change::Remove {
-                type_url: t,
-                name: name.into(),
-            }])
-            .unwrap();
+        remove(&self.store, self.sub.type_url(), name);
         self.sub.mark_changed([&Arc::from(name)]);
     }
 

@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::google::rpc::Status;
 
 use super::*;
-use crate::store::{Change, ResourceInput, Store};
+use crate::protocol::test_support::{input, remove, set, store_with};
+use crate::store::{Change, Store};
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 
 /// A store, one subscription and the stream's nonce generator.
@@ -17,42 +17,21 @@ struct Harness {
     nonces: NonceGen,
 }
 
-fn input(type_url: &str, name: &str, content: &str) -> ResourceInput {
-    ResourceInput {
-        type_url: type_url.into(),
-        name: name.into(),
-        value: Bytes::copy_from_slice(content.as_bytes()),
-    }
-}
-
 impl Harness {
     fn new(type_url: &str, resources: &[(&str, &str)]) -> Harness {
-        let store = Store::new();
-        store
-            .replace_all(resources.iter().map(|(n, c)| input(type_url, n, c)))
-            .unwrap();
         Harness {
-            store,
+            store: store_with(type_url, resources),
             sub: SotwSubscription::new(type_url.into()),
             nonces: NonceGen::default(),
         }
     }
 
     fn set(&self, name: &str, content: &str) {
-        let t = self.sub.type_url().to_string();
-        self.store
-            .apply([Change::Set(input(&t, name, content))])
-            .unwrap();
+        set(&self.store, self.sub.type_url(), name, content);
     }
 
     fn remove(&self, name: &str) {
-        let t = self.sub.type_url().to_string();
-        self.store
-            .apply([Change::Remove {
-                type_url: t,
-                name: name.into(),
-            }])
-            .unwrap();
+        remove(&self.store, self.sub.type_url(), name);
     }
 
     /// Tells the machine that `names` changed (what the transport does on a store notification).
