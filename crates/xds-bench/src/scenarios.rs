@@ -383,6 +383,35 @@ fn fleet_for(
     }
 }
 
+/// Opens a session, applies `n` changes made by `make` (one per round) and closes it: the row with
+/// its convergence figures, or with a note saying what failed.
+async fn measure_rounds(
+    ctx: &mut Ctx,
+    server: Server,
+    spec: &ConfigSpec,
+    fleet: FleetSpec,
+    row: Row,
+    make: impl Fn(usize, u32) -> Res,
+    n: usize,
+) -> Row {
+    let kind = fleet.tracked_kind;
+    let mut s = match open(ctx, server, spec, fleet, row.clone()).await {
+        Ok(s) => s,
+        Err(e) => return failed_row(row, &e),
+    };
+    let mut changes = Vec::new();
+    if s.row.note.is_empty() {
+        let mut marker = INITIAL_MARKER;
+        match rounds(ctx, &mut s, kind, make, n, &mut marker).await {
+            Ok(c) => changes = c,
+            Err(e) => s.row.note = format!("failed: {e:#}"),
+        }
+    }
+    let (mut row, results) = close(s).await;
+    fill_latencies(&mut row, &changes, &results);
+    row
+}
+
 fn failed_row(mut row: Row, e: &anyhow::Error) -> Row {
     row.note = format!("failed: {e:#}");
     row
@@ -396,31 +425,9 @@ pub async fn s1(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     progress(&format!("S1 {} streams={streams}", server.name()));
     let tracked = (0..spec.clusters).map(config::cluster_name).collect();
     let fleet = fleet_for(&row, &spec, false, Kind::Eds, tracked);
-    let mut s = match open(ctx, server, &spec, fleet, row.clone()).await {
-        Ok(s) => s,
-        Err(e) => return failed_row(row, &e),
-    };
-    let mut changes = Vec::new();
-    if s.row.note.is_empty() {
-        let mut marker = INITIAL_MARKER;
-        let n = ctx.plan.rounds;
-        match rounds(
-            ctx,
-            &mut s,
-            Kind::Eds,
-            |i, m| config::load_assignment(&spec, i, m),
-            n,
-            &mut marker,
-        )
-        .await
-        {
-            Ok(c) => changes = c,
-            Err(e) => s.row.note = format!("failed: {e:#}"),
-        }
-    }
-    let (mut row, results) = close(s).await;
-    fill_latencies(&mut row, &changes, &results);
-    row
+    let n = ctx.plan.rounds;
+    let make = |i, m| config::load_assignment(&spec, i, m);
+    measure_rounds(ctx, server, &spec, fleet, row, make, n).await
 }
 
 /// Above this many (node, cluster) pairs the peer's per-node snapshots do not fit in memory.
@@ -459,30 +466,8 @@ pub async fn s2(ctx: &mut Ctx, server: Server, delta: bool, clusters: usize) -> 
     let n = ctx.plan.s2_rounds;
     let tracked = (0..n.min(clusters)).map(config::cluster_name).collect();
     let fleet = fleet_for(&row, &spec, delta, Kind::Cds, tracked);
-    let mut s = match open(ctx, server, &spec, fleet, row.clone()).await {
-        Ok(s) => s,
-        Err(e) => return failed_row(row, &e),
-    };
-    let mut changes = Vec::new();
-    if s.row.note.is_empty() {
-        let mut marker = INITIAL_MARKER;
-        match rounds(
-            ctx,
-            &mut s,
-            Kind::Cds,
-            |i, m| config::cluster(&spec, i, m),
-            n,
-            &mut marker,
-        )
-        .await
-        {
-            Ok(c) => changes = c,
-            Err(e) => s.row.note = format!("failed: {e:#}"),
-        }
-    }
-    let (mut row, results) = close(s).await;
-    fill_latencies(&mut row, &changes, &results);
-    row
+    let make = |i, m| config::cluster(&spec, i, m);
+    measure_rounds(ctx, server, &spec, fleet, row, make, n).await
 }
 
 /// S5 churn: N streams (S1's configuration); endpoint changes at each offered rate in turn, for
