@@ -18,7 +18,8 @@ mod support;
 use std::time::Duration;
 
 use support::scenario::{
-    basic_resources, dynamic_bootstrap, eds_cluster_yaml, endpoints_yaml, route_yaml, Transport,
+    basic_resources, dynamic_bootstrap, eds_cluster_yaml, endpoints_yaml, move_endpoints_to,
+    route_yaml, Transport,
 };
 use support::{
     http_get, log_field, names_node, unique_name, wait_for_body, wait_for_body_at, Envoy, Log,
@@ -195,16 +196,7 @@ async fn envoy_over_delta_ads_follows_changes_removals_and_a_server_restart() {
     }
 
     // 2. Rewrite the endpoints: traffic moves to B.
-    let mark = xdsd.log.mark();
-    dir.write(
-        "endpoints.yaml",
-        &endpoints_yaml("service", upstream_b.port),
-    );
-    xdsd.expect_loaded_since(mark).await;
-    wait_for_body(port, "upstream-b", || {
-        format!("xdsd log:\n{}", xdsd.log.text())
-    })
-    .await;
+    move_endpoints_to(&dir, &xdsd, port, &upstream_b).await;
 
     // 3a. A second cluster with its endpoints (at A) and a route /two to it.
     let mark = xdsd.log.mark();
@@ -346,16 +338,7 @@ async fn envoy_over_delta_ads_follows_changes_removals_and_a_server_restart() {
         .await;
     }
     // The endpoints change after the restart: traffic moves back to A.
-    let mark = xdsd2.log.mark();
-    dir.write(
-        "endpoints.yaml",
-        &endpoints_yaml("service", upstream_a.port),
-    );
-    xdsd2.expect_loaded_since(mark).await;
-    wait_for_body(port, "upstream-a", || {
-        format!("new xdsd log:\n{}", xdsd2.log.text())
-    })
-    .await;
+    let mark = move_endpoints_to(&dir, &xdsd2, port, &upstream_a).await;
     let moved = pushes(&xdsd2.log, mark, &node, ENDPOINTS);
     assert!(
         moved.iter().any(|l| count(l, "resources") == 1),

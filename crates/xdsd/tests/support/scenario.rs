@@ -238,6 +238,25 @@ pub fn basic_resources(transport: Transport, upstream_port: u16) -> ResourceDir 
     dir
 }
 
+/// Points the `service` endpoints of [`basic_resources`] at `upstream` and waits until xdsd
+/// loaded the change and traffic through Envoy's listener `port` reaches `upstream`. Returns the
+/// log mark taken before the change.
+pub async fn move_endpoints_to(
+    dir: &ResourceDir,
+    xdsd: &Xdsd,
+    port: u16,
+    upstream: &Upstream,
+) -> usize {
+    let mark = xdsd.log.mark();
+    dir.write("endpoints.yaml", &endpoints_yaml("service", upstream.port));
+    xdsd.expect_loaded_since(mark).await;
+    wait_for_body(port, &upstream.name, || {
+        format!("xdsd log:\n{}", xdsd.log.text())
+    })
+    .await;
+    mark
+}
+
 /// The whole Envoy scenario for `transport`; see the module documentation.
 pub async fn run_envoy_scenario(transport: Transport) {
     let upstream_a = Upstream::start("upstream-a").await;
@@ -260,16 +279,7 @@ pub async fn run_envoy_scenario(transport: Transport) {
     assert!(upstream_a.hits() > 0, "upstream A saw the request");
 
     // 2. Rewrite the endpoints: traffic moves to B.
-    let mark = xdsd.log.mark();
-    dir.write(
-        "endpoints.yaml",
-        &endpoints_yaml("service", upstream_b.port),
-    );
-    xdsd.expect_loaded_since(mark).await;
-    wait_for_body(port, "upstream-b", || {
-        format!("xdsd log:\n{}", xdsd.log.text())
-    })
-    .await;
+    move_endpoints_to(&dir, &xdsd, port, &upstream_b).await;
 
     // 3. A cluster Envoy refuses: xdsd serves it (valid proto), Envoy NACKs, xdsd logs the NACK
     // with Envoy's node id, and traffic keeps flowing to B.
