@@ -181,21 +181,14 @@ impl Target for XdsdTarget {
         self.0.replace_all(
             records
                 .into_iter()
-                .map(|(type_url, name, value)| ResourceInput {
-                    type_url,
-                    name,
-                    value,
-                }),
+                .map(|(type_url, name, value)| ResourceInput::new(type_url, name, value)),
         )?;
         Ok(())
     }
 
     fn set(&self, type_url: &str, name: &str, value: Bytes) -> anyhow::Result<()> {
-        self.0.apply([Change::Set(ResourceInput {
-            type_url: type_url.into(),
-            name: name.into(),
-            value,
-        })])?;
+        self.0
+            .apply([Change::Set(ResourceInput::new(type_url, name, value))])?;
         Ok(())
     }
 }

@@ -119,11 +119,7 @@ fn init_logs(level: &str) -> anyhow::Result<()> {
 fn inputs(resources: Vec<ParsedResource>) -> Vec<ResourceInput> {
     resources
         .into_iter()
-        .map(|r| ResourceInput {
-            type_url: r.type_url,
-            name: r.name,
-            value: r.value,
-        })
+        .map(|r| ResourceInput::new(r.type_url, r.name, r.value).with_origin(r.origin))
         .collect()
 }
 

@@ -1,8 +1,11 @@
 //! Incremental (delta) xDS: the state machine of one resource type on one stream.
 //!
-//! It tracks what the client has (name → version), what it subscribes to and what is owed, so
-//! that each response carries only the resources that changed for this client and the names it
-//! must drop.
+//! It tracks what the client has, what it subscribes to and what is owed, so that each response
+//! carries only the resources that changed for this client and the names it must drop.
+//! Subscriptions are keys: a name (or alias) and the parameter set its variant is chosen by
+//! (xRFC TP2). A client that subscribes with dynamic parameters holds variants by
+//! `resource_name` (name and constraints): when a key moves to another variant, the new one
+//! and the removal of the old one go out in the same response.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,8 +15,12 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::sotw::WILDCARD;
-use super::{intern, NonceGen, RequestKind, SubscriptionChange};
+use super::{intern, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
+use crate::params::Constraints;
 use crate::store::{Resource, TypeSnapshot};
+
+/// A variant removed from a client that holds variants by `resource_name`.
+pub type RemovedVariant = (Arc<str>, Option<Arc<Constraints>>);
 
 /// One response to send.
 #[derive(Debug, Clone)]
@@ -23,32 +30,57 @@ pub struct DeltaResponse {
     pub system_version_info: Arc<str>,
     pub nonce: String,
     pub resources: Vec<Arc<Resource>>,
+    /// Names to drop (`removed_resources`), for clients that hold resources by name.
     pub removed: Vec<Arc<str>>,
+    /// Variants to drop (`removed_resource_names`), for clients that hold them by
+    /// `resource_name`; resources then go out named by `resource_name` too.
+    pub removed_variants: Vec<RemovedVariant>,
+    pub named: bool,
+}
+
+/// What the client holds for a key: the version, and which variant (TP2 clients).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    version: Arc<str>,
+    constraints: Option<Arc<Constraints>>,
+}
+
+impl Held {
+    fn of(r: &Resource) -> Held {
+        Held {
+            version: r.version().clone(),
+            constraints: r.constraints().cloned(),
+        }
+    }
 }
 
 /// One type's subscription on an incremental stream.
 #[derive(Debug)]
 pub struct DeltaSubscription {
     type_url: Arc<str>,
-    wildcard: bool,
+    /// Resources named by `resource_name`, removals by `removed_resource_names` (TP2 clients).
+    named: bool,
+    wildcard: Option<Pid>,
     /// Set once a request subscribed to any name (`*` included): the legacy wildcard is gone.
     explicit: bool,
     requested: bool,
-    names: HashSet<Arc<str>>,
-    /// What the client has, as far as the server knows: name → version. Filled from
+    names: HashSet<Key>,
+    /// The distinct parameter sets `names` use (nearly always one).
+    pids: Vec<Pid>,
+    /// What the client has, as far as the server knows. Filled from
     /// `initial_resource_versions` on reconnect, then by every response.
-    has: HashMap<Arc<str>, Arc<str>>,
+    has: HashMap<Key, Held>,
     last_nonce: Option<String>,
     last_version: Option<Arc<str>>,
     /// Owed: compare every resource of the type with what the client has (first request, wildcard
     /// turned on); an answer even if empty (first request).
     check_all: bool,
     answer: bool,
-    /// Newly (re)subscribed names: sent even if the client has them, or reported removed.
-    forced: HashSet<Arc<str>>,
-    /// Names unsubscribed while the wildcard is on: the client cannot tell whether the wildcard
+    /// Newly (re)subscribed keys: sent even if the client has them, or reported removed.
+    forced: HashSet<Key>,
+    /// Keys unsubscribed while the wildcard is on: the client cannot tell whether the wildcard
     /// still covers them, so each is owed as a resource (still covered) or a removal.
-    unsubscribed: HashSet<Arc<str>>,
+    unsubscribed: HashSet<Key>,
     dirty: HashSet<Arc<str>>,
 }
 
@@ -56,10 +88,12 @@ impl DeltaSubscription {
     pub fn new(type_url: Arc<str>) -> DeltaSubscription {
         DeltaSubscription {
             type_url,
-            wildcard: false,
+            named: false,
+            wildcard: None,
             explicit: false,
             requested: false,
             names: HashSet::default(),
+            pids: Vec::new(),
             has: HashMap::default(),
             last_nonce: None,
             last_version: None,
@@ -71,32 +105,72 @@ impl DeltaSubscription {
         }
     }
 
+    /// Resources and removals name variants by `resource_name` from now on (a TP2 client).
+    pub fn set_named(&mut self, named: bool) {
+        self.named = named;
+    }
+
     pub fn type_url(&self) -> &Arc<str> {
         &self.type_url
     }
 
     pub fn is_wildcard(&self) -> bool {
-        self.wildcard
+        self.wildcard.is_some()
     }
 
+    /// Subscribed names (each once, whatever the number of parameter sets).
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.names.iter()
+        let mut seen = HashSet::default();
+        self.names
+            .iter()
+            .map(|(n, _)| n)
+            .filter(move |n| seen.insert(*n))
     }
 
-    /// The version the server believes the client has of `name`.
+    /// The version the server believes the client has of `name` (parameter set 0).
     pub fn client_version(&self, name: &str) -> Option<&Arc<str>> {
-        self.has.get(name)
+        self.has.get(&(Arc::from(name), 0)).map(|h| &h.version)
     }
 
-    fn subscribed(&self, name: &str) -> bool {
-        self.wildcard || self.names.contains(name)
+    fn subscribed(&self, key: &Key) -> bool {
+        self.wildcard == Some(key.1) || self.names.contains(key)
     }
 
-    /// Takes in a request for this type. Subscription changes are honoured whatever the nonce:
-    /// the nonce only pairs an ACK or NACK with a response.
+    /// The keys of a name: one per parameter set it is subscribed with, and the wildcard's.
+    fn keys_of(&self, name: &Arc<str>) -> Vec<Key> {
+        let mut keys: Vec<Key> = self
+            .pids
+            .iter()
+            .map(|pid| (name.clone(), *pid))
+            .filter(|key| self.names.contains(key))
+            .collect();
+        if let Some(w) = self.wildcard {
+            if !keys.iter().any(|(_, p)| *p == w) {
+                keys.push((name.clone(), w));
+            }
+        }
+        keys
+    }
+
+    /// Takes in a request for this type, subscribed by plain names with parameter set 0.
     pub fn handle_request(
         &mut self,
         request: &DeltaDiscoveryRequest,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange) {
+        self.handle(request, &Subscribe::PLAIN, &[], current)
+    }
+
+    /// Takes in a request. Names use `subscribe.default`; `subscribe.locators` are the
+    /// request's `resource_locators_subscribe` and `unsubscribe_locators` its
+    /// `resource_locators_unsubscribe`, resolved to parameter sets by the session. Subscription
+    /// changes are honoured whatever the nonce: the nonce only pairs an ACK or NACK with a
+    /// response.
+    pub fn handle(
+        &mut self,
+        request: &DeltaDiscoveryRequest,
+        subscribe: &Subscribe<'_>,
+        unsubscribe_locators: &[(String, Pid)],
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
         let nonce = request.response_nonce.as_str();
@@ -119,108 +193,138 @@ impl DeltaSubscription {
             }
         };
         let mut change = SubscriptionChange::default();
-        if !self.requested {
+        let names_before: HashSet<Arc<str>> = self.names.iter().map(|(n, _)| n.clone()).collect();
+        let mut wildcard_before = self.wildcard.is_some();
+        let initial = !self.requested;
+        if initial {
             self.requested = true;
             self.answer = true;
-            // A reconnecting client tells what it already has; only differences will be sent.
-            for (name, version) in &request.initial_resource_versions {
-                let name = intern(current, name);
-                let version = match current.and_then(|t| t.get(&name)) {
-                    Some(r) if **r.version() == **version => r.version().clone(),
-                    _ => Arc::from(version.as_str()),
-                };
-                self.has.insert(name, version);
-            }
         }
-        let (subscribe, unsubscribe) = (
-            &request.resource_names_subscribe,
-            &request.resource_names_unsubscribe,
-        );
-        let names_something = !subscribe.is_empty() || !unsubscribe.is_empty();
-        if !self.explicit && !self.wildcard && !names_something {
+        let subscribe_keys: Vec<(&str, Pid)> = request
+            .resource_names_subscribe
+            .iter()
+            .map(|n| (n.as_str(), subscribe.default))
+            .chain(subscribe.locators.iter().map(|(n, p)| (n.as_str(), *p)))
+            .collect();
+        let unsubscribe_keys: Vec<(&str, Pid)> = request
+            .resource_names_unsubscribe
+            .iter()
+            .map(|n| (n.as_str(), subscribe.default))
+            .chain(unsubscribe_locators.iter().map(|(n, p)| (n.as_str(), *p)))
+            .collect();
+        let names_something = !subscribe_keys.is_empty() || !unsubscribe_keys.is_empty();
+        if !self.explicit && self.wildcard.is_none() && !names_something {
             // Legacy wildcard: no name ever subscribed means `*`.
-            self.set_wildcard(true, &mut change);
+            self.set_wildcard(Some(subscribe.default));
+        } else if !self.explicit && self.wildcard.is_some() && !names_something {
+            // The legacy wildcard follows the default parameter set (node parameters may
+            // change mid-stream).
+            if self.wildcard != Some(subscribe.default) {
+                self.set_wildcard(Some(subscribe.default));
+                wildcard_before = true;
+            }
         }
         // Any name in either list ends the legacy rule: after an unsubscription from `*`, the
         // empty requests that follow (ACKs) must not bring the wildcard back.
         self.explicit |= names_something;
-        for name in subscribe {
+        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
+        for (name, pid) in subscribe_keys {
             if name == WILDCARD {
-                self.set_wildcard(true, &mut change);
+                self.set_wildcard(Some(pid));
                 continue;
             }
-            let name = self
-                .names
-                .get(name.as_str())
-                .cloned()
-                .unwrap_or_else(|| intern(current, name));
-            self.unsubscribed.remove(&name);
-            if self.names.insert(name.clone()) {
-                change.added.push(name.clone());
+            let key: Key = (
+                self.names
+                    .get(&(Arc::from(name), pid))
+                    .map(|(n, _)| n.clone())
+                    .unwrap_or_else(|| intern(current, name)),
+                pid,
+            );
+            self.unsubscribed.remove(&key);
+            self.names.insert(key.clone());
+            if initial {
+                // A reconnecting client tells what it already has: only differences are sent.
+                if let Some(version) = request.initial_resource_versions.get(name) {
+                    self.has.insert(key.clone(), held(lookup(name), version));
+                    // Compared with the store at the next response, like a change.
+                    self.dirty.insert(key.0);
+                    continue;
+                }
             }
-            // Sent even if the client seems to have it: it may have forgotten it. On the first
-            // request, `initial_resource_versions` is the client's word that it has it.
-            let known = kind == RequestKind::Initial
-                && self.has.contains_key(&name)
-                && self.has.get(&name) == current.and_then(|t| t.get(&name)).map(|r| r.version());
-            if !known {
-                self.forced.insert(name);
+            // Sent even if the client seems to have it: it may have forgotten it.
+            self.forced.insert(key);
+        }
+        if initial && self.wildcard.is_some() {
+            if let Some(w) = self.wildcard {
+                for (name, version) in &request.initial_resource_versions {
+                    let key = (intern(current, name), w);
+                    if !self.has.contains_key(&key) {
+                        self.has.insert(key, held(lookup(name), version));
+                    }
+                }
             }
         }
-        for name in unsubscribe {
+        for (name, pid) in unsubscribe_keys {
             if name == WILDCARD {
-                self.set_wildcard(false, &mut change);
+                self.set_wildcard(None);
                 continue;
             }
             // Phantom unsubscriptions (names not subscribed) are ignored.
-            let Some(name) = self.names.take(name.as_str()) else {
+            let Some(key) = self.names.take(&(Arc::from(name), pid)) else {
                 continue;
             };
-            self.forced.remove(&name);
-            if self.wildcard {
-                self.unsubscribed.insert(name.clone());
+            self.forced.remove(&key);
+            if self.wildcard.is_some() {
+                self.unsubscribed.insert(key);
             } else {
-                self.has.remove(&name);
+                self.has.remove(&key);
             }
-            change.removed.push(name);
         }
-        if kind == RequestKind::Initial {
-            // What the client claims but no longer subscribes to is not its business any more.
-            let (wildcard, names) = (self.wildcard, &self.names);
-            self.has.retain(|n, _| wildcard || names.contains(n));
+        let mut pids: Vec<Pid> = self.names.iter().map(|(_, p)| *p).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        self.pids = pids;
+        if self.wildcard.is_some() != wildcard_before {
+            change.wildcard = Some(self.wildcard.is_some());
         }
+        let names_after: HashSet<Arc<str>> = self.names.iter().map(|(n, _)| n.clone()).collect();
+        change.added = names_after.difference(&names_before).cloned().collect();
+        change.removed = names_before.difference(&names_after).cloned().collect();
         change.added.sort();
         change.removed.sort();
         (kind, change)
     }
 
-    fn set_wildcard(&mut self, on: bool, change: &mut SubscriptionChange) {
+    fn set_wildcard(&mut self, on: Option<Pid>) {
         if self.wildcard == on {
             return;
         }
         self.wildcard = on;
-        change.wildcard = Some(on);
-        if on {
+        if on.is_some() {
             self.check_all = true;
         } else {
             // The client drops what only the wildcard gave it.
             let names = &self.names;
-            self.has.retain(|n, _| names.contains(n));
+            self.has.retain(|k, _| names.contains(k));
             self.unsubscribed.clear();
         }
     }
 
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     pub fn resend(&mut self, name: &Arc<str>) {
-        if self.subscribed(name) {
-            self.forced.insert(name.clone());
-        }
+        let keys = self.keys_of(name);
+        self.forced.extend(keys);
     }
 
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         for name in names {
-            if self.subscribed(name) {
+            if self.wildcard.is_some()
+                || self
+                    .pids
+                    .iter()
+                    .any(|p| self.names.contains(&(name.clone(), *p)))
+            {
                 self.dirty.insert(name.clone());
             }
         }
@@ -234,31 +338,31 @@ impl DeltaSubscription {
             || !self.dirty.is_empty()
     }
 
-    /// The response owed to the client, if any, given the current resources of this type.
-    pub fn poll_response(
-        &mut self,
-        current: Option<&Arc<TypeSnapshot>>,
-        nonces: &mut NonceGen,
-    ) -> Option<DeltaResponse> {
+    /// The response owed to the client, if any, given the store as this client sees it.
+    pub fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<DeltaResponse> {
         if !self.has_pending() {
             return None;
         }
-        // Keys are what the client subscribed by (a name or an alias); the response holds each
-        // resource once, under its name, whatever the number of keys that lead to it.
-        let get = |key: &str| current.and_then(|t| t.get(key));
-        let mut resources: BTreeMap<Arc<str>, Arc<Resource>> = BTreeMap::new();
-        let mut sent: Vec<(Arc<str>, Arc<str>)> = Vec::new();
-        let mut removed: BTreeSet<Arc<str>> = BTreeSet::new();
-        let mut send = |key: &Arc<str>, r: &Arc<Resource>| {
-            sent.push((key.clone(), r.version().clone()));
-            resources.insert(r.name().clone(), r.clone());
+        // Keys are what the client subscribed by (a name or an alias, and a parameter set); the
+        // response holds each variant once, whatever the number of keys that lead to it.
+        let get = |key: &Key| views.get(&key.0, key.1);
+        let mut resources: BTreeMap<(Arc<str>, Arc<str>), Arc<Resource>> = BTreeMap::new();
+        let mut sent: Vec<(Key, Held)> = Vec::new();
+        let mut removed: BTreeSet<Key> = BTreeSet::new();
+        let mut send = |key: &Key, r: &Arc<Resource>| {
+            sent.push((key.clone(), Held::of(r)));
+            resources.insert((r.name().clone(), r.version().clone()), r.clone());
         };
-        let differs = |key: &str, r: &Resource| self.has.get(key) != Some(r.version());
+        let differs =
+            |key: &Key, r: &Resource| self.has.get(key).map(|h| &h.version) != Some(r.version());
 
         if self.check_all {
-            for r in current.into_iter().flat_map(|t| t.iter()) {
-                if self.subscribed(r.name()) && differs(r.name(), r) {
-                    send(r.name(), r);
+            if let Some(w) = self.wildcard {
+                for r in views.view(w).iter() {
+                    let key = (r.name().clone(), w);
+                    if differs(&key, r) {
+                        send(&key, r);
+                    }
                 }
             }
             for key in self.has.keys() {
@@ -276,22 +380,21 @@ impl DeltaSubscription {
                 }
             }
         }
-        for key in &self.dirty {
-            if !self.subscribed(key) {
-                continue;
-            }
-            match get(key) {
-                Some(r) if differs(key, r) => send(key, r),
-                Some(_) => {}
-                None if self.has.contains_key(key) => {
-                    removed.insert(key.clone());
+        for name in &self.dirty {
+            for key in self.keys_of(name) {
+                match get(&key) {
+                    Some(r) if differs(&key, r) => send(&key, r),
+                    Some(_) => {}
+                    None if self.has.contains_key(&key) => {
+                        removed.insert(key);
+                    }
+                    None => {}
                 }
-                None => {}
             }
         }
         for key in &self.unsubscribed {
             match get(key) {
-                Some(r) if self.wildcard => send(key, r),
+                Some(r) if self.wildcard == Some(key.1) => send(key, r),
                 _ => {
                     removed.insert(key.clone());
                 }
@@ -303,18 +406,52 @@ impl DeltaSubscription {
         self.forced.clear();
         self.unsubscribed.clear();
         self.dirty.clear();
-        for (key, version) in sent {
-            self.has.insert(key, version);
+        // Variants the client stops holding: what a removed or re-sent key held before, unless
+        // another key still holds it afterwards.
+        let mut dropped: Vec<RemovedVariant> = Vec::new();
+        for (key, held) in &sent {
+            if let Some(before) = self.has.insert(key.clone(), held.clone()) {
+                if before.constraints != held.constraints {
+                    dropped.push((key.0.clone(), before.constraints));
+                }
+            }
         }
         for key in &removed {
-            self.has.remove(key);
+            if let Some(before) = self.has.remove(key) {
+                dropped.push((key.0.clone(), before.constraints));
+            }
         }
-        if resources.is_empty() && removed.is_empty() && !answer {
+        let (removed, removed_variants) = if self.named {
+            let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
+                .has
+                .iter()
+                .map(|((n, _), h)| (n, h.constraints.as_ref()))
+                .collect();
+            let mut variants: Vec<RemovedVariant> = dropped
+                .into_iter()
+                .filter(|(n, c)| !held.contains(&(n, c.as_ref())))
+                .collect();
+            // Unknown variants (never sent) are removed too: the client may hold one from an
+            // earlier stream.
+            for key in &removed {
+                if !variants.iter().any(|(n, _)| *n == key.0)
+                    && !held.iter().any(|(n, _)| **n == key.0)
+                {
+                    variants.push((key.0.clone(), None));
+                }
+            }
+            variants.sort_by(|a, b| a.0.cmp(&b.0));
+            variants.dedup();
+            (Vec::new(), variants)
+        } else {
+            let mut names: Vec<Arc<str>> = removed.into_iter().map(|(n, _)| n).collect();
+            names.dedup();
+            (names, Vec::new())
+        };
+        if resources.is_empty() && removed.is_empty() && removed_variants.is_empty() && !answer {
             return None;
         }
-        let system_version_info = current
-            .map(|t| t.version().clone())
-            .unwrap_or_else(|| Arc::from(""));
+        let system_version_info = self.version(views);
         let nonce = nonces.next_nonce();
         self.last_nonce = Some(nonce.clone());
         self.last_version = Some(system_version_info.clone());
@@ -323,8 +460,27 @@ impl DeltaSubscription {
             system_version_info,
             nonce,
             resources: resources.into_values().collect(),
-            removed: removed.into_iter().collect(),
+            removed,
+            removed_variants,
+            named: self.named,
         })
+    }
+
+    /// The version of the view this client reads (for debugging only, in delta).
+    fn version(&self, views: &Views) -> Arc<str> {
+        let pid = self.wildcard.or(self.pids.first().copied()).unwrap_or(0);
+        views.view(pid).version().clone()
+    }
+}
+
+/// What a reconnecting client says it has of a name: a version, and so the variant that has it.
+fn held(variants: &[Arc<Resource>], version: &str) -> Held {
+    match variants.iter().find(|v| &**v.version() == version) {
+        Some(v) => Held::of(v),
+        None => Held {
+            version: Arc::from(version),
+            constraints: None,
+        },
     }
 }
 

@@ -5,13 +5,68 @@
 pub mod delta;
 #[cfg(test)]
 mod model_tests;
+pub mod session;
 pub mod sotw;
 #[cfg(test)]
 mod test_support;
 
 use std::sync::Arc;
 
-use crate::store::TypeSnapshot;
+use crate::params::ParamSet;
+use crate::store::{Resource, TypeSnapshot, View};
+
+/// A parameter set of a session, by its index in the session's table (see [`session`]): keys are
+/// small and cheap to hash, and streams that use one parameter set (every Envoy) use one index.
+pub type Pid = u32;
+
+/// What a client subscribes by: a name (or alias) and the parameter set its variant is chosen by.
+pub type Key = (Arc<str>, Pid);
+
+/// What a machine reads the store through: for one type, the view of each of the session's
+/// parameter sets, indexed by [`Pid`].
+#[derive(Debug, Clone)]
+pub struct Views {
+    views: Vec<Arc<View>>,
+}
+
+impl Views {
+    /// The views of `current` (None: the store has nothing of this type) for each parameter set.
+    pub fn new<'a>(
+        type_url: &Arc<str>,
+        current: Option<&Arc<TypeSnapshot>>,
+        params: impl IntoIterator<Item = &'a ParamSet>,
+    ) -> Views {
+        let empty = || Arc::new(View::empty(type_url.clone()));
+        let mut views = Vec::new();
+        match current {
+            Some(t) => views.extend(params.into_iter().map(|p| t.view(p))),
+            None => {
+                let e = empty();
+                views.extend(params.into_iter().map(|_| e.clone()));
+            }
+        }
+        if views.is_empty() {
+            views.push(
+                current
+                    .map(|t| t.view(&ParamSet::new()))
+                    .unwrap_or_else(empty),
+            );
+        }
+        Views { views }
+    }
+
+    /// The view of one parameter set (out-of-range: the first; sessions never pass one).
+    pub fn view(&self, pid: Pid) -> &Arc<View> {
+        self.views
+            .get(pid as usize)
+            .unwrap_or_else(|| &self.views[0])
+    }
+
+    /// The resource a key resolves to: the matching variant of that name or alias.
+    pub fn get(&self, name: &str, pid: Pid) -> Option<&Arc<Resource>> {
+        self.view(pid).get(name)
+    }
+}
 
 /// A requested name as the store's shared allocation when the store has that resource, so that
 /// streams subscribed to the same names share them.
@@ -54,6 +109,22 @@ pub enum RequestKind {
     Stale { nonce: String },
 }
 
+/// The subscription part of a request, as the session resolved it: plain names (subscribed with
+/// the type's default parameter set) and resource locators with their own parameter sets.
+#[derive(Debug, Clone, Copy)]
+pub struct Subscribe<'a> {
+    pub default: Pid,
+    pub locators: &'a [(String, Pid)],
+}
+
+impl Subscribe<'_> {
+    /// A subscription by plain names only, with parameter set 0.
+    pub const PLAIN: Subscribe<'static> = Subscribe {
+        default: 0,
+        locators: &[],
+    };
+}
+
 /// How a request changed what the stream watches, for the transport to pass on to the store.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SubscriptionChange {
@@ -63,85 +134,9 @@ pub struct SubscriptionChange {
     pub removed: Vec<Arc<str>>,
 }
 
-/// The node identity of a stream, fixed by its first request. Only id and cluster are kept: a
-/// whole Envoy Node (its extensions, metadata, version) would cost kilobytes per stream.
-#[derive(Debug, Default)]
-pub struct NodeIdentity {
-    node: Option<(Box<str>, Box<str>)>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("node changed mid-stream: first request was from {first:?}, this one from {now:?}")]
-pub struct NodeChanged {
-    pub first: String,
-    pub now: String,
-}
-
-impl NodeIdentity {
-    /// Records the node of the first request that carries one; later requests may omit it, but
-    /// one that names a different node (id or cluster) is a client error.
-    pub fn check(&mut self, node: Option<(&str, &str)>) -> Result<(), NodeChanged> {
-        let Some((now_id, now_cluster)) = node else {
-            return Ok(());
-        };
-        if now_id.is_empty() && now_cluster.is_empty() {
-            return Ok(());
-        }
-        match &self.node {
-            None => {
-                self.node = Some((now_id.into(), now_cluster.into()));
-                Ok(())
-            }
-            Some((id, cluster)) if **id == *now_id && **cluster == *now_cluster => Ok(()),
-            Some((id, _)) => Err(NodeChanged {
-                first: id.to_string(),
-                now: now_id.to_owned(),
-            }),
-        }
-    }
-
-    /// The node id for logs ("" until a request carried one).
-    pub fn id(&self) -> &str {
-        self.node.as_ref().map(|(id, _)| &**id).unwrap_or("")
-    }
-
-    /// Whether a request carried a node yet.
-    pub fn is_known(&self) -> bool {
-        self.node.is_some()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn node<'a>(id: &'a str, cluster: &'a str) -> (&'a str, &'a str) {
-        (id, cluster)
-    }
-
-    #[test]
-    fn node_identity_is_taken_from_the_first_request() {
-        let mut identity = NodeIdentity::default();
-        identity.check(Some(node("a", "c"))).unwrap();
-        assert_eq!(identity.id(), "a");
-    }
-
-    #[test]
-    fn later_requests_may_omit_the_node() {
-        let mut identity = NodeIdentity::default();
-        identity.check(Some(node("a", "c"))).unwrap();
-        identity.check(None).unwrap();
-        identity.check(Some(("", ""))).unwrap();
-        identity.check(Some(node("a", "c"))).unwrap();
-    }
-
-    #[test]
-    fn a_later_request_with_a_different_node_is_an_error() {
-        let mut identity = NodeIdentity::default();
-        identity.check(Some(node("a", "c"))).unwrap();
-        assert!(identity.check(Some(node("b", "c"))).is_err());
-        assert!(identity.check(Some(node("a", "other"))).is_err());
-    }
 
     #[test]
     fn nonces_are_never_reused_on_a_stream() {

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 
 use super::delta::DeltaSubscription;
 use super::sotw::{SotwRequest, SotwSubscription};
-use super::test_support::{remove, set};
+use super::test_support::{remove, set, views};
 use super::NonceGen;
 use crate::store::Store;
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
@@ -132,7 +132,7 @@ fn sotw_run(type_url: &str, seed: u64) {
             }
         }
         let snap = store.snapshot();
-        while let Some(response) = sub.poll_response(snap.get(type_url), &mut nonces) {
+        while let Some(response) = sub.poll_response(&views(&snap, type_url), &mut nonces) {
             let got: Vec<Arc<str>> = response.names();
             let unique: BTreeSet<&Arc<str>> = got.iter().collect();
             assert_eq!(
@@ -301,7 +301,7 @@ fn delta_run(seed: u64) {
             sub.handle_request(&request, snap.get(type_url));
         }
         let snap = store.snapshot();
-        while let Some(response) = sub.poll_response(snap.get(type_url), &mut nonces) {
+        while let Some(response) = sub.poll_response(&views(&snap, type_url), &mut nonces) {
             let mut seen = BTreeSet::new();
             for r in &response.resources {
                 assert!(

@@ -6,11 +6,12 @@
 use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, ResourceLocator};
 use envoy_types::pb::google::rpc::Status;
+use prost::Message as _;
 
-use super::{intern, NonceGen, RequestKind, SubscriptionChange};
-use crate::store::{Resource, TypeSnapshot};
+use super::{intern, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
+use crate::store::{Resource, TypeSnapshot, View};
 
 /// The special resource name that subscribes to every resource of a type.
 pub const WILDCARD: &str = "*";
@@ -23,7 +24,12 @@ pub const WILDCARD: &str = "*";
 pub struct SotwRequest {
     pub version_info: String,
     pub node: Option<NodeId>,
+    /// The node's encoding as received: the session decodes the whole `Node` only when it differs
+    /// from the one it already has (Envoy repeats its node on every request).
+    pub node_raw: Vec<u8>,
     pub resource_names: Names,
+    /// xRFC TP2: names with their own dynamic parameters.
+    pub resource_locators: Vec<ResourceLocator>,
     pub type_url: String,
     pub response_nonce: String,
     pub error_detail: Option<Status>,
@@ -85,6 +91,7 @@ const REQ_RESOURCE_NAMES: u32 = 3;
 const REQ_TYPE_URL: u32 = 4;
 const REQ_RESPONSE_NONCE: u32 = 5;
 const REQ_ERROR_DETAIL: u32 = 6;
+const REQ_RESOURCE_LOCATORS: u32 = 7;
 
 impl prost::Message for SotwRequest {
     fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
@@ -92,7 +99,9 @@ impl prost::Message for SotwRequest {
         if !self.version_info.is_empty() {
             string::encode(REQ_VERSION_INFO, &self.version_info, buf);
         }
-        if let Some(node) = &self.node {
+        if !self.node_raw.is_empty() {
+            pb_bytes::encode(REQ_NODE, &self.node_raw, buf);
+        } else if let Some(node) = &self.node {
             message::encode(REQ_NODE, node, buf);
         }
         for name in self.resource_names.iter() {
@@ -107,6 +116,7 @@ impl prost::Message for SotwRequest {
         if let Some(status) = &self.error_detail {
             message::encode(REQ_ERROR_DETAIL, status, buf);
         }
+        message::encode_repeated(REQ_RESOURCE_LOCATORS, &self.resource_locators, buf);
     }
 
     fn merge_field(
@@ -121,12 +131,23 @@ impl prost::Message for SotwRequest {
         };
         match tag {
             REQ_VERSION_INFO => string::merge(wire_type, &mut self.version_info, buf, ctx),
-            REQ_NODE => message::merge(
-                wire_type,
-                self.node.get_or_insert_with(NodeId::default),
-                buf,
-                ctx,
-            ),
+            REQ_NODE => {
+                check_wire_type(WireType::LengthDelimited, wire_type)?;
+                let len = decode_varint(buf)?;
+                let len = usize::try_from(len)
+                    .ok()
+                    .filter(|l| *l <= buf.remaining())
+                    .ok_or_else(|| decode_error("node longer than the message"))?;
+                let start = self.node_raw.len();
+                self.node_raw.resize(start + len, 0);
+                buf.copy_to_slice(&mut self.node_raw[start..]);
+                // Occurrences of a message field merge: decode all of it again.
+                self.node = Some(NodeId::decode(self.node_raw.as_slice())?);
+                Ok(())
+            }
+            REQ_RESOURCE_LOCATORS => {
+                message::merge_repeated(wire_type, &mut self.resource_locators, buf, ctx)
+            }
             REQ_RESOURCE_NAMES => {
                 check_wire_type(WireType::LengthDelimited, wire_type)?;
                 let len = decode_varint(buf)?;
@@ -161,7 +182,9 @@ impl prost::Message for SotwRequest {
         if !self.version_info.is_empty() {
             len += string::encoded_len(REQ_VERSION_INFO, &self.version_info);
         }
-        if let Some(node) = &self.node {
+        if !self.node_raw.is_empty() {
+            len += pb_bytes::encoded_len(REQ_NODE, &self.node_raw);
+        } else if let Some(node) = &self.node {
             len += message::encoded_len(REQ_NODE, node);
         }
         len += self
@@ -178,7 +201,7 @@ impl prost::Message for SotwRequest {
         if let Some(status) = &self.error_detail {
             len += message::encoded_len(REQ_ERROR_DETAIL, status);
         }
-        len
+        len + message::encoded_len_repeated(REQ_RESOURCE_LOCATORS, &self.resource_locators)
     }
 
     fn clear(&mut self) {
@@ -201,7 +224,13 @@ impl From<&DiscoveryRequest> for SotwRequest {
                 id: n.id.clone(),
                 cluster: n.cluster.clone(),
             }),
+            node_raw: r
+                .node
+                .as_ref()
+                .map(|n| n.encode_to_vec())
+                .unwrap_or_default(),
             resource_names: r.resource_names.iter().collect(),
+            resource_locators: r.resource_locators.clone(),
             type_url: r.type_url.clone(),
             response_nonce: r.response_nonce.clone(),
             error_detail: r.error_detail.clone(),
@@ -216,15 +245,18 @@ pub struct SotwResponse {
     pub version_info: Arc<str>,
     pub nonce: String,
     pub resources: SotwResources,
+    /// Resources go out wrapped in `Resource` with their `resource_name` (name and dynamic
+    /// parameter constraints): for clients that subscribe with dynamic parameters (xRFC TP2).
+    pub named: bool,
     /// The resources of this response that are new or changed for this client (empty for the
     /// first response of the type): what a client has to act upon.
     pub updated: Vec<Arc<Resource>>,
 }
 
-/// The resources of a response: the whole type (its shared encoded body) or a selection.
+/// The resources of a response: a whole view (its shared encoded body) or a selection.
 #[derive(Debug, Clone)]
 pub enum SotwResources {
-    All(Arc<TypeSnapshot>),
+    All(Arc<View>),
     Some(Vec<Arc<Resource>>),
 }
 
@@ -249,21 +281,27 @@ impl SotwResponse {
     }
 }
 
-/// One type's subscription on a SotW stream.
+/// One type's subscription on a SotW stream. Subscriptions are keys: a name and the parameter
+/// set its variant is chosen by (see [`Views`]).
 #[derive(Debug)]
 pub struct SotwSubscription {
     type_url: Arc<str>,
     /// LDS/CDS semantics: every response carries all subscribed resources.
     full_state: bool,
-    wildcard: bool,
-    /// Explicitly subscribed names (without `*`).
-    names: HashSet<Arc<str>>,
+    /// Responses name each resource by `resource_name` (TP2 clients).
+    named: bool,
+    /// The wildcard subscription and the parameter set it resolves names with.
+    wildcard: Option<Pid>,
+    /// Explicitly subscribed keys (without `*`).
+    names: HashSet<Key>,
+    /// The distinct parameter sets `names` use (nearly always one).
+    pids: Vec<Pid>,
     /// Set once a request named any resource: from then on an empty list means "nothing", not
     /// the legacy wildcard.
     explicit: bool,
     /// Set by the first request for this type.
     requested: bool,
-    /// Digest of the last request's `resource_names`, in order: an ACK repeats the list it
+    /// Digest of the last request's subscription, in order: an ACK repeats the list it
     /// subscribed with, and recognising it spares rebuilding the subscription (the most frequent
     /// request by far).
     last_names: Option<(usize, u64)>,
@@ -271,15 +309,15 @@ pub struct SotwSubscription {
     last_nonce: Option<String>,
     last_version: Option<Arc<str>>,
     /// What is owed: a response even if nothing changed (first request, wildcard turned on), the
-    /// newly subscribed names (sent even if sent before), names the store changed.
+    /// newly subscribed keys (sent even if sent before), names the store changed.
     respond: bool,
-    forced: HashSet<Arc<str>>,
+    forced: HashSet<Key>,
     dirty: HashSet<Arc<str>>,
-    /// What the client was last sent: the type version of a wildcard response, and the version of
-    /// each explicitly subscribed name (absent: not sent, or deleted). A wildcard keeps no
+    /// What the client was last sent: the view version of a wildcard response, and the version of
+    /// each explicitly subscribed key (absent: not sent, or deleted). A wildcard keeps no
     /// per-name state beyond the explicit names.
-    sent_type_version: Option<Arc<str>>,
-    sent: HashMap<Arc<str>, Arc<str>>,
+    sent_view_version: Option<Arc<str>>,
+    sent: HashMap<Key, Arc<str>>,
 }
 
 impl SotwSubscription {
@@ -288,8 +326,10 @@ impl SotwSubscription {
         SotwSubscription {
             type_url,
             full_state,
-            wildcard: false,
+            named: false,
+            wildcard: None,
             names: HashSet::default(),
+            pids: Vec::new(),
             explicit: false,
             requested: false,
             last_names: None,
@@ -298,9 +338,14 @@ impl SotwSubscription {
             respond: false,
             forced: HashSet::default(),
             dirty: HashSet::default(),
-            sent_type_version: None,
+            sent_view_version: None,
             sent: HashMap::default(),
         }
+    }
+
+    /// Responses name resources by `resource_name` from now on (a TP2 client).
+    pub fn set_named(&mut self, named: bool) {
+        self.named = named;
     }
 
     pub fn type_url(&self) -> &Arc<str> {
@@ -308,11 +353,16 @@ impl SotwSubscription {
     }
 
     pub fn is_wildcard(&self) -> bool {
-        self.wildcard
+        self.wildcard.is_some()
     }
 
+    /// Subscribed names (each once, whatever the number of parameter sets).
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.names.iter()
+        let mut seen = HashSet::default();
+        self.names
+            .iter()
+            .map(|(n, _)| n)
+            .filter(move |n| seen.insert(*n))
     }
 
     /// The version of the latest response sent, if any.
@@ -320,11 +370,22 @@ impl SotwSubscription {
         self.last_version.as_ref()
     }
 
-    /// Takes in a request for this type. `current` (the store's resources of the type) only
-    /// serves to share name allocations with the store.
+    /// Takes in a request for this type, subscribed by plain names only, with parameter set 0.
+    /// `current` (the store's resources of the type) only serves to share name allocations.
     pub fn handle_request(
         &mut self,
         request: &SotwRequest,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange) {
+        self.handle(request, &Subscribe::PLAIN, current)
+    }
+
+    /// Takes in a request whose names use `subscribe.default` and whose resource locators the
+    /// session resolved to parameter sets.
+    pub fn handle(
+        &mut self,
+        request: &SotwRequest,
+        subscribe: &Subscribe<'_>,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
         let intern = |n: &str| intern(current, n);
@@ -359,62 +420,100 @@ impl SotwSubscription {
             self.requested = true;
             self.respond = true;
         }
-        let change = self.subscribe(&request.resource_names, intern);
+        let change = self.subscribe(&request.resource_names, subscribe, intern);
         (kind, change)
     }
 
     fn subscribe(
         &mut self,
         requested: &Names,
+        subscribe: &Subscribe<'_>,
         intern: impl Fn(&str) -> Arc<str>,
     ) -> SubscriptionChange {
-        let digest = names_digest(requested);
+        let digest = names_digest(requested, subscribe);
         if self.last_names == Some(digest) {
             return SubscriptionChange::default();
         }
         self.last_names = Some(digest);
-        let (wildcard, names): (bool, HashSet<Arc<str>>) = if requested.is_empty() && !self.explicit
-        {
-            // Legacy wildcard: no name ever sent means `*`.
-            (true, HashSet::default())
-        } else {
-            self.explicit = true;
-            let wildcard = requested.iter().any(|n| n == WILDCARD.as_bytes());
-            // A name that is not UTF-8 cannot name any resource; it is kept (lossily) only so
-            // that the subscription is what the client sent.
-            let names = requested
-                .iter()
-                .filter(|n| *n != WILDCARD.as_bytes())
-                .map(|n| String::from_utf8_lossy(n))
-                .map(|n| self.names.get(&*n).cloned().unwrap_or_else(|| intern(&n)))
-                .collect();
-            (wildcard, names)
-        };
+        let (wildcard, names): (Option<Pid>, HashSet<Key>) =
+            if requested.is_empty() && subscribe.locators.is_empty() && !self.explicit {
+                // Legacy wildcard: no name ever sent means `*`.
+                (Some(subscribe.default), HashSet::default())
+            } else {
+                self.explicit = true;
+                let mut wildcard = None;
+                let mut names = HashSet::default();
+                // A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
+                // so that the subscription is what the client sent.
+                let plain = requested
+                    .iter()
+                    .map(|n| (String::from_utf8_lossy(n), subscribe.default));
+                let located = subscribe
+                    .locators
+                    .iter()
+                    .map(|(n, pid)| (std::borrow::Cow::Borrowed(n.as_str()), *pid));
+                for (name, pid) in plain.chain(located) {
+                    if name == WILDCARD {
+                        wildcard = Some(pid);
+                        continue;
+                    }
+                    let name = self
+                        .names
+                        .get(&(Arc::from(&*name), pid))
+                        .map(|(n, _)| n.clone())
+                        .unwrap_or_else(|| intern(&name));
+                    names.insert((name, pid));
+                }
+                (wildcard, names)
+            };
         let mut change = SubscriptionChange::default();
         if wildcard != self.wildcard {
-            change.wildcard = Some(wildcard);
+            if wildcard.is_some() != self.wildcard.is_some() {
+                change.wildcard = Some(wildcard.is_some());
+            }
             self.wildcard = wildcard;
-            if wildcard {
+            if wildcard.is_some() {
                 self.respond = true;
+                self.sent_view_version = None;
             }
         }
-        change.added = names.difference(&self.names).cloned().collect();
-        change.removed = self.names.difference(&names).cloned().collect();
-        for name in &change.removed {
-            self.sent.remove(name);
-            self.forced.remove(name);
+        let added: Vec<Key> = names.difference(&self.names).cloned().collect();
+        let removed: Vec<Key> = self.names.difference(&names).cloned().collect();
+        for key in &removed {
+            self.sent.remove(key);
+            self.forced.remove(key);
         }
-        self.forced.extend(change.added.iter().cloned());
+        self.forced.extend(added.iter().cloned());
+        let before: HashSet<&Arc<str>> = self.names.iter().map(|(n, _)| n).collect();
+        let after: HashSet<&Arc<str>> = names.iter().map(|(n, _)| n).collect();
+        change.added = after.difference(&before).map(|n| (*n).clone()).collect();
+        change.removed = before.difference(&after).map(|n| (*n).clone()).collect();
+        let mut pids: Vec<Pid> = names.iter().map(|(_, p)| *p).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        self.pids = pids;
         self.names = names;
         change.added.sort();
         change.removed.sort();
         change
     }
 
+    /// The keys of a name: one per parameter set it is subscribed with.
+    fn keys_of<'a>(&'a self, name: &'a Arc<str>) -> impl Iterator<Item = Key> + 'a {
+        self.pids
+            .iter()
+            .map(move |pid| (name.clone(), *pid))
+            .filter(|key| self.names.contains(key))
+    }
+
+    fn watches(&self, name: &Arc<str>) -> bool {
+        self.wildcard.is_some() || self.keys_of(name).next().is_some()
+    }
+
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         for name in names {
-            if self.wildcard || self.names.contains(name) {
+            if self.watches(name) {
                 self.dirty.insert(name.clone());
             }
         }
@@ -425,42 +524,45 @@ impl SotwSubscription {
         self.respond || !self.forced.is_empty() || !self.dirty.is_empty()
     }
 
-    /// The response owed to the client, if any, given the current resources of this type.
-    pub fn poll_response(
-        &mut self,
-        current: Option<&Arc<TypeSnapshot>>,
-        nonces: &mut NonceGen,
-    ) -> Option<SotwResponse> {
+    /// The response owed to the client, if any, given the store as this client sees it.
+    pub fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
         if !self.has_pending() {
             return None;
         }
         let first = self.last_nonce.is_none();
         let mut updated: Vec<Arc<Resource>> = Vec::new();
         if !first {
-            let mut names: Vec<&Arc<str>> = self.dirty.union(&self.forced).collect();
+            let mut names: Vec<&Arc<str>> = self
+                .dirty
+                .iter()
+                .chain(self.forced.iter().map(|(n, _)| n))
+                .collect();
             names.sort();
+            names.dedup();
             for name in names {
-                if let Some(r) = current.and_then(|t| t.get(name)) {
-                    if self.sent.get(name) != Some(r.version())
-                        && (self.wildcard || self.names.contains(name))
-                    {
-                        updated.push(r.clone());
+                let keys = self.keys_of(name).collect::<Vec<_>>();
+                let wildcard = self.wildcard.map(|w| (name.clone(), w));
+                for key in keys.iter().chain(wildcard.iter()) {
+                    if let Some(r) = views.get(&key.0, key.1) {
+                        if self.sent.get(key) != Some(r.version())
+                            && !updated.iter().any(|u| Arc::ptr_eq(u, r))
+                        {
+                            updated.push(r.clone());
+                        }
                     }
                 }
             }
         }
         let resources = if self.full_state {
-            self.full_state_resources(current)
+            self.full_state_resources(views)
         } else {
-            self.changed_resources(current)
+            self.changed_resources(views)
         };
         self.respond = false;
         self.forced.clear();
         self.dirty.clear();
         let resources = resources?;
-        let version_info = current
-            .map(|t| t.version().clone())
-            .unwrap_or_else(|| Arc::from(""));
+        let version_info = self.version(views);
         let nonce = nonces.next_nonce();
         self.last_nonce = Some(nonce.clone());
         self.last_version = Some(version_info.clone());
@@ -469,123 +571,161 @@ impl SotwSubscription {
             version_info,
             nonce,
             resources,
+            named: self.named,
             updated,
         })
     }
 
+    /// The version of what this client is sent: the version of the view it reads, or of the
+    /// whole type when it reads several.
+    fn version(&self, views: &Views) -> Arc<str> {
+        let mut pids = self.pids.iter().copied().chain(self.wildcard);
+        let first = pids.next().unwrap_or(0);
+        if pids.all(|p| views.view(p).version() == views.view(first).version()) {
+            views.view(first).version().clone()
+        } else {
+            let mut all: Vec<&str> = self
+                .pids
+                .iter()
+                .chain(self.wildcard.iter())
+                .map(|p| &**views.view(*p).version())
+                .collect();
+            all.sort_unstable();
+            all.dedup();
+            all.join(".").into()
+        }
+    }
+
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     pub fn resend(&mut self, name: &Arc<str>) {
-        if self.wildcard || self.names.contains(name) {
-            self.forced.insert(name.clone());
+        let keys: Vec<Key> = self.keys_of(name).collect();
+        self.forced.extend(keys);
+        if let Some(w) = self.wildcard {
+            self.forced.insert((name.clone(), w));
         }
     }
 
     /// LDS/CDS: all subscribed resources, sent when that set differs from what the client has,
     /// or when owed a response anyway.
-    fn full_state_resources(
-        &mut self,
-        current: Option<&Arc<TypeSnapshot>>,
-    ) -> Option<SotwResources> {
-        let version_of = |name: &str| {
-            current
-                .and_then(|t| t.get(name))
-                .map(|r| r.version().clone())
-        };
-        let changed = if self.wildcard {
-            self.sent_type_version.as_ref() != current.map(|t| t.version())
-        } else {
-            self.dirty
+    fn full_state_resources(&mut self, views: &Views) -> Option<SotwResources> {
+        let version_of = |key: &Key| views.get(&key.0, key.1).map(|r| r.version().clone());
+        let changed = match self.wildcard {
+            Some(w) if self.sent_view_version.as_ref() != Some(views.view(w).version()) => true,
+            _ => self
+                .dirty
                 .iter()
-                .filter(|n| self.names.contains(*n))
-                .any(|n| version_of(n) != self.sent.get(n).cloned())
+                .flat_map(|n| self.keys_of(n))
+                .any(|k| version_of(&k) != self.sent.get(&k).cloned()),
         };
         if !(self.respond || !self.forced.is_empty() || changed) {
             return None;
         }
-        for name in &self.names {
-            match version_of(name) {
-                Some(v) => self.sent.insert(name.clone(), v),
-                None => self.sent.remove(name),
+        for key in &self.names {
+            match version_of(key) {
+                Some(v) => self.sent.insert(key.clone(), v),
+                None => self.sent.remove(key),
             };
         }
-        if self.wildcard {
-            self.sent_type_version = current.map(|t| t.version().clone());
-            return Some(match current {
-                Some(t) => SotwResources::All(t.clone()),
-                None => SotwResources::Some(Vec::new()),
-            });
+        self.sent_view_version = self.wildcard.map(|w| views.view(w).version().clone());
+        if let Some(w) = self.wildcard {
+            if self.pids.iter().all(|p| *p == w) {
+                return Some(SotwResources::All(views.view(w).clone()));
+            }
         }
-        self.sent_type_version = None;
-        let mut names: Vec<&Arc<str>> = self.names.iter().collect();
-        names.sort();
-        Some(SotwResources::Some(
-            names
-                .into_iter()
-                .filter_map(|n| current.and_then(|t| t.get(n)).cloned())
-                .collect(),
-        ))
+        let mut out: Vec<Arc<Resource>> = self
+            .wildcard
+            .iter()
+            .flat_map(|w| views.view(*w).iter().cloned())
+            .collect();
+        for (name, pid) in &self.names {
+            if let Some(r) = views.get(name, *pid) {
+                out.push(r.clone());
+            }
+        }
+        Some(SotwResources::Some(dedup(out)))
     }
 
     /// Other types: only the subscribed resources that changed or were newly subscribed.
-    fn changed_resources(&mut self, current: Option<&Arc<TypeSnapshot>>) -> Option<SotwResources> {
-        if self.respond && self.wildcard {
+    fn changed_resources(&mut self, views: &Views) -> Option<SotwResources> {
+        if let (true, Some(w)) = (self.respond, self.wildcard) {
             // A new wildcard gets everything there is, even nothing.
-            for name in &self.names {
-                match current.and_then(|t| t.get(name)) {
-                    Some(r) => self.sent.insert(name.clone(), r.version().clone()),
-                    None => self.sent.remove(name),
+            for key in &self.names {
+                match views.get(&key.0, key.1) {
+                    Some(r) => self.sent.insert(key.clone(), r.version().clone()),
+                    None => self.sent.remove(key),
                 };
             }
-            return Some(match current {
-                Some(t) => SotwResources::All(t.clone()),
-                None => SotwResources::Some(Vec::new()),
-            });
+            if self.pids.iter().all(|p| *p == w) {
+                return Some(SotwResources::All(views.view(w).clone()));
+            }
+            let mut out: Vec<Arc<Resource>> = views.view(w).iter().cloned().collect();
+            out.extend(
+                self.names
+                    .iter()
+                    .filter_map(|(n, p)| views.get(n, *p).cloned()),
+            );
+            return Some(SotwResources::Some(dedup(out)));
         }
-        let mut candidates: HashSet<&Arc<str>> =
-            self.dirty.iter().chain(self.forced.iter()).collect();
+        let mut candidates: HashSet<Key> = self.forced.clone();
+        for name in &self.dirty {
+            candidates.extend(self.keys_of(name));
+            if let Some(w) = self.wildcard {
+                candidates.insert((name.clone(), w));
+            }
+        }
         if self.respond {
-            candidates.extend(self.names.iter());
+            candidates.extend(self.names.iter().cloned());
         }
         let mut out: Vec<Arc<Resource>> = Vec::new();
-        for name in candidates {
-            let explicit = self.names.contains(name);
-            if !explicit && !self.wildcard {
+        for key in candidates {
+            let explicit = self.names.contains(&key);
+            if !explicit && self.wildcard != Some(key.1) {
                 continue;
             }
-            match current.and_then(|t| t.get(name)) {
+            match views.get(&key.0, key.1) {
                 Some(resource) => {
                     let owed = self.respond
-                        || self.forced.contains(name)
+                        || self.forced.contains(&key)
                         || !explicit
-                        || self.sent.get(name) != Some(resource.version());
+                        || self.sent.get(&key) != Some(resource.version());
                     if owed {
                         out.push(resource.clone());
                         if explicit {
-                            self.sent.insert(name.clone(), resource.version().clone());
+                            self.sent.insert(key, resource.version().clone());
                         }
                     }
                 }
                 // Nothing to send: SotW has no deletion for these types. Forget the sent version
                 // so the resource is sent again if it comes back with the same content.
                 None => {
-                    self.sent.remove(name);
+                    self.sent.remove(&key);
                 }
             }
         }
         if out.is_empty() {
             return None;
         }
-        out.sort_by(|a, b| a.name().cmp(b.name()));
-        Some(SotwResources::Some(out))
+        Some(SotwResources::Some(dedup(out)))
     }
 }
 
-/// (count, hash) of a list of names, order included.
-fn names_digest(names: &Names) -> (usize, u64) {
+/// Resources in name order, each variant once.
+fn dedup(mut resources: Vec<Arc<Resource>>) -> Vec<Arc<Resource>> {
+    resources.sort_by(|a, b| (a.name(), a.version()).cmp(&(b.name(), b.version())));
+    resources.dedup_by(|a, b| Arc::ptr_eq(a, b));
+    resources
+}
+
+/// (count, hash) of a request's subscription, order included.
+fn names_digest(names: &Names, subscribe: &Subscribe<'_>) -> (usize, u64) {
     use std::hash::BuildHasher;
     (
-        names.len(),
-        foldhash::fast::FixedState::default().hash_one(names),
+        names.len() + subscribe.locators.len(),
+        foldhash::fast::FixedState::default().hash_one((
+            names,
+            subscribe.default,
+            subscribe.locators,
+        )),
     )
 }
 

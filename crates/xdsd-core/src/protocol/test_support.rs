@@ -6,11 +6,7 @@ use crate::store::{Change, ResourceInput, Store};
 
 /// A resource whose encoded message is `content`'s bytes: the machines never decode it.
 pub(crate) fn input(type_url: &str, name: &str, content: &str) -> ResourceInput {
-    ResourceInput {
-        type_url: type_url.into(),
-        name: name.into(),
-        value: Bytes::copy_from_slice(content.as_bytes()),
-    }
+    ResourceInput::new(type_url, name, Bytes::copy_from_slice(content.as_bytes()))
 }
 
 /// A store holding `resources` (name, content) of one type.
@@ -35,4 +31,10 @@ pub(crate) fn remove(store: &Store, type_url: &str, name: &str) {
             name: name.into(),
         }])
         .unwrap();
+}
+
+/// What a client with no parameters sees of `type_url` in `snapshot`.
+pub(crate) fn views(snapshot: &crate::store::Snapshot, type_url: &str) -> crate::protocol::Views {
+    let params = crate::params::ParamSet::new();
+    crate::protocol::Views::new(&type_url.into(), snapshot.get(type_url), [&params])
 }

@@ -13,47 +13,140 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 
-pub use resource::Resource;
+pub use resource::{resource_name, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{field_len, put_length_delimited};
-pub use snapshot::{Snapshot, TypeSnapshot};
+pub use snapshot::{Snapshot, TypeSnapshot, View};
 use watch::{lock_index, WatchIndex};
 
+use crate::params::{self, Constraints, VariantError};
 use crate::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};
 pub use watch::{Changes, Watcher};
 
-/// One resource handed to the store: its type URL, its name and its encoded message.
+/// One resource handed to the store: its type URL, its name and its encoded message; for a
+/// variant (xRFC TP2), its dynamic parameter constraints; where it came from, for errors.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ResourceInput {
     pub type_url: String,
     pub name: String,
     pub value: Bytes,
+    /// `None`: the name's single, unconstrained variant.
+    pub constraints: Option<Constraints>,
+    /// Where it came from (`file (resource #N)`): named in errors about it.
+    pub origin: Option<String>,
+}
+
+impl ResourceInput {
+    pub fn new(type_url: impl Into<String>, name: impl Into<String>, value: Bytes) -> Self {
+        ResourceInput {
+            type_url: type_url.into(),
+            name: name.into(),
+            value,
+            constraints: None,
+            origin: None,
+        }
+    }
+
+    /// This input is the variant of its name selected by `constraints`.
+    pub fn with_constraints(mut self, constraints: Option<Constraints>) -> Self {
+        self.constraints = constraints;
+        self
+    }
+
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = Some(origin.into());
+        self
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreError {
-    #[error("two resources of type {type_url} are named {name:?}")]
-    Duplicate { type_url: String, name: String },
+    #[error("two resources of type {type_url} are named {name:?}{}", with_origins(.first, .second))]
+    Duplicate {
+        type_url: String,
+        name: String,
+        first: Option<String>,
+        second: Option<String>,
+    },
     #[error("a resource of type {type_url} has an empty name")]
     EmptyName { type_url: String },
     #[error("{type_url:?} is not a type URL (expected type.googleapis.com/<package>.<Message>)")]
     BadTypeUrl { type_url: String },
+    /// The variants of a name break a rule of xRFC TP2 (see [`VariantRule`]).
+    #[error("variants of {type_url} {name:?}: {first} and {second}: {rule}")]
+    Variants {
+        type_url: String,
+        name: String,
+        /// The two variants, by origin (or constraints when the origin is unknown).
+        first: String,
+        second: String,
+        rule: VariantRule,
+    },
+}
+
+/// A TP2 rule two variants of one name break.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VariantRule {
+    #[error(
+        "they constrain different keys ({} vs {}); all variants of a name must constrain the same keys",
+        keys(.first_keys), keys(.second_keys)
+    )]
+    DifferentKeys {
+        first_keys: Vec<String>,
+        second_keys: Vec<String>,
+    },
+    #[error(
+        "both match the parameters {witness} ({first_constraints} and {second_constraints}); \
+         a parameter set may match at most one variant"
+    )]
+    Overlap {
+        witness: String,
+        first_constraints: String,
+        second_constraints: String,
+    },
+}
+
+fn keys(keys: &[String]) -> String {
+    if keys.is_empty() {
+        "no keys: unconstrained".to_owned()
+    } else {
+        format!("keys {}", keys.join(", "))
+    }
+}
+
+fn with_origins(first: &Option<String>, second: &Option<String>) -> String {
+    match (first, second) {
+        (Some(a), Some(b)) => format!(": {a} and {b}"),
+        _ => String::new(),
+    }
 }
 
 /// What an update did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateSummary {
     pub generation: u64,
-    /// Resources added, changed or removed.
+    /// Resources (variants) added, changed or removed.
     pub changed: usize,
-    /// Resources the store holds after the update.
+    /// Resources (variants) the store holds after the update.
     pub total: usize,
 }
 
 /// A change to one resource, for [`Store::apply`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Change {
+    /// Adds the resource, or replaces the variant of its name with the same constraints.
     Set(ResourceInput),
+    /// Removes every variant of a name.
     Remove { type_url: String, name: String },
+    /// Removes the variant of a name with these constraints (`None`: the unconstrained one).
+    RemoveVariant {
+        type_url: String,
+        name: String,
+        constraints: Option<Constraints>,
+    },
 }
 
 /// The store handle: cheap to clone, shared by the sources that write and the streams that read.
@@ -71,9 +164,43 @@ struct Inner {
     writer: Mutex<()>,
 }
 
-type TypeMap = BTreeMap<Arc<str>, Arc<Resource>>;
+/// The variants of each name of one type, while an update is built.
+type TypeMap = BTreeMap<Arc<str>, Vec<Arc<Resource>>>;
 /// A resource with its type URL.
 type Typed = (Arc<str>, Arc<Resource>);
+
+/// Whether two variants are for the same constraints (both unconstrained included).
+fn same_constraints(a: &Resource, b: Option<&Constraints>) -> bool {
+    a.constraints().map(|c| &**c) == b
+}
+
+/// Adds `resource` to a name's variants; the one with the same constraints is replaced when
+/// `replace`, else it is a duplicate.
+fn put(
+    map: &mut TypeMap,
+    type_url: &Arc<str>,
+    resource: Arc<Resource>,
+    replace: bool,
+) -> Result<(), StoreError> {
+    let variants = map.entry(resource.name().clone()).or_default();
+    let constraints = resource.constraints().map(|c| &**c);
+    match variants
+        .iter_mut()
+        .find(|v| same_constraints(v, constraints))
+    {
+        Some(slot) if replace => *slot = resource,
+        Some(slot) => {
+            return Err(StoreError::Duplicate {
+                type_url: type_url.to_string(),
+                name: resource.name().to_string(),
+                first: slot.origin().map(|o| o.to_string()),
+                second: resource.origin().map(|o| o.to_string()),
+            })
+        }
+        None => variants.push(resource),
+    }
+    Ok(())
+}
 
 impl Store {
     pub fn new() -> Store {
@@ -96,7 +223,8 @@ impl Store {
     }
 
     /// Replaces the whole content of the store with `resources`, atomically. Types absent from
-    /// `resources` are emptied. Rejected whole (nothing changes) on any invalid input.
+    /// `resources` are emptied. Rejected whole (nothing changes) on any invalid input, the
+    /// variant rules of xRFC TP2 included.
     pub fn replace_all(
         &self,
         resources: impl IntoIterator<Item = ResourceInput>,
@@ -104,31 +232,22 @@ impl Store {
         let _writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.snapshot();
         let mut next: HashMap<Arc<str>, TypeMap> = HashMap::new();
-        let mut add = |type_url: &Arc<str>, resource: Arc<Resource>| {
-            let name = resource.name().clone();
-            match next
-                .entry(type_url.clone())
-                .or_default()
-                .insert(name.clone(), resource)
-            {
-                Some(_) => Err(StoreError::Duplicate {
-                    type_url: type_url.to_string(),
-                    name: name.to_string(),
-                }),
-                None => Ok(()),
-            }
-        };
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
         for input in resources {
             let type_url = intern_type(&current, &input.type_url)?;
             for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)? {
-                add(&type_url, resource)?;
+                put(
+                    next.entry(type_url.clone()).or_default(),
+                    &type_url,
+                    resource,
+                    false,
+                )?;
             }
         }
         for type_url in current.type_map().keys() {
             next.entry(type_url.clone()).or_default();
         }
-        Ok(self.commit(&current, next))
+        self.commit(&current, next)
     }
 
     /// Applies individual changes atomically: the embedding API for programs that own their
@@ -150,14 +269,15 @@ impl Store {
             next.entry(type_url.clone()).or_insert_with(|| {
                 current
                     .get(type_url)
-                    .map(|t| t.iter().map(|r| (r.name().clone(), r.clone())).collect())
+                    .map(|t| t.entries().map(|(n, v)| (n.clone(), v.to_vec())).collect())
                     .unwrap_or_default()
             })
         }
         for change in changes {
             let (type_url, name) = match &change {
                 Change::Set(input) => (intern_type(&current, &input.type_url)?, input.name.clone()),
-                Change::Remove { type_url, name } => {
+                Change::Remove { type_url, name }
+                | Change::RemoveVariant { type_url, name, .. } => {
                     (intern_type(&current, type_url)?, name.clone())
                 }
             };
@@ -171,23 +291,42 @@ impl Store {
                 Change::Set(input) => {
                     for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)?
                     {
-                        map_of(&mut next, &current, &type_url)
-                            .insert(resource.name().clone(), resource);
+                        put(
+                            map_of(&mut next, &current, &type_url),
+                            &type_url,
+                            resource,
+                            true,
+                        )?;
                     }
                 }
                 Change::Remove { .. } => {
                     map_of(&mut next, &current, &type_url).remove(name.as_str());
                 }
+                Change::RemoveVariant { constraints, .. } => {
+                    let map = map_of(&mut next, &current, &type_url);
+                    if let Some(variants) = map.get_mut(name.as_str()) {
+                        variants.retain(|v| !same_constraints(v, constraints.as_ref()));
+                        if variants.is_empty() {
+                            map.remove(name.as_str());
+                        }
+                    }
+                }
             }
         }
-        Ok(self.commit(&current, next))
+        self.commit(&current, next)
     }
 
-    /// Builds the next snapshot from `current` with the types in `next` replaced, swaps it in and
-    /// notifies the streams that watch a changed name.
-    fn commit(&self, current: &Snapshot, next: HashMap<Arc<str>, TypeMap>) -> UpdateSummary {
+    /// Builds the next snapshot from `current` with the types in `next` replaced, checks the
+    /// variant rules of every changed name, swaps it in and notifies the streams that watch a
+    /// changed name.
+    fn commit(
+        &self,
+        current: &Snapshot,
+        next: HashMap<Arc<str>, TypeMap>,
+    ) -> Result<UpdateSummary, StoreError> {
         let mut types = current.type_map().clone();
         let mut changed: Vec<(Arc<str>, Vec<Arc<str>>)> = Vec::new();
+        let mut count = 0;
         for (type_url, map) in next {
             let old = current.get(&type_url);
             // Changed resources are known by their names and aliases, old and new: a stream may
@@ -197,18 +336,22 @@ impl Store {
                 names.push(r.name().clone());
                 names.extend(r.aliases().iter().cloned());
             };
-            for (name, r) in &map {
-                let before = old.and_then(|o| o.get_exact(name));
-                if before.map(|o| o.version()) != Some(r.version()) {
-                    mark(r);
-                    if let Some(before) = before {
-                        mark(before);
-                    }
+            for (name, variants) in &map {
+                let before = old.map(|o| o.variants(name)).unwrap_or(&[]);
+                let same = |r: &Arc<Resource>| before.iter().any(|b| b.version() == r.version());
+                let kept = variants.iter().filter(|r| same(r)).count();
+                if kept == variants.len() && kept == before.len() {
+                    continue;
                 }
+                count += variants.len() + before.len() - 2 * kept;
+                check_variants(&type_url, name, variants)?;
+                variants.iter().for_each(|r| mark(r));
+                before.iter().for_each(|r| mark(r));
             }
-            for r in old.into_iter().flat_map(|o| o.iter()) {
-                if !map.contains_key(r.name()) {
-                    mark(r);
+            for (name, variants) in old.into_iter().flat_map(|o| o.entries()) {
+                if !map.contains_key(name) {
+                    count += variants.len();
+                    variants.iter().for_each(|r| mark(r));
                 }
             }
             names.sort();
@@ -219,15 +362,18 @@ impl Store {
             if map.is_empty() {
                 types.remove(&type_url);
             } else {
+                let entries = map
+                    .into_iter()
+                    .map(|(name, variants)| (name, variants.into_boxed_slice()))
+                    .collect();
                 types.insert(
                     type_url.clone(),
-                    Arc::new(TypeSnapshot::new(type_url.clone(), map)),
+                    Arc::new(TypeSnapshot::with_variants(type_url.clone(), entries)),
                 );
             }
             changed.push((type_url, names));
         }
-        let total = types.values().map(|t| t.len()).sum();
-        let count = changed.iter().map(|(_, n)| n.len()).sum();
+        let total = types.values().map(|t| t.iter().count()).sum();
         let generation = current.generation() + u64::from(count > 0);
         if count > 0 {
             let snapshot = Arc::new(Snapshot::new(generation, types));
@@ -239,12 +385,78 @@ impl Store {
             // Notify after the swap: a stream woken by this sees the new state.
             lock_index(&self.inner.index).notify(&changed);
         }
-        UpdateSummary {
+        Ok(UpdateSummary {
             generation,
             changed: count,
             total,
-        }
+        })
     }
+}
+
+/// The rules of xRFC TP2 for the variants of one name: the same constrained keys, and no
+/// parameter set that matches two of them.
+fn check_variants(
+    type_url: &str,
+    name: &str,
+    variants: &[Arc<Resource>],
+) -> Result<(), StoreError> {
+    if variants.len() < 2 {
+        return Ok(());
+    }
+    let constraints: Vec<Option<&Constraints>> = variants
+        .iter()
+        .map(|v| v.constraints().map(|c| &**c))
+        .collect();
+    let Err(error) = params::check_variants(&constraints) else {
+        return Ok(());
+    };
+    let describe = |i: usize| -> String {
+        let v = &variants[i];
+        match (v.origin(), v.constraints()) {
+            (Some(origin), _) => origin.to_string(),
+            (None, Some(c)) => format!("the variant for {c}"),
+            (None, None) => "the unconstrained variant".to_owned(),
+        }
+    };
+    let constraints_of = |i: usize| match variants[i].constraints() {
+        Some(c) => c.to_string(),
+        None => "unconstrained".to_owned(),
+    };
+    let (first, second, rule) = match error {
+        VariantError::DifferentKeys {
+            first,
+            second,
+            first_keys,
+            second_keys,
+        } => (
+            first,
+            second,
+            VariantRule::DifferentKeys {
+                first_keys: first_keys.into_iter().collect(),
+                second_keys: second_keys.into_iter().collect(),
+            },
+        ),
+        VariantError::Overlap {
+            first,
+            second,
+            witness,
+        } => (
+            first,
+            second,
+            VariantRule::Overlap {
+                witness: witness.to_string(),
+                first_constraints: constraints_of(first),
+                second_constraints: constraints_of(second),
+            },
+        ),
+    };
+    Err(StoreError::Variants {
+        type_url: type_url.to_owned(),
+        name: name.to_owned(),
+        first: describe(first),
+        second: describe(second),
+        rule,
+    })
 }
 
 fn intern_type(current: &Snapshot, type_url: &str) -> Result<Arc<str>, StoreError> {
@@ -258,61 +470,83 @@ fn intern_type(current: &Snapshot, type_url: &str) -> Result<Arc<str>, StoreErro
         .unwrap_or_else(|| type_url.into()))
 }
 
+/// What one resource is made of, before it is encoded.
+struct Parts {
+    name: String,
+    aliases: Vec<String>,
+    constraints: Option<Arc<Constraints>>,
+    origin: Option<Arc<str>>,
+    value: Bytes,
+}
+
 /// Encodes a resource, reusing the current one (and its bytes) when the content is unchanged.
 fn build(
     current: &Snapshot,
     type_url: &Arc<str>,
-    name: String,
-    value: Bytes,
+    parts: Parts,
 ) -> Result<Arc<Resource>, StoreError> {
-    build_with_aliases(current, type_url, name, Vec::new(), value)
-}
-
-fn build_with_aliases(
-    current: &Snapshot,
-    type_url: &Arc<str>,
-    name: String,
-    aliases: Vec<String>,
-    value: Bytes,
-) -> Result<Arc<Resource>, StoreError> {
-    if name.is_empty() {
+    if parts.name.is_empty() {
         return Err(StoreError::EmptyName {
             type_url: type_url.to_string(),
         });
     }
-    let aliases: Vec<Arc<str>> = aliases.into_iter().map(Arc::from).collect();
-    let existing = current.get(type_url).and_then(|t| t.get_exact(&name));
+    let aliases: Vec<Arc<str>> = parts.aliases.into_iter().map(Arc::from).collect();
+    let version = Resource::version_of(
+        type_url,
+        &aliases,
+        parts.constraints.as_deref(),
+        &parts.value,
+    );
+    let variants = current
+        .get(type_url)
+        .map(|t| t.variants(&parts.name))
+        .unwrap_or(&[]);
     // Unchanged content keeps its resource, and its bytes: nothing is encoded again.
-    if let Some(old) = existing {
-        if **old.version() == *Resource::version_of(type_url, &aliases, &value) {
+    if let Some(old) = variants.iter().find(|v| **v.version() == *version) {
+        if old.origin() == parts.origin.as_ref() {
             return Ok(old.clone());
         }
     }
-    let name = existing
+    let name = variants
+        .first()
         .map(|r| r.name().clone())
-        .unwrap_or_else(|| name.into());
-    Ok(Arc::new(Resource::with_aliases(
-        type_url, name, aliases, value,
-    )))
+        .unwrap_or_else(|| parts.name.into());
+    Ok(Arc::new(
+        Resource::variant(type_url, name, aliases, parts.constraints, parts.value)
+            .with_origin(parts.origin),
+    ))
 }
 
 /// The resources one input becomes: itself, and for a VHDS route configuration its virtual
-/// hosts too (the route configuration then without them).
+/// hosts too (the route configuration then without them). Virtual hosts are variants of the
+/// same constraints as their route configuration.
 fn build_all(
     current: &Snapshot,
     type_url: &Arc<str>,
     hosts_type: &Arc<str>,
     input: ResourceInput,
 ) -> Result<Vec<Typed>, StoreError> {
+    let constraints = input.constraints.map(Arc::new);
+    let origin: Option<Arc<str>> = input.origin.map(Arc::from);
+    let parts = |name: String, aliases: Vec<String>, value: Bytes| Parts {
+        name,
+        aliases,
+        constraints: constraints.clone(),
+        origin: origin.clone(),
+        value,
+    };
     if **type_url == *ROUTE_CONFIGURATION {
         if let Some((route, hosts)) = vhds::split(&input.value) {
             let mut out = vec![(
                 type_url.clone(),
-                build(current, type_url, input.name, route)?,
+                build(current, type_url, parts(input.name, Vec::new(), route))?,
             )];
             for host in hosts {
-                let resource =
-                    build_with_aliases(current, hosts_type, host.name, host.aliases, host.value)?;
+                let resource = build(
+                    current,
+                    hosts_type,
+                    parts(host.name, host.aliases, host.value),
+                )?;
                 out.push((hosts_type.clone(), resource));
             }
             return Ok(out);
@@ -320,7 +554,11 @@ fn build_all(
     }
     Ok(vec![(
         type_url.clone(),
-        build(current, type_url, input.name, input.value)?,
+        build(
+            current,
+            type_url,
+            parts(input.name, Vec::new(), input.value),
+        )?,
     )])
 }
 

@@ -1,28 +1,46 @@
 //! One resource as the store keeps it: encoded once at ingest, shared by every stream.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::service::discovery::v3::Resource as DeltaResource;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DynamicParameterConstraints, Resource as DeltaResource, ResourceName,
+};
+use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use sha2::{Digest, Sha256};
 
-/// A named resource of one type, with its content version and its wire forms.
+use crate::params::Constraints;
+
+/// Type URL of `envoy.service.discovery.v3.Resource`, the wrapper SotW uses for resources that
+/// carry more than their body (TP2 constraints).
+pub const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
+
+/// One variant of a named resource of one type, with its content version and its wire forms.
 ///
-/// Streams never see a message object: they copy these bytes into responses. Both forms are
-/// built here, once, whatever the number of streams that will send them.
+/// Streams never see a message object: they copy these bytes into responses. The plain forms
+/// are built at ingest; the forms that name the variant's constraints (for clients that speak
+/// xRFC TP2) on first use. Either way once, whatever the number of streams that send them.
 pub struct Resource {
     name: Arc<str>,
     /// Other names clients may subscribe by (VHDS: `<route config>/<domain>`).
     aliases: Vec<Arc<str>>,
+    /// The dynamic parameter constraints of this variant; `None`: unconstrained.
+    constraints: Option<Arc<Constraints>>,
+    /// Where it came from (`file (resource #N)`), for errors and operators.
+    origin: Option<Arc<str>>,
     /// Resources to send again to a client that receives a change of this one (see `warming`).
     dependents: Vec<(Arc<str>, Arc<str>)>,
     version: Arc<str>,
     /// `google.protobuf.Any` encoding: an element of `DiscoveryResponse.resources`.
     any: Bytes,
-    /// `envoy.service.discovery.v3.Resource` encoding: an element of `DeltaDiscoveryResponse.resources`.
+    /// `envoy.service.discovery.v3.Resource` encoding, named by `name`: an element of
+    /// `DeltaDiscoveryResponse.resources`.
     delta: Bytes,
+    /// The same two, named by `resource_name {name, dynamic_parameter_constraints}`.
+    any_named: OnceLock<Bytes>,
+    delta_named: OnceLock<Bytes>,
 }
 
 impl Resource {
@@ -30,7 +48,7 @@ impl Resource {
     /// the bytes, so the same content keeps the same version across reloads and restarts, which is
     /// what lets a reconnecting delta client skip resources it already has.
     pub fn new(type_url: &str, name: impl Into<Arc<str>>, value: Bytes) -> Resource {
-        Resource::with_aliases(type_url, name, Vec::new(), value)
+        Resource::build(type_url, name.into(), Vec::new(), None, value)
     }
 
     pub fn with_aliases(
@@ -39,9 +57,29 @@ impl Resource {
         aliases: Vec<Arc<str>>,
         value: Bytes,
     ) -> Resource {
-        let name = name.into();
-        let version = Resource::version_of(type_url, &aliases, &value);
-        let any = envoy_types::pb::google::protobuf::Any {
+        Resource::build(type_url, name.into(), aliases, None, value)
+    }
+
+    /// A variant with constraints (`None`: unconstrained).
+    pub fn variant(
+        type_url: &str,
+        name: impl Into<Arc<str>>,
+        aliases: Vec<Arc<str>>,
+        constraints: Option<Arc<Constraints>>,
+        value: Bytes,
+    ) -> Resource {
+        Resource::build(type_url, name.into(), aliases, constraints, value)
+    }
+
+    fn build(
+        type_url: &str,
+        name: Arc<str>,
+        aliases: Vec<Arc<str>>,
+        constraints: Option<Arc<Constraints>>,
+        value: Bytes,
+    ) -> Resource {
+        let version = Resource::version_of(type_url, &aliases, constraints.as_deref(), &value);
+        let any = Any {
             type_url: type_url.to_owned(),
             value: value.to_vec(),
         };
@@ -56,15 +94,25 @@ impl Resource {
         Resource {
             name,
             aliases,
+            constraints,
+            origin: None,
             dependents,
             version: version.into(),
             any: any.encode_to_vec().into(),
             delta: delta.encode_to_vec().into(),
+            any_named: OnceLock::new(),
+            delta_named: OnceLock::new(),
         }
     }
 
-    /// The version a resource of this content has: the same content, the same version.
-    pub fn version_of(type_url: &str, aliases: &[Arc<str>], value: &[u8]) -> String {
+    /// The version a resource of this content has: the same content, the same version. The
+    /// constraints count: two variants of one name never share a version.
+    pub fn version_of(
+        type_url: &str,
+        aliases: &[Arc<str>],
+        constraints: Option<&Constraints>,
+        value: &[u8],
+    ) -> String {
         let mut hash = Sha256::new();
         hash.update(type_url.as_bytes());
         hash.update([0]);
@@ -73,12 +121,30 @@ impl Resource {
             hash.update([0]);
             hash.update(alias.as_bytes());
         }
-        let digest = hash.finalize();
-        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+        if let Some(c) = constraints {
+            hash.update([1]);
+            hash.update(c.encoded());
+        }
+        hex8(&hash.finalize())
     }
 
     pub fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// Where the resource came from, when its source said so.
+    pub fn origin(&self) -> Option<&Arc<str>> {
+        self.origin.as_ref()
+    }
+
+    pub(crate) fn with_origin(mut self, origin: Option<Arc<str>>) -> Resource {
+        self.origin = origin;
+        self
+    }
+
+    /// This variant's constraints; `None`: unconstrained (matches every parameter set).
+    pub fn constraints(&self) -> Option<&Arc<Constraints>> {
+        self.constraints.as_ref()
     }
 
     /// (type URL, name) of the resources a client must be sent again after a change of this one,
@@ -105,22 +171,77 @@ impl Resource {
         &self.delta
     }
 
+    /// The `ResourceName` of this variant: its name and its constraints, never omitted (an
+    /// unconstrained variant carries an empty constraints message, which matches everything).
+    pub fn resource_name(&self) -> ResourceName {
+        resource_name(&self.name, self.constraints.as_deref())
+    }
+
+    /// A `DeltaDiscoveryResponse.resources` element naming the variant by `resource_name`.
+    pub fn delta_named_bytes(&self) -> &Bytes {
+        self.delta_named
+            .get_or_init(|| self.named_resource().encode_to_vec().into())
+    }
+
+    /// A `DiscoveryResponse.resources` element: an `Any` holding the `Resource` wrapper that
+    /// names the variant (what SotW sends to clients that subscribe with dynamic parameters).
+    pub fn any_named_bytes(&self) -> &Bytes {
+        self.any_named.get_or_init(|| {
+            Any {
+                type_url: RESOURCE_WRAPPER.to_owned(),
+                value: self.named_resource().encode_to_vec(),
+            }
+            .encode_to_vec()
+            .into()
+        })
+    }
+
+    fn named_resource(&self) -> DeltaResource {
+        DeltaResource {
+            resource_name: Some(self.resource_name()),
+            aliases: self.aliases.iter().map(|a| a.to_string()).collect(),
+            version: self.version.to_string(),
+            resource: Any::decode(self.any.clone()).ok(),
+            ..Default::default()
+        }
+    }
+
     /// The encoded message itself (the `value` of the Any), decoded back from the Any on demand:
     /// only tools and tests need it, so it is not kept twice.
     pub fn value(&self) -> Bytes {
-        match envoy_types::pb::google::protobuf::Any::decode(self.any.clone()) {
+        match Any::decode(self.any.clone()) {
             Ok(any) => any.value.into(),
             Err(_) => Bytes::new(),
         }
     }
 }
 
+/// A `ResourceName` for `name` with `constraints` (an empty message when unconstrained).
+pub fn resource_name(name: &str, constraints: Option<&Constraints>) -> ResourceName {
+    ResourceName {
+        name: name.to_owned(),
+        dynamic_parameter_constraints: Some(
+            constraints
+                .map(|c| c.proto().clone())
+                .unwrap_or_else(DynamicParameterConstraints::default),
+        ),
+    }
+}
+
+/// The first 8 bytes of a digest in hex: xdsd's version strings.
+pub(crate) fn hex8(digest: &[u8]) -> String {
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl fmt::Debug for Resource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Resource")
-            .field("name", &self.name)
+        let mut d = f.debug_struct("Resource");
+        d.field("name", &self.name)
             .field("version", &self.version)
-            .field("bytes", &self.any.len())
-            .finish()
+            .field("bytes", &self.any.len());
+        if let Some(c) = &self.constraints {
+            d.field("constraints", &format_args!("{c}"));
+        }
+        d.finish()
     }
 }

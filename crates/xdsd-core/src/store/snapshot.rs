@@ -1,62 +1,262 @@
 //! Immutable store states. An update builds the next state and swaps it in whole, so a reader
 //! never waits for a writer and never sees half an update.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, OnceLock};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
+use super::resource::hex8;
 use super::Resource;
+use crate::params::ParamSet;
 
-/// All resources of one type at one moment, with the type's version.
+/// Distinct parameter sets whose views one type snapshot caches. Parameter sets are projected on
+/// the keys the type's constraints use before the lookup, so this is the number of client groups
+/// the configuration tells apart, not of clients; past it, views are built and not kept.
+const MAX_CACHED_VIEWS: usize = 4096;
+
+/// All resources of one type at one moment: every variant of every name, and the type's version.
+///
+/// Clients read it through a [`View`]: for a parameter set, each name resolved to the variant
+/// whose constraints match it. A type whose names all have one unconstrained variant has a single
+/// view that every client shares.
 #[derive(Debug)]
 pub struct TypeSnapshot {
     type_url: Arc<str>,
     version: Arc<str>,
-    resources: BTreeMap<Arc<str>, Arc<Resource>>,
-    /// Alias → name, for resources that have aliases.
+    /// Every variant of each name, in the order they were given.
+    entries: BTreeMap<Arc<str>, Box<[Arc<Resource>]>>,
+    /// Alias → name, over all variants.
     aliases: HashMap<Arc<str>, Arc<str>>,
-    /// Every resource as an encoded `DiscoveryResponse.resources` entry, one after the other: the
-    /// body of a SotW wildcard response, built on first use and then shared by every stream that
-    /// sends this type at this version.
-    sotw_body: OnceLock<Bytes>,
+    /// Every key a constraint of this type mentions: only these parameters choose a variant.
+    keys: BTreeSet<String>,
+    /// The one view of a type without constraints.
+    plain: Option<Arc<View>>,
+    /// Views built so far, by parameter set projected on `keys`.
+    views: Mutex<HashMap<ParamSet, Arc<View>>>,
 }
 
 impl TypeSnapshot {
+    /// A type snapshot of resources without variants (one unconstrained resource per name).
+    #[cfg(test)]
     pub(crate) fn new(
         type_url: Arc<str>,
         resources: BTreeMap<Arc<str>, Arc<Resource>>,
     ) -> TypeSnapshot {
-        // The type version is derived from the resources' names and versions: it changes when
-        // any resource of the type changes, is added or is removed, and it is the same after a
-        // restart on the same content.
-        let mut hash = Sha256::new();
-        for (name, resource) in &resources {
-            hash.update(name.as_bytes());
-            hash.update([0]);
-            hash.update(resource.version().as_bytes());
-            hash.update([0]);
-        }
-        let digest = hash.finalize();
-        let version: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-        let aliases = resources
+        TypeSnapshot::with_variants(
+            type_url,
+            resources
+                .into_iter()
+                .map(|(name, r)| (name, vec![r].into_boxed_slice()))
+                .collect(),
+        )
+    }
+
+    pub(crate) fn with_variants(
+        type_url: Arc<str>,
+        entries: BTreeMap<Arc<str>, Box<[Arc<Resource>]>>,
+    ) -> TypeSnapshot {
+        // The type version is derived from the variants' names and versions: it changes when
+        // any of them changes, is added or is removed, and it is the same after a restart on the
+        // same content.
+        let version = version_of(
+            entries
+                .iter()
+                .flat_map(|(name, vs)| vs.iter().map(move |r| (name, r))),
+        );
+        let aliases = entries
             .values()
+            .flat_map(|vs| vs.iter())
             .flat_map(|r| r.aliases().iter().map(|a| (a.clone(), r.name().clone())))
             .collect();
-        TypeSnapshot {
+        let keys: BTreeSet<String> = entries
+            .values()
+            .flat_map(|vs| vs.iter())
+            .filter_map(|r| r.constraints())
+            .flat_map(|c| c.keys().iter().cloned())
+            .collect();
+        let constrained = entries
+            .values()
+            .any(|vs| vs.len() != 1 || vs[0].constraints().is_some());
+        let mut snapshot = TypeSnapshot {
             type_url,
-            version: version.into(),
-            resources,
+            version: version.clone(),
+            entries,
             aliases,
-            sotw_body: OnceLock::new(),
+            keys,
+            plain: None,
+            views: Mutex::new(HashMap::new()),
+        };
+        if !constrained {
+            let resources: BTreeMap<Arc<str>, Arc<Resource>> = snapshot
+                .entries
+                .iter()
+                .map(|(name, vs)| (name.clone(), vs[0].clone()))
+                .collect();
+            snapshot.plain = Some(Arc::new(View::new(
+                snapshot.type_url.clone(),
+                Some(version),
+                resources,
+            )));
         }
+        snapshot
     }
 
     pub fn type_url(&self) -> &Arc<str> {
         &self.type_url
     }
 
+    /// The version of everything the type holds, all variants included.
+    pub fn version(&self) -> &Arc<str> {
+        &self.version
+    }
+
+    /// Whether any name of this type has constraints: clients then see different views.
+    pub fn has_variants(&self) -> bool {
+        self.plain.is_none()
+    }
+
+    /// The parameter keys the constraints of this type mention.
+    pub fn keys(&self) -> &BTreeSet<String> {
+        &self.keys
+    }
+
+    /// What a client with `params` sees: each name resolved to its matching variant (names
+    /// without one are absent). Built once per distinct parameter set, then shared.
+    pub fn view(&self, params: &ParamSet) -> Arc<View> {
+        if let Some(plain) = &self.plain {
+            return plain.clone();
+        }
+        let key: ParamSet = params
+            .iter()
+            .filter(|(k, _)| self.keys.contains(*k))
+            .collect();
+        let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(view) = views.get(&key) {
+            return view.clone();
+        }
+        let view = Arc::new(self.resolve(&key));
+        if views.len() < MAX_CACHED_VIEWS {
+            views.insert(key, view.clone());
+        }
+        view
+    }
+
+    fn resolve(&self, params: &ParamSet) -> View {
+        let resources = self
+            .entries
+            .iter()
+            .filter_map(|(name, variants)| {
+                variants
+                    .iter()
+                    .find(|r| r.constraints().is_none_or(|c| c.matches(params)))
+                    .map(|r| (name.clone(), r.clone()))
+            })
+            .collect();
+        View::new(self.type_url.clone(), None, resources)
+    }
+
+    /// The variants of a name (not an alias); empty if the name is unknown.
+    pub fn variants(&self, name: &str) -> &[Arc<Resource>] {
+        self.entries.get(name).map(|v| &**v).unwrap_or(&[])
+    }
+
+    /// The resource of that name or alias when it has a single, unconstrained variant: what
+    /// every client sees.
+    pub fn get(&self, name: &str) -> Option<&Arc<Resource>> {
+        let name = self.aliases.get(name).map(|n| &**n).unwrap_or(name);
+        match self.variants(name) {
+            [only] if only.constraints().is_none() => Some(only),
+            _ => None,
+        }
+    }
+
+    /// Number of names.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every variant of every name, names in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
+        self.entries.values().flat_map(|v| v.iter())
+    }
+
+    /// Names in order, with their variants.
+    pub fn entries(&self) -> impl Iterator<Item = (&Arc<str>, &[Arc<Resource>])> {
+        self.entries.iter().map(|(n, v)| (n, &**v))
+    }
+
+    /// The resource name as the store holds it, so streams share one allocation per name.
+    pub fn intern(&self, name: &str) -> Option<Arc<str>> {
+        match self.entries.get_key_value(name) {
+            Some((k, _)) => Some(k.clone()),
+            None => self.aliases.get_key_value(name).map(|(k, _)| k.clone()),
+        }
+    }
+}
+
+/// The version of a set of (name, resource) pairs; never empty, also for no resources.
+fn version_of<'a>(resources: impl Iterator<Item = (&'a Arc<str>, &'a Arc<Resource>)>) -> Arc<str> {
+    let mut hash = Sha256::new();
+    for (name, resource) in resources {
+        hash.update(name.as_bytes());
+        hash.update([0]);
+        hash.update(resource.version().as_bytes());
+        hash.update([0]);
+    }
+    hex8(&hash.finalize()).into()
+}
+
+/// One type as a client with given parameters sees it: at most one variant per name.
+#[derive(Debug)]
+pub struct View {
+    type_url: Arc<str>,
+    version: Arc<str>,
+    resources: BTreeMap<Arc<str>, Arc<Resource>>,
+    aliases: HashMap<Arc<str>, Arc<str>>,
+    /// Every resource as an encoded `DiscoveryResponse.resources` entry, one after the other: the
+    /// body of a SotW wildcard response, built on first use and then shared by every stream that
+    /// sends this view. Plain, and named by `resource_name` (TP2 clients).
+    sotw_body: OnceLock<Bytes>,
+    sotw_named_body: OnceLock<Bytes>,
+}
+
+impl View {
+    fn new(
+        type_url: Arc<str>,
+        version: Option<Arc<str>>,
+        resources: BTreeMap<Arc<str>, Arc<Resource>>,
+    ) -> View {
+        let version = version.unwrap_or_else(|| version_of(resources.iter()));
+        let aliases = resources
+            .values()
+            .flat_map(|r| r.aliases().iter().map(|a| (a.clone(), r.name().clone())))
+            .collect();
+        View {
+            type_url,
+            version,
+            resources,
+            aliases,
+            sotw_body: OnceLock::new(),
+            sotw_named_body: OnceLock::new(),
+        }
+    }
+
+    /// A view of nothing, for a type the store has no resources of.
+    pub fn empty(type_url: Arc<str>) -> View {
+        View::new(type_url, None, BTreeMap::new())
+    }
+
+    pub fn type_url(&self) -> &Arc<str> {
+        &self.type_url
+    }
+
+    /// The version of what this view holds: what SotW sends as `version_info`. Never empty.
     pub fn version(&self) -> &Arc<str> {
         &self.version
     }
@@ -66,11 +266,6 @@ impl TypeSnapshot {
         self.resources
             .get(name)
             .or_else(|| self.aliases.get(name).and_then(|n| self.resources.get(n)))
-    }
-
-    /// The resource of that name only (not an alias).
-    pub(crate) fn get_exact(&self, name: &str) -> Option<&Arc<Resource>> {
-        self.resources.get(name)
     }
 
     pub fn len(&self) -> usize {
@@ -86,30 +281,27 @@ impl TypeSnapshot {
         self.resources.values()
     }
 
-    /// The resource name as the store holds it, so streams share one allocation per name.
-    pub fn intern(&self, name: &str) -> Option<Arc<str>> {
-        match self.resources.get_key_value(name) {
-            Some((k, _)) => Some(k.clone()),
-            None => self.aliases.get_key_value(name).map(|(k, _)| k.clone()),
-        }
-    }
-
-    /// All resources encoded as consecutive `DiscoveryResponse.resources` (field 2) entries.
-    pub fn sotw_body(&self) -> Bytes {
-        self.sotw_body
-            .get_or_init(|| {
-                let len: usize = self
-                    .resources
-                    .values()
-                    .map(|r| field_len(r.any_bytes().len()))
-                    .sum();
-                let mut buf = BytesMut::with_capacity(len);
-                for resource in self.resources.values() {
-                    put_length_delimited(&mut buf, 2, resource.any_bytes());
-                }
-                buf.freeze()
-            })
-            .clone()
+    /// All resources encoded as consecutive `DiscoveryResponse.resources` (field 2) entries,
+    /// plain or named by `resource_name`.
+    pub fn sotw_body(&self, named: bool) -> Bytes {
+        let (cell, bytes): (_, fn(&Resource) -> &Bytes) = if named {
+            (&self.sotw_named_body, Resource::any_named_bytes)
+        } else {
+            (&self.sotw_body, Resource::any_bytes)
+        };
+        cell.get_or_init(|| {
+            let len: usize = self
+                .resources
+                .values()
+                .map(|r| field_len(bytes(r).len()))
+                .sum();
+            let mut buf = BytesMut::with_capacity(len);
+            for resource in self.resources.values() {
+                put_length_delimited(&mut buf, 2, bytes(resource));
+            }
+            buf.freeze()
+        })
+        .clone()
     }
 }
 
@@ -146,6 +338,7 @@ impl Snapshot {
         self.types.get(type_url)
     }
 
+    /// The resource of that type and name when it has a single, unconstrained variant.
     pub fn resource(&self, type_url: &str, name: &str) -> Option<&Arc<Resource>> {
         self.types.get(type_url).and_then(|t| t.get(name))
     }

@@ -2,11 +2,7 @@ use super::*;
 use crate::types::{CLUSTER, LISTENER};
 
 fn input(type_url: &str, name: &str, value: &[u8]) -> ResourceInput {
-    ResourceInput {
-        type_url: type_url.into(),
-        name: name.into(),
-        value: Bytes::copy_from_slice(value),
-    }
+    ResourceInput::new(type_url, name, Bytes::copy_from_slice(value))
 }
 
 fn arc(s: &str) -> Arc<str> {
@@ -75,7 +71,9 @@ fn duplicate_names_reject_the_whole_update() {
         err,
         StoreError::Duplicate {
             type_url: CLUSTER.into(),
-            name: "b".into()
+            name: "b".into(),
+            first: None,
+            second: None,
         }
     );
     assert!(
@@ -175,7 +173,11 @@ fn sotw_body_is_the_concatenation_of_encoded_any_entries() {
         .replace_all([input(CLUSTER, "a", b"x"), input(CLUSTER, "b", b"y")])
         .unwrap();
     let snap = store.snapshot();
-    let body = snap.get(CLUSTER).unwrap().sotw_body();
+    let body = snap
+        .get(CLUSTER)
+        .unwrap()
+        .view(&crate::params::ParamSet::new())
+        .sotw_body(false);
     let decoded =
         envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse::decode(body).unwrap();
     assert_eq!(decoded.resources.len(), 2);
@@ -206,11 +208,7 @@ mod vhds {
             }),
             ..Default::default()
         };
-        ResourceInput {
-            type_url: ROUTE_CONFIGURATION.into(),
-            name: name.into(),
-            value: rc.encode_to_vec().into(),
-        }
+        ResourceInput::new(ROUTE_CONFIGURATION, name, rc.encode_to_vec().into())
     }
 
     #[test]

@@ -6,7 +6,6 @@ use std::future::{ready, Future, Ready};
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -22,28 +21,13 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
-use super::stats::{StreamCounters, StreamRegistry, StreamStatus};
+use super::context::ServerContext;
+use super::stats::{StreamCounters, StreamStatus};
 use super::stream::{self, Variant};
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::sotw::SotwSubscription;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
-
-/// What every stream of one server shares.
-pub(crate) struct ServerContext {
-    pub(crate) store: Store,
-    next_stream: AtomicU64,
-    pub(crate) streams: StreamRegistry,
-    /// Flips to true when the server shuts down: every stream then ends with UNAVAILABLE, so
-    /// that a graceful shutdown does not wait forever for streams that never end on their own.
-    pub(crate) shutdown: watch::Receiver<bool>,
-}
-
-impl ServerContext {
-    pub(crate) fn next_stream_id(&self) -> u64 {
-        self.next_stream.fetch_add(1, Ordering::Relaxed) + 1
-    }
-}
 
 /// An xDS gRPC server over a [`Store`]: every SotW and incremental discovery service.
 pub struct XdsServer {
@@ -55,12 +39,7 @@ impl XdsServer {
     pub fn new(store: Store) -> XdsServer {
         let (shutdown, rx) = watch::channel(false);
         XdsServer {
-            ctx: Arc::new(ServerContext {
-                store,
-                next_stream: AtomicU64::new(0),
-                streams: StreamRegistry::default(),
-                shutdown: rx,
-            }),
+            ctx: Arc::new(ServerContext::new(store, rx)),
             shutdown,
         }
     }
@@ -183,7 +162,7 @@ fn streaming<V: Variant>(
         variant: PhantomData,
     };
     Box::pin(async move {
-        let mut grpc = Grpc::new(SmallBuffers::<V::Wire, V::Request>(PhantomData));
+        let mut grpc = Grpc::new(SmallBuffers::<V::Wire, V::Message>(PhantomData));
         Ok(grpc.streaming(method, req).await)
     })
 }
@@ -256,12 +235,12 @@ struct StreamMethod<V> {
 /// plus its coalesced dirty names.
 const STREAM_BUFFER: usize = 1;
 
-impl<V: Variant> StreamingService<V::Request> for StreamMethod<V> {
+impl<V: Variant> StreamingService<V::Message> for StreamMethod<V> {
     type Response = V::Wire;
     type ResponseStream = ReceiverStream<Result<V::Wire, Status>>;
     type Future = Ready<Result<Response<Self::ResponseStream>, Status>>;
 
-    fn call(&mut self, request: Request<Streaming<V::Request>>) -> Self::Future {
+    fn call(&mut self, request: Request<Streaming<V::Message>>) -> Self::Future {
         let peer: Option<SocketAddr> = request.remote_addr();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<V>(

@@ -1,7 +1,9 @@
-//! Thin adapters that carry the protocol state machines over a transport.
+//! Thin adapters that carry the protocol sessions over a transport.
 
+mod context;
 pub mod grpc;
 mod stats;
+pub mod status;
 pub use stats::{StreamCounters, StreamStatus};
 mod stream;
 pub mod wire;

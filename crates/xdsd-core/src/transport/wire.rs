@@ -9,7 +9,7 @@ use prost::{DecodeError, Message};
 
 use crate::protocol::delta::DeltaResponse;
 use crate::protocol::sotw::{SotwResources, SotwResponse};
-use crate::store::{field_len, put_length_delimited};
+use crate::store::{field_len, put_length_delimited, resource_name, Resource};
 
 /// A response body that can write itself from pre-encoded pieces.
 pub trait Body: std::fmt::Debug + Send + Sync {
@@ -83,14 +83,23 @@ fn string_len(value: &str) -> usize {
     }
 }
 
+/// A SotW resource entry: the plain `Any`, or the `Resource` wrapper naming the variant.
+fn sotw_entry(resource: &Resource, named: bool) -> &[u8] {
+    if named {
+        resource.any_named_bytes()
+    } else {
+        resource.any_bytes()
+    }
+}
+
 impl Body for SotwResponse {
     fn encode_body(&self, buf: &mut impl BufMut) {
         string_field(VERSION_INFO, &self.version_info, buf);
         match &self.resources {
-            SotwResources::All(t) => buf.put_slice(&t.sotw_body()),
+            SotwResources::All(t) => buf.put_slice(&t.sotw_body(self.named)),
             SotwResources::Some(list) => {
                 for resource in list {
-                    put_length_delimited(buf, RESOURCES, resource.any_bytes());
+                    put_length_delimited(buf, RESOURCES, sotw_entry(resource, self.named));
                 }
             }
         }
@@ -100,8 +109,11 @@ impl Body for SotwResponse {
 
     fn body_len(&self) -> usize {
         let resources = match &self.resources {
-            SotwResources::All(t) => t.sotw_body().len(),
-            SotwResources::Some(list) => list.iter().map(|x| field_len(x.any_bytes().len())).sum(),
+            SotwResources::All(t) => t.sotw_body(self.named).len(),
+            SotwResources::Some(list) => list
+                .iter()
+                .map(|x| field_len(sotw_entry(x, self.named).len()))
+                .sum(),
         };
         string_len(&self.version_info)
             + resources
@@ -116,17 +128,38 @@ const DELTA_RESOURCES: u32 = 2;
 const DELTA_TYPE_URL: u32 = 4;
 const DELTA_NONCE: u32 = 5;
 const REMOVED_RESOURCES: u32 = 6;
+const REMOVED_RESOURCE_NAMES: u32 = 8;
+
+/// A delta resource entry: named by `name`, or by `resource_name` (TP2 clients).
+fn delta_entry(resource: &Resource, named: bool) -> &[u8] {
+    if named {
+        resource.delta_named_bytes()
+    } else {
+        resource.delta_bytes()
+    }
+}
+
+/// The encoded `ResourceName`s of removed variants.
+fn removed_names(response: &DeltaResponse) -> impl Iterator<Item = Vec<u8>> + '_ {
+    response
+        .removed_variants
+        .iter()
+        .map(|(name, c)| resource_name(name, c.as_deref()).encode_to_vec())
+}
 
 impl Body for DeltaResponse {
     fn encode_body(&self, buf: &mut impl BufMut) {
         string_field(SYSTEM_VERSION_INFO, &self.system_version_info, buf);
         for resource in &self.resources {
-            put_length_delimited(buf, DELTA_RESOURCES, resource.delta_bytes());
+            put_length_delimited(buf, DELTA_RESOURCES, delta_entry(resource, self.named));
         }
         string_field(DELTA_TYPE_URL, &self.type_url, buf);
         string_field(DELTA_NONCE, &self.nonce, buf);
         for name in &self.removed {
             put_length_delimited(buf, REMOVED_RESOURCES, name.as_bytes());
+        }
+        for name in removed_names(self) {
+            put_length_delimited(buf, REMOVED_RESOURCE_NAMES, &name);
         }
     }
 
@@ -135,7 +168,10 @@ impl Body for DeltaResponse {
             + self
                 .resources
                 .iter()
-                .map(|x| field_len(x.delta_bytes().len()))
+                .map(|x| field_len(delta_entry(x, self.named).len()))
+                .sum::<usize>()
+            + removed_names(self)
+                .map(|n| field_len(n.len()))
                 .sum::<usize>()
             + string_len(&self.type_url)
             + string_len(&self.nonce)
@@ -172,16 +208,18 @@ mod tests {
     #[test]
     fn sotw_wire_decodes_as_a_discovery_response() {
         let list = vec![resource("a"), resource("b")];
-        let all = Arc::new(TypeSnapshot::new(
+        let all = TypeSnapshot::new(
             CLUSTER.into(),
             list.iter().map(|r| (r.name().clone(), r.clone())).collect(),
-        ));
+        )
+        .view(&crate::params::ParamSet::new());
         for resources in [SotwResources::Some(list.clone()), SotwResources::All(all)] {
             let wire: SotwWire = SotwResponse {
                 type_url: CLUSTER.into(),
                 version_info: "v1".into(),
                 nonce: "7".into(),
                 resources,
+                named: false,
                 updated: Vec::new(),
             }
             .into();
@@ -209,6 +247,8 @@ mod tests {
             nonce: "9".into(),
             resources: vec![resource("a")],
             removed: vec![Arc::from("gone"), Arc::from("also-gone")],
+            removed_variants: Vec::new(),
+            named: false,
         }
         .into();
         let bytes = wire.encode_to_vec();

@@ -76,9 +76,5 @@ impl Server {
 }
 
 pub fn input(type_url: &str, name: &str, content: &[u8]) -> ResourceInput {
-    ResourceInput {
-        type_url: type_url.into(),
-        name: name.into(),
-        value: Bytes::copy_from_slice(content),
-    }
+    ResourceInput::new(type_url, name, Bytes::copy_from_slice(content))
 }

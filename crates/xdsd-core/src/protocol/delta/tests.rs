@@ -7,7 +7,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use envoy_types::pb::google::rpc::Status;
 
 use super::*;
-use crate::protocol::test_support::{remove, set, store_with};
+use crate::protocol::test_support::{remove, set, store_with, views};
 use crate::store::{Change, ResourceInput, Store};
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
@@ -84,7 +84,7 @@ impl Harness {
     fn poll(&mut self) -> Option<DeltaResponse> {
         let snap = self.store.snapshot();
         self.sub
-            .poll_response(snap.get(self.sub.type_url()), &mut self.nonces)
+            .poll_response(&views(&snap, self.sub.type_url()), &mut self.nonces)
     }
 
     fn expect(&mut self) -> Seen {
@@ -491,11 +491,7 @@ mod aliases {
             }),
             ..Default::default()
         };
-        ResourceInput {
-            type_url: ROUTE_CONFIGURATION.into(),
-            name: "rc".into(),
-            value: rc.encode_to_vec().into(),
-        }
+        ResourceInput::new(ROUTE_CONFIGURATION, "rc", rc.encode_to_vec().into())
     }
 
     #[test]

@@ -6,7 +6,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::google::rpc::Status;
 
 use super::*;
-use crate::protocol::test_support::{input, remove, set, store_with};
+use crate::protocol::test_support::{input, remove, set, store_with, views};
 use crate::store::{Change, Store};
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 
@@ -73,7 +73,7 @@ impl Harness {
     fn poll(&mut self) -> Option<SotwResponse> {
         let snap = self.store.snapshot();
         self.sub
-            .poll_response(snap.get(self.sub.type_url()), &mut self.nonces)
+            .poll_response(&views(&snap, self.sub.type_url()), &mut self.nonces)
     }
 
     /// Polls and returns (names, version, nonce) of the response; panics if there is none.
@@ -209,15 +209,23 @@ fn versions_are_per_type() {
     cds.handle_request(&(&req(CLUSTER)).into(), None);
     lds.handle_request(&(&req(LISTENER)).into(), None);
     let snap = store.snapshot();
-    let c1 = cds.poll_response(snap.get(CLUSTER), &mut nonces).unwrap();
-    let l1 = lds.poll_response(snap.get(LISTENER), &mut nonces).unwrap();
+    let c1 = cds
+        .poll_response(&views(&snap, CLUSTER), &mut nonces)
+        .unwrap();
+    let l1 = lds
+        .poll_response(&views(&snap, LISTENER), &mut nonces)
+        .unwrap();
     store
         .apply([Change::Set(input(CLUSTER, "c", "2"))])
         .unwrap();
     cds.mark_changed([&Arc::from("c")]);
     let snap = store.snapshot();
-    let c2 = cds.poll_response(snap.get(CLUSTER), &mut nonces).unwrap();
-    assert!(lds.poll_response(snap.get(LISTENER), &mut nonces).is_none());
+    let c2 = cds
+        .poll_response(&views(&snap, CLUSTER), &mut nonces)
+        .unwrap();
+    assert!(lds
+        .poll_response(&views(&snap, LISTENER), &mut nonces)
+        .is_none());
     assert_ne!(c1.version_info, c2.version_info);
     assert_eq!(
         snap.get(LISTENER).unwrap().version(),

@@ -1,0 +1,604 @@
+//! The per-client session: everything xdsd knows and owes one client on one stream, without I/O.
+//!
+//! Requests and store changes go in (`handle_request`, `handle_changes`); responses come out, one
+//! at a time in make-before-break order (`poll_response`). The session owns the client's node
+//! (identity, metadata, features, dynamic parameters), resolves each request's type, turns its
+//! names and resource locators into subscription keys with parameter sets (xRFC TP2), drives one
+//! state machine per type, and resends what a client needs to finish warming a resource. The gRPC
+//! stream driver is a loop around it; other transports drive the same session.
+//!
+//! Errors are [`SessionError`]s; each transport maps them to its own status in one place.
+
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, ResourceLocator};
+use envoy_types::pb::google::protobuf::value::Kind;
+use prost::Message as _;
+
+use super::delta::{DeltaResponse, DeltaSubscription};
+use super::sotw::{SotwRequest, SotwResponse, SotwSubscription};
+use super::{NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
+use crate::hash::{HashMap, HashSet};
+use crate::params::ParamSet;
+use crate::store::{Changes, Resource, Snapshot, TypeSnapshot};
+use crate::types;
+
+/// The parameter key under which a node's `cluster` is available to constraints, for clients
+/// that send no dynamic parameters (see docs/variants.md).
+pub const NODE_CLUSTER_PARAM: &str = "xds.node.cluster";
+
+/// Distinct parameter sets one session may use (a caching proxy uses one per client group).
+pub const MAX_PARAM_SETS: usize = 64;
+/// Parameters one set may have: from a locator, the node's dynamic parameters or its metadata.
+pub const MAX_PARAMS: usize = 128;
+/// Length of one parameter key or value.
+pub const MAX_PARAM_LEN: usize = 1024;
+/// Type URLs one session may subscribe to.
+pub const MAX_TYPES: usize = 256;
+
+/// Why a session cannot go on: the client sent something xdsd will not serve. Each ends the
+/// stream; [`SessionError::kind`] says which status it maps to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    #[error("node changed mid-stream: first request was from {first:?}, this one from {now:?}")]
+    NodeChanged { first: String, now: String },
+    #[error("a request on an aggregated stream must set type_url")]
+    MissingTypeUrl,
+    #[error("this service serves {serves}; the request is for {requested}")]
+    WrongType { serves: String, requested: String },
+    #[error("the node does not decode: {0}")]
+    BadNode(String),
+    #[error("{what}: {detail}")]
+    BadParameters { what: String, detail: String },
+    #[error("more than {limit} {what} on one stream")]
+    Limit { what: &'static str, limit: usize },
+}
+
+/// How a [`SessionError`] is reported: the category a transport maps to its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is wrong (gRPC INVALID_ARGUMENT).
+    InvalidArgument,
+    /// The request asks for more than xdsd holds for one client (gRPC RESOURCE_EXHAUSTED).
+    ResourceExhausted,
+}
+
+impl SessionError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SessionError::Limit { .. } => ErrorKind::ResourceExhausted,
+            _ => ErrorKind::InvalidArgument,
+        }
+    }
+}
+
+/// The client's node, as the rules need it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientNode {
+    pub id: String,
+    pub cluster: String,
+    pub user_agent_name: String,
+    pub client_features: Vec<String>,
+    /// (region, zone, sub_zone) when the node has a locality.
+    pub locality: Option<(String, String, String)>,
+    /// Parameters for clients that send no dynamic parameters: every top-level string field of
+    /// `metadata`, and the cluster under [`NODE_CLUSTER_PARAM`].
+    pub derived: ParamSet,
+    /// `dynamic_parameters`: per type URL.
+    pub dynamic_parameters: BTreeMap<String, ParamSet>,
+}
+
+impl ClientNode {
+    /// Reads what xdsd uses of a `Node`; bounded like every parameter set.
+    pub fn from_node(node: &Node) -> Result<ClientNode, SessionError> {
+        let mut derived = ParamSet::new();
+        if let Some(metadata) = &node.metadata {
+            let strings = metadata.fields.iter().filter_map(|(k, v)| match &v.kind {
+                Some(Kind::StringValue(s)) => Some((k, s)),
+                _ => None,
+            });
+            for (key, value) in strings {
+                derived.insert(key.as_str(), value.as_str());
+            }
+        }
+        if !node.cluster.is_empty() {
+            derived.insert(NODE_CLUSTER_PARAM, node.cluster.as_str());
+        }
+        check_params("the node's metadata", &derived)?;
+        let mut dynamic_parameters = BTreeMap::new();
+        for (type_url, params) in &node.dynamic_parameters {
+            let set: ParamSet = params
+                .params
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            check_params(
+                &format!("the node's dynamic_parameters for {type_url}"),
+                &set,
+            )?;
+            dynamic_parameters.insert(type_url.clone(), set);
+        }
+        if dynamic_parameters.len() > MAX_TYPES {
+            return Err(SessionError::Limit {
+                what: "type URLs in the node's dynamic_parameters",
+                limit: MAX_TYPES,
+            });
+        }
+        Ok(ClientNode {
+            id: node.id.clone(),
+            cluster: node.cluster.clone(),
+            user_agent_name: node.user_agent_name.clone(),
+            client_features: node.client_features.clone(),
+            locality: node
+                .locality
+                .as_ref()
+                .map(|l| (l.region.clone(), l.zone.clone(), l.sub_zone.clone())),
+            derived,
+            dynamic_parameters,
+        })
+    }
+
+    /// Whether the client advertises a feature in `client_features`.
+    pub fn has_feature(&self, feature: &str) -> bool {
+        self.client_features.iter().any(|f| f == feature)
+    }
+
+    /// The parameters of a subscription to `type_url` by plain name: the node's dynamic
+    /// parameters for that type, else the parameters derived from the node.
+    pub fn params_for(&self, type_url: &str) -> &ParamSet {
+        self.dynamic_parameters
+            .get(type_url)
+            .unwrap_or(&self.derived)
+    }
+}
+
+fn check_params(what: &str, params: &ParamSet) -> Result<(), SessionError> {
+    if params.len() > MAX_PARAMS {
+        return Err(SessionError::BadParameters {
+            what: what.to_owned(),
+            detail: format!("{} parameters, at most {MAX_PARAMS}", params.len()),
+        });
+    }
+    if let Some((k, _)) = params
+        .iter()
+        .find(|(k, v)| k.len() > MAX_PARAM_LEN || v.len() > MAX_PARAM_LEN)
+    {
+        let shown: String = k.chars().take(40).collect();
+        return Err(SessionError::BadParameters {
+            what: what.to_owned(),
+            detail: format!(
+                "parameter {shown:?}…: keys and values are at most {MAX_PARAM_LEN} bytes"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The node of a request, as its protocol variant decoded it.
+pub enum NodeRef<'a> {
+    Absent,
+    /// Encoded (SotW reads the node lazily: Envoy repeats it on every request).
+    Raw(&'a [u8]),
+    Decoded(&'a Node),
+}
+
+/// What the session needs of a protocol variant's per-type state machine.
+pub trait Machine: Send + 'static {
+    type Request: Send + 'static;
+    type Response: Send;
+    /// For logs.
+    const NAME: &'static str;
+
+    fn new(type_url: Arc<str>) -> Self;
+    fn set_named(&mut self, named: bool);
+    fn node(request: &Self::Request) -> NodeRef<'_>;
+    fn type_url(request: &Self::Request) -> &str;
+    /// (subscribe, unsubscribe) resource locators of a request.
+    fn locators(request: &Self::Request) -> (&[ResourceLocator], &[ResourceLocator]);
+    fn handle(
+        &mut self,
+        request: &Self::Request,
+        subscribe: &Subscribe<'_>,
+        unsubscribe: &[(String, Pid)],
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange);
+    fn mark_changed(&mut self, names: &HashSet<Arc<str>>);
+    fn has_pending(&self) -> bool;
+    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<Self::Response>;
+    /// (version, resources, removed names, nonce) of a response, for logs.
+    fn describe(response: &Self::Response) -> (&str, usize, usize, &str);
+    /// How many resources a reconnecting client says it already has.
+    fn initial_versions(request: &Self::Request) -> usize;
+    /// The resources of a response that are new or changed for the client.
+    fn updated(response: &Self::Response) -> &[Arc<Resource>];
+    /// Sends `name` again with the next response, changed or not, if it is subscribed.
+    fn resend(&mut self, name: &Arc<str>);
+}
+
+impl Machine for SotwSubscription {
+    type Request = SotwRequest;
+    type Response = SotwResponse;
+    const NAME: &'static str = "SotW";
+
+    fn new(type_url: Arc<str>) -> Self {
+        SotwSubscription::new(type_url)
+    }
+    fn set_named(&mut self, named: bool) {
+        SotwSubscription::set_named(self, named)
+    }
+    fn node(request: &SotwRequest) -> NodeRef<'_> {
+        if request.node_raw.is_empty() {
+            NodeRef::Absent
+        } else {
+            NodeRef::Raw(&request.node_raw)
+        }
+    }
+    fn type_url(request: &SotwRequest) -> &str {
+        &request.type_url
+    }
+    fn locators(request: &SotwRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
+        (&request.resource_locators, &[])
+    }
+    fn handle(
+        &mut self,
+        request: &SotwRequest,
+        subscribe: &Subscribe<'_>,
+        _: &[(String, Pid)],
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange) {
+        SotwSubscription::handle(self, request, subscribe, current)
+    }
+    fn mark_changed(&mut self, names: &HashSet<Arc<str>>) {
+        SotwSubscription::mark_changed(self, names)
+    }
+    fn has_pending(&self) -> bool {
+        SotwSubscription::has_pending(self)
+    }
+    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
+        SotwSubscription::poll_response(self, views, nonces)
+    }
+    fn describe(r: &SotwResponse) -> (&str, usize, usize, &str) {
+        (&r.version_info, r.len(), 0, &r.nonce)
+    }
+    fn initial_versions(_: &SotwRequest) -> usize {
+        0
+    }
+    fn updated(r: &SotwResponse) -> &[Arc<Resource>] {
+        &r.updated
+    }
+    fn resend(&mut self, name: &Arc<str>) {
+        SotwSubscription::resend(self, name)
+    }
+}
+
+impl Machine for DeltaSubscription {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaResponse;
+    const NAME: &'static str = "delta";
+
+    fn new(type_url: Arc<str>) -> Self {
+        DeltaSubscription::new(type_url)
+    }
+    fn set_named(&mut self, named: bool) {
+        DeltaSubscription::set_named(self, named)
+    }
+    fn node(request: &DeltaDiscoveryRequest) -> NodeRef<'_> {
+        match &request.node {
+            Some(node) => NodeRef::Decoded(node),
+            None => NodeRef::Absent,
+        }
+    }
+    fn type_url(request: &DeltaDiscoveryRequest) -> &str {
+        &request.type_url
+    }
+    fn locators(request: &DeltaDiscoveryRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
+        (
+            &request.resource_locators_subscribe,
+            &request.resource_locators_unsubscribe,
+        )
+    }
+    fn handle(
+        &mut self,
+        request: &DeltaDiscoveryRequest,
+        subscribe: &Subscribe<'_>,
+        unsubscribe: &[(String, Pid)],
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange) {
+        DeltaSubscription::handle(self, request, subscribe, unsubscribe, current)
+    }
+    fn mark_changed(&mut self, names: &HashSet<Arc<str>>) {
+        DeltaSubscription::mark_changed(self, names)
+    }
+    fn has_pending(&self) -> bool {
+        DeltaSubscription::has_pending(self)
+    }
+    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<DeltaResponse> {
+        DeltaSubscription::poll_response(self, views, nonces)
+    }
+    fn describe(r: &DeltaResponse) -> (&str, usize, usize, &str) {
+        (
+            &r.system_version_info,
+            r.resources.len(),
+            r.removed.len() + r.removed_variants.len(),
+            &r.nonce,
+        )
+    }
+    fn initial_versions(request: &DeltaDiscoveryRequest) -> usize {
+        request.initial_resource_versions.len()
+    }
+    fn updated(r: &DeltaResponse) -> &[Arc<Resource>] {
+        &r.resources
+    }
+    fn resend(&mut self, name: &Arc<str>) {
+        DeltaSubscription::resend(self, name)
+    }
+}
+
+/// What one request did, for the transport to act on (watch registrations) and to log.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Handled {
+    pub type_url: Arc<str>,
+    pub kind: RequestKind,
+    /// Names and wildcard to (un)watch in the store for this type.
+    pub change: SubscriptionChange,
+    /// This request identified the node (the first that carried one).
+    pub identified: bool,
+    /// The first request for a type the store has nothing of.
+    pub unknown_type: bool,
+    pub initial_versions: usize,
+}
+
+/// One machine per type, and what it was told about its client.
+struct TypeState<M> {
+    machine: M,
+    /// The parameter set plain names of this type are subscribed with.
+    default: Pid,
+    named: bool,
+}
+
+/// A client's session on one stream. `M` is the protocol variant's per-type machine.
+pub struct Session<M> {
+    /// The one type of a per-type service; `None` on ADS.
+    fixed: Option<Arc<str>>,
+    node: Option<ClientNode>,
+    /// Digest of the node's encoding as last decoded (SotW), to decode it only when it changes.
+    node_digest: Option<u64>,
+    nonces: NonceGen,
+    types: HashMap<Arc<str>, TypeState<M>>,
+    /// The parameter sets this session uses, by [`Pid`].
+    params: Vec<ParamSet>,
+    pids: HashMap<ParamSet, Pid>,
+}
+
+impl<M: Machine> Session<M> {
+    /// A session for an aggregated stream (`fixed` None) or a per-type service.
+    pub fn new(fixed: Option<Arc<str>>) -> Session<M> {
+        Session {
+            fixed,
+            node: None,
+            node_digest: None,
+            nonces: NonceGen::default(),
+            types: HashMap::default(),
+            // Parameter set 0: the empty set, until the node says otherwise.
+            params: vec![ParamSet::new()],
+            pids: [(ParamSet::new(), 0)].into_iter().collect(),
+        }
+    }
+
+    /// The client's node, once a request carried one.
+    pub fn node(&self) -> Option<&ClientNode> {
+        self.node.as_ref()
+    }
+
+    /// The node id for logs ("" until a request carried one).
+    pub fn node_id(&self) -> &str {
+        self.node.as_ref().map(|n| n.id.as_str()).unwrap_or("")
+    }
+
+    /// Takes in a request. `snapshot` is the store's current state.
+    pub fn handle_request(
+        &mut self,
+        request: &M::Request,
+        snapshot: &Snapshot,
+    ) -> Result<Handled, SessionError> {
+        let identified = self.take_node(M::node(request))?;
+        let requested = M::type_url(request);
+        let type_url: Arc<str> = match &self.fixed {
+            Some(t) if requested.is_empty() || requested == &**t => t.clone(),
+            Some(t) => {
+                return Err(SessionError::WrongType {
+                    serves: t.to_string(),
+                    requested: requested.to_owned(),
+                })
+            }
+            None if requested.is_empty() => return Err(SessionError::MissingTypeUrl),
+            None => match self.types.get_key_value(requested) {
+                Some((t, _)) => t.clone(),
+                None => snapshot
+                    .intern_type(requested)
+                    .unwrap_or_else(|| requested.into()),
+            },
+        };
+        let current = snapshot.get(&type_url);
+        let new_type = !self.types.contains_key(&type_url);
+        if new_type && self.types.len() >= MAX_TYPES {
+            return Err(SessionError::Limit {
+                what: "type URLs",
+                limit: MAX_TYPES,
+            });
+        }
+        let (subscribe_locators, unsubscribe_locators) = M::locators(request);
+        let subscribe = self.locate(subscribe_locators)?;
+        let unsubscribe = self.locate(unsubscribe_locators)?;
+        let default = self.default_pid(&type_url)?;
+        let node_named = self
+            .node
+            .as_ref()
+            .is_some_and(|n| !n.dynamic_parameters.is_empty());
+        let state = self
+            .types
+            .entry(type_url.clone())
+            .or_insert_with(|| TypeState {
+                machine: M::new(type_url.clone()),
+                default,
+                named: false,
+            });
+        state.default = default;
+        // A client that subscribes with dynamic parameters gets every resource of the type named
+        // by `resource_name`, with its constraints (TP2: constraints are never omitted).
+        let named = state.named || node_named || !subscribe.is_empty() || !unsubscribe.is_empty();
+        if named != state.named {
+            state.named = named;
+            state.machine.set_named(named);
+        }
+        let (kind, change) = state.machine.handle(
+            request,
+            &Subscribe {
+                default,
+                locators: &subscribe,
+            },
+            &unsubscribe,
+            current,
+        );
+        Ok(Handled {
+            type_url,
+            kind,
+            change,
+            identified,
+            unknown_type: new_type && current.is_none(),
+            initial_versions: M::initial_versions(request),
+        })
+    }
+
+    /// Records the node of a request; later requests may omit it, but one that names a
+    /// different node (id or cluster) is a client error. Its dynamic parameters may change.
+    /// True when this request identified the node.
+    fn take_node(&mut self, node: NodeRef<'_>) -> Result<bool, SessionError> {
+        let node = match node {
+            NodeRef::Absent => return Ok(false),
+            NodeRef::Raw(bytes) => {
+                let digest = foldhash::fast::FixedState::default().hash_one(bytes);
+                if self.node_digest == Some(digest) {
+                    return Ok(false);
+                }
+                let node = Node::decode(bytes).map_err(|e| SessionError::BadNode(e.to_string()))?;
+                self.node_digest = Some(digest);
+                node
+            }
+            NodeRef::Decoded(node) => node.clone(),
+        };
+        if node.id.is_empty() && node.cluster.is_empty() {
+            return Ok(false);
+        }
+        let client = ClientNode::from_node(&node)?;
+        match &self.node {
+            None => {
+                self.node = Some(client);
+                Ok(true)
+            }
+            Some(first) if first.id == client.id && first.cluster == client.cluster => {
+                self.node = Some(client);
+                Ok(false)
+            }
+            Some(first) => Err(SessionError::NodeChanged {
+                first: first.id.clone(),
+                now: client.id,
+            }),
+        }
+    }
+
+    /// The parameter set plain names of `type_url` are subscribed with.
+    fn default_pid(&mut self, type_url: &str) -> Result<Pid, SessionError> {
+        let params = match &self.node {
+            Some(node) => node.params_for(type_url).clone(),
+            None => ParamSet::new(),
+        };
+        self.pid(params)
+    }
+
+    fn pid(&mut self, params: ParamSet) -> Result<Pid, SessionError> {
+        if let Some(pid) = self.pids.get(&params) {
+            return Ok(*pid);
+        }
+        if self.params.len() >= MAX_PARAM_SETS {
+            return Err(SessionError::Limit {
+                what: "distinct dynamic parameter sets",
+                limit: MAX_PARAM_SETS,
+            });
+        }
+        let pid = self.params.len() as Pid;
+        self.params.push(params.clone());
+        self.pids.insert(params, pid);
+        Ok(pid)
+    }
+
+    /// Resource locators as (name, parameter set).
+    fn locate(&mut self, locators: &[ResourceLocator]) -> Result<Vec<(String, Pid)>, SessionError> {
+        locators
+            .iter()
+            .map(|l| {
+                let params: ParamSet = l
+                    .dynamic_parameters
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                check_params(&format!("the resource locator {:?}", l.name), &params)?;
+                Ok((l.name.clone(), self.pid(params)?))
+            })
+            .collect()
+    }
+
+    /// Records names the store changed.
+    pub fn handle_changes(&mut self, changes: Changes) {
+        for (type_url, names) in changes {
+            if let Some(state) = self.types.get_mut(&type_url) {
+                state.machine.mark_changed(&names);
+            }
+        }
+    }
+
+    /// Whether `poll_response` may have something to send.
+    pub fn has_pending(&self) -> bool {
+        self.types.values().any(|s| s.machine.has_pending())
+    }
+
+    /// The next response owed, types in make-before-break order (what a resource refers to goes
+    /// out before it), given the store's state `snapshot`.
+    pub fn poll_response(&mut self, snapshot: &Snapshot) -> Option<(Arc<str>, M::Response)> {
+        let mut order: Vec<&Arc<str>> = self
+            .types
+            .iter()
+            .filter(|(_, s)| s.machine.has_pending())
+            .map(|(t, _)| t)
+            .collect();
+        order.sort_by(|a, b| (types::push_rank(a), a).cmp(&(types::push_rank(b), b)));
+        let order: Vec<Arc<str>> = order.into_iter().cloned().collect();
+        for type_url in order {
+            let views = Views::new(&type_url, snapshot.get(&type_url), self.params.iter());
+            let Some(state) = self.types.get_mut(&type_url) else {
+                continue;
+            };
+            let Some(response) = state.machine.poll_response(&views, &mut self.nonces) else {
+                continue;
+            };
+            // A changed resource may need others sent again for the client to finish warming it
+            // (an updated EDS cluster needs its endpoints): they come later in push order.
+            for (dep_type, dep_name) in M::updated(&response).iter().flat_map(|r| r.dependents()) {
+                if let Some(dep) = self.types.get_mut(dep_type) {
+                    dep.machine.resend(dep_name);
+                }
+            }
+            return Some((type_url, response));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;

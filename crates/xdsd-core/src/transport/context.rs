@@ -1,0 +1,32 @@
+//! What every stream of one server shares.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::watch;
+
+use super::stats::StreamRegistry;
+use crate::store::Store;
+
+pub(crate) struct ServerContext {
+    pub(crate) store: Store,
+    next_stream: AtomicU64,
+    pub(crate) streams: StreamRegistry,
+    /// Flips to true when the server shuts down: every stream then ends with UNAVAILABLE, so
+    /// that a graceful shutdown does not wait forever for streams that never end on their own.
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+impl ServerContext {
+    pub(crate) fn new(store: Store, shutdown: watch::Receiver<bool>) -> ServerContext {
+        ServerContext {
+            store,
+            next_stream: AtomicU64::new(0),
+            streams: StreamRegistry::default(),
+            shutdown,
+        }
+    }
+
+    pub(crate) fn next_stream_id(&self) -> u64 {
+        self.next_stream.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
