@@ -258,9 +258,9 @@ impl DeltaSubscription {
             if let Some(w) = self.wildcard {
                 for (name, version) in &request.initial_resource_versions {
                     let key = (intern(current, name), w);
-                    if !self.has.contains_key(&key) {
-                        self.has.insert(key, held(lookup(name), version));
-                    }
+                    self.has
+                        .entry(key)
+                        .or_insert_with(|| held(lookup(name), version));
                 }
             }
         }

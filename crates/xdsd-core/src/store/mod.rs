@@ -81,7 +81,7 @@ pub enum StoreError {
         /// The two variants, by origin (or constraints when the origin is unknown).
         first: String,
         second: String,
-        rule: VariantRule,
+        rule: Box<VariantRule>,
     },
 }
 
@@ -455,7 +455,7 @@ fn check_variants(
         name: name.to_owned(),
         first: describe(first),
         second: describe(second),
-        rule,
+        rule: Box::new(rule),
     })
 }
 

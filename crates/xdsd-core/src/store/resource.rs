@@ -4,9 +4,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DynamicParameterConstraints, Resource as DeltaResource, ResourceName,
-};
+use envoy_types::pb::envoy::service::discovery::v3::{Resource as DeltaResource, ResourceName};
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -221,9 +219,7 @@ pub fn resource_name(name: &str, constraints: Option<&Constraints>) -> ResourceN
     ResourceName {
         name: name.to_owned(),
         dynamic_parameter_constraints: Some(
-            constraints
-                .map(|c| c.proto().clone())
-                .unwrap_or_else(DynamicParameterConstraints::default),
+            constraints.map(|c| c.proto().clone()).unwrap_or_default(),
         ),
     }
 }

@@ -202,3 +202,616 @@ fn responses_go_out_in_make_before_break_order() {
     }
     assert_eq!(order, [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER]);
 }
+
+/// xRFC TP2 through the session: which variant each subscription gets, in which form, and when.
+mod tp2 {
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::{
+        ConstraintType, Exists,
+    };
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+        ConstraintList, SingleConstraint, Type,
+    };
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryRequest, DynamicParameterConstraints as Dpc,
+    };
+
+    use super::*;
+    use crate::params::Constraints;
+    use crate::protocol::delta::DeltaResponse;
+    use crate::protocol::sotw::SotwResources;
+    use crate::store::{Change, ResourceInput};
+    use crate::types::ROUTE_CONFIGURATION;
+
+    fn single(key: &str, t: ConstraintType) -> Dpc {
+        Dpc {
+            r#type: Some(Type::Constraint(SingleConstraint {
+                key: key.into(),
+                constraint_type: Some(t),
+            })),
+        }
+    }
+    fn eq(key: &str, value: &str) -> Dpc {
+        single(key, ConstraintType::Value(value.into()))
+    }
+    fn exists(key: &str) -> Dpc {
+        single(key, ConstraintType::Exists(Exists {}))
+    }
+    fn not(c: Dpc) -> Dpc {
+        Dpc {
+            r#type: Some(Type::NotConstraints(Box::new(c))),
+        }
+    }
+    fn and(cs: Vec<Dpc>) -> Dpc {
+        Dpc {
+            r#type: Some(Type::AndConstraints(ConstraintList { constraints: cs })),
+        }
+    }
+
+    /// A variant of `name` whose content is `content`.
+    fn variant(type_url: &str, name: &str, content: &str, c: Option<Dpc>) -> ResourceInput {
+        input(type_url, name, content)
+            .with_constraints(c.map(|c| Constraints::new(c).unwrap()))
+            .with_origin(format!("{name}/{content}"))
+    }
+
+    fn store(inputs: Vec<ResourceInput>) -> Store {
+        let store = Store::new();
+        store.replace_all(inputs).unwrap();
+        store
+    }
+
+    fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn locator(name: &str, pairs: &[(&str, &str)]) -> ResourceLocator {
+        ResourceLocator {
+            name: name.into(),
+            dynamic_parameters: params(pairs).into_iter().collect(),
+        }
+    }
+
+    /// A node that sends `pairs` as dynamic parameters for every type used here.
+    fn node_with_parameters(pairs: &[(&str, &str)]) -> Node {
+        let mut n = node("tp2", "c");
+        for t in [
+            LISTENER,
+            CLUSTER,
+            CLUSTER_LOAD_ASSIGNMENT,
+            ROUTE_CONFIGURATION,
+        ] {
+            n.dynamic_parameters.insert(
+                t.into(),
+                envoy_types::pb::xds::core::v3::ContextParams {
+                    params: params(pairs).into_iter().collect(),
+                },
+            );
+        }
+        n
+    }
+
+    /// (name, content, constraints as text or "-") of each resource of a SotW response.
+    fn sotw_seen(r: &SotwResponse) -> Vec<(String, String, String)> {
+        let list: Vec<Arc<Resource>> = match &r.resources {
+            SotwResources::All(v) => v.iter().cloned().collect(),
+            SotwResources::Some(l) => l.clone(),
+        };
+        list.iter().map(|x| seen(x)).collect()
+    }
+
+    fn seen(x: &Resource) -> (String, String, String) {
+        (
+            x.name().to_string(),
+            String::from_utf8_lossy(&x.value()).into_owned(),
+            x.constraints().map(|c| c.to_string()).unwrap_or("-".into()),
+        )
+    }
+
+    fn contents(r: &SotwResponse) -> Vec<String> {
+        sotw_seen(r).into_iter().map(|(_, c, _)| c).collect()
+    }
+
+    /// The SotW response a session owes right now for its one subscribed type.
+    fn sotw_poll(s: &mut Session<SotwSubscription>, store: &Store) -> Option<SotwResponse> {
+        s.poll_response(&store.snapshot()).map(|(_, r)| r)
+    }
+
+    fn delta_poll(s: &mut Session<DeltaSubscription>, store: &Store) -> Option<DeltaResponse> {
+        s.poll_response(&store.snapshot()).map(|(_, r)| r)
+    }
+
+    fn delta_request(type_url: &str, node: Option<&Node>) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            type_url: type_url.into(),
+            node: node.cloned(),
+            ..Default::default()
+        }
+    }
+
+    /// The RouteConfiguration table of TP2's "Example": four variants over `env` and `version`.
+    fn route_table() -> Store {
+        let p = || eq("env", "prod");
+        let v1 = || eq("version", "v1");
+        store(vec![
+            variant(
+                ROUTE_CONFIGURATION,
+                "r",
+                "neither",
+                Some(and(vec![not(p()), not(v1())])),
+            ),
+            variant(
+                ROUTE_CONFIGURATION,
+                "r",
+                "prod",
+                Some(and(vec![p(), not(v1())])),
+            ),
+            variant(
+                ROUTE_CONFIGURATION,
+                "r",
+                "v1",
+                Some(and(vec![not(p()), v1()])),
+            ),
+            variant(
+                ROUTE_CONFIGURATION,
+                "r",
+                "prod+v1",
+                Some(and(vec![p(), v1()])),
+            ),
+        ])
+    }
+
+    fn env_store() -> Store {
+        store(vec![
+            variant(
+                CLUSTER_LOAD_ASSIGNMENT,
+                "e",
+                "prod",
+                Some(eq("env", "prod")),
+            ),
+            variant(
+                CLUSTER_LOAD_ASSIGNMENT,
+                "e",
+                "test",
+                Some(eq("env", "test")),
+            ),
+        ])
+    }
+
+    #[test]
+    fn tp2_env_prod_and_env_test_each_get_their_variant_over_sotw() {
+        let store = env_store();
+        for env in ["prod", "test"] {
+            let mut s = ads();
+            let n = node_with_parameters(&[("env", env)]);
+            s.handle_request(
+                &sotw(CLUSTER_LOAD_ASSIGNMENT, &["e"], "", Some(&n)),
+                &store.snapshot(),
+            )
+            .unwrap();
+            let r = sotw_poll(&mut s, &store).unwrap();
+            assert!(
+                r.named,
+                "a client that sends dynamic parameters gets resource_name"
+            );
+            assert_eq!(
+                sotw_seen(&r),
+                [(
+                    "e".into(),
+                    env.to_string(),
+                    format!("{{constraint:{{key:\"env\" value:\"{env}\"}}}}")
+                )]
+            );
+        }
+    }
+
+    #[test]
+    fn tp2_env_prod_and_env_test_each_get_their_variant_over_delta() {
+        let store = env_store();
+        for env in ["prod", "test"] {
+            let mut s: Session<DeltaSubscription> = Session::new(None);
+            let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
+            req.resource_locators_subscribe = vec![locator("e", &[("env", env)])];
+            s.handle_request(&req, &store.snapshot()).unwrap();
+            let r = delta_poll(&mut s, &store).unwrap();
+            assert!(r.named);
+            let got: Vec<_> = r.resources.iter().map(|x| seen(x)).collect();
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].1, env);
+        }
+    }
+
+    #[test]
+    fn legacy_clients_get_the_variant_of_their_node_metadata_as_a_plain_resource() {
+        let store = env_store();
+        let mut s = ads();
+        let n = with_metadata(node("envoy", "c"), &[("env", "test")]);
+        s.handle_request(
+            &sotw(CLUSTER_LOAD_ASSIGNMENT, &["e"], "", Some(&n)),
+            &store.snapshot(),
+        )
+        .unwrap();
+        let r = sotw_poll(&mut s, &store).unwrap();
+        assert!(
+            !r.named,
+            "a client that sent no dynamic parameters gets plain resources"
+        );
+        assert_eq!(contents(&r), ["test"]);
+    }
+
+    #[test]
+    fn node_cluster_is_a_parameter_for_legacy_clients() {
+        let store = store(vec![
+            variant(CLUSTER, "c", "edge", Some(eq(NODE_CLUSTER_PARAM, "edge"))),
+            variant(CLUSTER, "c", "mesh", Some(eq(NODE_CLUSTER_PARAM, "mesh"))),
+        ]);
+        let mut s = ads();
+        s.handle_request(
+            &sotw(CLUSTER, &[], "", Some(&node("x", "mesh"))),
+            &store.snapshot(),
+        )
+        .unwrap();
+        assert_eq!(contents(&sotw_poll(&mut s, &store).unwrap()), ["mesh"]);
+    }
+
+    #[test]
+    fn tp2_clients_adding_a_key_first_keep_getting_their_variant() {
+        let store = env_store();
+        for (env, version) in [
+            ("prod", "v1"),
+            ("prod", "v2"),
+            ("test", "v1"),
+            ("test", "v2"),
+        ] {
+            let mut s = ads();
+            let n = node_with_parameters(&[("env", env), ("version", version)]);
+            s.handle_request(
+                &sotw(CLUSTER_LOAD_ASSIGNMENT, &["e"], "", Some(&n)),
+                &store.snapshot(),
+            )
+            .unwrap();
+            assert_eq!(contents(&sotw_poll(&mut s, &store).unwrap()), [env]);
+        }
+    }
+
+    #[test]
+    fn tp2_exists_default_serves_clients_not_sending_the_new_key() {
+        let store = store(vec![
+            variant(
+                CLUSTER_LOAD_ASSIGNMENT,
+                "e",
+                "default",
+                Some(and(vec![eq("env", "prod"), not(exists("version"))])),
+            ),
+            variant(
+                CLUSTER_LOAD_ASSIGNMENT,
+                "e",
+                "v1",
+                Some(and(vec![eq("env", "prod"), eq("version", "v1")])),
+            ),
+        ]);
+        type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
+        let cases: [Case<'_>; 3] = [
+            (&[("env", "prod")], Some("default")),
+            (&[("env", "prod"), ("version", "v1")], Some("v1")),
+            (&[("env", "prod"), ("version", "v2")], None),
+        ];
+        for (pairs, want) in cases {
+            let mut s = ads();
+            let n = node_with_parameters(pairs);
+            s.handle_request(
+                &sotw(CLUSTER_LOAD_ASSIGNMENT, &["e"], "", Some(&n)),
+                &store.snapshot(),
+            )
+            .unwrap();
+            let got = sotw_poll(&mut s, &store)
+                .map(|r| contents(&r))
+                .unwrap_or_default();
+            assert_eq!(got, want.into_iter().collect::<Vec<_>>(), "{pairs:?}");
+        }
+    }
+
+    /// What a client with `pairs` receives of the route table, over SotW and over delta.
+    fn route_for(store: &Store, pairs: &[(&str, &str)]) -> (Vec<String>, Vec<String>) {
+        let mut s = ads();
+        let mut req = sotw(ROUTE_CONFIGURATION, &[], "", None);
+        req.resource_locators = vec![locator("r", pairs)];
+        s.handle_request(&req, &store.snapshot()).unwrap();
+        let sotw = sotw_poll(&mut s, store)
+            .map(|r| contents(&r))
+            .unwrap_or_default();
+        let mut d: Session<DeltaSubscription> = Session::new(None);
+        let mut req = delta_request(ROUTE_CONFIGURATION, None);
+        req.resource_locators_subscribe = vec![locator("r", pairs)];
+        d.handle_request(&req, &store.snapshot()).unwrap();
+        let r = delta_poll(&mut d, store).unwrap();
+        let delta = r.resources.iter().map(|x| seen(x).1).collect();
+        (sotw, delta)
+    }
+
+    #[test]
+    fn tp2_route_table_each_of_nine_parameter_sets_gets_exactly_its_variant() {
+        let store = route_table();
+        for env in ["prod", "canary", "test"] {
+            for version in ["v1", "v2", "v3"] {
+                let want = match (env == "prod", version == "v1") {
+                    (false, false) => "neither",
+                    (true, false) => "prod",
+                    (false, true) => "v1",
+                    (true, true) => "prod+v1",
+                };
+                let (sotw, delta) = route_for(&store, &[("env", env), ("version", version)]);
+                assert_eq!(sotw, [want], "SotW env={env} version={version}");
+                assert_eq!(delta, [want], "delta env={env} version={version}");
+            }
+        }
+    }
+
+    #[test]
+    fn tp2_route_table_parameter_sets_missing_a_key_get_exactly_one_variant() {
+        let store = route_table();
+        let cases: [(&[(&str, &str)], &str); 4] = [
+            (&[], "neither"),
+            (&[("env", "prod")], "prod"),
+            (&[("version", "v1")], "v1"),
+            (&[("region", "eu")], "neither"),
+        ];
+        for (pairs, want) in cases {
+            let (sotw, delta) = route_for(&store, pairs);
+            assert_eq!(sotw, [want], "SotW {pairs:?}");
+            assert_eq!(delta, [want], "delta {pairs:?}");
+        }
+    }
+
+    #[test]
+    fn a_subscription_matching_nothing_gets_the_variant_once_it_appears() {
+        let store = env_store();
+        let mut s: Session<DeltaSubscription> = Session::new(None);
+        let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
+        req.resource_locators_subscribe = vec![locator("e", &[("env", "qa")])];
+        s.handle_request(&req, &store.snapshot()).unwrap();
+        let r = delta_poll(&mut s, &store).unwrap();
+        assert!(r.resources.is_empty());
+        assert_eq!(
+            r.removed_variants.len(),
+            1,
+            "reported as not existing at once"
+        );
+        store
+            .apply([Change::Set(variant(
+                CLUSTER_LOAD_ASSIGNMENT,
+                "e",
+                "qa",
+                Some(eq("env", "qa")),
+            ))])
+            .unwrap();
+        changed(&mut s, CLUSTER_LOAD_ASSIGNMENT, "e");
+        let r = delta_poll(&mut s, &store).unwrap();
+        assert_eq!(
+            r.resources.iter().map(|x| seen(x).1).collect::<Vec<_>>(),
+            ["qa"]
+        );
+    }
+
+    /// Tells a session that `name` of `type_url` changed, as the store's watch would.
+    fn changed<M: Machine>(s: &mut Session<M>, type_url: &str, name: &str) {
+        s.handle_changes(
+            [(Arc::from(type_url), [Arc::from(name)].into_iter().collect())]
+                .into_iter()
+                .collect(),
+        );
+    }
+
+    #[test]
+    fn a_variant_that_stops_matching_is_reported_gone() {
+        let store = env_store();
+        // Delta, TP2 client: the variant is removed by its resource_name.
+        let mut d: Session<DeltaSubscription> = Session::new(None);
+        let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
+        req.resource_locators_subscribe = vec![locator("e", &[("env", "test")])];
+        d.handle_request(&req, &store.snapshot()).unwrap();
+        delta_poll(&mut d, &store).unwrap();
+        // Legacy delta client (metadata): removed by name.
+        let mut l: Session<DeltaSubscription> = Session::new(None);
+        let mut req = delta_request(
+            CLUSTER_LOAD_ASSIGNMENT,
+            Some(&with_metadata(node("n", "c"), &[("env", "test")])),
+        );
+        req.resource_names_subscribe = vec!["e".into()];
+        l.handle_request(&req, &store.snapshot()).unwrap();
+        assert_eq!(delta_poll(&mut l, &store).unwrap().resources.len(), 1);
+        store
+            .apply([Change::RemoveVariant {
+                type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+                name: "e".into(),
+                constraints: Some(Constraints::new(eq("env", "test")).unwrap()),
+            }])
+            .unwrap();
+        changed(&mut d, CLUSTER_LOAD_ASSIGNMENT, "e");
+        changed(&mut l, CLUSTER_LOAD_ASSIGNMENT, "e");
+        let r = delta_poll(&mut d, &store).unwrap();
+        assert!(r.resources.is_empty());
+        assert_eq!(r.removed_variants.len(), 1);
+        assert_eq!(
+            r.removed_variants[0].1.as_ref().map(|c| c.to_string()),
+            Some("{constraint:{key:\"env\" value:\"test\"}}".to_string())
+        );
+        let r = delta_poll(&mut l, &store).unwrap();
+        assert_eq!(r.removed, [Arc::from("e")]);
+        assert!(r.removed_variants.is_empty());
+    }
+
+    #[test]
+    fn tp2_transition_sends_the_removal_and_the_new_variant_in_one_response() {
+        let store = env_store();
+        let mut d: Session<DeltaSubscription> = Session::new(None);
+        let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
+        req.resource_locators_subscribe = vec![locator("e", &[("env", "prod"), ("version", "v1")])];
+        d.handle_request(&req, &store.snapshot()).unwrap();
+        assert_eq!(delta_poll(&mut d, &store).unwrap().resources.len(), 1);
+        // The env=prod variant is replaced by two that also constrain `version` (and env=test
+        // gets the key too: every variant constrains the same keys).
+        store
+            .replace_all(vec![
+                variant(
+                    CLUSTER_LOAD_ASSIGNMENT,
+                    "e",
+                    "prod-v1",
+                    Some(and(vec![eq("env", "prod"), eq("version", "v1")])),
+                ),
+                variant(
+                    CLUSTER_LOAD_ASSIGNMENT,
+                    "e",
+                    "prod-v2",
+                    Some(and(vec![eq("env", "prod"), eq("version", "v2")])),
+                ),
+                variant(
+                    CLUSTER_LOAD_ASSIGNMENT,
+                    "e",
+                    "test",
+                    Some(and(vec![eq("env", "test"), exists("version")])),
+                ),
+            ])
+            .unwrap();
+        changed(&mut d, CLUSTER_LOAD_ASSIGNMENT, "e");
+        let r = delta_poll(&mut d, &store).unwrap();
+        assert_eq!(
+            r.resources.iter().map(|x| seen(x).1).collect::<Vec<_>>(),
+            ["prod-v1"]
+        );
+        assert_eq!(
+            r.removed_variants.len(),
+            1,
+            "the old variant goes in the same response"
+        );
+        assert_eq!(
+            r.removed_variants[0].1.as_ref().map(|c| c.to_string()),
+            Some("{constraint:{key:\"env\" value:\"prod\"}}".to_string())
+        );
+        assert!(delta_poll(&mut d, &store).is_none());
+    }
+
+    #[test]
+    fn one_stream_may_subscribe_to_one_name_with_several_parameter_sets() {
+        let store = env_store();
+        let mut s = ads();
+        let mut req = sotw(CLUSTER_LOAD_ASSIGNMENT, &[], "", None);
+        req.resource_locators = vec![
+            locator("e", &[("env", "prod")]),
+            locator("e", &[("env", "test")]),
+        ];
+        s.handle_request(&req, &store.snapshot()).unwrap();
+        let mut got = contents(&sotw_poll(&mut s, &store).unwrap());
+        got.sort();
+        assert_eq!(got, ["prod", "test"]);
+        let mut d: Session<DeltaSubscription> = Session::new(None);
+        let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
+        req.resource_locators_subscribe = vec![
+            locator("e", &[("env", "prod")]),
+            locator("e", &[("env", "test")]),
+        ];
+        d.handle_request(&req, &store.snapshot()).unwrap();
+        let r = delta_poll(&mut d, &store).unwrap();
+        let mut got: Vec<String> = r.resources.iter().map(|x| seen(x).1).collect();
+        got.sort();
+        assert_eq!(got, ["prod", "test"]);
+    }
+
+    #[test]
+    fn lds_wildcard_returns_per_name_the_matching_variant() {
+        let store = store(vec![
+            variant(LISTENER, "a", "a-prod", Some(eq("env", "prod"))),
+            variant(LISTENER, "a", "a-test", Some(eq("env", "test"))),
+            variant(LISTENER, "b", "b-prod", Some(eq("env", "prod"))),
+            variant(LISTENER, "shared", "shared", None),
+        ]);
+        for (env, want) in [
+            ("prod", vec!["a-prod", "b-prod", "shared"]),
+            ("test", vec!["a-test", "shared"]),
+        ] {
+            let mut s = ads();
+            let n = with_metadata(node("x", "c"), &[("env", env)]);
+            s.handle_request(&sotw(LISTENER, &[], "", Some(&n)), &store.snapshot())
+                .unwrap();
+            assert_eq!(contents(&sotw_poll(&mut s, &store).unwrap()), want);
+        }
+    }
+
+    #[test]
+    fn a_change_to_another_groups_variant_sends_nothing() {
+        let store = env_store();
+        let mut s = ads();
+        let n = with_metadata(node("x", "c"), &[("env", "prod")]);
+        s.handle_request(
+            &sotw(CLUSTER_LOAD_ASSIGNMENT, &["e"], "", Some(&n)),
+            &store.snapshot(),
+        )
+        .unwrap();
+        let r = sotw_poll(&mut s, &store).unwrap();
+        s.handle_request(
+            &sotw(CLUSTER_LOAD_ASSIGNMENT, &["e"], &r.nonce, None),
+            &store.snapshot(),
+        )
+        .unwrap();
+        store
+            .apply([Change::Set(variant(
+                CLUSTER_LOAD_ASSIGNMENT,
+                "e",
+                "test-2",
+                Some(eq("env", "test")),
+            ))])
+            .unwrap();
+        changed(&mut s, CLUSTER_LOAD_ASSIGNMENT, "e");
+        assert!(sotw_poll(&mut s, &store).is_none());
+        store
+            .apply([Change::Set(variant(
+                CLUSTER_LOAD_ASSIGNMENT,
+                "e",
+                "prod-2",
+                Some(eq("env", "prod")),
+            ))])
+            .unwrap();
+        changed(&mut s, CLUSTER_LOAD_ASSIGNMENT, "e");
+        assert_eq!(contents(&sotw_poll(&mut s, &store).unwrap()), ["prod-2"]);
+    }
+
+    #[test]
+    fn variants_that_overlap_are_rejected_naming_both_and_a_parameter_set() {
+        let or = |a: &str, b: &str| Dpc {
+            r#type: Some(Type::OrConstraints(ConstraintList {
+                constraints: vec![eq("env", a), eq("env", b)],
+            })),
+        };
+        let store = Store::new();
+        let err = store
+            .replace_all(vec![
+                variant(CLUSTER, "c", "1", Some(or("prod", "test"))),
+                variant(CLUSTER, "c", "2", Some(or("qa", "test"))),
+            ])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("c/1") && err.contains("c/2"), "{err}");
+        assert!(err.contains("env=test"), "{err}");
+    }
+
+    #[test]
+    fn variants_constraining_different_keys_are_rejected() {
+        let store = Store::new();
+        let err = store
+            .replace_all(vec![
+                variant(CLUSTER, "c", "1", Some(eq("env", "prod"))),
+                variant(
+                    CLUSTER,
+                    "c",
+                    "2",
+                    Some(and(vec![eq("env", "test"), eq("version", "v1")])),
+                ),
+            ])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("different keys"), "{err}");
+        assert!(err.contains("c/1") && err.contains("c/2"), "{err}");
+    }
+}
