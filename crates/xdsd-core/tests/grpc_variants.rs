@@ -1,0 +1,195 @@
+//! xRFC TP2 variants over real gRPC on loopback: what a client that subscribes with dynamic
+//! parameters receives on the wire (resources wrapped in `Resource` with `resource_name`,
+//! removals in `removed_resource_names`), and what a legacy client receives (plain resources).
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::ConstraintType;
+use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+    SingleConstraint, Type,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DiscoveryRequest, DynamicParameterConstraints, Resource,
+    ResourceLocator,
+};
+use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use xdsd_core::params::Constraints;
+use xdsd_core::store::{Change, RESOURCE_WRAPPER};
+use xdsd_core::types::CLUSTER_LOAD_ASSIGNMENT;
+
+mod common;
+use common::{input, Server, WAIT};
+
+fn env(value: &str) -> DynamicParameterConstraints {
+    DynamicParameterConstraints {
+        r#type: Some(Type::Constraint(SingleConstraint {
+            key: "env".into(),
+            constraint_type: Some(ConstraintType::Value(value.into())),
+        })),
+    }
+}
+
+/// A server whose ClusterLoadAssignment "e" has a prod and a test variant.
+async fn server() -> Server {
+    let server = Server::start().await;
+    server
+        .store
+        .replace_all(["prod", "test"].map(|v| {
+            input(CLUSTER_LOAD_ASSIGNMENT, "e", v.as_bytes())
+                .with_constraints(Some(Constraints::new(env(v)).unwrap()))
+        }))
+        .unwrap();
+    server
+}
+
+fn locator(env: &str) -> ResourceLocator {
+    ResourceLocator {
+        name: "e".into(),
+        dynamic_parameters: [("env".to_string(), env.to_string())].into_iter().collect(),
+    }
+}
+
+fn node(metadata: &[(&str, &str)]) -> Option<Node> {
+    Some(Node {
+        id: "variants-test".into(),
+        metadata: Some(Struct {
+            fields: metadata
+                .iter()
+                .map(|(k, v)| {
+                    let value = Value {
+                        kind: Some(Kind::StringValue(v.to_string())),
+                    };
+                    (k.to_string(), value)
+                })
+                .collect(),
+        }),
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn sotw_locators_get_resources_wrapped_with_their_constraints() {
+    let server = server().await;
+    let (tx, rx) = mpsc::channel(4);
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(DiscoveryRequest {
+        node: node(&[]),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        resource_locators: vec![locator("test")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(!r.version_info.is_empty());
+    assert_eq!(r.resources.len(), 1);
+    let any = &r.resources[0];
+    assert_eq!(any.type_url, RESOURCE_WRAPPER);
+    let wrapped = Resource::decode(any.value.as_slice()).unwrap();
+    assert!(wrapped.name.is_empty(), "resource_name replaces name");
+    let name = wrapped.resource_name.unwrap();
+    assert_eq!(name.name, "e");
+    assert_eq!(name.dynamic_parameter_constraints, Some(env("test")));
+    let inner = wrapped.resource.unwrap();
+    assert_eq!(inner.type_url, CLUSTER_LOAD_ASSIGNMENT);
+    assert_eq!(inner.value, b"test");
+    drop(tx);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_legacy_client_gets_the_plain_variant_of_its_metadata() {
+    let server = server().await;
+    let (tx, rx) = mpsc::channel(4);
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(DiscoveryRequest {
+        node: node(&[("env", "prod")]),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        resource_names: vec!["e".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.resources.len(), 1);
+    assert_eq!(r.resources[0].type_url, CLUSTER_LOAD_ASSIGNMENT);
+    assert_eq!(r.resources[0].value, b"prod");
+    drop(tx);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn delta_locators_get_resource_names_and_removed_resource_names() {
+    let server = server().await;
+    let (tx, rx) = mpsc::channel(4);
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(DeltaDiscoveryRequest {
+        node: node(&[]),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        resource_locators_subscribe: vec![locator("test")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut next = async || {
+        tokio::time::timeout(WAIT, responses.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+    };
+    let r = next().await;
+    assert_eq!(r.resources.len(), 1);
+    let name = r.resources[0].resource_name.clone().unwrap();
+    assert_eq!(name.dynamic_parameter_constraints, Some(env("test")));
+    assert!(r.resources[0].name.is_empty());
+    tx.send(DeltaDiscoveryRequest {
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        response_nonce: r.nonce.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    server
+        .store
+        .apply([Change::RemoveVariant {
+            type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+            name: "e".into(),
+            constraints: Some(Constraints::new(env("test")).unwrap()),
+        }])
+        .unwrap();
+    let r = next().await;
+    assert!(r.resources.is_empty());
+    assert!(r.removed_resources.is_empty());
+    assert_eq!(r.removed_resource_names.len(), 1);
+    assert_eq!(r.removed_resource_names[0].name, "e");
+    assert_eq!(
+        r.removed_resource_names[0].dynamic_parameter_constraints,
+        Some(env("test"))
+    );
+    drop(tx);
+    server.stop().await;
+}
