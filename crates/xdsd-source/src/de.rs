@@ -13,7 +13,7 @@ use serde::de::{
     MapAccess, SeqAccess, Visitor,
 };
 
-use crate::parse::{DocPlan, Layout};
+use crate::plan::{DocPlan, Layout, META_KEYS};
 
 pub(crate) struct DocSeed<'a> {
     pub plan: &'a DocPlan,
@@ -212,6 +212,9 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutTypeKeyMap<'_, A> {
                     return Err(A::Error::custom("duplicate key \"@type\""));
                 }
                 self.seen_type = true;
+            }
+            if META_KEYS.contains(&key.as_str()) {
+                // Read in the first pass (`parse`): not a field of the message.
                 self.inner.next_value::<IgnoredAny>()?;
                 continue;
             }

@@ -44,6 +44,8 @@ pub enum Problem {
     Unnamed(String),
     /// The name field (`name` or `cluster_name`) is empty.
     EmptyName(&'static str),
+    /// `"@constraints"` or `"@match"` is not a valid set of constraints.
+    Constraints(String),
     /// The proto3 JSON decoder rejected the message: unknown field, wrong value type, bad
     /// duration, unknown nested `@type`... The text carries the parser's field path and
     /// line/column where it gives them.
@@ -75,6 +77,7 @@ impl fmt::Display for Problem {
                 "{t} has no string `name` or `cluster_name` field, so it cannot be served as a named resource"
             ),
             Problem::EmptyName(field) => write!(f, "empty name: `{field}` must be set"),
+            Problem::Constraints(message) => f.write_str(message),
             Problem::Invalid(message) => f.write_str(message),
         }
     }

@@ -14,6 +14,7 @@ mod descriptors;
 mod dir;
 mod error;
 mod parse;
+mod plan;
 mod watch;
 
 pub use descriptors::{
@@ -33,6 +34,9 @@ pub struct ParsedResource {
     pub name: String,
     /// The protobuf encoding of the message itself (what goes in `Any.value`).
     pub value: bytes::Bytes,
+    /// For a variant (xRFC TP2): the encoded `DynamicParameterConstraints` of its
+    /// `"@constraints"` (or `"@match"`); `None` for the name's only, unconstrained resource.
+    pub constraints: Option<bytes::Bytes>,
     /// Where it came from: `path/to/file.yaml (resource #2)`, counting from 1.
     pub origin: String,
 }

@@ -2,6 +2,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::Path;
 
+use bytes::Bytes;
 use prost::Message as _;
 use prost_reflect::{DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor};
 use serde::de::{Deserialize, DeserializeSeed};
@@ -11,6 +12,7 @@ use crate::canonical::canonical;
 use crate::de::DocSeed;
 use crate::descriptors::type_url_of;
 use crate::error::{Problem, ResourceRef};
+use crate::plan::{DocPlan, Layout, ResourcePlan, CONSTRAINTS_KEY, MATCH_KEY};
 use crate::{Descriptors, ParsedResource, SourceError};
 
 /// File formats, chosen by extension.
@@ -37,32 +39,6 @@ impl Format {
             Format::Json => "JSON",
         }
     }
-}
-
-/// How one YAML document (or the JSON file) holds its resources.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Layout {
-    /// Null, or `resources:` that is null or empty: nothing to decode.
-    Empty,
-    Single,
-    List,
-    Wrapper,
-}
-
-#[derive(Debug)]
-pub(crate) struct DocPlan {
-    pub layout: Layout,
-    pub resources: Vec<ResourcePlan>,
-    /// The document with YAML merge keys applied, when it used them.
-    pub merged: Option<serde_yaml_ng::Value>,
-}
-
-/// What the first pass learned about a resource before its body is decoded.
-#[derive(Debug)]
-pub(crate) struct ResourcePlan {
-    pub reference: ResourceRef,
-    pub desc: MessageDescriptor,
-    pub name_field: FieldDescriptor,
 }
 
 /// Parses one file's text (format chosen by the extension of `path`, which is also what
@@ -218,6 +194,7 @@ fn finish(plan: &ResourcePlan, message: &DynamicMessage) -> Result<ParsedResourc
     Ok(ParsedResource {
         type_url: type_url_of(&plan.desc),
         name,
+        constraints: plan.constraints.clone(),
         value: canonical(
             plan.desc.parent_pool(),
             &plan.desc,
@@ -232,11 +209,13 @@ fn finish(plan: &ResourcePlan, message: &DynamicMessage) -> Result<ParsedResourc
     })
 }
 
-/// Rejects two resources with the same type URL and name, naming both origins.
+/// Rejects two resources with the same type URL and name, naming both origins, unless they are
+/// variants: resources with `@constraints` (or `@match`) may share a name. The rules across the
+/// variants of a name (the same keys, no overlap) are the store's to check.
 pub fn check_duplicates(resources: &[ParsedResource]) -> Result<(), SourceError> {
     let mut errors = Vec::new();
     let mut seen: HashMap<(&str, &str), &str> = HashMap::with_capacity(resources.len());
-    for resource in resources {
+    for resource in resources.iter().filter(|r| r.constraints.is_none()) {
         let key = (resource.type_url.as_str(), resource.name.as_str());
         if let Some(first) = seen.insert(key, &resource.origin) {
             // Keep reporting against the first definition when there are three or more.
@@ -358,10 +337,15 @@ impl Planner<'_> {
             let full_name = desc.full_name().to_owned();
             return Err(fail(reference, Problem::Unnamed(full_name)));
         };
+        let constraints = match constraints_of(self.descriptors, map) {
+            Ok(c) => c,
+            Err(message) => return Err(fail(reference, Problem::Constraints(message))),
+        };
         Ok(ResourcePlan {
             reference,
             desc,
             name_field,
+            constraints,
         })
     }
 
@@ -399,4 +383,81 @@ fn kind_of(value: &Value) -> &'static str {
         Value::Array(_) => "a list",
         Value::Object(_) => "a mapping",
     }
+}
+
+const CONSTRAINTS_MESSAGE: &str = "envoy.service.discovery.v3.DynamicParameterConstraints";
+
+/// The encoded constraints of a variant: `@constraints` (the proto3 JSON of
+/// `DynamicParameterConstraints`) or `@match` (keys that must equal these values, or be absent
+/// where the value is null). `Err` is the message of a [`Problem::Constraints`].
+fn constraints_of(
+    descriptors: &Descriptors,
+    map: &Map<String, Value>,
+) -> Result<Option<Bytes>, String> {
+    let json = match (map.get(CONSTRAINTS_KEY), map.get(MATCH_KEY)) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => {
+            return Err("use either \"@constraints\" or \"@match\", not both".into())
+        }
+        (Some(c), None) => c.clone(),
+        (None, Some(m)) => match_to_constraints(m)?,
+    };
+    let desc = descriptors
+        .pool()
+        .get_message_by_name(CONSTRAINTS_MESSAGE)
+        .ok_or_else(|| format!("the descriptors have no {CONSTRAINTS_MESSAGE}"))?;
+    let mut track = serde_path_to_error::Track::new();
+    let de = serde_path_to_error::Deserializer::new(json, &mut track);
+    let message = DynamicMessage::deserialize_with_options(desc, de, &DeserializeOptions::new())
+        .map_err(|e| {
+            let path = track.path().to_string();
+            match path.as_str() {
+                "" | "." => format!("\"@constraints\": {e}"),
+                _ => format!("\"@constraints\".{path}: {e}"),
+            }
+        })?;
+    Ok(Some(message.encode_to_vec().into()))
+}
+
+/// `@match: {k: v, ...}` as the proto3 JSON of the constraints it stands for.
+fn match_to_constraints(value: &Value) -> Result<Value, String> {
+    let Value::Object(map) = value else {
+        return Err(format!(
+            "\"@match\" must be a mapping of parameter keys to values, found {}",
+            kind_of(value)
+        ));
+    };
+    if map.is_empty() {
+        return Err("\"@match\" needs at least one key".into());
+    }
+    let mut all = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let constraint = match value {
+            Value::String(v) => serde_json::json!({"constraint": {"key": key, "value": v}}),
+            Value::Null => serde_json::json!({
+                "not_constraints": {"constraint": {"key": key, "exists": {}}}
+            }),
+            Value::Number(n) => {
+                return Err(format!(
+                    "\"@match\" key {key:?}: parameter values are strings; write it as a string: \"{n}\""
+                ))
+            }
+            Value::Bool(b) => {
+                return Err(format!(
+                    "\"@match\" key {key:?}: parameter values are strings; write it as a string: \"{b}\""
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "\"@match\" key {key:?}: expected a string (the value) or null (the key is absent), found {}",
+                    kind_of(other)
+                ))
+            }
+        };
+        all.push(constraint);
+    }
+    Ok(match all.len() {
+        1 => all.remove(0),
+        _ => serde_json::json!({"and_constraints": {"constraints": all}}),
+    })
 }

@@ -12,6 +12,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
+use xdsd_core::params::Constraints;
 use xdsd_core::store::{ResourceInput, Store};
 use xdsd_core::transport::grpc::XdsServer;
 use xdsd_source::{Descriptors, ParsedResource};
@@ -116,10 +117,24 @@ fn init_logs(level: &str) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
-fn inputs(resources: Vec<ParsedResource>) -> Vec<ResourceInput> {
+/// The store's inputs for parsed resources; a variant's constraints are checked here (an empty
+/// key, a constraint with neither value nor exists, the size bounds), naming its resource.
+fn inputs(resources: Vec<ParsedResource>) -> anyhow::Result<Vec<ResourceInput>> {
     resources
         .into_iter()
-        .map(|r| ResourceInput::new(r.type_url, r.name, r.value).with_origin(r.origin))
+        .map(|r| {
+            let constraints = r
+                .constraints
+                .as_deref()
+                .map(Constraints::decode)
+                .transpose()
+                .map_err(|e| {
+                    anyhow::anyhow!("{} ({:?}): \"@constraints\": {e}", r.origin, r.name)
+                })?;
+            Ok(ResourceInput::new(r.type_url, r.name, r.value)
+                .with_constraints(constraints)
+                .with_origin(r.origin))
+        })
         .collect()
 }
 
@@ -138,7 +153,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot load resources from {}", dir.display()))?;
         let count = initial.len();
         let summary = store
-            .replace_all(inputs(initial))
+            .replace_all(inputs(initial)?)
             .with_context(|| format!("cannot load resources from {}", dir.display()))?;
         info!(
             dir = %dir.display(),
@@ -193,7 +208,14 @@ fn watch(
         match result {
             Ok(resources) => {
                 let count = resources.len();
-                match store.replace_all(inputs(resources)) {
+                let inputs = match inputs(resources) {
+                    Ok(inputs) => inputs,
+                    Err(e) => {
+                        error!("change rejected: {e:#}; still serving generation {generation}");
+                        return;
+                    }
+                };
+                match store.replace_all(inputs) {
                     Ok(summary) if summary.changed == 0 => {
                         info!(resources = count, "directory changed, resources unchanged")
                     }

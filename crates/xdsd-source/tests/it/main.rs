@@ -1,6 +1,7 @@
 //! One test binary for the crate (each binary links envoy-types, which is slow on small machines).
 
 mod canonical;
+mod constraints;
 mod descriptors;
 mod directory;
 mod errors;
