@@ -536,3 +536,14 @@ fn sotw_request_encodes_what_it_decodes() {
     assert_eq!(full.resource_names, ["x", "", "yz"]);
     assert_eq!(SotwRequest::decode(bytes.as_slice()).unwrap(), request);
 }
+
+#[test]
+fn a_type_with_no_resources_is_answered_with_a_non_empty_version() {
+    // An empty version_info is what a client sends before it has seen anything: a response must
+    // never carry it, also when the store has nothing of the type.
+    let mut h = Harness::new(LISTENER, &[]);
+    h.request(&[], "", "");
+    let (names, version, _) = h.expect();
+    assert!(names.is_empty());
+    assert!(!version.is_empty());
+}
