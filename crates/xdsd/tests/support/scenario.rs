@@ -63,6 +63,26 @@ pub fn config_source(transport: Transport) -> &'static str {
 
 /// A dynamic bootstrap: LDS and CDS from xdsd at 127.0.0.1:`xds_port`.
 pub fn dynamic_bootstrap(node_id: &str, xds_port: u16, transport: Transport) -> String {
+    bootstrap_for_node(node_id, None, xds_port, transport)
+}
+
+/// Like [`dynamic_bootstrap`], with the node's `metadata` set to `metadata` (a YAML flow
+/// mapping, e.g. `{ env: prod }`): xdsd derives a client's variant parameters from it.
+pub fn dynamic_bootstrap_with_metadata(
+    node_id: &str,
+    metadata: &str,
+    xds_port: u16,
+    transport: Transport,
+) -> String {
+    bootstrap_for_node(node_id, Some(metadata), xds_port, transport)
+}
+
+fn bootstrap_for_node(
+    node_id: &str,
+    metadata: Option<&str>,
+    xds_port: u16,
+    transport: Transport,
+) -> String {
     let ads_config = match transport {
         Transport::Ads => {
             "  ads_config:
@@ -83,11 +103,14 @@ pub fn dynamic_bootstrap(node_id: &str, xds_port: u16, transport: Transport) -> 
         Transport::PerType => "",
     };
     let source = config_source(transport);
+    let metadata = metadata
+        .map(|m| format!("  metadata: {m}\n"))
+        .unwrap_or_default();
     format!(
         "node:
   id: {node_id}
   cluster: xdsd-tests
-{ADMIN}dynamic_resources:
+{metadata}{ADMIN}dynamic_resources:
 {ads_config}  lds_config: {source}
   cds_config: {source}
 static_resources:
