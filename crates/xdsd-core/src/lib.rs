@@ -11,5 +11,7 @@ pub mod hash {
 pub mod params;
 pub mod protocol;
 pub mod store;
+#[cfg(test)]
+mod test_rng;
 pub mod transport;
 pub mod types;

@@ -683,25 +683,7 @@ fn overlap_stays_fast_on_many_keys() {
 // ---------------------------------------------------------------------------------------------
 // Randomized: overlap against brute force
 
-/// xorshift64*: enough randomness for test formulas, reproducible from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[self.below(from.len() as u64) as usize]
-    }
-}
+use crate::test_rng::Rng;
 
 const KEYS: [&str; 3] = ["a", "b", "c"];
 const VALUES: [&str; 3] = ["x", "y", "z"];

@@ -15,24 +15,11 @@ use super::NonceGen;
 use crate::store::Store;
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
-/// xorshift64*: enough randomness for test sequences, reproducible from the seed.
-struct Rng(u64);
+use crate::test_rng::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn name(&mut self) -> String {
-        format!("r{}", self.below(6))
-    }
+/// A resource name of the small set the model tests draw from.
+fn random_name(rng: &mut Rng) -> String {
+    format!("r{}", rng.below(6))
 }
 
 const SEEDS: u64 = 300;
@@ -40,7 +27,7 @@ const STEPS: usize = 60;
 
 /// A random store change: set one resource to a random content, or remove it.
 fn change_store(rng: &mut Rng, store: &Store, type_url: &str) -> Vec<Arc<str>> {
-    let name = rng.name();
+    let name = random_name(rng);
     if rng.below(4) == 0 {
         remove(store, type_url, &name);
     } else {
@@ -88,7 +75,7 @@ fn sotw_run(type_url: &str, seed: u64) {
                 // must change nothing (the client's next request carries its real list).
                 let request = DiscoveryRequest {
                     type_url: type_url.into(),
-                    resource_names: vec![rng.name()],
+                    resource_names: vec![random_name(&mut rng)],
                     response_nonce: old_nonce.clone(),
                     ..Default::default()
                 };
@@ -100,11 +87,11 @@ fn sotw_run(type_url: &str, seed: u64) {
                 match rng.below(4) {
                     0 => star = !star,
                     1 => {
-                        let n = rng.name();
+                        let n = random_name(&mut rng);
                         set.remove(&n);
                     }
                     _ => {
-                        set.insert(rng.name());
+                        set.insert(random_name(&mut rng));
                     }
                 }
                 let mut list: Vec<String> = set.iter().cloned().collect();
@@ -232,7 +219,7 @@ fn delta_run(seed: u64) {
             if rng.below(2) == 0 {
                 star = true;
             } else {
-                let n = rng.name();
+                let n = random_name(&mut rng);
                 names.insert(n.clone());
                 request.resource_names_subscribe.push(n);
             }
@@ -257,7 +244,7 @@ fn delta_run(seed: u64) {
                         // Nothing to ask for: an explicit empty subscription is not expressible
                         // on a new stream (it would be the legacy wildcard), so stay subscribed
                         // to one name.
-                        let n = rng.name();
+                        let n = random_name(&mut rng);
                         names.insert(n.clone());
                         request.resource_names_subscribe.push(n);
                     }
@@ -278,14 +265,14 @@ fn delta_run(seed: u64) {
                     }
                 }
                 2 => {
-                    let n = rng.name();
+                    let n = random_name(&mut rng);
                     request.resource_names_unsubscribe.push(n.clone());
                     if names.remove(&n) && !star {
                         held.remove(&n);
                     }
                 }
                 _ => {
-                    let n = rng.name();
+                    let n = random_name(&mut rng);
                     names.insert(n.clone());
                     request.resource_names_subscribe.push(n);
                 }
