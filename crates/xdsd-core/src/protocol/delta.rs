@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use super::sotw::WILDCARD;
 use super::{intern, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::params::Constraints;
-use crate::store::{Resource, TypeSnapshot};
+use crate::store::{Encoding, Resource, TypeSnapshot};
 
 /// A variant removed from a client that holds variants by `resource_name`.
 pub type RemovedVariant = (Arc<str>, Option<Arc<Constraints>>);
@@ -35,7 +35,11 @@ pub struct DeltaResponse {
     /// Variants to drop (`removed_resource_names`), for clients that hold them by
     /// `resource_name`; resources then go out named by `resource_name` too.
     pub removed_variants: Vec<RemovedVariant>,
-    pub named: bool,
+    /// Resources the client holds at their current version whose TTL this response renews:
+    /// they go out without a body (spec "TTL": heartbeats).
+    pub heartbeats: Vec<Arc<Resource>>,
+    /// Named by `resource_name` or `name`; with TTLs or without.
+    pub encoding: Encoding,
 }
 
 /// What the client holds for a key: the version, and which variant (TP2 clients).
@@ -58,8 +62,9 @@ impl Held {
 #[derive(Debug)]
 pub struct DeltaSubscription {
     type_url: Arc<str>,
-    /// Resources named by `resource_name`, removals by `removed_resource_names` (TP2 clients).
-    named: bool,
+    /// Resources named by `resource_name`, removals by `removed_resource_names` (TP2 clients);
+    /// with their TTLs (clients that take them).
+    encoding: Encoding,
     wildcard: Option<Pid>,
     /// Set once a request subscribed to any name (`*` included): the legacy wildcard is gone.
     explicit: bool,
@@ -82,13 +87,15 @@ pub struct DeltaSubscription {
     /// still covers them, so each is owed as a resource (still covered) or a removal.
     unsubscribed: HashSet<Key>,
     dirty: HashSet<Arc<str>>,
+    /// Keys owed a heartbeat (their TTL renewed without a body).
+    heartbeat: HashSet<Key>,
 }
 
 impl DeltaSubscription {
     pub fn new(type_url: Arc<str>) -> DeltaSubscription {
         DeltaSubscription {
             type_url,
-            named: false,
+            encoding: Encoding::default(),
             wildcard: None,
             explicit: false,
             requested: false,
@@ -102,12 +109,18 @@ impl DeltaSubscription {
             forced: HashSet::default(),
             unsubscribed: HashSet::default(),
             dirty: HashSet::default(),
+            heartbeat: HashSet::default(),
         }
     }
 
     /// Resources and removals name variants by `resource_name` from now on (a TP2 client).
     pub fn set_named(&mut self, named: bool) {
-        self.named = named;
+        self.encoding.named = named;
+    }
+
+    /// Resources go out with their TTLs (a client that takes them).
+    pub fn set_ttl(&mut self, ttl: bool) {
+        self.encoding.ttl = ttl;
     }
 
     pub fn type_url(&self) -> &Arc<str> {
@@ -316,6 +329,14 @@ impl DeltaSubscription {
         self.forced.extend(keys);
     }
 
+    /// Renews the TTL of `name` with the next response, if the client holds it: a heartbeat when
+    /// it holds the current version, else the resource itself.
+    pub fn heartbeat(&mut self, name: &Arc<str>) {
+        let keys = self.keys_of(name);
+        self.heartbeat
+            .extend(keys.into_iter().filter(|k| self.has.contains_key(k)));
+    }
+
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         for name in names {
@@ -336,6 +357,7 @@ impl DeltaSubscription {
             || !self.forced.is_empty()
             || !self.unsubscribed.is_empty()
             || !self.dirty.is_empty()
+            || !self.heartbeat.is_empty()
     }
 
     /// The response owed to the client, if any, given the store as this client sees it.
@@ -400,6 +422,25 @@ impl DeltaSubscription {
                 }
             }
         }
+        // Heartbeats: the keys whose variant the client holds at its current version and that this
+        // response does not send anyway; a key the client holds at another version gets its
+        // resource (what it holds is stale), a key now gone is removed as any.
+        let mut beats: Vec<Arc<Resource>> = Vec::new();
+        for key in &self.heartbeat {
+            match get(key) {
+                Some(r) if !differs(key, r) => beats.push(r.clone()),
+                Some(r) => send(key, r),
+                None => {
+                    removed.insert(key.clone());
+                }
+            }
+        }
+        let heartbeats: BTreeMap<(Arc<str>, Arc<str>), Arc<Resource>> = beats
+            .into_iter()
+            .map(|r| ((r.name().clone(), r.version().clone()), r))
+            .filter(|(id, _)| !resources.contains_key(id))
+            .collect();
+        self.heartbeat.clear();
         let answer = self.answer;
         self.answer = false;
         self.check_all = false;
@@ -421,7 +462,7 @@ impl DeltaSubscription {
                 dropped.push((key.0.clone(), before.constraints));
             }
         }
-        let (removed, removed_variants) = if self.named {
+        let (removed, removed_variants) = if self.encoding.named {
             let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
                 .has
                 .iter()
@@ -448,7 +489,12 @@ impl DeltaSubscription {
             names.dedup();
             (names, Vec::new())
         };
-        if resources.is_empty() && removed.is_empty() && removed_variants.is_empty() && !answer {
+        if resources.is_empty()
+            && heartbeats.is_empty()
+            && removed.is_empty()
+            && removed_variants.is_empty()
+            && !answer
+        {
             return None;
         }
         let system_version_info = self.version(views);
@@ -462,7 +508,8 @@ impl DeltaSubscription {
             resources: resources.into_values().collect(),
             removed,
             removed_variants,
-            named: self.named,
+            heartbeats: heartbeats.into_values().collect(),
+            encoding: self.encoding,
         })
     }
 

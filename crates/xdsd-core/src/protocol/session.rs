@@ -1,7 +1,9 @@
 //! The per-client session: everything xdsd knows and owes one client on one stream, without I/O.
 //!
-//! Requests and store changes go in (`handle_request`, `handle_changes`); responses come out, one
-//! at a time in make-before-break order (`poll_response`). The session owns the client's node
+//! Requests, store changes and time go in (`handle_request`, `handle_changes`,
+//! `handle_timeout`); responses come out, one at a time in make-before-break order
+//! (`poll_response`), and so does the next moment the session needs to be woken (`poll_timeout`).
+//! The session never reads a clock: the transport passes `now` in. The session owns the client's node
 //! (identity, metadata, features, dynamic parameters), resolves each request's type, turns its
 //! names and resource locators into subscription keys with parameter sets (xRFC TP2), drives one
 //! state machine per type, and resends what a client needs to finish warming a resource. The gRPC
@@ -12,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, ResourceLocator};
@@ -19,7 +22,7 @@ use envoy_types::pb::google::protobuf::value::Kind;
 use prost::Message as _;
 
 use super::delta::{DeltaResponse, DeltaSubscription};
-use super::sotw::{SotwRequest, SotwResponse, SotwSubscription};
+use super::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
 use super::{NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::hash::{HashMap, HashSet};
 use crate::params::ParamSet;
@@ -38,6 +41,19 @@ pub const MAX_PARAMS: usize = 128;
 pub const MAX_PARAM_LEN: usize = 1024;
 /// Type URLs one session may subscribe to.
 pub const MAX_TYPES: usize = 256;
+
+/// The client feature of clients that take per-resource TTLs (spec "TTL").
+pub const FEATURE_RESOURCE_TTL: &str = "xds.config.supports-resource-ttl";
+/// The client feature of clients that take resources wrapped in `Resource` in SotW responses, as
+/// Envoy spells it; [`FEATURE_RESOURCE_IN_SOTW_ALT`] is accepted too.
+pub const FEATURE_RESOURCE_IN_SOTW: &str = "xds.config.resource-in-sotw";
+pub const FEATURE_RESOURCE_IN_SOTW_ALT: &str = "xds.config.supports-resource-in-sotw";
+
+/// A resource with a TTL is renewed every third of its TTL: two heartbeats may be lost or late
+/// before the client drops it.
+pub const HEARTBEATS_PER_TTL: u32 = 3;
+/// Heartbeats of one type are never closer together than this, whatever the TTL.
+pub const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Why a session cannot go on: the client sent something xdsd will not serve. Each ends the
 /// stream; [`SessionError::kind`] says which status it maps to.
@@ -148,6 +164,17 @@ impl ClientNode {
         self.client_features.iter().any(|f| f == feature)
     }
 
+    /// Whether the client takes TTLs: it advertises [`FEATURE_RESOURCE_TTL`], or it is Envoy,
+    /// which honours TTLs (delta, and SotW `Resource` wrappers) without advertising the feature.
+    pub fn takes_ttl(&self) -> bool {
+        self.has_feature(FEATURE_RESOURCE_TTL) || self.user_agent_name == "envoy"
+    }
+
+    /// Whether the client takes resources wrapped in `Resource` in SotW responses.
+    pub fn takes_sotw_wrappers(&self) -> bool {
+        self.has_feature(FEATURE_RESOURCE_IN_SOTW) || self.has_feature(FEATURE_RESOURCE_IN_SOTW_ALT)
+    }
+
     /// The parameters of a subscription to `type_url` by plain name: the node's dynamic
     /// parameters for that type, else the parameters derived from the node.
     pub fn params_for(&self, type_url: &str) -> &ParamSet {
@@ -196,6 +223,11 @@ pub trait Machine: Send + 'static {
 
     fn new(type_url: Arc<str>) -> Self;
     fn set_named(&mut self, named: bool);
+    /// Whether resources go out with their TTLs to this client.
+    fn takes_ttl(node: &ClientNode) -> bool;
+    fn set_ttl(&mut self, ttl: bool);
+    /// Renews the TTL of `name` with the next response, if the client holds it.
+    fn heartbeat(&mut self, name: &Arc<str>);
     fn node(request: &Self::Request) -> NodeRef<'_>;
     fn type_url(request: &Self::Request) -> &str;
     /// (subscribe, unsubscribe) resource locators of a request.
@@ -216,6 +248,8 @@ pub trait Machine: Send + 'static {
     fn initial_versions(request: &Self::Request) -> usize;
     /// The resources of a response that are new or changed for the client.
     fn updated(response: &Self::Response) -> &[Arc<Resource>];
+    /// Every resource a response carries with a TTL (renewals included).
+    fn with_ttl(response: &Self::Response) -> Vec<Arc<Resource>>;
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     fn resend(&mut self, name: &Arc<str>);
 }
@@ -230,6 +264,18 @@ impl Machine for SotwSubscription {
     }
     fn set_named(&mut self, named: bool) {
         SotwSubscription::set_named(self, named)
+    }
+    fn takes_ttl(node: &ClientNode) -> bool {
+        node.takes_ttl() && node.takes_sotw_wrappers()
+    }
+    fn set_ttl(&mut self, ttl: bool) {
+        SotwSubscription::set_ttl(self, ttl)
+    }
+    /// SotW renews a TTL by sending the resource again: Envoy's SotW subscription drops a
+    /// resource without a body before it looks at its TTL, and in LDS/CDS a response without the
+    /// resource's body would remove it (see docs/ttl.md).
+    fn heartbeat(&mut self, name: &Arc<str>) {
+        SotwSubscription::resend(self, name)
     }
     fn node(request: &SotwRequest) -> NodeRef<'_> {
         if request.node_raw.is_empty() {
@@ -271,6 +317,13 @@ impl Machine for SotwSubscription {
     fn updated(r: &SotwResponse) -> &[Arc<Resource>] {
         &r.updated
     }
+    fn with_ttl(r: &SotwResponse) -> Vec<Arc<Resource>> {
+        match &r.resources {
+            SotwResources::All(view) if view.has_ttl() => view.iter().cloned().collect(),
+            SotwResources::All(_) => Vec::new(),
+            SotwResources::Some(list) => list.clone(),
+        }
+    }
     fn resend(&mut self, name: &Arc<str>) {
         SotwSubscription::resend(self, name)
     }
@@ -286,6 +339,15 @@ impl Machine for DeltaSubscription {
     }
     fn set_named(&mut self, named: bool) {
         DeltaSubscription::set_named(self, named)
+    }
+    fn takes_ttl(node: &ClientNode) -> bool {
+        node.takes_ttl()
+    }
+    fn set_ttl(&mut self, ttl: bool) {
+        DeltaSubscription::set_ttl(self, ttl)
+    }
+    fn heartbeat(&mut self, name: &Arc<str>) {
+        DeltaSubscription::heartbeat(self, name)
     }
     fn node(request: &DeltaDiscoveryRequest) -> NodeRef<'_> {
         match &request.node {
@@ -334,6 +396,9 @@ impl Machine for DeltaSubscription {
     fn updated(r: &DeltaResponse) -> &[Arc<Resource>] {
         &r.resources
     }
+    fn with_ttl(r: &DeltaResponse) -> Vec<Arc<Resource>> {
+        r.resources.iter().chain(&r.heartbeats).cloned().collect()
+    }
     fn resend(&mut self, name: &Arc<str>) {
         DeltaSubscription::resend(self, name)
     }
@@ -360,6 +425,18 @@ struct TypeState<M> {
     /// The parameter set plain names of this type are subscribed with.
     default: Pid,
     named: bool,
+    /// Resources sent with a TTL, by name, and when their TTLs are next renewed: one deadline per
+    /// type, never a timer per resource.
+    ttls: HashMap<Arc<str>, Duration>,
+    next_heartbeat: Option<Instant>,
+}
+
+impl<M> TypeState<M> {
+    /// How often this type's TTLs are renewed: a fraction of the shortest.
+    fn heartbeat_interval(&self) -> Option<Duration> {
+        let shortest = self.ttls.values().min()?;
+        Some((*shortest / HEARTBEATS_PER_TTL).max(MIN_HEARTBEAT_INTERVAL))
+    }
 }
 
 /// A client's session on one stream. `M` is the protocol variant's per-type machine.
@@ -448,8 +525,13 @@ impl<M: Machine> Session<M> {
                 machine: M::new(type_url.clone()),
                 default,
                 named: false,
+                ttls: HashMap::default(),
+                next_heartbeat: None,
             });
         state.default = default;
+        state
+            .machine
+            .set_ttl(self.node.as_ref().is_some_and(M::takes_ttl));
         // A client that subscribes with dynamic parameters gets every resource of the type named
         // by `resource_name`, with its constraints (TP2: constraints are never omitted).
         let named = state.named || node_named || !subscribe.is_empty() || !unsubscribe.is_empty();
@@ -563,14 +645,37 @@ impl<M: Machine> Session<M> {
         }
     }
 
+    /// The next moment the session has something to do (`handle_timeout`), if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.types.values().filter_map(|s| s.next_heartbeat).min()
+    }
+
+    /// Takes in the time: renews the TTLs due by `now` (heartbeats, spec "TTL"). Every resource
+    /// with a TTL of a type is renewed in the same response.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for state in self.types.values_mut() {
+            if state.next_heartbeat.is_none_or(|due| due > now) {
+                continue;
+            }
+            for name in state.ttls.keys() {
+                state.machine.heartbeat(name);
+            }
+            state.next_heartbeat = state.heartbeat_interval().map(|i| now + i);
+        }
+    }
+
     /// Whether `poll_response` may have something to send.
     pub fn has_pending(&self) -> bool {
         self.types.values().any(|s| s.machine.has_pending())
     }
 
     /// The next response owed, types in make-before-break order (what a resource refers to goes
-    /// out before it), given the store's state `snapshot`.
-    pub fn poll_response(&mut self, snapshot: &Snapshot) -> Option<(Arc<str>, M::Response)> {
+    /// out before it), given the store's state `snapshot`, at `now`.
+    pub fn poll_response(
+        &mut self,
+        snapshot: &Snapshot,
+        now: Instant,
+    ) -> Option<(Arc<str>, M::Response)> {
         let mut order: Vec<&Arc<str>> = self
             .types
             .iter()
@@ -587,6 +692,9 @@ impl<M: Machine> Session<M> {
             let Some(response) = state.machine.poll_response(&views, &mut self.nonces) else {
                 continue;
             };
+            if self.node.as_ref().is_some_and(M::takes_ttl) {
+                track_ttls(state, &M::with_ttl(&response), now);
+            }
             // A changed resource may need others sent again for the client to finish warming it
             // (an updated EDS cluster needs its endpoints): they come later in push order.
             for (dep_type, dep_name) in M::updated(&response).iter().flat_map(|r| r.dependents()) {
@@ -597,6 +705,24 @@ impl<M: Machine> Session<M> {
             return Some((type_url, response));
         }
         None
+    }
+}
+
+/// Records the TTLs a response sent, and schedules their renewal.
+fn track_ttls<M>(state: &mut TypeState<M>, sent: &[Arc<Resource>], now: Instant) {
+    for resource in sent {
+        match resource.ttl() {
+            Some(ttl) => state.ttls.insert(resource.name().clone(), ttl),
+            None => state.ttls.remove(resource.name()),
+        };
+    }
+    let Some(interval) = state.heartbeat_interval() else {
+        state.next_heartbeat = None;
+        return;
+    };
+    let due = now + interval;
+    if state.next_heartbeat.is_none_or(|d| d > due) {
+        state.next_heartbeat = Some(due);
     }
 }
 

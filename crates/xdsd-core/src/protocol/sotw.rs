@@ -11,7 +11,7 @@ use envoy_types::pb::google::rpc::Status;
 use prost::Message as _;
 
 use super::{intern, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
-use crate::store::{Resource, TypeSnapshot, View};
+use crate::store::{Encoding, Resource, TypeSnapshot, View};
 
 /// The special resource name that subscribes to every resource of a type.
 pub const WILDCARD: &str = "*";
@@ -245,9 +245,10 @@ pub struct SotwResponse {
     pub version_info: Arc<str>,
     pub nonce: String,
     pub resources: SotwResources,
-    /// Resources go out wrapped in `Resource` with their `resource_name` (name and dynamic
-    /// parameter constraints): for clients that subscribe with dynamic parameters (xRFC TP2).
-    pub named: bool,
+    /// How resources go out: wrapped in `Resource` with their `resource_name` (name and dynamic
+    /// parameter constraints) for clients that subscribe with dynamic parameters (xRFC TP2), and
+    /// wrapped with their TTL for clients that take TTLs.
+    pub encoding: Encoding,
     /// The resources of this response that are new or changed for this client (empty for the
     /// first response of the type): what a client has to act upon.
     pub updated: Vec<Arc<Resource>>,
@@ -289,7 +290,7 @@ pub struct SotwSubscription {
     /// LDS/CDS semantics: every response carries all subscribed resources.
     full_state: bool,
     /// Responses name each resource by `resource_name` (TP2 clients).
-    named: bool,
+    encoding: Encoding,
     /// The wildcard subscription and the parameter set it resolves names with.
     wildcard: Option<Pid>,
     /// Explicitly subscribed keys (without `*`).
@@ -326,7 +327,7 @@ impl SotwSubscription {
         SotwSubscription {
             type_url,
             full_state,
-            named: false,
+            encoding: Encoding::default(),
             wildcard: None,
             names: HashSet::default(),
             pids: Vec::new(),
@@ -345,7 +346,12 @@ impl SotwSubscription {
 
     /// Responses name resources by `resource_name` from now on (a TP2 client).
     pub fn set_named(&mut self, named: bool) {
-        self.named = named;
+        self.encoding.named = named;
+    }
+
+    /// Resources with a TTL go out wrapped in `Resource` with it (clients that take TTLs in SotW).
+    pub fn set_ttl(&mut self, ttl: bool) {
+        self.encoding.ttl = ttl;
     }
 
     pub fn type_url(&self) -> &Arc<str> {
@@ -571,7 +577,7 @@ impl SotwSubscription {
             version_info,
             nonce,
             resources,
-            named: self.named,
+            encoding: self.encoding,
             updated,
         })
     }

@@ -10,10 +10,11 @@ mod watch;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 
-pub use resource::{resource_name, Resource, RESOURCE_WRAPPER};
+pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{field_len, put_length_delimited};
 pub use snapshot::{Snapshot, TypeSnapshot, View};
 use watch::{lock_index, WatchIndex};
@@ -34,6 +35,8 @@ pub struct ResourceInput {
     pub constraints: Option<Constraints>,
     /// Where it came from (`file (resource #N)`): named in errors about it.
     pub origin: Option<String>,
+    /// How long a client may keep it without hearing from xdsd (spec "TTL"); `None`: forever.
+    pub ttl: Option<Duration>,
 }
 
 impl ResourceInput {
@@ -44,6 +47,7 @@ impl ResourceInput {
             value,
             constraints: None,
             origin: None,
+            ttl: None,
         }
     }
 
@@ -55,6 +59,13 @@ impl ResourceInput {
 
     pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
         self.origin = Some(origin.into());
+        self
+    }
+
+    /// Clients that support TTLs drop this resource when they have not heard from xdsd for
+    /// `ttl`; xdsd sends heartbeats while it runs.
+    pub fn with_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.ttl = ttl;
         self
     }
 }
@@ -476,6 +487,7 @@ struct Parts {
     aliases: Vec<String>,
     constraints: Option<Arc<Constraints>>,
     origin: Option<Arc<str>>,
+    ttl: Option<Duration>,
     value: Bytes,
 }
 
@@ -495,6 +507,7 @@ fn build(
         type_url,
         &aliases,
         parts.constraints.as_deref(),
+        parts.ttl,
         &parts.value,
     );
     let variants = current
@@ -512,8 +525,15 @@ fn build(
         .map(|r| r.name().clone())
         .unwrap_or_else(|| parts.name.into());
     Ok(Arc::new(
-        Resource::variant(type_url, name, aliases, parts.constraints, parts.value)
-            .with_origin(parts.origin),
+        Resource::variant_with_ttl(
+            type_url,
+            name,
+            aliases,
+            parts.constraints,
+            parts.ttl,
+            parts.value,
+        )
+        .with_origin(parts.origin),
     ))
 }
 
@@ -528,11 +548,13 @@ fn build_all(
 ) -> Result<Vec<Typed>, StoreError> {
     let constraints = input.constraints.map(Arc::new);
     let origin: Option<Arc<str>> = input.origin.map(Arc::from);
+    let ttl = input.ttl;
     let parts = |name: String, aliases: Vec<String>, value: Bytes| Parts {
         name,
         aliases,
         constraints: constraints.clone(),
         origin: origin.clone(),
+        ttl,
         value,
     };
     if **type_url == *ROUTE_CONFIGURATION {

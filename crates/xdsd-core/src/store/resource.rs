@@ -2,10 +2,11 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::{Resource as DeltaResource, ResourceName};
-use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::google::protobuf::{Any, Duration as ProtoDuration};
 use prost::Message;
 use sha2::{Digest, Sha256};
 
@@ -14,6 +15,20 @@ use crate::params::Constraints;
 /// Type URL of `envoy.service.discovery.v3.Resource`, the wrapper SotW uses for resources that
 /// carry more than their body (TP2 constraints).
 pub const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
+
+/// How a client takes a resource's wire form: named by `resource_name` (xRFC TP2 clients) or by
+/// `name`, and with its TTL (clients that support TTLs) or without.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Encoding {
+    pub named: bool,
+    pub ttl: bool,
+}
+
+impl Encoding {
+    fn index(self, resource: &Resource) -> usize {
+        usize::from(self.named) | usize::from(self.ttl && resource.ttl.is_some()) << 1
+    }
+}
 
 /// One variant of a named resource of one type, with its content version and its wire forms.
 ///
@@ -28,6 +43,8 @@ pub struct Resource {
     constraints: Option<Arc<Constraints>>,
     /// Where it came from (`file (resource #N)`), for errors and operators.
     origin: Option<Arc<str>>,
+    /// How long a client may keep it without hearing from xdsd (spec "TTL").
+    ttl: Option<Duration>,
     /// Resources to send again to a client that receives a change of this one (see `warming`).
     dependents: Vec<(Arc<str>, Arc<str>)>,
     version: Arc<str>,
@@ -36,9 +53,11 @@ pub struct Resource {
     /// `envoy.service.discovery.v3.Resource` encoding, named by `name`: an element of
     /// `DeltaDiscoveryResponse.resources`.
     delta: Bytes,
-    /// The same two, named by `resource_name {name, dynamic_parameter_constraints}`.
-    any_named: OnceLock<Bytes>,
-    delta_named: OnceLock<Bytes>,
+    /// The other forms, by [`Encoding::index`], built on first use: the SotW `Resource`
+    /// wrappers (`Any`), the delta resources, and the delta heartbeats (no body).
+    sotw_forms: [OnceLock<Bytes>; 4],
+    delta_forms: [OnceLock<Bytes>; 4],
+    heartbeat_forms: [OnceLock<Bytes>; 4],
 }
 
 impl Resource {
@@ -46,7 +65,7 @@ impl Resource {
     /// the bytes, so the same content keeps the same version across reloads and restarts, which is
     /// what lets a reconnecting delta client skip resources it already has.
     pub fn new(type_url: &str, name: impl Into<Arc<str>>, value: Bytes) -> Resource {
-        Resource::build(type_url, name.into(), Vec::new(), None, value)
+        Resource::build(type_url, name.into(), Vec::new(), None, None, value)
     }
 
     pub fn with_aliases(
@@ -55,7 +74,7 @@ impl Resource {
         aliases: Vec<Arc<str>>,
         value: Bytes,
     ) -> Resource {
-        Resource::build(type_url, name.into(), aliases, None, value)
+        Resource::build(type_url, name.into(), aliases, None, None, value)
     }
 
     /// A variant with constraints (`None`: unconstrained).
@@ -66,7 +85,19 @@ impl Resource {
         constraints: Option<Arc<Constraints>>,
         value: Bytes,
     ) -> Resource {
-        Resource::build(type_url, name.into(), aliases, constraints, value)
+        Resource::build(type_url, name.into(), aliases, constraints, None, value)
+    }
+
+    /// A variant with constraints and a TTL (`None`: none).
+    pub fn variant_with_ttl(
+        type_url: &str,
+        name: impl Into<Arc<str>>,
+        aliases: Vec<Arc<str>>,
+        constraints: Option<Arc<Constraints>>,
+        ttl: Option<Duration>,
+        value: Bytes,
+    ) -> Resource {
+        Resource::build(type_url, name.into(), aliases, constraints, ttl, value)
     }
 
     fn build(
@@ -74,9 +105,10 @@ impl Resource {
         name: Arc<str>,
         aliases: Vec<Arc<str>>,
         constraints: Option<Arc<Constraints>>,
+        ttl: Option<Duration>,
         value: Bytes,
     ) -> Resource {
-        let version = Resource::version_of(type_url, &aliases, constraints.as_deref(), &value);
+        let version = Resource::version_of(type_url, &aliases, constraints.as_deref(), ttl, &value);
         let any = Any {
             type_url: type_url.to_owned(),
             value: value.to_vec(),
@@ -94,21 +126,25 @@ impl Resource {
             aliases,
             constraints,
             origin: None,
+            ttl,
             dependents,
             version: version.into(),
             any: any.encode_to_vec().into(),
             delta: delta.encode_to_vec().into(),
-            any_named: OnceLock::new(),
-            delta_named: OnceLock::new(),
+            sotw_forms: Default::default(),
+            delta_forms: Default::default(),
+            heartbeat_forms: Default::default(),
         }
     }
 
     /// The version a resource of this content has: the same content, the same version. The
-    /// constraints count: two variants of one name never share a version.
+    /// constraints count: two variants of one name never share a version; so does the TTL, so that
+    /// a changed TTL reaches the clients.
     pub fn version_of(
         type_url: &str,
         aliases: &[Arc<str>],
         constraints: Option<&Constraints>,
+        ttl: Option<Duration>,
         value: &[u8],
     ) -> String {
         let mut hash = Sha256::new();
@@ -122,6 +158,10 @@ impl Resource {
         if let Some(c) = constraints {
             hash.update([1]);
             hash.update(c.encoded());
+        }
+        if let Some(ttl) = ttl {
+            hash.update([2]);
+            hash.update(ttl.as_nanos().to_le_bytes());
         }
         hex8(&hash.finalize())
     }
@@ -175,31 +215,84 @@ impl Resource {
         resource_name(&self.name, self.constraints.as_deref())
     }
 
+    /// How long a client may keep this resource without hearing from xdsd; `None`: forever.
+    pub fn ttl(&self) -> Option<Duration> {
+        self.ttl
+    }
+
+    /// A `DiscoveryResponse.resources` element: the plain `Any` of the message, or an `Any`
+    /// holding the `Resource` wrapper when the encoding needs one (named by `resource_name`, or
+    /// carrying a TTL).
+    pub fn sotw_entry(&self, encoding: Encoding) -> &Bytes {
+        match encoding.index(self) {
+            0 => &self.any,
+            i => self.sotw_forms[i].get_or_init(|| {
+                Any {
+                    type_url: RESOURCE_WRAPPER.to_owned(),
+                    value: self.wrapper(encoding, true).encode_to_vec(),
+                }
+                .encode_to_vec()
+                .into()
+            }),
+        }
+    }
+
+    /// A `DeltaDiscoveryResponse.resources` element.
+    pub fn delta_entry(&self, encoding: Encoding) -> &Bytes {
+        match encoding.index(self) {
+            0 => &self.delta,
+            i => self.delta_forms[i]
+                .get_or_init(|| self.wrapper(encoding, true).encode_to_vec().into()),
+        }
+    }
+
+    /// A heartbeat for this resource (spec "TTL"): a `DeltaDiscoveryResponse.resources` element
+    /// with the name, the version and the TTL, and no body.
+    pub fn heartbeat_entry(&self, encoding: Encoding) -> &Bytes {
+        self.heartbeat_forms[encoding.index(self)]
+            .get_or_init(|| self.wrapper(encoding, false).encode_to_vec().into())
+    }
+
     /// A `DeltaDiscoveryResponse.resources` element naming the variant by `resource_name`.
     pub fn delta_named_bytes(&self) -> &Bytes {
-        self.delta_named
-            .get_or_init(|| self.named_resource().encode_to_vec().into())
+        self.delta_entry(Encoding {
+            named: true,
+            ttl: false,
+        })
     }
 
     /// A `DiscoveryResponse.resources` element: an `Any` holding the `Resource` wrapper that
     /// names the variant (what SotW sends to clients that subscribe with dynamic parameters).
     pub fn any_named_bytes(&self) -> &Bytes {
-        self.any_named.get_or_init(|| {
-            Any {
-                type_url: RESOURCE_WRAPPER.to_owned(),
-                value: self.named_resource().encode_to_vec(),
-            }
-            .encode_to_vec()
-            .into()
+        self.sotw_entry(Encoding {
+            named: true,
+            ttl: false,
         })
     }
 
-    fn named_resource(&self) -> DeltaResource {
+    /// The `Resource` wrapper of this variant in an encoding, with its body or without (a
+    /// heartbeat).
+    fn wrapper(&self, encoding: Encoding, body: bool) -> DeltaResource {
+        let (name, resource_name) = if encoding.named {
+            (String::new(), Some(self.resource_name()))
+        } else {
+            (self.name.to_string(), None)
+        };
+        let ttl = self.ttl.filter(|_| encoding.ttl).map(|ttl| ProtoDuration {
+            seconds: i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(ttl.subsec_nanos()).unwrap_or(0),
+        });
         DeltaResource {
-            resource_name: Some(self.resource_name()),
+            name,
+            resource_name,
             aliases: self.aliases.iter().map(|a| a.to_string()).collect(),
             version: self.version.to_string(),
-            resource: Any::decode(self.any.clone()).ok(),
+            resource: if body {
+                Any::decode(self.any.clone()).ok()
+            } else {
+                None
+            },
+            ttl,
             ..Default::default()
         }
     }

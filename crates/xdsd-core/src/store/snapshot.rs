@@ -8,7 +8,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
 use super::resource::hex8;
-use super::Resource;
+use super::{Encoding, Resource};
 use crate::params::ParamSet;
 
 /// Distinct parameter sets whose views one type snapshot caches. Parameter sets are projected on
@@ -222,8 +222,9 @@ pub struct View {
     /// Every resource as an encoded `DiscoveryResponse.resources` entry, one after the other: the
     /// body of a SotW wildcard response, built on first use and then shared by every stream that
     /// sends this view. Plain, and named by `resource_name` (TP2 clients).
-    sotw_body: OnceLock<Bytes>,
-    sotw_named_body: OnceLock<Bytes>,
+    sotw_bodies: [OnceLock<Bytes>; 4],
+    /// Whether a resource has a TTL: when none has, the TTL encodings are the plain ones.
+    has_ttl: bool,
 }
 
 impl View {
@@ -237,13 +238,14 @@ impl View {
             .values()
             .flat_map(|r| r.aliases().iter().map(|a| (a.clone(), r.name().clone())))
             .collect();
+        let has_ttl = resources.values().any(|r| r.ttl().is_some());
         View {
+            has_ttl,
             type_url,
             version,
             resources,
             aliases,
-            sotw_body: OnceLock::new(),
-            sotw_named_body: OnceLock::new(),
+            sotw_bodies: Default::default(),
         }
     }
 
@@ -276,32 +278,35 @@ impl View {
         self.resources.is_empty()
     }
 
+    /// Whether a resource of this view has a TTL.
+    pub fn has_ttl(&self) -> bool {
+        self.has_ttl
+    }
+
     /// Resources in name order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
         self.resources.values()
     }
 
-    /// All resources encoded as consecutive `DiscoveryResponse.resources` (field 2) entries,
-    /// plain or named by `resource_name`.
-    pub fn sotw_body(&self, named: bool) -> Bytes {
-        let (cell, bytes): (_, fn(&Resource) -> &Bytes) = if named {
-            (&self.sotw_named_body, Resource::any_named_bytes)
-        } else {
-            (&self.sotw_body, Resource::any_bytes)
-        };
-        cell.get_or_init(|| {
-            let len: usize = self
-                .resources
-                .values()
-                .map(|r| field_len(bytes(r).len()))
-                .sum();
-            let mut buf = BytesMut::with_capacity(len);
-            for resource in self.resources.values() {
-                put_length_delimited(&mut buf, 2, bytes(resource));
-            }
-            buf.freeze()
-        })
-        .clone()
+    /// All resources encoded as consecutive `DiscoveryResponse.resources` (field 2) entries, in
+    /// an encoding (see [`Resource::sotw_entry`]).
+    pub fn sotw_body(&self, mut encoding: Encoding) -> Bytes {
+        encoding.ttl &= self.has_ttl;
+        let index = usize::from(encoding.named) | usize::from(encoding.ttl) << 1;
+        self.sotw_bodies[index]
+            .get_or_init(|| {
+                let len: usize = self
+                    .resources
+                    .values()
+                    .map(|r| field_len(r.sotw_entry(encoding).len()))
+                    .sum();
+                let mut buf = BytesMut::with_capacity(len);
+                for resource in self.resources.values() {
+                    put_length_delimited(&mut buf, 2, resource.sotw_entry(encoding));
+                }
+                buf.freeze()
+            })
+            .clone()
     }
 }
 

@@ -177,7 +177,7 @@ fn sotw_body_is_the_concatenation_of_encoded_any_entries() {
         .get(CLUSTER)
         .unwrap()
         .view(&crate::params::ParamSet::new())
-        .sotw_body(false);
+        .sotw_body(Default::default());
     let decoded =
         envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse::decode(body).unwrap();
     assert_eq!(decoded.resources.len(), 2);

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -67,6 +68,13 @@ pub(crate) async fn run<V: Variant>(
     };
     info!(stream = s.id, peer = ?peer, service, variant = V::NAME, "stream opened");
     let ending: Result<(), Status> = loop {
+        let deadline = s.session.poll_timeout();
+        let timer = async move {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = shutdown.wait_for(|down| *down) => break Err(Status::unavailable("xdsd is shutting down")),
             request = requests.next() => match request {
@@ -82,6 +90,7 @@ pub(crate) async fn run<V: Variant>(
                 None => break Ok(()),
             },
             _ = s.watcher.changed() => s.session.handle_changes(s.watcher.take_changes()),
+            _ = timer => s.session.handle_timeout(Instant::now()),
         }
         if s.flush(&tx).await.is_err() {
             break Ok(());
@@ -165,7 +174,8 @@ impl<V: Variant> Stream<V> {
             return Ok(());
         }
         let snapshot = self.ctx.store.snapshot();
-        while let Some((type_url, response)) = self.session.poll_response(&snapshot) {
+        while let Some((type_url, response)) = self.session.poll_response(&snapshot, Instant::now())
+        {
             let (version, resources, removed, nonce) = V::describe(&response);
             debug!(
                 stream = self.id,

@@ -9,7 +9,7 @@ use prost::{DecodeError, Message};
 
 use crate::protocol::delta::DeltaResponse;
 use crate::protocol::sotw::{SotwResources, SotwResponse};
-use crate::store::{field_len, put_length_delimited, resource_name, Resource};
+use crate::store::{field_len, put_length_delimited, resource_name};
 
 /// A response body that can write itself from pre-encoded pieces.
 pub trait Body: std::fmt::Debug + Send + Sync {
@@ -83,23 +83,14 @@ fn string_len(value: &str) -> usize {
     }
 }
 
-/// A SotW resource entry: the plain `Any`, or the `Resource` wrapper naming the variant.
-fn sotw_entry(resource: &Resource, named: bool) -> &[u8] {
-    if named {
-        resource.any_named_bytes()
-    } else {
-        resource.any_bytes()
-    }
-}
-
 impl Body for SotwResponse {
     fn encode_body(&self, buf: &mut impl BufMut) {
         string_field(VERSION_INFO, &self.version_info, buf);
         match &self.resources {
-            SotwResources::All(t) => buf.put_slice(&t.sotw_body(self.named)),
+            SotwResources::All(t) => buf.put_slice(&t.sotw_body(self.encoding)),
             SotwResources::Some(list) => {
                 for resource in list {
-                    put_length_delimited(buf, RESOURCES, sotw_entry(resource, self.named));
+                    put_length_delimited(buf, RESOURCES, resource.sotw_entry(self.encoding));
                 }
             }
         }
@@ -109,10 +100,10 @@ impl Body for SotwResponse {
 
     fn body_len(&self) -> usize {
         let resources = match &self.resources {
-            SotwResources::All(t) => t.sotw_body(self.named).len(),
+            SotwResources::All(t) => t.sotw_body(self.encoding).len(),
             SotwResources::Some(list) => list
                 .iter()
-                .map(|x| field_len(sotw_entry(x, self.named).len()))
+                .map(|x| field_len(x.sotw_entry(self.encoding).len()))
                 .sum(),
         };
         string_len(&self.version_info)
@@ -130,13 +121,18 @@ const DELTA_NONCE: u32 = 5;
 const REMOVED_RESOURCES: u32 = 6;
 const REMOVED_RESOURCE_NAMES: u32 = 8;
 
-/// A delta resource entry: named by `name`, or by `resource_name` (TP2 clients).
-fn delta_entry(resource: &Resource, named: bool) -> &[u8] {
-    if named {
-        resource.delta_named_bytes()
-    } else {
-        resource.delta_bytes()
-    }
+/// The `resources` entries of a delta response: resources, then heartbeats.
+fn delta_entries(response: &DeltaResponse) -> impl Iterator<Item = &[u8]> + '_ {
+    let encoding = response.encoding;
+    let resources = response
+        .resources
+        .iter()
+        .map(move |r| &r.delta_entry(encoding)[..]);
+    let beats = response
+        .heartbeats
+        .iter()
+        .map(move |r| &r.heartbeat_entry(encoding)[..]);
+    resources.chain(beats)
 }
 
 /// The encoded `ResourceName`s of removed variants.
@@ -150,8 +146,8 @@ fn removed_names(response: &DeltaResponse) -> impl Iterator<Item = Vec<u8>> + '_
 impl Body for DeltaResponse {
     fn encode_body(&self, buf: &mut impl BufMut) {
         string_field(SYSTEM_VERSION_INFO, &self.system_version_info, buf);
-        for resource in &self.resources {
-            put_length_delimited(buf, DELTA_RESOURCES, delta_entry(resource, self.named));
+        for entry in delta_entries(self) {
+            put_length_delimited(buf, DELTA_RESOURCES, entry);
         }
         string_field(DELTA_TYPE_URL, &self.type_url, buf);
         string_field(DELTA_NONCE, &self.nonce, buf);
@@ -165,10 +161,8 @@ impl Body for DeltaResponse {
 
     fn body_len(&self) -> usize {
         string_len(&self.system_version_info)
-            + self
-                .resources
-                .iter()
-                .map(|x| field_len(delta_entry(x, self.named).len()))
+            + delta_entries(self)
+                .map(|x| field_len(x.len()))
                 .sum::<usize>()
             + removed_names(self)
                 .map(|n| field_len(n.len()))
@@ -219,7 +213,7 @@ mod tests {
                 version_info: "v1".into(),
                 nonce: "7".into(),
                 resources,
-                named: false,
+                encoding: Default::default(),
                 updated: Vec::new(),
             }
             .into();
@@ -248,7 +242,8 @@ mod tests {
             resources: vec![resource("a")],
             removed: vec![Arc::from("gone"), Arc::from("also-gone")],
             removed_variants: Vec::new(),
-            named: false,
+            heartbeats: Vec::new(),
+            encoding: Default::default(),
         }
         .into();
         let bytes = wire.encode_to_vec();

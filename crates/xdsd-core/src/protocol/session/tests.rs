@@ -197,7 +197,7 @@ fn responses_go_out_in_make_before_break_order() {
             .unwrap();
     }
     let mut order = Vec::new();
-    while let Some((type_url, _)) = s.poll_response(&snap) {
+    while let Some((type_url, _)) = s.poll_response(&snap, Instant::now()) {
         order.push(type_url.to_string());
     }
     assert_eq!(order, [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER]);
@@ -316,11 +316,13 @@ mod tp2 {
 
     /// The SotW response a session owes right now for its one subscribed type.
     fn sotw_poll(s: &mut Session<SotwSubscription>, store: &Store) -> Option<SotwResponse> {
-        s.poll_response(&store.snapshot()).map(|(_, r)| r)
+        s.poll_response(&store.snapshot(), Instant::now())
+            .map(|(_, r)| r)
     }
 
     fn delta_poll(s: &mut Session<DeltaSubscription>, store: &Store) -> Option<DeltaResponse> {
-        s.poll_response(&store.snapshot()).map(|(_, r)| r)
+        s.poll_response(&store.snapshot(), Instant::now())
+            .map(|(_, r)| r)
     }
 
     fn delta_request(type_url: &str, node: Option<&Node>) -> DeltaDiscoveryRequest {
@@ -393,7 +395,7 @@ mod tp2 {
             .unwrap();
             let r = sotw_poll(&mut s, &store).unwrap();
             assert!(
-                r.named,
+                r.encoding.named,
                 "a client that sends dynamic parameters gets resource_name"
             );
             assert_eq!(
@@ -416,7 +418,7 @@ mod tp2 {
             req.resource_locators_subscribe = vec![locator("e", &[("env", env)])];
             s.handle_request(&req, &store.snapshot()).unwrap();
             let r = delta_poll(&mut s, &store).unwrap();
-            assert!(r.named);
+            assert!(r.encoding.named);
             let got: Vec<_> = r.resources.iter().map(|x| seen(x)).collect();
             assert_eq!(got.len(), 1);
             assert_eq!(got[0].1, env);
@@ -435,7 +437,7 @@ mod tp2 {
         .unwrap();
         let r = sotw_poll(&mut s, &store).unwrap();
         assert!(
-            !r.named,
+            !r.encoding.named,
             "a client that sent no dynamic parameters gets plain resources"
         );
         assert_eq!(contents(&r), ["test"]);
@@ -813,5 +815,298 @@ mod tp2 {
             .to_string();
         assert!(err.contains("different keys"), "{err}");
         assert!(err.contains("c/1") && err.contains("c/2"), "{err}");
+    }
+}
+
+/// TTLs and heartbeats (spec "TTL"): time is an input, so these never sleep.
+mod ttl {
+    use std::time::{Duration, Instant};
+
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryResponse, Resource as Wrapped,
+    };
+    use prost::Message;
+
+    use super::*;
+    use crate::protocol::test_support::input;
+    use crate::store::{Change, ResourceInput, Store, RESOURCE_WRAPPER};
+    use crate::transport::wire::{DeltaWire, SotwWire};
+    use crate::types::RUNTIME;
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    fn with_ttl(name: &str, content: &str, ttl: Option<Duration>) -> ResourceInput {
+        input(RUNTIME, name, content).with_ttl(ttl)
+    }
+
+    fn store() -> Store {
+        let store = Store::new();
+        store
+            .replace_all([
+                with_ttl("fault", "inject", Some(TTL)),
+                with_ttl("plain", "kept", None),
+            ])
+            .unwrap();
+        store
+    }
+
+    fn client(user_agent: &str, features: &[&str]) -> Node {
+        Node {
+            id: "n".into(),
+            cluster: "c".into(),
+            user_agent_name: user_agent.into(),
+            client_features: features.iter().map(|f| f.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn envoy() -> Node {
+        client("envoy", &[FEATURE_RESOURCE_IN_SOTW])
+    }
+
+    fn delta_subscribe(node: &Node, names: &[&str]) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            type_url: RUNTIME.into(),
+            node: Some(node.clone()),
+            resource_names_subscribe: names.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn delta_ack(nonce: &str) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            type_url: RUNTIME.into(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The next delta response as the client decodes it.
+    fn delta_next(
+        s: &mut Session<DeltaSubscription>,
+        store: &Store,
+        now: Instant,
+    ) -> Option<DeltaDiscoveryResponse> {
+        let (_, r) = s.poll_response(&store.snapshot(), now)?;
+        let bytes = DeltaWire::from(r).encode_to_vec();
+        Some(DeltaDiscoveryResponse::decode(bytes.as_slice()).unwrap())
+    }
+
+    fn sotw_next(
+        s: &mut Session<SotwSubscription>,
+        store: &Store,
+        now: Instant,
+    ) -> Option<DiscoveryResponse> {
+        let (_, r) = s.poll_response(&store.snapshot(), now)?;
+        let bytes = SotwWire::from(r).encode_to_vec();
+        Some(DiscoveryResponse::decode(bytes.as_slice()).unwrap())
+    }
+
+    fn ttl_of(r: &Wrapped) -> Option<Duration> {
+        r.ttl
+            .as_ref()
+            .map(|d| Duration::new(d.seconds as u64, d.nanos as u32))
+    }
+
+    fn delta_session(node: &Node, store: &Store) -> (Session<DeltaSubscription>, Instant) {
+        let mut s: Session<DeltaSubscription> = Session::new(None);
+        s.handle_request(
+            &delta_subscribe(node, &["fault", "plain"]),
+            &store.snapshot(),
+        )
+        .unwrap();
+        (s, Instant::now())
+    }
+
+    #[test]
+    fn delta_resources_carry_their_ttl_to_clients_that_take_ttls() {
+        let store = store();
+        for node in [envoy(), client("grpc-go", &[FEATURE_RESOURCE_TTL])] {
+            let (mut s, now) = delta_session(&node, &store);
+            let r = delta_next(&mut s, &store, now).unwrap();
+            let by_name: BTreeMap<&str, &Wrapped> =
+                r.resources.iter().map(|x| (x.name.as_str(), x)).collect();
+            assert_eq!(ttl_of(by_name["fault"]), Some(TTL));
+            assert_eq!(ttl_of(by_name["plain"]), None);
+            assert!(by_name["fault"].resource.is_some());
+        }
+    }
+
+    #[test]
+    fn ttls_are_sent_only_to_clients_that_take_them() {
+        let store = store();
+        let (mut s, now) = delta_session(&client("grpc-go", &[]), &store);
+        let r = delta_next(&mut s, &store, now).unwrap();
+        assert!(r.resources.iter().all(|x| x.ttl.is_none()));
+        assert_eq!(
+            s.poll_timeout(),
+            None,
+            "no heartbeats for a client without TTLs"
+        );
+    }
+
+    #[test]
+    fn heartbeats_renew_a_ttl_every_third_of_it_without_a_body() {
+        let store = store();
+        let (mut s, t0) = delta_session(&envoy(), &store);
+        let first = delta_next(&mut s, &store, t0).unwrap();
+        s.handle_request(&delta_ack(&first.nonce), &store.snapshot())
+            .unwrap();
+        assert_eq!(s.poll_timeout(), Some(t0 + TTL / 3));
+        // Nothing is owed before the deadline.
+        s.handle_timeout(t0 + TTL / 4);
+        assert!(delta_next(&mut s, &store, t0 + TTL / 4).is_none());
+        let t1 = t0 + TTL / 3;
+        s.handle_timeout(t1);
+        let beat = delta_next(&mut s, &store, t1).unwrap();
+        assert_eq!(beat.resources.len(), 1, "only the resource with a TTL");
+        let r = &beat.resources[0];
+        assert_eq!(r.name, "fault");
+        assert!(r.resource.is_none(), "a heartbeat has no body");
+        let version = first.resources.iter().find(|x| x.name == "fault").unwrap();
+        assert_eq!(
+            r.version, version.version,
+            "a heartbeat names the held version"
+        );
+        assert_eq!(ttl_of(r), Some(TTL));
+        assert!(beat.removed_resources.is_empty());
+        // And the next one is a third of the TTL later again.
+        assert_eq!(s.poll_timeout(), Some(t1 + TTL / 3));
+    }
+
+    #[test]
+    fn a_resource_changed_since_it_was_sent_is_renewed_with_its_body() {
+        let store = store();
+        let (mut s, t0) = delta_session(&envoy(), &store);
+        delta_next(&mut s, &store, t0).unwrap();
+        store
+            .apply([Change::Set(with_ttl("fault", "inject more", Some(TTL)))])
+            .unwrap();
+        // The change is not yet known to the session (no handle_changes): the renewal finds the
+        // client's version stale and sends the resource.
+        s.handle_timeout(t0 + TTL / 3);
+        let r = delta_next(&mut s, &store, t0 + TTL / 3).unwrap();
+        assert_eq!(r.resources.len(), 1);
+        assert_eq!(
+            r.resources[0].resource.as_ref().unwrap().value,
+            b"inject more"
+        );
+    }
+
+    #[test]
+    fn a_changed_ttl_is_a_new_version() {
+        let a = Resource::variant_with_ttl(RUNTIME, "x", Vec::new(), None, Some(TTL), "v".into());
+        let b = Resource::variant_with_ttl(RUNTIME, "x", Vec::new(), None, None, "v".into());
+        let c =
+            Resource::variant_with_ttl(RUNTIME, "x", Vec::new(), None, Some(TTL * 2), "v".into());
+        assert_ne!(a.version(), b.version());
+        assert_ne!(a.version(), c.version());
+    }
+
+    #[test]
+    fn a_resource_whose_ttl_was_removed_is_no_longer_renewed() {
+        let store = store();
+        let (mut s, t0) = delta_session(&envoy(), &store);
+        delta_next(&mut s, &store, t0).unwrap();
+        store
+            .apply([Change::Set(with_ttl("fault", "inject", None))])
+            .unwrap();
+        s.handle_changes(
+            [(
+                Arc::<str>::from(RUNTIME),
+                [Arc::<str>::from("fault")].into_iter().collect(),
+            )]
+            .into_iter()
+            .collect(),
+        );
+        let r = delta_next(&mut s, &store, t0).unwrap();
+        assert!(r.resources[0].ttl.is_none(), "resent without its TTL");
+        assert_eq!(s.poll_timeout(), None);
+    }
+
+    #[test]
+    fn sotw_wraps_resources_with_a_ttl_for_clients_that_take_wrappers() {
+        let store = store();
+        let mut s = ads();
+        s.handle_request(
+            &sotw(RUNTIME, &["fault", "plain"], "", Some(&envoy())),
+            &store.snapshot(),
+        )
+        .unwrap();
+        let t0 = Instant::now();
+        let r = sotw_next(&mut s, &store, t0).unwrap();
+        let wrapped: Vec<Wrapped> = r
+            .resources
+            .iter()
+            .filter(|a| a.type_url == RESOURCE_WRAPPER)
+            .map(|a| Wrapped::decode(a.value.as_slice()).unwrap())
+            .collect();
+        assert_eq!(wrapped.len(), 1, "only the resource with a TTL is wrapped");
+        assert_eq!(wrapped[0].name, "fault");
+        assert_eq!(ttl_of(&wrapped[0]), Some(TTL));
+        assert_eq!(wrapped[0].resource.as_ref().unwrap().value, b"inject");
+        assert!(r
+            .resources
+            .iter()
+            .any(|a| a.type_url == RUNTIME && a.value == b"kept"));
+        assert_eq!(s.poll_timeout(), Some(t0 + TTL / 3));
+
+        // Envoy without the wrapper feature, and a client without TTLs: plain resources only.
+        for node in [
+            client("envoy", &[]),
+            client("grpc-go", &[FEATURE_RESOURCE_IN_SOTW]),
+        ] {
+            let mut s = ads();
+            s.handle_request(
+                &sotw(RUNTIME, &["fault"], "", Some(&node)),
+                &store.snapshot(),
+            )
+            .unwrap();
+            let r = sotw_next(&mut s, &store, t0).unwrap();
+            assert!(r.resources.iter().all(|a| a.type_url == RUNTIME));
+            assert_eq!(s.poll_timeout(), None);
+        }
+    }
+
+    #[test]
+    fn sotw_renews_a_ttl_by_sending_the_resource_again() {
+        let store = store();
+        let mut s = ads();
+        s.handle_request(
+            &sotw(RUNTIME, &["fault", "plain"], "", Some(&envoy())),
+            &store.snapshot(),
+        )
+        .unwrap();
+        let t0 = Instant::now();
+        let first = sotw_next(&mut s, &store, t0).unwrap();
+        s.handle_request(
+            &sotw(RUNTIME, &["fault", "plain"], &first.nonce, None),
+            &store.snapshot(),
+        )
+        .unwrap();
+        assert!(sotw_next(&mut s, &store, t0).is_none());
+        s.handle_timeout(t0 + TTL / 3);
+        let beat = sotw_next(&mut s, &store, t0 + TTL / 3).unwrap();
+        assert_eq!(beat.version_info, first.version_info, "nothing changed");
+        assert_eq!(beat.resources.len(), 1);
+        let w = Wrapped::decode(beat.resources[0].value.as_slice()).unwrap();
+        assert_eq!((w.name.as_str(), ttl_of(&w)), ("fault", Some(TTL)));
+        assert!(w.resource.is_some(), "SotW renews with the body");
+    }
+
+    #[test]
+    fn heartbeats_never_come_faster_than_the_floor() {
+        let store = Store::new();
+        store
+            .replace_all([with_ttl("fast", "x", Some(Duration::from_millis(30)))])
+            .unwrap();
+        let (mut s, t0) = {
+            let mut s: Session<DeltaSubscription> = Session::new(None);
+            s.handle_request(&delta_subscribe(&envoy(), &["fast"]), &store.snapshot())
+                .unwrap();
+            (s, Instant::now())
+        };
+        delta_next(&mut s, &store, t0).unwrap();
+        assert_eq!(s.poll_timeout(), Some(t0 + MIN_HEARTBEAT_INTERVAL));
     }
 }
