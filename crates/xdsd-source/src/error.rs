@@ -46,6 +46,8 @@ pub enum Problem {
     EmptyName(&'static str),
     /// `"@constraints"` or `"@match"` is not a valid set of constraints.
     Constraints(String),
+    /// `"@ttl"` is not a proto3 JSON duration of at least [`crate::MIN_TTL`].
+    Ttl(String),
     /// The proto3 JSON decoder rejected the message: unknown field, wrong value type, bad
     /// duration, unknown nested `@type`... The text carries the parser's field path and
     /// line/column where it gives them.
@@ -78,6 +80,7 @@ impl fmt::Display for Problem {
             ),
             Problem::EmptyName(field) => write!(f, "empty name: `{field}` must be set"),
             Problem::Constraints(message) => f.write_str(message),
+            Problem::Ttl(message) => write!(f, "\"@ttl\": {message}"),
             Problem::Invalid(message) => f.write_str(message),
         }
     }

@@ -25,6 +25,10 @@ pub use error::{Problem, ResourceRef, SourceError};
 pub use parse::{check_duplicates, name_field, parse_file, Format};
 pub use watch::{watch_directory, DirectoryWatch, DEBOUNCE};
 
+/// The shortest `"@ttl"` a resource may have: shorter would have every client renewed several
+/// times a second.
+pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One validated resource, ready for the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedResource {
@@ -37,6 +41,9 @@ pub struct ParsedResource {
     /// For a variant (xRFC TP2): the encoded `DynamicParameterConstraints` of its
     /// `"@constraints"` (or `"@match"`); `None` for the name's only, unconstrained resource.
     pub constraints: Option<bytes::Bytes>,
+    /// `"@ttl"`: how long a client that takes TTLs may keep the resource without hearing from the
+    /// server (at least [`MIN_TTL`]); `None`: for as long as it likes.
+    pub ttl: Option<std::time::Duration>,
     /// Where it came from: `path/to/file.yaml (resource #2)`, counting from 1.
     pub origin: String,
 }

@@ -12,7 +12,7 @@ use crate::canonical::canonical;
 use crate::de::DocSeed;
 use crate::descriptors::type_url_of;
 use crate::error::{Problem, ResourceRef};
-use crate::plan::{DocPlan, Layout, ResourcePlan, CONSTRAINTS_KEY, MATCH_KEY};
+use crate::plan::{DocPlan, Layout, ResourcePlan, CONSTRAINTS_KEY, MATCH_KEY, TTL_KEY};
 use crate::{Descriptors, ParsedResource, SourceError};
 
 /// File formats, chosen by extension.
@@ -195,6 +195,7 @@ fn finish(plan: &ResourcePlan, message: &DynamicMessage) -> Result<ParsedResourc
         type_url: type_url_of(&plan.desc),
         name,
         constraints: plan.constraints.clone(),
+        ttl: plan.ttl,
         value: canonical(
             plan.desc.parent_pool(),
             &plan.desc,
@@ -341,11 +342,16 @@ impl Planner<'_> {
             Ok(c) => c,
             Err(message) => return Err(fail(reference, Problem::Constraints(message))),
         };
+        let ttl = match ttl_of(self.descriptors, map) {
+            Ok(ttl) => ttl,
+            Err(message) => return Err(fail(reference, Problem::Ttl(message))),
+        };
         Ok(ResourcePlan {
             reference,
             desc,
             name_field,
             constraints,
+            ttl,
         })
     }
 
@@ -417,6 +423,42 @@ fn constraints_of(
             }
         })?;
     Ok(Some(message.encode_to_vec().into()))
+}
+
+/// `@ttl`: a proto3 JSON duration (`"30s"`, `"1.5s"`), read by the descriptors' own decoder.
+/// `Err` is the message of a [`Problem::Ttl`].
+fn ttl_of(
+    descriptors: &Descriptors,
+    map: &Map<String, Value>,
+) -> Result<Option<std::time::Duration>, String> {
+    let Some(json) = map.get(TTL_KEY) else {
+        return Ok(None);
+    };
+    let desc = descriptors
+        .pool()
+        .get_message_by_name("google.protobuf.Duration")
+        .ok_or("the descriptors have no google.protobuf.Duration")?;
+    let message =
+        DynamicMessage::deserialize_with_options(desc, json.clone(), &DeserializeOptions::new())
+            .map_err(|e| format!("expected a duration such as \"30s\": {e}"))?;
+    let field = |name: &str| {
+        message
+            .get_field_by_name(name)
+            .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
+            .unwrap_or(0)
+    };
+    let (seconds, nanos) = (field("seconds"), field("nanos"));
+    let ttl = match (u64::try_from(seconds), u32::try_from(nanos)) {
+        (Ok(s), Ok(n)) => std::time::Duration::new(s, n),
+        _ => std::time::Duration::ZERO,
+    };
+    if ttl < crate::MIN_TTL {
+        return Err(format!(
+            "{json} is too short: a TTL is at least {:?} (heartbeats go out every third of it)",
+            crate::MIN_TTL
+        ));
+    }
+    Ok(Some(ttl))
 }
 
 /// `@match: {k: v, ...}` as the proto3 JSON of the constraints it stands for.

@@ -7,10 +7,11 @@ use prost_reflect::{FieldDescriptor, MessageDescriptor};
 
 use crate::error::ResourceRef;
 
-/// Document keys that are not fields of the message: its type, and a variant's constraints.
-pub(crate) const META_KEYS: [&str; 3] = ["@type", CONSTRAINTS_KEY, MATCH_KEY];
+/// Document keys that are not fields of the message: its type, a variant's constraints, its TTL.
+pub(crate) const META_KEYS: [&str; 4] = ["@type", CONSTRAINTS_KEY, MATCH_KEY, TTL_KEY];
 pub(crate) const CONSTRAINTS_KEY: &str = "@constraints";
 pub(crate) const MATCH_KEY: &str = "@match";
+pub(crate) const TTL_KEY: &str = "@ttl";
 
 /// How one YAML document (or the JSON file) holds its resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,4 +39,6 @@ pub(crate) struct ResourcePlan {
     pub name_field: FieldDescriptor,
     /// The encoded `DynamicParameterConstraints` of a variant (`@constraints` or `@match`).
     pub constraints: Option<Bytes>,
+    /// `@ttl`: how long a client may keep the resource without hearing from xdsd.
+    pub ttl: Option<std::time::Duration>,
 }

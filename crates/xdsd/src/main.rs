@@ -133,6 +133,7 @@ fn inputs(resources: Vec<ParsedResource>) -> anyhow::Result<Vec<ResourceInput>> 
                 })?;
             Ok(ResourceInput::new(r.type_url, r.name, r.value)
                 .with_constraints(constraints)
+                .with_ttl(r.ttl)
                 .with_origin(r.origin))
         })
         .collect()

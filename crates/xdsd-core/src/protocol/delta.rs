@@ -330,11 +330,19 @@ impl DeltaSubscription {
     }
 
     /// Renews the TTL of `name` with the next response, if the client holds it: a heartbeat when
-    /// it holds the current version, else the resource itself.
+    /// it holds the current version, else the resource itself. Envoy takes no heartbeats on VHDS
+    /// (it reads a body-less virtual host as an unresolved alias): virtual hosts are renewed by
+    /// sending them again.
     pub fn heartbeat(&mut self, name: &Arc<str>) {
-        let keys = self.keys_of(name);
-        self.heartbeat
-            .extend(keys.into_iter().filter(|k| self.has.contains_key(k)));
+        let keys = self
+            .keys_of(name)
+            .into_iter()
+            .filter(|k| self.has.contains_key(k));
+        if *self.type_url == *crate::types::VIRTUAL_HOST {
+            self.forced.extend(keys);
+        } else {
+            self.heartbeat.extend(keys);
+        }
     }
 
     /// Records names the store changed (added, modified or removed).

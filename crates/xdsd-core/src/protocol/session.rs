@@ -170,9 +170,13 @@ impl ClientNode {
         self.has_feature(FEATURE_RESOURCE_TTL) || self.user_agent_name == "envoy"
     }
 
-    /// Whether the client takes resources wrapped in `Resource` in SotW responses.
+    /// Whether the client takes resources wrapped in `Resource` in SotW responses: it advertises
+    /// [`FEATURE_RESOURCE_IN_SOTW`] (or [`FEATURE_RESOURCE_IN_SOTW_ALT`]), or it is Envoy, which
+    /// takes them (since 1.17) but sends no client features on its SotW streams.
     pub fn takes_sotw_wrappers(&self) -> bool {
-        self.has_feature(FEATURE_RESOURCE_IN_SOTW) || self.has_feature(FEATURE_RESOURCE_IN_SOTW_ALT)
+        self.has_feature(FEATURE_RESOURCE_IN_SOTW)
+            || self.has_feature(FEATURE_RESOURCE_IN_SOTW_ALT)
+            || self.user_agent_name == "envoy"
     }
 
     /// The parameters of a subscription to `type_url` by plain name: the node's dynamic

@@ -127,7 +127,12 @@ impl<V: Variant> Stream<V> {
     fn log(&self, handled: &Handled) {
         let (stream, node, type_url) = (self.id, self.session.node_id(), &handled.type_url);
         if handled.identified {
-            info!(stream, %node, "node identified");
+            let client = self.session.node();
+            let user_agent = client.map(|n| n.user_agent_name.as_str()).unwrap_or("");
+            let features = client
+                .map(|n| n.client_features.join(","))
+                .unwrap_or_default();
+            info!(stream, %node, user_agent, features, "node identified");
             self.stats.set_node(node);
         }
         if handled.unknown_type {

@@ -6,6 +6,7 @@ mod descriptors;
 mod directory;
 mod errors;
 mod parse;
+mod ttl;
 mod watch;
 
 use std::path::Path;

@@ -860,8 +860,9 @@ mod ttl {
         }
     }
 
+    /// Envoy sends no client features on its SotW streams, yet takes TTLs and SotW wrappers.
     fn envoy() -> Node {
-        client("envoy", &[FEATURE_RESOURCE_IN_SOTW])
+        client("envoy", &[])
     }
 
     fn delta_subscribe(node: &Node, names: &[&str]) -> DeltaDiscoveryRequest {
@@ -1051,10 +1052,11 @@ mod ttl {
             .any(|a| a.type_url == RUNTIME && a.value == b"kept"));
         assert_eq!(s.poll_timeout(), Some(t0 + TTL / 3));
 
-        // Envoy without the wrapper feature, and a client without TTLs: plain resources only.
+        // A client that takes wrappers but no TTLs, and one that takes TTLs but no wrappers:
+        // plain resources only.
         for node in [
-            client("envoy", &[]),
             client("grpc-go", &[FEATURE_RESOURCE_IN_SOTW]),
+            client("grpc-go", &[FEATURE_RESOURCE_TTL]),
         ] {
             let mut s = ads();
             s.handle_request(
@@ -1092,6 +1094,33 @@ mod ttl {
         let w = Wrapped::decode(beat.resources[0].value.as_slice()).unwrap();
         assert_eq!((w.name.as_str(), ttl_of(&w)), ("fault", Some(TTL)));
         assert!(w.resource.is_some(), "SotW renews with the body");
+    }
+
+    #[test]
+    fn virtual_hosts_are_renewed_with_their_body() {
+        use crate::types::VIRTUAL_HOST;
+        let store = Store::new();
+        store
+            .replace_all([input(VIRTUAL_HOST, "rc/vh", "host").with_ttl(Some(TTL))])
+            .unwrap();
+        let mut s: Session<DeltaSubscription> = Session::new(None);
+        let request = DeltaDiscoveryRequest {
+            type_url: VIRTUAL_HOST.into(),
+            node: Some(envoy()),
+            resource_names_subscribe: vec!["rc/vh".into()],
+            ..Default::default()
+        };
+        s.handle_request(&request, &store.snapshot()).unwrap();
+        let t0 = Instant::now();
+        delta_next(&mut s, &store, t0).unwrap();
+        s.handle_timeout(t0 + TTL / 3);
+        let r = delta_next(&mut s, &store, t0 + TTL / 3).unwrap();
+        assert_eq!(r.resources.len(), 1);
+        assert!(
+            r.resources[0].resource.is_some(),
+            "VHDS takes no body-less heartbeat"
+        );
+        assert_eq!(ttl_of(&r.resources[0]), Some(TTL));
     }
 
     #[test]
