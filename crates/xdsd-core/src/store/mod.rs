@@ -1,6 +1,7 @@
 //! The resource store: resources by type URL and name, each encoded once; immutable snapshots
 //! swapped atomically; change notifications indexed by name.
 
+mod refs;
 mod resource;
 mod snapshot;
 mod vhds;
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+pub use refs::Reference;
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{field_len, put_length_delimited};
 pub use snapshot::{Snapshot, TypeSnapshot, View};

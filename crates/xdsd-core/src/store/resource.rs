@@ -10,6 +10,7 @@ use envoy_types::pb::google::protobuf::{Any, Duration as ProtoDuration};
 use prost::Message;
 use sha2::{Digest, Sha256};
 
+use super::refs::Reference;
 use crate::params::Constraints;
 
 /// Type URL of `envoy.service.discovery.v3.Resource`, the wrapper SotW uses for resources that
@@ -47,6 +48,8 @@ pub struct Resource {
     ttl: Option<Duration>,
     /// Resources to send again to a client that receives a change of this one (see `warming`).
     dependents: Vec<(Arc<str>, Arc<str>)>,
+    /// The resources this one names (see `refs`).
+    references: Box<[Reference]>,
     version: Arc<str>,
     /// `google.protobuf.Any` encoding: an element of `DiscoveryResponse.resources`.
     any: Bytes,
@@ -121,6 +124,7 @@ impl Resource {
             ..Default::default()
         };
         let dependents = super::warming::dependents(type_url, &name, &value);
+        let references = super::refs::references(type_url, &value).into_boxed_slice();
         Resource {
             name,
             aliases,
@@ -128,6 +132,7 @@ impl Resource {
             origin: None,
             ttl,
             dependents,
+            references,
             version: version.into(),
             any: any.encode_to_vec().into(),
             delta: delta.encode_to_vec().into(),
@@ -189,6 +194,12 @@ impl Resource {
     /// to finish warming it.
     pub fn dependents(&self) -> &[(Arc<str>, Arc<str>)] {
         &self.dependents
+    }
+
+    /// The resources this one refers to by name (type URL, name, field), each once: what must
+    /// exist for a client to use it.
+    pub fn references(&self) -> &[Reference] {
+        &self.references
     }
 
     pub fn aliases(&self) -> &[Arc<str>] {

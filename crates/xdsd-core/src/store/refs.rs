@@ -1,0 +1,391 @@
+//! The resource graph: which resources a resource names, and in which field. Found once at
+//! ingest by decoding the message with the Envoy protos; a part that does not decode contributes
+//! nothing. The edges are the ones a client follows to fetch what it needs:
+//!
+//! - Listener → RouteConfiguration: an HttpConnectionManager (a network filter of a filter
+//!   chain, of the default filter chain, or the `api_listener` of proxyless gRPC) with
+//!   `rds.route_config_name`, or with inline scoped routes naming route configurations; the
+//!   clusters an inline `route_config` routes to (Listener → Cluster).
+//! - ScopedRouteConfiguration → RouteConfiguration (`route_configuration_name`).
+//! - RouteConfiguration, VirtualHost → Cluster: a route action's `cluster`, its weighted
+//!   clusters, and request mirror policies (of the route configuration, the virtual host, the
+//!   route). A cluster chosen per request (`cluster_header`, cluster specifier plugins) cannot be
+//!   checked and is not an edge.
+//! - Cluster (type EDS) → ClusterLoadAssignment: `eds_cluster_config.service_name`, else the
+//!   cluster's name.
+//! - Listener (filter chain TLS) and Cluster (`transport_socket`, `transport_socket_matches`) →
+//!   Secret: the SDS secret configs of the TLS context.
+//!
+//! A reference the client fetches from a file (a `path` or `path_config_source` config source)
+//! is not served by xdsd and is left out, and so is an SDS secret config without `sds_config`:
+//! Envoy takes it from the static secrets of its bootstrap.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
+use envoy_types::pb::envoy::config::core::v3::{transport_socket, ConfigSource, TransportSocket};
+use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain, Listener};
+use envoy_types::pb::envoy::config::route::v3::route::Action;
+use envoy_types::pb::envoy::config::route::v3::route_action::{
+    ClusterSpecifier, RequestMirrorPolicy,
+};
+use envoy_types::pb::envoy::config::route::v3::{
+    RouteConfiguration, ScopedRouteConfiguration, VirtualHost,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    http_connection_manager::RouteSpecifier, scoped_routes::ConfigSpecifier, HttpConnectionManager,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    common_tls_context::ValidationContextType, downstream_tls_context::SessionTicketKeysType,
+    CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, UpstreamTlsContext,
+};
+use envoy_types::pb::google::protobuf::Any;
+use prost::Message;
+
+use crate::types::{
+    CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION, SCOPED_ROUTE_CONFIGURATION,
+    SECRET, VIRTUAL_HOST,
+};
+
+const HTTP_CONNECTION_MANAGER: &str =
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const DOWNSTREAM_TLS_CONTEXT: &str =
+    "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
+const UPSTREAM_TLS_CONTEXT: &str = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+
+/// A reference from one resource to another (by type URL and name), and the field that holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Reference {
+    /// The referenced resource's type: one of the consts in [`crate::types`].
+    pub type_url: &'static str,
+    /// The referenced resource's name.
+    pub name: Arc<str>,
+    /// Where in the referring resource, e.g.
+    /// `filter_chains[0].filters[0].typed_config.rds.route_config_name`.
+    pub field: Box<str>,
+}
+
+/// The resources a resource of `type_url` encoded as `value` refers to: each referenced
+/// (type, name) once, with the first field that names it, in field order.
+pub(crate) fn references(type_url: &str, value: &[u8]) -> Vec<Reference> {
+    let mut out = Refs::default();
+    match type_url {
+        LISTENER => {
+            if let Ok(listener) = Listener::decode(value) {
+                listener_refs(&listener, &mut out);
+            }
+        }
+        ROUTE_CONFIGURATION => {
+            if let Ok(route) = RouteConfiguration::decode(value) {
+                route_configuration_refs(&route, "", &mut out);
+            }
+        }
+        VIRTUAL_HOST => {
+            if let Ok(host) = VirtualHost::decode(value) {
+                virtual_host_refs(&host, "", &mut out);
+            }
+        }
+        SCOPED_ROUTE_CONFIGURATION => {
+            if let Ok(scope) = ScopedRouteConfiguration::decode(value) {
+                scoped_route_refs(&scope, "", &mut out);
+            }
+        }
+        CLUSTER => {
+            if let Ok(cluster) = Cluster::decode(value) {
+                cluster_refs(&cluster, &mut out);
+            }
+        }
+        _ => {}
+    }
+    out.list
+}
+
+/// References found so far, each (type, name) once.
+#[derive(Default)]
+struct Refs {
+    list: Vec<Reference>,
+    seen: HashSet<(&'static str, Arc<str>)>,
+}
+
+impl Refs {
+    /// Adds a reference to `name` held by the field `prefix` + `field`; an empty name (a field
+    /// left unset) is none.
+    fn add(&mut self, type_url: &'static str, name: &str, prefix: &str, field: &str) {
+        if name.is_empty() {
+            return;
+        }
+        let name: Arc<str> = name.into();
+        if self.seen.insert((type_url, name.clone())) {
+            self.list.push(Reference {
+                type_url,
+                name,
+                field: format!("{prefix}{field}").into(),
+            });
+        }
+    }
+}
+
+/// `prefix` followed by `field` and a dot: the prefix of the fields inside `field`.
+fn within(prefix: &str, field: impl std::fmt::Display) -> String {
+    let mut s = String::with_capacity(prefix.len() + 32);
+    s.push_str(prefix);
+    let _ = write!(s, "{field}.");
+    s
+}
+
+/// Whether the message type an `Any` holds is `message` (full name), whatever the URL prefix.
+fn holds(any: &Any, message: &str) -> bool {
+    any.type_url.rsplit('/').next() == Some(message)
+}
+
+/// Whether a client fetches what a config source names from an xDS server: not from a file.
+// `path` is deprecated in favour of `path_config_source`, but Envoy still reads it.
+#[allow(deprecated)]
+fn from_server(source: Option<&ConfigSource>) -> bool {
+    !matches!(
+        source.and_then(|s| s.config_source_specifier.as_ref()),
+        Some(ConfigSourceSpecifier::Path(_) | ConfigSourceSpecifier::PathConfigSource(_))
+    )
+}
+
+fn listener_refs(listener: &Listener, out: &mut Refs) {
+    for (i, chain) in listener.filter_chains.iter().enumerate() {
+        filter_chain_refs(chain, &format!("filter_chains[{i}]."), out);
+    }
+    if let Some(chain) = &listener.default_filter_chain {
+        filter_chain_refs(chain, "default_filter_chain.", out);
+    }
+    if let Some(any) = listener
+        .api_listener
+        .as_ref()
+        .and_then(|a| a.api_listener.as_ref())
+    {
+        any_hcm_refs(any, "api_listener.api_listener.", out);
+    }
+}
+
+fn filter_chain_refs(chain: &FilterChain, prefix: &str, out: &mut Refs) {
+    for (i, f) in chain.filters.iter().enumerate() {
+        if let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type {
+            any_hcm_refs(
+                any,
+                &within(prefix, format_args!("filters[{i}].typed_config")),
+                out,
+            );
+        }
+    }
+    if let Some(socket) = &chain.transport_socket {
+        transport_socket_refs(socket, &within(prefix, "transport_socket"), out);
+    }
+}
+
+/// An `Any` that may hold an HttpConnectionManager.
+fn any_hcm_refs(any: &Any, prefix: &str, out: &mut Refs) {
+    if !holds(any, HTTP_CONNECTION_MANAGER) {
+        return;
+    }
+    let Ok(hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
+        return;
+    };
+    match &hcm.route_specifier {
+        Some(RouteSpecifier::Rds(rds)) if from_server(rds.config_source.as_ref()) => {
+            out.add(
+                ROUTE_CONFIGURATION,
+                &rds.route_config_name,
+                prefix,
+                "rds.route_config_name",
+            );
+        }
+        Some(RouteSpecifier::RouteConfig(route)) => {
+            route_configuration_refs(route, &within(prefix, "route_config"), out);
+        }
+        Some(RouteSpecifier::ScopedRoutes(scoped)) => {
+            if let Some(ConfigSpecifier::ScopedRouteConfigurationsList(list)) =
+                &scoped.config_specifier
+            {
+                let from_server = from_server(scoped.rds_config_source.as_ref());
+                for (i, scope) in list.scoped_route_configurations.iter().enumerate() {
+                    let prefix = within(
+                        prefix,
+                        format_args!(
+                            "scoped_routes.scoped_route_configurations_list.scoped_route_configurations[{i}]"
+                        ),
+                    );
+                    if from_server {
+                        scoped_route_refs(scope, &prefix, out);
+                    } else if let Some(route) = &scope.route_configuration {
+                        route_configuration_refs(
+                            route,
+                            &within(&prefix, "route_configuration"),
+                            out,
+                        );
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn scoped_route_refs(scope: &ScopedRouteConfiguration, prefix: &str, out: &mut Refs) {
+    out.add(
+        ROUTE_CONFIGURATION,
+        &scope.route_configuration_name,
+        prefix,
+        "route_configuration_name",
+    );
+    if let Some(route) = &scope.route_configuration {
+        route_configuration_refs(route, &within(prefix, "route_configuration"), out);
+    }
+}
+
+fn route_configuration_refs(route: &RouteConfiguration, prefix: &str, out: &mut Refs) {
+    mirror_refs(&route.request_mirror_policies, prefix, out);
+    for (i, host) in route.virtual_hosts.iter().enumerate() {
+        virtual_host_refs(
+            host,
+            &within(prefix, format_args!("virtual_hosts[{i}]")),
+            out,
+        );
+    }
+}
+
+fn virtual_host_refs(host: &VirtualHost, prefix: &str, out: &mut Refs) {
+    mirror_refs(&host.request_mirror_policies, prefix, out);
+    for (i, route) in host.routes.iter().enumerate() {
+        let Some(Action::Route(action)) = &route.action else {
+            continue;
+        };
+        let prefix = within(prefix, format_args!("routes[{i}].route"));
+        match &action.cluster_specifier {
+            Some(ClusterSpecifier::Cluster(name)) => out.add(CLUSTER, name, &prefix, "cluster"),
+            Some(ClusterSpecifier::WeightedClusters(weighted)) => {
+                for (j, c) in weighted.clusters.iter().enumerate() {
+                    out.add(
+                        CLUSTER,
+                        &c.name,
+                        &prefix,
+                        &format!("weighted_clusters.clusters[{j}].name"),
+                    );
+                }
+            }
+            _ => {}
+        }
+        mirror_refs(&action.request_mirror_policies, &prefix, out);
+    }
+}
+
+fn mirror_refs(policies: &[RequestMirrorPolicy], prefix: &str, out: &mut Refs) {
+    for (i, policy) in policies.iter().enumerate() {
+        out.add(
+            CLUSTER,
+            &policy.cluster,
+            prefix,
+            &format!("request_mirror_policies[{i}].cluster"),
+        );
+    }
+}
+
+fn cluster_refs(cluster: &Cluster, out: &mut Refs) {
+    let eds = matches!(
+        cluster.cluster_discovery_type,
+        Some(ClusterDiscoveryType::Type(t)) if t == DiscoveryType::Eds as i32
+    );
+    if eds {
+        let config = cluster.eds_cluster_config.as_ref();
+        if from_server(config.and_then(|c| c.eds_config.as_ref())) {
+            match config.map(|c| c.service_name.as_str()) {
+                Some(service) if !service.is_empty() => out.add(
+                    CLUSTER_LOAD_ASSIGNMENT,
+                    service,
+                    "",
+                    "eds_cluster_config.service_name",
+                ),
+                _ => out.add(CLUSTER_LOAD_ASSIGNMENT, &cluster.name, "", "name"),
+            }
+        }
+    }
+    if let Some(socket) = &cluster.transport_socket {
+        transport_socket_refs(socket, "transport_socket.", out);
+    }
+    for (i, m) in cluster.transport_socket_matches.iter().enumerate() {
+        if let Some(socket) = &m.transport_socket {
+            transport_socket_refs(
+                socket,
+                &format!("transport_socket_matches[{i}].transport_socket."),
+                out,
+            );
+        }
+    }
+}
+
+/// A transport socket that may be TLS (downstream or upstream) with SDS secrets.
+fn transport_socket_refs(socket: &TransportSocket, prefix: &str, out: &mut Refs) {
+    let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type else {
+        return;
+    };
+    let prefix = within(prefix, "typed_config");
+    if holds(any, DOWNSTREAM_TLS_CONTEXT) {
+        let Ok(tls) = DownstreamTlsContext::decode(any.value.as_slice()) else {
+            return;
+        };
+        if let Some(common) = &tls.common_tls_context {
+            common_tls_refs(common, &within(&prefix, "common_tls_context"), out);
+        }
+        if let Some(SessionTicketKeysType::SessionTicketKeysSdsSecretConfig(sds)) =
+            &tls.session_ticket_keys_type
+        {
+            sds_refs(sds, &prefix, "session_ticket_keys_sds_secret_config", out);
+        }
+    } else if holds(any, UPSTREAM_TLS_CONTEXT) {
+        let Ok(tls) = UpstreamTlsContext::decode(any.value.as_slice()) else {
+            return;
+        };
+        if let Some(common) = &tls.common_tls_context {
+            common_tls_refs(common, &within(&prefix, "common_tls_context"), out);
+        }
+    }
+}
+
+fn common_tls_refs(common: &CommonTlsContext, prefix: &str, out: &mut Refs) {
+    for (i, sds) in common.tls_certificate_sds_secret_configs.iter().enumerate() {
+        sds_refs(
+            sds,
+            prefix,
+            &format!("tls_certificate_sds_secret_configs[{i}]"),
+            out,
+        );
+    }
+    match &common.validation_context_type {
+        Some(ValidationContextType::ValidationContextSdsSecretConfig(sds)) => {
+            sds_refs(sds, prefix, "validation_context_sds_secret_config", out);
+        }
+        Some(ValidationContextType::CombinedValidationContext(combined)) => {
+            if let Some(sds) = &combined.validation_context_sds_secret_config {
+                sds_refs(
+                    sds,
+                    prefix,
+                    "combined_validation_context.validation_context_sds_secret_config",
+                    out,
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// An SDS secret config: a reference when the secret comes from an xDS server (with no
+/// `sds_config`, Envoy uses a static secret of its bootstrap).
+fn sds_refs(sds: &SdsSecretConfig, prefix: &str, field: &str, out: &mut Refs) {
+    if sds.sds_config.is_some() && from_server(sds.sds_config.as_ref()) {
+        out.add(SECRET, &sds.name, prefix, &format!("{field}.name"));
+    }
+}
+
+#[cfg(test)]
+mod tests;
