@@ -539,5 +539,41 @@ fn held(variants: &[Arc<Resource>], version: &str) -> Held {
     }
 }
 
+/// What the client holds, for the session's make-before-break rules.
+impl DeltaSubscription {
+    /// Whether the client holds `name` as the store holds it now.
+    pub fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
+        self.keys_of(name).iter().any(|key| {
+            let now = views.get(&key.0, key.1).map(|r| r.version());
+            now.is_some() && self.has.get(key).map(|h| &h.version) == now
+        })
+    }
+
+    /// The subscribed resources the client does not hold as the store holds them now.
+    pub fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
+        let mut out: Vec<Arc<Resource>> = self
+            .names
+            .iter()
+            .filter_map(|key| {
+                let r = views.get(&key.0, key.1)?;
+                (self.has.get(key).map(|h| &h.version) != Some(r.version())).then(|| r.clone())
+            })
+            .collect();
+        if let Some(w) = self.wildcard {
+            out.extend(
+                views
+                    .view(w)
+                    .iter()
+                    .filter(|r| {
+                        let key = (r.name().clone(), w);
+                        self.has.get(&key).map(|h| &h.version) != Some(r.version())
+                    })
+                    .cloned(),
+            );
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -55,6 +55,22 @@ pub const HEARTBEATS_PER_TTL: u32 = 3;
 /// Heartbeats of one type are never closer together than this, whatever the TTL.
 pub const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long make-before-break holds a route back for the cluster it points at, or a removal for
+/// the ACK of what stopped referring to it. A client that never asks for the cluster's endpoints
+/// (it rejected the cluster, or takes endpoints elsewhere) gets the route after this.
+pub const HOLD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Types whose resources point at clusters without waiting for them to be ready (Envoy does not
+/// warm routes): held until the clusters they newly point at, and their endpoints, were sent.
+const REFERRERS: [&str; 4] = [
+    types::ROUTE_CONFIGURATION,
+    types::VIRTUAL_HOST,
+    types::LISTENER,
+    types::SCOPED_ROUTE_CONFIGURATION,
+];
+/// Types whose removals wait until the client ACKed every referrer type.
+const REFERENCED: [&str; 2] = [types::CLUSTER, types::CLUSTER_LOAD_ASSIGNMENT];
+
 /// Why a session cannot go on: the client sent something xdsd will not serve. Each ends the
 /// stream; [`SessionError::kind`] says which status it maps to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -248,6 +264,10 @@ pub trait Machine: Send + 'static {
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<Self::Response>;
     /// (version, resources, removed names, nonce) of a response, for logs.
     fn describe(response: &Self::Response) -> (&str, usize, usize, &str);
+    /// Whether the client was sent `name` as the store holds it now.
+    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool;
+    /// The subscribed resources the client was not sent as the store holds them now.
+    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>>;
     /// How many resources a reconnecting client says it already has.
     fn initial_versions(request: &Self::Request) -> usize;
     /// The resources of a response that are new or changed for the client.
@@ -314,6 +334,12 @@ impl Machine for SotwSubscription {
     }
     fn describe(r: &SotwResponse) -> (&str, usize, usize, &str) {
         (&r.version_info, r.len(), 0, &r.nonce)
+    }
+    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
+        SotwSubscription::has_sent(self, name, views)
+    }
+    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
+        SotwSubscription::unsent(self, views)
     }
     fn initial_versions(_: &SotwRequest) -> usize {
         0
@@ -394,6 +420,12 @@ impl Machine for DeltaSubscription {
             &r.nonce,
         )
     }
+    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
+        DeltaSubscription::has_sent(self, name, views)
+    }
+    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
+        DeltaSubscription::unsent(self, views)
+    }
     fn initial_versions(request: &DeltaDiscoveryRequest) -> usize {
         request.initial_resource_versions.len()
     }
@@ -433,6 +465,10 @@ struct TypeState<M> {
     /// type, never a timer per resource.
     ttls: HashMap<Arc<str>, Duration>,
     next_heartbeat: Option<Instant>,
+    /// The nonce of the latest response, until the client ACKs or NACKs it.
+    unacked: Option<String>,
+    /// Since when make-before-break holds this type's response back.
+    held_since: Option<Instant>,
 }
 
 impl<M> TypeState<M> {
@@ -455,6 +491,21 @@ pub struct Session<M> {
     /// The parameter sets this session uses, by [`Pid`].
     params: Vec<ParamSet>,
     pids: HashMap<ParamSet, Pid>,
+    /// Make-before-break on aggregated streams: for clusters and endpoints, the names the store
+    /// changed since they were last served, the state last served, and removals held back.
+    changed: HashMap<Arc<str>, HashSet<Arc<str>>>,
+    served: HashMap<Arc<str>, Arc<TypeSnapshot>>,
+    lingering: HashMap<Arc<str>, Lingering>,
+}
+
+/// Removed resources a client is still served, until what referred to them is ACKed.
+struct Lingering {
+    since: Instant,
+    names: Vec<Arc<str>>,
+    /// The state they were removed from, the store's state, and the two merged.
+    old: Arc<TypeSnapshot>,
+    base: Arc<TypeSnapshot>,
+    merged: Arc<TypeSnapshot>,
 }
 
 impl<M: Machine> Session<M> {
@@ -469,6 +520,9 @@ impl<M: Machine> Session<M> {
             // Parameter set 0: the empty set, until the node says otherwise.
             params: vec![ParamSet::new()],
             pids: [(ParamSet::new(), 0)].into_iter().collect(),
+            changed: HashMap::default(),
+            served: HashMap::default(),
+            lingering: HashMap::default(),
         }
     }
 
@@ -531,6 +585,8 @@ impl<M: Machine> Session<M> {
                 named: false,
                 ttls: HashMap::default(),
                 next_heartbeat: None,
+                unacked: None,
+                held_since: None,
             });
         state.default = default;
         state
@@ -552,6 +608,11 @@ impl<M: Machine> Session<M> {
             &unsubscribe,
             current,
         );
+        if let RequestKind::Ack { nonce } | RequestKind::Nack { nonce, .. } = &kind {
+            if state.unacked.as_ref() == Some(nonce) {
+                state.unacked = None;
+            }
+        }
         Ok(Handled {
             type_url,
             kind,
@@ -645,13 +706,21 @@ impl<M: Machine> Session<M> {
         for (type_url, names) in changes {
             if let Some(state) = self.types.get_mut(&type_url) {
                 state.machine.mark_changed(&names);
+                if self.fixed.is_none() && REFERENCED.contains(&&*type_url) {
+                    self.changed.entry(type_url).or_default().extend(names);
+                }
             }
         }
     }
 
     /// The next moment the session has something to do (`handle_timeout`), if any.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.types.values().filter_map(|s| s.next_heartbeat).min()
+        let beats = self.types.values().filter_map(|s| s.next_heartbeat);
+        let holds = self.types.values().filter_map(|s| s.held_since);
+        let lingering = self.lingering.values().map(|l| l.since);
+        beats
+            .chain(holds.chain(lingering).map(|since| since + HOLD_TIMEOUT))
+            .min()
     }
 
     /// Takes in the time: renews the TTLs due by `now` (heartbeats, spec "TTL"). Every resource
@@ -670,7 +739,7 @@ impl<M: Machine> Session<M> {
 
     /// Whether `poll_response` may have something to send.
     pub fn has_pending(&self) -> bool {
-        self.types.values().any(|s| s.machine.has_pending())
+        !self.lingering.is_empty() || self.types.values().any(|s| s.machine.has_pending())
     }
 
     /// The next response owed, types in make-before-break order (what a resource refers to goes
@@ -680,6 +749,10 @@ impl<M: Machine> Session<M> {
         snapshot: &Snapshot,
         now: Instant,
     ) -> Option<(Arc<str>, M::Response)> {
+        let ads = self.fixed.is_none();
+        if ads {
+            self.update_lingering(snapshot, now);
+        }
         let mut order: Vec<&Arc<str>> = self
             .types
             .iter()
@@ -689,7 +762,15 @@ impl<M: Machine> Session<M> {
         order.sort_by(|a, b| (types::push_rank(a), a).cmp(&(types::push_rank(b), b)));
         let order: Vec<Arc<str>> = order.into_iter().cloned().collect();
         for type_url in order {
-            let views = Views::new(&type_url, snapshot.get(&type_url), self.params.iter());
+            let views = Views::new(
+                &type_url,
+                self.type_snapshot(&type_url, snapshot).as_ref(),
+                self.params.iter(),
+            );
+            if ads && REFERRERS.contains(&&*type_url) && self.hold(&type_url, &views, snapshot, now)
+            {
+                continue;
+            }
             let Some(state) = self.types.get_mut(&type_url) else {
                 continue;
             };
@@ -699,6 +780,8 @@ impl<M: Machine> Session<M> {
             if self.node.as_ref().is_some_and(M::takes_ttl) {
                 track_ttls(state, &M::with_ttl(&response), now);
             }
+            state.unacked = Some(M::describe(&response).3.to_owned());
+            state.held_since = None;
             // A changed resource may need others sent again for the client to finish warming it
             // (an updated EDS cluster needs its endpoints): they come later in push order.
             for (dep_type, dep_name) in M::updated(&response).iter().flat_map(|r| r.dependents()) {
@@ -709,6 +792,152 @@ impl<M: Machine> Session<M> {
             return Some((type_url, response));
         }
         None
+    }
+}
+
+/// Make-before-break (spec "Eventual consistency considerations"), on aggregated streams.
+impl<M: Machine> Session<M> {
+    /// The state of a type this client is served: the store's, or for clusters and endpoints
+    /// whose removal waits, the store's with the removed ones still in.
+    fn type_snapshot(&self, type_url: &Arc<str>, snapshot: &Snapshot) -> Option<Arc<TypeSnapshot>> {
+        match self.lingering.get(type_url) {
+            Some(l) => Some(l.merged.clone()),
+            None => snapshot.get(type_url).cloned(),
+        }
+    }
+
+    /// Whether every type that refers to clusters was sent and ACKed: removals may go.
+    fn referrers_settled(&self) -> bool {
+        REFERRERS.iter().all(|t| {
+            self.types
+                .get(*t)
+                .is_none_or(|s| !s.machine.has_pending() && s.unacked.is_none())
+        })
+    }
+
+    /// Starts, updates and ends the lingering of removed clusters and endpoints: a removal waits
+    /// until the routes (and listeners) that stopped referring to it are ACKed, or
+    /// [`HOLD_TIMEOUT`].
+    fn update_lingering(&mut self, snapshot: &Snapshot, now: Instant) {
+        let settled = self.referrers_settled();
+        for type_url in REFERENCED {
+            let Some((type_url, _)) = self.types.get_key_value(type_url) else {
+                continue;
+            };
+            let type_url = type_url.clone();
+            let changed = self.changed.remove(&type_url).unwrap_or_default();
+            let Some(new) = snapshot.get(&type_url).cloned() else {
+                self.lingering.remove(&type_url);
+                continue;
+            };
+            if let Some(l) = self.lingering.get_mut(&type_url) {
+                if settled || now >= l.since + HOLD_TIMEOUT {
+                    let names: HashSet<Arc<str>> = l.names.iter().cloned().collect();
+                    self.lingering.remove(&type_url);
+                    if let Some(state) = self.types.get_mut(&type_url) {
+                        state.machine.mark_changed(&names);
+                    }
+                } else if !Arc::ptr_eq(&l.base, &new) {
+                    l.names.retain(|n| new.variants(n).is_empty());
+                    l.merged = Arc::new(new.with_lingering(&l.old, &l.names));
+                    l.base = new.clone();
+                }
+            } else if !settled {
+                if let Some(old) = self.served.get(&type_url) {
+                    let names: Vec<Arc<str>> = changed
+                        .into_iter()
+                        .filter(|n| new.variants(n).is_empty() && !old.variants(n).is_empty())
+                        .collect();
+                    if !names.is_empty() {
+                        let merged = Arc::new(new.with_lingering(old, &names));
+                        self.lingering.insert(
+                            type_url.clone(),
+                            Lingering {
+                                since: now,
+                                names,
+                                old: old.clone(),
+                                base: new.clone(),
+                                merged,
+                            },
+                        );
+                    }
+                }
+            }
+            if !self.lingering.contains_key(&type_url) {
+                self.served.insert(type_url, new);
+            }
+        }
+    }
+
+    /// Whether a response of `type_url` (which refers to clusters) must wait: something it would
+    /// send points at a cluster the client was not sent yet, or at an EDS cluster whose endpoints
+    /// it was not sent yet. At most [`HOLD_TIMEOUT`].
+    fn hold(
+        &mut self,
+        type_url: &Arc<str>,
+        views: &Views,
+        snapshot: &Snapshot,
+        now: Instant,
+    ) -> bool {
+        let blocked = self.waits_for_clusters(type_url, views, snapshot);
+        let Some(state) = self.types.get_mut(type_url) else {
+            return false;
+        };
+        if !blocked {
+            state.held_since = None;
+            return false;
+        }
+        let since = *state.held_since.get_or_insert(now);
+        now < since + HOLD_TIMEOUT
+    }
+
+    fn waits_for_clusters(&self, type_url: &Arc<str>, views: &Views, snapshot: &Snapshot) -> bool {
+        let (Some(state), Some((cds_type, cds))) = (
+            self.types.get(type_url),
+            self.types.get_key_value(types::CLUSTER),
+        ) else {
+            // Clusters do not come from this stream: nothing to order against.
+            return false;
+        };
+        let unsent = state.machine.unsent(views);
+        let targets: Vec<&Arc<str>> = unsent
+            .iter()
+            .flat_map(|r| r.references())
+            .filter(|r| r.type_url == types::CLUSTER)
+            .map(|r| &r.name)
+            .collect();
+        if targets.is_empty() {
+            return false;
+        }
+        let cds_views = Views::new(
+            cds_type,
+            self.type_snapshot(cds_type, snapshot).as_ref(),
+            self.params.iter(),
+        );
+        let eds_type: Arc<str> = Arc::from(types::CLUSTER_LOAD_ASSIGNMENT);
+        let eds = self.types.get(&eds_type);
+        let eds_views = Views::new(
+            &eds_type,
+            self.type_snapshot(&eds_type, snapshot).as_ref(),
+            self.params.iter(),
+        );
+        let eds_pid = eds.map(|s| s.default).unwrap_or(cds.default);
+        targets.into_iter().any(|name| {
+            let Some(cluster) = cds_views.get(name, cds.default) else {
+                return false;
+            };
+            if !cds.machine.has_sent(name, &cds_views) {
+                return true;
+            }
+            cluster
+                .references()
+                .iter()
+                .filter(|r| r.type_url == types::CLUSTER_LOAD_ASSIGNMENT)
+                .any(|r| {
+                    eds_views.get(&r.name, eds_pid).is_some()
+                        && eds.is_none_or(|e| !e.machine.has_sent(&r.name, &eds_views))
+                })
+        })
     }
 }
 

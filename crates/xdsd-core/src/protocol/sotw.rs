@@ -735,5 +735,41 @@ fn names_digest(names: &Names, subscribe: &Subscribe<'_>) -> (usize, u64) {
     )
 }
 
+/// What the client was sent, for the session's make-before-break rules.
+impl SotwSubscription {
+    /// Whether the client was sent `name` as the store holds it now.
+    pub fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
+        let explicit = self.keys_of(name).any(|key| {
+            let now = views.get(&key.0, key.1).map(|r| r.version());
+            now.is_some() && self.sent.get(&key) == now
+        });
+        explicit
+            || self.wildcard.is_some_and(|w| {
+                let view = views.view(w);
+                self.sent_view_version.as_ref() == Some(view.version()) && view.get(name).is_some()
+            })
+    }
+
+    /// The subscribed resources the client was not sent as the store holds them now (all of a
+    /// wildcard's when its view changed).
+    pub fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
+        let mut out: Vec<Arc<Resource>> = self
+            .names
+            .iter()
+            .filter_map(|key| {
+                let r = views.get(&key.0, key.1)?;
+                (self.sent.get(key) != Some(r.version())).then(|| r.clone())
+            })
+            .collect();
+        if let Some(w) = self.wildcard {
+            let view = views.view(w);
+            if self.sent_view_version.as_ref() != Some(view.version()) {
+                out.extend(view.iter().cloned());
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -53,6 +53,20 @@ impl TypeSnapshot {
         )
     }
 
+    /// This type with the variants `old` held of `names` that this one no longer has: what a
+    /// client is served while the removal of those names waits (make-before-break).
+    pub(crate) fn with_lingering(&self, old: &TypeSnapshot, names: &[Arc<str>]) -> TypeSnapshot {
+        let mut entries = self.entries.clone();
+        for name in names {
+            if !entries.contains_key(name) {
+                if let Some(variants) = old.entries.get(name) {
+                    entries.insert(name.clone(), variants.clone());
+                }
+            }
+        }
+        TypeSnapshot::with_variants(self.type_url.clone(), entries)
+    }
+
     pub(crate) fn with_variants(
         type_url: Arc<str>,
         entries: BTreeMap<Arc<str>, Box<[Arc<Resource>]>>,

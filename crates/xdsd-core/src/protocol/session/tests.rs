@@ -1139,3 +1139,310 @@ mod ttl {
         assert_eq!(s.poll_timeout(), Some(t0 + MIN_HEARTBEAT_INTERVAL));
     }
 }
+
+/// Make-before-break on aggregated streams (spec "Eventual consistency considerations"): one
+/// store update adds cluster Y with endpoints, repoints route r1 from X to Y and removes X. The
+/// client must get CDS(Y), then EDS(Y) (once it asks), then RDS(r1 -> Y), and X's removal only
+/// after it ACKed that route.
+mod make_before_break {
+    use std::time::Instant;
+
+    use bytes::Bytes;
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+        ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
+    };
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use envoy_types::pb::envoy::config::route::v3::route::Action;
+    use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
+    use envoy_types::pb::envoy::config::route::v3::{
+        Route, RouteAction, RouteConfiguration, VirtualHost,
+    };
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    use prost::Message;
+
+    use super::*;
+    use crate::store::{Change, ResourceInput, Store};
+    use crate::types::ROUTE_CONFIGURATION;
+
+    fn cluster(name: &str) -> ResourceInput {
+        let c = Cluster {
+            name: name.into(),
+            cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+            eds_cluster_config: Some(EdsClusterConfig::default()),
+            ..Default::default()
+        };
+        ResourceInput::new(CLUSTER, name, c.encode_to_vec().into())
+    }
+
+    fn endpoints(name: &str) -> ResourceInput {
+        let e = ClusterLoadAssignment {
+            cluster_name: name.into(),
+            ..Default::default()
+        };
+        ResourceInput::new(CLUSTER_LOAD_ASSIGNMENT, name, e.encode_to_vec().into())
+    }
+
+    fn route(name: &str, to: &str) -> ResourceInput {
+        let r = RouteConfiguration {
+            name: name.into(),
+            virtual_hosts: vec![VirtualHost {
+                name: "all".into(),
+                domains: vec!["*".into()],
+                routes: vec![Route {
+                    action: Some(Action::Route(RouteAction {
+                        cluster_specifier: Some(ClusterSpecifier::Cluster(to.into())),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        ResourceInput::new(ROUTE_CONFIGURATION, name, Bytes::from(r.encode_to_vec()))
+    }
+
+    fn store() -> Store {
+        let store = Store::new();
+        store
+            .replace_all([cluster("x"), endpoints("x"), route("r1", "x")])
+            .unwrap();
+        store
+    }
+
+    /// The update of the scenario, and the changes the store reports for it.
+    fn switch(store: &Store) -> Changes {
+        store
+            .apply([
+                Change::Set(cluster("y")),
+                Change::Set(endpoints("y")),
+                Change::Set(route("r1", "y")),
+                Change::Remove {
+                    type_url: CLUSTER.into(),
+                    name: "x".into(),
+                },
+                Change::Remove {
+                    type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+                    name: "x".into(),
+                },
+            ])
+            .unwrap();
+        let names = |n: &[&str]| n.iter().map(|n| Arc::<str>::from(*n)).collect();
+        [
+            (Arc::<str>::from(CLUSTER), names(&["x", "y"])),
+            (
+                Arc::<str>::from(CLUSTER_LOAD_ASSIGNMENT),
+                names(&["x", "y"]),
+            ),
+            (Arc::<str>::from(ROUTE_CONFIGURATION), names(&["r1"])),
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    /// What a response carries, as (type, names).
+    type Seen = (String, Vec<String>, Vec<String>);
+
+    fn sotw_seen(type_url: &str, r: &SotwResponse) -> Seen {
+        let mut names: Vec<String> = r.names().iter().map(|n| n.to_string()).collect();
+        names.sort();
+        (short(type_url), names, Vec::new())
+    }
+
+    fn delta_seen(type_url: &str, r: &DeltaResponse) -> Seen {
+        (
+            short(type_url),
+            r.resources.iter().map(|x| x.name().to_string()).collect(),
+            r.removed.iter().map(|x| x.to_string()).collect(),
+        )
+    }
+
+    fn short(type_url: &str) -> String {
+        match type_url {
+            CLUSTER => "CDS",
+            CLUSTER_LOAD_ASSIGNMENT => "EDS",
+            ROUTE_CONFIGURATION => "RDS",
+            _ => "?",
+        }
+        .to_owned()
+    }
+
+    fn seen(t: &str, names: &[&str], removed: &[&str]) -> Seen {
+        let v = |n: &[&str]| n.iter().map(|s| s.to_string()).collect();
+        (t.to_owned(), v(names), v(removed))
+    }
+
+    struct Sotw {
+        s: Session<SotwSubscription>,
+        store: Store,
+        nonces: HashMap<String, String>,
+        eds: Vec<&'static str>,
+    }
+
+    impl Sotw {
+        fn request(&mut self, type_url: &str, names: &[&str]) {
+            let nonce = self.nonces.get(type_url).cloned().unwrap_or_default();
+            let node = node("envoy", "c");
+            self.s
+                .handle_request(
+                    &sotw(type_url, names, &nonce, Some(&node)),
+                    &self.store.snapshot(),
+                )
+                .unwrap();
+        }
+
+        fn poll(&mut self) -> Option<Seen> {
+            let (t, r) = self
+                .s
+                .poll_response(&self.store.snapshot(), Instant::now())?;
+            self.nonces.insert(t.to_string(), r.nonce.clone());
+            Some(sotw_seen(&t, &r))
+        }
+
+        /// ACKs the latest response of a type (the request repeats its names).
+        fn ack(&mut self, type_url: &str) {
+            let names: Vec<&str> = match type_url {
+                CLUSTER => Vec::new(),
+                CLUSTER_LOAD_ASSIGNMENT => self.eds.clone(),
+                _ => vec!["r1"],
+            };
+            self.request(type_url, &names);
+        }
+    }
+
+    #[test]
+    fn sotw_ads_sends_the_new_cluster_and_its_endpoints_before_the_route_and_removes_the_old_cluster_after_the_route_ack(
+    ) {
+        let mut c = Sotw {
+            s: ads(),
+            store: store(),
+            nonces: HashMap::default(),
+            eds: vec!["x"],
+        };
+        c.request(CLUSTER, &[]);
+        c.request(CLUSTER_LOAD_ASSIGNMENT, &["x"]);
+        c.request(ROUTE_CONFIGURATION, &["r1"]);
+        while c.poll().is_some() {}
+        for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION] {
+            c.ack(t);
+        }
+        assert_eq!(c.poll(), None);
+
+        let changes = switch(&c.store);
+        c.s.handle_changes(changes);
+        // CDS first, with Y and still X (the route still points at X).
+        assert_eq!(c.poll(), Some(seen("CDS", &["x", "y"], &[])));
+        // The route waits: the client has not asked for Y's endpoints yet. (X's endpoints may
+        // go again: a SotW wildcard does not tell which clusters changed.)
+        let next = c.poll();
+        assert!(next.as_ref().is_none_or(|(t, _, _)| t == "EDS"), "{next:?}");
+        assert_eq!(c.poll(), None);
+        c.ack(CLUSTER);
+        assert_eq!(c.poll(), None);
+        // Envoy asks for Y's endpoints once it has the cluster.
+        c.eds = vec!["x", "y"];
+        c.ack(CLUSTER_LOAD_ASSIGNMENT);
+        assert_eq!(c.poll(), Some(seen("EDS", &["y"], &[])));
+        // Now the route.
+        assert_eq!(c.poll(), Some(seen("RDS", &["r1"], &[])));
+        assert_eq!(c.poll(), None, "X stays until the route is ACKed");
+        c.ack(CLUSTER_LOAD_ASSIGNMENT);
+        assert_eq!(c.poll(), None);
+        c.ack(ROUTE_CONFIGURATION);
+        assert_eq!(
+            c.poll(),
+            Some(seen("CDS", &["y"], &[])),
+            "X's removal goes last"
+        );
+        assert_eq!(c.poll(), None);
+    }
+
+    #[test]
+    fn a_held_route_goes_after_the_hold_timeout_when_the_endpoints_are_never_asked_for() {
+        let mut c = Sotw {
+            s: ads(),
+            store: store(),
+            nonces: HashMap::default(),
+            eds: vec!["x"],
+        };
+        c.request(CLUSTER, &[]);
+        c.request(CLUSTER_LOAD_ASSIGNMENT, &["x"]);
+        c.request(ROUTE_CONFIGURATION, &["r1"]);
+        while c.poll().is_some() {}
+        for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION] {
+            c.ack(t);
+        }
+        let changes = switch(&c.store);
+        c.s.handle_changes(changes);
+        let t0 = Instant::now();
+        assert_eq!(c.poll().map(|s| s.0), Some("CDS".to_owned()));
+        while let Some((t, _)) = c.s.poll_response(&c.store.snapshot(), t0) {
+            assert_ne!(&*t, ROUTE_CONFIGURATION, "the route is held");
+        }
+        let deadline = c.s.poll_timeout().expect("a held route sets a deadline");
+        assert!(deadline <= t0 + HOLD_TIMEOUT + std::time::Duration::from_secs(1));
+        c.s.handle_timeout(deadline);
+        let (t, r) = c.s.poll_response(&c.store.snapshot(), deadline).unwrap();
+        assert_eq!(sotw_seen(&t, &r), seen("RDS", &["r1"], &[]));
+    }
+
+    #[test]
+    fn delta_ads_sends_the_new_cluster_and_its_endpoints_before_the_route_and_removes_the_old_cluster_after_the_route_ack(
+    ) {
+        let store = store();
+        let mut s: Session<DeltaSubscription> = Session::new(None);
+        let mut nonces: HashMap<String, String> = HashMap::default();
+        let node = node("envoy", "c");
+        let send = |s: &mut Session<DeltaSubscription>,
+                    nonces: &HashMap<String, String>,
+                    t: &str,
+                    subscribe: &[&str],
+                    unsubscribe: &[&str]| {
+            let r = DeltaDiscoveryRequest {
+                type_url: t.into(),
+                node: Some(node.clone()),
+                response_nonce: nonces.get(t).cloned().unwrap_or_default(),
+                resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
+                resource_names_unsubscribe: unsubscribe.iter().map(|n| n.to_string()).collect(),
+                ..Default::default()
+            };
+            s.handle_request(&r, &store.snapshot()).unwrap();
+        };
+        let poll = |s: &mut Session<DeltaSubscription>, nonces: &mut HashMap<String, String>| {
+            let (t, r) = s.poll_response(&store.snapshot(), Instant::now())?;
+            nonces.insert(t.to_string(), r.nonce.clone());
+            Some(delta_seen(&t, &r))
+        };
+        send(&mut s, &nonces, CLUSTER, &[], &[]);
+        send(&mut s, &nonces, CLUSTER_LOAD_ASSIGNMENT, &["x"], &[]);
+        send(&mut s, &nonces, ROUTE_CONFIGURATION, &["r1"], &[]);
+        while poll(&mut s, &mut nonces).is_some() {}
+        for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION] {
+            send(&mut s, &nonces, t, &[], &[]);
+        }
+        assert_eq!(poll(&mut s, &mut nonces), None);
+
+        s.handle_changes(switch(&store));
+        assert_eq!(poll(&mut s, &mut nonces), Some(seen("CDS", &["y"], &[])));
+        assert_eq!(
+            poll(&mut s, &mut nonces),
+            None,
+            "the route waits for Y's endpoints"
+        );
+        send(&mut s, &nonces, CLUSTER, &[], &[]);
+        send(&mut s, &nonces, CLUSTER_LOAD_ASSIGNMENT, &["y"], &[]);
+        assert_eq!(poll(&mut s, &mut nonces), Some(seen("EDS", &["y"], &[])));
+        assert_eq!(poll(&mut s, &mut nonces), Some(seen("RDS", &["r1"], &[])));
+        assert_eq!(
+            poll(&mut s, &mut nonces),
+            None,
+            "X stays until the route is ACKed"
+        );
+        send(&mut s, &nonces, CLUSTER_LOAD_ASSIGNMENT, &[], &[]);
+        send(&mut s, &nonces, ROUTE_CONFIGURATION, &[], &[]);
+        assert_eq!(poll(&mut s, &mut nonces), Some(seen("CDS", &[], &["x"])));
+        assert_eq!(poll(&mut s, &mut nonces), Some(seen("EDS", &[], &["x"])));
+        assert_eq!(poll(&mut s, &mut nonces), None);
+    }
+}
