@@ -267,10 +267,11 @@ fn eds_cluster(name: &str, timeout_secs: i64) -> Vec<u8> {
 #[tokio::test]
 async fn an_updated_eds_cluster_gets_its_unchanged_endpoints_again_to_finish_warming() {
     let server = Server::start().await;
-    server.set(CLUSTER, "web", &eds_cluster("web", 1));
-    server.set(CLUSTER, "other", &eds_cluster("other", 1));
+    // Endpoints first: the store rejects an EDS cluster whose endpoints do not exist.
     server.set(CLUSTER_LOAD_ASSIGNMENT, "web", b"endpoints-of-web");
     server.set(CLUSTER_LOAD_ASSIGNMENT, "other", b"endpoints-of-other");
+    server.set(CLUSTER, "web", &eds_cluster("web", 1));
+    server.set(CLUSTER, "other", &eds_cluster("other", 1));
     let mut s = ads(&server).await;
     s.send(CLUSTER, &[], "").await;
     let cds = s.recv().await;

@@ -13,7 +13,9 @@ use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 use xdsd_core::params::Constraints;
-use xdsd_core::store::{ResourceInput, Store};
+use xdsd_core::store::{
+    ReferenceMode, ReferencePolicy, ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED,
+};
 use xdsd_core::transport::grpc::XdsServer;
 use xdsd_source::{Descriptors, ParsedResource};
 
@@ -40,9 +42,10 @@ enum Command {
     /// cluster_name, everything else by name.
     ///
     /// A change to the directory is applied as a whole new state, atomically. A change with any
-    /// error (bad YAML, unknown @type or field, duplicate name) is rejected whole, with an error
-    /// naming the file, and the previous state keeps being served. A bad directory at start-up
-    /// is fatal.
+    /// error (bad YAML, unknown @type or field, duplicate name, and by default a reference to a
+    /// resource that does not exist: see --references) is rejected whole, with an error naming
+    /// the file, and the previous state keeps being served. A bad directory at start-up is
+    /// fatal.
     ///
     /// Envoy connects with an ADS or per-type gRPC config source pointing at --listen; see
     /// examples/basic for a complete setup.
@@ -68,6 +71,85 @@ struct ServeArgs {
     /// "info,xdsd_core=debug". Pushes and ACKs are logged at debug, NACKs at warn.
     #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
     log_level: String,
+
+    /// What to do with a reference to a resource that does not exist (a listener's RDS route
+    /// configuration, a route's cluster, an EDS cluster's endpoints, an SDS secret): "strict"
+    /// rejects the change and keeps serving the last good state (a bad directory at start-up is
+    /// fatal); "warn" applies it and logs each dangling reference; "off" does not check. Envoy
+    /// itself accepts a route to a missing cluster and answers 503, hence strict by default.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "strict",
+        env = "XDSD_REFERENCES"
+    )]
+    references: References,
+
+    /// A resource the clients get elsewhere than from xdsd (e.g. a static cluster of Envoy's
+    /// bootstrap, such as the xDS cluster itself): references to it are not dangling. TYPE is
+    /// cluster, route, listener, endpoints, secret or a full type URL. Repeatable; the variable
+    /// takes a comma-separated list.
+    #[arg(
+        long = "external-name",
+        value_name = "TYPE:NAME",
+        env = "XDSD_EXTERNAL_NAMES",
+        value_delimiter = ',',
+        value_parser = parse_external_name
+    )]
+    external_names: Vec<(String, String)>,
+}
+
+/// `--references`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum References {
+    Strict,
+    Warn,
+    Off,
+}
+
+impl ServeArgs {
+    fn reference_policy(&self) -> ReferencePolicy {
+        let mode = match self.references {
+            References::Strict => ReferenceMode::Strict,
+            References::Warn => ReferenceMode::Warn,
+            References::Off => ReferenceMode::Off,
+        };
+        self.external_names
+            .iter()
+            .fold(ReferencePolicy::new(mode), |policy, (type_url, name)| {
+                policy.with_external(type_url, name)
+            })
+    }
+}
+
+/// `TYPE:NAME` of `--external-name`: (type URL, name).
+fn parse_external_name(value: &str) -> Result<(String, String), String> {
+    use xdsd_core::types;
+    let Some((kind, name)) = value.split_once(':') else {
+        return Err("expected TYPE:NAME, e.g. cluster:xds_cluster".to_owned());
+    };
+    if name.is_empty() {
+        return Err("the NAME of TYPE:NAME is empty".to_owned());
+    }
+    let type_url = match kind {
+        "cluster" => types::CLUSTER.to_owned(),
+        "route" => types::ROUTE_CONFIGURATION.to_owned(),
+        "listener" => types::LISTENER.to_owned(),
+        "endpoints" => types::CLUSTER_LOAD_ASSIGNMENT.to_owned(),
+        "secret" => types::SECRET.to_owned(),
+        // Served under type.googleapis.com/, whatever the prefix (as in resource files).
+        url if types::is_well_formed(url) => match url.rsplit_once('/') {
+            Some((_, message)) => format!("{}{message}", types::TYPE_URL_PREFIX),
+            None => url.to_owned(),
+        },
+        other => {
+            return Err(format!(
+                "unknown TYPE {other:?}: one of cluster, route, listener, endpoints, secret, \
+                 or a type URL such as type.googleapis.com/envoy.config.cluster.v3.Cluster"
+            ))
+        }
+    };
+    Ok((type_url, name.to_owned()))
 }
 
 fn main() -> ExitCode {
@@ -141,8 +223,8 @@ fn inputs(resources: Vec<ParsedResource>) -> anyhow::Result<Vec<ResourceInput>> 
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
+    let store = Store::with_reference_policy(args.reference_policy());
     let dir = args.resources;
-    let store = Store::new();
     // The watch starts before the first load, so no change can fall between the two; the lock
     // makes the first load's read-and-commit and each reload's commit happen one after the
     // other, so a reload can never be overwritten by the older first load.
@@ -155,7 +237,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let count = initial.len();
         let summary = store
             .replace_all(inputs(initial)?)
+            .map_err(|e| anyhow::anyhow!("{e}{}", hint(&e)))
             .with_context(|| format!("cannot load resources from {}", dir.display()))?;
+        log_dangling(&summary);
         info!(
             dir = %dir.display(),
             resources = count,
@@ -216,7 +300,11 @@ fn watch(
                         return;
                     }
                 };
-                match store.replace_all(inputs) {
+                let result = store.replace_all(inputs);
+                if let Ok(summary) = &result {
+                    log_dangling(summary);
+                }
+                match result {
                     Ok(summary) if summary.changed == 0 => {
                         info!(resources = count, "directory changed, resources unchanged")
                     }
@@ -226,13 +314,41 @@ fn watch(
                         generation = summary.generation,
                         "resources loaded"
                     ),
-                    Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
+                    Err(e) => error!(
+                        "change rejected: {e}{}; still serving generation {generation}",
+                        hint(&e)
+                    ),
                 }
             }
             Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
         }
     })
     .with_context(|| format!("cannot watch {}", dir.display()))
+}
+
+/// What to do about a rejected change, when the error alone does not say.
+fn hint(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::DanglingReferences(_) => {
+            " (a resource the clients get elsewhere, such as a cluster of Envoy's bootstrap, can be \
+             declared with --external-name TYPE:NAME; --references warn applies such changes)"
+        }
+        _ => "",
+    }
+}
+
+/// In `--references warn`: one WARN line per dangling reference of an applied change (the first
+/// MAX_LISTED, then a count).
+fn log_dangling(summary: &UpdateSummary) {
+    for d in summary.dangling.iter().take(MAX_LISTED) {
+        warn!("applied with a dangling reference: {d}");
+    }
+    if summary.dangling.len() > MAX_LISTED {
+        warn!(
+            "applied with {} more dangling references",
+            summary.dangling.len() - MAX_LISTED
+        );
+    }
 }
 
 async fn shutdown_signal() -> &'static str {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-pub use refs::Reference;
+pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{field_len, put_length_delimited};
 pub use snapshot::{Snapshot, TypeSnapshot, View};
@@ -96,6 +96,10 @@ pub enum StoreError {
         second: String,
         rule: Box<VariantRule>,
     },
+    /// References to resources that do not exist, in [`ReferenceMode::Strict`]: all of them
+    /// (the message lists the first [`MAX_LISTED`]).
+    #[error("{}", refs::describe(.0))]
+    DanglingReferences(Vec<Dangling>),
 }
 
 /// A TP2 rule two variants of one name break.
@@ -144,6 +148,9 @@ pub struct UpdateSummary {
     pub changed: usize,
     /// Resources (variants) the store holds after the update.
     pub total: usize,
+    /// In [`ReferenceMode::Warn`]: the references of the new state to resources that do not
+    /// exist (the update was applied anyway). Empty in the other modes, and when nothing changed.
+    pub dangling: Vec<Dangling>,
 }
 
 /// A change to one resource, for [`Store::apply`].
@@ -175,6 +182,8 @@ struct Inner {
     next_watcher: AtomicU64,
     /// Serialises writers, so that each builds on the state the previous one left.
     writer: Mutex<()>,
+    /// How references between resources are checked at commit.
+    policy: ReferencePolicy,
 }
 
 /// The variants of each name of one type, while an update is built.
@@ -216,8 +225,24 @@ fn put(
 }
 
 impl Store {
+    /// An empty store that checks references in [`ReferenceMode::Strict`], with no external
+    /// names.
     pub fn new() -> Store {
         Store::default()
+    }
+
+    /// An empty store that checks references between resources by `policy`.
+    pub fn with_reference_policy(policy: ReferencePolicy) -> Store {
+        Store {
+            inner: Arc::new(Inner {
+                policy,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    pub fn reference_policy(&self) -> &ReferencePolicy {
+        &self.inner.policy
     }
 
     /// The current state. Holding it never blocks a writer.
@@ -330,8 +355,8 @@ impl Store {
     }
 
     /// Builds the next snapshot from `current` with the types in `next` replaced, checks the
-    /// variant rules of every changed name, swaps it in and notifies the streams that watch a
-    /// changed name.
+    /// variant rules of every changed name and the references of the whole next state (see
+    /// [`ReferencePolicy`]), swaps it in and notifies the streams that watch a changed name.
     fn commit(
         &self,
         current: &Snapshot,
@@ -387,6 +412,16 @@ impl Store {
             changed.push((type_url, names));
         }
         let total = types.values().map(|t| t.iter().count()).sum();
+        // Only a change can create a dangling reference (the current state passed the check),
+        // but in warn mode every dangling reference of the new state is reported, old ones too.
+        let dangling = if count > 0 {
+            refs::dangling(&types, &self.inner.policy)
+        } else {
+            Vec::new()
+        };
+        if !dangling.is_empty() && self.inner.policy.mode == ReferenceMode::Strict {
+            return Err(StoreError::DanglingReferences(dangling));
+        }
         let generation = current.generation() + u64::from(count > 0);
         if count > 0 {
             let snapshot = Arc::new(Snapshot::new(generation, types));
@@ -402,6 +437,7 @@ impl Store {
             generation,
             changed: count,
             total,
+            dangling,
         })
     }
 }

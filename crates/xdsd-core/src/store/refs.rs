@@ -11,17 +11,21 @@
 //!   clusters, and request mirror policies (of the route configuration, the virtual host, the
 //!   route). A cluster chosen per request (`cluster_header`, cluster specifier plugins) cannot be
 //!   checked and is not an edge.
-//! - Cluster (type EDS) → ClusterLoadAssignment: `eds_cluster_config.service_name`, else the
-//!   cluster's name.
+//! - Cluster (type EDS, with an `eds_config`) → ClusterLoadAssignment:
+//!   `eds_cluster_config.service_name`, else the cluster's name.
 //! - Listener (filter chain TLS) and Cluster (`transport_socket`, `transport_socket_matches`) →
 //!   Secret: the SDS secret configs of the TLS context.
 //!
 //! A reference the client fetches from a file (a `path` or `path_config_source` config source)
 //! is not served by xdsd and is left out, and so is an SDS secret config without `sds_config`:
 //! Envoy takes it from the static secrets of its bootstrap.
+//!
+//! At commit, every reference of the next state must name a resource of that state (by name or
+//! alias) unless the [`ReferencePolicy`] declares it external; what to do otherwise is the
+//! policy's [`ReferenceMode`].
 
-use std::collections::HashSet;
-use std::fmt::Write as _;
+use std::collections::{HashMap, HashSet};
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
@@ -46,6 +50,8 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
+use super::TypeSnapshot;
+use crate::params::Constraints;
 use crate::types::{
     CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION, SCOPED_ROUTE_CONFIGURATION,
     SECRET, VIRTUAL_HOST,
@@ -296,18 +302,22 @@ fn cluster_refs(cluster: &Cluster, out: &mut Refs) {
         cluster.cluster_discovery_type,
         Some(ClusterDiscoveryType::Type(t)) if t == DiscoveryType::Eds as i32
     );
-    if eds {
-        let config = cluster.eds_cluster_config.as_ref();
-        if from_server(config.and_then(|c| c.eds_config.as_ref())) {
-            match config.map(|c| c.service_name.as_str()) {
-                Some(service) if !service.is_empty() => out.add(
-                    CLUSTER_LOAD_ASSIGNMENT,
-                    service,
-                    "",
-                    "eds_cluster_config.service_name",
-                ),
-                _ => out.add(CLUSTER_LOAD_ASSIGNMENT, &cluster.name, "", "name"),
-            }
+    // Without an `eds_config` there is nowhere to fetch endpoints from (Envoy refuses such a
+    // cluster): no reference.
+    let config = cluster
+        .eds_cluster_config
+        .as_ref()
+        .filter(|c| eds && c.eds_config.is_some() && from_server(c.eds_config.as_ref()));
+    if let Some(config) = config {
+        if config.service_name.is_empty() {
+            out.add(CLUSTER_LOAD_ASSIGNMENT, &cluster.name, "", "name");
+        } else {
+            out.add(
+                CLUSTER_LOAD_ASSIGNMENT,
+                &config.service_name,
+                "",
+                "eds_cluster_config.service_name",
+            );
         }
     }
     if let Some(socket) = &cluster.transport_socket {
@@ -385,6 +395,182 @@ fn sds_refs(sds: &SdsSecretConfig, prefix: &str, field: &str, out: &mut Refs) {
     if sds.sds_config.is_some() && from_server(sds.sds_config.as_ref()) {
         out.add(SECRET, &sds.name, prefix, &format!("{field}.name"));
     }
+}
+
+/// What the store does when an update leaves a reference to a resource that does not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ReferenceMode {
+    /// Reject the update whole ([`StoreError::DanglingReferences`](super::StoreError)); the
+    /// last good state stays served. The default: Envoy accepts a route to a missing cluster and
+    /// answers every request on it with 503, and a listener whose route configuration never
+    /// comes stays warming; refusing the change keeps what works working.
+    #[default]
+    Strict,
+    /// Apply the update, and list the dangling references in
+    /// [`UpdateSummary::dangling`](super::UpdateSummary) for the caller to log.
+    Warn,
+    /// No check.
+    Off,
+}
+
+/// How the store checks references at commit: the mode, and the names clients get from
+/// elsewhere than this store (Envoy's bootstrap: static clusters such as the xDS cluster itself,
+/// static secrets, ...), which are never dangling.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReferencePolicy {
+    pub mode: ReferenceMode,
+    /// Type URL → names.
+    external: HashMap<Box<str>, HashSet<Box<str>>>,
+}
+
+impl ReferencePolicy {
+    pub fn new(mode: ReferenceMode) -> ReferencePolicy {
+        ReferencePolicy {
+            mode,
+            external: HashMap::new(),
+        }
+    }
+
+    pub fn strict() -> ReferencePolicy {
+        ReferencePolicy::new(ReferenceMode::Strict)
+    }
+
+    pub fn warn() -> ReferencePolicy {
+        ReferencePolicy::new(ReferenceMode::Warn)
+    }
+
+    pub fn off() -> ReferencePolicy {
+        ReferencePolicy::new(ReferenceMode::Off)
+    }
+
+    /// Declares the resource `name` of `type_url` (e.g. [`crate::types::CLUSTER`]) external: the
+    /// clients get it elsewhere, a reference to it is fine.
+    pub fn with_external(mut self, type_url: &str, name: &str) -> ReferencePolicy {
+        self.external
+            .entry(type_url.into())
+            .or_default()
+            .insert(name.into());
+        self
+    }
+
+    pub fn is_external(&self, type_url: &str, name: &str) -> bool {
+        self.external
+            .get(type_url)
+            .is_some_and(|names| names.contains(name))
+    }
+
+    /// The external names, as (type URL, name).
+    pub fn external(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.external
+            .iter()
+            .flat_map(|(t, names)| names.iter().map(move |n| (&**t, &**n)))
+    }
+}
+
+/// A reference to a resource that does not exist: both ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Dangling {
+    /// The referring resource: its type URL, name, origin and, for a variant, constraints.
+    pub type_url: Arc<str>,
+    pub name: Arc<str>,
+    pub origin: Option<Arc<str>>,
+    pub constraints: Option<Arc<Constraints>>,
+    /// What it refers to, from which field.
+    pub reference: Reference,
+}
+
+/// The message name of a type URL: `Listener` for `type.googleapis.com/envoy...v3.Listener`.
+fn short_type(type_url: &str) -> &str {
+    type_url.rsplit(['.', '/']).next().unwrap_or(type_url)
+}
+
+impl fmt::Display for Dangling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(origin) = &self.origin {
+            write!(f, "{origin}: ")?;
+        }
+        write!(f, "{} {:?}", short_type(&self.type_url), &*self.name)?;
+        if let (None, Some(c)) = (&self.origin, &self.constraints) {
+            write!(f, " (the variant for {c})")?;
+        }
+        write!(
+            f,
+            " field {} refers to {} {:?}, which does not exist",
+            self.reference.field,
+            short_type(self.reference.type_url),
+            &*self.reference.name
+        )
+    }
+}
+
+/// How many dangling references an error message lists; the rest are counted.
+pub const MAX_LISTED: usize = 20;
+
+/// `N reference(s) to ... : first; second; ...; and M more`.
+pub(crate) fn describe(dangling: &[Dangling]) -> String {
+    let mut out = if dangling.len() == 1 {
+        "a reference to a resource that does not exist: ".to_owned()
+    } else {
+        format!(
+            "{} references to resources that do not exist: ",
+            dangling.len()
+        )
+    };
+    for (i, d) in dangling.iter().take(MAX_LISTED).enumerate() {
+        if i > 0 {
+            out.push_str("; ");
+        }
+        let _ = write!(out, "{d}");
+    }
+    if dangling.len() > MAX_LISTED {
+        let _ = write!(out, "; and {} more", dangling.len() - MAX_LISTED);
+    }
+    out
+}
+
+/// The references of every resource of `types` that name no resource of `types` (by name or
+/// alias, any variant: see below) and are not external; none when the mode is `Off`. Types in
+/// type URL order, resources in name order, references in field order.
+///
+/// Variants are approximated: a reference resolves when the name has any variant, whereas a
+/// client sees only the variants that match its parameters. A listener variant for `env=prod`
+/// naming a route configuration that only has an `env=staging` variant passes.
+///
+/// Cost: one lookup per reference of the whole state (a tree lookup in the names, then a hash
+/// lookup in the aliases).
+pub(crate) fn dangling(
+    types: &HashMap<Arc<str>, Arc<TypeSnapshot>>,
+    policy: &ReferencePolicy,
+) -> Vec<Dangling> {
+    if policy.mode == ReferenceMode::Off {
+        return Vec::new();
+    }
+    let mut urls: Vec<&Arc<str>> = types.keys().collect();
+    urls.sort();
+    let mut out = Vec::new();
+    for url in urls {
+        for resource in types[url].iter() {
+            for reference in resource.references() {
+                let exists = types
+                    .get(reference.type_url)
+                    .is_some_and(|t| t.intern(&reference.name).is_some());
+                if exists || policy.is_external(reference.type_url, &reference.name) {
+                    continue;
+                }
+                out.push(Dangling {
+                    type_url: url.clone(),
+                    name: resource.name().clone(),
+                    origin: resource.origin().cloned(),
+                    constraints: resource.constraints().cloned(),
+                    reference: reference.clone(),
+                });
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

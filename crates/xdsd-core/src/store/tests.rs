@@ -317,3 +317,5 @@ fn an_eds_cluster_depends_on_its_cluster_load_assignment() {
     let r = Resource::new(CLUSTER, "c", cluster("", DiscoveryType::Static).into());
     assert!(r.dependents().is_empty());
 }
+
+mod references;

@@ -387,6 +387,10 @@ fn eds_cluster_refers_to_its_cluster_load_assignment_by_service_name_else_its_na
         refs(CLUSTER, cluster(DiscoveryType::Eds, "svc", file_source())).is_empty(),
         "endpoints read from a file are not xdsd's"
     );
+    assert!(
+        refs(CLUSTER, cluster(DiscoveryType::Eds, "svc", None)).is_empty(),
+        "no eds_config: nowhere to fetch endpoints from (Envoy refuses the cluster)"
+    );
 }
 
 #[test]
