@@ -16,7 +16,9 @@ use xdsd_core::params::Constraints;
 use xdsd_core::store::{
     ReferenceMode, ReferencePolicy, ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED,
 };
-use xdsd_core::transport::grpc::XdsServer;
+use xdsd_core::transport::grpc::{
+    ServerOptions, XdsServer, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES,
+};
 use xdsd_source::{Descriptors, ParsedResource};
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
@@ -97,6 +99,19 @@ struct ServeArgs {
         value_parser = parse_external_name
     )]
     external_names: Vec<(String, String)>,
+
+    /// The largest request xdsd accepts, in bytes (or with a KiB/MiB suffix). A larger request
+    /// ends its stream with RESOURCE_EXHAUSTED. The default, 32 MiB, holds an Envoy's request
+    /// naming 100,000 EDS clusters or a delta reconnect with 100,000 initial resource versions
+    /// (each about 10-17 MB); gRPC's usual 4 MiB would refuse them. At least 64 KiB.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "32MiB",
+        value_parser = request_bytes,
+        env = "XDSD_MAX_REQUEST_BYTES"
+    )]
+    max_request_bytes: usize,
 }
 
 /// `--references`.
@@ -151,6 +166,37 @@ fn parse_external_name(value: &str) -> Result<(String, String), String> {
     };
     Ok((type_url, name.to_owned()))
 }
+
+/// A size in bytes: a number, optionally followed by KiB or MiB.
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let unit = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1024,
+        "MiB" => 1024 * 1024,
+        other => return Err(format!("unknown unit {other:?}: use bytes, KiB or MiB")),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("{text:?} is not a size (e.g. 33554432 or 32MiB)"))
+}
+
+fn request_bytes(text: &str) -> Result<usize, String> {
+    let bytes = parse_bytes(text)?;
+    if bytes < MIN_MAX_REQUEST_BYTES {
+        return Err(format!("at least {MIN_MAX_REQUEST_BYTES} bytes (64KiB)"));
+    }
+    Ok(bytes)
+}
+
+// The default in `--help` is the library's.
+const _: () = assert!(DEFAULT_MAX_REQUEST_BYTES == 32 * 1024 * 1024);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -254,7 +300,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the bound address")?;
     info!("xDS gRPC server listening on {addr}");
 
-    let server = XdsServer::new(store);
+    let options = ServerOptions::default().max_request_bytes(args.max_request_bytes);
+    let server = XdsServer::with_options(store, options);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;
@@ -371,5 +418,22 @@ async fn shutdown_signal() -> &'static str {
     {
         let _ = tokio::signal::ctrl_c().await;
         "SIGINT"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_bytes_or_kib_or_mib() {
+        assert_eq!(parse_bytes("65536"), Ok(65536));
+        assert_eq!(parse_bytes("64KiB"), Ok(65536));
+        assert_eq!(parse_bytes("32MiB"), Ok(32 * 1024 * 1024));
+        assert_eq!(parse_bytes("1 MiB"), Ok(1024 * 1024));
+        assert!(parse_bytes("32MB").is_err());
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("99999999999999999999MiB").is_err());
+        assert!(request_bytes("1KiB").is_err());
     }
 }

@@ -4,11 +4,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::watch;
 
+use super::grpc::ServerOptions;
 use super::stats::StreamRegistry;
 use crate::store::Store;
 
 pub(crate) struct ServerContext {
     pub(crate) store: Store,
+    pub(crate) options: ServerOptions,
     next_stream: AtomicU64,
     pub(crate) streams: StreamRegistry,
     /// Flips to true when the server shuts down: every stream then ends with UNAVAILABLE, so
@@ -17,9 +19,14 @@ pub(crate) struct ServerContext {
 }
 
 impl ServerContext {
-    pub(crate) fn new(store: Store, shutdown: watch::Receiver<bool>) -> ServerContext {
+    pub(crate) fn new(
+        store: Store,
+        options: ServerOptions,
+        shutdown: watch::Receiver<bool>,
+    ) -> ServerContext {
         ServerContext {
             store,
+            options,
             next_stream: AtomicU64::new(0),
             streams: StreamRegistry::default(),
             shutdown,

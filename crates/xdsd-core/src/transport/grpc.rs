@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::body::Body;
-use tonic::codec::{BufferSettings, Codec};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
@@ -23,11 +23,56 @@ use tonic_prost::ProstCodec;
 
 use super::context::ServerContext;
 use super::stats::{StreamCounters, StreamStatus};
+use super::status;
 use super::stream::{self, Variant};
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::sotw::SotwSubscription;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
+
+/// The largest request a stream accepts by default: 32 MiB.
+///
+/// Requests are small except for two that list a client's whole subscription: a SotW request
+/// repeats every subscribed name (an Envoy with 100,000 EDS clusters sends 100,000 names on each
+/// EDS ACK), and a delta client reconnecting sends `initial_resource_versions`, a name and a
+/// version for every resource it holds. With names of up to ~100 bytes, 100,000 names take about
+/// 10 MB and 100,000 initial versions about 12 MB (17 MB with 64-character versions from another
+/// server): 32 MiB holds either with room for longer names. gRPC's usual 4 MiB would end such a
+/// client's stream on every reconnect.
+///
+/// A request is held whole while it is decoded, so a client can make xdsd hold about three times
+/// this (the bytes, and the decoded names) for as long as one request takes.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
+
+/// The smallest request size limit [`ServerOptions::max_request_bytes`] takes: an Envoy's first
+/// request carries its node (metadata, extensions, features), several KiB.
+pub const MIN_MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// Options of an [`XdsServer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerOptions {
+    /// The largest request (one gRPC message) a stream accepts. A larger one ends its stream
+    /// with RESOURCE_EXHAUSTED; see [`DEFAULT_MAX_REQUEST_BYTES`].
+    pub max_request_bytes: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+        }
+    }
+}
+
+impl ServerOptions {
+    /// Sets [`ServerOptions::max_request_bytes`] (at least [`MIN_MAX_REQUEST_BYTES`]: a smaller
+    /// value is raised to it).
+    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes.max(MIN_MAX_REQUEST_BYTES);
+        self
+    }
+}
 
 /// An xDS gRPC server over a [`Store`]: every SotW and incremental discovery service.
 pub struct XdsServer {
@@ -36,12 +81,21 @@ pub struct XdsServer {
 }
 
 impl XdsServer {
+    /// A server with the default [`ServerOptions`].
     pub fn new(store: Store) -> XdsServer {
+        XdsServer::with_options(store, ServerOptions::default())
+    }
+
+    pub fn with_options(store: Store, options: ServerOptions) -> XdsServer {
         let (shutdown, rx) = watch::channel(false);
         XdsServer {
-            ctx: Arc::new(ServerContext::new(store, rx)),
+            ctx: Arc::new(ServerContext::new(store, options, rx)),
             shutdown,
         }
+    }
+
+    pub fn options(&self) -> &ServerOptions {
+        &self.ctx.options
     }
 
     /// The gRPC routes of every discovery service, to mount in a `tonic` server of your own.
@@ -161,8 +215,9 @@ fn streaming<V: Variant>(
         fixed,
         variant: PhantomData,
     };
+    let limit = method.ctx.options.max_request_bytes;
     Box::pin(async move {
-        let mut grpc = Grpc::new(SmallBuffers::<V::Wire, V::Message>(PhantomData));
+        let mut grpc = Grpc::new(StreamCodec::<V>(PhantomData)).max_decoding_message_size(limit);
         Ok(grpc.streaming(method, req).await)
     })
 }
@@ -172,25 +227,41 @@ fn streaming<V: Variant>(
 /// buffers still grow for a large one.
 const STREAM_BUFFER_BYTES: usize = 1024;
 
-/// prost encoding and decoding with small per-stream buffers.
-struct SmallBuffers<T, U>(PhantomData<fn() -> (T, U)>);
+/// prost encoding and decoding of a variant's messages, with small per-stream buffers; a request
+/// that does not decode is reported as the client's error (see `status`).
+struct StreamCodec<V>(PhantomData<fn() -> V>);
 
-impl<T, U> Codec for SmallBuffers<T, U>
-where
-    T: prost::Message + Send + 'static,
-    U: prost::Message + Default + Send + 'static,
-{
-    type Encode = T;
-    type Decode = U;
-    type Encoder = <ProstCodec<T, U> as Codec>::Encoder;
-    type Decoder = <ProstCodec<T, U> as Codec>::Decoder;
+impl<V: Variant> Codec for StreamCodec<V> {
+    type Encode = V::Wire;
+    type Decode = V::Message;
+    type Encoder = <ProstCodec<V::Wire, V::Message> as Codec>::Encoder;
+    type Decoder = RequestDecoder<V>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstCodec::<T, U>::raw_encoder(buffer_settings())
+        ProstCodec::<V::Wire, V::Message>::raw_encoder(buffer_settings())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstCodec::<T, U>::raw_decoder(buffer_settings())
+        RequestDecoder(PhantomData)
+    }
+}
+
+/// Decodes requests; tonic's own prost decoder reports a malformed message as an INTERNAL
+/// (server) error, while it is the client's.
+struct RequestDecoder<V>(PhantomData<fn() -> V>);
+
+impl<V: Variant> Decoder for RequestDecoder<V> {
+    type Item = V::Message;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<V::Message>, Status> {
+        <V::Message as prost::Message>::decode(buf)
+            .map(Some)
+            .map_err(|e| status::undecodable(V::REQUEST, &e))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        buffer_settings()
     }
 }
 

@@ -1,7 +1,9 @@
-//! The one place where the session's errors become gRPC statuses, the way rustls maps its errors
-//! to TLS alerts.
+//! The one place where what ends a stream becomes a gRPC status, the way rustls maps its errors
+//! to TLS alerts: the session's errors, and requests that cannot be read.
 
-use tonic::Status;
+use std::error::Error as _;
+
+use tonic::{Code, Status};
 
 use crate::protocol::session::{ErrorKind, SessionError};
 
@@ -11,5 +13,76 @@ pub fn status_of(error: &SessionError) -> Status {
     match error.kind() {
         ErrorKind::InvalidArgument => Status::invalid_argument(message),
         ErrorKind::ResourceExhausted => Status::resource_exhausted(message),
+    }
+}
+
+/// A request that is a well-framed gRPC message but not a `what` (e.g. `DiscoveryRequest`).
+pub(crate) fn undecodable(what: &str, error: &prost::DecodeError) -> Status {
+    Status::invalid_argument(format!("the request is not a valid {what}: {error}"))
+}
+
+/// What ends a stream whose request could not be read, with `max_request_bytes` the limit it was
+/// read under. `None`: the transport failed (the client reset the stream, the connection broke),
+/// and no status can reach the client.
+pub(crate) fn status_of_read_error(error: &Status, max_request_bytes: usize) -> Option<Status> {
+    // Errors of the connection carry their cause (an HTTP/2 or I/O error); those of the message
+    // framing and decoding, below, are made without one.
+    if error.source().is_some() {
+        return None;
+    }
+    match error.code() {
+        // The length in the message's header is over the decoding limit: refused before any
+        // of the body is buffered.
+        Code::OutOfRange => Some(Status::resource_exhausted(format!(
+            "the request is larger than the {max_request_bytes} bytes this server accepts \
+             (its max request size): {}",
+            error.message()
+        ))),
+        // From `undecodable`.
+        Code::InvalidArgument => Some(error.clone()),
+        // The gRPC framing is wrong (a bad compression flag, a message cut short by the end of
+        // the stream).
+        Code::Internal => Some(Status::invalid_argument(format!(
+            "the request stream is not valid gRPC: {}",
+            error.message()
+        ))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_request_is_resource_exhausted_naming_the_limit() {
+        let read = Status::out_of_range("found 5000 bytes, the limit is: 4096 bytes");
+        let status = status_of_read_error(&read, 4096).expect("a status for the client");
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(status.message().contains("4096 bytes"), "{status:?}");
+        assert!(status.message().contains("5000"), "{status:?}");
+    }
+
+    #[test]
+    fn an_undecodable_request_is_invalid_argument_saying_why() {
+        let error = <envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest as prost::Message>::decode(
+            &[0xff_u8, 0xff, 0xff][..],
+        )
+        .expect_err("not a message");
+        let read = undecodable("DiscoveryRequest", &error);
+        let status = status_of_read_error(&read, 4096).expect("a status for the client");
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(
+            status.message().contains("not a valid DiscoveryRequest"),
+            "{status:?}"
+        );
+    }
+
+    #[test]
+    fn a_broken_transport_gets_no_status() {
+        let mut read = Status::internal("h2 protocol error: stream reset");
+        read.set_source(std::sync::Arc::new(std::io::Error::other("reset")));
+        assert!(status_of_read_error(&read, 4096).is_none());
+        assert!(status_of_read_error(&Status::unknown("connection lost"), 4096).is_none());
     }
 }

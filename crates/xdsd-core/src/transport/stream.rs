@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::context::ServerContext;
 use super::stats::StreamEntry;
-use super::status::status_of;
+use super::status::{status_of, status_of_read_error};
 use super::wire::{DeltaWire, SotwWire};
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::session::{Handled, Machine, Session};
@@ -25,16 +25,20 @@ use crate::store::Watcher;
 /// A protocol variant as gRPC carries it: its machine, and how its requests and responses are
 /// encoded.
 pub(crate) trait Variant: Machine<Request = Self::Message> {
+    /// The request message's name, for errors.
+    const REQUEST: &'static str;
     type Message: prost::Message + Default + Send + 'static;
     type Wire: prost::Message + From<Self::Response> + Send + 'static;
 }
 
 impl Variant for SotwSubscription {
+    const REQUEST: &'static str = "DiscoveryRequest";
     type Message = crate::protocol::sotw::SotwRequest;
     type Wire = SotwWire;
 }
 
 impl Variant for DeltaSubscription {
+    const REQUEST: &'static str = "DeltaDiscoveryRequest";
     type Message = envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     type Wire = DeltaWire;
 }
@@ -83,10 +87,13 @@ pub(crate) async fn run<V: Variant>(
                         break Err(status);
                     }
                 }
-                Some(Err(status)) => {
-                    debug!(stream = s.id, node = %s.session.node_id(), %status, "stream read failed");
-                    break Ok(());
-                }
+                Some(Err(error)) => match status_of_read_error(&error, ctx.options.max_request_bytes) {
+                    Some(status) => break Err(status),
+                    None => {
+                        debug!(stream = s.id, node = %s.session.node_id(), %error, "stream read failed");
+                        break Ok(());
+                    }
+                },
                 None => break Ok(()),
             },
             _ = s.watcher.changed() => s.session.handle_changes(s.watcher.take_changes()),

@@ -1,13 +1,20 @@
-//! An in-process xdsd on 127.0.0.1 (port chosen by the OS) and a tonic channel to it.
+//! An in-process xdsd on 127.0.0.1 (port chosen by the OS), a tonic channel to it, and a raw
+//! gRPC client that sends any bytes as a request.
 
 #![allow(dead_code)]
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::transport::Channel;
+use tonic::{Status, Streaming};
+use tonic_prost::ProstCodec;
 use xdsd_core::store::{Change, ResourceInput, Store};
-use xdsd_core::transport::grpc::XdsServer;
+use xdsd_core::transport::grpc::{ServerOptions, XdsServer};
 use xdsd_core::transport::{StreamCounters, StreamStatus};
 
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -22,11 +29,15 @@ pub struct Server {
 
 impl Server {
     pub async fn start() -> Server {
+        Server::start_with(ServerOptions::default()).await
+    }
+
+    pub async fn start_with(options: ServerOptions) -> Server {
         let store = Store::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = XdsServer::new(store.clone());
+        let server = XdsServer::with_options(store.clone(), options);
         let stats = server.stats_handle();
         let task = tokio::spawn(async move {
             server
@@ -77,4 +88,86 @@ impl Server {
 
 pub fn input(type_url: &str, name: &str, content: &[u8]) -> ResourceInput {
     ResourceInput::new(type_url, name, Bytes::copy_from_slice(content))
+}
+
+/// The ADS methods, for [`raw_stream`].
+pub const ADS_SOTW: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+pub const ADS_DELTA: &str =
+    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+
+/// A stream whose requests are any bytes (each one gRPC message) and whose responses decode as
+/// `R`: for requests no generated client would send.
+pub struct RawStream<R> {
+    pub tx: mpsc::Sender<Vec<u8>>,
+    pub responses: Streaming<R>,
+}
+
+/// Opens `method` (e.g. [`ADS_SOTW`]) on `channel` with a raw request stream.
+pub async fn raw_stream<R>(channel: &Channel, method: &'static str) -> RawStream<R>
+where
+    R: prost::Message + Default + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(4);
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("the channel is ready");
+    let responses = grpc
+        .streaming(
+            tonic::Request::new(ReceiverStream::new(rx)),
+            http::uri::PathAndQuery::from_static(method),
+            RawCodec::<R>(PhantomData),
+        )
+        .await
+        .expect("the call starts")
+        .into_inner();
+    RawStream { tx, responses }
+}
+
+impl<R> RawStream<R> {
+    pub async fn send(&self, request: Vec<u8>) {
+        self.tx
+            .send(request)
+            .await
+            .expect("the request stream is open");
+    }
+
+    /// The status the stream ends with; panics on a response or an OK end.
+    pub async fn recv_status(&mut self) -> Status {
+        match tokio::time::timeout(WAIT, self.responses.message())
+            .await
+            .expect("an answer in time")
+        {
+            Err(status) => status,
+            Ok(other) => panic!("expected an error status, got {:?}", other.is_some()),
+        }
+    }
+}
+
+struct RawCodec<R>(PhantomData<fn() -> R>);
+
+impl<R: prost::Message + Default + Send + 'static> Codec for RawCodec<R> {
+    type Encode = Vec<u8>;
+    type Decode = R;
+    type Encoder = RawEncoder;
+    type Decoder = <ProstCodec<R, R> as Codec>::Decoder;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstCodec::<R, R>::raw_decoder(BufferSettings::default())
+    }
+}
+
+struct RawEncoder;
+
+impl Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
 }

@@ -1,0 +1,217 @@
+//! Sizes over real gRPC on loopback: requests far above gRPC's usual 4 MiB are accepted up to the
+//! server's limit; a request over it, or one that is not a request at all, ends its stream with
+//! the status that says so.
+
+use std::collections::HashMap;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+use xdsd_core::transport::grpc::{ServerOptions, DEFAULT_MAX_REQUEST_BYTES};
+use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
+
+mod common;
+use common::{raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
+
+const MIB: usize = 1024 * 1024;
+
+fn node() -> Option<Node> {
+    Some(Node {
+        id: "limits-test".into(),
+        cluster: "test".into(),
+        ..Default::default()
+    })
+}
+
+/// An EDS resource name of the length of a long real one (about 90 bytes), unique per `i`.
+fn long_name(i: usize) -> String {
+    format!("outbound|8080||service-{i:07}.a-namespace-of-some-length.svc.cluster.local.example-suffix-xx")
+}
+
+/// How many [`long_name`]s make a SotW request of about `bytes`.
+fn names_for(bytes: usize) -> usize {
+    // Each name is a length-delimited field: the name, a tag and a 1-byte length.
+    bytes / (long_name(0).len() + 2)
+}
+
+/// A SotW EDS request naming `count` long names, and `extra` names at the front.
+fn eds_request(extra: &[&str], count: usize) -> DiscoveryRequest {
+    DiscoveryRequest {
+        node: node(),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        resource_names: extra
+            .iter()
+            .map(|n| n.to_string())
+            .chain((0..count).map(long_name))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_5_mib_request_is_accepted_by_default() {
+    let server = Server::start().await;
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"endpoints-of-a");
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "b", b"endpoints-of-b");
+    let request = eds_request(&["a", "b"], names_for(5 * MIB) + 100);
+    assert!(
+        request.encoded_len() > 5 * MIB,
+        "the request is over 5 MiB: {}",
+        request.encoded_len()
+    );
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(request).await.unwrap();
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let r: DiscoveryResponse = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("a response in time")
+        .expect("a response, not an error")
+        .expect("an open stream");
+    let values: Vec<&[u8]> = r.resources.iter().map(|a| a.value.as_slice()).collect();
+    assert_eq!(values, [b"endpoints-of-a".as_slice(), b"endpoints-of-b"]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_delta_reconnect_with_100k_initial_resource_versions_is_accepted_by_default() {
+    let server = Server::start().await;
+    server.set(CLUSTER, "kept", b"kept");
+    let kept_version = {
+        let snapshot = server.store.snapshot();
+        snapshot
+            .resource(CLUSTER, "kept")
+            .unwrap()
+            .version()
+            .to_string()
+    };
+    // A wildcard CDS client that held 100,000 clusters, of which only `kept` still exists.
+    let mut initial: HashMap<String, String> = (0..100_000)
+        .map(|i| (long_name(i), format!("{i:016x}")))
+        .collect();
+    initial.insert("kept".into(), kept_version);
+    let request = DeltaDiscoveryRequest {
+        node: node(),
+        type_url: CLUSTER.into(),
+        initial_resource_versions: initial,
+        ..Default::default()
+    };
+    let size = request.encoded_len();
+    assert!(
+        size > 10 * MIB && size < DEFAULT_MAX_REQUEST_BYTES,
+        "100,000 initial versions take {size} bytes"
+    );
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(request).await.unwrap();
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .max_decoding_message_size(64 * MIB)
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    // Every vanished cluster is reported removed, `kept` is not resent; in as many responses
+    // as the server makes of it, each acknowledged.
+    let mut removed = 0;
+    while removed < 100_000 {
+        let r: DeltaDiscoveryResponse = tokio::time::timeout(WAIT, responses.message())
+            .await
+            .expect("a response in time")
+            .expect("a response, not an error")
+            .expect("an open stream");
+        assert!(r.resources.is_empty(), "`kept` is unchanged: not resent");
+        assert!(!r.removed_resources.iter().any(|n| n == "kept"));
+        removed += r.removed_resources.len();
+        tx.send(DeltaDiscoveryRequest {
+            type_url: CLUSTER.into(),
+            response_nonce: r.nonce,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(removed, 100_000);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_over_the_limit_ends_the_stream_with_resource_exhausted() {
+    let server = Server::start_with(ServerOptions::default().max_request_bytes(MIB)).await;
+    let request = eds_request(&[], names_for(MIB) + 100);
+    assert!(request.encoded_len() > MIB);
+    let mut s = raw_stream::<DiscoveryResponse>(&server.channel, ADS_SOTW).await;
+    s.send(request.encode_to_vec()).await;
+    let status = s.recv_status().await;
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains(&format!("{MIB} bytes")),
+        "the message names the limit: {status:?}"
+    );
+
+    // Under the limit, the same stream shape is served.
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"endpoints-of-a");
+    let mut s = raw_stream::<DiscoveryResponse>(&server.channel, ADS_SOTW).await;
+    s.send(eds_request(&["a"], names_for(MIB) - 100).encode_to_vec())
+        .await;
+    let r = tokio::time::timeout(WAIT, s.responses.message())
+        .await
+        .expect("a response in time")
+        .expect("a response, not an error")
+        .expect("an open stream");
+    assert_eq!(r.resources.len(), 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn garbage_bytes_end_the_stream_with_invalid_argument() {
+    let server = Server::start().await;
+    // 0xff...: a field with the invalid wire type 7.
+    let garbage = vec![0xff_u8; 64];
+    let mut s = raw_stream::<DiscoveryResponse>(&server.channel, ADS_SOTW).await;
+    s.send(garbage.clone()).await;
+    let status = s.recv_status().await;
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("not a valid DiscoveryRequest"),
+        "{status:?}"
+    );
+
+    let mut s = raw_stream::<DeltaDiscoveryResponse>(&server.channel, ADS_DELTA).await;
+    s.send(garbage).await;
+    let status = s.recv_status().await;
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("not a valid DeltaDiscoveryRequest"),
+        "{status:?}"
+    );
+
+    // A well-formed request after all is still served on a new stream.
+    server.set(CLUSTER, "c", b"c");
+    let mut s = raw_stream::<DiscoveryResponse>(&server.channel, ADS_SOTW).await;
+    s.send(
+        DiscoveryRequest {
+            node: node(),
+            type_url: CLUSTER.into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    )
+    .await;
+    let r = tokio::time::timeout(WAIT, s.responses.message())
+        .await
+        .expect("a response in time")
+        .expect("a response, not an error")
+        .expect("an open stream");
+    assert_eq!(r.resources.len(), 1);
+    server.stop().await;
+}
