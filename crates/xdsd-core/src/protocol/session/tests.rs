@@ -1152,6 +1152,8 @@ mod make_before_break {
         ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
     };
     use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
+    use envoy_types::pb::envoy::config::core::v3::{AggregatedConfigSource, ConfigSource};
     use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
     use envoy_types::pb::envoy::config::route::v3::route::Action;
     use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
@@ -1169,7 +1171,15 @@ mod make_before_break {
         let c = Cluster {
             name: name.into(),
             cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
-            eds_cluster_config: Some(EdsClusterConfig::default()),
+            eds_cluster_config: Some(EdsClusterConfig {
+                eds_config: Some(ConfigSource {
+                    config_source_specifier: Some(ConfigSourceSpecifier::Ads(
+                        AggregatedConfigSource::default(),
+                    )),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         ResourceInput::new(CLUSTER, name, c.encode_to_vec().into())
