@@ -383,8 +383,7 @@ impl DeltaSubscription {
             sent.push((key.clone(), Held::of(r)));
             resources.insert((r.name().clone(), r.version().clone()), r.clone());
         };
-        let differs =
-            |key: &Key, r: &Resource| self.has.get(key).map(|h| &h.version) != Some(r.version());
+        let differs = |key: &Key, r: &Resource| !self.holds(key, r);
 
         if self.check_all {
             if let Some(w) = self.wildcard {
@@ -541,12 +540,16 @@ fn held(variants: &[Arc<Resource>], version: &str) -> Held {
 
 /// What the client holds, for the session's make-before-break rules.
 impl DeltaSubscription {
+    /// Whether the client holds `r` for `key`, at its version.
+    fn holds(&self, key: &Key, r: &Resource) -> bool {
+        self.has.get(key).map(|h| &h.version) == Some(r.version())
+    }
+
     /// Whether the client holds `name` as the store holds it now.
     pub fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
-        self.keys_of(name).iter().any(|key| {
-            let now = views.get(&key.0, key.1).map(|r| r.version());
-            now.is_some() && self.has.get(key).map(|h| &h.version) == now
-        })
+        self.keys_of(name)
+            .iter()
+            .any(|key| views.get(&key.0, key.1).is_some_and(|r| self.holds(key, r)))
     }
 
     /// The subscribed resources the client does not hold as the store holds them now.
@@ -556,7 +559,7 @@ impl DeltaSubscription {
             .iter()
             .filter_map(|key| {
                 let r = views.get(&key.0, key.1)?;
-                (self.has.get(key).map(|h| &h.version) != Some(r.version())).then(|| r.clone())
+                (!self.holds(key, r)).then(|| r.clone())
             })
             .collect();
         if let Some(w) = self.wildcard {
@@ -564,10 +567,7 @@ impl DeltaSubscription {
                 views
                     .view(w)
                     .iter()
-                    .filter(|r| {
-                        let key = (r.name().clone(), w);
-                        self.has.get(&key).map(|h| &h.version) != Some(r.version())
-                    })
+                    .filter(|r| !self.holds(&(r.name().clone(), w), r))
                     .cloned(),
             );
         }

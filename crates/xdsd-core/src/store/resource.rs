@@ -264,23 +264,6 @@ impl Resource {
             .get_or_init(|| self.wrapper(encoding, false).encode_to_vec().into())
     }
 
-    /// A `DeltaDiscoveryResponse.resources` element naming the variant by `resource_name`.
-    pub fn delta_named_bytes(&self) -> &Bytes {
-        self.delta_entry(Encoding {
-            named: true,
-            ttl: false,
-        })
-    }
-
-    /// A `DiscoveryResponse.resources` element: an `Any` holding the `Resource` wrapper that
-    /// names the variant (what SotW sends to clients that subscribe with dynamic parameters).
-    pub fn any_named_bytes(&self) -> &Bytes {
-        self.sotw_entry(Encoding {
-            named: true,
-            ttl: false,
-        })
-    }
-
     /// The `Resource` wrapper of this variant in an encoding, with its body or without (a
     /// heartbeat).
     fn wrapper(&self, encoding: Encoding, body: bool) -> DeltaResource {
