@@ -910,13 +910,26 @@ mod ttl {
     }
 
     fn delta_session(node: &Node, store: &Store) -> (Session<DeltaSubscription>, Instant) {
+        delta_session_for(node, &["fault", "plain"], store)
+    }
+
+    fn delta_session_for(
+        node: &Node,
+        names: &[&str],
+        store: &Store,
+    ) -> (Session<DeltaSubscription>, Instant) {
         let mut s: Session<DeltaSubscription> = Session::new(None);
-        s.handle_request(
-            &delta_subscribe(node, &["fault", "plain"]),
-            &store.snapshot(),
-        )
-        .unwrap();
+        s.handle_request(&delta_subscribe(node, names), &store.snapshot())
+            .unwrap();
         (s, Instant::now())
+    }
+
+    /// An ADS SotW session of `node` subscribed to `names` of the runtime type.
+    fn sotw_session(node: &Node, names: &[&str], store: &Store) -> Session<SotwSubscription> {
+        let mut s = ads();
+        s.handle_request(&sotw(RUNTIME, names, "", Some(node)), &store.snapshot())
+            .unwrap();
+        s
     }
 
     #[test]
@@ -1028,12 +1041,7 @@ mod ttl {
     #[test]
     fn sotw_wraps_resources_with_a_ttl_for_clients_that_take_wrappers() {
         let store = store();
-        let mut s = ads();
-        s.handle_request(
-            &sotw(RUNTIME, &["fault", "plain"], "", Some(&envoy())),
-            &store.snapshot(),
-        )
-        .unwrap();
+        let mut s = sotw_session(&envoy(), &["fault", "plain"], &store);
         let t0 = Instant::now();
         let r = sotw_next(&mut s, &store, t0).unwrap();
         let wrapped: Vec<Wrapped> = r
@@ -1058,12 +1066,7 @@ mod ttl {
             client("grpc-go", &[FEATURE_RESOURCE_IN_SOTW]),
             client("grpc-go", &[FEATURE_RESOURCE_TTL]),
         ] {
-            let mut s = ads();
-            s.handle_request(
-                &sotw(RUNTIME, &["fault"], "", Some(&node)),
-                &store.snapshot(),
-            )
-            .unwrap();
+            let mut s = sotw_session(&node, &["fault"], &store);
             let r = sotw_next(&mut s, &store, t0).unwrap();
             assert!(r.resources.iter().all(|a| a.type_url == RUNTIME));
             assert_eq!(s.poll_timeout(), None);
@@ -1073,12 +1076,7 @@ mod ttl {
     #[test]
     fn sotw_renews_a_ttl_by_sending_the_resource_again() {
         let store = store();
-        let mut s = ads();
-        s.handle_request(
-            &sotw(RUNTIME, &["fault", "plain"], "", Some(&envoy())),
-            &store.snapshot(),
-        )
-        .unwrap();
+        let mut s = sotw_session(&envoy(), &["fault", "plain"], &store);
         let t0 = Instant::now();
         let first = sotw_next(&mut s, &store, t0).unwrap();
         s.handle_request(
@@ -1129,12 +1127,7 @@ mod ttl {
         store
             .replace_all([with_ttl("fast", "x", Some(Duration::from_millis(30)))])
             .unwrap();
-        let (mut s, t0) = {
-            let mut s: Session<DeltaSubscription> = Session::new(None);
-            s.handle_request(&delta_subscribe(&envoy(), &["fast"]), &store.snapshot())
-                .unwrap();
-            (s, Instant::now())
-        };
+        let (mut s, t0) = delta_session_for(&envoy(), &["fast"], &store);
         delta_next(&mut s, &store, t0).unwrap();
         assert_eq!(s.poll_timeout(), Some(t0 + MIN_HEARTBEAT_INTERVAL));
     }
