@@ -60,6 +60,32 @@ pub const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 /// (it rejected the cluster, or takes endpoints elsewhere) gets the route after this.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The largest response a session sends by default (1 MiB): gRPC clients refuse messages over
+/// 4 MiB unless configured otherwise, and smaller parts start applying sooner.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// How a session serves its client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionOptions {
+    /// Responses larger than this are split into parts where the protocol allows it (delta, and
+    /// SotW types other than listeners and clusters); see [`DEFAULT_MAX_RESPONSE_BYTES`].
+    pub max_response_bytes: usize,
+    /// Make-before-break ordering on aggregated streams (on by default): routes wait for the
+    /// clusters and endpoints they point at, removals for the ACK of what stopped referring to
+    /// them.
+    pub make_before_break: bool,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            make_before_break: true,
+        }
+    }
+}
+
 /// Types whose resources point at clusters without waiting for them to be ready (Envoy does not
 /// warm routes): held until the clusters they newly point at, and their endpoints, were sent.
 const REFERRERS: [&str; 4] = [
@@ -481,6 +507,7 @@ impl<M> TypeState<M> {
 
 /// A client's session on one stream. `M` is the protocol variant's per-type machine.
 pub struct Session<M> {
+    options: SessionOptions,
     /// The one type of a per-type service; `None` on ADS.
     fixed: Option<Arc<str>>,
     node: Option<ClientNode>,
@@ -511,7 +538,12 @@ struct Lingering {
 impl<M: Machine> Session<M> {
     /// A session for an aggregated stream (`fixed` None) or a per-type service.
     pub fn new(fixed: Option<Arc<str>>) -> Session<M> {
+        Session::with_options(fixed, SessionOptions::default())
+    }
+
+    pub fn with_options(fixed: Option<Arc<str>>, options: SessionOptions) -> Session<M> {
         Session {
+            options,
             fixed,
             node: None,
             node_digest: None,
@@ -706,7 +738,7 @@ impl<M: Machine> Session<M> {
         for (type_url, names) in changes {
             if let Some(state) = self.types.get_mut(&type_url) {
                 state.machine.mark_changed(&names);
-                if self.fixed.is_none() && REFERENCED.contains(&&*type_url) {
+                if self.ordered() && REFERENCED.contains(&&*type_url) {
                     self.changed.entry(type_url).or_default().extend(names);
                 }
             }
@@ -749,7 +781,7 @@ impl<M: Machine> Session<M> {
         snapshot: &Snapshot,
         now: Instant,
     ) -> Option<(Arc<str>, M::Response)> {
-        let ads = self.fixed.is_none();
+        let ads = self.ordered();
         if ads {
             self.update_lingering(snapshot, now);
         }
@@ -797,6 +829,12 @@ impl<M: Machine> Session<M> {
 
 /// Make-before-break (spec "Eventual consistency considerations"), on aggregated streams.
 impl<M: Machine> Session<M> {
+    /// Whether this session orders its responses make-before-break: an aggregated stream, with
+    /// [`SessionOptions::make_before_break`] on.
+    fn ordered(&self) -> bool {
+        self.fixed.is_none() && self.options.make_before_break
+    }
+
     /// The state of a type this client is served: the store's, or for clusters and endpoints
     /// whose removal waits, the store's with the removed ones still in.
     fn type_snapshot(&self, type_url: &Arc<str>, snapshot: &Snapshot) -> Option<Arc<TypeSnapshot>> {

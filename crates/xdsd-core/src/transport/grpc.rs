@@ -27,6 +27,7 @@ use super::status;
 use super::stream::{self, Variant};
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::sotw::SotwSubscription;
+use crate::protocol::session::SessionOptions;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 
@@ -48,6 +49,9 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 /// request carries its node (metadata, extensions, features), several KiB.
 pub const MIN_MAX_REQUEST_BYTES: usize = 64 * 1024;
 
+/// The smallest response size limit [`ServerOptions::max_response_bytes`] takes.
+pub const MIN_MAX_RESPONSE_BYTES: usize = 16 * 1024;
+
 /// Options of an [`XdsServer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -55,12 +59,15 @@ pub struct ServerOptions {
     /// The largest request (one gRPC message) a stream accepts. A larger one ends its stream
     /// with RESOURCE_EXHAUSTED; see [`DEFAULT_MAX_REQUEST_BYTES`].
     pub max_request_bytes: usize,
+    /// How each stream's session serves its client (response size, ordering).
+    pub session: SessionOptions,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            session: SessionOptions::default(),
         }
     }
 }
@@ -70,6 +77,18 @@ impl ServerOptions {
     /// value is raised to it).
     pub fn max_request_bytes(mut self, bytes: usize) -> Self {
         self.max_request_bytes = bytes.max(MIN_MAX_REQUEST_BYTES);
+        self
+    }
+
+    /// Sets [`SessionOptions::max_response_bytes`] (at least [`MIN_MAX_RESPONSE_BYTES`]).
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.session.max_response_bytes = bytes.max(MIN_MAX_RESPONSE_BYTES);
+        self
+    }
+
+    /// Turns make-before-break ordering on aggregated streams on (the default) or off.
+    pub fn make_before_break(mut self, on: bool) -> Self {
+        self.session.make_before_break = on;
         self
     }
 }

@@ -67,7 +67,7 @@ pub(crate) async fn run<V: Variant>(
         id,
         stats: ctx.streams.open(id, V::NAME),
         watcher: ctx.store.watcher(),
-        session: Session::new(fixed),
+        session: Session::with_options(fixed, ctx.options.session.clone()),
         ctx: ctx.clone(),
     };
     info!(stream = s.id, peer = ?peer, service, variant = V::NAME, "stream opened");
