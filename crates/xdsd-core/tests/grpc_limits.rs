@@ -215,3 +215,95 @@ async fn garbage_bytes_end_the_stream_with_invalid_argument() {
     assert_eq!(r.resources.len(), 1);
     server.stop().await;
 }
+
+/// 6,000 endpoint resources of 1 KiB: an initial sync of about 6 MB.
+fn six_megabytes(server: &Server) -> Vec<String> {
+    let names: Vec<String> = (0..6000).map(|i| format!("cla-{i:05}")).collect();
+    let body = vec![b'e'; 1024];
+    server
+        .store
+        .apply(names.iter().map(|n| {
+            xdsd_core::store::Change::Set(common::input(CLUSTER_LOAD_ASSIGNMENT, n, &body))
+        }))
+        .unwrap();
+    names
+}
+
+#[tokio::test]
+async fn a_6_mb_delta_sync_reaches_a_client_with_grpcs_default_4_mib_limit_in_parts() {
+    let server = Server::start().await;
+    let names = six_megabytes(&server);
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(DeltaDiscoveryRequest {
+        node: node(),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        resource_names_subscribe: vec!["*".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // The client keeps tonic's default 4 MiB receive limit.
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got: Vec<String> = Vec::new();
+    let mut parts = 0;
+    while got.len() < names.len() {
+        let r: DeltaDiscoveryResponse = tokio::time::timeout(WAIT, responses.message())
+            .await
+            .expect("a response in time")
+            .expect("a response under the client's limit")
+            .expect("an open stream");
+        assert!(r.encoded_len() <= MIB, "parts stay under the default 1 MiB");
+        parts += 1;
+        got.extend(r.resources.into_iter().map(|r| r.name));
+    }
+    assert!(parts >= 6, "6 MB in parts of at most 1 MiB: {parts}");
+    got.sort();
+    assert_eq!(got, names);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_6_mb_sotw_endpoints_response_reaches_a_client_with_grpcs_default_4_mib_limit_in_parts() {
+    let server = Server::start_with(ServerOptions::default().max_response_bytes(2 * MIB)).await;
+    let names = six_megabytes(&server);
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(DiscoveryRequest {
+        node: node(),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        resource_names: names.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = 0;
+    let mut versions: Vec<String> = Vec::new();
+    while got < names.len() {
+        let r: DiscoveryResponse = tokio::time::timeout(WAIT, responses.message())
+            .await
+            .expect("a response in time")
+            .expect("a response under the client's limit")
+            .expect("an open stream");
+        assert!(
+            r.encoded_len() <= 2 * MIB,
+            "parts stay under the configured 2 MiB"
+        );
+        got += r.resources.len();
+        versions.push(r.version_info);
+    }
+    assert_eq!(got, names.len());
+    let last = versions.pop().unwrap();
+    assert!(versions.len() >= 2, "6 MB in parts of at most 2 MiB");
+    for (i, v) in versions.iter().enumerate() {
+        assert_eq!(*v, format!("{last}-part-{}", i + 1));
+    }
+    server.stop().await;
+}

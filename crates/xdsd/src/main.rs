@@ -13,11 +13,13 @@ use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 use xdsd_core::params::Constraints;
+use xdsd_core::protocol::session::DEFAULT_MAX_RESPONSE_BYTES;
 use xdsd_core::store::{
     ReferenceMode, ReferencePolicy, ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED,
 };
 use xdsd_core::transport::grpc::{
     ServerOptions, XdsServer, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES,
+    MIN_MAX_RESPONSE_BYTES,
 };
 use xdsd_source::{Descriptors, ParsedResource};
 
@@ -112,6 +114,21 @@ struct ServeArgs {
         env = "XDSD_MAX_REQUEST_BYTES"
     )]
     max_request_bytes: usize,
+
+    /// The largest response xdsd sends, in bytes (or with a KiB/MiB suffix). A larger delta
+    /// response, or SotW response of any type but listeners, clusters and scoped routes, goes out
+    /// in parts: each part has its own nonce, and SotW parts before the last carry the version
+    /// "<version>-part-<n>". Those three must go whole in SotW (every response holds them all):
+    /// one over the limit is sent anyway, with a warning. The default, 1 MiB, stays
+    /// well under the 4 MiB that gRPC clients accept by default. At least 16 KiB.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "1MiB",
+        value_parser = response_bytes,
+        env = "XDSD_MAX_RESPONSE_BYTES"
+    )]
+    max_response_bytes: usize,
 }
 
 /// `--references`.
@@ -195,8 +212,19 @@ fn request_bytes(text: &str) -> Result<usize, String> {
     Ok(bytes)
 }
 
-// The default in `--help` is the library's.
+/// `--max-response-bytes`.
+fn response_bytes(text: &str) -> Result<usize, String> {
+    let bytes = parse_bytes(text)?;
+    if bytes < MIN_MAX_RESPONSE_BYTES {
+        return Err(format!("at least {MIN_MAX_RESPONSE_BYTES} bytes (16KiB)"));
+    }
+    Ok(bytes)
+}
+
+// The defaults in `--help` are the library's.
 const _: () = assert!(DEFAULT_MAX_REQUEST_BYTES == 32 * 1024 * 1024);
+const _: () = assert!(DEFAULT_MAX_RESPONSE_BYTES == 1024 * 1024);
+const _: () = assert!(MIN_MAX_RESPONSE_BYTES == 16 * 1024);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -300,7 +328,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the bound address")?;
     info!("xDS gRPC server listening on {addr}");
 
-    let options = ServerOptions::default().max_request_bytes(args.max_request_bytes);
+    let options = ServerOptions::default()
+        .max_request_bytes(args.max_request_bytes)
+        .max_response_bytes(args.max_response_bytes);
     let server = XdsServer::with_options(store, options);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {

@@ -7,7 +7,7 @@
 //! `resource_name` (name and constraints): when a key moves to another variant, the new one
 //! and the removal of the old one go out in the same response.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
@@ -15,9 +15,13 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::sotw::WILDCARD;
-use super::{intern, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
+use super::{
+    intern, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
+    PART_OVERHEAD,
+};
 use crate::params::Constraints;
-use crate::store::{Encoding, Resource, TypeSnapshot};
+use crate::store::{field_len, resource_name, Encoding, Resource, TypeSnapshot};
+use prost::Message as _;
 
 /// A variant removed from a client that holds variants by `resource_name`.
 pub type RemovedVariant = (Arc<str>, Option<Arc<Constraints>>);
@@ -40,6 +44,9 @@ pub struct DeltaResponse {
     pub heartbeats: Vec<Arc<Resource>>,
     /// Named by `resource_name` or `name`; with TTLs or without.
     pub encoding: Encoding,
+    /// Set (to its size in bytes) on the first response of the stream and type that is over the
+    /// size limit because one resource alone is.
+    pub oversized: Option<usize>,
 }
 
 /// What the client holds for a key: the version, and which variant (TP2 clients).
@@ -83,12 +90,31 @@ pub struct DeltaSubscription {
     answer: bool,
     /// Newly (re)subscribed keys: sent even if the client has them, or reported removed.
     forced: HashSet<Key>,
-    /// Keys unsubscribed while the wildcard is on: the client cannot tell whether the wildcard
-    /// still covers them, so each is owed as a resource (still covered) or a removal.
-    unsubscribed: HashSet<Key>,
+    /// Keys owed their resource if still subscribed, else a removal: keys unsubscribed while
+    /// the wildcard is on (the client cannot tell whether the wildcard still covers them), and
+    /// removals of a split response computed again.
+    recheck: HashSet<Key>,
     dirty: HashSet<Arc<str>>,
     /// Keys owed a heartbeat (their TTL renewed without a body).
     heartbeat: HashSet<Key>,
+    /// Responses are split to stay under this size.
+    max_response_bytes: usize,
+    /// The rest of a response that went out in parts, in order.
+    rest: VecDeque<Owed>,
+    /// Whether a response was reported over the size limit (once per stream and type).
+    warned: bool,
+}
+
+/// A variant in a response: (name, version).
+type VariantId = (Arc<str>, Arc<str>);
+
+/// One thing a response owes: a resource (for the keys that resolve to it), a removal, a
+/// heartbeat.
+#[derive(Debug)]
+enum Owed {
+    Send(Arc<Resource>, Vec<Key>),
+    Remove(Key),
+    Beat(Arc<Resource>),
 }
 
 impl DeltaSubscription {
@@ -107,10 +133,18 @@ impl DeltaSubscription {
             check_all: false,
             answer: false,
             forced: HashSet::default(),
-            unsubscribed: HashSet::default(),
+            recheck: HashSet::default(),
             dirty: HashSet::default(),
             heartbeat: HashSet::default(),
+            max_response_bytes: usize::MAX,
+            rest: VecDeque::new(),
+            warned: false,
         }
+    }
+
+    /// Responses larger than this are split into parts (see [`part_len`]).
+    pub fn set_max_response_bytes(&mut self, bytes: usize) {
+        self.max_response_bytes = bytes;
     }
 
     /// Resources and removals name variants by `resource_name` from now on (a TP2 client).
@@ -253,7 +287,7 @@ impl DeltaSubscription {
                     .unwrap_or_else(|| intern(current, name)),
                 pid,
             );
-            self.unsubscribed.remove(&key);
+            self.recheck.remove(&key);
             self.names.insert(key.clone());
             if initial {
                 // A reconnecting client tells what it already has: only differences are sent.
@@ -288,7 +322,7 @@ impl DeltaSubscription {
             };
             self.forced.remove(&key);
             if self.wildcard.is_some() {
-                self.unsubscribed.insert(key);
+                self.recheck.insert(key);
             } else {
                 self.has.remove(&key);
             }
@@ -299,6 +333,9 @@ impl DeltaSubscription {
         self.pids = pids;
         if self.wildcard.is_some() != wildcard_before {
             change.wildcard = Some(self.wildcard.is_some());
+        }
+        if names_something || change.wildcard.is_some() {
+            self.fold_rest();
         }
         let names_after: HashSet<Arc<str>> = self.names.iter().map(|(n, _)| n.clone()).collect();
         change.added = names_after.difference(&names_before).cloned().collect();
@@ -319,7 +356,7 @@ impl DeltaSubscription {
             // The client drops what only the wildcard gave it.
             let names = &self.names;
             self.has.retain(|k, _| names.contains(k));
-            self.unsubscribed.clear();
+            self.recheck.clear();
         }
     }
 
@@ -363,25 +400,92 @@ impl DeltaSubscription {
         self.answer
             || self.check_all
             || !self.forced.is_empty()
-            || !self.unsubscribed.is_empty()
+            || !self.recheck.is_empty()
             || !self.dirty.is_empty()
             || !self.heartbeat.is_empty()
+            || !self.rest.is_empty()
     }
 
-    /// The response owed to the client, if any, given the store as this client sees it.
+    /// The response owed to the client, if any, given the store as this client sees it. A
+    /// response larger than the size limit goes out in parts, one per call: the rest stays owed,
+    /// in order, and is sent as it was computed unless something changes in between (then it is
+    /// computed again with the change).
     pub fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<DeltaResponse> {
         if !self.has_pending() {
             return None;
         }
+        if !self.rest.is_empty() && self.has_news() {
+            self.fold_rest();
+        }
+        let mut owed = if self.rest.is_empty() {
+            VecDeque::from(self.collect(views))
+        } else {
+            std::mem::take(&mut self.rest)
+        };
+        let answer = std::mem::take(&mut self.answer);
+        let overhead = self.type_url.len() + self.version(views).len() + PART_OVERHEAD;
+        let (count, oversized) = part_len(
+            owed.iter().map(|o| self.owed_len(o)),
+            self.max_response_bytes.saturating_sub(overhead),
+        );
+        let part: Vec<Owed> = owed.drain(..count).collect();
+        self.rest = owed;
+        let oversized = oversized.filter(|_| !std::mem::replace(&mut self.warned, true));
+        self.emit(part, views, nonces, answer, oversized)
+    }
+
+    /// Whether something was owed since the last response (a request, a store change, a
+    /// heartbeat), beyond the rest of a split response.
+    fn has_news(&self) -> bool {
+        self.answer
+            || self.check_all
+            || !self.forced.is_empty()
+            || !self.recheck.is_empty()
+            || !self.dirty.is_empty()
+            || !self.heartbeat.is_empty()
+    }
+
+    /// Gives the rest of a split response back to what is owed, to be computed again with what
+    /// changed (in the store or the subscription): resources to send are owed to the keys still
+    /// subscribed, removals to the keys still subscribed or held, heartbeats to the resources
+    /// still held.
+    fn fold_rest(&mut self) {
+        for owed in std::mem::take(&mut self.rest) {
+            match owed {
+                // A key subscribed by name is owed its resource or a removal, as when it was
+                // subscribed; one the wildcard covers, its resource if it still exists.
+                Owed::Send(_, keys) => {
+                    for key in keys {
+                        if self.names.contains(&key) {
+                            self.forced.insert(key);
+                        } else if self.wildcard == Some(key.1) {
+                            self.dirty.insert(key.0);
+                        }
+                    }
+                }
+                Owed::Remove(key) => {
+                    if self.subscribed(&key) || self.has.contains_key(&key) {
+                        self.recheck.insert(key);
+                    }
+                }
+                Owed::Beat(r) => self.heartbeat(r.name()),
+            }
+        }
+    }
+
+    /// Everything owed, in the order it goes out: resources by name, removals, heartbeats.
+    fn collect(&mut self, views: &Views) -> Vec<Owed> {
         // Keys are what the client subscribed by (a name or an alias, and a parameter set); the
         // response holds each variant once, whatever the number of keys that lead to it.
         let get = |key: &Key| views.get(&key.0, key.1);
-        let mut resources: BTreeMap<(Arc<str>, Arc<str>), Arc<Resource>> = BTreeMap::new();
-        let mut sent: Vec<(Key, Held)> = Vec::new();
+        let mut resources: BTreeMap<VariantId, (Arc<Resource>, Vec<Key>)> = BTreeMap::new();
         let mut removed: BTreeSet<Key> = BTreeSet::new();
         let mut send = |key: &Key, r: &Arc<Resource>| {
-            sent.push((key.clone(), Held::of(r)));
-            resources.insert((r.name().clone(), r.version().clone()), r.clone());
+            resources
+                .entry((r.name().clone(), r.version().clone()))
+                .or_insert_with(|| (r.clone(), Vec::new()))
+                .1
+                .push(key.clone());
         };
         let differs = |key: &Key, r: &Resource| !self.holds(key, r);
 
@@ -421,9 +525,9 @@ impl DeltaSubscription {
                 }
             }
         }
-        for key in &self.unsubscribed {
+        for key in &self.recheck {
             match get(key) {
-                Some(r) if self.wildcard == Some(key.1) => send(key, r),
+                Some(r) if self.subscribed(key) => send(key, r),
                 _ => {
                     removed.insert(key.clone());
                 }
@@ -432,28 +536,86 @@ impl DeltaSubscription {
         // Heartbeats: the keys whose variant the client holds at its current version and that this
         // response does not send anyway; a key the client holds at another version gets its
         // resource (what it holds is stale), a key now gone is removed as any.
-        let mut beats: Vec<Arc<Resource>> = Vec::new();
+        let mut beats: BTreeMap<VariantId, Arc<Resource>> = BTreeMap::new();
         for key in &self.heartbeat {
             match get(key) {
-                Some(r) if !differs(key, r) => beats.push(r.clone()),
+                Some(r) if !differs(key, r) => {
+                    beats.insert((r.name().clone(), r.version().clone()), r.clone());
+                }
                 Some(r) => send(key, r),
                 None => {
                     removed.insert(key.clone());
                 }
             }
         }
-        let heartbeats: BTreeMap<(Arc<str>, Arc<str>), Arc<Resource>> = beats
-            .into_iter()
-            .map(|r| ((r.name().clone(), r.version().clone()), r))
-            .filter(|(id, _)| !resources.contains_key(id))
-            .collect();
+        beats.retain(|id, _| !resources.contains_key(id));
         self.heartbeat.clear();
-        let answer = self.answer;
-        self.answer = false;
         self.check_all = false;
         self.forced.clear();
-        self.unsubscribed.clear();
+        self.recheck.clear();
         self.dirty.clear();
+        let mut owed: Vec<Owed> = Vec::with_capacity(resources.len() + removed.len() + beats.len());
+        owed.extend(resources.into_values().map(|(r, keys)| Owed::Send(r, keys)));
+        owed.extend(removed.into_iter().map(Owed::Remove));
+        owed.extend(beats.into_values().map(Owed::Beat));
+        owed
+    }
+
+    /// The bytes `owed` takes in a response, about (a removal's exact size is known only once
+    /// the part is put together).
+    fn owed_len(&self, owed: &Owed) -> usize {
+        let encoding = self.encoding;
+        let removal = |key: &Key| match (encoding.named, self.has.get(key)) {
+            (true, Some(held)) => {
+                field_len(resource_name(&key.0, held.constraints.as_deref()).encoded_len())
+            }
+            (true, None) => field_len(resource_name(&key.0, None).encoded_len()),
+            (false, _) => field_len(key.0.len()),
+        };
+        match owed {
+            Owed::Send(r, keys) => {
+                // A key moving to another variant also removes the one it held.
+                let moves = keys
+                    .iter()
+                    .filter(|k| {
+                        self.has
+                            .get(*k)
+                            .is_some_and(|h| h.constraints.as_ref() != r.constraints())
+                    })
+                    .map(removal)
+                    .sum::<usize>();
+                field_len(r.delta_entry(encoding).len()) + moves
+            }
+            Owed::Remove(key) => removal(key),
+            Owed::Beat(r) => field_len(r.heartbeat_entry(encoding).len()),
+        }
+    }
+
+    /// Puts one response together from what it owes, and records what the client holds after it.
+    fn emit(
+        &mut self,
+        owed: Vec<Owed>,
+        views: &Views,
+        nonces: &mut NonceGen,
+        answer: bool,
+        oversized: Option<usize>,
+    ) -> Option<DeltaResponse> {
+        let mut resources: Vec<Arc<Resource>> = Vec::new();
+        let mut sent: Vec<(Key, Held)> = Vec::new();
+        let mut removed: BTreeSet<Key> = BTreeSet::new();
+        let mut heartbeats: Vec<Arc<Resource>> = Vec::new();
+        for item in owed {
+            match item {
+                Owed::Send(r, keys) => {
+                    sent.extend(keys.into_iter().map(|k| (k, Held::of(&r))));
+                    resources.push(r);
+                }
+                Owed::Remove(key) => {
+                    removed.insert(key);
+                }
+                Owed::Beat(r) => heartbeats.push(r),
+            }
+        }
         // Variants the client stops holding: what a removed or re-sent key held before, unless
         // another key still holds it afterwards.
         let mut dropped: Vec<RemovedVariant> = Vec::new();
@@ -512,11 +674,12 @@ impl DeltaSubscription {
             type_url: self.type_url.clone(),
             system_version_info,
             nonce,
-            resources: resources.into_values().collect(),
+            resources,
             removed,
             removed_variants,
-            heartbeats: heartbeats.into_values().collect(),
+            heartbeats,
             encoding: self.encoding,
+            oversized,
         })
     }
 

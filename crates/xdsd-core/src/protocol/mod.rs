@@ -76,6 +76,31 @@ pub(crate) fn intern(current: Option<&Arc<TypeSnapshot>>, name: &str) -> Arc<str
         .unwrap_or_else(|| name.into())
 }
 
+/// Bytes a response takes beyond its resources and removals, at most, besides its type URL and
+/// version: the nonce, the field headers, the part suffix of a SotW version.
+pub(crate) const PART_OVERHEAD: usize = 64;
+
+/// How many of a response's items (their encoded sizes, in order) fit in `budget` bytes, at least
+/// one; and, when even that one does not fit, its size (a response over the limit).
+pub(crate) fn part_len(
+    sizes: impl IntoIterator<Item = usize>,
+    budget: usize,
+) -> (usize, Option<usize>) {
+    let mut total = 0usize;
+    let mut count = 0usize;
+    for size in sizes {
+        if count > 0 && total.saturating_add(size) > budget {
+            return (count, None);
+        }
+        total = total.saturating_add(size);
+        count += 1;
+        if count == 1 && size > budget {
+            return (1, Some(size));
+        }
+    }
+    (count, None)
+}
+
 /// Makes the nonces of one stream: each response gets a fresh one, never reused on the stream.
 #[derive(Debug, Default)]
 pub struct NonceGen {

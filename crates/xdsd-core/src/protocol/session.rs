@@ -69,7 +69,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 #[non_exhaustive]
 pub struct SessionOptions {
     /// Responses larger than this are split into parts where the protocol allows it (delta, and
-    /// SotW types other than listeners and clusters); see [`DEFAULT_MAX_RESPONSE_BYTES`].
+    /// SotW types but the full-state ones: listeners, clusters, scoped routes); see [`DEFAULT_MAX_RESPONSE_BYTES`].
     pub max_response_bytes: usize,
     /// Make-before-break ordering on aggregated streams (on by default): routes wait for the
     /// clusters and endpoints they point at, removals for the ACK of what stopped referring to
@@ -269,6 +269,10 @@ pub trait Machine: Send + 'static {
 
     fn new(type_url: Arc<str>) -> Self;
     fn set_named(&mut self, named: bool);
+    /// Responses larger than this are split where the protocol allows it.
+    fn set_max_response_bytes(&mut self, bytes: usize);
+    /// The size of a response over the size limit that could not be split, the first time.
+    fn oversized(response: &Self::Response) -> Option<usize>;
     /// Whether resources go out with their TTLs to this client.
     fn takes_ttl(node: &ClientNode) -> bool;
     fn set_ttl(&mut self, ttl: bool);
@@ -314,6 +318,12 @@ impl Machine for SotwSubscription {
     }
     fn set_named(&mut self, named: bool) {
         SotwSubscription::set_named(self, named)
+    }
+    fn set_max_response_bytes(&mut self, bytes: usize) {
+        SotwSubscription::set_max_response_bytes(self, bytes)
+    }
+    fn oversized(r: &SotwResponse) -> Option<usize> {
+        r.oversized
     }
     fn takes_ttl(node: &ClientNode) -> bool {
         node.takes_ttl() && node.takes_sotw_wrappers()
@@ -395,6 +405,12 @@ impl Machine for DeltaSubscription {
     }
     fn set_named(&mut self, named: bool) {
         DeltaSubscription::set_named(self, named)
+    }
+    fn set_max_response_bytes(&mut self, bytes: usize) {
+        DeltaSubscription::set_max_response_bytes(self, bytes)
+    }
+    fn oversized(r: &DeltaResponse) -> Option<usize> {
+        r.oversized
     }
     fn takes_ttl(node: &ClientNode) -> bool {
         node.takes_ttl()
@@ -608,11 +624,16 @@ impl<M: Machine> Session<M> {
             .node
             .as_ref()
             .is_some_and(|n| !n.dynamic_parameters.is_empty());
+        let max_response_bytes = self.options.max_response_bytes;
         let state = self
             .types
             .entry(type_url.clone())
             .or_insert_with(|| TypeState {
-                machine: M::new(type_url.clone()),
+                machine: {
+                    let mut m = M::new(type_url.clone());
+                    m.set_max_response_bytes(max_response_bytes);
+                    m
+                },
                 default,
                 named: false,
                 ttls: HashMap::default(),

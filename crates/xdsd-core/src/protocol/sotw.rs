@@ -4,14 +4,18 @@
 //! state is passed in whenever a response may be due, never kept.
 
 use crate::hash::{HashMap, HashSet};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, ResourceLocator};
 use envoy_types::pb::google::rpc::Status;
 use prost::Message as _;
 
-use super::{intern, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
-use crate::store::{Encoding, Resource, TypeSnapshot, View};
+use super::{
+    intern, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
+    PART_OVERHEAD,
+};
+use crate::store::{field_len, Encoding, Resource, TypeSnapshot, View};
 
 /// The special resource name that subscribes to every resource of a type.
 pub const WILDCARD: &str = "*";
@@ -252,6 +256,9 @@ pub struct SotwResponse {
     /// The resources of this response that are new or changed for this client (empty for the
     /// first response of the type): what a client has to act upon.
     pub updated: Vec<Arc<Resource>>,
+    /// Set (to its size in bytes) on the first response of the stream and type that is over the
+    /// size limit and could not be split: a full-state type (listeners, clusters, scoped routes), or one resource alone.
+    pub oversized: Option<usize>,
 }
 
 /// The resources of a response: a whole view (its shared encoded body) or a selection.
@@ -319,6 +326,16 @@ pub struct SotwSubscription {
     /// per-name state beyond the explicit names.
     sent_view_version: Option<Arc<str>>,
     sent: HashMap<Key, Arc<str>>,
+    /// Responses of types but the full-state ones are split to stay under this size.
+    max_response_bytes: usize,
+    /// The rest of a response that goes out in parts: its resources in order (and how many of
+    /// each name), its version, the number of parts sent.
+    rest: VecDeque<Arc<Resource>>,
+    rest_names: HashMap<Arc<str>, usize>,
+    rest_version: Arc<str>,
+    parts: usize,
+    /// Whether a response was reported over the size limit (once per stream and type).
+    warned: bool,
 }
 
 impl SotwSubscription {
@@ -341,7 +358,19 @@ impl SotwSubscription {
             dirty: HashSet::default(),
             sent_view_version: None,
             sent: HashMap::default(),
+            max_response_bytes: usize::MAX,
+            rest: VecDeque::new(),
+            rest_names: HashMap::default(),
+            rest_version: Arc::from(""),
+            parts: 0,
+            warned: false,
         }
+    }
+
+    /// Responses larger than this are split into parts, except for full-state types (listeners,
+    /// clusters, scoped routes), whose every response must hold every resource.
+    pub fn set_max_response_bytes(&mut self, bytes: usize) {
+        self.max_response_bytes = bytes;
     }
 
     /// Responses name resources by `resource_name` from now on (a TP2 client).
@@ -499,6 +528,10 @@ impl SotwSubscription {
         pids.dedup();
         self.pids = pids;
         self.names = names;
+        if !added.is_empty() || !removed.is_empty() || change.wildcard.is_some() {
+            // What is left of a split response is owed to the new subscription.
+            self.fold_rest();
+        }
         change.added.sort();
         change.removed.sort();
         change
@@ -527,13 +560,30 @@ impl SotwSubscription {
 
     /// Whether `poll_response` may have something to send.
     pub fn has_pending(&self) -> bool {
+        self.has_news() || !self.rest.is_empty()
+    }
+
+    /// Whether something was owed since the last response, beyond the rest of a split response.
+    fn has_news(&self) -> bool {
         self.respond || !self.forced.is_empty() || !self.dirty.is_empty()
     }
 
     /// The response owed to the client, if any, given the store as this client sees it.
+    ///
+    /// A response of a type other than the full-state ones (listeners, clusters, scoped routes)
+    /// that is larger than the size limit goes out in parts, one per call; every part but the last has the version
+    /// `<version>-part-<n>`, so that a client reports the version only once it has all of it.
+    /// The rest is sent as computed unless something changes in between (then it is computed
+    /// again with the change).
     pub fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
         if !self.has_pending() {
             return None;
+        }
+        if !self.rest.is_empty() {
+            if !self.has_news() {
+                return Some(self.next_part(nonces, Vec::new()));
+            }
+            self.fold_rest();
         }
         let first = self.last_nonce.is_none();
         let mut updated: Vec<Arc<Resource>> = Vec::new();
@@ -569,17 +619,107 @@ impl SotwSubscription {
         self.dirty.clear();
         let resources = resources?;
         let version_info = self.version(views);
+        let size = self.resources_len(&resources);
+        let budget = self.budget(&version_info);
+        let mut oversized = None;
+        if size > budget {
+            if !self.full_state {
+                self.rest = match resources {
+                    SotwResources::All(view) => view.iter().cloned().collect(),
+                    SotwResources::Some(list) => list.into(),
+                };
+                for r in &self.rest {
+                    *self.rest_names.entry(r.name().clone()).or_default() += 1;
+                }
+                self.rest_version = version_info;
+                self.parts = 0;
+                return Some(self.next_part(nonces, updated));
+            }
+            // Full-state types: a response holds them all, whatever its size.
+            oversized = Some(size).filter(|_| !std::mem::replace(&mut self.warned, true));
+        }
+        Some(self.response(version_info, nonces, resources, updated, oversized))
+    }
+
+    fn response(
+        &mut self,
+        version_info: Arc<str>,
+        nonces: &mut NonceGen,
+        resources: SotwResources,
+        updated: Vec<Arc<Resource>>,
+        oversized: Option<usize>,
+    ) -> SotwResponse {
         let nonce = nonces.next_nonce();
         self.last_nonce = Some(nonce.clone());
         self.last_version = Some(version_info.clone());
-        Some(SotwResponse {
+        SotwResponse {
             type_url: self.type_url.clone(),
             version_info,
             nonce,
             resources,
             encoding: self.encoding,
             updated,
-        })
+            oversized,
+        }
+    }
+
+    /// The bytes a response may give its resources.
+    fn budget(&self, version: &str) -> usize {
+        self.max_response_bytes
+            .saturating_sub(self.type_url.len() + version.len() + PART_OVERHEAD)
+    }
+
+    fn resources_len(&self, resources: &SotwResources) -> usize {
+        match resources {
+            SotwResources::All(view) => view.sotw_body(self.encoding).len(),
+            SotwResources::Some(list) => list
+                .iter()
+                .map(|r| field_len(r.sotw_entry(self.encoding).len()))
+                .sum(),
+        }
+    }
+
+    /// The next part of a split response.
+    fn next_part(&mut self, nonces: &mut NonceGen, updated: Vec<Arc<Resource>>) -> SotwResponse {
+        let (count, oversized) = part_len(
+            self.rest
+                .iter()
+                .map(|r| field_len(r.sotw_entry(self.encoding).len())),
+            self.budget(&self.rest_version),
+        );
+        let part: Vec<Arc<Resource>> = self.rest.drain(..count).collect();
+        for r in &part {
+            if let Some(n) = self.rest_names.get_mut(r.name()) {
+                *n -= 1;
+                if *n == 0 {
+                    self.rest_names.remove(r.name());
+                }
+            }
+        }
+        self.parts += 1;
+        let version = if self.rest.is_empty() {
+            self.rest_version.clone()
+        } else {
+            Arc::from(format!("{}-part-{}", self.rest_version, self.parts))
+        };
+        let oversized = oversized.filter(|_| !std::mem::replace(&mut self.warned, true));
+        self.response(
+            version,
+            nonces,
+            SotwResources::Some(part),
+            updated,
+            oversized,
+        )
+    }
+
+    /// Gives the rest of a split response back to what is owed, to be computed again with what
+    /// changed.
+    fn fold_rest(&mut self) {
+        let rest = std::mem::take(&mut self.rest);
+        self.rest_names.clear();
+        for r in rest {
+            self.resend(r.name());
+        }
     }
 
     /// The version of what this client is sent: the version of the view it reads, or of the
@@ -739,6 +879,9 @@ fn names_digest(names: &Names, subscribe: &Subscribe<'_>) -> (usize, u64) {
 impl SotwSubscription {
     /// Whether the client was sent `name` as the store holds it now.
     pub fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
+        if self.rest_names.contains_key(name) {
+            return false;
+        }
         let explicit = self.keys_of(name).any(|key| {
             let now = views.get(&key.0, key.1).map(|r| r.version());
             now.is_some() && self.sent.get(&key) == now
@@ -767,6 +910,7 @@ impl SotwSubscription {
                 out.extend(view.iter().cloned());
             }
         }
+        out.extend(self.rest.iter().cloned());
         out
     }
 }

@@ -199,6 +199,16 @@ impl<V: Variant> Stream<V> {
                 nonce,
                 "push"
             );
+            if let Some(size) = V::oversized(&response) {
+                warn!(
+                    stream = self.id,
+                    node = %self.session.node_id(),
+                    type_url = %type_url,
+                    size,
+                    limit = self.ctx.options.session.max_response_bytes,
+                    "response over the size limit: listeners and clusters go out whole, and so does one resource larger than the limit; the client may refuse it (gRPC clients take 4 MiB by default)"
+                );
+            }
             self.stats.sent(resources, removed);
             tx.send(Ok(response.into())).await.map_err(|_| ())?;
         }

@@ -215,6 +215,7 @@ mod tests {
                 resources,
                 encoding: Default::default(),
                 updated: Vec::new(),
+                oversized: None,
             }
             .into();
             let bytes = wire.encode_to_vec();
@@ -244,6 +245,7 @@ mod tests {
             removed_variants: Vec::new(),
             heartbeats: Vec::new(),
             encoding: Default::default(),
+            oversized: None,
         }
         .into();
         let bytes = wire.encode_to_vec();

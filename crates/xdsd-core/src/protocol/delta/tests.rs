@@ -564,3 +564,215 @@ fn after_unsubscribing_the_legacy_wildcard_an_empty_ack_does_not_bring_it_back()
     h.set("b", "1");
     h.expect_none();
 }
+
+/// Responses over the size limit go out in parts (`set_max_response_bytes`).
+mod split {
+    use prost::Message as _;
+
+    use super::*;
+    use crate::transport::wire::DeltaWire;
+
+    const LIMIT: usize = 16 * 1024;
+
+    /// `n` resources of about 1 KiB each, named r000, r001, ….
+    fn harness(type_url: &str, n: usize) -> Harness {
+        let names: Vec<String> = (0..n).map(|i| format!("r{i:03}")).collect();
+        let content = "x".repeat(1000);
+        let resources: Vec<(&str, &str)> = names
+            .iter()
+            .map(|n| (n.as_str(), content.as_str()))
+            .collect();
+        let mut h = Harness::new(type_url, &resources);
+        h.sub.set_max_response_bytes(LIMIT);
+        h
+    }
+
+    /// Every response until none is owed: each under the limit, each with its own nonce.
+    fn drain(h: &mut Harness) -> Vec<DeltaResponse> {
+        let mut out: Vec<DeltaResponse> = Vec::new();
+        while let Some(r) = h.poll() {
+            let len = DeltaWire::from(r.clone()).encoded_len();
+            assert!(
+                len <= LIMIT,
+                "a part of {len} bytes is over the {LIMIT}-byte limit"
+            );
+            assert!(
+                out.iter().all(|o| o.nonce != r.nonce),
+                "parts have their own nonces"
+            );
+            out.push(r);
+        }
+        out
+    }
+
+    fn names(parts: &[DeltaResponse]) -> Vec<String> {
+        parts
+            .iter()
+            .flat_map(|r| r.resources.iter().map(|r| r.name().to_string()))
+            .collect()
+    }
+
+    fn all(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("r{i:03}")).collect()
+    }
+
+    #[test]
+    fn a_response_over_the_size_limit_goes_out_in_parts_each_under_it() {
+        let mut h = harness(CLUSTER, 100);
+        h.request(Req::default());
+        let parts = drain(&mut h);
+        assert!(
+            parts.len() >= 7,
+            "100 KiB in 16 KiB parts: {} parts",
+            parts.len()
+        );
+        assert_eq!(
+            names(&parts),
+            all(100),
+            "every resource once, in name order"
+        );
+    }
+
+    #[test]
+    fn the_rest_of_a_split_response_is_computed_again_after_a_change() {
+        let mut h = harness(CLUSTER, 100);
+        h.request(Req::default());
+        let first = h.poll().unwrap();
+        assert!(!names(std::slice::from_ref(&first)).contains(&"r090".to_owned()));
+        // The store changes a resource still owed, and removes another still owed.
+        h.set("r090", "changed");
+        h.remove("r091");
+        let parts = drain(&mut h);
+        let rest = names(&parts);
+        assert_eq!(rest.iter().filter(|n| *n == "r090").count(), 1);
+        let r090 = parts
+            .iter()
+            .flat_map(|p| &p.resources)
+            .find(|r| &**r.name() == "r090")
+            .unwrap();
+        assert_eq!(
+            r090.version().to_string(),
+            h.version("r090"),
+            "the new version"
+        );
+        assert!(
+            !rest.contains(&"r091".to_owned()),
+            "a removed resource is not sent"
+        );
+        assert!(
+            parts.iter().all(|p| p.removed.is_empty()),
+            "nor reported removed: the client never had it"
+        );
+        let mut got = names(std::slice::from_ref(&first));
+        got.extend(rest);
+        got.sort();
+        let mut want = all(100);
+        want.retain(|n| n != "r091");
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_resubscribed_resource_stays_owed_across_a_split_and_a_change() {
+        let mut h = harness(CLUSTER_LOAD_ASSIGNMENT, 40);
+        let names_owned = all(40);
+        let subscribe: Vec<&str> = names_owned.iter().map(|s| s.as_str()).collect();
+        // The client says it has every resource at its current version, and subscribes: what
+        // it has is not sent again.
+        let versions: Vec<(String, String)> = names_owned
+            .iter()
+            .map(|n| (n.clone(), h.version(n)))
+            .collect();
+        let initial: Vec<(&str, &str)> = versions
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        h.request(Req {
+            subscribe: &subscribe,
+            initial: &initial,
+            ..Default::default()
+        });
+        assert!(h.poll().is_none_or(|r| r.resources.is_empty()));
+        // Subscribing again forces every one of them out (the client may have forgotten them),
+        // in parts; a change in between does not make the rest look already held.
+        h.request(Req {
+            subscribe: &subscribe,
+            ..Default::default()
+        });
+        let first = h.poll().unwrap();
+        h.set("r000", "changed");
+        let mut got = names(std::slice::from_ref(&first));
+        got.extend(names(&drain(&mut h)));
+        got.sort();
+        got.dedup();
+        assert_eq!(got, all(40));
+    }
+
+    #[test]
+    fn a_key_unsubscribed_during_a_split_is_not_sent() {
+        let mut h = harness(CLUSTER_LOAD_ASSIGNMENT, 40);
+        let names_owned = all(40);
+        let subscribe: Vec<&str> = names_owned.iter().map(|s| s.as_str()).collect();
+        h.request(Req {
+            subscribe: &subscribe,
+            ..Default::default()
+        });
+        let first = h.poll().unwrap();
+        h.request(Req {
+            unsubscribe: &["r039"],
+            ..Default::default()
+        });
+        let mut got = names(std::slice::from_ref(&first));
+        got.extend(names(&drain(&mut h)));
+        assert!(!got.contains(&"r039".to_owned()));
+        assert_eq!(got.len(), 39);
+    }
+
+    #[test]
+    fn removals_over_the_size_limit_go_out_in_parts() {
+        let long: Vec<String> = (0..2000)
+            .map(|i| format!("{i:04}-{}", "n".repeat(40)))
+            .collect();
+        let resources: Vec<(&str, &str)> = long.iter().map(|n| (n.as_str(), "1")).collect();
+        let mut h = Harness::new(CLUSTER, &resources);
+        h.sub.set_max_response_bytes(LIMIT);
+        h.request(Req::default());
+        drain(&mut h);
+        h.store.replace_all(std::iter::empty()).unwrap();
+        let changed: Vec<Arc<str>> = long.iter().map(|n| Arc::from(n.as_str())).collect();
+        h.sub.mark_changed(changed.iter());
+        let parts = drain(&mut h);
+        assert!(
+            parts.len() >= 6,
+            "about 96 KiB of removals: {} parts",
+            parts.len()
+        );
+        let mut removed: Vec<String> = parts
+            .iter()
+            .flat_map(|p| p.removed.iter().map(|n| n.to_string()))
+            .collect();
+        removed.sort();
+        assert_eq!(removed, long);
+    }
+
+    #[test]
+    fn one_resource_over_the_size_limit_goes_alone_and_is_reported_once() {
+        let big = "x".repeat(LIMIT * 2);
+        let mut h = Harness::new(CLUSTER, &[("a", "1"), ("big", &big), ("c", "1")]);
+        h.sub.set_max_response_bytes(LIMIT);
+        h.request(Req::default());
+        let mut parts = Vec::new();
+        while let Some(r) = h.poll() {
+            parts.push(r);
+        }
+        let big_part = parts
+            .iter()
+            .find(|p| p.resources.iter().any(|r| &**r.name() == "big"))
+            .unwrap();
+        assert_eq!(big_part.resources.len(), 1, "alone");
+        assert!(big_part.oversized.is_some_and(|s| s > LIMIT));
+        h.set("big", &"y".repeat(LIMIT * 2));
+        let again = h.poll().unwrap();
+        assert_eq!(again.resources.len(), 1);
+        assert_eq!(again.oversized, None, "reported once per stream and type");
+    }
+}

@@ -1448,4 +1448,89 @@ mod make_before_break {
         assert_eq!(poll(&mut s, &mut nonces), Some(seen("EDS", &[], &["x"])));
         assert_eq!(poll(&mut s, &mut nonces), None);
     }
+
+    /// A ClusterLoadAssignment of about 1 KiB.
+    fn big_endpoints(name: &str) -> ResourceInput {
+        use envoy_types::pb::envoy::config::core::v3::Locality;
+        use envoy_types::pb::envoy::config::endpoint::v3::LocalityLbEndpoints;
+        let e = ClusterLoadAssignment {
+            cluster_name: name.into(),
+            endpoints: vec![LocalityLbEndpoints {
+                locality: Some(Locality {
+                    region: "r".repeat(1000),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        ResourceInput::new(CLUSTER_LOAD_ASSIGNMENT, name, e.encode_to_vec().into())
+    }
+
+    #[test]
+    fn a_route_waits_for_the_last_part_of_split_endpoints() {
+        let store = store();
+        let options = SessionOptions {
+            max_response_bytes: 16 * 1024,
+            ..Default::default()
+        };
+        let mut c = Sotw {
+            s: Session::with_options(None, options),
+            store,
+            nonces: HashMap::default(),
+            eds: vec!["x"],
+        };
+        c.request(CLUSTER, &[]);
+        c.request(CLUSTER_LOAD_ASSIGNMENT, &["x"]);
+        c.request(ROUTE_CONFIGURATION, &["r1"]);
+        while c.poll().is_some() {}
+        for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION] {
+            c.ack(t);
+        }
+        // 40 KiB of new endpoints, Y's sorting last, and the route moved to Y.
+        let many: Vec<&'static str> = (0..40)
+            .map(|i| &*Box::leak(format!("e{i:02}").into_boxed_str()))
+            .collect();
+        let mut changes: Vec<Change> = many.iter().map(|n| Change::Set(big_endpoints(n))).collect();
+        changes.push(Change::Set(cluster("y")));
+        changes.push(Change::Set(big_endpoints("y")));
+        changes.push(Change::Set(route("r1", "y")));
+        c.store.apply(changes).unwrap();
+        let mut names: HashSet<Arc<str>> = many.iter().map(|n| Arc::from(*n)).collect();
+        names.insert(Arc::from("y"));
+        c.s.handle_changes(
+            [
+                (
+                    Arc::<str>::from(CLUSTER),
+                    [Arc::from("y")].into_iter().collect(),
+                ),
+                (Arc::<str>::from(CLUSTER_LOAD_ASSIGNMENT), names),
+                (
+                    Arc::<str>::from(ROUTE_CONFIGURATION),
+                    [Arc::from("r1")].into_iter().collect(),
+                ),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        assert_eq!(c.poll().map(|s| s.0), Some("CDS".to_owned()));
+        c.ack(CLUSTER);
+        c.eds = [vec!["x", "y"], many.clone()].concat();
+        c.ack(CLUSTER_LOAD_ASSIGNMENT);
+        let mut order: Vec<Seen> = Vec::new();
+        while let Some(seen) = c.poll() {
+            order.push(seen);
+        }
+        let route = order
+            .iter()
+            .position(|s| s.0 == "RDS")
+            .expect("the route goes");
+        let y = order
+            .iter()
+            .position(|s| s.0 == "EDS" && s.1.contains(&"y".to_owned()))
+            .expect("Y's endpoints go");
+        let eds_parts = order.iter().filter(|s| s.0 == "EDS").count();
+        assert!(eds_parts >= 3, "the endpoints go in parts: {order:?}");
+        assert!(y < route, "the route waits for Y's endpoints: {order:?}");
+    }
 }

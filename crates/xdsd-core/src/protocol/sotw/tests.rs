@@ -547,3 +547,148 @@ fn a_type_with_no_resources_is_answered_with_a_non_empty_version() {
     assert!(names.is_empty());
     assert!(!version.is_empty());
 }
+
+/// Responses over the size limit go out in parts (`set_max_response_bytes`), except for listeners
+/// and clusters.
+mod split {
+    use prost::Message as _;
+
+    use super::*;
+    use crate::transport::wire::SotwWire;
+
+    const LIMIT: usize = 16 * 1024;
+
+    fn all(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("r{i:03}")).collect()
+    }
+
+    /// `n` resources of about 1 KiB each, named r000, r001, ….
+    fn harness(type_url: &str, n: usize) -> Harness {
+        let names = all(n);
+        let content = "x".repeat(1000);
+        let resources: Vec<(&str, &str)> = names
+            .iter()
+            .map(|n| (n.as_str(), content.as_str()))
+            .collect();
+        let mut h = Harness::new(type_url, &resources);
+        h.sub.set_max_response_bytes(LIMIT);
+        h
+    }
+
+    fn drain(h: &mut Harness) -> Vec<SotwResponse> {
+        let mut out: Vec<SotwResponse> = Vec::new();
+        while let Some(r) = h.poll() {
+            let len = SotwWire::from(r.clone()).encoded_len();
+            assert!(
+                len <= LIMIT,
+                "a part of {len} bytes is over the {LIMIT}-byte limit"
+            );
+            out.push(r);
+        }
+        out
+    }
+
+    fn names(parts: &[SotwResponse]) -> Vec<String> {
+        parts
+            .iter()
+            .flat_map(|r| r.names())
+            .map(|n| n.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn endpoints_over_the_size_limit_go_out_in_parts_versioned_part_n_until_the_last() {
+        let mut h = harness(CLUSTER_LOAD_ASSIGNMENT, 100);
+        let names_owned = all(100);
+        let subscribe: Vec<&str> = names_owned.iter().map(|s| s.as_str()).collect();
+        h.request(&subscribe, "", "");
+        let parts = drain(&mut h);
+        assert!(parts.len() >= 7, "100 KiB in 16 KiB parts: {}", parts.len());
+        assert_eq!(
+            names(&parts),
+            all(100),
+            "every resource once, in name order"
+        );
+        let version = parts.last().unwrap().version_info.to_string();
+        assert!(!version.contains("-part-"));
+        for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
+            assert_eq!(&*part.version_info, format!("{version}-part-{}", i + 1));
+        }
+        let mut nonces: Vec<&str> = parts.iter().map(|p| p.nonce.as_str()).collect();
+        nonces.dedup();
+        assert_eq!(nonces.len(), parts.len(), "each part has its own nonce");
+    }
+
+    #[test]
+    fn listeners_and_clusters_go_out_whole_over_the_size_limit_reported_once() {
+        for type_url in [LISTENER, CLUSTER] {
+            let mut h = harness(type_url, 100);
+            h.request(&[], "", "");
+            let r = h.poll().unwrap();
+            assert_eq!(r.len(), 100, "{type_url}: whole");
+            assert!(r.oversized.is_some_and(|s| s > LIMIT));
+            h.set("r000", "changed");
+            h.notify(&["r000"]);
+            let again = h.poll().unwrap();
+            assert_eq!(again.len(), 100);
+            assert_eq!(again.oversized, None, "reported once per stream and type");
+        }
+    }
+
+    #[test]
+    fn the_rest_of_a_split_sotw_response_is_computed_again_after_a_change() {
+        let mut h = harness(CLUSTER_LOAD_ASSIGNMENT, 100);
+        h.request(&[], "", "");
+        let first = h.poll().unwrap();
+        h.set("r090", "changed");
+        h.notify(&["r090"]);
+        h.remove("r091");
+        h.notify(&["r091"]);
+        let parts = drain(&mut h);
+        let r090: Vec<&Arc<Resource>> = parts
+            .iter()
+            .flat_map(|p| match &p.resources {
+                SotwResources::Some(list) => list.iter().collect::<Vec<_>>(),
+                SotwResources::All(view) => view.iter().collect(),
+            })
+            .filter(|r| &**r.name() == "r090")
+            .collect();
+        assert_eq!(r090.len(), 1);
+        assert_eq!(&r090[0].value()[..], b"changed".as_slice());
+        let mut got = names(std::slice::from_ref(&first));
+        got.extend(names(&parts));
+        got.sort();
+        got.dedup();
+        let mut want = all(100);
+        want.retain(|n| n != "r091");
+        assert_eq!(got, want, "every resource that exists, the removed one not");
+    }
+
+    #[test]
+    fn a_name_unsubscribed_during_a_split_is_not_sent() {
+        let mut h = harness(CLUSTER_LOAD_ASSIGNMENT, 40);
+        let names_owned = all(40);
+        let subscribe: Vec<&str> = names_owned.iter().map(|s| s.as_str()).collect();
+        h.request(&subscribe, "", "");
+        let first = h.poll().unwrap();
+        h.request(&subscribe[..39], &first.nonce, &first.version_info);
+        let mut got = names(std::slice::from_ref(&first));
+        got.extend(names(&drain(&mut h)));
+        assert!(!got.contains(&"r039".to_owned()));
+    }
+
+    #[test]
+    fn a_resource_in_the_rest_of_a_split_response_counts_as_not_sent() {
+        let mut h = harness(CLUSTER_LOAD_ASSIGNMENT, 100);
+        let names_owned = all(100);
+        let subscribe: Vec<&str> = names_owned.iter().map(|s| s.as_str()).collect();
+        h.request(&subscribe, "", "");
+        h.poll().unwrap();
+        let snap = h.store.snapshot();
+        let v = views(&snap, CLUSTER_LOAD_ASSIGNMENT);
+        assert!(!h.sub.has_sent(&Arc::from("r099"), &v));
+        assert!(h.sub.unsent(&v).iter().any(|r| &**r.name() == "r099"));
+        drain(&mut h);
+        assert!(h.sub.has_sent(&Arc::from("r099"), &v));
+    }
+}
