@@ -26,8 +26,8 @@ use super::stats::{StreamCounters, StreamStatus};
 use super::status;
 use super::stream::{self, Variant};
 use crate::protocol::delta::DeltaSubscription;
-use crate::protocol::sotw::SotwSubscription;
 use crate::protocol::session::SessionOptions;
+use crate::protocol::sotw::SotwSubscription;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 
