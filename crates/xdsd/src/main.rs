@@ -129,6 +129,32 @@ struct ServeArgs {
         env = "XDSD_MAX_RESPONSE_BYTES"
     )]
     max_response_bytes: usize,
+
+    /// Make-before-break ordering on aggregated (ADS) streams, on or off. On: a route
+    /// configuration, virtual host or listener whose new content points at a cluster the client
+    /// was not sent yet is held until that cluster and its endpoints were sent, and clusters and
+    /// endpoints removed while routes still pointed at them are removed only after the client
+    /// ACKed the routes that stopped pointing at them (each hold lasts 5 s at most). A change that
+    /// adds a cluster, moves a route to it and removes the old cluster then loses no request.
+    /// Off: every change goes out as soon as it is loaded; Envoy may then take the new route
+    /// before the new cluster is ready, or drop the old cluster while routes still send to it, and
+    /// answers 503 in between. Keep it on; off only spares the wait (up to 5 s) for a client that
+    /// rejects a cluster or takes its endpoints elsewhere, and serves to compare. Streams of the
+    /// per-type services are never ordered against each other.
+    #[arg(
+        long,
+        value_name = "on|off",
+        default_value = "on",
+        env = "XDSD_MAKE_BEFORE_BREAK"
+    )]
+    make_before_break: OnOff,
+}
+
+/// `--make-before-break`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum OnOff {
+    On,
+    Off,
 }
 
 /// `--references`.
@@ -328,9 +354,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the bound address")?;
     info!("xDS gRPC server listening on {addr}");
 
+    let make_before_break = args.make_before_break == OnOff::On;
+    if !make_before_break {
+        warn!(
+            "make-before-break ordering is off: a change that moves traffic between clusters may \
+             fail requests while clients apply it"
+        );
+    }
     let options = ServerOptions::default()
         .max_request_bytes(args.max_request_bytes)
-        .max_response_bytes(args.max_response_bytes);
+        .max_response_bytes(args.max_response_bytes)
+        .make_before_break(make_before_break);
     let server = XdsServer::with_options(store, options);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
@@ -465,5 +499,26 @@ mod tests {
         assert!(parse_bytes("MiB").is_err());
         assert!(parse_bytes("99999999999999999999MiB").is_err());
         assert!(request_bytes("1KiB").is_err());
+    }
+
+    #[test]
+    fn make_before_break_is_on_by_default_and_takes_on_or_off() {
+        let serve = |extra: &[&str]| {
+            let args = ["xdsd", "serve", "--resources", "dir"].iter().chain(extra);
+            match Cli::try_parse_from(args).map(|cli| cli.command) {
+                Ok(Command::Serve(args)) => Ok(args.make_before_break),
+                Err(e) => Err(e.kind()),
+            }
+        };
+        // (Unless XDSD_MAKE_BEFORE_BREAK is set in the test's environment.)
+        if std::env::var_os("XDSD_MAKE_BEFORE_BREAK").is_none() {
+            assert_eq!(serve(&[]), Ok(OnOff::On));
+        }
+        assert_eq!(serve(&["--make-before-break", "off"]), Ok(OnOff::Off));
+        assert_eq!(serve(&["--make-before-break", "on"]), Ok(OnOff::On));
+        assert_eq!(
+            serve(&["--make-before-break", "maybe"]),
+            Err(clap::error::ErrorKind::InvalidValue)
+        );
     }
 }
