@@ -42,6 +42,9 @@ pub struct DeltaResponse {
     /// Resources the client holds at their current version whose TTL this response renews:
     /// they go out without a body (spec "TTL": heartbeats).
     pub heartbeats: Vec<Arc<Resource>>,
+    /// VHDS aliases subscribed on demand that name no virtual host: each goes out as a resource
+    /// named by the alias, with the alias in `aliases` and no body (see [`unresolved_entry`]).
+    pub unresolved: Vec<Arc<str>>,
     /// Named by `resource_name` or `name`; with TTLs or without.
     pub encoding: Encoding,
     /// Set (to its size in bytes) on the first response of the stream and type that is over the
@@ -52,6 +55,8 @@ pub struct DeltaResponse {
 /// What the client holds for a key: the version, and which variant (TP2 clients).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Held {
+    /// The name the client holds it under: the resource's, also when subscribed by an alias.
+    name: Arc<str>,
     version: Arc<str>,
     constraints: Option<Arc<Constraints>>,
 }
@@ -59,6 +64,7 @@ struct Held {
 impl Held {
     fn of(r: &Resource) -> Held {
         Held {
+            name: r.name().clone(),
             version: r.version().clone(),
             constraints: r.constraints().cloned(),
         }
@@ -115,6 +121,8 @@ enum Owed {
     Send(Arc<Resource>, Vec<Key>),
     Remove(Key),
     Beat(Arc<Resource>),
+    /// VHDS: an alias subscribed on demand that names no virtual host.
+    Unresolved(Key),
 }
 
 impl DeltaSubscription {
@@ -292,7 +300,8 @@ impl DeltaSubscription {
             if initial {
                 // A reconnecting client tells what it already has: only differences are sent.
                 if let Some(version) = request.initial_resource_versions.get(name) {
-                    self.has.insert(key.clone(), held(lookup(name), version));
+                    self.has
+                        .insert(key.clone(), held(&key.0, lookup(name), version));
                     // Compared with the store at the next response, like a change.
                     self.dirty.insert(key.0);
                     continue;
@@ -305,9 +314,10 @@ impl DeltaSubscription {
             if let Some(w) = self.wildcard {
                 for (name, version) in &request.initial_resource_versions {
                     let key = (intern(current, name), w);
+                    let name_of = key.0.clone();
                     self.has
                         .entry(key)
-                        .or_insert_with(|| held(lookup(name), version));
+                        .or_insert_with(|| held(&name_of, lookup(name), version));
                 }
             }
         }
@@ -469,6 +479,11 @@ impl DeltaSubscription {
                     }
                 }
                 Owed::Beat(r) => self.heartbeat(r.name()),
+                Owed::Unresolved(key) => {
+                    if self.names.contains(&key) {
+                        self.forced.insert(key);
+                    }
+                }
             }
         }
     }
@@ -504,9 +519,17 @@ impl DeltaSubscription {
                 }
             }
         }
+        // VHDS: Envoy asks for the virtual host of a domain by alias, and waits for a resource
+        // with that alias (and no body) when there is none; a removal would leave the request
+        // hanging until its stream times out.
+        let on_demand = *self.type_url == *crate::types::VIRTUAL_HOST;
+        let mut unresolved: BTreeSet<Key> = BTreeSet::new();
         for key in &self.forced {
             match get(key) {
                 Some(r) => send(key, r),
+                None if on_demand && !self.has.contains_key(key) => {
+                    unresolved.insert(key.clone());
+                }
                 // A subscribed name that does not exist is reported at once.
                 None => {
                     removed.insert(key.clone());
@@ -558,6 +581,7 @@ impl DeltaSubscription {
         owed.extend(resources.into_values().map(|(r, keys)| Owed::Send(r, keys)));
         owed.extend(removed.into_iter().map(Owed::Remove));
         owed.extend(beats.into_values().map(Owed::Beat));
+        owed.extend(unresolved.into_iter().map(Owed::Unresolved));
         owed
     }
 
@@ -588,6 +612,7 @@ impl DeltaSubscription {
             }
             Owed::Remove(key) => removal(key),
             Owed::Beat(r) => field_len(r.heartbeat_entry(encoding).len()),
+            Owed::Unresolved(key) => field_len(unresolved_entry(&key.0, "", encoding).len()) + 64,
         }
     }
 
@@ -604,6 +629,7 @@ impl DeltaSubscription {
         let mut sent: Vec<(Key, Held)> = Vec::new();
         let mut removed: BTreeSet<Key> = BTreeSet::new();
         let mut heartbeats: Vec<Arc<Resource>> = Vec::new();
+        let mut unresolved: Vec<Arc<str>> = Vec::new();
         for item in owed {
             match item {
                 Owed::Send(r, keys) => {
@@ -614,51 +640,62 @@ impl DeltaSubscription {
                     removed.insert(key);
                 }
                 Owed::Beat(r) => heartbeats.push(r),
+                Owed::Unresolved(key) => unresolved.push(key.0),
             }
         }
-        // Variants the client stops holding: what a removed or re-sent key held before, unless
-        // another key still holds it afterwards.
-        let mut dropped: Vec<RemovedVariant> = Vec::new();
+        // Variants the client stops holding, by the name it holds them under: what a re-sent
+        // key held before (TP2 clients hold variants apart), what a removed key held, unless
+        // another key still holds it afterwards. Removed keys the client was never sent are
+        // removed by their own name: it may hold them from an earlier stream.
+        let mut moved: Vec<RemovedVariant> = Vec::new();
         for (key, held) in &sent {
             if let Some(before) = self.has.insert(key.clone(), held.clone()) {
                 if before.constraints != held.constraints {
-                    dropped.push((key.0.clone(), before.constraints));
+                    moved.push((before.name, before.constraints));
                 }
             }
         }
+        let mut dropped: Vec<RemovedVariant> = Vec::new();
+        let mut unknown: Vec<Arc<str>> = Vec::new();
         for key in &removed {
-            if let Some(before) = self.has.remove(key) {
-                dropped.push((key.0.clone(), before.constraints));
+            match self.has.remove(key) {
+                Some(before) => dropped.push((before.name, before.constraints)),
+                None => unknown.push(key.0.clone()),
             }
         }
+        let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
+            .has
+            .values()
+            .map(|h| (&h.name, h.constraints.as_ref()))
+            .collect();
+        let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
         let (removed, removed_variants) = if self.encoding.named {
-            let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
-                .has
-                .iter()
-                .map(|((n, _), h)| (n, h.constraints.as_ref()))
-                .collect();
-            let mut variants: Vec<RemovedVariant> = dropped
+            let mut variants: Vec<RemovedVariant> = moved
                 .into_iter()
+                .chain(dropped)
                 .filter(|(n, c)| !held.contains(&(n, c.as_ref())))
                 .collect();
-            // Unknown variants (never sent) are removed too: the client may hold one from an
-            // earlier stream.
-            for key in &removed {
-                if !variants.iter().any(|(n, _)| *n == key.0)
-                    && !held.iter().any(|(n, _)| **n == key.0)
-                {
-                    variants.push((key.0.clone(), None));
+            for name in unknown {
+                if !variants.iter().any(|(n, _)| *n == name) && !held_name(&name) {
+                    variants.push((name, None));
                 }
             }
             variants.sort_by(|a, b| a.0.cmp(&b.0));
             variants.dedup();
             (Vec::new(), variants)
         } else {
-            let mut names: Vec<Arc<str>> = removed.into_iter().map(|(n, _)| n).collect();
+            let mut names: Vec<Arc<str>> = dropped
+                .into_iter()
+                .map(|(n, _)| n)
+                .chain(unknown)
+                .filter(|n| !held_name(n))
+                .collect();
+            names.sort();
             names.dedup();
             (names, Vec::new())
         };
         if resources.is_empty()
+            && unresolved.is_empty()
             && heartbeats.is_empty()
             && removed.is_empty()
             && removed_variants.is_empty()
@@ -678,6 +715,7 @@ impl DeltaSubscription {
             removed,
             removed_variants,
             heartbeats,
+            unresolved,
             encoding: self.encoding,
             oversized,
         })
@@ -690,11 +728,31 @@ impl DeltaSubscription {
     }
 }
 
+/// The `resources` entry that tells a VHDS client that `alias` names no virtual host: a
+/// resource named by the alias, with the alias in `aliases`, a version and no body (what Envoy's
+/// on-demand VHDS waits for to answer the request that asked for it with a 404).
+pub fn unresolved_entry(alias: &str, version: &str, encoding: Encoding) -> Vec<u8> {
+    let (name, resource_name) = if encoding.named {
+        (String::new(), Some(resource_name(alias, None)))
+    } else {
+        (alias.to_owned(), None)
+    };
+    envoy_types::pb::envoy::service::discovery::v3::Resource {
+        name,
+        resource_name,
+        aliases: vec![alias.to_owned()],
+        version: version.to_owned(),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
 /// What a reconnecting client says it has of a name: a version, and so the variant that has it.
-fn held(variants: &[Arc<Resource>], version: &str) -> Held {
+fn held(name: &Arc<str>, variants: &[Arc<Resource>], version: &str) -> Held {
     match variants.iter().find(|v| &**v.version() == version) {
         Some(v) => Held::of(v),
         None => Held {
+            name: name.clone(),
             version: Arc::from(version),
             constraints: None,
         },

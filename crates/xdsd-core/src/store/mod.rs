@@ -320,10 +320,22 @@ impl Store {
                 }
             };
             if *type_url == *ROUTE_CONFIGURATION {
-                // The virtual hosts of a VHDS route configuration come and go with it.
-                let prefix = vhds::host_prefix(&name);
-                map_of(&mut next, &current, &hosts_type)
-                    .retain(|host, _| !host.starts_with(&prefix));
+                // The virtual hosts of a VHDS route configuration come and go with it (with the
+                // variant changed, or all of them).
+                let variant: Option<Option<&Constraints>> = match &change {
+                    Change::Set(input) => Some(input.constraints.as_ref()),
+                    Change::RemoveVariant { constraints, .. } => Some(constraints.as_ref()),
+                    Change::Remove { .. } => None,
+                };
+                let taken_out = |host: &Resource| {
+                    host.parent().is_some_and(|p| **p == *name)
+                        && variant.is_none_or(|c| same_constraints(host, c))
+                };
+                let hosts = map_of(&mut next, &current, &hosts_type);
+                hosts.retain(|_, variants| {
+                    variants.retain(|v| !taken_out(v));
+                    !variants.is_empty()
+                });
             }
             match change {
                 Change::Set(input) => {
@@ -525,6 +537,8 @@ struct Parts {
     aliases: Vec<String>,
     constraints: Option<Arc<Constraints>>,
     origin: Option<Arc<str>>,
+    /// VHDS: the route configuration a virtual host was taken out of.
+    parent: Option<Arc<str>>,
     ttl: Option<Duration>,
     value: Bytes,
 }
@@ -554,7 +568,7 @@ fn build(
         .unwrap_or(&[]);
     // Unchanged content keeps its resource, and its bytes: nothing is encoded again.
     if let Some(old) = variants.iter().find(|v| **v.version() == *version) {
-        if old.origin() == parts.origin.as_ref() {
+        if old.origin() == parts.origin.as_ref() && old.parent() == parts.parent.as_ref() {
             return Ok(old.clone());
         }
     }
@@ -571,7 +585,8 @@ fn build(
             parts.ttl,
             parts.value,
         )
-        .with_origin(parts.origin),
+        .with_origin(parts.origin)
+        .with_parent(parts.parent),
     ))
 }
 
@@ -587,11 +602,12 @@ fn build_all(
     let constraints = input.constraints.map(Arc::new);
     let origin: Option<Arc<str>> = input.origin.map(Arc::from);
     let ttl = input.ttl;
-    let parts = |name: String, aliases: Vec<String>, value: Bytes| Parts {
+    let parts = |name: String, aliases: Vec<String>, parent: Option<&str>, value: Bytes| Parts {
         name,
         aliases,
         constraints: constraints.clone(),
         origin: origin.clone(),
+        parent: parent.map(Arc::from),
         ttl,
         value,
     };
@@ -599,13 +615,17 @@ fn build_all(
         if let Some((route, hosts)) = vhds::split(&input.value) {
             let mut out = vec![(
                 type_url.clone(),
-                build(current, type_url, parts(input.name, Vec::new(), route))?,
+                build(
+                    current,
+                    type_url,
+                    parts(input.name.clone(), Vec::new(), None, route),
+                )?,
             )];
             for host in hosts {
                 let resource = build(
                     current,
                     hosts_type,
-                    parts(host.name, host.aliases, host.value),
+                    parts(host.name, host.aliases, Some(&input.name), host.value),
                 )?;
                 out.push((hosts_type.clone(), resource));
             }
@@ -617,7 +637,7 @@ fn build_all(
         build(
             current,
             type_url,
-            parts(input.name, Vec::new(), input.value),
+            parts(input.name, Vec::new(), None, input.value),
         )?,
     )])
 }

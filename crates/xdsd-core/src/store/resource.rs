@@ -44,6 +44,8 @@ pub struct Resource {
     constraints: Option<Arc<Constraints>>,
     /// Where it came from (`file (resource #N)`), for errors and operators.
     origin: Option<Arc<str>>,
+    /// The resource this one was taken out of (VHDS: a virtual host's route configuration).
+    parent: Option<Arc<str>>,
     /// How long a client may keep it without hearing from xdsd (spec "TTL").
     ttl: Option<Duration>,
     /// Resources to send again to a client that receives a change of this one (see `warming`).
@@ -130,6 +132,7 @@ impl Resource {
             aliases,
             constraints,
             origin: None,
+            parent: None,
             ttl,
             dependents,
             references,
@@ -182,6 +185,17 @@ impl Resource {
 
     pub(crate) fn with_origin(mut self, origin: Option<Arc<str>>) -> Resource {
         self.origin = origin;
+        self
+    }
+
+    /// The resource this one was taken out of: for a VHDS virtual host, the name of its route
+    /// configuration.
+    pub fn parent(&self) -> Option<&Arc<str>> {
+        self.parent.as_ref()
+    }
+
+    pub(crate) fn with_parent(mut self, parent: Option<Arc<str>>) -> Resource {
+        self.parent = parent;
         self
     }
 

@@ -232,10 +232,59 @@ mod vhds {
             Arc::ptr_eq(host, by_alias),
             "the domain alias finds the same virtual host"
         );
+        let message = VirtualHost::decode(host.value()).unwrap();
+        assert_eq!(message.domains, ["a.example", "b.example"]);
         assert_eq!(
-            VirtualHost::decode(host.value()).unwrap().domains,
-            ["a.example", "b.example"]
+            message.name, "rc/web",
+            "the VirtualHost message carries the name Envoy keys it by"
         );
+    }
+
+    #[test]
+    fn setting_route_configuration_a_keeps_the_virtual_hosts_of_route_configuration_a_slash_b() {
+        let store = Store::new();
+        store
+            .replace_all([
+                route("a", &[("web", &["w"])], true),
+                route("a/b", &[("api", &["x"])], true),
+            ])
+            .unwrap();
+        store
+            .apply([Change::Set(route("a", &[("web", &["w", "v"])], true))])
+            .unwrap();
+        let snap = store.snapshot();
+        assert!(
+            snap.resource(VIRTUAL_HOST, "a/b/api").is_some(),
+            "a/b's host is not a's to remove"
+        );
+        assert!(snap.resource(VIRTUAL_HOST, "a/web").is_some());
+        store
+            .apply([Change::Remove {
+                type_url: ROUTE_CONFIGURATION.into(),
+                name: "a".into(),
+            }])
+            .unwrap();
+        let snap = store.snapshot();
+        assert!(snap.resource(VIRTUAL_HOST, "a/web").is_none());
+        assert!(snap.resource(VIRTUAL_HOST, "a/b/api").is_some());
+    }
+
+    #[test]
+    fn a_rejected_change_keeps_the_virtual_hosts_it_would_have_replaced() {
+        let store = Store::new();
+        store
+            .replace_all([route("rc", &[("web", &["w"])], true)])
+            .unwrap();
+        let bad = ResourceInput::new("not a type url", "x", Bytes::new());
+        assert!(store
+            .apply([
+                Change::Set(route("rc", &[("other", &["o"])], true)),
+                Change::Set(bad),
+            ])
+            .is_err());
+        let snap = store.snapshot();
+        assert!(snap.resource(VIRTUAL_HOST, "rc/web").is_some());
+        assert!(snap.resource(VIRTUAL_HOST, "rc/other").is_none());
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! VHDS: a RouteConfiguration that enables `vhds` has its virtual hosts served on demand, one
 //! VirtualHost resource each, instead of inline. Each is named `<route config>/<virtual host>`
-//! and aliased `<route config>/<domain>` for each of its domains, which is how Envoy asks for the
-//! virtual host of a domain it has not seen yet.
+//! (the resource, and the VirtualHost message in it) and aliased `<route config>/<domain>` for
+//! each of its domains, which is how Envoy asks for the virtual host of a domain it has not seen
+//! yet. Each remembers its route configuration ([`Resource::parent`]), so that the hosts of a
+//! route configuration are told apart from those of another whose name starts the same.
+//!
+//! [`Resource::parent`]: super::Resource::parent
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
@@ -22,14 +26,19 @@ pub(crate) fn split(route_configuration: &Bytes) -> Option<(Bytes, Vec<DerivedHo
     route.vhds.as_ref()?;
     let hosts = std::mem::take(&mut route.virtual_hosts)
         .into_iter()
-        .map(|host| DerivedHost {
-            name: host_prefix(&route.name) + &host.name,
-            aliases: host
-                .domains
-                .iter()
-                .map(|d| host_prefix(&route.name) + d)
-                .collect(),
-            value: host.encode_to_vec().into(),
+        .map(|mut host| {
+            // Envoy keys a virtual host it takes from VHDS by the name in the message: the
+            // resource's name, as its own VHDS tests send them.
+            host.name = host_prefix(&route.name) + &host.name;
+            DerivedHost {
+                aliases: host
+                    .domains
+                    .iter()
+                    .map(|d| host_prefix(&route.name) + d)
+                    .collect(),
+                value: host.encode_to_vec().into(),
+                name: host.name,
+            }
         })
         .collect();
     Some((route.encode_to_vec().into(), hosts))

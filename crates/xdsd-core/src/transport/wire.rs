@@ -7,7 +7,7 @@ use bytes::{Buf, BufMut};
 use prost::encoding::{skip_field, DecodeContext, WireType};
 use prost::{DecodeError, Message};
 
-use crate::protocol::delta::DeltaResponse;
+use crate::protocol::delta::{unresolved_entry, DeltaResponse};
 use crate::protocol::sotw::{SotwResources, SotwResponse};
 use crate::store::{field_len, put_length_delimited, resource_name};
 
@@ -135,6 +135,14 @@ fn delta_entries(response: &DeltaResponse) -> impl Iterator<Item = &[u8]> + '_ {
     resources.chain(beats)
 }
 
+/// The entries of a delta response's unresolved VHDS aliases.
+fn unresolved_entries(response: &DeltaResponse) -> impl Iterator<Item = Vec<u8>> + '_ {
+    response
+        .unresolved
+        .iter()
+        .map(|alias| unresolved_entry(alias, &response.system_version_info, response.encoding))
+}
+
 /// The encoded `ResourceName`s of removed variants.
 fn removed_names(response: &DeltaResponse) -> impl Iterator<Item = Vec<u8>> + '_ {
     response
@@ -149,6 +157,9 @@ impl Body for DeltaResponse {
         for entry in delta_entries(self) {
             put_length_delimited(buf, DELTA_RESOURCES, entry);
         }
+        for entry in unresolved_entries(self) {
+            put_length_delimited(buf, DELTA_RESOURCES, &entry);
+        }
         string_field(DELTA_TYPE_URL, &self.type_url, buf);
         string_field(DELTA_NONCE, &self.nonce, buf);
         for name in &self.removed {
@@ -162,6 +173,9 @@ impl Body for DeltaResponse {
     fn body_len(&self) -> usize {
         string_len(&self.system_version_info)
             + delta_entries(self)
+                .map(|x| field_len(x.len()))
+                .sum::<usize>()
+            + unresolved_entries(self)
                 .map(|x| field_len(x.len()))
                 .sum::<usize>()
             + removed_names(self)
@@ -244,6 +258,7 @@ mod tests {
             removed: vec![Arc::from("gone"), Arc::from("also-gone")],
             removed_variants: Vec::new(),
             heartbeats: Vec::new(),
+            unresolved: Vec::new(),
             encoding: Default::default(),
             oversized: None,
         }

@@ -517,13 +517,52 @@ mod aliases {
     }
 
     #[test]
-    fn alias_of_an_unknown_domain_is_reported_removed() {
+    fn alias_of_an_unknown_domain_is_answered_with_a_resource_carrying_the_alias_and_no_body() {
+        use crate::transport::wire::DeltaWire;
+        use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
         let mut h = vhds_harness(&["a.example"]);
         h.request(Req {
             subscribe: &["rc/unknown.example"],
             ..Default::default()
         });
-        assert_eq!(h.expect(), seen(&[], &["rc/unknown.example"]));
+        let r = h.poll().unwrap();
+        assert!(r.removed.is_empty(), "not a removal: Envoy would wait on");
+        assert_eq!(r.unresolved, [Arc::from("rc/unknown.example")]);
+        let wire = DeltaDiscoveryResponse::decode(&*DeltaWire::from(r).encode_to_vec()).unwrap();
+        assert_eq!(wire.resources.len(), 1);
+        let entry = &wire.resources[0];
+        assert_eq!(entry.name, "rc/unknown.example");
+        assert_eq!(entry.aliases, ["rc/unknown.example"]);
+        assert!(entry.resource.is_none());
+        assert!(!entry.version.is_empty());
+        // When the domain appears, its virtual host is sent.
+        h.store
+            .apply([Change::Set(route(&["a.example", "unknown.example"]))])
+            .unwrap();
+        h.sub.mark_changed([&Arc::from("rc/unknown.example")]);
+        assert_eq!(h.expect(), seen(&["rc/web"], &[]));
+    }
+
+    #[test]
+    fn a_virtual_host_held_through_an_alias_is_removed_under_its_name() {
+        let mut h = vhds_harness(&["a.example"]);
+        h.request(Req {
+            subscribe: &["rc/a.example"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["rc/web"], &[]));
+        h.store
+            .apply([Change::Remove {
+                type_url: ROUTE_CONFIGURATION.into(),
+                name: "rc".into(),
+            }])
+            .unwrap();
+        h.sub.mark_changed([&Arc::from("rc/a.example")]);
+        assert_eq!(
+            h.expect(),
+            seen(&[], &["rc/web"]),
+            "the client holds it as rc/web, not by the alias it asked with"
+        );
     }
 
     #[test]
