@@ -225,8 +225,24 @@ fn env(value: &str) -> Constraints {
 // ---------------------------------------------------------------------------------------------
 // Assertions
 
-/// `inputs` are rejected by a strict store with exactly this message, and nothing is applied.
+/// `inputs` are rejected by a strict store with exactly this message, and nothing is applied;
+/// a store in warn mode applies them and reports the same dangling reference.
 fn assert_rejected(inputs: Vec<ResourceInput>, message: &str) {
+    let warn = Store::with_reference_policy(ReferencePolicy::warn());
+    let summary = warn.replace_all(inputs.clone()).unwrap();
+    let [d] = &summary.dangling[..] else {
+        panic!("warn mode reports one reference: {:?}", summary.dangling);
+    };
+    assert_eq!(
+        format!("a reference to a resource that does not exist: {d}"),
+        message,
+        "warn mode names the same reference"
+    );
+    assert!(
+        summary.total >= inputs.len() && summary.changed == summary.total,
+        "warn mode applies the whole update: {summary:?}"
+    );
+
     let store = Store::new();
     store.replace_all([static_cluster("kept")]).unwrap();
     let before = store.snapshot();
@@ -246,7 +262,7 @@ fn assert_rejected(inputs: Vec<ResourceInput>, message: &str) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Each edge kind, strict (the default)
+// Each edge kind, strict (the default) and warn
 
 #[test]
 fn strict_rejects_a_route_to_a_missing_cluster() {
