@@ -26,8 +26,8 @@ use super::stats::{StreamCounters, StreamStatus};
 use super::status;
 use super::stream::{self, Variant};
 use crate::protocol::delta::DeltaSubscription;
-use crate::protocol::sotw::SotwSubscription;
 use crate::protocol::session::SessionOptions;
+use crate::protocol::sotw::SotwSubscription;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 
@@ -137,7 +137,9 @@ impl XdsServer {
         }
     }
 
-    /// Ends every open stream with UNAVAILABLE (clients reconnect elsewhere or later).
+    /// Ends every open stream with UNAVAILABLE (clients reconnect elsewhere or later). A stream
+    /// whose client stopped reading gives up the response it was sending, waits up to
+    /// [`SHUTDOWN_GRACE`] for the client to take the status, and ends without it after that.
     pub fn end_streams(&self) {
         let _ = self.shutdown.send(true);
     }
@@ -168,6 +170,11 @@ impl XdsServer {
             .await
     }
 }
+
+/// How long a stream ended by [`XdsServer::end_streams`] waits for its client to take the final
+/// status. A client that reads takes its UNAVAILABLE well within this; only one that stopped
+/// reading (or a peer gone without a word) is cut off.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// Reads a server's stream counters.
 #[derive(Clone)]
