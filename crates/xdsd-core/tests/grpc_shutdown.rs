@@ -18,7 +18,7 @@ use xdsd_core::transport::StreamStatus;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
 mod common;
-use common::{connect, WAIT};
+use common::{connect, Server, WAIT};
 
 /// Endpoints of this many clusters, [`RESOURCE_BYTES`] each: 18 MB, far more than HTTP/2 flow
 /// control (a 2 MiB stream window by default) and the server's buffers let through to a client
@@ -139,6 +139,27 @@ fn blocked(streams: &[StreamStatus]) -> bool {
     streams
         .iter()
         .any(|s| s.node == "stuck" && s.counters.responses >= 3)
+}
+
+#[tokio::test]
+async fn serve_returns_after_shutdown_while_a_client_has_stopped_reading() {
+    let server = Server::start_with(options()).await;
+    server.set(CLUSTER, "c", b"cluster-c");
+    big_endpoints(&server.store);
+    let (_reading_tx, reading) = reading_client(&server.channel).await;
+    let (_stuck_channel, _stuck) = stuck_client(server.addr).await;
+    until(|| server.streams(), blocked).await;
+
+    // Panics if `serve` does not return: HTTP/2 graceful shutdown alone waits for the stuck
+    // stream forever.
+    server.stop().await;
+
+    let status = tokio::time::timeout(WAIT, reading)
+        .await
+        .expect("the reading client's stream ends in time")
+        .unwrap();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(status.message(), "xdsd is shutting down");
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
+use std::io;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -10,14 +11,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::service::Routes;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
@@ -140,12 +143,20 @@ impl XdsServer {
     /// Ends every open stream with UNAVAILABLE (clients reconnect elsewhere or later). A stream
     /// whose client stopped reading gives up the response it was sending, waits up to
     /// [`SHUTDOWN_GRACE`] for the client to take the status, and ends without it after that.
+    /// The connections stay open: [`XdsServer::serve`] closes its own, a server of your own
+    /// mounting [`XdsServer::routes`] closes its.
     pub fn end_streams(&self) {
         let _ = self.shutdown.send(true);
     }
 
-    /// Serves on `listener` until `signal` completes, then ends the open streams and returns
-    /// once they are closed.
+    /// Serves on `listener` until `signal` completes, then shuts down and returns.
+    ///
+    /// On shutdown, the listener is closed, every open stream ends with UNAVAILABLE ("xdsd is
+    /// shutting down"; clients reconnect elsewhere or later) and every connection is told to go
+    /// away (HTTP/2 GOAWAY). The connections that are still open [`SHUTDOWN_GRACE`] later, such
+    /// as one whose client stopped reading (HTTP/2 flow control then holds back what xdsd
+    /// sends), are closed: `serve` returns within about that long after `signal`, whatever the
+    /// clients do.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -153,28 +164,150 @@ impl XdsServer {
     ) -> Result<(), tonic::transport::Error> {
         let routes = self.routes();
         let shutdown = self.shutdown;
-        tonic::transport::Server::builder()
+        // Flips when the grace period is over: every connection still open then is closed.
+        let (close, closing) = watch::channel(false);
+        let (stopping, stopped) = oneshot::channel::<()>();
+        // Responses are small and latency matters: no Nagle delay. (The builder's own
+        // tcp_nodelay does not apply to an incoming stream given to it.)
+        let incoming = TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .map(move |accepted| accepted.map(|io| Closable::new(io, closing.clone())));
+        let serving = tonic::transport::Server::builder()
             // Detect dead peers, so their streams and memory go away.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_routes(routes)
-            // Responses are small and latency matters: no Nagle delay. (The builder's own
-            // tcp_nodelay does not apply to an incoming stream given to it.)
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                async move {
-                    signal.await;
-                    let _ = shutdown.send(true);
-                },
-            )
-            .await
+            // tonic then stops accepting and waits for every connection to end; each one does
+            // once its streams ended, or when `close` flips.
+            .serve_with_incoming_shutdown(incoming, async move {
+                signal.await;
+                let _ = shutdown.send(true);
+                let _ = stopping.send(());
+            });
+        let closer = async move {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+                close.send_replace(true);
+            }
+            std::future::pending::<Infallible>().await
+        };
+        tokio::select! {
+            result = serving => result,
+            never = closer => match never {},
+        }
     }
 }
 
-/// How long a stream ended by [`XdsServer::end_streams`] waits for its client to take the final
-/// status. A client that reads takes its UNAVAILABLE well within this; only one that stopped
-/// reading (or a peer gone without a word) is cut off.
+/// How long [`XdsServer::serve`] lets connections end on their own after its shutdown signal,
+/// before it closes them; also how long a stream ended by [`XdsServer::end_streams`] waits for
+/// its client to take the final status. Streams end as soon as the signal comes, so a client
+/// that reads takes its UNAVAILABLE well within this; only a client that stopped reading (or a
+/// peer gone without a word) is cut off.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// A connection that [`XdsServer::serve`] can close: once `closing` flips (or its sender is
+/// gone), every read and write fails, so that the HTTP/2 connection driving it ends, whatever
+/// state its streams are in.
+struct Closable {
+    io: TcpStream,
+    closing: Pin<Box<dyn Future<Output = ()> + Send>>,
+    closed: bool,
+}
+
+impl Closable {
+    fn new(io: TcpStream, mut closing: watch::Receiver<bool>) -> Closable {
+        Closable {
+            io,
+            closing: Box::pin(async move {
+                let _ = closing.wait_for(|close| *close).await;
+            }),
+            closed: false,
+        }
+    }
+
+    /// Whether the connection is closed; if not, `cx` is woken when it is.
+    fn poll_closed(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.closed && self.closing.as_mut().poll(cx).is_ready() {
+            self.closed = true;
+        }
+        self.closed
+    }
+
+    fn closed_error() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "xdsd is shutting down: connection closed after the grace period",
+        )
+    }
+}
+
+impl AsyncRead for Closable {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Err(Closable::closed_error()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Closable {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Err(Closable::closed_error()));
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Err(Closable::closed_error()));
+        }
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Err(Closable::closed_error()));
+        }
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+impl Connected for Closable {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.io.connect_info()
+    }
+}
 
 /// Reads a server's stream counters.
 #[derive(Clone)]
