@@ -18,19 +18,21 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
-use tonic::server::{Grpc, NamedService, StreamingService};
+use tonic::server::{ClientStreamingService, Grpc, NamedService, StreamingService};
 use tonic::service::Routes;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
 use super::context::ServerContext;
+use super::fetch;
 use super::stats::{StreamCounters, StreamStatus};
-use super::status;
+use super::status::{self, status_of_read_error};
 use super::stream::{self, Variant};
+use super::wire::SotwWire;
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::session::SessionOptions;
-use crate::protocol::sotw::SotwSubscription;
+use crate::protocol::sotw::{SotwRequest, SotwSubscription};
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 
@@ -96,7 +98,8 @@ impl ServerOptions {
     }
 }
 
-/// An xDS gRPC server over a [`Store`]: every SotW and incremental discovery service.
+/// An xDS gRPC server over a [`Store`]: every SotW and incremental discovery service, and the
+/// unary `Fetch*` methods of the per-type services (the current state, answered at once).
 pub struct XdsServer {
     ctx: Arc<ServerContext>,
     shutdown: watch::Sender<bool>,
@@ -346,22 +349,31 @@ impl XdsService {
             };
         }
         let (_, type_url) = PER_TYPE_SERVICES.iter().find(|(s, _)| *s == service)?;
-        let type_url = Some(Arc::from(*type_url));
+        let type_url = Arc::from(*type_url);
         if method.starts_with("Delta") {
-            return Some(Method::Delta(type_url));
+            return Some(Method::Delta(Some(type_url)));
         }
-        // VHDS has no SotW variant.
-        if method.starts_with("Stream") && service != Vhds::NAME {
-            return Some(Method::Sotw(type_url));
+        // VHDS has no SotW variant, streamed or fetched.
+        if service == Vhds::NAME {
+            return None;
+        }
+        if method.starts_with("Stream") {
+            return Some(Method::Sotw(Some(type_url)));
+        }
+        if method.starts_with("Fetch") {
+            return Some(Method::Fetch(type_url));
         }
         None
     }
 }
 
 /// `Some(type)` for a per-type service, `None` for ADS.
+#[derive(Debug, PartialEq)]
 enum Method {
     Sotw(Option<Arc<str>>),
     Delta(Option<Arc<str>>),
+    /// The unary `Fetch*` of a per-type service.
+    Fetch(Arc<str>),
 }
 
 fn streaming<V: Variant>(
@@ -378,6 +390,18 @@ fn streaming<V: Variant>(
     Box::pin(async move {
         let mut grpc = Grpc::new(StreamCodec::<V>(PhantomData)).max_decoding_message_size(limit);
         Ok(grpc.streaming(method, req).await)
+    })
+}
+
+fn fetching(ctx: Arc<ServerContext>, type_url: Arc<str>, req: http::Request<Body>) -> BoxFuture {
+    let limit = ctx.options.max_request_bytes;
+    let method = FetchMethod { ctx, type_url };
+    Box::pin(async move {
+        let mut grpc = Grpc::new(StreamCodec::<SotwSubscription>(PhantomData))
+            .max_decoding_message_size(limit);
+        // A unary call, served as client streaming so that reading its request fails the way a
+        // stream's does (see `status`), not with tonic's own codes.
+        Ok(grpc.client_streaming(method, req).await)
     })
 }
 
@@ -445,6 +469,7 @@ impl tower_service::Service<http::Request<Body>> for XdsService {
             Some(Method::Delta(fixed)) => {
                 streaming::<DeltaSubscription>(self.ctx.clone(), fixed, req)
             }
+            Some(Method::Fetch(type_url)) => fetching(self.ctx.clone(), type_url, req),
             None => Box::pin(ready(Ok(Status::unimplemented(format!(
                 "xdsd does not implement {}",
                 req.uri().path()
@@ -481,6 +506,33 @@ impl<V: Variant> StreamingService<V::Message> for StreamMethod<V> {
             tx,
         ));
         ready(Ok(Response::new(ReceiverStream::new(rx))))
+    }
+}
+
+/// A unary `Fetch*` call: its one request answered with the current state (see `fetch`).
+struct FetchMethod {
+    ctx: Arc<ServerContext>,
+    type_url: Arc<str>,
+}
+
+type FetchFuture = Pin<Box<dyn Future<Output = Result<Response<SotwWire>, Status>> + Send>>;
+
+impl ClientStreamingService<SotwRequest> for FetchMethod {
+    type Response = SotwWire;
+    type Future = FetchFuture;
+
+    fn call(&mut self, request: Request<Streaming<SotwRequest>>) -> Self::Future {
+        let peer = request.remote_addr();
+        let (ctx, type_url) = (self.ctx.clone(), self.type_url.clone());
+        Box::pin(async move {
+            let limit = ctx.options.max_request_bytes;
+            let request = match request.into_inner().message().await {
+                Ok(Some(request)) => request,
+                Ok(None) => return Err(status::no_request()),
+                Err(error) => return Err(status_of_read_error(&error, limit).unwrap_or(error)),
+            };
+            fetch::fetch(&ctx, type_url, peer, &request).map(|r| Response::new(r.into()))
+        })
     }
 }
 
@@ -570,5 +622,34 @@ mod tests {
             assert!(names.contains(service), "{service} has no route");
         }
         assert_eq!(Ads::NAME, ADS_SERVICE);
+    }
+
+    #[test]
+    fn fetch_is_routed_for_every_per_type_service_but_vhds() {
+        let (_shutdown, rx) = watch::channel(false);
+        let svc = XdsService {
+            ctx: Arc::new(ServerContext::new(
+                Store::new(),
+                ServerOptions::default(),
+                rx,
+            )),
+        };
+        let fetch = |path: &str| svc.route(path);
+        assert_eq!(
+            fetch("/envoy.service.cluster.v3.ClusterDiscoveryService/FetchClusters"),
+            Some(Method::Fetch(crate::types::CLUSTER.into()))
+        );
+        assert_eq!(
+            fetch("/envoy.service.runtime.v3.RuntimeDiscoveryService/FetchRuntime"),
+            Some(Method::Fetch(crate::types::RUNTIME.into()))
+        );
+        assert_eq!(
+            fetch("/envoy.service.route.v3.VirtualHostDiscoveryService/FetchVirtualHosts"),
+            None
+        );
+        assert_eq!(
+            fetch("/envoy.service.discovery.v3.AggregatedDiscoveryService/FetchAggregated"),
+            None
+        );
     }
 }
