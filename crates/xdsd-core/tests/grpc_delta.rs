@@ -361,11 +361,19 @@ async fn vhds_delta_virtual_hosts_serves_a_virtual_host_by_domain_alias() {
         .unwrap()
         .unwrap()
         .unwrap();
-    assert_eq!(names(&r), ["local_route/backend"]);
+    // The known domain's virtual host, under its name; the unknown domain's alias as a resource
+    // with no body (what Envoy's on-demand VHDS waits for), not a removal.
+    assert_eq!(
+        names(&r),
+        ["local_route/backend", "local_route/nope.example"]
+    );
     assert_eq!(r.resources[0].aliases, ["local_route/backend.example"]);
     let host =
         VirtualHost::decode(r.resources[0].resource.as_ref().unwrap().value.as_slice()).unwrap();
     assert_eq!(host.domains, ["backend.example"]);
-    assert_eq!(r.removed_resources, ["local_route/nope.example"]);
+    assert_eq!(host.name, "local_route/backend");
+    assert_eq!(r.resources[1].aliases, ["local_route/nope.example"]);
+    assert!(r.resources[1].resource.is_none());
+    assert!(r.removed_resources.is_empty());
     server.stop().await;
 }

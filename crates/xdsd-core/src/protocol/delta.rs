@@ -663,13 +663,13 @@ impl DeltaSubscription {
                 None => unknown.push(key.0.clone()),
             }
         }
-        let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
-            .has
-            .values()
-            .map(|h| (&h.name, h.constraints.as_ref()))
-            .collect();
-        let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
         let (removed, removed_variants) = if self.encoding.named {
+            let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
+                .has
+                .values()
+                .map(|h| (&h.name, h.constraints.as_ref()))
+                .collect();
+            let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
             let mut variants: Vec<RemovedVariant> = moved
                 .into_iter()
                 .chain(dropped)
@@ -684,6 +684,18 @@ impl DeltaSubscription {
             variants.dedup();
             (Vec::new(), variants)
         } else {
+            // Whether another key still holds a name: one subscribed by that name, or (VHDS
+            // only: other types have no aliases) by an alias of it.
+            let aliased: Option<HashSet<&Arc<str>>> = (*self.type_url
+                == *crate::types::VIRTUAL_HOST)
+                .then(|| self.has.values().map(|h| &h.name).collect());
+            let held_name = |n: &Arc<str>| match &aliased {
+                Some(names) => names.contains(n),
+                None => self
+                    .keys_of(n)
+                    .iter()
+                    .any(|k| self.has.get(k).is_some_and(|h| h.name == *n)),
+            };
             let mut names: Vec<Arc<str>> = dropped
                 .into_iter()
                 .map(|(n, _)| n)

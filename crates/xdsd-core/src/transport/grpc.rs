@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
+use std::io;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -10,24 +11,28 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
-use tonic::server::{Grpc, NamedService, StreamingService};
+use tonic::server::{ClientStreamingService, Grpc, NamedService, StreamingService};
 use tonic::service::Routes;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
 use super::context::ServerContext;
+use super::fetch;
 use super::stats::{StreamCounters, StreamStatus};
-use super::status;
+use super::status::{self, status_of_read_error};
 use super::stream::{self, Variant};
+use super::wire::SotwWire;
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::session::SessionOptions;
-use crate::protocol::sotw::SotwSubscription;
+use crate::protocol::sotw::{SotwRequest, SotwSubscription};
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 
@@ -93,7 +98,8 @@ impl ServerOptions {
     }
 }
 
-/// An xDS gRPC server over a [`Store`]: every SotW and incremental discovery service.
+/// An xDS gRPC server over a [`Store`]: every SotW and incremental discovery service, and the
+/// unary `Fetch*` methods of the per-type services (the current state, answered at once).
 pub struct XdsServer {
     ctx: Arc<ServerContext>,
     shutdown: watch::Sender<bool>,
@@ -137,13 +143,23 @@ impl XdsServer {
         }
     }
 
-    /// Ends every open stream with UNAVAILABLE (clients reconnect elsewhere or later).
+    /// Ends every open stream with UNAVAILABLE (clients reconnect elsewhere or later). A stream
+    /// whose client stopped reading gives up the response it was sending, waits up to
+    /// [`SHUTDOWN_GRACE`] for the client to take the status, and ends without it after that.
+    /// The connections stay open: [`XdsServer::serve`] closes its own, a server of your own
+    /// mounting [`XdsServer::routes`] closes its.
     pub fn end_streams(&self) {
         let _ = self.shutdown.send(true);
     }
 
-    /// Serves on `listener` until `signal` completes, then ends the open streams and returns
-    /// once they are closed.
+    /// Serves on `listener` until `signal` completes, then shuts down and returns.
+    ///
+    /// On shutdown, the listener is closed, every open stream ends with UNAVAILABLE ("xdsd is
+    /// shutting down"; clients reconnect elsewhere or later) and every connection is told to go
+    /// away (HTTP/2 GOAWAY). The connections that are still open [`SHUTDOWN_GRACE`] later, such
+    /// as one whose client stopped reading (HTTP/2 flow control then holds back what xdsd
+    /// sends), are closed: `serve` returns within about that long after `signal`, whatever the
+    /// clients do.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -151,21 +167,148 @@ impl XdsServer {
     ) -> Result<(), tonic::transport::Error> {
         let routes = self.routes();
         let shutdown = self.shutdown;
-        tonic::transport::Server::builder()
+        // Flips when the grace period is over: every connection still open then is closed.
+        let (close, closing) = watch::channel(false);
+        let (stopping, stopped) = oneshot::channel::<()>();
+        // Responses are small and latency matters: no Nagle delay. (The builder's own
+        // tcp_nodelay does not apply to an incoming stream given to it.)
+        let incoming = TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .map(move |accepted| accepted.map(|io| Closable::new(io, closing.clone())));
+        let serving = tonic::transport::Server::builder()
             // Detect dead peers, so their streams and memory go away.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_routes(routes)
-            // Responses are small and latency matters: no Nagle delay. (The builder's own
-            // tcp_nodelay does not apply to an incoming stream given to it.)
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                async move {
-                    signal.await;
-                    let _ = shutdown.send(true);
-                },
-            )
-            .await
+            // tonic then stops accepting and waits for every connection to end; each one does
+            // once its streams ended, or when `close` flips.
+            .serve_with_incoming_shutdown(incoming, async move {
+                signal.await;
+                let _ = shutdown.send(true);
+                let _ = stopping.send(());
+            });
+        let closer = async move {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+                close.send_replace(true);
+            }
+            std::future::pending::<Infallible>().await
+        };
+        tokio::select! {
+            result = serving => result,
+            never = closer => match never {},
+        }
+    }
+}
+
+/// How long [`XdsServer::serve`] lets connections end on their own after its shutdown signal,
+/// before it closes them; also how long a stream ended by [`XdsServer::end_streams`] waits for
+/// its client to take the final status. Streams end as soon as the signal comes, so a client
+/// that reads takes its UNAVAILABLE well within this; only a client that stopped reading (or a
+/// peer gone without a word) is cut off.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// A connection that [`XdsServer::serve`] can close: once `closing` flips (or its sender is
+/// gone), every read and write fails, so that the HTTP/2 connection driving it ends, whatever
+/// state its streams are in.
+struct Closable {
+    io: TcpStream,
+    closing: Pin<Box<dyn Future<Output = ()> + Send>>,
+    closed: bool,
+}
+
+impl Closable {
+    fn new(io: TcpStream, mut closing: watch::Receiver<bool>) -> Closable {
+        Closable {
+            io,
+            closing: Box::pin(async move {
+                let _ = closing.wait_for(|close| *close).await;
+            }),
+            closed: false,
+        }
+    }
+
+    /// Whether the connection is closed; if not, `cx` is woken when it is.
+    fn poll_closed(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.closed && self.closing.as_mut().poll(cx).is_ready() {
+            self.closed = true;
+        }
+        self.closed
+    }
+
+    fn closed_error() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "xdsd is shutting down: connection closed after the grace period",
+        )
+    }
+}
+
+impl AsyncRead for Closable {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Err(Closable::closed_error()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Closable {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Err(Closable::closed_error()));
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Err(Closable::closed_error()));
+        }
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Err(Closable::closed_error()));
+        }
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.poll_closed(cx) {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+impl Connected for Closable {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.io.connect_info()
     }
 }
 
@@ -206,22 +349,31 @@ impl XdsService {
             };
         }
         let (_, type_url) = PER_TYPE_SERVICES.iter().find(|(s, _)| *s == service)?;
-        let type_url = Some(Arc::from(*type_url));
+        let type_url = Arc::from(*type_url);
         if method.starts_with("Delta") {
-            return Some(Method::Delta(type_url));
+            return Some(Method::Delta(Some(type_url)));
         }
-        // VHDS has no SotW variant.
-        if method.starts_with("Stream") && service != Vhds::NAME {
-            return Some(Method::Sotw(type_url));
+        // VHDS has no SotW variant, streamed or fetched.
+        if service == Vhds::NAME {
+            return None;
+        }
+        if method.starts_with("Stream") {
+            return Some(Method::Sotw(Some(type_url)));
+        }
+        if method.starts_with("Fetch") {
+            return Some(Method::Fetch(type_url));
         }
         None
     }
 }
 
 /// `Some(type)` for a per-type service, `None` for ADS.
+#[derive(Debug, PartialEq)]
 enum Method {
     Sotw(Option<Arc<str>>),
     Delta(Option<Arc<str>>),
+    /// The unary `Fetch*` of a per-type service.
+    Fetch(Arc<str>),
 }
 
 fn streaming<V: Variant>(
@@ -238,6 +390,18 @@ fn streaming<V: Variant>(
     Box::pin(async move {
         let mut grpc = Grpc::new(StreamCodec::<V>(PhantomData)).max_decoding_message_size(limit);
         Ok(grpc.streaming(method, req).await)
+    })
+}
+
+fn fetching(ctx: Arc<ServerContext>, type_url: Arc<str>, req: http::Request<Body>) -> BoxFuture {
+    let limit = ctx.options.max_request_bytes;
+    let method = FetchMethod { ctx, type_url };
+    Box::pin(async move {
+        let mut grpc = Grpc::new(StreamCodec::<SotwSubscription>(PhantomData))
+            .max_decoding_message_size(limit);
+        // A unary call, served as client streaming so that reading its request fails the way a
+        // stream's does (see `status`), not with tonic's own codes.
+        Ok(grpc.client_streaming(method, req).await)
     })
 }
 
@@ -305,6 +469,7 @@ impl tower_service::Service<http::Request<Body>> for XdsService {
             Some(Method::Delta(fixed)) => {
                 streaming::<DeltaSubscription>(self.ctx.clone(), fixed, req)
             }
+            Some(Method::Fetch(type_url)) => fetching(self.ctx.clone(), type_url, req),
             None => Box::pin(ready(Ok(Status::unimplemented(format!(
                 "xdsd does not implement {}",
                 req.uri().path()
@@ -341,6 +506,33 @@ impl<V: Variant> StreamingService<V::Message> for StreamMethod<V> {
             tx,
         ));
         ready(Ok(Response::new(ReceiverStream::new(rx))))
+    }
+}
+
+/// A unary `Fetch*` call: its one request answered with the current state (see `fetch`).
+struct FetchMethod {
+    ctx: Arc<ServerContext>,
+    type_url: Arc<str>,
+}
+
+type FetchFuture = Pin<Box<dyn Future<Output = Result<Response<SotwWire>, Status>> + Send>>;
+
+impl ClientStreamingService<SotwRequest> for FetchMethod {
+    type Response = SotwWire;
+    type Future = FetchFuture;
+
+    fn call(&mut self, request: Request<Streaming<SotwRequest>>) -> Self::Future {
+        let peer = request.remote_addr();
+        let (ctx, type_url) = (self.ctx.clone(), self.type_url.clone());
+        Box::pin(async move {
+            let limit = ctx.options.max_request_bytes;
+            let request = match request.into_inner().message().await {
+                Ok(Some(request)) => request,
+                Ok(None) => return Err(status::no_request()),
+                Err(error) => return Err(status_of_read_error(&error, limit).unwrap_or(error)),
+            };
+            fetch::fetch(&ctx, type_url, peer, &request).map(|r| Response::new(r.into()))
+        })
     }
 }
 
@@ -430,5 +622,34 @@ mod tests {
             assert!(names.contains(service), "{service} has no route");
         }
         assert_eq!(Ads::NAME, ADS_SERVICE);
+    }
+
+    #[test]
+    fn fetch_is_routed_for_every_per_type_service_but_vhds() {
+        let (_shutdown, rx) = watch::channel(false);
+        let svc = XdsService {
+            ctx: Arc::new(ServerContext::new(
+                Store::new(),
+                ServerOptions::default(),
+                rx,
+            )),
+        };
+        let fetch = |path: &str| svc.route(path);
+        assert_eq!(
+            fetch("/envoy.service.cluster.v3.ClusterDiscoveryService/FetchClusters"),
+            Some(Method::Fetch(crate::types::CLUSTER.into()))
+        );
+        assert_eq!(
+            fetch("/envoy.service.runtime.v3.RuntimeDiscoveryService/FetchRuntime"),
+            Some(Method::Fetch(crate::types::RUNTIME.into()))
+        );
+        assert_eq!(
+            fetch("/envoy.service.route.v3.VirtualHostDiscoveryService/FetchVirtualHosts"),
+            None
+        );
+        assert_eq!(
+            fetch("/envoy.service.discovery.v3.AggregatedDiscoveryService/FetchAggregated"),
+            None
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Thin adapters that carry the protocol sessions over a transport.
 
 mod context;
+mod fetch;
 pub mod grpc;
 mod stats;
 pub mod status;

@@ -1,4 +1,4 @@
-//! The one place where what ends a stream becomes a gRPC status, the way rustls maps its errors
+//! The one place where what ends a stream (or fails a `Fetch*` call) becomes a gRPC status, the way rustls maps its errors
 //! to TLS alerts: the session's errors, and requests that cannot be read.
 
 use std::error::Error as _;
@@ -19,6 +19,11 @@ pub fn status_of(error: &SessionError) -> Status {
 /// A request that is a well-framed gRPC message but not a `what` (e.g. `DiscoveryRequest`).
 pub(crate) fn undecodable(what: &str, error: &prost::DecodeError) -> Status {
     Status::invalid_argument(format!("the request is not a valid {what}: {error}"))
+}
+
+/// A unary call (`Fetch*`) whose request stream ended without its one request.
+pub(crate) fn no_request() -> Status {
+    Status::invalid_argument("the call carries no DiscoveryRequest")
 }
 
 /// What ends a stream whose request could not be read, with `max_request_bytes` the limit it was

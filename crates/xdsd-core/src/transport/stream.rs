@@ -5,14 +5,15 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::context::ServerContext;
+use super::grpc::SHUTDOWN_GRACE;
 use super::stats::StreamEntry;
 use super::status::{status_of, status_of_read_error};
 use super::wire::{DeltaWire, SotwWire};
@@ -44,6 +45,23 @@ impl Variant for DeltaSubscription {
 }
 
 pub(crate) type Sender<V> = mpsc::Sender<Result<<V as Variant>::Wire, Status>>;
+
+/// Why `flush` stopped before sending everything owed.
+enum Halt {
+    /// The client is gone.
+    Gone,
+    /// The server is shutting down.
+    ShuttingDown,
+}
+
+fn shutting_down() -> Status {
+    Status::unavailable("xdsd is shutting down")
+}
+
+/// How long a stream waits to hand over the status it ends with. A client that stopped reading
+/// never takes it (HTTP/2 flow control holds back what was sent before), and the stream must end
+/// all the same.
+const FINAL_STATUS_WAIT: Duration = SHUTDOWN_GRACE;
 
 struct Stream<V> {
     id: u64,
@@ -80,7 +98,7 @@ pub(crate) async fn run<V: Variant>(
             }
         };
         tokio::select! {
-            _ = shutdown.wait_for(|down| *down) => break Err(Status::unavailable("xdsd is shutting down")),
+            _ = shutdown.wait_for(|down| *down) => break Err(shutting_down()),
             request = requests.next() => match request {
                 Some(Ok(request)) => {
                     if let Err(status) = s.on_request(request) {
@@ -99,13 +117,20 @@ pub(crate) async fn run<V: Variant>(
             _ = s.watcher.changed() => s.session.handle_changes(s.watcher.take_changes()),
             _ = timer => s.session.handle_timeout(Instant::now()),
         }
-        if s.flush(&tx).await.is_err() {
-            break Ok(());
+        match s.flush(&tx, &mut shutdown).await {
+            Ok(()) => {}
+            Err(Halt::Gone) => break Ok(()),
+            Err(Halt::ShuttingDown) => break Err(shutting_down()),
         }
     };
     if let Err(status) = ending {
         warn!(stream = s.id, node = %s.session.node_id(), code = ?status.code(), reason = status.message(), "ending stream");
-        let _ = tx.send(Err(status)).await;
+        if tokio::time::timeout(FINAL_STATUS_WAIT, tx.send(Err(status)))
+            .await
+            .is_err()
+        {
+            debug!(stream = s.id, node = %s.session.node_id(), "the client does not read: ending without a status");
+        }
     }
     ctx.streams.close(s.id);
     info!(stream = s.id, node = %s.session.node_id(), "stream closed");
@@ -180,8 +205,13 @@ impl<V: Variant> Stream<V> {
         }
     }
 
-    /// Sends every response owed. Err: the client is gone.
-    async fn flush(&mut self, tx: &Sender<V>) -> Result<(), ()> {
+    /// Sends every response owed, unless the client goes away or the server shuts down first: a
+    /// send to a client that stopped reading blocks (HTTP/2 flow control) until one of the two.
+    async fn flush(
+        &mut self,
+        tx: &Sender<V>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), Halt> {
         if !self.session.has_pending() {
             return Ok(());
         }
@@ -210,7 +240,11 @@ impl<V: Variant> Stream<V> {
                 );
             }
             self.stats.sent(resources, removed);
-            tx.send(Ok(response.into())).await.map_err(|_| ())?;
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|down| *down) => return Err(Halt::ShuttingDown),
+                sent = tx.send(Ok(response.into())) => sent.map_err(|_| Halt::Gone)?,
+            }
         }
         Ok(())
     }

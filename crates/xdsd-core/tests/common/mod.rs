@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::marker::PhantomData;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes};
@@ -21,6 +22,7 @@ pub const WAIT: Duration = Duration::from_secs(20);
 
 pub struct Server {
     pub store: Store,
+    pub addr: SocketAddr,
     pub channel: Channel,
     streams: Box<dyn Fn() -> (Vec<StreamStatus>, StreamCounters) + Send + Sync>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -47,13 +49,10 @@ impl Server {
                 .await
                 .unwrap();
         });
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = connect(addr).await;
         Server {
             store,
+            addr,
             channel,
             streams: Box::new(move || (stats.streams(), stats.totals())),
             stop: Some(stop),
@@ -81,9 +80,18 @@ impl Server {
         }
         tokio::time::timeout(WAIT, self.task)
             .await
-            .unwrap()
+            .expect("serve returns in time after its shutdown signal")
             .unwrap();
     }
+}
+
+/// A channel over a connection of its own to `addr`.
+pub async fn connect(addr: SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
 }
 
 pub fn input(type_url: &str, name: &str, content: &[u8]) -> ResourceInput {

@@ -1,0 +1,137 @@
+//! The unary `Fetch*` methods of the per-type services (`FetchClusters`, `FetchEndpoints`...):
+//! one `DiscoveryRequest` answered with the current state, like one REST poll that never waits
+//! for a change. A fresh SotW session takes the request, exactly as the first request of a
+//! per-type stream, and its response is the answer; nothing is kept afterwards.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tonic::Status;
+use tracing::debug;
+
+use super::context::ServerContext;
+use super::status::status_of;
+use crate::params::ParamSet;
+use crate::protocol::session::Session;
+use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
+use crate::store::{Encoding, Snapshot, View};
+
+/// Answers `request` to the per-type service of `type_url` with the store's current state: what
+/// a stream of that service would send first for the same request (same resources, same
+/// version). When that is nothing (no name asked for exists), an empty response with the version
+/// of the type as the client sees it.
+pub(crate) fn fetch(
+    ctx: &ServerContext,
+    type_url: Arc<str>,
+    peer: Option<SocketAddr>,
+    request: &SotwRequest,
+) -> Result<SotwResponse, Status> {
+    let snapshot = ctx.store.snapshot();
+    let mut session: Session<SotwSubscription> =
+        Session::with_options(Some(type_url.clone()), ctx.options.session.clone());
+    session
+        .handle_request(request, &snapshot)
+        .map_err(|e| status_of(&e))?;
+    let now = Instant::now();
+    let mut response: Option<SotwResponse> = None;
+    // A response the session splits in parts goes out as one.
+    while let Some((_, part)) = session.poll_response(&snapshot, now) {
+        response = Some(match response {
+            Some(whole) => concatenate(whole, part),
+            None => part,
+        });
+    }
+    let params = session
+        .node()
+        .map(|n| n.params_for(&type_url).clone())
+        .unwrap_or_default();
+    let response = response.unwrap_or_else(|| empty(type_url, &params, &snapshot));
+    debug!(
+        peer = ?peer,
+        node = %session.node_id(),
+        type_url = %response.type_url,
+        version = %response.version_info,
+        resources = response.len(),
+        "fetch"
+    );
+    Ok(response)
+}
+
+/// A response with no resources, at the version of what a client with `params` sees of the type.
+fn empty(type_url: Arc<str>, params: &ParamSet, snapshot: &Snapshot) -> SotwResponse {
+    let version_info = match snapshot.get(&type_url) {
+        Some(t) => t.view(params).version().clone(),
+        None => View::empty(type_url.clone()).version().clone(),
+    };
+    SotwResponse {
+        type_url,
+        version_info,
+        nonce: String::new(),
+        resources: SotwResources::Some(Vec::new()),
+        encoding: Encoding::default(),
+        updated: Vec::new(),
+        oversized: None,
+    }
+}
+
+/// One response holding the resources of `first`, then those of `next`, at `next`'s version.
+fn concatenate(mut first: SotwResponse, next: SotwResponse) -> SotwResponse {
+    let mut resources = resource_list(first.resources);
+    resources.extend(resource_list(next.resources));
+    first.resources = SotwResources::Some(resources);
+    first.updated.extend(next.updated);
+    first.version_info = next.version_info;
+    first.nonce = next.nonce;
+    first
+}
+
+fn resource_list(resources: SotwResources) -> Vec<Arc<crate::store::Resource>> {
+    match resources {
+        SotwResources::All(view) => view.iter().cloned().collect(),
+        SotwResources::Some(list) => list,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Change, ResourceInput, Store};
+    use crate::types::CLUSTER_LOAD_ASSIGNMENT;
+
+    #[test]
+    fn parts_concatenate_in_order_at_the_last_version() {
+        let store = Store::new();
+        let set = |n: &str| {
+            Change::Set(ResourceInput::new(
+                CLUSTER_LOAD_ASSIGNMENT,
+                n,
+                bytes::Bytes::from(n.as_bytes().to_vec()),
+            ))
+        };
+        store.apply([set("a"), set("b")]).unwrap();
+        let before = store.snapshot();
+        store.apply([set("c")]).unwrap();
+        let after = store.snapshot();
+        let t = before.get(CLUSTER_LOAD_ASSIGNMENT).unwrap();
+        let part = |resources, version: &str| SotwResponse {
+            type_url: t.type_url().clone(),
+            version_info: version.into(),
+            nonce: version.to_owned(),
+            resources,
+            encoding: Encoding::default(),
+            updated: Vec::new(),
+            oversized: None,
+        };
+        let c = after.resource(CLUSTER_LOAD_ASSIGNMENT, "c").unwrap();
+        let whole = concatenate(
+            part(SotwResources::All(t.view(&ParamSet::new())), "1"),
+            part(SotwResources::Some(vec![c.clone()]), "2"),
+        );
+        assert_eq!(
+            whole.names().iter().map(|n| &**n).collect::<Vec<_>>(),
+            ["a", "b", "c"]
+        );
+        assert_eq!(&*whole.version_info, "2");
+    }
+}
