@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -17,10 +18,12 @@ use xdsd_core::store::{
     ReferenceMode, ReferencePolicy, ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED,
 };
 use xdsd_core::transport::grpc::{
-    ServerOptions, XdsServer, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES,
-    MIN_MAX_RESPONSE_BYTES,
+    ServerOptions, XdsServer, DEFAULT_MAX_HELD_POLLS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_HOLD,
+    MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
 };
 use xdsd_source::{Descriptors, ParsedResource};
+
+mod rest_json;
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
 ///
@@ -150,6 +153,28 @@ struct ServeArgs {
         env = "XDSD_MAKE_BEFORE_BREAK"
     )]
     make_before_break: OnOff,
+
+    /// REST-JSON polling (POST /v3/discovery:clusters etc., on the --listen address): how long a
+    /// poll whose version is current is held for a change before it is answered 304 Not
+    /// Modified (e.g. 800ms, 30s; 0 answers at once). The default stays under the 1 s
+    /// request_timeout Envoy gives a REST config source: raise both together.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "800ms",
+        value_parser = parse_duration,
+        env = "XDSD_REST_HOLD"
+    )]
+    rest_hold: Duration,
+
+    /// REST-JSON polling: how many polls are held at once; the others are answered at once.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_HELD_POLLS,
+        env = "XDSD_MAX_HELD_POLLS"
+    )]
+    max_held_polls: usize,
 }
 
 /// `--make-before-break`.
@@ -232,6 +257,28 @@ fn parse_bytes(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{text:?} is not a size (e.g. 33554432 or 32MiB)"))
 }
 
+/// A duration: a number with a unit (`800ms`, `30s`, `2m`), or 0.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let at = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(at);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 800ms, 30s, 2m)"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => n
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{text:?} is too long")),
+        "" if n == 0 => Ok(Duration::ZERO),
+        _ => Err(format!("{text:?}: give a unit, ms, s or m (e.g. 800ms)")),
+    }
+}
+
 fn request_bytes(text: &str) -> Result<usize, String> {
     let bytes = parse_bytes(text)?;
     if bytes < MIN_MAX_REQUEST_BYTES {
@@ -253,6 +300,7 @@ fn response_bytes(text: &str) -> Result<usize, String> {
 const _: () = assert!(DEFAULT_MAX_REQUEST_BYTES == 32 * 1024 * 1024);
 const _: () = assert!(DEFAULT_MAX_RESPONSE_BYTES == 1024 * 1024);
 const _: () = assert!(MIN_MAX_RESPONSE_BYTES == 16 * 1024);
+const _: () = assert!(DEFAULT_REST_HOLD.as_millis() == 800);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -367,7 +415,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .max_request_bytes(args.max_request_bytes)
         .max_response_bytes(args.max_response_bytes)
         .make_before_break(make_before_break);
-    let server = XdsServer::with_options(store, options);
+    let options = options
+        .rest_hold(args.rest_hold)
+        .max_held_polls(args.max_held_polls);
+    let rest = rest_json::DescriptorJson::new(&descriptors)?;
+    let server = XdsServer::with_options(store, options).with_rest_json(Arc::new(rest));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;

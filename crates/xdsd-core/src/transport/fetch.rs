@@ -13,8 +13,9 @@ use tracing::debug;
 use super::context::ServerContext;
 use super::status::status_of;
 use crate::params::ParamSet;
-use crate::protocol::session::Session;
+use crate::protocol::session::{Session, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
+use crate::protocol::SubscriptionChange;
 use crate::store::{Encoding, Snapshot, View};
 
 /// Answers `request` to the per-type service of `type_url` with the store's current state: what
@@ -28,15 +29,41 @@ pub(crate) fn fetch(
     request: &SotwRequest,
 ) -> Result<SotwResponse, Status> {
     let snapshot = ctx.store.snapshot();
+    let answer = answer(ctx, type_url, request, &snapshot).map_err(|e| status_of(&e))?;
+    debug!(
+        peer = ?peer,
+        node = %answer.node,
+        type_url = %answer.response.type_url,
+        version = %answer.response.version_info,
+        resources = answer.response.len(),
+        "fetch"
+    );
+    Ok(answer.response)
+}
+
+/// What a fresh session answers to one request.
+pub(crate) struct Answer {
+    pub(crate) response: SotwResponse,
+    /// The names (and wildcard) the request subscribes to: what a client that waits for a change
+    /// of its answer watches.
+    pub(crate) change: SubscriptionChange,
+    pub(crate) node: String,
+}
+
+/// The answer of a fresh per-type session to `request`, given the store's state `snapshot`.
+pub(crate) fn answer(
+    ctx: &ServerContext,
+    type_url: Arc<str>,
+    request: &SotwRequest,
+    snapshot: &Snapshot,
+) -> Result<Answer, SessionError> {
     let mut session: Session<SotwSubscription> =
         Session::with_options(Some(type_url.clone()), ctx.options.session.clone());
-    session
-        .handle_request(request, &snapshot)
-        .map_err(|e| status_of(&e))?;
+    let handled = session.handle_request(request, snapshot)?;
     let now = Instant::now();
     let mut response: Option<SotwResponse> = None;
     // A response the session splits in parts goes out as one.
-    while let Some((_, part)) = session.poll_response(&snapshot, now) {
+    while let Some((_, part)) = session.poll_response(snapshot, now) {
         response = Some(match response {
             Some(whole) => concatenate(whole, part),
             None => part,
@@ -46,16 +73,12 @@ pub(crate) fn fetch(
         .node()
         .map(|n| n.params_for(&type_url).clone())
         .unwrap_or_default();
-    let response = response.unwrap_or_else(|| empty(type_url, &params, &snapshot));
-    debug!(
-        peer = ?peer,
-        node = %session.node_id(),
-        type_url = %response.type_url,
-        version = %response.version_info,
-        resources = response.len(),
-        "fetch"
-    );
-    Ok(response)
+    let response = response.unwrap_or_else(|| empty(type_url, &params, snapshot));
+    Ok(Answer {
+        response,
+        change: handled.change,
+        node: session.node_id().to_owned(),
+    })
 }
 
 /// A response with no resources, at the version of what a client with `params` sees of the type.

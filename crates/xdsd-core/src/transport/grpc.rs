@@ -26,6 +26,7 @@ use tonic_prost::ProstCodec;
 
 use super::context::ServerContext;
 use super::fetch;
+use super::rest::JsonCodec;
 use super::stats::{StreamCounters, StreamStatus};
 use super::status::{self, status_of_read_error};
 use super::stream::{self, Variant};
@@ -66,13 +67,28 @@ pub struct ServerOptions {
     pub max_request_bytes: usize,
     /// How each stream's session serves its client (response size, ordering).
     pub session: SessionOptions,
+    /// REST-JSON polling: how long a poll whose version is current is held for a change before
+    /// it is answered `304 Not Modified` (zero: answered at once). See [`DEFAULT_REST_HOLD`].
+    pub rest_hold: Duration,
+    /// REST-JSON polling: how many polls are held at once; the others are answered at once.
+    pub max_held_polls: usize,
 }
+
+/// How long a REST poll is held by default: under the 1 s `request_timeout` Envoy gives a REST
+/// config source by default, so that a default Envoy never times a held poll out. Raise it with
+/// Envoy's `request_timeout` for longer polls.
+pub const DEFAULT_REST_HOLD: Duration = Duration::from_millis(800);
+
+/// How many REST polls are held at once by default.
+pub const DEFAULT_MAX_HELD_POLLS: usize = 10_000;
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             session: SessionOptions::default(),
+            rest_hold: DEFAULT_REST_HOLD,
+            max_held_polls: DEFAULT_MAX_HELD_POLLS,
         }
     }
 }
@@ -91,6 +107,18 @@ impl ServerOptions {
         self
     }
 
+    /// Sets [`ServerOptions::rest_hold`].
+    pub fn rest_hold(mut self, hold: Duration) -> Self {
+        self.rest_hold = hold;
+        self
+    }
+
+    /// Sets [`ServerOptions::max_held_polls`].
+    pub fn max_held_polls(mut self, polls: usize) -> Self {
+        self.max_held_polls = polls;
+        self
+    }
+
     /// Turns make-before-break ordering on aggregated streams on (the default) or off.
     pub fn make_before_break(mut self, on: bool) -> Self {
         self.session.make_before_break = on;
@@ -103,6 +131,8 @@ impl ServerOptions {
 pub struct XdsServer {
     ctx: Arc<ServerContext>,
     shutdown: watch::Sender<bool>,
+    /// REST-JSON polling, when a JSON codec was given.
+    rest: Option<Arc<dyn JsonCodec>>,
 }
 
 impl XdsServer {
@@ -116,7 +146,17 @@ impl XdsServer {
         XdsServer {
             ctx: Arc::new(ServerContext::new(store, options, rx)),
             shutdown,
+            rest: None,
         }
+    }
+
+    /// Serves REST-JSON polling (`POST /v3/discovery:clusters`, …; see [`super::rest`]) beside
+    /// the gRPC services, on the same address: HTTP/1.1 and HTTP/2 requests with a JSON body go
+    /// to REST, gRPC ones to the gRPC services. `codec` converts the JSON (the binary's uses the
+    /// Envoy descriptors).
+    pub fn with_rest_json(mut self, codec: Arc<dyn JsonCodec>) -> XdsServer {
+        self.rest = Some(codec);
+        self
     }
 
     pub fn options(&self) -> &ServerOptions {
@@ -133,7 +173,14 @@ impl XdsServer {
             ($($kind:ident),*) => { $( routes = routes.add_service(Named::<$kind>::new(svc.clone())); )* };
         }
         add!(Lds, Rds, Srds, Vhds, Cds, Eds, Sds, Rtds);
-        routes
+        match &self.rest {
+            Some(codec) => Routes::from(
+                routes
+                    .into_axum_router()
+                    .merge(super::rest::routes(self.ctx.clone(), codec.clone())),
+            ),
+            None => routes,
+        }
     }
 
     /// Reads the stream counters, also after `serve` took the server.
@@ -176,6 +223,8 @@ impl XdsServer {
             .with_nodelay(Some(true))
             .map(move |accepted| accepted.map(|io| Closable::new(io, closing.clone())));
         let serving = tonic::transport::Server::builder()
+            // REST-JSON polls may come over HTTP/1.1.
+            .accept_http1(self.rest.is_some())
             // Detect dead peers, so their streams and memory go away.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))

@@ -3,6 +3,7 @@
 mod context;
 mod fetch;
 pub mod grpc;
+pub mod rest;
 mod stats;
 pub mod status;
 pub use stats::{StreamCounters, StreamStatus};

@@ -1,0 +1,336 @@
+//! REST-JSON polling on xdsd's --listen address: answers, long polling (held until a change,
+//! else 304 Not Modified), bad input as 4xx with a JSON body, and a real Envoy 1.40 with
+//! `api_type: REST` for LDS, RDS, CDS and EDS.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::scenario::{endpoints_yaml, route_yaml, ADMIN};
+use support::{
+    parse_http_response, unique_name, wait_for_body, Envoy, HttpResponse, ResourceDir, Upstream,
+    Xdsd, CLUSTER, ENDPOINTS, LISTENER,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// `POST path` with `body` and `content_type` over HTTP/1.1 to xdsd; at most 30 s.
+async fn post(port: u16, path: &str, content_type: &str, body: &[u8]) -> HttpResponse {
+    let exchange = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: xdsd\r\ncontent-type: {content_type}\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body).await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        parse_http_response(&raw)
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .expect("xdsd answers in time")
+        .expect("an HTTP answer")
+}
+
+async fn poll(port: u16, path: &str, request: serde_json::Value) -> HttpResponse {
+    post(
+        port,
+        path,
+        "application/json",
+        request.to_string().as_bytes(),
+    )
+    .await
+}
+
+fn json(r: &HttpResponse) -> serde_json::Value {
+    serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("not JSON ({e}): {r:?}"))
+}
+
+fn endpoints_dir() -> ResourceDir {
+    let dir = ResourceDir::new();
+    dir.write("a.yaml", &endpoints_yaml("a", 1001));
+    dir.write("b.yaml", &endpoints_yaml("b", 1002));
+    dir
+}
+
+#[tokio::test]
+async fn a_poll_is_answered_with_the_resources_as_proto3_json() {
+    let dir = endpoints_dir();
+    let xdsd = Xdsd::start(&dir.path()).await;
+    let r = poll(
+        xdsd.port,
+        "/v3/discovery:endpoints",
+        serde_json::json!({ "node": { "id": "rest" }, "resourceNames": ["a"] }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.headers.to_ascii_lowercase().contains("application/json"));
+    let body = json(&r);
+    assert_eq!(body["typeUrl"], ENDPOINTS);
+    assert!(!body["versionInfo"].as_str().unwrap_or("").is_empty());
+    let resources = body["resources"].as_array().unwrap();
+    assert_eq!(resources.len(), 1, "only the name asked for: {body}");
+    assert_eq!(resources[0]["@type"], ENDPOINTS);
+    assert_eq!(resources[0]["clusterName"], "a");
+    assert_eq!(
+        resources[0]["endpoints"][0]["lbEndpoints"][0]["endpoint"]["address"]["socketAddress"]
+            ["portValue"],
+        1001
+    );
+    // The generic path serves the type the request names.
+    let r = poll(
+        xdsd.port,
+        "/v3/discovery:resources",
+        serde_json::json!({ "typeUrl": ENDPOINTS, "resourceNames": ["b"] }),
+    )
+    .await;
+    assert_eq!(json(&r)["resources"][0]["clusterName"], "b", "{r:?}");
+}
+
+#[tokio::test]
+async fn a_current_poll_is_held_and_answered_304_when_nothing_it_asks_for_changes() {
+    let dir = endpoints_dir();
+    let xdsd = Xdsd::start_with_args(&dir.path(), &["--rest-hold", "1s"]).await;
+    let ask = |version: &str| serde_json::json!({ "versionInfo": version, "resourceNames": ["a"] });
+    let first = poll(xdsd.port, "/v3/discovery:endpoints", ask("")).await;
+    let version = json(&first)["versionInfo"].as_str().unwrap().to_owned();
+
+    // A change to another resource of the type does not make "a" new.
+    let mark = xdsd.log.mark();
+    dir.write("b.yaml", &endpoints_yaml("b", 2002));
+    xdsd.expect_loaded_since(mark).await;
+    let start = Instant::now();
+    let r = poll(xdsd.port, "/v3/discovery:endpoints", ask(&version)).await;
+    let held = start.elapsed();
+    assert_eq!(r.status, 304, "{r:?}");
+    assert!(r.body.is_empty());
+    assert!(
+        held >= Duration::from_millis(900),
+        "held for the hold time: {held:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes() {
+    let dir = endpoints_dir();
+    let xdsd = Xdsd::start_with_args(&dir.path(), &["--rest-hold", "60s"]).await;
+    let ask = |version: &str| serde_json::json!({ "versionInfo": version, "resourceNames": ["a"] });
+    let first = poll(xdsd.port, "/v3/discovery:endpoints", ask("")).await;
+    let version = json(&first)["versionInfo"].as_str().unwrap().to_owned();
+    let port = xdsd.port;
+    let held = tokio::spawn(async move {
+        let start = Instant::now();
+        let r = poll(port, "/v3/discovery:endpoints", ask(&version)).await;
+        (r, start.elapsed(), version)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    dir.write("a.yaml", &endpoints_yaml("a", 3003));
+    let (r, took, old) = held.await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let body = json(&r);
+    assert_ne!(body["versionInfo"], old.as_str());
+    assert_eq!(
+        body["resources"][0]["endpoints"][0]["lbEndpoints"][0]["endpoint"]["address"]
+            ["socketAddress"]["portValue"],
+        3003
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "answered on the change, not at the 60 s hold: {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_rest_input_is_a_4xx_with_a_json_error() {
+    let dir = endpoints_dir();
+    let xdsd = Xdsd::start_with_args(&dir.path(), &["--max-request-bytes", "64KiB"]).await;
+    let port = xdsd.port;
+    let cases: Vec<(&str, u16, HttpResponse)> = vec![
+        (
+            "malformed JSON",
+            400,
+            post(port, "/v3/discovery:clusters", "application/json", b"{").await,
+        ),
+        (
+            "a field of the wrong type",
+            400,
+            post(
+                port,
+                "/v3/discovery:clusters",
+                "application/json",
+                br#"{"resourceNames": 7}"#,
+            )
+            .await,
+        ),
+        (
+            "an unknown type path",
+            404,
+            post(port, "/v3/discovery:widgets", "application/json", b"{}").await,
+        ),
+        (
+            "a wrong content type",
+            415,
+            post(port, "/v3/discovery:clusters", "text/plain", b"{}").await,
+        ),
+        (
+            "a body over the limit",
+            413,
+            post(
+                port,
+                "/v3/discovery:clusters",
+                "application/json",
+                format!(r#"{{"versionInfo": "{}"}}"#, "x".repeat(100 * 1024)).as_bytes(),
+            )
+            .await,
+        ),
+        (
+            "the generic path without a type",
+            400,
+            post(port, "/v3/discovery:resources", "application/json", b"{}").await,
+        ),
+    ];
+    for (what, status, r) in cases {
+        assert_eq!(r.status, status, "{what}: {r:?}");
+        let body = json(&r);
+        assert!(
+            body["message"].as_str().is_some_and(|m| !m.is_empty()) && body["code"].is_number(),
+            "{what}: a google.rpc.Status body: {body}"
+        );
+    }
+    // xdsd still serves.
+    let r = poll(port, "/v3/discovery:endpoints", serde_json::json!({})).await;
+    assert_eq!(r.status, 200);
+}
+
+/// A bootstrap whose LDS and CDS, and the resources' RDS and EDS, are REST polls of xdsd.
+fn rest_bootstrap(node_id: &str, xds_port: u16) -> String {
+    format!(
+        "node:
+  id: {node_id}
+  cluster: xdsd-tests
+{ADMIN}dynamic_resources:
+  lds_config: {source}
+  cds_config: {source}
+static_resources:
+  clusters:
+  - name: xds_cluster
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: xds_cluster
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{ address: 127.0.0.1, port_value: {xds_port} }}
+",
+        source = REST_SOURCE
+    )
+}
+
+/// Polls every 200 ms; xdsd holds a poll up to 2 s, under Envoy's 5 s request timeout.
+const REST_SOURCE: &str = "{ resource_api_version: V3, api_config_source: { api_type: REST, \
+    transport_api_version: V3, cluster_names: [xds_cluster], refresh_delay: 0.2s, \
+    request_timeout: 5s } }";
+
+fn rest_resources(upstream_port: u16) -> ResourceDir {
+    let dir = ResourceDir::new();
+    dir.write(
+        "listener.yaml",
+        &format!(
+            "\"@type\": {LISTENER}
+name: rest_listener
+address:
+  socket_address: {{ address: 127.0.0.1, port_value: 0 }}
+filter_chains:
+- filters:
+  - name: envoy.filters.network.http_connection_manager
+    typed_config:
+      \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+      stat_prefix: rest
+      rds:
+        route_config_name: route_0
+        config_source: {REST_SOURCE}
+      http_filters:
+      - name: envoy.filters.http.router
+        typed_config:
+          \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"
+        ),
+    );
+    dir.write("route.yaml", &route_yaml("route_0", "service"));
+    dir.write(
+        "cluster.yaml",
+        &format!(
+            "\"@type\": {CLUSTER}
+name: service
+type: EDS
+connect_timeout: 1s
+eds_cluster_config:
+  eds_config: {REST_SOURCE}
+"
+        ),
+    );
+    dir.write("endpoints.yaml", &endpoints_yaml("service", upstream_port));
+    dir
+}
+
+#[tokio::test]
+async fn envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_while_nothing_changes()
+{
+    let a = Upstream::start("rest-a").await;
+    let b = Upstream::start("rest-b").await;
+    let dir = rest_resources(a.port);
+    let xdsd = Xdsd::start_with_args(
+        &dir.path(),
+        &["--rest-hold", "2s", "--log-level", "info,xdsd_core=debug"],
+    )
+    .await;
+    let envoy = Envoy::start(&rest_bootstrap(&unique_name("rest"), xdsd.port)).await;
+    let port = envoy.listener_port("rest_listener").await;
+    let log = || format!("xdsd log:\n{}", xdsd.log.text());
+    wait_for_body(port, "rest-a", log).await;
+
+    // Nothing changes for 4 s: Envoy keeps polling, every poll is held and answered 304; no
+    // answer carries resources.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mark = xdsd.log.mark();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let answered = xdsd
+        .log
+        .matching_since(mark, |l| l.contains("REST poll answered"));
+    let held = xdsd
+        .log
+        .matching_since(mark, |l| l.contains("REST poll: not modified"));
+    assert!(
+        answered.is_empty(),
+        "no unchanged resources go out while nothing changes: {answered:#?}"
+    );
+    assert!(
+        held.len() >= 4,
+        "Envoy's polls of the 4 types are held: {} in 4 s\n{}",
+        held.len(),
+        log()
+    );
+    assert!(
+        held.iter().all(|l| l
+            .split("held_ms=")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|ms| ms >= 1900)),
+        "each for the hold time: {held:#?}"
+    );
+
+    // The endpoints move to B: the held EDS poll answers, traffic follows.
+    let start = Instant::now();
+    dir.write("endpoints.yaml", &endpoints_yaml("service", b.port));
+    wait_for_body(port, "rest-b", log).await;
+    eprintln!(
+        "endpoint change reached Envoy over REST in {:?}",
+        start.elapsed()
+    );
+}
