@@ -23,7 +23,7 @@ pub use descriptors::{
 pub use dir::{is_ignored_name, load_directory, resource_files};
 pub use error::{Problem, ResourceRef, SourceError};
 pub use parse::{check_duplicates, name_field, parse_file, Format};
-pub use watch::{watch_directory, DirectoryWatch, DEBOUNCE};
+pub use watch::{watch_directory, watch_directory_with, DirectoryWatch, DEBOUNCE, MAX_DELAY};
 
 /// The shortest `"@ttl"` a resource may have: shorter would have every client renewed several
 /// times a second.

@@ -12,7 +12,7 @@ use crate::{Descriptors, ParsedResource, SourceError};
 /// Quiet time that ends a burst of changes (an editor's save, a `cp -r`, a ConfigMap swap).
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
 /// A directory that never stays quiet still gets reloaded this often.
-const MAX_DELAY: Duration = Duration::from_secs(2);
+pub const MAX_DELAY: Duration = Duration::from_secs(2);
 
 enum Message {
     Event(notify::Result<Event>),
@@ -55,16 +55,32 @@ impl Drop for DirectoryWatch {
     }
 }
 
-/// Watches `dir` recursively and, after each burst of changes (coalesced over
-/// [`DEBOUNCE`]), reloads the whole directory and calls `on_load` with the new full set or the
-/// error. The initial state is the caller's `load_directory`; only changes are reported
-/// (call it after starting the watch to not miss a change made in between).
+/// Watches `dir` recursively and, after each change, reloads the whole directory and calls
+/// `on_load` with the new full set or the error. The initial state is the caller's
+/// `load_directory`; only changes are reported (call it after starting the watch to not miss a
+/// change made in between).
 ///
-/// The directory itself is watched, not its files, so editors that save by renaming and
-/// Kubernetes' symlink swaps are seen. `on_load` runs on a dedicated thread.
+/// A change that is complete when it is seen is applied at once: a file renamed into place
+/// (written elsewhere first, as `mv`, editors that save by renaming, and deploy tools do) and
+/// Kubernetes' ConfigMap update (files written under a `..`-prefixed directory, then the `..data`
+/// symlink swapped by a rename). A file written in place may be seen half-written, so such a
+/// change waits until the directory was quiet for [`DEBOUNCE`] (at most [`MAX_DELAY`] in all).
+///
+/// The directory itself is watched, not its files, so renames and symlink swaps are seen.
+/// `on_load` runs on a dedicated thread.
 pub fn watch_directory(
     descriptors: Descriptors,
     dir: PathBuf,
+    on_load: impl Fn(Result<Vec<ParsedResource>, SourceError>) + Send + 'static,
+) -> Result<DirectoryWatch, SourceError> {
+    watch_directory_with(descriptors, dir, DEBOUNCE, on_load)
+}
+
+/// [`watch_directory`] with another quiet time for in-place writes than [`DEBOUNCE`].
+pub fn watch_directory_with(
+    descriptors: Descriptors,
+    dir: PathBuf,
+    debounce: Duration,
     on_load: impl Fn(Result<Vec<ParsedResource>, SourceError>) + Send + 'static,
 ) -> Result<DirectoryWatch, SourceError> {
     let (tx, rx) = mpsc::channel();
@@ -84,7 +100,7 @@ pub fn watch_directory(
     let thread_dir = dir.clone();
     let thread = thread::Builder::new()
         .name("xdsd-source-watch".into())
-        .spawn(move || reload_loop(&rx, &descriptors, &thread_dir, &on_load))
+        .spawn(move || reload_loop(&rx, &descriptors, &thread_dir, debounce, &on_load))
         .map_err(|source| SourceError::Io {
             path: dir.clone(),
             source,
@@ -102,31 +118,51 @@ fn reload_loop(
     rx: &mpsc::Receiver<Message>,
     descriptors: &Descriptors,
     dir: &Path,
+    debounce: Duration,
     on_load: &dyn Fn(Result<Vec<ParsedResource>, SourceError>),
 ) {
     loop {
         // Wait for the first relevant event of a burst.
+        let mut burst = Burst::default();
         loop {
             match rx.recv() {
-                Ok(Message::Event(event)) if is_relevant(&event) => break,
+                Ok(Message::Event(event)) if is_relevant(&event) => {
+                    burst.add(&event);
+                    break;
+                }
                 Ok(Message::Event(_)) => continue,
                 Ok(Message::Stop) | Err(_) => return,
             }
         }
         let burst_start = Instant::now();
-        let mut quiet_until = burst_start + DEBOUNCE;
+        let mut quiet_until = burst_start + debounce;
         loop {
-            let wait = quiet_until.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
+            // Events already queued belong to the same burst.
+            let next = if burst.complete() {
+                match rx.try_recv() {
+                    Ok(message) => Ok(message),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => return,
+                }
+            } else {
+                let wait = quiet_until.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(wait) {
+                    Ok(message) => Ok(message),
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            };
+            match next {
                 Ok(Message::Event(event)) if is_relevant(&event) => {
+                    burst.add(&event);
                     if burst_start.elapsed() >= MAX_DELAY {
                         break;
                     }
-                    quiet_until = Instant::now() + DEBOUNCE;
+                    quiet_until = Instant::now() + debounce;
                 }
                 Ok(Message::Event(_)) => {}
-                Err(RecvTimeoutError::Timeout) => break,
-                Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(Message::Stop) => return,
+                Err(()) => {}
             }
         }
         let result = load_directory(descriptors, dir);
@@ -134,6 +170,7 @@ fn reload_loop(
             Ok(resources) => tracing::info!(
                 dir = %dir.display(),
                 resources = resources.len(),
+                atomic = burst.complete(),
                 "reloaded resource directory"
             ),
             Err(error) => tracing::warn!(
@@ -143,6 +180,78 @@ fn reload_loop(
         }
         on_load(result);
     }
+}
+
+/// What a burst of events changed: whether it is complete (applied at once) or may still be
+/// written (applied once the directory is quiet).
+#[derive(Debug, Default)]
+struct Burst {
+    /// Files written in place and not (yet) renamed elsewhere: possibly half-written.
+    writing: std::collections::HashSet<PathBuf>,
+    /// A rename into place, or another change that is whole when seen (a removal).
+    whole: bool,
+    /// Something that cannot be told complete (a rescan, an unknown event).
+    unknown: bool,
+}
+
+impl Burst {
+    fn add(&mut self, event: &notify::Result<Event>) {
+        use notify::event::{CreateKind, RemoveKind, RenameMode};
+        let Ok(event) = event else {
+            self.unknown = true;
+            return;
+        };
+        if event.need_rescan() {
+            self.unknown = true;
+            return;
+        }
+        match event.kind {
+            // `rename(from, to)`: what was written at `from` is now whole at `to`.
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+                if let Some(from) = event.paths.first() {
+                    self.writing.remove(from);
+                }
+                self.whole = true;
+            }
+            EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
+                for path in &event.paths {
+                    self.writing.remove(path);
+                }
+            }
+            EventKind::Modify(ModifyKind::Name(_)) => self.whole = true,
+            EventKind::Remove(RemoveKind::File | RemoveKind::Folder | RemoveKind::Any) => {
+                self.whole = true
+            }
+            // A directory appearing is whole; the files written into it come as their own events.
+            EventKind::Create(CreateKind::Folder) => self.whole = true,
+            EventKind::Create(_)
+            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any)
+            | EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
+                for path in &event.paths {
+                    if !is_staging(path) {
+                        self.writing.insert(path.clone());
+                    }
+                }
+            }
+            EventKind::Modify(ModifyKind::Metadata(_)) => {}
+            _ => self.unknown = true,
+        }
+    }
+
+    /// Whole when seen: applied without waiting for quiet.
+    fn complete(&self) -> bool {
+        self.whole && self.writing.is_empty() && !self.unknown
+    }
+}
+
+/// Files Kubernetes writes under a `..<timestamp>` directory before it swaps the `..data`
+/// symlink to it (its atomic writer): not seen by xdsd until the swap, which is a rename.
+fn is_staging(path: &Path) -> bool {
+    path.components().any(|c| {
+        c.as_os_str()
+            .to_str()
+            .is_some_and(|name| name.starts_with("..") && name.len() > 2)
+    })
 }
 
 fn is_relevant(event: &notify::Result<Event>) -> bool {
