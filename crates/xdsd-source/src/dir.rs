@@ -16,11 +16,47 @@ pub fn load_directory(
     descriptors: &Descriptors,
     dir: &Path,
 ) -> Result<Vec<ParsedResource>, SourceError> {
+    load_directory_with(descriptors, dir, &Limits::default())
+}
+
+/// The largest resource file read by default: 32 MiB, several times the largest real resource
+/// files (a ClusterLoadAssignment of 100,000 endpoints is about 10 MB of YAML).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// What one resource file may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// A larger file is an error naming it (the directory is rejected, the last good state kept).
+    pub max_file_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+        }
+    }
+}
+
+impl Limits {
+    pub fn max_file_bytes(mut self, bytes: u64) -> Self {
+        self.max_file_bytes = bytes;
+        self
+    }
+}
+
+/// [`load_directory`] under other [`Limits`].
+pub fn load_directory_with(
+    descriptors: &Descriptors,
+    dir: &Path,
+    limits: &Limits,
+) -> Result<Vec<ParsedResource>, SourceError> {
     let files = resource_files(dir)?;
     let mut resources = Vec::new();
     let mut errors = Vec::new();
     for file in &files {
-        let text = match fs::read_to_string(file) {
+        let text = match read_bounded(file, limits.max_file_bytes) {
             Ok(text) => text,
             // Deleted between listing and reading: the watcher will report the deletion.
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
@@ -44,6 +80,25 @@ pub fn load_directory(
         Some(error) => Err(error),
         None => Ok(resources),
     }
+}
+
+/// A file's text, refused when it is over `max` bytes (checked while reading, so a file that grows
+/// meanwhile is refused too).
+fn read_bounded(file: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    fs::File::open(file)?
+        .take(max.saturating_add(1))
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::new(
+            ErrorKind::FileTooLarge,
+            format!(
+                "larger than {max} bytes, the most a resource file may have (--max-file-bytes)"
+            ),
+        ));
+    }
+    Ok(text)
 }
 
 /// Names that editors and tools write next to the real files and that must never be loaded

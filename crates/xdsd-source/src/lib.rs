@@ -8,6 +8,7 @@
 //! This crate does not know about the store: it hands back [`ParsedResource`]s and the binary
 //! decides what to do with them.
 
+mod budget;
 mod canonical;
 mod de;
 mod descriptors;
@@ -17,13 +18,19 @@ mod parse;
 mod plan;
 mod watch;
 
+pub use budget::MAX_NODES;
 pub use descriptors::{
     type_url_of, Descriptors, ENVOY_DESCRIPTOR_SET, ENVOY_TYPES_VERSION, TYPE_URL_PREFIX,
 };
-pub use dir::{is_ignored_name, load_directory, resource_files};
+pub use dir::{
+    is_ignored_name, load_directory, load_directory_with, resource_files, Limits,
+    DEFAULT_MAX_FILE_BYTES,
+};
 pub use error::{Problem, ResourceRef, SourceError};
 pub use parse::{check_duplicates, name_field, parse_file, Format};
-pub use watch::{watch_directory, watch_directory_with, DirectoryWatch, DEBOUNCE, MAX_DELAY};
+pub use watch::{
+    watch_directory, watch_directory_with, DirectoryWatch, WatchOptions, DEBOUNCE, MAX_DELAY,
+};
 
 /// The shortest `"@ttl"` a resource may have: shorter would have every client renewed several
 /// times a second.

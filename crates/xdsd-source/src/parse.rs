@@ -65,12 +65,16 @@ pub fn parse_file(
     };
     let options = DeserializeOptions::new();
 
-    // First pass: the layout and each resource's type, from a plain value tree.
+    // First pass: the layout and each resource's type, from a plain value tree; what the file
+    // expands to is bounded here, before anything else expands it again.
     let mut plans = Vec::new();
+    let budget = Cell::new(crate::budget::MAX_NODES);
     match format {
         Format::Yaml => {
             for (position, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-                let mut value = Value::deserialize(document).map_err(|e| malformed(&e))?;
+                let mut value = crate::budget::Budgeted { left: &budget }
+                    .deserialize(document)
+                    .map_err(|e| malformed(&e))?;
                 // Merge keys (`<<: *defaults`) are not applied by the streaming parser; such a
                 // document is decoded from its merged value tree instead, without positions.
                 let merged = if has_merge_key(&value) {

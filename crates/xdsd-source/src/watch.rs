@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
-use crate::dir::load_directory;
+use crate::dir::{load_directory_with, Limits};
 use crate::{Descriptors, ParsedResource, SourceError};
 
 /// Quiet time that ends a burst of changes (an editor's save, a `cp -r`, a ConfigMap swap).
@@ -73,14 +73,45 @@ pub fn watch_directory(
     dir: PathBuf,
     on_load: impl Fn(Result<Vec<ParsedResource>, SourceError>) + Send + 'static,
 ) -> Result<DirectoryWatch, SourceError> {
-    watch_directory_with(descriptors, dir, DEBOUNCE, on_load)
+    watch_directory_with(descriptors, dir, WatchOptions::default(), on_load)
 }
 
-/// [`watch_directory`] with another quiet time for in-place writes than [`DEBOUNCE`].
+/// How a directory is watched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WatchOptions {
+    /// The quiet time in-place writes wait for ([`DEBOUNCE`]).
+    pub debounce: Duration,
+    /// What each file may take.
+    pub limits: Limits,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            debounce: DEBOUNCE,
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl WatchOptions {
+    pub fn debounce(mut self, debounce: Duration) -> Self {
+        self.debounce = debounce;
+        self
+    }
+
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+/// [`watch_directory`] with other [`WatchOptions`].
 pub fn watch_directory_with(
     descriptors: Descriptors,
     dir: PathBuf,
-    debounce: Duration,
+    options: WatchOptions,
     on_load: impl Fn(Result<Vec<ParsedResource>, SourceError>) + Send + 'static,
 ) -> Result<DirectoryWatch, SourceError> {
     let (tx, rx) = mpsc::channel();
@@ -100,7 +131,7 @@ pub fn watch_directory_with(
     let thread_dir = dir.clone();
     let thread = thread::Builder::new()
         .name("xdsd-source-watch".into())
-        .spawn(move || reload_loop(&rx, &descriptors, &thread_dir, debounce, &on_load))
+        .spawn(move || reload_loop(&rx, &descriptors, &thread_dir, options, &on_load))
         .map_err(|source| SourceError::Io {
             path: dir.clone(),
             source,
@@ -118,9 +149,10 @@ fn reload_loop(
     rx: &mpsc::Receiver<Message>,
     descriptors: &Descriptors,
     dir: &Path,
-    debounce: Duration,
+    options: WatchOptions,
     on_load: &dyn Fn(Result<Vec<ParsedResource>, SourceError>),
 ) {
+    let debounce = options.debounce;
     loop {
         // Wait for the first relevant event of a burst.
         let mut burst = Burst::default();
@@ -165,7 +197,7 @@ fn reload_loop(
                 Err(()) => {}
             }
         }
-        let result = load_directory(descriptors, dir);
+        let result = load_directory_with(descriptors, dir, &options.limits);
         match &result {
             Ok(resources) => tracing::info!(
                 dir = %dir.display(),

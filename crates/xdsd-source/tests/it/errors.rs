@@ -283,3 +283,44 @@ filter_chains:
     let text = err_text("l.yaml", yaml);
     assert_mentions(&text, &["l.yaml (resource #1", "idle_timeout", "line 9"]);
 }
+
+#[test]
+fn a_yaml_alias_bomb_is_refused_naming_the_file_without_expanding_it() {
+    // 10,000 aliases of a 10,000-item list: 10^8 nodes from a 140 KB file.
+    let items = vec!["xxxxxxxx"; 10_000].join(", ");
+    let refs = vec!["*a"; 10_000].join(", ");
+    let text = format!(
+        "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\nmetadata:\n  \
+         filter_metadata:\n    x:\n      a: &a [{items}]\n      b: [{refs}]\n"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("bomb.yaml"), &text).unwrap();
+    let error = xdsd_source::load_directory(&crate::descriptors(), tmp.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("bomb.yaml") && error.contains("nodes"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_file_over_the_size_limit_is_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\n";
+    std::fs::write(tmp.path().join("ok.yaml"), cluster).unwrap();
+    std::fs::write(
+        tmp.path().join("big.yaml"),
+        format!("{cluster}# {}\n", "x".repeat(2000)),
+    )
+    .unwrap();
+    let limits = xdsd_source::Limits::default().max_file_bytes(1024);
+    let error = xdsd_source::load_directory_with(&crate::descriptors(), tmp.path(), &limits)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("big.yaml") && error.contains("larger than 1024 bytes"),
+        "{error}"
+    );
+    assert!(!error.contains("ok.yaml"), "{error}");
+}

@@ -182,8 +182,9 @@ fn an_atomic_rename_is_applied_at_once_and_an_in_place_write_waits_for_quiet() {
     write(&dir, "a.yaml", &cluster_yaml("a"));
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
+    let options = xdsd_source::WatchOptions::default().debounce(QUIET);
     let _watch =
-        xdsd_source::watch_directory_with(descriptors(), dir.clone(), QUIET, move |load| {
+        xdsd_source::watch_directory_with(descriptors(), dir.clone(), options, move |load| {
             let _ = tx.lock().unwrap().send((std::time::Instant::now(), load));
         })
         .unwrap();
