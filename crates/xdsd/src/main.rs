@@ -12,22 +12,25 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
-use xdsd_core::params::Constraints;
 use xdsd_core::protocol::session::DEFAULT_MAX_RESPONSE_BYTES;
-use xdsd_core::store::{
-    ReferenceMode, ReferencePolicy, ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED,
-};
+use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store, UpdateSummary, MAX_LISTED};
 use xdsd_core::transport::grpc::{
     ServerOptions, XdsServer, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES,
     MIN_MAX_RESPONSE_BYTES,
 };
-use xdsd_source::{Descriptors, ParsedResource};
+use xdsd_source::Descriptors;
+
+use load::LoadError;
+
+mod load;
+mod offline;
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
 ///
 /// xdsd serves listeners, routes, clusters, endpoints, secrets, runtime layers and any other
 /// Envoy resource over the xDS gRPC protocol (ADS and the per-type services), from a directory
-/// of YAML/JSON files that it watches for changes.
+/// of YAML/JSON files that it watches for changes. `xdsd check` validates such a directory
+/// without serving it.
 #[derive(Parser, Debug)]
 #[command(name = "xdsd", version, propagate_version = true)]
 struct Cli {
@@ -54,27 +57,26 @@ enum Command {
     /// Envoy connects with an ADS or per-type gRPC config source pointing at --listen; see
     /// examples/basic for a complete setup.
     Serve(ServeArgs),
+
+    /// Validate a resource directory exactly as `serve` would load it, then exit.
+    ///
+    /// The same loading code and the same rules as `serve` at start-up: file syntax, @type,
+    /// every field through the Envoy descriptors, names, duplicates, variant rules, and the
+    /// references between resources as --references and --external-name say. Every error is
+    /// printed on stderr, one per line, naming the file, the resource and the field (with line
+    /// and column where the parser gives them); on success a summary of the resources per type
+    /// goes to stdout.
+    ///
+    /// Exit status: 0 valid, 1 invalid, 2 usage error (bad arguments, DIR not a directory).
+    Check(CheckArgs),
 }
 
+/// Where the resources come from and the rules they are checked by: shared by every command.
 #[derive(clap::Args, Debug)]
-struct ServeArgs {
-    /// Directory of resource files to serve (watched for changes).
+struct SourceArgs {
+    /// Directory of resource files, read recursively (and watched for changes by `serve`).
     #[arg(long, value_name = "DIR", env = "XDSD_RESOURCES")]
     resources: PathBuf,
-
-    /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "0.0.0.0:18000",
-        env = "XDSD_LISTEN"
-    )]
-    listen: SocketAddr,
-
-    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
-    /// "info,xdsd_core=debug". Pushes and ACKs are logged at debug, NACKs at warn.
-    #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
-    log_level: String,
 
     /// What to do with a reference to a resource that does not exist (a listener's RDS route
     /// configuration, a route's cluster, an EDS cluster's endpoints, an SDS secret): "strict"
@@ -101,6 +103,32 @@ struct ServeArgs {
         value_parser = parse_external_name
     )]
     external_names: Vec<(String, String)>,
+}
+
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+
+    /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:18000",
+        env = "XDSD_LISTEN"
+    )]
+    listen: SocketAddr,
+
+    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
+    /// "info,xdsd_core=debug". Pushes and ACKs are logged at debug, NACKs at warn.
+    #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
+    log_level: String,
 
     /// The largest request xdsd accepts, in bytes (or with a KiB/MiB suffix). A larger request
     /// ends its stream with RESOURCE_EXHAUSTED. The default, 32 MiB, holds an Envoy's request
@@ -165,7 +193,7 @@ enum References {
     Off,
 }
 
-impl ServeArgs {
+impl SourceArgs {
     fn reference_policy(&self) -> ReferencePolicy {
         let mode = match self.references {
             References::Strict => ReferenceMode::Strict,
@@ -275,6 +303,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Check(args) => offline::check(args),
     }
 }
 
@@ -299,32 +328,10 @@ fn init_logs(level: &str) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
-/// The store's inputs for parsed resources; a variant's constraints are checked here (an empty
-/// key, a constraint with neither value nor exists, the size bounds), naming its resource.
-fn inputs(resources: Vec<ParsedResource>) -> anyhow::Result<Vec<ResourceInput>> {
-    resources
-        .into_iter()
-        .map(|r| {
-            let constraints = r
-                .constraints
-                .as_deref()
-                .map(Constraints::decode)
-                .transpose()
-                .map_err(|e| {
-                    anyhow::anyhow!("{} ({:?}): \"@constraints\": {e}", r.origin, r.name)
-                })?;
-            Ok(ResourceInput::new(r.type_url, r.name, r.value)
-                .with_constraints(constraints)
-                .with_ttl(r.ttl)
-                .with_origin(r.origin))
-        })
-        .collect()
-}
-
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
-    let store = Store::with_reference_policy(args.reference_policy());
-    let dir = args.resources;
+    let store = Store::with_reference_policy(args.source.reference_policy());
+    let dir = args.source.resources.clone();
     // The watch starts before the first load, so no change can fall between the two; the lock
     // makes the first load's read-and-commit and each reload's commit happen one after the
     // other, so a reload can never be overwritten by the older first load.
@@ -332,18 +339,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _watch = watch(&descriptors, &dir, &store, loading.clone())?;
     {
         let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
-        let initial = xdsd_source::load_directory(&descriptors, &dir)
+        let loaded = load::load_into(&descriptors, &dir, &store)
             .with_context(|| format!("cannot load resources from {}", dir.display()))?;
-        let count = initial.len();
-        let summary = store
-            .replace_all(inputs(initial)?)
-            .map_err(|e| anyhow::anyhow!("{e}{}", hint(&e)))
-            .with_context(|| format!("cannot load resources from {}", dir.display()))?;
-        log_dangling(&summary);
+        log_dangling(&loaded.summary);
         info!(
             dir = %dir.display(),
-            resources = count,
-            generation = summary.generation,
+            resources = loaded.resources,
+            generation = loaded.summary.generation,
             "resources loaded"
         );
     }
@@ -401,51 +403,29 @@ fn watch(
     xdsd_source::watch_directory(descriptors.clone(), dir.to_path_buf(), move |result| {
         let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
         let generation = store.snapshot().generation();
+        let result = result
+            .map_err(LoadError::Source)
+            .and_then(|resources| load::commit(&store, resources));
         match result {
-            Ok(resources) => {
-                let count = resources.len();
-                let inputs = match inputs(resources) {
-                    Ok(inputs) => inputs,
-                    Err(e) => {
-                        error!("change rejected: {e:#}; still serving generation {generation}");
-                        return;
-                    }
-                };
-                let result = store.replace_all(inputs);
-                if let Ok(summary) = &result {
-                    log_dangling(summary);
-                }
-                match result {
-                    Ok(summary) if summary.changed == 0 => {
-                        info!(resources = count, "directory changed, resources unchanged")
-                    }
-                    Ok(summary) => info!(
-                        resources = count,
-                        changed = summary.changed,
-                        generation = summary.generation,
-                        "resources loaded"
-                    ),
-                    Err(e) => error!(
-                        "change rejected: {e}{}; still serving generation {generation}",
-                        hint(&e)
-                    ),
-                }
+            Ok(loaded) if loaded.summary.changed == 0 => {
+                info!(
+                    resources = loaded.resources,
+                    "directory changed, resources unchanged"
+                )
+            }
+            Ok(loaded) => {
+                log_dangling(&loaded.summary);
+                info!(
+                    resources = loaded.resources,
+                    changed = loaded.summary.changed,
+                    generation = loaded.summary.generation,
+                    "resources loaded"
+                );
             }
             Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
         }
     })
     .with_context(|| format!("cannot watch {}", dir.display()))
-}
-
-/// What to do about a rejected change, when the error alone does not say.
-fn hint(e: &StoreError) -> &'static str {
-    match e {
-        StoreError::DanglingReferences(_) => {
-            " (a resource the clients get elsewhere, such as a cluster of Envoy's bootstrap, can be \
-             declared with --external-name TYPE:NAME; --references warn applies such changes)"
-        }
-        _ => "",
-    }
 }
 
 /// In `--references warn`: one WARN line per dangling reference of an applied change (the first
@@ -507,6 +487,7 @@ mod tests {
             let args = ["xdsd", "serve", "--resources", "dir"].iter().chain(extra);
             match Cli::try_parse_from(args).map(|cli| cli.command) {
                 Ok(Command::Serve(args)) => Ok(args.make_before_break),
+                Ok(other) => panic!("parsed as another command: {other:?}"),
                 Err(e) => Err(e.kind()),
             }
         };

@@ -1,0 +1,147 @@
+//! `xdsd check`: load a directory as `serve` does, report, exit.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use xdsd_core::store::{Store, UpdateSummary, MAX_LISTED};
+use xdsd_core::types;
+use xdsd_source::Descriptors;
+
+use crate::load::{load_into, LoadError, Loaded};
+use crate::{CheckArgs, SourceArgs};
+
+/// Exit status of invalid resources.
+const INVALID: u8 = 1;
+/// Exit status of a usage error: bad arguments, a directory that is not one.
+const USAGE: u8 = 2;
+
+/// An error that ends the command with `status`, printed as `xdsd <command>: <message>`.
+struct Failure {
+    status: u8,
+    message: String,
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        status: USAGE,
+        message: message.into(),
+    }
+}
+
+fn finish(command: &str, result: Result<(), Failure>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("xdsd {command}: {}", failure.message);
+            ExitCode::from(failure.status)
+        }
+    }
+}
+
+/// `--resources` must name a directory; anything else is a usage error.
+fn resources_dir(source: &SourceArgs) -> Result<&Path, Failure> {
+    let dir = source.resources.as_path();
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(dir),
+        Ok(_) => Err(usage(format!(
+            "--resources {}: not a directory",
+            dir.display()
+        ))),
+        Err(e) => Err(usage(format!("--resources {}: {e}", dir.display()))),
+    }
+}
+
+fn descriptors() -> Result<Descriptors, Failure> {
+    Descriptors::envoy().map_err(|e| Failure {
+        status: INVALID,
+        message: format!("loading the Envoy proto descriptors: {e}"),
+    })
+}
+
+/// Loads the directory into a new store with the reference policy of the arguments, printing
+/// every error on stderr (one per line) when it is invalid, and each dangling reference as a
+/// warning in `--references warn`.
+fn load(source: &SourceArgs, descriptors: &Descriptors) -> Result<(Store, Loaded), Failure> {
+    let dir = resources_dir(source)?;
+    let store = Store::with_reference_policy(source.reference_policy());
+    match load_into(descriptors, dir, &store) {
+        Ok(loaded) => {
+            print_dangling(&loaded.summary);
+            Ok((store, loaded))
+        }
+        Err(e) => Err(invalid(dir, &e)),
+    }
+}
+
+fn invalid(dir: &Path, e: &LoadError) -> Failure {
+    let messages = e.messages();
+    for message in &messages {
+        eprintln!("error: {message}");
+    }
+    if let Some(hint) = e.hint() {
+        eprintln!("hint: {hint}");
+    }
+    let count = match messages.len() {
+        1 => "1 error".to_owned(),
+        n => format!("{n} errors"),
+    };
+    Failure {
+        status: INVALID,
+        message: format!("{}: {count}", dir.display()),
+    }
+}
+
+fn print_dangling(summary: &UpdateSummary) {
+    for d in summary.dangling.iter().take(MAX_LISTED) {
+        eprintln!("warning: a reference to a resource that does not exist: {d}");
+    }
+    if summary.dangling.len() > MAX_LISTED {
+        eprintln!(
+            "warning: {} more references to resources that do not exist",
+            summary.dangling.len() - MAX_LISTED
+        );
+    }
+}
+
+/// `xdsd check`.
+pub fn check(args: CheckArgs) -> ExitCode {
+    finish("check", run_check(&args))
+}
+
+fn run_check(args: &CheckArgs) -> Result<(), Failure> {
+    let descriptors = descriptors()?;
+    let (store, loaded) = load(&args.source, &descriptors)?;
+    let snapshot = store.snapshot();
+    println!(
+        "{}: valid, {} resources",
+        args.source.resources.display(),
+        loaded.resources
+    );
+    // Per type as served (a VHDS route configuration's virtual hosts counted apart), in push
+    // order.
+    let mut per_type: BTreeMap<(u8, &str), (usize, usize)> = BTreeMap::new();
+    for t in snapshot.types() {
+        per_type.insert(
+            (types::push_rank(t.type_url()), t.type_url()),
+            (t.iter().count(), t.len()),
+        );
+    }
+    for ((_, type_url), (resources, names)) in per_type {
+        let variants = if resources == names {
+            String::new()
+        } else {
+            format!(" ({names} names)")
+        };
+        println!(
+            "  {:<22} {resources:>6}{variants}  {type_url}",
+            type_name(type_url)
+        );
+    }
+    Ok(())
+}
+
+/// The message name of a type URL: `Cluster` for `type.googleapis.com/envoy...v3.Cluster`.
+fn type_name(type_url: &str) -> &str {
+    type_url.rsplit(['.', '/']).next().unwrap_or(type_url)
+}
