@@ -18,10 +18,11 @@ use xdsd_core::transport::grpc::{
     ServerOptions, XdsServer, DEFAULT_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES,
     MIN_MAX_RESPONSE_BYTES,
 };
-use xdsd_source::Descriptors;
+use xdsd_source::{Descriptors, FileFormat};
 
 use load::LoadError;
 
+mod files;
 mod load;
 mod offline;
 
@@ -30,7 +31,8 @@ mod offline;
 /// xdsd serves listeners, routes, clusters, endpoints, secrets, runtime layers and any other
 /// Envoy resource over the xDS gRPC protocol (ADS and the per-type services), from a directory
 /// of YAML/JSON files that it watches for changes. `xdsd check` validates such a directory
-/// without serving it.
+/// without serving it; `xdsd render` writes it as the DiscoveryResponse files that Envoy's
+/// filesystem subscriptions (path_config_source) read.
 #[derive(Parser, Debug)]
 #[command(name = "xdsd", version, propagate_version = true)]
 struct Cli {
@@ -69,6 +71,27 @@ enum Command {
     ///
     /// Exit status: 0 valid, 1 invalid, 2 usage error (bad arguments, DIR not a directory).
     Check(CheckArgs),
+
+    /// Write a resource directory as DiscoveryResponse files for Envoy's filesystem
+    /// subscriptions (path_config_source), then exit.
+    ///
+    /// The directory is loaded and checked as by `serve` (an invalid one writes nothing). Then
+    /// one file per resource type and format goes to --out: listeners, routes, clusters,
+    /// endpoints, secrets and runtime (always, with no resources when there are none), other
+    /// types when there are some (scoped_routes, virtual_hosts, extension_configs, or the full
+    /// message name), each with the extension of its format (.pb, .json, .yaml), by which Envoy
+    /// chooses its parser. Each file is a DiscoveryResponse with version_info set to the type's
+    /// version and every resource as an Any; JSON and YAML are the proto3 JSON mapping written
+    /// through the Envoy descriptors. Files are replaced atomically (written next to the target,
+    /// then renamed over it). --out must not be inside --resources.
+    ///
+    /// Point Envoy at a file with path_config_source; give it watched_directory (the directory
+    /// of the files) so that it reloads when a file is replaced. Envoy reads a listeners or
+    /// clusters file as a whole; its EDS, RDS, SDS and RTDS subscriptions take a file of exactly
+    /// one resource. See docs/files.md.
+    ///
+    /// Exit status: 0 written, 1 invalid resources or a file not written, 2 usage error.
+    Render(RenderArgs),
 }
 
 /// Where the resources come from and the rules they are checked by: shared by every command.
@@ -109,6 +132,26 @@ struct SourceArgs {
 struct CheckArgs {
     #[command(flatten)]
     source: SourceArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct RenderArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+
+    /// Directory to write the files into (created if missing; must not be inside --resources).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+
+    /// File format: pb (binary protobuf), json (proto3 JSON) or yaml. Repeatable, or
+    /// comma-separated, to write several; each format has its own extension.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "yaml",
+        value_delimiter = ','
+    )]
+    format: Vec<OutputFormat>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -183,6 +226,28 @@ struct ServeArgs {
 enum OnOff {
     On,
     Off,
+}
+
+/// `--format`, `--write-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum OutputFormat {
+    Pb,
+    Json,
+    Yaml,
+}
+
+impl OutputFormat {
+    fn file_format(self) -> FileFormat {
+        match self {
+            OutputFormat::Pb => FileFormat::Pb,
+            OutputFormat::Json => FileFormat::Json,
+            OutputFormat::Yaml => FileFormat::Yaml,
+        }
+    }
+}
+
+fn file_formats(formats: &[OutputFormat]) -> Vec<FileFormat> {
+    formats.iter().map(|f| f.file_format()).collect()
 }
 
 /// `--references`.
@@ -304,6 +369,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Check(args) => offline::check(args),
+        Command::Render(args) => offline::render(args),
     }
 }
 
@@ -501,5 +567,46 @@ mod tests {
             serve(&["--make-before-break", "maybe"]),
             Err(clap::error::ErrorKind::InvalidValue)
         );
+    }
+
+    #[test]
+    fn formats_repeat_or_take_commas() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|cli| cli.command);
+        let Ok(Command::Render(render)) = parse(&[
+            "xdsd",
+            "render",
+            "--resources",
+            "r",
+            "--out",
+            "o",
+            "--format",
+            "pb,json",
+            "--format",
+            "yaml",
+        ]) else {
+            panic!("render parses");
+        };
+        assert_eq!(
+            render.format,
+            [OutputFormat::Pb, OutputFormat::Json, OutputFormat::Yaml]
+        );
+        let Ok(Command::Render(render)) =
+            parse(&["xdsd", "render", "--resources", "r", "--out", "o"])
+        else {
+            panic!("render parses");
+        };
+        assert_eq!(render.format, [OutputFormat::Yaml], "YAML by default");
+        let e = parse(&[
+            "xdsd",
+            "render",
+            "--resources",
+            "r",
+            "--out",
+            "o",
+            "--format",
+            "xml",
+        ])
+        .expect_err("an unknown format");
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
     }
 }

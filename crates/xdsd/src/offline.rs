@@ -1,4 +1,4 @@
-//! `xdsd check`: load a directory as `serve` does, report, exit.
+//! `xdsd check` and `xdsd render`: load a directory as `serve` does, report, write files, exit.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,10 +8,11 @@ use xdsd_core::store::{Store, UpdateSummary, MAX_LISTED};
 use xdsd_core::types;
 use xdsd_source::Descriptors;
 
+use crate::files::{check_outside, file_stem, FileWriter};
 use crate::load::{load_into, LoadError, Loaded};
-use crate::{CheckArgs, SourceArgs};
+use crate::{file_formats, CheckArgs, RenderArgs, SourceArgs};
 
-/// Exit status of invalid resources.
+/// Exit status of invalid resources (or files not written).
 const INVALID: u8 = 1;
 /// Exit status of a usage error: bad arguments, a directory that is not one.
 const USAGE: u8 = 2;
@@ -134,14 +135,52 @@ fn run_check(args: &CheckArgs) -> Result<(), Failure> {
             format!(" ({names} names)")
         };
         println!(
-            "  {:<22} {resources:>6}{variants}  {type_url}",
-            type_name(type_url)
+            "  {:<18} {resources:>6}{variants}  {type_url}",
+            file_stem(type_url)
         );
     }
     Ok(())
 }
 
-/// The message name of a type URL: `Cluster` for `type.googleapis.com/envoy...v3.Cluster`.
-fn type_name(type_url: &str) -> &str {
-    type_url.rsplit(['.', '/']).next().unwrap_or(type_url)
+/// `xdsd render`.
+pub fn render(args: RenderArgs) -> ExitCode {
+    finish("render", run_render(&args))
+}
+
+fn run_render(args: &RenderArgs) -> Result<(), Failure> {
+    let resources = resources_dir(&args.source)?;
+    let out = args.out.as_path();
+    check_outside(out, resources).map_err(|e| usage(format!("{e:#}")))?;
+    std::fs::create_dir_all(out)
+        .map_err(|e| usage(format!("--out {}: cannot create it: {e}", out.display())))?;
+    let descriptors = descriptors()?;
+    let (store, _) = load(&args.source, &descriptors)?;
+    let snapshot = store.snapshot();
+    let mut writer = FileWriter::new(out.to_path_buf(), &file_formats(&args.format), descriptors);
+    let round = writer.write_changed(&snapshot);
+    for t in &round.written {
+        for file in &t.files {
+            println!(
+                "{}  {} resources, version {}, {}",
+                file.display(),
+                t.resources,
+                t.version,
+                t.type_url
+            );
+        }
+    }
+    if round.errors.is_empty() {
+        return Ok(());
+    }
+    for e in &round.errors {
+        eprintln!("error: {e:#}");
+    }
+    Err(Failure {
+        status: INVALID,
+        message: format!(
+            "{}: {} files not written",
+            out.display(),
+            round.errors.len()
+        ),
+    })
 }

@@ -72,10 +72,10 @@ fn a_valid_directory_exits_zero_with_counts_per_type() {
     assert!(run.stderr.is_empty(), "nothing on stderr: {}", run.stderr);
     assert_mentions(&run.stdout, &["valid, 4 resources"], "the summary");
     for (stem, type_url) in [
-        ("Cluster", CLUSTER),
-        ("ClusterLoadAssignment", support::ENDPOINTS),
-        ("Listener", support::LISTENER),
-        ("RouteConfiguration", ROUTE),
+        ("clusters", CLUSTER),
+        ("endpoints", support::ENDPOINTS),
+        ("listeners", support::LISTENER),
+        ("routes", ROUTE),
     ] {
         let line = run
             .stdout
