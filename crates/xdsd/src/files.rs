@@ -7,11 +7,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 
 use anyhow::Context as _;
+use tracing::{error, info};
 use xdsd_core::params::ParamSet;
-use xdsd_core::store::{Snapshot, View};
+use xdsd_core::store::{Snapshot, Store, View};
 use xdsd_core::types;
 use xdsd_source::{discovery_response_bytes, render_discovery_response, Descriptors, FileFormat};
 
@@ -114,6 +115,10 @@ impl FileWriter {
         }
     }
 
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Writes the files of every type whose content differs from what this writer last wrote
     /// (all of them the first time): the types of [`ALWAYS`], those of the snapshot, and those
     /// written before and since emptied (written again with no resources). Types go in the order
@@ -199,6 +204,74 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Logs a round: one INFO line per type written, one ERROR line per failed file.
+pub fn log_round(round: &Round, generation: u64) {
+    for t in &round.written {
+        let files: Vec<String> = t
+            .files
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        info!(
+            type_url = %t.type_url,
+            version = %t.version,
+            resources = t.resources,
+            generation,
+            files = %files.join(","),
+            "wrote discovery response files"
+        );
+    }
+    for e in &round.errors {
+        error!("{e:#}; the previous file stays in place, xdsd keeps serving");
+    }
+}
+
+/// Asks the thread of [`PendingUpdates::start`] for a round after a change of the store. Cheap to
+/// clone; requests made while a round runs are served by one more round.
+#[derive(Clone, Debug)]
+pub struct FileUpdates {
+    changes: mpsc::Sender<()>,
+}
+
+/// The other end of [`FileUpdates`], until its thread starts.
+#[derive(Debug)]
+pub struct PendingUpdates {
+    requests: mpsc::Receiver<()>,
+}
+
+/// A channel of write requests: its sender can be handed out before the writer has written the
+/// initial files and its thread is started.
+pub fn file_updates() -> (FileUpdates, PendingUpdates) {
+    let (changes, requests) = mpsc::channel();
+    (FileUpdates { changes }, PendingUpdates { requests })
+}
+
+impl FileUpdates {
+    /// The store changed: write the files of the types that changed.
+    pub fn changed(&self) {
+        let _ = self.changes.send(());
+    }
+}
+
+impl PendingUpdates {
+    /// Starts the thread that writes the files of `store` with `writer` (which has written the
+    /// initial files) at each request; it ends when every [`FileUpdates`] is dropped.
+    pub fn start(self, store: Store, mut writer: FileWriter) -> anyhow::Result<()> {
+        let requests = self.requests;
+        std::thread::Builder::new()
+            .name("xdsd-files".into())
+            .spawn(move || {
+                while requests.recv().is_ok() {
+                    while requests.try_recv().is_ok() {}
+                    let snapshot = store.snapshot();
+                    log_round(&writer.write_changed(&snapshot), snapshot.generation());
+                }
+            })
+            .context("cannot start the thread that writes the files")?;
+        Ok(())
+    }
+}
+
 /// Fails when `out` is `resources` or inside it: xdsd would read its own JSON and YAML files as
 /// resources. `resources` must exist; `out` need not yet (checked before it is created).
 pub fn check_outside(out: &Path, resources: &Path) -> anyhow::Result<()> {
@@ -240,7 +313,7 @@ fn resolve(path: &Path) -> anyhow::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xdsd_core::store::{ResourceInput, Store};
+    use xdsd_core::store::ResourceInput;
 
     fn store_with(yaml: &str) -> Store {
         let descriptors = Descriptors::envoy().expect("descriptors");

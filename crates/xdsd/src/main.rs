@@ -20,6 +20,7 @@ use xdsd_core::transport::grpc::{
 };
 use xdsd_source::{Descriptors, FileFormat};
 
+use files::{FileUpdates, FileWriter};
 use load::LoadError;
 
 mod files;
@@ -32,7 +33,8 @@ mod offline;
 /// Envoy resource over the xDS gRPC protocol (ADS and the per-type services), from a directory
 /// of YAML/JSON files that it watches for changes. `xdsd check` validates such a directory
 /// without serving it; `xdsd render` writes it as the DiscoveryResponse files that Envoy's
-/// filesystem subscriptions (path_config_source) read.
+/// filesystem subscriptions (path_config_source) read, and `xdsd serve --write-files` keeps such
+/// files up to date while it serves.
 #[derive(Parser, Debug)]
 #[command(name = "xdsd", version, propagate_version = true)]
 struct Cli {
@@ -57,7 +59,9 @@ enum Command {
     /// fatal.
     ///
     /// Envoy connects with an ADS or per-type gRPC config source pointing at --listen; see
-    /// examples/basic for a complete setup.
+    /// examples/basic for a complete setup. With --write-files, xdsd also writes the resources
+    /// as DiscoveryResponse files for Envoy's path_config_source, at start and after each
+    /// change (see `xdsd render --help` and docs/files.md).
     Serve(ServeArgs),
 
     /// Validate a resource directory exactly as `serve` would load it, then exit.
@@ -172,6 +176,27 @@ struct ServeArgs {
     /// "info,xdsd_core=debug". Pushes and ACKs are logged at debug, NACKs at warn.
     #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
     log_level: String,
+
+    /// Also write the resources as DiscoveryResponse files for Envoy's filesystem subscriptions
+    /// into DIR (as `xdsd render` does): at start, then after each change, only the files of
+    /// the types that changed, each replaced atomically (a temporary file renamed over it).
+    /// Envoy's path_config_source needs watched_directory set to DIR to see the changes. A
+    /// file that cannot be written is logged as an error and xdsd keeps serving; it is tried
+    /// again at the next change. DIR is created if missing and must not be inside --resources.
+    #[arg(long, value_name = "DIR", env = "XDSD_WRITE_FILES")]
+    write_files: Option<PathBuf>,
+
+    /// Format of the --write-files files: pb, json or yaml. Repeatable, or comma-separated, to
+    /// write several.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "yaml",
+        value_delimiter = ',',
+        env = "XDSD_WRITE_FORMAT",
+        requires = "write_files"
+    )]
+    write_format: Vec<OutputFormat>,
 
     /// The largest request xdsd accepts, in bytes (or with a KiB/MiB suffix). A larger request
     /// ends its stream with RESOURCE_EXHAUSTED. The default, 32 MiB, holds an Envoy's request
@@ -398,11 +423,27 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
     let store = Store::with_reference_policy(args.source.reference_policy());
     let dir = args.source.resources.clone();
+    let mut files = match &args.write_files {
+        Some(out) => {
+            files::check_outside(out, &dir)?;
+            std::fs::create_dir_all(out)
+                .with_context(|| format!("--write-files {}: cannot create it", out.display()))?;
+            let writer = FileWriter::new(
+                out.clone(),
+                &file_formats(&args.write_format),
+                descriptors.clone(),
+            );
+            let (updates, pending) = files::file_updates();
+            Some((writer, updates, pending))
+        }
+        None => None,
+    };
     // The watch starts before the first load, so no change can fall between the two; the lock
     // makes the first load's read-and-commit and each reload's commit happen one after the
     // other, so a reload can never be overwritten by the older first load.
     let loading = Arc::new(Mutex::new(()));
-    let _watch = watch(&descriptors, &dir, &store, loading.clone())?;
+    let updates = files.as_ref().map(|(_, updates, _)| updates.clone());
+    let _watch = watch(&descriptors, &dir, &store, loading.clone(), updates)?;
     {
         let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
         let loaded = load::load_into(&descriptors, &dir, &store)
@@ -414,6 +455,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             generation = loaded.summary.generation,
             "resources loaded"
         );
+        // The first files, before serving; later ones from the writer's thread.
+        if let Some((writer, _, _)) = files.as_mut() {
+            let snapshot = store.snapshot();
+            files::log_round(&writer.write_changed(&snapshot), snapshot.generation());
+        }
+    }
+    if let Some((writer, _, pending)) = files {
+        info!(
+            dir = %writer.dir().display(),
+            "writing discovery response files after each change"
+        );
+        pending.start(store.clone(), writer)?;
     }
 
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -458,12 +511,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Follows `dir`: each change becomes a whole new store state, or is rejected whole.
+/// Follows `dir`: each change becomes a whole new store state, or is rejected whole. Each
+/// change that is applied is passed on to `files`.
 fn watch(
     descriptors: &Descriptors,
     dir: &Path,
     store: &Store,
     loading: Arc<Mutex<()>>,
+    files: Option<FileUpdates>,
 ) -> anyhow::Result<xdsd_source::DirectoryWatch> {
     let store = store.clone();
     xdsd_source::watch_directory(descriptors.clone(), dir.to_path_buf(), move |result| {
@@ -487,6 +542,9 @@ fn watch(
                     generation = loaded.summary.generation,
                     "resources loaded"
                 );
+                if let Some(files) = &files {
+                    files.changed();
+                }
             }
             Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
         }
@@ -570,7 +628,7 @@ mod tests {
     }
 
     #[test]
-    fn formats_repeat_or_take_commas() {
+    fn formats_repeat_or_take_commas_and_write_format_needs_write_files() {
         let parse = |args: &[&str]| Cli::try_parse_from(args).map(|cli| cli.command);
         let Ok(Command::Render(render)) = parse(&[
             "xdsd",
@@ -596,6 +654,24 @@ mod tests {
             panic!("render parses");
         };
         assert_eq!(render.format, [OutputFormat::Yaml], "YAML by default");
+        if std::env::var_os("XDSD_WRITE_FILES").is_none() {
+            let e = parse(&["xdsd", "serve", "--resources", "r", "--write-format", "pb"])
+                .expect_err("--write-format alone");
+            assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        }
+        let Ok(Command::Serve(serve)) = parse(&[
+            "xdsd",
+            "serve",
+            "--resources",
+            "r",
+            "--write-files",
+            "o",
+            "--write-format",
+            "json",
+        ]) else {
+            panic!("serve parses");
+        };
+        assert_eq!(serve.write_format, [OutputFormat::Json]);
         let e = parse(&[
             "xdsd",
             "render",
