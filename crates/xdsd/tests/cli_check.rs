@@ -140,6 +140,21 @@ fn bad_cases() -> Vec<BadCase> {
             ],
         },
         BadCase {
+            // Checked when the store's inputs are made, as by `serve`; every one listed.
+            what: "constraints with an empty key",
+            files: vec![
+                (
+                    "empty-a.yaml",
+                    format!("\"@match\": {{ \"\": prod }}\n{}", cluster_yaml("a")),
+                ),
+                (
+                    "empty-b.yaml",
+                    format!("\"@match\": {{ \"\": prod }}\n{}", cluster_yaml("b")),
+                ),
+            ],
+            needles: vec!["empty-a.yaml", "empty-b.yaml", "@constraints", "empty key"],
+        },
+        BadCase {
             // A store rule (xRFC TP2), checked at commit as by `serve`.
             what: "variants constraining different keys",
             files: vec![
