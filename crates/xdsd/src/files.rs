@@ -8,6 +8,7 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tracing::{error, info};
@@ -27,6 +28,22 @@ const ALWAYS: [&str; 6] = [
     types::SECRET,
     types::RUNTIME,
 ];
+
+/// How long a round waits, after writing the files of the types others refer to (secrets,
+/// clusters, endpoints), before it writes those of the types that refer to them (listeners,
+/// routes, the rest). Envoy reloads every file of a `watched_directory` at each move into it, in
+/// no set order: a new listener file read before the new clusters file is applied is rejected
+/// (a listener's inline route to an unknown cluster) and stays rejected until the next change.
+/// The pause lets Envoy apply the first files, while the others still hold the old state.
+pub const SETTLE: Duration = Duration::from_millis(500);
+
+/// Whether other types refer to this one: its files go first, then [`SETTLE`].
+fn is_referred_to(type_url: &str) -> bool {
+    matches!(
+        type_url,
+        types::SECRET | types::CLUSTER | types::CLUSTER_LOAD_ASSIGNMENT
+    )
+}
 
 /// The file name of a type without its extension: `listeners`, `routes`, `clusters`,
 /// `endpoints`, `secrets`, `runtime`, `scoped_routes`, `virtual_hosts`, `extension_configs`; any
@@ -96,6 +113,7 @@ pub struct FileWriter {
     descriptors: Descriptors,
     /// The version each type's files were last written with, all formats succeeding.
     written: HashMap<String, String>,
+    settle: Duration,
 }
 
 impl FileWriter {
@@ -112,7 +130,15 @@ impl FileWriter {
             formats,
             descriptors,
             written: HashMap::new(),
+            settle: SETTLE,
         }
+    }
+
+    /// Another pause than [`SETTLE`] between the two groups of types.
+    #[cfg(test)]
+    pub fn with_settle(mut self, settle: Duration) -> FileWriter {
+        self.settle = settle;
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -122,8 +148,9 @@ impl FileWriter {
     /// Writes the files of every type whose content differs from what this writer last wrote
     /// (all of them the first time): the types of [`ALWAYS`], those of the snapshot, and those
     /// written before and since emptied (written again with no resources). Types go in the order
-    /// an ADS stream pushes them (clusters and endpoints before the listeners and routes that
-    /// use them). A type whose files fail is tried again at the next round.
+    /// an ADS stream pushes them, and when the round wrote secrets, clusters or endpoints, it
+    /// waits [`SETTLE`] before the listeners, routes and other types that refer to them. A type
+    /// whose files fail is tried again at the next round.
     ///
     /// A name with variants is written as a client without parameters sees it (see
     /// docs/files.md).
@@ -137,6 +164,8 @@ impl FileWriter {
         self.written.keys().for_each(|url| add(url));
 
         let mut round = Round::default();
+        let mut referred_written = false;
+        let mut settled = false;
         for (_, type_url) in type_urls {
             let view = match snapshot.get(&type_url) {
                 Some(t) => t.view(&ParamSet::new()),
@@ -145,6 +174,12 @@ impl FileWriter {
             let version = view.version().to_string();
             if self.written.get(&type_url) == Some(&version) {
                 continue;
+            }
+            if is_referred_to(&type_url) {
+                referred_written = true;
+            } else if referred_written && !settled {
+                std::thread::sleep(self.settle);
+                settled = true;
             }
             let response = discovery_response_bytes(
                 &version,
@@ -364,13 +399,25 @@ mod tests {
         let out = tempfile::tempdir().expect("tempdir");
         let descriptors = Descriptors::envoy().expect("descriptors");
         let store = store_with(&cluster("a"));
+        let settle = Duration::from_millis(100);
         let mut writer = FileWriter::new(
             out.path().to_path_buf(),
             &[FileFormat::Yaml, FileFormat::Pb, FileFormat::Yaml],
             descriptors,
-        );
+        )
+        .with_settle(settle);
         let round = writer.write_changed(&store.snapshot());
         assert!(round.errors.is_empty(), "{:?}", round.errors);
+        // The listeners waited for the clusters and endpoints to settle.
+        let modified = |name: &str| {
+            fs::metadata(out.path().join(name))
+                .and_then(|m| m.modified())
+                .expect("mtime")
+        };
+        let waited = modified("listeners.yaml")
+            .duration_since(modified("endpoints.pb"))
+            .expect("listeners after endpoints");
+        assert!(waited >= settle, "{waited:?}");
         assert_eq!(
             names_in(out.path()),
             [
@@ -448,7 +495,8 @@ mod tests {
             out.path().to_path_buf(),
             &[FileFormat::Json],
             Descriptors::envoy().expect("descriptors"),
-        );
+        )
+        .with_settle(Duration::ZERO);
         // A directory where the clusters file should go: the rename fails.
         fs::create_dir(out.path().join("clusters.json")).expect("mkdir");
         fs::write(out.path().join("clusters.json").join("x"), "x").expect("write");

@@ -179,7 +179,9 @@ struct ServeArgs {
 
     /// Also write the resources as DiscoveryResponse files for Envoy's filesystem subscriptions
     /// into DIR (as `xdsd render` does): at start, then after each change, only the files of
-    /// the types that changed, each replaced atomically (a temporary file renamed over it).
+    /// the types that changed, each replaced atomically (a temporary file renamed over it);
+    /// secrets, clusters and endpoints first, then, half a second later, the listeners and
+    /// routes that may refer to them.
     /// Envoy's path_config_source needs watched_directory set to DIR to see the changes. A
     /// file that cannot be written is logged as an error and xdsd keeps serving; it is tried
     /// again at the next change. DIR is created if missing and must not be inside --resources.

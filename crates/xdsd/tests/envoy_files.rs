@@ -7,7 +7,8 @@
 //! Traffic flows through Envoy to upstream A; then three changes to the resources directory
 //! reach Envoy through the files: the endpoints move to B (endpoints file), a second listener
 //! appears (listeners file), and the first listener's route moves to a new static cluster at C
-//! (clusters and listeners files). Envoy rejects none of the files.
+//! in one change (clusters and listeners files, written with a pause between them: see
+//! `files::SETTLE`). Envoy rejects none of the files.
 
 mod support;
 
@@ -117,15 +118,15 @@ fn file_bootstrap(node_id: &str, out: &Path, extension: &str) -> String {
     )
 }
 
-/// Waits until xdsd logs that it wrote the file `name` after `mark`.
-async fn expect_written(xdsd: &Xdsd, mark: usize, name: &str) {
+/// Waits until xdsd logs that it wrote the file `name` after `mark`; returns the line.
+async fn expect_written(xdsd: &Xdsd, mark: usize, name: &str) -> String {
     xdsd.log
         .expect_line_since(
             mark,
             &["wrote discovery response files", name],
             &format!("xdsd to write {name}"),
         )
-        .await;
+        .await
 }
 
 async fn envoy_follows_the_files(format: &str) {
@@ -206,15 +207,26 @@ async fn envoy_follows_the_files(format: &str) {
     assert_ne!(port_1, port, "listener_1 has a port of its own");
     wait_for_body(port_1, "upstream-b", context).await;
 
-    // 4. The route of listener_0 moves to a new static cluster at C (clusters and listeners
-    // files).
+    // 4. The route of listener_0 moves to a new static cluster at C, in one change (one file):
+    // the clusters file, then the listeners file, which Envoy would reject if it read it before
+    // the new clusters.
     let mark = xdsd.log.mark();
     dir.write(
-        "static.yaml",
-        &static_cluster_yaml("static_c", upstream_c.port),
+        "listener.yaml",
+        &[
+            listener_yaml("listener_0", "static_c"),
+            static_cluster_yaml("static_c", upstream_c.port),
+        ]
+        .join("---\n"),
     );
-    dir.write("listener.yaml", &listener_yaml("listener_0", "static_c"));
-    expect_written(&xdsd, mark, &format!("listeners.{format}")).await;
+    let listeners = expect_written(&xdsd, mark, &format!("listeners.{format}")).await;
+    let clusters = expect_written(&xdsd, mark, &format!("clusters.{format}")).await;
+    let generation = |line: &str| support::log_field(line, "generation").map(str::to_owned);
+    assert_eq!(
+        generation(&listeners),
+        generation(&clusters),
+        "one change: {listeners}\n{clusters}"
+    );
     wait_for_body(port, "upstream-c", context).await;
     wait_for_body(port_1, "upstream-b", context).await;
 
