@@ -5,6 +5,9 @@
 //! Each resource is a mapping whose `"@type"` names its message type as a type URL, the rest
 //! being the message in proto3 JSON; see `docs/resource-files.md` for the file format.
 //!
+//! The other way, [`render_discovery_response`] writes resources as the `DiscoveryResponse`
+//! files that Envoy's filesystem subscriptions read (binary, JSON or YAML).
+//!
 //! This crate does not know about the store: it hands back [`ParsedResource`]s and the binary
 //! decides what to do with them.
 
@@ -16,6 +19,7 @@ mod dir;
 mod error;
 mod parse;
 mod plan;
+mod render;
 mod watch;
 
 pub use budget::MAX_NODES;
@@ -28,6 +32,10 @@ pub use dir::{
 };
 pub use error::{Problem, ResourceRef, SourceError};
 pub use parse::{check_duplicates, name_field, parse_file, Format};
+pub use render::{
+    discovery_response_bytes, read_discovery_response, render_discovery_response, FileFormat,
+    RenderError, DISCOVERY_RESPONSE,
+};
 pub use watch::{
     watch_directory, watch_directory_with, DirectoryWatch, WatchOptions, DEBOUNCE, MAX_DELAY,
 };

@@ -12,16 +12,20 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
-use xdsd_core::params::Constraints;
 use xdsd_core::protocol::session::DEFAULT_MAX_RESPONSE_BYTES;
-use xdsd_core::store::{
-    ReferenceMode, ReferencePolicy, ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED,
-};
+use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store, UpdateSummary, MAX_LISTED};
 use xdsd_core::transport::grpc::{
     ServerOptions, XdsServer, DEFAULT_MAX_HELD_POLLS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_HOLD,
     MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
 };
-use xdsd_source::{Descriptors, ParsedResource};
+use xdsd_source::{Descriptors, FileFormat};
+
+use files::{FileUpdates, FileWriter};
+use load::LoadError;
+
+mod files;
+mod load;
+mod offline;
 
 mod rest_json;
 
@@ -29,7 +33,10 @@ mod rest_json;
 ///
 /// xdsd serves listeners, routes, clusters, endpoints, secrets, runtime layers and any other
 /// Envoy resource over the xDS gRPC protocol (ADS and the per-type services), from a directory
-/// of YAML/JSON files that it watches for changes.
+/// of YAML/JSON files that it watches for changes. `xdsd check` validates such a directory
+/// without serving it; `xdsd render` writes it as the DiscoveryResponse files that Envoy's
+/// filesystem subscriptions (path_config_source) read, and `xdsd serve --write-files` keeps such
+/// files up to date while it serves.
 #[derive(Parser, Debug)]
 #[command(name = "xdsd", version, propagate_version = true)]
 struct Cli {
@@ -54,32 +61,54 @@ enum Command {
     /// fatal.
     ///
     /// Envoy connects with an ADS or per-type gRPC config source pointing at --listen; see
-    /// examples/basic for a complete setup.
+    /// examples/basic for a complete setup. With --write-files, xdsd also writes the resources
+    /// as DiscoveryResponse files for Envoy's path_config_source, at start and after each
+    /// change (see `xdsd render --help` and docs/files.md).
     ///
     /// SIGTERM or SIGINT stops xdsd: open streams end with UNAVAILABLE (clients reconnect), and
     /// it exits within about a second, closing any connection still open by then.
     Serve(ServeArgs),
+
+    /// Validate a resource directory exactly as `serve` would load it, then exit.
+    ///
+    /// The same loading code and the same rules as `serve` at start-up: file syntax, @type,
+    /// every field through the Envoy descriptors, names, duplicates, variant rules, and the
+    /// references between resources as --references and --external-name say. Every error is
+    /// printed on stderr, one per line, naming the file, the resource and the field (with line
+    /// and column where the parser gives them); on success a summary of the resources per type
+    /// goes to stdout.
+    ///
+    /// Exit status: 0 valid, 1 invalid, 2 usage error (bad arguments, DIR not a directory).
+    Check(CheckArgs),
+
+    /// Write a resource directory as DiscoveryResponse files for Envoy's filesystem
+    /// subscriptions (path_config_source), then exit.
+    ///
+    /// The directory is loaded and checked as by `serve` (an invalid one writes nothing). Then
+    /// one file per resource type and format goes to --out: listeners, routes, clusters,
+    /// endpoints, secrets and runtime (always, with no resources when there are none), other
+    /// types when there are some (scoped_routes, virtual_hosts, extension_configs, or the full
+    /// message name), each with the extension of its format (.pb, .json, .yaml), by which Envoy
+    /// chooses its parser. Each file is a DiscoveryResponse with version_info set to the type's
+    /// version and every resource as an Any; JSON and YAML are the proto3 JSON mapping written
+    /// through the Envoy descriptors. Files are replaced atomically (written next to the target,
+    /// then renamed over it). --out must not be inside --resources.
+    ///
+    /// Point Envoy at a file with path_config_source; give it watched_directory (the directory
+    /// of the files) so that it reloads when a file is replaced. Envoy reads a listeners or
+    /// clusters file as a whole; its EDS, RDS, SDS and RTDS subscriptions take a file of exactly
+    /// one resource. See docs/files.md.
+    ///
+    /// Exit status: 0 written, 1 invalid resources or a file not written, 2 usage error.
+    Render(RenderArgs),
 }
 
+/// Where the resources come from and the rules they are checked by: shared by every command.
 #[derive(clap::Args, Debug)]
-struct ServeArgs {
-    /// Directory of resource files to serve (watched for changes).
+struct SourceArgs {
+    /// Directory of resource files, read recursively (and watched for changes by `serve`).
     #[arg(long, value_name = "DIR", env = "XDSD_RESOURCES")]
     resources: PathBuf,
-
-    /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "0.0.0.0:18000",
-        env = "XDSD_LISTEN"
-    )]
-    listen: SocketAddr,
-
-    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
-    /// "info,xdsd_core=debug". Pushes and ACKs are logged at debug, NACKs at warn.
-    #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
-    log_level: String,
 
     /// What to do with a reference to a resource that does not exist (a listener's RDS route
     /// configuration, a route's cluster, an EDS cluster's endpoints, an SDS secret): "strict"
@@ -106,6 +135,94 @@ struct ServeArgs {
         value_parser = parse_external_name
     )]
     external_names: Vec<(String, String)>,
+
+    /// The largest resource file read, in bytes (or with a KiB/MiB suffix): a larger one is an
+    /// error naming it (the change is rejected, the last good state kept). YAML files are also
+    /// refused when their aliases expand to more than 4,000,000 nodes.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "32MiB",
+        value_parser = parse_bytes,
+        env = "XDSD_MAX_FILE_BYTES"
+    )]
+    max_file_bytes: usize,
+}
+
+impl SourceArgs {
+    /// What each resource file may take.
+    fn limits(&self) -> xdsd_source::Limits {
+        xdsd_source::Limits::default().max_file_bytes(self.max_file_bytes as u64)
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct RenderArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+
+    /// Directory to write the files into (created if missing; must not be inside --resources).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+
+    /// File format: pb (binary protobuf), json (proto3 JSON) or yaml. Repeatable, or
+    /// comma-separated, to write several; each format has its own extension.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "yaml",
+        value_delimiter = ','
+    )]
+    format: Vec<OutputFormat>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+
+    /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:18000",
+        env = "XDSD_LISTEN"
+    )]
+    listen: SocketAddr,
+
+    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
+    /// "info,xdsd_core=debug". Pushes and ACKs are logged at debug, NACKs at warn.
+    #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
+    log_level: String,
+
+    /// Also write the resources as DiscoveryResponse files for Envoy's filesystem subscriptions
+    /// into DIR (as `xdsd render` does): at start, then after each change, only the files of
+    /// the types that changed, each replaced atomically (a temporary file renamed over it);
+    /// secrets, clusters and endpoints first, then, half a second later, the listeners and
+    /// routes that may refer to them.
+    /// Envoy's path_config_source needs watched_directory set to DIR to see the changes. A
+    /// file that cannot be written is logged as an error and xdsd keeps serving; it is tried
+    /// again at the next change. DIR is created if missing and must not be inside --resources.
+    #[arg(long, value_name = "DIR", env = "XDSD_WRITE_FILES")]
+    write_files: Option<PathBuf>,
+
+    /// Format of the --write-files files: pb, json or yaml. Repeatable, or comma-separated, to
+    /// write several.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "yaml",
+        value_delimiter = ',',
+        env = "XDSD_WRITE_FORMAT",
+        requires = "write_files"
+    )]
+    write_format: Vec<OutputFormat>,
 
     /// The largest request xdsd accepts, in bytes (or with a KiB/MiB suffix). A larger request
     /// ends its stream with RESOURCE_EXHAUSTED. The default, 32 MiB, holds an Envoy's request
@@ -184,6 +301,28 @@ enum OnOff {
     Off,
 }
 
+/// `--format`, `--write-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum OutputFormat {
+    Pb,
+    Json,
+    Yaml,
+}
+
+impl OutputFormat {
+    fn file_format(self) -> FileFormat {
+        match self {
+            OutputFormat::Pb => FileFormat::Pb,
+            OutputFormat::Json => FileFormat::Json,
+            OutputFormat::Yaml => FileFormat::Yaml,
+        }
+    }
+}
+
+fn file_formats(formats: &[OutputFormat]) -> Vec<FileFormat> {
+    formats.iter().map(|f| f.file_format()).collect()
+}
+
 /// `--references`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum References {
@@ -192,7 +331,7 @@ enum References {
     Off,
 }
 
-impl ServeArgs {
+impl SourceArgs {
     fn reference_policy(&self) -> ReferencePolicy {
         let mode = match self.references {
             References::Strict => ReferenceMode::Strict,
@@ -325,6 +464,8 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Check(args) => offline::check(args),
+        Command::Render(args) => offline::render(args),
     }
 }
 
@@ -349,53 +490,55 @@ fn init_logs(level: &str) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
-/// The store's inputs for parsed resources; a variant's constraints are checked here (an empty
-/// key, a constraint with neither value nor exists, the size bounds), naming its resource.
-fn inputs(resources: Vec<ParsedResource>) -> anyhow::Result<Vec<ResourceInput>> {
-    resources
-        .into_iter()
-        .map(|r| {
-            let constraints = r
-                .constraints
-                .as_deref()
-                .map(Constraints::decode)
-                .transpose()
-                .map_err(|e| {
-                    anyhow::anyhow!("{} ({:?}): \"@constraints\": {e}", r.origin, r.name)
-                })?;
-            Ok(ResourceInput::new(r.type_url, r.name, r.value)
-                .with_constraints(constraints)
-                .with_ttl(r.ttl)
-                .with_origin(r.origin))
-        })
-        .collect()
-}
-
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
-    let store = Store::with_reference_policy(args.reference_policy());
-    let dir = args.resources;
+    let store = Store::with_reference_policy(args.source.reference_policy());
+    let dir = args.source.resources.clone();
+    let mut files = match &args.write_files {
+        Some(out) => {
+            files::check_outside(out, &dir)?;
+            std::fs::create_dir_all(out)
+                .with_context(|| format!("--write-files {}: cannot create it", out.display()))?;
+            let writer = FileWriter::new(
+                out.clone(),
+                &file_formats(&args.write_format),
+                descriptors.clone(),
+            );
+            let (updates, pending) = files::file_updates();
+            Some((writer, updates, pending))
+        }
+        None => None,
+    };
     // The watch starts before the first load, so no change can fall between the two; the lock
     // makes the first load's read-and-commit and each reload's commit happen one after the
     // other, so a reload can never be overwritten by the older first load.
     let loading = Arc::new(Mutex::new(()));
-    let _watch = watch(&descriptors, &dir, &store, loading.clone())?;
+    let updates = files.as_ref().map(|(_, updates, _)| updates.clone());
+    let limits = args.source.limits();
+    let _watch = watch(&descriptors, &dir, limits, &store, loading.clone(), updates)?;
     {
         let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
-        let initial = xdsd_source::load_directory(&descriptors, &dir)
+        let loaded = load::load_into(&descriptors, &dir, &limits, &store)
             .with_context(|| format!("cannot load resources from {}", dir.display()))?;
-        let count = initial.len();
-        let summary = store
-            .replace_all(inputs(initial)?)
-            .map_err(|e| anyhow::anyhow!("{e}{}", hint(&e)))
-            .with_context(|| format!("cannot load resources from {}", dir.display()))?;
-        log_dangling(&summary);
+        log_dangling(&loaded.summary);
         info!(
             dir = %dir.display(),
-            resources = count,
-            generation = summary.generation,
+            resources = loaded.resources,
+            generation = loaded.summary.generation,
             "resources loaded"
         );
+        // The first files, before serving; later ones from the writer's thread.
+        if let Some((writer, _, _)) = files.as_mut() {
+            let snapshot = store.snapshot();
+            files::log_round(&writer.write_changed(&snapshot), snapshot.generation());
+        }
+    }
+    if let Some((writer, _, pending)) = files {
+        info!(
+            dir = %writer.dir().display(),
+            "writing discovery response files after each change"
+        );
+        pending.start(store.clone(), writer)?;
     }
 
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -445,62 +588,52 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Follows `dir`: each change becomes a whole new store state, or is rejected whole.
+/// Follows `dir`: each change becomes a whole new store state, or is rejected whole. Each
+/// change that is applied is passed on to `files`.
 fn watch(
     descriptors: &Descriptors,
     dir: &Path,
+    limits: xdsd_source::Limits,
     store: &Store,
     loading: Arc<Mutex<()>>,
+    files: Option<FileUpdates>,
 ) -> anyhow::Result<xdsd_source::DirectoryWatch> {
     let store = store.clone();
-    xdsd_source::watch_directory(descriptors.clone(), dir.to_path_buf(), move |result| {
-        let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = store.snapshot().generation();
-        match result {
-            Ok(resources) => {
-                let count = resources.len();
-                let inputs = match inputs(resources) {
-                    Ok(inputs) => inputs,
-                    Err(e) => {
-                        error!("change rejected: {e:#}; still serving generation {generation}");
-                        return;
-                    }
-                };
-                let result = store.replace_all(inputs);
-                if let Ok(summary) = &result {
-                    log_dangling(summary);
+    let options = xdsd_source::WatchOptions::default().limits(limits);
+    xdsd_source::watch_directory_with(
+        descriptors.clone(),
+        dir.to_path_buf(),
+        options,
+        move |result| {
+            let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
+            let generation = store.snapshot().generation();
+            let result = result
+                .map_err(LoadError::Source)
+                .and_then(|resources| load::commit(&store, resources));
+            match result {
+                Ok(loaded) if loaded.summary.changed == 0 => {
+                    info!(
+                        resources = loaded.resources,
+                        "directory changed, resources unchanged"
+                    )
                 }
-                match result {
-                    Ok(summary) if summary.changed == 0 => {
-                        info!(resources = count, "directory changed, resources unchanged")
-                    }
-                    Ok(summary) => info!(
-                        resources = count,
-                        changed = summary.changed,
-                        generation = summary.generation,
+                Ok(loaded) => {
+                    log_dangling(&loaded.summary);
+                    info!(
+                        resources = loaded.resources,
+                        changed = loaded.summary.changed,
+                        generation = loaded.summary.generation,
                         "resources loaded"
-                    ),
-                    Err(e) => error!(
-                        "change rejected: {e}{}; still serving generation {generation}",
-                        hint(&e)
-                    ),
+                    );
+                    if let Some(files) = &files {
+                        files.changed();
+                    }
                 }
+                Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
             }
-            Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
-        }
-    })
+        },
+    )
     .with_context(|| format!("cannot watch {}", dir.display()))
-}
-
-/// What to do about a rejected change, when the error alone does not say.
-fn hint(e: &StoreError) -> &'static str {
-    match e {
-        StoreError::DanglingReferences(_) => {
-            " (a resource the clients get elsewhere, such as a cluster of Envoy's bootstrap, can be \
-             declared with --external-name TYPE:NAME; --references warn applies such changes)"
-        }
-        _ => "",
-    }
 }
 
 /// In `--references warn`: one WARN line per dangling reference of an applied change (the first
@@ -562,6 +695,7 @@ mod tests {
             let args = ["xdsd", "serve", "--resources", "dir"].iter().chain(extra);
             match Cli::try_parse_from(args).map(|cli| cli.command) {
                 Ok(Command::Serve(args)) => Ok(args.make_before_break),
+                Ok(other) => panic!("parsed as another command: {other:?}"),
                 Err(e) => Err(e.kind()),
             }
         };
@@ -575,5 +709,64 @@ mod tests {
             serve(&["--make-before-break", "maybe"]),
             Err(clap::error::ErrorKind::InvalidValue)
         );
+    }
+
+    #[test]
+    fn formats_repeat_or_take_commas_and_write_format_needs_write_files() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|cli| cli.command);
+        let Ok(Command::Render(render)) = parse(&[
+            "xdsd",
+            "render",
+            "--resources",
+            "r",
+            "--out",
+            "o",
+            "--format",
+            "pb,json",
+            "--format",
+            "yaml",
+        ]) else {
+            panic!("render parses");
+        };
+        assert_eq!(
+            render.format,
+            [OutputFormat::Pb, OutputFormat::Json, OutputFormat::Yaml]
+        );
+        let Ok(Command::Render(render)) =
+            parse(&["xdsd", "render", "--resources", "r", "--out", "o"])
+        else {
+            panic!("render parses");
+        };
+        assert_eq!(render.format, [OutputFormat::Yaml], "YAML by default");
+        if std::env::var_os("XDSD_WRITE_FILES").is_none() {
+            let e = parse(&["xdsd", "serve", "--resources", "r", "--write-format", "pb"])
+                .expect_err("--write-format alone");
+            assert_eq!(e.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        }
+        let Ok(Command::Serve(serve)) = parse(&[
+            "xdsd",
+            "serve",
+            "--resources",
+            "r",
+            "--write-files",
+            "o",
+            "--write-format",
+            "json",
+        ]) else {
+            panic!("serve parses");
+        };
+        assert_eq!(serve.write_format, [OutputFormat::Json]);
+        let e = parse(&[
+            "xdsd",
+            "render",
+            "--resources",
+            "r",
+            "--out",
+            "o",
+            "--format",
+            "xml",
+        ])
+        .expect_err("an unknown format");
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
     }
 }

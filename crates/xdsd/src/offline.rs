@@ -1,0 +1,186 @@
+//! `xdsd check` and `xdsd render`: load a directory as `serve` does, report, write files, exit.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use xdsd_core::store::{Store, UpdateSummary, MAX_LISTED};
+use xdsd_core::types;
+use xdsd_source::Descriptors;
+
+use crate::files::{check_outside, file_stem, FileWriter};
+use crate::load::{load_into, LoadError, Loaded};
+use crate::{file_formats, CheckArgs, RenderArgs, SourceArgs};
+
+/// Exit status of invalid resources (or files not written).
+const INVALID: u8 = 1;
+/// Exit status of a usage error: bad arguments, a directory that is not one.
+const USAGE: u8 = 2;
+
+/// An error that ends the command with `status`, printed as `xdsd <command>: <message>`.
+struct Failure {
+    status: u8,
+    message: String,
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        status: USAGE,
+        message: message.into(),
+    }
+}
+
+fn finish(command: &str, result: Result<(), Failure>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("xdsd {command}: {}", failure.message);
+            ExitCode::from(failure.status)
+        }
+    }
+}
+
+/// `--resources` must name a directory; anything else is a usage error.
+fn resources_dir(source: &SourceArgs) -> Result<&Path, Failure> {
+    let dir = source.resources.as_path();
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(dir),
+        Ok(_) => Err(usage(format!(
+            "--resources {}: not a directory",
+            dir.display()
+        ))),
+        Err(e) => Err(usage(format!("--resources {}: {e}", dir.display()))),
+    }
+}
+
+fn descriptors() -> Result<Descriptors, Failure> {
+    Descriptors::envoy().map_err(|e| Failure {
+        status: INVALID,
+        message: format!("loading the Envoy proto descriptors: {e}"),
+    })
+}
+
+/// Loads the directory into a new store with the reference policy of the arguments, printing
+/// every error on stderr (one per line) when it is invalid, and each dangling reference as a
+/// warning in `--references warn`.
+fn load(source: &SourceArgs, descriptors: &Descriptors) -> Result<(Store, Loaded), Failure> {
+    let dir = resources_dir(source)?;
+    let store = Store::with_reference_policy(source.reference_policy());
+    match load_into(descriptors, dir, &source.limits(), &store) {
+        Ok(loaded) => {
+            print_dangling(&loaded.summary);
+            Ok((store, loaded))
+        }
+        Err(e) => Err(invalid(dir, &e)),
+    }
+}
+
+fn invalid(dir: &Path, e: &LoadError) -> Failure {
+    let messages = e.messages();
+    for message in &messages {
+        eprintln!("error: {message}");
+    }
+    if let Some(hint) = e.hint() {
+        eprintln!("hint: {hint}");
+    }
+    let count = match messages.len() {
+        1 => "1 error".to_owned(),
+        n => format!("{n} errors"),
+    };
+    Failure {
+        status: INVALID,
+        message: format!("{}: {count}", dir.display()),
+    }
+}
+
+fn print_dangling(summary: &UpdateSummary) {
+    for d in summary.dangling.iter().take(MAX_LISTED) {
+        eprintln!("warning: a reference to a resource that does not exist: {d}");
+    }
+    if summary.dangling.len() > MAX_LISTED {
+        eprintln!(
+            "warning: {} more references to resources that do not exist",
+            summary.dangling.len() - MAX_LISTED
+        );
+    }
+}
+
+/// `xdsd check`.
+pub fn check(args: CheckArgs) -> ExitCode {
+    finish("check", run_check(&args))
+}
+
+fn run_check(args: &CheckArgs) -> Result<(), Failure> {
+    let descriptors = descriptors()?;
+    let (store, loaded) = load(&args.source, &descriptors)?;
+    let snapshot = store.snapshot();
+    println!(
+        "{}: valid, {} resources",
+        args.source.resources.display(),
+        loaded.resources
+    );
+    // Per type as served (a VHDS route configuration's virtual hosts counted apart), in push
+    // order.
+    let mut per_type: BTreeMap<(u8, &str), (usize, usize)> = BTreeMap::new();
+    for t in snapshot.types() {
+        per_type.insert(
+            (types::push_rank(t.type_url()), t.type_url()),
+            (t.iter().count(), t.len()),
+        );
+    }
+    for ((_, type_url), (resources, names)) in per_type {
+        let variants = if resources == names {
+            String::new()
+        } else {
+            format!(" ({names} names)")
+        };
+        println!(
+            "  {:<18} {resources:>6}{variants}  {type_url}",
+            file_stem(type_url)
+        );
+    }
+    Ok(())
+}
+
+/// `xdsd render`.
+pub fn render(args: RenderArgs) -> ExitCode {
+    finish("render", run_render(&args))
+}
+
+fn run_render(args: &RenderArgs) -> Result<(), Failure> {
+    let resources = resources_dir(&args.source)?;
+    let out = args.out.as_path();
+    check_outside(out, resources).map_err(|e| usage(format!("{e:#}")))?;
+    std::fs::create_dir_all(out)
+        .map_err(|e| usage(format!("--out {}: cannot create it: {e}", out.display())))?;
+    let descriptors = descriptors()?;
+    let (store, _) = load(&args.source, &descriptors)?;
+    let snapshot = store.snapshot();
+    let mut writer = FileWriter::new(out.to_path_buf(), &file_formats(&args.format), descriptors);
+    let round = writer.write_changed(&snapshot);
+    for t in &round.written {
+        for file in &t.files {
+            println!(
+                "{}  {} resources, version {}, {}",
+                file.display(),
+                t.resources,
+                t.version,
+                t.type_url
+            );
+        }
+    }
+    if round.errors.is_empty() {
+        return Ok(());
+    }
+    for e in &round.errors {
+        eprintln!("error: {e:#}");
+    }
+    Err(Failure {
+        status: INVALID,
+        message: format!(
+            "{}: {} files not written",
+            out.display(),
+            round.errors.len()
+        ),
+    })
+}
