@@ -477,7 +477,10 @@ fn init_logs(level: &str) -> anyhow::Result<()> {
             let libraries = std::cmp::min(l, tracing::Level::INFO);
             format!("{libraries},xdsd={l},xdsd_core={l},xdsd_source={l}")
         }
-        Err(_) => level.to_owned(),
+        Err(_) => {
+            check_directives(level)?;
+            level.to_owned()
+        }
     };
     let filter = EnvFilter::try_new(&directives)
         .with_context(|| format!("invalid --log-level {level:?}"))?;
@@ -488,6 +491,19 @@ fn init_logs(level: &str) -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .try_init()
         .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+/// A filter's directives are levels or `target=level`: a bare word that is not a level
+/// (`verbose`) would be read as a target name and silence every log, so it is refused.
+fn check_directives(filter: &str) -> anyhow::Result<()> {
+    for directive in filter.split(',').map(str::trim) {
+        if !directive.contains('=') && directive.parse::<tracing::Level>().is_err() {
+            anyhow::bail!(
+                "invalid --log-level {filter:?}: {directive:?} is not a level (error, warn,                  info, debug, trace) nor a target=level directive"
+            );
+        }
+    }
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -676,6 +692,25 @@ async fn shutdown_signal() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_log_level_is_an_error_not_silence() {
+        assert!(check_directives("verbose").is_err());
+        assert!(check_directives("info,verbose").is_err());
+        assert!(check_directives("info,xdsd_core=debug").is_ok());
+        assert!(check_directives("warn").is_ok());
+    }
+
+    #[test]
+    fn durations_take_a_unit() {
+        assert_eq!(parse_duration("800ms"), Ok(Duration::from_millis(800)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("99999999999999999999m").is_err());
+    }
 
     #[test]
     fn sizes_are_bytes_or_kib_or_mib() {
