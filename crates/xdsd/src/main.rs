@@ -12,7 +12,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
-use xdsd_core::protocol::session::DEFAULT_MAX_RESPONSE_BYTES;
+use xdsd_core::protocol::session::{DEFAULT_MAX_NAMES, DEFAULT_MAX_RESPONSE_BYTES};
 use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store, UpdateSummary, MAX_LISTED};
 use xdsd_core::transport::grpc::{
     ServerOptions, XdsServer, DEFAULT_MAX_HELD_POLLS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_HOLD,
@@ -270,6 +270,17 @@ struct ServeArgs {
         env = "XDSD_MAKE_BEFORE_BREAK"
     )]
     make_before_break: OnOff,
+
+    /// The resource names one stream may subscribe to, all types together; more ends that
+    /// stream with RESOURCE_EXHAUSTED. The default is twice an Envoy with 100,000 EDS clusters;
+    /// each name costs the stream about 100 bytes.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_NAMES,
+        env = "XDSD_MAX_NAMES_PER_STREAM"
+    )]
+    max_names_per_stream: usize,
 
     /// REST-JSON polling (POST /v3/discovery:clusters etc., on the --listen address): how long a
     /// poll whose version is current is held for a change before it is answered 304 Not
@@ -573,6 +584,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let options = ServerOptions::default()
         .max_request_bytes(args.max_request_bytes)
         .max_response_bytes(args.max_response_bytes)
+        .max_names_per_stream(args.max_names_per_stream)
         .make_before_break(make_before_break);
     let options = options
         .rest_hold(args.rest_hold)

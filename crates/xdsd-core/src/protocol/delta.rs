@@ -173,6 +173,11 @@ impl DeltaSubscription {
         self.wildcard.is_some()
     }
 
+    /// How many keys (name and parameter set) are subscribed.
+    pub fn key_count(&self) -> usize {
+        self.names.len()
+    }
+
     /// Subscribed names (each once, whatever the number of parameter sets).
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
         let mut seen = HashSet::default();

@@ -41,6 +41,10 @@ pub const MAX_PARAMS: usize = 128;
 pub const MAX_PARAM_LEN: usize = 1024;
 /// Type URLs one session may subscribe to.
 pub const MAX_TYPES: usize = 256;
+/// Resource names one session may subscribe to, all types together, by default: twice an Envoy
+/// with 100,000 EDS clusters (each subscribed by name to its endpoints). Each takes about 100
+/// bytes of the session's memory.
+pub const DEFAULT_MAX_NAMES: usize = 200_000;
 
 /// The client feature of clients that take per-resource TTLs (spec "TTL").
 pub const FEATURE_RESOURCE_TTL: &str = "xds.config.supports-resource-ttl";
@@ -75,6 +79,9 @@ pub struct SessionOptions {
     /// clusters and endpoints they point at, removals for the ACK of what stopped referring to
     /// them.
     pub make_before_break: bool,
+    /// Resource names the session may subscribe to, all types together (see
+    /// [`DEFAULT_MAX_NAMES`]); more ends the stream with RESOURCE_EXHAUSTED.
+    pub max_names: usize,
 }
 
 impl Default for SessionOptions {
@@ -82,6 +89,7 @@ impl Default for SessionOptions {
         SessionOptions {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             make_before_break: true,
+            max_names: DEFAULT_MAX_NAMES,
         }
     }
 }
@@ -291,6 +299,8 @@ pub trait Machine: Send + 'static {
     ) -> (RequestKind, SubscriptionChange);
     fn mark_changed(&mut self, names: &HashSet<Arc<str>>);
     fn has_pending(&self) -> bool;
+    /// How many keys (name and parameter set) are subscribed.
+    fn key_count(&self) -> usize;
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<Self::Response>;
     /// (version, resources, removed names, nonce) of a response, for logs.
     fn describe(response: &Self::Response) -> (&str, usize, usize, &str);
@@ -364,6 +374,9 @@ impl Machine for SotwSubscription {
     }
     fn has_pending(&self) -> bool {
         SotwSubscription::has_pending(self)
+    }
+    fn key_count(&self) -> usize {
+        SotwSubscription::key_count(self)
     }
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
         SotwSubscription::poll_response(self, views, nonces)
@@ -451,6 +464,9 @@ impl Machine for DeltaSubscription {
     fn has_pending(&self) -> bool {
         DeltaSubscription::has_pending(self)
     }
+    fn key_count(&self) -> usize {
+        DeltaSubscription::key_count(self)
+    }
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<DeltaResponse> {
         DeltaSubscription::poll_response(self, views, nonces)
     }
@@ -511,6 +527,8 @@ struct TypeState<M> {
     unacked: Option<String>,
     /// Since when make-before-break holds this type's response back.
     held_since: Option<Instant>,
+    /// How many keys the machine has subscribed, as of the last request.
+    keys: usize,
 }
 
 impl<M> TypeState<M> {
@@ -640,6 +658,7 @@ impl<M: Machine> Session<M> {
                 next_heartbeat: None,
                 unacked: None,
                 held_since: None,
+                keys: 0,
             });
         state.default = default;
         state
@@ -665,6 +684,14 @@ impl<M: Machine> Session<M> {
             if state.unacked.as_ref() == Some(nonce) {
                 state.unacked = None;
             }
+        }
+        state.keys = state.machine.key_count();
+        let names: usize = self.types.values().map(|s| s.keys).sum();
+        if names > self.options.max_names {
+            return Err(SessionError::Limit {
+                what: "subscribed resource names",
+                limit: self.options.max_names,
+            });
         }
         Ok(Handled {
             type_url,

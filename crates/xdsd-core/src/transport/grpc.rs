@@ -107,6 +107,12 @@ impl ServerOptions {
         self
     }
 
+    /// Sets [`SessionOptions::max_names`]: the resource names one stream may subscribe to.
+    pub fn max_names_per_stream(mut self, names: usize) -> Self {
+        self.session.max_names = names;
+        self
+    }
+
     /// Sets [`ServerOptions::rest_hold`].
     pub fn rest_hold(mut self, hold: Duration) -> Self {
         self.rest_hold = hold;

@@ -52,6 +52,42 @@ fn ads() -> Session<SotwSubscription> {
 }
 
 #[test]
+fn subscribing_to_more_names_than_the_limit_ends_the_stream_with_resource_exhausted() {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    let store = Store::new();
+    let options = SessionOptions {
+        max_names: 5,
+        ..Default::default()
+    };
+    let mut s: Session<DeltaSubscription> = Session::with_options(None, options);
+    let subscribe = |t: &str, names: &[&str]| DeltaDiscoveryRequest {
+        type_url: t.into(),
+        node: Some(node("n", "c")),
+        resource_names_subscribe: names.iter().map(|n| n.to_string()).collect(),
+        ..Default::default()
+    };
+    // Names add up across requests and types.
+    s.handle_request(&subscribe(CLUSTER, &["a", "b", "c"]), &store.snapshot())
+        .unwrap();
+    s.handle_request(
+        &subscribe(CLUSTER_LOAD_ASSIGNMENT, &["a", "b"]),
+        &store.snapshot(),
+    )
+    .unwrap();
+    let err = s
+        .handle_request(
+            &subscribe(CLUSTER_LOAD_ASSIGNMENT, &["c"]),
+            &store.snapshot(),
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+    assert_eq!(
+        err.to_string(),
+        "more than 5 subscribed resource names on one stream"
+    );
+}
+
+#[test]
 fn node_identity_is_taken_from_the_first_request() {
     let mut s = ads();
     let handled = s
