@@ -22,7 +22,6 @@ enum Message {
 /// Keeps a directory watched; dropping it stops the watcher and its reload thread.
 pub struct DirectoryWatch {
     dir: PathBuf,
-    watcher: Option<RecommendedWatcher>,
     stop: mpsc::Sender<Message>,
     thread: Option<JoinHandle<()>>,
 }
@@ -43,7 +42,7 @@ impl std::fmt::Debug for DirectoryWatch {
 
 impl Drop for DirectoryWatch {
     fn drop(&mut self) {
-        drop(self.watcher.take());
+        // The reload thread owns the watcher: it drops it when it stops.
         let _ = self.stop.send(Message::Stop);
         if let Some(thread) = self.thread.take() {
             // Dropped from inside on_load: joining our own thread would deadlock; it exits
@@ -124,14 +123,30 @@ pub fn watch_directory_with(
         let _ = events.send(Message::Event(event));
     })
     .map_err(watch_error)?;
+    let identity = identity(&dir);
     watcher
         .watch(&dir, RecursiveMode::Recursive)
         .map_err(watch_error)?;
 
     let thread_dir = dir.clone();
+    let mut watched = Watched {
+        watcher,
+        identity,
+        gone: false,
+        lost: false,
+    };
     let thread = thread::Builder::new()
         .name("xdsd-source-watch".into())
-        .spawn(move || reload_loop(&rx, &descriptors, &thread_dir, options, &on_load))
+        .spawn(move || {
+            reload_loop(
+                &rx,
+                &mut watched,
+                &descriptors,
+                &thread_dir,
+                options,
+                &on_load,
+            )
+        })
         .map_err(|source| SourceError::Io {
             path: dir.clone(),
             source,
@@ -139,14 +154,100 @@ pub fn watch_directory_with(
     tracing::info!(dir = %dir.display(), "watching resource directory");
     Ok(DirectoryWatch {
         dir,
-        watcher: Some(watcher),
         stop: tx,
         thread: Some(thread),
     })
 }
 
+/// How often the watched directory is checked to still be the one watched: a directory deleted
+/// and created again, or replaced by a rename, is a new directory that the old watch does not
+/// see.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// The watch of the directory, owned by the reload thread so that it can watch again.
+struct Watched {
+    watcher: RecommendedWatcher,
+    /// What the directory was when it was watched (`None`: it did not exist).
+    identity: Option<(u64, u64)>,
+    /// The directory's loss was reported.
+    gone: bool,
+    /// The watched directory itself was removed or renamed away: watch `dir` again even if it
+    /// looks the same (a directory created again may reuse the inode).
+    lost: bool,
+}
+
+/// The directory's device and inode (existence elsewhere than on Unix).
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    let meta = std::fs::metadata(dir).ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some((meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        Some((0, 0))
+    }
+}
+
+impl Watched {
+    /// Checks that the watched directory is the one at `dir`; when it was replaced, watches the
+    /// new one. True when the directory must be loaded again (it came back).
+    fn recheck(
+        &mut self,
+        dir: &Path,
+        on_load: &dyn Fn(Result<Vec<ParsedResource>, SourceError>),
+    ) -> bool {
+        let now = identity(dir);
+        if now == self.identity && !self.lost && !(now.is_none() && !self.gone) {
+            return false;
+        }
+        self.lost = false;
+        match now {
+            None => {
+                if !self.gone {
+                    self.gone = true;
+                    tracing::error!(
+                        dir = %dir.display(),
+                        "the resource directory is gone: keeping the last good resources, and                          watching for it to come back"
+                    );
+                    on_load(Err(SourceError::Io {
+                        path: dir.to_path_buf(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "the resource directory is gone",
+                        ),
+                    }));
+                }
+                self.identity = None;
+                false
+            }
+            Some(id) => {
+                let _ = self.watcher.unwatch(dir);
+                match self.watcher.watch(dir, RecursiveMode::Recursive) {
+                    Ok(()) => {
+                        self.identity = Some(id);
+                        self.gone = false;
+                        tracing::warn!(
+                            dir = %dir.display(),
+                            "the resource directory was replaced or came back: watching the new                              one and reloading"
+                        );
+                        true
+                    }
+                    Err(error) => {
+                        tracing::error!(dir = %dir.display(), "cannot watch the resource directory again, retrying: {error}");
+                        false
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn reload_loop(
     rx: &mpsc::Receiver<Message>,
+    watched: &mut Watched,
     descriptors: &Descriptors,
     dir: &Path,
     options: WatchOptions,
@@ -154,16 +255,23 @@ fn reload_loop(
 ) {
     let debounce = options.debounce;
     loop {
-        // Wait for the first relevant event of a burst.
+        // Wait for the first relevant event of a burst, checking now and then that the
+        // directory watched is still the one at `dir`.
         let mut burst = Burst::default();
         loop {
-            match rx.recv() {
+            match rx.recv_timeout(RECHECK) {
                 Ok(Message::Event(event)) if is_relevant(&event) => {
-                    burst.add(&event);
+                    burst.add(&event, dir);
                     break;
                 }
                 Ok(Message::Event(_)) => continue,
-                Ok(Message::Stop) | Err(_) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    if watched.recheck(dir, on_load) {
+                        burst.unknown = true;
+                        break;
+                    }
+                }
+                Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return,
             }
         }
         let burst_start = Instant::now();
@@ -186,7 +294,7 @@ fn reload_loop(
             };
             match next {
                 Ok(Message::Event(event)) if is_relevant(&event) => {
-                    burst.add(&event);
+                    burst.add(&event, dir);
                     if burst_start.elapsed() >= MAX_DELAY {
                         break;
                     }
@@ -196,6 +304,12 @@ fn reload_loop(
                 Ok(Message::Stop) => return,
                 Err(()) => {}
             }
+        }
+        if burst.root_gone {
+            watched.lost = true;
+            // Watch the directory now at `dir` (if any) before reading it: none of its changes
+            // are missed.
+            watched.recheck(dir, on_load);
         }
         let result = load_directory_with(descriptors, dir, &options.limits);
         match &result {
@@ -224,15 +338,27 @@ struct Burst {
     whole: bool,
     /// Something that cannot be told complete (a rescan, an unknown event).
     unknown: bool,
+    /// The watched directory itself was removed or renamed away.
+    root_gone: bool,
 }
 
 impl Burst {
-    fn add(&mut self, event: &notify::Result<Event>) {
+    fn add(&mut self, event: &notify::Result<Event>, dir: &Path) {
         use notify::event::{CreateKind, RemoveKind, RenameMode};
         let Ok(event) = event else {
             self.unknown = true;
             return;
         };
+        let root = event.paths.first().is_some_and(|p| p == dir);
+        if root
+            && matches!(
+                event.kind,
+                EventKind::Remove(_)
+                    | EventKind::Modify(ModifyKind::Name(RenameMode::From | RenameMode::Both))
+            )
+        {
+            self.root_gone = true;
+        }
         if event.need_rescan() {
             self.unknown = true;
             return;
