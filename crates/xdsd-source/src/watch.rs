@@ -200,7 +200,9 @@ impl Watched {
         on_load: &dyn Fn(Result<Vec<ParsedResource>, SourceError>),
     ) -> bool {
         let now = identity(dir);
-        if now == self.identity && !self.lost && !(now.is_none() && !self.gone) {
+        // Nothing to do: the same directory, or still none (its loss already reported).
+        let unchanged = now == self.identity && !self.lost;
+        if unchanged && (now.is_some() || self.gone) {
             return false;
         }
         self.lost = false;
