@@ -21,8 +21,10 @@ use xdsd_core::transport::grpc::{
     ServerOptions, XdsServer, DEFAULT_MAX_HELD_POLLS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_HOLD,
     MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
 };
+use xdsd_core::transport::metrics::{Metrics, Reload};
 use xdsd_source::{Descriptors, ParsedResource};
 
+mod admin;
 mod rest_json;
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
@@ -55,6 +57,11 @@ enum Command {
     ///
     /// Envoy connects with an ADS or per-type gRPC config source pointing at --listen; see
     /// examples/basic for a complete setup.
+    ///
+    /// The --listen address also serves CSDS (ClientStatusDiscoveryService: each client's
+    /// ACKed version per type, or its NACK with the error and the file of the rejected resource)
+    /// and gRPC health; --admin-listen serves /healthz, /readyz, /clients and /metrics. See
+    /// docs/operating.md.
     ///
     /// SIGTERM or SIGINT stops xdsd: open streams end with UNAVAILABLE (clients reconnect), and
     /// it exits within about a second, closing any connection still open by then.
@@ -175,6 +182,18 @@ struct ServeArgs {
         env = "XDSD_MAX_HELD_POLLS"
     )]
     max_held_polls: usize,
+
+    /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /metrics; see
+    /// docs/operating.md), or "off". Loopback by default: /clients shows every client's node.
+    /// Port 0 picks a free port (logged at start).
+    #[arg(
+        long,
+        value_name = "ADDR|off",
+        default_value = admin::DEFAULT_ADMIN_LISTEN,
+        value_parser = admin::parse_admin_listen,
+        env = "XDSD_ADMIN_LISTEN"
+    )]
+    admin_listen: admin::AdminListen,
 }
 
 /// `--make-before-break`.
@@ -379,7 +398,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // makes the first load's read-and-commit and each reload's commit happen one after the
     // other, so a reload can never be overwritten by the older first load.
     let loading = Arc::new(Mutex::new(()));
-    let _watch = watch(&descriptors, &dir, &store, loading.clone())?;
+    let metrics = Metrics::new();
+    let _watch = watch(&descriptors, &dir, &store, loading.clone(), metrics.clone())?;
     {
         let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
         let initial = xdsd_source::load_directory(&descriptors, &dir)
@@ -419,7 +439,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .rest_hold(args.rest_hold)
         .max_held_polls(args.max_held_polls);
     let rest = rest_json::DescriptorJson::new(&descriptors)?;
-    let server = XdsServer::with_options(store, options).with_rest_json(Arc::new(rest));
+    let server = XdsServer::with_options(store, options)
+        .with_metrics(metrics)
+        .with_rest_json(Arc::new(rest));
+    let admin = admin::start(args.admin_listen, server.stats_handle()).await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;
@@ -442,6 +465,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Ok(Err(e)) => warn!("the gRPC server ended with an error while stopping: {e}"),
         Err(e) => warn!("the gRPC server task ended abnormally while stopping: {e}"),
     }
+    if let Some(admin) = admin {
+        admin.stop().await;
+    }
     Ok(())
 }
 
@@ -451,6 +477,7 @@ fn watch(
     dir: &Path,
     store: &Store,
     loading: Arc<Mutex<()>>,
+    metrics: Metrics,
 ) -> anyhow::Result<xdsd_source::DirectoryWatch> {
     let store = store.clone();
     xdsd_source::watch_directory(descriptors.clone(), dir.to_path_buf(), move |result| {
@@ -462,6 +489,7 @@ fn watch(
                 let inputs = match inputs(resources) {
                     Ok(inputs) => inputs,
                     Err(e) => {
+                        metrics.reload(Reload::Rejected);
                         error!("change rejected: {e:#}; still serving generation {generation}");
                         return;
                     }
@@ -470,6 +498,11 @@ fn watch(
                 if let Ok(summary) = &result {
                     log_dangling(summary);
                 }
+                metrics.reload(match &result {
+                    Ok(summary) if summary.changed == 0 => Reload::Unchanged,
+                    Ok(_) => Reload::Applied,
+                    Err(_) => Reload::Rejected,
+                });
                 match result {
                     Ok(summary) if summary.changed == 0 => {
                         info!(resources = count, "directory changed, resources unchanged")
@@ -486,7 +519,10 @@ fn watch(
                     ),
                 }
             }
-            Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
+            Err(e) => {
+                metrics.reload(Reload::Rejected);
+                error!("change rejected: {e}; still serving generation {generation}")
+            }
         }
     })
     .with_context(|| format!("cannot watch {}", dir.display()))
