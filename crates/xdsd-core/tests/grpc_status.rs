@@ -12,7 +12,9 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DiscoveryRequest, DiscoveryResponse,
+};
 use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::status::v3::{
     ClientStatusRequest, ClientStatusResponse, ConfigStatus,
@@ -573,5 +575,64 @@ async fn admin_api_shows_health_clients_and_metrics_that_move() {
         .expect("the admin server stops")
         .unwrap()
         .unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_delta_client_is_listed_with_its_resource_versions_and_counted_as_delta() {
+    let server = Server::start().await;
+    set_cluster(&server, b"c1-v1");
+    let (tx, rx) = mpsc::channel(4);
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(Node {
+            id: "delta-1".into(),
+            ..Default::default()
+        }),
+        type_url: CLUSTER.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("in time")
+        .expect("no error")
+        .expect("open");
+    tx.send(DeltaDiscoveryRequest {
+        type_url: CLUSTER.into(),
+        response_nonce: first.nonce.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = csds_until(&server, ClientResourceStatus::Acked).await;
+    let cds = &r.config[0].generic_xds_configs[0];
+    assert_eq!(
+        (&*cds.name, &*cds.version_info),
+        ("c1", &*first.system_version_info)
+    );
+
+    let clients = xdsd_core::transport::admin::clients_json(&server.handle.clients());
+    let client = &clients[0];
+    assert_eq!(client["variant"], "delta");
+    let sent = &client["types"][0]["last_sent"]["resources"][0];
+    assert_eq!(sent["name"], "c1");
+    assert_eq!(sent["version"], first.resources[0].version.as_str());
+    let metrics = parse_metrics(&server.handle.metrics_text());
+    assert_eq!(
+        sample(
+            &metrics,
+            "xdsd_connected_streams",
+            "variant=\"delta\",service=\"ads\""
+        ),
+        1.0
+    );
+    assert_eq!(sample(&metrics, "xdsd_acks_total", CDS_LABEL), 1.0);
+    drop(tx);
     server.stop().await;
 }

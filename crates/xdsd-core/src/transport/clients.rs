@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::metrics::{Metrics, TypeMetrics};
 use crate::protocol::session::ClientNode;
 use crate::store::Resource;
 
@@ -114,19 +115,20 @@ impl TypeStatus {
 /// One type of one stream, as tracked.
 struct TypeTrack {
     status: TypeStatus,
-    /// The metrics label of this type: its type URL, or "other" for a type neither well known
-    /// nor in the store when the client first asked for it (a client can name any type URL).
-    label: String,
+    /// The metrics of this type, labelled by its type URL, or "other" for a type neither well
+    /// known nor in the store when the client first asked for it (a client can name any type
+    /// URL).
+    metrics: TypeMetrics,
     sent_instant: Option<Instant>,
     /// The new or changed resources of the last response (capped).
     updated: Vec<Arc<Resource>>,
 }
 
 /// The record of one stream.
-#[derive(Default)]
 pub(crate) struct Track {
     pub(crate) node: Option<ClientNode>,
     types: BTreeMap<Arc<str>, TypeTrack>,
+    metrics: Metrics,
 }
 
 /// The type URLs xdsd knows by name: each is its own metrics label.
@@ -135,27 +137,43 @@ fn well_known(type_url: &str) -> bool {
     PER_TYPE_SERVICES.iter().any(|(_, t)| *t == type_url) || type_url == TYPED_EXTENSION_CONFIG
 }
 
+/// The metrics label of a type: its type URL, or "other".
+fn label(type_url: &str, in_store: bool) -> &str {
+    if in_store || well_known(type_url) {
+        type_url
+    } else {
+        "other"
+    }
+}
+
 impl Track {
-    /// The type's record, made on the first request for it; `in_store`: the store had the type
-    /// then.
-    pub(crate) fn requested(&mut self, type_url: &Arc<str>, in_store: bool) -> &str {
-        &self
-            .types
-            .entry(type_url.clone())
-            .or_insert_with(|| TypeTrack {
-                status: TypeStatus::new(type_url.clone()),
-                label: if in_store || well_known(type_url) {
-                    type_url.to_string()
-                } else {
-                    "other".to_owned()
-                },
-                sent_instant: None,
-                updated: Vec::new(),
-            })
-            .label
+    pub(crate) fn new(metrics: Metrics) -> Track {
+        Track {
+            node: None,
+            types: BTreeMap::new(),
+            metrics,
+        }
     }
 
-    /// A response went out. Returns the type's metrics label.
+    /// The type's record, made on the first request for it; `in_store`: the store had the type
+    /// then.
+    pub(crate) fn requested(&mut self, type_url: &Arc<str>, in_store: bool) {
+        if self.types.contains_key(type_url) {
+            return;
+        }
+        let metrics = self.metrics.for_type(label(type_url, in_store));
+        self.types.insert(
+            type_url.clone(),
+            TypeTrack {
+                status: TypeStatus::new(type_url.clone()),
+                metrics,
+                sent_instant: None,
+                updated: Vec::new(),
+            },
+        );
+    }
+
+    /// A response of `bytes` went out.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn sent<'a>(
         &mut self,
@@ -166,11 +184,13 @@ impl Track {
         resource_count: usize,
         removed: usize,
         updated: &[Arc<Resource>],
-    ) -> String {
+        bytes: usize,
+    ) {
         self.requested(type_url, true);
         let Some(t) = self.types.get_mut(type_url) else {
-            return String::new();
+            return;
         };
+        t.metrics.sent(resource_count, bytes);
         t.status.last_sent = Some(Sent {
             version: version.into(),
             nonce: nonce.to_owned(),
@@ -186,21 +206,18 @@ impl Track {
             .take(MAX_TRACKED_RESOURCES)
             .cloned()
             .collect();
-        t.label.clone()
     }
 
-    /// The client ACKed (`nack` None) or NACKed the response with `nonce`. Returns the type's
-    /// metrics label, and the time since that response went out.
+    /// The client ACKed (`nack` None) or NACKed the response with `nonce`. Returns the time
+    /// since that response went out, when it is the latest.
     pub(crate) fn answered(
         &mut self,
         type_url: &Arc<str>,
         nonce: &str,
         nack: Option<(Option<Arc<str>>, &str)>,
-    ) -> (String, Option<Duration>) {
+    ) -> Option<Duration> {
         self.requested(type_url, true);
-        let Some(t) = self.types.get_mut(type_url) else {
-            return (String::new(), None);
-        };
+        let t = self.types.get_mut(type_url)?;
         let latest = t.status.last_sent.as_ref().filter(|s| s.nonce == nonce);
         let latency = match (latest, t.sent_instant) {
             (Some(_), Some(at)) if t.status.pending => Some(at.elapsed()),
@@ -209,6 +226,7 @@ impl Track {
         if latest.is_some() {
             t.status.pending = false;
         }
+        t.metrics.answered(nack.is_none(), latency);
         let at = SystemTime::now();
         match nack {
             None => {
@@ -236,7 +254,7 @@ impl Track {
                 t.status.nacked = true;
             }
         }
-        (t.label.clone(), latency)
+        latency
     }
 
     pub(crate) fn types(&self) -> Vec<TypeStatus> {
@@ -319,20 +337,20 @@ mod tests {
 
     #[test]
     fn the_track_follows_send_nack_send_ack() {
-        let mut track = Track::default();
+        let mut track = Track::new(Metrics::new());
         let t: Arc<str> = crate::types::CLUSTER.into();
-        assert_eq!(track.requested(&t, false), crate::types::CLUSTER);
+        track.requested(&t, false);
         let all = vec![resource("bad", "b.yaml (resource #1)")];
-        track.sent(&t, "v1", "1", all.iter(), 1, 0, &all);
+        track.sent(&t, "v1", "1", all.iter(), 1, 0, &all, 10);
         assert!(track.types()[0].pending);
-        let (_, latency) = track.answered(&t, "1", Some((Some("v1".into()), "bad is bad")));
+        let latency = track.answered(&t, "1", Some((Some("v1".into()), "bad is bad")));
         assert!(latency.is_some());
         let status = &track.types()[0];
         assert!(status.nacked && !status.pending);
         let nack = status.last_nack.as_ref().expect("a NACK");
         assert_eq!(nack.origins, vec![Arc::<str>::from("b.yaml (resource #1)")]);
-        track.sent(&t, "v2", "2", all.iter(), 1, 0, &all);
-        let (_, latency) = track.answered(&t, "2", None);
+        track.sent(&t, "v2", "2", all.iter(), 1, 0, &all, 10);
+        let latency = track.answered(&t, "2", None);
         assert!(latency.is_some());
         let status = &track.types()[0];
         assert!(!status.nacked && !status.pending);
@@ -342,9 +360,12 @@ mod tests {
 
     #[test]
     fn an_unknown_type_is_labelled_other() {
-        let mut track = Track::default();
-        let t: Arc<str> = "type.googleapis.com/made.up.Type".into();
-        assert_eq!(track.requested(&t, false), "other");
+        assert_eq!(label("type.googleapis.com/made.up.Type", false), "other");
+        assert_eq!(
+            label("type.googleapis.com/made.up.Type", true),
+            "type.googleapis.com/made.up.Type"
+        );
+        assert_eq!(label(crate::types::CLUSTER, false), crate::types::CLUSTER);
     }
 
     #[test]

@@ -212,28 +212,48 @@ impl Metrics {
         self.inner.streams.get_or_create(&labels).dec();
     }
 
-    pub(crate) fn sent(&self, label: &str, resources: usize, bytes: usize) {
+    /// The metrics of one type, labelled `label`: taken once per stream and type, so that
+    /// counting a push or an answer looks nothing up.
+    pub(crate) fn for_type(&self, label: &str) -> TypeMetrics {
         let labels = type_label(label);
         let i = &self.inner;
-        i.responses.get_or_create(&labels).inc();
-        i.resources_sent
-            .get_or_create(&labels)
-            .inc_by(resources as u64);
-        i.bytes_sent.get_or_create(&labels).inc_by(bytes as u64);
+        TypeMetrics {
+            responses: i.responses.get_or_create_owned(&labels),
+            resources_sent: i.resources_sent.get_or_create_owned(&labels),
+            bytes_sent: i.bytes_sent.get_or_create_owned(&labels),
+            acks: i.acks.get_or_create_owned(&labels),
+            nacks: i.nacks.get_or_create_owned(&labels),
+            ack_latency: i.ack_latency.get_or_create_owned(&labels),
+        }
+    }
+}
+
+/// The metrics of one type URL (see [`Metrics::for_type`]).
+#[derive(Clone, Debug)]
+pub(crate) struct TypeMetrics {
+    responses: Counter,
+    resources_sent: Counter,
+    bytes_sent: Counter,
+    acks: Counter,
+    nacks: Counter,
+    ack_latency: Histogram,
+}
+
+impl TypeMetrics {
+    pub(crate) fn sent(&self, resources: usize, bytes: usize) {
+        self.responses.inc();
+        self.resources_sent.inc_by(resources as u64);
+        self.bytes_sent.inc_by(bytes as u64);
     }
 
-    pub(crate) fn answered(&self, label: &str, ack: bool, latency: Option<Duration>) {
-        let labels = type_label(label);
-        let i = &self.inner;
+    pub(crate) fn answered(&self, ack: bool, latency: Option<Duration>) {
         if ack {
-            i.acks.get_or_create(&labels).inc();
+            self.acks.inc();
         } else {
-            i.nacks.get_or_create(&labels).inc();
+            self.nacks.inc();
         }
         if let Some(latency) = latency {
-            i.ack_latency
-                .get_or_create(&labels)
-                .observe(latency.as_secs_f64());
+            self.ack_latency.observe(latency.as_secs_f64());
         }
     }
 }

@@ -62,7 +62,6 @@ pub(crate) struct StreamEntry {
     counters: Counters,
     totals: Arc<Counters>,
     track: Mutex<Track>,
-    metrics: Metrics,
 }
 
 /// A response as the stream driver describes it to [`StreamEntry::sent`].
@@ -102,7 +101,7 @@ impl StreamEntry {
             c.removed
                 .fetch_add(response.removed as u64, Ordering::Relaxed);
         }
-        let label = self.track().sent(
+        self.track().sent(
             type_url,
             response.version,
             response.nonce,
@@ -110,9 +109,8 @@ impl StreamEntry {
             response.resource_count,
             response.removed,
             response.updated,
+            response.bytes,
         );
-        self.metrics
-            .sent(&label, response.resource_count, response.bytes);
     }
 
     /// The client ACKed (`nack` None) or NACKed (`Some((rejected version, message))`) the
@@ -128,8 +126,7 @@ impl StreamEntry {
             let counter = if ack { &c.acks } else { &c.nacks };
             counter.fetch_add(1, Ordering::Relaxed);
         }
-        let (label, latency) = self.track().answered(type_url, nonce, nack);
-        self.metrics.answered(&label, ack, latency);
+        self.track().answered(type_url, nonce, nack);
     }
 
     fn client_status(&self, id: u64) -> ClientStatus {
@@ -185,8 +182,7 @@ impl StreamRegistry {
             connected_at: SystemTime::now(),
             counters: Counters::default(),
             totals: self.totals.clone(),
-            track: Mutex::default(),
-            metrics: self.metrics.clone(),
+            track: Mutex::new(Track::new(self.metrics.clone())),
         });
         self.metrics.stream_opened(variant, ads);
         self.lock().insert(id, entry.clone());
