@@ -18,6 +18,7 @@ use xdsd_core::transport::grpc::{
     ServerOptions, XdsServer, DEFAULT_MAX_HELD_POLLS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_HOLD,
     MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
 };
+use xdsd_core::transport::metrics::{Metrics, Reload};
 use xdsd_source::{Descriptors, FileFormat};
 
 use files::{FileUpdates, FileWriter};
@@ -27,6 +28,7 @@ mod files;
 mod load;
 mod offline;
 
+mod admin;
 mod rest_json;
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
@@ -64,6 +66,11 @@ enum Command {
     /// examples/basic for a complete setup. With --write-files, xdsd also writes the resources
     /// as DiscoveryResponse files for Envoy's path_config_source, at start and after each
     /// change (see `xdsd render --help` and docs/files.md).
+    ///
+    /// The --listen address also serves CSDS (ClientStatusDiscoveryService: each client's
+    /// ACKed version per type, or its NACK with the error and the file of the rejected resource)
+    /// and gRPC health; --admin-listen serves /healthz, /readyz, /clients and /metrics. See
+    /// docs/operating.md.
     ///
     /// SIGTERM or SIGINT stops xdsd: open streams end with UNAVAILABLE (clients reconnect), and
     /// it exits within about a second, closing any connection still open by then.
@@ -303,6 +310,18 @@ struct ServeArgs {
         env = "XDSD_MAX_HELD_POLLS"
     )]
     max_held_polls: usize,
+
+    /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /metrics; see
+    /// docs/operating.md), or "off". Loopback by default: /clients shows every client's node.
+    /// Port 0 picks a free port (logged at start).
+    #[arg(
+        long,
+        value_name = "ADDR|off",
+        default_value = admin::DEFAULT_ADMIN_LISTEN,
+        value_parser = admin::parse_admin_listen,
+        env = "XDSD_ADMIN_LISTEN"
+    )]
+    admin_listen: admin::AdminListen,
 }
 
 /// `--make-before-break`.
@@ -542,7 +561,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let loading = Arc::new(Mutex::new(()));
     let updates = files.as_ref().map(|(_, updates, _)| updates.clone());
     let limits = args.source.limits();
-    let _watch = watch(&descriptors, &dir, limits, &store, loading.clone(), updates)?;
+    let metrics = Metrics::new();
+    let _watch = watch(
+        &descriptors,
+        &dir,
+        limits,
+        &store,
+        loading.clone(),
+        updates,
+        metrics.clone(),
+    )?;
     {
         let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
         let loaded = load::load_into(&descriptors, &dir, &limits, &store)
@@ -590,7 +618,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .rest_hold(args.rest_hold)
         .max_held_polls(args.max_held_polls);
     let rest = rest_json::DescriptorJson::new(&descriptors)?;
-    let server = XdsServer::with_options(store, options).with_rest_json(Arc::new(rest));
+    let server = XdsServer::with_options(store, options)
+        .with_metrics(metrics)
+        .with_rest_json(Arc::new(rest));
+    let admin = admin::start(args.admin_listen, server.stats_handle()).await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;
@@ -613,6 +644,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Ok(Err(e)) => warn!("the gRPC server ended with an error while stopping: {e}"),
         Err(e) => warn!("the gRPC server task ended abnormally while stopping: {e}"),
     }
+    if let Some(admin) = admin {
+        admin.stop().await;
+    }
     Ok(())
 }
 
@@ -625,6 +659,7 @@ fn watch(
     store: &Store,
     loading: Arc<Mutex<()>>,
     files: Option<FileUpdates>,
+    metrics: Metrics,
 ) -> anyhow::Result<xdsd_source::DirectoryWatch> {
     let store = store.clone();
     let options = xdsd_source::WatchOptions::default().limits(limits);
@@ -640,12 +675,14 @@ fn watch(
                 .and_then(|resources| load::commit(&store, resources));
             match result {
                 Ok(loaded) if loaded.summary.changed == 0 => {
+                    metrics.reload(Reload::Unchanged);
                     info!(
                         resources = loaded.resources,
                         "directory changed, resources unchanged"
                     )
                 }
                 Ok(loaded) => {
+                    metrics.reload(Reload::Applied);
                     log_dangling(&loaded.summary);
                     info!(
                         resources = loaded.resources,
@@ -657,7 +694,10 @@ fn watch(
                         files.changed();
                     }
                 }
-                Err(e) => error!("change rejected: {e}; still serving generation {generation}"),
+                Err(e) => {
+                    metrics.reload(Reload::Rejected);
+                    error!("change rejected: {e}; still serving generation {generation}")
+                }
             }
         },
     )

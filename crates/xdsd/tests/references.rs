@@ -76,6 +76,7 @@ async fn a_dangling_reference_at_startup_is_fatal_and_names_both_ends() {
         .args(["serve", "--listen", "127.0.0.1:0", "--resources"])
         .arg(dir.path())
         .env("NO_COLOR", "1")
+        .env("XDSD_ADMIN_LISTEN", "127.0.0.1:0")
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();

@@ -82,6 +82,7 @@ async fn an_output_inside_the_resources_stops_xdsd_at_start() {
         .arg("--write-files")
         .arg(dir.path().join("out"))
         .env("NO_COLOR", "1")
+        .env("XDSD_ADMIN_LISTEN", "127.0.0.1:0")
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();

@@ -149,6 +149,8 @@ pub struct ClientNode {
     pub id: String,
     pub cluster: String,
     pub user_agent_name: String,
+    /// `user_agent_version`, or the semantic version of `user_agent_build_version`.
+    pub user_agent_version: String,
     pub client_features: Vec<String>,
     /// (region, zone, sub_zone) when the node has a locality.
     pub locality: Option<(String, String, String)>,
@@ -157,6 +159,20 @@ pub struct ClientNode {
     pub derived: ParamSet,
     /// `dynamic_parameters`: per type URL.
     pub dynamic_parameters: BTreeMap<String, ParamSet>,
+}
+
+/// A node's user agent version, whichever way it gives it ("" when it does not).
+fn user_agent_version(node: &Node) -> String {
+    use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
+    match &node.user_agent_version_type {
+        Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),
+        Some(UserAgentVersionType::UserAgentBuildVersion(b)) => b
+            .version
+            .as_ref()
+            .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
+            .unwrap_or_default(),
+        None => String::new(),
+    }
 }
 
 impl ClientNode {
@@ -199,6 +215,7 @@ impl ClientNode {
             id: node.id.clone(),
             cluster: node.cluster.clone(),
             user_agent_name: node.user_agent_name.clone(),
+            user_agent_version: user_agent_version(node),
             client_features: node.client_features.clone(),
             locality: node
                 .locality

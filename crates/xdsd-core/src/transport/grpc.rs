@@ -24,8 +24,10 @@ use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
+use super::clients::ClientStatus;
 use super::context::ServerContext;
 use super::fetch;
+use super::metrics::Metrics;
 use super::rest::JsonCodec;
 use super::stats::{StreamCounters, StreamStatus};
 use super::status::{self, status_of_read_error};
@@ -150,7 +152,7 @@ impl XdsServer {
     pub fn with_options(store: Store, options: ServerOptions) -> XdsServer {
         let (shutdown, rx) = watch::channel(false);
         XdsServer {
-            ctx: Arc::new(ServerContext::new(store, options, rx)),
+            ctx: Arc::new(ServerContext::new(store, options, rx, Metrics::new())),
             shutdown,
             rest: None,
         }
@@ -162,6 +164,19 @@ impl XdsServer {
     /// Envoy descriptors).
     pub fn with_rest_json(mut self, codec: Arc<dyn JsonCodec>) -> XdsServer {
         self.rest = Some(codec);
+        self
+    }
+
+    /// Counts into `metrics` (e.g. one the program also counts its source's loads in) instead
+    /// of metrics of its own. Call it before [`XdsServer::routes`] and
+    /// [`XdsServer::stats_handle`]: handles taken before see the previous metrics.
+    pub fn with_metrics(mut self, metrics: Metrics) -> XdsServer {
+        self.ctx = Arc::new(ServerContext::new(
+            self.ctx.store.clone(),
+            self.ctx.options.clone(),
+            self.shutdown.subscribe(),
+            metrics,
+        ));
         self
     }
 
@@ -179,6 +194,9 @@ impl XdsServer {
             ($($kind:ident),*) => { $( routes = routes.add_service(Named::<$kind>::new(svc.clone())); )* };
         }
         add!(Lds, Rds, Srds, Vhds, Cds, Eds, Sds, Rtds);
+        routes = routes
+            .add_service(super::csds::service(self.ctx.clone()))
+            .add_service(super::health::service(self.ctx.clone()));
         match &self.rest {
             Some(codec) => Routes::from(
                 routes
@@ -189,7 +207,8 @@ impl XdsServer {
         }
     }
 
-    /// Reads the stream counters, also after `serve` took the server.
+    /// Reads the stream counters, clients, metrics and readiness, also after `serve` took the
+    /// server.
     pub fn stats_handle(&self) -> StatsHandle {
         StatsHandle {
             ctx: self.ctx.clone(),
@@ -367,13 +386,47 @@ impl Connected for Closable {
     }
 }
 
-/// Reads a server's stream counters.
+/// A handle on a server, also after `serve` took it: its stream counters, its clients, its
+/// metrics, and its readiness.
 #[derive(Clone)]
 pub struct StatsHandle {
     ctx: Arc<ServerContext>,
 }
 
 impl StatsHandle {
+    /// Every connected client (one per stream), by stream id: its node, and where it stands
+    /// with each type it requested (last response, ACK, NACK).
+    pub fn clients(&self) -> Vec<ClientStatus> {
+        self.ctx.streams.clients()
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.ctx.streams.metrics
+    }
+
+    /// The metrics in the Prometheus (OpenMetrics) text format.
+    pub fn metrics_text(&self) -> String {
+        self.ctx.streams.metrics.encode(&self.ctx.store.snapshot())
+    }
+
+    /// Whether the server reports itself serving: ready (see [`StatsHandle::set_ready`]) and not
+    /// shutting down. gRPC health checks and the admin API's `/readyz` answer this.
+    pub fn serving(&self) -> bool {
+        self.ctx.serving()
+    }
+
+    /// Whether the server is shutting down.
+    pub fn shutting_down(&self) -> bool {
+        *self.ctx.shutdown.borrow()
+    }
+
+    /// Sets whether the server reports itself ready (it does from the start): a program that
+    /// starts serving before its first load can report NOT_SERVING until then.
+    pub fn set_ready(&self, ready: bool) {
+        self.ctx.ready.send_replace(ready);
+    }
+
     /// What each open stream has been sent so far.
     pub fn streams(&self) -> Vec<StreamStatus> {
         self.ctx.streams.list()
@@ -687,6 +740,7 @@ mod tests {
                 Store::new(),
                 ServerOptions::default(),
                 rx,
+                Metrics::new(),
             )),
         };
         let fetch = |path: &str| svc.route(path);

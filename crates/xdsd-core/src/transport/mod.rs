@@ -1,8 +1,13 @@
 //! Thin adapters that carry the protocol sessions over a transport.
 
+pub mod admin;
+pub mod clients;
 mod context;
+mod csds;
 mod fetch;
 pub mod grpc;
+mod health;
+pub mod metrics;
 pub mod rest;
 mod stats;
 pub mod status;

@@ -1,9 +1,17 @@
-//! Counters of what the streams were sent: for operators (logs, a future admin API) and for
-//! tests that must count resources rather than time them.
+//! Counters of what the streams were sent, and each stream's record of its client (see
+//! `clients`): for operators (CSDS, the admin API, metrics) and for tests that must count
+//! resources rather than time them.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use super::clients::{ClientStatus, Track};
+use super::metrics::Metrics;
+use crate::protocol::session::ClientNode;
+use crate::store::Resource;
 
 /// Counts of one stream, or totals of a server.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -47,30 +55,100 @@ pub struct StreamStatus {
 }
 
 pub(crate) struct StreamEntry {
-    node: Mutex<String>,
     variant: &'static str,
+    ads: bool,
+    peer: Option<SocketAddr>,
+    connected_at: SystemTime,
     counters: Counters,
     totals: Arc<Counters>,
+    track: Mutex<Track>,
+}
+
+/// A response as the stream driver describes it to [`StreamEntry::sent`].
+pub(crate) struct SentResponse<'a, I> {
+    pub(crate) version: &'a str,
+    pub(crate) nonce: &'a str,
+    pub(crate) resources: I,
+    pub(crate) resource_count: usize,
+    pub(crate) removed: usize,
+    pub(crate) updated: &'a [Arc<Resource>],
+    pub(crate) bytes: usize,
 }
 
 impl StreamEntry {
-    pub(crate) fn set_node(&self, node: &str) {
-        *self.node.lock().unwrap_or_else(|e| e.into_inner()) = node.to_owned();
+    fn track(&self) -> MutexGuard<'_, Track> {
+        self.track.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn sent(&self, resources: usize, removed: usize) {
+    pub(crate) fn set_node(&self, node: &ClientNode) {
+        self.track().node = Some(node.clone());
+    }
+
+    /// A request for `type_url` was handled; `in_store`: the store has that type.
+    pub(crate) fn requested(&self, type_url: &Arc<str>, in_store: bool) {
+        self.track().requested(type_url, in_store);
+    }
+
+    pub(crate) fn sent<'a>(
+        &self,
+        type_url: &Arc<str>,
+        response: SentResponse<'a, impl Iterator<Item = &'a Arc<Resource>>>,
+    ) {
         for c in [&self.counters, &*self.totals] {
             c.responses.fetch_add(1, Ordering::Relaxed);
-            c.resources.fetch_add(resources as u64, Ordering::Relaxed);
-            c.removed.fetch_add(removed as u64, Ordering::Relaxed);
+            c.resources
+                .fetch_add(response.resource_count as u64, Ordering::Relaxed);
+            c.removed
+                .fetch_add(response.removed as u64, Ordering::Relaxed);
         }
+        self.track().sent(
+            type_url,
+            response.version,
+            response.nonce,
+            response.resources,
+            response.resource_count,
+            response.removed,
+            response.updated,
+            response.bytes,
+        );
     }
 
-    pub(crate) fn acked(&self, ack: bool) {
+    /// The client ACKed (`nack` None) or NACKed (`Some((rejected version, message))`) the
+    /// response with `nonce`.
+    pub(crate) fn answered(
+        &self,
+        type_url: &Arc<str>,
+        nonce: &str,
+        nack: Option<(Option<Arc<str>>, &str)>,
+    ) {
+        let ack = nack.is_none();
         for c in [&self.counters, &*self.totals] {
             let counter = if ack { &c.acks } else { &c.nacks };
             counter.fetch_add(1, Ordering::Relaxed);
         }
+        self.track().answered(type_url, nonce, nack);
+    }
+
+    fn client_status(&self, id: u64) -> ClientStatus {
+        let track = self.track();
+        ClientStatus {
+            stream: id,
+            ads: self.ads,
+            variant: self.variant,
+            peer: self.peer,
+            connected_at: self.connected_at,
+            node: track.node.clone(),
+            counters: self.counters.read(),
+            types: track.types(),
+        }
+    }
+
+    fn node_id(&self) -> String {
+        self.track()
+            .node
+            .as_ref()
+            .map(|n| n.id.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -78,22 +156,53 @@ impl StreamEntry {
 pub(crate) struct StreamRegistry {
     open: Mutex<HashMap<u64, Arc<StreamEntry>>>,
     totals: Arc<Counters>,
+    pub(crate) metrics: Metrics,
 }
 
 impl StreamRegistry {
-    pub(crate) fn open(&self, id: u64, variant: &'static str) -> Arc<StreamEntry> {
+    pub(crate) fn new(metrics: Metrics) -> StreamRegistry {
+        StreamRegistry {
+            metrics,
+            ..StreamRegistry::default()
+        }
+    }
+
+    /// Registers a stream: `ads` for an aggregated one, from `peer`.
+    pub(crate) fn open(
+        &self,
+        id: u64,
+        variant: &'static str,
+        ads: bool,
+        peer: Option<SocketAddr>,
+    ) -> Arc<StreamEntry> {
         let entry = Arc::new(StreamEntry {
-            node: Mutex::default(),
             variant,
+            ads,
+            peer,
+            connected_at: SystemTime::now(),
             counters: Counters::default(),
             totals: self.totals.clone(),
+            track: Mutex::new(Track::new(self.metrics.clone())),
         });
+        self.metrics.stream_opened(variant, ads);
         self.lock().insert(id, entry.clone());
         entry
     }
 
     pub(crate) fn close(&self, id: u64) {
-        self.lock().remove(&id);
+        if let Some(entry) = self.lock().remove(&id) {
+            self.metrics.stream_closed(entry.variant, entry.ads);
+        }
+    }
+
+    /// Every open stream's client, by stream id.
+    pub(crate) fn clients(&self) -> Vec<ClientStatus> {
+        let entries: Vec<(u64, Arc<StreamEntry>)> =
+            self.lock().iter().map(|(id, e)| (*id, e.clone())).collect();
+        let mut list: Vec<ClientStatus> =
+            entries.iter().map(|(id, e)| e.client_status(*id)).collect();
+        list.sort_by_key(|c| c.stream);
+        list
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<StreamEntry>>> {
@@ -106,7 +215,7 @@ impl StreamRegistry {
             .iter()
             .map(|(id, e)| StreamStatus {
                 id: *id,
-                node: e.node.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                node: e.node_id(),
                 variant: e.variant,
                 counters: e.counters.read(),
             })

@@ -14,34 +14,48 @@ use tracing::{debug, info, warn};
 
 use super::context::ServerContext;
 use super::grpc::SHUTDOWN_GRACE;
-use super::stats::StreamEntry;
+use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
-use super::wire::{DeltaWire, SotwWire};
-use crate::protocol::delta::DeltaSubscription;
+use super::wire::{Body, DeltaWire, SotwWire};
+use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::session::{Handled, Machine, Session};
-use crate::protocol::sotw::SotwSubscription;
+use crate::protocol::sotw::{SotwResources, SotwResponse, SotwSubscription};
 use crate::protocol::RequestKind;
-use crate::store::Watcher;
+use crate::store::{Resource, Watcher};
 
 /// A protocol variant as gRPC carries it: its machine, and how its requests and responses are
 /// encoded.
-pub(crate) trait Variant: Machine<Request = Self::Message> {
+pub(crate) trait Variant: Machine<Request = Self::Message, Response: Body> {
     /// The request message's name, for errors.
     const REQUEST: &'static str;
     type Message: prost::Message + Default + Send + 'static;
     type Wire: prost::Message + From<Self::Response> + Send + 'static;
+
+    /// The resources a response carries, for the stream's record of its client.
+    fn carried(response: &Self::Response) -> Box<dyn Iterator<Item = &Arc<Resource>> + '_>;
 }
 
 impl Variant for SotwSubscription {
     const REQUEST: &'static str = "DiscoveryRequest";
     type Message = crate::protocol::sotw::SotwRequest;
     type Wire = SotwWire;
+
+    fn carried(response: &SotwResponse) -> Box<dyn Iterator<Item = &Arc<Resource>> + '_> {
+        match &response.resources {
+            SotwResources::All(view) => Box::new(view.iter()),
+            SotwResources::Some(list) => Box::new(list.iter()),
+        }
+    }
 }
 
 impl Variant for DeltaSubscription {
     const REQUEST: &'static str = "DeltaDiscoveryRequest";
     type Message = envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     type Wire = DeltaWire;
+
+    fn carried(response: &DeltaResponse) -> Box<dyn Iterator<Item = &Arc<Resource>> + '_> {
+        Box::new(response.resources.iter())
+    }
 }
 
 pub(crate) type Sender<V> = mpsc::Sender<Result<<V as Variant>::Wire, Status>>;
@@ -83,7 +97,7 @@ pub(crate) async fn run<V: Variant>(
     let service = fixed.as_deref().unwrap_or("ADS").to_owned();
     let mut s: Stream<V> = Stream {
         id,
-        stats: ctx.streams.open(id, V::NAME),
+        stats: ctx.streams.open(id, V::NAME, fixed.is_none(), peer),
         watcher: ctx.store.watcher(),
         session: Session::with_options(fixed, ctx.options.session.clone()),
         ctx: ctx.clone(),
@@ -165,8 +179,11 @@ impl<V: Variant> Stream<V> {
                 .map(|n| n.client_features.join(","))
                 .unwrap_or_default();
             info!(stream, %node, user_agent, features, "node identified");
-            self.stats.set_node(node);
+            if let Some(client) = client {
+                self.stats.set_node(client);
+            }
         }
+        self.stats.requested(type_url, !handled.unknown_type);
         if handled.unknown_type {
             warn!(stream, %node, %type_url, "xdsd has no resources of this type; serving it as an empty type");
         }
@@ -179,7 +196,7 @@ impl<V: Variant> Stream<V> {
                 "subscribe"
             ),
             RequestKind::Ack { nonce } => {
-                self.stats.acked(true);
+                self.stats.answered(type_url, nonce, None);
                 debug!(stream, %node, %type_url, %nonce, "ACK")
             }
             RequestKind::Nack {
@@ -187,7 +204,8 @@ impl<V: Variant> Stream<V> {
                 rejected_version,
                 message,
             } => {
-                self.stats.acked(false);
+                self.stats
+                    .answered(type_url, nonce, Some((rejected_version.clone(), message)));
                 warn!(
                     stream,
                     %node,
@@ -239,7 +257,18 @@ impl<V: Variant> Stream<V> {
                     "response over the size limit: listeners and clusters go out whole, and so does one resource larger than the limit; the client may refuse it (gRPC clients take 4 MiB by default)"
                 );
             }
-            self.stats.sent(resources, removed);
+            self.stats.sent(
+                &type_url,
+                SentResponse {
+                    version,
+                    nonce,
+                    resources: V::carried(&response),
+                    resource_count: resources,
+                    removed,
+                    updated: V::updated(&response),
+                    bytes: response.body_len(),
+                },
+            );
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|down| *down) => return Err(Halt::ShuttingDown),

@@ -15,7 +15,7 @@ use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 use tonic_prost::ProstCodec;
 use xdsd_core::store::{Change, ResourceInput, Store};
-use xdsd_core::transport::grpc::{ServerOptions, XdsServer};
+use xdsd_core::transport::grpc::{ServerOptions, StatsHandle, XdsServer};
 use xdsd_core::transport::{StreamCounters, StreamStatus};
 
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -24,6 +24,7 @@ pub struct Server {
     pub store: Store,
     pub addr: SocketAddr,
     pub channel: Channel,
+    pub handle: StatsHandle,
     streams: Box<dyn Fn() -> (Vec<StreamStatus>, StreamCounters) + Send + Sync>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
@@ -41,6 +42,7 @@ impl Server {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = XdsServer::with_options(store.clone(), options);
         let stats = server.stats_handle();
+        let handle = stats.clone();
         let task = tokio::spawn(async move {
             server
                 .serve(listener, async move {
@@ -54,6 +56,7 @@ impl Server {
             store,
             addr,
             channel,
+            handle,
             streams: Box::new(move || (stats.streams(), stats.totals())),
             stop: Some(stop),
             task,

@@ -312,6 +312,9 @@ impl Xdsd {
             .args(["--listen", listen])
             .args(extra)
             .env("NO_COLOR", "1")
+            // Tests run side by side: the admin API on a free port (unless `extra` says
+            // otherwise).
+            .env("XDSD_ADMIN_LISTEN", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -337,6 +340,17 @@ impl Xdsd {
             return Err(format!("cannot parse the port from xdsd's line {line:?}"));
         };
         Ok(Xdsd { child, port, log })
+    }
+
+    /// The port of xdsd's admin API (from its "admin API listening" line).
+    pub async fn admin_port(&self) -> u16 {
+        let marker = "admin API listening on http://";
+        let line = self
+            .log
+            .expect_line_since(0, &[marker], "xdsd to start its admin API")
+            .await;
+        parse_port_after(&line, marker)
+            .unwrap_or_else(|| panic!("cannot parse the admin port from {line:?}"))
     }
 
     /// `http://127.0.0.1:PORT`, for gRPC clients.

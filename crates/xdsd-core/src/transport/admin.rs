@@ -1,0 +1,152 @@
+//! The admin HTTP API: read-only views of a running server for operators and their tools.
+//!
+//! - `GET /healthz`: 200 while the process serves HTTP (liveness).
+//! - `GET /readyz`: 200 when the server is ready and not shutting down, else 503.
+//! - `GET /clients`: the connected clients as JSON (see [`clients_json`]).
+//! - `GET /metrics`: Prometheus metrics, OpenMetrics text (see `metrics`).
+
+use std::future::Future;
+use std::time::SystemTime;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use super::clients::{ClientStatus, TypeStatus};
+use super::csds::{nack_details, resource_status};
+use super::grpc::StatsHandle;
+use super::metrics::CONTENT_TYPE;
+
+/// The admin API's routes over a server's `handle`.
+pub fn router(handle: StatsHandle) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/clients", get(clients))
+        .route("/metrics", get(metrics))
+        .with_state(handle)
+}
+
+/// Serves the admin API on `listener` until `signal` completes.
+pub async fn serve(
+    listener: TcpListener,
+    handle: StatsHandle,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(handle))
+        .with_graceful_shutdown(signal)
+        .await
+}
+
+async fn readyz(State(handle): State<StatsHandle>) -> Response {
+    if handle.serving() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else if handle.shutting_down() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: shutting down\n",
+        )
+            .into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+async fn clients(State(handle): State<StatsHandle>) -> Response {
+    let body = clients_json(&handle.clients()).to_string();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn metrics(State(handle): State<StatsHandle>) -> Response {
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        handle.metrics_text(),
+    )
+        .into_response()
+}
+
+/// Seconds since the Unix epoch.
+fn unix(at: SystemTime) -> f64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// The clients as `GET /clients` answers them: a JSON array, one object per stream.
+pub fn clients_json(clients: &[ClientStatus]) -> Value {
+    Value::Array(clients.iter().map(client_json).collect())
+}
+
+fn client_json(c: &ClientStatus) -> Value {
+    let node = c.node.as_ref().map(|n| {
+        json!({
+            "id": n.id,
+            "cluster": n.cluster,
+            "user_agent_name": n.user_agent_name,
+            "user_agent_version": n.user_agent_version,
+        })
+    });
+    json!({
+        "stream": c.stream,
+        "node": node,
+        "peer": c.peer.map(|p| p.to_string()),
+        "variant": c.variant,
+        "service": if c.ads { "ADS" } else { "per-type" },
+        "connected_at": unix(c.connected_at),
+        "counters": {
+            "responses": c.counters.responses,
+            "resources": c.counters.resources,
+            "removed": c.counters.removed,
+            "acks": c.counters.acks,
+            "nacks": c.counters.nacks,
+        },
+        "types": c.types.iter().map(type_json).collect::<Vec<_>>(),
+    })
+}
+
+fn type_json(t: &TypeStatus) -> Value {
+    let status = resource_status(t).as_str_name();
+    let last_sent = t.last_sent.as_ref().map(|s| {
+        json!({
+            "version": &*s.version,
+            "nonce": s.nonce,
+            "at": unix(s.at),
+            "resource_count": s.resource_count,
+            "removed": s.removed,
+            "resources": s.resources.iter().map(|r| json!({
+                "name": &**r.name(),
+                "version": &**r.version(),
+                "origin": r.origin().map(|o| &**o),
+            })).collect::<Vec<_>>(),
+        })
+    });
+    let last_ack = t.last_ack.as_ref().map(|a| {
+        json!({
+            "version": &*a.version,
+            "nonce": a.nonce,
+            "at": unix(a.at),
+        })
+    });
+    let last_nack = t.last_nack.as_ref().map(|n| {
+        json!({
+            "version": n.version.as_deref(),
+            "nonce": n.nonce,
+            "at": unix(n.at),
+            "message": n.message,
+            "origins": n.origins.iter().map(|o| &**o).collect::<Vec<_>>(),
+            "details": nack_details(&n.message, &n.origins),
+        })
+    });
+    json!({
+        "type_url": &*t.type_url,
+        "status": status,
+        "pending": t.pending,
+        "last_sent": last_sent,
+        "last_ack": last_ack,
+        "last_nack": last_nack,
+    })
+}

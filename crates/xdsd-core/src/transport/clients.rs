@@ -1,0 +1,378 @@
+//! What each connected client was sent, ACKed and NACKed, type by type: what CSDS and the admin
+//! API show. Each stream keeps its own record, fed by its driver as it handles requests and sends
+//! responses, and dropped with the stream. It is bounded: one entry per type the session serves
+//! (the session bounds those), at most [`MAX_TRACKED_RESOURCES`] resources of the last response
+//! of each, a NACK message cut to [`MAX_NACK_MESSAGE_BYTES`].
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::metrics::{Metrics, TypeMetrics};
+use crate::protocol::session::ClientNode;
+use crate::store::Resource;
+
+/// The resources of a type's last response a stream keeps (names, versions, origins): a response
+/// with more is summed up by its count.
+pub const MAX_TRACKED_RESOURCES: usize = 100;
+
+/// A NACK's error message is kept up to this many bytes.
+pub const MAX_NACK_MESSAGE_BYTES: usize = 4096;
+
+/// The origins (resource files) a NACK is traced to, at most.
+pub const MAX_NACK_ORIGINS: usize = 8;
+
+/// One connected client (one stream) as an operator sees it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientStatus {
+    /// The stream's id, unique in this server's lifetime (it appears in the logs).
+    pub stream: u64,
+    /// Aggregated (ADS), or a per-type service.
+    pub ads: bool,
+    /// "SotW" or "delta".
+    pub variant: &'static str,
+    pub peer: Option<SocketAddr>,
+    pub connected_at: SystemTime,
+    /// The client's node, once a request carried one.
+    pub node: Option<ClientNode>,
+    pub counters: super::StreamCounters,
+    /// Every type the client requested, by type URL.
+    pub types: Vec<TypeStatus>,
+}
+
+/// Where a client stands with one type.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TypeStatus {
+    pub type_url: Arc<str>,
+    /// The last response sent.
+    pub last_sent: Option<Sent>,
+    /// The last ACK.
+    pub last_ack: Option<Ack>,
+    /// The last NACK.
+    pub last_nack: Option<Nack>,
+    /// Whether the last answer (ACK or NACK) was a NACK.
+    pub nacked: bool,
+    /// Whether the last response sent awaits its ACK or NACK.
+    pub pending: bool,
+}
+
+/// A response as it was sent.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Sent {
+    /// The response's version: the type's for SotW, `system_version_info` for delta.
+    pub version: Arc<str>,
+    pub nonce: String,
+    pub at: SystemTime,
+    /// How many resources it carried.
+    pub resource_count: usize,
+    /// How many names it removed (delta).
+    pub removed: usize,
+    /// Its first [`MAX_TRACKED_RESOURCES`] resources.
+    pub resources: Vec<Arc<Resource>>,
+}
+
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Ack {
+    /// The version of the response ACKed.
+    pub version: Arc<str>,
+    pub nonce: String,
+    pub at: SystemTime,
+}
+
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Nack {
+    pub nonce: String,
+    /// The version of the response rejected.
+    pub version: Option<Arc<str>>,
+    /// The client's `error_detail` message (cut to [`MAX_NACK_MESSAGE_BYTES`]).
+    pub message: String,
+    pub at: SystemTime,
+    /// Where the rejected resources came from ("file (resource #N)"), when they can be told: the
+    /// resources of the rejected response that the message names, else its new or changed ones
+    /// if there are few; at most [`MAX_NACK_ORIGINS`].
+    pub origins: Vec<Arc<str>>,
+}
+
+impl TypeStatus {
+    fn new(type_url: Arc<str>) -> TypeStatus {
+        TypeStatus {
+            type_url,
+            last_sent: None,
+            last_ack: None,
+            last_nack: None,
+            nacked: false,
+            pending: false,
+        }
+    }
+}
+
+/// One type of one stream, as tracked.
+struct TypeTrack {
+    status: TypeStatus,
+    /// The metrics of this type, labelled by its type URL, or "other" for a type neither well
+    /// known nor in the store when the client first asked for it (a client can name any type
+    /// URL).
+    metrics: TypeMetrics,
+    sent_instant: Option<Instant>,
+    /// The new or changed resources of the last response (capped).
+    updated: Vec<Arc<Resource>>,
+}
+
+/// The record of one stream.
+pub(crate) struct Track {
+    pub(crate) node: Option<ClientNode>,
+    types: BTreeMap<Arc<str>, TypeTrack>,
+    metrics: Metrics,
+}
+
+/// The type URLs xdsd knows by name: each is its own metrics label.
+fn well_known(type_url: &str) -> bool {
+    use crate::types::*;
+    PER_TYPE_SERVICES.iter().any(|(_, t)| *t == type_url) || type_url == TYPED_EXTENSION_CONFIG
+}
+
+/// The metrics label of a type: its type URL, or "other".
+fn label(type_url: &str, in_store: bool) -> &str {
+    if in_store || well_known(type_url) {
+        type_url
+    } else {
+        "other"
+    }
+}
+
+impl Track {
+    pub(crate) fn new(metrics: Metrics) -> Track {
+        Track {
+            node: None,
+            types: BTreeMap::new(),
+            metrics,
+        }
+    }
+
+    /// The type's record, made on the first request for it; `in_store`: the store had the type
+    /// then.
+    pub(crate) fn requested(&mut self, type_url: &Arc<str>, in_store: bool) {
+        if self.types.contains_key(type_url) {
+            return;
+        }
+        let metrics = self.metrics.for_type(label(type_url, in_store));
+        self.types.insert(
+            type_url.clone(),
+            TypeTrack {
+                status: TypeStatus::new(type_url.clone()),
+                metrics,
+                sent_instant: None,
+                updated: Vec::new(),
+            },
+        );
+    }
+
+    /// A response of `bytes` went out.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn sent<'a>(
+        &mut self,
+        type_url: &Arc<str>,
+        version: &str,
+        nonce: &str,
+        resources: impl Iterator<Item = &'a Arc<Resource>>,
+        resource_count: usize,
+        removed: usize,
+        updated: &[Arc<Resource>],
+        bytes: usize,
+    ) {
+        self.requested(type_url, true);
+        let Some(t) = self.types.get_mut(type_url) else {
+            return;
+        };
+        t.metrics.sent(resource_count, bytes);
+        t.status.last_sent = Some(Sent {
+            version: version.into(),
+            nonce: nonce.to_owned(),
+            at: SystemTime::now(),
+            resource_count,
+            removed,
+            resources: resources.take(MAX_TRACKED_RESOURCES).cloned().collect(),
+        });
+        t.status.pending = true;
+        t.sent_instant = Some(Instant::now());
+        t.updated = updated
+            .iter()
+            .take(MAX_TRACKED_RESOURCES)
+            .cloned()
+            .collect();
+    }
+
+    /// The client ACKed (`nack` None) or NACKed the response with `nonce`. Returns the time
+    /// since that response went out, when it is the latest.
+    pub(crate) fn answered(
+        &mut self,
+        type_url: &Arc<str>,
+        nonce: &str,
+        nack: Option<(Option<Arc<str>>, &str)>,
+    ) -> Option<Duration> {
+        self.requested(type_url, true);
+        let t = self.types.get_mut(type_url)?;
+        let latest = t.status.last_sent.as_ref().filter(|s| s.nonce == nonce);
+        let latency = match (latest, t.sent_instant) {
+            (Some(_), Some(at)) if t.status.pending => Some(at.elapsed()),
+            _ => None,
+        };
+        if latest.is_some() {
+            t.status.pending = false;
+        }
+        t.metrics.answered(nack.is_none(), latency);
+        let at = SystemTime::now();
+        match nack {
+            None => {
+                let version = latest
+                    .map(|s| s.version.clone())
+                    .unwrap_or_else(|| Arc::from(""));
+                t.status.last_ack = Some(Ack {
+                    version,
+                    nonce: nonce.to_owned(),
+                    at,
+                });
+                t.status.nacked = false;
+            }
+            Some((version, message)) => {
+                let origins = latest
+                    .map(|s| origins(&s.resources, &t.updated, message))
+                    .unwrap_or_default();
+                t.status.last_nack = Some(Nack {
+                    nonce: nonce.to_owned(),
+                    version,
+                    message: cut(message, MAX_NACK_MESSAGE_BYTES).to_owned(),
+                    at,
+                    origins,
+                });
+                t.status.nacked = true;
+            }
+        }
+        latency
+    }
+
+    pub(crate) fn types(&self) -> Vec<TypeStatus> {
+        self.types.values().map(|t| t.status.clone()).collect()
+    }
+}
+
+/// The origins of the resources a NACK `message` is about, among a response's `resources` and its
+/// new or changed ones, `updated`: those the message names, else the changed ones (or all, for a
+/// first response, which has none) when there are few enough to be told apart by hand.
+fn origins(resources: &[Arc<Resource>], updated: &[Arc<Resource>], message: &str) -> Vec<Arc<str>> {
+    let named: Vec<&Arc<Resource>> = updated
+        .iter()
+        .chain(resources)
+        .filter(|r| !r.name().is_empty() && message.contains(&**r.name()))
+        .collect();
+    let candidates: Vec<&Arc<Resource>> = if !named.is_empty() {
+        named
+    } else if !updated.is_empty() {
+        updated.iter().collect()
+    } else {
+        resources.iter().collect()
+    };
+    if candidates.len() > MAX_NACK_ORIGINS
+        && !candidates.iter().any(|r| message.contains(&**r.name()))
+    {
+        return Vec::new();
+    }
+    let mut out: Vec<Arc<str>> = Vec::new();
+    for origin in candidates.iter().filter_map(|r| r.origin()) {
+        if out.len() == MAX_NACK_ORIGINS {
+            break;
+        }
+        if !out.contains(origin) {
+            out.push(origin.clone());
+        }
+    }
+    out
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn resource(name: &str, origin: &str) -> Arc<Resource> {
+        Arc::new(
+            Resource::new(crate::types::CLUSTER, name, Bytes::from_static(b"x"))
+                .with_origin(Some(origin.into())),
+        )
+    }
+
+    #[test]
+    fn a_nack_is_traced_to_the_resource_it_names_else_to_the_changed_ones() {
+        let all = vec![
+            resource("good", "a.yaml (resource #1)"),
+            resource("bad", "b.yaml (resource #1)"),
+        ];
+        let named = origins(
+            &all,
+            &[],
+            "Error adding/updating cluster(s) bad: no eds config",
+        );
+        assert_eq!(named, vec![Arc::<str>::from("b.yaml (resource #1)")]);
+        let changed = origins(&all, &all[..1], "something is wrong");
+        assert_eq!(changed, vec![Arc::<str>::from("a.yaml (resource #1)")]);
+    }
+
+    #[test]
+    fn the_track_follows_send_nack_send_ack() {
+        let mut track = Track::new(Metrics::new());
+        let t: Arc<str> = crate::types::CLUSTER.into();
+        track.requested(&t, false);
+        let all = vec![resource("bad", "b.yaml (resource #1)")];
+        track.sent(&t, "v1", "1", all.iter(), 1, 0, &all, 10);
+        assert!(track.types()[0].pending);
+        let latency = track.answered(&t, "1", Some((Some("v1".into()), "bad is bad")));
+        assert!(latency.is_some());
+        let status = &track.types()[0];
+        assert!(status.nacked && !status.pending);
+        let nack = status.last_nack.as_ref().expect("a NACK");
+        assert_eq!(nack.origins, vec![Arc::<str>::from("b.yaml (resource #1)")]);
+        track.sent(&t, "v2", "2", all.iter(), 1, 0, &all, 10);
+        let latency = track.answered(&t, "2", None);
+        assert!(latency.is_some());
+        let status = &track.types()[0];
+        assert!(!status.nacked && !status.pending);
+        assert_eq!(&*status.last_ack.as_ref().expect("an ACK").version, "v2");
+        assert!(status.last_nack.is_some(), "the last NACK stays on record");
+    }
+
+    #[test]
+    fn an_unknown_type_is_labelled_other() {
+        assert_eq!(label("type.googleapis.com/made.up.Type", false), "other");
+        assert_eq!(
+            label("type.googleapis.com/made.up.Type", true),
+            "type.googleapis.com/made.up.Type"
+        );
+        assert_eq!(label(crate::types::CLUSTER, false), crate::types::CLUSTER);
+    }
+
+    #[test]
+    fn long_messages_are_cut_on_a_character_boundary() {
+        let text = "é".repeat(MAX_NACK_MESSAGE_BYTES);
+        let cut = cut(&text, MAX_NACK_MESSAGE_BYTES + 1);
+        assert!(cut.len() <= MAX_NACK_MESSAGE_BYTES + 1);
+        assert!(cut.chars().all(|c| c == 'é'));
+    }
+}

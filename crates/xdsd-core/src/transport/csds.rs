@@ -1,0 +1,361 @@
+//! CSDS (`envoy.service.status.v3.ClientStatusDiscoveryService`): what each connected client was
+//! sent and whether it ACKed or NACKed it, from the streams' records (see `clients`).
+//!
+//! One `ClientConfig` per client: streams of one node id (an Envoy on the per-type services has
+//! one per type) are one client. Each type the client requested gives one `GenericXdsConfig` per
+//! resource of the last response of that type (up to [`MAX_TRACKED_RESOURCES`]), or one with no
+//! name when that response had none (or nothing was sent yet).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use envoy_types::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
+use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
+use envoy_types::pb::envoy::config::core::v3::{Locality, Node};
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
+use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_server::{
+    ClientStatusDiscoveryService, ClientStatusDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::status::v3::{
+    ClientConfig, ClientStatusRequest, ClientStatusResponse, ConfigStatus,
+};
+use envoy_types::pb::google::protobuf::{Any, Timestamp};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::clients::{ClientStatus, TypeStatus};
+use super::context::ServerContext;
+use crate::protocol::session::ClientNode;
+
+#[cfg(doc)]
+use super::clients::MAX_TRACKED_RESOURCES;
+
+/// The largest CSDS request accepted: node matchers are short.
+const MAX_CSDS_REQUEST_BYTES: usize = 64 * 1024;
+
+/// The CSDS service of a server, to mount beside the discovery services.
+pub(crate) fn service(ctx: Arc<ServerContext>) -> ClientStatusDiscoveryServiceServer<Csds> {
+    ClientStatusDiscoveryServiceServer::new(Csds { ctx })
+        .max_decoding_message_size(MAX_CSDS_REQUEST_BYTES)
+}
+
+pub(crate) struct Csds {
+    ctx: Arc<ServerContext>,
+}
+
+#[tonic::async_trait]
+impl ClientStatusDiscoveryService for Csds {
+    type StreamClientStatusStream = ReceiverStream<Result<ClientStatusResponse, Status>>;
+
+    async fn stream_client_status(
+        &self,
+        request: Request<Streaming<ClientStatusRequest>>,
+    ) -> Result<Response<Self::StreamClientStatusStream>, Status> {
+        let mut requests = request.into_inner();
+        // One answer at a time: a client that stops reading holds one.
+        let (tx, rx) = mpsc::channel(1);
+        let ctx = self.ctx.clone();
+        tokio::spawn(async move {
+            let mut shutdown = ctx.shutdown.clone();
+            loop {
+                let request = tokio::select! {
+                    _ = shutdown.wait_for(|down| *down) => break,
+                    request = requests.message() => request,
+                };
+                let answer = match request {
+                    Ok(Some(request)) => client_status(&ctx, &request),
+                    // The client ended its requests, or the stream broke.
+                    Ok(None) | Err(_) => break,
+                };
+                let last = answer.is_err();
+                tokio::select! {
+                    _ = shutdown.wait_for(|down| *down) => break,
+                    sent = tx.send(answer) => if sent.is_err() || last { break },
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn fetch_client_status(
+        &self,
+        request: Request<ClientStatusRequest>,
+    ) -> Result<Response<ClientStatusResponse>, Status> {
+        client_status(&self.ctx, request.get_ref()).map(Response::new)
+    }
+}
+
+/// The answer to one CSDS request: the clients its node matchers select (all without any).
+pub(crate) fn client_status(
+    ctx: &ServerContext,
+    request: &ClientStatusRequest,
+) -> Result<ClientStatusResponse, Status> {
+    for m in &request.node_matchers {
+        check_matcher(m)?;
+    }
+    let mut clients: Vec<(ClientNode, Vec<ClientStatus>)> = Vec::new();
+    for client in ctx.streams.clients() {
+        let node = client.node.clone().unwrap_or_default();
+        if !request.node_matchers.is_empty()
+            && !request.node_matchers.iter().any(|m| node_matches(m, &node))
+        {
+            continue;
+        }
+        // Streams of one node id are one client; streams with no node yet are each their own.
+        match clients
+            .iter_mut()
+            .find(|(n, _)| !n.id.is_empty() && n.id == node.id)
+        {
+            Some((_, streams)) => streams.push(client),
+            None => clients.push((node, vec![client])),
+        }
+    }
+    let config = clients
+        .into_iter()
+        .map(|(node, streams)| ClientConfig {
+            node: Some(to_node(&node)),
+            generic_xds_configs: streams
+                .iter()
+                .flat_map(|s| &s.types)
+                .flat_map(|t| generic_configs(t, !request.exclude_resource_contents))
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    Ok(ClientStatusResponse { config })
+}
+
+/// Refuses what xdsd cannot match on.
+fn check_matcher(m: &NodeMatcher) -> Result<(), Status> {
+    if !m.node_metadatas.is_empty() {
+        return Err(Status::invalid_argument(
+            "node_metadatas matchers are not supported: match on node_id",
+        ));
+    }
+    match m.node_id.as_ref().map(|s| &s.match_pattern) {
+        None => Ok(()),
+        Some(Some(
+            MatchPattern::Exact(_)
+            | MatchPattern::Prefix(_)
+            | MatchPattern::Suffix(_)
+            | MatchPattern::Contains(_),
+        )) => Ok(()),
+        Some(Some(MatchPattern::SafeRegex(_))) => Err(Status::invalid_argument(
+            "node_id safe_regex matchers are not supported: use exact, prefix, suffix or contains",
+        )),
+        Some(Some(MatchPattern::Custom(_))) => Err(Status::invalid_argument(
+            "node_id custom matchers are not supported: use exact, prefix, suffix or contains",
+        )),
+        Some(None) => Err(Status::invalid_argument(
+            "a node_id matcher needs a pattern: exact, prefix, suffix or contains",
+        )),
+    }
+}
+
+fn node_matches(m: &NodeMatcher, node: &ClientNode) -> bool {
+    m.node_id
+        .as_ref()
+        .is_none_or(|s| string_matches(s, &node.id))
+}
+
+fn string_matches(m: &StringMatcher, value: &str) -> bool {
+    let fold = |s: &str| {
+        if m.ignore_case {
+            s.to_lowercase()
+        } else {
+            s.to_owned()
+        }
+    };
+    let value = fold(value);
+    match &m.match_pattern {
+        Some(MatchPattern::Exact(p)) => value == fold(p),
+        Some(MatchPattern::Prefix(p)) => value.starts_with(&fold(p)),
+        Some(MatchPattern::Suffix(p)) => value.ends_with(&fold(p)),
+        Some(MatchPattern::Contains(p)) => value.contains(&fold(p)),
+        // Refused by `check_matcher`.
+        _ => false,
+    }
+}
+
+fn to_node(node: &ClientNode) -> Node {
+    Node {
+        id: node.id.clone(),
+        cluster: node.cluster.clone(),
+        user_agent_name: node.user_agent_name.clone(),
+        user_agent_version_type: (!node.user_agent_version.is_empty())
+            .then(|| UserAgentVersionType::UserAgentVersion(node.user_agent_version.clone())),
+        client_features: node.client_features.clone(),
+        locality: node
+            .locality
+            .as_ref()
+            .map(|(region, zone, sub_zone)| Locality {
+                region: region.clone(),
+                zone: zone.clone(),
+                sub_zone: sub_zone.clone(),
+            }),
+        ..Default::default()
+    }
+}
+
+fn timestamp(at: SystemTime) -> Timestamp {
+    let since = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp {
+        seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(since.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// The client's status with a type, as CSDS says it.
+pub(crate) fn resource_status(t: &TypeStatus) -> ClientResourceStatus {
+    if t.nacked {
+        ClientResourceStatus::Nacked
+    } else if t.last_ack.is_some() {
+        ClientResourceStatus::Acked
+    } else {
+        ClientResourceStatus::Requested
+    }
+}
+
+/// The server's side of it.
+fn config_status(t: &TypeStatus) -> ConfigStatus {
+    if t.last_sent.is_none() {
+        ConfigStatus::NotSent
+    } else if t.pending {
+        ConfigStatus::Stale
+    } else if t.nacked {
+        ConfigStatus::Error
+    } else {
+        ConfigStatus::Synced
+    }
+}
+
+/// A NACK's details, with the files of the resources it is traced to.
+pub(crate) fn nack_details(message: &str, origins: &[Arc<str>]) -> String {
+    if origins.is_empty() {
+        return message.to_owned();
+    }
+    let files: Vec<&str> = origins.iter().map(|o| &**o).collect();
+    format!("{message} [from {}]", files.join(", "))
+}
+
+fn generic_configs(t: &TypeStatus, contents: bool) -> Vec<GenericXdsConfig> {
+    let acked_version = t
+        .last_ack
+        .as_ref()
+        .map(|a| a.version.to_string())
+        .unwrap_or_default();
+    let error_state = t
+        .last_nack
+        .as_ref()
+        .filter(|_| t.nacked)
+        .map(|n| UpdateFailureState {
+            last_update_attempt: Some(timestamp(n.at)),
+            details: nack_details(&n.message, &n.origins),
+            version_info: n.version.as_deref().unwrap_or("").to_owned(),
+            ..Default::default()
+        });
+    let last_updated = t
+        .last_ack
+        .as_ref()
+        .map(|a| a.at)
+        .or(t.last_sent.as_ref().map(|s| s.at))
+        .map(timestamp);
+    let base = GenericXdsConfig {
+        type_url: t.type_url.to_string(),
+        version_info: acked_version,
+        last_updated,
+        config_status: config_status(t) as i32,
+        client_status: resource_status(t) as i32,
+        error_state,
+        ..Default::default()
+    };
+    let resources = t
+        .last_sent
+        .as_ref()
+        .map(|s| s.resources.as_slice())
+        .unwrap_or_default();
+    if resources.is_empty() {
+        return vec![base];
+    }
+    resources
+        .iter()
+        .map(|r| GenericXdsConfig {
+            name: r.name().to_string(),
+            xds_config: contents.then(|| Any {
+                type_url: t.type_url.to_string(),
+                value: r.value().to_vec(),
+            }),
+            ..base.clone()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matcher(pattern: MatchPattern, ignore_case: bool) -> StringMatcher {
+        StringMatcher {
+            match_pattern: Some(pattern),
+            ignore_case,
+        }
+    }
+
+    #[test]
+    fn string_matchers_match_as_envoy_says() {
+        let id = "Envoy-Front-1";
+        assert!(string_matches(
+            &matcher(MatchPattern::Exact(id.into()), false),
+            id
+        ));
+        assert!(!string_matches(
+            &matcher(MatchPattern::Exact("envoy-front-1".into()), false),
+            id
+        ));
+        assert!(string_matches(
+            &matcher(MatchPattern::Exact("envoy-front-1".into()), true),
+            id
+        ));
+        assert!(string_matches(
+            &matcher(MatchPattern::Prefix("Envoy-".into()), false),
+            id
+        ));
+        assert!(string_matches(
+            &matcher(MatchPattern::Suffix("-1".into()), false),
+            id
+        ));
+        assert!(string_matches(
+            &matcher(MatchPattern::Contains("Front".into()), false),
+            id
+        ));
+        assert!(!string_matches(
+            &matcher(MatchPattern::Contains("back".into()), true),
+            id
+        ));
+    }
+
+    #[test]
+    fn regex_and_metadata_matchers_are_refused() {
+        let regex = NodeMatcher {
+            node_id: Some(matcher(MatchPattern::SafeRegex(Default::default()), false)),
+            node_metadatas: vec![],
+        };
+        assert_eq!(
+            check_matcher(&regex).map_err(|s| s.code()),
+            Err(tonic::Code::InvalidArgument)
+        );
+        let metadata = NodeMatcher {
+            node_id: None,
+            node_metadatas: vec![Default::default()],
+        };
+        assert_eq!(
+            check_matcher(&metadata).map_err(|s| s.code()),
+            Err(tonic::Code::InvalidArgument)
+        );
+    }
+}

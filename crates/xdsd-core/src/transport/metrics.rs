@@ -1,0 +1,259 @@
+//! Prometheus metrics of a server: its streams, what they were sent, their ACKs and NACKs, and
+//! the loads of its source. Every label value comes from a bounded set: variants, results, and
+//! type URLs that are well known or in the store (any other type a client names counts as
+//! "other").
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::store::Snapshot;
+
+/// The content type of [`Metrics::encode`]'s text (OpenMetrics, which Prometheus reads).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Bounds of the push-to-ACK latency histogram, in seconds.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+type Labels = Vec<(&'static str, String)>;
+
+fn type_label(type_url: &str) -> Labels {
+    vec![("type_url", type_url.to_owned())]
+}
+
+/// How a load of the source ended, for [`Metrics::reload`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reload {
+    /// Applied: the store changed.
+    Applied,
+    /// Read and valid, but nothing changed.
+    Unchanged,
+    /// Rejected: the previous state is still served.
+    Rejected,
+}
+
+/// A server's metrics. Cheap to clone; the binary counts its source's loads through
+/// [`Metrics::reload`].
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    streams: Family<Labels, Gauge>,
+    streams_opened: Family<Labels, Counter>,
+    responses: Family<Labels, Counter>,
+    resources_sent: Family<Labels, Counter>,
+    bytes_sent: Family<Labels, Counter>,
+    acks: Family<Labels, Counter>,
+    nacks: Family<Labels, Counter>,
+    ack_latency: Family<Labels, Histogram, fn() -> Histogram>,
+    reloads: Family<Labels, Counter>,
+    resources: Family<Labels, Gauge>,
+    generation: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("xdsd");
+        let streams = Family::<Labels, Gauge>::default();
+        let streams_opened = Family::<Labels, Counter>::default();
+        let responses = Family::<Labels, Counter>::default();
+        let resources_sent = Family::<Labels, Counter>::default();
+        let bytes_sent = Family::<Labels, Counter>::default();
+        let acks = Family::<Labels, Counter>::default();
+        let nacks = Family::<Labels, Counter>::default();
+        let ack_latency: Family<Labels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        let reloads = Family::<Labels, Counter>::default();
+        let resources = Family::<Labels, Gauge>::default();
+        let generation = Gauge::default();
+        let build = Family::<Labels, Gauge>::default();
+        build
+            .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_owned())])
+            .set(1);
+        registry.register(
+            "build_info",
+            "xdsd's version (the value is always 1)",
+            build,
+        );
+        registry.register(
+            "connected_streams",
+            "Open xDS streams, by variant (sotw, delta) and service (ads, per_type)",
+            streams.clone(),
+        );
+        registry.register(
+            "streams_opened",
+            "xDS streams opened, by variant and service",
+            streams_opened.clone(),
+        );
+        registry.register(
+            "responses",
+            "Responses (pushes) sent, by type URL",
+            responses.clone(),
+        );
+        registry.register(
+            "resources_sent",
+            "Resources sent in responses, by type URL",
+            resources_sent.clone(),
+        );
+        registry.register_with_unit(
+            "response",
+            "Bytes of the responses sent, by type URL",
+            Unit::Bytes,
+            bytes_sent.clone(),
+        );
+        registry.register("acks", "ACKs received, by type URL", acks.clone());
+        registry.register("nacks", "NACKs received, by type URL", nacks.clone());
+        registry.register_with_unit(
+            "push_ack_latency",
+            "Time from a response to its ACK or NACK, by type URL",
+            Unit::Seconds,
+            ack_latency.clone(),
+        );
+        registry.register(
+            "reloads",
+            "Loads of the resource source after the first, by result (applied, unchanged, rejected)",
+            reloads.clone(),
+        );
+        registry.register(
+            "resources",
+            "Resources (variants) the store holds, by type URL",
+            resources.clone(),
+        );
+        registry.register(
+            "store_generation",
+            "The store's generation: how many changes it took",
+            generation.clone(),
+        );
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                streams,
+                streams_opened,
+                responses,
+                resources_sent,
+                bytes_sent,
+                acks,
+                nacks,
+                ack_latency,
+                reloads,
+                resources,
+                generation,
+            }),
+        }
+    }
+
+    /// Counts a load of the source (after the first).
+    pub fn reload(&self, result: Reload) {
+        let result = match result {
+            Reload::Applied => "applied",
+            Reload::Unchanged => "unchanged",
+            Reload::Rejected => "rejected",
+        };
+        self.inner
+            .reloads
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc();
+    }
+
+    /// The metrics in the OpenMetrics text format ([`CONTENT_TYPE`]), with the store's
+    /// resources counted from `snapshot`.
+    pub fn encode(&self, snapshot: &Snapshot) -> String {
+        let i = &self.inner;
+        i.resources.clear();
+        for t in snapshot.types() {
+            i.resources
+                .get_or_create(&type_label(t.type_url()))
+                .set(i64::try_from(t.len()).unwrap_or(i64::MAX));
+        }
+        i.generation
+            .set(i64::try_from(snapshot.generation()).unwrap_or(i64::MAX));
+        let mut text = String::new();
+        // Writing to a String does not fail.
+        let _ = encode(&mut text, &i.registry);
+        text
+    }
+
+    fn stream_labels(variant: &str, ads: bool) -> Labels {
+        vec![
+            ("variant", variant.to_ascii_lowercase()),
+            ("service", if ads { "ads" } else { "per_type" }.to_owned()),
+        ]
+    }
+
+    pub(crate) fn stream_opened(&self, variant: &str, ads: bool) {
+        let labels = Metrics::stream_labels(variant, ads);
+        self.inner.streams.get_or_create(&labels).inc();
+        self.inner.streams_opened.get_or_create(&labels).inc();
+    }
+
+    pub(crate) fn stream_closed(&self, variant: &str, ads: bool) {
+        let labels = Metrics::stream_labels(variant, ads);
+        self.inner.streams.get_or_create(&labels).dec();
+    }
+
+    /// The metrics of one type, labelled `label`: taken once per stream and type, so that
+    /// counting a push or an answer looks nothing up.
+    pub(crate) fn for_type(&self, label: &str) -> TypeMetrics {
+        let labels = type_label(label);
+        let i = &self.inner;
+        TypeMetrics {
+            responses: i.responses.get_or_create_owned(&labels),
+            resources_sent: i.resources_sent.get_or_create_owned(&labels),
+            bytes_sent: i.bytes_sent.get_or_create_owned(&labels),
+            acks: i.acks.get_or_create_owned(&labels),
+            nacks: i.nacks.get_or_create_owned(&labels),
+            ack_latency: i.ack_latency.get_or_create_owned(&labels),
+        }
+    }
+}
+
+/// The metrics of one type URL (see [`Metrics::for_type`]).
+#[derive(Clone, Debug)]
+pub(crate) struct TypeMetrics {
+    responses: Counter,
+    resources_sent: Counter,
+    bytes_sent: Counter,
+    acks: Counter,
+    nacks: Counter,
+    ack_latency: Histogram,
+}
+
+impl TypeMetrics {
+    pub(crate) fn sent(&self, resources: usize, bytes: usize) {
+        self.responses.inc();
+        self.resources_sent.inc_by(resources as u64);
+        self.bytes_sent.inc_by(bytes as u64);
+    }
+
+    pub(crate) fn answered(&self, ack: bool, latency: Option<Duration>) {
+        if ack {
+            self.acks.inc();
+        } else {
+            self.nacks.inc();
+        }
+        if let Some(latency) = latency {
+            self.ack_latency.observe(latency.as_secs_f64());
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! `--admin-listen`: the admin HTTP API (see `xdsd_core::transport::admin`) beside the xDS server.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+use xdsd_core::transport::grpc::StatsHandle;
+
+/// The default `--admin-listen`: loopback only, since the API shows every client's node.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:18001";
+
+/// `--admin-listen`: an address, or "off".
+pub fn parse_admin_listen(text: &str) -> Result<AdminListen, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(AdminListen(None));
+    }
+    text.parse::<SocketAddr>()
+        .map(|a| AdminListen(Some(a)))
+        .map_err(|_| format!("{text:?} is neither an address (e.g. 127.0.0.1:18001) nor off"))
+}
+
+/// Where the admin API listens; None when it is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminListen(pub Option<SocketAddr>);
+
+/// A running admin API.
+pub struct Admin {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+/// Binds the admin API on `listen` (nothing when it is off) and serves it until [`Admin::stop`].
+pub async fn start(listen: AdminListen, handle: StatsHandle) -> anyhow::Result<Option<Admin>> {
+    let Some(addr) = listen.0 else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (--admin-listen)"))?;
+    let bound = listener.local_addr().context("reading the admin address")?;
+    info!("admin API listening on http://{bound} (/healthz, /readyz, /clients, /metrics)");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(xdsd_core::transport::admin::serve(
+        listener,
+        handle,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Ok(Some(Admin { stop, task }))
+}
+
+impl Admin {
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        match tokio::time::timeout(xdsd_core::transport::grpc::SHUTDOWN_GRACE, self.task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => warn!("the admin API ended with an error: {e}"),
+            Ok(Err(e)) => warn!("the admin API task ended abnormally: {e}"),
+            // A client holding a connection open: the process exits all the same.
+            Err(_) => {}
+        }
+    }
+}
