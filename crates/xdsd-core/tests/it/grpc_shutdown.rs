@@ -17,8 +17,7 @@ use xdsd_core::transport::grpc::{ServerOptions, XdsServer};
 use xdsd_core::transport::StreamStatus;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
-mod common;
-use common::{connect, Server, WAIT};
+use crate::common::{connect, Server, WAIT};
 
 /// Endpoints of this many clusters, [`RESOURCE_BYTES`] each: 18 MB, far more than HTTP/2 flow
 /// control (a 2 MiB stream window by default) and the server's buffers let through to a client

@@ -20,8 +20,7 @@ use xdsd_core::params::Constraints;
 use xdsd_core::store::{Change, RESOURCE_WRAPPER};
 use xdsd_core::types::CLUSTER_LOAD_ASSIGNMENT;
 
-mod common;
-use common::{input, Server, WAIT};
+use crate::common::{input, Server, WAIT};
 
 fn env(value: &str) -> DynamicParameterConstraints {
     DynamicParameterConstraints {

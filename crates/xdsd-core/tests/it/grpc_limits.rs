@@ -16,8 +16,7 @@ use tonic::Code;
 use xdsd_core::transport::grpc::{ServerOptions, DEFAULT_MAX_REQUEST_BYTES};
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
-mod common;
-use common::{raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
+use crate::common::{raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
 
 const MIB: usize = 1024 * 1024;
 
@@ -223,7 +222,7 @@ fn six_megabytes(server: &Server) -> Vec<String> {
     server
         .store
         .apply(names.iter().map(|n| {
-            xdsd_core::store::Change::Set(common::input(CLUSTER_LOAD_ASSIGNMENT, n, &body))
+            xdsd_core::store::Change::Set(crate::common::input(CLUSTER_LOAD_ASSIGNMENT, n, &body))
         }))
         .unwrap();
     names

@@ -14,8 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 
-mod common;
-use common::{Server, WAIT};
+use crate::common::{Server, WAIT};
 
 async fn ads(server: &Server) -> Stream {
     let (tx, rx) = mpsc::channel(16);

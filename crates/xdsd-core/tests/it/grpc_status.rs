@@ -31,8 +31,7 @@ use tonic_health::pb::HealthCheckRequest;
 use xdsd_core::store::Change;
 use xdsd_core::types::CLUSTER;
 
-mod common;
-use common::{input, Server, WAIT};
+use crate::common::{input, Server, WAIT};
 
 const ORIGIN: &str = "clusters.yaml (resource #1)";
 

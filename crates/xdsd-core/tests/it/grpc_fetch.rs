@@ -30,8 +30,7 @@ use xdsd_core::types::{
     SCOPED_ROUTE_CONFIGURATION, SECRET,
 };
 
-mod common;
-use common::{input, Server, WAIT};
+use crate::common::{input, Server, WAIT};
 
 /// For each per-type service with a `Fetch*` method: `fetch` calls it, `stream_first` opens its
 /// stream, sends the same request and takes the first response.

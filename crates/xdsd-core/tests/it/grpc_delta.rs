@@ -15,8 +15,7 @@ use tonic::Streaming;
 use xdsd_core::store::Change;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
-mod common;
-use common::{input, Server, WAIT};
+use crate::common::{input, Server, WAIT};
 
 struct Delta {
     node: &'static str,

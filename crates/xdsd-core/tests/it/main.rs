@@ -1,0 +1,11 @@
+//! xdsd-core's integration tests: one binary, a module per subject, over real gRPC on loopback
+//! to an in-process xdsd (see `common`).
+
+mod common;
+mod grpc_delta;
+mod grpc_fetch;
+mod grpc_limits;
+mod grpc_shutdown;
+mod grpc_sotw;
+mod grpc_status;
+mod grpc_variants;
