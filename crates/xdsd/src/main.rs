@@ -28,6 +28,7 @@ mod load;
 mod offline;
 
 mod rest_json;
+mod tls_args;
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
 ///
@@ -64,6 +65,10 @@ enum Command {
     /// examples/basic for a complete setup. With --write-files, xdsd also writes the resources
     /// as DiscoveryResponse files for Envoy's path_config_source, at start and after each
     /// change (see `xdsd render --help` and docs/files.md).
+    ///
+    /// With --tls-cert and --tls-key, the port serves TLS; with --client-ca too, mutual TLS,
+    /// each client's node bound to its certificate's identity (docs/tls.md). Plaintext on an
+    /// address other than loopback is logged as a warning at start.
     ///
     /// SIGTERM or SIGINT stops xdsd: open streams end with UNAVAILABLE (clients reconnect), and
     /// it exits within about a second, closing any connection still open by then.
@@ -186,6 +191,9 @@ struct RenderArgs {
 struct ServeArgs {
     #[command(flatten)]
     source: SourceArgs,
+
+    #[command(flatten)]
+    tls: Box<tls_args::TlsArgs>,
 
     /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
     #[arg(
@@ -546,6 +554,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
     info!("xDS gRPC server listening on {addr}");
+    args.tls.log(addr);
 
     let make_before_break = args.make_before_break == OnOff::On;
     if !make_before_break {
@@ -562,7 +571,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .rest_hold(args.rest_hold)
         .max_held_polls(args.max_held_polls);
     let rest = rest_json::DescriptorJson::new(&descriptors)?;
-    let server = XdsServer::with_options(store, options).with_rest_json(Arc::new(rest));
+    let mut server = XdsServer::with_options(store, options).with_rest_json(Arc::new(rest));
+    if let Some(tls) = args.tls.options() {
+        server = server.with_tls(tls).context("cannot set up TLS")?;
+    }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;
