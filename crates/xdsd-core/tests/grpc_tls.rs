@@ -29,6 +29,7 @@ use tonic::{Code, Status, Streaming};
 use xdsd_core::protocol::identity::NodeIdentityRules;
 use xdsd_core::store::{Change, Store};
 use xdsd_core::transport::grpc::{ServerOptions, XdsServer};
+use xdsd_core::transport::rest::JsonCodec;
 use xdsd_core::transport::tls::{identity_of, TlsOptions};
 use xdsd_core::types::CLUSTER;
 
@@ -37,6 +38,19 @@ use common::pki::{replace, Id, Pair, Pki};
 use common::{input, WAIT};
 
 const SPIFFE_NODE_1: &str = "spiffe://example.org/ns/test/sa/node-1";
+
+/// A "JSON" codec that passes the protobuf encoding through: the REST routes see a request body
+/// and answer a body, which is all this test needs of them.
+struct Passthrough;
+
+impl JsonCodec for Passthrough {
+    fn request_from_json(&self, json: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(json.to_vec())
+    }
+    fn response_to_json(&self, encoded: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(encoded.to_vec())
+    }
+}
 
 struct TlsServer {
     store: Store,
@@ -48,6 +62,10 @@ struct TlsServer {
 
 impl TlsServer {
     async fn start(tls: TlsOptions) -> TlsServer {
+        TlsServer::start_with(tls, false).await
+    }
+
+    async fn start_with(tls: TlsOptions, rest: bool) -> TlsServer {
         let store = Store::new();
         store
             .apply([Change::Set(input(CLUSTER, "cluster-a", b"a"))])
@@ -56,9 +74,12 @@ impl TlsServer {
             .await
             .expect("a port");
         let addr = listener.local_addr().expect("its address");
-        let server = XdsServer::with_options(store.clone(), ServerOptions::default())
+        let mut server = XdsServer::with_options(store.clone(), ServerOptions::default())
             .with_tls(tls)
             .expect("the TLS files load");
+        if rest {
+            server = server.with_rest_json(Arc::new(Passthrough));
+        }
         let stats = server.stats_handle();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -525,5 +546,61 @@ async fn the_server_certificate_is_replaced_under_open_streams() {
         assert_eq!(next(responses).await.expect("an update").resources.len(), 2);
     }
     drop(streams);
+    server.stop().await;
+}
+
+/// One HTTP/1.1 REST poll over TLS, ALPN http/1.1: the status line and the body.
+async fn rest_poll(addr: SocketAddr, pki: &Pki, client: &Pair, node: &str) -> (String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut config = ClientConfig::clone(&client_config(&pki.ca, Some(client)));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut tls = handshake(addr, Arc::new(config))
+        .await
+        .expect("a handshake");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let body = prost::Message::encode_to_vec(&request(node, CLUSTER));
+    let head = format!(
+        "POST /v3/discovery:clusters HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.expect("sent");
+    tls.write_all(&body).await.expect("sent");
+    let mut answer = Vec::new();
+    // The server closes after its answer (connection: close); a TLS close without
+    // close_notify is fine here.
+    let _ = tokio::time::timeout(WAIT, tls.read_to_end(&mut answer))
+        .await
+        .expect("an answer in time");
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP answer");
+    let status = String::from_utf8_lossy(&answer[..split])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    (status, answer[split + 4..].to_vec())
+}
+
+#[tokio::test]
+async fn rest_polls_over_mutual_tls_are_bound_to_the_identity_too() {
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let client = pki.client("node-1", Id::Uri(SPIFFE_NODE_1));
+    let server = TlsServer::start_with(mtls(&pki, &server_pair), true).await;
+
+    let (status, body) = rest_poll(server.addr, &pki, &client, "node-1").await;
+    assert!(status.contains(" 200 "), "{status}");
+    let response: DiscoveryResponse = prost::Message::decode(body.as_slice()).expect("a response");
+    assert_eq!(response.resources.len(), 1);
+
+    let (status, body) = rest_poll(server.addr, &pki, &client, "node-2").await;
+    assert!(status.contains(" 403 "), "{status}");
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains("node-2") && body.contains("may not claim"),
+        "{body}"
+    );
     server.stop().await;
 }
