@@ -201,14 +201,20 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
         path: path.to_owned(),
         source,
     };
-    let len = std::fs::metadata(path).map_err(read)?.len();
-    if len > MAX_PEM_BYTES {
+    let mut bytes = Vec::new();
+    // Bounded as it is read: the file may grow after a size check.
+    io::Read::read_to_end(
+        &mut io::Read::take(std::fs::File::open(path).map_err(read)?, MAX_PEM_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(read)?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
         return Err(TlsError::Invalid {
             path: path.to_owned(),
-            detail: format!("{len} bytes, more than the {MAX_PEM_BYTES} a PEM file may have"),
+            detail: format!("more than the {MAX_PEM_BYTES} bytes a PEM file may have"),
         });
     }
-    std::fs::read(path).map_err(read)
+    Ok(bytes)
 }
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
