@@ -30,6 +30,7 @@ mod offline;
 
 mod admin;
 mod rest_json;
+mod tls_args;
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
 ///
@@ -71,6 +72,10 @@ enum Command {
     /// ACKed version per type, or its NACK with the error and the file of the rejected resource)
     /// and gRPC health; --admin-listen serves /healthz, /readyz, /clients and /metrics. See
     /// docs/operating.md.
+    ///
+    /// With --tls-cert and --tls-key, the port serves TLS; with --client-ca too, mutual TLS,
+    /// each client's node bound to its certificate's identity (docs/tls.md). Plaintext on an
+    /// address other than loopback is logged as a warning at start.
     ///
     /// SIGTERM or SIGINT stops xdsd: open streams end with UNAVAILABLE (clients reconnect), and
     /// it exits within about a second, closing any connection still open by then.
@@ -193,6 +198,9 @@ struct RenderArgs {
 struct ServeArgs {
     #[command(flatten)]
     source: SourceArgs,
+
+    #[command(flatten)]
+    tls: Box<tls_args::TlsArgs>,
 
     /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
     #[arg(
@@ -601,6 +609,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
     info!("xDS gRPC server listening on {addr}");
+    args.tls.log(addr);
 
     let make_before_break = args.make_before_break == OnOff::On;
     if !make_before_break {
@@ -618,9 +627,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .rest_hold(args.rest_hold)
         .max_held_polls(args.max_held_polls);
     let rest = rest_json::DescriptorJson::new(&descriptors)?;
-    let server = XdsServer::with_options(store, options)
+    let mut server = XdsServer::with_options(store, options)
         .with_metrics(metrics)
         .with_rest_json(Arc::new(rest));
+    if let Some(tls) = args.tls.options() {
+        server = server.with_tls(tls).context("cannot set up TLS")?;
+    }
     let admin = admin::start(args.admin_listen, server.stats_handle()).await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {

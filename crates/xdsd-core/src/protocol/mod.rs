@@ -3,6 +3,7 @@
 //! drive these machines and tests drive them directly.
 
 pub mod delta;
+pub mod identity;
 #[cfg(test)]
 mod model_tests;
 pub mod session;

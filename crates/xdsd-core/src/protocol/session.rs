@@ -22,6 +22,7 @@ use envoy_types::pb::google::protobuf::value::Kind;
 use prost::Message as _;
 
 use super::delta::{DeltaResponse, DeltaSubscription};
+use super::identity::IdentityBinding;
 use super::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
 use super::{NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::hash::{HashMap, HashSet};
@@ -122,6 +123,20 @@ pub enum SessionError {
     BadParameters { what: String, detail: String },
     #[error("more than {limit} {what} on one stream")]
     Limit { what: &'static str, limit: usize },
+    #[error(
+        "the client certificate's identity {identity:?} may not claim node {node:?} \
+         (cluster {cluster:?})"
+    )]
+    NodeNotAllowed {
+        identity: String,
+        node: String,
+        cluster: String,
+    },
+    #[error(
+        "the request carries no node; the first request of a client with a certificate \
+         (identity {identity:?}) must, to be checked against it"
+    )]
+    NodeRequired { identity: String },
 }
 
 /// How a [`SessionError`] is reported: the category a transport maps to its status.
@@ -131,12 +146,17 @@ pub enum ErrorKind {
     InvalidArgument,
     /// The request asks for more than xdsd holds for one client (gRPC RESOURCE_EXHAUSTED).
     ResourceExhausted,
+    /// The client may not be the node it claims (gRPC PERMISSION_DENIED).
+    PermissionDenied,
 }
 
 impl SessionError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             SessionError::Limit { .. } => ErrorKind::ResourceExhausted,
+            SessionError::NodeNotAllowed { .. } | SessionError::NodeRequired { .. } => {
+                ErrorKind::PermissionDenied
+            }
             _ => ErrorKind::InvalidArgument,
         }
     }
@@ -562,6 +582,8 @@ pub struct Session<M> {
     /// The one type of a per-type service; `None` on ADS.
     fixed: Option<Arc<str>>,
     node: Option<ClientNode>,
+    /// The client's certificate identity, when its node must match it.
+    binding: Option<IdentityBinding>,
     /// Digest of the node's encoding as last decoded (SotW), to decode it only when it changes.
     node_digest: Option<u64>,
     nonces: NonceGen,
@@ -597,6 +619,7 @@ impl<M: Machine> Session<M> {
             options,
             fixed,
             node: None,
+            binding: None,
             node_digest: None,
             nonces: NonceGen::default(),
             types: HashMap::default(),
@@ -614,6 +637,14 @@ impl<M: Machine> Session<M> {
         self.node.as_ref()
     }
 
+    /// Binds the session to a client certificate's identity: the node of the first request that
+    /// carries one must be one `binding` allows, and until then every request must carry a node.
+    /// Else the request fails with [`SessionError::NodeNotAllowed`] or
+    /// [`SessionError::NodeRequired`] (PERMISSION_DENIED).
+    pub fn bind_identity(&mut self, binding: IdentityBinding) {
+        self.binding = Some(binding);
+    }
+
     /// The node id for logs ("" until a request carried one).
     pub fn node_id(&self) -> &str {
         self.node.as_ref().map(|n| n.id.as_str()).unwrap_or("")
@@ -626,6 +657,11 @@ impl<M: Machine> Session<M> {
         snapshot: &Snapshot,
     ) -> Result<Handled, SessionError> {
         let identified = self.take_node(M::node(request))?;
+        if let (Some(binding), None) = (&self.binding, &self.node) {
+            return Err(SessionError::NodeRequired {
+                identity: binding.identity.to_string(),
+            });
+        }
         let requested = M::type_url(request);
         let type_url: Arc<str> = match &self.fixed {
             Some(t) if requested.is_empty() || requested == &**t => t.clone(),
@@ -743,6 +779,17 @@ impl<M: Machine> Session<M> {
         let client = ClientNode::from_node(&node)?;
         match &self.node {
             None => {
+                if let Some(binding) = &self.binding {
+                    if !binding.allows(&client) {
+                        // Decoded again if sent again: refused again.
+                        self.node_digest = None;
+                        return Err(SessionError::NodeNotAllowed {
+                            identity: binding.identity.to_string(),
+                            node: client.id,
+                            cluster: client.cluster,
+                        });
+                    }
+                }
                 self.node = Some(client);
                 Ok(true)
             }

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tonic::Status;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::context::ServerContext;
 use super::status::status_of;
 use crate::params::ParamSet;
-use crate::protocol::session::{Session, SessionError};
+use crate::protocol::identity::IdentityBinding;
+use crate::protocol::session::{ErrorKind, Session, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
 use crate::protocol::SubscriptionChange;
 use crate::store::{Encoding, Snapshot, View};
@@ -26,10 +27,16 @@ pub(crate) fn fetch(
     ctx: &ServerContext,
     type_url: Arc<str>,
     peer: Option<SocketAddr>,
+    binding: Option<&IdentityBinding>,
     request: &SotwRequest,
 ) -> Result<SotwResponse, Status> {
     let snapshot = ctx.store.snapshot();
-    let answer = answer(ctx, type_url, request, &snapshot).map_err(|e| status_of(&e))?;
+    let answer = answer(ctx, type_url, binding, request, &snapshot).map_err(|e| {
+        if e.kind() == ErrorKind::PermissionDenied {
+            warn!(peer = ?peer, error = %e, "fetch refused");
+        }
+        status_of(&e)
+    })?;
     debug!(
         peer = ?peer,
         node = %answer.node,
@@ -50,15 +57,19 @@ pub(crate) struct Answer {
     pub(crate) node: String,
 }
 
-/// The answer of a fresh per-type session to `request`, given the store's state `snapshot`.
+/// The answer of a fresh per-type session to `request` (bound to `binding`'s identity), given the store's state `snapshot`.
 pub(crate) fn answer(
     ctx: &ServerContext,
     type_url: Arc<str>,
+    binding: Option<&IdentityBinding>,
     request: &SotwRequest,
     snapshot: &Snapshot,
 ) -> Result<Answer, SessionError> {
     let mut session: Session<SotwSubscription> =
         Session::with_options(Some(type_url.clone()), ctx.options.session.clone());
+    if let Some(binding) = binding {
+        session.bind_identity(binding.clone());
+    }
     let handled = session.handle_request(request, snapshot)?;
     let now = Instant::now();
     let mut response: Option<SotwResponse> = None;

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
@@ -20,7 +20,7 @@ use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::server::{ClientStreamingService, Grpc, NamedService, StreamingService};
 use tonic::service::Routes;
-use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
+use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
@@ -32,6 +32,7 @@ use super::rest::JsonCodec;
 use super::stats::{StreamCounters, StreamStatus};
 use super::status::{self, status_of_read_error};
 use super::stream::{self, Variant};
+use super::tls::{self, Conn, ConnInfo, TlsError, TlsOptions, TlsState};
 use super::wire::SotwWire;
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::session::SessionOptions;
@@ -141,6 +142,8 @@ pub struct XdsServer {
     shutdown: watch::Sender<bool>,
     /// REST-JSON polling, when a JSON codec was given.
     rest: Option<Arc<dyn JsonCodec>>,
+    /// TLS on the port [`XdsServer::serve`] serves.
+    tls: Option<Arc<TlsState>>,
 }
 
 impl XdsServer {
@@ -155,6 +158,7 @@ impl XdsServer {
             ctx: Arc::new(ServerContext::new(store, options, rx, Metrics::new())),
             shutdown,
             rest: None,
+            tls: None,
         }
     }
 
@@ -178,6 +182,19 @@ impl XdsServer {
             metrics,
         ));
         self
+    }
+
+    /// Serves TLS (mutual TLS with a client CA; see [`TlsOptions`]) on the port
+    /// [`XdsServer::serve`] serves: the files are read now, and an error returned if they do
+    /// not load.
+    pub fn with_tls(mut self, options: TlsOptions) -> Result<XdsServer, TlsError> {
+        self.tls = Some(Arc::new(TlsState::load(options)?));
+        Ok(self)
+    }
+
+    /// The TLS options, when TLS is on.
+    pub fn tls(&self) -> Option<&TlsOptions> {
+        self.tls.as_deref().map(TlsState::options)
     }
 
     pub fn options(&self) -> &ServerOptions {
@@ -242,10 +259,10 @@ impl XdsServer {
         // Flips when the grace period is over: every connection still open then is closed.
         let (close, closing) = watch::channel(false);
         let (stopping, stopped) = oneshot::channel::<()>();
-        // Responses are small and latency matters: no Nagle delay. (The builder's own
-        // tcp_nodelay does not apply to an incoming stream given to it.)
-        let incoming = TcpIncoming::from(listener)
-            .with_nodelay(Some(true))
+        if let Some(tls) = &self.tls {
+            tls.set_http1(self.rest.is_some());
+        }
+        let incoming = tls::incoming(listener, self.tls.clone())
             .map(move |accepted| accepted.map(|io| Closable::new(io, closing.clone())));
         let serving = tonic::transport::Server::builder()
             // REST-JSON polls may come over HTTP/1.1.
@@ -286,13 +303,13 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// gone), every read and write fails, so that the HTTP/2 connection driving it ends, whatever
 /// state its streams are in.
 struct Closable {
-    io: TcpStream,
+    io: Conn,
     closing: Pin<Box<dyn Future<Output = ()> + Send>>,
     closed: bool,
 }
 
 impl Closable {
-    fn new(io: TcpStream, mut closing: watch::Receiver<bool>) -> Closable {
+    fn new(io: Conn, mut closing: watch::Receiver<bool>) -> Closable {
         Closable {
             io,
             closing: Box::pin(async move {
@@ -379,9 +396,9 @@ impl AsyncWrite for Closable {
 }
 
 impl Connected for Closable {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnInfo;
 
-    fn connect_info(&self) -> TcpConnectInfo {
+    fn connect_info(&self) -> ConnInfo {
         self.io.connect_info()
     }
 }
@@ -604,12 +621,13 @@ impl<V: Variant> StreamingService<V::Message> for StreamMethod<V> {
     type Future = Ready<Result<Response<Self::ResponseStream>, Status>>;
 
     fn call(&mut self, request: Request<Streaming<V::Message>>) -> Self::Future {
-        let peer: Option<SocketAddr> = request.remote_addr();
+        let (peer, binding): (Option<SocketAddr>, _) = tls::peer_of(&request);
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<V>(
             self.ctx.clone(),
             self.fixed.clone(),
             peer,
+            binding,
             request.into_inner(),
             tx,
         ));
@@ -630,7 +648,7 @@ impl ClientStreamingService<SotwRequest> for FetchMethod {
     type Future = FetchFuture;
 
     fn call(&mut self, request: Request<Streaming<SotwRequest>>) -> Self::Future {
-        let peer = request.remote_addr();
+        let (peer, binding) = tls::peer_of(&request);
         let (ctx, type_url) = (self.ctx.clone(), self.type_url.clone());
         Box::pin(async move {
             let limit = ctx.options.max_request_bytes;
@@ -639,7 +657,8 @@ impl ClientStreamingService<SotwRequest> for FetchMethod {
                 Ok(None) => return Err(status::no_request()),
                 Err(error) => return Err(status_of_read_error(&error, limit).unwrap_or(error)),
             };
-            fetch::fetch(&ctx, type_url, peer, &request).map(|r| Response::new(r.into()))
+            fetch::fetch(&ctx, type_url, peer, binding.as_ref(), &request)
+                .map(|r| Response::new(r.into()))
         })
     }
 }

@@ -13,4 +13,5 @@ mod stats;
 pub mod status;
 pub use stats::{StreamCounters, StreamStatus};
 mod stream;
+pub mod tls;
 pub mod wire;

@@ -25,17 +25,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::routing::post;
 use axum::Router;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use prost::Message as _;
 use tokio::sync::Semaphore;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::context::ServerContext;
 use super::fetch::{answer, Answer};
+use super::tls::ConnInfo;
 use super::wire::SotwWire;
+use crate::protocol::identity::IdentityBinding;
 use crate::protocol::session::{ErrorKind, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse};
 use crate::types;
@@ -136,10 +138,17 @@ fn not_modified() -> Reply {
 async fn poll(
     State(rest): State<Arc<Rest>>,
     Path(action): Path<String>,
+    conn: Option<Extension<ConnInfo>>,
     headers: HeaderMap,
     body: Body,
 ) -> Reply {
-    match rest.poll(&action, &headers, body).await {
+    let peer = conn.as_ref().and_then(|c| c.remote_addr);
+    let binding = conn.as_ref().and_then(|c| c.binding().cloned());
+    match rest.poll(&action, binding.as_ref(), &headers, body).await {
+        Err(e) if e.code == tonic::Code::PermissionDenied => {
+            warn!(peer = ?peer, error = %e.message, "REST poll refused");
+            e.reply()
+        }
         Ok(reply) => reply,
         Err(e) => e.reply(),
     }
@@ -149,6 +158,7 @@ impl Rest {
     async fn poll(
         &self,
         action: &str,
+        binding: Option<&IdentityBinding>,
         headers: &HeaderMap,
         body: Body,
     ) -> Result<Reply, RestError> {
@@ -205,7 +215,7 @@ impl Rest {
             }
             None => request.type_url.as_str().into(),
         };
-        self.answer(type_url, &request).await
+        self.answer(type_url, binding, &request).await
     }
 
     /// The type a path serves (`None`: the one the request names).
@@ -241,9 +251,14 @@ impl Rest {
     /// answer changes, [`ServerOptions::rest_hold`] passes or xdsd shuts down.
     ///
     /// [`ServerOptions::rest_hold`]: super::grpc::ServerOptions::rest_hold
-    async fn answer(&self, type_url: Arc<str>, request: &SotwRequest) -> Result<Reply, RestError> {
+    async fn answer(
+        &self,
+        type_url: Arc<str>,
+        binding: Option<&IdentityBinding>,
+        request: &SotwRequest,
+    ) -> Result<Reply, RestError> {
         let started = Instant::now();
-        let mut current = self.current(&type_url, request)?;
+        let mut current = self.current(&type_url, binding, request)?;
         let hold = self.ctx.options.rest_hold;
         let permit = if current.1 == request.version_info && !hold.is_zero() {
             self.held.try_acquire().ok()
@@ -260,12 +275,12 @@ impl Rest {
             watcher.watch(&type_url, &change.added);
             let mut shutdown = self.ctx.shutdown.clone();
             // Read again now that changes are watched: none slips between the two.
-            current = self.current(&type_url, request)?;
+            current = self.current(&type_url, binding, request)?;
             while current.1 == request.version_info {
                 tokio::select! {
                     _ = watcher.changed() => {
                         watcher.take_changes();
-                        current = self.current(&type_url, request)?;
+                        current = self.current(&type_url, binding, request)?;
                     }
                     _ = tokio::time::sleep_until(deadline) => break,
                     _ = shutdown.wait_for(|down| *down) => break,
@@ -304,11 +319,12 @@ impl Rest {
     fn current(
         &self,
         type_url: &Arc<str>,
+        binding: Option<&IdentityBinding>,
         request: &SotwRequest,
     ) -> Result<(Answer, String), RestError> {
         let snapshot = self.ctx.store.snapshot();
-        let answer =
-            answer(&self.ctx, type_url.clone(), request, &snapshot).map_err(|e| rejected(&e))?;
+        let answer = answer(&self.ctx, type_url.clone(), binding, request, &snapshot)
+            .map_err(|e| rejected(&e))?;
         let version = rest_version(&answer.response);
         Ok((answer, version))
     }
@@ -325,6 +341,11 @@ fn rejected(e: &SessionError) -> RestError {
         ErrorKind::ResourceExhausted => error(
             StatusCode::TOO_MANY_REQUESTS,
             tonic::Code::ResourceExhausted,
+            e.to_string(),
+        ),
+        ErrorKind::PermissionDenied => error(
+            StatusCode::FORBIDDEN,
+            tonic::Code::PermissionDenied,
             e.to_string(),
         ),
     }

@@ -13,6 +13,7 @@ pub fn status_of(error: &SessionError) -> Status {
     match error.kind() {
         ErrorKind::InvalidArgument => Status::invalid_argument(message),
         ErrorKind::ResourceExhausted => Status::resource_exhausted(message),
+        ErrorKind::PermissionDenied => Status::permission_denied(message),
     }
 }
 

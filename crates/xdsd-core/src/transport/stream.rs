@@ -18,6 +18,7 @@ use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
 use super::wire::{Body, DeltaWire, SotwWire};
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
+use crate::protocol::identity::IdentityBinding;
 use crate::protocol::session::{Handled, Machine, Session};
 use crate::protocol::sotw::{SotwResources, SotwResponse, SotwSubscription};
 use crate::protocol::RequestKind;
@@ -89,6 +90,7 @@ pub(crate) async fn run<V: Variant>(
     ctx: Arc<ServerContext>,
     fixed: Option<Arc<str>>,
     peer: Option<SocketAddr>,
+    binding: Option<IdentityBinding>,
     mut requests: Streaming<V::Message>,
     tx: Sender<V>,
 ) {
@@ -102,7 +104,11 @@ pub(crate) async fn run<V: Variant>(
         session: Session::with_options(fixed, ctx.options.session.clone()),
         ctx: ctx.clone(),
     };
-    info!(stream = s.id, peer = ?peer, service, variant = V::NAME, "stream opened");
+    let identity = binding.as_ref().map(|b| b.identity.clone());
+    if let Some(binding) = binding {
+        s.session.bind_identity(binding);
+    }
+    info!(stream = s.id, peer = ?peer, identity = ?identity.as_deref(), service, variant = V::NAME, "stream opened");
     let ending: Result<(), Status> = loop {
         let deadline = s.session.poll_timeout();
         let timer = async move {

@@ -8,4 +8,5 @@ mod grpc_limits;
 mod grpc_shutdown;
 mod grpc_sotw;
 mod grpc_status;
+mod grpc_tls;
 mod grpc_variants;

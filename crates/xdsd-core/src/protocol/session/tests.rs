@@ -1570,3 +1570,48 @@ mod make_before_break {
         assert!(y < route, "the route waits for Y's endpoints: {order:?}");
     }
 }
+
+#[test]
+fn a_bound_identity_must_match_the_node_of_the_first_request() {
+    use crate::protocol::identity::{IdentityBinding, NodeIdentityRules};
+    let binding = IdentityBinding {
+        identity: "spiffe://example.org/ns/prod/sa/envoy-1".into(),
+        rules: Arc::new(NodeIdentityRules::default_rule()),
+    };
+    let snapshot = Snapshot::default();
+
+    let mut s = ads();
+    s.bind_identity(binding.clone());
+    let err = s
+        .handle_request(&sotw(CLUSTER, &[], "", None), &snapshot)
+        .expect_err("no node");
+    assert!(matches!(err, SessionError::NodeRequired { .. }), "{err}");
+    assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+
+    let mut s = ads();
+    s.bind_identity(binding.clone());
+    let err = s
+        .handle_request(
+            &sotw(CLUSTER, &[], "", Some(&node("envoy-2\n", "c"))),
+            &snapshot,
+        )
+        .expect_err("another node");
+    assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+    let message = err.to_string();
+    assert!(
+        message.contains("\"spiffe://example.org/ns/prod/sa/envoy-1\"")
+            && message.contains("\"envoy-2\\n\""),
+        "both identities, escaped: {message}"
+    );
+
+    let mut s = ads();
+    s.bind_identity(binding);
+    s.handle_request(
+        &sotw(CLUSTER, &[], "", Some(&node("envoy-1", "c"))),
+        &snapshot,
+    )
+    .expect("its own node");
+    // Later requests may omit the node, as without a binding.
+    s.handle_request(&sotw(LISTENER, &[], "", None), &snapshot)
+        .expect("node known");
+}

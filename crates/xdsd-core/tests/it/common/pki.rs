@@ -1,0 +1,130 @@
+//! A test PKI made with rcgen in a temporary directory: a CA, server certificates for
+//! localhost and 127.0.0.1, and client certificates with a given identity. No key is committed.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType, SerialNumber,
+};
+
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    /// The CA certificate (PEM).
+    pub ca: PathBuf,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+/// A certificate and its key, as PEM files.
+#[derive(Debug, Clone)]
+pub struct Pair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// What a client certificate names.
+pub enum Id<'a> {
+    Uri(&'a str),
+    Dns(&'a str),
+    Cn(&'a str),
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        Pki::named("xdsd test CA")
+    }
+
+    /// A CA of its own (another trust root).
+    pub fn named(name: &str) -> Pki {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().expect("a CA key");
+        let cert = params.self_signed(&key).expect("a CA certificate");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, cert.pem()).expect("CA written");
+        Pki {
+            dir,
+            ca,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A server certificate for localhost and 127.0.0.1 with this serial number, written to
+    /// `<name>.pem` and `<name>.key`.
+    pub fn server(&self, name: &str, serial: u64) -> Pair {
+        let pair = Pair {
+            cert: self.path(&format!("{name}.pem")),
+            key: self.path(&format!("{name}.key")),
+        };
+        self.write_server(&pair, serial);
+        pair
+    }
+
+    /// Writes a new server certificate and key over `pair`'s files, each replaced whole (written
+    /// beside, then renamed into place), the key first.
+    pub fn write_server(&self, pair: &Pair, serial: u64) {
+        let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".into()])
+            .expect("server names");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "xdsd test server");
+        params.serial_number = Some(SerialNumber::from(serial));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.write(params, pair);
+    }
+
+    /// A client certificate naming `id`, written to `<name>.pem` and `<name>.key`.
+    pub fn client(&self, name: &str, id: Id<'_>) -> Pair {
+        let mut params = CertificateParams::default();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "xdsd test client");
+        match id {
+            Id::Uri(uri) => params
+                .subject_alt_names
+                .push(SanType::URI(uri.try_into().expect("an IA5 URI"))),
+            Id::Dns(dns) => params
+                .subject_alt_names
+                .push(SanType::DnsName(dns.try_into().expect("an IA5 name"))),
+            Id::Cn(cn) => {
+                params.distinguished_name = rcgen::DistinguishedName::new();
+                params.distinguished_name.push(DnType::CommonName, cn);
+            }
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let pair = Pair {
+            cert: self.path(&format!("{name}.pem")),
+            key: self.path(&format!("{name}.key")),
+        };
+        self.write(params, &pair);
+        pair
+    }
+
+    fn write(&self, params: CertificateParams, pair: &Pair) {
+        let key = KeyPair::generate().expect("a key");
+        let cert = params.signed_by(&key, &self.issuer).expect("a certificate");
+        replace(&pair.key, key.serialize_pem().as_bytes());
+        replace(&pair.cert, cert.pem().as_bytes());
+    }
+}
+
+/// Replaces `path` whole: written beside it, then renamed over it.
+pub fn replace(path: &Path, content: &[u8]) {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, content).expect("written");
+    std::fs::rename(&tmp, path).expect("renamed into place");
+}

@@ -1,0 +1,605 @@
+//! TLS and mutual TLS on the xDS port, over real gRPC on loopback with certificates made by the
+//! test (rcgen): a client with a certificate the CA signed gets its config; one without a
+//! certificate, or plaintext, is refused at the handshake; a certificate whose identity may not
+//! claim the node is refused with PERMISSION_DENIED; and the server's certificate is replaced
+//! under 20 open streams, none of which drops, while new handshakes see the new certificate.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+use tokio_rustls::TlsConnector;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{Code, Status, Streaming};
+use xdsd_core::protocol::identity::NodeIdentityRules;
+use xdsd_core::store::{Change, Store};
+use xdsd_core::transport::grpc::{ServerOptions, XdsServer};
+use xdsd_core::transport::rest::JsonCodec;
+use xdsd_core::transport::tls::{identity_of, TlsOptions};
+use xdsd_core::types::CLUSTER;
+
+use crate::common::pki::{replace, Id, Pair, Pki};
+use crate::common::{input, WAIT};
+
+const SPIFFE_NODE_1: &str = "spiffe://example.org/ns/test/sa/node-1";
+
+/// A "JSON" codec that passes the protobuf encoding through: the REST routes see a request body
+/// and answer a body, which is all this test needs of them.
+struct Passthrough;
+
+impl JsonCodec for Passthrough {
+    fn request_from_json(&self, json: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(json.to_vec())
+    }
+    fn response_to_json(&self, encoded: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(encoded.to_vec())
+    }
+}
+
+struct TlsServer {
+    store: Store,
+    addr: SocketAddr,
+    stats: xdsd_core::transport::grpc::StatsHandle,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsServer {
+    async fn start(tls: TlsOptions) -> TlsServer {
+        TlsServer::start_with(tls, false).await
+    }
+
+    async fn start_with(tls: TlsOptions, rest: bool) -> TlsServer {
+        let store = Store::new();
+        store
+            .apply([Change::Set(input(CLUSTER, "cluster-a", b"a"))])
+            .expect("a cluster");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().expect("its address");
+        let mut server = XdsServer::with_options(store.clone(), ServerOptions::default())
+            .with_tls(tls)
+            .expect("the TLS files load");
+        if rest {
+            server = server.with_rest_json(Arc::new(Passthrough));
+        }
+        let stats = server.stats_handle();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server
+                .serve(listener, async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("serve ends cleanly");
+        });
+        TlsServer {
+            store,
+            addr,
+            stats,
+            stop,
+            task,
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("serve returns in time after its shutdown signal")
+            .expect("the serving task ends");
+    }
+}
+
+fn roots(ca: &std::path::Path) -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).expect("the CA file") {
+        roots.add(cert.expect("a CA certificate")).expect("added");
+    }
+    roots
+}
+
+/// A TLS client configuration trusting `ca`, presenting `client` if given.
+fn client_config(ca: &std::path::Path, client: Option<&Pair>) -> Arc<ClientConfig> {
+    let builder =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(roots(ca));
+    let mut config = match client {
+        Some(pair) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_file_iter(&pair.cert)
+                    .expect("the client certificate")
+                    .collect::<Result<Vec<_>, _>>()
+                    .expect("PEM"),
+                PrivateKeyDer::from_pem_file(&pair.key).expect("the client key"),
+            )
+            .expect("a client certificate"),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Arc::new(config)
+}
+
+/// Connects tonic over TLS (SNI localhost) to `addr`.
+#[derive(Clone)]
+struct Connector {
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+}
+
+type Connecting = Pin<
+    Box<
+        dyn Future<Output = io::Result<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>>> + Send,
+    >,
+>;
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
+    type Error = io::Error;
+    type Future = Connecting;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Connecting {
+        let this = self.clone();
+        Box::pin(async move {
+            let tls = handshake(this.addr, this.config).await?;
+            Ok(TokioIo::new(tls))
+        })
+    }
+}
+
+async fn handshake(
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("localhost").map_err(io::Error::other)?;
+    TlsConnector::from(config).connect(name, tcp).await
+}
+
+/// A channel over TLS; `Err`: the connection failed.
+async fn tls_channel(
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+) -> Result<Channel, tonic::transport::Error> {
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(Connector { addr, config })
+        .await
+}
+
+fn request(node: &str, type_url: &str) -> DiscoveryRequest {
+    DiscoveryRequest {
+        node: Some(Node {
+            id: node.into(),
+            cluster: "test".into(),
+            ..Default::default()
+        }),
+        type_url: type_url.into(),
+        ..Default::default()
+    }
+}
+
+/// An ADS stream that sent `first`; hold the sender to keep it open.
+async fn ads(
+    channel: &Channel,
+    first: DiscoveryRequest,
+) -> Result<(mpsc::Sender<DiscoveryRequest>, Streaming<DiscoveryResponse>), Status> {
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(first).await.expect("queued");
+    let responses = AggregatedDiscoveryServiceClient::new(channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    Ok((tx, responses))
+}
+
+async fn next(responses: &mut Streaming<DiscoveryResponse>) -> Result<DiscoveryResponse, Status> {
+    match tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("an answer in time")
+    {
+        Ok(Some(response)) => Ok(response),
+        Ok(None) => Err(Status::unknown("the stream ended without a status")),
+        Err(status) => Err(status),
+    }
+}
+
+fn mtls(pki: &Pki, server: &Pair) -> TlsOptions {
+    TlsOptions::from_pem(&server.cert, &server.key)
+        .client_ca(&pki.ca)
+        .reload_interval(Duration::from_millis(50))
+}
+
+#[tokio::test]
+async fn a_client_with_a_certificate_gets_its_config_and_others_are_refused() {
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let client = pki.client("node-1", Id::Uri(SPIFFE_NODE_1));
+    let server = TlsServer::start(mtls(&pki, &server_pair)).await;
+
+    // The right certificate: config over mutual TLS.
+    let channel = tls_channel(server.addr, client_config(&pki.ca, Some(&client)))
+        .await
+        .expect("a TLS connection");
+    let (_tx, mut responses) = ads(&channel, request("node-1", CLUSTER))
+        .await
+        .expect("a stream");
+    let response = next(&mut responses).await.expect("a response");
+    assert_eq!(response.resources.len(), 1);
+    // Fetch too.
+    let fetched = ClusterDiscoveryServiceClient::new(channel.clone())
+        .fetch_clusters(request("node-1", CLUSTER))
+        .await
+        .expect("fetched")
+        .into_inner();
+    assert_eq!(fetched.resources.len(), 1);
+    let streams = server.stats.streams();
+    assert_eq!(streams.len(), 1, "{streams:?}");
+
+    // No client certificate: the server refuses the handshake (with TLS 1.3 the client
+    // learns it on its first read), and no stream opens.
+    let refused = async {
+        let channel = tls_channel(server.addr, client_config(&pki.ca, None)).await?;
+        ads(&channel, request("node-1", CLUSTER))
+            .await
+            .map_err(|s| s.to_string())?
+            .1
+            .message()
+            .await
+            .map_err(|s| s.to_string())?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    };
+    let outcome = tokio::time::timeout(WAIT, refused).await.expect("in time");
+    assert!(
+        outcome.is_err(),
+        "a client without a certificate was served"
+    );
+
+    // A certificate of another CA: refused the same way.
+    let other = Pki::named("another CA");
+    let stranger = other.client("node-1", Id::Uri(SPIFFE_NODE_1));
+    let config = client_config(&pki.ca, Some(&stranger));
+    let stranger_refused = async {
+        let channel = tls_channel(server.addr, config).await?;
+        ads(&channel, request("node-1", CLUSTER))
+            .await
+            .map_err(|s| s.to_string())?
+            .1
+            .message()
+            .await
+            .map_err(|s| s.to_string())?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    };
+    let outcome = tokio::time::timeout(WAIT, stranger_refused)
+        .await
+        .expect("in time");
+    assert!(outcome.is_err(), "a certificate of another CA was served");
+
+    // Plaintext gRPC on the TLS port: refused.
+    let plaintext = async {
+        let channel = Channel::from_shared(format!("http://{}", server.addr))?
+            .connect()
+            .await?;
+        ads(&channel, request("node-1", CLUSTER))
+            .await
+            .map_err(|s| s.to_string())?
+            .1
+            .message()
+            .await
+            .map_err(|s| s.to_string())?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    };
+    let outcome = tokio::time::timeout(WAIT, plaintext)
+        .await
+        .expect("in time");
+    assert!(outcome.is_err(), "a plaintext client was served");
+
+    // The refused clients left the served one alone.
+    assert_eq!(server.stats.streams().len(), 1);
+    server
+        .store
+        .apply([Change::Set(input(CLUSTER, "cluster-b", b"b"))])
+        .expect("another cluster");
+    assert_eq!(
+        next(&mut responses)
+            .await
+            .expect("an update")
+            .resources
+            .len(),
+        2
+    );
+
+    // A client that opens a connection and never starts its handshake holds up no one, not
+    // even shutdown.
+    let _silent = TcpStream::connect(server.addr).await.expect("connected");
+    drop(channel);
+    let stopping = std::time::Instant::now();
+    server.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        stopping.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_certificate_may_claim_only_the_nodes_of_its_identity() {
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let client = pki.client("node-1", Id::Uri(SPIFFE_NODE_1));
+    let by_dns = pki.client("dns", Id::Dns("gw.example.org"));
+    let by_cn = pki.client("cn", Id::Cn("edge-7"));
+    let server = TlsServer::start(mtls(&pki, &server_pair)).await;
+
+    let channel = tls_channel(server.addr, client_config(&pki.ca, Some(&client)))
+        .await
+        .expect("a TLS connection");
+    // Another node id: PERMISSION_DENIED, naming both.
+    let (_tx, mut responses) = ads(&channel, request("node-2", CLUSTER))
+        .await
+        .expect("a stream");
+    let status = next(&mut responses).await.expect_err("refused");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.message().contains(SPIFFE_NODE_1) && status.message().contains("\"node-2\""),
+        "{status:?}"
+    );
+    // Fetch: the same.
+    let status = ClusterDiscoveryServiceClient::new(channel.clone())
+        .fetch_clusters(request("node-2", CLUSTER))
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    // No node at all: refused too (it could not be checked).
+    let mut anonymous = request("", CLUSTER);
+    anonymous.node = None;
+    let (_tx2, mut responses) = ads(&channel, anonymous).await.expect("a stream");
+    let status = next(&mut responses).await.expect_err("refused");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    // The full SPIFFE ID as the node id is the identity itself: allowed.
+    let (_tx3, mut responses) = ads(&channel, request(SPIFFE_NODE_1, CLUSTER))
+        .await
+        .expect("a stream");
+    next(&mut responses).await.expect("served");
+
+    // A DNS SAN, and a subject CN, are the identity when there is no URI SAN.
+    for (pair, node) in [(&by_dns, "gw.example.org"), (&by_cn, "edge-7")] {
+        let channel = tls_channel(server.addr, client_config(&pki.ca, Some(pair)))
+            .await
+            .expect("a TLS connection");
+        let (_tx, mut responses) = ads(&channel, request(node, CLUSTER))
+            .await
+            .expect("a stream");
+        next(&mut responses).await.expect("served its own node");
+        let (_tx, mut responses) = ads(&channel, request("node-1", CLUSTER))
+            .await
+            .expect("a stream");
+        let status = next(&mut responses).await.expect_err("refused");
+        assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    }
+    server.stop().await;
+
+    // With rules: the identity's pattern, and node ids or a cluster.
+    let rules = NodeIdentityRules::new([
+        "spiffe://example.org/ns/*/sa/node-1=node-*"
+            .parse()
+            .expect("a rule"),
+        "gw.example.org=cluster:edge".parse().expect("a rule"),
+    ]);
+    let server = TlsServer::start(mtls(&pki, &server_pair).node_rules(rules)).await;
+    let channel = tls_channel(server.addr, client_config(&pki.ca, Some(&client)))
+        .await
+        .expect("a TLS connection");
+    let (_tx, mut responses) = ads(&channel, request("node-9", CLUSTER))
+        .await
+        .expect("a stream");
+    next(&mut responses).await.expect("node-* allowed");
+    let (_tx, mut responses) = ads(&channel, request("other", CLUSTER))
+        .await
+        .expect("a stream");
+    assert_eq!(
+        next(&mut responses).await.expect_err("refused").code(),
+        Code::PermissionDenied
+    );
+    let gw = tls_channel(server.addr, client_config(&pki.ca, Some(&by_dns)))
+        .await
+        .expect("a TLS connection");
+    let mut edge = request("anything", CLUSTER);
+    if let Some(node) = edge.node.as_mut() {
+        node.cluster = "edge".into();
+    }
+    let (_tx, mut responses) = ads(&gw, edge).await.expect("a stream");
+    next(&mut responses).await.expect("cluster edge allowed");
+    server.stop().await;
+}
+
+/// The certificate a new handshake with `addr` is shown.
+async fn presented(addr: SocketAddr, config: Arc<ClientConfig>) -> CertificateDer<'static> {
+    let tls = handshake(addr, config).await.expect("a handshake");
+    let (_, session) = tls.get_ref();
+    session
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .expect("the server's certificate")
+        .clone()
+        .into_owned()
+}
+
+fn pem_cert(path: &std::path::Path) -> CertificateDer<'static> {
+    CertificateDer::from_pem_file(path).expect("a certificate")
+}
+
+fn serial(cert: &CertificateDer<'_>) -> Vec<u8> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).expect("parses");
+    parsed.raw_serial().to_vec()
+}
+
+/// Waits until a new handshake is shown `expected`.
+async fn wait_presented(
+    addr: SocketAddr,
+    config: &Arc<ClientConfig>,
+    expected: &CertificateDer<'_>,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let seen = presented(addr, config.clone()).await;
+        if seen == *expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still shown serial {:?}, not {:?}",
+            serial(&seen),
+            serial(expected)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_server_certificate_is_replaced_under_open_streams() {
+    const STREAMS: usize = 20;
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let client = pki.client("node-1", Id::Uri(SPIFFE_NODE_1));
+    let config = client_config(&pki.ca, Some(&client));
+    let server = TlsServer::start(mtls(&pki, &server_pair)).await;
+    let first = pem_cert(&server_pair.cert);
+    assert_eq!(presented(server.addr, config.clone()).await, first);
+    assert_eq!(
+        identity_of(&pem_cert(&client.cert)).as_deref(),
+        Some(SPIFFE_NODE_1)
+    );
+
+    // 20 streams, each on a connection of its own, each with its first response.
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let channel = tls_channel(server.addr, config.clone())
+            .await
+            .expect("a TLS connection");
+        let (tx, mut responses) = ads(&channel, request("node-1", CLUSTER))
+            .await
+            .expect("a stream");
+        assert_eq!(
+            next(&mut responses)
+                .await
+                .expect("a response")
+                .resources
+                .len(),
+            1
+        );
+        streams.push((channel, tx, responses));
+    }
+
+    // A new certificate and key: new handshakes see it.
+    pki.write_server(&server_pair, 2);
+    let second = pem_cert(&server_pair.cert);
+    assert_ne!(serial(&first), serial(&second));
+    wait_presented(server.addr, &config, &second).await;
+
+    // A broken certificate file is not taken: the last good one stays.
+    replace(
+        &server_pair.cert,
+        b"-----BEGIN CERTIFICATE-----\nnot base64\n",
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(presented(server.addr, config.clone()).await, second);
+    // A key that is not the certificate's is not taken either.
+    let stray = pki.client("stray", Id::Cn("stray"));
+    std::fs::copy(&stray.cert, &server_pair.cert).expect("copied");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(presented(server.addr, config.clone()).await, second);
+    // Fixed: taken.
+    pki.write_server(&server_pair, 3);
+    let third = pem_cert(&server_pair.cert);
+    wait_presented(server.addr, &config, &third).await;
+
+    // Not one of the streams dropped: each takes the next change.
+    assert_eq!(server.stats.streams().len(), STREAMS);
+    server
+        .store
+        .apply([Change::Set(input(CLUSTER, "cluster-b", b"b"))])
+        .expect("another cluster");
+    for (_, _, responses) in &mut streams {
+        assert_eq!(next(responses).await.expect("an update").resources.len(), 2);
+    }
+    drop(streams);
+    server.stop().await;
+}
+
+/// One HTTP/1.1 REST poll over TLS, ALPN http/1.1: the status line and the body.
+async fn rest_poll(addr: SocketAddr, pki: &Pki, client: &Pair, node: &str) -> (String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut config = ClientConfig::clone(&client_config(&pki.ca, Some(client)));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut tls = handshake(addr, Arc::new(config))
+        .await
+        .expect("a handshake");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let body = prost::Message::encode_to_vec(&request(node, CLUSTER));
+    let head = format!(
+        "POST /v3/discovery:clusters HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.expect("sent");
+    tls.write_all(&body).await.expect("sent");
+    let mut answer = Vec::new();
+    // The server closes after its answer (connection: close); a TLS close without
+    // close_notify is fine here.
+    let _ = tokio::time::timeout(WAIT, tls.read_to_end(&mut answer))
+        .await
+        .expect("an answer in time");
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP answer");
+    let status = String::from_utf8_lossy(&answer[..split])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    (status, answer[split + 4..].to_vec())
+}
+
+#[tokio::test]
+async fn rest_polls_over_mutual_tls_are_bound_to_the_identity_too() {
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let client = pki.client("node-1", Id::Uri(SPIFFE_NODE_1));
+    let server = TlsServer::start_with(mtls(&pki, &server_pair), true).await;
+
+    let (status, body) = rest_poll(server.addr, &pki, &client, "node-1").await;
+    assert!(status.contains(" 200 "), "{status}");
+    let response: DiscoveryResponse = prost::Message::decode(body.as_slice()).expect("a response");
+    assert_eq!(response.resources.len(), 1);
+
+    let (status, body) = rest_poll(server.addr, &pki, &client, "node-2").await;
+    assert!(status.contains(" 403 "), "{status}");
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains("node-2") && body.contains("may not claim"),
+        "{body}"
+    );
+    server.stop().await;
+}
