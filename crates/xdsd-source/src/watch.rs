@@ -256,28 +256,35 @@ fn reload_loop(
     on_load: &dyn Fn(Result<Vec<ParsedResource>, SourceError>),
 ) {
     let debounce = options.debounce;
+    // A burst carried over: events that came while the directory was being read.
+    let mut carried: Option<(Burst, Instant)> = None;
     loop {
-        // Wait for the first relevant event of a burst, checking now and then that the
-        // directory watched is still the one at `dir`.
-        let mut burst = Burst::default();
-        loop {
-            match rx.recv_timeout(RECHECK) {
-                Ok(Message::Event(event)) if is_relevant(&event) => {
-                    burst.add(&event, dir);
-                    break;
-                }
-                Ok(Message::Event(_)) => continue,
-                Err(RecvTimeoutError::Timeout) => {
-                    if watched.recheck(dir, on_load) {
-                        burst.unknown = true;
-                        break;
+        let (mut burst, burst_start) = match carried.take() {
+            Some(carried) => carried,
+            None => {
+                // Wait for the first relevant event of a burst, checking now and then that the
+                // directory watched is still the one at `dir`.
+                let mut burst = Burst::default();
+                loop {
+                    match rx.recv_timeout(RECHECK) {
+                        Ok(Message::Event(event)) if is_relevant(&event) => {
+                            burst.add(&event, dir);
+                            break;
+                        }
+                        Ok(Message::Event(_)) => continue,
+                        Err(RecvTimeoutError::Timeout) => {
+                            if watched.recheck(dir, on_load) {
+                                burst.unknown = true;
+                                break;
+                            }
+                        }
+                        Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
-                Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                (burst, Instant::now())
             }
-        }
-        let burst_start = Instant::now();
-        let mut quiet_until = burst_start + debounce;
+        };
+        let mut quiet_until = Instant::now() + debounce;
         loop {
             // Events already queued belong to the same burst.
             let next = if burst.complete() {
@@ -314,6 +321,32 @@ fn reload_loop(
             watched.recheck(dir, on_load);
         }
         let result = load_directory_with(descriptors, dir, &options.limits);
+        // A directory is read file by file: one that changed meanwhile may have been read half
+        // old, half new (a route from after the change, the cluster it needs from before). Such
+        // a read is not applied; the directory is read again with the changes (within
+        // MAX_DELAY of the burst's start: a directory that never stops changing is still
+        // loaded).
+        let mut during = Burst::default();
+        let mut changed = false;
+        loop {
+            match rx.try_recv() {
+                Ok(Message::Event(event)) if is_relevant(&event) => {
+                    during.add(&event, dir);
+                    changed = true;
+                }
+                Ok(Message::Event(_)) => {}
+                Ok(Message::Stop) | Err(mpsc::TryRecvError::Disconnected) => return,
+                Err(mpsc::TryRecvError::Empty) => break,
+            }
+        }
+        if changed {
+            if burst_start.elapsed() < MAX_DELAY {
+                tracing::debug!(dir = %dir.display(), "the directory changed while it was read: reading it again");
+                carried = Some((during, burst_start));
+                continue;
+            }
+            carried = Some((during, Instant::now()));
+        }
         match &result {
             Ok(resources) => tracing::info!(
                 dir = %dir.display(),
@@ -382,8 +415,13 @@ impl Burst {
             EventKind::Remove(RemoveKind::File | RemoveKind::Folder | RemoveKind::Any) => {
                 self.whole = true
             }
-            // A directory appearing is whole; the files written into it come as their own events.
-            EventKind::Create(CreateKind::Folder) => self.whole = true,
+            // A directory appearing is whole (the files written into it come as their own
+            // events), except Kubernetes' staging directory: nothing is visible until its swap.
+            EventKind::Create(CreateKind::Folder) => {
+                if !event.paths.iter().all(|p| is_staging(p)) {
+                    self.whole = true;
+                }
+            }
             EventKind::Create(_)
             | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any)
             | EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
