@@ -8,6 +8,7 @@ pub mod hash {
     pub type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
     pub type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 }
+pub mod logsafe;
 pub mod params;
 pub mod protocol;
 pub mod store;

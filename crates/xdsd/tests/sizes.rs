@@ -47,3 +47,46 @@ async fn max_request_bytes_ends_a_larger_request_with_resource_exhausted() {
         .expect("an ADS stream to xdsd");
     small.recv().await.expect("a CDS response");
 }
+
+/// Client-supplied text in logs: a newline in a node id cannot forge a log line, and a 100 KB node
+/// id is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_node_id_cannot_forge_log_lines_nor_flood_them() {
+    let dir = ResourceDir::new();
+    dir.write(
+        "c.yaml",
+        &format!("\"@type\": {CLUSTER}\nname: c\ntype: STATIC\nconnect_timeout: 1s\n"),
+    );
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let forged = "evil\n2026-01-01T00:00:00.000000Z  INFO xdsd: FORGED LINE";
+    let mut stream = AdsStream::open(&xdsd.url(), forged, CLUSTER, &[])
+        .await
+        .expect("an ADS stream");
+    stream.recv().await.expect("served");
+    let long = format!("long-{}", "x".repeat(100_000));
+    let mut stream = AdsStream::open(&xdsd.url(), &long, CLUSTER, &[])
+        .await
+        .expect("an ADS stream");
+    stream.recv().await.expect("served");
+    xdsd.log
+        .expect_line_since(
+            0,
+            &["node identified", "long-xxx"],
+            "the long node identified",
+        )
+        .await;
+    let lines = xdsd.log.lines();
+    assert!(
+        !lines.iter().any(|l| l.starts_with("2026-01-01T00:00:00")),
+        "a forged line: {lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("evil\\n2026-01-01")),
+        "the node id shown escaped"
+    );
+    assert!(
+        lines.iter().all(|l| l.len() < 4096),
+        "no line carries the 100 KB node id"
+    );
+}

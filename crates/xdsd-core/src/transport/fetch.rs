@@ -33,14 +33,14 @@ pub(crate) fn fetch(
     let snapshot = ctx.store.snapshot();
     let answer = answer(ctx, type_url, binding, request, &snapshot).map_err(|e| {
         if e.kind() == ErrorKind::PermissionDenied {
-            warn!(peer = ?peer, error = %e, "fetch refused");
+            warn!(peer = ?peer, error = %crate::logsafe::shown(&e.to_string()), "fetch refused");
         }
         status_of(&e)
     })?;
     debug!(
         peer = ?peer,
-        node = %answer.node,
-        type_url = %answer.response.type_url,
+        node = %crate::logsafe::shown(&answer.node),
+        type_url = %crate::logsafe::shown(&answer.response.type_url),
         version = %answer.response.version_info,
         resources = answer.response.len(),
         "fetch"

@@ -146,7 +146,7 @@ async fn poll(
     let binding = conn.as_ref().and_then(|c| c.binding().cloned());
     match rest.poll(&action, binding.as_ref(), &headers, body).await {
         Err(e) if e.code == tonic::Code::PermissionDenied => {
-            warn!(peer = ?peer, error = %e.message, "REST poll refused");
+            warn!(peer = ?peer, error = %crate::logsafe::shown(&e.message), "REST poll refused");
             e.reply()
         }
         Ok(reply) => reply,
@@ -290,12 +290,12 @@ impl Rest {
         let (answer, version) = current;
         let held_ms = started.elapsed().as_millis() as u64;
         if version == request.version_info {
-            debug!(node = %answer.node, %type_url, %version, held_ms, "REST poll: not modified");
+            debug!(node = %crate::logsafe::shown(&answer.node), type_url = %crate::logsafe::shown(&type_url), %version, held_ms, "REST poll: not modified");
             return Ok(not_modified());
         }
         debug!(
-            node = %answer.node,
-            %type_url,
+            node = %crate::logsafe::shown(&answer.node),
+            type_url = %crate::logsafe::shown(&type_url),
             %version,
             resources = answer.response.len(),
             held_ms,

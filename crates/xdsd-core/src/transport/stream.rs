@@ -17,6 +17,7 @@ use super::grpc::SHUTDOWN_GRACE;
 use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
 use super::wire::{Body, DeltaWire, SotwWire};
+use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::identity::IdentityBinding;
 use crate::protocol::session::{Handled, Machine, Session};
@@ -128,7 +129,7 @@ pub(crate) async fn run<V: Variant>(
                 Some(Err(error)) => match status_of_read_error(&error, ctx.options.max_request_bytes) {
                     Some(status) => break Err(status),
                     None => {
-                        debug!(stream = s.id, node = %s.session.node_id(), %error, "stream read failed");
+                        debug!(stream = s.id, node = %shown(s.session.node_id()), %error, "stream read failed");
                         break Ok(());
                     }
                 },
@@ -144,16 +145,16 @@ pub(crate) async fn run<V: Variant>(
         }
     };
     if let Err(status) = ending {
-        warn!(stream = s.id, node = %s.session.node_id(), code = ?status.code(), reason = status.message(), "ending stream");
+        warn!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
         if tokio::time::timeout(FINAL_STATUS_WAIT, tx.send(Err(status)))
             .await
             .is_err()
         {
-            debug!(stream = s.id, node = %s.session.node_id(), "the client does not read: ending without a status");
+            debug!(stream = s.id, node = %shown(s.session.node_id()), "the client does not read: ending without a status");
         }
     }
     ctx.streams.close(s.id);
-    info!(stream = s.id, node = %s.session.node_id(), "stream closed");
+    info!(stream = s.id, node = %shown(s.session.node_id()), "stream closed");
 }
 
 impl<V: Variant> Stream<V> {
@@ -184,26 +185,26 @@ impl<V: Variant> Stream<V> {
             let features = client
                 .map(|n| n.client_features.join(","))
                 .unwrap_or_default();
-            info!(stream, %node, user_agent, features, "node identified");
+            info!(stream, node = %shown(node), user_agent = %shown(user_agent), features = %shown(&features), "node identified");
             if let Some(client) = client {
                 self.stats.set_node(client);
             }
         }
         self.stats.requested(type_url, !handled.unknown_type);
         if handled.unknown_type {
-            warn!(stream, %node, %type_url, "xdsd has no resources of this type; serving it as an empty type");
+            warn!(stream, node = %shown(node), type_url = %shown(type_url), "xdsd has no resources of this type; serving it as an empty type");
         }
         match &handled.kind {
             RequestKind::Initial => debug!(
                 stream,
-                %node,
-                %type_url,
+                node = %shown(node),
+                type_url = %shown(type_url),
                 initial_versions = handled.initial_versions,
                 "subscribe"
             ),
             RequestKind::Ack { nonce } => {
                 self.stats.answered(type_url, nonce, None);
-                debug!(stream, %node, %type_url, %nonce, "ACK")
+                debug!(stream, node = %shown(node), type_url = %shown(type_url), nonce = %shown(nonce), "ACK")
             }
             RequestKind::Nack {
                 nonce,
@@ -214,17 +215,19 @@ impl<V: Variant> Stream<V> {
                     .answered(type_url, nonce, Some((rejected_version.clone(), message)));
                 warn!(
                     stream,
-                    %node,
-                    %type_url,
-                    %nonce,
-                    rejected_version = rejected_version.as_deref().unwrap_or(""),
-                    error = %message,
+                    node = %shown(node),
+                    type_url = %shown(type_url),
+                    nonce = %shown(nonce),
+                    rejected_version = %shown(rejected_version.as_deref().unwrap_or("")),
+                    error = %shown(message),
                     "NACK"
                 )
             }
-            RequestKind::Update => debug!(stream, %node, %type_url, "subscription update"),
+            RequestKind::Update => {
+                debug!(stream, node = %shown(node), type_url = %shown(type_url), "subscription update")
+            }
             RequestKind::Stale { nonce } => {
-                debug!(stream, %node, %type_url, %nonce, "stale request ignored")
+                debug!(stream, node = %shown(node), type_url = %shown(type_url), nonce = %shown(nonce), "stale request ignored")
             }
         }
     }
@@ -245,8 +248,8 @@ impl<V: Variant> Stream<V> {
             let (version, resources, removed, nonce) = V::describe(&response);
             debug!(
                 stream = self.id,
-                node = %self.session.node_id(),
-                type_url = %type_url,
+                node = %shown(self.session.node_id()),
+                type_url = %shown(&type_url),
                 version,
                 resources,
                 removed,
@@ -256,8 +259,8 @@ impl<V: Variant> Stream<V> {
             if let Some(size) = V::oversized(&response) {
                 warn!(
                     stream = self.id,
-                    node = %self.session.node_id(),
-                    type_url = %type_url,
+                    node = %shown(self.session.node_id()),
+                    type_url = %shown(&type_url),
                     size,
                     limit = self.ctx.options.session.max_response_bytes,
                     "response over the size limit: listeners and clusters go out whole, and so does one resource larger than the limit; the client may refuse it (gRPC clients take 4 MiB by default)"
