@@ -145,7 +145,12 @@ pub(crate) async fn run<V: Variant>(
         }
     };
     if let Err(status) = ending {
-        warn!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
+        // Every stream ends at shutdown: that is no client's fault, and not worth a warning each.
+        if *ctx.shutdown.borrow() {
+            info!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
+        } else {
+            warn!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
+        }
         if tokio::time::timeout(FINAL_STATUS_WAIT, tx.send(Err(status)))
             .await
             .is_err()
