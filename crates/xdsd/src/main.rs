@@ -216,6 +216,16 @@ struct ServeArgs {
     #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
     log_level: String,
 
+    /// Log format: "text" (one line per event) or "json" (one JSON object per line, with the
+    /// event's fields, for log collectors).
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "text",
+        env = "XDSD_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+
     /// Also write the resources as DiscoveryResponse files for Envoy's filesystem subscriptions
     /// into DIR (as `xdsd render` does): at start, then after each change, only the files of
     /// the types that changed, each replaced atomically (a temporary file renamed over it);
@@ -483,7 +493,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            if let Err(e) = init_logs(&args.log_level) {
+            if let Err(e) = init_logs(&args.log_level, args.log_format) {
                 eprintln!("xdsd: {e:#}");
                 return ExitCode::from(2);
             }
@@ -507,7 +517,14 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logs(level: &str) -> anyhow::Result<()> {
+/// `--log-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logs(level: &str, format: LogFormat) -> anyhow::Result<()> {
     // A bare level applies to xdsd's own crates; libraries (HTTP/2 frames at debug) stay at info
     // at most. A filter with targets is taken as it is.
     let directives = match level.parse::<tracing::Level>() {
@@ -522,13 +539,15 @@ fn init_logs(level: &str) -> anyhow::Result<()> {
     };
     let filter = EnvFilter::try_new(&directives)
         .with_context(|| format!("invalid --log-level {level:?}"))?;
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    let installed = match format {
         // Colour codes would garble logs collected from a pipe or a file.
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init()
-        .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Json => logs.json().with_ansi(false).try_init(),
+    };
+    installed.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
 /// A filter's directives are levels or `target=level`: a bare word that is not a level
@@ -537,7 +556,7 @@ fn check_directives(filter: &str) -> anyhow::Result<()> {
     for directive in filter.split(',').map(str::trim) {
         if !directive.contains('=') && directive.parse::<tracing::Level>().is_err() {
             anyhow::bail!(
-                "invalid --log-level {filter:?}: {directive:?} is not a level (error, warn,                  info, debug, trace) nor a target=level directive"
+                "invalid --log-level {filter:?}: {directive:?} is neither a level (error, warn, info, debug, trace) nor a target=level directive"
             );
         }
     }

@@ -63,8 +63,30 @@ impl<R: Body> Message for Wire<R> {
     }
 }
 
+/// `control_plane` of every response: which xdsd sent it (`xdsd <version> on <host>`), the
+/// `control_plane.identifier` Envoy shows in its config dump, so that an operator can tell the
+/// replica a proxy took its config from.
+static CONTROL_PLANE: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    envoy_types::pb::envoy::config::core::v3::ControlPlane {
+        identifier: control_plane_identifier(),
+    }
+    .encode_to_vec()
+});
+
+/// `xdsd <version> on <host>` (the host from the kernel, else `$HOSTNAME`).
+pub fn control_plane_identifier() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown host".to_owned());
+    format!("xdsd {} on {host}", env!("CARGO_PKG_VERSION"))
+}
+
 // DiscoveryResponse field numbers.
 const VERSION_INFO: u32 = 1;
+const CONTROL_PLANE_FIELD: u32 = 6;
 const RESOURCES: u32 = 2;
 const TYPE_URL: u32 = 4;
 const NONCE: u32 = 5;
@@ -96,6 +118,7 @@ impl Body for SotwResponse {
         }
         string_field(TYPE_URL, &self.type_url, buf);
         string_field(NONCE, &self.nonce, buf);
+        put_length_delimited(buf, CONTROL_PLANE_FIELD, &CONTROL_PLANE);
     }
 
     fn body_len(&self) -> usize {
@@ -110,6 +133,7 @@ impl Body for SotwResponse {
             + resources
             + string_len(&self.type_url)
             + string_len(&self.nonce)
+            + field_len(CONTROL_PLANE.len())
     }
 }
 
@@ -118,6 +142,7 @@ const SYSTEM_VERSION_INFO: u32 = 1;
 const DELTA_RESOURCES: u32 = 2;
 const DELTA_TYPE_URL: u32 = 4;
 const DELTA_NONCE: u32 = 5;
+const DELTA_CONTROL_PLANE: u32 = 7;
 const REMOVED_RESOURCES: u32 = 6;
 const REMOVED_RESOURCE_NAMES: u32 = 8;
 
@@ -168,6 +193,7 @@ impl Body for DeltaResponse {
         for name in removed_names(self) {
             put_length_delimited(buf, REMOVED_RESOURCE_NAMES, &name);
         }
+        put_length_delimited(buf, DELTA_CONTROL_PLANE, &CONTROL_PLANE);
     }
 
     fn body_len(&self) -> usize {
@@ -183,6 +209,7 @@ impl Body for DeltaResponse {
                 .sum::<usize>()
             + string_len(&self.type_url)
             + string_len(&self.nonce)
+            + field_len(CONTROL_PLANE.len())
             + self
                 .removed
                 .iter()
@@ -236,6 +263,8 @@ mod tests {
             assert_eq!(bytes.len(), wire.encoded_len());
             let decoded = DiscoveryResponse::decode(bytes.as_slice()).unwrap();
             assert_eq!(decoded.version_info, "v1");
+            let identifier = decoded.control_plane.unwrap().identifier;
+            assert!(identifier.starts_with("xdsd "), "{identifier}");
             assert_eq!(decoded.nonce, "7");
             assert_eq!(decoded.type_url, CLUSTER);
             let values: Vec<&[u8]> = decoded
@@ -267,6 +296,10 @@ mod tests {
         assert_eq!(bytes.len(), wire.encoded_len());
         let decoded = DeltaDiscoveryResponse::decode(bytes.as_slice()).unwrap();
         assert_eq!(decoded.system_version_info, "v2");
+        assert_eq!(
+            decoded.control_plane.unwrap().identifier,
+            control_plane_identifier()
+        );
         assert_eq!(decoded.nonce, "9");
         assert_eq!(decoded.type_url, CLUSTER);
         assert_eq!(decoded.removed_resources, ["gone", "also-gone"]);

@@ -399,7 +399,8 @@ impl Drop for Xdsd {
 /// Parses the port of `HOST:PORT` following `marker` in `line`.
 pub fn parse_port_after(line: &str, marker: &str) -> Option<u16> {
     let rest = &line[line.find(marker)? + marker.len()..];
-    let addr = rest.split_whitespace().next()?;
+    // In a JSON log line the address ends the message string.
+    let addr = rest.split_whitespace().next()?.split('"').next()?;
     addr.rsplit_once(':')?.1.parse().ok()
 }
 
