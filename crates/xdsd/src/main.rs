@@ -15,7 +15,8 @@ use tracing_subscriber::EnvFilter;
 use xdsd_core::protocol::session::{DEFAULT_MAX_NAMES, DEFAULT_MAX_RESPONSE_BYTES};
 use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store, UpdateSummary, MAX_LISTED};
 use xdsd_core::transport::grpc::{
-    ServerOptions, XdsServer, DEFAULT_MAX_HELD_POLLS, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_HOLD,
+    ServerOptions, XdsServer, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS,
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_REST_HOLD,
     MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
 };
 use xdsd_core::transport::metrics::{Metrics, Reload};
@@ -295,6 +296,26 @@ struct ServeArgs {
         env = "XDSD_MAKE_BEFORE_BREAK"
     )]
     make_before_break: OnOff,
+
+    /// Connections open at once; a new connection over the limit is closed at once (logged once
+    /// per run of refusals). The default allows five per proxy of a 10,000-proxy fleet.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_CONNECTIONS,
+        env = "XDSD_MAX_CONNECTIONS"
+    )]
+    max_connections: usize,
+
+    /// Streams (and calls) one HTTP/2 connection may have open at once; a client's further
+    /// streams wait until one ends. An Envoy opens one (ADS) or one per type.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION,
+        env = "XDSD_MAX_STREAMS_PER_CONNECTION"
+    )]
+    max_streams_per_connection: u32,
 
     /// The resource names one stream may subscribe to, all types together; more ends that
     /// stream with RESOURCE_EXHAUSTED. The default is twice an Envoy with 100,000 EDS clusters;
@@ -641,6 +662,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .max_request_bytes(args.max_request_bytes)
         .max_response_bytes(args.max_response_bytes)
         .max_names_per_stream(args.max_names_per_stream)
+        .max_connections(args.max_connections)
+        .max_streams_per_connection(args.max_streams_per_connection)
         .make_before_break(make_before_break);
     let options = options
         .rest_hold(args.rest_hold)

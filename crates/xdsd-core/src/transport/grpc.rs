@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::body::Body;
@@ -23,6 +23,7 @@ use tonic::service::Routes;
 use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
+use tracing::warn;
 
 use super::clients::ClientStatus;
 use super::context::ServerContext;
@@ -75,7 +76,27 @@ pub struct ServerOptions {
     pub rest_hold: Duration,
     /// REST-JSON polling: how many polls are held at once; the others are answered at once.
     pub max_held_polls: usize,
+    /// Connections [`XdsServer::serve`] keeps open at once; a connection over it is closed at
+    /// once (and logged). See [`DEFAULT_MAX_CONNECTIONS`].
+    pub max_connections: usize,
+    /// Streams (and calls) one HTTP/2 connection may have open at once; see
+    /// [`DEFAULT_MAX_STREAMS_PER_CONNECTION`].
+    pub max_streams_per_connection: u32,
 }
+
+/// Connections open at once by default: five per proxy of a 10,000-proxy fleet. Each costs a file
+/// descriptor and its HTTP/2 state (tens of KiB).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 50_000;
+
+/// Streams per HTTP/2 connection by default. An Envoy opens one (ADS) or one per type; a caching
+/// proxy in front of many clients opens more. gRPC's HTTP/2 has no limit of its own.
+pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 1_000;
+
+/// Streams a client may reset before they are even served, and streams the server may reset for
+/// a client's errors, per connection, before the connection is closed (HTTP/2 "rapid reset"
+/// floods: without them one connection made 20,000 such streams).
+const MAX_PENDING_RESETS: usize = 100;
+const MAX_LOCAL_ERROR_RESETS: usize = 1_024;
 
 /// How long a REST poll is held by default: under the 1 s `request_timeout` Envoy gives a REST
 /// config source by default, so that a default Envoy never times a held poll out. Raise it with
@@ -92,6 +113,8 @@ impl Default for ServerOptions {
             session: SessionOptions::default(),
             rest_hold: DEFAULT_REST_HOLD,
             max_held_polls: DEFAULT_MAX_HELD_POLLS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
         }
     }
 }
@@ -113,6 +136,18 @@ impl ServerOptions {
     /// Sets [`SessionOptions::max_names`]: the resource names one stream may subscribe to.
     pub fn max_names_per_stream(mut self, names: usize) -> Self {
         self.session.max_names = names;
+        self
+    }
+
+    /// Sets [`ServerOptions::max_connections`].
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections;
+        self
+    }
+
+    /// Sets [`ServerOptions::max_streams_per_connection`] (at least 1).
+    pub fn max_streams_per_connection(mut self, streams: u32) -> Self {
+        self.max_streams_per_connection = streams.max(1);
         self
     }
 
@@ -262,11 +297,38 @@ impl XdsServer {
         if let Some(tls) = &self.tls {
             tls.set_http1(self.rest.is_some());
         }
-        let incoming = tls::incoming(listener, self.tls.clone())
-            .map(move |accepted| accepted.map(|io| Closable::new(io, closing.clone())));
+        let max_connections = self.ctx.options.max_connections.min(Semaphore::MAX_PERMITS);
+        let connections = Arc::new(Semaphore::new(max_connections));
+        let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let incoming = tls::incoming(listener, self.tls.clone()).filter_map(move |accepted| {
+            let io = match accepted {
+                Ok(io) => io,
+                Err(e) => return Some(Err(e)),
+            };
+            match connections.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    full.store(false, std::sync::atomic::Ordering::Relaxed);
+                    Some(Ok(Closable::new(io, closing.clone(), permit)))
+                }
+                // Closed at once (dropped); logged once per run of refusals.
+                Err(_) => {
+                    if !full.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        warn!(
+                            limit = max_connections,
+                            "connection limit reached (--max-connections): refusing new connections until some close"
+                        );
+                    }
+                    None
+                }
+            }
+        });
+        let options = &self.ctx.options;
         let serving = tonic::transport::Server::builder()
             // REST-JSON polls may come over HTTP/1.1.
             .accept_http1(self.rest.is_some())
+            .max_concurrent_streams(Some(options.max_streams_per_connection))
+            .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+            .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
             // Detect dead peers, so their streams and memory go away.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
@@ -306,16 +368,19 @@ struct Closable {
     io: Conn,
     closing: Pin<Box<dyn Future<Output = ()> + Send>>,
     closed: bool,
+    /// This connection's place under [`ServerOptions::max_connections`], given back on close.
+    _permit: OwnedSemaphorePermit,
 }
 
 impl Closable {
-    fn new(io: Conn, mut closing: watch::Receiver<bool>) -> Closable {
+    fn new(io: Conn, mut closing: watch::Receiver<bool>, permit: OwnedSemaphorePermit) -> Closable {
         Closable {
             io,
             closing: Box::pin(async move {
                 let _ = closing.wait_for(|close| *close).await;
             }),
             closed: false,
+            _permit: permit,
         }
     }
 

@@ -32,7 +32,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
-use tonic::transport::server::{Connected, TcpIncoming};
+use tonic::transport::server::Connected;
 use tracing::{debug, info, warn};
 use x509_parser::extensions::GeneralName;
 
@@ -566,18 +566,43 @@ pub(crate) type Incoming = Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>>;
 /// concurrently (a client that never finishes its handshake holds up no other, and is dropped
 /// after the handshake timeout). The listener is closed when the stream is dropped.
 pub(crate) fn incoming(listener: TcpListener, tls: Option<Arc<TlsState>>) -> Incoming {
-    let Some(tls) = tls else {
-        // Responses are small and latency matters: no Nagle delay. (The builder's own
-        // tcp_nodelay does not apply to an incoming stream given to it.)
-        return Box::pin(
-            TcpIncoming::from(listener)
-                .with_nodelay(Some(true))
-                .map(|accepted| accepted.map(Conn::plain)),
-        );
-    };
     let (tx, rx) = mpsc::channel(HANDSHAKED_QUEUE);
-    tokio::spawn(accept_tls(listener, tls, tx));
+    match tls {
+        Some(tls) => tokio::spawn(accept_tls(listener, tls, tx)),
+        None => tokio::spawn(accept_plain(listener, tx)),
+    };
     Box::pin(ReceiverStream::new(rx).map(Ok))
+}
+
+/// How long the accept loop waits after a failed accept (out of file descriptors, say) before it
+/// tries again: a failing accept is retried at once by default, which spins a core.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+async fn accept_plain(listener: TcpListener, tx: mpsc::Sender<Conn>) {
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            // The server stopped accepting: the listener closes with this task.
+            _ = tx.closed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    failing = false;
+                    // Responses are small and latency matters: no Nagle delay.
+                    let _ = tcp.set_nodelay(true);
+                    if tx.send(Conn::plain(tcp)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    // Logged once per run of failures; open streams are served meanwhile.
+                    if !std::mem::replace(&mut failing, true) {
+                        warn!(%error, "cannot accept connections (out of file descriptors?): retrying every {ACCEPT_BACKOFF:?}");
+                    }
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
+        }
+    }
 }
 
 async fn accept_tls(listener: TcpListener, tls: Arc<TlsState>, tx: mpsc::Sender<Conn>) {
@@ -600,7 +625,7 @@ async fn accept_tls(listener: TcpListener, tls: Arc<TlsState>, tx: mpsc::Sender<
                 Err(error) => {
                     debug!(%error, "accept failed");
                     // Out of file descriptors, say: give the others time to close some.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             },
         }

@@ -306,3 +306,67 @@ async fn a_6_mb_sotw_endpoints_response_reaches_a_client_with_grpcs_default_4_mi
     }
     server.stop().await;
 }
+
+/// A served CDS stream on a connection of its own, kept open while the value lives.
+type OpenStream = (
+    mpsc::Sender<DiscoveryRequest>,
+    tonic::Streaming<DiscoveryResponse>,
+);
+
+/// One CDS stream on its own connection to `addr`: the open stream once it was answered, or why
+/// it was not.
+async fn cds_on_new_connection(addr: std::net::SocketAddr) -> Result<OpenStream, String> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(DiscoveryRequest {
+        node: node(),
+        type_url: CLUSTER.into(),
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut responses = AggregatedDiscoveryServiceClient::new(channel)
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    tokio::time::timeout(std::time::Duration::from_secs(5), responses.message())
+        .await
+        .map_err(|_| "no response in time".to_owned())?
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "the stream ended".to_owned())?;
+    Ok((tx, responses))
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_are_closed_and_the_others_served() {
+    let server = Server::start_with(ServerOptions::default().max_connections(3)).await;
+    server.set(CLUSTER, "c", b"c");
+    // The test server's own channel holds one connection; two more fit.
+    let first = cds_on_new_connection(server.addr).await;
+    assert!(first.is_ok(), "{:?}", first.err());
+    let second = cds_on_new_connection(server.addr).await;
+    assert!(second.is_ok(), "{:?}", second.err());
+    let refused = cds_on_new_connection(server.addr).await;
+    assert!(refused.is_err(), "the fourth connection is refused");
+    // The connections already open are still served.
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(DiscoveryRequest {
+        node: node(),
+        type_url: CLUSTER.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut open = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let r = tokio::time::timeout(WAIT, open.message()).await.unwrap();
+    assert!(matches!(r, Ok(Some(_))), "{r:?}");
+}
