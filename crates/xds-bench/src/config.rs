@@ -292,19 +292,24 @@ pub fn generate(spec: &ConfigSpec) -> Vec<Res> {
 /// has one variant per group (`GROUP_KEY == group_value(g)`, `groups` of them), each with
 /// endpoints of its own. Listeners and route configurations stay unconstrained.
 pub fn generate_groups(spec: &ConfigSpec, groups: usize) -> Vec<Res> {
+    // What is referred to comes first, as in `generate` (xdsd-dir's directory is written in this
+    // order, and xdsd may reload it half-written).
     let mut out = Vec::new();
-    for r in generate(spec) {
-        if r.type_url == CLUSTER || r.type_url == CLUSTER_LOAD_ASSIGNMENT {
-            continue;
+    for i in 0..spec.clusters {
+        for g in 0..groups {
+            out.push(group_load_assignment(spec, g, i, INITIAL_MARKER));
         }
-        out.push(r);
     }
     for i in 0..spec.clusters {
         for g in 0..groups {
             out.push(group_cluster(spec, g, i, INITIAL_MARKER));
-            out.push(group_load_assignment(spec, g, i, INITIAL_MARKER));
         }
     }
+    out.extend(
+        generate(spec)
+            .into_iter()
+            .filter(|r| r.type_url != CLUSTER && r.type_url != CLUSTER_LOAD_ASSIGNMENT),
+    );
     out
 }
 

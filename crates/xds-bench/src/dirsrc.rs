@@ -300,7 +300,17 @@ impl Adapter {
 
     /// Replaces the directory's resources and waits for xdsd to have reloaded them.
     async fn load(&mut self, path: &Path) -> anyhow::Result<u64> {
-        let records = read_records(path)?;
+        let mut records = read_records(path)?;
+        // xdsd may reload the directory while it is being written: what is referred to goes in
+        // first (endpoints, clusters, route configurations, listeners), so that every state it
+        // can see has no dangling reference (it would reject it, and this adapter stop).
+        let rank = |t: &str| match t {
+            CLUSTER_LOAD_ASSIGNMENT => 0,
+            CLUSTER => 1,
+            ROUTE_CONFIGURATION => 2,
+            _ => 3,
+        };
+        records.sort_by_key(|r| rank(&r.type_url));
         let before = *self.reloads.borrow();
         let mut keep = std::collections::HashSet::new();
         let mut accepted = None;
