@@ -19,6 +19,7 @@ use envoy_types::pb::envoy::config::listener::v3::{filter, Listener};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     http_connection_manager, HttpConnectionManager,
 };
+use envoy_types::pb::google::protobuf::{value::Kind as PbKind, Struct, Value as PbValue};
 use http::uri::PathAndQuery;
 use prost::Message;
 use tokio::sync::{mpsc, watch};
@@ -27,7 +28,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION};
 
-use crate::config::{INITIAL_MARKER, MARKER_PATH_CLA, MARKER_PATH_CLUSTER};
+use crate::config::{group_value, GROUP_KEY, INITIAL_MARKER, MARKER_PATH_CLA, MARKER_PATH_CLUSTER};
 use crate::now_ns;
 use crate::wire::{self, bytes_field, fields, marker, RawCodec, Value};
 
@@ -82,6 +83,16 @@ pub struct FleetSpec {
     /// The resources whose versions are recorded: their kind and names (index = tracked id).
     pub tracked_kind: Kind,
     pub tracked: Vec<String>,
+    /// S6: clients are in this many groups (client `i` in group `i % groups`, by its node
+    /// metadata `GROUP_KEY: group_value(g)`); 0: no groups, no metadata.
+    pub groups: usize,
+}
+
+impl FleetSpec {
+    /// The group of client `i`, if the fleet has groups.
+    pub fn group_of(&self, i: usize) -> Option<usize> {
+        (self.groups > 0).then(|| i % self.groups)
+    }
 }
 
 /// Names as small ids, shared by every client (so that 1,000 clients subscribed to the same
@@ -122,6 +133,8 @@ pub struct Shared {
     pub responses: AtomicU64,
     pub bytes: AtomicU64,
     pub requests: AtomicU64,
+    /// Responses received, per group (S6; empty without groups).
+    pub group_responses: Vec<AtomicU64>,
     /// Pre-encoded `resource_names` blocks of SotW requests, shared by clients with equal lists.
     name_blocks: Mutex<HashMap<Kind, NamesBlock>>,
 }
@@ -138,7 +151,6 @@ impl Shared {
             .map(|_| AtomicU32::new(0))
             .collect();
         Arc::new(Shared {
-            spec,
             interner: RwLock::default(),
             tracked,
             last,
@@ -148,7 +160,9 @@ impl Shared {
             responses: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            group_responses: (0..spec.groups).map(|_| AtomicU64::new(0)).collect(),
             name_blocks: Mutex::default(),
+            spec,
         })
     }
 
@@ -162,6 +176,21 @@ impl Shared {
         (0..self.spec.streams)
             .filter(|c| self.last[c * t + tracked as usize].load(Ordering::Relaxed) >= marker)
             .count()
+    }
+
+    /// Clients of group `group` whose last seen marker of `tracked` is at least `marker`, and
+    /// the group's size.
+    pub fn group_at_least(&self, group: usize, tracked: u32, marker: u32) -> (usize, usize) {
+        let t = self.spec.tracked.len();
+        let members = (0..self.spec.streams).filter(|c| self.spec.group_of(*c) == Some(group));
+        let (mut n, mut of) = (0, 0);
+        for c in members {
+            of += 1;
+            if self.last[c * t + tracked as usize].load(Ordering::Relaxed) >= marker {
+                n += 1;
+            }
+        }
+        (n, of)
     }
 
     pub fn error_samples(&self) -> Vec<String> {
@@ -299,6 +328,27 @@ impl Fleet {
         }
     }
 
+    /// Waits until every client of `group` has `marker` (or later) of `tracked`.
+    pub async fn wait_group_marker(
+        &self,
+        group: usize,
+        tracked: u32,
+        marker: u32,
+        timeout: Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let (n, of) = self.shared.group_at_least(group, tracked, marker);
+            if n >= of {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// Ends every stream and returns what each client saw.
     pub async fn stop(self) -> Vec<ClientResult> {
         let _ = self.stop.send(true);
@@ -357,10 +407,22 @@ struct Client {
 
 impl Client {
     fn new(index: usize, shared: Arc<Shared>) -> Client {
+        // S6: the group is a string field of the node's metadata, as an Envoy bootstrap sets it.
+        let metadata = shared.spec.group_of(index).map(|g| Struct {
+            fields: [(
+                GROUP_KEY.to_owned(),
+                PbValue {
+                    kind: Some(PbKind::StringValue(group_value(g))),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        });
         let node = Node {
             id: format!("{NODE_PREFIX}{index}"),
             cluster: "xds-bench".into(),
             user_agent_name: "xds-bench".into(),
+            metadata,
             ..Default::default()
         }
         .encode_to_vec()
@@ -473,6 +535,9 @@ impl Client {
     fn on_response(&mut self, msg: &Bytes, at: u64) -> Result<(), String> {
         self.result.responses += 1;
         self.shared.responses.fetch_add(1, Ordering::Relaxed);
+        if let Some(g) = self.shared.spec.group_of(self.index) {
+            self.shared.group_responses[g].fetch_add(1, Ordering::Relaxed);
+        }
         self.shared
             .bytes
             .fetch_add(msg.len() as u64 + 5, Ordering::Relaxed);

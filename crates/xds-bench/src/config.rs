@@ -43,12 +43,31 @@ pub struct ConfigSpec {
     pub seed: u64,
 }
 
-/// One resource: type URL, name and encoded message.
+/// One resource: type URL, name and encoded message; for a variant (S6), the value of
+/// [`GROUP_KEY`] it is for (its constraints are `GROUP_KEY == group`).
 #[derive(Debug, Clone)]
 pub struct Res {
     pub type_url: &'static str,
     pub name: String,
     pub value: Bytes,
+    pub group: Option<String>,
+}
+
+/// The node metadata field (a TP2 parameter for Envoy) that puts S6's clients in groups.
+pub const GROUP_KEY: &str = "env";
+
+/// The value of [`GROUP_KEY`] of group `g`.
+pub fn group_value(g: usize) -> String {
+    format!("g{g}")
+}
+
+/// One record of a record file: type URL, name, encoded message, and the group of a variant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub type_url: String,
+    pub name: String,
+    pub value: Bytes,
+    pub group: Option<String>,
 }
 
 /// A small deterministic generator (SplitMix64): the same seed gives the same configuration.
@@ -122,6 +141,7 @@ pub fn cluster(spec: &ConfigSpec, i: usize, marker: u32) -> Res {
         type_url: CLUSTER,
         name: c.name.clone(),
         value: c.encode_to_vec().into(),
+        group: None,
     }
 }
 
@@ -169,6 +189,7 @@ pub fn load_assignment(spec: &ConfigSpec, i: usize, marker: u32) -> Res {
         type_url: CLUSTER_LOAD_ASSIGNMENT,
         name: cla.cluster_name.clone(),
         value: cla.encode_to_vec().into(),
+        group: None,
     }
 }
 
@@ -211,6 +232,7 @@ pub fn listener(spec: &ConfigSpec, i: usize) -> Res {
         type_url: LISTENER,
         name: l.name.clone(),
         value: l.encode_to_vec().into(),
+        group: None,
     }
 }
 
@@ -246,6 +268,7 @@ pub fn route_configuration(spec: &ConfigSpec, i: usize) -> Res {
         type_url: ROUTE_CONFIGURATION,
         name: rc.name.clone(),
         value: rc.encode_to_vec().into(),
+        group: None,
     }
 }
 
@@ -265,6 +288,54 @@ pub fn generate(spec: &ConfigSpec) -> Vec<Res> {
     out
 }
 
+/// S6's configuration: `generate`'s, except that every cluster and every ClusterLoadAssignment
+/// has one variant per group (`GROUP_KEY == group_value(g)`, `groups` of them), each with
+/// endpoints of its own. Listeners and route configurations stay unconstrained.
+pub fn generate_groups(spec: &ConfigSpec, groups: usize) -> Vec<Res> {
+    // What is referred to comes first, as in `generate` (xdsd-dir's directory is written in this
+    // order, and xdsd may reload it half-written).
+    let mut out = Vec::new();
+    for i in 0..spec.clusters {
+        for g in 0..groups {
+            out.push(group_load_assignment(spec, g, i, INITIAL_MARKER));
+        }
+    }
+    for i in 0..spec.clusters {
+        for g in 0..groups {
+            out.push(group_cluster(spec, g, i, INITIAL_MARKER));
+        }
+    }
+    out.extend(
+        generate(spec)
+            .into_iter()
+            .filter(|r| r.type_url != CLUSTER && r.type_url != CLUSTER_LOAD_ASSIGNMENT),
+    );
+    out
+}
+
+/// Group `g`'s variant of cluster `i`.
+pub fn group_cluster(spec: &ConfigSpec, g: usize, i: usize, marker: u32) -> Res {
+    Res {
+        group: Some(group_value(g)),
+        ..cluster(&group_spec(spec, g), i, marker)
+    }
+}
+
+/// Group `g`'s variant of the endpoints of cluster `i` (endpoints of the group's own).
+pub fn group_load_assignment(spec: &ConfigSpec, g: usize, i: usize, marker: u32) -> Res {
+    Res {
+        group: Some(group_value(g)),
+        ..load_assignment(&group_spec(spec, g), i, marker)
+    }
+}
+
+fn group_spec(spec: &ConfigSpec, g: usize) -> ConfigSpec {
+    ConfigSpec {
+        seed: spec.seed ^ ((g as u64 + 1) << 40),
+        ..*spec
+    }
+}
+
 /// Route configurations the listeners refer to (the ones `generate` emits).
 pub fn referenced_routes(spec: &ConfigSpec) -> usize {
     if spec.listeners == 0 {
@@ -275,10 +346,16 @@ pub fn referenced_routes(spec: &ConfigSpec) -> usize {
 }
 
 /// The record file the server processes load: (u32 LE length, bytes) × (type, name, value).
+/// A variant's name field is `name`, NUL, then its group (`GROUP_KEY`'s value): resource names
+/// never contain NUL. S6 files, the only ones with variants, are never given to the peer.
 pub fn write_records(path: &std::path::Path, resources: &[Res]) -> std::io::Result<()> {
     let mut buf = Vec::new();
     for r in resources {
-        for field in [r.type_url.as_bytes(), r.name.as_bytes(), &r.value[..]] {
+        let name = match &r.group {
+            Some(g) => format!("{}\0{g}", r.name),
+            None => r.name.clone(),
+        };
+        for field in [r.type_url.as_bytes(), name.as_bytes(), &r.value[..]] {
             buf.extend_from_slice(&(field.len() as u32).to_le_bytes());
             buf.extend_from_slice(field);
         }
@@ -286,7 +363,7 @@ pub fn write_records(path: &std::path::Path, resources: &[Res]) -> std::io::Resu
     std::fs::write(path, buf)
 }
 
-pub fn read_records(path: &std::path::Path) -> anyhow::Result<Vec<(String, String, Bytes)>> {
+pub fn read_records(path: &std::path::Path) -> anyhow::Result<Vec<Record>> {
     let data = std::fs::read(path)?;
     let mut out = Vec::new();
     let mut at = 0usize;
@@ -302,10 +379,19 @@ pub fn read_records(path: &std::path::Path) -> anyhow::Result<Vec<(String, Strin
         Ok(bytes)
     };
     while at < data.len() {
-        let t = String::from_utf8(field(&mut at)?.to_vec())?;
-        let n = String::from_utf8(field(&mut at)?.to_vec())?;
-        let v = Bytes::copy_from_slice(field(&mut at)?);
-        out.push((t, n, v));
+        let type_url = String::from_utf8(field(&mut at)?.to_vec())?;
+        let name = String::from_utf8(field(&mut at)?.to_vec())?;
+        let value = Bytes::copy_from_slice(field(&mut at)?);
+        let (name, group) = match name.split_once('\0') {
+            Some((n, g)) => (n.to_owned(), Some(g.to_owned())),
+            None => (name, None),
+        };
+        out.push(Record {
+            type_url,
+            name,
+            value,
+            group,
+        });
     }
     Ok(out)
 }
@@ -336,5 +422,33 @@ mod tests {
         assert_eq!(decoded.cluster_name, "cluster-00001");
         let c = cluster(&spec, 2, 77);
         assert_eq!(marker(&c.value, MARKER_PATH_CLUSTER), Some(77));
+    }
+
+    #[test]
+    fn groups_have_variants_of_their_own_and_records_keep_them() {
+        let spec = ConfigSpec {
+            clusters: 2,
+            endpoints: 2,
+            listeners: 1,
+            routes: 1,
+            seed: 7,
+        };
+        let all = generate_groups(&spec, 3);
+        assert_eq!(all.len(), 2 * 2 * 3 + 1 + 1);
+        let a = group_load_assignment(&spec, 0, 1, 1);
+        let b = group_load_assignment(&spec, 1, 1, 1);
+        assert_eq!(a.name, b.name);
+        assert_ne!(a.value, b.value, "each group has endpoints of its own");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.rec");
+        write_records(&path, &all).unwrap();
+        let back = read_records(&path).unwrap();
+        assert_eq!(back.len(), all.len());
+        for (r, b) in all.iter().zip(&back) {
+            assert_eq!(
+                (r.type_url, &r.name, &r.value, &r.group),
+                (&*b.type_url, &b.name, &b.value, &b.group)
+            );
+        }
     }
 }

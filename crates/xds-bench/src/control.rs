@@ -161,23 +161,31 @@ impl Proc {
         Ok(())
     }
 
-    /// Sends a `set` without waiting for its answer (see [`Proc::read_ok`]).
+    /// Sends a `set` (of group `group`'s variant, if any) without waiting for its answer.
     pub async fn send_set(
         &mut self,
         type_url: &str,
         name: &str,
         value: &[u8],
+        group: Option<&str>,
     ) -> anyhow::Result<()> {
+        let group = group.map(|g| format!(" {g}")).unwrap_or_default();
         self.stdin
-            .write_all(format!("set {type_url} {name} {}\n", hex(value)).as_bytes())
+            .write_all(format!("set {type_url} {name} {}{group}\n", hex(value)).as_bytes())
             .await?;
         self.stdin.flush().await?;
         Ok(())
     }
 
-    /// Sets one resource; returns when the server accepted it.
-    pub async fn set(&mut self, type_url: &str, name: &str, value: &[u8]) -> anyhow::Result<u64> {
-        self.send_set(type_url, name, value).await?;
+    /// Sets one resource (group `group`'s variant, if any); returns when the server accepted it.
+    pub async fn set(
+        &mut self,
+        type_url: &str,
+        name: &str,
+        value: &[u8],
+        group: Option<&str>,
+    ) -> anyhow::Result<u64> {
+        self.send_set(type_url, name, value, group).await?;
         Ok(self.reply().await?[0])
     }
 

@@ -37,7 +37,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION};
 
-use crate::config::read_records;
+use crate::config::{read_records, GROUP_KEY};
 use crate::now_ns;
 use crate::server::Command;
 
@@ -223,8 +223,8 @@ pub fn to_json(type_url: &str, value: &[u8]) -> anyhow::Result<Value> {
     })
 }
 
-/// The file a resource lives in: one per resource, named by its kind and name.
-fn file_name(type_url: &str, name: &str) -> String {
+/// The file a resource lives in: one per resource (variant), named by its kind, name and group.
+fn file_name(type_url: &str, name: &str, group: Option<&str>) -> String {
     let kind = match type_url {
         CLUSTER => "cds",
         CLUSTER_LOAD_ASSIGNMENT => "eds",
@@ -242,7 +242,10 @@ fn file_name(type_url: &str, name: &str) -> String {
             }
         })
         .collect();
-    format!("{kind}-{safe}.json")
+    match group {
+        Some(g) => format!("{kind}-{safe}@{g}.json"),
+        None => format!("{kind}-{safe}.json"),
+    }
 }
 
 /// What xdsd's log says about reloads: the number of reload outcomes seen so far, and the
@@ -273,9 +276,20 @@ struct Adapter {
 impl Adapter {
     /// Writes `value` as the resource's file: staged outside the watched directory, then renamed
     /// into place. Returns CLOCK_MONOTONIC just before the rename.
-    fn put(&self, type_url: &str, name: &str, value: &[u8]) -> anyhow::Result<u64> {
-        let json = serde_json::to_vec_pretty(&to_json(type_url, value)?)?;
-        let file = file_name(type_url, name);
+    /// A variant (`group`) gets `"@match": {GROUP_KEY: group}` and a file of its own.
+    fn put(
+        &self,
+        type_url: &str,
+        name: &str,
+        value: &[u8],
+        group: Option<&str>,
+    ) -> anyhow::Result<u64> {
+        let mut doc = to_json(type_url, value)?;
+        if let (Some(g), Value::Object(m)) = (group, &mut doc) {
+            m.insert("@match".into(), json!({ GROUP_KEY: g }));
+        }
+        let json = serde_json::to_vec_pretty(&doc)?;
+        let file = file_name(type_url, name, group);
         let n = self.serial.fetch_add(1, Ordering::Relaxed);
         let staged = self.staging.join(format!("{n}-{file}"));
         std::fs::write(&staged, json)?;
@@ -286,14 +300,25 @@ impl Adapter {
 
     /// Replaces the directory's resources and waits for xdsd to have reloaded them.
     async fn load(&mut self, path: &Path) -> anyhow::Result<u64> {
-        let records = read_records(path)?;
+        let mut records = read_records(path)?;
+        // xdsd may reload the directory while it is being written: what is referred to goes in
+        // first (endpoints, clusters, route configurations, listeners), so that every state it
+        // can see has no dangling reference (it would reject it, and this adapter stop).
+        let rank = |t: &str| match t {
+            CLUSTER_LOAD_ASSIGNMENT => 0,
+            CLUSTER => 1,
+            ROUTE_CONFIGURATION => 2,
+            _ => 3,
+        };
+        records.sort_by_key(|r| rank(&r.type_url));
         let before = *self.reloads.borrow();
         let mut keep = std::collections::HashSet::new();
         let mut accepted = None;
-        for (t, n, v) in &records {
-            let a = self.put(t, n, v)?;
+        for r in &records {
+            let group = r.group.as_deref();
+            let a = self.put(&r.type_url, &r.name, &r.value, group)?;
             accepted.get_or_insert(a);
-            keep.insert(file_name(t, n));
+            keep.insert(file_name(&r.type_url, &r.name, group));
         }
         let mut removed = false;
         for e in std::fs::read_dir(&self.dir)? {
@@ -410,7 +435,7 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
                 let accepted = adapter.load(path.as_ref()).await?;
                 format!("ok {accepted} {}\n", now_ns())
             }
-            Command::Set(t, n, v) => format!("ok {}\n", adapter.put(t, n, &v)?),
+            Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g)?),
             Command::Nodes => format!("ok {now}\n"),
             Command::Quit => break,
         };

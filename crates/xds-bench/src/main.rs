@@ -74,8 +74,8 @@ struct RunArgs {
     /// The xdsd binary, for the xdsd-dir server (`cargo build --release -p xdsd`).
     #[arg(long, default_value = "target/release/xdsd")]
     xdsd_bin: PathBuf,
-    /// Scenarios to run, comma-separated: s1 (with s3, s4), s2, s5.
-    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5")]
+    /// Scenarios to run, comma-separated: s1 (with s3, s4), s2, s5, s6.
+    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6")]
     scenarios: Vec<String>,
     /// Where to write results.json, results.md and s1.svg.
     #[arg(long, default_value = "target/bench")]
@@ -101,6 +101,12 @@ struct RunArgs {
     /// S5 seconds per rate.
     #[arg(long)]
     s5_secs: Option<f64>,
+    /// S6 stream counts, comma-separated (each split into --s6-groups groups).
+    #[arg(long, value_delimiter = ',')]
+    s6_streams: Vec<usize>,
+    /// S6 parameter groups.
+    #[arg(long, default_value_t = 10)]
+    s6_groups: usize,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]
     streams_per_connection: Option<usize>,
@@ -158,6 +164,8 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
             vec![250, 500, 1000, 2000]
         },
         s5_secs: a.s5_secs.unwrap_or(if q { 1.0 } else { 5.0 }),
+        s6_streams: or(&a.s6_streams, &[50], &[10_000]),
+        s6_groups: a.s6_groups,
         sync_timeout_s: if q { 30 } else { 180 },
         change_timeout_s: if q { 15 } else { 60 },
     })

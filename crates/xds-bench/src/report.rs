@@ -216,6 +216,44 @@ pub fn markdown(rows: &[Row]) -> String {
         }
         out.push('\n');
     }
+    let s6: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S6").collect();
+    if !s6.is_empty() {
+        out.push_str("### S6 variant groups: streams in parameter groups by node metadata; one group's variant of a ClusterLoadAssignment changes
+
+");
+        out.push_str("Convergence = from the server accepting the change to the last stream of the changed group having it (ms). \"other groups\" = responses the streams of the other groups received during the changes (must be 0). ÷ S1 = against S1 with the same server and streams in this run (S1: every stream gets every change).
+
+");
+        out.push_str("| server | streams | groups | p50 | p90 | p99 | max | changes | other groups | CPU ms/change | CPU ÷ S1 | RSS with streams (MiB) | RSS ÷ S1 | KiB per stream | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &s6 {
+            let [a, b, c, d] = ms(&r.conv_ms);
+            let per = r.changes.max(1) as f64;
+            let cpu = |r: &Row| r.change_cpu_s * 1e3 / r.changes.max(1) as f64;
+            let s1 = find(rows, "S1", &r.server, "sotw", r.streams).filter(|s| s.changes > 0);
+            let ran = r.changes > 0;
+            let _ =
+                writeln!(
+                out,
+                "| {} | {} | {} | {a} | {b} | {c} | {d} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.server,
+                r.streams,
+                r.groups,
+                r.changes,
+                r.other_responses.map(|n| n.to_string()).unwrap_or_else(|| "–".into()),
+                if ran { format!("{:.1}", r.change_cpu_s * 1e3 / per) } else { "–".into() },
+                if ran { ratio(Some(cpu(r)), s1.map(cpu)) } else { "–".into() },
+                if ran { mib(r.rss_idle_kib) } else { "–".into() },
+                if ran {
+                    ratio(Some(r.rss_idle_kib as f64), s1.map(|s| s.rss_idle_kib as f64))
+                } else {
+                    "–".into()
+                },
+                if ran { format!("{:.1}", r.rss_per_stream_kib) } else { "–".into() },
+                note(r)
+            );
+        }
+        out.push('\n');
+    }
     out
 }
 

@@ -82,6 +82,10 @@ pub struct Row {
     pub rss_idle_kib: u64,
     pub rss_peak_kib: u64,
     pub rss_per_stream_kib: f64,
+    /// S6: parameter groups, and the responses the streams of the groups whose variant did not
+    /// change received during the changes (a correct server sends them nothing).
+    pub groups: usize,
+    pub other_responses: Option<u64>,
     pub note: String,
 }
 
@@ -101,6 +105,8 @@ pub struct Plan {
     pub s5_streams: usize,
     pub s5_rates: Vec<u32>,
     pub s5_secs: f64,
+    pub s6_streams: Vec<usize>,
+    pub s6_groups: usize,
     pub sync_timeout_s: u64,
     pub change_timeout_s: u64,
 }
@@ -129,16 +135,22 @@ impl Ctx {
         }
     }
 
-    fn records(&mut self, spec: &ConfigSpec) -> anyhow::Result<PathBuf> {
+    /// The record file of `spec` (with `groups` > 0: S6's, a variant per group).
+    fn records(&mut self, spec: &ConfigSpec, groups: usize) -> anyhow::Result<PathBuf> {
         let key = format!(
-            "c{}-e{}-l{}-r{}-s{}",
+            "c{}-e{}-l{}-r{}-s{}-g{groups}",
             spec.clusters, spec.endpoints, spec.listeners, spec.routes, spec.seed
         );
         if let Some(p) = self.records.get(&key) {
             return Ok(p.clone());
         }
         let path = self.scratch.join(format!("config-{key}.rec"));
-        config::write_records(&path, &config::generate(spec))?;
+        let resources = if groups > 0 {
+            config::generate_groups(spec, groups)
+        } else {
+            config::generate(spec)
+        };
+        config::write_records(&path, &resources)?;
         self.records.insert(key, path.clone());
         Ok(path)
     }
@@ -166,7 +178,7 @@ async fn open(
     fleet: FleetSpec,
     row: Row,
 ) -> anyhow::Result<Session> {
-    let records = ctx.records(spec)?;
+    let records = ctx.records(spec, fleet.groups)?;
     let tag = format!("{}-{}-{}", row.scenario, row.mode, row.streams);
     let dir = ctx.scratch.join(format!("resources-{tag}"));
     let mut proc = Proc::spawn(
@@ -233,6 +245,14 @@ async fn close(s: Session) -> (Row, Vec<ClientResult>) {
 pub fn latencies(
     changes: &[(u32, u32, u64)],
     results: &[ClientResult],
+) -> (Vec<Option<u64>>, Vec<u64>, usize) {
+    latencies_of(changes, &results.iter().collect::<Vec<_>>())
+}
+
+/// [`latencies`] over some of the clients.
+pub fn latencies_of(
+    changes: &[(u32, u32, u64)],
+    results: &[&ClientResult],
 ) -> (Vec<Option<u64>>, Vec<u64>, usize) {
     let mut last = vec![Some(0u64); changes.len()];
     let mut pooled = Vec::with_capacity(changes.len() * results.len());
@@ -317,7 +337,10 @@ async fn rounds(
         *next_marker += 1;
         let res = make(id as usize, *next_marker);
         debug_assert_eq!(res.type_url, kind.type_url());
-        let accepted = s.proc.set(res.type_url, &res.name, &res.value).await?;
+        let accepted = s
+            .proc
+            .set(res.type_url, &res.name, &res.value, res.group.as_deref())
+            .await?;
         changes.push((id, *next_marker, accepted));
         let ok = s
             .fleet
@@ -380,6 +403,7 @@ fn fleet_for(
         expect_routes: config::referenced_routes(spec),
         tracked_kind,
         tracked,
+        groups: 0,
     }
 }
 
@@ -617,6 +641,120 @@ pub async fn s5(ctx: &mut Ctx, server: Server) -> Vec<Row> {
         .collect()
 }
 
+/// S6 variant groups: N streams in `s6_groups` groups by node metadata (`env: g0`, ...), S1's
+/// configuration with one variant per group of every cluster and ClusterLoadAssignment. Round r
+/// changes group `r % groups`'s variant of one ClusterLoadAssignment; convergence is that
+/// group's (its last stream having the change), and the streams of the other groups must
+/// receive nothing (`other_responses`). Only xdsd and xdsd-dir have variants.
+pub async fn s6(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
+    let spec = ctx.plan.s1_config;
+    let groups = ctx.plan.s6_groups.max(1);
+    let mut row = new_row(ctx, "S6", server, false, streams, spec.clusters);
+    row.groups = groups;
+    if !matches!(server, Server::Xdsd | Server::XdsdDir) {
+        row.note = format!(
+            "not run: the {} has no variants (xRFC TP2 dynamic parameters)",
+            if server == Server::Limit {
+                "limit"
+            } else {
+                "peer"
+            }
+        );
+        return row;
+    }
+    progress(&format!(
+        "S6 {} streams={streams} groups={groups}",
+        server.name()
+    ));
+    let tracked = (0..spec.clusters).map(config::cluster_name).collect();
+    let mut fleet = fleet_for(&row, &spec, false, Kind::Eds, tracked);
+    fleet.groups = groups;
+    let mut s = match open(ctx, server, &spec, fleet, row.clone()).await {
+        Ok(s) => s,
+        Err(e) => return failed_row(row, &e),
+    };
+    // (tracked id, marker, accepted, group) per change.
+    let mut changes: Vec<(u32, u32, u64, usize)> = Vec::new();
+    let mut other = 0u64;
+    if s.row.note.is_empty() {
+        let cpu0 = s.proc.cpu_seconds();
+        let client0 = self_cpu_seconds();
+        let bytes0 = s.fleet.shared.bytes.load(Ordering::Relaxed);
+        let resp0 = s.fleet.shared.responses.load(Ordering::Relaxed);
+        let mut marker = INITIAL_MARKER;
+        for r in 0..ctx.plan.rounds {
+            let g = r % groups;
+            let id = (r % spec.clusters) as u32;
+            marker += 1;
+            let res = config::group_load_assignment(&spec, g, id as usize, marker);
+            let before: Vec<u64> = s
+                .fleet
+                .shared
+                .group_responses
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect();
+            let accepted = match s
+                .proc
+                .set(res.type_url, &res.name, &res.value, res.group.as_deref())
+                .await
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    s.row.note = format!("failed: {e:#}");
+                    break;
+                }
+            };
+            changes.push((id, marker, accepted, g));
+            let timeout = Duration::from_secs(ctx.plan.change_timeout_s);
+            if !s.fleet.wait_group_marker(g, id, marker, timeout).await {
+                s.row.note = format!(
+                    "round {r}: not every client of group {g} converged in {} s",
+                    ctx.plan.change_timeout_s
+                );
+                break;
+            }
+            // Time for a response the other groups should not get to arrive, and for the ACKs.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            other += s
+                .fleet
+                .shared
+                .group_responses
+                .iter()
+                .zip(&before)
+                .enumerate()
+                .filter(|(i, _)| *i != g)
+                .map(|(_, (c, b))| c.load(Ordering::Relaxed) - b)
+                .sum::<u64>();
+        }
+        s.row.change_cpu_s = s.proc.cpu_seconds() - cpu0;
+        s.row.client_cpu_s = self_cpu_seconds() - client0;
+        s.row.bytes = s.fleet.shared.bytes.load(Ordering::Relaxed) - bytes0;
+        s.row.responses = s.fleet.shared.responses.load(Ordering::Relaxed) - resp0;
+        s.row.other_responses = Some(other);
+    }
+    let (mut row, results) = close(s).await;
+    // Each change against the clients of its group only.
+    let mut last = Vec::new();
+    let mut pooled = Vec::new();
+    for (id, m, accepted, g) in &changes {
+        let of_group: Vec<&ClientResult> = results
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % groups == *g)
+            .map(|(_, r)| r)
+            .collect();
+        let (l, p, missing) = latencies_of(&[(*id, *m, *accepted)], &of_group);
+        last.extend(l);
+        pooled.extend(p);
+        row.missing += missing;
+    }
+    row.changes = changes.len();
+    row.conv_ms = pct(last.into_iter().flatten().collect());
+    row.client_ms = pct(pooled);
+    row
+}
+
 pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
     let mut rows = Vec::new();
     let plan = ctx.plan.clone();
@@ -640,6 +778,13 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
     if wants("s5") {
         for &server in &plan.servers {
             rows.extend(s5(ctx, server).await);
+        }
+    }
+    if wants("s6") {
+        for &n in &plan.s6_streams {
+            for &server in &plan.servers {
+                rows.push(s6(ctx, server, n).await);
+            }
         }
     }
     rows

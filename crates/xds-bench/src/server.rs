@@ -4,7 +4,8 @@
 //! * stdout, once: `listening <addr>`
 //! * `load <file>`: replace every resource with those of the record file (see
 //!   `config::write_records`); answers `ok <accepted_ns> <done_ns>`
-//! * `set <type_url> <name> <hex value>`: set one resource; answers `ok <accepted_ns>`
+//! * `set <type_url> <name> <hex value> [<group>]`: set one resource (with a group: its variant
+//!   for the parameter `env == group`, S6); answers `ok <accepted_ns>`
 //! * `nodes <n>`: the clients' node ids will be `xds-bench-0` … (only the peer needs to know);
 //!   answers `ok <accepted_ns>`
 //! * `quit` or EOF: exit.
@@ -17,7 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use envoy_types::pb::envoy::service::discovery::v3::Resource as DeltaResource;
+use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::ConstraintType;
+use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+    SingleConstraint, Type,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DynamicParameterConstraints, Resource as DeltaResource,
+};
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -26,11 +33,12 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
+use xdsd_core::params::Constraints;
 use xdsd_core::store::{Change, ResourceInput, Store};
 use xdsd_core::transport::grpc::XdsServer;
 
 use crate::client::{Kind, DELTA_PATH, SOTW_PATH};
-use crate::config::read_records;
+use crate::config::{read_records, Record, GROUP_KEY};
 use crate::now_ns;
 use crate::wire::{self, fields, RawCodec, Value};
 
@@ -56,8 +64,8 @@ pub fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
 pub enum Command<'a> {
     /// Replace everything with the records in this file.
     Load(&'a str),
-    /// Set one resource: type URL, name, encoded message.
-    Set(&'a str, &'a str, Vec<u8>),
+    /// Set one resource: type URL, name, encoded message, group of a variant.
+    Set(&'a str, &'a str, Vec<u8>, Option<&'a str>),
     /// A clock reading (answered with a timestamp).
     Nodes,
     Quit,
@@ -76,7 +84,7 @@ impl<'a> Command<'a> {
                 let (Some(t), Some(n), Some(v)) = (words.next(), words.next(), words.next()) else {
                     anyhow::bail!("bad set line: {line}");
                 };
-                Command::Set(t, n, unhex(v)?)
+                Command::Set(t, n, unhex(v)?, words.next())
             }
             Some("nodes") => Command::Nodes,
             Some("quit") => Command::Quit,
@@ -95,8 +103,33 @@ pub fn hex(b: &[u8]) -> String {
 
 /// What a server kind does with the commands.
 trait Target {
-    fn load(&self, records: Vec<(String, String, Bytes)>) -> anyhow::Result<()>;
-    fn set(&self, type_url: &str, name: &str, value: Bytes) -> anyhow::Result<()>;
+    fn load(&self, records: Vec<Record>) -> anyhow::Result<()>;
+    fn set(
+        &self,
+        type_url: &str,
+        name: &str,
+        value: Bytes,
+        group: Option<&str>,
+    ) -> anyhow::Result<()>;
+}
+
+/// The constraints of group `group`'s variant: `GROUP_KEY == group`.
+pub fn group_constraints(group: &str) -> anyhow::Result<Constraints> {
+    Ok(Constraints::new(DynamicParameterConstraints {
+        r#type: Some(Type::Constraint(SingleConstraint {
+            key: GROUP_KEY.into(),
+            constraint_type: Some(ConstraintType::Value(group.into())),
+        })),
+    })?)
+}
+
+/// The limit has no variants.
+fn no_group(group: Option<&str>) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        group.is_none(),
+        "the limit server has no variants (resource for group {group:?})"
+    );
+    Ok(())
 }
 
 pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
@@ -161,8 +194,8 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
                 target.load(read_records(path.as_ref())?)?;
                 format!("ok {accepted} {}\n", now_ns())
             }
-            Command::Set(t, n, v) => {
-                target.set(t, n, v.into())?;
+            Command::Set(t, n, v, g) => {
+                target.set(t, n, v.into(), g)?;
                 format!("ok {accepted}\n")
             }
             Command::Nodes => format!("ok {accepted}\n"),
@@ -177,18 +210,29 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
 struct XdsdTarget(Store);
 
 impl Target for XdsdTarget {
-    fn load(&self, records: Vec<(String, String, Bytes)>) -> anyhow::Result<()> {
-        self.0.replace_all(
-            records
-                .into_iter()
-                .map(|(type_url, name, value)| ResourceInput::new(type_url, name, value)),
-        )?;
+    fn load(&self, records: Vec<Record>) -> anyhow::Result<()> {
+        let inputs = records
+            .into_iter()
+            .map(|r| {
+                let constraints = r.group.as_deref().map(group_constraints).transpose()?;
+                Ok(ResourceInput::new(r.type_url, r.name, r.value).with_constraints(constraints))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        self.0.replace_all(inputs)?;
         Ok(())
     }
 
-    fn set(&self, type_url: &str, name: &str, value: Bytes) -> anyhow::Result<()> {
-        self.0
-            .apply([Change::Set(ResourceInput::new(type_url, name, value))])?;
+    fn set(
+        &self,
+        type_url: &str,
+        name: &str,
+        value: Bytes,
+        group: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let constraints = group.map(group_constraints).transpose()?;
+        self.0.apply([Change::Set(
+            ResourceInput::new(type_url, name, value).with_constraints(constraints),
+        )])?;
         Ok(())
     }
 }
@@ -278,10 +322,12 @@ impl Limit {
 }
 
 impl Target for Limit {
-    fn load(&self, records: Vec<(String, String, Bytes)>) -> anyhow::Result<()> {
+    fn load(&self, records: Vec<Record>) -> anyhow::Result<()> {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let mut data: [Encoded; 4] = Default::default();
-        for (t, n, v) in records {
+        for r in records {
+            no_group(r.group.as_deref())?;
+            let (t, n, v) = (r.type_url, r.name, r.value);
             let kind = Kind::from_type_url(t.as_bytes())
                 .ok_or_else(|| anyhow::anyhow!("the limit server does not handle {t}"))?;
             let (any, delta) = encode_resource(&t, &n, &v, generation);
@@ -295,7 +341,14 @@ impl Target for Limit {
         Ok(())
     }
 
-    fn set(&self, type_url: &str, name: &str, value: Bytes) -> anyhow::Result<()> {
+    fn set(
+        &self,
+        type_url: &str,
+        name: &str,
+        value: Bytes,
+        group: Option<&str>,
+    ) -> anyhow::Result<()> {
+        no_group(group)?;
         let kind = Kind::from_type_url(type_url.as_bytes())
             .ok_or_else(|| anyhow::anyhow!("the limit server does not handle {type_url}"))?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;

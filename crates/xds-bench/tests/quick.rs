@@ -1,6 +1,7 @@
 //! Runs the benchmark's quick mode against xdsd and the transport limit (not the peer, whose
 //! build needs protoc), so that the harness keeps working. It checks what happened, never how
-//! fast: every client synced and received every change, with no errors.
+//! fast: every client synced and received every change, with no errors; in S6 (variant groups),
+//! the streams of the groups whose variant did not change received nothing.
 //!
 //! The `xdsd-dir` kind (the xdsd binary serving a watched directory) is not run here: it needs
 //! the xdsd binary, which `cargo test -p xds-bench` does not build (`CARGO_BIN_EXE_*` exists only
@@ -42,6 +43,15 @@ fn quick_mode_measures_xdsd_and_the_limit() {
             row["server"].as_str().unwrap().to_owned(),
             row["mode"].as_str().unwrap().to_owned(),
         ));
+        let s6 = row["scenario"] == "S6";
+        if s6 && row["server"] == "limit" {
+            // The limit has no variants: S6 says so instead of running.
+            assert!(
+                row["note"].as_str().unwrap().starts_with("not run"),
+                "{what}"
+            );
+            continue;
+        }
         assert_eq!(row["note"], "", "{what}: {}", row["note"]);
         assert_eq!(row["errors"], 0, "{what}: {}", row["error_samples"]);
         assert_eq!(
@@ -66,12 +76,28 @@ fn quick_mode_measures_xdsd_and_the_limit() {
         );
         let streams = row["streams"].as_u64().unwrap();
         assert_eq!(row["sync_ms"]["n"].as_u64().unwrap(), streams, "{what}");
+        // S6: a change is for one group's streams only (the quick size divides evenly).
+        let receivers = if s6 {
+            let groups = row["groups"].as_u64().unwrap();
+            assert!(groups > 1 && streams % groups == 0, "{what}");
+            assert_eq!(
+                row["other_responses"], 0,
+                "{what}: streams of groups whose variant did not change received responses"
+            );
+            streams / groups
+        } else {
+            streams
+        };
         assert_eq!(
             row["client_ms"]["n"].as_u64().unwrap(),
-            changes * streams,
+            changes * receivers,
             "{what}: one latency per (client, change)"
         );
     }
+    assert!(
+        seen.contains(&("S6".into(), "xdsd".into(), "sotw".into())),
+        "no S6 row for xdsd"
+    );
     for scenario in ["S1", "S2", "S5"] {
         for server in ["xdsd", "limit"] {
             assert!(
@@ -91,4 +117,7 @@ fn quick_mode_measures_xdsd_and_the_limit() {
     assert!(std::fs::read_to_string(out.path().join("results.md"))
         .unwrap()
         .contains("### S5 churn"));
+    assert!(std::fs::read_to_string(out.path().join("results.md"))
+        .unwrap()
+        .contains("### S6 variant groups"));
 }

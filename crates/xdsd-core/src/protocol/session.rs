@@ -645,6 +645,12 @@ impl<M: Machine> Session<M> {
         self.binding = Some(binding);
     }
 
+    /// Every parameter set this session resolved or resolves names with, of every type. The list
+    /// only grows (at most 64), so its length tells whether it changed.
+    pub fn param_sets(&self) -> &[ParamSet] {
+        &self.params
+    }
+
     /// The node id for logs ("" until a request carried one).
     pub fn node_id(&self) -> &str {
         self.node.as_ref().map(|n| n.id.as_str()).unwrap_or("")

@@ -19,7 +19,7 @@ pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{field_len, put_length_delimited};
 pub use snapshot::{Snapshot, TypeSnapshot, View};
-use watch::{lock_index, WatchIndex};
+use watch::{lock_index, ChangedNames, Wake, WatchIndex};
 
 use crate::params::{self, Constraints, VariantError};
 use crate::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};
@@ -375,37 +375,57 @@ impl Store {
         next: HashMap<Arc<str>, TypeMap>,
     ) -> Result<UpdateSummary, StoreError> {
         let mut types = current.type_map().clone();
-        let mut changed: Vec<(Arc<str>, Vec<Arc<str>>)> = Vec::new();
+        let mut changed: Vec<(Arc<str>, ChangedNames)> = Vec::new();
         let mut count = 0;
         for (type_url, map) in next {
             let old = current.get(&type_url);
             // Changed resources are known by their names and aliases, old and new: a stream may
-            // watch any of them.
-            let mut names: Vec<Arc<str>> = Vec::new();
-            let mut mark = |r: &Resource| {
-                names.push(r.name().clone());
-                names.extend(r.aliases().iter().cloned());
+            // watch any of them. Each with whom to wake: the streams whose parameters match a
+            // variant that was added, changed or removed (all of them if one is unconstrained).
+            let mut names: ChangedNames = Vec::new();
+            // (An alias leads to the name, whose variant is resolved by the stream's parameters:
+            // the aliases of every variant, old and new, are marked.)
+            let mut mark = |all: &mut dyn Iterator<Item = &Arc<Resource>>, wake: Wake| {
+                for r in all {
+                    names.push((r.name().clone(), wake.clone()));
+                    names.extend(r.aliases().iter().map(|a| (a.clone(), wake.clone())));
+                }
             };
             for (name, variants) in &map {
                 let before = old.map(|o| o.variants(name)).unwrap_or(&[]);
-                let same = |r: &Arc<Resource>| before.iter().any(|b| b.version() == r.version());
-                let kept = variants.iter().filter(|r| same(r)).count();
+                let in_before =
+                    |r: &Arc<Resource>| before.iter().any(|b| b.version() == r.version());
+                let in_new =
+                    |r: &Arc<Resource>| variants.iter().any(|v| v.version() == r.version());
+                let kept = variants.iter().filter(|r| in_before(r)).count();
                 if kept == variants.len() && kept == before.len() {
                     continue;
                 }
                 count += variants.len() + before.len() - 2 * kept;
                 check_variants(&type_url, name, variants)?;
-                variants.iter().for_each(|r| mark(r));
-                before.iter().for_each(|r| mark(r));
+                let differ = variants
+                    .iter()
+                    .filter(|r| !in_before(r))
+                    .chain(before.iter().filter(|r| !in_new(r)));
+                let wake = Wake::of(differ.map(|r| r.constraints()));
+                mark(&mut variants.iter().chain(before), wake);
             }
             for (name, variants) in old.into_iter().flat_map(|o| o.entries()) {
                 if !map.contains_key(name) {
                     count += variants.len();
-                    variants.iter().for_each(|r| mark(r));
+                    let wake = Wake::of(variants.iter().map(|r| r.constraints()));
+                    mark(&mut variants.iter(), wake);
                 }
             }
-            names.sort();
-            names.dedup();
+            names.sort_by(|a, b| a.0.cmp(&b.0));
+            // One entry per name, waking whom any of its entries wakes.
+            names.dedup_by(|later, first| {
+                let same = later.0 == first.0;
+                if same {
+                    first.1.merge(std::mem::replace(&mut later.1, Wake::All));
+                }
+                same
+            });
             if names.is_empty() {
                 continue;
             }

@@ -368,3 +368,4 @@ fn an_eds_cluster_depends_on_its_cluster_load_assignment() {
 }
 
 mod references;
+mod wake;

@@ -1,10 +1,70 @@
 //! Change notification, indexed by name: an update touches only the streams that watch one of the
-//! changed names (or the wildcard of its type), never a scan of all clients.
+//! changed names (or the wildcard of its type), never a scan of all clients. When only
+//! constrained variants of a name changed (xRFC TP2), a stream that told its parameter sets
+//! ([`Watcher::set_params`]) is woken only if one of them matches a changed variant: the others
+//! resolve the name to the same variant as before.
 
 use crate::hash::{HashMap, HashSet};
+use crate::params::{Constraints, ParamSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
+
+/// Which watchers of a changed name to wake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Every watcher: an unconstrained variant was added, changed or removed.
+    All,
+    /// Watchers with a parameter set that matches one of these constraints (the variants
+    /// added, changed or removed), and watchers that did not say their parameter sets.
+    Matching(Vec<Arc<Constraints>>),
+}
+
+impl Wake {
+    /// Whom to wake for a change of these variants (old and new).
+    pub(crate) fn of<'a>(changed: impl IntoIterator<Item = Option<&'a Arc<Constraints>>>) -> Wake {
+        let mut constraints: Vec<Arc<Constraints>> = Vec::new();
+        for c in changed {
+            let Some(c) = c else {
+                return Wake::All;
+            };
+            if !constraints.contains(c) {
+                constraints.push(c.clone());
+            }
+        }
+        Wake::Matching(constraints)
+    }
+
+    /// Both: the watchers either wakes.
+    pub(crate) fn merge(&mut self, other: Wake) {
+        match (&mut *self, other) {
+            (Wake::All, _) => {}
+            (_, Wake::All) => *self = Wake::All,
+            (Wake::Matching(a), Wake::Matching(b)) => {
+                for c in b {
+                    if !a.contains(&c) {
+                        a.push(c);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a watcher resolving names with `params` (`None`: unknown) may see a change.
+    fn wakes(&self, params: Option<&[ParamSet]>) -> bool {
+        match (self, params) {
+            (Wake::All, _) | (_, None) => true,
+            (Wake::Matching(constraints), Some(params)) => params
+                .iter()
+                .any(|p| constraints.iter().any(|c| c.matches(p))),
+        }
+    }
+}
+
+/// The changed names of one type, each with whom to wake.
+pub(crate) type ChangedNames = Vec<(Arc<str>, Wake)>;
+/// Changed names per type URL.
+pub(crate) type Changed = [(Arc<str>, ChangedNames)];
 
 /// Names that changed since a stream last looked, per type URL.
 pub type Changes = HashMap<Arc<str>, HashSet<Arc<str>>>;
@@ -32,24 +92,39 @@ type Watchers = HashMap<u64, Arc<Signal>>;
 pub(crate) struct WatchIndex {
     names: HashMap<Arc<str>, HashMap<Arc<str>, Watchers>>,
     wildcards: HashMap<Arc<str>, Watchers>,
+    /// The parameter sets of the watchers that said them (`Watcher::set_params`).
+    params: HashMap<u64, Arc<[ParamSet]>>,
 }
 
 impl WatchIndex {
-    /// Marks `changed` names on every stream that watches them and wakes those streams.
-    pub(crate) fn notify(&self, changed: &[(Arc<str>, Vec<Arc<str>>)]) {
+    /// Marks `changed` names on every stream that watches them and may see the change, and wakes
+    /// those streams.
+    pub(crate) fn notify(&self, changed: &Changed) {
         // Per stream: its signal and the (type, name) pairs to mark, so each is locked once.
         type Marks<'a> = (&'a Arc<Signal>, Vec<(&'a Arc<str>, &'a Arc<str>)>);
         let mut touched: HashMap<u64, Marks<'_>> = HashMap::default();
+        let params = |id: &u64| self.params.get(id).map(|p| &**p);
         for (type_url, names) in changed {
             if let Some(watchers) = self.wildcards.get(type_url) {
                 for (id, signal) in watchers {
-                    let entry = touched.entry(*id).or_insert_with(|| (signal, Vec::new()));
-                    entry.1.extend(names.iter().map(|n| (type_url, n)));
+                    let params = params(id);
+                    let mut marks = names
+                        .iter()
+                        .filter(|(_, wake)| wake.wakes(params))
+                        .map(|(n, _)| (type_url, n))
+                        .peekable();
+                    if marks.peek().is_some() {
+                        let entry = touched.entry(*id).or_insert_with(|| (signal, Vec::new()));
+                        entry.1.extend(marks);
+                    }
                 }
             }
             if let Some(by_name) = self.names.get(type_url) {
-                for name in names {
+                for (name, wake) in names {
                     for (id, signal) in by_name.get(name).into_iter().flatten() {
+                        if !wake.wakes(params(id)) {
+                            continue;
+                        }
                         let entry = touched.entry(*id).or_insert_with(|| (signal, Vec::new()));
                         entry.1.push((type_url, name));
                     }
@@ -86,6 +161,8 @@ pub struct Watcher {
     index: Arc<Mutex<WatchIndex>>,
     signal: Arc<Signal>,
     registered: HashMap<Arc<str>, Registered>,
+    /// How many parameter sets were last registered (`set_params`).
+    params: Option<usize>,
 }
 
 impl Watcher {
@@ -95,7 +172,25 @@ impl Watcher {
             index,
             signal: Arc::default(),
             registered: HashMap::default(),
+            params: None,
         }
+    }
+
+    /// Every parameter set the stream resolves names with (all of them, for every type). From
+    /// then on a change of constrained variants only wakes the stream if one of these sets
+    /// matches a changed variant; before, every change of a watched name wakes it. Call it again
+    /// when the stream uses a new set, before the state the set is used with is read (as for
+    /// [`Watcher::watch`]).
+    pub fn set_params(&mut self, params: &[ParamSet]) {
+        self.params = Some(params.len());
+        lock_index(&self.index)
+            .params
+            .insert(self.id, params.to_vec().into());
+    }
+
+    /// How many parameter sets `set_params` last registered; `None` before the first call.
+    pub fn params_len(&self) -> Option<usize> {
+        self.params
     }
 
     /// Watches (or stops watching) every resource of `type_url`, present and future.
@@ -183,6 +278,7 @@ fn remove_name(index: &mut WatchIndex, type_url: &Arc<str>, name: &Arc<str>, id:
 impl Drop for Watcher {
     fn drop(&mut self) {
         let mut index = lock_index(&self.index);
+        index.params.remove(&self.id);
         for (type_url, reg) in &self.registered {
             if reg.wildcard {
                 if let Some(w) = index.wildcards.get_mut(type_url) {

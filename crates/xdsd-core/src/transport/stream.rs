@@ -174,6 +174,12 @@ impl<V: Variant> Stream<V> {
             type_url, change, ..
         } = handled;
         // Registered before the next snapshot is read, so no change can slip between the two.
+        // The parameter sets first: a new one (the node's, a locator's) resolves the names
+        // watched below, and changes of the variants it matches must wake this stream.
+        let params = self.session.param_sets();
+        if self.watcher.params_len() != Some(params.len()) {
+            self.watcher.set_params(params);
+        }
         if let Some(on) = change.wildcard {
             self.watcher.set_wildcard(&type_url, on);
         }
