@@ -3,9 +3,7 @@
 //! when the endpoints file changes, and keeps flowing to B when Envoy NACKs a cluster it refuses
 //! (xdsd logs the NACK with Envoy's node id).
 
-mod support;
-
-use support::scenario::{run_envoy_scenario, Transport};
+use crate::support::scenario::{run_envoy_scenario, Transport};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_over_ads_follows_changes_and_survives_a_nack() {

@@ -10,8 +10,6 @@
 //! `--make-before-break off` the same switch runs and the failed requests are reported (printed,
 //! not asserted: the count depends on timing).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,10 +20,10 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout, Instant};
 
-use support::scenario::{
+use crate::support::scenario::{
     dynamic_bootstrap, eds_cluster_yaml, endpoints_yaml, listener_yaml, route_yaml, Transport,
 };
-use support::{unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, DEADLINE};
+use crate::support::{unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, DEADLINE};
 
 /// Requests in flight at any time: one connection (kept alive) per worker.
 const WORKERS: usize = 4;
@@ -404,11 +402,11 @@ async fn switch_under_traffic(transport: Transport, make_before_break: bool) -> 
     let pushes = xdsd
         .log
         .matching_since(mark, |l| {
-            l.contains(" push ") && support::log_field(l, "type_url").is_some()
+            l.contains(" push ") && crate::support::log_field(l, "type_url").is_some()
         })
         .iter()
         .map(|l| {
-            let field = |k| support::log_field(l, k).unwrap_or("?");
+            let field = |k| crate::support::log_field(l, k).unwrap_or("?");
             let type_url = field("type_url");
             let short = type_url.rsplit('.').next().unwrap_or(type_url);
             format!("{short}(+{} -{})", field("resources"), field("removed"))

@@ -6,18 +6,16 @@
 //! of the strict default, with a real Envoy: Envoy accepts a route to a missing cluster (no
 //! NACK) and answers its requests with 503.
 
-mod support;
-
 use std::process::Stdio;
 
+use crate::support::ads;
+use crate::support::scenario::{dynamic_bootstrap, listener_yaml, Transport};
+use crate::support::{http_get, unique_name, Envoy, ResourceDir, Xdsd, CLUSTER, DEADLINE, ROUTE};
 use envoy_types::pb::envoy::config::route::v3::route::Action;
 use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use prost::Message;
-use support::ads;
-use support::scenario::{dynamic_bootstrap, listener_yaml, Transport};
-use support::{http_get, unique_name, Envoy, ResourceDir, Xdsd, CLUSTER, DEADLINE, ROUTE};
 
 fn cluster_yaml(name: &str) -> String {
     format!("\"@type\": {CLUSTER}\nname: {name}\ntype: STATIC\nconnect_timeout: 1s\n")

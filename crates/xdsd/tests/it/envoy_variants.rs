@@ -21,16 +21,14 @@
 //!
 //! Over SotW ADS and over delta ADS.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::scenario::{
+use crate::support::scenario::{
     dynamic_bootstrap_with_metadata, eds_cluster_yaml, endpoints_yaml, listener_yaml, route_yaml,
     Transport,
 };
-use support::{
+use crate::support::{
     http_get, log_field, unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, ENDPOINTS,
 };
 

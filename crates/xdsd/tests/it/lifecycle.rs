@@ -1,10 +1,8 @@
 //! The process contract: xdsd reports the port it listens on, and SIGTERM while a client stream
 //! is open shuts it down gracefully with exit code 0.
 
-mod support;
-
-use support::ads::{self, AdsStream};
-use support::{unique_name, ResourceDir, Xdsd, CLUSTER};
+use crate::support::ads::{self, AdsStream};
+use crate::support::{unique_name, ResourceDir, Xdsd, CLUSTER};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_an_open_stream_exits_zero() {

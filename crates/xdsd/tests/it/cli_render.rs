@@ -4,16 +4,14 @@
 //! directory writes nothing (exit 1); an output directory inside the resources is refused
 //! (exit 2).
 
-mod support;
-
 use std::path::Path;
 use std::process::Output;
 
+use crate::support::ads;
+use crate::support::scenario::{basic_resources, Transport};
+use crate::support::{unique_name, ResourceDir, Xdsd, CLUSTER, ENDPOINTS, LISTENER, ROUTE};
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use prost::Message;
-use support::ads;
-use support::scenario::{basic_resources, Transport};
-use support::{unique_name, ResourceDir, Xdsd, CLUSTER, ENDPOINTS, LISTENER, ROUTE};
 use xdsd_source::{read_discovery_response, Descriptors, FileFormat};
 
 const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";

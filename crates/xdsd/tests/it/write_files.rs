@@ -2,11 +2,9 @@
 //! serving; the file is written at the next change once it can be. An output directory inside
 //! the resources directory stops xdsd at start.
 
-mod support;
-
 use std::process::Stdio;
 
-use support::{ads, unique_name, ResourceDir, Xdsd, CLUSTER, DEADLINE};
+use crate::support::{ads, unique_name, ResourceDir, Xdsd, CLUSTER, DEADLINE};
 
 fn cluster_yaml(name: &str) -> String {
     format!("\"@type\": {CLUSTER}\nname: {name}\ntype: STATIC\nconnect_timeout: 1s\n")

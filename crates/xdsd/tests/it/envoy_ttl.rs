@@ -5,12 +5,10 @@
 //! Over SotW ADS (Envoy takes `Resource` wrappers there: `xds.config.resource-in-sotw`) and over
 //! delta ADS (body-less heartbeats).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::scenario::{dynamic_bootstrap, Transport};
-use support::{unique_name, Envoy, ResourceDir, Xdsd, CLUSTER};
+use crate::support::scenario::{dynamic_bootstrap, Transport};
+use crate::support::{unique_name, Envoy, ResourceDir, Xdsd, CLUSTER};
 
 const TTL: Duration = Duration::from_secs(2);
 

@@ -1,9 +1,7 @@
 //! Tests of the test harness itself, without xdsd: when these fail, the environment (Envoy,
 //! Python, grpcio) is broken, not xdsd.
 
-mod support;
-
-use support::{
+use crate::support::{
     listener_port_from_json, parse_http_response, parse_port_after, scenario, unique_name,
     wait_for_body, Envoy, PyGrpcServer, Upstream,
 };
@@ -25,7 +23,7 @@ async fn envoy_with_a_static_bootstrap_proxies_to_an_upstream() {
 async fn python_grpc_client_calls_python_server_on_a_plain_target() {
     let server = PyGrpcServer::start("server-a").await;
     let target = format!("127.0.0.1:{}", server.port);
-    let out = support::run_python_client(
+    let out = crate::support::run_python_client(
         &["--target", &target, "--calls", "2", "--expect", "server-a"],
         &[],
     )

@@ -3,10 +3,8 @@
 //! nothing new, a new stream gets exactly the old resources). A good change afterwards is applied
 //! and pushed.
 
-mod support;
-
-use support::ads::{self, AdsStream};
-use support::{unique_name, ResourceDir, Xdsd, CLUSTER, DEADLINE};
+use crate::support::ads::{self, AdsStream};
+use crate::support::{unique_name, ResourceDir, Xdsd, CLUSTER, DEADLINE};
 
 fn cluster_yaml(name: &str) -> String {
     format!(

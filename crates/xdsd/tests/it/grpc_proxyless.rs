@@ -2,9 +2,7 @@
 //! `GRPC_XDS_BOOTSTRAP`) gets listener → route → cluster → endpoints from xdsd over ADS and calls
 //! a Python gRPC server; when the endpoints file changes, new clients reach the other server.
 
-mod support;
-
-use support::{
+use crate::support::{
     run_python_client, unique_name, PyClientOutput, PyGrpcServer, ResourceDir, Xdsd, CLUSTER,
     ENDPOINTS, LISTENER, ROUTE,
 };

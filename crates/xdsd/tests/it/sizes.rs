@@ -1,9 +1,7 @@
 //! The size flags of `xdsd serve`: `--max-request-bytes` is the largest request a stream takes.
 
-mod support;
-
-use support::ads::AdsStream;
-use support::{log_field, unique_name, ResourceDir, Xdsd, CLUSTER, ENDPOINTS};
+use crate::support::ads::AdsStream;
+use crate::support::{log_field, unique_name, ResourceDir, Xdsd, CLUSTER, ENDPOINTS};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_request_bytes_ends_a_larger_request_with_resource_exhausted() {

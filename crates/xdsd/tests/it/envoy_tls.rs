@@ -5,17 +5,12 @@
 //! with PERMISSION_DENIED, naming both identities) and has no dynamic listener. Plaintext on a
 //! non-loopback address logs a warning at start; files that do not load stop xdsd at start.
 
-mod support;
-
-#[path = "../../xdsd-core/tests/it/common/pki.rs"]
-mod pki;
-
 use std::path::Path;
 use std::time::Duration;
 
-use pki::{Id, Pair, Pki};
-use support::scenario::{basic_resources, dynamic_bootstrap, Transport};
-use support::{unique_name, wait_for_body, Envoy, Upstream, Xdsd, DEADLINE};
+use crate::pki::{Id, Pair, Pki};
+use crate::support::scenario::{basic_resources, dynamic_bootstrap, Transport};
+use crate::support::{unique_name, wait_for_body, Envoy, Upstream, Xdsd, DEADLINE};
 
 const TRUST_DOMAIN: &str = "spiffe://xdsd.test/ns/tests/sa";
 

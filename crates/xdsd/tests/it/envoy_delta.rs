@@ -13,15 +13,13 @@
 //!    cluster (versions are content hashes, equal across restarts). An endpoint change after the
 //!    restart moves traffic back to A.
 
-mod support;
-
 use std::time::Duration;
 
-use support::scenario::{
+use crate::support::scenario::{
     basic_resources, dynamic_bootstrap, eds_cluster_yaml, endpoints_yaml, move_endpoints_to,
     route_yaml, Transport,
 };
-use support::{
+use crate::support::{
     http_get, log_field, names_node, unique_name, wait_for_body, wait_for_body_at, Envoy, Log,
     ResourceDir, Upstream, Xdsd, CLUSTER, DEADLINE, ENDPOINTS, LISTENER, ROUTE,
 };

@@ -2,12 +2,10 @@
 //! else 304 Not Modified), bad input as 4xx with a JSON body, and a real Envoy 1.40 with
 //! `api_type: REST` for LDS, RDS, CDS and EDS.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::scenario::{endpoints_yaml, route_yaml, ADMIN};
-use support::{
+use crate::support::scenario::{endpoints_yaml, route_yaml, ADMIN};
+use crate::support::{
     parse_http_response, unique_name, wait_for_body, Envoy, HttpResponse, ResourceDir, Upstream,
     Xdsd, CLUSTER, ENDPOINTS, LISTENER,
 };

@@ -2,12 +2,10 @@
 //! references), every error on stderr naming the file and the reason, exit 1; a summary per
 //! type and exit 0 when valid; exit 2 for a usage error.
 
-mod support;
-
 use std::path::Path;
 use std::process::Output;
 
-use support::{repo_root, ResourceDir, CLUSTER, ROUTE};
+use crate::support::{repo_root, ResourceDir, CLUSTER, ROUTE};
 
 fn check(dir: &Path, extra: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_xdsd"))
@@ -73,8 +71,8 @@ fn a_valid_directory_exits_zero_with_counts_per_type() {
     assert_mentions(&run.stdout, &["valid, 4 resources"], "the summary");
     for (stem, type_url) in [
         ("clusters", CLUSTER),
-        ("endpoints", support::ENDPOINTS),
-        ("listeners", support::LISTENER),
+        ("endpoints", crate::support::ENDPOINTS),
+        ("listeners", crate::support::LISTENER),
         ("routes", ROUTE),
     ] {
         let line = run

@@ -10,12 +10,10 @@
 //! in one change (clusters and listeners files, written with a pause between them: see
 //! `files::SETTLE`). Envoy rejects none of the files.
 
-mod support;
-
 use std::path::Path;
 
-use support::scenario::ADMIN;
-use support::{
+use crate::support::scenario::ADMIN;
+use crate::support::{
     unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER, ENDPOINTS, LISTENER,
 };
 
@@ -221,7 +219,7 @@ async fn envoy_follows_the_files(format: &str) {
     );
     let listeners = expect_written(&xdsd, mark, &format!("listeners.{format}")).await;
     let clusters = expect_written(&xdsd, mark, &format!("clusters.{format}")).await;
-    let generation = |line: &str| support::log_field(line, "generation").map(str::to_owned);
+    let generation = |line: &str| crate::support::log_field(line, "generation").map(str::to_owned);
     assert_eq!(
         generation(&listeners),
         generation(&clusters),

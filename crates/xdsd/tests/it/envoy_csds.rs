@@ -3,23 +3,21 @@
 //! everything, then NACKing a cluster it refuses (with Envoy's error and the file the cluster came
 //! from), then ACKing again once the file is removed.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::scenario::{
+    basic_resources, dynamic_bootstrap, envoy_rejected_cluster_yaml, Transport,
+};
+use crate::support::{
+    http_get, unique_name, wait_for_body, Envoy, Upstream, Xdsd, CLUSTER, DEADLINE, ENDPOINTS,
+    LISTENER, ROUTE,
+};
 use envoy_types::pb::envoy::admin::v3::ClientResourceStatus;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
-use support::scenario::{
-    basic_resources, dynamic_bootstrap, envoy_rejected_cluster_yaml, Transport,
-};
-use support::{
-    http_get, unique_name, wait_for_body, Envoy, Upstream, Xdsd, CLUSTER, DEADLINE, ENDPOINTS,
-    LISTENER, ROUTE,
-};
 use tokio::time::{sleep, Instant};
 
 /// The CDS entries of the client `node_id` once `done` holds for them; panics after DEADLINE

@@ -5,12 +5,10 @@
 //! resource carrying it, which is what Envoy waits for), and a domain added later is routed once
 //! the resources directory says so.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::scenario::{dynamic_bootstrap, Transport};
-use support::{
+use crate::support::scenario::{dynamic_bootstrap, Transport};
+use crate::support::{
     http_get, unique_name, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER, LISTENER, ROUTE,
 };
 

@@ -1,12 +1,10 @@
 //! `examples/basic` stays correct: xdsd loads its resources and serves all four over ADS, and
 //! Envoy accepts its bootstrap.
 
-mod support;
-
 use std::process::Stdio;
 
-use support::ads::{self, AdsStream};
-use support::{
+use crate::support::ads::{self, AdsStream};
+use crate::support::{
     envoy_binary, repo_root, unique_name, Xdsd, CLUSTER, DEADLINE, ENDPOINTS, LISTENER, ROUTE,
 };
 

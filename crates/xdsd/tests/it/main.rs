@@ -1,0 +1,28 @@
+//! xdsd's integration tests, one binary: the real binary (`CARGO_BIN_EXE_xdsd`), real Envoy 1.40
+//! and real gRPC clients over loopback, a module per subject, the shared harness in `support`.
+
+#[path = "../../../xdsd-core/tests/it/common/pki.rs"]
+mod pki;
+mod support;
+
+mod bad_directory;
+mod cli_check;
+mod cli_render;
+mod envoy_ads;
+mod envoy_csds;
+mod envoy_delta;
+mod envoy_files;
+mod envoy_mbb;
+mod envoy_per_type;
+mod envoy_tls;
+mod envoy_ttl;
+mod envoy_variants;
+mod envoy_vhds;
+mod examples_basic;
+mod grpc_proxyless;
+mod harness;
+mod lifecycle;
+mod references;
+mod rest;
+mod sizes;
+mod write_files;
