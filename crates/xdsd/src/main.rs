@@ -571,6 +571,25 @@ fn init_logs(level: &str, format: LogFormat) -> anyhow::Result<()> {
     installed.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
+/// What a reload changed, for its log line: `+Cluster "c", ~RouteConfiguration "r1"` (added,
+/// changed, removed), the first few and how many more.
+fn what_changed(summary: &UpdateSummary) -> String {
+    let mut text = summary
+        .names
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = summary.changed.saturating_sub(summary.names.len());
+    if more > 0 && summary.names.len() == MAX_LISTED {
+        text.push_str(&format!(
+            " and more ({} resources changed in all)",
+            summary.changed
+        ));
+    }
+    text
+}
+
 /// A filter's directives are levels or `target=level`: a bare word that is not a level
 /// (`verbose`) would be read as a target name and silence every log, so it is refused.
 fn check_directives(filter: &str) -> anyhow::Result<()> {
@@ -741,6 +760,7 @@ fn watch(
                     info!(
                         resources = loaded.resources,
                         changed = loaded.summary.changed,
+                        what = %what_changed(&loaded.summary),
                         generation = loaded.summary.generation,
                         "resources loaded"
                     );

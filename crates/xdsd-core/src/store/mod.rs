@@ -151,6 +151,38 @@ pub struct UpdateSummary {
     /// In [`ReferenceMode::Warn`]: the references of the new state to resources that do not
     /// exist (the update was applied anyway). Empty in the other modes, and when nothing changed.
     pub dangling: Vec<Dangling>,
+    /// The names the update added, changed or removed (a name with variants once), in type and
+    /// name order: the first [`MAX_LISTED`] of them, for logs; `changed` counts them all.
+    pub names: Vec<NameChange>,
+}
+
+/// How an update changed one name of one type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NameChange {
+    pub type_url: Arc<str>,
+    pub name: Arc<str>,
+    pub kind: ChangeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    Changed,
+    Removed,
+}
+
+impl std::fmt::Display for NameChange {
+    /// `+Cluster "c"`, `~RouteConfiguration "r1"`, `-ClusterLoadAssignment "x"`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sign = match self.kind {
+            ChangeKind::Added => '+',
+            ChangeKind::Changed => '~',
+            ChangeKind::Removed => '-',
+        };
+        let short = self.type_url.rsplit('.').next().unwrap_or(&self.type_url);
+        write!(f, "{sign}{short} {:?}", &*self.name)
+    }
 }
 
 /// A change to one resource, for [`Store::apply`].
@@ -377,6 +409,7 @@ impl Store {
         let mut types = current.type_map().clone();
         let mut changed: Vec<(Arc<str>, ChangedNames)> = Vec::new();
         let mut count = 0;
+        let mut listed: Vec<NameChange> = Vec::new();
         for (type_url, map) in next {
             let old = current.get(&type_url);
             // Changed resources are known by their names and aliases, old and new: a stream may
@@ -403,6 +436,16 @@ impl Store {
                 }
                 count += variants.len() + before.len() - 2 * kept;
                 check_variants(&type_url, name, variants)?;
+                let kind = match (before.is_empty(), variants.is_empty()) {
+                    (true, _) => ChangeKind::Added,
+                    (false, true) => ChangeKind::Removed,
+                    (false, false) => ChangeKind::Changed,
+                };
+                listed.push(NameChange {
+                    type_url: type_url.clone(),
+                    name: name.clone(),
+                    kind,
+                });
                 let differ = variants
                     .iter()
                     .filter(|r| !in_before(r))
@@ -413,6 +456,11 @@ impl Store {
             for (name, variants) in old.into_iter().flat_map(|o| o.entries()) {
                 if !map.contains_key(name) {
                     count += variants.len();
+                    listed.push(NameChange {
+                        type_url: type_url.clone(),
+                        name: name.clone(),
+                        kind: ChangeKind::Removed,
+                    });
                     let wake = Wake::of(variants.iter().map(|r| r.constraints()));
                     mark(&mut variants.iter(), wake);
                 }
@@ -465,11 +513,14 @@ impl Store {
             // Notify after the swap: a stream woken by this sees the new state.
             lock_index(&self.inner.index).notify(&changed);
         }
+        listed.sort_by(|a, b| (&a.type_url, &a.name).cmp(&(&b.type_url, &b.name)));
+        listed.truncate(MAX_LISTED);
         Ok(UpdateSummary {
             generation,
             changed: count,
             total,
             dangling,
+            names: listed,
         })
     }
 }

@@ -369,3 +369,20 @@ fn an_eds_cluster_depends_on_its_cluster_load_assignment() {
 
 mod references;
 mod wake;
+
+#[test]
+fn an_update_summary_names_what_was_added_changed_and_removed() {
+    let store = Store::new();
+    store
+        .replace_all([input(CLUSTER, "kept", b"1"), input(CLUSTER, "old", b"1")])
+        .unwrap();
+    let summary = store
+        .replace_all([input(CLUSTER, "kept", b"2"), input(CLUSTER, "new", b"1")])
+        .unwrap();
+    let shown: Vec<String> = summary.names.iter().map(|n| n.to_string()).collect();
+    assert_eq!(
+        shown,
+        ["~Cluster \"kept\"", "+Cluster \"new\"", "-Cluster \"old\""]
+    );
+    assert_eq!(summary.changed, 4, "variants: kept twice, new, old");
+}
