@@ -326,6 +326,8 @@ pub struct SotwSubscription {
     /// per-name state beyond the explicit names.
     sent_view_version: Option<Arc<str>>,
     sent: HashMap<Key, Arc<str>>,
+    /// The version a reconnecting client said it has, until the first response is decided.
+    client_version: Option<String>,
     /// Responses of types but the full-state ones are split to stay under this size.
     max_response_bytes: usize,
     /// The rest of a response that goes out in parts: its resources in order (and how many of
@@ -358,6 +360,7 @@ impl SotwSubscription {
             dirty: HashSet::default(),
             sent_view_version: None,
             sent: HashMap::default(),
+            client_version: None,
             max_response_bytes: usize::MAX,
             rest: VecDeque::new(),
             rest_names: HashMap::default(),
@@ -459,6 +462,9 @@ impl SotwSubscription {
         if kind == RequestKind::Initial {
             self.requested = true;
             self.respond = true;
+            // A client reconnecting says which version it has (perhaps from another replica:
+            // versions are content hashes, the same on every xdsd serving the same resources).
+            self.client_version = Some(request.version_info.clone()).filter(|v| !v.is_empty());
         }
         let change = self.subscribe(&request.resource_names, subscribe, intern);
         (kind, change)
@@ -624,6 +630,16 @@ impl SotwSubscription {
         self.dirty.clear();
         let resources = resources?;
         let version_info = self.version(views);
+        if first
+            && self
+                .client_version
+                .take()
+                .is_some_and(|v| *v == *version_info)
+        {
+            // The client has exactly this already: nothing is resent (what it was sent is
+            // recorded, so later changes go out as they would have).
+            return None;
+        }
         let size = self.resources_len(&resources);
         let budget = self.budget(&version_info);
         let mut oversized = None;

@@ -70,7 +70,15 @@ pub(crate) fn answer(
     if let Some(binding) = binding {
         session.bind_identity(binding.clone());
     }
-    let handled = session.handle_request(request, snapshot)?;
+    // The answer is the whole state for the request, whatever version the caller has (a stream
+    // would send nothing to a client that has the current version).
+    let handled = if request.version_info.is_empty() {
+        session.handle_request(request, snapshot)?
+    } else {
+        let mut fresh = request.clone();
+        fresh.version_info.clear();
+        session.handle_request(&fresh, snapshot)?
+    };
     let now = Instant::now();
     let mut response: Option<SotwResponse> = None;
     // A response the session splits in parts goes out as one.

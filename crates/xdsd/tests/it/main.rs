@@ -24,6 +24,7 @@ mod harness;
 mod install;
 mod lifecycle;
 mod references;
+mod replicas;
 mod rest;
 mod sizes;
 mod write_files;

@@ -692,3 +692,22 @@ mod split {
         assert!(h.sub.has_sent(&Arc::from("r099"), &v));
     }
 }
+
+#[test]
+fn a_reconnecting_client_that_has_the_current_version_is_resent_nothing() {
+    let mut first = Harness::new(CLUSTER, &[("a", "1"), ("b", "1")]);
+    first.request(&[], "", "");
+    let (_, version, _) = first.expect();
+    // A new stream (another replica with the same resources has the same version).
+    let mut again = Harness::new(CLUSTER, &[("a", "1"), ("b", "1")]);
+    again.request(&[], "", &version);
+    again.expect_none();
+    // Later changes go out as usual, whole (CDS is full state).
+    again.set("b", "2");
+    again.notify(&["b"]);
+    assert_eq!(again.expect().0, ["a", "b"]);
+    // A client with another version gets everything at once.
+    let mut stale = Harness::new(CLUSTER, &[("a", "1"), ("b", "1")]);
+    stale.request(&[], "", "some-other-version");
+    assert_eq!(stale.expect().0, ["a", "b"]);
+}
