@@ -16,3 +16,8 @@ pub mod store;
 mod test_rng;
 pub mod transport;
 pub mod types;
+
+/// The README's example, compiled by `cargo test --doc` so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExample;
