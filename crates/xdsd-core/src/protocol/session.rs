@@ -34,6 +34,12 @@ use crate::types;
 /// that send no dynamic parameters (see docs/variants.md).
 pub const NODE_CLUSTER_PARAM: &str = "xds.node.cluster";
 
+/// The parameter key under which a client's verified certificate identity (mutual TLS) is
+/// available to constraints: a resource with the constraint `xds.identity == <identity>` exists
+/// only for clients that presented that identity. No client can set it: a value sent under this
+/// key (node metadata, dynamic parameters, resource locators) is dropped.
+pub const IDENTITY_PARAM: &str = "xds.identity";
+
 /// Distinct parameter sets one session may use (a caching proxy uses one per client group).
 pub const MAX_PARAM_SETS: usize = 64;
 /// Parameters one set may have: from a locator, the node's dynamic parameters or its metadata.
@@ -642,6 +648,15 @@ impl<M: Machine> Session<M> {
     /// Else the request fails with [`SessionError::NodeNotAllowed`] or
     /// [`SessionError::NodeRequired`] (PERMISSION_DENIED).
     pub fn bind_identity(&mut self, binding: IdentityBinding) {
+        // Every parameter set carries the identity from now on, parameter set 0 too (a session is
+        // bound before its first request: nothing resolved names with it yet).
+        let mut first = ParamSet::new();
+        first.insert(IDENTITY_PARAM, &*binding.identity);
+        if let Some(pid0) = self.params.first_mut() {
+            self.pids.remove(pid0);
+            *pid0 = first.clone();
+            self.pids.insert(first, 0);
+        }
         self.binding = Some(binding);
     }
 
@@ -819,7 +834,12 @@ impl<M: Machine> Session<M> {
         self.pid(params)
     }
 
-    fn pid(&mut self, params: ParamSet) -> Result<Pid, SessionError> {
+    fn pid(&mut self, mut params: ParamSet) -> Result<Pid, SessionError> {
+        // The verified identity, and never one a client claims.
+        params.remove(IDENTITY_PARAM);
+        if let Some(binding) = &self.binding {
+            params.insert(IDENTITY_PARAM, &*binding.identity);
+        }
         if let Some(pid) = self.pids.get(&params) {
             return Ok(*pid);
         }

@@ -852,6 +852,85 @@ mod tp2 {
         assert!(err.contains("different keys"), "{err}");
         assert!(err.contains("c/1") && err.contains("c/2"), "{err}");
     }
+
+    /// Secrets for their owners: a variant constrained on [`IDENTITY_PARAM`] exists only for the
+    /// client whose verified certificate identity it names; other clients (another identity, no
+    /// mutual TLS, a client claiming the identity in its metadata) never get it, wildcard or not.
+    #[test]
+    fn a_resource_constrained_on_the_verified_identity_exists_only_for_that_identity() {
+        use crate::protocol::identity::{IdentityBinding, NodeIdentityRules};
+        use crate::types::SECRET;
+        let store = store(vec![
+            variant(
+                SECRET,
+                "key",
+                "a's key",
+                Some(eq(IDENTITY_PARAM, "spiffe://t/a")),
+            ),
+            variant(
+                SECRET,
+                "key",
+                "b's key",
+                Some(eq(IDENTITY_PARAM, "spiffe://t/b")),
+            ),
+            variant(SECRET, "shared", "everyone's", None),
+        ]);
+        let bound = |identity: &str| {
+            let mut s: Session<SotwSubscription> = Session::new(None);
+            s.bind_identity(IdentityBinding {
+                identity: identity.into(),
+                rules: Arc::new(NodeIdentityRules::default_rule()),
+            });
+            s
+        };
+        let ask = |s: &mut Session<SotwSubscription>, node: &Node, names: &[&str]| {
+            s.handle_request(&sotw(SECRET, names, "", Some(node)), &store.snapshot())
+                .unwrap();
+            sotw_poll(s, &store)
+                .map(|r| contents(&r))
+                .unwrap_or_default()
+        };
+        // Wildcard and by name: each identity gets its own key.
+        let mut a = bound("spiffe://t/a");
+        assert_eq!(ask(&mut a, &node("a", "c"), &[]), ["a's key", "everyone's"]);
+        let mut b = bound("spiffe://t/b");
+        assert_eq!(ask(&mut b, &node("b", "c"), &["key"]), ["b's key"]);
+        // Another identity: the key does not exist for it.
+        let mut c = bound("spiffe://t/c");
+        assert_eq!(ask(&mut c, &node("c", "c"), &[]), ["everyone's"]);
+        // No mutual TLS, claiming an identity in the node's metadata: nothing of the keys.
+        let mut plain: Session<SotwSubscription> = Session::new(None);
+        let claiming = with_metadata(node("a", "c"), &[(IDENTITY_PARAM, "spiffe://t/a")]);
+        assert_eq!(ask(&mut plain, &claiming, &[]), ["everyone's"]);
+        // Nor through a dynamic parameter of a delta client.
+        let mut delta: Session<DeltaSubscription> = Session::new(None);
+        let mut dnode = node("a", "c");
+        dnode.dynamic_parameters.insert(
+            SECRET.into(),
+            envoy_types::pb::xds::core::v3::ContextParams {
+                params: params(&[(IDENTITY_PARAM, "spiffe://t/a")])
+                    .into_iter()
+                    .collect(),
+            },
+        );
+        delta
+            .handle_request(
+                &DeltaDiscoveryRequest {
+                    type_url: SECRET.into(),
+                    node: Some(dnode),
+                    resource_names_subscribe: vec!["key".into()],
+                    ..Default::default()
+                },
+                &store.snapshot(),
+            )
+            .unwrap();
+        let r = delta_poll(&mut delta, &store).unwrap();
+        assert!(
+            r.resources.is_empty(),
+            "{:?}",
+            r.resources.iter().map(|x| seen(x)).collect::<Vec<_>>()
+        );
+    }
 }
 
 /// TTLs and heartbeats (spec "TTL"): time is an input, so these never sleep.
