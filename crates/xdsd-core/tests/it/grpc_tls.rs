@@ -603,3 +603,73 @@ async fn rest_polls_over_mutual_tls_are_bound_to_the_identity_too() {
     );
     server.stop().await;
 }
+
+/// Two identities subscribe to the same secret name over mutual TLS: each gets its own variant,
+/// a third identity gets neither (and none of their bytes), wildcard and by name.
+#[tokio::test]
+async fn a_secret_constrained_on_an_identity_reaches_only_that_identity() {
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::ConstraintType;
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+        SingleConstraint, Type,
+    };
+    use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
+    use xdsd_core::params::Constraints;
+    use xdsd_core::protocol::session::IDENTITY_PARAM;
+    use xdsd_core::types::SECRET;
+
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let server = TlsServer::start(mtls(&pki, &server_pair)).await;
+    let owner = |identity: &str| {
+        Constraints::new(DynamicParameterConstraints {
+            r#type: Some(Type::Constraint(SingleConstraint {
+                key: IDENTITY_PARAM.into(),
+                constraint_type: Some(ConstraintType::Value(identity.into())),
+            })),
+        })
+        .expect("a constraint")
+    };
+    let one = "spiffe://example.org/ns/test/sa/node-1";
+    let two = "spiffe://example.org/ns/test/sa/node-2";
+    server
+        .store
+        .apply([
+            Change::Set(input(SECRET, "key", b"secret-of-one").with_constraints(Some(owner(one)))),
+            Change::Set(input(SECRET, "key", b"secret-of-two").with_constraints(Some(owner(two)))),
+        ])
+        .expect("the secrets");
+
+    let values = |r: &DiscoveryResponse| -> Vec<Vec<u8>> {
+        r.resources.iter().map(|a| a.value.clone()).collect()
+    };
+    for (node, identity, expected) in [
+        ("node-1", one, Some(b"secret-of-one".as_slice())),
+        ("node-2", two, Some(b"secret-of-two".as_slice())),
+        ("node-3", "spiffe://example.org/ns/test/sa/node-3", None),
+    ] {
+        let client = pki.client(node, Id::Uri(identity));
+        let channel = tls_channel(server.addr, client_config(&pki.ca, Some(&client)))
+            .await
+            .expect("a TLS connection");
+        for names in [vec![], vec!["key".to_owned()]] {
+            let mut first = request(node, SECRET);
+            first.resource_names = names.clone();
+            let (_tx, mut responses) = ads(&channel, first).await.expect("a stream");
+            match expected {
+                Some(bytes) => {
+                    let r = next(&mut responses).await.expect("a response");
+                    assert_eq!(values(&r), [bytes.to_vec()], "{node} {names:?}");
+                }
+                None => {
+                    // Wildcard: an empty answer; by name: nothing (SotW has no "does not exist").
+                    let r =
+                        tokio::time::timeout(Duration::from_millis(500), responses.message()).await;
+                    if let Ok(Ok(Some(r))) = r {
+                        assert!(r.resources.is_empty(), "{node} {names:?}: {:?}", values(&r));
+                    }
+                }
+            }
+        }
+    }
+    server.stop().await;
+}
