@@ -4,10 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::scenario::{endpoints_yaml, route_yaml, ADMIN};
+use crate::support::scenario::{
+    eds_cluster_yaml_from, endpoints_yaml, listener_yaml_from, route_yaml, ADMIN,
+};
 use crate::support::{
     parse_http_response, unique_name, wait_for_body, Envoy, HttpResponse, ResourceDir, Upstream,
-    Xdsd, CLUSTER, ENDPOINTS, LISTENER,
+    Xdsd, ENDPOINTS,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -238,39 +240,12 @@ fn rest_resources(upstream_port: u16) -> ResourceDir {
     let dir = ResourceDir::new();
     dir.write(
         "listener.yaml",
-        &format!(
-            "\"@type\": {LISTENER}
-name: rest_listener
-address:
-  socket_address: {{ address: 127.0.0.1, port_value: 0 }}
-filter_chains:
-- filters:
-  - name: envoy.filters.network.http_connection_manager
-    typed_config:
-      \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-      stat_prefix: rest
-      rds:
-        route_config_name: route_0
-        config_source: {REST_SOURCE}
-      http_filters:
-      - name: envoy.filters.http.router
-        typed_config:
-          \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-"
-        ),
+        &listener_yaml_from("rest_listener", "route_0", REST_SOURCE),
     );
     dir.write("route.yaml", &route_yaml("route_0", "service"));
     dir.write(
         "cluster.yaml",
-        &format!(
-            "\"@type\": {CLUSTER}
-name: service
-type: EDS
-connect_timeout: 1s
-eds_cluster_config:
-  eds_config: {REST_SOURCE}
-"
-        ),
+        &eds_cluster_yaml_from("service", REST_SOURCE),
     );
     dir.write("endpoints.yaml", &endpoints_yaml("service", upstream_port));
     dir

@@ -167,6 +167,11 @@ pub fn static_bootstrap(node_id: &str, upstream_port: u16) -> String {
 
 /// Listener `name` on 127.0.0.1:0 whose HTTP connection manager takes route `route` by RDS.
 pub fn listener_yaml(name: &str, route: &str, transport: Transport) -> String {
+    listener_yaml_from(name, route, config_source(transport))
+}
+
+/// [`listener_yaml`] with RDS from `source` (a config source as a YAML flow mapping).
+pub fn listener_yaml_from(name: &str, route: &str, source: &str) -> String {
     format!(
         "\"@type\": {LISTENER}
 name: {name}
@@ -185,8 +190,7 @@ filter_chains:
       - name: envoy.filters.http.router
         typed_config:
           \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-",
-        source = config_source(transport)
+"
     )
 }
 
@@ -207,6 +211,11 @@ virtual_hosts:
 
 /// EDS cluster `name` whose endpoints come from xdsd.
 pub fn eds_cluster_yaml(name: &str, transport: Transport) -> String {
+    eds_cluster_yaml_from(name, config_source(transport))
+}
+
+/// [`eds_cluster_yaml`] with endpoints from `source` (a config source as a YAML flow mapping).
+pub fn eds_cluster_yaml_from(name: &str, source: &str) -> String {
     format!(
         "\"@type\": {CLUSTER}
 name: {name}
@@ -214,8 +223,7 @@ type: EDS
 connect_timeout: 1s
 eds_cluster_config:
   eds_config: {source}
-",
-        source = config_source(transport)
+"
     )
 }
 
