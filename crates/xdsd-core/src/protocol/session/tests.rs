@@ -1399,6 +1399,25 @@ mod make_before_break {
     }
 
     impl Sotw {
+        /// A client of `s` subscribed to every cluster, X's endpoints and route r1 of `store`,
+        /// with everything sent and ACKed.
+        fn synced(s: Session<SotwSubscription>, store: Store) -> Sotw {
+            let mut c = Sotw {
+                s,
+                store,
+                nonces: HashMap::default(),
+                eds: vec!["x"],
+            };
+            c.request(CLUSTER, &[]);
+            c.request(CLUSTER_LOAD_ASSIGNMENT, &["x"]);
+            c.request(ROUTE_CONFIGURATION, &["r1"]);
+            while c.poll().is_some() {}
+            for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION] {
+                c.ack(t);
+            }
+            c
+        }
+
         fn request(&mut self, type_url: &str, names: &[&str]) {
             let nonce = self.nonces.get(type_url).cloned().unwrap_or_default();
             let node = node("envoy", "c");
@@ -1432,19 +1451,7 @@ mod make_before_break {
     #[test]
     fn sotw_ads_sends_the_new_cluster_and_its_endpoints_before_the_route_and_removes_the_old_cluster_after_the_route_ack(
     ) {
-        let mut c = Sotw {
-            s: ads(),
-            store: store(),
-            nonces: HashMap::default(),
-            eds: vec!["x"],
-        };
-        c.request(CLUSTER, &[]);
-        c.request(CLUSTER_LOAD_ASSIGNMENT, &["x"]);
-        c.request(ROUTE_CONFIGURATION, &["r1"]);
-        while c.poll().is_some() {}
-        for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION] {
-            c.ack(t);
-        }
+        let mut c = Sotw::synced(ads(), store());
         assert_eq!(c.poll(), None);
 
         let changes = switch(&c.store);
@@ -1478,19 +1485,7 @@ mod make_before_break {
 
     #[test]
     fn a_held_route_goes_after_the_hold_timeout_when_the_endpoints_are_never_asked_for() {
-        let mut c = Sotw {
-            s: ads(),
-            store: store(),
-            nonces: HashMap::default(),
-            eds: vec!["x"],
-        };
-        c.request(CLUSTER, &[]);
-        c.request(CLUSTER_LOAD_ASSIGNMENT, &["x"]);
-        c.request(ROUTE_CONFIGURATION, &["r1"]);
-        while c.poll().is_some() {}
-        for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION] {
-            c.ack(t);
-        }
+        let mut c = Sotw::synced(ads(), store());
         let changes = switch(&c.store);
         c.s.handle_changes(changes);
         let t0 = Instant::now();
@@ -1589,19 +1584,7 @@ mod make_before_break {
             max_response_bytes: 16 * 1024,
             ..Default::default()
         };
-        let mut c = Sotw {
-            s: Session::with_options(None, options),
-            store,
-            nonces: HashMap::default(),
-            eds: vec!["x"],
-        };
-        c.request(CLUSTER, &[]);
-        c.request(CLUSTER_LOAD_ASSIGNMENT, &["x"]);
-        c.request(ROUTE_CONFIGURATION, &["r1"]);
-        while c.poll().is_some() {}
-        for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION] {
-            c.ack(t);
-        }
+        let mut c = Sotw::synced(Session::with_options(None, options), store);
         // 40 KiB of new endpoints, Y's sorting last, and the route moved to Y.
         let many: Vec<&'static str> = (0..40)
             .map(|i| &*Box::leak(format!("e{i:02}").into_boxed_str()))
