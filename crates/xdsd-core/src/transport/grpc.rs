@@ -299,7 +299,8 @@ impl XdsServer {
         }
         let max_connections = self.ctx.options.max_connections.min(Semaphore::MAX_PERMITS);
         let connections = Arc::new(Semaphore::new(max_connections));
-        let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Whether the latest connection was refused: the refusals of one run are logged once.
+        let mut full = false;
         let incoming = tls::incoming(listener, self.tls.clone()).filter_map(move |accepted| {
             let io = match accepted {
                 Ok(io) => io,
@@ -307,12 +308,12 @@ impl XdsServer {
             };
             match connections.clone().try_acquire_owned() {
                 Ok(permit) => {
-                    full.store(false, std::sync::atomic::Ordering::Relaxed);
+                    full = false;
                     Some(Ok(Closable::new(io, closing.clone(), permit)))
                 }
                 // Closed at once (dropped); logged once per run of refusals.
                 Err(_) => {
-                    if !full.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    if !std::mem::replace(&mut full, true) {
                         warn!(
                             limit = max_connections,
                             "connection limit reached (--max-connections): refusing new connections until some close"
