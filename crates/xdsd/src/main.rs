@@ -317,6 +317,18 @@ struct ServeArgs {
     )]
     max_streams_per_connection: u32,
 
+    /// How long a new connection has to send the start of its first request (the HTTP/2
+    /// preface and first SETTINGS frame, or an HTTP/1.1 request line), counted after its TLS
+    /// handshake; a connection that stays silent or trickles is closed then.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = parse_duration,
+        env = "XDSD_PREFACE_TIMEOUT"
+    )]
+    preface_timeout: Duration,
+
     /// The resource names one stream may subscribe to, all types together; more ends that
     /// stream with RESOURCE_EXHAUSTED. The default is twice an Envoy with 100,000 EDS clusters;
     /// each name costs the stream about 100 bytes.
@@ -683,6 +695,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .max_names_per_stream(args.max_names_per_stream)
         .max_connections(args.max_connections)
         .max_streams_per_connection(args.max_streams_per_connection)
+        .preface_timeout(args.preface_timeout)
         .make_before_break(make_before_break);
     let options = options
         .rest_hold(args.rest_hold)

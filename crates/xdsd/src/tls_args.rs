@@ -87,6 +87,18 @@ pub(crate) struct TlsArgs {
         env = "XDSD_TLS_HANDSHAKE_TIMEOUT"
     )]
     pub tls_handshake_timeout: Duration,
+
+    /// TLS handshakes in progress at once. While that many are, new connections wait in the
+    /// listen backlog (a reconnecting fleet waits its turn; a flood of clients that never finish
+    /// their handshake holds at most this many until --tls-handshake-timeout).
+    #[arg(
+        long,
+        help_heading = "TLS",
+        value_name = "N",
+        default_value_t = xdsd_core::transport::tls::DEFAULT_MAX_HANDSHAKES,
+        env = "XDSD_TLS_MAX_HANDSHAKES"
+    )]
+    pub tls_max_handshakes: usize,
 }
 
 impl TlsArgs {
@@ -96,7 +108,8 @@ impl TlsArgs {
         let mut options = TlsOptions::from_pem(cert, key)
             .identity_rule(self.identity_rule)
             .node_rules(NodeIdentityRules::new(self.node_identity.iter().cloned()))
-            .handshake_timeout(self.tls_handshake_timeout);
+            .handshake_timeout(self.tls_handshake_timeout)
+            .max_handshakes(self.tls_max_handshakes);
         if let Some(ca) = &self.client_ca {
             options = options.client_ca(ca);
         }

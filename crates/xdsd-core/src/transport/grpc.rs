@@ -82,7 +82,15 @@ pub struct ServerOptions {
     /// Streams (and calls) one HTTP/2 connection may have open at once; see
     /// [`DEFAULT_MAX_STREAMS_PER_CONNECTION`].
     pub max_streams_per_connection: u32,
+    /// How long a new connection has to send the start of its first request (after its TLS
+    /// handshake, if any); see [`DEFAULT_PREFACE_TIMEOUT`] and [`tls::PREFACE_BYTES`].
+    pub preface_timeout: Duration,
 }
+
+/// How long a new connection has to start its first request by default: far more than any client
+/// on a working network needs, and short enough that connections opened and left silent go away
+/// (before the preface, HTTP/2 keepalive cannot tell a dead peer).
+pub const DEFAULT_PREFACE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections open at once by default: five per proxy of a 10,000-proxy fleet. Each costs a file
 /// descriptor and its HTTP/2 state (tens of KiB).
@@ -115,6 +123,7 @@ impl Default for ServerOptions {
             max_held_polls: DEFAULT_MAX_HELD_POLLS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
+            preface_timeout: DEFAULT_PREFACE_TIMEOUT,
         }
     }
 }
@@ -136,6 +145,12 @@ impl ServerOptions {
     /// Sets [`SessionOptions::max_names`]: the resource names one stream may subscribe to.
     pub fn max_names_per_stream(mut self, names: usize) -> Self {
         self.session.max_names = names;
+        self
+    }
+
+    /// Sets [`ServerOptions::preface_timeout`].
+    pub fn preface_timeout(mut self, timeout: Duration) -> Self {
+        self.preface_timeout = timeout;
         self
     }
 
@@ -301,7 +316,7 @@ impl XdsServer {
         let connections = Arc::new(Semaphore::new(max_connections));
         // Whether the latest connection was refused: the refusals of one run are logged once.
         let mut full = false;
-        let incoming = tls::incoming(listener, self.tls.clone()).filter_map(move |accepted| {
+        let incoming = tls::incoming(listener, self.tls.clone(), self.ctx.options.preface_timeout).filter_map(move |accepted| {
             let io = match accepted {
                 Ok(io) => io,
                 Err(e) => return Some(Err(e)),

@@ -9,6 +9,7 @@
 //! identity from there.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use std::time::{Duration, SystemTime};
 use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::rustls::crypto::{ring, CryptoProvider};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -40,6 +41,11 @@ use crate::protocol::identity::{IdentityBinding, NodeIdentityRules};
 
 /// How long a client has to finish its TLS handshake by default.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TLS handshakes in progress at once by default. A handshake costs CPU (two cores do a few
+/// thousand a second) and tens of KiB until it ends; a fleet reconnecting at once waits its turn
+/// in the listen backlog rather than taking the server's memory.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 1_024;
 
 /// How often the certificate, key and client CA files are checked for changes by default.
 pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -103,6 +109,9 @@ pub struct TlsOptions {
     pub node_rules: NodeIdentityRules,
     pub handshake_timeout: Duration,
     pub reload_interval: Duration,
+    /// TLS handshakes in progress at once; while they all are, new connections wait in the
+    /// listen backlog. See [`DEFAULT_MAX_HANDSHAKES`].
+    pub max_handshakes: usize,
 }
 
 impl TlsOptions {
@@ -116,6 +125,7 @@ impl TlsOptions {
             node_rules: NodeIdentityRules::default(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             reload_interval: DEFAULT_RELOAD_INTERVAL,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
         }
     }
 
@@ -137,6 +147,12 @@ impl TlsOptions {
 
     pub fn handshake_timeout(mut self, timeout: Duration) -> TlsOptions {
         self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Sets [`TlsOptions::max_handshakes`] (at least 1).
+    pub fn max_handshakes(mut self, handshakes: usize) -> TlsOptions {
+        self.max_handshakes = handshakes.max(1);
         self
     }
 
@@ -476,26 +492,63 @@ pub(crate) fn peer_of<T>(
     }
 }
 
-/// One accepted connection, plaintext or TLS.
-pub(crate) enum Conn {
-    Tcp(TcpStream, ConnInfo),
-    Tls(Box<TlsStream<TcpStream>>, ConnInfo),
+/// One accepted connection, plaintext or TLS, with its deadline for the first bytes of a request.
+pub(crate) struct Conn {
+    io: Io,
+    info: ConnInfo,
+    /// Until the first bytes of a request came: the deadline for them (see [`Preface`]).
+    preface: Option<Preface>,
+}
+
+enum Io {
+    Tcp(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// How many bytes a new connection must send before [`ServerOptions::preface_timeout`](super::grpc::ServerOptions::preface_timeout): the
+/// HTTP/2 connection preface (24 bytes) and the header of the SETTINGS frame that must follow it
+/// (9); an HTTP/1.1 REST request line is longer than that.
+pub const PREFACE_BYTES: usize = 33;
+
+/// The deadline of a connection that has not yet sent [`PREFACE_BYTES`]: a client that connects
+/// and stalls (or trickles) is closed then, instead of holding a connection and its buffers for
+/// ever (HTTP/2 keepalive pings only start once the preface is in).
+struct Preface {
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+    left: usize,
 }
 
 impl Conn {
-    fn plain(tcp: TcpStream) -> Conn {
-        let info = ConnInfo::of(&tcp);
-        Conn::Tcp(tcp, info)
+    fn new(io: Io, info: ConnInfo, preface_timeout: Duration) -> Conn {
+        Conn {
+            io,
+            info,
+            preface: Some(Preface {
+                deadline: Box::pin(tokio::time::sleep(preface_timeout)),
+                timeout: preface_timeout,
+                left: PREFACE_BYTES,
+            }),
+        }
+    }
+
+    fn io(&mut self) -> Pin<&mut (dyn AsyncReadWrite + Send)> {
+        match &mut self.io {
+            Io::Tcp(io) => Pin::new(io),
+            Io::Tls(io) => Pin::new(io.as_mut()),
+        }
     }
 }
+
+/// Both halves of a connection's I/O, as one object.
+trait AsyncReadWrite: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncReadWrite for T {}
 
 impl Connected for Conn {
     type ConnectInfo = ConnInfo;
 
     fn connect_info(&self) -> ConnInfo {
-        match self {
-            Conn::Tcp(_, info) | Conn::Tls(_, info) => info.clone(),
-        }
+        self.info.clone()
     }
 }
 
@@ -505,10 +558,25 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tcp(io, _) => Pin::new(io).poll_read(cx, buf),
-            Conn::Tls(io, _) => Pin::new(io.as_mut()).poll_read(cx, buf),
+        let this = self.get_mut();
+        if let Some(preface) = &mut this.preface {
+            if preface.deadline.as_mut().poll(cx).is_ready() {
+                debug!(peer = ?this.info.remote_addr, timeout = ?preface.timeout, "closing a connection that sent no request in time");
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no request within the preface timeout",
+                )));
+            }
         }
+        let before = buf.filled().len();
+        let read = this.io().poll_read(cx, buf);
+        if let (Poll::Ready(Ok(())), Some(preface)) = (&read, &mut this.preface) {
+            preface.left = preface.left.saturating_sub(buf.filled().len() - before);
+            if preface.left == 0 {
+                this.preface = None;
+            }
+        }
+        read
     }
 }
 
@@ -518,10 +586,7 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Tcp(io, _) => Pin::new(io).poll_write(cx, buf),
-            Conn::Tls(io, _) => Pin::new(io.as_mut()).poll_write(cx, buf),
-        }
+        self.get_mut().io().poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -529,31 +594,22 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Tcp(io, _) => Pin::new(io).poll_write_vectored(cx, bufs),
-            Conn::Tls(io, _) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
-        }
+        self.get_mut().io().poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            Conn::Tcp(io, _) => io.is_write_vectored(),
-            Conn::Tls(io, _) => io.is_write_vectored(),
+        match &self.io {
+            Io::Tcp(io) => io.is_write_vectored(),
+            Io::Tls(io) => io.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tcp(io, _) => Pin::new(io).poll_flush(cx),
-            Conn::Tls(io, _) => Pin::new(io.as_mut()).poll_flush(cx),
-        }
+        self.get_mut().io().poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tcp(io, _) => Pin::new(io).poll_shutdown(cx),
-            Conn::Tls(io, _) => Pin::new(io.as_mut()).poll_shutdown(cx),
-        }
+        self.get_mut().io().poll_shutdown(cx)
     }
 }
 
@@ -564,12 +620,21 @@ pub(crate) type Incoming = Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>>;
 
 /// The connections of `listener`: plaintext, or with `tls` each after its TLS handshake, done
 /// concurrently (a client that never finishes its handshake holds up no other, and is dropped
-/// after the handshake timeout). The listener is closed when the stream is dropped.
-pub(crate) fn incoming(listener: TcpListener, tls: Option<Arc<TlsState>>) -> Incoming {
+/// after the handshake timeout; at most [`TlsOptions::max_handshakes`] at once). Each must then
+/// send the start of a request within `preface_timeout`. The listener is closed when the stream
+/// is dropped.
+pub(crate) fn incoming(
+    listener: TcpListener,
+    tls: Option<Arc<TlsState>>,
+    preface_timeout: Duration,
+) -> Incoming {
     let (tx, rx) = mpsc::channel(HANDSHAKED_QUEUE);
     match tls {
-        Some(tls) => tokio::spawn(accept_tls(listener, tls, tx)),
-        None => tokio::spawn(accept_plain(listener, tx)),
+        Some(tls) => {
+            tokio::spawn(reload_tls(tls.clone(), tx.clone()));
+            tokio::spawn(accept_tls(listener, tls, preface_timeout, tx))
+        }
+        None => tokio::spawn(accept_plain(listener, preface_timeout, tx)),
     };
     Box::pin(ReceiverStream::new(rx).map(Ok))
 }
@@ -578,7 +643,7 @@ pub(crate) fn incoming(listener: TcpListener, tls: Option<Arc<TlsState>>) -> Inc
 /// tries again: a failing accept is retried at once by default, which spins a core.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-async fn accept_plain(listener: TcpListener, tx: mpsc::Sender<Conn>) {
+async fn accept_plain(listener: TcpListener, preface_timeout: Duration, tx: mpsc::Sender<Conn>) {
     let mut failing = false;
     loop {
         tokio::select! {
@@ -589,7 +654,8 @@ async fn accept_plain(listener: TcpListener, tx: mpsc::Sender<Conn>) {
                     failing = false;
                     // Responses are small and latency matters: no Nagle delay.
                     let _ = tcp.set_nodelay(true);
-                    if tx.send(Conn::plain(tcp)).await.is_err() {
+                    let info = ConnInfo::of(&tcp);
+                    if tx.send(Conn::new(Io::Tcp(tcp), info, preface_timeout)).await.is_err() {
                         return;
                     }
                 }
@@ -605,22 +671,64 @@ async fn accept_plain(listener: TcpListener, tx: mpsc::Sender<Conn>) {
     }
 }
 
-async fn accept_tls(listener: TcpListener, tls: Arc<TlsState>, tx: mpsc::Sender<Conn>) {
+/// Reads the certificate, key and CA files again when they change, until the server stops
+/// accepting.
+async fn reload_tls(tls: Arc<TlsState>, tx: mpsc::Sender<Conn>) {
     let mut reload = tokio::time::interval(tls.options.reload_interval);
     reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            // The server stopped accepting: the listener closes with this task.
             _ = tx.closed() => return,
             _ = reload.tick() => {
                 let state = tls.clone();
                 // File reads and certificate parsing, off the runtime's threads.
                 let _ = tokio::task::spawn_blocking(move || state.reload_if_changed()).await;
             }
+        }
+    }
+}
+
+async fn accept_tls(
+    listener: TcpListener,
+    tls: Arc<TlsState>,
+    preface_timeout: Duration,
+    tx: mpsc::Sender<Conn>,
+) {
+    let handshakes = Arc::new(Semaphore::new(
+        tls.options.max_handshakes.clamp(1, Semaphore::MAX_PERMITS),
+    ));
+    // Whether the latest connection had to wait for a handshake slot: logged once per run.
+    let mut full = false;
+    loop {
+        // A slot first: while every slot is taken, connections wait in the listen backlog.
+        let slot = match handshakes.clone().try_acquire_owned() {
+            Ok(slot) => {
+                full = false;
+                slot
+            }
+            Err(_) => {
+                if !std::mem::replace(&mut full, true) {
+                    warn!(
+                        limit = tls.options.max_handshakes,
+                        "TLS handshakes in progress reached their limit (--tls-max-handshakes): new connections wait until some finish"
+                    );
+                }
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    slot = handshakes.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => return,
+                    },
+                }
+            }
+        };
+        tokio::select! {
+            // The server stopped accepting: the listener closes with this task.
+            _ = tx.closed() => return,
             accepted = listener.accept() => match accepted {
                 Ok((tcp, peer)) => {
                     let _ = tcp.set_nodelay(true);
-                    tokio::spawn(handshake(tcp, peer, tls.clone(), tx.clone()));
+                    tokio::spawn(handshake(tcp, peer, tls.clone(), preface_timeout, tx.clone(), slot));
                 }
                 Err(error) => {
                     debug!(%error, "accept failed");
@@ -632,7 +740,14 @@ async fn accept_tls(listener: TcpListener, tls: Arc<TlsState>, tx: mpsc::Sender<
     }
 }
 
-async fn handshake(tcp: TcpStream, peer: SocketAddr, tls: Arc<TlsState>, tx: mpsc::Sender<Conn>) {
+async fn handshake(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    tls: Arc<TlsState>,
+    preface_timeout: Duration,
+    tx: mpsc::Sender<Conn>,
+    slot: OwnedSemaphorePermit,
+) {
     let info = ConnInfo::of(&tcp);
     let acceptor = tls.acceptor();
     let stream = match tokio::time::timeout(tls.options.handshake_timeout, acceptor.accept(tcp))
@@ -674,5 +789,9 @@ async fn handshake(tcp: TcpStream, peer: SocketAddr, tls: Arc<TlsState>, tx: mps
         tls: Some(Arc::new(peer_tls)),
         ..info
     };
-    let _ = tx.send(Conn::Tls(Box::new(stream), info)).await;
+    // The slot is given back once the handshake is done, not when the server takes the
+    // connection.
+    drop(slot);
+    let conn = Conn::new(Io::Tls(Box::new(stream)), info, preface_timeout);
+    let _ = tx.send(conn).await;
 }

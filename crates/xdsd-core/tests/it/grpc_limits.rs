@@ -370,3 +370,56 @@ async fn connections_over_the_limit_are_closed_and_the_others_served() {
     let r = tokio::time::timeout(WAIT, open.message()).await.unwrap();
     assert!(matches!(r, Ok(Some(_))), "{r:?}");
 }
+
+/// Reads from `tcp` until the server closes it (end of stream or an error): `true`, or `false`
+/// if it is still open after `WAIT`.
+async fn closed_by_server(tcp: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    let closed = async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                // The server's own SETTINGS, say: keep reading.
+                Ok(_) => continue,
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, closed).await.is_ok()
+}
+
+#[tokio::test]
+async fn a_connection_that_does_not_start_a_request_in_time_is_closed_and_the_others_served() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::start_with(
+        ServerOptions::default().preface_timeout(std::time::Duration::from_millis(200)),
+    )
+    .await;
+    server.set(CLUSTER, "c", b"c");
+    // Silent.
+    let mut silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    // Half a preface, then nothing.
+    let mut stalled = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    stalled.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    assert!(
+        closed_by_server(&mut silent).await,
+        "a silent connection is closed"
+    );
+    assert!(
+        closed_by_server(&mut stalled).await,
+        "a stalled preface is closed"
+    );
+    // A client that speaks (the test server's channel, connected before, and a new one) is
+    // served, also after the timeout.
+    let open = cds_on_new_connection(server.addr).await;
+    assert!(open.is_ok(), "{:?}", open.err());
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let (tx, mut responses) = open.unwrap();
+    server.set(CLUSTER, "d", b"d");
+    let r = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .unwrap();
+    assert!(matches!(r, Ok(Some(_))), "{r:?}");
+    drop(tx);
+    server.stop().await;
+}

@@ -673,3 +673,31 @@ async fn a_secret_constrained_on_an_identity_reaches_only_that_identity() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn connections_wait_while_every_handshake_slot_is_taken() {
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let tls = TlsOptions::from_pem(&server_pair.cert, &server_pair.key)
+        .handshake_timeout(Duration::from_secs(600))
+        .max_handshakes(2);
+    let server = TlsServer::start(tls).await;
+    // Two clients connect and never start their handshake: both slots are taken.
+    let first = TcpStream::connect(server.addr).await.expect("connected");
+    let _second = TcpStream::connect(server.addr).await.expect("connected");
+    let config = client_config(&pki.ca, None);
+    let waiting = tokio::spawn(handshake(server.addr, config.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a third handshake waits while both slots are taken"
+    );
+    // One stalled client goes away: its slot serves the waiting one.
+    drop(first);
+    let done = tokio::time::timeout(WAIT, waiting)
+        .await
+        .expect("the waiting handshake ends in time")
+        .expect("the task");
+    assert!(done.is_ok(), "{:?}", done.err());
+    server.stop().await;
+}
