@@ -3,7 +3,8 @@
 //! localhost. An Envoy whose certificate names its node gets its config and routes traffic; the
 //! same Envoy config with a certificate of another identity gets nothing (xdsd ends its stream
 //! with PERMISSION_DENIED, naming both identities) and has no dynamic listener. Plaintext on a
-//! non-loopback address logs a warning at start; files that do not load stop xdsd at start.
+//! non-loopback address logs a warning at start; files that do not load stop xdsd at start. A
+//! secret constrained on one identity reaches that Envoy only (SotW and delta ADS).
 
 use std::path::Path;
 use std::time::Duration;
@@ -177,4 +178,130 @@ async fn tls_files_that_do_not_load_stop_xdsd_at_start() {
         assert!(!out.status.success(), "{what}: xdsd started");
         assert!(stderr.contains(expected), "{what}: {stderr}");
     }
+}
+
+/// A listener that terminates TLS with the SDS secret `server-cert` (from xdsd over ADS) and
+/// answers every request itself: it is active once Envoy has the secret, warming without it.
+const TLS_LISTENER: &str = r#""@type": type.googleapis.com/envoy.config.listener.v3.Listener
+name: tls_listener
+address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
+filter_chains:
+- transport_socket:
+    name: envoy.transport_sockets.tls
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+      common_tls_context:
+        tls_certificate_sds_secret_configs:
+        - name: server-cert
+          sds_config: { ads: {}, resource_api_version: V3 }
+  filters:
+  - name: envoy.filters.network.http_connection_manager
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+      stat_prefix: tls
+      route_config:
+        virtual_hosts:
+        - name: all
+          domains: ["*"]
+          routes:
+          - match: { prefix: / }
+            direct_response: { status: 200, body: { inline_string: secret-ok } }
+      http_filters:
+      - name: envoy.filters.http.router
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#;
+
+/// The secret `server-cert`, a certificate and key for `owner` only.
+fn owned_secret(owner: &str, pair: &Pair) -> String {
+    let pem = |path: &Path| {
+        std::fs::read_to_string(path)
+            .expect("a PEM file")
+            .replace('\n', "\\n")
+    };
+    format!(
+        "\"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret
+\"@constraints\": {{ constraint: {{ key: xds.identity, value: \"{owner}\" }} }}
+name: server-cert
+tls_certificate:
+  certificate_chain: {{ inline_string: \"{cert}\" }}
+  private_key: {{ inline_string: \"{key}\" }}
+",
+        cert = pem(&pair.cert),
+        key = pem(&pair.key),
+    )
+}
+
+/// Two Envoys over mutual TLS with the same config, each with its own identity, ask for the same
+/// secret name: the one the secret is constrained to gets it (its TLS listener goes active), the
+/// other is served everything else but never the secret: its config dump holds none of the
+/// secret's bytes. (Envoy takes "does not exist" for a secret as a failed update and activates the
+/// listener without a certificate, so the listener's state tells nothing.)
+async fn a_secret_reaches_only_its_owner(transport: Transport) {
+    let pki = Pki::new();
+    let server = pki.server("server", 1);
+    let upstream = Upstream::start("upstream-a").await;
+    let owner_node = unique_name("owner");
+    let other_node = unique_name("other");
+    let owner_id = format!("{TRUST_DOMAIN}/{owner_node}");
+    let other_id = format!("{TRUST_DOMAIN}/{other_node}");
+    let secret_pair = pki.server("secret-owner", 2);
+    let dir = basic_resources(transport, upstream.port);
+    dir.write("tls_listener.yaml", TLS_LISTENER);
+    dir.write("secret.yaml", &owned_secret(&owner_id, &secret_pair));
+    let xdsd = Xdsd::start_with_args(&dir.path(), &tls_args(&server, &pki)).await;
+    xdsd.expect_loaded_since(0).await;
+
+    let bootstrap = |node: &str, client: &Pair| {
+        let mut b = mtls_bootstrap(node, xdsd.port, client, &pki.ca);
+        if transport == Transport::DeltaAds {
+            b = b.replacen("api_type: GRPC\n", "api_type: DELTA_GRPC\n", 1);
+        }
+        b
+    };
+    let owner_client = pki.client("owner", Id::Uri(&owner_id));
+    let other_client = pki.client("other", Id::Uri(&other_id));
+    let owner = Envoy::start(&bootstrap(&owner_node, &owner_client)).await;
+    let other = Envoy::start(&bootstrap(&other_node, &other_client)).await;
+
+    // The owner: its TLS listener is active, with the secret.
+    owner.listener_port("tls_listener").await;
+    let cert_line = std::fs::read_to_string(&secret_pair.cert)
+        .expect("the secret's certificate")
+        .lines()
+        .nth(1)
+        .expect("a line of base64")
+        .to_owned();
+    let dump = owner.config_dump().await;
+    assert!(dump.contains("dynamic_active_secrets"), "{dump}");
+    assert!(
+        dump.contains(&cert_line),
+        "the owner has the certificate: {dump}"
+    );
+
+    // The other: served its listeners (traffic through listener_0), never the secret.
+    let port = other.listener_port("listener_0").await;
+    wait_for_body(port, "upstream-a", || {
+        format!("xdsd log:\n{}", xdsd.log.text())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dump = other.config_dump().await;
+    assert!(!dump.contains("dynamic_active_secrets"), "{dump}");
+    assert!(
+        !dump.contains(&cert_line),
+        "the secret's bytes reached the other Envoy: {dump}"
+    );
+    // It asked for the secret, and was told it does not exist.
+    assert!(dump.contains("tls_listener"), "{dump}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_constrained_on_an_identity_reaches_only_that_envoy_over_sotw_ads() {
+    a_secret_reaches_only_its_owner(Transport::Ads).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_constrained_on_an_identity_reaches_only_that_envoy_over_delta_ads() {
+    a_secret_reaches_only_its_owner(Transport::DeltaAds).await;
 }
