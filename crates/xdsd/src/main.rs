@@ -15,12 +15,12 @@ use tracing_subscriber::EnvFilter;
 use xdsd_core::protocol::session::{DEFAULT_MAX_NAMES, DEFAULT_MAX_RESPONSE_BYTES};
 use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store, UpdateSummary, MAX_LISTED};
 use xdsd_core::transport::grpc::{
-    ServerOptions, XdsServer, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS,
+    ServerOptions, StatsHandle, XdsServer, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS,
     DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_REST_HOLD,
     MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
 };
 use xdsd_core::transport::metrics::{Metrics, Reload};
-use xdsd_source::{Descriptors, FileFormat};
+use xdsd_source::{Descriptors, FileFormat, ParsedResource, SourceError};
 
 use files::{FileUpdates, FileWriter};
 use load::LoadError;
@@ -641,14 +641,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let updates = files.as_ref().map(|(_, updates, _)| updates.clone());
     let limits = args.source.limits();
     let metrics = Metrics::new();
+    let (source_health, healthy) = tokio::sync::watch::channel(true);
     let _watch = watch(
         &descriptors,
         &dir,
-        limits,
-        &store,
-        loading.clone(),
-        updates,
-        metrics.clone(),
+        Watching {
+            limits,
+            store: store.clone(),
+            loading: loading.clone(),
+            files: updates,
+            metrics: metrics.clone(),
+            health: source_health,
+        },
     )?;
     {
         let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
@@ -707,7 +711,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(tls) = args.tls.options() {
         server = server.with_tls(tls).context("cannot set up TLS")?;
     }
-    let admin = admin::start(args.admin_listen, server.stats_handle()).await?;
+    // Ready (gRPC health, /readyz) while the source is healthy.
+    let handle = server.stats_handle();
+    tokio::spawn(follow_source_health(healthy, handle.clone()));
+    let admin = admin::start(args.admin_listen, handle).await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;
@@ -736,25 +743,79 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a watch of the resource directory feeds.
+struct Watching {
+    limits: xdsd_source::Limits,
+    store: Store,
+    /// Held while a load commits (see `serve`).
+    loading: Arc<Mutex<()>>,
+    /// Where applied changes go on to, with --write-files.
+    files: Option<FileUpdates>,
+    metrics: Metrics,
+    /// Whether the directory could be read at the last load (see [`source_healthy`]).
+    health: tokio::sync::watch::Sender<bool>,
+}
+
+/// Whether a load's outcome says the source is healthy: it is unless the directory itself could
+/// not be read (gone, replaced by something unreadable, no permission). A change rejected for
+/// its content leaves it healthy: every replica reading the same directory rejects it alike, and
+/// each keeps serving the last good state.
+fn source_healthy(result: &Result<Vec<ParsedResource>, SourceError>, dir: &Path) -> bool {
+    match result {
+        Ok(_) => true,
+        Err(e) => !e
+            .errors()
+            .iter()
+            .any(|e| matches!(e, SourceError::Io { path, .. } if path == dir)),
+    }
+}
+
+/// Reports the server ready while the source is healthy, not ready while it is not.
+async fn follow_source_health(
+    mut healthy: tokio::sync::watch::Receiver<bool>,
+    handle: StatsHandle,
+) {
+    loop {
+        let now = *healthy.borrow_and_update();
+        handle.set_ready(now);
+        if healthy.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Follows `dir`: each change becomes a whole new store state, or is rejected whole. Each
 /// change that is applied is passed on to `files`.
 fn watch(
     descriptors: &Descriptors,
     dir: &Path,
-    limits: xdsd_source::Limits,
-    store: &Store,
-    loading: Arc<Mutex<()>>,
-    files: Option<FileUpdates>,
-    metrics: Metrics,
+    watching: Watching,
 ) -> anyhow::Result<xdsd_source::DirectoryWatch> {
-    let store = store.clone();
+    let Watching {
+        limits,
+        store,
+        loading,
+        files,
+        metrics,
+        health,
+    } = watching;
     let options = xdsd_source::WatchOptions::default().limits(limits);
+    let watched = dir.to_path_buf();
     xdsd_source::watch_directory_with(
         descriptors.clone(),
         dir.to_path_buf(),
         options,
         move |result| {
             let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
+            let healthy = source_healthy(&result, &watched);
+            metrics.set_source_healthy(healthy);
+            if health.send_replace(healthy) != healthy {
+                if healthy {
+                    info!(dir = %watched.display(), "the resource directory can be read again: ready");
+                } else {
+                    warn!(dir = %watched.display(), "the resource directory cannot be read: not ready (gRPC health NOT_SERVING, /readyz 503) until it can");
+                }
+            }
             let generation = store.snapshot().generation();
             let result = result
                 .map_err(LoadError::Source)

@@ -60,6 +60,7 @@ struct Inner {
     reloads: Family<Labels, Counter>,
     resources: Family<Labels, Gauge>,
     generation: Gauge,
+    source_healthy: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -87,6 +88,13 @@ impl Metrics {
         let reloads = Family::<Labels, Counter>::default();
         let resources = Family::<Labels, Gauge>::default();
         let generation = Gauge::default();
+        let source_healthy = Gauge::default();
+        source_healthy.set(1);
+        registry.register(
+            "source_healthy",
+            "1 while the source can be read and watched (the last load, good or rejected, read it), 0 while it cannot",
+            source_healthy.clone(),
+        );
         let build = Family::<Labels, Gauge>::default();
         build
             .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_owned())])
@@ -159,6 +167,7 @@ impl Metrics {
                 reloads,
                 resources,
                 generation,
+                source_healthy,
             }),
         }
     }
@@ -174,6 +183,11 @@ impl Metrics {
             .reloads
             .get_or_create(&vec![("result", result.to_owned())])
             .inc();
+    }
+
+    /// Sets whether the source can be read and watched.
+    pub fn set_source_healthy(&self, healthy: bool) {
+        self.inner.source_healthy.set(i64::from(healthy));
     }
 
     /// The metrics in the OpenMetrics text format ([`CONTENT_TYPE`]), with the store's

@@ -370,9 +370,19 @@ impl Xdsd {
             .await
     }
 
+    /// Sends SIGTERM, without waiting for xdsd to exit.
+    pub fn sigterm(&self) {
+        send_sigterm(&self.child).expect("cannot send SIGTERM to xdsd");
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     pub async fn terminate(&mut self) -> ExitStatus {
-        send_sigterm(&self.child).expect("cannot send SIGTERM to xdsd");
+        self.sigterm();
+        self.exit_status().await
+    }
+
+    /// Waits for xdsd to exit (after [`Xdsd::sigterm`]).
+    pub async fn exit_status(&mut self) -> ExitStatus {
         match timeout(DEADLINE, self.child.wait()).await {
             Ok(Ok(status)) => status,
             Ok(Err(e)) => panic!("waiting for xdsd failed: {e}"),
