@@ -6,7 +6,9 @@ use anyhow::Context;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
+use xdsd_core::transport::admin::{serve_with, AdminTls};
 use xdsd_core::transport::grpc::StatsHandle;
+use xdsd_core::transport::tls::TlsOptions;
 
 /// The default `--admin-listen`: loopback only, since the API shows every client's node.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:18001";
@@ -31,24 +33,36 @@ pub struct Admin {
     task: JoinHandle<std::io::Result<()>>,
 }
 
-/// Binds the admin API on `listen` (nothing when it is off) and serves it until [`Admin::stop`].
-pub async fn start(listen: AdminListen, handle: StatsHandle) -> anyhow::Result<Option<Admin>> {
+/// Binds the admin API on `listen` (nothing when it is off), over TLS with `tls`, and serves it
+/// until [`Admin::stop`].
+pub async fn start(
+    listen: AdminListen,
+    tls: Option<TlsOptions>,
+    handle: StatsHandle,
+) -> anyhow::Result<Option<Admin>> {
     let Some(addr) = listen.0 else {
         return Ok(None);
     };
+    let tls = tls
+        .map(AdminTls::load)
+        .transpose()
+        .context("cannot set up TLS for the admin API")?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (--admin-listen)"))?;
     let bound = listener.local_addr().context("reading the admin address")?;
-    info!("admin API listening on http://{bound} (/healthz, /readyz, /clients, /metrics)");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    info!("admin API listening on {scheme}://{bound} (/healthz, /readyz, /clients, /metrics)");
+    if tls.is_none() && !bound.ip().is_loopback() {
+        warn!(
+            addr = %bound,
+            "the admin API is plaintext on a non-loopback address: /clients shows every client's node and errors; consider --admin-tls"
+        );
+    }
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(xdsd_core::transport::admin::serve(
-        listener,
-        handle,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let task = tokio::spawn(serve_with(listener, handle, tls, async move {
+        let _ = stopped.await;
+    }));
     Ok(Some(Admin { stop, task }))
 }
 

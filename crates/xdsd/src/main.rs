@@ -373,6 +373,13 @@ struct ServeArgs {
         env = "XDSD_ADMIN_LISTEN"
     )]
     admin_listen: admin::AdminListen,
+
+    /// Serve the admin API over TLS with the certificate and key of --tls-cert/--tls-key
+    /// (read again when they change, as for the xDS port); with --client-ca, its clients must
+    /// present a certificate that CA signed. Without it the admin API is plaintext HTTP, and a
+    /// non-loopback --admin-listen logs a warning.
+    #[arg(long, requires = "tls_cert", env = "XDSD_ADMIN_TLS")]
+    admin_tls: bool,
 }
 
 /// `--make-before-break`.
@@ -714,7 +721,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Ready (gRPC health, /readyz) while the source is healthy.
     let handle = server.stats_handle();
     tokio::spawn(follow_source_health(healthy, handle.clone()));
-    let admin = admin::start(args.admin_listen, handle).await?;
+    let admin_tls = match (args.admin_tls, args.tls.options()) {
+        (true, Some(options)) => Some(options),
+        _ => None,
+    };
+    let admin = admin::start(args.admin_listen, admin_tls, handle).await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;

@@ -6,6 +6,7 @@
 //! - `GET /metrics`: Prometheus metrics, OpenMetrics text (see `metrics`).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::extract::State;
@@ -18,8 +19,9 @@ use tokio::net::TcpListener;
 
 use super::clients::{ClientStatus, TypeStatus};
 use super::csds::{nack_details, resource_status};
-use super::grpc::StatsHandle;
+use super::grpc::{StatsHandle, DEFAULT_PREFACE_TIMEOUT};
 use super::metrics::CONTENT_TYPE;
+use super::tls::{Listener, TlsError, TlsOptions, TlsState};
 
 /// The admin API's routes over a server's `handle`.
 pub fn router(handle: StatsHandle) -> Router {
@@ -37,6 +39,31 @@ pub async fn serve(
     handle: StatsHandle,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, handle, None, signal).await
+}
+
+/// TLS (and with a client CA, mutual TLS) for the admin API: its certificate files are read
+/// again when they change, as on the xDS port. No node is bound to the client's identity here:
+/// with a client CA, any client it signed may read the API.
+#[derive(Clone)]
+pub struct AdminTls(Arc<TlsState>);
+
+impl AdminTls {
+    /// Reads the files; an error if one is missing or wrong.
+    pub fn load(options: TlsOptions) -> Result<AdminTls, TlsError> {
+        TlsState::load_http1(options).map(|state| AdminTls(Arc::new(state)))
+    }
+}
+
+/// Like [`serve`], over TLS when `tls` is given. Either way a connection must send its request
+/// within [`DEFAULT_PREFACE_TIMEOUT`] of connecting (or of its handshake).
+pub async fn serve_with(
+    listener: TcpListener,
+    handle: StatsHandle,
+    tls: Option<AdminTls>,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = Listener::new(listener, tls.map(|t| t.0), DEFAULT_PREFACE_TIMEOUT);
     axum::serve(listener, router(handle))
         .with_graceful_shutdown(signal)
         .await

@@ -183,7 +183,9 @@ pub enum TlsError {
 pub(crate) struct TlsState {
     options: TlsOptions,
     provider: Arc<CryptoProvider>,
-    /// HTTP/1.1 offered in ALPN beside h2 (REST-JSON is on).
+    /// h2 offered in ALPN (the xDS port; not the admin API, which speaks HTTP/1.1 only).
+    h2: bool,
+    /// HTTP/1.1 offered in ALPN (beside h2: REST-JSON is on).
     http1: AtomicBool,
     config: RwLock<Arc<ServerConfig>>,
     /// The files' stamps the current configuration (or the last failed attempt) was read at.
@@ -253,13 +255,23 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
 impl TlsState {
     /// Reads the files; an error if one is missing or wrong.
     pub(crate) fn load(options: TlsOptions) -> Result<TlsState, TlsError> {
+        TlsState::load_with(options, true, false)
+    }
+
+    /// For an HTTP/1.1-only server (the admin API).
+    pub(crate) fn load_http1(options: TlsOptions) -> Result<TlsState, TlsError> {
+        TlsState::load_with(options, false, true)
+    }
+
+    fn load_with(options: TlsOptions, h2: bool, http1: bool) -> Result<TlsState, TlsError> {
         let provider = Arc::new(ring::default_provider());
         let stamps = files(&options).map(stamp).collect();
-        let config = build(&options, &provider, alpn(false))?;
+        let config = build(&options, &provider, alpn(h2, http1))?;
         Ok(TlsState {
             rules: Arc::new(options.node_rules.clone()),
             provider,
-            http1: AtomicBool::new(false),
+            h2,
+            http1: AtomicBool::new(http1),
             config: RwLock::new(Arc::new(config)),
             stamps: Mutex::new(stamps),
             options,
@@ -285,7 +297,7 @@ impl TlsState {
     }
 
     fn alpn(&self) -> Vec<Vec<u8>> {
-        alpn(self.http1.load(Ordering::Relaxed))
+        alpn(self.h2, self.http1.load(Ordering::Relaxed))
     }
 
     fn current(&self) -> Arc<ServerConfig> {
@@ -363,9 +375,12 @@ fn files(options: &TlsOptions) -> impl Iterator<Item = &Path> {
         .map(PathBuf::as_path)
 }
 
-/// The ALPN protocols offered: h2, and HTTP/1.1 for REST-JSON.
-fn alpn(http1: bool) -> Vec<Vec<u8>> {
-    let mut alpn = vec![b"h2".to_vec()];
+/// The ALPN protocols offered: h2 (xDS), HTTP/1.1 (REST-JSON, the admin API).
+fn alpn(h2: bool, http1: bool) -> Vec<Vec<u8>> {
+    let mut alpn = Vec::new();
+    if h2 {
+        alpn.push(b"h2".to_vec());
+    }
     if http1 {
         alpn.push(b"http/1.1".to_vec());
     }
@@ -794,4 +809,47 @@ async fn handshake(
     drop(slot);
     let conn = Conn::new(Io::Tls(Box::new(stream)), info, preface_timeout);
     let _ = tx.send(conn).await;
+}
+
+/// [`incoming`] connections as an axum listener (the admin API).
+pub(crate) struct Listener {
+    incoming: Incoming,
+    local: Option<SocketAddr>,
+}
+
+impl Listener {
+    pub(crate) fn new(
+        listener: TcpListener,
+        tls: Option<Arc<TlsState>>,
+        preface_timeout: Duration,
+    ) -> Listener {
+        let local = listener.local_addr().ok();
+        Listener {
+            incoming: incoming(listener, tls, preface_timeout),
+            local,
+        }
+    }
+}
+
+impl axum::serve::Listener for Listener {
+    type Io = Conn;
+    type Addr = Option<SocketAddr>;
+
+    async fn accept(&mut self) -> (Conn, Option<SocketAddr>) {
+        loop {
+            match self.incoming.next().await {
+                Some(Ok(conn)) => {
+                    let peer = conn.info.remote_addr;
+                    return (conn, peer);
+                }
+                Some(Err(_)) => continue,
+                // The accept task is gone: no more connections.
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Option<SocketAddr>> {
+        Ok(self.local)
+    }
 }

@@ -701,3 +701,87 @@ async fn connections_wait_while_every_handshake_slot_is_taken() {
     assert!(done.is_ok(), "{:?}", done.err());
     server.stop().await;
 }
+
+/// `GET path` over TLS (ALPN http/1.1) to `addr`: the status line, or why the exchange failed.
+async fn https_get(
+    addr: SocketAddr,
+    pki: &Pki,
+    client: Option<&Pair>,
+    path: &str,
+) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut config = ClientConfig::clone(&client_config(&pki.ca, client));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut tls = handshake(addr, Arc::new(config))
+        .await
+        .map_err(|e| e.to_string())?;
+    let head = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+    tls.write_all(head.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(WAIT, tls.read_to_end(&mut answer))
+        .await
+        .map_err(|_| "no answer in time".to_owned())?;
+    if answer.is_empty() {
+        return Err(format!("no answer: {read:?}"));
+    }
+    Ok(String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// The admin API over (mutual) TLS: a client with a certificate the CA signed reads it; one
+/// without a certificate, or speaking plaintext, gets nothing.
+#[tokio::test]
+async fn the_admin_api_serves_over_mutual_tls_only() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let client = pki.client("node-1", Id::Uri(SPIFFE_NODE_1));
+    let server = TlsServer::start(mtls(&pki, &server_pair)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("its address");
+    let tls = xdsd_core::transport::admin::AdminTls::load(mtls(&pki, &server_pair))
+        .expect("the TLS files load");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin = tokio::spawn(xdsd_core::transport::admin::serve_with(
+        listener,
+        server.stats.clone(),
+        Some(tls),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    let ok = https_get(addr, &pki, Some(&client), "/healthz").await;
+    assert!(ok.as_deref().is_ok_and(|s| s.contains(" 200 ")), "{ok:?}");
+    let ready = https_get(addr, &pki, Some(&client), "/readyz").await;
+    assert!(
+        ready.as_deref().is_ok_and(|s| s.contains(" 200 ")),
+        "{ready:?}"
+    );
+    // No client certificate: the handshake (or the first read) fails.
+    let refused = https_get(addr, &pki, None, "/healthz").await;
+    assert!(refused.is_err(), "{refused:?}");
+    // Plaintext HTTP: no answer.
+    let mut plain = TcpStream::connect(addr).await.expect("connected");
+    plain
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("sent");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(WAIT, plain.read_to_end(&mut answer)).await;
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("200"),
+        "a plaintext client was answered: {answer:?}"
+    );
+
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(WAIT, admin).await;
+    server.stop().await;
+}
