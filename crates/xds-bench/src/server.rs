@@ -27,6 +27,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
+use futures::FutureExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc};
@@ -111,7 +112,27 @@ trait Target {
         value: Bytes,
         group: Option<&str>,
     ) -> anyhow::Result<()>;
+
+    /// Sets resources that arrived together: one at a time unless the server can commit them
+    /// as one change.
+    fn set_all(&self, sets: Vec<Set>) -> anyhow::Result<()> {
+        for s in sets {
+            self.set(&s.type_url, &s.name, s.value, s.group.as_deref())?;
+        }
+        Ok(())
+    }
 }
+
+/// A `set` command, owned.
+struct Set {
+    type_url: String,
+    name: String,
+    value: Bytes,
+    group: Option<String>,
+}
+
+/// Most `set` commands committed together.
+const MAX_BATCH: usize = 4096;
 
 /// The constraints of group `group`'s variant: `GROUP_KEY == group`.
 pub fn group_constraints(group: &str) -> anyhow::Result<Constraints> {
@@ -187,7 +208,16 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
         .await?;
     stdout.flush().await?;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Some(line) = lines.next_line().await? {
+    // A line read while collecting a batch that is not a `set`: handled next.
+    let mut held: Option<String> = None;
+    loop {
+        let line = match held.take() {
+            Some(line) => line,
+            None => match lines.next_line().await? {
+                Some(line) => line,
+                None => break,
+            },
+        };
         let accepted = now_ns();
         let reply = match Command::parse(&line)? {
             Command::Load(path) => {
@@ -195,8 +225,35 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
                 format!("ok {accepted} {}\n", now_ns())
             }
             Command::Set(t, n, v, g) => {
-                target.set(t, n, v.into(), g)?;
-                format!("ok {accepted}\n")
+                // Changes that arrived together (already read, in the buffer) are committed
+                // together, as an application embedding the store would.
+                let mut sets = vec![Set {
+                    type_url: t.to_owned(),
+                    name: n.to_owned(),
+                    value: v.into(),
+                    group: g.map(str::to_owned),
+                }];
+                while sets.len() < MAX_BATCH {
+                    let Some(next) = lines.next_line().now_or_never() else {
+                        break;
+                    };
+                    let Some(next) = next? else { break };
+                    match Command::parse(&next)? {
+                        Command::Set(t, n, v, g) => sets.push(Set {
+                            type_url: t.to_owned(),
+                            name: n.to_owned(),
+                            value: v.into(),
+                            group: g.map(str::to_owned),
+                        }),
+                        _ => {
+                            held = Some(next);
+                            break;
+                        }
+                    }
+                }
+                let count = sets.len();
+                target.set_all(sets)?;
+                format!("ok {accepted}\n").repeat(count)
             }
             Command::Nodes => format!("ok {accepted}\n"),
             Command::Quit => break,
@@ -233,6 +290,21 @@ impl Target for XdsdTarget {
         self.0.apply([Change::Set(
             ResourceInput::new(type_url, name, value).with_constraints(constraints),
         )])?;
+        Ok(())
+    }
+
+    /// One store change for all of them: a burst costs one snapshot and wakes each stream once.
+    fn set_all(&self, sets: Vec<Set>) -> anyhow::Result<()> {
+        let changes = sets
+            .into_iter()
+            .map(|s| {
+                let constraints = s.group.as_deref().map(group_constraints).transpose()?;
+                Ok(Change::Set(
+                    ResourceInput::new(s.type_url, s.name, s.value).with_constraints(constraints),
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        self.0.apply(changes)?;
         Ok(())
     }
 }
