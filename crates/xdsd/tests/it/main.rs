@@ -21,6 +21,7 @@ mod envoy_vhds;
 mod examples_basic;
 mod grpc_proxyless;
 mod harness;
+mod hostile_files;
 mod install;
 mod lifecycle;
 mod references;

@@ -370,6 +370,18 @@ impl Xdsd {
             .await
     }
 
+    /// xdsd's resident memory (VmRSS of /proc/PID/status), in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let pid = self.child.id().expect("xdsd is running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|e| panic!("cannot read xdsd's /proc status: {e}"));
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmRSS in xdsd's /proc status:\n{status}"))
+    }
+
     /// Sends SIGTERM, without waiting for xdsd to exit.
     pub fn sigterm(&self) {
         send_sigterm(&self.child).expect("cannot send SIGTERM to xdsd");
