@@ -707,6 +707,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .max_connections(args.max_connections)
         .max_streams_per_connection(args.max_streams_per_connection)
         .preface_timeout(args.preface_timeout)
+        .allow_plaintext_secrets(args.tls.allow_plaintext_secrets)
         .make_before_break(make_before_break);
     let options = options
         .rest_hold(args.rest_hold)

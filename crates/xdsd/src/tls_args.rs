@@ -99,6 +99,13 @@ pub(crate) struct TlsArgs {
         env = "XDSD_TLS_MAX_HANDSHAKES"
     )]
     pub tls_max_handshakes: usize,
+
+    /// Serve secrets (SDS) to plaintext clients on other hosts. Without it, a plaintext
+    /// connection from a non-loopback address that asks for secrets is ended with
+    /// PERMISSION_DENIED: their private keys would cross the network in the clear. TLS clients,
+    /// and plaintext ones on loopback (a sidecar), are served either way.
+    #[arg(long, help_heading = "TLS", env = "XDSD_ALLOW_PLAINTEXT_SECRETS")]
+    pub allow_plaintext_secrets: bool,
 }
 
 impl TlsArgs {
@@ -119,10 +126,18 @@ impl TlsArgs {
     /// Logs how the port is secured: a warning for plaintext off loopback.
     pub(crate) fn log(&self, addr: SocketAddr) {
         match (&self.tls_cert, &self.client_ca) {
+            (None, _) if !addr.ip().is_loopback() && self.allow_plaintext_secrets => warn!(
+                %addr,
+                "serving plaintext on a non-loopback address, secrets too \
+                 (--allow-plaintext-secrets): anyone who reaches it can read every resource, \
+                 private keys included, and claim any node; use --tls-cert, --tls-key and \
+                 --client-ca (docs/tls.md)"
+            ),
             (None, _) if !addr.ip().is_loopback() => warn!(
                 %addr,
                 "serving plaintext on a non-loopback address: anyone who reaches it can read \
-                 every resource (secrets included) and claim any node; use --tls-cert, \
+                 every resource and claim any node, and secrets are refused to clients on \
+                 other hosts (--allow-plaintext-secrets serves them); use --tls-cert, \
                  --tls-key and --client-ca (docs/tls.md)"
             ),
             (None, _) => {}

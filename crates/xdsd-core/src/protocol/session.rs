@@ -143,6 +143,11 @@ pub enum SessionError {
          (identity {identity:?}) must, to be checked against it"
     )]
     NodeRequired { identity: String },
+    #[error(
+        "secrets are served only over TLS or loopback connections, and this one is plaintext \
+         from another host (the server must serve TLS, or be told to allow plaintext secrets)"
+    )]
+    SecretsOverPlaintext,
 }
 
 /// How a [`SessionError`] is reported: the category a transport maps to its status.
@@ -160,9 +165,9 @@ impl SessionError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             SessionError::Limit { .. } => ErrorKind::ResourceExhausted,
-            SessionError::NodeNotAllowed { .. } | SessionError::NodeRequired { .. } => {
-                ErrorKind::PermissionDenied
-            }
+            SessionError::NodeNotAllowed { .. }
+            | SessionError::NodeRequired { .. }
+            | SessionError::SecretsOverPlaintext => ErrorKind::PermissionDenied,
             _ => ErrorKind::InvalidArgument,
         }
     }
@@ -590,6 +595,8 @@ pub struct Session<M> {
     node: Option<ClientNode>,
     /// The client's certificate identity, when its node must match it.
     binding: Option<IdentityBinding>,
+    /// Secrets are refused: the client is on a plaintext connection from another host.
+    refuse_secrets: bool,
     /// Digest of the node's encoding as last decoded (SotW), to decode it only when it changes.
     node_digest: Option<u64>,
     nonces: NonceGen,
@@ -626,6 +633,7 @@ impl<M: Machine> Session<M> {
             fixed,
             node: None,
             binding: None,
+            refuse_secrets: false,
             node_digest: None,
             nonces: NonceGen::default(),
             types: HashMap::default(),
@@ -658,6 +666,13 @@ impl<M: Machine> Session<M> {
             self.pids.insert(first, 0);
         }
         self.binding = Some(binding);
+    }
+
+    /// Refuses secrets: a request for the secret type (SDS) fails with
+    /// [`SessionError::SecretsOverPlaintext`] (PERMISSION_DENIED). For a client whose connection
+    /// would carry private keys in the clear across the network.
+    pub fn refuse_secrets(&mut self) {
+        self.refuse_secrets = true;
     }
 
     /// Every parameter set this session resolved or resolves names with, of every type. The list
@@ -700,6 +715,9 @@ impl<M: Machine> Session<M> {
                     .unwrap_or_else(|| requested.into()),
             },
         };
+        if self.refuse_secrets && *type_url == *types::SECRET {
+            return Err(SessionError::SecretsOverPlaintext);
+        }
         let current = snapshot.get(&type_url);
         let new_type = !self.types.contains_key(&type_url);
         if new_type && self.types.len() >= MAX_TYPES {

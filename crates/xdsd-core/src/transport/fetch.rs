@@ -12,8 +12,9 @@ use tracing::{debug, warn};
 
 use super::context::ServerContext;
 use super::status::status_of;
+use super::tls::Access;
 use crate::params::ParamSet;
-use crate::protocol::identity::IdentityBinding;
+
 use crate::protocol::session::{ErrorKind, Session, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
 use crate::protocol::SubscriptionChange;
@@ -27,11 +28,11 @@ pub(crate) fn fetch(
     ctx: &ServerContext,
     type_url: Arc<str>,
     peer: Option<SocketAddr>,
-    binding: Option<&IdentityBinding>,
+    access: &Access,
     request: &SotwRequest,
 ) -> Result<SotwResponse, Status> {
     let snapshot = ctx.store.snapshot();
-    let answer = answer(ctx, type_url, binding, request, &snapshot).map_err(|e| {
+    let answer = answer(ctx, type_url, access, request, &snapshot).map_err(|e| {
         if e.kind() == ErrorKind::PermissionDenied {
             warn!(peer = ?peer, error = %crate::logsafe::shown(&e.to_string()), "fetch refused");
         }
@@ -57,19 +58,18 @@ pub(crate) struct Answer {
     pub(crate) node: String,
 }
 
-/// The answer of a fresh per-type session to `request` (bound to `binding`'s identity), given the store's state `snapshot`.
+/// The answer of a fresh per-type session to `request` (under the client's `access`), given the
+/// store's state `snapshot`.
 pub(crate) fn answer(
     ctx: &ServerContext,
     type_url: Arc<str>,
-    binding: Option<&IdentityBinding>,
+    access: &Access,
     request: &SotwRequest,
     snapshot: &Snapshot,
 ) -> Result<Answer, SessionError> {
     let mut session: Session<SotwSubscription> =
         Session::with_options(Some(type_url.clone()), ctx.options.session.clone());
-    if let Some(binding) = binding {
-        session.bind_identity(binding.clone());
-    }
+    access.apply(&mut session);
     // The answer is the whole state for the request, whatever version the caller has (a stream
     // would send nothing to a client that has the current version).
     let handled = if request.version_info.is_empty() {

@@ -85,6 +85,10 @@ pub struct ServerOptions {
     /// How long a new connection has to send the start of its first request (after its TLS
     /// handshake, if any); see [`DEFAULT_PREFACE_TIMEOUT`] and [`tls::PREFACE_BYTES`].
     pub preface_timeout: Duration,
+    /// Serve secrets (SDS) over plaintext connections from other hosts. Off by default: such a
+    /// connection's requests for secrets fail with PERMISSION_DENIED (TLS connections, and
+    /// plaintext ones from a loopback address, are served).
+    pub allow_plaintext_secrets: bool,
 }
 
 /// How long a new connection has to start its first request by default: far more than any client
@@ -124,6 +128,7 @@ impl Default for ServerOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             preface_timeout: DEFAULT_PREFACE_TIMEOUT,
+            allow_plaintext_secrets: false,
         }
     }
 }
@@ -145,6 +150,12 @@ impl ServerOptions {
     /// Sets [`SessionOptions::max_names`]: the resource names one stream may subscribe to.
     pub fn max_names_per_stream(mut self, names: usize) -> Self {
         self.session.max_names = names;
+        self
+    }
+
+    /// Sets [`ServerOptions::allow_plaintext_secrets`].
+    pub fn allow_plaintext_secrets(mut self, allow: bool) -> Self {
+        self.allow_plaintext_secrets = allow;
         self
     }
 
@@ -702,13 +713,14 @@ impl<V: Variant> StreamingService<V::Message> for StreamMethod<V> {
     type Future = Ready<Result<Response<Self::ResponseStream>, Status>>;
 
     fn call(&mut self, request: Request<Streaming<V::Message>>) -> Self::Future {
-        let (peer, binding): (Option<SocketAddr>, _) = tls::peer_of(&request);
+        let (peer, access): (Option<SocketAddr>, _) =
+            tls::peer_of(&request, self.ctx.options.allow_plaintext_secrets);
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<V>(
             self.ctx.clone(),
             self.fixed.clone(),
             peer,
-            binding,
+            access,
             request.into_inner(),
             tx,
         ));
@@ -729,7 +741,7 @@ impl ClientStreamingService<SotwRequest> for FetchMethod {
     type Future = FetchFuture;
 
     fn call(&mut self, request: Request<Streaming<SotwRequest>>) -> Self::Future {
-        let (peer, binding) = tls::peer_of(&request);
+        let (peer, access) = tls::peer_of(&request, self.ctx.options.allow_plaintext_secrets);
         let (ctx, type_url) = (self.ctx.clone(), self.type_url.clone());
         Box::pin(async move {
             let limit = ctx.options.max_request_bytes;
@@ -738,8 +750,7 @@ impl ClientStreamingService<SotwRequest> for FetchMethod {
                 Ok(None) => return Err(status::no_request()),
                 Err(error) => return Err(status_of_read_error(&error, limit).unwrap_or(error)),
             };
-            fetch::fetch(&ctx, type_url, peer, binding.as_ref(), &request)
-                .map(|r| Response::new(r.into()))
+            fetch::fetch(&ctx, type_url, peer, &access, &request).map(|r| Response::new(r.into()))
         })
     }
 }

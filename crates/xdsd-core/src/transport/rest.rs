@@ -35,9 +35,9 @@ use tracing::{debug, warn};
 
 use super::context::ServerContext;
 use super::fetch::{answer, Answer};
-use super::tls::ConnInfo;
+use super::tls::{Access, ConnInfo};
 use super::wire::SotwWire;
-use crate::protocol::identity::IdentityBinding;
+
 use crate::protocol::session::{ErrorKind, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse};
 use crate::types;
@@ -143,8 +143,8 @@ async fn poll(
     body: Body,
 ) -> Reply {
     let peer = conn.as_ref().and_then(|c| c.remote_addr);
-    let binding = conn.as_ref().and_then(|c| c.binding().cloned());
-    match rest.poll(&action, binding.as_ref(), &headers, body).await {
+    let access = Access::of(conn.as_deref(), rest.ctx.options.allow_plaintext_secrets);
+    match rest.poll(&action, &access, &headers, body).await {
         Err(e) if e.code == tonic::Code::PermissionDenied => {
             warn!(peer = ?peer, error = %crate::logsafe::shown(&e.message), "REST poll refused");
             e.reply()
@@ -158,7 +158,7 @@ impl Rest {
     async fn poll(
         &self,
         action: &str,
-        binding: Option<&IdentityBinding>,
+        access: &Access,
         headers: &HeaderMap,
         body: Body,
     ) -> Result<Reply, RestError> {
@@ -215,7 +215,7 @@ impl Rest {
             }
             None => request.type_url.as_str().into(),
         };
-        self.answer(type_url, binding, &request).await
+        self.answer(type_url, access, &request).await
     }
 
     /// The type a path serves (`None`: the one the request names).
@@ -254,11 +254,11 @@ impl Rest {
     async fn answer(
         &self,
         type_url: Arc<str>,
-        binding: Option<&IdentityBinding>,
+        access: &Access,
         request: &SotwRequest,
     ) -> Result<Reply, RestError> {
         let started = Instant::now();
-        let mut current = self.current(&type_url, binding, request)?;
+        let mut current = self.current(&type_url, access, request)?;
         let hold = self.ctx.options.rest_hold;
         let permit = if current.1 == request.version_info && !hold.is_zero() {
             self.held.try_acquire().ok()
@@ -275,12 +275,12 @@ impl Rest {
             watcher.watch(&type_url, &change.added);
             let mut shutdown = self.ctx.shutdown.clone();
             // Read again now that changes are watched: none slips between the two.
-            current = self.current(&type_url, binding, request)?;
+            current = self.current(&type_url, access, request)?;
             while current.1 == request.version_info {
                 tokio::select! {
                     _ = watcher.changed() => {
                         watcher.take_changes();
-                        current = self.current(&type_url, binding, request)?;
+                        current = self.current(&type_url, access, request)?;
                     }
                     _ = tokio::time::sleep_until(deadline) => break,
                     _ = shutdown.wait_for(|down| *down) => break,
@@ -319,11 +319,11 @@ impl Rest {
     fn current(
         &self,
         type_url: &Arc<str>,
-        binding: Option<&IdentityBinding>,
+        access: &Access,
         request: &SotwRequest,
     ) -> Result<(Answer, String), RestError> {
         let snapshot = self.ctx.store.snapshot();
-        let answer = answer(&self.ctx, type_url.clone(), binding, request, &snapshot)
+        let answer = answer(&self.ctx, type_url.clone(), access, request, &snapshot)
             .map_err(|e| rejected(&e))?;
         let version = rest_version(&answer.response);
         Ok((answer, version))

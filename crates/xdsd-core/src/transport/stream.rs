@@ -16,10 +16,10 @@ use super::context::ServerContext;
 use super::grpc::SHUTDOWN_GRACE;
 use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
+use super::tls::Access;
 use super::wire::{Body, DeltaWire, SotwWire};
 use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
-use crate::protocol::identity::IdentityBinding;
 use crate::protocol::session::{Handled, Machine, Session};
 use crate::protocol::sotw::{SotwResources, SotwResponse, SotwSubscription};
 use crate::protocol::RequestKind;
@@ -91,7 +91,7 @@ pub(crate) async fn run<V: Variant>(
     ctx: Arc<ServerContext>,
     fixed: Option<Arc<str>>,
     peer: Option<SocketAddr>,
-    binding: Option<IdentityBinding>,
+    access: Access,
     mut requests: Streaming<V::Message>,
     tx: Sender<V>,
 ) {
@@ -105,11 +105,9 @@ pub(crate) async fn run<V: Variant>(
         session: Session::with_options(fixed, ctx.options.session.clone()),
         ctx: ctx.clone(),
     };
-    let identity = binding.as_ref().map(|b| b.identity.clone());
-    if let Some(binding) = binding {
-        s.session.bind_identity(binding);
-    }
-    info!(stream = s.id, peer = ?peer, identity = ?identity.as_deref(), service, variant = V::NAME, "stream opened");
+    let identity = access.identity();
+    access.apply(&mut s.session);
+    info!(stream = s.id, peer = ?peer, identity = ?identity, service, variant = V::NAME, "stream opened");
     let ending: Result<(), Status> = loop {
         let deadline = s.session.poll_timeout();
         let timer = async move {

@@ -38,6 +38,7 @@ use tracing::{debug, info, warn};
 use x509_parser::extensions::GeneralName;
 
 use crate::protocol::identity::{IdentityBinding, NodeIdentityRules};
+use crate::protocol::session::{Machine, Session};
 
 /// How long a client has to finish its TLS handshake by default.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -497,13 +498,59 @@ impl ConnInfo {
     }
 }
 
-/// The peer address and identity binding of a request.
+/// What a connection's client may have: the node its certificate identity binds it to, and
+/// whether secrets may reach it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Access {
+    pub(crate) binding: Option<IdentityBinding>,
+    /// Secrets are refused: a plaintext connection from another host would carry private keys
+    /// in the clear across the network.
+    pub(crate) refuse_secrets: bool,
+}
+
+impl Access {
+    /// The access of a connection; `allow_plaintext_secrets` is
+    /// [`ServerOptions::allow_plaintext_secrets`](super::grpc::ServerOptions::allow_plaintext_secrets).
+    /// Without a `ConnInfo` (the routes mounted on a server of one's own, which does its own TLS)
+    /// nothing is refused.
+    pub(crate) fn of(info: Option<&ConnInfo>, allow_plaintext_secrets: bool) -> Access {
+        let Some(info) = info else {
+            return Access::default();
+        };
+        let loopback = info.remote_addr.is_some_and(|a| a.ip().is_loopback());
+        Access {
+            binding: info.binding().cloned(),
+            refuse_secrets: info.tls.is_none() && !loopback && !allow_plaintext_secrets,
+        }
+    }
+
+    /// The bound identity, for logs.
+    pub(crate) fn identity(&self) -> Option<&str> {
+        self.binding.as_ref().map(|b| &*b.identity)
+    }
+
+    /// Applies it to a client's session.
+    pub(crate) fn apply<M: Machine>(&self, session: &mut Session<M>) {
+        if let Some(binding) = &self.binding {
+            session.bind_identity(binding.clone());
+        }
+        if self.refuse_secrets {
+            session.refuse_secrets();
+        }
+    }
+}
+
+/// The peer address and access of a request.
 pub(crate) fn peer_of<T>(
     request: &tonic::Request<T>,
-) -> (Option<SocketAddr>, Option<IdentityBinding>) {
+    allow_plaintext_secrets: bool,
+) -> (Option<SocketAddr>, Access) {
     match request.extensions().get::<ConnInfo>() {
-        Some(info) => (info.remote_addr, info.binding().cloned()),
-        None => (request.remote_addr(), None),
+        Some(info) => (
+            info.remote_addr,
+            Access::of(Some(info), allow_plaintext_secrets),
+        ),
+        None => (request.remote_addr(), Access::default()),
     }
 }
 
@@ -851,5 +898,41 @@ impl axum::serve::Listener for Listener {
 
     fn local_addr(&self) -> io::Result<Option<SocketAddr>> {
         Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(remote: &str, tls: bool) -> ConnInfo {
+        ConnInfo {
+            remote_addr: remote.parse().ok(),
+            local_addr: None,
+            tls: tls.then(|| {
+                Arc::new(PeerTls {
+                    certificates: Vec::new(),
+                    identity: None,
+                    binding: None,
+                })
+            }),
+        }
+    }
+
+    #[test]
+    fn secrets_are_refused_only_on_plaintext_connections_from_other_hosts_unless_allowed() {
+        let refused = |remote: &str, tls: bool, allow: bool| {
+            Access::of(Some(&info(remote, tls)), allow).refuse_secrets
+        };
+        assert!(refused("10.0.0.7:4000", false, false));
+        assert!(refused("[2001:db8::1]:4000", false, false));
+        assert!(!refused("10.0.0.7:4000", true, false), "TLS");
+        assert!(!refused("10.0.0.7:4000", false, true), "allowed");
+        assert!(!refused("127.0.0.1:4000", false, false), "loopback");
+        assert!(!refused("[::1]:4000", false, false), "loopback");
+        // An unknown peer over plaintext is not known to be local.
+        assert!(refused("unknown", false, false));
+        // Routes mounted on a server of one's own: its TLS is its business.
+        assert!(!Access::of(None, false).refuse_secrets);
     }
 }

@@ -125,14 +125,25 @@ async fn envoy_over_mutual_tls_gets_config_only_for_its_own_node() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plaintext_off_loopback_is_served_with_a_warning() {
+async fn plaintext_off_loopback_is_served_with_a_warning_saying_whether_secrets_are() {
     let dir = basic_resources(Transport::Ads, 9);
     let warning = "serving plaintext on a non-loopback address";
     let mut open = Xdsd::start_on(&dir.path(), "0.0.0.0:0", &[]).await;
     open.log
-        .expect_line_since(0, &[warning], "the plaintext warning")
+        .expect_line_since(
+            0,
+            &[warning, "secrets are refused to clients on other hosts"],
+            "the plaintext warning",
+        )
         .await;
     open.terminate().await;
+    let mut secrets =
+        Xdsd::start_on(&dir.path(), "0.0.0.0:0", &["--allow-plaintext-secrets"]).await;
+    secrets
+        .log
+        .expect_line_since(0, &[warning, "secrets too"], "the plaintext warning")
+        .await;
+    secrets.terminate().await;
     let mut local = Xdsd::start(&dir.path()).await;
     local.expect_loaded_since(0).await;
     local.terminate().await;

@@ -52,6 +52,45 @@ fn ads() -> Session<SotwSubscription> {
 }
 
 #[test]
+fn a_session_that_refuses_secrets_ends_a_secret_request_with_permission_denied_and_serves_the_rest()
+{
+    use crate::types::SECRET;
+    let store = Store::new();
+    store
+        .apply([
+            crate::store::Change::Set(input(CLUSTER, "c", "c")),
+            crate::store::Change::Set(input(SECRET, "key", "private")),
+        ])
+        .unwrap();
+    let n = node("n", "c");
+    // Other types are served as before.
+    let mut s = ads();
+    s.refuse_secrets();
+    s.handle_request(&sotw(CLUSTER, &[], "", Some(&n)), &store.snapshot())
+        .unwrap();
+    let (_, response) = s
+        .poll_response(&store.snapshot(), Instant::now())
+        .expect("clusters");
+    assert_eq!(response.len(), 1);
+    // The secret type is refused, by name or wildcard.
+    for names in [&["key"][..], &[]] {
+        let mut s = ads();
+        s.refuse_secrets();
+        let err = s
+            .handle_request(&sotw(SECRET, names, "", Some(&n)), &store.snapshot())
+            .unwrap_err();
+        assert_eq!(err, SessionError::SecretsOverPlaintext);
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied);
+        assert!(s.poll_response(&store.snapshot(), Instant::now()).is_none());
+    }
+    // A session that does not refuse them serves them.
+    let mut s = ads();
+    s.handle_request(&sotw(SECRET, &["key"], "", Some(&n)), &store.snapshot())
+        .unwrap();
+    assert!(s.poll_response(&store.snapshot(), Instant::now()).is_some());
+}
+
+#[test]
 fn subscribing_to_more_names_than_the_limit_ends_the_stream_with_resource_exhausted() {
     use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     let store = Store::new();
