@@ -52,7 +52,7 @@ pub async fn start(
         .with_context(|| format!("cannot listen on {addr} (--admin-listen)"))?;
     let bound = listener.local_addr().context("reading the admin address")?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    info!("admin API listening on {scheme}://{bound} (/healthz, /readyz, /clients, /metrics)");
+    info!("admin API listening on {scheme}://{bound} (/healthz, /readyz, /clients, /config, /metrics)");
     if tls.is_none() && !bound.ip().is_loopback() {
         warn!(
             addr = %bound,

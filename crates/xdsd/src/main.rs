@@ -71,7 +71,8 @@ enum Command {
     ///
     /// The --listen address also serves CSDS (ClientStatusDiscoveryService: each client's
     /// ACKed version per type, or its NACK with the error and the file of the rejected resource)
-    /// and gRPC health; --admin-listen serves /healthz, /readyz, /clients and /metrics. See
+    /// and gRPC health; --admin-listen serves /healthz, /readyz, /clients, /config (what a node
+    /// would be served) and /metrics. See
     /// docs/operating.md.
     ///
     /// With --tls-cert and --tls-key, the port serves TLS; with --client-ca too, mutual TLS,
@@ -362,7 +363,7 @@ struct ServeArgs {
     )]
     max_held_polls: usize,
 
-    /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /metrics; see
+    /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /config, /metrics; see
     /// docs/operating.md), or "off". Loopback by default: /clients shows every client's node.
     /// Port 0 picks a free port (logged at start).
     #[arg(

@@ -3,25 +3,32 @@
 //! - `GET /healthz`: 200 while the process serves HTTP (liveness).
 //! - `GET /readyz`: 200 when the server is ready and not shutting down, else 503.
 //! - `GET /clients`: the connected clients as JSON (see [`clients_json`]).
+//! - `GET /config?node=ID`: what a client with that node would be served (see [`config_json`]).
 //! - `GET /metrics`: Prometheus metrics, OpenMetrics text (see `metrics`).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as ProtobufValue};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use super::clients::{ClientStatus, TypeStatus};
 use super::csds::{nack_details, resource_status};
+use super::fetch;
 use super::grpc::{StatsHandle, DEFAULT_PREFACE_TIMEOUT};
 use super::metrics::CONTENT_TYPE;
 use super::tls::{Listener, TlsError, TlsOptions, TlsState};
+use crate::protocol::sotw::{SotwResources, SotwResponse};
 
 /// The admin API's routes over a server's `handle`.
 pub fn router(handle: StatsHandle) -> Router {
@@ -29,6 +36,7 @@ pub fn router(handle: StatsHandle) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/clients", get(clients))
+        .route("/config", get(config))
         .route("/metrics", get(metrics))
         .with_state(handle)
 }
@@ -94,6 +102,102 @@ async fn metrics(State(handle): State<StatsHandle>) -> Response {
         handle.metrics_text(),
     )
         .into_response()
+}
+
+/// `GET /config?node=ID[&cluster=CLUSTER][&metadata=JSON]`: what a client with that node would
+/// be served, subscribing to everything, of each type (see [`config_json`]).
+async fn config(
+    State(handle): State<StatsHandle>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let bad = |message: String| (StatusCode::BAD_REQUEST, message + "\n").into_response();
+    let Some(id) = query.get("node") else {
+        return bad(
+            "GET /config needs ?node=ID (and optionally &cluster=CLUSTER, &metadata={...} as JSON)"
+                .into(),
+        );
+    };
+    let metadata = match query
+        .get("metadata")
+        .map(|m| serde_json::from_str::<Value>(m))
+    {
+        None => None,
+        Some(Ok(Value::Object(fields))) => Some(Struct {
+            fields: fields
+                .into_iter()
+                .map(|(k, v)| (k, protobuf_value(v)))
+                .collect(),
+        }),
+        Some(Ok(_)) => return bad("metadata must be a JSON object".into()),
+        Some(Err(e)) => return bad(format!("metadata is not JSON: {e}")),
+    };
+    let node = Node {
+        id: id.clone(),
+        cluster: query.get("cluster").cloned().unwrap_or_default(),
+        metadata,
+        ..Default::default()
+    };
+    match fetch::preview(handle.context(), &node) {
+        Ok(types) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            config_json(&node, &types).to_string(),
+        )
+            .into_response(),
+        Err(e) => bad(e.to_string()),
+    }
+}
+
+/// A JSON value as a `google.protobuf.Value`.
+fn protobuf_value(value: Value) -> ProtobufValue {
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        Value::String(s) => Kind::StringValue(s),
+        Value::Array(items) => Kind::ListValue(ListValue {
+            values: items.into_iter().map(protobuf_value).collect(),
+        }),
+        Value::Object(fields) => Kind::StructValue(Struct {
+            fields: fields
+                .into_iter()
+                .map(|(k, v)| (k, protobuf_value(v)))
+                .collect(),
+        }),
+    };
+    ProtobufValue { kind: Some(kind) }
+}
+
+/// What `GET /config` answers: the node, and per type the version and the resources (name,
+/// version, constraints of the variant, the file it came from).
+pub fn config_json(node: &Node, types: &[SotwResponse]) -> Value {
+    let types: Vec<Value> = types
+        .iter()
+        .map(|t| {
+            let list: Box<dyn Iterator<Item = &Arc<crate::store::Resource>>> = match &t.resources {
+                SotwResources::All(view) => Box::new(view.iter()),
+                SotwResources::Some(list) => Box::new(list.iter()),
+            };
+            let resources: Vec<Value> = list
+                .map(|r| {
+                    json!({
+                        "name": &**r.name(),
+                        "version": &**r.version(),
+                        "constraints": r.constraints().map(|c| c.to_string()),
+                        "origin": r.origin().map(|o| &**o),
+                    })
+                })
+                .collect();
+            json!({
+                "type_url": &*t.type_url,
+                "version": &*t.version_info,
+                "resources": resources,
+            })
+        })
+        .collect();
+    json!({
+        "node": {"id": node.id, "cluster": node.cluster},
+        "types": types,
+    })
 }
 
 /// Seconds since the Unix epoch.

@@ -503,6 +503,10 @@ pub struct StatsHandle {
 }
 
 impl StatsHandle {
+    pub(crate) fn context(&self) -> &ServerContext {
+        &self.ctx
+    }
+
     /// Every connected client (one per stream), by stream id: its node, and where it stands
     /// with each type it requested (last response, ACK, NACK).
     pub fn clients(&self) -> Vec<ClientStatus> {

@@ -192,3 +192,94 @@ async fn delta_locators_get_resource_names_and_removed_resource_names() {
     drop(tx);
     server.stop().await;
 }
+
+/// `GET path` on `addr` (HTTP/1.1): the status and the body.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(WAIT, conn.read_to_end(&mut raw))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let text = String::from_utf8(raw).expect("UTF-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status");
+    (status, body.to_owned())
+}
+
+/// The admin API's `GET /config?node=…&metadata=…`: what a client with that node would be served,
+/// the variant its parameters pick, without connecting one.
+#[tokio::test]
+async fn the_admin_api_shows_what_a_node_would_receive() {
+    let server = server().await;
+    server.set(xdsd_core::types::CLUSTER, "c", b"c");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(xdsd_core::transport::admin::serve(
+        listener,
+        server.handle.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let config = |path: &'static str| async move {
+        let (status, body) = http_get(admin, path).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("JSON")
+    };
+    let endpoints = |config: &serde_json::Value| {
+        config["types"]
+            .as_array()
+            .expect("types")
+            .iter()
+            .find(|t| t["type_url"] == CLUSTER_LOAD_ASSIGNMENT)
+            .map(|t| t["resources"].clone())
+            .expect("the endpoints type")
+    };
+    // %7B"env":"prod"%7D
+    let prod = config("/config?node=n1&metadata=%7B%22env%22%3A%22prod%22%7D").await;
+    assert_eq!(prod["node"]["id"], "n1");
+    let e = endpoints(&prod);
+    assert_eq!(e.as_array().map(Vec::len), Some(1), "{prod}");
+    assert_eq!(e[0]["name"], "e");
+    assert!(
+        e[0]["constraints"]
+            .as_str()
+            .is_some_and(|c| c.contains("prod")),
+        "{prod}"
+    );
+    let clusters = prod["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["type_url"] == xdsd_core::types::CLUSTER)
+        .expect("clusters");
+    assert_eq!(clusters["resources"][0]["name"], "c");
+    let test = config("/config?node=n1&metadata=%7B%22env%22%3A%22test%22%7D").await;
+    assert!(
+        endpoints(&test)[0]["constraints"]
+            .as_str()
+            .is_some_and(|c| c.contains("test")),
+        "{test}"
+    );
+    // No parameters: no variant matches.
+    let none = config("/config?node=n1").await;
+    assert_eq!(endpoints(&none).as_array().map(Vec::len), Some(0), "{none}");
+    // Bad requests are answered 400.
+    assert_eq!(http_get(admin, "/config").await.0, 400);
+    assert_eq!(
+        http_get(admin, "/config?node=n&metadata=%5B1%5D").await.0,
+        400
+    );
+    assert_eq!(http_get(admin, "/config?node=n&metadata=nope").await.0, 400);
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(WAIT, serving).await;
+}
