@@ -137,6 +137,31 @@ fn resource_list(resources: SotwResources) -> Vec<Arc<crate::store::Resource>> {
     }
 }
 
+/// What a client with `node` would be served of each type the store holds, subscribing to
+/// everything (wildcard): per type, the version and the resources (the variants its parameters
+/// pick). For the admin API's `GET /config`.
+pub(crate) fn preview(ctx: &ServerContext, node: &Node) -> Result<Vec<SotwResponse>, SessionError> {
+    let snapshot = ctx.store.snapshot();
+    let mut types: Vec<Arc<str>> = snapshot.types().map(|t| t.type_url().clone()).collect();
+    types.sort();
+    let mut answers = Vec::with_capacity(types.len());
+    for type_url in types {
+        // Virtual hosts are asked for by alias (VHDS): a wildcard names none of them.
+        if *type_url == *crate::types::VIRTUAL_HOST {
+            continue;
+        }
+        let request: SotwRequest = (&DiscoveryRequest {
+            node: Some(node.clone()),
+            type_url: type_url.to_string(),
+            ..Default::default()
+        })
+            .into();
+        let answer = answer(ctx, type_url, &Access::default(), &request, &snapshot)?;
+        answers.push(answer.response);
+    }
+    Ok(answers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,29 +203,4 @@ mod tests {
         );
         assert_eq!(&*whole.version_info, "2");
     }
-}
-
-/// What a client with `node` would be served of each type the store holds, subscribing to
-/// everything (wildcard): per type, the version and the resources (the variants its parameters
-/// pick). For the admin API's `GET /config`.
-pub(crate) fn preview(ctx: &ServerContext, node: &Node) -> Result<Vec<SotwResponse>, SessionError> {
-    let snapshot = ctx.store.snapshot();
-    let mut types: Vec<Arc<str>> = snapshot.types().map(|t| t.type_url().clone()).collect();
-    types.sort();
-    let mut answers = Vec::with_capacity(types.len());
-    for type_url in types {
-        // Virtual hosts are asked for by alias (VHDS): a wildcard names none of them.
-        if *type_url == *crate::types::VIRTUAL_HOST {
-            continue;
-        }
-        let request: SotwRequest = (&DiscoveryRequest {
-            node: Some(node.clone()),
-            type_url: type_url.to_string(),
-            ..Default::default()
-        })
-            .into();
-        let answer = answer(ctx, type_url, &Access::default(), &request, &snapshot)?;
-        answers.push(answer.response);
-    }
-    Ok(answers)
 }
