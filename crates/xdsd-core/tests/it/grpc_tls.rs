@@ -479,7 +479,7 @@ async fn wait_presented(
 
 #[tokio::test]
 async fn the_server_certificate_is_replaced_under_open_streams() {
-    const STREAMS: usize = 20;
+    const STREAMS: usize = 100;
     let pki = Pki::new();
     let server_pair = pki.server("server", 1);
     let client = pki.client("node-1", Id::Uri(SPIFFE_NODE_1));
@@ -492,7 +492,7 @@ async fn the_server_certificate_is_replaced_under_open_streams() {
         Some(SPIFFE_NODE_1)
     );
 
-    // 20 streams, each on a connection of its own, each with its first response.
+    // 100 streams, each on a connection of its own, each with its first response.
     let mut streams = Vec::new();
     for _ in 0..STREAMS {
         let channel = tls_channel(server.addr, config.clone())
