@@ -2,10 +2,9 @@
 //! write pre-encoded responses (see `wire`).
 
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
+use std::future::{ready, Future};
 use std::io;
 use std::marker::PhantomData;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -14,17 +13,17 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
-use tonic::server::{ClientStreamingService, Grpc, NamedService, StreamingService};
+use tonic::server::{ClientStreamingService, Grpc, NamedService};
 use tonic::service::Routes;
 use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 use tracing::warn;
 
+use super::body::{self, ResponseBody};
 use super::clients::ClientStatus;
 use super::context::ServerContext;
 use super::fetch;
@@ -602,16 +601,19 @@ fn streaming<V: Variant>(
     fixed: Option<Arc<str>>,
     req: http::Request<Body>,
 ) -> BoxFuture {
-    let method = StreamMethod::<V> {
-        ctx,
-        fixed,
-        variant: PhantomData,
-    };
-    let limit = method.ctx.options.max_request_bytes;
-    Box::pin(async move {
-        let mut grpc = Grpc::new(StreamCodec::<V>(PhantomData)).max_decoding_message_size(limit);
-        Ok(grpc.streaming(method, req).await)
-    })
+    let (peer, access) = tls::peer_of_http(req.extensions(), ctx.options.allow_plaintext_secrets);
+    let limit = ctx.options.max_request_bytes;
+    let requests = Streaming::new_request(
+        RequestDecoder::<V>(PhantomData),
+        req.into_body(),
+        None,
+        Some(limit),
+    );
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    tokio::spawn(stream::run::<V>(ctx, fixed, peer, access, requests, tx));
+    Box::pin(ready(Ok(body::response(ResponseBody::<V::Response>::new(
+        rx,
+    )))))
 }
 
 fn fetching(ctx: Arc<ServerContext>, type_url: Arc<str>, req: http::Request<Body>) -> BoxFuture {
@@ -700,37 +702,10 @@ impl tower_service::Service<http::Request<Body>> for XdsService {
     }
 }
 
-struct StreamMethod<V> {
-    ctx: Arc<ServerContext>,
-    fixed: Option<Arc<str>>,
-    variant: PhantomData<fn() -> V>,
-}
-
 /// Responses a stream may have computed but the client not yet taken. One: the next response
 /// is computed only when the previous one was taken, so a slow client holds at most this many
 /// plus its coalesced dirty names.
 const STREAM_BUFFER: usize = 1;
-
-impl<V: Variant> StreamingService<V::Message> for StreamMethod<V> {
-    type Response = V::Wire;
-    type ResponseStream = ReceiverStream<Result<V::Wire, Status>>;
-    type Future = Ready<Result<Response<Self::ResponseStream>, Status>>;
-
-    fn call(&mut self, request: Request<Streaming<V::Message>>) -> Self::Future {
-        let (peer, access): (Option<SocketAddr>, _) =
-            tls::peer_of(&request, self.ctx.options.allow_plaintext_secrets);
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(stream::run::<V>(
-            self.ctx.clone(),
-            self.fixed.clone(),
-            peer,
-            access,
-            request.into_inner(),
-            tx,
-        ));
-        ready(Ok(Response::new(ReceiverStream::new(rx))))
-    }
-}
 
 /// A unary `Fetch*` call: its one request answered with the current state (see `fetch`).
 struct FetchMethod {

@@ -1,6 +1,7 @@
 //! Thin adapters that carry the protocol sessions over a transport.
 
 pub mod admin;
+mod body;
 pub mod clients;
 mod context;
 mod csds;

@@ -7,17 +7,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 
+use super::body;
 use super::context::ServerContext;
 use super::grpc::SHUTDOWN_GRACE;
 use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
 use super::tls::Access;
-use super::wire::{Body, DeltaWire, SotwWire};
+use super::wire::{Body, DeltaWire, Pieces, SotwWire};
 use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::session::{Handled, Machine, Session};
@@ -27,7 +28,9 @@ use crate::store::{Resource, Watcher};
 
 /// A protocol variant as gRPC carries it: its machine, and how its requests and responses are
 /// encoded.
-pub(crate) trait Variant: Machine<Request = Self::Message, Response: Body> {
+pub(crate) trait Variant:
+    Machine<Request = Self::Message, Response: Pieces + Send + Unpin + 'static>
+{
     /// The request message's name, for errors.
     const REQUEST: &'static str;
     type Message: prost::Message + Default + Send + 'static;
@@ -60,7 +63,7 @@ impl Variant for DeltaSubscription {
     }
 }
 
-pub(crate) type Sender<V> = mpsc::Sender<Result<<V as Variant>::Wire, Status>>;
+pub(crate) type Sender<V> = body::Sender<<V as Machine>::Response>;
 
 /// Why `flush` stopped before sending everything owed.
 enum Halt {
@@ -290,7 +293,7 @@ impl<V: Variant> Stream<V> {
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|down| *down) => return Err(Halt::ShuttingDown),
-                sent = tx.send(Ok(response.into())) => sent.map_err(|_| Halt::Gone)?,
+                sent = tx.send(Ok(response)) => sent.map_err(|_| Halt::Gone)?,
             }
         }
         Ok(())

@@ -540,6 +540,26 @@ impl Access {
     }
 }
 
+/// The peer address and access of a request, from its HTTP extensions.
+pub(crate) fn peer_of_http(
+    extensions: &http::Extensions,
+    allow_plaintext_secrets: bool,
+) -> (Option<SocketAddr>, Access) {
+    match extensions.get::<ConnInfo>() {
+        Some(info) => (
+            info.remote_addr,
+            Access::of(Some(info), allow_plaintext_secrets),
+        ),
+        // Routes mounted on a tonic server of one's own.
+        None => (
+            extensions
+                .get::<tonic::transport::server::TcpConnectInfo>()
+                .and_then(|i| i.remote_addr()),
+            Access::default(),
+        ),
+    }
+}
+
 /// The peer address and access of a request.
 pub(crate) fn peer_of<T>(
     request: &tonic::Request<T>,

@@ -3,7 +3,7 @@
 //! resources' shared bytes (encoded once in the store) plus this stream's few fields: no resource
 //! is encoded per stream. Decoding is never needed on this side: these types only encode.
 
-use bytes::{Buf, BufMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::encoding::{skip_field, DecodeContext, WireType};
 use prost::{DecodeError, Message};
 
@@ -218,11 +218,184 @@ impl Body for DeltaResponse {
     }
 }
 
+/// One piece of a response on the wire, in order (see [`Pieces`]).
+pub(crate) enum Piece<'a> {
+    /// A string field, left out when empty (proto3).
+    Str(u32, &'a str),
+    /// A length-delimited field of this stream's (copied).
+    Field(u32, &'a [u8]),
+    /// A length-delimited field computed for this response.
+    Owned(u32, Vec<u8>),
+    /// A length-delimited field whose value is the store's shared bytes: only its key and
+    /// length are written per stream.
+    Shared(u32, Bytes),
+    /// Whole fields, already encoded and shared (a view's SotW body).
+    Raw(Bytes),
+}
+
+/// A response as the pieces of its encoding, by index: what [`Chunks`] writes from the shared
+/// bytes without copying them. The pieces are those of [`Body::encode_body`], in its order.
+pub(crate) trait Pieces: Body {
+    /// The `i`th piece, `None` past the last.
+    fn piece(&self, i: usize) -> Option<Piece<'_>>;
+}
+
+impl Pieces for SotwResponse {
+    fn piece(&self, i: usize) -> Option<Piece<'_>> {
+        let resources = match &self.resources {
+            SotwResources::All(_) => 1,
+            SotwResources::Some(list) => list.len(),
+        };
+        Some(match i {
+            0 => Piece::Str(VERSION_INFO, &self.version_info),
+            i if i <= resources => match &self.resources {
+                SotwResources::All(t) => Piece::Raw(t.sotw_body(self.encoding)),
+                SotwResources::Some(list) => {
+                    Piece::Shared(RESOURCES, list[i - 1].sotw_entry(self.encoding).clone())
+                }
+            },
+            i => match i - resources {
+                1 => Piece::Str(TYPE_URL, &self.type_url),
+                2 => Piece::Str(NONCE, &self.nonce),
+                3 => Piece::Field(CONTROL_PLANE_FIELD, &CONTROL_PLANE),
+                _ => return None,
+            },
+        })
+    }
+}
+
+impl Pieces for DeltaResponse {
+    fn piece(&self, i: usize) -> Option<Piece<'_>> {
+        let encoding = self.encoding;
+        let mut i = i;
+        // Each part in turn: `i` is counted down past the parts before the one it falls in.
+        let mut part = |len: usize| {
+            if i < len {
+                Some(std::mem::replace(&mut i, usize::MAX))
+            } else {
+                i -= len;
+                None
+            }
+        };
+        if part(1).is_some() {
+            return Some(Piece::Str(SYSTEM_VERSION_INFO, &self.system_version_info));
+        }
+        if let Some(k) = part(self.resources.len()) {
+            let entry = self.resources[k].delta_entry(encoding).clone();
+            return Some(Piece::Shared(DELTA_RESOURCES, entry));
+        }
+        if let Some(k) = part(self.heartbeats.len()) {
+            let entry = self.heartbeats[k].heartbeat_entry(encoding).clone();
+            return Some(Piece::Shared(DELTA_RESOURCES, entry));
+        }
+        if let Some(k) = part(self.unresolved.len()) {
+            let entry = unresolved_entry(&self.unresolved[k], &self.system_version_info, encoding);
+            return Some(Piece::Owned(DELTA_RESOURCES, entry));
+        }
+        if part(1).is_some() {
+            return Some(Piece::Str(DELTA_TYPE_URL, &self.type_url));
+        }
+        if part(1).is_some() {
+            return Some(Piece::Str(DELTA_NONCE, &self.nonce));
+        }
+        if let Some(k) = part(self.removed.len()) {
+            return Some(Piece::Field(REMOVED_RESOURCES, self.removed[k].as_bytes()));
+        }
+        if let Some(k) = part(self.removed_variants.len()) {
+            let (name, constraints) = &self.removed_variants[k];
+            let encoded = resource_name(name, constraints.as_deref()).encode_to_vec();
+            return Some(Piece::Owned(REMOVED_RESOURCE_NAMES, encoded));
+        }
+        if part(1).is_some() {
+            return Some(Piece::Field(DELTA_CONTROL_PLANE, &CONTROL_PLANE));
+        }
+        None
+    }
+}
+
+/// Shared values shorter than this are copied into the chunk being written (a separate chunk
+/// costs an HTTP/2 DATA frame header and a queue entry); longer ones go out as chunks of their
+/// own, shared with every other stream.
+const COPY_BELOW: usize = 256;
+
+/// The most copied bytes one chunk holds.
+pub(crate) const CHUNK_BYTES: usize = 16 * 1024;
+
+/// A response written as gRPC message chunks: the 5-byte message header, then its pieces, the
+/// small ones copied into chunks of at most [`CHUNK_BYTES`], the store's shared bytes as chunks
+/// of their own (no per-stream copy). Chunks are made one at a time, as the transport asks for
+/// them: a client that does not read holds at most one.
+pub(crate) struct Chunks<R> {
+    response: R,
+    next: usize,
+    header: bool,
+    /// A shared value that goes out after the chunk just returned.
+    shared: Option<Bytes>,
+}
+
+impl<R: Pieces> Chunks<R> {
+    /// The chunks of `response`; an error if it is too large for a gRPC message.
+    pub(crate) fn new(response: R) -> Result<Chunks<R>, usize> {
+        let len = response.body_len();
+        if u32::try_from(len).is_err() {
+            return Err(len);
+        }
+        Ok(Chunks {
+            response,
+            next: 0,
+            header: false,
+            shared: None,
+        })
+    }
+
+    /// The next chunk, `None` once the response is written.
+    pub(crate) fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(shared) = self.shared.take() {
+            return Some(shared);
+        }
+        let mut buf = BytesMut::new();
+        if !self.header {
+            self.header = true;
+            // Not compressed; the length was checked in `new`.
+            buf.put_u8(0);
+            buf.put_u32(self.response.body_len() as u32);
+        }
+        while buf.len() < CHUNK_BYTES {
+            let Some(piece) = self.response.piece(self.next) else {
+                break;
+            };
+            self.next += 1;
+            match piece {
+                Piece::Str(tag, value) => string_field(tag, value, &mut buf),
+                Piece::Field(tag, value) => put_length_delimited(&mut buf, tag, value),
+                Piece::Owned(tag, value) => put_length_delimited(&mut buf, tag, &value),
+                Piece::Shared(tag, value) if value.len() < COPY_BELOW => {
+                    put_length_delimited(&mut buf, tag, &value)
+                }
+                Piece::Shared(tag, value) => {
+                    prost::encoding::encode_key(tag, WireType::LengthDelimited, &mut buf);
+                    prost::encoding::encode_varint(value.len() as u64, &mut buf);
+                    self.shared = Some(value);
+                    break;
+                }
+                Piece::Raw(value) if value.len() < COPY_BELOW => buf.put_slice(&value),
+                Piece::Raw(value) => {
+                    self.shared = Some(value);
+                    break;
+                }
+            }
+        }
+        if buf.is_empty() {
+            return self.shared.take();
+        }
+        Some(buf.freeze())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
-    use bytes::Bytes;
     use envoy_types::pb::envoy::service::discovery::v3::{
         DeltaDiscoveryResponse, DiscoveryResponse,
     };

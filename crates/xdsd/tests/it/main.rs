@@ -28,4 +28,5 @@ mod references;
 mod replicas;
 mod rest;
 mod sizes;
+mod slow_clients;
 mod write_files;

@@ -1,0 +1,269 @@
+//! The HTTP body of a stream's responses, written from the store's shared bytes: each response
+//! the stream driver hands over becomes gRPC message chunks ([`Chunks`]), made one at a time as
+//! HTTP/2 asks for them, and the stream ends with its status in the trailers. tonic's own
+//! encoder would copy each whole response into a buffer per stream first: a client that stops
+//! reading would then pin a copy of a response as large as the whole configuration.
+
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use http_body::Frame;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::wire::{Chunks, Pieces};
+
+/// What a stream's driver hands to its body: a response, or the status the stream ends with.
+pub(crate) type Sender<R> = mpsc::Sender<Result<R, Status>>;
+
+/// A stream's response body: the responses received on a channel, then the trailers.
+pub(crate) struct ResponseBody<R> {
+    responses: mpsc::Receiver<Result<R, Status>>,
+    writing: Option<Chunks<R>>,
+    ended: bool,
+}
+
+impl<R> ResponseBody<R> {
+    pub(crate) fn new(responses: mpsc::Receiver<Result<R, Status>>) -> ResponseBody<R> {
+        ResponseBody {
+            responses,
+            writing: None,
+            ended: false,
+        }
+    }
+}
+
+/// The trailers that end a stream with `status` (`grpc-status`, `grpc-message`).
+fn trailers(status: &Status) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    if status.add_header(&mut map).is_err() {
+        // A message that cannot be a header value: the code alone.
+        map.clear();
+        map.insert("grpc-status", HeaderValue::from(status.code() as i32));
+    }
+    map
+}
+
+impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(writing) = &mut this.writing {
+                if let Some(chunk) = writing.next_chunk() {
+                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                }
+                this.writing = None;
+            }
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            let status = match ready!(this.responses.poll_recv(cx)) {
+                Some(Ok(response)) => match Chunks::new(response) {
+                    Ok(chunks) => {
+                        this.writing = Some(chunks);
+                        continue;
+                    }
+                    Err(len) => Status::resource_exhausted(format!(
+                        "a response of {len} bytes is over gRPC's 4 GiB message limit"
+                    )),
+                },
+                Some(Err(status)) => status,
+                // The driver ended the stream without an error.
+                None => Status::ok(""),
+            };
+            this.ended = true;
+            this.responses.close();
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers(&status)))));
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended && self.writing.is_none()
+    }
+}
+
+/// The response of a stream: gRPC headers and `body`.
+pub(crate) fn response<R: Pieces + Send + Unpin + 'static>(
+    body: ResponseBody<R>,
+) -> http::Response<tonic::body::Body> {
+    let mut response = http::Response::new(tonic::body::Body::new(body));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryResponse, DiscoveryResponse,
+    };
+    use http_body_util::BodyExt;
+    use prost::Message;
+
+    use super::*;
+    use crate::protocol::delta::DeltaResponse;
+    use crate::protocol::sotw::{SotwResources, SotwResponse};
+    use crate::store::{Resource, TypeSnapshot};
+    use crate::types::CLUSTER;
+
+    fn resource(name: &str, len: usize) -> Arc<Resource> {
+        Arc::new(Resource::new(CLUSTER, name, Bytes::from(vec![b'x'; len])))
+    }
+
+    /// Collects a body: its data frames and its trailers.
+    async fn collect<R: Pieces + Send + Unpin + 'static>(
+        responses: Vec<R>,
+        end: Option<Status>,
+    ) -> (Vec<Bytes>, HeaderMap) {
+        let (tx, rx) = mpsc::channel(responses.len() + 1);
+        for r in responses {
+            tx.send(Ok(r)).await.unwrap();
+        }
+        if let Some(status) = end {
+            tx.send(Err(status)).await.unwrap();
+        }
+        drop(tx);
+        let mut body = ResponseBody::new(rx);
+        let mut chunks = Vec::new();
+        let mut trailers = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.unwrap();
+            match frame.into_data() {
+                Ok(data) => chunks.push(data),
+                Err(frame) => trailers = frame.into_trailers().ok(),
+            }
+        }
+        (chunks, trailers.expect("trailers"))
+    }
+
+    /// The gRPC messages in `bytes`.
+    fn messages(bytes: &[u8]) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            assert_eq!(rest[0], 0, "not compressed");
+            let len = u32::from_be_bytes(rest[1..5].try_into().unwrap()) as usize;
+            out.push(&rest[5..5 + len]);
+            rest = &rest[5 + len..];
+        }
+        out
+    }
+
+    fn sotw(resources: SotwResources, nonce: &str) -> SotwResponse {
+        SotwResponse {
+            type_url: CLUSTER.into(),
+            version_info: "v1".into(),
+            nonce: nonce.into(),
+            resources,
+            encoding: Default::default(),
+            updated: Vec::new(),
+            oversized: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn responses_are_written_as_grpc_messages_then_an_ok_status() {
+        let small = resource("small", 10);
+        let large = resource("large", 100_000);
+        let list = vec![small.clone(), large.clone(), small.clone()];
+        let all = TypeSnapshot::new(
+            CLUSTER.into(),
+            [
+                (small.name().clone(), small.clone()),
+                (large.name().clone(), large.clone()),
+            ]
+            .into_iter()
+            .collect(),
+        )
+        .view(&crate::params::ParamSet::new());
+        let (chunks, trailers) = collect(
+            vec![
+                sotw(SotwResources::Some(list), "1"),
+                sotw(SotwResources::All(all), "2"),
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+        let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        let decoded: Vec<DiscoveryResponse> = messages(&bytes)
+            .into_iter()
+            .map(|m| DiscoveryResponse::decode(m).unwrap())
+            .collect();
+        assert_eq!(decoded.len(), 2);
+        assert_eq!(decoded[0].nonce, "1");
+        assert_eq!(decoded[0].resources.len(), 3);
+        assert_eq!(decoded[0].resources[1].value.len(), 100_000);
+        assert_eq!(decoded[1].nonce, "2");
+        assert_eq!(decoded[1].resources.len(), 2);
+        assert!(decoded[1].control_plane.is_some());
+        // The large resource is not copied: it goes out as the store's own bytes.
+        let shared = large.sotw_entry(Default::default());
+        assert!(
+            chunks.iter().any(|c| c.as_ptr() == shared.as_ptr()),
+            "the large entry is a chunk of its own, shared"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_delta_response_decodes_and_an_error_ends_the_stream_in_the_trailers() {
+        let response = DeltaResponse {
+            type_url: CLUSTER.into(),
+            system_version_info: "v2".into(),
+            nonce: "9".into(),
+            resources: vec![resource("a", 10), resource("b", 5_000)],
+            removed: vec![Arc::from("gone")],
+            removed_variants: Vec::new(),
+            heartbeats: vec![resource("c", 1)],
+            unresolved: vec![Arc::from("alias")],
+            encoding: Default::default(),
+            oversized: None,
+        };
+        let (chunks, trailers) =
+            collect(vec![response], Some(Status::permission_denied("no"))).await;
+        assert_eq!(trailers.get("grpc-status").unwrap(), "7");
+        assert_eq!(trailers.get("grpc-message").unwrap(), "no");
+        let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        let messages = messages(&bytes);
+        assert_eq!(messages.len(), 1);
+        let decoded = DeltaDiscoveryResponse::decode(messages[0]).unwrap();
+        assert_eq!(decoded.nonce, "9");
+        assert_eq!(decoded.system_version_info, "v2");
+        assert_eq!(decoded.removed_resources, ["gone"]);
+        let names: Vec<&str> = decoded.resources.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "alias"]);
+        assert!(decoded.control_plane.is_some());
+    }
+
+    #[tokio::test]
+    async fn many_small_resources_are_coalesced_into_bounded_chunks() {
+        let list: Vec<Arc<Resource>> = (0..2_000).map(|i| resource(&format!("r{i}"), 50)).collect();
+        let (chunks, _) = collect(vec![sotw(SotwResources::Some(list), "1")], None).await;
+        assert!(
+            chunks.len() > 1 && chunks.len() < 20,
+            "{} chunks",
+            chunks.len()
+        );
+        assert!(chunks
+            .iter()
+            .all(|c| c.len() <= super::super::wire::CHUNK_BYTES + COPY_SLACK));
+        let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        let decoded = DiscoveryResponse::decode(messages(&bytes)[0]).unwrap();
+        assert_eq!(decoded.resources.len(), 2_000);
+    }
+
+    /// A chunk may go past the limit by the last small piece it took.
+    const COPY_SLACK: usize = 1024;
+}
