@@ -264,6 +264,30 @@ struct ServeArgs {
     )]
     max_request_bytes: usize,
 
+    /// The bytes one connection's unfinished requests may hold at once (messages still being
+    /// received, all its streams together; a request is decoded and let go as soon as it is
+    /// whole). A stream whose message would go over it ends with RESOURCE_EXHAUSTED. The default
+    /// is twice --max-request-bytes' default.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "64MiB",
+        value_parser = parse_bytes,
+        env = "XDSD_MAX_BUFFERED_REQUEST_BYTES"
+    )]
+    max_buffered_request_bytes: usize,
+
+    /// The same bound for all connections together: a burst of clients that each send most of a
+    /// large request and stop takes at most this much memory.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "512MiB",
+        value_parser = parse_bytes,
+        env = "XDSD_MAX_BUFFERED_REQUEST_BYTES_TOTAL"
+    )]
+    max_buffered_request_bytes_total: usize,
+
     /// The largest response xdsd sends, in bytes (or with a KiB/MiB suffix). A larger delta
     /// response, or SotW response of any type but listeners, clusters and scoped routes, goes out
     /// in parts: each part has its own nonce, and SotW parts before the last carry the version
@@ -708,6 +732,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .max_connections(args.max_connections)
         .max_streams_per_connection(args.max_streams_per_connection)
         .preface_timeout(args.preface_timeout)
+        .max_buffered_request_bytes(
+            args.max_buffered_request_bytes,
+            args.max_buffered_request_bytes_total,
+        )
         .allow_plaintext_secrets(args.tls.allow_plaintext_secrets)
         .make_before_break(make_before_break);
     let options = options

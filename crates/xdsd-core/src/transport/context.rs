@@ -1,12 +1,15 @@
 //! What every stream of one server shares.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::budget::{Budget, Charges};
 use super::grpc::ServerOptions;
 use super::metrics::Metrics;
 use super::stats::StreamRegistry;
+use super::tls::ConnInfo;
 use crate::store::Store;
 
 pub(crate) struct ServerContext {
@@ -20,6 +23,8 @@ pub(crate) struct ServerContext {
     /// Whether the server reports itself ready (gRPC health, the admin API's /readyz), shutdown
     /// aside.
     pub(crate) ready: watch::Sender<bool>,
+    /// The bytes of all connections' unfinished requests (see `budget`).
+    pub(crate) request_bytes: Arc<Budget>,
 }
 
 impl ServerContext {
@@ -36,12 +41,24 @@ impl ServerContext {
             streams: StreamRegistry::new(metrics),
             shutdown,
             ready: watch::Sender::new(true),
+            request_bytes: Arc::default(),
         }
     }
 
     /// Ready, and not shutting down.
     pub(crate) fn serving(&self) -> bool {
         *self.ready.borrow() && !*self.shutdown.borrow()
+    }
+
+    /// Where a request of connection `conn` charges its unfinished bytes (a connection of its
+    /// own when it is not known: the routes mounted on a server of one's own).
+    pub(crate) fn charges(&self, conn: Option<&ConnInfo>) -> Charges {
+        Charges {
+            connection: conn.map(|c| c.request_bytes.clone()).unwrap_or_default(),
+            connection_limit: self.options.max_buffered_request_bytes,
+            server: self.request_bytes.clone(),
+            server_limit: self.options.max_buffered_request_bytes_total,
+        }
     }
 
     pub(crate) fn next_stream_id(&self) -> u64 {

@@ -24,6 +24,7 @@ use tonic_prost::ProstCodec;
 use tracing::warn;
 
 use super::body::{self, ResponseBody};
+use super::budget::Metered;
 use super::clients::ClientStatus;
 use super::context::ServerContext;
 use super::fetch;
@@ -88,7 +89,24 @@ pub struct ServerOptions {
     /// connection's requests for secrets fail with PERMISSION_DENIED (TLS connections, and
     /// plaintext ones from a loopback address, are served).
     pub allow_plaintext_secrets: bool,
+    /// The bytes one connection's unfinished requests may hold at once (messages being
+    /// received, all its streams together); a stream whose message would go over it ends with
+    /// RESOURCE_EXHAUSTED. See [`DEFAULT_MAX_BUFFERED_REQUEST_BYTES`].
+    pub max_buffered_request_bytes: usize,
+    /// The same for all connections together; see [`DEFAULT_MAX_BUFFERED_REQUEST_BYTES_TOTAL`].
+    pub max_buffered_request_bytes_total: usize,
 }
+
+/// Unfinished request bytes one connection may hold by default: twice the largest request, so
+/// that an Envoy reconnecting with a large subscription on two streams of one connection is
+/// taken, while 100 streams that each send most of a large message and stop are not (they held
+/// 433 MiB before this limit).
+pub const DEFAULT_MAX_BUFFERED_REQUEST_BYTES: usize = 2 * DEFAULT_MAX_REQUEST_BYTES;
+
+/// Unfinished request bytes all connections may hold by default. Requests are decoded as soon
+/// as they are whole, so in a healthy fleet this is far above what is in flight: a 10,000-proxy
+/// fleet reconnecting at once sends a few KiB to a few MiB each, over seconds.
+pub const DEFAULT_MAX_BUFFERED_REQUEST_BYTES_TOTAL: usize = 512 * 1024 * 1024;
 
 /// How long a new connection has to start its first request by default: far more than any client
 /// on a working network needs, and short enough that connections opened and left silent go away
@@ -128,6 +146,8 @@ impl Default for ServerOptions {
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             preface_timeout: DEFAULT_PREFACE_TIMEOUT,
             allow_plaintext_secrets: false,
+            max_buffered_request_bytes: DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
+            max_buffered_request_bytes_total: DEFAULT_MAX_BUFFERED_REQUEST_BYTES_TOTAL,
         }
     }
 }
@@ -149,6 +169,14 @@ impl ServerOptions {
     /// Sets [`SessionOptions::max_names`]: the resource names one stream may subscribe to.
     pub fn max_names_per_stream(mut self, names: usize) -> Self {
         self.session.max_names = names;
+        self
+    }
+
+    /// Sets [`ServerOptions::max_buffered_request_bytes`] and
+    /// [`ServerOptions::max_buffered_request_bytes_total`].
+    pub fn max_buffered_request_bytes(mut self, per_connection: usize, total: usize) -> Self {
+        self.max_buffered_request_bytes = per_connection;
+        self.max_buffered_request_bytes_total = total;
         self
     }
 
@@ -603,9 +631,10 @@ fn streaming<V: Variant>(
 ) -> BoxFuture {
     let (peer, access) = tls::peer_of_http(req.extensions(), ctx.options.allow_plaintext_secrets);
     let limit = ctx.options.max_request_bytes;
+    let charges = ctx.charges(req.extensions().get::<ConnInfo>());
     let requests = Streaming::new_request(
         RequestDecoder::<V>(PhantomData),
-        req.into_body(),
+        Metered::new(req.into_body(), charges, peer),
         None,
         Some(limit),
     );
@@ -618,6 +647,12 @@ fn streaming<V: Variant>(
 
 fn fetching(ctx: Arc<ServerContext>, type_url: Arc<str>, req: http::Request<Body>) -> BoxFuture {
     let limit = ctx.options.max_request_bytes;
+    let charges = ctx.charges(req.extensions().get::<ConnInfo>());
+    let peer = req
+        .extensions()
+        .get::<ConnInfo>()
+        .and_then(|c| c.remote_addr);
+    let req = req.map(|body| Body::new(Metered::new(body, charges, peer)));
     let method = FetchMethod { ctx, type_url };
     Box::pin(async move {
         let mut grpc = Grpc::new(StreamCodec::<SotwSubscription>(PhantomData))

@@ -2,6 +2,7 @@
 
 pub mod admin;
 mod body;
+mod budget;
 pub mod clients;
 mod context;
 mod csds;

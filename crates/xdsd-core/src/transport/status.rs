@@ -44,8 +44,8 @@ pub(crate) fn status_of_read_error(error: &Status, max_request_bytes: usize) -> 
              (its max request size): {}",
             error.message()
         ))),
-        // From `undecodable`.
-        Code::InvalidArgument => Some(error.clone()),
+        // From `undecodable`; a request over the budget of unfinished requests (`budget`).
+        Code::InvalidArgument | Code::ResourceExhausted => Some(error.clone()),
         // The gRPC framing is wrong (a bad compression flag, a message cut short by the end of
         // the stream).
         Code::Internal => Some(Status::invalid_argument(format!(

@@ -37,6 +37,7 @@ use tonic::transport::server::Connected;
 use tracing::{debug, info, warn};
 use x509_parser::extensions::GeneralName;
 
+use super::budget::Budget;
 use crate::protocol::identity::{IdentityBinding, NodeIdentityRules};
 use crate::protocol::session::{Machine, Session};
 
@@ -481,6 +482,8 @@ pub struct ConnInfo {
     pub local_addr: Option<SocketAddr>,
     /// `None`: plaintext.
     pub tls: Option<Arc<PeerTls>>,
+    /// The bytes of this connection's unfinished requests (see `budget`).
+    pub(crate) request_bytes: Arc<Budget>,
 }
 
 impl ConnInfo {
@@ -489,6 +492,7 @@ impl ConnInfo {
             remote_addr: tcp.peer_addr().ok(),
             local_addr: tcp.local_addr().ok(),
             tls: None,
+            request_bytes: Arc::default(),
         }
     }
 
@@ -929,6 +933,7 @@ mod tests {
         ConnInfo {
             remote_addr: remote.parse().ok(),
             local_addr: None,
+            request_bytes: Arc::default(),
             tls: tls.then(|| {
                 Arc::new(PeerTls {
                     certificates: Vec::new(),

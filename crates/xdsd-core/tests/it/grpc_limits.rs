@@ -423,3 +423,145 @@ async fn a_connection_that_does_not_start_a_request_in_time_is_closed_and_the_ot
     drop(tx);
     server.stop().await;
 }
+
+/// A stream on `channel` (its own HTTP/2 stream) whose request body is what the returned sender
+/// sends, raw: gRPC framing included, so that a message can be cut short. Returns the sender and
+/// the response, once its headers came.
+async fn raw_body_stream(
+    channel: &tonic::transport::Channel,
+) -> (
+    mpsc::Sender<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>,
+    tokio::task::JoinHandle<http::Response<tonic::body::Body>>,
+) {
+    use tower_service::Service;
+    let (tx, rx) = mpsc::channel(4);
+    let body = http_body_util::StreamBody::new(ReceiverStream::new(rx));
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://localhost{ADS_SOTW}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(tonic::body::Body::new(body))
+        .unwrap();
+    let mut channel = channel.clone();
+    let response = tokio::spawn(async move {
+        std::future::poll_fn(|cx| channel.poll_ready(cx))
+            .await
+            .unwrap();
+        channel.call(request).await.unwrap()
+    });
+    (tx, response)
+}
+
+/// The gRPC status a raw stream's response ends with (its trailers), or `None` if it did not end
+/// within a moment.
+async fn ended_with(response: http::Response<tonic::body::Body>) -> Option<tonic::Status> {
+    use http_body_util::BodyExt;
+    let mut body = response.into_body();
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        return tonic::Status::from_header_map(&trailers);
+                    }
+                }
+                Err(status) => return Some(status),
+            }
+        }
+        None
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(1), read)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The start of a gRPC message that claims `len` bytes, and `sent` of them.
+fn partial_message(len: u32, sent: usize) -> bytes::Bytes {
+    let mut m = vec![0u8];
+    m.extend_from_slice(&len.to_be_bytes());
+    m.extend(std::iter::repeat_n(0x0a, sent));
+    m.into()
+}
+
+#[tokio::test]
+async fn unfinished_requests_are_bounded_per_connection_and_in_total() {
+    const MIB: usize = 1024 * 1024;
+    let server = Server::start_with(
+        ServerOptions::default().max_buffered_request_bytes(2 * MIB + MIB / 2, 4 * MIB),
+    )
+    .await;
+    server.set(CLUSTER, "c", b"c");
+    let first = crate::common::connect(server.addr).await;
+    // Three streams each send 1 MiB of a 3.9 MB message and stop: the third would take the
+    // connection past 2.5 MiB.
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let (tx, response) = raw_body_stream(&first).await;
+        tx.send(Ok(http_body::Frame::data(partial_message(3_900_000, MIB))))
+            .await
+            .unwrap();
+        streams.push((tx, response));
+    }
+    let mut statuses = Vec::new();
+    for (_, response) in &mut streams {
+        let response = response.await.unwrap();
+        statuses.push(ended_with(response).await);
+    }
+    let refused: Vec<_> = statuses.iter().flatten().collect();
+    assert_eq!(refused.len(), 1, "{statuses:?}");
+    assert_eq!(refused[0].code(), Code::ResourceExhausted);
+    assert!(
+        refused[0].message().contains("this connection"),
+        "{}",
+        refused[0].message()
+    );
+
+    // Another connection: its first 1 MiB fits in the total (2 + 1 MiB held), its second would
+    // take the server past 4 MiB.
+    let second = crate::common::connect(server.addr).await;
+    let mut more = Vec::new();
+    for _ in 0..2 {
+        let (tx, response) = raw_body_stream(&second).await;
+        tx.send(Ok(http_body::Frame::data(partial_message(3_900_000, MIB))))
+            .await
+            .unwrap();
+        more.push((tx, response));
+    }
+    let mut statuses = Vec::new();
+    for (_, response) in &mut more {
+        statuses.push(ended_with(response.await.unwrap()).await);
+    }
+    let refused: Vec<_> = statuses.iter().flatten().collect();
+    assert_eq!(refused.len(), 1, "{statuses:?}");
+    assert_eq!(refused[0].code(), Code::ResourceExhausted);
+    assert!(
+        refused[0].message().contains("the server holds"),
+        "{}",
+        refused[0].message()
+    );
+
+    // A well-behaved client on a connection of its own is served meanwhile.
+    let open = cds_on_new_connection(server.addr).await;
+    assert!(open.is_ok(), "{:?}", open.err());
+    // The stalled streams give their bytes back when they end: then a new one fits again.
+    drop(streams);
+    drop(more);
+    drop(first);
+    drop(second);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let third = crate::common::connect(server.addr).await;
+    let (tx, response) = raw_body_stream(&third).await;
+    tx.send(Ok(http_body::Frame::data(partial_message(
+        3_900_000,
+        2 * MIB,
+    ))))
+    .await
+    .unwrap();
+    assert!(
+        ended_with(response.await.unwrap()).await.is_none(),
+        "2 MiB fit once the others are gone"
+    );
+    server.stop().await;
+}
