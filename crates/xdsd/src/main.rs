@@ -16,8 +16,9 @@ use xdsd_core::protocol::session::{DEFAULT_MAX_NAMES, DEFAULT_MAX_RESPONSE_BYTES
 use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store, UpdateSummary, MAX_LISTED};
 use xdsd_core::transport::grpc::{
     ServerOptions, StatsHandle, XdsServer, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS,
-    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_REST_HOLD,
-    MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
+    DEFAULT_MAX_NAMES_PER_CONNECTION, DEFAULT_MAX_NAMES_TOTAL, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_REST_HOLD, MIN_MAX_REQUEST_BYTES,
+    MIN_MAX_RESPONSE_BYTES,
 };
 use xdsd_core::transport::metrics::{Metrics, Reload};
 use xdsd_source::{Descriptors, FileFormat, ParsedResource, SourceError};
@@ -81,7 +82,7 @@ enum Command {
     ///
     /// SIGTERM or SIGINT stops xdsd: open streams end with UNAVAILABLE (clients reconnect), and
     /// it exits within about a second, closing any connection still open by then.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 
     /// Validate a resource directory exactly as `serve` would load it, then exit.
     ///
@@ -365,6 +366,27 @@ struct ServeArgs {
     )]
     max_names_per_stream: usize,
 
+    /// The resource names the streams of one connection may subscribe to together; a request
+    /// over it ends its stream with RESOURCE_EXHAUSTED. The default is five streams at
+    /// --max-names-per-stream (an Envoy with one stream per type).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_NAMES_PER_CONNECTION,
+        env = "XDSD_MAX_NAMES_PER_CONNECTION"
+    )]
+    max_names_per_connection: usize,
+
+    /// The resource names all streams may subscribe to together (10,000 proxies with 5,000 names
+    /// each by default); a request over it ends its stream with RESOURCE_EXHAUSTED.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_NAMES_TOTAL,
+        env = "XDSD_MAX_NAMES_TOTAL"
+    )]
+    max_names_total: usize,
+
     /// REST-JSON polling (POST /v3/discovery:clusters etc., on the --listen address): how long a
     /// poll whose version is current is held for a change before it is answered 304 Not
     /// Modified (e.g. 800ms, 30s; 0 answers at once). The default stays under the 1 s
@@ -569,7 +591,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(args)) {
+            match runtime.block_on(serve(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     error!("{e:#}");
@@ -729,6 +751,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .max_request_bytes(args.max_request_bytes)
         .max_response_bytes(args.max_response_bytes)
         .max_names_per_stream(args.max_names_per_stream)
+        .max_names(args.max_names_per_connection, args.max_names_total)
         .max_connections(args.max_connections)
         .max_streams_per_connection(args.max_streams_per_connection)
         .preface_timeout(args.preface_timeout)

@@ -681,6 +681,11 @@ impl<M: Machine> Session<M> {
         &self.params
     }
 
+    /// The resource names this session is subscribed to, all types together.
+    pub fn subscribed_names(&self) -> usize {
+        self.types.values().map(|s| s.keys).sum()
+    }
+
     /// The node id for logs ("" until a request carried one).
     pub fn node_id(&self) -> &str {
         self.node.as_ref().map(|n| n.id.as_str()).unwrap_or("")
@@ -778,7 +783,7 @@ impl<M: Machine> Session<M> {
             }
         }
         state.keys = state.machine.key_count();
-        let names: usize = self.types.values().map(|s| s.keys).sum();
+        let names = self.subscribed_names();
         if names > self.options.max_names {
             return Err(SessionError::Limit {
                 what: "subscribed resource names",

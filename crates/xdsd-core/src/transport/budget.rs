@@ -25,8 +25,8 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    /// Charges `n` bytes unless that goes over `limit`.
-    fn take(&self, n: usize, limit: usize) -> bool {
+    /// Charges `n` unless that goes over `limit`.
+    pub(crate) fn take(&self, n: usize, limit: usize) -> bool {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(n).filter(|&total| total <= limit)
@@ -34,7 +34,7 @@ impl Budget {
             .is_ok()
     }
 
-    fn give(&self, n: usize) {
+    pub(crate) fn give(&self, n: usize) {
         self.used.fetch_sub(n, Ordering::AcqRel);
     }
 
@@ -204,6 +204,72 @@ where
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// The resource names a stream's session subscribes to, charged to its connection and to the
+/// server as the subscription grows, given back as it shrinks and when the stream ends.
+pub(crate) struct NameCharge {
+    connection: Arc<Budget>,
+    connection_limit: usize,
+    server: Arc<Budget>,
+    server_limit: usize,
+    held: usize,
+}
+
+impl NameCharge {
+    pub(crate) fn new(
+        connection: Arc<Budget>,
+        connection_limit: usize,
+        server: Arc<Budget>,
+        server_limit: usize,
+    ) -> NameCharge {
+        NameCharge {
+            connection,
+            connection_limit,
+            server,
+            server_limit,
+            held: 0,
+        }
+    }
+
+    /// Brings the charge to `names`; an error (RESOURCE_EXHAUSTED) if that goes over a limit.
+    pub(crate) fn set(&mut self, names: usize) -> Result<(), Status> {
+        if names <= self.held {
+            let n = self.held - names;
+            self.connection.give(n);
+            self.server.give(n);
+            self.held = names;
+            return Ok(());
+        }
+        let n = names - self.held;
+        if !self.connection.take(n, self.connection_limit) {
+            return Err(Status::resource_exhausted(format!(
+                "the streams of this connection subscribe to more than {} resource names \
+                 together (the server's max names per connection)",
+                self.connection_limit
+            )));
+        }
+        if !self.server.take(n, self.server_limit) {
+            self.connection.give(n);
+            if !self.server.warned.swap(true, Ordering::Relaxed) {
+                warn!(limit = self.server_limit, "the streams of all connections subscribe to as many resource names as the server takes (--max-names-total): refusing larger subscriptions");
+            }
+            return Err(Status::resource_exhausted(format!(
+                "the server's streams subscribe to {} resource names together, and this \
+                 subscription would take them past {} (the server's max names in total)",
+                self.server.used(),
+                self.server_limit
+            )));
+        }
+        self.held = names;
+        Ok(())
+    }
+}
+
+impl Drop for NameCharge {
+    fn drop(&mut self) {
+        let _ = self.set(0);
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::budget::{Budget, Charges};
+use super::budget::{Budget, Charges, NameCharge};
 use super::grpc::ServerOptions;
 use super::metrics::Metrics;
 use super::stats::StreamRegistry;
@@ -25,6 +25,8 @@ pub(crate) struct ServerContext {
     pub(crate) ready: watch::Sender<bool>,
     /// The bytes of all connections' unfinished requests (see `budget`).
     pub(crate) request_bytes: Arc<Budget>,
+    /// The resource names all streams subscribe to (see `budget`).
+    pub(crate) names: Arc<Budget>,
 }
 
 impl ServerContext {
@@ -42,6 +44,7 @@ impl ServerContext {
             shutdown,
             ready: watch::Sender::new(true),
             request_bytes: Arc::default(),
+            names: Arc::default(),
         }
     }
 
@@ -59,6 +62,16 @@ impl ServerContext {
             server: self.request_bytes.clone(),
             server_limit: self.options.max_buffered_request_bytes_total,
         }
+    }
+
+    /// The charge of a stream's subscribed names, on its connection's `names` and the server's.
+    pub(crate) fn name_charge(&self, connection: Arc<Budget>) -> NameCharge {
+        NameCharge::new(
+            connection,
+            self.options.max_names_per_connection,
+            self.names.clone(),
+            self.options.max_names_total,
+        )
     }
 
     pub(crate) fn next_stream_id(&self) -> u64 {

@@ -95,7 +95,19 @@ pub struct ServerOptions {
     pub max_buffered_request_bytes: usize,
     /// The same for all connections together; see [`DEFAULT_MAX_BUFFERED_REQUEST_BYTES_TOTAL`].
     pub max_buffered_request_bytes_total: usize,
+    /// Resource names the streams of one connection may subscribe to together; a request that
+    /// goes over it ends its stream with RESOURCE_EXHAUSTED. See [`DEFAULT_MAX_NAMES_PER_CONNECTION`].
+    pub max_names_per_connection: usize,
+    /// The same for all streams of the server; see [`DEFAULT_MAX_NAMES_TOTAL`].
+    pub max_names_total: usize,
 }
+
+/// Names one connection's streams may subscribe to by default: five streams at the per-stream
+/// limit (an Envoy with one stream per type), about 100 bytes each.
+pub const DEFAULT_MAX_NAMES_PER_CONNECTION: usize = 5 * crate::protocol::session::DEFAULT_MAX_NAMES;
+
+/// Names all streams may subscribe to by default: 10,000 proxies subscribed to 5,000 names each.
+pub const DEFAULT_MAX_NAMES_TOTAL: usize = 50_000_000;
 
 /// Unfinished request bytes one connection may hold by default: twice the largest request, so
 /// that an Envoy reconnecting with a large subscription on two streams of one connection is
@@ -148,6 +160,8 @@ impl Default for ServerOptions {
             allow_plaintext_secrets: false,
             max_buffered_request_bytes: DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
             max_buffered_request_bytes_total: DEFAULT_MAX_BUFFERED_REQUEST_BYTES_TOTAL,
+            max_names_per_connection: DEFAULT_MAX_NAMES_PER_CONNECTION,
+            max_names_total: DEFAULT_MAX_NAMES_TOTAL,
         }
     }
 }
@@ -177,6 +191,13 @@ impl ServerOptions {
     pub fn max_buffered_request_bytes(mut self, per_connection: usize, total: usize) -> Self {
         self.max_buffered_request_bytes = per_connection;
         self.max_buffered_request_bytes_total = total;
+        self
+    }
+
+    /// Sets [`ServerOptions::max_names_per_connection`] and [`ServerOptions::max_names_total`].
+    pub fn max_names(mut self, per_connection: usize, total: usize) -> Self {
+        self.max_names_per_connection = per_connection;
+        self.max_names_total = total;
         self
     }
 

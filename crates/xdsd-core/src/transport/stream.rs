@@ -13,6 +13,7 @@ use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::body;
+use super::budget::NameCharge;
 use super::context::ServerContext;
 use super::grpc::SHUTDOWN_GRACE;
 use super::stats::{SentResponse, StreamEntry};
@@ -84,6 +85,8 @@ const FINAL_STATUS_WAIT: Duration = SHUTDOWN_GRACE;
 
 struct Stream<V> {
     id: u64,
+    /// Its subscribed names, charged to its connection and the server.
+    names: NameCharge,
     stats: Arc<StreamEntry>,
     ctx: Arc<ServerContext>,
     session: Session<V>,
@@ -103,6 +106,7 @@ pub(crate) async fn run<V: Variant>(
     let service = fixed.as_deref().unwrap_or("ADS").to_owned();
     let mut s: Stream<V> = Stream {
         id,
+        names: ctx.name_charge(access.names.clone()),
         stats: ctx.streams.open(id, V::NAME, fixed.is_none(), peer),
         watcher: ctx.store.watcher(),
         session: Session::with_options(fixed, ctx.options.session.clone()),
@@ -170,6 +174,7 @@ impl<V: Variant> Stream<V> {
             .session
             .handle_request(&request, &snapshot)
             .map_err(|e| status_of(&e))?;
+        self.names.set(self.session.subscribed_names())?;
         self.log(&handled);
         let Handled {
             type_url, change, ..

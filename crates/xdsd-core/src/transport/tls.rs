@@ -484,6 +484,8 @@ pub struct ConnInfo {
     pub tls: Option<Arc<PeerTls>>,
     /// The bytes of this connection's unfinished requests (see `budget`).
     pub(crate) request_bytes: Arc<Budget>,
+    /// The resource names this connection's streams subscribe to (see `budget`).
+    pub(crate) names: Arc<Budget>,
 }
 
 impl ConnInfo {
@@ -493,6 +495,7 @@ impl ConnInfo {
             local_addr: tcp.local_addr().ok(),
             tls: None,
             request_bytes: Arc::default(),
+            names: Arc::default(),
         }
     }
 
@@ -510,6 +513,9 @@ pub(crate) struct Access {
     /// Secrets are refused: a plaintext connection from another host would carry private keys
     /// in the clear across the network.
     pub(crate) refuse_secrets: bool,
+    /// The names the connection's streams subscribe to (one of its own when the connection is
+    /// not known).
+    pub(crate) names: Arc<Budget>,
 }
 
 impl Access {
@@ -525,6 +531,7 @@ impl Access {
         Access {
             binding: info.binding().cloned(),
             refuse_secrets: info.tls.is_none() && !loopback && !allow_plaintext_secrets,
+            names: info.names.clone(),
         }
     }
 
@@ -934,6 +941,7 @@ mod tests {
             remote_addr: remote.parse().ok(),
             local_addr: None,
             request_bytes: Arc::default(),
+            names: Arc::default(),
             tls: tls.then(|| {
                 Arc::new(PeerTls {
                     certificates: Vec::new(),

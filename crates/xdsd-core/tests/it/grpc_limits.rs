@@ -565,3 +565,68 @@ async fn unfinished_requests_are_bounded_per_connection_and_in_total() {
     );
     server.stop().await;
 }
+
+/// An EDS stream on `channel` subscribed to `names` names: `Ok` with the stream kept open once
+/// answered, or the status it ended with.
+async fn eds_names_on(
+    channel: &tonic::transport::Channel,
+    names: usize,
+) -> Result<OpenStream, tonic::Status> {
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(eds_request(&["a"], names - 1)).await.unwrap();
+    let mut responses = AggregatedDiscoveryServiceClient::new(channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    match tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("an answer in time")
+    {
+        Ok(Some(_)) => Ok((tx, responses)),
+        Ok(None) => Err(tonic::Status::unknown("ended without a status")),
+        Err(status) => Err(status),
+    }
+}
+
+#[tokio::test]
+async fn subscribed_names_are_bounded_per_connection_and_in_total() {
+    let server = Server::start_with(ServerOptions::default().max_names(5, 8)).await;
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"endpoints-of-a");
+    let first = crate::common::connect(server.addr).await;
+    let kept = eds_names_on(&first, 3).await.expect("3 names fit");
+    let over = eds_names_on(&first, 3)
+        .await
+        .expect_err("6 on one connection");
+    assert_eq!(over.code(), Code::ResourceExhausted);
+    assert!(
+        over.message().contains("this connection"),
+        "{}",
+        over.message()
+    );
+    // The refused stream gave its names back: 2 more still fit on the connection.
+    let _two = eds_names_on(&first, 2).await.expect("5 on the connection");
+    // Another connection: 3 fit (8 in all), one more name is over the total.
+    let second = crate::common::connect(server.addr).await;
+    let _three = eds_names_on(&second, 3).await.expect("8 in total");
+    let over = eds_names_on(&second, 1).await.expect_err("9 in total");
+    assert_eq!(over.code(), Code::ResourceExhausted);
+    assert!(
+        over.message().contains("the server's streams"),
+        "{}",
+        over.message()
+    );
+    // A stream that ends gives its names back.
+    drop(kept);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match eds_names_on(&second, 1).await {
+            Ok(_) => break,
+            Err(status) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "the names of an ended stream were not given back: {status:?}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    server.stop().await;
+}
