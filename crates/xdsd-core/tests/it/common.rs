@@ -99,6 +99,22 @@ pub async fn connect(addr: SocketAddr) -> Channel {
         .unwrap()
 }
 
+/// The constraint `env == value`.
+pub fn env_constraint(
+    value: &str,
+) -> envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints {
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::ConstraintType;
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+        SingleConstraint, Type,
+    };
+    envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints {
+        r#type: Some(Type::Constraint(SingleConstraint {
+            key: "env".into(),
+            constraint_type: Some(ConstraintType::Value(value.into())),
+        })),
+    }
+}
+
 pub fn input(type_url: &str, name: &str, content: &[u8]) -> ResourceInput {
     ResourceInput::new(type_url, name, Bytes::copy_from_slice(content))
 }

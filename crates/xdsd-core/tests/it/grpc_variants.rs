@@ -4,13 +4,8 @@
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::ConstraintType;
-use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
-    SingleConstraint, Type,
-};
 use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DiscoveryRequest, DynamicParameterConstraints, Resource,
-    ResourceLocator,
+    DeltaDiscoveryRequest, DiscoveryRequest, DynamicParameterConstraints, Resource, ResourceLocator,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 use prost::Message;
@@ -23,12 +18,7 @@ use xdsd_core::types::CLUSTER_LOAD_ASSIGNMENT;
 use crate::common::{input, Server, WAIT};
 
 fn env(value: &str) -> DynamicParameterConstraints {
-    DynamicParameterConstraints {
-        r#type: Some(Type::Constraint(SingleConstraint {
-            key: "env".into(),
-            constraint_type: Some(ConstraintType::Value(value.into())),
-        })),
-    }
+    crate::common::env_constraint(value)
 }
 
 /// A server whose ClusterLoadAssignment "e" has a prod and a test variant.

@@ -2,6 +2,7 @@
 //! to an in-process xdsd (see `common`).
 
 mod common;
+mod fuzz;
 mod grpc_delta;
 mod grpc_fetch;
 mod grpc_limits;

@@ -5,6 +5,7 @@ mod constraints;
 mod descriptors;
 mod directory;
 mod errors;
+mod fuzz;
 mod parse;
 mod ttl;
 mod watch;

@@ -1,0 +1,458 @@
+//! Fuzz targets, run as property tests (proptest) for a fixed budget in every test run: hostile
+//! request bytes through the decoders the server uses, and hostile request sequences, store
+//! changes and time through the per-client session (SotW and delta), driven the way the stream
+//! driver drives it. Nothing may panic; the properties below must hold. `XDSD_FUZZ_CASES` sets
+//! the cases per target (default 256); see docs/fuzzing.md for longer runs.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DiscoveryRequest, ResourceLocator,
+};
+use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use proptest::prelude::*;
+use prost::Message;
+use xdsd_core::params::Constraints;
+use xdsd_core::protocol::delta::DeltaSubscription;
+use xdsd_core::protocol::session::{Machine, Session};
+use xdsd_core::protocol::sotw::{SotwRequest, SotwSubscription};
+use xdsd_core::store::{Change, Store, Watcher};
+use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION, SECRET};
+
+use crate::common::input;
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("XDSD_FUZZ_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(256);
+    ProptestConfig {
+        cases,
+        // Shrinking a long sequence takes long; the failing case is printed either way.
+        max_shrink_iters: 256,
+        ..ProptestConfig::default()
+    }
+}
+
+const TYPES: [&str; 7] = [
+    CLUSTER,
+    CLUSTER_LOAD_ASSIGNMENT,
+    LISTENER,
+    ROUTE_CONFIGURATION,
+    SECRET,
+    "type.googleapis.com/no.such.Type",
+    "",
+];
+
+fn type_url() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0..TYPES.len()).prop_map(|i| TYPES[i].to_owned()),
+        "\\PC{0,40}",
+    ]
+}
+
+fn name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => (0..5u8).prop_map(|i| format!("r{i}")),
+        1 => Just("*".to_owned()),
+        1 => "\\PC{0,12}",
+    ]
+}
+
+fn env() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        Just(None),
+        Just(Some("prod".to_owned())),
+        Just(Some("test".to_owned())),
+    ]
+}
+
+fn node() -> impl Strategy<Value = Option<Node>> {
+    prop_oneof![
+        1 => Just(None),
+        6 => (env(), prop_oneof![4 => Just("n".to_owned()), 1 => "\\PC{0,8}"]).prop_map(|(env, id)| {
+            Some(Node {
+                id,
+                cluster: "c".into(),
+                metadata: env.map(|env| Struct {
+                    fields: [(
+                        "env".to_owned(),
+                        Value {
+                            kind: Some(Kind::StringValue(env)),
+                        },
+                    )]
+                    .into_iter()
+                    .collect(),
+                }),
+                ..Default::default()
+            })
+        }),
+    ]
+}
+
+/// A nonce: empty, one the server sent (by index among those sent), or anything.
+#[derive(Debug, Clone)]
+enum NonceSpec {
+    Empty,
+    Sent(usize),
+    Other(String),
+}
+
+fn nonce() -> impl Strategy<Value = NonceSpec> {
+    prop_oneof![
+        1 => Just(NonceSpec::Empty),
+        3 => (0..8usize).prop_map(NonceSpec::Sent),
+        1 => "\\PC{0,6}".prop_map(NonceSpec::Other),
+    ]
+}
+
+fn locators() -> impl Strategy<Value = Vec<ResourceLocator>> {
+    prop::collection::vec(
+        (name(), env()).prop_map(|(name, env)| ResourceLocator {
+            name,
+            dynamic_parameters: env.into_iter().map(|e| ("env".to_owned(), e)).collect(),
+        }),
+        0..3,
+    )
+}
+
+#[derive(Debug, Clone)]
+struct RequestSpec {
+    type_url: String,
+    names: Vec<String>,
+    unsubscribe: Vec<String>,
+    locators: Vec<ResourceLocator>,
+    nonce: NonceSpec,
+    version: Option<String>,
+    node: Option<Node>,
+    nack: bool,
+}
+
+fn request() -> impl Strategy<Value = RequestSpec> {
+    (
+        type_url(),
+        prop::collection::vec(name(), 0..4),
+        prop::collection::vec(name(), 0..3),
+        locators(),
+        nonce(),
+        prop::option::of("\\PC{0,6}"),
+        node(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(type_url, names, unsubscribe, locators, nonce, version, node, nack)| RequestSpec {
+                type_url,
+                names,
+                unsubscribe,
+                locators,
+                nonce,
+                version,
+                node,
+                nack,
+            },
+        )
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Request(RequestSpec),
+    /// Set (with content and variant) or remove a resource.
+    Store {
+        type_url: usize,
+        name: u8,
+        content: Option<u8>,
+        env: Option<String>,
+    },
+    /// Time passes.
+    Wait(u64),
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => request().prop_map(Step::Request),
+            3 => (0..4usize, 0..5u8, prop::option::of(0..3u8), env()).prop_map(
+                |(type_url, name, content, env)| Step::Store { type_url, name, content, env }
+            ),
+            1 => (0..120_000u64).prop_map(Step::Wait),
+        ],
+        1..40,
+    )
+}
+
+/// What a target needs to know of a machine's requests and responses.
+trait Fuzzed: Machine {
+    fn build(spec: &RequestSpec, nonce: String) -> Self::Request;
+    /// The nonce of a response, and the names of the resources it carries.
+    fn sent(response: &Self::Response) -> (String, Vec<String>);
+}
+
+impl Fuzzed for SotwSubscription {
+    fn build(spec: &RequestSpec, nonce: String) -> SotwRequest {
+        (&DiscoveryRequest {
+            version_info: spec.version.clone().unwrap_or_default(),
+            node: spec.node.clone(),
+            resource_names: spec.names.clone(),
+            resource_locators: spec.locators.clone(),
+            type_url: spec.type_url.clone(),
+            response_nonce: nonce,
+            error_detail: spec.nack.then(|| RpcStatus {
+                code: 3,
+                message: "rejected".into(),
+                details: Vec::new(),
+            }),
+        })
+            .into()
+    }
+
+    fn sent(response: &Self::Response) -> (String, Vec<String>) {
+        (
+            response.nonce.clone(),
+            response.names().iter().map(|n| n.to_string()).collect(),
+        )
+    }
+}
+
+impl Fuzzed for DeltaSubscription {
+    fn build(spec: &RequestSpec, nonce: String) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            node: spec.node.clone(),
+            type_url: spec.type_url.clone(),
+            resource_names_subscribe: spec.names.clone(),
+            resource_names_unsubscribe: spec.unsubscribe.clone(),
+            resource_locators_subscribe: spec.locators.clone(),
+            initial_resource_versions: spec
+                .version
+                .iter()
+                .map(|v| ("r0".to_owned(), v.clone()))
+                .collect(),
+            response_nonce: nonce,
+            error_detail: spec.nack.then(|| RpcStatus {
+                code: 3,
+                message: "rejected".into(),
+                details: Vec::new(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn sent(response: &Self::Response) -> (String, Vec<String>) {
+        (
+            response.nonce.clone(),
+            response
+                .resources
+                .iter()
+                .map(|r| r.name().to_string())
+                .collect(),
+        )
+    }
+}
+
+/// Runs `steps` through a session the way the stream driver does: requests in (registering
+/// what they watch), store changes in through a watcher, time in, every response drained after
+/// each step. A request the session refuses ends the stream, as it would on the wire.
+fn run<M: Fuzzed>(steps: &[Step]) -> Result<(), TestCaseError> {
+    let store = Store::new();
+    let mut watcher: Watcher = store.watcher();
+    let mut session: Session<M> = Session::new(None);
+    let mut now = Instant::now();
+    let mut nonces: Vec<String> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut ever_set: HashSet<String> = HashSet::new();
+    // The stream starts the way clients start one: a node, clusters by wildcard; what follows
+    // is anything.
+    let first = Step::Request(RequestSpec {
+        type_url: CLUSTER.into(),
+        names: Vec::new(),
+        unsubscribe: Vec::new(),
+        locators: Vec::new(),
+        nonce: NonceSpec::Empty,
+        version: None,
+        node: Some(Node {
+            id: "n".into(),
+            cluster: "c".into(),
+            ..Default::default()
+        }),
+        nack: false,
+    });
+    let mut responses = 0;
+    for step in std::iter::once(&first).chain(steps) {
+        match step {
+            Step::Request(spec) => {
+                let nonce = match &spec.nonce {
+                    NonceSpec::Empty => String::new(),
+                    NonceSpec::Sent(i) => nonces
+                        .get(nonces.len().saturating_sub(1 + i))
+                        .cloned()
+                        .unwrap_or_default(),
+                    NonceSpec::Other(n) => n.clone(),
+                };
+                let request = M::build(spec, nonce);
+                match session.handle_request(&request, &store.snapshot()) {
+                    Ok(handled) => {
+                        let params = session.param_sets();
+                        if watcher.params_len() != Some(params.len()) {
+                            watcher.set_params(params);
+                        }
+                        if let Some(on) = handled.change.wildcard {
+                            watcher.set_wildcard(&handled.type_url, on);
+                        }
+                        watcher.unwatch(&handled.type_url, &handled.change.removed);
+                        watcher.watch(&handled.type_url, &handled.change.added);
+                    }
+                    // The stream ends.
+                    Err(_) => return Ok(()),
+                }
+            }
+            Step::Store {
+                type_url,
+                name,
+                content,
+                env,
+            } => {
+                let type_url = TYPES[*type_url];
+                let name = format!("r{name}");
+                let change = match content {
+                    Some(c) => {
+                        let constraints = env.as_ref().map(|e| {
+                            Constraints::new(crate::common::env_constraint(e))
+                                .expect("a valid constraint")
+                        });
+                        ever_set.insert(name.clone());
+                        Change::Set(
+                            input(type_url, &name, format!("content-{c}").as_bytes())
+                                .with_constraints(constraints),
+                        )
+                    }
+                    None => Change::Remove {
+                        type_url: type_url.into(),
+                        name: name.into(),
+                    },
+                };
+                // The store may refuse a change (the variant rules): then nothing changed.
+                let _ = store.apply([change]);
+                session.handle_changes(watcher.take_changes());
+            }
+            Step::Wait(ms) => {
+                now += Duration::from_millis(*ms);
+                if session.poll_timeout().is_some_and(|at| at <= now) {
+                    session.handle_timeout(now);
+                }
+            }
+        }
+        let snapshot = store.snapshot();
+        let mut drained = 0;
+        while let Some((type_url, response)) = session.poll_response(&snapshot, now) {
+            drained += 1;
+            prop_assert!(drained < 1_000, "the session never stops owing responses");
+            let (nonce, names) = M::sent(&response);
+            prop_assert!(!nonce.is_empty(), "a response without a nonce ({type_url})");
+            prop_assert!(seen.insert(nonce.clone()), "nonce {nonce} sent twice");
+            for name in names {
+                prop_assert!(
+                    ever_set.contains(&name),
+                    "{type_url} response carries {name}, which the store never held"
+                );
+            }
+            nonces.push(nonce);
+            responses += 1;
+        }
+    }
+    // A sequence whose store changes touched clusters was answered.
+    let touched_clusters = steps.iter().any(|s| {
+        matches!(
+            s,
+            Step::Store {
+                type_url: 0,
+                content: Some(_),
+                env: None,
+                ..
+            }
+        )
+    });
+    if touched_clusters && !steps.iter().any(|s| matches!(s, Step::Request(_))) {
+        prop_assert!(
+            responses > 0,
+            "clusters were set and the wildcard stream got nothing"
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Any bytes through the request decoders the server uses, then into a session: an error or
+    /// a request, never a panic.
+    #[test]
+    fn arbitrary_bytes_never_panic_the_request_decoders(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let store = Store::new();
+        store.apply([Change::Set(input(CLUSTER, "r0", b"c"))]).expect("a cluster");
+        if let Ok(request) = SotwRequest::decode(bytes.as_slice()) {
+            let mut session: Session<SotwSubscription> = Session::new(None);
+            if session.handle_request(&request, &store.snapshot()).is_ok() {
+                while session.poll_response(&store.snapshot(), Instant::now()).is_some() {}
+            }
+        }
+        if let Ok(request) = DeltaDiscoveryRequest::decode(bytes.as_slice()) {
+            let mut session: Session<DeltaSubscription> = Session::new(None);
+            if session.handle_request(&request, &store.snapshot()).is_ok() {
+                while session.poll_response(&store.snapshot(), Instant::now()).is_some() {}
+            }
+        }
+    }
+
+    /// Valid requests with bytes flipped, cut or inserted: the zero-copy SotW decoder agrees
+    /// with prost's on what is a DiscoveryRequest, and nothing panics.
+    #[test]
+    fn mutated_requests_never_panic_the_decoders(
+        spec in request(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0..3u8), 0..6),
+    ) {
+        let mut bytes = DiscoveryRequest {
+            version_info: spec.version.clone().unwrap_or_default(),
+            node: spec.node.clone(),
+            resource_names: spec.names.clone(),
+            resource_locators: spec.locators.clone(),
+            type_url: spec.type_url.clone(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        for (at, byte, op) in edits {
+            if bytes.is_empty() {
+                bytes.push(byte);
+                continue;
+            }
+            let i = at.index(bytes.len());
+            match op {
+                0 => bytes[i] = byte,
+                1 => bytes.truncate(i),
+                _ => bytes.insert(i, byte),
+            }
+        }
+        let ours = SotwRequest::decode(bytes.as_slice());
+        let prost = DiscoveryRequest::decode(bytes.as_slice());
+        if let (Ok(ours), Ok(prost)) = (&ours, &prost) {
+            prop_assert_eq!(&ours.type_url, &prost.type_url);
+            prop_assert_eq!(&ours.version_info, &prost.version_info);
+        }
+        if prost.is_ok() {
+            prop_assert!(ours.is_ok(), "a valid DiscoveryRequest our decoder refuses: {:?}", ours.err());
+        }
+    }
+
+    /// Hostile request sequences, store changes and time through a SotW session.
+    #[test]
+    fn hostile_sequences_keep_the_sotw_session_sound(steps in steps()) {
+        run::<SotwSubscription>(&steps)?;
+    }
+
+    /// Hostile request sequences, store changes and time through a delta session.
+    #[test]
+    fn hostile_sequences_keep_the_delta_session_sound(steps in steps()) {
+        run::<DeltaSubscription>(&steps)?;
+    }
+}
