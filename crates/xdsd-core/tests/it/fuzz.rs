@@ -158,7 +158,7 @@ fn request() -> impl Strategy<Value = RequestSpec> {
 
 #[derive(Debug, Clone)]
 enum Step {
-    Request(RequestSpec),
+    Request(Box<RequestSpec>),
     /// Set (with content and variant) or remove a resource.
     Store {
         type_url: usize,
@@ -173,7 +173,7 @@ enum Step {
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(
         prop_oneof![
-            4 => request().prop_map(Step::Request),
+            4 => request().prop_map(|r| Step::Request(Box::new(r))),
             3 => (0..4usize, 0..5u8, prop::option::of(0..3u8), env()).prop_map(
                 |(type_url, name, content, env)| Step::Store { type_url, name, content, env }
             ),
@@ -264,7 +264,7 @@ fn run<M: Fuzzed>(steps: &[Step]) -> Result<(), TestCaseError> {
     let mut ever_set: HashSet<String> = HashSet::new();
     // The stream starts the way clients start one: a node, clusters by wildcard; what follows
     // is anything.
-    let first = Step::Request(RequestSpec {
+    let first = Step::Request(Box::new(RequestSpec {
         type_url: CLUSTER.into(),
         names: Vec::new(),
         unsubscribe: Vec::new(),
@@ -277,7 +277,7 @@ fn run<M: Fuzzed>(steps: &[Step]) -> Result<(), TestCaseError> {
             ..Default::default()
         }),
         nack: false,
-    });
+    }));
     let mut responses = 0;
     for step in std::iter::once(&first).chain(steps) {
         match step {
@@ -329,7 +329,7 @@ fn run<M: Fuzzed>(steps: &[Step]) -> Result<(), TestCaseError> {
                     }
                     None => Change::Remove {
                         type_url: type_url.into(),
-                        name: name.into(),
+                        name,
                     },
                 };
                 // The store may refuse a change (the variant rules): then nothing changed.
