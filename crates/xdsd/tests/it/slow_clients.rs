@@ -176,3 +176,98 @@ async fn streams_whose_client_stopped_reading_pin_no_copy_of_their_response() {
     assert_eq!(ads::names(&update).len(), 701);
     drop(open);
 }
+
+/// Requests that never finish: 100 streams on one connection each send 3.9 MB of a 4 MB message
+/// and stop (433 MiB of xdsd's memory before requests were metered). xdsd keeps at most
+/// --max-buffered-request-bytes of them (64 MiB by default): the streams past it end with
+/// RESOURCE_EXHAUSTED, and xdsd's memory grows by about that bound, not by 390 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_never_finish_hold_at_most_the_connection_budget() {
+    use http_body_util::BodyExt;
+    use tower_service::Service;
+    const STALLED: usize = 100;
+    const SENT: usize = 3_900_000;
+    let dir = ResourceDir::new();
+    dir.write(
+        "c.yaml",
+        &format!("\"@type\": {CLUSTER}\nname: c\ntype: STATIC\nconnect_timeout: 1s\n"),
+    );
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let before = xdsd.rss_kib();
+    let channel = Endpoint::from_shared(xdsd.url())
+        .expect("a URL")
+        .initial_stream_window_size(1 << 30)
+        .initial_connection_window_size(1 << 30)
+        .connect()
+        .await
+        .expect("connected");
+    let mut stalled = Vec::new();
+    for _ in 0..STALLED {
+        let (tx, rx) =
+            tokio::sync::mpsc::channel::<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>(1);
+        let mut start = vec![0u8];
+        start.extend_from_slice(&4_000_000u32.to_be_bytes());
+        start.extend(std::iter::repeat_n(0x0a, SENT));
+        tx.send(Ok(http_body::Frame::data(start.into())))
+            .await
+            .expect("queued");
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!(
+                "{}/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+                xdsd.url()
+            ))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(tonic::body::Body::new(http_body_util::StreamBody::new(
+                ReceiverStream::new(rx),
+            )))
+            .expect("a request");
+        let mut channel = channel.clone();
+        let response = tokio::spawn(async move {
+            std::future::poll_fn(|cx| channel.poll_ready(cx))
+                .await
+                .ok()?;
+            let response = channel.call(request).await.ok()?;
+            // Its status, if it ends within a few seconds.
+            let mut body = response.into_body();
+            let ended = tokio::time::timeout(Duration::from_secs(3), async {
+                while let Some(frame) = body.frame().await {
+                    match frame {
+                        Ok(frame) => {
+                            if let Ok(trailers) = frame.into_trailers() {
+                                return tonic::Status::from_header_map(&trailers);
+                            }
+                        }
+                        Err(status) => return Some(status),
+                    }
+                }
+                None
+            });
+            ended.await.ok().flatten()
+        });
+        stalled.push((tx, response));
+    }
+    let mut refused = 0;
+    for (_, response) in &mut stalled {
+        if let Ok(Some(status)) = response.await {
+            assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+            refused += 1;
+        }
+    }
+    let after = xdsd.rss_kib();
+    let grown = after.saturating_sub(before);
+    println!(
+        "xdsd RSS: {before} KiB before, {after} KiB with {STALLED} requests stalled at 3.9 MB each ({refused} refused): +{} MiB",
+        grown / 1024
+    );
+    // 16 of them fit in 64 MiB; the others are refused.
+    assert!(refused >= STALLED - 17, "only {refused} refused");
+    assert!(grown < 128 * 1024, "xdsd grew by {grown} KiB");
+    // xdsd still serves.
+    let mut fresh = AdsStream::open(&xdsd.url(), &unique_name("after"), CLUSTER, &[])
+        .await
+        .expect("an ADS stream to xdsd");
+    assert_eq!(ads::names(&fresh.recv().await.expect("CDS")), ["c"]);
+}
