@@ -86,17 +86,26 @@ pub fn load_directory_with(
 /// meanwhile is refused too).
 fn read_bounded(file: &Path, max: u64) -> std::io::Result<String> {
     use std::io::Read;
-    let mut text = String::new();
-    fs::File::open(file)?
-        .take(max.saturating_add(1))
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > max {
-        return Err(std::io::Error::new(
+    let too_large = || {
+        std::io::Error::new(
             ErrorKind::FileTooLarge,
             format!(
                 "larger than {max} bytes, the most a resource file may have (--max-file-bytes)"
             ),
-        ));
+        )
+    };
+    let mut opened = fs::File::open(file)?;
+    // Refused by its size before any of it is read; the bounded read below catches a file that
+    // grows while it is read.
+    if opened.metadata()?.len() > max {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    (&mut opened)
+        .take(max.saturating_add(1))
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(too_large());
     }
     Ok(text)
 }
