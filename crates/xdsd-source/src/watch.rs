@@ -212,7 +212,7 @@ impl Watched {
                     self.gone = true;
                     tracing::error!(
                         dir = %dir.display(),
-                        "the resource directory is gone: keeping the last good resources, and                          watching for it to come back"
+                        "the resource directory is gone: keeping the last good resources, and watching for it to come back"
                     );
                     on_load(Err(SourceError::Io {
                         path: dir.to_path_buf(),
@@ -233,7 +233,7 @@ impl Watched {
                         self.gone = false;
                         tracing::warn!(
                             dir = %dir.display(),
-                            "the resource directory was replaced or came back: watching the new                              one and reloading"
+                            "the resource directory was replaced or came back: watching the new one and reloading"
                         );
                         true
                     }
