@@ -27,8 +27,8 @@ pub use descriptors::{
     type_url_of, Descriptors, ENVOY_DESCRIPTOR_SET, ENVOY_TYPES_VERSION, TYPE_URL_PREFIX,
 };
 pub use dir::{
-    is_ignored_name, load_directory, load_directory_with, resource_files, Limits,
-    DEFAULT_MAX_FILE_BYTES,
+    is_ignored_name, load_directory, load_directory_with, resource_files, DirectoryCache, Limits,
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_RACY_WINDOW,
 };
 pub use error::{Problem, ResourceRef, SourceError};
 pub use parse::{check_duplicates, name_field, parse_file, Format};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
-use crate::dir::{load_directory_with, Limits};
+use crate::dir::{DirectoryCache, Limits};
 use crate::{Descriptors, ParsedResource, SourceError};
 
 /// Quiet time that ends a burst of changes (an editor's save, a `cp -r`, a ConfigMap swap).
@@ -256,6 +256,11 @@ fn reload_loop(
     on_load: &dyn Fn(Result<Vec<ParsedResource>, SourceError>),
 ) {
     let debounce = options.debounce;
+    // What is parsed of each file, so that a change re-reads and re-parses only the files that
+    // changed. Filled now, while the program makes its own first load, so that the first change
+    // is already incremental.
+    let mut cache = DirectoryCache::default();
+    let _ = cache.load(descriptors, dir, &options.limits);
     // A burst carried over: events that came while the directory was being read.
     let mut carried: Option<(Burst, Instant)> = None;
     loop {
@@ -320,7 +325,7 @@ fn reload_loop(
             // are missed.
             watched.recheck(dir, on_load);
         }
-        let result = load_directory_with(descriptors, dir, &options.limits);
+        let result = cache.load(descriptors, dir, &options.limits);
         // A directory is read file by file: one that changed meanwhile may have been read half
         // old, half new (a route from after the change, the cluster it needs from before). Such
         // a read is not applied; the directory is read again with the changes (within
@@ -351,6 +356,9 @@ fn reload_loop(
             Ok(resources) => tracing::info!(
                 dir = %dir.display(),
                 resources = resources.len(),
+                files = cache.len(),
+                read = cache.last_load().0,
+                parsed = cache.last_load().1,
                 atomic = burst.complete(),
                 "reloaded resource directory"
             ),

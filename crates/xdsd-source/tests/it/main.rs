@@ -6,6 +6,7 @@ mod descriptors;
 mod directory;
 mod errors;
 mod fuzz;
+mod incremental;
 mod parse;
 mod ttl;
 mod watch;
