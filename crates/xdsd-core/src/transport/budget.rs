@@ -122,6 +122,9 @@ impl<B> Metered<B> {
     }
 
     fn release(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
         self.charges.connection.give(n);
         self.charges.server.give(n);
         self.held -= n;
@@ -235,7 +238,11 @@ impl NameCharge {
 
     /// Brings the charge to `names`; an error (RESOURCE_EXHAUSTED) if that goes over a limit.
     pub(crate) fn set(&mut self, names: usize) -> Result<(), Status> {
-        if names <= self.held {
+        // Most requests (ACKs) leave the subscription as it was: no shared counter is touched.
+        if names == self.held {
+            return Ok(());
+        }
+        if names < self.held {
             let n = self.held - names;
             self.connection.give(n);
             self.server.give(n);

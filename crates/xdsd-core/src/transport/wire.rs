@@ -313,10 +313,11 @@ impl Pieces for DeltaResponse {
     }
 }
 
-/// Shared values shorter than this are copied into the chunk being written (a separate chunk
-/// costs an HTTP/2 DATA frame header and a queue entry); longer ones go out as chunks of their
-/// own, shared with every other stream.
-const COPY_BELOW: usize = 256;
+/// Shared values shorter than this are copied into the chunk being written: a chunk of its own
+/// costs an HTTP/2 DATA frame, a queue entry and a poll, more than copying a few KiB (at 256
+/// bytes, S1's one-endpoint responses went out as three frames and took a third more CPU).
+/// Longer ones go out as chunks of their own, shared with every other stream.
+const COPY_BELOW: usize = 4 * 1024;
 
 /// The most copied bytes one chunk holds.
 pub(crate) const CHUNK_BYTES: usize = 16 * 1024;
