@@ -61,6 +61,7 @@ impl Proc {
         server: Server,
         peer_bin: Option<&Path>,
         xdsd_dir: Option<(&Path, &Path)>,
+        xdsd_args: &[String],
         log: &Path,
     ) -> anyhow::Result<Proc> {
         let mut cmd = match server {
@@ -85,6 +86,8 @@ impl Proc {
                     let (bin, dir) = xdsd_dir
                         .ok_or_else(|| anyhow::anyhow!("xdsd-dir needs the xdsd binary"))?;
                     c.arg("--xdsd-bin").arg(bin).arg("--dir").arg(dir);
+                    // Extra arguments of `xdsd serve`, for the adapter (see `dirsrc::run`).
+                    c.env(crate::dirsrc::XDSD_ARGS_VAR, xdsd_args.join(" "));
                 }
                 c
             }

@@ -347,6 +347,10 @@ impl Adapter {
     }
 }
 
+/// Extra arguments of `xdsd serve`, space-separated (set by the harness, e.g. for S7's
+/// `--reload full`).
+pub const XDSD_ARGS_VAR: &str = "XDS_BENCH_XDSD_ARGS";
+
 pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
     let staging = dir.with_extension("staging");
     for d in [dir, &staging] {
@@ -360,6 +364,11 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
         .arg("--resources")
         .arg(dir)
         .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+        .args(
+            std::env::var(XDSD_ARGS_VAR)
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -74,8 +74,8 @@ struct RunArgs {
     /// The xdsd binary, for the xdsd-dir server (`cargo build --release -p xdsd`).
     #[arg(long, default_value = "target/release/xdsd")]
     xdsd_bin: PathBuf,
-    /// Scenarios to run, comma-separated: s1 (with s3, s4), s2, s5, s6.
-    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6")]
+    /// Scenarios to run, comma-separated: s1 (with s3, s4), s2, s5, s6, s7 (xdsd-dir only).
+    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6,s7")]
     scenarios: Vec<String>,
     /// Where to write results.json, results.md and s1.svg.
     #[arg(long, default_value = "target/bench")]
@@ -107,6 +107,9 @@ struct RunArgs {
     /// S6 parameter groups.
     #[arg(long, default_value_t = 10)]
     s6_groups: usize,
+    /// S7 directory sizes in files, comma-separated (xdsd-dir only).
+    #[arg(long, value_delimiter = ',')]
+    s7_files: Vec<usize>,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]
     streams_per_connection: Option<usize>,
@@ -166,6 +169,7 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         s5_secs: a.s5_secs.unwrap_or(if q { 1.0 } else { 5.0 }),
         s6_streams: or(&a.s6_streams, &[50], &[10_000]),
         s6_groups: a.s6_groups,
+        s7_files: or(&a.s7_files, &[200], &[20_000]),
         sync_timeout_s: if q { 30 } else { 180 },
         change_timeout_s: if q { 15 } else { 60 },
     })

@@ -254,6 +254,45 @@ pub fn markdown(rows: &[Row]) -> String {
         }
         out.push('\n');
     }
+    let s7: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S7").collect();
+    if !s7.is_empty() {
+        out.push_str("### S7 one-file change: a directory of N resource files; one endpoints file is renamed into place per change
+
+");
+        out.push_str("The xdsd binary (xdsd-dir), incremental reloads against `--reload full` in this run. Convergence = from the rename to the last of 10 streams having the change (ms).
+
+");
+        out.push_str("| server | reload | files | streams | p50 | p90 | p99 | max | changes | CPU ms/change | CPU ÷ full | p50 ÷ full | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &s7 {
+            let [a, b, c, d] = ms(&r.conv_ms);
+            let cpu = |r: &Row| r.change_cpu_s * 1e3 / r.changes.max(1) as f64;
+            let full = rows
+                .iter()
+                .find(|f| f.scenario == "S7" && f.mode == "full" && f.clusters == r.clusters)
+                .filter(|f| f.changes > 0);
+            let ran = r.changes > 0;
+            let (cpu_ratio, p50_ratio) = if r.mode == "full" || !ran {
+                ("".to_owned(), "".to_owned())
+            } else {
+                (
+                    ratio(Some(cpu(r)), full.map(cpu)),
+                    ratio(p50(Some(r)), p50(full)),
+                )
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {a} | {b} | {c} | {d} | {} | {} | {cpu_ratio} | {p50_ratio} | {} |",
+                r.server,
+                r.mode,
+                r.clusters,
+                r.streams,
+                r.changes,
+                if ran { format!("{:.0}", cpu(r)) } else { "–".into() },
+                note(r)
+            );
+        }
+        out.push('\n');
+    }
     out
 }
 

@@ -107,6 +107,7 @@ pub struct Plan {
     pub s5_secs: f64,
     pub s6_streams: Vec<usize>,
     pub s6_groups: usize,
+    pub s7_files: Vec<usize>,
     pub sync_timeout_s: u64,
     pub change_timeout_s: u64,
 }
@@ -117,6 +118,8 @@ pub struct Ctx {
     pub xdsd_bin: Option<PathBuf>,
     pub scratch: PathBuf,
     records: HashMap<String, PathBuf>,
+    /// Extra arguments of `xdsd serve` for the xdsd-dir server (S7's `--reload full`).
+    xdsd_args: Vec<String>,
 }
 
 impl Ctx {
@@ -132,6 +135,7 @@ impl Ctx {
             xdsd_bin,
             scratch,
             records: HashMap::new(),
+            xdsd_args: Vec::new(),
         }
     }
 
@@ -185,6 +189,7 @@ async fn open(
         server,
         ctx.peer_bin.as_deref(),
         ctx.xdsd_bin.as_deref().map(|b| (b, dir.as_path())),
+        &ctx.xdsd_args,
         &ctx.log(server, &tag),
     )
     .await?;
@@ -755,6 +760,40 @@ pub async fn s6(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     row
 }
 
+/// Streams of S7: enough to see convergence, few enough that the reload dominates.
+const S7_STREAMS: usize = 10;
+
+/// S7 one-file change: a directory of `files` resource files (clusters and their endpoints, one
+/// file each, and S1's listeners and routes); each round renames one endpoints file into place;
+/// 10 streams watch every endpoint set. The xdsd binary only (xdsd-dir), incremental reloads
+/// against `--reload full` (every file read and parsed on every change) in the same run.
+pub async fn s7(ctx: &mut Ctx, server: Server, files: usize, full: bool) -> Row {
+    let spec = ConfigSpec {
+        clusters: (files / 2).max(1),
+        ..ctx.plan.s1_config
+    };
+    // The row's `clusters` holds the directory's size in files.
+    let mut row = new_row(ctx, "S7", server, false, S7_STREAMS, files);
+    row.mode = if full { "full" } else { "incremental" }.into();
+    progress(&format!(
+        "S7 {} files={files} reload={}",
+        server.name(),
+        row.mode
+    ));
+    let tracked = (0..spec.clusters).map(config::cluster_name).collect();
+    let fleet = fleet_for(&row, &spec, false, Kind::Eds, tracked);
+    let n = ctx.plan.rounds.min(5);
+    let make = |i, m| config::load_assignment(&spec, i, m);
+    ctx.xdsd_args = if full {
+        vec!["--reload".into(), "full".into()]
+    } else {
+        Vec::new()
+    };
+    let row = measure_rounds(ctx, server, &spec, fleet, row, make, n).await;
+    ctx.xdsd_args.clear();
+    row
+}
+
 pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
     let mut rows = Vec::new();
     let plan = ctx.plan.clone();
@@ -784,6 +823,13 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
         for &n in &plan.s6_streams {
             for &server in &plan.servers {
                 rows.push(s6(ctx, server, n).await);
+            }
+        }
+    }
+    if wants("s7") && plan.servers.contains(&Server::XdsdDir) {
+        for &files in &plan.s7_files {
+            for full in [true, false] {
+                rows.push(s7(ctx, Server::XdsdDir, files, full).await);
             }
         }
     }

@@ -83,6 +83,9 @@ pub struct WatchOptions {
     pub debounce: Duration,
     /// What each file may take.
     pub limits: Limits,
+    /// Reloads re-read and re-parse only the files that changed ([`DirectoryCache`]); off, every
+    /// reload reads and parses every file.
+    pub incremental: bool,
 }
 
 impl Default for WatchOptions {
@@ -90,6 +93,7 @@ impl Default for WatchOptions {
         WatchOptions {
             debounce: DEBOUNCE,
             limits: Limits::default(),
+            incremental: true,
         }
     }
 }
@@ -102,6 +106,12 @@ impl WatchOptions {
 
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Sets [`WatchOptions::incremental`].
+    pub fn incremental(mut self, on: bool) -> Self {
+        self.incremental = on;
         self
     }
 }
@@ -260,7 +270,9 @@ fn reload_loop(
     // changed. Filled now, while the program makes its own first load, so that the first change
     // is already incremental.
     let mut cache = DirectoryCache::default();
-    let _ = cache.load(descriptors, dir, &options.limits);
+    if options.incremental {
+        let _ = cache.load(descriptors, dir, &options.limits);
+    }
     // A burst carried over: events that came while the directory was being read.
     let mut carried: Option<(Burst, Instant)> = None;
     loop {
@@ -324,6 +336,9 @@ fn reload_loop(
             // Watch the directory now at `dir` (if any) before reading it: none of its changes
             // are missed.
             watched.recheck(dir, on_load);
+        }
+        if !options.incremental {
+            cache = DirectoryCache::default();
         }
         let result = cache.load(descriptors, dir, &options.limits);
         // A directory is read file by file: one that changed meanwhile may have been read half

@@ -367,8 +367,8 @@ struct ServeArgs {
     max_names_per_stream: usize,
 
     /// The resource names the streams of one connection may subscribe to together; a request
-    /// over it ends its stream with RESOURCE_EXHAUSTED. The default is five streams at
-    /// --max-names-per-stream (an Envoy with one stream per type).
+    /// over it ends its stream with RESOURCE_EXHAUSTED. The default is 20 streams at
+    /// --max-names-per-stream: room for clients that multiplex many streams on a connection.
     #[arg(
         long,
         value_name = "N",
@@ -427,6 +427,25 @@ struct ServeArgs {
     /// non-loopback --admin-listen logs a warning.
     #[arg(long, requires = "tls_cert", env = "XDSD_ADMIN_TLS")]
     admin_tls: bool,
+
+    /// How a change of the directory is loaded. incremental: only the files whose size, times or
+    /// inode changed are read again, and only those whose content changed are parsed again
+    /// (duplicates and references are still checked over the whole directory). full: every file
+    /// is read and parsed on every change, as a fallback or to compare.
+    #[arg(
+        long,
+        value_name = "incremental|full",
+        default_value = "incremental",
+        env = "XDSD_RELOAD"
+    )]
+    reload: ReloadMode,
+}
+
+/// `--reload`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ReloadMode {
+    Incremental,
+    Full,
 }
 
 /// `--make-before-break`.
@@ -706,6 +725,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             files: updates,
             metrics: metrics.clone(),
             health: source_health,
+            incremental: args.reload == ReloadMode::Incremental,
         },
     )?;
     {
@@ -818,6 +838,8 @@ struct Watching {
     metrics: Metrics,
     /// Whether the directory could be read at the last load (see [`source_healthy`]).
     health: tokio::sync::watch::Sender<bool>,
+    /// Reloads re-read only the files that changed (`--reload incremental`).
+    incremental: bool,
 }
 
 /// Whether a load's outcome says the source is healthy: it is unless the directory itself could
@@ -862,8 +884,11 @@ fn watch(
         files,
         metrics,
         health,
+        incremental,
     } = watching;
-    let options = xdsd_source::WatchOptions::default().limits(limits);
+    let options = xdsd_source::WatchOptions::default()
+        .limits(limits)
+        .incremental(incremental);
     let watched = dir.to_path_buf();
     xdsd_source::watch_directory_with(
         descriptors.clone(),

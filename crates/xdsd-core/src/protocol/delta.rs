@@ -253,7 +253,6 @@ impl DeltaSubscription {
             }
         };
         let mut change = SubscriptionChange::default();
-        let names_before: HashSet<Arc<str>> = self.names.iter().map(|(n, _)| n.clone()).collect();
         let mut wildcard_before = self.wildcard.is_some();
         let initial = !self.requested;
         if initial {
@@ -273,6 +272,10 @@ impl DeltaSubscription {
             .chain(unsubscribe_locators.iter().map(|(n, p)| (n.as_str(), *p)))
             .collect();
         let names_something = !subscribe_keys.is_empty() || !unsubscribe_keys.is_empty();
+        // The names subscribed before, to tell what to (un)watch: only for a request that names
+        // something. Most requests are ACKs, and a stream may hold 100,000 names.
+        let names_before: Option<HashSet<Arc<str>>> =
+            names_something.then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
         if !self.explicit && self.wildcard.is_none() && !names_something {
             // Legacy wildcard: no name ever subscribed means `*`.
             self.set_wildcard(Some(subscribe.default));
@@ -342,21 +345,26 @@ impl DeltaSubscription {
                 self.has.remove(&key);
             }
         }
-        let mut pids: Vec<Pid> = self.names.iter().map(|(_, p)| *p).collect();
-        pids.sort_unstable();
-        pids.dedup();
-        self.pids = pids;
+        if names_something {
+            let mut pids: Vec<Pid> = self.names.iter().map(|(_, p)| *p).collect();
+            pids.sort_unstable();
+            pids.dedup();
+            self.pids = pids;
+        }
         if self.wildcard.is_some() != wildcard_before {
             change.wildcard = Some(self.wildcard.is_some());
         }
         if names_something || change.wildcard.is_some() {
             self.fold_rest();
         }
-        let names_after: HashSet<Arc<str>> = self.names.iter().map(|(n, _)| n.clone()).collect();
-        change.added = names_after.difference(&names_before).cloned().collect();
-        change.removed = names_before.difference(&names_after).cloned().collect();
-        change.added.sort();
-        change.removed.sort();
+        if let Some(names_before) = names_before {
+            let names_after: HashSet<Arc<str>> =
+                self.names.iter().map(|(n, _)| n.clone()).collect();
+            change.added = names_after.difference(&names_before).cloned().collect();
+            change.removed = names_before.difference(&names_after).cloned().collect();
+            change.added.sort();
+            change.removed.sort();
+        }
         (kind, change)
     }
 

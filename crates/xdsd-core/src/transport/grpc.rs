@@ -102,9 +102,11 @@ pub struct ServerOptions {
     pub max_names_total: usize,
 }
 
-/// Names one connection's streams may subscribe to by default: five streams at the per-stream
-/// limit (an Envoy with one stream per type), about 100 bytes each.
-pub const DEFAULT_MAX_NAMES_PER_CONNECTION: usize = 5 * crate::protocol::session::DEFAULT_MAX_NAMES;
+/// Names one connection's streams may subscribe to by default: a client that multiplexes many
+/// streams on one connection (a caching proxy; xds-bench's S2 puts 100 streams of 10,000 names
+/// each on a connection) with headroom, 20 times the per-stream limit; about 100 bytes each.
+pub const DEFAULT_MAX_NAMES_PER_CONNECTION: usize =
+    20 * crate::protocol::session::DEFAULT_MAX_NAMES;
 
 /// Names all streams may subscribe to by default: 10,000 proxies subscribed to 5,000 names each.
 pub const DEFAULT_MAX_NAMES_TOTAL: usize = 50_000_000;
