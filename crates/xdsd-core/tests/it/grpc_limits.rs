@@ -471,7 +471,7 @@ async fn ended_with(response: http::Response<tonic::body::Body>) -> Option<tonic
         }
         None
     };
-    tokio::time::timeout(std::time::Duration::from_secs(1), read)
+    tokio::time::timeout(std::time::Duration::from_secs(2), read)
         .await
         .ok()
         .flatten()
