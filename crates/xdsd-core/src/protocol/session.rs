@@ -600,7 +600,9 @@ pub struct Session<M> {
     /// Digest of the node's encoding as last decoded (SotW), to decode it only when it changes.
     node_digest: Option<u64>,
     nonces: NonceGen,
-    types: HashMap<Arc<str>, TypeState<M>>,
+    /// Boxed: a machine is several hundred bytes, and a map of them keeps room for more than it
+    /// holds, per stream.
+    types: HashMap<Arc<str>, Box<TypeState<M>>>,
     /// The parameter sets this session uses, by [`Pid`].
     params: Vec<ParamSet>,
     pids: HashMap<ParamSet, Pid>,
@@ -740,10 +742,8 @@ impl<M: Machine> Session<M> {
             .as_ref()
             .is_some_and(|n| !n.dynamic_parameters.is_empty());
         let max_response_bytes = self.options.max_response_bytes;
-        let state = self
-            .types
-            .entry(type_url.clone())
-            .or_insert_with(|| TypeState {
+        let state = self.types.entry(type_url.clone()).or_insert_with(|| {
+            Box::new(TypeState {
                 machine: {
                     let mut m = M::new(type_url.clone());
                     m.set_max_response_bytes(max_response_bytes);
@@ -756,7 +756,8 @@ impl<M: Machine> Session<M> {
                 unacked: None,
                 held_since: None,
                 keys: 0,
-            });
+            })
+        });
         state.default = default;
         state
             .machine

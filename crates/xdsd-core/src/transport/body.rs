@@ -16,17 +16,21 @@ use tonic::Status;
 use super::wire::{Chunks, Pieces};
 
 /// What a stream's driver hands to its body: a response, or the status the stream ends with.
-pub(crate) type Sender<R> = mpsc::Sender<Result<R, Status>>;
+/// Boxed: a channel keeps its slots in blocks of 32, so each stream would hold 32 responses'
+/// room (kilobytes) for the one in flight.
+pub(crate) type Item<R> = Box<Result<R, Status>>;
+/// The driver's end of the channel to its body.
+pub(crate) type Sender<R> = mpsc::Sender<Item<R>>;
 
 /// A stream's response body: the responses received on a channel, then the trailers.
 pub(crate) struct ResponseBody<R> {
-    responses: mpsc::Receiver<Result<R, Status>>,
+    responses: mpsc::Receiver<Item<R>>,
     writing: Option<Chunks<R>>,
     ended: bool,
 }
 
 impl<R> ResponseBody<R> {
-    pub(crate) fn new(responses: mpsc::Receiver<Result<R, Status>>) -> ResponseBody<R> {
+    pub(crate) fn new(responses: mpsc::Receiver<Item<R>>) -> ResponseBody<R> {
         ResponseBody {
             responses,
             writing: None,
@@ -65,7 +69,7 @@ impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
             if this.ended {
                 return Poll::Ready(None);
             }
-            let status = match ready!(this.responses.poll_recv(cx)) {
+            let status = match ready!(this.responses.poll_recv(cx)).map(|item| *item) {
                 Some(Ok(response)) => match Chunks::new(response) {
                     Ok(chunks) => {
                         this.writing = Some(chunks);
@@ -129,10 +133,10 @@ mod tests {
     ) -> (Vec<Bytes>, HeaderMap) {
         let (tx, rx) = mpsc::channel(responses.len() + 1);
         for r in responses {
-            tx.send(Ok(r)).await.unwrap();
+            tx.send(Box::new(Ok(r))).await.unwrap();
         }
         if let Some(status) = end {
-            tx.send(Err(status)).await.unwrap();
+            tx.send(Box::new(Err(status))).await.unwrap();
         }
         drop(tx);
         let mut body = ResponseBody::new(rx);

@@ -127,7 +127,8 @@ struct TypeTrack {
 /// The record of one stream.
 pub(crate) struct Track {
     pub(crate) node: Option<ClientNode>,
-    types: BTreeMap<Arc<str>, TypeTrack>,
+    /// Boxed: a B-tree node keeps room for eleven records, and most streams have a few.
+    types: BTreeMap<Arc<str>, Box<TypeTrack>>,
     metrics: Metrics,
 }
 
@@ -164,12 +165,12 @@ impl Track {
         let metrics = self.metrics.for_type(label(type_url, in_store));
         self.types.insert(
             type_url.clone(),
-            TypeTrack {
+            Box::new(TypeTrack {
                 status: TypeStatus::new(type_url.clone()),
                 metrics,
                 sent_instant: None,
                 updated: Vec::new(),
-            },
+            }),
         );
     }
 

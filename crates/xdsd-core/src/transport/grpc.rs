@@ -29,6 +29,7 @@ use super::clients::ClientStatus;
 use super::context::ServerContext;
 use super::fetch;
 use super::metrics::Metrics;
+use super::requests::Requests;
 use super::rest::JsonCodec;
 use super::stats::{StreamCounters, StreamStatus};
 use super::status::{self, status_of_read_error};
@@ -655,11 +656,10 @@ fn streaming<V: Variant>(
     let (peer, access) = tls::peer_of_http(req.extensions(), ctx.options.allow_plaintext_secrets);
     let limit = ctx.options.max_request_bytes;
     let charges = ctx.charges(req.extensions().get::<ConnInfo>());
-    let requests = Streaming::new_request(
-        RequestDecoder::<V>(PhantomData),
+    let requests = Requests::new(
         Metered::new(req.into_body(), charges, peer),
-        None,
-        Some(limit),
+        V::REQUEST,
+        limit,
     );
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     tokio::spawn(stream::run::<V>(ctx, fixed, peer, access, requests, tx));

@@ -10,6 +10,7 @@ mod fetch;
 pub mod grpc;
 mod health;
 pub mod metrics;
+mod requests;
 pub mod rest;
 mod stats;
 pub mod status;

@@ -9,13 +9,15 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
-use tonic::{Status, Streaming};
+use tonic::body::Body as RequestBody;
+use tonic::Status;
 use tracing::{debug, info, warn};
 
 use super::body;
-use super::budget::NameCharge;
+use super::budget::{Metered, NameCharge};
 use super::context::ServerContext;
 use super::grpc::SHUTDOWN_GRACE;
+use super::requests::Requests;
 use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
 use super::tls::Access;
@@ -98,7 +100,7 @@ pub(crate) async fn run<V: Variant>(
     fixed: Option<Arc<str>>,
     peer: Option<SocketAddr>,
     access: Access,
-    mut requests: Streaming<V::Message>,
+    mut requests: Requests<Metered<RequestBody>, V::Message>,
     tx: Sender<V>,
 ) {
     let mut shutdown = ctx.shutdown.clone();
@@ -156,7 +158,7 @@ pub(crate) async fn run<V: Variant>(
         } else {
             warn!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
         }
-        if tokio::time::timeout(FINAL_STATUS_WAIT, tx.send(Err(status)))
+        if tokio::time::timeout(FINAL_STATUS_WAIT, tx.send(Box::new(Err(status))))
             .await
             .is_err()
         {
@@ -298,7 +300,7 @@ impl<V: Variant> Stream<V> {
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|down| *down) => return Err(Halt::ShuttingDown),
-                sent = tx.send(Ok(response)) => sent.map_err(|_| Halt::Gone)?,
+                sent = tx.send(Box::new(Ok(response))) => sent.map_err(|_| Halt::Gone)?,
             }
         }
         Ok(())

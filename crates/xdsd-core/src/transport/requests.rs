@@ -1,0 +1,304 @@
+//! A stream's requests, read from its HTTP body as gRPC messages. A message that arrives whole
+//! in one DATA frame (nearly every xDS request) is decoded from that frame's bytes as they are;
+//! only a message split across frames is gathered in a buffer, which is let go once the message
+//! is whole. An idle stream holds no buffer (tonic's reader keeps one per stream, the size of
+//! the largest request it read).
+
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio_stream::Stream;
+use tonic::Status;
+
+use super::status;
+
+/// The 5-byte gRPC message header: a compression flag and the length.
+const HEADER: usize = 5;
+
+/// The messages of `B`, each decoded as an `M` named `what` in errors, at most `limit` bytes.
+pub(crate) struct Requests<B, M> {
+    body: B,
+    /// What is left of the last DATA frame, when no message is being gathered.
+    frame: Bytes,
+    /// The start of a message whose end has not arrived.
+    gathering: BytesMut,
+    limit: usize,
+    what: &'static str,
+    ended: bool,
+    message: PhantomData<fn() -> M>,
+}
+
+impl<B, M> Requests<B, M> {
+    pub(crate) fn new(body: B, what: &'static str, limit: usize) -> Requests<B, M> {
+        Requests {
+            body,
+            frame: Bytes::new(),
+            gathering: BytesMut::new(),
+            limit,
+            what,
+            ended: false,
+            message: PhantomData,
+        }
+    }
+}
+
+/// The length of the message starting `buf`, once its header is there; errors as tonic's reader
+/// gives them (`status::status_of_read_error` maps them for the client).
+fn message_len(buf: &[u8], limit: usize) -> Result<Option<usize>, Status> {
+    let Some(header) = buf.get(..HEADER) else {
+        return Ok(None);
+    };
+    match header[0] {
+        0 => {}
+        1 => {
+            return Err(Status::internal(
+                "protocol error: received a compressed message, and this server takes none",
+            ))
+        }
+        flag => {
+            return Err(Status::internal(format!(
+                "protocol error: received message with invalid compression flag: {flag} (valid flags are 0 and 1)"
+            )))
+        }
+    }
+    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    if len > limit {
+        return Err(Status::out_of_range(format!(
+            "Error, decoded message length too large: found {len} bytes, the limit is: {limit} bytes"
+        )));
+    }
+    Ok(Some(len))
+}
+
+impl<B, M> Requests<B, M> {
+    /// The next whole message's bytes, if one is there.
+    fn take(&mut self) -> Result<Option<Bytes>, Status> {
+        if self.gathering.is_empty() {
+            if let Some(len) = message_len(&self.frame, self.limit)? {
+                if self.frame.len() >= HEADER + len {
+                    let message = self.frame.slice(HEADER..HEADER + len);
+                    self.frame.advance(HEADER + len);
+                    return Ok(Some(message));
+                }
+            }
+            if self.frame.is_empty() {
+                return Ok(None);
+            }
+        }
+        // Part of a message: gathered until it is whole.
+        self.gathering.extend_from_slice(&self.frame);
+        self.frame = Bytes::new();
+        let Some(len) = message_len(&self.gathering, self.limit)? else {
+            return Ok(None);
+        };
+        if self.gathering.len() < HEADER + len {
+            return Ok(None);
+        }
+        self.gathering.advance(HEADER);
+        let message = self.gathering.split_to(len).freeze();
+        // What came after it is read as a frame of its own; the buffer goes with the message
+        // (an empty remainder is dropped: it would keep the buffer alive).
+        let rest = std::mem::take(&mut self.gathering);
+        if !rest.is_empty() {
+            self.frame = rest.freeze();
+        }
+        Ok(Some(message))
+    }
+}
+
+impl<B, M> Stream for Requests<B, M>
+where
+    B: http_body::Body<Data = Bytes, Error = Status> + Unpin,
+    M: prost::Message + Default,
+{
+    type Item = Result<M, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            match this.take() {
+                Ok(Some(message)) => {
+                    let decoded =
+                        M::decode(message).map_err(|e| status::undecodable(this.what, &e));
+                    return Poll::Ready(Some(decoded));
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(error)));
+                }
+            }
+            match ready!(Pin::new(&mut this.body).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        this.frame = data;
+                    }
+                }
+                Some(Err(error)) => {
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(error)));
+                }
+                None => {
+                    this.ended = true;
+                    if this.gathering.is_empty() && this.frame.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Err(Status::internal(
+                        "Unexpected EOF decoding stream.",
+                    ))));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use http_body::Frame;
+    use prost::Message;
+    use tokio_stream::StreamExt;
+    use tonic::Code;
+
+    use super::*;
+
+    /// A body that yields the given frames, then ends.
+    struct Frames(VecDeque<Result<Bytes, Status>>);
+
+    impl http_body::Body for Frames {
+        type Data = Bytes;
+        type Error = Status;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+            Poll::Ready(self.get_mut().0.pop_front().map(|f| f.map(Frame::data)))
+        }
+    }
+
+    fn request(version: &str) -> DiscoveryRequest {
+        DiscoveryRequest {
+            version_info: version.into(),
+            resource_names: vec!["a".into(), "b".into()],
+            type_url: "t".into(),
+            ..Default::default()
+        }
+    }
+
+    fn framed(m: &DiscoveryRequest) -> Vec<u8> {
+        let body = m.encode_to_vec();
+        let mut out = vec![0];
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    async fn read(frames: Vec<Vec<u8>>, limit: usize) -> Vec<Result<DiscoveryRequest, Status>> {
+        let frames = frames.into_iter().map(|f| Ok(Bytes::from(f))).collect();
+        Requests::<_, DiscoveryRequest>::new(Frames(frames), "DiscoveryRequest", limit)
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn messages_are_read_whatever_the_frames_cut_them_into() {
+        let messages: Vec<DiscoveryRequest> = (0..4).map(|i| request(&i.to_string())).collect();
+        let stream: Vec<u8> = messages.iter().flat_map(framed).collect();
+        // Every way of cutting the stream in two, and one byte per frame.
+        for cut in 0..=stream.len() {
+            let frames = vec![stream[..cut].to_vec(), stream[cut..].to_vec()];
+            let read: Vec<DiscoveryRequest> = read(frames, 1024)
+                .await
+                .into_iter()
+                .map(|r| r.expect("a request"))
+                .collect();
+            assert_eq!(read, messages, "cut at {cut}");
+        }
+        let bytes = stream.iter().map(|b| vec![*b]).collect();
+        let read: Vec<DiscoveryRequest> = read(bytes, 1024)
+            .await
+            .into_iter()
+            .map(|r| r.expect("a request"))
+            .collect();
+        assert_eq!(read, messages);
+    }
+
+    #[tokio::test]
+    async fn a_message_over_the_limit_is_refused_from_its_header() {
+        let big = framed(&request(&"v".repeat(100)));
+        // Only the header arrives: the length alone refuses it.
+        let read = read(vec![big[..HEADER].to_vec()], 50).await;
+        assert_eq!(read.len(), 1);
+        let error = read[0].as_ref().expect_err("refused");
+        assert_eq!(error.code(), Code::OutOfRange);
+        assert!(
+            error.message().contains("the limit is: 50 bytes"),
+            "{error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_message_cut_short_by_the_end_of_the_stream_is_an_error() {
+        let m = framed(&request("1"));
+        let read = read(vec![m[..m.len() - 1].to_vec()], 1024).await;
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].as_ref().expect_err("cut").code(), Code::Internal);
+    }
+
+    #[tokio::test]
+    async fn a_compressed_or_badly_flagged_message_is_an_error() {
+        for flag in [1u8, 7] {
+            let mut m = framed(&request("1"));
+            m[0] = flag;
+            let read = read(vec![m], 1024).await;
+            assert_eq!(read.len(), 1, "flag {flag}");
+            assert_eq!(read[0].as_ref().expect_err("flag").code(), Code::Internal);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_message_is_invalid_argument() {
+        let garbage = [0u8, 0, 0, 0, 2, 0xff, 0xff];
+        let read = read(vec![garbage.to_vec()], 1024).await;
+        let error = read[0].as_ref().expect_err("undecodable");
+        assert_eq!(error.code(), Code::InvalidArgument);
+    }
+
+    #[tokio::test]
+    async fn no_buffer_is_kept_once_a_split_message_is_whole() {
+        let m = framed(&request("1"));
+        let frames: VecDeque<Result<Bytes, Status>> = [m[..3].to_vec(), m[3..].to_vec()]
+            .into_iter()
+            .map(|f| Ok(Bytes::from(f)))
+            .collect();
+        let mut requests =
+            Requests::<_, DiscoveryRequest>::new(Frames(frames), "DiscoveryRequest", 1024);
+        let first = requests.next().await.expect("one").expect("a request");
+        assert_eq!(first, request("1"));
+        assert_eq!(requests.gathering.capacity(), 0);
+        assert!(requests.frame.is_empty());
+        assert!(requests.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_body_error_is_passed_on_and_ends_the_stream() {
+        let frames = VecDeque::from([Err(Status::unavailable("reset")), Ok(Bytes::new())]);
+        let read: Vec<_> =
+            Requests::<_, DiscoveryRequest>::new(Frames(frames), "DiscoveryRequest", 1024)
+                .collect()
+                .await;
+        assert_eq!(read.len(), 1);
+        assert_eq!(
+            read[0].as_ref().expect_err("error").code(),
+            Code::Unavailable
+        );
+    }
+}
