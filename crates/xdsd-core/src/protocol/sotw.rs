@@ -7,6 +7,7 @@ use crate::hash::{HashMap, HashSet};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use bytes::{Buf, Bytes};
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, ResourceLocator};
 use envoy_types::pb::google::rpc::Status;
 use prost::Message as _;
@@ -22,15 +23,16 @@ pub const WILDCARD: &str = "*";
 
 /// A `DiscoveryRequest` as the server reads it. An ACK repeats the client's whole list of names
 /// (hundreds, on every response), so the names are copied into one buffer, not one allocation
-/// each, and compared by digest; of the node only the identity is decoded. Same wire format as
-/// `envoy.service.discovery.v3.DiscoveryRequest`; fields xdsd does not use are skipped.
+/// each, and compared by digest; the node is kept as received and decoded only when asked for.
+/// Same wire format as `envoy.service.discovery.v3.DiscoveryRequest`; fields xdsd does not use
+/// are skipped.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct SotwRequest {
     pub version_info: String,
-    pub node: Option<NodeId>,
-    /// The node's encoding as received: the session decodes the whole `Node` only when it differs
-    /// from the one it already has (Envoy repeats its node on every request).
-    pub node_raw: Vec<u8>,
+    /// The node's encoding as received (a slice of the request's bytes when it was read from
+    /// `Bytes`): the session decodes the whole `Node` only when it differs from the one it
+    /// already has (Envoy repeats its node on every request).
+    pub node_raw: Bytes,
     pub resource_names: Names,
     /// xRFC TP2: names with their own dynamic parameters.
     pub resource_locators: Vec<ResourceLocator>,
@@ -53,6 +55,17 @@ pub struct NodeId {
 pub struct Names {
     bytes: Vec<u8>,
     ends: Vec<u32>,
+}
+
+impl SotwRequest {
+    /// The node's identity, decoded from [`SotwRequest::node_raw`]; `None` without a node or
+    /// when it does not decode.
+    pub fn node(&self) -> Option<NodeId> {
+        if self.node_raw.is_empty() {
+            return None;
+        }
+        NodeId::decode(self.node_raw.as_ref()).ok()
+    }
 }
 
 impl Names {
@@ -105,8 +118,6 @@ impl prost::Message for SotwRequest {
         }
         if !self.node_raw.is_empty() {
             pb_bytes::encode(REQ_NODE, &self.node_raw, buf);
-        } else if let Some(node) = &self.node {
-            message::encode(REQ_NODE, node, buf);
         }
         for name in self.resource_names.iter() {
             pb_bytes::encode(REQ_RESOURCE_NAMES, &name.to_vec(), buf);
@@ -142,11 +153,15 @@ impl prost::Message for SotwRequest {
                     .ok()
                     .filter(|l| *l <= buf.remaining())
                     .ok_or_else(|| decode_error("node longer than the message"))?;
-                let start = self.node_raw.len();
-                self.node_raw.resize(start + len, 0);
-                buf.copy_to_slice(&mut self.node_raw[start..]);
-                // Occurrences of a message field merge: decode all of it again.
-                self.node = Some(NodeId::decode(self.node_raw.as_slice())?);
+                let node = buf.copy_to_bytes(len);
+                if self.node_raw.is_empty() {
+                    self.node_raw = node;
+                } else {
+                    // Occurrences of a message field merge: their encodings concatenated.
+                    let mut both = bytes::BytesMut::from(self.node_raw.as_ref());
+                    both.extend_from_slice(&node);
+                    self.node_raw = both.freeze();
+                }
                 Ok(())
             }
             REQ_RESOURCE_LOCATORS => {
@@ -160,9 +175,21 @@ impl prost::Message for SotwRequest {
                     .filter(|l| *l <= buf.remaining())
                     .ok_or_else(|| decode_error("resource name longer than the message"))?;
                 let names = &mut self.resource_names;
-                let start = names.bytes.len();
-                names.bytes.resize(start + len, 0);
-                buf.copy_to_slice(&mut names.bytes[start..]);
+                if names.ends.is_empty() {
+                    // The first name: what follows is mostly more names (an ACK repeats them
+                    // all), so room for them at once instead of growing by doubling.
+                    let rest = buf.remaining();
+                    names.bytes.reserve(rest);
+                    names.ends.reserve(rest / (len + 2).max(8));
+                }
+                let mut left = len;
+                while left > 0 {
+                    let chunk = buf.chunk();
+                    let n = chunk.len().min(left);
+                    names.bytes.extend_from_slice(&chunk[..n]);
+                    buf.advance(n);
+                    left -= n;
+                }
                 let end = u32::try_from(names.bytes.len())
                     .map_err(|_| decode_error("resource names over 4 GiB"))?;
                 names.ends.push(end);
@@ -188,8 +215,6 @@ impl prost::Message for SotwRequest {
         }
         if !self.node_raw.is_empty() {
             len += pb_bytes::encoded_len(REQ_NODE, &self.node_raw);
-        } else if let Some(node) = &self.node {
-            len += message::encoded_len(REQ_NODE, node);
         }
         len += self
             .resource_names
@@ -224,14 +249,10 @@ impl From<&DiscoveryRequest> for SotwRequest {
     fn from(r: &DiscoveryRequest) -> SotwRequest {
         SotwRequest {
             version_info: r.version_info.clone(),
-            node: r.node.as_ref().map(|n| NodeId {
-                id: n.id.clone(),
-                cluster: n.cluster.clone(),
-            }),
             node_raw: r
                 .node
                 .as_ref()
-                .map(|n| n.encode_to_vec())
+                .map(|n| Bytes::from(n.encode_to_vec()))
                 .unwrap_or_default(),
             resource_names: r.resource_names.iter().collect(),
             resource_locators: r.resource_locators.clone(),

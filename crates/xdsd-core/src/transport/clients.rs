@@ -4,7 +4,6 @@
 //! (the session bounds those), at most [`MAX_TRACKED_RESOURCES`] resources of the last response
 //! of each, a NACK message cut to [`MAX_NACK_MESSAGE_BYTES`].
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -127,8 +126,10 @@ struct TypeTrack {
 /// The record of one stream.
 pub(crate) struct Track {
     pub(crate) node: Option<ClientNode>,
-    /// Boxed: a B-tree node keeps room for eleven records, and most streams have a few.
-    types: BTreeMap<Arc<str>, Box<TypeTrack>>,
+    /// Per type, in the order first asked for: a stream has a few, found by the session's own
+    /// `Arc` of the type URL before its text is compared (every response and ACK looks one up).
+    /// Boxed: the records are large and the list grows by doubling.
+    types: Vec<(Arc<str>, Box<TypeTrack>)>,
     metrics: Metrics,
 }
 
@@ -151,7 +152,7 @@ impl Track {
     pub(crate) fn new(metrics: Metrics) -> Track {
         Track {
             node: None,
-            types: BTreeMap::new(),
+            types: Vec::new(),
             metrics,
         }
     }
@@ -159,11 +160,21 @@ impl Track {
     /// The type's record, made on the first request for it; `in_store`: the store had the type
     /// then.
     pub(crate) fn requested(&mut self, type_url: &Arc<str>, in_store: bool) {
-        if self.types.contains_key(type_url) {
-            return;
+        self.track(type_url, in_store);
+    }
+
+    /// The type's record, made if it is the first time.
+    fn track(&mut self, type_url: &Arc<str>, in_store: bool) -> &mut TypeTrack {
+        let found = self
+            .types
+            .iter()
+            .position(|(t, _)| Arc::ptr_eq(t, type_url))
+            .or_else(|| self.types.iter().position(|(t, _)| t == type_url));
+        if let Some(i) = found {
+            return &mut self.types[i].1;
         }
         let metrics = self.metrics.for_type(label(type_url, in_store));
-        self.types.insert(
+        self.types.push((
             type_url.clone(),
             Box::new(TypeTrack {
                 status: TypeStatus::new(type_url.clone()),
@@ -171,7 +182,9 @@ impl Track {
                 sent_instant: None,
                 updated: Vec::new(),
             }),
-        );
+        ));
+        let last = self.types.len() - 1;
+        &mut self.types[last].1
     }
 
     /// A response of `bytes` went out.
@@ -187,10 +200,7 @@ impl Track {
         updated: &[Arc<Resource>],
         bytes: usize,
     ) {
-        self.requested(type_url, true);
-        let Some(t) = self.types.get_mut(type_url) else {
-            return;
-        };
+        let t = self.track(type_url, true);
         t.metrics.sent(resource_count, bytes);
         t.status.last_sent = Some(Sent {
             version: version.into(),
@@ -217,8 +227,7 @@ impl Track {
         nonce: &str,
         nack: Option<(Option<Arc<str>>, &str)>,
     ) -> Option<Duration> {
-        self.requested(type_url, true);
-        let t = self.types.get_mut(type_url)?;
+        let t = self.track(type_url, true);
         let latest = t.status.last_sent.as_ref().filter(|s| s.nonce == nonce);
         let latency = match (latest, t.sent_instant) {
             (Some(_), Some(at)) if t.status.pending => Some(at.elapsed()),
@@ -259,7 +268,9 @@ impl Track {
     }
 
     pub(crate) fn types(&self) -> Vec<TypeStatus> {
-        self.types.values().map(|t| t.status.clone()).collect()
+        let mut types: Vec<TypeStatus> = self.types.iter().map(|(_, t)| t.status.clone()).collect();
+        types.sort_by(|a, b| a.type_url.cmp(&b.type_url));
+        types
     }
 }
 

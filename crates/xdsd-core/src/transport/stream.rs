@@ -191,8 +191,13 @@ impl<V: Variant> Stream<V> {
         if let Some(on) = change.wildcard {
             self.watcher.set_wildcard(&type_url, on);
         }
-        self.watcher.unwatch(&type_url, &change.removed);
-        self.watcher.watch(&type_url, &change.added);
+        // Most requests are ACKs that change nothing: the store's index is not locked for them.
+        if !change.removed.is_empty() {
+            self.watcher.unwatch(&type_url, &change.removed);
+        }
+        if !change.added.is_empty() {
+            self.watcher.watch(&type_url, &change.added);
+        }
         Ok(())
     }
 

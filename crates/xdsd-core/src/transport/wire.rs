@@ -332,6 +332,8 @@ pub(crate) struct Chunks<R> {
     header: bool,
     /// A shared value that goes out after the chunk just returned.
     shared: Option<Bytes>,
+    /// Bytes of the message handed out so far (header included).
+    written: usize,
 }
 
 impl<R: Pieces> Chunks<R> {
@@ -346,15 +348,20 @@ impl<R: Pieces> Chunks<R> {
             next: 0,
             header: false,
             shared: None,
+            written: 0,
         })
     }
 
     /// The next chunk, `None` once the response is written.
     pub(crate) fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(shared) = self.shared.take() {
+            self.written += shared.len();
             return Some(shared);
         }
-        let mut buf = BytesMut::new();
+        // Room for what is left, up to a chunk (and the piece that may end it): one allocation,
+        // not a buffer grown by doubling.
+        let left = (self.response.body_len() + 5).saturating_sub(self.written);
+        let mut buf = BytesMut::with_capacity(left.min(CHUNK_BYTES + COPY_BELOW));
         if !self.header {
             self.header = true;
             // Not compressed; the length was checked in `new`.
@@ -387,8 +394,11 @@ impl<R: Pieces> Chunks<R> {
             }
         }
         if buf.is_empty() {
-            return self.shared.take();
+            let shared = self.shared.take()?;
+            self.written += shared.len();
+            return Some(shared);
         }
+        self.written += buf.len();
         Some(buf.freeze())
     }
 }

@@ -507,7 +507,7 @@ fn sotw_request_reads_the_wire_format_of_a_full_discovery_request() {
     };
     let read = SotwRequest::decode(full.encode_to_vec().as_slice()).unwrap();
     assert_eq!(read, SotwRequest::from(&full));
-    assert_eq!(read.node.as_ref().unwrap().id, "envoy-1");
+    assert_eq!(read.node().unwrap().id, "envoy-1");
     assert_eq!(read.resource_names.iter().nth(1), Some("é".as_bytes()));
     assert_eq!(read.resource_names.len(), 3);
 }
