@@ -192,7 +192,7 @@ impl Track {
     pub(crate) fn sent<'a>(
         &mut self,
         type_url: &Arc<str>,
-        version: &str,
+        version: &Arc<str>,
         nonce: &str,
         resources: impl Iterator<Item = &'a Arc<Resource>>,
         resource_count: usize,
@@ -203,7 +203,7 @@ impl Track {
         let t = self.track(type_url, true);
         t.metrics.sent(resource_count, bytes);
         t.status.last_sent = Some(Sent {
-            version: version.into(),
+            version: version.clone(),
             nonce: nonce.to_owned(),
             at: SystemTime::now(),
             resource_count,

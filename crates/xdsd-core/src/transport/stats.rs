@@ -66,7 +66,7 @@ pub(crate) struct StreamEntry {
 
 /// A response as the stream driver describes it to [`StreamEntry::sent`].
 pub(crate) struct SentResponse<'a, I> {
-    pub(crate) version: &'a str,
+    pub(crate) version: &'a Arc<str>,
     pub(crate) nonce: &'a str,
     pub(crate) resources: I,
     pub(crate) resource_count: usize,

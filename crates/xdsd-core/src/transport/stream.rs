@@ -40,7 +40,26 @@ pub(crate) trait Variant:
     type Wire: prost::Message + From<Self::Response> + Send + 'static;
 
     /// The resources a response carries, for the stream's record of its client.
-    fn carried(response: &Self::Response) -> Box<dyn Iterator<Item = &Arc<Resource>> + '_>;
+    fn carried(response: &Self::Response) -> impl Iterator<Item = &Arc<Resource>>;
+    /// The response's version, shared with the record of the client.
+    fn version(response: &Self::Response) -> &Arc<str>;
+}
+
+/// One of two iterators: the resources of a response without a boxed iterator per response.
+enum Either<A, B> {
+    A(A),
+    B(B),
+}
+
+impl<T, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Either<A, B> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        match self {
+            Either::A(i) => i.next(),
+            Either::B(i) => i.next(),
+        }
+    }
 }
 
 impl Variant for SotwSubscription {
@@ -48,11 +67,15 @@ impl Variant for SotwSubscription {
     type Message = crate::protocol::sotw::SotwRequest;
     type Wire = SotwWire;
 
-    fn carried(response: &SotwResponse) -> Box<dyn Iterator<Item = &Arc<Resource>> + '_> {
+    fn carried(response: &SotwResponse) -> impl Iterator<Item = &Arc<Resource>> {
         match &response.resources {
-            SotwResources::All(view) => Box::new(view.iter()),
-            SotwResources::Some(list) => Box::new(list.iter()),
+            SotwResources::All(view) => Either::A(view.iter()),
+            SotwResources::Some(list) => Either::B(list.iter()),
         }
+    }
+
+    fn version(response: &SotwResponse) -> &Arc<str> {
+        &response.version_info
     }
 }
 
@@ -61,8 +84,12 @@ impl Variant for DeltaSubscription {
     type Message = envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     type Wire = DeltaWire;
 
-    fn carried(response: &DeltaResponse) -> Box<dyn Iterator<Item = &Arc<Resource>> + '_> {
-        Box::new(response.resources.iter())
+    fn carried(response: &DeltaResponse) -> impl Iterator<Item = &Arc<Resource>> {
+        response.resources.iter()
+    }
+
+    fn version(response: &DeltaResponse) -> &Arc<str> {
+        &response.system_version_info
     }
 }
 
@@ -293,7 +320,7 @@ impl<V: Variant> Stream<V> {
             self.stats.sent(
                 &type_url,
                 SentResponse {
-                    version,
+                    version: V::version(&response),
                     nonce,
                     resources: V::carried(&response),
                     resource_count: resources,
