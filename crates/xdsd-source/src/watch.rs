@@ -436,7 +436,7 @@ fn reload_loop(
 }
 
 /// The most paths a burst keeps: past it, the whole tree is listed.
-const MAX_BURST_PATHS: usize = 65_536;
+const MAX_BURST_PATHS: usize = 262_144;
 
 /// What a burst of events changed: whether it is complete (applied at once) or may still be
 /// written (applied once the directory is quiet).

@@ -503,7 +503,11 @@ impl Store {
         // reference check of a `touched` update looks at.
         let mut changed_resources: Vec<Typed> = Vec::new();
         let mut lost = false;
+        // Resources kept with the same content but another origin or order: the state is
+        // swapped in for them too (errors name the right files), with the same versions.
+        let mut refreshed = false;
         for (type_url, map) in next {
+            let mut refresh = false;
             let old = current.get(&type_url);
             // Changed resources are known by their names and aliases, old and new: a stream may
             // watch any of them. Each with whom to wake: the streams whose parameters match a
@@ -544,6 +548,9 @@ impl Store {
                     |r: &Arc<Resource>| variants.iter().any(|v| v.version() == r.version());
                 let kept = variants.iter().filter(|r| in_before(r)).count();
                 if kept == variants.len() && kept == before.len() {
+                    // The same content; from elsewhere (another origin), or in another order,
+                    // it is kept as given, without a new version or anyone woken.
+                    refresh |= variants.iter().zip(before).any(|(a, b)| !Arc::ptr_eq(a, b));
                     continue;
                 }
                 if touched.is_some() {
@@ -586,9 +593,10 @@ impl Store {
                 }
                 same
             });
-            if names.is_empty() {
+            if names.is_empty() && !refresh {
                 continue;
             }
+            refreshed |= refresh;
             if map.is_empty() {
                 types.remove(&type_url);
             } else {
@@ -601,7 +609,9 @@ impl Store {
                     Arc::new(TypeSnapshot::with_variants(type_url.clone(), entries)),
                 );
             }
-            changed.push((type_url, names));
+            if !names.is_empty() {
+                changed.push((type_url, names));
+            }
         }
         let total = types.values().map(|t| t.iter().count()).sum();
         // Only a change can create a dangling reference (the current state passed the check),
@@ -624,7 +634,7 @@ impl Store {
             return Err(StoreError::DanglingReferences(dangling));
         }
         let generation = current.generation() + u64::from(count > 0);
-        if count > 0 {
+        if count > 0 || refreshed {
             let snapshot = Arc::new(Snapshot::new(generation, types));
             *self
                 .inner
