@@ -580,8 +580,11 @@ mod replace_names {
         (type_url.to_owned(), format!("{prefix}{n}"))
     }
 
-    /// What a store holds: per type, its version and each name's variants (version, origin).
-    fn content(store: &Store) -> Vec<(String, String, Vec<(String, Vec<(String, String)>)>)> {
+    /// Each name with its variants' (version, origin).
+    type Entries = Vec<(String, Vec<(String, String)>)>;
+
+    /// What a store holds: per type, its version and each name's variants.
+    fn content(store: &Store) -> Vec<(String, String, Entries)> {
         let snapshot = store.snapshot();
         let mut out: Vec<_> = snapshot
             .types()
