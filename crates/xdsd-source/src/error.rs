@@ -144,6 +144,43 @@ impl SourceError {
         }
     }
 
+    /// A copy, for an error kept with a file that did not change (an I/O error keeps its kind
+    /// and message; the descriptor and watch errors, which no file has, keep their message).
+    pub(crate) fn copy(&self) -> SourceError {
+        match self {
+            SourceError::Io { path, source } => SourceError::Io {
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            SourceError::File { file, message } => SourceError::File {
+                file: file.clone(),
+                message: message.clone(),
+            },
+            SourceError::Resource { resource, problem } => SourceError::Resource {
+                resource: resource.clone(),
+                problem: problem.clone(),
+            },
+            SourceError::Duplicate {
+                type_url,
+                name,
+                first,
+                second,
+            } => SourceError::Duplicate {
+                type_url: type_url.clone(),
+                name: name.clone(),
+                first: first.clone(),
+                second: second.clone(),
+            },
+            SourceError::Multiple(list) => {
+                SourceError::Multiple(list.iter().map(SourceError::copy).collect())
+            }
+            SourceError::Descriptors(_) | SourceError::Watch { .. } => SourceError::File {
+                file: PathBuf::new(),
+                message: self.to_string(),
+            },
+        }
+    }
+
     /// The individual errors (itself, unless it is `Multiple`).
     pub fn errors(&self) -> Vec<&SourceError> {
         match self {

@@ -27,8 +27,8 @@ pub use descriptors::{
     type_url_of, Descriptors, ENVOY_DESCRIPTOR_SET, ENVOY_TYPES_VERSION, TYPE_URL_PREFIX,
 };
 pub use dir::{
-    is_ignored_name, load_directory, load_directory_with, resource_files, DirectoryCache, Limits,
-    DEFAULT_MAX_FILE_BYTES, DEFAULT_RACY_WINDOW,
+    is_ignored_name, load_directory, load_directory_with, resource_files, Changes, DirectoryCache,
+    Limits, DEFAULT_MAX_FILE_BYTES, DEFAULT_RACY_WINDOW,
 };
 pub use error::{Problem, ResourceRef, SourceError};
 pub use parse::{check_duplicates, name_field, parse_file, Format};
@@ -37,7 +37,8 @@ pub use render::{
     RenderError, DISCOVERY_RESPONSE,
 };
 pub use watch::{
-    watch_directory, watch_directory_with, DirectoryWatch, WatchOptions, DEBOUNCE, MAX_DELAY,
+    watch_directory, watch_directory_updates, watch_directory_with, DirectoryWatch, Reloaded,
+    WatchOptions, DEBOUNCE, MAX_DELAY,
 };
 
 /// The shortest `"@ttl"` a resource may have: shorter would have every client renewed several

@@ -123,6 +123,31 @@ pub fn watch_directory_with(
     options: WatchOptions,
     on_load: impl Fn(Result<Vec<ParsedResource>, SourceError>) + Send + 'static,
 ) -> Result<DirectoryWatch, SourceError> {
+    watch_directory_updates(descriptors, dir, options, move |result| {
+        on_load(result.map(DirectoryCache::resources));
+        true
+    })
+}
+
+/// What a reload hands over: the cache, up to date with the directory and without errors (it
+/// says what changed since the last commit, [`DirectoryCache::changes`], or holds everything,
+/// [`DirectoryCache::resources`], when the consumer is not synced yet), or the directory's errors.
+pub type Reloaded<'a> = Result<&'a DirectoryCache, SourceError>;
+
+/// [`watch_directory_with`] for a consumer that applies only what changed: `on_update` gets the
+/// cache after each reload and returns whether it committed it (then the next reload's changes
+/// start from it; otherwise they include these too). The first reload is not synced
+/// ([`DirectoryCache::is_synced`]): the consumer's state is replaced whole.
+///
+/// A reload looks only at the paths the events of a burst name ([`DirectoryCache::reload_paths`])
+/// and lists the whole tree ([`DirectoryCache::rescan`]) after events were missed (a queue
+/// overflow, an error, an event without paths) and when the directory itself was replaced.
+pub fn watch_directory_updates(
+    descriptors: Descriptors,
+    dir: PathBuf,
+    options: WatchOptions,
+    on_update: impl for<'a> Fn(Reloaded<'a>) -> bool + Send + 'static,
+) -> Result<DirectoryWatch, SourceError> {
     let (tx, rx) = mpsc::channel();
     let events = tx.clone();
     let watch_error = |source| SourceError::Watch {
@@ -154,7 +179,7 @@ pub fn watch_directory_with(
                 &descriptors,
                 &thread_dir,
                 options,
-                &on_load,
+                &on_update,
             )
         })
         .map_err(|source| SourceError::Io {
@@ -204,11 +229,7 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
 impl Watched {
     /// Checks that the watched directory is the one at `dir`; when it was replaced, watches the
     /// new one. True when the directory must be loaded again (it came back).
-    fn recheck(
-        &mut self,
-        dir: &Path,
-        on_load: &dyn Fn(Result<Vec<ParsedResource>, SourceError>),
-    ) -> bool {
+    fn recheck(&mut self, dir: &Path, on_load: &dyn Fn(Reloaded<'_>) -> bool) -> bool {
         let now = identity(dir);
         // Nothing to do: the same directory, or still none (its loss already reported).
         let unchanged = now == self.identity && !self.lost;
@@ -224,7 +245,7 @@ impl Watched {
                         dir = %dir.display(),
                         "the resource directory is gone: keeping the last good resources, and watching for it to come back"
                     );
-                    on_load(Err(SourceError::Io {
+                    let _ = on_load(Err(SourceError::Io {
                         path: dir.to_path_buf(),
                         source: std::io::Error::new(
                             std::io::ErrorKind::NotFound,
@@ -263,7 +284,7 @@ fn reload_loop(
     descriptors: &Descriptors,
     dir: &Path,
     options: WatchOptions,
-    on_load: &dyn Fn(Result<Vec<ParsedResource>, SourceError>),
+    on_load: &dyn Fn(Reloaded<'_>) -> bool,
 ) {
     let debounce = options.debounce;
     // What is parsed of each file, so that a change re-reads and re-parses only the files that
@@ -271,7 +292,7 @@ fn reload_loop(
     // is already incremental.
     let mut cache = DirectoryCache::default();
     if options.incremental {
-        let _ = cache.load(descriptors, dir, &options.limits);
+        let _ = cache.rescan(descriptors, dir, &options.limits);
     }
     // A burst carried over: events that came while the directory was being read.
     let mut carried: Option<(Burst, Instant)> = None;
@@ -292,6 +313,7 @@ fn reload_loop(
                         Err(RecvTimeoutError::Timeout) => {
                             if watched.recheck(dir, on_load) {
                                 burst.unknown = true;
+                                burst.rescan = true;
                                 break;
                             }
                         }
@@ -337,15 +359,33 @@ fn reload_loop(
             // are missed.
             watched.recheck(dir, on_load);
         }
-        if !options.incremental {
+        let result = if !options.incremental {
             cache = DirectoryCache::default();
-        }
-        let result = cache.load(descriptors, dir, &options.limits);
+            cache.rescan(descriptors, dir, &options.limits)
+        } else if burst.rescan {
+            cache.rescan(descriptors, dir, &options.limits)
+        } else {
+            // Events name paths under the absolute path of the directory; the cache, as a full
+            // load, under `dir` as given.
+            let absolute = std::env::current_dir()
+                .map(|cwd| cwd.join(dir))
+                .unwrap_or_else(|_| dir.to_path_buf());
+            let paths: Vec<PathBuf> = burst
+                .paths
+                .iter()
+                .map(|p| match p.strip_prefix(&absolute) {
+                    Ok(relative) if dir.is_relative() => dir.join(relative),
+                    _ => p.clone(),
+                })
+                .collect();
+            cache.reload_paths(descriptors, dir, &options.limits, &paths)
+        };
         // A directory is read file by file: one that changed meanwhile may have been read half
         // old, half new (a route from after the change, the cluster it needs from before). Such
-        // a read is not applied; the directory is read again with the changes (within
-        // MAX_DELAY of the burst's start: a directory that never stops changing is still
-        // loaded).
+        // a read is not applied; the files changed meanwhile are read again (within MAX_DELAY
+        // of the burst's start: a directory that never stops changing is still loaded). Changes
+        // to other files than those read are taken by the next reload, which starts at once:
+        // what was read is as it was when the read started.
         let mut during = Burst::default();
         let mut changed = false;
         loop {
@@ -360,7 +400,7 @@ fn reload_loop(
             }
         }
         if changed {
-            if burst_start.elapsed() < MAX_DELAY {
+            if burst.overlaps(&during) && burst_start.elapsed() < MAX_DELAY {
                 tracing::debug!(dir = %dir.display(), "the directory changed while it was read: reading it again");
                 carried = Some((during, burst_start));
                 continue;
@@ -368,9 +408,9 @@ fn reload_loop(
             carried = Some((during, Instant::now()));
         }
         match &result {
-            Ok(resources) => tracing::info!(
+            Ok(()) => tracing::info!(
                 dir = %dir.display(),
-                resources = resources.len(),
+                resources = cache.resource_count(),
                 files = cache.len(),
                 read = cache.last_load().0,
                 parsed = cache.last_load().1,
@@ -382,9 +422,21 @@ fn reload_loop(
                 "resource directory has errors, keeping the previous resources: {error}"
             ),
         }
-        on_load(result);
+        match result {
+            Ok(()) => {
+                if on_load(Ok(&cache)) {
+                    cache.committed();
+                }
+            }
+            Err(error) => {
+                let _ = on_load(Err(error));
+            }
+        }
     }
 }
+
+/// The most paths a burst keeps: past it, the whole tree is listed.
+const MAX_BURST_PATHS: usize = 262_144;
 
 /// What a burst of events changed: whether it is complete (applied at once) or may still be
 /// written (applied once the directory is quiet).
@@ -398,6 +450,10 @@ struct Burst {
     unknown: bool,
     /// The watched directory itself was removed or renamed away.
     root_gone: bool,
+    /// The paths the events name (at most [`MAX_BURST_PATHS`]).
+    paths: std::collections::HashSet<PathBuf>,
+    /// Events were missed, or cannot be told by their paths: the whole tree is listed.
+    rescan: bool,
 }
 
 impl Burst {
@@ -405,8 +461,18 @@ impl Burst {
         use notify::event::{CreateKind, RemoveKind, RenameMode};
         let Ok(event) = event else {
             self.unknown = true;
+            self.rescan = true;
             return;
         };
+        if event.paths.is_empty() {
+            self.rescan = true;
+        } else if !self.rescan {
+            self.paths.extend(event.paths.iter().cloned());
+            if self.paths.len() > MAX_BURST_PATHS {
+                self.rescan = true;
+                self.paths = Default::default();
+            }
+        }
         let root = event.paths.first().is_some_and(|p| p == dir);
         if root
             && matches!(
@@ -416,9 +482,11 @@ impl Burst {
             )
         {
             self.root_gone = true;
+            self.rescan = true;
         }
         if event.need_rescan() {
             self.unknown = true;
+            self.rescan = true;
             return;
         }
         match event.kind {
@@ -462,6 +530,17 @@ impl Burst {
     /// Whole when seen: applied without waiting for quiet.
     fn complete(&self) -> bool {
         self.whole && self.writing.is_empty() && !self.unknown
+    }
+
+    /// Whether `later` may have changed what this burst read: a path of one is (under) a path
+    /// of the other, or either lists the whole tree.
+    fn overlaps(&self, later: &Burst) -> bool {
+        let within = |a: &Burst, b: &Burst| {
+            a.paths
+                .iter()
+                .any(|p| p.ancestors().any(|q| b.paths.contains(q)))
+        };
+        self.rescan || later.rescan || within(self, later) || within(later, self)
     }
 }
 

@@ -128,6 +128,26 @@ pub fn commit(store: &Store, resources: Vec<ParsedResource>) -> Result<Loaded, L
     })
 }
 
+/// Commits what a watched directory's cache holds: everything when the store does not hold its
+/// last commit yet (the first reload), else only the names that changed since
+/// ([`Store::replace_names`]), which ends in the same state as committing everything.
+pub fn commit_cache(
+    store: &Store,
+    cache: &xdsd_source::DirectoryCache,
+) -> Result<Loaded, LoadError> {
+    if !cache.is_synced() {
+        return commit(store, cache.resources());
+    }
+    let changes = cache.changes();
+    let summary = store
+        .replace_names(changes.names, inputs(changes.resources)?)
+        .map_err(LoadError::Store)?;
+    Ok(Loaded {
+        resources: cache.resource_count(),
+        summary,
+    })
+}
+
 /// Loads `dir` and commits it to `store`.
 pub fn load_into(
     descriptors: &Descriptors,

@@ -21,7 +21,7 @@ use xdsd_core::transport::grpc::{
     MIN_MAX_RESPONSE_BYTES,
 };
 use xdsd_core::transport::metrics::{Metrics, Reload};
-use xdsd_source::{Descriptors, FileFormat, ParsedResource, SourceError};
+use xdsd_source::{Descriptors, FileFormat, SourceError};
 
 use files::{FileUpdates, FileWriter};
 use load::LoadError;
@@ -846,7 +846,7 @@ struct Watching {
 /// not be read (gone, replaced by something unreadable, no permission). A change rejected for
 /// its content leaves it healthy: every replica reading the same directory rejects it alike, and
 /// each keeps serving the last good state.
-fn source_healthy(result: &Result<Vec<ParsedResource>, SourceError>, dir: &Path) -> bool {
+fn source_healthy<T>(result: &Result<T, SourceError>, dir: &Path) -> bool {
     match result {
         Ok(_) => true,
         Err(e) => !e
@@ -870,8 +870,8 @@ async fn follow_source_health(
     }
 }
 
-/// Follows `dir`: each change becomes a whole new store state, or is rejected whole. Each
-/// change that is applied is passed on to `files`.
+/// Follows `dir`: each change is committed (only the names it changed), or rejected whole and
+/// taken again with the next change. Each change that is applied is passed on to `files`.
 fn watch(
     descriptors: &Descriptors,
     dir: &Path,
@@ -890,7 +890,7 @@ fn watch(
         .limits(limits)
         .incremental(incremental);
     let watched = dir.to_path_buf();
-    xdsd_source::watch_directory_with(
+    xdsd_source::watch_directory_updates(
         descriptors.clone(),
         dir.to_path_buf(),
         options,
@@ -908,7 +908,8 @@ fn watch(
             let generation = store.snapshot().generation();
             let result = result
                 .map_err(LoadError::Source)
-                .and_then(|resources| load::commit(&store, resources));
+                .and_then(|cache| load::commit_cache(&store, cache));
+            let committed = result.is_ok();
             match result {
                 Ok(loaded) if loaded.summary.changed == 0 => {
                     metrics.reload(Reload::Unchanged);
@@ -936,6 +937,7 @@ fn watch(
                     error!("change rejected: {e}; still serving generation {generation}")
                 }
             }
+            committed
         },
     )
     .with_context(|| format!("cannot watch {}", dir.display()))

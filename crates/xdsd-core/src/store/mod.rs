@@ -222,6 +222,23 @@ struct Inner {
 type TypeMap = BTreeMap<Arc<str>, Vec<Arc<Resource>>>;
 /// A resource with its type URL.
 type Typed = (Arc<str>, Arc<Resource>);
+/// Per type, the names an update may have changed (the others are as they were).
+type Touched = HashMap<Arc<str>, std::collections::BTreeSet<Arc<str>>>;
+
+/// A type's map in the next state, started from the current state the first time the type is
+/// touched.
+fn map_of<'a>(
+    next: &'a mut HashMap<Arc<str>, TypeMap>,
+    current: &Snapshot,
+    type_url: &Arc<str>,
+) -> &'a mut TypeMap {
+    next.entry(type_url.clone()).or_insert_with(|| {
+        current
+            .get(type_url)
+            .map(|t| t.entries().map(|(n, v)| (n.clone(), v.to_vec())).collect())
+            .unwrap_or_default()
+    })
+}
 
 /// Whether two variants are for the same constraints (both unconstrained included).
 fn same_constraints(a: &Resource, b: Option<&Constraints>) -> bool {
@@ -317,7 +334,86 @@ impl Store {
         for type_url in current.type_map().keys() {
             next.entry(type_url.clone()).or_default();
         }
-        self.commit(&current, next)
+        self.commit(&current, next, None)
+    }
+
+    /// Replaces the resources of some names, atomically: what [`Store::replace_all`] gives when
+    /// the inputs of the current state for `names` (type URL, name) are replaced by `resources`
+    /// (whose names must each be in `names`; a name without any is removed). A route
+    /// configuration's virtual hosts (VHDS) go with it. Two resources with the same name and
+    /// constraints, among `resources` or with a resource the store keeps, are an error as in
+    /// `replace_all`; so are the variant rules and references, checked for what changed.
+    ///
+    /// What a source that knows what changed commits: its cost is that of the names it
+    /// changes, not of the whole state.
+    pub fn replace_names(
+        &self,
+        names: impl IntoIterator<Item = (String, String)>,
+        resources: impl IntoIterator<Item = ResourceInput>,
+    ) -> Result<UpdateSummary, StoreError> {
+        let _writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let current = self.snapshot();
+        let mut next: HashMap<Arc<str>, TypeMap> = HashMap::new();
+        let mut touched: Touched = HashMap::new();
+        let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
+        for (type_url, name) in names {
+            let type_url = intern_type(&current, &type_url)?;
+            let name: Arc<str> = current
+                .get(&type_url)
+                .and_then(|t| t.intern(&name))
+                .unwrap_or_else(|| name.into());
+            // What the inputs of the name made: its own variants (not the virtual hosts of a
+            // route configuration, which are its route configuration's).
+            let map = map_of(&mut next, &current, &type_url);
+            if let Some(variants) = map.get_mut(&name) {
+                variants.retain(|v| v.parent().is_some());
+                if variants.is_empty() {
+                    map.remove(&name);
+                }
+            }
+            touched
+                .entry(type_url.clone())
+                .or_default()
+                .insert(name.clone());
+            if *type_url == *ROUTE_CONFIGURATION {
+                let prefix = vhds::host_prefix(&name);
+                let hosts = map_of(&mut next, &current, &hosts_type);
+                let taken: Vec<Arc<str>> = hosts
+                    .range::<str, _>((
+                        std::ops::Bound::Included(prefix.as_str()),
+                        std::ops::Bound::Unbounded,
+                    ))
+                    .take_while(|(host, _)| host.starts_with(prefix.as_str()))
+                    .filter(|(_, variants)| variants.iter().any(|v| v.parent() == Some(&name)))
+                    .map(|(host, _)| host.clone())
+                    .collect();
+                for host in taken {
+                    if let Some(variants) = hosts.get_mut(&host) {
+                        variants.retain(|v| v.parent() != Some(&name));
+                        if variants.is_empty() {
+                            hosts.remove(&host);
+                        }
+                    }
+                    touched.entry(hosts_type.clone()).or_default().insert(host);
+                }
+            }
+        }
+        for input in resources {
+            let type_url = intern_type(&current, &input.type_url)?;
+            for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)? {
+                touched
+                    .entry(type_url.clone())
+                    .or_default()
+                    .insert(resource.name().clone());
+                put(
+                    map_of(&mut next, &current, &type_url),
+                    &type_url,
+                    resource,
+                    false,
+                )?;
+            }
+        }
+        self.commit(&current, next, Some(touched))
     }
 
     /// Applies individual changes atomically: the embedding API for programs that own their
@@ -330,19 +426,6 @@ impl Store {
         let current = self.snapshot();
         let mut next: HashMap<Arc<str>, TypeMap> = HashMap::new();
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
-        // A type's map, started from the current state the first time the type is touched.
-        fn map_of<'a>(
-            next: &'a mut HashMap<Arc<str>, TypeMap>,
-            current: &Snapshot,
-            type_url: &Arc<str>,
-        ) -> &'a mut TypeMap {
-            next.entry(type_url.clone()).or_insert_with(|| {
-                current
-                    .get(type_url)
-                    .map(|t| t.entries().map(|(n, v)| (n.clone(), v.to_vec())).collect())
-                    .unwrap_or_default()
-            })
-        }
         for change in changes {
             let (type_url, name) = match &change {
                 Change::Set(input) => (intern_type(&current, &input.type_url)?, input.name.clone()),
@@ -395,22 +478,36 @@ impl Store {
                 }
             }
         }
-        self.commit(&current, next)
+        self.commit(&current, next, None)
     }
 
     /// Builds the next snapshot from `current` with the types in `next` replaced, checks the
-    /// variant rules of every changed name and the references of the whole next state (see
+    /// variant rules of every changed name and the references of the next state (see
     /// [`ReferencePolicy`]), swaps it in and notifies the streams that watch a changed name.
+    ///
+    /// With `touched`, only those names of each type in `next` are compared with the current
+    /// state (the others are known to be as they were), and in [`ReferenceMode::Strict`] only
+    /// what can have changed is checked: the references of the changed resources, and every
+    /// reference when a name or alias went away.
     fn commit(
         &self,
         current: &Snapshot,
         next: HashMap<Arc<str>, TypeMap>,
+        touched: Option<Touched>,
     ) -> Result<UpdateSummary, StoreError> {
         let mut types = current.type_map().clone();
         let mut changed: Vec<(Arc<str>, ChangedNames)> = Vec::new();
         let mut count = 0;
         let mut listed: Vec<NameChange> = Vec::new();
+        // The resources of changed names, and whether a name or alias went away: what the
+        // reference check of a `touched` update looks at.
+        let mut changed_resources: Vec<Typed> = Vec::new();
+        let mut lost = false;
+        // Resources kept with the same content but another origin or order: the state is
+        // swapped in for them too (errors name the right files), with the same versions.
+        let mut refreshed = false;
         for (type_url, map) in next {
+            let mut refresh = false;
             let old = current.get(&type_url);
             // Changed resources are known by their names and aliases, old and new: a stream may
             // watch any of them. Each with whom to wake: the streams whose parameters match a
@@ -424,7 +521,26 @@ impl Store {
                     names.extend(r.aliases().iter().map(|a| (a.clone(), wake.clone())));
                 }
             };
-            for (name, variants) in &map {
+            let all: Vec<&Arc<str>>;
+            let names_to_compare: Box<dyn Iterator<Item = &Arc<str>>> =
+                match touched.as_ref().map(|t| t.get(&type_url)) {
+                    Some(Some(names)) => Box::new(names.iter()),
+                    Some(None) => Box::new(std::iter::empty()),
+                    None => {
+                        all = map
+                            .keys()
+                            .chain(
+                                old.into_iter()
+                                    .flat_map(|o| o.entries())
+                                    .map(|(n, _)| n)
+                                    .filter(|n| !map.contains_key(*n)),
+                            )
+                            .collect();
+                        Box::new(all.iter().copied())
+                    }
+                };
+            for name in names_to_compare {
+                let variants: &[Arc<Resource>] = map.get(name).map(|v| &v[..]).unwrap_or(&[]);
                 let before = old.map(|o| o.variants(name)).unwrap_or(&[]);
                 let in_before =
                     |r: &Arc<Resource>| before.iter().any(|b| b.version() == r.version());
@@ -432,7 +548,22 @@ impl Store {
                     |r: &Arc<Resource>| variants.iter().any(|v| v.version() == r.version());
                 let kept = variants.iter().filter(|r| in_before(r)).count();
                 if kept == variants.len() && kept == before.len() {
+                    // The same content; from elsewhere (another origin), or in another order,
+                    // it is kept as given, without a new version or anyone woken.
+                    refresh |= variants.iter().zip(before).any(|(a, b)| !Arc::ptr_eq(a, b));
                     continue;
+                }
+                if touched.is_some() {
+                    changed_resources
+                        .extend(variants.iter().map(|r| (type_url.clone(), r.clone())));
+                    let after = |n: &str| {
+                        variants
+                            .iter()
+                            .any(|v| **v.name() == *n || v.aliases().iter().any(|a| **a == *n))
+                    };
+                    lost |= before
+                        .iter()
+                        .any(|b| !after(b.name()) || b.aliases().iter().any(|a| !after(a)));
                 }
                 count += variants.len() + before.len() - 2 * kept;
                 check_variants(&type_url, name, variants)?;
@@ -453,18 +584,6 @@ impl Store {
                 let wake = Wake::of(differ.map(|r| r.constraints()));
                 mark(&mut variants.iter().chain(before), wake);
             }
-            for (name, variants) in old.into_iter().flat_map(|o| o.entries()) {
-                if !map.contains_key(name) {
-                    count += variants.len();
-                    listed.push(NameChange {
-                        type_url: type_url.clone(),
-                        name: name.clone(),
-                        kind: ChangeKind::Removed,
-                    });
-                    let wake = Wake::of(variants.iter().map(|r| r.constraints()));
-                    mark(&mut variants.iter(), wake);
-                }
-            }
             names.sort_by(|a, b| a.0.cmp(&b.0));
             // One entry per name, waking whom any of its entries wakes.
             names.dedup_by(|later, first| {
@@ -474,9 +593,10 @@ impl Store {
                 }
                 same
             });
-            if names.is_empty() {
+            if names.is_empty() && !refresh {
                 continue;
             }
+            refreshed |= refresh;
             if map.is_empty() {
                 types.remove(&type_url);
             } else {
@@ -489,21 +609,32 @@ impl Store {
                     Arc::new(TypeSnapshot::with_variants(type_url.clone(), entries)),
                 );
             }
-            changed.push((type_url, names));
+            if !names.is_empty() {
+                changed.push((type_url, names));
+            }
         }
         let total = types.values().map(|t| t.iter().count()).sum();
         // Only a change can create a dangling reference (the current state passed the check),
         // but in warn mode every dangling reference of the new state is reported, old ones too.
-        let dangling = if count > 0 {
-            refs::dangling(&types, &self.inner.policy)
-        } else {
+        let policy = &self.inner.policy;
+        let dangling = if count == 0 {
             Vec::new()
+        } else if touched.is_some() && !lost && policy.mode == ReferenceMode::Strict {
+            // The current state has none: only a changed resource can have one.
+            changed_resources.sort_by(|a, b| (&a.0, a.1.name()).cmp(&(&b.0, b.1.name())));
+            refs::dangling_of(
+                &types,
+                changed_resources.iter().map(|(t, r)| (t, r)),
+                policy,
+            )
+        } else {
+            refs::dangling(&types, policy)
         };
         if !dangling.is_empty() && self.inner.policy.mode == ReferenceMode::Strict {
             return Err(StoreError::DanglingReferences(dangling));
         }
         let generation = current.generation() + u64::from(count > 0);
-        if count > 0 {
+        if count > 0 || refreshed {
             let snapshot = Arc::new(Snapshot::new(generation, types));
             *self
                 .inner

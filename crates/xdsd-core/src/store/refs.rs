@@ -550,24 +550,38 @@ pub(crate) fn dangling(
     }
     let mut urls: Vec<&Arc<str>> = types.keys().collect();
     urls.sort();
+    let all = urls
+        .into_iter()
+        .flat_map(|url| types[url].iter().map(move |r| (url, r)));
+    dangling_of(types, all, policy)
+}
+
+/// The references of `resources` (each with its type URL, in the order given) to resources
+/// that do not exist in `types`.
+pub(crate) fn dangling_of<'a>(
+    types: &HashMap<Arc<str>, Arc<TypeSnapshot>>,
+    resources: impl Iterator<Item = (&'a Arc<str>, &'a Arc<super::Resource>)>,
+    policy: &ReferencePolicy,
+) -> Vec<Dangling> {
+    if policy.mode == ReferenceMode::Off {
+        return Vec::new();
+    }
     let mut out = Vec::new();
-    for url in urls {
-        for resource in types[url].iter() {
-            for reference in resource.references() {
-                let exists = types
-                    .get(reference.type_url)
-                    .is_some_and(|t| t.intern(&reference.name).is_some());
-                if exists || policy.is_external(reference.type_url, &reference.name) {
-                    continue;
-                }
-                out.push(Dangling {
-                    type_url: url.clone(),
-                    name: resource.name().clone(),
-                    origin: resource.origin().cloned(),
-                    constraints: resource.constraints().cloned(),
-                    reference: reference.clone(),
-                });
+    for (url, resource) in resources {
+        for reference in resource.references() {
+            let exists = types
+                .get(reference.type_url)
+                .is_some_and(|t| t.intern(&reference.name).is_some());
+            if exists || policy.is_external(reference.type_url, &reference.name) {
+                continue;
             }
+            out.push(Dangling {
+                type_url: url.clone(),
+                name: resource.name().clone(),
+                origin: resource.origin().cloned(),
+                constraints: resource.constraints().cloned(),
+                reference: reference.clone(),
+            });
         }
     }
     out

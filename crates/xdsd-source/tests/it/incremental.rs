@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use xdsd_source::{load_directory_with, DirectoryCache, Limits};
+use xdsd_source::{load_directory_with, DirectoryCache, Limits, ParsedResource};
 
 const FILES: [&str; 6] = [
     "a.yaml",
@@ -67,6 +67,11 @@ enum Op {
     Delete {
         file: usize,
     },
+    /// `sub` (and all in it) renamed to one of [`DIRS`].
+    RenameDir {
+        to: usize,
+    },
+    DeleteDir,
     /// Let the clock move on, so that stamps are older than the writes that follow.
     Wait,
 }
@@ -105,6 +110,14 @@ fn apply(dir: &Path, op: &Op) {
         }
         Op::Delete { file } => {
             let _ = std::fs::remove_file(path(*file));
+        }
+        Op::RenameDir { to } => {
+            let target = dir.join(DIRS[*to]);
+            let _ = std::fs::remove_dir_all(&target);
+            let _ = std::fs::rename(dir.join("sub"), target);
+        }
+        Op::DeleteDir => {
+            let _ = std::fs::remove_dir_all(dir.join("sub"));
         }
         Op::Wait => std::thread::sleep(Duration::from_millis(15)),
     }
@@ -184,4 +197,151 @@ fn only_the_files_that_changed_are_read_and_parsed() {
     cache.load(&descriptors, dir, &limits).expect("loads");
     assert_eq!(cache.last_load(), (2, 2));
     assert_eq!(cache.len(), 3);
+}
+
+/// The paths a watcher's events name for an operation: the file (or the directory created for
+/// it), both ends of a rename, the file or directory deleted.
+fn touched(dir: &Path, op: &Op, existed: &dyn Fn(&Path) -> bool) -> Vec<std::path::PathBuf> {
+    let path = |i: usize| dir.join(FILES[i]);
+    // The topmost directory of `p` that did not exist, else `p`.
+    let created = |p: std::path::PathBuf| {
+        let mut top = p.clone();
+        for a in p.ancestors().skip(1) {
+            if a == dir || existed(a) {
+                break;
+            }
+            top = a.to_path_buf();
+        }
+        top
+    };
+    match op {
+        Op::Write { file, .. } | Op::Rewrite { file } => vec![created(path(*file))],
+        Op::Rename { from, to } => vec![path(*from), created(path(*to))],
+        Op::Delete { file } => vec![path(*file)],
+        Op::RenameDir { to } => vec![dir.join("sub"), dir.join(DIRS[*to])],
+        Op::DeleteDir => vec![dir.join("sub")],
+        Op::Wait => Vec::new(),
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// The watcher's way: only the paths the events name are looked at, and the consumer
+    /// applies only the names that changed; both end where a full load does.
+    #[test]
+    fn an_event_driven_reload_ends_in_the_state_a_full_reload_gives(ops in ops_with_dirs()) {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let dir = tmp.path();
+        let descriptors = crate::descriptors();
+        let limits = Limits::default();
+        let mut cache = DirectoryCache::with_racy_window(Duration::ZERO);
+        cache.rescan(&descriptors, dir, &limits).expect("an empty directory loads");
+        // What a consumer holds: every resource by (type URL, name), from the last commit.
+        let mut held: std::collections::BTreeMap<(String, String), Vec<ParsedResource>> =
+            Default::default();
+        for op in &ops {
+            let before: std::collections::HashSet<std::path::PathBuf> = walkdirs(dir);
+            apply(dir, op);
+            let paths = touched(dir, op, &|p: &Path| before.contains(p));
+            let incremental = cache.reload_paths(&descriptors, dir, &limits, &paths);
+            let full = load_directory_with(&descriptors, dir, &limits);
+            match (&incremental, &full) {
+                (Ok(()), Ok(b)) => {
+                    prop_assert_eq!(&cache.resources(), b, "after {:?}", op);
+                    if cache.is_synced() {
+                        let changes = cache.changes();
+                        for name in &changes.names {
+                            held.remove(name);
+                        }
+                        for r in changes.resources {
+                            held.entry((r.type_url.clone(), r.name.clone())).or_default().push(r);
+                        }
+                    } else {
+                        held.clear();
+                        for r in cache.resources() {
+                            held.entry((r.type_url.clone(), r.name.clone())).or_default().push(r);
+                        }
+                    }
+                    cache.committed();
+                    let mut want: std::collections::BTreeMap<(String, String), Vec<ParsedResource>> =
+                        Default::default();
+                    for r in b {
+                        want.entry((r.type_url.clone(), r.name.clone())).or_default().push(r.clone());
+                    }
+                    prop_assert_eq!(&held, &want, "after {:?}", op);
+                }
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string(), "after {:?}", op),
+                _ => prop_assert!(false, "after {:?}: incremental {:?}, full {:?}", op, incremental.is_ok(), full.is_ok()),
+            }
+        }
+    }
+}
+
+/// Every directory under `dir`.
+fn walkdirs(dir: &Path) -> std::collections::HashSet<std::path::PathBuf> {
+    let mut out = std::collections::HashSet::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.insert(e.path());
+                pending.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// Where the `sub` directory may be renamed to: a visible name, or a hidden one (not loaded).
+const DIRS: [&str; 2] = ["moved", ".hidden"];
+
+fn ops_with_dirs() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        prop_oneof![
+            5 => (0..FILES.len(), 0..4u8, 0..3u8).prop_map(|(file, kind, name)| Op::Write { file, kind, name }),
+            2 => (0..FILES.len()).prop_map(|file| Op::Rewrite { file }),
+            2 => (0..FILES.len(), 0..FILES.len()).prop_map(|(from, to)| Op::Rename { from, to }),
+            2 => (0..FILES.len()).prop_map(|file| Op::Delete { file }),
+            1 => (0..DIRS.len()).prop_map(|to| Op::RenameDir { to }),
+            1 => Just(Op::DeleteDir),
+            1 => Just(Op::Wait),
+        ],
+        1..24,
+    )
+}
+
+#[test]
+fn a_change_no_event_names_is_found_by_a_rescan() {
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let dir = tmp.path();
+    let descriptors = crate::descriptors();
+    let limits = Limits::default();
+    std::fs::write(dir.join("a.yaml"), content(0, 1, "a.yaml")).expect("written");
+    let mut cache = DirectoryCache::with_racy_window(Duration::ZERO);
+    cache.rescan(&descriptors, dir, &limits).expect("loads");
+    cache.committed();
+    // Events were missed: a file appeared that no path names.
+    std::fs::write(dir.join("b.yaml"), content(0, 2, "b.yaml")).expect("written");
+    cache
+        .reload_paths(&descriptors, dir, &limits, &[dir.join("a.yaml")])
+        .expect("loads");
+    assert_eq!(
+        cache.resources().len(),
+        1,
+        "only the named paths are looked at"
+    );
+    // What the watcher does after a missed-events signal (a Rescan flag, an overflow, an error).
+    cache.rescan(&descriptors, dir, &limits).expect("loads");
+    assert_eq!(
+        cache.resources(),
+        load_directory_with(&descriptors, dir, &limits).expect("loads")
+    );
+    assert_eq!(
+        cache.changes().names,
+        [(
+            "type.googleapis.com/envoy.config.cluster.v3.Cluster".to_owned(),
+            "c2".to_owned()
+        )]
+    );
 }

@@ -540,3 +540,137 @@ fn a_dangling_reference_of_a_variant_names_the_variant() {
          exist"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Committing the names that changed (`replace_names`) against committing everything
+// (`replace_all`): the same decisions (references, duplicates, variant rules) and the same state.
+
+mod replace_names {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One definition: kind (0 EDS cluster, 1 endpoints, 2 route, 3 VHDS route, 4 listener, 5 a
+    /// cluster variant), its name number and what it refers to.
+    type Def = (u8, u8, u8);
+
+    fn input(def: Def, copy: usize) -> ResourceInput {
+        let (kind, n, to) = def;
+        let name = |prefix: &str, i: u8| format!("{prefix}{i}");
+        let mut input = match kind {
+            0 => eds_cluster(&name("c", n), ""),
+            1 => endpoints(&name("c", n)),
+            2 => route(&name("r", n), &name("c", to)),
+            3 => vhds_route(&name("r", n), &name("c", to)),
+            4 => listener(&name("l", n), &name("r", to)),
+            _ => static_cluster(&name("c", n)).with_constraints(Some(env(&name("g", to)))),
+        };
+        // Where it comes from, as a file and position would say.
+        input.origin = Some(format!("f{kind}-{n}-{to}.yaml (resource #{})", copy + 1));
+        input
+    }
+
+    fn key(def: Def) -> (String, String) {
+        let (kind, n, _) = def;
+        let (type_url, prefix) = match kind {
+            0 | 5 => (CLUSTER, "c"),
+            1 => (CLUSTER_LOAD_ASSIGNMENT, "c"),
+            2 | 3 => (ROUTE_CONFIGURATION, "r"),
+            _ => (LISTENER, "l"),
+        };
+        (type_url.to_owned(), format!("{prefix}{n}"))
+    }
+
+    /// Each name with its variants' (version, origin).
+    type Entries = Vec<(String, Vec<(String, String)>)>;
+
+    /// What a store holds: per type, its version and each name's variants.
+    fn content(store: &Store) -> Vec<(String, String, Entries)> {
+        let snapshot = store.snapshot();
+        let mut out: Vec<_> = snapshot
+            .types()
+            .filter(|t| !t.is_empty())
+            .map(|t| {
+                let entries = t
+                    .entries()
+                    .map(|(name, variants)| {
+                        let vs = variants
+                            .iter()
+                            .map(|v| {
+                                (
+                                    v.version().to_string(),
+                                    v.origin().map(|o| o.to_string()).unwrap_or_default(),
+                                )
+                            })
+                            .collect();
+                        (name.to_string(), vs)
+                    })
+                    .collect();
+                (t.type_url().to_string(), t.version().to_string(), entries)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn steps() -> impl Strategy<Value = Vec<Vec<Def>>> {
+        let def = (0..6u8, 0..3u8, 0..3u8);
+        prop::collection::vec(prop::collection::vec(def, 1..5), 1..12)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn committing_the_changed_names_ends_in_the_state_committing_everything_gives(steps in steps()) {
+            for mode in [ReferenceMode::Strict, ReferenceMode::Warn] {
+                let whole = Store::with_reference_policy(ReferencePolicy::new(mode));
+                let by_name = Store::with_reference_policy(ReferencePolicy::new(mode));
+                // The inputs of each name, as a directory defines them now.
+                let mut defs: std::collections::BTreeMap<(String, String), Vec<Def>> =
+                    Default::default();
+                // Names changed since the last commit that succeeded.
+                let mut pending: std::collections::BTreeSet<(String, String)> = Default::default();
+                for step in &steps {
+                    // Each definition of the step replaces what defines its name: a name
+                    // defined twice in one step is defined twice (a duplicate).
+                    let mut fresh: std::collections::BTreeSet<(String, String)> = Default::default();
+                    for def in step {
+                        let k = key(*def);
+                        if fresh.insert(k.clone()) {
+                            defs.insert(k.clone(), Vec::new());
+                        }
+                        // A removal: kind 1 with `to` 2 removes the endpoints instead.
+                        if def.0 == 1 && def.2 == 2 {
+                            defs.insert(k.clone(), Vec::new());
+                        } else if let Some(list) = defs.get_mut(&k) {
+                            list.push(*def);
+                        }
+                        pending.insert(k);
+                    }
+                    let inputs_of = |k: &(String, String)| -> Vec<ResourceInput> {
+                        defs.get(k)
+                            .into_iter()
+                            .flatten()
+                            .enumerate()
+                            .map(|(i, d)| input(*d, i))
+                            .collect()
+                    };
+                    let all: Vec<ResourceInput> = defs.keys().flat_map(inputs_of).collect();
+                    let changed: Vec<ResourceInput> = pending.iter().flat_map(inputs_of).collect();
+                    let a = whole.replace_all(all);
+                    let b = by_name.replace_names(pending.iter().cloned(), changed);
+                    match (&a, &b) {
+                        (Ok(a), Ok(b)) => {
+                            prop_assert_eq!(a.changed, b.changed);
+                            prop_assert_eq!(&a.dangling, &b.dangling);
+                            pending.clear();
+                        }
+                        (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                        _ => prop_assert!(false, "replace_all {:?}, replace_names {:?}", a, b),
+                    }
+                    prop_assert_eq!(content(&whole), content(&by_name));
+                }
+            }
+        }
+    }
+}
