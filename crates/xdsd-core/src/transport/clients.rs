@@ -353,7 +353,7 @@ mod tests {
         let t: Arc<str> = crate::types::CLUSTER.into();
         track.requested(&t, false);
         let all = vec![resource("bad", "b.yaml (resource #1)")];
-        track.sent(&t, "v1", "1", all.iter(), 1, 0, &all, 10);
+        track.sent(&t, &Arc::from("v1"), "1", all.iter(), 1, 0, &all, 10);
         assert!(track.types()[0].pending);
         let latency = track.answered(&t, "1", Some((Some("v1".into()), "bad is bad")));
         assert!(latency.is_some());
@@ -361,7 +361,7 @@ mod tests {
         assert!(status.nacked && !status.pending);
         let nack = status.last_nack.as_ref().expect("a NACK");
         assert_eq!(nack.origins, vec![Arc::<str>::from("b.yaml (resource #1)")]);
-        track.sent(&t, "v2", "2", all.iter(), 1, 0, &all, 10);
+        track.sent(&t, &Arc::from("v2"), "2", all.iter(), 1, 0, &all, 10);
         let latency = track.answered(&t, "2", None);
         assert!(latency.is_some());
         let status = &track.types()[0];
