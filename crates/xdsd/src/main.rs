@@ -428,10 +428,12 @@ struct ServeArgs {
     #[arg(long, requires = "tls_cert", env = "XDSD_ADMIN_TLS")]
     admin_tls: bool,
 
-    /// How a change of the directory is loaded. incremental: only the files whose size, times or
-    /// inode changed are read again, and only those whose content changed are parsed again
-    /// (duplicates and references are still checked over the whole directory). full: every file
-    /// is read and parsed on every change, as a fallback or to compare.
+    /// How a change of the directory is loaded. incremental: only the paths the watcher's events
+    /// name are looked at, only files whose size, times or inode changed are read again, only
+    /// those whose content changed are parsed again, and only the names they held are committed
+    /// (duplicates and references decided as a full load would); after missed events the whole
+    /// directory is listed again. full: every file is read, parsed and committed on every
+    /// change, as a fallback or to compare.
     #[arg(
         long,
         value_name = "incremental|full",
