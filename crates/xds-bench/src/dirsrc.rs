@@ -332,18 +332,26 @@ impl Adapter {
         if records.is_empty() && !removed && before.last_count == Some(0) {
             return Ok(accepted.unwrap_or_else(now_ns));
         }
-        let wait = self.reloads.wait_for(|r| {
-            r.rejected > before.rejected || (r.seen > before.seen && r.last_count == Some(want))
-        });
-        let r = *tokio::time::timeout(Duration::from_secs(300), wait)
-            .await
-            .map_err(|_| anyhow::anyhow!("xdsd did not reload {want} resources in 300 s"))?
-            .map_err(|_| anyhow::anyhow!("xdsd exited"))?;
-        anyhow::ensure!(
-            r.rejected == before.rejected,
-            "xdsd rejected the directory (see its log)"
-        );
-        Ok(accepted.unwrap_or_else(now_ns))
+        // A reload that lists the directory while it is being written can see a file without one
+        // written before it (a listing is not a snapshot): xdsd rejects that state, keeps the
+        // last good one and the next reload sees the rest. So rejections are waited out here;
+        // only the whole directory loaded ends the wait.
+        let outcome = {
+            let wait = self
+                .reloads
+                .wait_for(|r| r.seen > before.seen && r.last_count == Some(want));
+            tokio::time::timeout(Duration::from_secs(300), wait)
+                .await
+                .map(|loaded| loaded.is_ok())
+        };
+        match outcome {
+            Ok(true) => Ok(accepted.unwrap_or_else(now_ns)),
+            Ok(false) => anyhow::bail!("xdsd exited"),
+            Err(_) => anyhow::bail!(
+                "xdsd did not reload {want} resources in 300 s ({} reloads rejected meanwhile, see its log)",
+                self.reloads.borrow().rejected - before.rejected
+            ),
+        }
     }
 }
 
