@@ -12,8 +12,7 @@ use envoy_types::pb::google::rpc::Status;
 use prost::Message as _;
 
 use super::{
-    intern, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
-    PART_OVERHEAD,
+    part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views, PART_OVERHEAD,
 };
 use crate::store::{field_len, Encoding, Resource, TypeSnapshot, View};
 
@@ -431,7 +430,6 @@ impl SotwSubscription {
         subscribe: &Subscribe<'_>,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
-        let intern = |n: &str| intern(current, n);
         let nonce = request.response_nonce.as_str();
         let kind = match &self.last_nonce {
             // Before any response there is no newer nonce, so nothing is stale yet.
@@ -466,7 +464,7 @@ impl SotwSubscription {
             // versions are content hashes, the same on every xdsd serving the same resources).
             self.client_version = Some(request.version_info.clone()).filter(|v| !v.is_empty());
         }
-        let change = self.subscribe(&request.resource_names, subscribe, intern);
+        let change = self.subscribe(&request.resource_names, subscribe, current);
         (kind, change)
     }
 
@@ -474,7 +472,7 @@ impl SotwSubscription {
         &mut self,
         requested: &Names,
         subscribe: &Subscribe<'_>,
-        intern: impl Fn(&str) -> Arc<str>,
+        current: Option<&Arc<TypeSnapshot>>,
     ) -> SubscriptionChange {
         let digest = names_digest(requested, subscribe);
         if self.last_names == Some(digest) {
@@ -488,7 +486,8 @@ impl SotwSubscription {
             } else {
                 self.explicit = true;
                 let mut wildcard = None;
-                let mut names = HashSet::default();
+                let mut names =
+                    HashSet::with_capacity_and_hasher(requested.len(), Default::default());
                 // A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
                 // so that the subscription is what the client sent.
                 let plain = requested
@@ -503,11 +502,14 @@ impl SotwSubscription {
                         wildcard = Some(pid);
                         continue;
                     }
-                    let name = self
-                        .names
-                        .get(&(Arc::from(&*name), pid))
-                        .map(|(n, _)| n.clone())
-                        .unwrap_or_else(|| intern(&name));
+                    // The store's allocation, else the one this stream already holds.
+                    let name = current.and_then(|t| t.intern(&name)).unwrap_or_else(|| {
+                        let name: Arc<str> = Arc::from(&*name);
+                        match self.names.get(&(name.clone(), pid)) {
+                            Some((n, _)) => n.clone(),
+                            None => name,
+                        }
+                    });
                     names.insert((name, pid));
                 }
                 (wildcard, names)
@@ -530,21 +532,34 @@ impl SotwSubscription {
             self.forced.remove(key);
         }
         self.forced.extend(added.iter().cloned());
-        let before: HashSet<&Arc<str>> = self.names.iter().map(|(n, _)| n).collect();
-        let after: HashSet<&Arc<str>> = names.iter().map(|(n, _)| n).collect();
-        change.added = after.difference(&before).map(|n| (*n).clone()).collect();
-        change.removed = before.difference(&after).map(|n| (*n).clone()).collect();
         let mut pids: Vec<Pid> = names.iter().map(|(_, p)| *p).collect();
         pids.sort_unstable();
         pids.dedup();
+        // Names (not keys) added and removed: a name stays watched while any parameter set
+        // still subscribes to it.
+        let has_name = |set: &HashSet<Key>, pids: &[Pid], name: &Arc<str>| {
+            pids.iter().any(|p| set.contains(&(name.clone(), *p)))
+        };
+        change.added = added
+            .iter()
+            .filter(|(n, _)| !has_name(&self.names, &self.pids, n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        change.removed = removed
+            .iter()
+            .filter(|(n, _)| !has_name(&names, &pids, n))
+            .map(|(n, _)| n.clone())
+            .collect();
         self.pids = pids;
         self.names = names;
         if !added.is_empty() || !removed.is_empty() || change.wildcard.is_some() {
             // What is left of a split response is owed to the new subscription.
             self.fold_rest();
         }
-        change.added.sort();
-        change.removed.sort();
+        change.added.sort_unstable();
+        change.added.dedup();
+        change.removed.sort_unstable();
+        change.removed.dedup();
         change
     }
 
@@ -626,8 +641,8 @@ impl SotwSubscription {
             self.changed_resources(views)
         };
         self.respond = false;
-        self.forced.clear();
-        self.dirty.clear();
+        reset(&mut self.forced);
+        reset(&mut self.dirty);
         let resources = resources?;
         let version_info = self.version(views);
         if first
@@ -709,6 +724,11 @@ impl SotwSubscription {
             self.budget(&self.rest_version),
         );
         let part: Vec<Arc<Resource>> = self.rest.drain(..count).collect();
+        if self.rest.is_empty() {
+            // A large response's buffers are not kept for the next one.
+            self.rest = VecDeque::new();
+            self.rest_names = HashMap::default();
+        }
         for r in &part {
             if let Some(n) = self.rest_names.get_mut(r.name()) {
                 *n -= 1;
@@ -737,7 +757,7 @@ impl SotwSubscription {
     /// changed.
     fn fold_rest(&mut self) {
         let rest = std::mem::take(&mut self.rest);
-        self.rest_names.clear();
+        self.rest_names = HashMap::default();
         for r in rest {
             self.resend(r.name());
         }
@@ -833,15 +853,16 @@ impl SotwSubscription {
             );
             return Some(SotwResources::Some(dedup(out)));
         }
+        if self.respond {
+            // Every subscribed key is owed (a first response): no need to gather candidates.
+            return self.all_subscribed(views);
+        }
         let mut candidates: HashSet<Key> = self.forced.clone();
         for name in &self.dirty {
             candidates.extend(self.keys_of(name));
             if let Some(w) = self.wildcard {
                 candidates.insert((name.clone(), w));
             }
-        }
-        if self.respond {
-            candidates.extend(self.names.iter().cloned());
         }
         let mut out: Vec<Arc<Resource>> = Vec::new();
         for key in candidates {
@@ -873,6 +894,58 @@ impl SotwSubscription {
             return None;
         }
         Some(SotwResources::Some(dedup(out)))
+    }
+}
+
+impl SotwSubscription {
+    /// Every explicitly subscribed resource (no wildcard), recorded as sent. A subscription to
+    /// most of a view with one parameter set and no aliases (a client that names every cluster's
+    /// endpoints) is read in the view's order: each resource is looked up once, and comes out
+    /// sorted.
+    fn all_subscribed(&mut self, views: &Views) -> Option<SotwResources> {
+        self.sent
+            .reserve(self.names.len().saturating_sub(self.sent.len()));
+        if let [pid] = self.pids[..] {
+            let view = views.view(pid);
+            if !view.has_aliases() && self.names.len() >= view.len() / 2 {
+                let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
+                for r in view.iter() {
+                    let key = (r.name().clone(), pid);
+                    if self.names.contains(&key) {
+                        self.sent.insert(key, r.version().clone());
+                        out.push(r.clone());
+                    }
+                }
+                if out.len() < self.names.len() {
+                    // Subscribed names the store does not have: nothing sent of them.
+                    self.sent.retain(|(name, _), _| view.get(name).is_some());
+                }
+                return (!out.is_empty()).then_some(SotwResources::Some(out));
+            }
+        }
+        let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
+        for key in &self.names {
+            match views.get(&key.0, key.1) {
+                Some(r) => {
+                    self.sent.insert(key.clone(), r.version().clone());
+                    out.push(r.clone());
+                }
+                None => {
+                    self.sent.remove(key);
+                }
+            }
+        }
+        (!out.is_empty()).then(|| SotwResources::Some(dedup(out)))
+    }
+}
+
+/// Empties a set, giving back its memory when it held many (a first response owes every name
+/// of a large subscription once; later ones owe a few).
+pub(crate) fn reset<T>(set: &mut HashSet<T>) {
+    if set.capacity() > 64 {
+        *set = HashSet::default();
+    } else {
+        set.clear();
     }
 }
 

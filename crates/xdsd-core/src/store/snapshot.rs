@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::resource::hex8;
 use super::{Encoding, Resource};
+use crate::hash::HashMap as FastMap;
 use crate::params::ParamSet;
 
 /// Distinct parameter sets whose views one type snapshot caches. Parameter sets are projected on
@@ -27,8 +28,11 @@ pub struct TypeSnapshot {
     version: Arc<str>,
     /// Every variant of each name, in the order they were given.
     entries: BTreeMap<Arc<str>, Box<[Arc<Resource>]>>,
+    /// The same names hashed, for lookups (a stream subscribing to 10,000 names interns each:
+    /// a tree walk compares a dozen strings per name).
+    index: FastMap<Arc<str>, Box<[Arc<Resource>]>>,
     /// Alias → name, over all variants.
-    aliases: HashMap<Arc<str>, Arc<str>>,
+    aliases: FastMap<Arc<str>, Arc<str>>,
     /// Every key a constraint of this type mentions: only these parameters choose a variant.
     keys: BTreeSet<String>,
     /// The one view of a type without constraints.
@@ -93,9 +97,14 @@ impl TypeSnapshot {
         let constrained = entries
             .values()
             .any(|vs| vs.len() != 1 || vs[0].constraints().is_some());
+        let index = entries
+            .iter()
+            .map(|(name, vs)| (name.clone(), vs.clone()))
+            .collect();
         let mut snapshot = TypeSnapshot {
             type_url,
             version: version.clone(),
+            index,
             entries,
             aliases,
             keys,
@@ -173,7 +182,7 @@ impl TypeSnapshot {
 
     /// The variants of a name (not an alias); empty if the name is unknown.
     pub fn variants(&self, name: &str) -> &[Arc<Resource>] {
-        self.entries.get(name).map(|v| &**v).unwrap_or(&[])
+        self.index.get(name).map(|v| &**v).unwrap_or(&[])
     }
 
     /// The resource of that name or alias when it has a single, unconstrained variant: what
@@ -207,7 +216,7 @@ impl TypeSnapshot {
 
     /// The resource name as the store holds it, so streams share one allocation per name.
     pub fn intern(&self, name: &str) -> Option<Arc<str>> {
-        match self.entries.get_key_value(name) {
+        match self.index.get_key_value(name) {
             Some((k, _)) => Some(k.clone()),
             None => self.aliases.get_key_value(name).map(|(k, _)| k.clone()),
         }
@@ -231,8 +240,11 @@ fn version_of<'a>(resources: impl Iterator<Item = (&'a Arc<str>, &'a Arc<Resourc
 pub struct View {
     type_url: Arc<str>,
     version: Arc<str>,
-    resources: BTreeMap<Arc<str>, Arc<Resource>>,
-    aliases: HashMap<Arc<str>, Arc<str>>,
+    /// In name order.
+    resources: Vec<Arc<Resource>>,
+    /// Name → position in `resources`.
+    index: FastMap<Arc<str>, u32>,
+    aliases: FastMap<Arc<str>, Arc<str>>,
     /// Every resource as an encoded `DiscoveryResponse.resources` entry, one after the other: the
     /// body of a SotW wildcard response, built on first use and then shared by every stream that
     /// sends this view. Plain, and named by `resource_name` (TP2 clients).
@@ -253,11 +265,17 @@ impl View {
             .flat_map(|r| r.aliases().iter().map(|a| (a.clone(), r.name().clone())))
             .collect();
         let has_ttl = resources.values().any(|r| r.ttl().is_some());
+        let index = resources
+            .keys()
+            .enumerate()
+            .map(|(i, name)| (name.clone(), i as u32))
+            .collect();
         View {
             has_ttl,
             type_url,
             version,
-            resources,
+            resources: resources.into_values().collect(),
+            index,
             aliases,
             sotw_bodies: Default::default(),
         }
@@ -279,9 +297,11 @@ impl View {
 
     /// The resource of that name, or else of that alias.
     pub fn get(&self, name: &str) -> Option<&Arc<Resource>> {
-        self.resources
+        let at = self
+            .index
             .get(name)
-            .or_else(|| self.aliases.get(name).and_then(|n| self.resources.get(n)))
+            .or_else(|| self.aliases.get(name).and_then(|n| self.index.get(n)))?;
+        self.resources.get(*at as usize)
     }
 
     pub fn len(&self) -> usize {
@@ -292,6 +312,11 @@ impl View {
         self.resources.is_empty()
     }
 
+    /// Whether some resource of this view has an alias.
+    pub fn has_aliases(&self) -> bool {
+        !self.aliases.is_empty()
+    }
+
     /// Whether a resource of this view has a TTL.
     pub fn has_ttl(&self) -> bool {
         self.has_ttl
@@ -299,7 +324,7 @@ impl View {
 
     /// Resources in name order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
-        self.resources.values()
+        self.resources.iter()
     }
 
     /// All resources encoded as consecutive `DiscoveryResponse.resources` (field 2) entries, in
@@ -311,11 +336,11 @@ impl View {
             .get_or_init(|| {
                 let len: usize = self
                     .resources
-                    .values()
+                    .iter()
                     .map(|r| field_len(r.sotw_entry(encoding).len()))
                     .sum();
                 let mut buf = BytesMut::with_capacity(len);
-                for resource in self.resources.values() {
+                for resource in &self.resources {
                     put_length_delimited(&mut buf, 2, resource.sotw_entry(encoding));
                 }
                 buf.freeze()

@@ -377,6 +377,43 @@ fn newly_subscribed_name_is_sent_even_if_sent_before() {
 }
 
 #[test]
+fn a_subscription_to_most_names_comes_in_name_order_and_a_missing_one_when_it_appears() {
+    let mut h = Harness::new(
+        CLUSTER_LOAD_ASSIGNMENT,
+        &[("a", "1"), ("b", "1"), ("c", "1"), ("d", "1")],
+    );
+    h.request(&["d", "b", "a", "x"], "", "");
+    let (names, v, n) = h.expect();
+    assert_eq!(names, ["a", "b", "d"]);
+    h.request(&["d", "b", "a", "x"], &n, &v);
+    h.expect_none();
+    h.set("x", "1");
+    h.notify(&["x"]);
+    assert_eq!(h.expect().0, ["x"], "x was never sent");
+}
+
+#[test]
+fn every_name_then_one_unsubscribed_and_subscribed_again_is_sent_again() {
+    let mut h = Harness::new(
+        CLUSTER_LOAD_ASSIGNMENT,
+        &[("a", "1"), ("b", "1"), ("c", "1")],
+    );
+    h.request(&["a", "b", "c"], "", "");
+    let (names, v, n) = h.expect();
+    assert_eq!(names, ["a", "b", "c"]);
+    h.request(&["a", "b"], &n, &v);
+    h.expect_none();
+    h.set("c", "2");
+    h.notify(&["c"]);
+    h.expect_none();
+    h.request(&["a", "b", "c"], &n, &v);
+    assert_eq!(h.expect().0, ["c"]);
+    h.set("a", "2");
+    h.notify(&["a"]);
+    assert_eq!(h.expect().0, ["a"], "a changed; b and c did not");
+}
+
+#[test]
 fn resource_springing_into_existence_is_sent_when_it_appears() {
     let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[]);
     h.request(&["later"], "", "");
