@@ -301,6 +301,8 @@ pub struct SotwSubscription {
     wildcard: Option<Pid>,
     /// Explicitly subscribed keys (without `*`).
     names: HashSet<Key>,
+    /// Whether `names` is most of the type, watched as a whole (see [`super::dense`]).
+    dense: bool,
     /// The distinct parameter sets `names` use (nearly always one).
     pids: Vec<Pid>,
     /// Set once a request named any resource: from then on an empty list means "nothing", not
@@ -348,6 +350,7 @@ impl SotwSubscription {
             encoding: Encoding::default(),
             wildcard: None,
             names: HashSet::default(),
+            dense: false,
             pids: Vec::new(),
             explicit: false,
             requested: false,
@@ -560,6 +563,11 @@ impl SotwSubscription {
         change.added.dedup();
         change.removed.sort_unstable();
         change.removed.dedup();
+        change.set_dense(
+            &mut self.dense,
+            current.map_or(0, |t| t.len()),
+            self.names.iter().map(|(n, _)| n),
+        );
         change
     }
 

@@ -189,6 +189,9 @@ impl<V: Variant> Stream<V> {
         if let Some(on) = change.wildcard {
             self.watcher.set_wildcard(&type_url, on);
         }
+        if let Some(on) = change.dense {
+            self.watcher.set_dense(&type_url, on);
+        }
         self.watcher.unwatch(&type_url, &change.removed);
         self.watcher.watch(&type_url, &change.added);
         Ok(())

@@ -414,6 +414,49 @@ fn every_name_then_one_unsubscribed_and_subscribed_again_is_sent_again() {
 }
 
 #[test]
+fn a_dense_subscription_is_woken_by_names_it_does_not_watch_and_sends_none_of_them() {
+    let names: Vec<String> = (0..100).map(|i| format!("n{i:03}")).collect();
+    let contents: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &contents);
+    let snap = h.store.snapshot();
+    let current = snap.get(CLUSTER_LOAD_ASSIGNMENT);
+    let req = |names: &[String], nonce: &str| DiscoveryRequest {
+        resource_names: names.to_vec(),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    };
+    let (_, change) = h
+        .sub
+        .handle_request(&(&req(&names[..70], "")).into(), current);
+    assert_eq!(change.dense, Some(true), "70 of 100 names");
+    let (sent, _, nonce) = h.expect();
+    assert_eq!(sent, names[..70]);
+    // The transport wakes it for every name of the type: the others are not its business.
+    h.set("n099", "2");
+    h.notify(&["n099"]);
+    h.expect_none();
+    h.set("n000", "2");
+    h.notify(&["n000", "n099"]);
+    assert_eq!(h.expect().0, ["n000"]);
+    // Down to 20 names: watched by name again, every one of them.
+    let nonce2 = h.sub.last_nonce.clone().unwrap();
+    assert_ne!(nonce, nonce2);
+    let (_, change) = h
+        .sub
+        .handle_request(&(&req(&names[..20], &nonce2)).into(), current);
+    assert_eq!(change.dense, Some(false));
+    assert_eq!(
+        change
+            .added
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>(),
+        names[..20]
+    );
+}
+
+#[test]
 fn resource_springing_into_existence_is_sent_when_it_appears() {
     let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[]);
     h.request(&["later"], "", "");
