@@ -295,8 +295,9 @@ impl DeltaSubscription {
         let names_something = !subscribe_keys.is_empty() || !unsubscribe_keys.is_empty();
         // The names subscribed before, to tell what to (un)watch: only for a request that names
         // something. Most requests are ACKs, and a stream may hold 100,000 names.
-        let names_before: Option<HashSet<Arc<str>>> =
-            names_something.then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
+        // While the subscription is most of the type (watched as a whole), no names are needed.
+        let names_before: Option<HashSet<Arc<str>>> = (names_something && !self.dense)
+            .then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
         if !self.explicit && self.wildcard.is_none() && !names_something {
             // Legacy wildcard: no name ever subscribed means `*`.
             self.set_wildcard(Some(subscribe.default));
@@ -326,9 +327,11 @@ impl DeltaSubscription {
                 }
             });
             let key: Key = (name_of, pid);
-            self.recheck.remove(&key);
+            if !self.recheck.is_empty() {
+                self.recheck.remove(&key);
+            }
             self.names.insert(key.clone());
-            if initial {
+            if initial && !request.initial_resource_versions.is_empty() {
                 // A reconnecting client tells what it already has: only differences are sent.
                 if let Some(version) = request.initial_resource_versions.get(name) {
                     self.has
@@ -380,18 +383,18 @@ impl DeltaSubscription {
         if names_something || change.wildcard.is_some() {
             self.fold_rest();
         }
-        if let Some(names_before) = names_before {
-            let names_after: HashSet<Arc<str>> =
-                self.names.iter().map(|(n, _)| n.clone()).collect();
-            change.added = names_after.difference(&names_before).cloned().collect();
-            change.removed = names_before.difference(&names_after).cloned().collect();
-            change.added.sort();
-            change.removed.sort();
-            change.set_dense(
-                &mut self.dense,
-                current.map_or(0, |t| t.len()),
-                self.names.iter().map(|(n, _)| n),
-            );
+        if names_something {
+            let total = current.map_or(0, |t| t.len());
+            let dense = super::dense(self.dense, self.names.len(), total);
+            if let (Some(names_before), false) = (names_before, dense) {
+                let names_after: HashSet<Arc<str>> =
+                    self.names.iter().map(|(n, _)| n.clone()).collect();
+                change.added = names_after.difference(&names_before).cloned().collect();
+                change.removed = names_before.difference(&names_after).cloned().collect();
+                change.added.sort();
+                change.removed.sort();
+            }
+            change.set_dense(&mut self.dense, total, self.names.iter().map(|(n, _)| n));
         }
         (kind, change)
     }
@@ -633,15 +636,17 @@ impl DeltaSubscription {
         let by_variant = |a: &(Arc<Resource>, Key), b: &(Arc<Resource>, Key)| {
             (a.0.name(), a.0.version()).cmp(&(b.0.name(), b.0.version()))
         };
-        if !resources.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
+        let only_dense = dense.is_some() && resources.len() == covered;
+        if !only_dense && !resources.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
             // Stable: of two variants with one name and version, the first found is sent.
             resources.sort_by(by_variant);
         }
         let mut sends: Vec<Owed> = Vec::with_capacity(resources.len());
         for (r, key) in resources {
             match sends.last_mut() {
+                // Read in a view's order, each resource comes once.
                 Some(Owed::Send(last, keys))
-                    if last.name() == r.name() && last.version() == r.version() =>
+                    if !only_dense && last.name() == r.name() && last.version() == r.version() =>
                 {
                     keys.push(key)
                 }
@@ -718,6 +723,8 @@ impl DeltaSubscription {
         // another key still holds it afterwards. Removed keys the client was never sent are
         // removed by their own name: it may hold them from an earlier stream.
         let mut moved: Vec<RemovedVariant> = Vec::new();
+        let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
+        self.has.reserve(sends);
         for item in owed {
             match item {
                 Owed::Send(r, keys) => {

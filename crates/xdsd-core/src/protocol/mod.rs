@@ -160,7 +160,8 @@ pub struct SubscriptionChange {
     pub removed: Vec<Arc<str>>,
     /// `Some(on)` when the subscription became (or stopped being) one to most names of the type:
     /// the transport then watches the type as a whole (`Watcher::set_dense`), and the machine
-    /// tells apart the names it watches. When it stops, `added` holds every subscribed name, to
+    /// tells apart the names it watches. While it is dense, `added` and `removed` may be left
+    /// empty (nothing is watched by name); when it stops, `added` holds every subscribed name, to
     /// be watched by name again.
     pub dense: Option<bool>,
 }

@@ -331,10 +331,9 @@ pub struct SotwSubscription {
     client_version: Option<String>,
     /// Responses of types but the full-state ones are split to stay under this size.
     max_response_bytes: usize,
-    /// The rest of a response that goes out in parts: its resources in order (and how many of
-    /// each name), its version, the number of parts sent.
+    /// The rest of a response that goes out in parts: its resources in name order, its version,
+    /// the number of parts sent.
     rest: VecDeque<Arc<Resource>>,
-    rest_names: HashMap<Arc<str>, usize>,
     rest_version: Arc<str>,
     parts: usize,
     /// Whether a response was reported over the size limit (once per stream and type).
@@ -365,7 +364,6 @@ impl SotwSubscription {
             client_version: None,
             max_response_bytes: usize::MAX,
             rest: VecDeque::new(),
-            rest_names: HashMap::default(),
             rest_version: Arc::from(""),
             parts: 0,
             warned: false,
@@ -528,31 +526,45 @@ impl SotwSubscription {
                 self.sent_view_version = None;
             }
         }
-        let added: Vec<Key> = names.difference(&self.names).cloned().collect();
+        let mut pids: Vec<Pid> = names.iter().map(|(_, p)| *p).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let total = current.map_or(0, |t| t.len());
+        // A subscription to most of the type is watched as a whole: the transport needs no
+        // names added or removed (a first request of 10,000 names would sort 10,000).
+        let dense = super::dense(self.dense, names.len(), total);
+        let added: Vec<Key> = if self.respond && dense {
+            // Everything subscribed is owed anyway.
+            Vec::new()
+        } else {
+            names.difference(&self.names).cloned().collect()
+        };
         let removed: Vec<Key> = self.names.difference(&names).cloned().collect();
         for key in &removed {
             self.sent.remove(key);
             self.forced.remove(key);
         }
-        self.forced.extend(added.iter().cloned());
-        let mut pids: Vec<Pid> = names.iter().map(|(_, p)| *p).collect();
-        pids.sort_unstable();
-        pids.dedup();
+        if !self.respond {
+            // A response owed anyway carries every subscribed key.
+            self.forced.extend(added.iter().cloned());
+        }
         // Names (not keys) added and removed: a name stays watched while any parameter set
         // still subscribes to it.
         let has_name = |set: &HashSet<Key>, pids: &[Pid], name: &Arc<str>| {
             pids.iter().any(|p| set.contains(&(name.clone(), *p)))
         };
-        change.added = added
-            .iter()
-            .filter(|(n, _)| !has_name(&self.names, &self.pids, n))
-            .map(|(n, _)| n.clone())
-            .collect();
-        change.removed = removed
-            .iter()
-            .filter(|(n, _)| !has_name(&names, &pids, n))
-            .map(|(n, _)| n.clone())
-            .collect();
+        if !dense {
+            change.added = added
+                .iter()
+                .filter(|(n, _)| !has_name(&self.names, &self.pids, n))
+                .map(|(n, _)| n.clone())
+                .collect();
+            change.removed = removed
+                .iter()
+                .filter(|(n, _)| !has_name(&names, &pids, n))
+                .map(|(n, _)| n.clone())
+                .collect();
+        }
         self.pids = pids;
         self.names = names;
         if !added.is_empty() || !removed.is_empty() || change.wildcard.is_some() {
@@ -563,11 +575,7 @@ impl SotwSubscription {
         change.added.dedup();
         change.removed.sort_unstable();
         change.removed.dedup();
-        change.set_dense(
-            &mut self.dense,
-            current.map_or(0, |t| t.len()),
-            self.names.iter().map(|(n, _)| n),
-        );
+        change.set_dense(&mut self.dense, total, self.names.iter().map(|(n, _)| n));
         change
     }
 
@@ -672,9 +680,6 @@ impl SotwSubscription {
                     SotwResources::All(view) => view.iter().cloned().collect(),
                     SotwResources::Some(list) => list.into(),
                 };
-                for r in &self.rest {
-                    *self.rest_names.entry(r.name().clone()).or_default() += 1;
-                }
                 self.rest_version = version_info;
                 self.parts = 0;
                 return Some(self.next_part(nonces, updated));
@@ -733,17 +738,8 @@ impl SotwSubscription {
         );
         let part: Vec<Arc<Resource>> = self.rest.drain(..count).collect();
         if self.rest.is_empty() {
-            // A large response's buffers are not kept for the next one.
+            // A large response's buffer is not kept for the next one.
             self.rest = VecDeque::new();
-            self.rest_names = HashMap::default();
-        }
-        for r in &part {
-            if let Some(n) = self.rest_names.get_mut(r.name()) {
-                *n -= 1;
-                if *n == 0 {
-                    self.rest_names.remove(r.name());
-                }
-            }
         }
         self.parts += 1;
         let version = if self.rest.is_empty() {
@@ -765,7 +761,6 @@ impl SotwSubscription {
     /// changed.
     fn fold_rest(&mut self) {
         let rest = std::mem::take(&mut self.rest);
-        self.rest_names = HashMap::default();
         for r in rest {
             self.resend(r.name());
         }
@@ -981,7 +976,12 @@ fn names_digest(names: &Names, subscribe: &Subscribe<'_>) -> (usize, u64) {
 impl SotwSubscription {
     /// Whether the client was sent `name` as the store holds it now.
     pub fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
-        if self.rest_names.contains_key(name) {
+        // The rest is in name order (a view's, or sorted by `dedup`).
+        if self
+            .rest
+            .binary_search_by(|r| (**r.name()).cmp(&**name))
+            .is_ok()
+        {
             return false;
         }
         let explicit = self.keys_of(name).any(|key| {
