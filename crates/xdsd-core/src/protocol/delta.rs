@@ -20,7 +20,7 @@ use super::{
     PART_OVERHEAD,
 };
 use crate::params::Constraints;
-use crate::store::{field_len, resource_name, Encoding, Resource, TypeSnapshot};
+use crate::store::{field_len, resource_name, Encoding, Interner, Resource, TypeSnapshot};
 use prost::Message as _;
 
 /// A variant removed from a client that holds variants by `resource_name`.
@@ -313,13 +313,14 @@ impl DeltaSubscription {
         // empty requests that follow (ACKs) must not bring the wildcard back.
         self.explicit |= names_something;
         let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
+        let mut interner = Interner::new(current.map(|t| &**t));
         for (name, pid) in subscribe_keys {
             if name == WILDCARD {
                 self.set_wildcard(Some(pid));
                 continue;
             }
             // The store's allocation, else the one this stream already holds.
-            let name_of = current.and_then(|t| t.intern(name)).unwrap_or_else(|| {
+            let name_of = interner.intern(name).unwrap_or_else(|| {
                 let name: Arc<str> = Arc::from(name);
                 match self.names.get(&(name.clone(), pid)) {
                     Some((n, _)) => n.clone(),

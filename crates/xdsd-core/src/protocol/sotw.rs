@@ -14,7 +14,7 @@ use prost::Message as _;
 use super::{
     part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views, PART_OVERHEAD,
 };
-use crate::store::{field_len, Encoding, Resource, TypeSnapshot, View};
+use crate::store::{field_len, Encoding, Interner, Resource, TypeSnapshot, View};
 
 /// The special resource name that subscribes to every resource of a type.
 pub const WILDCARD: &str = "*";
@@ -489,6 +489,7 @@ impl SotwSubscription {
                 let mut wildcard = None;
                 let mut names =
                     HashSet::with_capacity_and_hasher(requested.len(), Default::default());
+                let mut interner = Interner::new(current.map(|t| &**t));
                 // A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
                 // so that the subscription is what the client sent.
                 let plain = requested
@@ -504,7 +505,7 @@ impl SotwSubscription {
                         continue;
                     }
                     // The store's allocation, else the one this stream already holds.
-                    let name = current.and_then(|t| t.intern(&name)).unwrap_or_else(|| {
+                    let name = interner.intern(&name).unwrap_or_else(|| {
                         let name: Arc<str> = Arc::from(&*name);
                         match self.names.get(&(name.clone(), pid)) {
                             Some((n, _)) => n.clone(),

@@ -209,6 +209,27 @@ fn a_dense_watcher_is_woken_by_every_name_of_its_type_without_a_registration_per
     assert!(index_is_empty(&lock_index(&store.inner.index)));
 }
 
+#[test]
+fn names_are_interned_as_the_store_holds_them_in_any_order() {
+    let store = Store::new();
+    store
+        .replace_all(["a", "b", "c", "d"].map(|n| input(CLUSTER, n, b"1")))
+        .unwrap();
+    let snap = store.snapshot();
+    let t = snap.get(CLUSTER).unwrap();
+    let mut interner = t.interner();
+    let held = |n: &str| t.entries().find(|(k, _)| &***k == n).unwrap().0.clone();
+    for name in ["a", "b", "d", "c", "a", "zz", "b"] {
+        match interner.intern(name) {
+            Some(n) => assert!(
+                Arc::ptr_eq(&n, &held(name)),
+                "{name}: the store's allocation"
+            ),
+            None => assert_eq!(name, "zz", "only unknown names are not found"),
+        }
+    }
+}
+
 fn index_is_empty(index: &WatchIndex) -> bool {
     format!("{:?}", index.debug_counts()) == "(0, 0)"
 }
