@@ -534,8 +534,10 @@ impl SotwSubscription {
         // A subscription to most of the type is watched as a whole: the transport needs no
         // names added or removed (a first request of 10,000 names would sort 10,000).
         let dense = super::dense(self.dense, names.len(), total);
-        let added: Vec<Key> = if self.respond && dense {
-            // Everything subscribed is owed anyway.
+        // Before the first response, everything subscribed is owed anyway (and nothing counts
+        // as updated).
+        let first_owed = self.respond && self.last_nonce.is_none();
+        let added: Vec<Key> = if first_owed && dense {
             Vec::new()
         } else {
             names.difference(&self.names).cloned().collect()
@@ -545,8 +547,7 @@ impl SotwSubscription {
             self.sent.remove(key);
             self.forced.remove(key);
         }
-        if !self.respond {
-            // A response owed anyway carries every subscribed key.
+        if !first_owed {
             self.forced.extend(added.iter().cloned());
         }
         // Names (not keys) added and removed: a name stays watched while any parameter set

@@ -17,6 +17,9 @@ use crate::params::ParamSet;
 /// the configuration tells apart, not of clients; past it, views are built and not kept.
 const MAX_CACHED_VIEWS: usize = 4096;
 
+/// The variants of one name.
+type Variants = Box<[Arc<Resource>]>;
+
 /// All resources of one type at one moment: every variant of every name, and the type's version.
 ///
 /// Clients read it through a [`View`]: for a parameter set, each name resolved to the variant
@@ -30,7 +33,7 @@ pub struct TypeSnapshot {
     entries: BTreeMap<Arc<str>, Box<[Arc<Resource>]>>,
     /// The same names hashed, for lookups (a stream subscribing to 10,000 names interns each:
     /// a tree walk compares a dozen strings per name), with their place in `order`.
-    index: FastMap<Arc<str>, (u32, Box<[Arc<Resource>]>)>,
+    index: FastMap<Arc<str>, (u32, Variants)>,
     /// The names in order: a list of names in the same order is interned by walking it
     /// ([`Interner`]).
     order: Vec<Arc<str>>,
