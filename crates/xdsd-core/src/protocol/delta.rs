@@ -314,6 +314,8 @@ impl DeltaSubscription {
         self.explicit |= names_something;
         let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
         let mut interner = Interner::new(current.map(|t| &**t));
+        self.names.reserve(subscribe_keys.len());
+        self.forced.reserve(subscribe_keys.len());
         for (name, pid) in subscribe_keys {
             if name == WILDCARD {
                 self.set_wildcard(Some(pid));
@@ -539,7 +541,7 @@ impl DeltaSubscription {
         // response holds each variant once, whatever the number of keys that lead to it.
         let get = |key: &Key| views.get(&key.0, key.1);
         // (resource, key) pairs, put in (name, version) order below: each variant once.
-        let mut resources: Vec<(Arc<Resource>, Key)> = Vec::new();
+        let mut resources: Vec<(Arc<Resource>, Key)> = Vec::with_capacity(self.forced.len());
         let mut removed: BTreeSet<Key> = BTreeSet::new();
         let mut send = |key: &Key, r: &Arc<Resource>| resources.push((r.clone(), key.clone()));
         let differs = |key: &Key, r: &Resource| !self.holds(key, r);
@@ -715,7 +717,8 @@ impl DeltaSubscription {
         answer: bool,
         oversized: Option<usize>,
     ) -> Option<DeltaResponse> {
-        let mut resources: Vec<Arc<Resource>> = Vec::new();
+        let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
+        let mut resources: Vec<Arc<Resource>> = Vec::with_capacity(sends);
         let mut removed: BTreeSet<Key> = BTreeSet::new();
         let mut heartbeats: Vec<Arc<Resource>> = Vec::new();
         let mut unresolved: Vec<Arc<str>> = Vec::new();
@@ -724,7 +727,6 @@ impl DeltaSubscription {
         // another key still holds it afterwards. Removed keys the client was never sent are
         // removed by their own name: it may hold them from an earlier stream.
         let mut moved: Vec<RemovedVariant> = Vec::new();
-        let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
         self.has.reserve(sends);
         for item in owed {
             match item {
