@@ -14,13 +14,13 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
-use super::sotw::WILDCARD;
+use super::sotw::{reset, WILDCARD};
 use super::{
     intern, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
     PART_OVERHEAD,
 };
 use crate::params::Constraints;
-use crate::store::{field_len, resource_name, Encoding, Resource, TypeSnapshot};
+use crate::store::{field_len, resource_name, Encoding, Interner, Resource, TypeSnapshot};
 use prost::Message as _;
 
 /// A variant removed from a client that holds variants by `resource_name`.
@@ -52,21 +52,39 @@ pub struct DeltaResponse {
     pub oversized: Option<usize>,
 }
 
-/// What the client holds for a key: the version, and which variant (TP2 clients).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Held {
-    /// The name the client holds it under: the resource's, also when subscribed by an alias.
-    name: Arc<str>,
-    version: Arc<str>,
-    constraints: Option<Arc<Constraints>>,
+/// What the client holds for a key: the variant sent, or what a reconnecting client said it has
+/// (a version of no variant the store holds). One pointer: a stream may hold 100,000 keys.
+#[derive(Debug, Clone)]
+enum Held {
+    Sent(Arc<Resource>),
+    /// (name, version), unconstrained.
+    Claimed(Box<(Arc<str>, Arc<str>)>),
 }
 
 impl Held {
-    fn of(r: &Resource) -> Held {
-        Held {
-            name: r.name().clone(),
-            version: r.version().clone(),
-            constraints: r.constraints().cloned(),
+    fn of(r: &Arc<Resource>) -> Held {
+        Held::Sent(r.clone())
+    }
+
+    /// The name the client holds it under: the resource's, also when subscribed by an alias.
+    fn name(&self) -> &Arc<str> {
+        match self {
+            Held::Sent(r) => r.name(),
+            Held::Claimed(c) => &c.0,
+        }
+    }
+
+    fn version(&self) -> &Arc<str> {
+        match self {
+            Held::Sent(r) => r.version(),
+            Held::Claimed(c) => &c.1,
+        }
+    }
+
+    fn constraints(&self) -> Option<&Arc<Constraints>> {
+        match self {
+            Held::Sent(r) => r.constraints(),
+            Held::Claimed(_) => None,
         }
     }
 }
@@ -83,6 +101,8 @@ pub struct DeltaSubscription {
     explicit: bool,
     requested: bool,
     names: HashSet<Key>,
+    /// Whether `names` is most of the type, watched as a whole (see [`super::dense`]).
+    dense: bool,
     /// The distinct parameter sets `names` use (nearly always one).
     pids: Vec<Pid>,
     /// What the client has, as far as the server knows. Filled from
@@ -134,6 +154,7 @@ impl DeltaSubscription {
             explicit: false,
             requested: false,
             names: HashSet::default(),
+            dense: false,
             pids: Vec::new(),
             has: HashMap::default(),
             last_nonce: None,
@@ -189,7 +210,7 @@ impl DeltaSubscription {
 
     /// The version the server believes the client has of `name` (parameter set 0).
     pub fn client_version(&self, name: &str) -> Option<&Arc<str>> {
-        self.has.get(&(Arc::from(name), 0)).map(|h| &h.version)
+        self.has.get(&(Arc::from(name), 0)).map(|h| h.version())
     }
 
     fn subscribed(&self, key: &Key) -> bool {
@@ -274,8 +295,9 @@ impl DeltaSubscription {
         let names_something = !subscribe_keys.is_empty() || !unsubscribe_keys.is_empty();
         // The names subscribed before, to tell what to (un)watch: only for a request that names
         // something. Most requests are ACKs, and a stream may hold 100,000 names.
-        let names_before: Option<HashSet<Arc<str>>> =
-            names_something.then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
+        // While the subscription is most of the type (watched as a whole), no names are needed.
+        let names_before: Option<HashSet<Arc<str>>> = (names_something && !self.dense)
+            .then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
         if !self.explicit && self.wildcard.is_none() && !names_something {
             // Legacy wildcard: no name ever subscribed means `*`.
             self.set_wildcard(Some(subscribe.default));
@@ -291,21 +313,28 @@ impl DeltaSubscription {
         // empty requests that follow (ACKs) must not bring the wildcard back.
         self.explicit |= names_something;
         let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
+        let mut interner = Interner::new(current.map(|t| &**t));
+        self.names.reserve(subscribe_keys.len());
+        self.forced.reserve(subscribe_keys.len());
         for (name, pid) in subscribe_keys {
             if name == WILDCARD {
                 self.set_wildcard(Some(pid));
                 continue;
             }
-            let key: Key = (
-                self.names
-                    .get(&(Arc::from(name), pid))
-                    .map(|(n, _)| n.clone())
-                    .unwrap_or_else(|| intern(current, name)),
-                pid,
-            );
-            self.recheck.remove(&key);
+            // The store's allocation, else the one this stream already holds.
+            let name_of = interner.intern(name).unwrap_or_else(|| {
+                let name: Arc<str> = Arc::from(name);
+                match self.names.get(&(name.clone(), pid)) {
+                    Some((n, _)) => n.clone(),
+                    None => name,
+                }
+            });
+            let key: Key = (name_of, pid);
+            if !self.recheck.is_empty() {
+                self.recheck.remove(&key);
+            }
             self.names.insert(key.clone());
-            if initial {
+            if initial && !request.initial_resource_versions.is_empty() {
                 // A reconnecting client tells what it already has: only differences are sent.
                 if let Some(version) = request.initial_resource_versions.get(name) {
                     self.has
@@ -357,13 +386,18 @@ impl DeltaSubscription {
         if names_something || change.wildcard.is_some() {
             self.fold_rest();
         }
-        if let Some(names_before) = names_before {
-            let names_after: HashSet<Arc<str>> =
-                self.names.iter().map(|(n, _)| n.clone()).collect();
-            change.added = names_after.difference(&names_before).cloned().collect();
-            change.removed = names_before.difference(&names_after).cloned().collect();
-            change.added.sort();
-            change.removed.sort();
+        if names_something {
+            let total = current.map_or(0, |t| t.len());
+            let dense = super::dense(self.dense, self.names.len(), total);
+            if let (Some(names_before), false) = (names_before, dense) {
+                let names_after: HashSet<Arc<str>> =
+                    self.names.iter().map(|(n, _)| n.clone()).collect();
+                change.added = names_after.difference(&names_before).cloned().collect();
+                change.removed = names_before.difference(&names_after).cloned().collect();
+                change.added.sort();
+                change.removed.sort();
+            }
+            change.set_dense(&mut self.dense, total, self.names.iter().map(|(n, _)| n));
         }
         (kind, change)
     }
@@ -506,15 +540,10 @@ impl DeltaSubscription {
         // Keys are what the client subscribed by (a name or an alias, and a parameter set); the
         // response holds each variant once, whatever the number of keys that lead to it.
         let get = |key: &Key| views.get(&key.0, key.1);
-        let mut resources: BTreeMap<VariantId, (Arc<Resource>, Vec<Key>)> = BTreeMap::new();
+        // (resource, key) pairs, put in (name, version) order below: each variant once.
+        let mut resources: Vec<(Arc<Resource>, Key)> = Vec::with_capacity(self.forced.len());
         let mut removed: BTreeSet<Key> = BTreeSet::new();
-        let mut send = |key: &Key, r: &Arc<Resource>| {
-            resources
-                .entry((r.name().clone(), r.version().clone()))
-                .or_insert_with(|| (r.clone(), Vec::new()))
-                .1
-                .push(key.clone());
-        };
+        let mut send = |key: &Key, r: &Arc<Resource>| resources.push((r.clone(), key.clone()));
         let differs = |key: &Key, r: &Resource| !self.holds(key, r);
 
         if self.check_all {
@@ -537,7 +566,30 @@ impl DeltaSubscription {
         // hanging until its stream times out.
         let on_demand = *self.type_url == *crate::types::VIRTUAL_HOST;
         let mut unresolved: BTreeSet<Key> = BTreeSet::new();
-        for key in &self.forced {
+        // A client that subscribes to most of a view with one parameter set (every cluster's
+        // endpoints): read in the view's order, the pairs come sorted.
+        let mut dense = None;
+        let mut covered = 0;
+        if let [pid] = self.pids[..] {
+            let view = views.view(pid);
+            if self.forced.len() > 64 && !view.has_aliases() && self.forced.len() >= view.len() / 2
+            {
+                dense = Some(pid);
+                for r in view.iter() {
+                    let key = (r.name().clone(), pid);
+                    if self.forced.contains(&key) {
+                        send(&key, r);
+                        covered += 1;
+                    }
+                }
+            }
+        }
+        // The keys the view's order did not cover: those of other parameter sets, and names
+        // the view does not have.
+        let forced_rest = self.forced.iter().filter(|key| {
+            covered < self.forced.len() && (dense != Some(key.1) || get(key).is_none())
+        });
+        for key in forced_rest {
             match get(key) {
                 Some(r) => send(key, r),
                 None if on_demand && !self.has.contains_key(key) => {
@@ -584,14 +636,41 @@ impl DeltaSubscription {
                 }
             }
         }
-        beats.retain(|id, _| !resources.contains_key(id));
-        self.heartbeat.clear();
+        let by_variant = |a: &(Arc<Resource>, Key), b: &(Arc<Resource>, Key)| {
+            (a.0.name(), a.0.version()).cmp(&(b.0.name(), b.0.version()))
+        };
+        let only_dense = dense.is_some() && resources.len() == covered;
+        if !only_dense && !resources.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
+            // Stable: of two variants with one name and version, the first found is sent.
+            resources.sort_by(by_variant);
+        }
+        let mut sends: Vec<Owed> = Vec::with_capacity(resources.len());
+        for (r, key) in resources {
+            match sends.last_mut() {
+                // Read in a view's order, each resource comes once.
+                Some(Owed::Send(last, keys))
+                    if !only_dense && last.name() == r.name() && last.version() == r.version() =>
+                {
+                    keys.push(key)
+                }
+                _ => sends.push(Owed::Send(r, vec![key])),
+            }
+        }
+        beats.retain(|(name, version), _| {
+            sends
+                .binary_search_by(|o| match o {
+                    Owed::Send(r, _) => (r.name(), r.version()).cmp(&(name, version)),
+                    _ => std::cmp::Ordering::Less,
+                })
+                .is_err()
+        });
+        reset(&mut self.heartbeat);
         self.check_all = false;
-        self.forced.clear();
-        self.recheck.clear();
-        self.dirty.clear();
-        let mut owed: Vec<Owed> = Vec::with_capacity(resources.len() + removed.len() + beats.len());
-        owed.extend(resources.into_values().map(|(r, keys)| Owed::Send(r, keys)));
+        reset(&mut self.forced);
+        reset(&mut self.recheck);
+        reset(&mut self.dirty);
+        let mut owed: Vec<Owed> = Vec::with_capacity(sends.len() + removed.len() + beats.len());
+        owed.extend(sends);
         owed.extend(removed.into_iter().map(Owed::Remove));
         owed.extend(beats.into_values().map(Owed::Beat));
         owed.extend(unresolved.into_iter().map(Owed::Unresolved));
@@ -604,7 +683,7 @@ impl DeltaSubscription {
         let encoding = self.encoding;
         let removal = |key: &Key| match (encoding.named, self.has.get(key)) {
             (true, Some(held)) => {
-                field_len(resource_name(&key.0, held.constraints.as_deref()).encoded_len())
+                field_len(resource_name(&key.0, held.constraints().map(|c| &**c)).encoded_len())
             }
             (true, None) => field_len(resource_name(&key.0, None).encoded_len()),
             (false, _) => field_len(key.0.len()),
@@ -617,7 +696,7 @@ impl DeltaSubscription {
                     .filter(|k| {
                         self.has
                             .get(*k)
-                            .is_some_and(|h| h.constraints.as_ref() != r.constraints())
+                            .is_some_and(|h| h.constraints() != r.constraints())
                     })
                     .map(removal)
                     .sum::<usize>();
@@ -638,15 +717,27 @@ impl DeltaSubscription {
         answer: bool,
         oversized: Option<usize>,
     ) -> Option<DeltaResponse> {
-        let mut resources: Vec<Arc<Resource>> = Vec::new();
-        let mut sent: Vec<(Key, Held)> = Vec::new();
+        let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
+        let mut resources: Vec<Arc<Resource>> = Vec::with_capacity(sends);
         let mut removed: BTreeSet<Key> = BTreeSet::new();
         let mut heartbeats: Vec<Arc<Resource>> = Vec::new();
         let mut unresolved: Vec<Arc<str>> = Vec::new();
+        // Variants the client stops holding, by the name it holds them under: what a re-sent
+        // key held before (TP2 clients hold variants apart), what a removed key held, unless
+        // another key still holds it afterwards. Removed keys the client was never sent are
+        // removed by their own name: it may hold them from an earlier stream.
+        let mut moved: Vec<RemovedVariant> = Vec::new();
+        self.has.reserve(sends);
         for item in owed {
             match item {
                 Owed::Send(r, keys) => {
-                    sent.extend(keys.into_iter().map(|k| (k, Held::of(&r))));
+                    for key in keys {
+                        if let Some(before) = self.has.insert(key, Held::of(&r)) {
+                            if before.constraints() != r.constraints() {
+                                moved.push((before.name().clone(), before.constraints().cloned()));
+                            }
+                        }
+                    }
                     resources.push(r);
                 }
                 Owed::Remove(key) => {
@@ -656,23 +747,13 @@ impl DeltaSubscription {
                 Owed::Unresolved(key) => unresolved.push(key.0),
             }
         }
-        // Variants the client stops holding, by the name it holds them under: what a re-sent
-        // key held before (TP2 clients hold variants apart), what a removed key held, unless
-        // another key still holds it afterwards. Removed keys the client was never sent are
-        // removed by their own name: it may hold them from an earlier stream.
-        let mut moved: Vec<RemovedVariant> = Vec::new();
-        for (key, held) in &sent {
-            if let Some(before) = self.has.insert(key.clone(), held.clone()) {
-                if before.constraints != held.constraints {
-                    moved.push((before.name, before.constraints));
-                }
-            }
-        }
         let mut dropped: Vec<RemovedVariant> = Vec::new();
         let mut unknown: Vec<Arc<str>> = Vec::new();
         for key in &removed {
             match self.has.remove(key) {
-                Some(before) => dropped.push((before.name, before.constraints)),
+                Some(before) => {
+                    dropped.push((before.name().clone(), before.constraints().cloned()))
+                }
                 None => unknown.push(key.0.clone()),
             }
         }
@@ -680,7 +761,7 @@ impl DeltaSubscription {
             let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
                 .has
                 .values()
-                .map(|h| (&h.name, h.constraints.as_ref()))
+                .map(|h| (h.name(), h.constraints()))
                 .collect();
             let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
             let mut variants: Vec<RemovedVariant> = moved
@@ -701,13 +782,13 @@ impl DeltaSubscription {
             // only: other types have no aliases) by an alias of it.
             let aliased: Option<HashSet<&Arc<str>>> = (*self.type_url
                 == *crate::types::VIRTUAL_HOST)
-                .then(|| self.has.values().map(|h| &h.name).collect());
+                .then(|| self.has.values().map(|h| h.name()).collect());
             let held_name = |n: &Arc<str>| match &aliased {
                 Some(names) => names.contains(n),
                 None => self
                     .keys_of(n)
                     .iter()
-                    .any(|k| self.has.get(k).is_some_and(|h| h.name == *n)),
+                    .any(|k| self.has.get(k).is_some_and(|h| h.name() == n)),
             };
             let mut names: Vec<Arc<str>> = dropped
                 .into_iter()
@@ -776,11 +857,7 @@ pub fn unresolved_entry(alias: &str, version: &str, encoding: Encoding) -> Vec<u
 fn held(name: &Arc<str>, variants: &[Arc<Resource>], version: &str) -> Held {
     match variants.iter().find(|v| &**v.version() == version) {
         Some(v) => Held::of(v),
-        None => Held {
-            name: name.clone(),
-            version: Arc::from(version),
-            constraints: None,
-        },
+        None => Held::Claimed(Box::new((name.clone(), Arc::from(version)))),
     }
 }
 
@@ -788,7 +865,7 @@ fn held(name: &Arc<str>, variants: &[Arc<Resource>], version: &str) -> Held {
 impl DeltaSubscription {
     /// Whether the client holds `r` for `key`, at its version.
     fn holds(&self, key: &Key, r: &Resource) -> bool {
-        self.has.get(key).map(|h| &h.version) == Some(r.version())
+        self.has.get(key).map(|h| h.version()) == Some(r.version())
     }
 
     /// Whether the client holds `name` as the store holds it now.

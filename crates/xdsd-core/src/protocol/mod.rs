@@ -158,11 +158,85 @@ pub struct SubscriptionChange {
     pub wildcard: Option<bool>,
     pub added: Vec<Arc<str>>,
     pub removed: Vec<Arc<str>>,
+    /// `Some(on)` when the subscription became (or stopped being) one to most names of the type:
+    /// the transport then watches the type as a whole (`Watcher::set_dense`), and the machine
+    /// tells apart the names it watches. While it is dense, `added` and `removed` may be left
+    /// empty (nothing is watched by name); when it stops, `added` holds every subscribed name, to
+    /// be watched by name again.
+    pub dense: Option<bool>,
+}
+
+/// Whether a subscription to `names` names (keys) of a type the store holds `total` names of is
+/// dense: watched as a whole rather than name by name. It becomes dense from 64 names and half
+/// of the type, and stops below 32 names or a quarter of it (so that a stream near the line does
+/// not go back and forth).
+pub(crate) fn dense(was: bool, names: usize, total: usize) -> bool {
+    if was {
+        names >= 32 && names.saturating_mul(4) >= total
+    } else {
+        names >= 64 && names.saturating_mul(2) >= total
+    }
+}
+
+impl SubscriptionChange {
+    /// Records whether the subscription is dense now (`*state` is whether it was), given its
+    /// names and the store's count of names of the type.
+    pub(crate) fn set_dense<'a>(
+        &mut self,
+        state: &mut bool,
+        total: usize,
+        names: impl ExactSizeIterator<Item = &'a Arc<str>>,
+    ) {
+        let now = dense(*state, names.len(), total);
+        if now == *state {
+            return;
+        }
+        *state = now;
+        self.dense = Some(now);
+        if !now {
+            let mut all: Vec<Arc<str>> = names.cloned().collect();
+            all.sort_unstable();
+            all.dedup();
+            self.added = all;
+            self.removed.clear();
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subscription_is_dense_from_half_the_type_and_stops_below_a_quarter() {
+        assert!(!dense(false, 63, 63), "too few names to matter");
+        assert!(dense(false, 64, 128));
+        assert!(!dense(false, 64, 129));
+        assert!(dense(true, 40, 160), "still over a quarter");
+        assert!(!dense(true, 39, 160));
+        assert!(!dense(true, 31, 32));
+    }
+
+    #[test]
+    fn a_subscription_that_stops_being_dense_names_every_name_to_watch_again() {
+        let names: Vec<Arc<str>> = (0..100).map(|i| Arc::from(format!("n{i:03}"))).collect();
+        let mut state = false;
+        let mut change = SubscriptionChange::default();
+        change.set_dense(&mut state, 150, names.iter());
+        assert_eq!((state, change.dense), (true, Some(true)));
+        let mut change = SubscriptionChange {
+            added: vec![names[0].clone()],
+            removed: vec![Arc::from("gone")],
+            ..Default::default()
+        };
+        change.set_dense(&mut state, 1000, names[..50].iter());
+        assert_eq!((state, change.dense), (false, Some(false)));
+        assert_eq!(change.added, names[..50]);
+        assert!(change.removed.is_empty(), "none was watched by name");
+        let mut change = SubscriptionChange::default();
+        change.set_dense(&mut state, 1000, names[..50].iter());
+        assert_eq!(change.dense, None, "no change, nothing to do");
+    }
 
     #[test]
     fn nonces_are_never_reused_on_a_stream() {

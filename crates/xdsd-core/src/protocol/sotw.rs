@@ -13,10 +13,9 @@ use envoy_types::pb::google::rpc::Status;
 use prost::Message as _;
 
 use super::{
-    intern, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
-    PART_OVERHEAD,
+    part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views, PART_OVERHEAD,
 };
-use crate::store::{field_len, Encoding, Resource, TypeSnapshot, View};
+use crate::store::{field_len, Encoding, Interner, Resource, TypeSnapshot, View};
 
 /// The special resource name that subscribes to every resource of a type.
 pub const WILDCARD: &str = "*";
@@ -323,6 +322,8 @@ pub struct SotwSubscription {
     wildcard: Option<Pid>,
     /// Explicitly subscribed keys (without `*`).
     names: HashSet<Key>,
+    /// Whether `names` is most of the type, watched as a whole (see [`super::dense`]).
+    dense: bool,
     /// The distinct parameter sets `names` use (nearly always one).
     pids: Vec<Pid>,
     /// Set once a request named any resource: from then on an empty list means "nothing", not
@@ -351,10 +352,9 @@ pub struct SotwSubscription {
     client_version: Option<String>,
     /// Responses of types but the full-state ones are split to stay under this size.
     max_response_bytes: usize,
-    /// The rest of a response that goes out in parts: its resources in order (and how many of
-    /// each name), its version, the number of parts sent.
+    /// The rest of a response that goes out in parts: its resources in name order, its version,
+    /// the number of parts sent.
     rest: VecDeque<Arc<Resource>>,
-    rest_names: HashMap<Arc<str>, usize>,
     rest_version: Arc<str>,
     parts: usize,
     /// Whether a response was reported over the size limit (once per stream and type).
@@ -370,6 +370,7 @@ impl SotwSubscription {
             encoding: Encoding::default(),
             wildcard: None,
             names: HashSet::default(),
+            dense: false,
             pids: Vec::new(),
             explicit: false,
             requested: false,
@@ -384,7 +385,6 @@ impl SotwSubscription {
             client_version: None,
             max_response_bytes: usize::MAX,
             rest: VecDeque::new(),
-            rest_names: HashMap::default(),
             rest_version: Arc::from(""),
             parts: 0,
             warned: false,
@@ -452,7 +452,6 @@ impl SotwSubscription {
         subscribe: &Subscribe<'_>,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
-        let intern = |n: &str| intern(current, n);
         let nonce = request.response_nonce.as_str();
         let kind = match &self.last_nonce {
             // Before any response there is no newer nonce, so nothing is stale yet.
@@ -487,7 +486,7 @@ impl SotwSubscription {
             // versions are content hashes, the same on every xdsd serving the same resources).
             self.client_version = Some(request.version_info.clone()).filter(|v| !v.is_empty());
         }
-        let change = self.subscribe(&request.resource_names, subscribe, intern);
+        let change = self.subscribe(&request.resource_names, subscribe, current);
         (kind, change)
     }
 
@@ -495,7 +494,7 @@ impl SotwSubscription {
         &mut self,
         requested: &Names,
         subscribe: &Subscribe<'_>,
-        intern: impl Fn(&str) -> Arc<str>,
+        current: Option<&Arc<TypeSnapshot>>,
     ) -> SubscriptionChange {
         let digest = names_digest(requested, subscribe);
         if self.last_names == Some(digest) {
@@ -509,7 +508,9 @@ impl SotwSubscription {
             } else {
                 self.explicit = true;
                 let mut wildcard = None;
-                let mut names = HashSet::default();
+                let mut names =
+                    HashSet::with_capacity_and_hasher(requested.len(), Default::default());
+                let mut interner = Interner::new(current.map(|t| &**t));
                 // A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
                 // so that the subscription is what the client sent.
                 let plain = requested
@@ -524,11 +525,14 @@ impl SotwSubscription {
                         wildcard = Some(pid);
                         continue;
                     }
-                    let name = self
-                        .names
-                        .get(&(Arc::from(&*name), pid))
-                        .map(|(n, _)| n.clone())
-                        .unwrap_or_else(|| intern(&name));
+                    // The store's allocation, else the one this stream already holds.
+                    let name = interner.intern(&name).unwrap_or_else(|| {
+                        let name: Arc<str> = Arc::from(&*name);
+                        match self.names.get(&(name.clone(), pid)) {
+                            Some((n, _)) => n.clone(),
+                            None => name,
+                        }
+                    });
                     names.insert((name, pid));
                 }
                 (wildcard, names)
@@ -544,28 +548,57 @@ impl SotwSubscription {
                 self.sent_view_version = None;
             }
         }
-        let added: Vec<Key> = names.difference(&self.names).cloned().collect();
+        let mut pids: Vec<Pid> = names.iter().map(|(_, p)| *p).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let total = current.map_or(0, |t| t.len());
+        // A subscription to most of the type is watched as a whole: the transport needs no
+        // names added or removed (a first request of 10,000 names would sort 10,000).
+        let dense = super::dense(self.dense, names.len(), total);
+        // Before the first response, everything subscribed is owed anyway (and nothing counts
+        // as updated).
+        let first_owed = self.respond && self.last_nonce.is_none();
+        let added: Vec<Key> = if first_owed && dense {
+            Vec::new()
+        } else {
+            names.difference(&self.names).cloned().collect()
+        };
         let removed: Vec<Key> = self.names.difference(&names).cloned().collect();
         for key in &removed {
             self.sent.remove(key);
             self.forced.remove(key);
         }
-        self.forced.extend(added.iter().cloned());
-        let before: HashSet<&Arc<str>> = self.names.iter().map(|(n, _)| n).collect();
-        let after: HashSet<&Arc<str>> = names.iter().map(|(n, _)| n).collect();
-        change.added = after.difference(&before).map(|n| (*n).clone()).collect();
-        change.removed = before.difference(&after).map(|n| (*n).clone()).collect();
-        let mut pids: Vec<Pid> = names.iter().map(|(_, p)| *p).collect();
-        pids.sort_unstable();
-        pids.dedup();
+        if !first_owed {
+            self.forced.extend(added.iter().cloned());
+        }
+        // Names (not keys) added and removed: a name stays watched while any parameter set
+        // still subscribes to it.
+        let has_name = |set: &HashSet<Key>, pids: &[Pid], name: &Arc<str>| {
+            pids.iter().any(|p| set.contains(&(name.clone(), *p)))
+        };
+        if !dense {
+            change.added = added
+                .iter()
+                .filter(|(n, _)| !has_name(&self.names, &self.pids, n))
+                .map(|(n, _)| n.clone())
+                .collect();
+            change.removed = removed
+                .iter()
+                .filter(|(n, _)| !has_name(&names, &pids, n))
+                .map(|(n, _)| n.clone())
+                .collect();
+        }
         self.pids = pids;
         self.names = names;
         if !added.is_empty() || !removed.is_empty() || change.wildcard.is_some() {
             // What is left of a split response is owed to the new subscription.
             self.fold_rest();
         }
-        change.added.sort();
-        change.removed.sort();
+        change.added.sort_unstable();
+        change.added.dedup();
+        change.removed.sort_unstable();
+        change.removed.dedup();
+        change.set_dense(&mut self.dense, total, self.names.iter().map(|(n, _)| n));
         change
     }
 
@@ -647,8 +680,8 @@ impl SotwSubscription {
             self.changed_resources(views)
         };
         self.respond = false;
-        self.forced.clear();
-        self.dirty.clear();
+        reset(&mut self.forced);
+        reset(&mut self.dirty);
         let resources = resources?;
         let version_info = self.version(views);
         if first
@@ -670,9 +703,6 @@ impl SotwSubscription {
                     SotwResources::All(view) => view.iter().cloned().collect(),
                     SotwResources::Some(list) => list.into(),
                 };
-                for r in &self.rest {
-                    *self.rest_names.entry(r.name().clone()).or_default() += 1;
-                }
                 self.rest_version = version_info;
                 self.parts = 0;
                 return Some(self.next_part(nonces, updated));
@@ -730,13 +760,9 @@ impl SotwSubscription {
             self.budget(&self.rest_version),
         );
         let part: Vec<Arc<Resource>> = self.rest.drain(..count).collect();
-        for r in &part {
-            if let Some(n) = self.rest_names.get_mut(r.name()) {
-                *n -= 1;
-                if *n == 0 {
-                    self.rest_names.remove(r.name());
-                }
-            }
+        if self.rest.is_empty() {
+            // A large response's buffer is not kept for the next one.
+            self.rest = VecDeque::new();
         }
         self.parts += 1;
         let version = if self.rest.is_empty() {
@@ -758,7 +784,6 @@ impl SotwSubscription {
     /// changed.
     fn fold_rest(&mut self) {
         let rest = std::mem::take(&mut self.rest);
-        self.rest_names.clear();
         for r in rest {
             self.resend(r.name());
         }
@@ -854,15 +879,16 @@ impl SotwSubscription {
             );
             return Some(SotwResources::Some(dedup(out)));
         }
+        if self.respond {
+            // Every subscribed key is owed (a first response): no need to gather candidates.
+            return self.all_subscribed(views);
+        }
         let mut candidates: HashSet<Key> = self.forced.clone();
         for name in &self.dirty {
             candidates.extend(self.keys_of(name));
             if let Some(w) = self.wildcard {
                 candidates.insert((name.clone(), w));
             }
-        }
-        if self.respond {
-            candidates.extend(self.names.iter().cloned());
         }
         let mut out: Vec<Arc<Resource>> = Vec::new();
         for key in candidates {
@@ -897,6 +923,58 @@ impl SotwSubscription {
     }
 }
 
+impl SotwSubscription {
+    /// Every explicitly subscribed resource (no wildcard), recorded as sent. A subscription to
+    /// most of a view with one parameter set and no aliases (a client that names every cluster's
+    /// endpoints) is read in the view's order: each resource is looked up once, and comes out
+    /// sorted.
+    fn all_subscribed(&mut self, views: &Views) -> Option<SotwResources> {
+        self.sent
+            .reserve(self.names.len().saturating_sub(self.sent.len()));
+        if let [pid] = self.pids[..] {
+            let view = views.view(pid);
+            if !view.has_aliases() && self.names.len() >= view.len() / 2 {
+                let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
+                for r in view.iter() {
+                    let key = (r.name().clone(), pid);
+                    if self.names.contains(&key) {
+                        self.sent.insert(key, r.version().clone());
+                        out.push(r.clone());
+                    }
+                }
+                if out.len() < self.names.len() {
+                    // Subscribed names the store does not have: nothing sent of them.
+                    self.sent.retain(|(name, _), _| view.get(name).is_some());
+                }
+                return (!out.is_empty()).then_some(SotwResources::Some(out));
+            }
+        }
+        let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
+        for key in &self.names {
+            match views.get(&key.0, key.1) {
+                Some(r) => {
+                    self.sent.insert(key.clone(), r.version().clone());
+                    out.push(r.clone());
+                }
+                None => {
+                    self.sent.remove(key);
+                }
+            }
+        }
+        (!out.is_empty()).then(|| SotwResources::Some(dedup(out)))
+    }
+}
+
+/// Empties a set, giving back its memory when it held many (a first response owes every name
+/// of a large subscription once; later ones owe a few).
+pub(crate) fn reset<T>(set: &mut HashSet<T>) {
+    if set.capacity() > 64 {
+        *set = HashSet::default();
+    } else {
+        set.clear();
+    }
+}
+
 /// Resources in name order, each variant once.
 fn dedup(mut resources: Vec<Arc<Resource>>) -> Vec<Arc<Resource>> {
     resources.sort_by(|a, b| (a.name(), a.version()).cmp(&(b.name(), b.version())));
@@ -921,7 +999,12 @@ fn names_digest(names: &Names, subscribe: &Subscribe<'_>) -> (usize, u64) {
 impl SotwSubscription {
     /// Whether the client was sent `name` as the store holds it now.
     pub fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
-        if self.rest_names.contains_key(name) {
+        // The rest is in name order (a view's, or sorted by `dedup`).
+        if self
+            .rest
+            .binary_search_by(|r| (**r.name()).cmp(&**name))
+            .is_ok()
+        {
             return false;
         }
         let explicit = self.keys_of(name).any(|key| {

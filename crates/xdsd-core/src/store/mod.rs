@@ -18,7 +18,7 @@ use bytes::Bytes;
 pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{field_len, put_length_delimited};
-pub use snapshot::{Snapshot, TypeSnapshot, View};
+pub use snapshot::{Interner, Snapshot, TypeSnapshot, View};
 use watch::{lock_index, ChangedNames, Wake, WatchIndex};
 
 use crate::params::{self, Constraints, VariantError};

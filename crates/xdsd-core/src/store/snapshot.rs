@@ -9,12 +9,16 @@ use sha2::{Digest, Sha256};
 
 use super::resource::hex8;
 use super::{Encoding, Resource};
+use crate::hash::HashMap as FastMap;
 use crate::params::ParamSet;
 
 /// Distinct parameter sets whose views one type snapshot caches. Parameter sets are projected on
 /// the keys the type's constraints use before the lookup, so this is the number of client groups
 /// the configuration tells apart, not of clients; past it, views are built and not kept.
 const MAX_CACHED_VIEWS: usize = 4096;
+
+/// The variants of one name.
+type Variants = Box<[Arc<Resource>]>;
 
 /// All resources of one type at one moment: every variant of every name, and the type's version.
 ///
@@ -27,8 +31,14 @@ pub struct TypeSnapshot {
     version: Arc<str>,
     /// Every variant of each name, in the order they were given.
     entries: BTreeMap<Arc<str>, Box<[Arc<Resource>]>>,
+    /// The same names hashed, for lookups (a stream subscribing to 10,000 names interns each:
+    /// a tree walk compares a dozen strings per name), with their place in `order`.
+    index: FastMap<Arc<str>, (u32, Variants)>,
+    /// The names in order: a list of names in the same order is interned by walking it
+    /// ([`Interner`]).
+    order: Vec<Arc<str>>,
     /// Alias → name, over all variants.
-    aliases: HashMap<Arc<str>, Arc<str>>,
+    aliases: FastMap<Arc<str>, Arc<str>>,
     /// Every key a constraint of this type mentions: only these parameters choose a variant.
     keys: BTreeSet<String>,
     /// The one view of a type without constraints.
@@ -93,9 +103,17 @@ impl TypeSnapshot {
         let constrained = entries
             .values()
             .any(|vs| vs.len() != 1 || vs[0].constraints().is_some());
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (name, vs))| (name.clone(), (i as u32, vs.clone())))
+            .collect();
+        let order = entries.keys().cloned().collect();
         let mut snapshot = TypeSnapshot {
             type_url,
             version: version.clone(),
+            index,
+            order,
             entries,
             aliases,
             keys,
@@ -173,7 +191,7 @@ impl TypeSnapshot {
 
     /// The variants of a name (not an alias); empty if the name is unknown.
     pub fn variants(&self, name: &str) -> &[Arc<Resource>] {
-        self.entries.get(name).map(|v| &**v).unwrap_or(&[])
+        self.index.get(name).map(|(_, v)| &**v).unwrap_or(&[])
     }
 
     /// The resource of that name or alias when it has a single, unconstrained variant: what
@@ -207,9 +225,48 @@ impl TypeSnapshot {
 
     /// The resource name as the store holds it, so streams share one allocation per name.
     pub fn intern(&self, name: &str) -> Option<Arc<str>> {
-        match self.entries.get_key_value(name) {
-            Some((k, _)) => Some(k.clone()),
-            None => self.aliases.get_key_value(name).map(|(k, _)| k.clone()),
+        self.interner().intern(name)
+    }
+
+    /// Interns a list of names, faster when they come in order (a client's list of every
+    /// cluster's endpoints, in the order of the clusters).
+    pub fn interner(&self) -> Interner<'_> {
+        Interner {
+            snapshot: Some(self),
+            next: 0,
+        }
+    }
+}
+
+/// Interns names one after the other: a name that follows the one before in the type's order is
+/// found without hashing, any other by hash.
+pub struct Interner<'a> {
+    snapshot: Option<&'a TypeSnapshot>,
+    /// Where the next name is expected in the type's order.
+    next: usize,
+}
+
+impl<'a> Interner<'a> {
+    /// An interner of `snapshot`'s names; of none when the store has nothing of the type.
+    pub fn new(snapshot: Option<&'a TypeSnapshot>) -> Interner<'a> {
+        Interner { snapshot, next: 0 }
+    }
+
+    /// The name (or alias) as the store holds it, if it does.
+    pub fn intern(&mut self, name: &str) -> Option<Arc<str>> {
+        let t = self.snapshot?;
+        if let Some(expected) = t.order.get(self.next) {
+            if **expected == *name {
+                self.next += 1;
+                return Some(expected.clone());
+            }
+        }
+        match t.index.get_key_value(name) {
+            Some((k, (at, _))) => {
+                self.next = *at as usize + 1;
+                Some(k.clone())
+            }
+            None => t.aliases.get_key_value(name).map(|(k, _)| k.clone()),
         }
     }
 }
@@ -231,8 +288,11 @@ fn version_of<'a>(resources: impl Iterator<Item = (&'a Arc<str>, &'a Arc<Resourc
 pub struct View {
     type_url: Arc<str>,
     version: Arc<str>,
-    resources: BTreeMap<Arc<str>, Arc<Resource>>,
-    aliases: HashMap<Arc<str>, Arc<str>>,
+    /// In name order.
+    resources: Vec<Arc<Resource>>,
+    /// Name → position in `resources`.
+    index: FastMap<Arc<str>, u32>,
+    aliases: FastMap<Arc<str>, Arc<str>>,
     /// Every resource as an encoded `DiscoveryResponse.resources` entry, one after the other: the
     /// body of a SotW wildcard response, built on first use and then shared by every stream that
     /// sends this view. Plain, and named by `resource_name` (TP2 clients).
@@ -253,11 +313,17 @@ impl View {
             .flat_map(|r| r.aliases().iter().map(|a| (a.clone(), r.name().clone())))
             .collect();
         let has_ttl = resources.values().any(|r| r.ttl().is_some());
+        let index = resources
+            .keys()
+            .enumerate()
+            .map(|(i, name)| (name.clone(), i as u32))
+            .collect();
         View {
             has_ttl,
             type_url,
             version,
-            resources,
+            resources: resources.into_values().collect(),
+            index,
             aliases,
             sotw_bodies: Default::default(),
         }
@@ -279,9 +345,11 @@ impl View {
 
     /// The resource of that name, or else of that alias.
     pub fn get(&self, name: &str) -> Option<&Arc<Resource>> {
-        self.resources
+        let at = self
+            .index
             .get(name)
-            .or_else(|| self.aliases.get(name).and_then(|n| self.resources.get(n)))
+            .or_else(|| self.aliases.get(name).and_then(|n| self.index.get(n)))?;
+        self.resources.get(*at as usize)
     }
 
     pub fn len(&self) -> usize {
@@ -292,6 +360,11 @@ impl View {
         self.resources.is_empty()
     }
 
+    /// Whether some resource of this view has an alias.
+    pub fn has_aliases(&self) -> bool {
+        !self.aliases.is_empty()
+    }
+
     /// Whether a resource of this view has a TTL.
     pub fn has_ttl(&self) -> bool {
         self.has_ttl
@@ -299,7 +372,7 @@ impl View {
 
     /// Resources in name order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
-        self.resources.values()
+        self.resources.iter()
     }
 
     /// All resources encoded as consecutive `DiscoveryResponse.resources` (field 2) entries, in
@@ -311,11 +384,11 @@ impl View {
             .get_or_init(|| {
                 let len: usize = self
                     .resources
-                    .values()
+                    .iter()
                     .map(|r| field_len(r.sotw_entry(encoding).len()))
                     .sum();
                 let mut buf = BytesMut::with_capacity(len);
-                for resource in self.resources.values() {
+                for resource in &self.resources {
                     put_length_delimited(&mut buf, 2, resource.sotw_entry(encoding));
                 }
                 buf.freeze()

@@ -161,6 +161,75 @@ fn dropped_watchers_leave_the_index() {
     assert!(index_is_empty(&index));
 }
 
+#[test]
+fn a_dense_watcher_is_woken_by_every_name_of_its_type_without_a_registration_per_name() {
+    let store = Store::new();
+    let cluster = arc(CLUSTER);
+    let mut w = store.watcher();
+    w.watch(&cluster, [&arc("a"), &arc("b")]);
+    w.set_dense(&cluster, true);
+    assert_eq!(
+        lock_index(&store.inner.index).debug_counts(),
+        (0, 1),
+        "the names are let go, the type is watched as a whole"
+    );
+    w.watch(&cluster, [&arc("c")]);
+    assert_eq!(lock_index(&store.inner.index).debug_counts(), (0, 1));
+    store
+        .apply([Change::Set(input(CLUSTER, "later", b"1"))])
+        .unwrap();
+    assert!(
+        w.take_changes()[&cluster].contains("later"),
+        "a name added to the store after subscribing wakes it"
+    );
+    // Turned off: nothing is watched by name until the names are watched again.
+    w.set_dense(&cluster, false);
+    assert!(index_is_empty(&lock_index(&store.inner.index)));
+    w.watch(&cluster, [&arc("a")]);
+    store
+        .apply([
+            Change::Set(input(CLUSTER, "a", b"1")),
+            Change::Set(input(CLUSTER, "other", b"1")),
+        ])
+        .unwrap();
+    assert_eq!(
+        w.take_changes()[&cluster]
+            .iter()
+            .map(|n| &**n)
+            .collect::<Vec<_>>(),
+        ["a"]
+    );
+    // Dense and wildcard together: one registration, gone only when both are off.
+    w.set_dense(&cluster, true);
+    w.set_wildcard(&cluster, true);
+    w.set_dense(&cluster, false);
+    assert_eq!(lock_index(&store.inner.index).debug_counts(), (0, 1));
+    w.set_dense(&cluster, true);
+    drop(w);
+    assert!(index_is_empty(&lock_index(&store.inner.index)));
+}
+
+#[test]
+fn names_are_interned_as_the_store_holds_them_in_any_order() {
+    let store = Store::new();
+    store
+        .replace_all(["a", "b", "c", "d"].map(|n| input(CLUSTER, n, b"1")))
+        .unwrap();
+    let snap = store.snapshot();
+    let t = snap.get(CLUSTER).unwrap();
+    let mut interner = t.interner();
+    let held = |n: &str| t.entries().find(|(k, _)| &***k == n).unwrap().0.clone();
+    for name in ["a", "b", "d", "c", "a", "zz", "b"] {
+        match interner.intern(name) {
+            Some(n) => assert!(
+                Arc::ptr_eq(&n, &held(name)),
+                "{name}: the store's allocation"
+            ),
+            None => assert_eq!(name, "zz", "only unknown names are not found"),
+        }
+    }
+}
+
 fn index_is_empty(index: &WatchIndex) -> bool {
     format!("{:?}", index.debug_counts()) == "(0, 0)"
 }

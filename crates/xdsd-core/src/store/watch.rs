@@ -145,6 +145,34 @@ impl WatchIndex {
     }
 }
 
+impl WatchIndex {
+    /// Registers (or not) a stream among the watchers of every name of a type, from `before` to
+    /// `after`.
+    fn set_all(
+        &mut self,
+        type_url: &Arc<str>,
+        id: u64,
+        signal: &Arc<Signal>,
+        before: bool,
+        after: bool,
+    ) {
+        if before == after {
+            return;
+        }
+        if after {
+            self.wildcards
+                .entry(type_url.clone())
+                .or_default()
+                .insert(id, signal.clone());
+        } else if let Some(w) = self.wildcards.get_mut(type_url) {
+            w.remove(&id);
+            if w.is_empty() {
+                self.wildcards.remove(type_url);
+            }
+        }
+    }
+}
+
 pub(crate) fn lock_index(index: &Mutex<WatchIndex>) -> MutexGuard<'_, WatchIndex> {
     index.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -152,7 +180,18 @@ pub(crate) fn lock_index(index: &Mutex<WatchIndex>) -> MutexGuard<'_, WatchIndex
 #[derive(Default)]
 struct Registered {
     wildcard: bool,
+    /// Woken by every change of the type, like a wildcard, without a registration per name: the
+    /// stream subscribes to most of the type and its machine tells apart the names it watches.
+    dense: bool,
+    /// The names registered one by one (none while `dense`).
     names: HashSet<Arc<str>>,
+}
+
+impl Registered {
+    /// Whether the stream is among the type's watchers of every name.
+    fn all(&self) -> bool {
+        self.wildcard || self.dense
+    }
 }
 
 /// One stream's registration with the store. Dropping it removes every registration.
@@ -199,18 +238,32 @@ impl Watcher {
         if reg.wildcard == on {
             return;
         }
+        let before = reg.all();
         reg.wildcard = on;
+        let after = reg.all();
         let mut index = lock_index(&self.index);
+        index.set_all(type_url, self.id, &self.signal, before, after);
+    }
+
+    /// Watches a subscription to most names of `type_url` as a whole (`on`): woken by every
+    /// change of the type, with no registration per name (a stream of 10,000 names would
+    /// otherwise hold 10,000 entries here and in the index); names passed to [`Watcher::watch`]
+    /// meanwhile are not recorded. Turned off, the stream watches nothing of the type by name
+    /// until `watch` registers its names again.
+    pub fn set_dense(&mut self, type_url: &Arc<str>, on: bool) {
+        let reg = self.registered.entry(type_url.clone()).or_default();
+        if reg.dense == on {
+            return;
+        }
+        let before = reg.all();
+        reg.dense = on;
+        let after = reg.all();
+        let mut index = lock_index(&self.index);
+        // Registered as a watcher of the whole type before the names are let go.
+        index.set_all(type_url, self.id, &self.signal, before, after);
         if on {
-            index
-                .wildcards
-                .entry(type_url.clone())
-                .or_default()
-                .insert(self.id, self.signal.clone());
-        } else if let Some(w) = index.wildcards.get_mut(type_url) {
-            w.remove(&self.id);
-            if w.is_empty() {
-                index.wildcards.remove(type_url);
+            for name in std::mem::take(&mut reg.names) {
+                remove_name(&mut index, type_url, &name, self.id);
             }
         }
     }
@@ -222,6 +275,9 @@ impl Watcher {
         names: impl IntoIterator<Item = &'a Arc<str>>,
     ) {
         let reg = self.registered.entry(type_url.clone()).or_default();
+        if reg.dense {
+            return;
+        }
         let mut index = lock_index(&self.index);
         let by_name = index.names.entry(type_url.clone()).or_default();
         for name in names {
@@ -280,7 +336,7 @@ impl Drop for Watcher {
         let mut index = lock_index(&self.index);
         index.params.remove(&self.id);
         for (type_url, reg) in &self.registered {
-            if reg.wildcard {
+            if reg.all() {
                 if let Some(w) = index.wildcards.get_mut(type_url) {
                     w.remove(&self.id);
                     if w.is_empty() {

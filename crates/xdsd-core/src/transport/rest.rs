@@ -272,6 +272,9 @@ impl Rest {
             if let Some(on) = change.wildcard {
                 watcher.set_wildcard(&type_url, on);
             }
+            if let Some(on) = change.dense {
+                watcher.set_dense(&type_url, on);
+            }
             watcher.watch(&type_url, &change.added);
             let mut shutdown = self.ctx.shutdown.clone();
             // Read again now that changes are watched: none slips between the two.

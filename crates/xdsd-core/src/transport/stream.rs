@@ -218,6 +218,9 @@ impl<V: Variant> Stream<V> {
         if let Some(on) = change.wildcard {
             self.watcher.set_wildcard(&type_url, on);
         }
+        if let Some(on) = change.dense {
+            self.watcher.set_dense(&type_url, on);
+        }
         // Most requests are ACKs that change nothing: the store's index is not locked for them.
         if !change.removed.is_empty() {
             self.watcher.unwatch(&type_url, &change.removed);

@@ -134,6 +134,38 @@ fn subscribed_name_that_does_not_exist_is_reported_removed_at_once() {
 }
 
 #[test]
+fn a_subscription_to_most_names_comes_in_name_order_with_missing_names_removed() {
+    // Over 64 names, most of the view: read in the view's order.
+    let names: Vec<String> = (0..100).map(|i| format!("n{i:03}")).collect();
+    let contents: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &contents);
+    let mut subscribe: Vec<&str> = names[1..].iter().map(|n| n.as_str()).rev().collect();
+    subscribe.extend(["ghost", "a-ghost"]);
+    h.request(Req {
+        subscribe: &subscribe,
+        ..Default::default()
+    });
+    let expected: Vec<&str> = names[1..].iter().map(|n| n.as_str()).collect();
+    assert_eq!(h.expect(), seen(&expected, &["a-ghost", "ghost"]));
+    // Every name but one unsubscribed and subscribed again: it comes again.
+    h.request(Req {
+        unsubscribe: &["n050"],
+        ..Default::default()
+    });
+    h.expect_none();
+    h.request(Req {
+        subscribe: &["n050"],
+        ..Default::default()
+    });
+    assert_eq!(h.expect(), seen(&["n050"], &[]));
+    // A name added to the store after subscribing comes when it appears; others stay quiet.
+    h.set("ghost", "1");
+    assert_eq!(h.expect(), seen(&["ghost"], &[]));
+    h.set("n000", "1");
+    h.expect_none();
+}
+
+#[test]
 fn each_response_carries_only_what_changed() {
     let mut h = Harness::new(CLUSTER, &[("a", "1"), ("b", "1"), ("c", "1")]);
     h.request(Req::default());

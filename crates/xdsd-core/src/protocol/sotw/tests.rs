@@ -377,6 +377,86 @@ fn newly_subscribed_name_is_sent_even_if_sent_before() {
 }
 
 #[test]
+fn a_subscription_to_most_names_comes_in_name_order_and_a_missing_one_when_it_appears() {
+    let mut h = Harness::new(
+        CLUSTER_LOAD_ASSIGNMENT,
+        &[("a", "1"), ("b", "1"), ("c", "1"), ("d", "1")],
+    );
+    h.request(&["d", "b", "a", "x"], "", "");
+    let (names, v, n) = h.expect();
+    assert_eq!(names, ["a", "b", "d"]);
+    h.request(&["d", "b", "a", "x"], &n, &v);
+    h.expect_none();
+    h.set("x", "1");
+    h.notify(&["x"]);
+    assert_eq!(h.expect().0, ["x"], "x was never sent");
+}
+
+#[test]
+fn every_name_then_one_unsubscribed_and_subscribed_again_is_sent_again() {
+    let mut h = Harness::new(
+        CLUSTER_LOAD_ASSIGNMENT,
+        &[("a", "1"), ("b", "1"), ("c", "1")],
+    );
+    h.request(&["a", "b", "c"], "", "");
+    let (names, v, n) = h.expect();
+    assert_eq!(names, ["a", "b", "c"]);
+    h.request(&["a", "b"], &n, &v);
+    h.expect_none();
+    h.set("c", "2");
+    h.notify(&["c"]);
+    h.expect_none();
+    h.request(&["a", "b", "c"], &n, &v);
+    assert_eq!(h.expect().0, ["c"]);
+    h.set("a", "2");
+    h.notify(&["a"]);
+    assert_eq!(h.expect().0, ["a"], "a changed; b and c did not");
+}
+
+#[test]
+fn a_dense_subscription_is_woken_by_names_it_does_not_watch_and_sends_none_of_them() {
+    let names: Vec<String> = (0..100).map(|i| format!("n{i:03}")).collect();
+    let contents: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &contents);
+    let snap = h.store.snapshot();
+    let current = snap.get(CLUSTER_LOAD_ASSIGNMENT);
+    let req = |names: &[String], nonce: &str| DiscoveryRequest {
+        resource_names: names.to_vec(),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    };
+    let (_, change) = h
+        .sub
+        .handle_request(&(&req(&names[..70], "")).into(), current);
+    assert_eq!(change.dense, Some(true), "70 of 100 names");
+    let (sent, _, nonce) = h.expect();
+    assert_eq!(sent, names[..70]);
+    // The transport wakes it for every name of the type: the others are not its business.
+    h.set("n099", "2");
+    h.notify(&["n099"]);
+    h.expect_none();
+    h.set("n000", "2");
+    h.notify(&["n000", "n099"]);
+    assert_eq!(h.expect().0, ["n000"]);
+    // Down to 20 names: watched by name again, every one of them.
+    let nonce2 = h.sub.last_nonce.clone().unwrap();
+    assert_ne!(nonce, nonce2);
+    let (_, change) = h
+        .sub
+        .handle_request(&(&req(&names[..20], &nonce2)).into(), current);
+    assert_eq!(change.dense, Some(false));
+    assert_eq!(
+        change
+            .added
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>(),
+        names[..20]
+    );
+}
+
+#[test]
 fn resource_springing_into_existence_is_sent_when_it_appears() {
     let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[]);
     h.request(&["later"], "", "");
