@@ -268,12 +268,17 @@ impl Watcher {
         }
     }
 
-    /// Watches the named resources of `type_url`, whether or not they exist yet.
+    /// Watches the named resources of `type_url`, whether or not they exist yet. No names (every
+    /// ACK) takes no lock.
     pub fn watch<'a>(
         &mut self,
         type_url: &Arc<str>,
         names: impl IntoIterator<Item = &'a Arc<str>>,
     ) {
+        let mut names = names.into_iter().peekable();
+        if names.peek().is_none() {
+            return;
+        }
         let reg = self.registered.entry(type_url.clone()).or_default();
         if reg.dense {
             return;
@@ -290,14 +295,19 @@ impl Watcher {
         }
     }
 
+    /// Stops watching the named resources of `type_url`. No names takes no lock.
     pub fn unwatch<'a>(
         &mut self,
         type_url: &Arc<str>,
         names: impl IntoIterator<Item = &'a Arc<str>>,
     ) {
+        let mut names = names.into_iter().peekable();
         let Some(reg) = self.registered.get_mut(type_url) else {
             return;
         };
+        if names.peek().is_none() {
+            return;
+        }
         let mut index = lock_index(&self.index);
         for name in names {
             if reg.names.remove(name) {

@@ -268,14 +268,7 @@ impl Rest {
         if let Some(_permit) = permit {
             let deadline = tokio::time::Instant::now() + hold;
             let mut watcher = self.ctx.store.watcher();
-            let change = &current.0.change;
-            if let Some(on) = change.wildcard {
-                watcher.set_wildcard(&type_url, on);
-            }
-            if let Some(on) = change.dense {
-                watcher.set_dense(&type_url, on);
-            }
-            watcher.watch(&type_url, &change.added);
+            super::stream::register(&mut watcher, &type_url, &current.0.change);
             let mut shutdown = self.ctx.shutdown.clone();
             // Read again now that changes are watched: none slips between the two.
             current = self.current(&type_url, access, request)?;

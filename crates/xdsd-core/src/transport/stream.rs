@@ -26,7 +26,7 @@ use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::session::{Handled, Machine, Session};
 use crate::protocol::sotw::{SotwResources, SotwResponse, SotwSubscription};
-use crate::protocol::RequestKind;
+use crate::protocol::{RequestKind, SubscriptionChange};
 use crate::store::{Resource, Watcher};
 
 /// A protocol variant as gRPC carries it: its machine, and how its requests and responses are
@@ -94,6 +94,19 @@ impl Variant for DeltaSubscription {
 }
 
 pub(crate) type Sender<V> = body::Sender<<V as Machine>::Response>;
+
+/// Tells the store what a request changed in what `watcher` watches of `type_url`: the
+/// wildcard, a subscription to most of the type watched as a whole, names.
+pub(crate) fn register(watcher: &mut Watcher, type_url: &Arc<str>, change: &SubscriptionChange) {
+    if let Some(on) = change.wildcard {
+        watcher.set_wildcard(type_url, on);
+    }
+    if let Some(on) = change.dense {
+        watcher.set_dense(type_url, on);
+    }
+    watcher.unwatch(type_url, &change.removed);
+    watcher.watch(type_url, &change.added);
+}
 
 /// Why `flush` stopped before sending everything owed.
 enum Halt {
@@ -215,19 +228,7 @@ impl<V: Variant> Stream<V> {
         if self.watcher.params_len() != Some(params.len()) {
             self.watcher.set_params(params);
         }
-        if let Some(on) = change.wildcard {
-            self.watcher.set_wildcard(&type_url, on);
-        }
-        if let Some(on) = change.dense {
-            self.watcher.set_dense(&type_url, on);
-        }
-        // Most requests are ACKs that change nothing: the store's index is not locked for them.
-        if !change.removed.is_empty() {
-            self.watcher.unwatch(&type_url, &change.removed);
-        }
-        if !change.added.is_empty() {
-            self.watcher.watch(&type_url, &change.added);
-        }
+        register(&mut self.watcher, &type_url, &change);
         Ok(())
     }
 
