@@ -16,11 +16,11 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::sotw::{reset, WILDCARD};
 use super::{
-    intern, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
+    intern_key, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
     PART_OVERHEAD,
 };
 use crate::params::Constraints;
-use crate::store::{field_len, resource_name, Encoding, Interner, Resource, TypeSnapshot};
+use crate::store::{field_len, intern, resource_name, Encoding, Interner, Resource, TypeSnapshot};
 use prost::Message as _;
 
 /// A variant removed from a client that holds variants by `resource_name`.
@@ -321,15 +321,7 @@ impl DeltaSubscription {
                 self.set_wildcard(Some(pid));
                 continue;
             }
-            // The store's allocation, else the one this stream already holds.
-            let name_of = interner.intern(name).unwrap_or_else(|| {
-                let name: Arc<str> = Arc::from(name);
-                match self.names.get(&(name.clone(), pid)) {
-                    Some((n, _)) => n.clone(),
-                    None => name,
-                }
-            });
-            let key: Key = (name_of, pid);
+            let key: Key = (intern_key(&mut interner, &self.names, name, pid), pid);
             if !self.recheck.is_empty() {
                 self.recheck.remove(&key);
             }
@@ -350,7 +342,7 @@ impl DeltaSubscription {
         if initial && self.wildcard.is_some() {
             if let Some(w) = self.wildcard {
                 for (name, version) in &request.initial_resource_versions {
-                    let key = (intern(current, name), w);
+                    let key = (intern(current.map(|t| &**t), name), w);
                     let name_of = key.0.clone();
                     self.has
                         .entry(key)
@@ -397,7 +389,7 @@ impl DeltaSubscription {
                 change.added.sort();
                 change.removed.sort();
             }
-            change.set_dense(&mut self.dense, total, self.names.iter().map(|(n, _)| n));
+            change.set_dense(&mut self.dense, dense, self.names.iter().map(|(n, _)| n));
         }
         (kind, change)
     }

@@ -13,8 +13,9 @@ mod test_support;
 
 use std::sync::Arc;
 
+use crate::hash::HashSet;
 use crate::params::ParamSet;
-use crate::store::{Resource, TypeSnapshot, View};
+use crate::store::{Interner, Resource, TypeSnapshot, View};
 
 /// A parameter set of a session, by its index in the session's table (see [`session`]): keys are
 /// small and cheap to hash, and streams that use one parameter set (every Envoy) use one index.
@@ -69,12 +70,22 @@ impl Views {
     }
 }
 
-/// A requested name as the store's shared allocation when the store has that resource, so that
-/// streams subscribed to the same names share them.
-pub(crate) fn intern(current: Option<&Arc<TypeSnapshot>>, name: &str) -> Arc<str> {
-    current
-        .and_then(|t| t.intern(name))
-        .unwrap_or_else(|| name.into())
+/// A requested name as an `Arc`: the store's allocation when it holds the name (streams
+/// subscribed to the same names share it), else the one a stream's keys `held` already have
+/// under `pid`, else a new one.
+pub(crate) fn intern_key(
+    interner: &mut Interner<'_>,
+    held: &HashSet<Key>,
+    name: &str,
+    pid: Pid,
+) -> Arc<str> {
+    interner.intern(name).unwrap_or_else(|| {
+        let name: Arc<str> = Arc::from(name);
+        match held.get(&(name.clone(), pid)) {
+            Some((n, _)) => n.clone(),
+            None => name,
+        }
+    })
 }
 
 /// Bytes a response takes beyond its resources and removals, at most, besides its type URL and
@@ -179,15 +190,14 @@ pub(crate) fn dense(was: bool, names: usize, total: usize) -> bool {
 }
 
 impl SubscriptionChange {
-    /// Records whether the subscription is dense now (`*state` is whether it was), given its
-    /// names and the store's count of names of the type.
+    /// Records that the subscription is dense `now` (`*state`: whether it was, see [`dense`]),
+    /// given its names.
     pub(crate) fn set_dense<'a>(
         &mut self,
         state: &mut bool,
-        total: usize,
-        names: impl ExactSizeIterator<Item = &'a Arc<str>>,
+        now: bool,
+        names: impl Iterator<Item = &'a Arc<str>>,
     ) {
-        let now = dense(*state, names.len(), total);
         if now == *state {
             return;
         }
@@ -222,19 +232,22 @@ mod tests {
         let names: Vec<Arc<str>> = (0..100).map(|i| Arc::from(format!("n{i:03}"))).collect();
         let mut state = false;
         let mut change = SubscriptionChange::default();
-        change.set_dense(&mut state, 150, names.iter());
+        let now = dense(state, names.len(), 150);
+        change.set_dense(&mut state, now, names.iter());
         assert_eq!((state, change.dense), (true, Some(true)));
         let mut change = SubscriptionChange {
             added: vec![names[0].clone()],
             removed: vec![Arc::from("gone")],
             ..Default::default()
         };
-        change.set_dense(&mut state, 1000, names[..50].iter());
+        let now = dense(state, 50, 1000);
+        change.set_dense(&mut state, now, names[..50].iter());
         assert_eq!((state, change.dense), (false, Some(false)));
         assert_eq!(change.added, names[..50]);
         assert!(change.removed.is_empty(), "none was watched by name");
         let mut change = SubscriptionChange::default();
-        change.set_dense(&mut state, 1000, names[..50].iter());
+        let now = dense(state, 50, 1000);
+        change.set_dense(&mut state, now, names[..50].iter());
         assert_eq!(change.dense, None, "no change, nothing to do");
     }
 

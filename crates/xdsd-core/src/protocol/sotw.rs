@@ -13,7 +13,8 @@ use envoy_types::pb::google::rpc::Status;
 use prost::Message as _;
 
 use super::{
-    part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views, PART_OVERHEAD,
+    intern_key, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
+    PART_OVERHEAD,
 };
 use crate::store::{field_len, Encoding, Interner, Resource, TypeSnapshot, View};
 
@@ -525,15 +526,7 @@ impl SotwSubscription {
                         wildcard = Some(pid);
                         continue;
                     }
-                    // The store's allocation, else the one this stream already holds.
-                    let name = interner.intern(&name).unwrap_or_else(|| {
-                        let name: Arc<str> = Arc::from(&*name);
-                        match self.names.get(&(name.clone(), pid)) {
-                            Some((n, _)) => n.clone(),
-                            None => name,
-                        }
-                    });
-                    names.insert((name, pid));
+                    names.insert((intern_key(&mut interner, &self.names, &name, pid), pid));
                 }
                 (wildcard, names)
             };
@@ -598,7 +591,7 @@ impl SotwSubscription {
         change.added.dedup();
         change.removed.sort_unstable();
         change.removed.dedup();
-        change.set_dense(&mut self.dense, total, self.names.iter().map(|(n, _)| n));
+        change.set_dense(&mut self.dense, dense, self.names.iter().map(|(n, _)| n));
         change
     }
 

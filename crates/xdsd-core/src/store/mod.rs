@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
-pub(crate) use snapshot::{field_len, put_length_delimited};
+pub(crate) use snapshot::{field_len, intern, put_length_delimited};
 pub use snapshot::{Interner, Snapshot, TypeSnapshot, View};
 use watch::{lock_index, ChangedNames, Wake, WatchIndex};
 
@@ -358,10 +358,7 @@ impl Store {
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
         for (type_url, name) in names {
             let type_url = intern_type(&current, &type_url)?;
-            let name: Arc<str> = current
-                .get(&type_url)
-                .and_then(|t| t.intern(&name))
-                .unwrap_or_else(|| name.into());
+            let name = intern(current.get(&type_url).map(|t| &**t), &name);
             // What the inputs of the name made: its own variants (not the virtual hosts of a
             // route configuration, which are its route configuration's).
             let map = map_of(&mut next, &current, &type_url);

@@ -238,6 +238,14 @@ impl TypeSnapshot {
     }
 }
 
+/// `name` as the store's allocation when `snapshot` holds that name or alias (streams and states
+/// that name the same resources share it), else a new one.
+pub(crate) fn intern(snapshot: Option<&TypeSnapshot>, name: &str) -> Arc<str> {
+    snapshot
+        .and_then(|t| t.intern(name))
+        .unwrap_or_else(|| name.into())
+}
+
 /// Interns names one after the other: a name that follows the one before in the type's order is
 /// found without hashing, any other by hash.
 pub struct Interner<'a> {

@@ -686,12 +686,13 @@ fn fetching(ctx: Arc<ServerContext>, type_url: Arc<str>, req: http::Request<Body
     })
 }
 
-/// Starting size of each stream's encode and decode buffers. tonic's default (8 KiB each) would
-/// be most of an idle stream's memory; xDS requests and most responses are far smaller, and the
-/// buffers still grow for a large one.
+/// Starting size of a `Fetch` call's encode and decode buffers (streams use neither: their
+/// requests are read by `requests.rs`, their responses written by `body.rs`). xDS requests and
+/// most responses are far smaller than tonic's default of 8 KiB, and the buffers still grow for
+/// a large one.
 const STREAM_BUFFER_BYTES: usize = 1024;
 
-/// prost encoding and decoding of a variant's messages, with small per-stream buffers; a request
+/// prost encoding and decoding of a variant's messages (`Fetch`), with small buffers; a request
 /// that does not decode is reported as the client's error (see `status`).
 struct StreamCodec<V>(PhantomData<fn() -> V>);
 
