@@ -253,21 +253,37 @@ impl DirectoryCache {
         };
         self.must_rescan = false;
         self.dir_links = walk.dir_links;
-        let listed: HashSet<&Path> = walk.files.iter().map(|f| f.path.as_path()).collect();
-        let gone: Vec<Arc<Path>> = self
-            .files
-            .keys()
-            .filter(|p| !listed.contains(&***p))
-            .cloned()
-            .collect();
+        self.relist(&pass, None, walk.files);
+        self.outcome()
+    }
+
+    /// Brings the cache up to date with a listing of `scope` (`None`: the whole tree): cached
+    /// files it no longer shows are forgotten, what it failed to read before is forgotten too,
+    /// and each listed file is visited.
+    fn relist(&mut self, pass: &Pass<'_>, scope: Option<&Path>, files: Vec<Found>) {
+        let listed: HashSet<&Path> = files.iter().map(|f| f.path.as_path()).collect();
+        let gone: Vec<Arc<Path>> = match scope {
+            Some(scope) => self
+                .under(scope)
+                .filter(|p| !listed.contains(&**p))
+                .collect(),
+            None => self
+                .files
+                .keys()
+                .filter(|p| !listed.contains(&***p))
+                .cloned()
+                .collect(),
+        };
         for path in gone {
             self.set_file(&path, None);
         }
-        self.unreadable.clear();
-        for found in walk.files {
-            self.visit(&pass, found);
+        match scope {
+            Some(scope) => self.unreadable.retain(|p, _| !p.starts_with(scope)),
+            None => self.unreadable.clear(),
         }
-        self.outcome()
+        for found in files {
+            self.visit(pass, found);
+        }
     }
 
     /// Brings the cache up to date after changes to `paths` (what a watcher's events name:
@@ -333,19 +349,7 @@ impl DirectoryCache {
                         Ok(walk) if !walk.dir_links => walk,
                         _ => return self.rescan(descriptors, dir, limits),
                     };
-                    let listed: HashSet<&Path> =
-                        walk.files.iter().map(|f| f.path.as_path()).collect();
-                    let gone: Vec<Arc<Path>> = self
-                        .under(&scope)
-                        .filter(|p| !listed.contains(&**p))
-                        .collect();
-                    for path in gone {
-                        self.set_file(&path, None);
-                    }
-                    self.unreadable.retain(|p, _| !p.starts_with(&scope));
-                    for found in walk.files {
-                        self.visit(&pass, found);
-                    }
+                    self.relist(&pass, Some(&scope), walk.files);
                 }
                 Ok(meta) if meta.is_file() && Format::of(&scope).is_some() => {
                     let inside: Vec<Arc<Path>> =
