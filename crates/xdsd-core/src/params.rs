@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::ConstraintType;
@@ -28,8 +29,13 @@ pub const MAX_KEYS: usize = 32;
 // ParamSet
 
 /// The dynamic parameters of a subscription: key -> value, sorted by key.
+///
+/// A set is shared, not copied, when cloned: a client's parameters are kept by its session, its
+/// CSDS record and the store's watch index, once per stream. The empty set holds no allocation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ParamSet(BTreeMap<String, String>);
+pub struct ParamSet(Option<Arc<BTreeMap<String, String>>>);
+
+static NO_PARAMS: BTreeMap<String, String> = BTreeMap::new();
 
 impl ParamSet {
     /// An empty parameter set.
@@ -37,48 +43,62 @@ impl ParamSet {
         Self::default()
     }
 
+    fn map(&self) -> &BTreeMap<String, String> {
+        self.0.as_deref().unwrap_or(&NO_PARAMS)
+    }
+
     /// The value of `key`, if the set has it.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
+        self.map().get(key).map(String::as_str)
     }
 
     /// Sets `key` to `value`, replacing any earlier value.
     pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
-        self.0.insert(key.into(), value.into());
+        let map = self.0.get_or_insert_with(Default::default);
+        Arc::make_mut(map).insert(key.into(), value.into());
     }
 
     /// Removes `key`, returning its value.
     pub fn remove(&mut self, key: &str) -> Option<String> {
-        self.0.remove(key)
+        let map = self.0.as_mut()?;
+        if !map.contains_key(key) {
+            return None;
+        }
+        let value = Arc::make_mut(map).remove(key);
+        if map.is_empty() {
+            // One form for the empty set, so that equal sets compare and hash equal.
+            self.0 = None;
+        }
+        value
     }
 
     /// The pairs, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.map().iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// How many keys the set has.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.map().len()
     }
 
     /// Whether the set has no keys.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_none()
     }
 
     fn contains_key(&self, key: &str) -> bool {
-        self.0.contains_key(key)
+        self.map().contains_key(key)
     }
 }
 
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for ParamSet {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        ParamSet(
-            iter.into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        )
+        let map: BTreeMap<String, String> = iter
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        ParamSet((!map.is_empty()).then(|| Arc::new(map)))
     }
 }
 

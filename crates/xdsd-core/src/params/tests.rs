@@ -798,3 +798,29 @@ fn random_overlap_agrees_with_brute_force() {
     // The generator exercises both outcomes.
     assert!(overlapping > 500 && disjoint > 500 && with_none > 200);
 }
+
+// ---------------------------------------------------------------------------------------------
+// ParamSet as a value
+
+#[test]
+fn a_parameter_set_emptied_by_removal_is_the_empty_set() {
+    let mut p = ps(&[("env", "prod")]);
+    assert_eq!(p.remove("missing"), None);
+    assert_eq!(p.remove("env").as_deref(), Some("prod"));
+    assert!(p.is_empty());
+    assert_eq!(p, ParamSet::new());
+    assert_eq!(hash_of(&p), hash_of(&ParamSet::new()));
+    assert_eq!(ps(&[]), ParamSet::new(), "built from no pairs");
+    assert_eq!(p.to_string(), "{}");
+}
+
+#[test]
+fn a_cloned_parameter_set_changes_apart_from_its_original() {
+    let original = ps(&[("env", "prod"), ("zone", "a")]);
+    let mut copy = original.clone();
+    copy.insert("env", "staging");
+    copy.remove("zone");
+    assert_eq!(original, ps(&[("env", "prod"), ("zone", "a")]));
+    assert_eq!(copy, ps(&[("env", "staging")]));
+    assert!(ParamSet::new() < original, "the empty set sorts first");
+}

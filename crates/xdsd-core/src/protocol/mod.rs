@@ -13,7 +13,7 @@ mod test_support;
 
 use std::sync::Arc;
 
-use crate::hash::HashSet;
+use crate::hash::{HashMap, HashSet};
 use crate::params::ParamSet;
 use crate::store::{Interner, Resource, TypeSnapshot, View};
 
@@ -75,17 +75,35 @@ impl Views {
 /// under `pid`, else a new one.
 pub(crate) fn intern_key(
     interner: &mut Interner<'_>,
-    held: &HashSet<Key>,
+    held: &impl HeldKeys,
     name: &str,
     pid: Pid,
 ) -> Arc<str> {
     interner.intern(name).unwrap_or_else(|| {
         let name: Arc<str> = Arc::from(name);
-        match held.get(&(name.clone(), pid)) {
-            Some((n, _)) => n.clone(),
+        match held.held(&(name.clone(), pid)) {
+            Some(n) => n.clone(),
             None => name,
         }
     })
+}
+
+/// The keys a machine holds, set or map alike, for [`intern_key`].
+pub(crate) trait HeldKeys {
+    /// The name of `key` as held, if it is.
+    fn held(&self, key: &Key) -> Option<&Arc<str>>;
+}
+
+impl HeldKeys for HashSet<Key> {
+    fn held(&self, key: &Key) -> Option<&Arc<str>> {
+        self.get(key).map(|(n, _)| n)
+    }
+}
+
+impl<V> HeldKeys for HashMap<Key, V> {
+    fn held(&self, key: &Key) -> Option<&Arc<str>> {
+        self.get_key_value(key).map(|((n, _), _)| n)
+    }
 }
 
 /// Bytes a response takes beyond its resources and removals, at most, besides its type URL and

@@ -321,8 +321,10 @@ pub struct SotwSubscription {
     encoding: Encoding,
     /// The wildcard subscription and the parameter set it resolves names with.
     wildcard: Option<Pid>,
-    /// Explicitly subscribed keys (without `*`).
-    names: HashSet<Key>,
+    /// Explicitly subscribed keys (without `*`), each with what the client was last sent of it
+    /// (None: not sent, or deleted): one map, not a set and a map of versions (a stream of a
+    /// hundred names held both, a third of its memory).
+    names: HashMap<Key, Sent>,
     /// Whether `names` is most of the type, watched as a whole (see [`super::dense`]).
     dense: bool,
     /// The distinct parameter sets `names` use (nearly always one).
@@ -344,11 +346,9 @@ pub struct SotwSubscription {
     respond: bool,
     forced: HashSet<Key>,
     dirty: HashSet<Arc<str>>,
-    /// What the client was last sent: the view version of a wildcard response, and the version of
-    /// each explicitly subscribed key (absent: not sent, or deleted). A wildcard keeps no
-    /// per-name state beyond the explicit names.
+    /// The view version of the last wildcard response: a wildcard keeps no per-name state beyond
+    /// the explicit names (whose sent resource is in `names`).
     sent_view_version: Option<Arc<str>>,
-    sent: HashMap<Key, Arc<str>>,
     /// The version a reconnecting client said it has, until the first response is decided.
     client_version: Option<String>,
     /// Responses of types but the full-state ones are split to stay under this size.
@@ -370,7 +370,7 @@ impl SotwSubscription {
             full_state,
             encoding: Encoding::default(),
             wildcard: None,
-            names: HashSet::default(),
+            names: HashMap::default(),
             dense: false,
             pids: Vec::new(),
             explicit: false,
@@ -382,7 +382,6 @@ impl SotwSubscription {
             forced: HashSet::default(),
             dirty: HashSet::default(),
             sent_view_version: None,
-            sent: HashMap::default(),
             client_version: None,
             max_response_bytes: usize::MAX,
             rest: VecDeque::new(),
@@ -425,7 +424,7 @@ impl SotwSubscription {
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
         let mut seen = HashSet::default();
         self.names
-            .iter()
+            .keys()
             .map(|(n, _)| n)
             .filter(move |n| seen.insert(*n))
     }
@@ -502,15 +501,15 @@ impl SotwSubscription {
             return SubscriptionChange::default();
         }
         self.last_names = Some(digest);
-        let (wildcard, names): (Option<Pid>, HashSet<Key>) =
+        let (wildcard, names): (Option<Pid>, HashMap<Key, Sent>) =
             if requested.is_empty() && subscribe.locators.is_empty() && !self.explicit {
                 // Legacy wildcard: no name ever sent means `*`.
-                (Some(subscribe.default), HashSet::default())
+                (Some(subscribe.default), HashMap::default())
             } else {
                 self.explicit = true;
                 let mut wildcard = None;
                 let mut names =
-                    HashSet::with_capacity_and_hasher(requested.len(), Default::default());
+                    HashMap::with_capacity_and_hasher(requested.len(), Default::default());
                 let mut interner = Interner::new(current.map(|t| &**t));
                 // A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
                 // so that the subscription is what the client sent.
@@ -526,7 +525,10 @@ impl SotwSubscription {
                         wildcard = Some(pid);
                         continue;
                     }
-                    names.insert((intern_key(&mut interner, &self.names, &name, pid), pid));
+                    let key = (intern_key(&mut interner, &self.names, &name, pid), pid);
+                    // What was sent of a key still subscribed is kept.
+                    let sent = self.names.get(&key).cloned().flatten();
+                    names.insert(key, sent);
                 }
                 (wildcard, names)
             };
@@ -541,7 +543,7 @@ impl SotwSubscription {
                 self.sent_view_version = None;
             }
         }
-        let mut pids: Vec<Pid> = names.iter().map(|(_, p)| *p).collect();
+        let mut pids: Vec<Pid> = names.keys().map(|(_, p)| *p).collect();
         pids.sort_unstable();
         pids.dedup();
         let total = current.map_or(0, |t| t.len());
@@ -554,11 +556,10 @@ impl SotwSubscription {
         let added: Vec<Key> = if first_owed && dense {
             Vec::new()
         } else {
-            names.difference(&self.names).cloned().collect()
+            new_keys(&names, &self.names)
         };
-        let removed: Vec<Key> = self.names.difference(&names).cloned().collect();
+        let removed: Vec<Key> = new_keys(&self.names, &names);
         for key in &removed {
-            self.sent.remove(key);
             self.forced.remove(key);
         }
         if !first_owed {
@@ -566,8 +567,8 @@ impl SotwSubscription {
         }
         // Names (not keys) added and removed: a name stays watched while any parameter set
         // still subscribes to it.
-        let has_name = |set: &HashSet<Key>, pids: &[Pid], name: &Arc<str>| {
-            pids.iter().any(|p| set.contains(&(name.clone(), *p)))
+        let has_name = |set: &HashMap<Key, Sent>, pids: &[Pid], name: &Arc<str>| {
+            pids.iter().any(|p| set.contains_key(&(name.clone(), *p)))
         };
         if !dense {
             change.added = added
@@ -591,7 +592,7 @@ impl SotwSubscription {
         change.added.dedup();
         change.removed.sort_unstable();
         change.removed.dedup();
-        change.set_dense(&mut self.dense, dense, self.names.iter().map(|(n, _)| n));
+        change.set_dense(&mut self.dense, dense, self.names.keys().map(|(n, _)| n));
         change
     }
 
@@ -600,7 +601,20 @@ impl SotwSubscription {
         self.pids
             .iter()
             .map(move |pid| (name.clone(), *pid))
-            .filter(|key| self.names.contains(key))
+            .filter(|key| self.names.contains_key(key))
+    }
+
+    /// Whether the client was last sent `resource` (this version of it) for `key`.
+    fn was_sent(&self, key: &Key, resource: &Resource) -> bool {
+        matches!(self.names.get(key), Some(Some(sent)) if sent.version() == resource.version())
+    }
+
+    /// Records what the client is sent for each subscribed key: its resource in `views`, or
+    /// nothing.
+    fn record_all_sent(&mut self, views: &Views) {
+        for ((name, pid), sent) in self.names.iter_mut() {
+            *sent = views.get(name, *pid).cloned();
+        }
     }
 
     fn watches(&self, name: &Arc<str>) -> bool {
@@ -658,9 +672,7 @@ impl SotwSubscription {
                 let wildcard = self.wildcard.map(|w| (name.clone(), w));
                 for key in keys.iter().chain(wildcard.iter()) {
                     if let Some(r) = views.get(&key.0, key.1) {
-                        if self.sent.get(key) != Some(r.version())
-                            && !updated.iter().any(|u| Arc::ptr_eq(u, r))
-                        {
+                        if !self.was_sent(key, r) && !updated.iter().any(|u| Arc::ptr_eq(u, r)) {
                             updated.push(r.clone());
                         }
                     }
@@ -814,24 +826,22 @@ impl SotwSubscription {
     /// LDS/CDS: all subscribed resources, sent when that set differs from what the client has,
     /// or when owed a response anyway.
     fn full_state_resources(&mut self, views: &Views) -> Option<SotwResources> {
-        let version_of = |key: &Key| views.get(&key.0, key.1).map(|r| r.version().clone());
         let changed = match self.wildcard {
             Some(w) if self.sent_view_version.as_ref() != Some(views.view(w).version()) => true,
-            _ => self
-                .dirty
-                .iter()
-                .flat_map(|n| self.keys_of(n))
-                .any(|k| version_of(&k) != self.sent.get(&k).cloned()),
+            _ => self.dirty.iter().flat_map(|n| self.keys_of(n)).any(|k| {
+                let now = views.get(&k.0, k.1).map(|r| r.version());
+                let sent = self
+                    .names
+                    .get(&k)
+                    .and_then(|s| s.as_ref())
+                    .map(|r| r.version());
+                now != sent
+            }),
         };
         if !(self.respond || !self.forced.is_empty() || changed) {
             return None;
         }
-        for key in &self.names {
-            match version_of(key) {
-                Some(v) => self.sent.insert(key.clone(), v),
-                None => self.sent.remove(key),
-            };
-        }
+        self.record_all_sent(views);
         self.sent_view_version = self.wildcard.map(|w| views.view(w).version().clone());
         if let Some(w) = self.wildcard {
             if self.pids.iter().all(|p| *p == w) {
@@ -843,7 +853,7 @@ impl SotwSubscription {
             .iter()
             .flat_map(|w| views.view(*w).iter().cloned())
             .collect();
-        for (name, pid) in &self.names {
+        for (name, pid) in self.names.keys() {
             if let Some(r) = views.get(name, *pid) {
                 out.push(r.clone());
             }
@@ -855,19 +865,14 @@ impl SotwSubscription {
     fn changed_resources(&mut self, views: &Views) -> Option<SotwResources> {
         if let (true, Some(w)) = (self.respond, self.wildcard) {
             // A new wildcard gets everything there is, even nothing.
-            for key in &self.names {
-                match views.get(&key.0, key.1) {
-                    Some(r) => self.sent.insert(key.clone(), r.version().clone()),
-                    None => self.sent.remove(key),
-                };
-            }
+            self.record_all_sent(views);
             if self.pids.iter().all(|p| *p == w) {
                 return Some(SotwResources::All(views.view(w).clone()));
             }
             let mut out: Vec<Arc<Resource>> = views.view(w).iter().cloned().collect();
             out.extend(
                 self.names
-                    .iter()
+                    .keys()
                     .filter_map(|(n, p)| views.get(n, *p).cloned()),
             );
             return Some(SotwResources::Some(dedup(out)));
@@ -885,7 +890,7 @@ impl SotwSubscription {
         }
         let mut out: Vec<Arc<Resource>> = Vec::new();
         for key in candidates {
-            let explicit = self.names.contains(&key);
+            let explicit = self.names.contains_key(&key);
             if !explicit && self.wildcard != Some(key.1) {
                 continue;
             }
@@ -894,18 +899,20 @@ impl SotwSubscription {
                     let owed = self.respond
                         || self.forced.contains(&key)
                         || !explicit
-                        || self.sent.get(&key) != Some(resource.version());
+                        || !self.was_sent(&key, resource);
                     if owed {
                         out.push(resource.clone());
-                        if explicit {
-                            self.sent.insert(key, resource.version().clone());
+                        if let Some(sent) = self.names.get_mut(&key) {
+                            *sent = Some(resource.clone());
                         }
                     }
                 }
-                // Nothing to send: SotW has no deletion for these types. Forget the sent version
+                // Nothing to send: SotW has no deletion for these types. Forget what was sent
                 // so the resource is sent again if it comes back with the same content.
                 None => {
-                    self.sent.remove(&key);
+                    if let Some(sent) = self.names.get_mut(&key) {
+                        *sent = None;
+                    }
                 }
             }
         }
@@ -922,40 +929,39 @@ impl SotwSubscription {
     /// endpoints) is read in the view's order: each resource is looked up once, and comes out
     /// sorted.
     fn all_subscribed(&mut self, views: &Views) -> Option<SotwResources> {
-        self.sent
-            .reserve(self.names.len().saturating_sub(self.sent.len()));
         if let [pid] = self.pids[..] {
             let view = views.view(pid);
             if !view.has_aliases() && self.names.len() >= view.len() / 2 {
                 let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
                 for r in view.iter() {
-                    let key = (r.name().clone(), pid);
-                    if self.names.contains(&key) {
-                        self.sent.insert(key, r.version().clone());
+                    if let Some(sent) = self.names.get_mut(&(r.name().clone(), pid)) {
+                        *sent = Some(r.clone());
                         out.push(r.clone());
                     }
                 }
                 if out.len() < self.names.len() {
                     // Subscribed names the store does not have: nothing sent of them.
-                    self.sent.retain(|(name, _), _| view.get(name).is_some());
+                    for ((name, _), sent) in self.names.iter_mut() {
+                        if view.get(name).is_none() {
+                            *sent = None;
+                        }
+                    }
                 }
                 return (!out.is_empty()).then_some(SotwResources::Some(out));
             }
         }
-        let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
-        for key in &self.names {
-            match views.get(&key.0, key.1) {
-                Some(r) => {
-                    self.sent.insert(key.clone(), r.version().clone());
-                    out.push(r.clone());
-                }
-                None => {
-                    self.sent.remove(key);
-                }
-            }
-        }
+        self.record_all_sent(views);
+        let out: Vec<Arc<Resource>> = self.names.values().flatten().cloned().collect();
         (!out.is_empty()).then(|| SotwResources::Some(dedup(out)))
     }
+}
+
+/// What a client was last sent for a key: the resource (its version is what counts), or nothing.
+type Sent = Option<Arc<Resource>>;
+
+/// The keys of `a` that `b` does not have.
+fn new_keys(a: &HashMap<Key, Sent>, b: &HashMap<Key, Sent>) -> Vec<Key> {
+    a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
 }
 
 /// Empties a set, giving back its memory when it held many (a first response owes every name
@@ -1001,8 +1007,9 @@ impl SotwSubscription {
             return false;
         }
         let explicit = self.keys_of(name).any(|key| {
-            let now = views.get(&key.0, key.1).map(|r| r.version());
-            now.is_some() && self.sent.get(&key) == now
+            views
+                .get(&key.0, key.1)
+                .is_some_and(|r| self.was_sent(&key, r))
         });
         explicit
             || self.wildcard.is_some_and(|w| {
@@ -1016,10 +1023,10 @@ impl SotwSubscription {
     pub fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
         let mut out: Vec<Arc<Resource>> = self
             .names
-            .iter()
+            .keys()
             .filter_map(|key| {
                 let r = views.get(&key.0, key.1)?;
-                (self.sent.get(key) != Some(r.version())).then(|| r.clone())
+                (!self.was_sent(key, r)).then(|| r.clone())
             })
             .collect();
         if let Some(w) = self.wildcard {

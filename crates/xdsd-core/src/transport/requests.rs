@@ -80,6 +80,11 @@ impl<B, M> Requests<B, M> {
                 if self.frame.len() >= HEADER + len {
                     let message = self.frame.slice(HEADER..HEADER + len);
                     self.frame.advance(HEADER + len);
+                    if self.frame.is_empty() {
+                        // An empty slice still holds what it was cut from: the connection's
+                        // read buffer, kilobytes that every idle stream would keep.
+                        self.frame = Bytes::new();
+                    }
                     return Ok(Some(message));
                 }
             }
@@ -285,6 +290,27 @@ mod tests {
         assert_eq!(first, request("1"));
         assert_eq!(requests.gathering.capacity(), 0);
         assert!(requests.frame.is_empty());
+        assert!(requests.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_idle_stream_holds_nothing_of_the_frames_it_read() {
+        let m = framed(&request("1"));
+        let frame = Bytes::from(m);
+        let mut requests = Requests::<_, DiscoveryRequest>::new(
+            Frames(VecDeque::from([Ok(frame.clone())])),
+            "DiscoveryRequest",
+            1024,
+        );
+        let first = requests.next().await.expect("one").expect("a request");
+        assert_eq!(first, request("1"));
+        drop(first);
+        let mut frame = frame;
+        assert!(
+            frame.is_unique(),
+            "the reader let go of the frame once its message was read"
+        );
+        frame.clear();
         assert!(requests.next().await.is_none());
     }
 
