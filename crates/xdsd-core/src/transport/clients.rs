@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::metrics::{Metrics, TypeMetrics};
 use crate::protocol::session::ClientNode;
-use crate::store::Resource;
+use crate::store::{Resource, View};
 
 /// The resources of a type's last response a stream keeps (names, versions, origins): a response
 /// with more is summed up by its count.
@@ -71,7 +71,45 @@ pub struct Sent {
     /// How many names it removed (delta).
     pub removed: usize,
     /// Its first [`MAX_TRACKED_RESOURCES`] resources.
-    pub resources: Vec<Arc<Resource>>,
+    pub resources: SentResources,
+}
+
+/// The resources of a response as a record keeps them.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum SentResources {
+    /// A whole view (a wildcard response): the view itself, shared with the store and every
+    /// stream sent it, not a list of it per stream.
+    View(Arc<View>),
+    /// A selection: its first [`MAX_TRACKED_RESOURCES`].
+    List(Box<[Arc<Resource>]>),
+}
+
+impl SentResources {
+    /// The first [`MAX_TRACKED_RESOURCES`] resources of a list.
+    pub fn list<'a>(resources: impl Iterator<Item = &'a Arc<Resource>>) -> SentResources {
+        SentResources::List(resources.take(MAX_TRACKED_RESOURCES).cloned().collect())
+    }
+
+    /// The resources kept: at most [`MAX_TRACKED_RESOURCES`], in the response's order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
+        let (view, list) = match self {
+            SentResources::View(view) => (Some(view.iter().take(MAX_TRACKED_RESOURCES)), None),
+            SentResources::List(list) => (None, Some(list.iter())),
+        };
+        view.into_iter().flatten().chain(list.into_iter().flatten())
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            SentResources::View(view) => view.len().min(MAX_TRACKED_RESOURCES),
+            SentResources::List(list) => list.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -189,12 +227,12 @@ impl Track {
 
     /// A response of `bytes` went out.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn sent<'a>(
+    pub(crate) fn sent(
         &mut self,
         type_url: &Arc<str>,
         version: &Arc<str>,
         nonce: &str,
-        resources: impl Iterator<Item = &'a Arc<Resource>>,
+        resources: SentResources,
         resource_count: usize,
         removed: usize,
         updated: &[Arc<Resource>],
@@ -208,7 +246,7 @@ impl Track {
             at: SystemTime::now(),
             resource_count,
             removed,
-            resources: resources.take(MAX_TRACKED_RESOURCES).cloned().collect(),
+            resources,
         });
         t.status.pending = true;
         t.sent_instant = Some(Instant::now());
@@ -277,10 +315,10 @@ impl Track {
 /// The origins of the resources a NACK `message` is about, among a response's `resources` and its
 /// new or changed ones, `updated`: those the message names, else the changed ones (or all, for a
 /// first response, which has none) when there are few enough to be told apart by hand.
-fn origins(resources: &[Arc<Resource>], updated: &[Arc<Resource>], message: &str) -> Vec<Arc<str>> {
+fn origins(resources: &SentResources, updated: &[Arc<Resource>], message: &str) -> Vec<Arc<str>> {
     let named: Vec<&Arc<Resource>> = updated
         .iter()
-        .chain(resources)
+        .chain(resources.iter())
         .filter(|r| !r.name().is_empty() && message.contains(&**r.name()))
         .collect();
     let candidates: Vec<&Arc<Resource>> = if !named.is_empty() {
@@ -333,17 +371,18 @@ mod tests {
 
     #[test]
     fn a_nack_is_traced_to_the_resource_it_names_else_to_the_changed_ones() {
-        let all = vec![
+        let all = [
             resource("good", "a.yaml (resource #1)"),
             resource("bad", "b.yaml (resource #1)"),
         ];
+        let sent = SentResources::list(all.iter());
         let named = origins(
-            &all,
+            &sent,
             &[],
             "Error adding/updating cluster(s) bad: no eds config",
         );
         assert_eq!(named, vec![Arc::<str>::from("b.yaml (resource #1)")]);
-        let changed = origins(&all, &all[..1], "something is wrong");
+        let changed = origins(&sent, &all[..1], "something is wrong");
         assert_eq!(changed, vec![Arc::<str>::from("a.yaml (resource #1)")]);
     }
 
@@ -353,7 +392,16 @@ mod tests {
         let t: Arc<str> = crate::types::CLUSTER.into();
         track.requested(&t, false);
         let all = vec![resource("bad", "b.yaml (resource #1)")];
-        track.sent(&t, &Arc::from("v1"), "1", all.iter(), 1, 0, &all, 10);
+        track.sent(
+            &t,
+            &Arc::from("v1"),
+            "1",
+            SentResources::list(all.iter()),
+            1,
+            0,
+            &all,
+            10,
+        );
         assert!(track.types()[0].pending);
         let latency = track.answered(&t, "1", Some((Some("v1".into()), "bad is bad")));
         assert!(latency.is_some());
@@ -361,7 +409,16 @@ mod tests {
         assert!(status.nacked && !status.pending);
         let nack = status.last_nack.as_ref().expect("a NACK");
         assert_eq!(nack.origins, vec![Arc::<str>::from("b.yaml (resource #1)")]);
-        track.sent(&t, &Arc::from("v2"), "2", all.iter(), 1, 0, &all, 10);
+        track.sent(
+            &t,
+            &Arc::from("v2"),
+            "2",
+            SentResources::list(all.iter()),
+            1,
+            0,
+            &all,
+            10,
+        );
         let latency = track.answered(&t, "2", None);
         assert!(latency.is_some());
         let status = &track.types()[0];

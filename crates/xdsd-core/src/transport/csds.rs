@@ -274,15 +274,10 @@ fn generic_configs(t: &TypeStatus, contents: bool) -> Vec<GenericXdsConfig> {
         error_state,
         ..Default::default()
     };
-    let resources = t
-        .last_sent
-        .as_ref()
-        .map(|s| s.resources.as_slice())
-        .unwrap_or_default();
-    if resources.is_empty() {
+    let Some(sent) = t.last_sent.as_ref().filter(|s| !s.resources.is_empty()) else {
         return vec![base];
-    }
-    resources
+    };
+    sent.resources
         .iter()
         .map(|r| GenericXdsConfig {
             name: r.name().to_string(),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use super::clients::{ClientStatus, Track};
+use super::clients::{ClientStatus, SentResources, Track};
 use super::metrics::Metrics;
 use crate::protocol::session::ClientNode;
 use crate::store::Resource;
@@ -65,10 +65,10 @@ pub(crate) struct StreamEntry {
 }
 
 /// A response as the stream driver describes it to [`StreamEntry::sent`].
-pub(crate) struct SentResponse<'a, I> {
+pub(crate) struct SentResponse<'a> {
     pub(crate) version: &'a Arc<str>,
     pub(crate) nonce: &'a str,
-    pub(crate) resources: I,
+    pub(crate) resources: SentResources,
     pub(crate) resource_count: usize,
     pub(crate) removed: usize,
     pub(crate) updated: &'a [Arc<Resource>],
@@ -89,11 +89,7 @@ impl StreamEntry {
         self.track().requested(type_url, in_store);
     }
 
-    pub(crate) fn sent<'a>(
-        &self,
-        type_url: &Arc<str>,
-        response: SentResponse<'a, impl Iterator<Item = &'a Arc<Resource>>>,
-    ) {
+    pub(crate) fn sent(&self, type_url: &Arc<str>, response: SentResponse<'_>) {
         for c in [&self.counters, &*self.totals] {
             c.responses.fetch_add(1, Ordering::Relaxed);
             c.resources

@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::body;
 use super::budget::{Metered, NameCharge};
+use super::clients::SentResources;
 use super::context::ServerContext;
 use super::grpc::SHUTDOWN_GRACE;
 use super::requests::Requests;
@@ -27,7 +28,7 @@ use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::session::{Handled, Machine, Session};
 use crate::protocol::sotw::{SotwResources, SotwResponse, SotwSubscription};
 use crate::protocol::{RequestKind, SubscriptionChange};
-use crate::store::{Resource, Watcher};
+use crate::store::Watcher;
 
 /// A protocol variant as gRPC carries it: its machine, and how its requests and responses are
 /// encoded.
@@ -39,27 +40,10 @@ pub(crate) trait Variant:
     type Message: prost::Message + Default + Send + 'static;
     type Wire: prost::Message + From<Self::Response> + Send + 'static;
 
-    /// The resources a response carries, for the stream's record of its client.
-    fn carried(response: &Self::Response) -> impl Iterator<Item = &Arc<Resource>>;
+    /// The resources a response carries, as the stream's record of its client keeps them.
+    fn carried(response: &Self::Response) -> SentResources;
     /// The response's version, shared with the record of the client.
     fn version(response: &Self::Response) -> &Arc<str>;
-}
-
-/// One of two iterators: the resources of a response without a boxed iterator per response.
-enum Either<A, B> {
-    A(A),
-    B(B),
-}
-
-impl<T, A: Iterator<Item = T>, B: Iterator<Item = T>> Iterator for Either<A, B> {
-    type Item = T;
-
-    fn next(&mut self) -> Option<T> {
-        match self {
-            Either::A(i) => i.next(),
-            Either::B(i) => i.next(),
-        }
-    }
 }
 
 impl Variant for SotwSubscription {
@@ -67,10 +51,10 @@ impl Variant for SotwSubscription {
     type Message = crate::protocol::sotw::SotwRequest;
     type Wire = SotwWire;
 
-    fn carried(response: &SotwResponse) -> impl Iterator<Item = &Arc<Resource>> {
+    fn carried(response: &SotwResponse) -> SentResources {
         match &response.resources {
-            SotwResources::All(view) => Either::A(view.iter()),
-            SotwResources::Some(list) => Either::B(list.iter()),
+            SotwResources::All(view) => SentResources::View(view.clone()),
+            SotwResources::Some(list) => SentResources::list(list.iter()),
         }
     }
 
@@ -84,8 +68,8 @@ impl Variant for DeltaSubscription {
     type Message = envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     type Wire = DeltaWire;
 
-    fn carried(response: &DeltaResponse) -> impl Iterator<Item = &Arc<Resource>> {
-        response.resources.iter()
+    fn carried(response: &DeltaResponse) -> SentResources {
+        SentResources::list(response.resources.iter())
     }
 
     fn version(response: &DeltaResponse) -> &Arc<str> {
