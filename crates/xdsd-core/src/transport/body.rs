@@ -8,19 +8,37 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
+use futures::channel::mpsc;
+use futures::StreamExt as _;
 use http::{HeaderMap, HeaderValue};
 use http_body::Frame;
-use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::wire::{Chunks, Pieces};
 
 /// What a stream's driver hands to its body: a response, or the status the stream ends with.
-/// Boxed: a channel keeps its slots in blocks of 32, so each stream would hold 32 responses'
-/// room (kilobytes) for the one in flight.
+/// Boxed, so that the channel's node for the one in flight is small.
 pub(crate) type Item<R> = Box<Result<R, Status>>;
-/// The driver's end of the channel to its body.
+/// The driver's end of the channel to its body. The channel holds one item (the driver hands
+/// over the next response once the body took the last); it is futures' rather than tokio's,
+/// whose idle channel keeps a block of 32 slots, about 800 bytes per stream against 250.
 pub(crate) type Sender<R> = mpsc::Sender<Item<R>>;
+
+/// A channel from a stream's driver to its body, holding one item: the next response is
+/// computed only when the previous one was taken, so a slow client holds at most one computed
+/// response plus its coalesced dirty names.
+pub(crate) fn channel<R>() -> (Sender<R>, mpsc::Receiver<Item<R>>) {
+    // Room for `0 + the number of senders` (one) items.
+    mpsc::channel(0)
+}
+
+/// Hands `item` to the body once it took the last one; `Err` when the body is gone. Does not
+/// wait for the body to take `item` itself (a sink's `send` would, waking the driver once more
+/// per response).
+pub(crate) async fn send<R>(tx: &mut Sender<R>, item: Item<R>) -> Result<(), mpsc::SendError> {
+    std::future::poll_fn(|cx| tx.poll_ready(cx)).await?;
+    tx.start_send(item)
+}
 
 /// A stream's response body: the responses received on a channel, then the trailers.
 pub(crate) struct ResponseBody<R> {
@@ -69,7 +87,7 @@ impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
             if this.ended {
                 return Poll::Ready(None);
             }
-            let status = match ready!(this.responses.poll_recv(cx)).map(|item| *item) {
+            let status = match ready!(this.responses.poll_next_unpin(cx)).map(|item| *item) {
                 Some(Ok(response)) => match Chunks::new(response) {
                     Ok(chunks) => {
                         this.writing = Some(chunks);
@@ -131,7 +149,8 @@ mod tests {
         responses: Vec<R>,
         end: Option<Status>,
     ) -> (Vec<Bytes>, HeaderMap) {
-        let (tx, rx) = mpsc::channel(responses.len() + 1);
+        use futures::SinkExt as _;
+        let (mut tx, rx) = mpsc::channel(responses.len() + 1);
         for r in responses {
             tx.send(Box::new(Ok(r))).await.unwrap();
         }
@@ -175,6 +194,30 @@ mod tests {
             updated: Vec::new(),
             oversized: None,
         }
+    }
+
+    #[tokio::test]
+    async fn the_driver_hands_over_a_response_only_once_the_body_took_the_last() {
+        use futures::FutureExt as _;
+        let (mut tx, rx) = channel::<SotwResponse>();
+        let first = Box::new(Ok(sotw(SotwResources::Some(Vec::new()), "1")));
+        assert!(
+            send(&mut tx, first).now_or_never().is_some(),
+            "the first goes at once"
+        );
+        let second = Box::new(Ok(sotw(SotwResources::Some(Vec::new()), "2")));
+        let mut pending = Box::pin(send(&mut tx, second));
+        assert!(
+            (&mut pending).now_or_never().is_none(),
+            "the second waits for the body"
+        );
+        let mut body = ResponseBody::new(rx);
+        let frame = body.frame().await.expect("a frame").expect("data");
+        assert!(frame.is_data(), "the first response is written");
+        assert!(
+            pending.now_or_never().expect("taken").is_ok(),
+            "then the second goes"
+        );
     }
 
     #[tokio::test]

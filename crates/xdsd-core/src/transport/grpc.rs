@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
@@ -661,7 +661,7 @@ fn streaming<V: Variant>(
         V::REQUEST,
         limit,
     );
-    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    let (tx, rx) = body::channel();
     tokio::spawn(stream::run::<V>(ctx, fixed, peer, access, requests, tx));
     Box::pin(ready(Ok(body::response(ResponseBody::<V::Response>::new(
         rx,
@@ -760,11 +760,6 @@ impl tower_service::Service<http::Request<Body>> for XdsService {
         }
     }
 }
-
-/// Responses a stream may have computed but the client not yet taken. One: the next response
-/// is computed only when the previous one was taken, so a slow client holds at most this many
-/// plus its coalesced dirty names.
-const STREAM_BUFFER: usize = 1;
 
 /// A unary `Fetch*` call: its one request answered with the current state (see `fetch`).
 struct FetchMethod {

@@ -125,7 +125,7 @@ pub(crate) async fn run<V: Variant>(
     peer: Option<SocketAddr>,
     access: Access,
     mut requests: Requests<Metered<RequestBody>, V::Message>,
-    tx: Sender<V>,
+    mut tx: Sender<V>,
 ) {
     let mut shutdown = ctx.shutdown.clone();
     let id = ctx.next_stream_id();
@@ -169,7 +169,7 @@ pub(crate) async fn run<V: Variant>(
             _ = s.watcher.changed() => s.session.handle_changes(s.watcher.take_changes()),
             _ = timer => s.session.handle_timeout(Instant::now()),
         }
-        match s.flush(&tx, &mut shutdown).await {
+        match s.flush(&mut tx, &mut shutdown).await {
             Ok(()) => {}
             Err(Halt::Gone) => break Ok(()),
             Err(Halt::ShuttingDown) => break Err(shutting_down()),
@@ -182,9 +182,12 @@ pub(crate) async fn run<V: Variant>(
         } else {
             warn!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
         }
-        if tokio::time::timeout(FINAL_STATUS_WAIT, tx.send(Box::new(Err(status))))
-            .await
-            .is_err()
+        if tokio::time::timeout(
+            FINAL_STATUS_WAIT,
+            body::send(&mut tx, Box::new(Err(status))),
+        )
+        .await
+        .is_err()
         {
             debug!(stream = s.id, node = %shown(s.session.node_id()), "the client does not read: ending without a status");
         }
@@ -275,7 +278,7 @@ impl<V: Variant> Stream<V> {
     /// send to a client that stopped reading blocks (HTTP/2 flow control) until one of the two.
     async fn flush(
         &mut self,
-        tx: &Sender<V>,
+        tx: &mut Sender<V>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), Halt> {
         if !self.session.has_pending() {
@@ -320,7 +323,7 @@ impl<V: Variant> Stream<V> {
             tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|down| *down) => return Err(Halt::ShuttingDown),
-                sent = tx.send(Box::new(Ok(response))) => sent.map_err(|_| Halt::Gone)?,
+                sent = body::send(tx, Box::new(Ok(response))) => sent.map_err(|_| Halt::Gone)?,
             }
         }
         Ok(())
