@@ -119,81 +119,87 @@ struct Stream<V> {
     watcher: Watcher,
 }
 
-pub(crate) async fn run<V: Variant>(
+/// A stream's driver: the stream is opened (its session, watcher and record made) when this is
+/// called, and served by the future it returns. The future captures the stream's state in place
+/// (an `async fn` would hold its arguments twice: as given, and as moved into its body).
+pub(crate) fn run<V: Variant>(
     ctx: Arc<ServerContext>,
     fixed: Option<Arc<str>>,
     peer: Option<SocketAddr>,
     access: Access,
     mut requests: Requests<Metered<RequestBody>, V::Message>,
     mut tx: Sender<V>,
-) {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut shutdown = ctx.shutdown.clone();
     let id = ctx.next_stream_id();
-    let service = fixed.as_deref().unwrap_or("ADS").to_owned();
+    let identity = access.identity();
+    info!(stream = id, peer = ?peer, identity = ?identity, service = fixed.as_deref().unwrap_or("ADS"), variant = V::NAME, "stream opened");
     let mut s: Stream<V> = Stream {
         id,
         names: ctx.name_charge(access.names.clone()),
         stats: ctx.streams.open(id, V::NAME, fixed.is_none(), peer),
         watcher: ctx.store.watcher(),
         session: Session::with_options(fixed, ctx.options.session.clone()),
-        ctx: ctx.clone(),
+        ctx,
     };
-    let identity = access.identity();
     access.apply(&mut s.session);
-    info!(stream = s.id, peer = ?peer, identity = ?identity, service, variant = V::NAME, "stream opened");
-    let ending: Result<(), Status> = loop {
-        let deadline = s.session.poll_timeout();
-        let timer = async move {
-            match deadline {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
+    async move {
+        let ctx = s.ctx.clone();
+        let s = &mut s;
+        let ending: Result<(), Status> = loop {
+            let deadline = s.session.poll_timeout();
+            let timer = async move {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.wait_for(|down| *down) => break Err(shutting_down()),
+                request = requests.next() => match request {
+                    Some(Ok(request)) => {
+                        if let Err(status) = s.on_request(request) {
+                            break Err(status);
+                        }
+                    }
+                    Some(Err(error)) => match status_of_read_error(&error, ctx.options.max_request_bytes) {
+                        Some(status) => break Err(status),
+                        None => {
+                            debug!(stream = s.id, node = %shown(s.session.node_id()), %error, "stream read failed");
+                            break Ok(());
+                        }
+                    },
+                    None => break Ok(()),
+                },
+                _ = s.watcher.changed() => s.session.handle_changes(s.watcher.take_changes()),
+                _ = timer => s.session.handle_timeout(Instant::now()),
+            }
+            match s.flush(&mut tx, &mut shutdown).await {
+                Ok(()) => {}
+                Err(Halt::Gone) => break Ok(()),
+                Err(Halt::ShuttingDown) => break Err(shutting_down()),
             }
         };
-        tokio::select! {
-            _ = shutdown.wait_for(|down| *down) => break Err(shutting_down()),
-            request = requests.next() => match request {
-                Some(Ok(request)) => {
-                    if let Err(status) = s.on_request(request) {
-                        break Err(status);
-                    }
-                }
-                Some(Err(error)) => match status_of_read_error(&error, ctx.options.max_request_bytes) {
-                    Some(status) => break Err(status),
-                    None => {
-                        debug!(stream = s.id, node = %shown(s.session.node_id()), %error, "stream read failed");
-                        break Ok(());
-                    }
-                },
-                None => break Ok(()),
-            },
-            _ = s.watcher.changed() => s.session.handle_changes(s.watcher.take_changes()),
-            _ = timer => s.session.handle_timeout(Instant::now()),
+        if let Err(status) = ending {
+            // Every stream ends at shutdown: that is no client's fault, and not worth a warning each.
+            if *ctx.shutdown.borrow() {
+                info!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
+            } else {
+                warn!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
+            }
+            if tokio::time::timeout(
+                FINAL_STATUS_WAIT,
+                body::send(&mut tx, Box::new(Err(status))),
+            )
+            .await
+            .is_err()
+            {
+                debug!(stream = s.id, node = %shown(s.session.node_id()), "the client does not read: ending without a status");
+            }
         }
-        match s.flush(&mut tx, &mut shutdown).await {
-            Ok(()) => {}
-            Err(Halt::Gone) => break Ok(()),
-            Err(Halt::ShuttingDown) => break Err(shutting_down()),
-        }
-    };
-    if let Err(status) = ending {
-        // Every stream ends at shutdown: that is no client's fault, and not worth a warning each.
-        if *ctx.shutdown.borrow() {
-            info!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
-        } else {
-            warn!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
-        }
-        if tokio::time::timeout(
-            FINAL_STATUS_WAIT,
-            body::send(&mut tx, Box::new(Err(status))),
-        )
-        .await
-        .is_err()
-        {
-            debug!(stream = s.id, node = %shown(s.session.node_id()), "the client does not read: ending without a status");
-        }
+        ctx.streams.close(s.id);
+        info!(stream = s.id, node = %shown(s.session.node_id()), "stream closed");
     }
-    ctx.streams.close(s.id);
-    info!(stream = s.id, node = %shown(s.session.node_id()), "stream closed");
 }
 
 impl<V: Variant> Stream<V> {
