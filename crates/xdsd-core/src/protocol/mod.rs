@@ -13,7 +13,7 @@ mod test_support;
 
 use std::sync::Arc;
 
-use crate::hash::{HashMap, HashSet};
+use crate::hash::HashSet;
 use crate::params::ParamSet;
 use crate::store::{Interner, Resource, TypeSnapshot, View};
 
@@ -88,7 +88,7 @@ pub(crate) fn intern_key(
     })
 }
 
-/// The keys a machine holds, set or map alike, for [`intern_key`].
+/// The keys a machine holds, however it holds them, for [`intern_key`].
 pub(crate) trait HeldKeys {
     /// The name of `key` as held, if it is.
     fn held(&self, key: &Key) -> Option<&Arc<str>>;
@@ -97,12 +97,6 @@ pub(crate) trait HeldKeys {
 impl HeldKeys for HashSet<Key> {
     fn held(&self, key: &Key) -> Option<&Arc<str>> {
         self.get(key).map(|(n, _)| n)
-    }
-}
-
-impl<V> HeldKeys for HashMap<Key, V> {
-    fn held(&self, key: &Key) -> Option<&Arc<str>> {
-        self.get_key_value(key).map(|((n, _), _)| n)
     }
 }
 

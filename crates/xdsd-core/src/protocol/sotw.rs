@@ -321,10 +321,8 @@ pub struct SotwSubscription {
     encoding: Encoding,
     /// The wildcard subscription and the parameter set it resolves names with.
     wildcard: Option<Pid>,
-    /// Explicitly subscribed keys (without `*`), each with what the client was last sent of it
-    /// (None: not sent, or deleted): one map, not a set and a map of versions (a stream of a
-    /// hundred names held both, a third of its memory).
-    names: HashMap<Key, Sent>,
+    /// Explicitly subscribed keys (without `*`), each with what the client was last sent of it.
+    names: Subscribed,
     /// Whether `names` is most of the type, watched as a whole (see [`super::dense`]).
     dense: bool,
     /// The distinct parameter sets `names` use (nearly always one).
@@ -370,7 +368,7 @@ impl SotwSubscription {
             full_state,
             encoding: Encoding::default(),
             wildcard: None,
-            names: HashMap::default(),
+            names: Subscribed::default(),
             dense: false,
             pids: Vec::new(),
             explicit: false,
@@ -501,15 +499,14 @@ impl SotwSubscription {
             return SubscriptionChange::default();
         }
         self.last_names = Some(digest);
-        let (wildcard, names): (Option<Pid>, HashMap<Key, Sent>) =
+        let (wildcard, names): (Option<Pid>, Subscribed) =
             if requested.is_empty() && subscribe.locators.is_empty() && !self.explicit {
                 // Legacy wildcard: no name ever sent means `*`.
-                (Some(subscribe.default), HashMap::default())
+                (Some(subscribe.default), Subscribed::default())
             } else {
                 self.explicit = true;
                 let mut wildcard = None;
-                let mut names =
-                    HashMap::with_capacity_and_hasher(requested.len(), Default::default());
+                let mut names = Subscribed::with_capacity(subscribe.default, requested.len());
                 let mut interner = Interner::new(current.map(|t| &**t));
                 // A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
                 // so that the subscription is what the client sent.
@@ -527,7 +524,7 @@ impl SotwSubscription {
                     }
                     let key = (intern_key(&mut interner, &self.names, &name, pid), pid);
                     // What was sent of a key still subscribed is kept.
-                    let sent = self.names.get(&key).cloned().flatten();
+                    let sent = self.names.get(&key.0, pid).cloned().flatten();
                     names.insert(key, sent);
                 }
                 (wildcard, names)
@@ -543,7 +540,7 @@ impl SotwSubscription {
                 self.sent_view_version = None;
             }
         }
-        let mut pids: Vec<Pid> = names.keys().map(|(_, p)| *p).collect();
+        let mut pids: Vec<Pid> = names.keys().map(|(_, p)| p).collect();
         pids.sort_unstable();
         pids.dedup();
         let total = current.map_or(0, |t| t.len());
@@ -567,8 +564,8 @@ impl SotwSubscription {
         }
         // Names (not keys) added and removed: a name stays watched while any parameter set
         // still subscribes to it.
-        let has_name = |set: &HashMap<Key, Sent>, pids: &[Pid], name: &Arc<str>| {
-            pids.iter().any(|p| set.contains_key(&(name.clone(), *p)))
+        let has_name = |set: &Subscribed, pids: &[Pid], name: &Arc<str>| {
+            pids.iter().any(|p| set.contains(name, *p))
         };
         if !dense {
             change.added = added
@@ -600,20 +597,20 @@ impl SotwSubscription {
     fn keys_of<'a>(&'a self, name: &'a Arc<str>) -> impl Iterator<Item = Key> + 'a {
         self.pids
             .iter()
+            .filter(|pid| self.names.contains(name, **pid))
             .map(move |pid| (name.clone(), *pid))
-            .filter(|key| self.names.contains_key(key))
     }
 
     /// Whether the client was last sent `resource` (this version of it) for `key`.
     fn was_sent(&self, key: &Key, resource: &Resource) -> bool {
-        matches!(self.names.get(key), Some(Some(sent)) if sent.version() == resource.version())
+        matches!(self.names.get(&key.0, key.1), Some(Some(sent)) if sent.version() == resource.version())
     }
 
     /// Records what the client is sent for each subscribed key: its resource in `views`, or
     /// nothing.
     fn record_all_sent(&mut self, views: &Views) {
         for ((name, pid), sent) in self.names.iter_mut() {
-            *sent = views.get(name, *pid).cloned();
+            *sent = views.get(name, pid).cloned();
         }
     }
 
@@ -832,7 +829,7 @@ impl SotwSubscription {
                 let now = views.get(&k.0, k.1).map(|r| r.version());
                 let sent = self
                     .names
-                    .get(&k)
+                    .get(&k.0, k.1)
                     .and_then(|s| s.as_ref())
                     .map(|r| r.version());
                 now != sent
@@ -854,7 +851,7 @@ impl SotwSubscription {
             .flat_map(|w| views.view(*w).iter().cloned())
             .collect();
         for (name, pid) in self.names.keys() {
-            if let Some(r) = views.get(name, *pid) {
+            if let Some(r) = views.get(name, pid) {
                 out.push(r.clone());
             }
         }
@@ -873,7 +870,7 @@ impl SotwSubscription {
             out.extend(
                 self.names
                     .keys()
-                    .filter_map(|(n, p)| views.get(n, *p).cloned()),
+                    .filter_map(|(n, p)| views.get(n, p).cloned()),
             );
             return Some(SotwResources::Some(dedup(out)));
         }
@@ -890,7 +887,7 @@ impl SotwSubscription {
         }
         let mut out: Vec<Arc<Resource>> = Vec::new();
         for key in candidates {
-            let explicit = self.names.contains_key(&key);
+            let explicit = self.names.contains(&key.0, key.1);
             if !explicit && self.wildcard != Some(key.1) {
                 continue;
             }
@@ -902,7 +899,7 @@ impl SotwSubscription {
                         || !self.was_sent(&key, resource);
                     if owed {
                         out.push(resource.clone());
-                        if let Some(sent) = self.names.get_mut(&key) {
+                        if let Some(sent) = self.names.get_mut(&key.0, key.1) {
                             *sent = Some(resource.clone());
                         }
                     }
@@ -910,7 +907,7 @@ impl SotwSubscription {
                 // Nothing to send: SotW has no deletion for these types. Forget what was sent
                 // so the resource is sent again if it comes back with the same content.
                 None => {
-                    if let Some(sent) = self.names.get_mut(&key) {
+                    if let Some(sent) = self.names.get_mut(&key.0, key.1) {
                         *sent = None;
                     }
                 }
@@ -934,7 +931,7 @@ impl SotwSubscription {
             if !view.has_aliases() && self.names.len() >= view.len() / 2 {
                 let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
                 for r in view.iter() {
-                    if let Some(sent) = self.names.get_mut(&(r.name().clone(), pid)) {
+                    if let Some(sent) = self.names.get_mut(r.name(), pid) {
                         *sent = Some(r.clone());
                         out.push(r.clone());
                     }
@@ -960,8 +957,92 @@ impl SotwSubscription {
 type Sent = Option<Arc<Resource>>;
 
 /// The keys of `a` that `b` does not have.
-fn new_keys(a: &HashMap<Key, Sent>, b: &HashMap<Key, Sent>) -> Vec<Key> {
-    a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
+fn new_keys(a: &Subscribed, b: &Subscribed) -> Vec<Key> {
+    a.keys()
+        .filter(|(n, p)| !b.contains(n, *p))
+        .map(|(n, p)| (n.clone(), p))
+        .collect()
+}
+
+/// The keys a SotW subscription holds, each with what the client was last sent of it (None: not
+/// sent, or deleted). The keys of the parameter set the plain names of requests use (every key
+/// of a client without resource locators) are held by name alone: a subscription of a hundred
+/// names is the largest part of an idle stream's memory, and a key with its parameter set
+/// takes a third more room than the name alone.
+#[derive(Debug, Default)]
+struct Subscribed {
+    /// The parameter set of `plain`.
+    pid: Pid,
+    plain: HashMap<Arc<str>, Sent>,
+    /// Keys of other parameter sets (resource locators with parameters of their own).
+    other: HashMap<Key, Sent>,
+}
+
+impl Subscribed {
+    fn with_capacity(pid: Pid, names: usize) -> Subscribed {
+        Subscribed {
+            pid,
+            plain: HashMap::with_capacity_and_hasher(names, Default::default()),
+            other: HashMap::default(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.plain.len() + self.other.len()
+    }
+
+    fn insert(&mut self, key: Key, sent: Sent) {
+        if key.1 == self.pid {
+            self.plain.insert(key.0, sent);
+        } else {
+            self.other.insert(key, sent);
+        }
+    }
+
+    fn get(&self, name: &Arc<str>, pid: Pid) -> Option<&Sent> {
+        if pid == self.pid {
+            self.plain.get(name)
+        } else {
+            self.other.get(&(name.clone(), pid))
+        }
+    }
+
+    fn get_mut(&mut self, name: &Arc<str>, pid: Pid) -> Option<&mut Sent> {
+        if pid == self.pid {
+            self.plain.get_mut(name)
+        } else {
+            self.other.get_mut(&(name.clone(), pid))
+        }
+    }
+
+    fn contains(&self, name: &Arc<str>, pid: Pid) -> bool {
+        self.get(name, pid).is_some()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = (&Arc<str>, Pid)> {
+        let plain = self.plain.keys().map(|n| (n, self.pid));
+        plain.chain(self.other.keys().map(|(n, p)| (n, *p)))
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = ((&Arc<str>, Pid), &mut Sent)> {
+        let pid = self.pid;
+        let plain = self.plain.iter_mut().map(move |(n, s)| ((n, pid), s));
+        plain.chain(self.other.iter_mut().map(|((n, p), s)| ((n, *p), s)))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Sent> {
+        self.plain.values().chain(self.other.values())
+    }
+}
+
+impl super::HeldKeys for Subscribed {
+    fn held(&self, key: &Key) -> Option<&Arc<str>> {
+        if key.1 == self.pid {
+            self.plain.get_key_value(&key.0).map(|(n, _)| n)
+        } else {
+            self.other.get_key_value(key).map(|((n, _), _)| n)
+        }
+    }
 }
 
 /// Empties a set, giving back its memory when it held many (a first response owes every name
@@ -1024,9 +1105,10 @@ impl SotwSubscription {
         let mut out: Vec<Arc<Resource>> = self
             .names
             .keys()
-            .filter_map(|key| {
-                let r = views.get(&key.0, key.1)?;
-                (!self.was_sent(key, r)).then(|| r.clone())
+            .filter_map(|(name, pid)| {
+                let r = views.get(name, pid)?;
+                let sent = self.names.get(name, pid).and_then(|s| s.as_ref());
+                (sent.map(|s| s.version()) != Some(r.version())).then(|| r.clone())
             })
             .collect();
         if let Some(w) = self.wildcard {

@@ -50,8 +50,8 @@ pub struct TypeStatus {
     pub last_sent: Option<Sent>,
     /// The last ACK.
     pub last_ack: Option<Ack>,
-    /// The last NACK.
-    pub last_nack: Option<Nack>,
+    /// The last NACK (boxed: most clients never NACK, and every stream keeps a record per type).
+    pub last_nack: Option<Box<Nack>>,
     /// Whether the last answer (ACK or NACK) was a NACK.
     pub nacked: bool,
     /// Whether the last response sent awaits its ACK or NACK.
@@ -292,13 +292,13 @@ impl Track {
                 let origins = latest
                     .map(|s| origins(&s.resources, &t.updated, message))
                     .unwrap_or_default();
-                t.status.last_nack = Some(Nack {
+                t.status.last_nack = Some(Box::new(Nack {
                     nonce: nonce.to_owned(),
                     version,
                     message: cut(message, MAX_NACK_MESSAGE_BYTES).to_owned(),
                     at,
                     origins,
-                });
+                }));
                 t.status.nacked = true;
             }
         }

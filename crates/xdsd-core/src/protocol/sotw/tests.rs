@@ -791,3 +791,50 @@ fn a_reconnecting_client_that_has_the_current_version_is_resent_nothing() {
     stale.request(&[], "", "some-other-version");
     assert_eq!(stale.expect().0, ["a", "b"]);
 }
+
+#[test]
+fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    let located = [("a".to_string(), 1)];
+    let request = |nonce: &str| SotwRequest {
+        resource_names: ["a"].iter().collect(),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    };
+    let with = |locators| Subscribe {
+        default: 0,
+        locators,
+    };
+    let snap = h.store.snapshot();
+    let current = snap.get(CLUSTER_LOAD_ASSIGNMENT);
+    let (kind, change) = h.sub.handle(&request(""), &with(&located), current);
+    assert_eq!(kind, RequestKind::Initial);
+    assert_eq!(h.sub.key_count(), 2, "the plain name and the located one");
+    assert_eq!(
+        change.added,
+        vec![Arc::<str>::from("a")],
+        "one name to watch"
+    );
+    let (names, _, nonce) = h.expect();
+    assert_eq!(names, ["a"], "the same variant goes out once");
+    h.set("a", "2");
+    h.notify(&["a"]);
+    let (names, _, nonce2) = h.expect();
+    assert_eq!(names, ["a"]);
+    assert_ne!(nonce, nonce2);
+    // The locator goes: the name stays subscribed, and watched, by its plain key.
+    let (_, change) = h.sub.handle(&request(&nonce2), &with(&[]), current);
+    assert_eq!(h.sub.key_count(), 1);
+    assert!(
+        change.removed.is_empty(),
+        "still subscribed by its plain name"
+    );
+    h.expect_none();
+    // Subscribed again under its own set: a new key, sent even though the client has it.
+    let (_, change) = h.sub.handle(&request(&nonce2), &with(&located), current);
+    assert!(change.added.is_empty(), "the name is watched already");
+    assert_eq!(h.sub.key_count(), 2);
+    let (names, ..) = h.expect();
+    assert_eq!(names, ["a"]);
+}
