@@ -348,14 +348,12 @@ pub struct SotwSubscription {
     /// the explicit names (whose sent resource is in `names`).
     sent_view_version: Option<Arc<str>>,
     /// The version a reconnecting client said it has, until the first response is decided.
-    client_version: Option<String>,
+    client_version: Option<Box<str>>,
     /// Responses of types but the full-state ones are split to stay under this size.
     max_response_bytes: usize,
-    /// The rest of a response that goes out in parts: its resources in name order, its version,
-    /// the number of parts sent.
-    rest: VecDeque<Arc<Resource>>,
-    rest_version: Arc<str>,
-    parts: usize,
+    /// The rest of a response that goes out in parts (boxed: rare, and every stream has a
+    /// machine per type).
+    split: Option<Box<Split>>,
     /// Whether a response was reported over the size limit (once per stream and type).
     warned: bool,
 }
@@ -382,9 +380,7 @@ impl SotwSubscription {
             sent_view_version: None,
             client_version: None,
             max_response_bytes: usize::MAX,
-            rest: VecDeque::new(),
-            rest_version: Arc::from(""),
-            parts: 0,
+            split: None,
             warned: false,
         }
     }
@@ -482,7 +478,8 @@ impl SotwSubscription {
             self.respond = true;
             // A client reconnecting says which version it has (perhaps from another replica:
             // versions are content hashes, the same on every xdsd serving the same resources).
-            self.client_version = Some(request.version_info.clone()).filter(|v| !v.is_empty());
+            let version = request.version_info.as_str();
+            self.client_version = (!version.is_empty()).then(|| version.into());
         }
         let change = self.subscribe(&request.resource_names, subscribe, current);
         (kind, change)
@@ -629,7 +626,7 @@ impl SotwSubscription {
 
     /// Whether `poll_response` may have something to send.
     pub fn has_pending(&self) -> bool {
-        self.has_news() || !self.rest.is_empty()
+        self.has_news() || self.split.is_some()
     }
 
     /// Whether something was owed since the last response, beyond the rest of a split response.
@@ -648,10 +645,11 @@ impl SotwSubscription {
         if !self.has_pending() {
             return None;
         }
-        if !self.rest.is_empty() {
+        if let Some(split) = self.split.take() {
             if !self.has_news() {
-                return Some(self.next_part(nonces, Vec::new()));
+                return Some(self.next_part(split, nonces, Vec::new()));
             }
+            self.split = Some(split);
             self.fold_rest();
         }
         let first = self.last_nonce.is_none();
@@ -701,13 +699,15 @@ impl SotwSubscription {
         let mut oversized = None;
         if size > budget {
             if !self.full_state {
-                self.rest = match resources {
-                    SotwResources::All(view) => view.iter().cloned().collect(),
-                    SotwResources::Some(list) => list.into(),
-                };
-                self.rest_version = version_info;
-                self.parts = 0;
-                return Some(self.next_part(nonces, updated));
+                let split = Box::new(Split {
+                    rest: match resources {
+                        SotwResources::All(view) => view.iter().cloned().collect(),
+                        SotwResources::Some(list) => list.into(),
+                    },
+                    version: version_info,
+                    parts: 0,
+                });
+                return Some(self.next_part(split, nonces, updated));
             }
             // Full-state types: a response holds them all, whatever its size.
             oversized = Some(size).filter(|_| !std::mem::replace(&mut self.warned, true));
@@ -753,24 +753,29 @@ impl SotwSubscription {
         }
     }
 
-    /// The next part of a split response.
-    fn next_part(&mut self, nonces: &mut NonceGen, updated: Vec<Arc<Resource>>) -> SotwResponse {
+    /// The next part of a split response; what is left of it is kept for the next call.
+    fn next_part(
+        &mut self,
+        mut split: Box<Split>,
+        nonces: &mut NonceGen,
+        updated: Vec<Arc<Resource>>,
+    ) -> SotwResponse {
         let (count, oversized) = part_len(
-            self.rest
+            split
+                .rest
                 .iter()
                 .map(|r| field_len(r.sotw_entry(self.encoding).len())),
-            self.budget(&self.rest_version),
+            self.budget(&split.version),
         );
-        let part: Vec<Arc<Resource>> = self.rest.drain(..count).collect();
-        if self.rest.is_empty() {
-            // A large response's buffer is not kept for the next one.
-            self.rest = VecDeque::new();
-        }
-        self.parts += 1;
-        let version = if self.rest.is_empty() {
-            self.rest_version.clone()
+        let part: Vec<Arc<Resource>> = split.rest.drain(..count).collect();
+        split.parts += 1;
+        let version = if split.rest.is_empty() {
+            // The last part: the split (and a large response's buffer) is not kept.
+            split.version.clone()
         } else {
-            Arc::from(format!("{}-part-{}", self.rest_version, self.parts))
+            let version = Arc::from(format!("{}-part-{}", split.version, split.parts));
+            self.split = Some(split);
+            version
         };
         let oversized = oversized.filter(|_| !std::mem::replace(&mut self.warned, true));
         self.response(
@@ -785,9 +790,10 @@ impl SotwSubscription {
     /// Gives the rest of a split response back to what is owed, to be computed again with what
     /// changed.
     fn fold_rest(&mut self) {
-        let rest = std::mem::take(&mut self.rest);
-        for r in rest {
-            self.resend(r.name());
+        if let Some(split) = self.split.take() {
+            for r in split.rest {
+                self.resend(r.name());
+            }
         }
     }
 
@@ -953,6 +959,15 @@ impl SotwSubscription {
     }
 }
 
+/// The rest of a SotW response that goes out in parts: its resources in name order, its version,
+/// the number of parts sent.
+#[derive(Debug)]
+struct Split {
+    rest: VecDeque<Arc<Resource>>,
+    version: Arc<str>,
+    parts: usize,
+}
+
 /// What a client was last sent for a key: the resource (its version is what counts), or nothing.
 type Sent = Option<Arc<Resource>>;
 
@@ -1080,11 +1095,12 @@ impl SotwSubscription {
     /// Whether the client was sent `name` as the store holds it now.
     pub fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
         // The rest is in name order (a view's, or sorted by `dedup`).
-        if self
-            .rest
-            .binary_search_by(|r| (**r.name()).cmp(&**name))
-            .is_ok()
-        {
+        if self.split.as_ref().is_some_and(|split| {
+            split
+                .rest
+                .binary_search_by(|r| (**r.name()).cmp(&**name))
+                .is_ok()
+        }) {
             return false;
         }
         let explicit = self.keys_of(name).any(|key| {
@@ -1117,7 +1133,11 @@ impl SotwSubscription {
                 out.extend(view.iter().cloned());
             }
         }
-        out.extend(self.rest.iter().cloned());
+        out.extend(
+            self.split
+                .iter()
+                .flat_map(|split| split.rest.iter().cloned()),
+        );
         out
     }
 }
