@@ -1076,6 +1076,10 @@ impl<M: Machine> Session<M> {
                 self.served.insert(type_url, new);
             }
         }
+        if self.changed.is_empty() {
+            // Served: an idle stream keeps no table for the next change.
+            self.changed.shrink_to_fit();
+        }
     }
 
     /// Whether a response of `type_url` (which refers to clusters) must wait: something it would
