@@ -564,8 +564,10 @@ pub struct Handled {
 /// One machine per type, and what it was told about its client.
 struct TypeState<M> {
     machine: M,
-    /// The parameter set plain names of this type are subscribed with.
+    /// The parameter set plain names of this type are subscribed with, as of the session's
+    /// `node_epoch` recorded with it.
     default: Pid,
+    node_epoch: u32,
     named: bool,
     /// Resources sent with a TTL, by name, and when their TTLs are next renewed: one deadline per
     /// type, never a timer per resource.
@@ -593,6 +595,9 @@ pub struct Session<M> {
     /// The one type of a per-type service; `None` on ADS.
     fixed: Option<Arc<str>>,
     node: Option<ClientNode>,
+    /// Counts the nodes taken: a type's default parameter set is resolved again only when the
+    /// node changed since (an ACK would otherwise hash the node's parameters every time).
+    node_epoch: u32,
     /// The client's certificate identity, when its node must match it.
     binding: Option<IdentityBinding>,
     /// Secrets are refused: the client is on a plaintext connection from another host.
@@ -634,6 +639,7 @@ impl<M: Machine> Session<M> {
             options,
             fixed,
             node: None,
+            node_epoch: 0,
             binding: None,
             refuse_secrets: false,
             node_digest: None,
@@ -736,7 +742,10 @@ impl<M: Machine> Session<M> {
         let (subscribe_locators, unsubscribe_locators) = M::locators(request);
         let subscribe = self.locate(subscribe_locators)?;
         let unsubscribe = self.locate(unsubscribe_locators)?;
-        let default = self.default_pid(&type_url)?;
+        let default = match self.types.get(&type_url) {
+            Some(state) if state.node_epoch == self.node_epoch => state.default,
+            _ => self.default_pid(&type_url)?,
+        };
         let node_named = self
             .node
             .as_ref()
@@ -750,6 +759,7 @@ impl<M: Machine> Session<M> {
                     m
                 },
                 default,
+                node_epoch: self.node_epoch,
                 named: false,
                 ttls: HashMap::default(),
                 next_heartbeat: None,
@@ -759,6 +769,7 @@ impl<M: Machine> Session<M> {
             })
         });
         state.default = default;
+        state.node_epoch = self.node_epoch;
         state
             .machine
             .set_ttl(self.node.as_ref().is_some_and(M::takes_ttl));
@@ -836,10 +847,12 @@ impl<M: Machine> Session<M> {
                     }
                 }
                 self.node = Some(client);
+                self.node_epoch = self.node_epoch.wrapping_add(1);
                 Ok(true)
             }
             Some(first) if first.id == client.id && first.cluster == client.cluster => {
                 self.node = Some(client);
+                self.node_epoch = self.node_epoch.wrapping_add(1);
                 Ok(false)
             }
             Some(first) => Err(SessionError::NodeChanged {

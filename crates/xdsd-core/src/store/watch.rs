@@ -302,12 +302,12 @@ impl Watcher {
         names: impl IntoIterator<Item = &'a Arc<str>>,
     ) {
         let mut names = names.into_iter().peekable();
-        let Some(reg) = self.registered.get_mut(type_url) else {
-            return;
-        };
         if names.peek().is_none() {
             return;
         }
+        let Some(reg) = self.registered.get_mut(type_url) else {
+            return;
+        };
         let mut index = lock_index(&self.index);
         for name in names {
             if reg.names.remove(name) {

@@ -519,6 +519,29 @@ mod tp2 {
     }
 
     #[test]
+    fn a_node_whose_metadata_changes_mid_stream_gets_the_variant_of_its_new_metadata() {
+        let store = env_store();
+        let mut s = ads();
+        let test = with_metadata(node("envoy", "c"), &[("env", "test")]);
+        let request = |nonce: &str, n: &Node| sotw(CLUSTER_LOAD_ASSIGNMENT, &["e"], nonce, Some(n));
+        s.handle_request(&request("", &test), &store.snapshot())
+            .unwrap();
+        let r = sotw_poll(&mut s, &store).unwrap();
+        assert_eq!(contents(&r), ["test"]);
+        s.handle_request(&request(&r.nonce, &test), &store.snapshot())
+            .unwrap();
+        assert!(
+            sotw_poll(&mut s, &store).is_none(),
+            "an ACK changes nothing"
+        );
+        let prod = with_metadata(node("envoy", "c"), &[("env", "prod")]);
+        s.handle_request(&request(&r.nonce, &prod), &store.snapshot())
+            .unwrap();
+        let r = sotw_poll(&mut s, &store).expect("the new node's variant");
+        assert_eq!(contents(&r), ["prod"]);
+    }
+
+    #[test]
     fn node_cluster_is_a_parameter_for_legacy_clients() {
         let store = store(vec![
             variant(CLUSTER, "c", "edge", Some(eq(NODE_CLUSTER_PARAM, "edge"))),
