@@ -199,7 +199,9 @@ pub struct Watcher {
     id: u64,
     index: Arc<Mutex<WatchIndex>>,
     signal: Arc<Signal>,
-    registered: HashMap<Arc<str>, Registered>,
+    /// Per type: a stream has a few, found by the session's own `Arc` of the type URL before its
+    /// text is compared (a map kept room for twice as many, per stream).
+    registered: Vec<(Arc<str>, Registered)>,
     /// How many parameter sets were last registered (`set_params`).
     params: Option<usize>,
 }
@@ -210,7 +212,7 @@ impl Watcher {
             id,
             index,
             signal: Arc::default(),
-            registered: HashMap::default(),
+            registered: Vec::new(),
             params: None,
         }
     }
@@ -234,7 +236,7 @@ impl Watcher {
 
     /// Watches (or stops watching) every resource of `type_url`, present and future.
     pub fn set_wildcard(&mut self, type_url: &Arc<str>, on: bool) {
-        let reg = self.registered.entry(type_url.clone()).or_default();
+        let reg = registration(&mut self.registered, type_url);
         if reg.wildcard == on {
             return;
         }
@@ -251,7 +253,7 @@ impl Watcher {
     /// meanwhile are not recorded. Turned off, the stream watches nothing of the type by name
     /// until `watch` registers its names again.
     pub fn set_dense(&mut self, type_url: &Arc<str>, on: bool) {
-        let reg = self.registered.entry(type_url.clone()).or_default();
+        let reg = registration(&mut self.registered, type_url);
         if reg.dense == on {
             return;
         }
@@ -279,7 +281,7 @@ impl Watcher {
         if names.peek().is_none() {
             return;
         }
-        let reg = self.registered.entry(type_url.clone()).or_default();
+        let reg = registration(&mut self.registered, type_url);
         if reg.dense {
             return;
         }
@@ -305,7 +307,7 @@ impl Watcher {
         if names.peek().is_none() {
             return;
         }
-        let Some(reg) = self.registered.get_mut(type_url) else {
+        let Some(reg) = find(&mut self.registered, type_url) else {
             return;
         };
         let mut index = lock_index(&self.index);
@@ -325,6 +327,27 @@ impl Watcher {
     pub fn take_changes(&self) -> Changes {
         std::mem::take(&mut *self.signal.dirty())
     }
+}
+
+/// The registration of `type_url`, if any.
+fn find<'a>(
+    registered: &'a mut [(Arc<str>, Registered)],
+    type_url: &Arc<str>,
+) -> Option<&'a mut Registered> {
+    let i = crate::types::position(registered, type_url)?;
+    Some(&mut registered[i].1)
+}
+
+/// The registration of `type_url`, made if it is the first.
+fn registration<'a>(
+    registered: &'a mut Vec<(Arc<str>, Registered)>,
+    type_url: &Arc<str>,
+) -> &'a mut Registered {
+    let i = crate::types::position(registered, type_url).unwrap_or_else(|| {
+        registered.push((type_url.clone(), Registered::default()));
+        registered.len() - 1
+    });
+    &mut registered[i].1
 }
 
 fn remove_name(index: &mut WatchIndex, type_url: &Arc<str>, name: &Arc<str>, id: u64) {

@@ -203,11 +203,7 @@ impl Track {
 
     /// The type's record, made if it is the first time.
     fn track(&mut self, type_url: &Arc<str>, in_store: bool) -> &mut TypeTrack {
-        let found = self
-            .types
-            .iter()
-            .position(|(t, _)| Arc::ptr_eq(t, type_url))
-            .or_else(|| self.types.iter().position(|(t, _)| t == type_url));
+        let found = crate::types::position(&self.types, type_url);
         if let Some(i) = found {
             return &mut self.types[i].1;
         }
