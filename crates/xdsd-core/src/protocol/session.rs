@@ -594,7 +594,8 @@ pub struct Session<M> {
     options: SessionOptions,
     /// The one type of a per-type service; `None` on ADS.
     fixed: Option<Arc<str>>,
-    node: Option<ClientNode>,
+    /// Shared with the stream's CSDS record.
+    node: Option<Arc<ClientNode>>,
     /// Counts the nodes taken: a type's default parameter set is resolved again only when the
     /// node changed since (an ACK would otherwise hash the node's parameters every time).
     node_epoch: u32,
@@ -656,6 +657,11 @@ impl<M: Machine> Session<M> {
 
     /// The client's node, once a request carried one.
     pub fn node(&self) -> Option<&ClientNode> {
+        self.node.as_deref()
+    }
+
+    /// The client's node as the session holds it, to be shared rather than copied.
+    pub fn shared_node(&self) -> Option<&Arc<ClientNode>> {
         self.node.as_ref()
     }
 
@@ -772,7 +778,7 @@ impl<M: Machine> Session<M> {
         state.node_epoch = self.node_epoch;
         state
             .machine
-            .set_ttl(self.node.as_ref().is_some_and(M::takes_ttl));
+            .set_ttl(self.node.as_deref().is_some_and(M::takes_ttl));
         // A client that subscribes with dynamic parameters gets every resource of the type named
         // by `resource_name`, with its constraints (TP2: constraints are never omitted).
         let named = state.named || node_named || !subscribe.is_empty() || !unsubscribe.is_empty();
@@ -846,12 +852,12 @@ impl<M: Machine> Session<M> {
                         });
                     }
                 }
-                self.node = Some(client);
+                self.node = Some(Arc::new(client));
                 self.node_epoch = self.node_epoch.wrapping_add(1);
                 Ok(true)
             }
             Some(first) if first.id == client.id && first.cluster == client.cluster => {
-                self.node = Some(client);
+                self.node = Some(Arc::new(client));
                 self.node_epoch = self.node_epoch.wrapping_add(1);
                 Ok(false)
             }
@@ -984,7 +990,7 @@ impl<M: Machine> Session<M> {
             let Some(response) = state.machine.poll_response(&views, &mut self.nonces) else {
                 continue;
             };
-            if self.node.as_ref().is_some_and(M::takes_ttl) {
+            if self.node.as_deref().is_some_and(M::takes_ttl) {
                 track_ttls(state, &M::with_ttl(&response), now);
             }
             state.unacked = Some(M::describe(&response).3.to_owned());

@@ -163,7 +163,8 @@ struct TypeTrack {
 
 /// The record of one stream.
 pub(crate) struct Track {
-    pub(crate) node: Option<ClientNode>,
+    /// Shared with the stream's session.
+    pub(crate) node: Option<Arc<ClientNode>>,
     /// Per type, in the order first asked for: a stream has a few, found by the session's own
     /// `Arc` of the type URL before its text is compared (every response and ACK looks one up).
     /// Boxed: the records are large and the list grows by doubling.

@@ -80,7 +80,7 @@ impl StreamEntry {
         self.track.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn set_node(&self, node: &ClientNode) {
+    pub(crate) fn set_node(&self, node: &Arc<ClientNode>) {
         self.track().node = Some(node.clone());
     }
 
@@ -133,7 +133,7 @@ impl StreamEntry {
             variant: self.variant,
             peer: self.peer,
             connected_at: self.connected_at,
-            node: track.node.clone(),
+            node: track.node.as_deref().cloned(),
             counters: self.counters.read(),
             types: track.types(),
         }

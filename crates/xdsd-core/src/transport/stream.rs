@@ -234,7 +234,7 @@ impl<V: Variant> Stream<V> {
                 .map(|n| n.client_features.join(","))
                 .unwrap_or_default();
             info!(stream, node = %shown(node), user_agent = %shown(user_agent), features = %shown(&features), "node identified");
-            if let Some(client) = client {
+            if let Some(client) = self.session.shared_node() {
                 self.stats.set_node(client);
             }
         }
