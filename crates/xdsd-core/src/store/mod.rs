@@ -263,7 +263,10 @@ impl TypeEdit {
     fn names_with_prefix(&self, prefix: &str) -> Vec<Arc<str>> {
         let mut names: Vec<Arc<str>> = self
             .map
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(name, _)| name.starts_with(prefix))
             .map(|(name, _)| name.clone())
             .collect();

@@ -71,8 +71,9 @@ impl Table {
     fn build(entries: Vec<Entry>, hasher: Option<&foldhash::fast::RandomState>) -> Table {
         let hasher = hasher.cloned().unwrap_or_default();
         let shard_bits = shard_bits(entries.len());
-        let mut shards: Vec<FastMap<Arc<str>, Variants>> =
-            (0..1usize << shard_bits).map(|_| FastMap::default()).collect();
+        let mut shards: Vec<FastMap<Arc<str>, Variants>> = (0..1usize << shard_bits)
+            .map(|_| FastMap::default())
+            .collect();
         let (mut resources, mut with_ttl, mut constrained, mut digest) = (0, 0, 0, 0u128);
         for e in &entries {
             resources += e.variants.len();
@@ -137,12 +138,9 @@ impl Table {
     fn entries_from(&self, from: &str) -> impl Iterator<Item = &Entry> {
         let (chunk, place) = self.position(from);
         let first = self.chunks.get(chunk).map(|c| &c[place..]).unwrap_or(&[]);
-        first.iter().chain(
-            self.chunks
-                .iter()
-                .skip(chunk + 1)
-                .flat_map(|c| c.iter()),
-        )
+        first
+            .iter()
+            .chain(self.chunks.iter().skip(chunk + 1).flat_map(|c| c.iter()))
     }
 
     /// This table with each name of `changes` given its variants (none: removed).
@@ -163,8 +161,8 @@ impl Table {
             resources = resources + new.len() - old.len();
             let ttl = |vs: &[Arc<Resource>]| vs.iter().filter(|r| r.ttl().is_some()).count();
             with_ttl = with_ttl + ttl(new) - ttl(old);
-            constrained = constrained + usize::from(is_constrained(new))
-                - usize::from(is_constrained(old));
+            constrained =
+                constrained + usize::from(is_constrained(new)) - usize::from(is_constrained(old));
             for r in old {
                 digest = digest.wrapping_sub(r.digest());
             }
@@ -186,7 +184,11 @@ impl Table {
             let ends = chunk.last().map(|e| e.name.clone());
             let mut mine = Vec::new();
             while let Some((name, _)) = pending.peek() {
-                if i == last || ends.as_ref().is_some_and(|end| name.as_ref() <= end.as_ref()) {
+                if i == last
+                    || ends
+                        .as_ref()
+                        .is_some_and(|end| name.as_ref() <= end.as_ref())
+                {
                     mine.extend(pending.next());
                 } else {
                     break;
@@ -317,7 +319,7 @@ impl<'a> Iterator for Entries<'a> {
 /// view that every client shares.
 ///
 /// A commit that changes k names of n costs O(k log n) and O(n / 64) pointer copies: the
-/// names are held in chunks and shards that successive snapshots share ([`Table`]), the version
+/// names are held in chunks and shards that successive snapshots share, the version
 /// is a sum of per-resource digests, and views are built on first use (the plain one reads the
 /// table).
 #[derive(Debug)]
@@ -532,10 +534,12 @@ impl TypeSnapshot {
 
     /// The resource name as the store holds it, so streams share one allocation per name.
     pub fn intern(&self, name: &str) -> Option<Arc<str>> {
-        self.table
-            .get(name)
-            .map(|(k, _)| k.clone())
-            .or_else(|| self.table.aliases.get_key_value(name).map(|(k, _)| k.clone()))
+        self.table.get(name).map(|(k, _)| k.clone()).or_else(|| {
+            self.table
+                .aliases
+                .get_key_value(name)
+                .map(|(k, _)| k.clone())
+        })
     }
 
     /// Interns a list of names, faster when they come in order (a client's list of every
@@ -637,7 +641,7 @@ impl<'a> Interner<'a> {
 }
 
 /// The version of a set of resources, from the sum of their digests (each of a name and a
-/// version, [`Resource::digest`]) and their number: the same resources give the same version
+/// version, `Resource::digest`) and their number: the same resources give the same version
 /// in any order and after any history. Never empty, also for no resources.
 fn version_of(digest: u128, count: usize) -> Arc<str> {
     let mut hash = Sha256::new();

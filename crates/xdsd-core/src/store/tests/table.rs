@@ -87,7 +87,10 @@ fn assert_same_as_fresh(t: &TypeSnapshot, held: &Changes) {
         assert_eq!(v.version(), f.version());
         assert_eq!(v.len(), f.len());
         assert_eq!(v.has_aliases(), f.has_aliases());
-        assert_eq!(v.sotw_body(Encoding::default()), f.sotw_body(Encoding::default()));
+        assert_eq!(
+            v.sotw_body(Encoding::default()),
+            f.sotw_body(Encoding::default())
+        );
         let versions = |v: &View| v.iter().map(|r| r.version().clone()).collect::<Vec<_>>();
         assert_eq!(versions(&v), versions(&f));
         for name in held.keys() {
@@ -102,15 +105,22 @@ fn assert_same_as_fresh(t: &TypeSnapshot, held: &Changes) {
 #[test]
 fn a_type_changed_in_place_is_what_a_fresh_build_of_its_resources_gives() {
     let mut rng = Rng(0x5eed_0001);
-    let pool: Vec<Arc<str>> = (0..3000).map(|i| format!("c{:05}", i * 7 % 3000).into()).collect();
+    let pool: Vec<Arc<str>> = (0..3000)
+        .map(|i| format!("c{:05}", i * 7 % 3000).into())
+        .collect();
     // Plain names only first (one shared view), then every shape (variants, aliases).
     for shapes in [3, 5] {
         let mut held = Changes::new();
-        let mut t = TypeSnapshot::with_variants(arc(CLUSTER), Vec::<(Arc<str>, Vec<Arc<Resource>>)>::new());
+        let mut t =
+            TypeSnapshot::with_variants(arc(CLUSTER), Vec::<(Arc<str>, Vec<Arc<Resource>>)>::new());
         for round in 0..40 {
             // Small changes, and now and then a large one (the table grows and shrinks past
             // its shards' size).
-            let size = if round % 10 == 9 { 1500 } else { 1 + rng.below(40) as usize };
+            let size = if round % 10 == 9 {
+                1500
+            } else {
+                1 + rng.below(40) as usize
+            };
             let mut changes = Changes::new();
             for _ in 0..size {
                 let name = pool[rng.below(pool.len() as u64) as usize].clone();
@@ -155,7 +165,8 @@ fn a_type_version_depends_only_on_the_resources_not_on_their_history() {
     let at_a = TypeSnapshot::with_variants(arc(CLUSTER), [(arc("a"), vec![r("a", b"1")])]);
     assert_ne!(moved.version(), at_a.version());
     // Nothing has a version too, never empty.
-    let empty = TypeSnapshot::with_variants(arc(CLUSTER), Vec::<(Arc<str>, Vec<Arc<Resource>>)>::new());
+    let empty =
+        TypeSnapshot::with_variants(arc(CLUSTER), Vec::<(Arc<str>, Vec<Arc<Resource>>)>::new());
     assert!(!empty.version().is_empty());
     assert_eq!(empty.version(), View::empty(arc(CLUSTER)).version());
 }
@@ -164,30 +175,36 @@ fn a_type_version_depends_only_on_the_resources_not_on_their_history() {
 fn lingering_names_are_served_with_the_variants_the_old_type_held() {
     let r = |name: &str| Arc::new(Resource::new(CLUSTER, name, Bytes::from_static(b"x")));
     let names: Vec<Arc<str>> = (0..300).map(|i| format!("n{i:03}").into()).collect();
-    let old = TypeSnapshot::with_variants(
-        arc(CLUSTER),
-        names.iter().map(|n| (n.clone(), vec![r(n)])),
-    );
+    let old =
+        TypeSnapshot::with_variants(arc(CLUSTER), names.iter().map(|n| (n.clone(), vec![r(n)])));
     // The new type lost every third name and gained one.
-    let mut changes: Changes = names.iter().step_by(3).map(|n| (n.clone(), vec![])).collect();
+    let mut changes: Changes = names
+        .iter()
+        .step_by(3)
+        .map(|n| (n.clone(), vec![]))
+        .collect();
     changes.insert(arc("new"), vec![r("new")]);
     let new = old.with_changes(&changes);
     let gone: Vec<Arc<str>> = names.iter().step_by(3).cloned().collect();
     let merged = new.with_lingering(&old, &gone);
-    let mut held: Changes = names.iter().map(|n| (n.clone(), old.variants(n).to_vec())).collect();
+    let mut held: Changes = names
+        .iter()
+        .map(|n| (n.clone(), old.variants(n).to_vec()))
+        .collect();
     held.insert(arc("new"), new.variants("new").to_vec());
     assert_same_as_fresh(&merged, &held);
-    assert!(Arc::ptr_eq(&merged.variants("n000")[0], &old.variants("n000")[0]));
+    assert!(Arc::ptr_eq(
+        &merged.variants("n000")[0],
+        &old.variants("n000")[0]
+    ));
 }
 
 #[test]
 fn names_are_interned_by_walking_the_order_across_chunks_and_by_hash_out_of_it() {
     let r = |name: &str| Arc::new(Resource::new(CLUSTER, name, Bytes::from_static(b"x")));
     let names: Vec<Arc<str>> = (0..1000).map(|i| format!("n{i:04}").into()).collect();
-    let t = TypeSnapshot::with_variants(
-        arc(CLUSTER),
-        names.iter().map(|n| (n.clone(), vec![r(n)])),
-    );
+    let t =
+        TypeSnapshot::with_variants(arc(CLUSTER), names.iter().map(|n| (n.clone(), vec![r(n)])));
     let held = |n: &str| t.entries().find(|(k, _)| &***k == n).unwrap().0.clone();
     // In order, a subset in order, in reverse, and unknown names in between.
     let orders: Vec<Vec<&str>> = vec![
