@@ -218,25 +218,83 @@ struct Inner {
     policy: ReferencePolicy,
 }
 
-/// The variants of each name of one type, while an update is built.
+/// The variants of each name of one type, while an update is built (none: the name is removed).
 type TypeMap = BTreeMap<Arc<str>, Vec<Arc<Resource>>>;
 /// A resource with its type URL.
 type Typed = (Arc<str>, Arc<Resource>);
-/// Per type, the names an update may have changed (the others are as they were).
-type Touched = HashMap<Arc<str>, std::collections::BTreeSet<Arc<str>>>;
 
-/// A type's map in the next state, started from the current state the first time the type is
+/// One type of the next state while an update is built: the whole type (`full`), or the names
+/// changed so far over the current state's type, so that an update costs what it changes.
+struct TypeEdit {
+    base: Option<Arc<TypeSnapshot>>,
+    full: bool,
+    map: TypeMap,
+}
+
+impl TypeEdit {
+    /// A type built whole: names absent from `map` are gone.
+    fn full() -> TypeEdit {
+        TypeEdit {
+            base: None,
+            full: true,
+            map: TypeMap::new(),
+        }
+    }
+
+    /// The variants of a name in the next state.
+    fn get(&self, name: &str) -> &[Arc<Resource>] {
+        match self.map.get(name) {
+            Some(variants) => variants,
+            None if self.full => &[],
+            None => self.base.as_ref().map(|b| b.variants(name)).unwrap_or(&[]),
+        }
+    }
+
+    /// The variants of a name, to change.
+    fn variants_mut(&mut self, name: &Arc<str>) -> &mut Vec<Arc<Resource>> {
+        let (base, full) = (&self.base, self.full);
+        self.map.entry(name.clone()).or_insert_with(|| match base {
+            Some(b) if !full => b.variants(name).to_vec(),
+            _ => Vec::new(),
+        })
+    }
+
+    /// The names of the next state that start with `prefix`, in order.
+    fn names_with_prefix(&self, prefix: &str) -> Vec<Arc<str>> {
+        let mut names: Vec<Arc<str>> = self
+            .map
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(name, _)| name.starts_with(prefix))
+            .map(|(name, _)| name.clone())
+            .collect();
+        if let (Some(base), false) = (&self.base, self.full) {
+            names.extend(
+                base.entries_from(prefix)
+                    .take_while(|(name, _)| name.starts_with(prefix))
+                    .map(|(name, _)| name.clone()),
+            );
+            names.sort();
+            names.dedup();
+        }
+        names.retain(|name| !self.get(name).is_empty());
+        names
+    }
+}
+
+/// A type's edit in the next state, started over the current state the first time the type is
 /// touched.
 fn map_of<'a>(
-    next: &'a mut HashMap<Arc<str>, TypeMap>,
+    next: &'a mut HashMap<Arc<str>, TypeEdit>,
     current: &Snapshot,
     type_url: &Arc<str>,
-) -> &'a mut TypeMap {
-    next.entry(type_url.clone()).or_insert_with(|| {
-        current
-            .get(type_url)
-            .map(|t| t.entries().map(|(n, v)| (n.clone(), v.to_vec())).collect())
-            .unwrap_or_default()
+) -> &'a mut TypeEdit {
+    next.entry(type_url.clone()).or_insert_with(|| TypeEdit {
+        base: current.get(type_url).cloned(),
+        full: false,
+        map: TypeMap::new(),
     })
 }
 
@@ -248,12 +306,12 @@ fn same_constraints(a: &Resource, b: Option<&Constraints>) -> bool {
 /// Adds `resource` to a name's variants; the one with the same constraints is replaced when
 /// `replace`, else it is a duplicate.
 fn put(
-    map: &mut TypeMap,
+    edit: &mut TypeEdit,
     type_url: &Arc<str>,
     resource: Arc<Resource>,
     replace: bool,
 ) -> Result<(), StoreError> {
-    let variants = map.entry(resource.name().clone()).or_default();
+    let variants = edit.variants_mut(resource.name());
     let constraints = resource.constraints().map(|c| &**c);
     match variants
         .iter_mut()
@@ -318,13 +376,13 @@ impl Store {
     ) -> Result<UpdateSummary, StoreError> {
         let _writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.snapshot();
-        let mut next: HashMap<Arc<str>, TypeMap> = HashMap::new();
+        let mut next: HashMap<Arc<str>, TypeEdit> = HashMap::new();
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
         for input in resources {
             let type_url = intern_type(&current, &input.type_url)?;
             for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)? {
                 put(
-                    next.entry(type_url.clone()).or_default(),
+                    next.entry(type_url.clone()).or_insert_with(TypeEdit::full),
                     &type_url,
                     resource,
                     false,
@@ -332,9 +390,9 @@ impl Store {
             }
         }
         for type_url in current.type_map().keys() {
-            next.entry(type_url.clone()).or_default();
+            next.entry(type_url.clone()).or_insert_with(TypeEdit::full);
         }
-        self.commit(&current, next, None)
+        self.commit(&current, next, false)
     }
 
     /// Replaces the resources of some names, atomically: what [`Store::replace_all`] gives when
@@ -353,55 +411,32 @@ impl Store {
     ) -> Result<UpdateSummary, StoreError> {
         let _writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.snapshot();
-        let mut next: HashMap<Arc<str>, TypeMap> = HashMap::new();
-        let mut touched: Touched = HashMap::new();
+        let mut next: HashMap<Arc<str>, TypeEdit> = HashMap::new();
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
         for (type_url, name) in names {
             let type_url = intern_type(&current, &type_url)?;
             let name = intern(current.get(&type_url).map(|t| &**t), &name);
             // What the inputs of the name made: its own variants (not the virtual hosts of a
-            // route configuration, which are its route configuration's).
-            let map = map_of(&mut next, &current, &type_url);
-            if let Some(variants) = map.get_mut(&name) {
-                variants.retain(|v| v.parent().is_some());
-                if variants.is_empty() {
-                    map.remove(&name);
-                }
-            }
-            touched
-                .entry(type_url.clone())
-                .or_default()
-                .insert(name.clone());
+            // route configuration, which are its route configuration's). Every name touched is
+            // compared at commit.
+            map_of(&mut next, &current, &type_url)
+                .variants_mut(&name)
+                .retain(|v| v.parent().is_some());
             if *type_url == *ROUTE_CONFIGURATION {
                 let prefix = vhds::host_prefix(&name);
                 let hosts = map_of(&mut next, &current, &hosts_type);
-                let taken: Vec<Arc<str>> = hosts
-                    .range::<str, _>((
-                        std::ops::Bound::Included(prefix.as_str()),
-                        std::ops::Bound::Unbounded,
-                    ))
-                    .take_while(|(host, _)| host.starts_with(prefix.as_str()))
-                    .filter(|(_, variants)| variants.iter().any(|v| v.parent() == Some(&name)))
-                    .map(|(host, _)| host.clone())
-                    .collect();
-                for host in taken {
-                    if let Some(variants) = hosts.get_mut(&host) {
-                        variants.retain(|v| v.parent() != Some(&name));
-                        if variants.is_empty() {
-                            hosts.remove(&host);
-                        }
+                for host in hosts.names_with_prefix(&prefix) {
+                    if hosts.get(&host).iter().any(|v| v.parent() == Some(&name)) {
+                        hosts
+                            .variants_mut(&host)
+                            .retain(|v| v.parent() != Some(&name));
                     }
-                    touched.entry(hosts_type.clone()).or_default().insert(host);
                 }
             }
         }
         for input in resources {
             let type_url = intern_type(&current, &input.type_url)?;
             for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)? {
-                touched
-                    .entry(type_url.clone())
-                    .or_default()
-                    .insert(resource.name().clone());
                 put(
                     map_of(&mut next, &current, &type_url),
                     &type_url,
@@ -410,7 +445,7 @@ impl Store {
                 )?;
             }
         }
-        self.commit(&current, next, Some(touched))
+        self.commit(&current, next, true)
     }
 
     /// Applies individual changes atomically: the embedding API for programs that own their
@@ -421,7 +456,7 @@ impl Store {
     ) -> Result<UpdateSummary, StoreError> {
         let _writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.snapshot();
-        let mut next: HashMap<Arc<str>, TypeMap> = HashMap::new();
+        let mut next: HashMap<Arc<str>, TypeEdit> = HashMap::new();
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
         for change in changes {
             let (type_url, name) = match &change {
@@ -444,10 +479,11 @@ impl Store {
                         && variant.is_none_or(|c| same_constraints(host, c))
                 };
                 let hosts = map_of(&mut next, &current, &hosts_type);
-                hosts.retain(|_, variants| {
-                    variants.retain(|v| !taken_out(v));
-                    !variants.is_empty()
-                });
+                for host in hosts.names_with_prefix(&vhds::host_prefix(&name)) {
+                    if hosts.get(&host).iter().any(|v| taken_out(v)) {
+                        hosts.variants_mut(&host).retain(|v| !taken_out(v));
+                    }
+                }
             }
             match change {
                 Change::Set(input) => {
@@ -462,35 +498,36 @@ impl Store {
                     }
                 }
                 Change::Remove { .. } => {
-                    map_of(&mut next, &current, &type_url).remove(name.as_str());
+                    let name = intern(current.get(&type_url).map(|t| &**t), &name);
+                    map_of(&mut next, &current, &type_url)
+                        .variants_mut(&name)
+                        .clear();
                 }
                 Change::RemoveVariant { constraints, .. } => {
-                    let map = map_of(&mut next, &current, &type_url);
-                    if let Some(variants) = map.get_mut(name.as_str()) {
-                        variants.retain(|v| !same_constraints(v, constraints.as_ref()));
-                        if variants.is_empty() {
-                            map.remove(name.as_str());
-                        }
-                    }
+                    let name = intern(current.get(&type_url).map(|t| &**t), &name);
+                    map_of(&mut next, &current, &type_url)
+                        .variants_mut(&name)
+                        .retain(|v| !same_constraints(v, constraints.as_ref()));
                 }
             }
         }
-        self.commit(&current, next, None)
+        self.commit(&current, next, false)
     }
 
     /// Builds the next snapshot from `current` with the types in `next` replaced, checks the
     /// variant rules of every changed name and the references of the next state (see
     /// [`ReferencePolicy`]), swaps it in and notifies the streams that watch a changed name.
     ///
-    /// With `touched`, only those names of each type in `next` are compared with the current
-    /// state (the others are known to be as they were), and in [`ReferenceMode::Strict`] only
-    /// what can have changed is checked: the references of the changed resources, and every
-    /// reference when a name or alias went away.
+    /// Of a type edited over the current state, only the names edited are compared with the
+    /// current state (the others are as they were), and the next type is the current one with
+    /// them changed. With `incremental`, in [`ReferenceMode::Strict`] only what can have changed
+    /// is checked: the references of the changed resources, and every reference when a name or
+    /// alias went away.
     fn commit(
         &self,
         current: &Snapshot,
-        next: HashMap<Arc<str>, TypeMap>,
-        touched: Option<Touched>,
+        next: HashMap<Arc<str>, TypeEdit>,
+        incremental: bool,
     ) -> Result<UpdateSummary, StoreError> {
         let mut types = current.type_map().clone();
         let mut changed: Vec<(Arc<str>, ChangedNames)> = Vec::new();
@@ -503,7 +540,8 @@ impl Store {
         // Resources kept with the same content but another origin or order: the state is
         // swapped in for them too (errors name the right files), with the same versions.
         let mut refreshed = false;
-        for (type_url, map) in next {
+        for (type_url, edit) in next {
+            let map = &edit.map;
             let mut refresh = false;
             let old = current.get(&type_url);
             // Changed resources are known by their names and aliases, old and new: a stream may
@@ -519,23 +557,20 @@ impl Store {
                 }
             };
             let all: Vec<&Arc<str>>;
-            let names_to_compare: Box<dyn Iterator<Item = &Arc<str>>> =
-                match touched.as_ref().map(|t| t.get(&type_url)) {
-                    Some(Some(names)) => Box::new(names.iter()),
-                    Some(None) => Box::new(std::iter::empty()),
-                    None => {
-                        all = map
-                            .keys()
-                            .chain(
-                                old.into_iter()
-                                    .flat_map(|o| o.entries())
-                                    .map(|(n, _)| n)
-                                    .filter(|n| !map.contains_key(*n)),
-                            )
-                            .collect();
-                        Box::new(all.iter().copied())
-                    }
-                };
+            let names_to_compare: Box<dyn Iterator<Item = &Arc<str>>> = if edit.full {
+                all = map
+                    .keys()
+                    .chain(
+                        old.into_iter()
+                            .flat_map(|o| o.entries())
+                            .map(|(n, _)| n)
+                            .filter(|n| !map.contains_key(*n)),
+                    )
+                    .collect();
+                Box::new(all.iter().copied())
+            } else {
+                Box::new(map.keys())
+            };
             for name in names_to_compare {
                 let variants: &[Arc<Resource>] = map.get(name).map(|v| &v[..]).unwrap_or(&[]);
                 let before = old.map(|o| o.variants(name)).unwrap_or(&[]);
@@ -550,7 +585,7 @@ impl Store {
                     refresh |= variants.iter().zip(before).any(|(a, b)| !Arc::ptr_eq(a, b));
                     continue;
                 }
-                if touched.is_some() {
+                if incremental {
                     changed_resources
                         .extend(variants.iter().map(|r| (type_url.clone(), r.clone())));
                     let after = |n: &str| {
@@ -594,29 +629,26 @@ impl Store {
                 continue;
             }
             refreshed |= refresh;
-            if map.is_empty() {
+            let snapshot = match (&edit.base, edit.full) {
+                (Some(base), false) => base.with_changes(&edit.map),
+                _ => TypeSnapshot::with_variants(type_url.clone(), edit.map),
+            };
+            if snapshot.is_empty() {
                 types.remove(&type_url);
             } else {
-                let entries = map
-                    .into_iter()
-                    .map(|(name, variants)| (name, variants.into_boxed_slice()))
-                    .collect();
-                types.insert(
-                    type_url.clone(),
-                    Arc::new(TypeSnapshot::with_variants(type_url.clone(), entries)),
-                );
+                types.insert(type_url.clone(), Arc::new(snapshot));
             }
             if !names.is_empty() {
                 changed.push((type_url, names));
             }
         }
-        let total = types.values().map(|t| t.iter().count()).sum();
+        let total = types.values().map(|t| t.resource_count()).sum();
         // Only a change can create a dangling reference (the current state passed the check),
         // but in warn mode every dangling reference of the new state is reported, old ones too.
         let policy = &self.inner.policy;
         let dangling = if count == 0 {
             Vec::new()
-        } else if touched.is_some() && !lost && policy.mode == ReferenceMode::Strict {
+        } else if incremental && !lost && policy.mode == ReferenceMode::Strict {
             // The current state has none: only a changed resource can have one.
             changed_resources.sort_by(|a, b| (&a.0, a.1.name()).cmp(&(&b.0, b.1.name())));
             refs::dangling_of(

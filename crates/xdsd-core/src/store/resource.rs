@@ -53,6 +53,9 @@ pub struct Resource {
     /// The resources this one names (see `refs`).
     references: Box<[Reference]>,
     version: Arc<str>,
+    /// A digest of the name and the version: what this variant adds to its type's version
+    /// (see `snapshot::version_of`).
+    digest: u128,
     /// `google.protobuf.Any` encoding: an element of `DiscoveryResponse.resources`.
     any: Bytes,
     /// `envoy.service.discovery.v3.Resource` encoding, named by `name`: an element of
@@ -127,7 +130,9 @@ impl Resource {
         };
         let dependents = super::warming::dependents(type_url, &name, &value);
         let references = super::refs::references(type_url, &value).into_boxed_slice();
+        let digest = pair_digest(&name, &version);
         Resource {
+            digest,
             name,
             aliases,
             constraints,
@@ -218,6 +223,12 @@ impl Resource {
 
     pub fn aliases(&self) -> &[Arc<str>] {
         &self.aliases
+    }
+
+    /// A digest of the name and the version, the same for the same name and content on every
+    /// xdsd: what this variant adds to its type's version.
+    pub(crate) fn digest(&self) -> u128 {
+        self.digest
     }
 
     pub fn version(&self) -> &Arc<str> {
@@ -326,6 +337,19 @@ pub fn resource_name(name: &str, constraints: Option<&Constraints>) -> ResourceN
 }
 
 /// The first 8 bytes of a digest in hex: xdsd's version strings.
+/// The first 16 bytes of the SHA-256 of `name`, 0, `version`, 0.
+fn pair_digest(name: &str, version: &str) -> u128 {
+    let mut hash = Sha256::new();
+    hash.update(name.as_bytes());
+    hash.update([0]);
+    hash.update(version.as_bytes());
+    hash.update([0]);
+    let digest = hash.finalize();
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_le_bytes(first)
+}
+
 pub(crate) fn hex8(digest: &[u8]) -> String {
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -17,28 +17,316 @@ use crate::params::ParamSet;
 /// the configuration tells apart, not of clients; past it, views are built and not kept.
 const MAX_CACHED_VIEWS: usize = 4096;
 
-/// The variants of one name.
-type Variants = Box<[Arc<Resource>]>;
+/// The variants of one name, shared by the type's ordered list and its index.
+type Variants = Arc<[Arc<Resource>]>;
+
+/// About how many names one chunk of a type's ordered list and one shard of its index hold: a
+/// commit copies the chunks and shards of the names it changes (and the lists of chunks and
+/// shards, one pointer per this many names), never the whole type.
+const CHUNK: usize = 64;
+
+/// One name with its variants.
+#[derive(Debug, Clone)]
+struct Entry {
+    name: Arc<str>,
+    variants: Variants,
+}
+
+/// The names of one type and what is derived from them, in parts that successive snapshots
+/// share: a commit that changes k names of n copies O(k) chunks and shards and O(n / CHUNK)
+/// pointers.
+#[derive(Debug)]
+struct Table {
+    /// The names in order, in chunks of about [`CHUNK`] (at most `2 * CHUNK`), none empty.
+    chunks: Vec<Arc<Vec<Entry>>>,
+    /// The same names hashed (a stream subscribing to 10,000 names interns each: a tree walk
+    /// compares a dozen strings per name), in `1 << shard_bits` shards by the high bits of the
+    /// name's hash under `hasher`.
+    shards: Vec<Arc<FastMap<Arc<str>, Variants>>>,
+    hasher: foldhash::fast::RandomState,
+    shard_bits: u32,
+    /// Alias → name, over all variants.
+    aliases: Arc<FastMap<Arc<str>, Arc<str>>>,
+    names: usize,
+    resources: usize,
+    /// Resources with a TTL.
+    with_ttl: usize,
+    /// Names with several variants or a constrained one.
+    constrained: usize,
+    /// The sum of the digests of the resources: the type version is a function of it.
+    digest: u128,
+}
+
+/// The number of shard bits for `names` names: about [`CHUNK`] names per shard.
+fn shard_bits(names: usize) -> u32 {
+    (names / CHUNK).max(1).next_power_of_two().trailing_zeros()
+}
+
+fn is_constrained(variants: &[Arc<Resource>]) -> bool {
+    variants.len() > 1 || variants.iter().any(|r| r.constraints().is_some())
+}
+
+impl Table {
+    /// A table of `entries` (in name order, each with at least one variant).
+    fn build(entries: Vec<Entry>, hasher: Option<&foldhash::fast::RandomState>) -> Table {
+        let hasher = hasher.cloned().unwrap_or_default();
+        let shard_bits = shard_bits(entries.len());
+        let mut shards: Vec<FastMap<Arc<str>, Variants>> = (0..1usize << shard_bits)
+            .map(|_| FastMap::default())
+            .collect();
+        let (mut resources, mut with_ttl, mut constrained, mut digest) = (0, 0, 0, 0u128);
+        for e in &entries {
+            resources += e.variants.len();
+            with_ttl += e.variants.iter().filter(|r| r.ttl().is_some()).count();
+            constrained += usize::from(is_constrained(&e.variants));
+            for r in e.variants.iter() {
+                digest = digest.wrapping_add(r.digest());
+            }
+            let shard = shard_of(&hasher, shard_bits, &e.name);
+            shards[shard].insert(e.name.clone(), e.variants.clone());
+        }
+        let names = entries.len();
+        let aliases = Arc::new(aliases_of(&entries));
+        let mut chunks = Vec::with_capacity(names.div_ceil(CHUNK));
+        let mut entries = entries.into_iter().peekable();
+        while entries.peek().is_some() {
+            chunks.push(Arc::new(entries.by_ref().take(CHUNK).collect::<Vec<_>>()));
+        }
+        Table {
+            chunks,
+            shards: shards.into_iter().map(Arc::new).collect(),
+            hasher,
+            shard_bits,
+            aliases,
+            names,
+            resources,
+            with_ttl,
+            constrained,
+            digest,
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<(&Arc<str>, &Variants)> {
+        self.shards[shard_of(&self.hasher, self.shard_bits, name)].get_key_value(name)
+    }
+
+    fn variants(&self, name: &str) -> &[Arc<Resource>] {
+        self.get(name).map(|(_, v)| &**v).unwrap_or(&[])
+    }
+
+    fn entries(&self) -> Entries<'_> {
+        Entries {
+            chunks: self.chunks.iter(),
+            chunk: [].iter(),
+        }
+    }
+
+    /// Where `name` is or would be in the order: (chunk, place in it).
+    fn position(&self, name: &str) -> (usize, usize) {
+        let chunk = self
+            .chunks
+            .partition_point(|c| c.last().is_some_and(|e| *e.name < *name));
+        let place = self
+            .chunks
+            .get(chunk)
+            .map(|c| c.partition_point(|e| *e.name < *name))
+            .unwrap_or(0);
+        (chunk, place)
+    }
+
+    /// Names from `from` on, in order.
+    fn entries_from(&self, from: &str) -> impl Iterator<Item = &Entry> {
+        let (chunk, place) = self.position(from);
+        let first = self.chunks.get(chunk).map(|c| &c[place..]).unwrap_or(&[]);
+        first
+            .iter()
+            .chain(self.chunks.iter().skip(chunk + 1).flat_map(|c| c.iter()))
+    }
+
+    /// This table with each name of `changes` given its variants (none: removed).
+    fn with_changes(&self, changes: &BTreeMap<Arc<str>, Vec<Arc<Resource>>>) -> Table {
+        // Each changed name's variants, shared by its chunk and its shard; `None`: removed.
+        let changes: Vec<(&Arc<str>, Option<Variants>)> = changes
+            .iter()
+            .map(|(name, new)| (name, (!new.is_empty()).then(|| Variants::from(&new[..]))))
+            .collect();
+        let mut names = self.names;
+        let (mut resources, mut with_ttl, mut constrained, mut digest) =
+            (self.resources, self.with_ttl, self.constrained, self.digest);
+        let mut aliases_changed = false;
+        for (name, new) in &changes {
+            let new: &[Arc<Resource>] = new.as_deref().unwrap_or(&[]);
+            let old = self.variants(name);
+            names = names + usize::from(!new.is_empty()) - usize::from(!old.is_empty());
+            resources = resources + new.len() - old.len();
+            let ttl = |vs: &[Arc<Resource>]| vs.iter().filter(|r| r.ttl().is_some()).count();
+            with_ttl = with_ttl + ttl(new) - ttl(old);
+            constrained =
+                constrained + usize::from(is_constrained(new)) - usize::from(is_constrained(old));
+            for r in old {
+                digest = digest.wrapping_sub(r.digest());
+            }
+            for r in new {
+                digest = digest.wrapping_add(r.digest());
+            }
+            aliases_changed |= old.iter().chain(new).any(|r| !r.aliases().is_empty());
+        }
+        if self.chunks.is_empty() || shard_bits(names).abs_diff(self.shard_bits) > 1 {
+            // Grown or shrunk by more than half the shards' capacity: built again, evenly
+            // (at most once every n / 2 names changed).
+            return Table::build(self.merged(&changes), Some(&self.hasher));
+        }
+        // The chunks: those no change falls in are shared.
+        let mut chunks = Vec::with_capacity(self.chunks.len() + changes.len().min(8));
+        let mut pending = changes.iter().peekable();
+        let last = self.chunks.len() - 1;
+        for (i, chunk) in self.chunks.iter().enumerate() {
+            let ends = chunk.last().map(|e| e.name.clone());
+            let mut mine = Vec::new();
+            while let Some((name, _)) = pending.peek() {
+                if i == last
+                    || ends
+                        .as_ref()
+                        .is_some_and(|end| name.as_ref() <= end.as_ref())
+                {
+                    mine.extend(pending.next());
+                } else {
+                    break;
+                }
+            }
+            if mine.is_empty() {
+                chunks.push(chunk.clone());
+                continue;
+            }
+            let mut entries: Vec<Entry> = Vec::with_capacity(chunk.len() + mine.len());
+            let mut old = chunk.iter().peekable();
+            for (name, new) in mine {
+                let name: &Arc<str> = name;
+                while let Some(e) = old.next_if(|e| e.name < *name) {
+                    entries.push(e.clone());
+                }
+                old.next_if(|e| e.name == *name);
+                if let Some(variants) = new {
+                    entries.push(Entry {
+                        name: (*name).clone(),
+                        variants: variants.clone(),
+                    });
+                }
+            }
+            entries.extend(old.cloned());
+            if entries.len() > 2 * CHUNK {
+                let mut rest = entries.into_iter().peekable();
+                while rest.peek().is_some() {
+                    chunks.push(Arc::new(rest.by_ref().take(CHUNK).collect()));
+                }
+            } else if !entries.is_empty() {
+                chunks.push(Arc::new(entries));
+            }
+        }
+        if chunks.len() > 2 * names.div_ceil(CHUNK) + 8 {
+            // Many chunks emptied by removals: built again.
+            return Table::build(self.merged(&changes), Some(&self.hasher));
+        }
+        // The shards: a changed name's shard is copied (once), the others shared.
+        let mut shards = self.shards.clone();
+        for (name, new) in &changes {
+            let shard = Arc::make_mut(&mut shards[shard_of(&self.hasher, self.shard_bits, name)]);
+            match new {
+                Some(variants) => shard.insert((*name).clone(), variants.clone()),
+                None => shard.remove(&***name),
+            };
+        }
+        let mut table = Table {
+            chunks,
+            shards,
+            hasher: self.hasher.clone(),
+            shard_bits: self.shard_bits,
+            aliases: self.aliases.clone(),
+            names,
+            resources,
+            with_ttl,
+            constrained,
+            digest,
+        };
+        if aliases_changed {
+            table.aliases = Arc::new(aliases_of(table.entries()));
+        }
+        table
+    }
+
+    /// Every entry of this table with `changes` applied, in order.
+    fn merged(&self, changes: &[(&Arc<str>, Option<Variants>)]) -> Vec<Entry> {
+        let mut out = Vec::with_capacity(self.names + changes.len());
+        let mut old = self.entries().peekable();
+        for (name, new) in changes {
+            while let Some(e) = old.next_if(|e| *e.name < ***name) {
+                out.push(e.clone());
+            }
+            old.next_if(|e| *e.name == ***name);
+            if let Some(variants) = new {
+                out.push(Entry {
+                    name: (*name).clone(),
+                    variants: variants.clone(),
+                });
+            }
+        }
+        out.extend(old.cloned());
+        out
+    }
+}
+
+fn shard_of(hasher: &foldhash::fast::RandomState, bits: u32, name: &str) -> usize {
+    use std::hash::BuildHasher;
+    if bits == 0 {
+        0
+    } else {
+        (hasher.hash_one(name) >> (64 - bits)) as usize
+    }
+}
+
+/// Alias → name over every variant, in name order (a later name's alias wins).
+fn aliases_of<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> FastMap<Arc<str>, Arc<str>> {
+    entries
+        .into_iter()
+        .flat_map(|e| e.variants.iter())
+        .flat_map(|r| r.aliases().iter().map(|a| (a.clone(), r.name().clone())))
+        .collect()
+}
+
+/// A table's entries in order.
+struct Entries<'a> {
+    chunks: std::slice::Iter<'a, Arc<Vec<Entry>>>,
+    chunk: std::slice::Iter<'a, Entry>,
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = &'a Entry;
+
+    fn next(&mut self) -> Option<&'a Entry> {
+        loop {
+            if let Some(e) = self.chunk.next() {
+                return Some(e);
+            }
+            self.chunk = self.chunks.next()?.iter();
+        }
+    }
+}
 
 /// All resources of one type at one moment: every variant of every name, and the type's version.
 ///
 /// Clients read it through a [`View`]: for a parameter set, each name resolved to the variant
 /// whose constraints match it. A type whose names all have one unconstrained variant has a single
 /// view that every client shares.
+///
+/// A commit that changes k names of n costs O(k log n) and O(n / 64) pointer copies: the
+/// names are held in chunks and shards that successive snapshots share, the version
+/// is a sum of per-resource digests, and views are built on first use (the plain one reads the
+/// table).
 #[derive(Debug)]
 pub struct TypeSnapshot {
     type_url: Arc<str>,
     version: Arc<str>,
-    /// Every variant of each name, in the order they were given.
-    entries: BTreeMap<Arc<str>, Box<[Arc<Resource>]>>,
-    /// The same names hashed, for lookups (a stream subscribing to 10,000 names interns each:
-    /// a tree walk compares a dozen strings per name), with their place in `order`.
-    index: FastMap<Arc<str>, (u32, Variants)>,
-    /// The names in order: a list of names in the same order is interned by walking it
-    /// ([`Interner`]).
-    order: Vec<Arc<str>>,
-    /// Alias → name, over all variants.
-    aliases: FastMap<Arc<str>, Arc<str>>,
+    table: Arc<Table>,
     /// Every key a constraint of this type mentions: only these parameters choose a variant.
     keys: BTreeSet<String>,
     /// The one view of a type without constraints.
@@ -56,83 +344,93 @@ impl TypeSnapshot {
     ) -> TypeSnapshot {
         TypeSnapshot::with_variants(
             type_url,
-            resources
-                .into_iter()
-                .map(|(name, r)| (name, vec![r].into_boxed_slice()))
-                .collect(),
+            resources.into_iter().map(|(name, r)| (name, vec![r])),
         )
     }
 
     /// This type with the variants `old` held of `names` that this one no longer has: what a
     /// client is served while the removal of those names waits (make-before-break).
     pub(crate) fn with_lingering(&self, old: &TypeSnapshot, names: &[Arc<str>]) -> TypeSnapshot {
-        let mut entries = self.entries.clone();
-        for name in names {
-            if !entries.contains_key(name) {
-                if let Some(variants) = old.entries.get(name) {
-                    entries.insert(name.clone(), variants.clone());
-                }
-            }
-        }
-        TypeSnapshot::with_variants(self.type_url.clone(), entries)
+        let changes: BTreeMap<Arc<str>, Vec<Arc<Resource>>> = names
+            .iter()
+            .filter(|name| self.table.get(name).is_none())
+            .filter_map(|name| {
+                let (held, variants) = old.table.get(name)?;
+                Some((held.clone(), variants.to_vec()))
+            })
+            .collect();
+        self.with_changes(&changes)
     }
 
-    pub(crate) fn with_variants(
+    /// A type snapshot of `entries` (names in order, or not: they are sorted; a name without
+    /// variants is left out).
+    pub(crate) fn with_variants<V: Into<Vec<Arc<Resource>>>>(
         type_url: Arc<str>,
-        entries: BTreeMap<Arc<str>, Box<[Arc<Resource>]>>,
+        entries: impl IntoIterator<Item = (Arc<str>, V)>,
     ) -> TypeSnapshot {
+        let mut entries: Vec<Entry> = entries
+            .into_iter()
+            .map(|(name, v)| (name, v.into()))
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(name, v)| Entry {
+                name,
+                variants: v.into(),
+            })
+            .collect();
+        if !entries.is_sorted_by(|a, b| a.name < b.name) {
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            entries.dedup_by(|later, first| later.name == first.name);
+        }
+        let table = Table::build(entries, None);
+        let keys = keys_of(&table);
+        TypeSnapshot::of(type_url, Arc::new(table), keys)
+    }
+
+    /// This type with each name of `changes` given its variants (none: removed): the same
+    /// snapshot as [`TypeSnapshot::with_variants`] of the result gives, at the cost of the
+    /// changes.
+    pub(crate) fn with_changes(
+        &self,
+        changes: &BTreeMap<Arc<str>, Vec<Arc<Resource>>>,
+    ) -> TypeSnapshot {
+        if changes.is_empty() {
+            return TypeSnapshot::of(self.type_url.clone(), self.table.clone(), self.keys.clone());
+        }
+        let table = self.table.with_changes(changes);
+        let constraints_changed = changes.iter().any(|(name, new)| {
+            new.iter()
+                .chain(self.table.variants(name))
+                .any(|r| r.constraints().is_some())
+        });
+        let keys = if constraints_changed {
+            keys_of(&table)
+        } else {
+            self.keys.clone()
+        };
+        TypeSnapshot::of(self.type_url.clone(), Arc::new(table), keys)
+    }
+
+    fn of(type_url: Arc<str>, table: Arc<Table>, keys: BTreeSet<String>) -> TypeSnapshot {
         // The type version is derived from the variants' names and versions: it changes when
         // any of them changes, is added or is removed, and it is the same after a restart on the
-        // same content.
-        let version = version_of(
-            entries
-                .iter()
-                .flat_map(|(name, vs)| vs.iter().map(move |r| (name, r))),
-        );
-        let aliases = entries
-            .values()
-            .flat_map(|vs| vs.iter())
-            .flat_map(|r| r.aliases().iter().map(|a| (a.clone(), r.name().clone())))
-            .collect();
-        let keys: BTreeSet<String> = entries
-            .values()
-            .flat_map(|vs| vs.iter())
-            .filter_map(|r| r.constraints())
-            .flat_map(|c| c.keys().iter().cloned())
-            .collect();
-        let constrained = entries
-            .values()
-            .any(|vs| vs.len() != 1 || vs[0].constraints().is_some());
-        let index = entries
-            .iter()
-            .enumerate()
-            .map(|(i, (name, vs))| (name.clone(), (i as u32, vs.clone())))
-            .collect();
-        let order = entries.keys().cloned().collect();
-        let mut snapshot = TypeSnapshot {
+        // same content, whatever the history that led to it.
+        let version = version_of(table.digest, table.resources);
+        let plain = (table.constrained == 0).then(|| {
+            Arc::new(View {
+                type_url: type_url.clone(),
+                version: version.clone(),
+                data: ViewData::Plain(table.clone()),
+                sotw_bodies: Default::default(),
+            })
+        });
+        TypeSnapshot {
             type_url,
-            version: version.clone(),
-            index,
-            order,
-            entries,
-            aliases,
+            version,
+            table,
             keys,
-            plain: None,
+            plain,
             views: Mutex::new(HashMap::new()),
-        };
-        if !constrained {
-            let resources: BTreeMap<Arc<str>, Arc<Resource>> = snapshot
-                .entries
-                .iter()
-                .map(|(name, vs)| (name.clone(), vs[0].clone()))
-                .collect();
-            snapshot.plain = Some(Arc::new(View::new(
-                snapshot.type_url.clone(),
-                Some(version),
-                resources,
-            )));
         }
-        snapshot
     }
 
     pub fn type_url(&self) -> &Arc<str> {
@@ -176,28 +474,24 @@ impl TypeSnapshot {
     }
 
     fn resolve(&self, params: &ParamSet) -> View {
-        let resources = self
-            .entries
-            .iter()
-            .filter_map(|(name, variants)| {
-                variants
-                    .iter()
-                    .find(|r| r.constraints().is_none_or(|c| c.matches(params)))
-                    .map(|r| (name.clone(), r.clone()))
-            })
-            .collect();
-        View::new(self.type_url.clone(), None, resources)
+        let resources = self.table.entries().filter_map(|e| {
+            e.variants
+                .iter()
+                .find(|r| r.constraints().is_none_or(|c| c.matches(params)))
+                .cloned()
+        });
+        View::resolved(self.type_url.clone(), resources.collect())
     }
 
     /// The variants of a name (not an alias); empty if the name is unknown.
     pub fn variants(&self, name: &str) -> &[Arc<Resource>] {
-        self.index.get(name).map(|(_, v)| &**v).unwrap_or(&[])
+        self.table.variants(name)
     }
 
     /// The resource of that name or alias when it has a single, unconstrained variant: what
     /// every client sees.
     pub fn get(&self, name: &str) -> Option<&Arc<Resource>> {
-        let name = self.aliases.get(name).map(|n| &**n).unwrap_or(name);
+        let name = self.table.aliases.get(name).map(|n| &**n).unwrap_or(name);
         match self.variants(name) {
             [only] if only.constraints().is_none() => Some(only),
             _ => None,
@@ -206,36 +500,66 @@ impl TypeSnapshot {
 
     /// Number of names.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.table.names
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.table.names == 0
+    }
+
+    /// Number of resources (variants).
+    pub fn resource_count(&self) -> usize {
+        self.table.resources
     }
 
     /// Every variant of every name, names in order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
-        self.entries.values().flat_map(|v| v.iter())
+        self.table.entries().flat_map(|e| e.variants.iter())
     }
 
     /// Names in order, with their variants.
     pub fn entries(&self) -> impl Iterator<Item = (&Arc<str>, &[Arc<Resource>])> {
-        self.entries.iter().map(|(n, v)| (n, &**v))
+        self.table.entries().map(|e| (&e.name, &*e.variants))
+    }
+
+    /// Names from `from` on, in order, with their variants.
+    pub(crate) fn entries_from<'a>(
+        &'a self,
+        from: &str,
+    ) -> impl Iterator<Item = (&'a Arc<str>, &'a [Arc<Resource>])> {
+        self.table
+            .entries_from(from)
+            .map(|e| (&e.name, &*e.variants))
     }
 
     /// The resource name as the store holds it, so streams share one allocation per name.
     pub fn intern(&self, name: &str) -> Option<Arc<str>> {
-        self.interner().intern(name)
+        self.table.get(name).map(|(k, _)| k.clone()).or_else(|| {
+            self.table
+                .aliases
+                .get_key_value(name)
+                .map(|(k, _)| k.clone())
+        })
     }
 
     /// Interns a list of names, faster when they come in order (a client's list of every
     /// cluster's endpoints, in the order of the clusters).
     pub fn interner(&self) -> Interner<'_> {
-        Interner {
-            snapshot: Some(self),
-            next: 0,
-        }
+        Interner::new(Some(self))
     }
+}
+
+/// The constraint keys of a table's variants.
+fn keys_of(table: &Table) -> BTreeSet<String> {
+    if table.constrained == 0 {
+        return BTreeSet::new();
+    }
+    table
+        .entries()
+        .flat_map(|e| e.variants.iter())
+        .filter_map(|r| r.constraints())
+        .flat_map(|c| c.keys().iter().cloned())
+        .collect()
 }
 
 /// `name` as the store's allocation when `snapshot` holds that name or alias (streams and states
@@ -250,28 +574,65 @@ pub(crate) fn intern(snapshot: Option<&TypeSnapshot>, name: &str) -> Arc<str> {
 /// found without hashing, any other by hash.
 pub struct Interner<'a> {
     snapshot: Option<&'a TypeSnapshot>,
-    /// Where the next name is expected in the type's order.
-    next: usize,
+    /// Where the next name is expected in the type's order: (chunk, place in it).
+    next: (usize, usize),
+    /// Names found by hash to skip before the place of one is looked up again (in O(log n)
+    /// string comparisons): doubled each time a lookup is not followed by the next name, so a
+    /// list in another order costs one hashed lookup per name, and one in order a walk.
+    skip: u32,
+    penalty: u32,
+    /// Whether the last name was found by looking its place up.
+    placed: bool,
 }
 
 impl<'a> Interner<'a> {
     /// An interner of `snapshot`'s names; of none when the store has nothing of the type.
     pub fn new(snapshot: Option<&'a TypeSnapshot>) -> Interner<'a> {
-        Interner { snapshot, next: 0 }
+        Interner {
+            snapshot,
+            next: (0, 0),
+            skip: 0,
+            penalty: 0,
+            placed: false,
+        }
     }
 
     /// The name (or alias) as the store holds it, if it does.
     pub fn intern(&mut self, name: &str) -> Option<Arc<str>> {
-        let t = self.snapshot?;
-        if let Some(expected) = t.order.get(self.next) {
-            if **expected == *name {
-                self.next += 1;
-                return Some(expected.clone());
+        let t = &self.snapshot?.table;
+        let (chunk, place) = self.next;
+        if let Some(expected) = t.chunks.get(chunk).and_then(|c| c.get(place)) {
+            if *expected.name == *name {
+                self.next = if place + 1 < t.chunks[chunk].len() {
+                    (chunk, place + 1)
+                } else {
+                    (chunk + 1, 0)
+                };
+                if self.placed {
+                    self.penalty = 0;
+                    self.placed = false;
+                }
+                return Some(expected.name.clone());
             }
         }
-        match t.index.get_key_value(name) {
-            Some((k, (at, _))) => {
-                self.next = *at as usize + 1;
+        if self.placed {
+            self.penalty = (self.penalty * 2 + 1).min(1 << 12);
+            self.skip = self.penalty;
+            self.placed = false;
+        }
+        match t.get(name) {
+            Some((k, _)) => {
+                if self.skip == 0 {
+                    let (chunk, place) = t.position(name);
+                    self.next = if place + 1 < t.chunks.get(chunk).map_or(0, |c| c.len()) {
+                        (chunk, place + 1)
+                    } else {
+                        (chunk + 1, 0)
+                    };
+                    self.placed = true;
+                } else {
+                    self.skip -= 1;
+                }
                 Some(k.clone())
             }
             None => t.aliases.get_key_value(name).map(|(k, _)| k.clone()),
@@ -279,15 +640,13 @@ impl<'a> Interner<'a> {
     }
 }
 
-/// The version of a set of (name, resource) pairs; never empty, also for no resources.
-fn version_of<'a>(resources: impl Iterator<Item = (&'a Arc<str>, &'a Arc<Resource>)>) -> Arc<str> {
+/// The version of a set of resources, from the sum of their digests (each of a name and a
+/// version, `Resource::digest`) and their number: the same resources give the same version
+/// in any order and after any history. Never empty, also for no resources.
+fn version_of(digest: u128, count: usize) -> Arc<str> {
     let mut hash = Sha256::new();
-    for (name, resource) in resources {
-        hash.update(name.as_bytes());
-        hash.update([0]);
-        hash.update(resource.version().as_bytes());
-        hash.update([0]);
-    }
+    hash.update(digest.to_le_bytes());
+    hash.update((count as u64).to_le_bytes());
     hex8(&hash.finalize()).into()
 }
 
@@ -296,50 +655,62 @@ fn version_of<'a>(resources: impl Iterator<Item = (&'a Arc<str>, &'a Arc<Resourc
 pub struct View {
     type_url: Arc<str>,
     version: Arc<str>,
-    /// In name order.
-    resources: Vec<Arc<Resource>>,
-    /// Name → position in `resources`.
-    index: FastMap<Arc<str>, u32>,
-    aliases: FastMap<Arc<str>, Arc<str>>,
+    data: ViewData,
     /// Every resource as an encoded `DiscoveryResponse.resources` entry, one after the other: the
     /// body of a SotW wildcard response, built on first use and then shared by every stream that
     /// sends this view. Plain, and named by `resource_name` (TP2 clients).
     sotw_bodies: [OnceLock<Bytes>; 4],
-    /// Whether a resource has a TTL: when none has, the TTL encodings are the plain ones.
-    has_ttl: bool,
+}
+
+#[derive(Debug)]
+enum ViewData {
+    /// A type without variants: its table, read as it is.
+    Plain(Arc<Table>),
+    /// The variants a parameter set resolves to.
+    Resolved {
+        /// In name order.
+        resources: Vec<Arc<Resource>>,
+        /// Name → position in `resources`.
+        index: FastMap<Arc<str>, u32>,
+        aliases: FastMap<Arc<str>, Arc<str>>,
+        /// Whether a resource has a TTL: when none has, the TTL encodings are the plain ones.
+        has_ttl: bool,
+    },
 }
 
 impl View {
-    fn new(
-        type_url: Arc<str>,
-        version: Option<Arc<str>>,
-        resources: BTreeMap<Arc<str>, Arc<Resource>>,
-    ) -> View {
-        let version = version.unwrap_or_else(|| version_of(resources.iter()));
+    /// A view of `resources` (in name order, one per name).
+    fn resolved(type_url: Arc<str>, resources: Vec<Arc<Resource>>) -> View {
+        let digest = resources
+            .iter()
+            .fold(0u128, |sum, r| sum.wrapping_add(r.digest()));
+        let version = version_of(digest, resources.len());
         let aliases = resources
-            .values()
+            .iter()
             .flat_map(|r| r.aliases().iter().map(|a| (a.clone(), r.name().clone())))
             .collect();
-        let has_ttl = resources.values().any(|r| r.ttl().is_some());
+        let has_ttl = resources.iter().any(|r| r.ttl().is_some());
         let index = resources
-            .keys()
+            .iter()
             .enumerate()
-            .map(|(i, name)| (name.clone(), i as u32))
+            .map(|(i, r)| (r.name().clone(), i as u32))
             .collect();
         View {
-            has_ttl,
             type_url,
             version,
-            resources: resources.into_values().collect(),
-            index,
-            aliases,
+            data: ViewData::Resolved {
+                resources,
+                index,
+                aliases,
+                has_ttl,
+            },
             sotw_bodies: Default::default(),
         }
     }
 
     /// A view of nothing, for a type the store has no resources of.
     pub fn empty(type_url: Arc<str>) -> View {
-        View::new(type_url, None, BTreeMap::new())
+        View::resolved(type_url, Vec::new())
     }
 
     pub fn type_url(&self) -> &Arc<str> {
@@ -353,55 +724,100 @@ impl View {
 
     /// The resource of that name, or else of that alias.
     pub fn get(&self, name: &str) -> Option<&Arc<Resource>> {
-        let at = self
-            .index
-            .get(name)
-            .or_else(|| self.aliases.get(name).and_then(|n| self.index.get(n)))?;
-        self.resources.get(*at as usize)
+        match &self.data {
+            ViewData::Plain(t) => {
+                let variants = match t.get(name) {
+                    Some((_, v)) => v,
+                    None => t.get(t.aliases.get(name)?)?.1,
+                };
+                variants.first()
+            }
+            ViewData::Resolved {
+                resources,
+                index,
+                aliases,
+                ..
+            } => {
+                let at = index
+                    .get(name)
+                    .or_else(|| aliases.get(name).and_then(|n| index.get(n)))?;
+                resources.get(*at as usize)
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.resources.len()
+        match &self.data {
+            ViewData::Plain(t) => t.names,
+            ViewData::Resolved { resources, .. } => resources.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.resources.is_empty()
+        self.len() == 0
     }
 
     /// Whether some resource of this view has an alias.
     pub fn has_aliases(&self) -> bool {
-        !self.aliases.is_empty()
+        match &self.data {
+            ViewData::Plain(t) => !t.aliases.is_empty(),
+            ViewData::Resolved { aliases, .. } => !aliases.is_empty(),
+        }
     }
 
     /// Whether a resource of this view has a TTL.
     pub fn has_ttl(&self) -> bool {
-        self.has_ttl
+        match &self.data {
+            ViewData::Plain(t) => t.with_ttl > 0,
+            ViewData::Resolved { has_ttl, .. } => *has_ttl,
+        }
     }
 
     /// Resources in name order.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
-        self.resources.iter()
+    pub fn iter(&self) -> ViewIter<'_> {
+        ViewIter(match &self.data {
+            ViewData::Plain(t) => ViewIterInner::Plain(t.entries()),
+            ViewData::Resolved { resources, .. } => ViewIterInner::Resolved(resources.iter()),
+        })
     }
 
     /// All resources encoded as consecutive `DiscoveryResponse.resources` (field 2) entries, in
     /// an encoding (see [`Resource::sotw_entry`]).
     pub fn sotw_body(&self, mut encoding: Encoding) -> Bytes {
-        encoding.ttl &= self.has_ttl;
+        encoding.ttl &= self.has_ttl();
         let index = usize::from(encoding.named) | usize::from(encoding.ttl) << 1;
         self.sotw_bodies[index]
             .get_or_init(|| {
                 let len: usize = self
-                    .resources
                     .iter()
                     .map(|r| field_len(r.sotw_entry(encoding).len()))
                     .sum();
                 let mut buf = BytesMut::with_capacity(len);
-                for resource in &self.resources {
+                for resource in self.iter() {
                     put_length_delimited(&mut buf, 2, resource.sotw_entry(encoding));
                 }
                 buf.freeze()
             })
             .clone()
+    }
+}
+
+/// The resources of a [`View`] in name order.
+pub struct ViewIter<'a>(ViewIterInner<'a>);
+
+enum ViewIterInner<'a> {
+    Plain(Entries<'a>),
+    Resolved(std::slice::Iter<'a, Arc<Resource>>),
+}
+
+impl<'a> Iterator for ViewIter<'a> {
+    type Item = &'a Arc<Resource>;
+
+    fn next(&mut self) -> Option<&'a Arc<Resource>> {
+        match &mut self.0 {
+            ViewIterInner::Plain(entries) => entries.next().and_then(|e| e.variants.first()),
+            ViewIterInner::Resolved(resources) => resources.next(),
+        }
     }
 }
 

@@ -437,6 +437,7 @@ fn an_eds_cluster_depends_on_its_cluster_load_assignment() {
 }
 
 mod references;
+mod table;
 mod wake;
 
 #[test]
