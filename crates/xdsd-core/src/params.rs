@@ -31,11 +31,11 @@ pub const MAX_KEYS: usize = 32;
 /// The dynamic parameters of a subscription: key -> value, sorted by key.
 ///
 /// A set is shared, not copied, when cloned: a client's parameters are kept by its session, its
-/// CSDS record and the store's watch index, once per stream. The empty set holds no allocation.
+/// CSDS record and the store's watch index, once per stream. It is one allocation of its pairs
+/// in key order (a tree's node took half a kilobyte for a node's two or three parameters); the
+/// empty set holds none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ParamSet(Option<Arc<BTreeMap<String, String>>>);
-
-static NO_PARAMS: BTreeMap<String, String> = BTreeMap::new();
+pub struct ParamSet(Option<Arc<[(String, String)]>>);
 
 impl ParamSet {
     /// An empty parameter set.
@@ -43,43 +43,53 @@ impl ParamSet {
         Self::default()
     }
 
-    fn map(&self) -> &BTreeMap<String, String> {
-        self.0.as_deref().unwrap_or(&NO_PARAMS)
+    fn pairs(&self) -> &[(String, String)] {
+        self.0.as_deref().unwrap_or_default()
+    }
+
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        self.pairs().binary_search_by(|(k, _)| k.as_str().cmp(key))
+    }
+
+    fn set_pairs(&mut self, pairs: Vec<(String, String)>) {
+        // One form for the empty set, so that equal sets compare and hash equal.
+        self.0 = (!pairs.is_empty()).then(|| pairs.into());
     }
 
     /// The value of `key`, if the set has it.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.map().get(key).map(String::as_str)
+        let i = self.find(key).ok()?;
+        Some(self.pairs()[i].1.as_str())
     }
 
     /// Sets `key` to `value`, replacing any earlier value.
     pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
-        let map = self.0.get_or_insert_with(Default::default);
-        Arc::make_mut(map).insert(key.into(), value.into());
+        let (key, value) = (key.into(), value.into());
+        let mut pairs = self.pairs().to_vec();
+        match self.find(&key) {
+            Ok(i) => pairs[i].1 = value,
+            Err(i) => pairs.insert(i, (key, value)),
+        }
+        self.set_pairs(pairs);
     }
 
     /// Removes `key`, returning its value.
     pub fn remove(&mut self, key: &str) -> Option<String> {
-        let map = self.0.as_mut()?;
-        if !map.contains_key(key) {
-            return None;
-        }
-        let value = Arc::make_mut(map).remove(key);
-        if map.is_empty() {
-            // One form for the empty set, so that equal sets compare and hash equal.
-            self.0 = None;
-        }
-        value
+        let i = self.find(key).ok()?;
+        let mut pairs = self.pairs().to_vec();
+        let (_, value) = pairs.remove(i);
+        self.set_pairs(pairs);
+        Some(value)
     }
 
     /// The pairs, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.map().iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.pairs().iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// How many keys the set has.
     pub fn len(&self) -> usize {
-        self.map().len()
+        self.pairs().len()
     }
 
     /// Whether the set has no keys.
@@ -88,17 +98,20 @@ impl ParamSet {
     }
 
     fn contains_key(&self, key: &str) -> bool {
-        self.map().contains_key(key)
+        self.find(key).is_ok()
     }
 }
 
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for ParamSet {
+    /// A later pair of the same key replaces an earlier one.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
         let map: BTreeMap<String, String> = iter
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
-        ParamSet((!map.is_empty()).then(|| Arc::new(map)))
+        let mut set = ParamSet::new();
+        set.set_pairs(map.into_iter().collect());
+        set
     }
 }
 

@@ -824,3 +824,24 @@ fn a_cloned_parameter_set_changes_apart_from_its_original() {
     assert_eq!(copy, ps(&[("env", "staging")]));
     assert!(ParamSet::new() < original, "the empty set sorts first");
 }
+
+#[test]
+fn a_parameter_set_keeps_its_keys_in_order_and_the_last_value_of_each() {
+    let mut p: ParamSet = [("zone", "a"), ("env", "prod"), ("zone", "b")]
+        .into_iter()
+        .collect();
+    assert_eq!(
+        p.iter().collect::<Vec<_>>(),
+        [("env", "prod"), ("zone", "b")]
+    );
+    p.insert("app", "web");
+    p.insert("env", "test");
+    assert_eq!(
+        p.iter().collect::<Vec<_>>(),
+        [("app", "web"), ("env", "test"), ("zone", "b")]
+    );
+    assert_eq!(p.get("env"), Some("test"));
+    assert_eq!(p.get("missing"), None);
+    assert_eq!(p.len(), 3);
+    assert_eq!(p.to_string(), "{app=web, env=test, zone=b}");
+}
