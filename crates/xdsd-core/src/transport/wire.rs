@@ -334,6 +334,9 @@ pub(crate) struct Chunks<R> {
     shared: Option<Bytes>,
     /// Bytes of the message handed out so far (header included).
     written: usize,
+    /// The message's length (header excluded), computed once: a delta response's is a sum over
+    /// its resources, and a response of 10,000 resources goes out in some 60 chunks.
+    len: usize,
 }
 
 impl<R: Pieces> Chunks<R> {
@@ -349,6 +352,7 @@ impl<R: Pieces> Chunks<R> {
             header: false,
             shared: None,
             written: 0,
+            len,
         })
     }
 
@@ -360,13 +364,13 @@ impl<R: Pieces> Chunks<R> {
         }
         // Room for what is left, up to a chunk (and the piece that may end it): one allocation,
         // not a buffer grown by doubling.
-        let left = (self.response.body_len() + 5).saturating_sub(self.written);
+        let left = (self.len + 5).saturating_sub(self.written);
         let mut buf = BytesMut::with_capacity(left.min(CHUNK_BYTES + COPY_BELOW));
         if !self.header {
             self.header = true;
             // Not compressed; the length was checked in `new`.
             buf.put_u8(0);
-            buf.put_u32(self.response.body_len() as u32);
+            buf.put_u32(self.len as u32);
         }
         while buf.len() < CHUNK_BYTES {
             let Some(piece) = self.response.piece(self.next) else {
