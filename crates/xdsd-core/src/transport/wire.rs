@@ -227,8 +227,9 @@ pub(crate) enum Piece<'a> {
     /// A length-delimited field computed for this response.
     Owned(u32, Vec<u8>),
     /// A length-delimited field whose value is the store's shared bytes: only its key and
-    /// length are written per stream.
-    Shared(u32, Bytes),
+    /// length are written per stream. Borrowed: a small value is copied, and only a large one,
+    /// which goes out as a chunk of its own, is cloned (an atomic count every stream shares).
+    Shared(u32, &'a Bytes),
     /// Whole fields, already encoded and shared (a view's SotW body).
     Raw(Bytes),
 }
@@ -251,7 +252,7 @@ impl Pieces for SotwResponse {
             i if i <= resources => match &self.resources {
                 SotwResources::All(t) => Piece::Raw(t.sotw_body(self.encoding)),
                 SotwResources::Some(list) => {
-                    Piece::Shared(RESOURCES, list[i - 1].sotw_entry(self.encoding).clone())
+                    Piece::Shared(RESOURCES, list[i - 1].sotw_entry(self.encoding))
                 }
             },
             i => match i - resources {
@@ -281,11 +282,11 @@ impl Pieces for DeltaResponse {
             return Some(Piece::Str(SYSTEM_VERSION_INFO, &self.system_version_info));
         }
         if let Some(k) = part(self.resources.len()) {
-            let entry = self.resources[k].delta_entry(encoding).clone();
+            let entry = self.resources[k].delta_entry(encoding);
             return Some(Piece::Shared(DELTA_RESOURCES, entry));
         }
         if let Some(k) = part(self.heartbeats.len()) {
-            let entry = self.heartbeats[k].heartbeat_entry(encoding).clone();
+            let entry = self.heartbeats[k].heartbeat_entry(encoding);
             return Some(Piece::Shared(DELTA_RESOURCES, entry));
         }
         if let Some(k) = part(self.unresolved.len()) {
@@ -382,12 +383,12 @@ impl<R: Pieces> Chunks<R> {
                 Piece::Field(tag, value) => put_length_delimited(&mut buf, tag, value),
                 Piece::Owned(tag, value) => put_length_delimited(&mut buf, tag, &value),
                 Piece::Shared(tag, value) if value.len() < COPY_BELOW => {
-                    put_length_delimited(&mut buf, tag, &value)
+                    put_length_delimited(&mut buf, tag, value)
                 }
                 Piece::Shared(tag, value) => {
                     prost::encoding::encode_key(tag, WireType::LengthDelimited, &mut buf);
                     prost::encoding::encode_varint(value.len() as u64, &mut buf);
-                    self.shared = Some(value);
+                    self.shared = Some(value.clone());
                     break;
                 }
                 Piece::Raw(value) if value.len() < COPY_BELOW => buf.put_slice(&value),
