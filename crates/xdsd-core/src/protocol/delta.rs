@@ -116,6 +116,9 @@ pub struct DeltaSubscription {
     answer: bool,
     /// Newly (re)subscribed keys: sent even if the client has them, or reported removed.
     forced: HashSet<Key>,
+    /// Every key of `names` is owed as if in `forced` (a first subscription: 10,000 names would
+    /// otherwise be put in a second set, hashed and dropped again for one response).
+    forced_all: bool,
     /// Keys owed their resource if still subscribed, else a removal: keys unsubscribed while
     /// the wildcard is on (the client cannot tell whether the wildcard still covers them), and
     /// removals of a split response computed again.
@@ -203,6 +206,7 @@ impl DeltaSubscription {
             check_all: false,
             answer: false,
             forced: HashSet::default(),
+            forced_all: false,
             recheck: HashSet::default(),
             dirty: HashSet::default(),
             heartbeat: HashSet::default(),
@@ -356,7 +360,15 @@ impl DeltaSubscription {
         let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
         let mut interner = Interner::new(current.map(|t| &**t));
         self.names.reserve(subscribe_keys.len());
-        self.forced.reserve(subscribe_keys.len());
+        // No key subscribed yet, and none the client says it holds: every key subscribed is new,
+        // owed through `forced_all` rather than one by one.
+        let reconnecting = initial && !request.initial_resource_versions.is_empty();
+        if self.names.is_empty() && !reconnecting && !subscribe_keys.is_empty() {
+            self.forced_all = true;
+        }
+        if !self.forced_all {
+            self.forced.reserve(subscribe_keys.len());
+        }
         for (name, pid) in subscribe_keys {
             if name == WILDCARD {
                 self.set_wildcard(Some(pid));
@@ -378,7 +390,9 @@ impl DeltaSubscription {
                 }
             }
             // Sent even if the client seems to have it: it may have forgotten it.
-            self.forced.insert(key);
+            if !self.forced_all {
+                self.forced.insert(key);
+            }
         }
         if initial && self.wildcard.is_some() {
             if let Some(w) = self.wildcard {
@@ -499,6 +513,7 @@ impl DeltaSubscription {
         self.answer
             || self.check_all
             || !self.forced.is_empty()
+            || (self.forced_all && !self.names.is_empty())
             || !self.recheck.is_empty()
             || !self.dirty.is_empty()
             || !self.heartbeat.is_empty()
@@ -517,7 +532,12 @@ impl DeltaSubscription {
             self.fold_rest();
         }
         let mut owed = if self.rest.is_empty() {
-            VecDeque::from(self.collect(views))
+            let owed = self.collect(views);
+            // Room for what every part of the response will record, taken at once: grown part
+            // by part, the map of 10,000 keys was rehashed on each.
+            let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
+            self.has.reserve(sends);
+            VecDeque::from(owed)
         } else {
             std::mem::take(&mut self.rest)
         };
@@ -539,6 +559,7 @@ impl DeltaSubscription {
         self.answer
             || self.check_all
             || !self.forced.is_empty()
+            || (self.forced_all && !self.names.is_empty())
             || !self.recheck.is_empty()
             || !self.dirty.is_empty()
             || !self.heartbeat.is_empty()
@@ -583,7 +604,16 @@ impl DeltaSubscription {
         // response holds each variant once, whatever the number of keys that lead to it.
         let get = |key: &Key| views.get(&key.0, key.1);
         // (resource, key) pairs, put in (name, version) order below: each variant once.
-        let mut resources: Vec<(Arc<Resource>, Key)> = Vec::with_capacity(self.forced.len());
+        // The keys owed their resource whatever the client holds: `forced`, or with
+        // `forced_all` every subscribed key and those of `forced` that are not (wildcard keys).
+        let (main, extra): (&HashSet<Key>, Vec<&Key>) = if self.forced_all {
+            let extra = self.forced.iter().filter(|k| !self.names.contains(*k));
+            (&self.names, extra.collect())
+        } else {
+            (&self.forced, Vec::new())
+        };
+        let forced_len = main.len() + extra.len();
+        let mut resources: Vec<(Arc<Resource>, Key)> = Vec::with_capacity(forced_len);
         let mut removed: BTreeSet<Key> = BTreeSet::new();
         // Takes the key: the loops over a view make one each, moved here rather than cloned
         // (every clone of a name is an atomic count shared with every other stream).
@@ -616,12 +646,12 @@ impl DeltaSubscription {
         let mut covered = 0;
         if let [pid] = self.pids[..] {
             let view = views.view(pid);
-            if self.forced.len() > 64 && !view.has_aliases() && self.forced.len() >= view.len() / 2
-            {
+            if super::in_view_order(view, forced_len) {
                 dense = Some(pid);
+                let extra: HashSet<&Key> = extra.iter().copied().collect();
                 for r in view.iter() {
                     let key = (r.name().clone(), pid);
-                    if self.forced.contains(&key) {
+                    if main.contains(&key) || extra.contains(&key) {
                         send(key, r);
                         covered += 1;
                     }
@@ -630,9 +660,10 @@ impl DeltaSubscription {
         }
         // The keys the view's order did not cover: those of other parameter sets, and names
         // the view does not have.
-        let forced_rest = self.forced.iter().filter(|key| {
-            covered < self.forced.len() && (dense != Some(key.1) || get(key).is_none())
-        });
+        let forced_rest = main
+            .iter()
+            .chain(extra)
+            .filter(|key| covered < forced_len && (dense != Some(key.1) || get(key).is_none()));
         for key in forced_rest {
             match get(key) {
                 Some(r) => send(key.clone(), r),
@@ -711,6 +742,7 @@ impl DeltaSubscription {
         reset(&mut self.heartbeat);
         self.check_all = false;
         reset(&mut self.forced);
+        self.forced_all = false;
         reset(&mut self.recheck);
         reset(&mut self.dirty);
         let mut owed: Vec<Owed> = Vec::with_capacity(sends.len() + removed.len() + beats.len());

@@ -926,7 +926,7 @@ impl SotwSubscription {
             .reserve(self.names.len().saturating_sub(self.sent.len()));
         if let [pid] = self.pids[..] {
             let view = views.view(pid);
-            if !view.has_aliases() && self.names.len() >= view.len() / 2 {
+            if super::in_view_order(view, self.names.len()) {
                 let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
                 for r in view.iter() {
                     let key = (r.name().clone(), pid);

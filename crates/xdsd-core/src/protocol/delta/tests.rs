@@ -847,3 +847,104 @@ mod split {
         assert_eq!(again.oversized, None, "reported once per stream and type");
     }
 }
+
+/// A first subscription owes every key it names without listing them apart (`forced_all`): what
+/// the requests before the response add or take away is what the response carries.
+mod first_subscription {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("n{i:03}")).collect()
+    }
+
+    fn harness(n: usize) -> Harness {
+        let all = names(n);
+        let contents: Vec<(&str, &str)> = all.iter().map(|n| (n.as_str(), "1")).collect();
+        Harness::new(CLUSTER_LOAD_ASSIGNMENT, &contents)
+    }
+
+    #[test]
+    fn names_subscribed_and_unsubscribed_before_the_first_response_are_what_it_carries() {
+        let mut h = harness(100);
+        let all = names(100);
+        let first: Vec<&str> = all[..80].iter().map(|n| n.as_str()).collect();
+        h.request(Req {
+            subscribe: &first,
+            ..Default::default()
+        });
+        // Before the response: one more name, one taken away, one that does not exist.
+        h.request(Req {
+            subscribe: &["n090", "ghost"],
+            unsubscribe: &["n010"],
+            ..Default::default()
+        });
+        let mut expected: Vec<&str> = first.iter().copied().filter(|n| *n != "n010").collect();
+        expected.push("n090");
+        assert_eq!(h.expect(), seen(&expected, &["ghost"]));
+        // Settled: a later change of a subscribed name comes alone, of another not at all.
+        h.set("n000", "2");
+        assert_eq!(h.expect(), seen(&["n000"], &[]));
+        h.set("n010", "2");
+        h.expect_none();
+    }
+
+    #[test]
+    fn names_subscribed_again_after_unsubscribing_every_name_are_sent_again() {
+        let mut h = harness(3);
+        h.request(Req {
+            subscribe: &["n000", "n001"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["n000", "n001"], &[]));
+        h.request(Req {
+            unsubscribe: &["n000", "n001"],
+            ..Default::default()
+        });
+        h.expect_none();
+        h.request(Req {
+            subscribe: &["n001"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["n001"], &[]), "it may have forgotten it");
+    }
+
+    #[test]
+    fn names_subscribed_under_the_wildcard_with_a_resend_owed_are_each_sent_once() {
+        let mut h = harness(100);
+        h.request(Req {
+            subscribe: &["*"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect().0.len(), 100);
+        // The first names of a client that holds everything through the wildcard, and a resend
+        // of a name only the wildcard covers: both owed, each once.
+        let all = names(100);
+        let some: Vec<&str> = all[..70].iter().map(|n| n.as_str()).collect();
+        h.request(Req {
+            subscribe: &some,
+            ..Default::default()
+        });
+        h.sub.resend(&Arc::from("n099"));
+        let mut expected = some.clone();
+        expected.push("n099");
+        assert_eq!(h.expect(), seen(&expected, &[]));
+        h.expect_none();
+    }
+
+    #[test]
+    fn reconnect_with_initial_resource_versions_sends_only_differences_of_many_names() {
+        let mut h = harness(100);
+        let v = h.version("n000");
+        let all = names(100);
+        let subscribe: Vec<&str> = all.iter().map(|n| n.as_str()).collect();
+        let initial: Vec<(&str, &str)> =
+            all[..90].iter().map(|n| (n.as_str(), v.as_str())).collect();
+        h.request(Req {
+            subscribe: &subscribe,
+            initial: &initial,
+            ..Default::default()
+        });
+        let expected: Vec<&str> = subscribe[90..].to_vec();
+        assert_eq!(h.expect(), seen(&expected, &[]));
+    }
+}
