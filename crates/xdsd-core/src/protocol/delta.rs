@@ -766,9 +766,12 @@ impl DeltaSubscription {
         };
         match owed {
             Owed::Send(r, keys) => {
-                // A key moving to another variant also removes the one it held.
+                // A key moving to another variant also removes the one it held, for clients
+                // that hold variants apart (see `emit`; the others hold one per name). Not looked
+                // up for the others: 10,000 lookups per response.
                 let moves = keys
                     .iter()
+                    .filter(|_| encoding.named)
                     .filter(|k| {
                         self.has
                             .get(*k)
