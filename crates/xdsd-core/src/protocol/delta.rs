@@ -20,7 +20,9 @@ use super::{
     PART_OVERHEAD,
 };
 use crate::params::Constraints;
-use crate::store::{field_len, intern, resource_name, Encoding, Interner, Resource, TypeSnapshot};
+use crate::store::{
+    field_len, intern, resource_name, Encoding, Interner, Resource, TypeSnapshot, View,
+};
 use prost::Message as _;
 
 /// A variant removed from a client that holds variants by `resource_name`.
@@ -74,18 +76,155 @@ impl Held {
         }
     }
 
-    fn version(&self) -> &Arc<str> {
-        match self {
-            Held::Sent(r) => r.version(),
-            Held::Claimed(c) => &c.1,
-        }
-    }
-
     fn constraints(&self) -> Option<&Arc<Constraints>> {
         match self {
             Held::Sent(r) => r.constraints(),
             Held::Claimed(_) => None,
         }
+    }
+}
+
+/// What the client holds for a key, borrowed: from [`Holdings::over`] or from a view.
+#[derive(Debug, Clone, Copy)]
+enum HeldRef<'a> {
+    Sent(&'a Arc<Resource>),
+    Claimed(&'a (Arc<str>, Arc<str>)),
+}
+
+impl<'a> HeldRef<'a> {
+    fn of(held: &'a Held) -> HeldRef<'a> {
+        match held {
+            Held::Sent(r) => HeldRef::Sent(r),
+            Held::Claimed(c) => HeldRef::Claimed(c),
+        }
+    }
+
+    fn name(self) -> &'a Arc<str> {
+        match self {
+            HeldRef::Sent(r) => r.name(),
+            HeldRef::Claimed(c) => &c.0,
+        }
+    }
+
+    fn version(self) -> &'a Arc<str> {
+        match self {
+            HeldRef::Sent(r) => r.version(),
+            HeldRef::Claimed(c) => &c.1,
+        }
+    }
+
+    fn constraints(self) -> Option<&'a Arc<Constraints>> {
+        match self {
+            HeldRef::Sent(r) => r.constraints(),
+            HeldRef::Claimed(_) => None,
+        }
+    }
+
+    fn to_held(self) -> Held {
+        match self {
+            HeldRef::Sent(r) => Held::Sent(r.clone()),
+            HeldRef::Claimed(c) => Held::Claimed(Box::new(c.clone())),
+        }
+    }
+}
+
+/// A view a wildcard client was sent whole, in its order: it holds the view's resource of every
+/// name up to `last` (all of them once every part of the response went out).
+#[derive(Debug)]
+struct Base {
+    pid: Pid,
+    view: Arc<View>,
+    last: Arc<str>,
+}
+
+/// What the client holds, per key. A wildcard client's first response sends a whole view: that is
+/// recorded as the view itself (one pointer for 10,000 keys, no per-key entry, no count taken on
+/// each resource), and what the client holds otherwise since (a key sent again, removed) in
+/// `over`, which always wins.
+#[derive(Debug, Default)]
+struct Holdings {
+    /// Keys held otherwise than `base` says: `Some` the variant held, `None` nothing.
+    over: HashMap<Key, Option<Held>>,
+    base: Option<Base>,
+}
+
+impl Holdings {
+    fn is_empty(&self) -> bool {
+        self.base.is_none() && self.over.is_empty()
+    }
+
+    /// What `base` says the client holds for `key`.
+    fn in_base(&self, key: &Key) -> Option<&Arc<Resource>> {
+        let base = self.base.as_ref()?;
+        if key.1 != base.pid || *key.0 > *base.last {
+            return None;
+        }
+        base.view.get(&key.0)
+    }
+
+    fn get(&self, key: &Key) -> Option<HeldRef<'_>> {
+        if !self.over.is_empty() {
+            if let Some(held) = self.over.get(key) {
+                return held.as_ref().map(HeldRef::of);
+            }
+        }
+        self.in_base(key).map(HeldRef::Sent)
+    }
+
+    fn contains_key(&self, key: &Key) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Records that the client holds `held` for `key`; what it held before.
+    fn insert(&mut self, key: Key, held: Held) -> Option<Held> {
+        let before = self.get(&key).map(HeldRef::to_held);
+        self.over.insert(key, Some(held));
+        before
+    }
+
+    /// Records that the client holds nothing for `key`; what it held before.
+    fn remove(&mut self, key: &Key) -> Option<Held> {
+        let before = self.get(key).map(HeldRef::to_held);
+        if self.in_base(key).is_some() {
+            self.over.insert(key.clone(), None);
+        } else {
+            self.over.remove(key);
+        }
+        before
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        self.over.reserve(additional);
+    }
+
+    /// Every key held, with what it holds.
+    fn iter(&self) -> impl Iterator<Item = (Key, HeldRef<'_>)> {
+        let over = self
+            .over
+            .iter()
+            .filter_map(|(k, h)| h.as_ref().map(|h| (k.clone(), HeldRef::of(h))));
+        let base = self.base.iter().flat_map(move |b| {
+            b.view
+                .iter()
+                .take_while(move |r| **r.name() <= *b.last)
+                .map(move |r| ((r.name().clone(), b.pid), r))
+                .filter(move |(k, _)| !self.over.contains_key(k))
+                .map(|(k, r)| (k, HeldRef::Sent(r)))
+        });
+        over.chain(base)
+    }
+
+    /// Keeps only the keys `keep` says, each held as an entry of its own.
+    fn retain(&mut self, mut keep: impl FnMut(&Key) -> bool) {
+        if let Some(base) = self.base.take() {
+            for r in base.view.iter().take_while(|r| **r.name() <= *base.last) {
+                let key = (r.name().clone(), base.pid);
+                if keep(&key) && !self.over.contains_key(&key) {
+                    self.over.insert(key, Some(Held::of(r)));
+                }
+            }
+        }
+        self.over.retain(|k, h| h.is_some() && keep(k));
     }
 }
 
@@ -107,7 +246,11 @@ pub struct DeltaSubscription {
     pids: Vec<Pid>,
     /// What the client has, as far as the server knows. Filled from
     /// `initial_resource_versions` on reconnect, then by every response.
-    has: HashMap<Key, Held>,
+    has: Holdings,
+    /// The view the response being sent records as [`Holdings::base`] (a wildcard client's
+    /// first response, which sends the whole view in its order), until every part went out or
+    /// the rest is computed again.
+    pending_base: Option<(Pid, Arc<View>)>,
     last_nonce: Option<String>,
     last_version: Option<Arc<str>>,
     /// Owed: compare every resource of the type with what the client has (first request, wildcard
@@ -200,7 +343,8 @@ impl DeltaSubscription {
             names: HashSet::default(),
             dense: false,
             pids: Vec::new(),
-            has: HashMap::default(),
+            has: Holdings::default(),
+            pending_base: None,
             last_nonce: None,
             last_version: None,
             check_all: false,
@@ -399,9 +543,9 @@ impl DeltaSubscription {
                 for (name, version) in &request.initial_resource_versions {
                     let key = (intern(current.map(|t| &**t), name), w);
                     let name_of = key.0.clone();
-                    self.has
-                        .entry(key)
-                        .or_insert_with(|| held(&name_of, lookup(name), version));
+                    if !self.has.contains_key(&key) {
+                        self.has.insert(key, held(&name_of, lookup(name), version));
+                    }
                 }
             }
         }
@@ -459,7 +603,7 @@ impl DeltaSubscription {
         } else {
             // The client drops what only the wildcard gave it.
             let names = &self.names;
-            self.has.retain(|k, _| names.contains(k));
+            self.has.retain(|k| names.contains(k));
             self.recheck.clear();
         }
     }
@@ -535,8 +679,10 @@ impl DeltaSubscription {
             let owed = self.collect(views);
             // Room for what every part of the response will record, taken at once: grown part
             // by part, the map of 10,000 keys was rehashed on each.
-            let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
-            self.has.reserve(sends);
+            if self.pending_base.is_none() {
+                let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
+                self.has.reserve(sends);
+            }
             VecDeque::from(owed)
         } else {
             std::mem::take(&mut self.rest)
@@ -570,6 +716,7 @@ impl DeltaSubscription {
     /// subscribed, removals to the keys still subscribed or held, heartbeats to the resources
     /// still held.
     fn fold_rest(&mut self) {
+        self.pending_base = None;
         for owed in std::mem::take(&mut self.rest) {
             match owed {
                 // A key subscribed by name is owed its resource or a removal, as when it was
@@ -598,8 +745,45 @@ impl DeltaSubscription {
         }
     }
 
+    /// Whether sending `r` for `key` continues the view a response sends whole (see
+    /// `pending_base`): recorded by moving the end of [`Holdings::base`], not as an entry. The
+    /// response's resources come in the view's order, so what the base covers was sent.
+    fn extends_base(&mut self, key: &Key, r: &Arc<Resource>) -> bool {
+        let Some((pid, view)) = &self.pending_base else {
+            return false;
+        };
+        if key.1 != *pid || !view.get(&key.0).is_some_and(|v| Arc::ptr_eq(v, r)) {
+            return false;
+        }
+        match &mut self.has.base {
+            Some(base) if Arc::ptr_eq(&base.view, view) && *base.last <= *key.0 => {
+                base.last = key.0.clone();
+                true
+            }
+            Some(_) => false,
+            None => {
+                self.has.base = Some(Base {
+                    pid: *pid,
+                    view: view.clone(),
+                    last: key.0.clone(),
+                });
+                true
+            }
+        }
+    }
+
     /// Everything owed, in the order it goes out: resources by name, removals, heartbeats.
     fn collect(&mut self, views: &Views) -> Vec<Owed> {
+        // A wildcard client that holds nothing is sent the whole view, in its order: recorded as
+        // the view (see [`Holdings`]). Not for clients that hold variants by `resource_name`
+        // (they are few), nor for a view with aliases (a key may be an alias).
+        self.pending_base = None;
+        if let (true, Some(w)) = (self.check_all, self.wildcard) {
+            let view = views.view(w);
+            if self.has.is_empty() && !self.encoding.named && !view.has_aliases() {
+                self.pending_base = Some((w, view.clone()));
+            }
+        }
         // Keys are what the client subscribed by (a name or an alias, and a parameter set); the
         // response holds each variant once, whatever the number of keys that lead to it.
         let get = |key: &Key| views.get(&key.0, key.1);
@@ -629,9 +813,9 @@ impl DeltaSubscription {
                     }
                 }
             }
-            for key in self.has.keys() {
-                if self.subscribed(key) && get(key).is_none() {
-                    removed.insert(key.clone());
+            for (key, _) in self.has.iter() {
+                if self.subscribed(&key) && get(&key).is_none() {
+                    removed.insert(key);
                 }
             }
         }
@@ -774,7 +958,7 @@ impl DeltaSubscription {
                     .filter(|_| encoding.named)
                     .filter(|k| {
                         self.has
-                            .get(*k)
+                            .get(k)
                             .is_some_and(|h| h.constraints() != r.constraints())
                     })
                     .map(removal)
@@ -806,11 +990,16 @@ impl DeltaSubscription {
         // another key still holds it afterwards. Removed keys the client was never sent are
         // removed by their own name: it may hold them from an earlier stream.
         let mut moved: Vec<RemovedVariant> = Vec::new();
-        self.has.reserve(sends);
+        if self.pending_base.is_none() {
+            self.has.reserve(sends);
+        }
         for item in owed {
             match item {
                 Owed::Send(r, keys) => {
                     for key in keys {
+                        if self.extends_base(&key, &r) {
+                            continue;
+                        }
                         if let Some(before) = self.has.insert(key, Held::of(&r)) {
                             if before.constraints() != r.constraints() {
                                 moved.push((before.name().clone(), before.constraints().cloned()));
@@ -839,8 +1028,8 @@ impl DeltaSubscription {
         let (removed, removed_variants) = if self.encoding.named {
             let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
                 .has
-                .values()
-                .map(|h| (h.name(), h.constraints()))
+                .iter()
+                .map(|(_, h)| (h.name(), h.constraints()))
                 .collect();
             let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
             let mut variants: Vec<RemovedVariant> = moved
@@ -861,7 +1050,7 @@ impl DeltaSubscription {
             // only: other types have no aliases) by an alias of it.
             let aliased: Option<HashSet<&Arc<str>>> = (*self.type_url
                 == *crate::types::VIRTUAL_HOST)
-                .then(|| self.has.values().map(|h| h.name()).collect());
+                .then(|| self.has.iter().map(|(_, h)| h.name()).collect());
             let held_name = |n: &Arc<str>| match &aliased {
                 Some(names) => names.contains(n),
                 None => self
