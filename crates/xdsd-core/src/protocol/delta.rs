@@ -746,30 +746,22 @@ impl DeltaSubscription {
     }
 
     /// Whether sending `r` for `key` continues the view a response sends whole (see
-    /// `pending_base`): recorded by moving the end of [`Holdings::base`], not as an entry. The
-    /// response's resources come in the view's order, so what the base covers was sent.
-    fn extends_base(&mut self, key: &Key, r: &Arc<Resource>) -> bool {
+    /// `pending_base`): recorded by moving the end of [`Holdings::base`] (see `emit`), not as an
+    /// entry. Every resource of that response was read from that view (it has no aliases, so
+    /// `r` is the view's resource of `key`'s name), and they come in its order, so what the base
+    /// covers was sent.
+    fn extends_base(&self, key: &Key, r: &Arc<Resource>) -> bool {
         let Some((pid, view)) = &self.pending_base else {
             return false;
         };
-        if key.1 != *pid || !view.get(&key.0).is_some_and(|v| Arc::ptr_eq(v, r)) {
+        if key.1 != *pid {
             return false;
         }
-        match &mut self.has.base {
-            Some(base) if Arc::ptr_eq(&base.view, view) && *base.last <= *key.0 => {
-                base.last = key.0.clone();
-                true
-            }
-            Some(_) => false,
-            None => {
-                self.has.base = Some(Base {
-                    pid: *pid,
-                    view: view.clone(),
-                    last: key.0.clone(),
-                });
-                true
-            }
-        }
+        debug_assert!(view.get(&key.0).is_some_and(|v| Arc::ptr_eq(v, r)));
+        self.has
+            .base
+            .as_ref()
+            .is_none_or(|base| Arc::ptr_eq(&base.view, view))
     }
 
     /// Everything owed, in the order it goes out: resources by name, removals, heartbeats.
@@ -993,11 +985,15 @@ impl DeltaSubscription {
         if self.pending_base.is_none() {
             self.has.reserve(sends);
         }
+        // The last name of this part that extends the base (see `extends_base`).
+        let mut base_last: Option<Arc<str>> = None;
         for item in owed {
             match item {
                 Owed::Send(r, keys) => {
                     for key in keys {
                         if self.extends_base(&key, &r) {
+                            // Moved, not cloned: a count every stream shares.
+                            base_last = Some(key.0);
                             continue;
                         }
                         if let Some(before) = self.has.insert(key, Held::of(&r)) {
@@ -1013,6 +1009,18 @@ impl DeltaSubscription {
                 }
                 Owed::Beat(r) => heartbeats.push(r),
                 Owed::Unresolved(key) => unresolved.push(key.0),
+            }
+        }
+        if let (Some(last), Some((pid, view))) = (base_last, &self.pending_base) {
+            match &mut self.has.base {
+                Some(base) => base.last = last,
+                None => {
+                    self.has.base = Some(Base {
+                        pid: *pid,
+                        view: view.clone(),
+                        last,
+                    })
+                }
             }
         }
         let mut dropped: Vec<RemovedVariant> = Vec::new();
