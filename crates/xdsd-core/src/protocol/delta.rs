@@ -20,7 +20,9 @@ use super::{
     PART_OVERHEAD,
 };
 use crate::params::Constraints;
-use crate::store::{field_len, intern, resource_name, Encoding, Interner, Resource, TypeSnapshot};
+use crate::store::{
+    field_len, intern, resource_name, Encoding, Interner, Resource, TypeSnapshot, View,
+};
 use prost::Message as _;
 
 /// A variant removed from a client that holds variants by `resource_name`.
@@ -74,18 +76,155 @@ impl Held {
         }
     }
 
-    fn version(&self) -> &Arc<str> {
-        match self {
-            Held::Sent(r) => r.version(),
-            Held::Claimed(c) => &c.1,
-        }
-    }
-
     fn constraints(&self) -> Option<&Arc<Constraints>> {
         match self {
             Held::Sent(r) => r.constraints(),
             Held::Claimed(_) => None,
         }
+    }
+}
+
+/// What the client holds for a key, borrowed: from [`Holdings::over`] or from a view.
+#[derive(Debug, Clone, Copy)]
+enum HeldRef<'a> {
+    Sent(&'a Arc<Resource>),
+    Claimed(&'a (Arc<str>, Arc<str>)),
+}
+
+impl<'a> HeldRef<'a> {
+    fn of(held: &'a Held) -> HeldRef<'a> {
+        match held {
+            Held::Sent(r) => HeldRef::Sent(r),
+            Held::Claimed(c) => HeldRef::Claimed(c),
+        }
+    }
+
+    fn name(self) -> &'a Arc<str> {
+        match self {
+            HeldRef::Sent(r) => r.name(),
+            HeldRef::Claimed(c) => &c.0,
+        }
+    }
+
+    fn version(self) -> &'a Arc<str> {
+        match self {
+            HeldRef::Sent(r) => r.version(),
+            HeldRef::Claimed(c) => &c.1,
+        }
+    }
+
+    fn constraints(self) -> Option<&'a Arc<Constraints>> {
+        match self {
+            HeldRef::Sent(r) => r.constraints(),
+            HeldRef::Claimed(_) => None,
+        }
+    }
+
+    fn to_held(self) -> Held {
+        match self {
+            HeldRef::Sent(r) => Held::Sent(r.clone()),
+            HeldRef::Claimed(c) => Held::Claimed(Box::new(c.clone())),
+        }
+    }
+}
+
+/// A view a wildcard client was sent whole, in its order: it holds the view's resource of every
+/// name up to `last` (all of them once every part of the response went out).
+#[derive(Debug)]
+struct Base {
+    pid: Pid,
+    view: Arc<View>,
+    last: Arc<str>,
+}
+
+/// What the client holds, per key. A wildcard client's first response sends a whole view: that is
+/// recorded as the view itself (one pointer for 10,000 keys, no per-key entry, no count taken on
+/// each resource), and what the client holds otherwise since (a key sent again, removed) in
+/// `over`, which always wins.
+#[derive(Debug, Default)]
+struct Holdings {
+    /// Keys held otherwise than `base` says: `Some` the variant held, `None` nothing.
+    over: HashMap<Key, Option<Held>>,
+    base: Option<Base>,
+}
+
+impl Holdings {
+    fn is_empty(&self) -> bool {
+        self.base.is_none() && self.over.is_empty()
+    }
+
+    /// What `base` says the client holds for `key`.
+    fn in_base(&self, key: &Key) -> Option<&Arc<Resource>> {
+        let base = self.base.as_ref()?;
+        if key.1 != base.pid || *key.0 > *base.last {
+            return None;
+        }
+        base.view.get(&key.0)
+    }
+
+    fn get(&self, key: &Key) -> Option<HeldRef<'_>> {
+        if !self.over.is_empty() {
+            if let Some(held) = self.over.get(key) {
+                return held.as_ref().map(HeldRef::of);
+            }
+        }
+        self.in_base(key).map(HeldRef::Sent)
+    }
+
+    fn contains_key(&self, key: &Key) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Records that the client holds `held` for `key`; what it held before.
+    fn insert(&mut self, key: Key, held: Held) -> Option<Held> {
+        let before = self.get(&key).map(HeldRef::to_held);
+        self.over.insert(key, Some(held));
+        before
+    }
+
+    /// Records that the client holds nothing for `key`; what it held before.
+    fn remove(&mut self, key: &Key) -> Option<Held> {
+        let before = self.get(key).map(HeldRef::to_held);
+        if self.in_base(key).is_some() {
+            self.over.insert(key.clone(), None);
+        } else {
+            self.over.remove(key);
+        }
+        before
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        self.over.reserve(additional);
+    }
+
+    /// Every key held, with what it holds.
+    fn iter(&self) -> impl Iterator<Item = (Key, HeldRef<'_>)> {
+        let over = self
+            .over
+            .iter()
+            .filter_map(|(k, h)| h.as_ref().map(|h| (k.clone(), HeldRef::of(h))));
+        let base = self.base.iter().flat_map(move |b| {
+            b.view
+                .iter()
+                .take_while(move |r| **r.name() <= *b.last)
+                .map(move |r| ((r.name().clone(), b.pid), r))
+                .filter(move |(k, _)| !self.over.contains_key(k))
+                .map(|(k, r)| (k, HeldRef::Sent(r)))
+        });
+        over.chain(base)
+    }
+
+    /// Keeps only the keys `keep` says, each held as an entry of its own.
+    fn retain(&mut self, mut keep: impl FnMut(&Key) -> bool) {
+        if let Some(base) = self.base.take() {
+            for r in base.view.iter().take_while(|r| **r.name() <= *base.last) {
+                let key = (r.name().clone(), base.pid);
+                if keep(&key) && !self.over.contains_key(&key) {
+                    self.over.insert(key, Some(Held::of(r)));
+                }
+            }
+        }
+        self.over.retain(|k, h| h.is_some() && keep(k));
     }
 }
 
@@ -107,7 +246,11 @@ pub struct DeltaSubscription {
     pids: Vec<Pid>,
     /// What the client has, as far as the server knows. Filled from
     /// `initial_resource_versions` on reconnect, then by every response.
-    has: HashMap<Key, Held>,
+    has: Holdings,
+    /// The view the response being sent records as [`Holdings::base`] (a wildcard client's
+    /// first response, which sends the whole view in its order), until every part went out or
+    /// the rest is computed again.
+    pending_base: Option<(Pid, Arc<View>)>,
     last_nonce: Option<String>,
     last_version: Option<Arc<str>>,
     /// Owed: compare every resource of the type with what the client has (first request, wildcard
@@ -116,6 +259,9 @@ pub struct DeltaSubscription {
     answer: bool,
     /// Newly (re)subscribed keys: sent even if the client has them, or reported removed.
     forced: HashSet<Key>,
+    /// Every key of `names` is owed as if in `forced` (a first subscription: 10,000 names would
+    /// otherwise be put in a second set, hashed and dropped again for one response).
+    forced_all: bool,
     /// Keys owed their resource if still subscribed, else a removal: keys unsubscribed while
     /// the wildcard is on (the client cannot tell whether the wildcard still covers them), and
     /// removals of a split response computed again.
@@ -134,11 +280,52 @@ pub struct DeltaSubscription {
 /// A variant in a response: (name, version).
 type VariantId = (Arc<str>, Arc<str>);
 
+/// The keys a resource is sent for: nearly always one, held without an allocation (a first
+/// response of 10,000 resources made 10,000 one-key vectors).
+#[derive(Debug)]
+enum Keys {
+    One(Key),
+    Many(Vec<Key>),
+}
+
+impl Keys {
+    fn push(&mut self, key: Key) {
+        match self {
+            Keys::One(first) => {
+                let first = first.clone();
+                *self = Keys::Many(vec![first, key]);
+            }
+            Keys::Many(keys) => keys.push(key),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Key> {
+        let (one, many) = match self {
+            Keys::One(key) => (Some(key), &[][..]),
+            Keys::Many(keys) => (None, &keys[..]),
+        };
+        one.into_iter().chain(many)
+    }
+}
+
+impl IntoIterator for Keys {
+    type Item = Key;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<Key>, std::vec::IntoIter<Key>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        let (one, many) = match self {
+            Keys::One(key) => (Some(key), Vec::new()),
+            Keys::Many(keys) => (None, keys),
+        };
+        one.into_iter().chain(many)
+    }
+}
+
 /// One thing a response owes: a resource (for the keys that resolve to it), a removal, a
 /// heartbeat.
 #[derive(Debug)]
 enum Owed {
-    Send(Arc<Resource>, Vec<Key>),
+    Send(Arc<Resource>, Keys),
     Remove(Key),
     Beat(Arc<Resource>),
     /// VHDS: an alias subscribed on demand that names no virtual host.
@@ -156,12 +343,14 @@ impl DeltaSubscription {
             names: HashSet::default(),
             dense: false,
             pids: Vec::new(),
-            has: HashMap::default(),
+            has: Holdings::default(),
+            pending_base: None,
             last_nonce: None,
             last_version: None,
             check_all: false,
             answer: false,
             forced: HashSet::default(),
+            forced_all: false,
             recheck: HashSet::default(),
             dirty: HashSet::default(),
             heartbeat: HashSet::default(),
@@ -315,7 +504,15 @@ impl DeltaSubscription {
         let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
         let mut interner = Interner::new(current.map(|t| &**t));
         self.names.reserve(subscribe_keys.len());
-        self.forced.reserve(subscribe_keys.len());
+        // No key subscribed yet, and none the client says it holds: every key subscribed is new,
+        // owed through `forced_all` rather than one by one.
+        let reconnecting = initial && !request.initial_resource_versions.is_empty();
+        if self.names.is_empty() && !reconnecting && !subscribe_keys.is_empty() {
+            self.forced_all = true;
+        }
+        if !self.forced_all {
+            self.forced.reserve(subscribe_keys.len());
+        }
         for (name, pid) in subscribe_keys {
             if name == WILDCARD {
                 self.set_wildcard(Some(pid));
@@ -337,16 +534,18 @@ impl DeltaSubscription {
                 }
             }
             // Sent even if the client seems to have it: it may have forgotten it.
-            self.forced.insert(key);
+            if !self.forced_all {
+                self.forced.insert(key);
+            }
         }
         if initial && self.wildcard.is_some() {
             if let Some(w) = self.wildcard {
                 for (name, version) in &request.initial_resource_versions {
                     let key = (intern(current.map(|t| &**t), name), w);
                     let name_of = key.0.clone();
-                    self.has
-                        .entry(key)
-                        .or_insert_with(|| held(&name_of, lookup(name), version));
+                    if !self.has.contains_key(&key) {
+                        self.has.insert(key, held(&name_of, lookup(name), version));
+                    }
                 }
             }
         }
@@ -404,15 +603,24 @@ impl DeltaSubscription {
         } else {
             // The client drops what only the wildcard gave it.
             let names = &self.names;
-            self.has.retain(|k, _| names.contains(k));
+            self.has.retain(|k| names.contains(k));
             self.recheck.clear();
         }
     }
 
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     pub fn resend(&mut self, name: &Arc<str>) {
-        let keys = self.keys_of(name);
-        self.forced.extend(keys);
+        // Called for every dependent of every resource a response sends (10,000 endpoints after
+        // 10,000 clusters): no list of keys is made.
+        for pid in &self.pids {
+            let key = (name.clone(), *pid);
+            if self.names.contains(&key) {
+                self.forced.insert(key);
+            }
+        }
+        if let Some(w) = self.wildcard {
+            self.forced.insert((name.clone(), w));
+        }
     }
 
     /// Renews the TTL of `name` with the next response, if the client holds it: a heartbeat when
@@ -449,6 +657,7 @@ impl DeltaSubscription {
         self.answer
             || self.check_all
             || !self.forced.is_empty()
+            || (self.forced_all && !self.names.is_empty())
             || !self.recheck.is_empty()
             || !self.dirty.is_empty()
             || !self.heartbeat.is_empty()
@@ -467,7 +676,14 @@ impl DeltaSubscription {
             self.fold_rest();
         }
         let mut owed = if self.rest.is_empty() {
-            VecDeque::from(self.collect(views))
+            let owed = self.collect(views);
+            // Room for what every part of the response will record, taken at once: grown part
+            // by part, the map of 10,000 keys was rehashed on each.
+            if self.pending_base.is_none() {
+                let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
+                self.has.reserve(sends);
+            }
+            VecDeque::from(owed)
         } else {
             std::mem::take(&mut self.rest)
         };
@@ -489,6 +705,7 @@ impl DeltaSubscription {
         self.answer
             || self.check_all
             || !self.forced.is_empty()
+            || (self.forced_all && !self.names.is_empty())
             || !self.recheck.is_empty()
             || !self.dirty.is_empty()
             || !self.heartbeat.is_empty()
@@ -499,6 +716,7 @@ impl DeltaSubscription {
     /// subscribed, removals to the keys still subscribed or held, heartbeats to the resources
     /// still held.
     fn fold_rest(&mut self) {
+        self.pending_base = None;
         for owed in std::mem::take(&mut self.rest) {
             match owed {
                 // A key subscribed by name is owed its resource or a removal, as when it was
@@ -527,15 +745,55 @@ impl DeltaSubscription {
         }
     }
 
+    /// Whether sending `r` for `key` continues the view a response sends whole (see
+    /// `pending_base`): recorded by moving the end of [`Holdings::base`] (see `emit`), not as an
+    /// entry. Every resource of that response was read from that view (it has no aliases, so
+    /// `r` is the view's resource of `key`'s name), and they come in its order, so what the base
+    /// covers was sent.
+    fn extends_base(&self, key: &Key, r: &Arc<Resource>) -> bool {
+        let Some((pid, view)) = &self.pending_base else {
+            return false;
+        };
+        if key.1 != *pid {
+            return false;
+        }
+        debug_assert!(view.get(&key.0).is_some_and(|v| Arc::ptr_eq(v, r)));
+        self.has
+            .base
+            .as_ref()
+            .is_none_or(|base| Arc::ptr_eq(&base.view, view))
+    }
+
     /// Everything owed, in the order it goes out: resources by name, removals, heartbeats.
     fn collect(&mut self, views: &Views) -> Vec<Owed> {
+        // A wildcard client that holds nothing is sent the whole view, in its order: recorded as
+        // the view (see [`Holdings`]). Not for clients that hold variants by `resource_name`
+        // (they are few), nor for a view with aliases (a key may be an alias).
+        self.pending_base = None;
+        if let (true, Some(w)) = (self.check_all, self.wildcard) {
+            let view = views.view(w);
+            if self.has.is_empty() && !self.encoding.named && !view.has_aliases() {
+                self.pending_base = Some((w, view.clone()));
+            }
+        }
         // Keys are what the client subscribed by (a name or an alias, and a parameter set); the
         // response holds each variant once, whatever the number of keys that lead to it.
         let get = |key: &Key| views.get(&key.0, key.1);
         // (resource, key) pairs, put in (name, version) order below: each variant once.
-        let mut resources: Vec<(Arc<Resource>, Key)> = Vec::with_capacity(self.forced.len());
+        // The keys owed their resource whatever the client holds: `forced`, or with
+        // `forced_all` every subscribed key and those of `forced` that are not (wildcard keys).
+        let (main, extra): (&HashSet<Key>, Vec<&Key>) = if self.forced_all {
+            let extra = self.forced.iter().filter(|k| !self.names.contains(*k));
+            (&self.names, extra.collect())
+        } else {
+            (&self.forced, Vec::new())
+        };
+        let forced_len = main.len() + extra.len();
+        let mut resources: Vec<(Arc<Resource>, Key)> = Vec::with_capacity(forced_len);
         let mut removed: BTreeSet<Key> = BTreeSet::new();
-        let mut send = |key: &Key, r: &Arc<Resource>| resources.push((r.clone(), key.clone()));
+        // Takes the key: the loops over a view make one each, moved here rather than cloned
+        // (every clone of a name is an atomic count shared with every other stream).
+        let mut send = |key: Key, r: &Arc<Resource>| resources.push((r.clone(), key));
         let differs = |key: &Key, r: &Resource| !self.holds(key, r);
 
         if self.check_all {
@@ -543,13 +801,13 @@ impl DeltaSubscription {
                 for r in views.view(w).iter() {
                     let key = (r.name().clone(), w);
                     if differs(&key, r) {
-                        send(&key, r);
+                        send(key, r);
                     }
                 }
             }
-            for key in self.has.keys() {
-                if self.subscribed(key) && get(key).is_none() {
-                    removed.insert(key.clone());
+            for (key, _) in self.has.iter() {
+                if self.subscribed(&key) && get(&key).is_none() {
+                    removed.insert(key);
                 }
             }
         }
@@ -564,13 +822,13 @@ impl DeltaSubscription {
         let mut covered = 0;
         if let [pid] = self.pids[..] {
             let view = views.view(pid);
-            if self.forced.len() > 64 && !view.has_aliases() && self.forced.len() >= view.len() / 2
-            {
+            if super::in_view_order(view, forced_len) {
                 dense = Some(pid);
+                let extra: HashSet<&Key> = extra.iter().copied().collect();
                 for r in view.iter() {
                     let key = (r.name().clone(), pid);
-                    if self.forced.contains(&key) {
-                        send(&key, r);
+                    if main.contains(&key) || extra.contains(&key) {
+                        send(key, r);
                         covered += 1;
                     }
                 }
@@ -578,12 +836,13 @@ impl DeltaSubscription {
         }
         // The keys the view's order did not cover: those of other parameter sets, and names
         // the view does not have.
-        let forced_rest = self.forced.iter().filter(|key| {
-            covered < self.forced.len() && (dense != Some(key.1) || get(key).is_none())
-        });
+        let forced_rest = main
+            .iter()
+            .chain(extra)
+            .filter(|key| covered < forced_len && (dense != Some(key.1) || get(key).is_none()));
         for key in forced_rest {
             match get(key) {
-                Some(r) => send(key, r),
+                Some(r) => send(key.clone(), r),
                 None if on_demand && !self.has.contains_key(key) => {
                     unresolved.insert(key.clone());
                 }
@@ -596,7 +855,7 @@ impl DeltaSubscription {
         for name in &self.dirty {
             for key in self.keys_of(name) {
                 match get(&key) {
-                    Some(r) if differs(&key, r) => send(&key, r),
+                    Some(r) if differs(&key, r) => send(key, r),
                     Some(_) => {}
                     None if self.has.contains_key(&key) => {
                         removed.insert(key);
@@ -607,7 +866,7 @@ impl DeltaSubscription {
         }
         for key in &self.recheck {
             match get(key) {
-                Some(r) if self.subscribed(key) => send(key, r),
+                Some(r) if self.subscribed(key) => send(key.clone(), r),
                 _ => {
                     removed.insert(key.clone());
                 }
@@ -622,7 +881,7 @@ impl DeltaSubscription {
                 Some(r) if !differs(key, r) => {
                     beats.insert((r.name().clone(), r.version().clone()), r.clone());
                 }
-                Some(r) => send(key, r),
+                Some(r) => send(key.clone(), r),
                 None => {
                     removed.insert(key.clone());
                 }
@@ -645,7 +904,7 @@ impl DeltaSubscription {
                 {
                     keys.push(key)
                 }
-                _ => sends.push(Owed::Send(r, vec![key])),
+                _ => sends.push(Owed::Send(r, Keys::One(key))),
             }
         }
         beats.retain(|(name, version), _| {
@@ -659,6 +918,7 @@ impl DeltaSubscription {
         reset(&mut self.heartbeat);
         self.check_all = false;
         reset(&mut self.forced);
+        self.forced_all = false;
         reset(&mut self.recheck);
         reset(&mut self.dirty);
         let mut owed: Vec<Owed> = Vec::with_capacity(sends.len() + removed.len() + beats.len());
@@ -682,12 +942,15 @@ impl DeltaSubscription {
         };
         match owed {
             Owed::Send(r, keys) => {
-                // A key moving to another variant also removes the one it held.
+                // A key moving to another variant also removes the one it held, for clients
+                // that hold variants apart (see `emit`; the others hold one per name). Not looked
+                // up for the others: 10,000 lookups per response.
                 let moves = keys
                     .iter()
+                    .filter(|_| encoding.named)
                     .filter(|k| {
                         self.has
-                            .get(*k)
+                            .get(k)
                             .is_some_and(|h| h.constraints() != r.constraints())
                     })
                     .map(removal)
@@ -719,11 +982,20 @@ impl DeltaSubscription {
         // another key still holds it afterwards. Removed keys the client was never sent are
         // removed by their own name: it may hold them from an earlier stream.
         let mut moved: Vec<RemovedVariant> = Vec::new();
-        self.has.reserve(sends);
+        if self.pending_base.is_none() {
+            self.has.reserve(sends);
+        }
+        // The last name of this part that extends the base (see `extends_base`).
+        let mut base_last: Option<Arc<str>> = None;
         for item in owed {
             match item {
                 Owed::Send(r, keys) => {
                     for key in keys {
+                        if self.extends_base(&key, &r) {
+                            // Moved, not cloned: a count every stream shares.
+                            base_last = Some(key.0);
+                            continue;
+                        }
                         if let Some(before) = self.has.insert(key, Held::of(&r)) {
                             if before.constraints() != r.constraints() {
                                 moved.push((before.name().clone(), before.constraints().cloned()));
@@ -739,6 +1011,18 @@ impl DeltaSubscription {
                 Owed::Unresolved(key) => unresolved.push(key.0),
             }
         }
+        if let (Some(last), Some((pid, view))) = (base_last, &self.pending_base) {
+            match &mut self.has.base {
+                Some(base) => base.last = last,
+                None => {
+                    self.has.base = Some(Base {
+                        pid: *pid,
+                        view: view.clone(),
+                        last,
+                    })
+                }
+            }
+        }
         let mut dropped: Vec<RemovedVariant> = Vec::new();
         let mut unknown: Vec<Arc<str>> = Vec::new();
         for key in &removed {
@@ -752,8 +1036,8 @@ impl DeltaSubscription {
         let (removed, removed_variants) = if self.encoding.named {
             let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
                 .has
-                .values()
-                .map(|h| (h.name(), h.constraints()))
+                .iter()
+                .map(|(_, h)| (h.name(), h.constraints()))
                 .collect();
             let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
             let mut variants: Vec<RemovedVariant> = moved
@@ -774,7 +1058,7 @@ impl DeltaSubscription {
             // only: other types have no aliases) by an alias of it.
             let aliased: Option<HashSet<&Arc<str>>> = (*self.type_url
                 == *crate::types::VIRTUAL_HOST)
-                .then(|| self.has.values().map(|h| h.name()).collect());
+                .then(|| self.has.iter().map(|(_, h)| h.name()).collect());
             let held_name = |n: &Arc<str>| match &aliased {
                 Some(names) => names.contains(n),
                 None => self

@@ -201,6 +201,15 @@ pub(crate) fn dense(was: bool, names: usize, total: usize) -> bool {
     }
 }
 
+/// Whether a response owing `keys` keys of one parameter set whose view is `view` reads the view
+/// in its order, looking each of its resources up among the keys, rather than each key up in
+/// the view: from 64 keys and half the view, when no resource has an alias (a key may be one).
+/// The resources then come out sorted, and each is looked up once (a client that names every
+/// cluster's endpoints). SotW's full list and delta's first response share it.
+pub(crate) fn in_view_order(view: &View, keys: usize) -> bool {
+    keys > 64 && !view.has_aliases() && keys >= view.len() / 2
+}
+
 impl SubscriptionChange {
     /// Records that the subscription is dense `now` (`*state`: whether it was, see [`dense`]),
     /// given its names.

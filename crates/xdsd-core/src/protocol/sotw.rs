@@ -934,7 +934,7 @@ impl SotwSubscription {
     fn all_subscribed(&mut self, views: &Views) -> Option<SotwResources> {
         if let [pid] = self.pids[..] {
             let view = views.view(pid);
-            if !view.has_aliases() && self.names.len() >= view.len() / 2 {
+            if super::in_view_order(view, self.names.len()) {
                 let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
                 for r in view.iter() {
                     if let Some(sent) = self.names.get_mut(r.name(), pid) {

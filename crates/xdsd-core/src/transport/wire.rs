@@ -227,8 +227,9 @@ pub(crate) enum Piece<'a> {
     /// A length-delimited field computed for this response.
     Owned(u32, Vec<u8>),
     /// A length-delimited field whose value is the store's shared bytes: only its key and
-    /// length are written per stream.
-    Shared(u32, Bytes),
+    /// length are written per stream. Borrowed: a small value is copied, and only a large one,
+    /// which goes out as a chunk of its own, is cloned (an atomic count every stream shares).
+    Shared(u32, &'a Bytes),
     /// Whole fields, already encoded and shared (a view's SotW body).
     Raw(Bytes),
 }
@@ -251,7 +252,7 @@ impl Pieces for SotwResponse {
             i if i <= resources => match &self.resources {
                 SotwResources::All(t) => Piece::Raw(t.sotw_body(self.encoding)),
                 SotwResources::Some(list) => {
-                    Piece::Shared(RESOURCES, list[i - 1].sotw_entry(self.encoding).clone())
+                    Piece::Shared(RESOURCES, list[i - 1].sotw_entry(self.encoding))
                 }
             },
             i => match i - resources {
@@ -281,11 +282,11 @@ impl Pieces for DeltaResponse {
             return Some(Piece::Str(SYSTEM_VERSION_INFO, &self.system_version_info));
         }
         if let Some(k) = part(self.resources.len()) {
-            let entry = self.resources[k].delta_entry(encoding).clone();
+            let entry = self.resources[k].delta_entry(encoding);
             return Some(Piece::Shared(DELTA_RESOURCES, entry));
         }
         if let Some(k) = part(self.heartbeats.len()) {
-            let entry = self.heartbeats[k].heartbeat_entry(encoding).clone();
+            let entry = self.heartbeats[k].heartbeat_entry(encoding);
             return Some(Piece::Shared(DELTA_RESOURCES, entry));
         }
         if let Some(k) = part(self.unresolved.len()) {
@@ -334,6 +335,9 @@ pub(crate) struct Chunks<R> {
     shared: Option<Bytes>,
     /// Bytes of the message handed out so far (header included).
     written: usize,
+    /// The message's length (header excluded), computed once: a delta response's is a sum over
+    /// its resources, and a response of 10,000 resources goes out in some 60 chunks.
+    len: usize,
 }
 
 impl<R: Pieces> Chunks<R> {
@@ -349,6 +353,7 @@ impl<R: Pieces> Chunks<R> {
             header: false,
             shared: None,
             written: 0,
+            len,
         })
     }
 
@@ -360,13 +365,13 @@ impl<R: Pieces> Chunks<R> {
         }
         // Room for what is left, up to a chunk (and the piece that may end it): one allocation,
         // not a buffer grown by doubling.
-        let left = (self.response.body_len() + 5).saturating_sub(self.written);
+        let left = (self.len + 5).saturating_sub(self.written);
         let mut buf = BytesMut::with_capacity(left.min(CHUNK_BYTES + COPY_BELOW));
         if !self.header {
             self.header = true;
             // Not compressed; the length was checked in `new`.
             buf.put_u8(0);
-            buf.put_u32(self.response.body_len() as u32);
+            buf.put_u32(self.len as u32);
         }
         while buf.len() < CHUNK_BYTES {
             let Some(piece) = self.response.piece(self.next) else {
@@ -378,12 +383,12 @@ impl<R: Pieces> Chunks<R> {
                 Piece::Field(tag, value) => put_length_delimited(&mut buf, tag, value),
                 Piece::Owned(tag, value) => put_length_delimited(&mut buf, tag, &value),
                 Piece::Shared(tag, value) if value.len() < COPY_BELOW => {
-                    put_length_delimited(&mut buf, tag, &value)
+                    put_length_delimited(&mut buf, tag, value)
                 }
                 Piece::Shared(tag, value) => {
                     prost::encoding::encode_key(tag, WireType::LengthDelimited, &mut buf);
                     prost::encoding::encode_varint(value.len() as u64, &mut buf);
-                    self.shared = Some(value);
+                    self.shared = Some(value.clone());
                     break;
                 }
                 Piece::Raw(value) if value.len() < COPY_BELOW => buf.put_slice(&value),

@@ -847,3 +847,239 @@ mod split {
         assert_eq!(again.oversized, None, "reported once per stream and type");
     }
 }
+
+/// A first subscription owes every key it names without listing them apart (`forced_all`): what
+/// the requests before the response add or take away is what the response carries.
+mod first_subscription {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("n{i:03}")).collect()
+    }
+
+    fn harness(n: usize) -> Harness {
+        let all = names(n);
+        let contents: Vec<(&str, &str)> = all.iter().map(|n| (n.as_str(), "1")).collect();
+        Harness::new(CLUSTER_LOAD_ASSIGNMENT, &contents)
+    }
+
+    #[test]
+    fn names_subscribed_and_unsubscribed_before_the_first_response_are_what_it_carries() {
+        let mut h = harness(100);
+        let all = names(100);
+        let first: Vec<&str> = all[..80].iter().map(|n| n.as_str()).collect();
+        h.request(Req {
+            subscribe: &first,
+            ..Default::default()
+        });
+        // Before the response: one more name, one taken away, one that does not exist.
+        h.request(Req {
+            subscribe: &["n090", "ghost"],
+            unsubscribe: &["n010"],
+            ..Default::default()
+        });
+        let mut expected: Vec<&str> = first.iter().copied().filter(|n| *n != "n010").collect();
+        expected.push("n090");
+        assert_eq!(h.expect(), seen(&expected, &["ghost"]));
+        // Settled: a later change of a subscribed name comes alone, of another not at all.
+        h.set("n000", "2");
+        assert_eq!(h.expect(), seen(&["n000"], &[]));
+        h.set("n010", "2");
+        h.expect_none();
+    }
+
+    #[test]
+    fn names_subscribed_again_after_unsubscribing_every_name_are_sent_again() {
+        let mut h = harness(3);
+        h.request(Req {
+            subscribe: &["n000", "n001"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["n000", "n001"], &[]));
+        h.request(Req {
+            unsubscribe: &["n000", "n001"],
+            ..Default::default()
+        });
+        h.expect_none();
+        h.request(Req {
+            subscribe: &["n001"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["n001"], &[]), "it may have forgotten it");
+    }
+
+    #[test]
+    fn names_subscribed_under_the_wildcard_with_a_resend_owed_are_each_sent_once() {
+        let mut h = harness(100);
+        h.request(Req {
+            subscribe: &["*"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect().0.len(), 100);
+        // The first names of a client that holds everything through the wildcard, and a resend
+        // of a name only the wildcard covers: both owed, each once.
+        let all = names(100);
+        let some: Vec<&str> = all[..70].iter().map(|n| n.as_str()).collect();
+        h.request(Req {
+            subscribe: &some,
+            ..Default::default()
+        });
+        h.sub.resend(&Arc::from("n099"));
+        let mut expected = some.clone();
+        expected.push("n099");
+        assert_eq!(h.expect(), seen(&expected, &[]));
+        h.expect_none();
+    }
+
+    #[test]
+    fn reconnect_with_initial_resource_versions_sends_only_differences_of_many_names() {
+        let mut h = harness(100);
+        let v = h.version("n000");
+        let all = names(100);
+        let subscribe: Vec<&str> = all.iter().map(|n| n.as_str()).collect();
+        let initial: Vec<(&str, &str)> =
+            all[..90].iter().map(|n| (n.as_str(), v.as_str())).collect();
+        h.request(Req {
+            subscribe: &subscribe,
+            initial: &initial,
+            ..Default::default()
+        });
+        let expected: Vec<&str> = subscribe[90..].to_vec();
+        assert_eq!(h.expect(), seen(&expected, &[]));
+    }
+}
+
+/// A wildcard client sent a whole view holds it as the view (`Holdings::base`), with what differs
+/// from it apart: each rule below holds as with one entry per key.
+mod held_view {
+    use super::*;
+
+    fn harness() -> Harness {
+        let mut h = Harness::new(CLUSTER, &[("a", "1"), ("b", "1"), ("c", "1")]);
+        h.request(Req::default());
+        assert_eq!(h.expect(), seen(&["a", "b", "c"], &[]));
+        assert!(h.sub.has.base.is_some(), "held as the view");
+        assert!(h.sub.has.over.is_empty(), "no key apart");
+        h
+    }
+
+    fn has_sent(h: &Harness, name: &str) -> bool {
+        let snap = h.store.snapshot();
+        h.sub
+            .has_sent(&Arc::from(name), &views(&snap, h.sub.type_url()))
+    }
+
+    #[test]
+    fn a_resource_changed_then_changed_back_is_sent_each_time() {
+        let mut h = harness();
+        let v1 = h.version("b");
+        h.set("b", "2");
+        assert_eq!(h.expect(), seen(&["b"], &[]));
+        assert!(has_sent(&h, "b"));
+        h.set("b", "1");
+        assert_eq!(h.expect(), seen(&["b"], &[]), "back to the content it had");
+        assert_eq!(h.sub.client_version("b").map(|v| v.to_string()), Some(v1));
+        assert!(has_sent(&h, "a") && has_sent(&h, "c"));
+    }
+
+    #[test]
+    fn a_resource_removed_then_added_back_with_its_old_content_is_sent_again() {
+        let mut h = harness();
+        h.remove("b");
+        assert_eq!(h.expect(), seen(&[], &["b"]));
+        assert_eq!(h.sub.client_version("b"), None);
+        h.set("b", "1");
+        assert_eq!(h.expect(), seen(&["b"], &[]), "the client dropped it");
+        h.set("d", "1");
+        assert_eq!(h.expect(), seen(&["d"], &[]));
+        h.expect_none();
+    }
+
+    #[test]
+    fn unsubscribing_the_wildcard_keeps_the_names_subscribed_held() {
+        let mut h = harness();
+        h.request(Req {
+            subscribe: &["a"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["a"], &[]));
+        h.request(Req {
+            subscribe: &["c"],
+            unsubscribe: &["*"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["c"], &[]));
+        assert!(
+            h.sub.has.base.is_none(),
+            "what stays held is held key by key"
+        );
+        h.set("b", "2");
+        h.expect_none();
+        assert!(!has_sent(&h, "b"));
+        h.remove("c");
+        assert_eq!(h.expect(), seen(&[], &["c"]));
+        h.set("a", "2");
+        assert_eq!(h.expect(), seen(&["a"], &[]));
+    }
+
+    #[test]
+    fn a_name_unsubscribed_under_the_wildcard_is_sent_again_and_stays_held() {
+        let mut h = harness();
+        h.request(Req {
+            subscribe: &["b"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["b"], &[]));
+        h.request(Req {
+            unsubscribe: &["b"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["b"], &[]), "still in the wildcard");
+        h.set("b", "2");
+        assert_eq!(h.expect(), seen(&["b"], &[]));
+    }
+
+    #[test]
+    fn a_client_that_reconnects_with_versions_is_held_key_by_key() {
+        let mut h = Harness::new(CLUSTER, &[("a", "1"), ("b", "1")]);
+        let va = h.version("a");
+        h.request(Req {
+            initial: &[("a", va.as_str())],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["b"], &[]));
+        assert!(h.sub.has.base.is_none());
+        h.set("a", "2");
+        assert_eq!(h.expect(), seen(&["a"], &[]));
+    }
+
+    #[test]
+    fn a_view_sent_in_parts_is_held_up_to_the_last_part_sent() {
+        let names: Vec<String> = (0..40).map(|i| format!("r{i:03}")).collect();
+        let content = "x".repeat(1000);
+        let resources: Vec<(&str, &str)> = names
+            .iter()
+            .map(|n| (n.as_str(), content.as_str()))
+            .collect();
+        let mut h = Harness::new(CLUSTER, &resources);
+        h.sub.set_max_response_bytes(8 * 1024);
+        h.request(Req::default());
+        let first = h.poll().expect("a first part");
+        let sent = first.resources.len();
+        assert!(sent < 40);
+        assert!(has_sent(&h, &names[sent - 1]));
+        assert!(!has_sent(&h, &names[sent]), "not sent yet");
+        // A change to a name already sent, in the middle: the rest is computed again.
+        h.set(&names[0], "changed");
+        let mut rest: Vec<String> = Vec::new();
+        while let Some(r) = h.poll() {
+            rest.extend(r.resources.iter().map(|r| r.name().to_string()));
+        }
+        rest.sort();
+        let mut want: Vec<String> = names[sent..].to_vec();
+        want.push(names[0].clone());
+        want.sort();
+        assert_eq!(rest, want);
+        assert!(names.iter().all(|n| has_sent(&h, n)));
+    }
+}
