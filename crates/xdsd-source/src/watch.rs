@@ -16,6 +16,8 @@ pub const MAX_DELAY: Duration = Duration::from_secs(2);
 
 enum Message {
     Event(notify::Result<Event>),
+    /// The consumer's cache, synced with what it committed ([`DirectoryWatch::start_from`]).
+    Cache(Box<DirectoryCache>),
     Stop,
 }
 
@@ -29,6 +31,14 @@ pub struct DirectoryWatch {
 impl DirectoryWatch {
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Hands the reload thread the consumer's own load of the directory, for a watch started
+    /// with [`WatchOptions::cache_from_consumer`]: the cache the consumer committed (marked with
+    /// [`DirectoryCache::committed`]). Changes seen since the watch started are reloaded from
+    /// it, and the first reload commits only the names they changed. Ignored by other watches.
+    pub fn start_from(&self, cache: DirectoryCache) {
+        let _ = self.stop.send(Message::Cache(Box::new(cache)));
     }
 }
 
@@ -86,6 +96,11 @@ pub struct WatchOptions {
     /// Reloads re-read and re-parse only the files that changed ([`DirectoryCache`]); off, every
     /// reload reads and parses every file.
     pub incremental: bool,
+    /// The consumer loads the directory into a [`DirectoryCache`] itself and hands it over
+    /// ([`DirectoryWatch::start_from`]); until then the reload thread keeps the events it sees.
+    /// Off, the reload thread parses the directory again at start, and its first reload replaces
+    /// the consumer's state whole (it does not know what the consumer loaded).
+    pub cache_from_consumer: bool,
 }
 
 impl Default for WatchOptions {
@@ -94,6 +109,7 @@ impl Default for WatchOptions {
             debounce: DEBOUNCE,
             limits: Limits::default(),
             incremental: true,
+            cache_from_consumer: false,
         }
     }
 }
@@ -112,6 +128,12 @@ impl WatchOptions {
     /// Sets [`WatchOptions::incremental`].
     pub fn incremental(mut self, on: bool) -> Self {
         self.incremental = on;
+        self
+    }
+
+    /// Sets [`WatchOptions::cache_from_consumer`] (only for incremental watches).
+    pub fn cache_from_consumer(mut self, on: bool) -> Self {
+        self.cache_from_consumer = on;
         self
     }
 }
@@ -291,11 +313,33 @@ fn reload_loop(
     // changed. Filled now, while the program makes its own first load, so that the first change
     // is already incremental.
     let mut cache = DirectoryCache::default();
-    if options.incremental {
-        let _ = cache.rescan(descriptors, dir, &options.limits);
-    }
     // A burst carried over: events that came while the directory was being read.
     let mut carried: Option<(Burst, Instant)> = None;
+    if options.incremental && options.cache_from_consumer {
+        // The consumer's own load, once it committed it: the events seen meanwhile are the
+        // first burst (the files they name may have changed after the consumer read them).
+        let mut meanwhile = Burst::default();
+        let mut seen = false;
+        loop {
+            match rx.recv() {
+                Ok(Message::Cache(handed)) => {
+                    cache = *handed;
+                    break;
+                }
+                Ok(Message::Event(event)) if is_relevant(&event) => {
+                    meanwhile.add(&event, dir);
+                    seen = true;
+                }
+                Ok(Message::Event(_)) => {}
+                Ok(Message::Stop) | Err(_) => return,
+            }
+        }
+        if seen {
+            carried = Some((meanwhile, Instant::now()));
+        }
+    } else if options.incremental {
+        let _ = cache.rescan(descriptors, dir, &options.limits);
+    }
     loop {
         let (mut burst, burst_start) = match carried.take() {
             Some(carried) => carried,
@@ -309,7 +353,8 @@ fn reload_loop(
                             burst.add(&event, dir);
                             break;
                         }
-                        Ok(Message::Event(_)) => continue,
+                        // A cache handed over late or twice: the thread's own is as recent.
+                        Ok(Message::Event(_) | Message::Cache(_)) => continue,
                         Err(RecvTimeoutError::Timeout) => {
                             if watched.recheck(dir, on_load) {
                                 burst.unknown = true;
@@ -348,7 +393,7 @@ fn reload_loop(
                     }
                     quiet_until = Instant::now() + debounce;
                 }
-                Ok(Message::Event(_)) => {}
+                Ok(Message::Event(_) | Message::Cache(_)) => {}
                 Ok(Message::Stop) => return,
                 Err(()) => {}
             }
@@ -394,7 +439,7 @@ fn reload_loop(
                     during.add(&event, dir);
                     changed = true;
                 }
-                Ok(Message::Event(_)) => {}
+                Ok(Message::Event(_) | Message::Cache(_)) => {}
                 Ok(Message::Stop) | Err(mpsc::TryRecvError::Disconnected) => return,
                 Err(mpsc::TryRecvError::Empty) => break,
             }

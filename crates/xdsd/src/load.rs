@@ -148,6 +148,25 @@ pub fn commit_cache(
     })
 }
 
+/// Loads `dir` into a cache of what each file holds, commits it to `store`, and returns the
+/// cache (marked committed), to be handed to the directory's watch
+/// ([`xdsd_source::DirectoryWatch::start_from`]): the directory is parsed once at start, and the
+/// first change commits only what it changed.
+pub fn load_cache_into(
+    descriptors: &Descriptors,
+    dir: &Path,
+    limits: &xdsd_source::Limits,
+    store: &Store,
+) -> Result<(Loaded, xdsd_source::DirectoryCache), LoadError> {
+    let mut cache = xdsd_source::DirectoryCache::default();
+    cache
+        .rescan(descriptors, dir, limits)
+        .map_err(LoadError::Source)?;
+    let loaded = commit(store, cache.resources())?;
+    cache.committed();
+    Ok((loaded, cache))
+}
+
 /// Loads `dir` and commits it to `store`.
 pub fn load_into(
     descriptors: &Descriptors,

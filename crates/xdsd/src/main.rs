@@ -717,7 +717,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let limits = args.source.limits();
     let metrics = Metrics::new();
     let (source_health, healthy) = tokio::sync::watch::channel(true);
-    let _watch = watch(
+    let incremental = args.reload == ReloadMode::Incremental;
+    let watch = watch(
         &descriptors,
         &dir,
         Watching {
@@ -727,13 +728,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             files: updates,
             metrics: metrics.clone(),
             health: source_health,
-            incremental: args.reload == ReloadMode::Incremental,
+            incremental,
         },
     )?;
     {
         let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
-        let loaded = load::load_into(&descriptors, &dir, &limits, &store)
-            .with_context(|| format!("cannot load resources from {}", dir.display()))?;
+        let cannot = || format!("cannot load resources from {}", dir.display());
+        let loaded = if incremental {
+            // Parsed once: the watch reloads from this load what changes after its start.
+            let (loaded, cache) =
+                load::load_cache_into(&descriptors, &dir, &limits, &store).with_context(cannot)?;
+            watch.start_from(cache);
+            loaded
+        } else {
+            load::load_into(&descriptors, &dir, &limits, &store).with_context(cannot)?
+        };
         log_dangling(&loaded.summary);
         info!(
             dir = %dir.display(),
@@ -890,7 +899,8 @@ fn watch(
     } = watching;
     let options = xdsd_source::WatchOptions::default()
         .limits(limits)
-        .incremental(incremental);
+        .incremental(incremental)
+        .cache_from_consumer(incremental);
     let watched = dir.to_path_buf();
     xdsd_source::watch_directory_updates(
         descriptors.clone(),

@@ -288,3 +288,61 @@ fn a_directory_deleted_and_recreated_or_replaced_is_watched_again() {
     write(&dir, "e.yaml", &cluster_yaml("e"));
     wait_for(&rx, "d and e", |l| names(l) == ["d", "e"]).unwrap();
 }
+
+#[test]
+fn a_watch_handed_the_consumers_load_reloads_only_what_changed_since() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    write(&dir, "a.yaml", &cluster_yaml("a"));
+    write(&dir, "b.yaml", &cluster_yaml("b"));
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let options = xdsd_source::WatchOptions::default().cache_from_consumer(true);
+    let watch =
+        xdsd_source::watch_directory_updates(descriptors(), dir.clone(), options, move |cache| {
+            let update = cache.map(|c| {
+                let names: Vec<String> = c.changes().names.into_iter().map(|(_, n)| n).collect();
+                (c.is_synced(), names, c.resource_count())
+            });
+            let _ = tx.lock().unwrap().send(update.map_err(|e| e.to_string()));
+            true
+        })
+        .unwrap();
+    // The consumer's own load; a change made after the watch started, before the hand-over, is
+    // reloaded from it.
+    let mut cache = xdsd_source::DirectoryCache::default();
+    cache
+        .rescan(&descriptors(), &dir, &xdsd_source::Limits::default())
+        .unwrap();
+    cache.committed();
+    write(&dir, ".c.yaml.tmp", &cluster_yaml("c"));
+    std::fs::rename(dir.join(".c.yaml.tmp"), dir.join("c.yaml")).unwrap();
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "nothing is reloaded before the consumer's load is handed over"
+    );
+    watch.start_from(cache);
+    let (synced, changed, count) = rx
+        .recv_timeout(WAIT)
+        .expect("the change made before the hand-over is reloaded")
+        .expect("no error");
+    assert!(
+        synced,
+        "the first reload is incremental: the consumer holds the handed load"
+    );
+    assert_eq!(
+        changed,
+        ["c"],
+        "only what changed since the consumer's load"
+    );
+    assert_eq!(count, 3);
+    write(
+        &dir,
+        ".a.yaml.tmp",
+        &cluster_yaml("a").replace("name: a", "name: a2"),
+    );
+    std::fs::rename(dir.join(".a.yaml.tmp"), dir.join("a.yaml")).unwrap();
+    let (synced, changed, _) = rx.recv_timeout(WAIT).expect("reloaded").expect("no error");
+    assert!(synced);
+    assert_eq!(changed, ["a", "a2"], "a went away, a2 came");
+}
