@@ -62,7 +62,8 @@ impl ParamSet {
         Some(self.pairs()[i].1.as_str())
     }
 
-    /// Sets `key` to `value`, replacing any earlier value.
+    /// Sets `key` to `value`, replacing any earlier value. The set is copied: build a set of
+    /// many pairs by collecting them.
     pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
         let (key, value) = (key.into(), value.into());
         let mut pairs = self.pairs().to_vec();

@@ -209,19 +209,17 @@ fn user_agent_version(node: &Node) -> String {
 impl ClientNode {
     /// Reads what xdsd uses of a `Node`; bounded like every parameter set.
     pub fn from_node(node: &Node) -> Result<ClientNode, SessionError> {
-        let mut derived = ParamSet::new();
-        if let Some(metadata) = &node.metadata {
-            let strings = metadata.fields.iter().filter_map(|(k, v)| match &v.kind {
-                Some(Kind::StringValue(s)) => Some((k, s)),
-                _ => None,
-            });
-            for (key, value) in strings {
-                derived.insert(key.as_str(), value.as_str());
-            }
-        }
-        if !node.cluster.is_empty() {
-            derived.insert(NODE_CLUSTER_PARAM, node.cluster.as_str());
-        }
+        // Collected in one go, before the bound is checked: a node may send any number of
+        // fields, and a set copies itself on each insert.
+        let strings = node.metadata.iter().flat_map(|m| &m.fields);
+        let strings = strings.filter_map(|(k, v)| match &v.kind {
+            Some(Kind::StringValue(s)) => Some((k.as_str(), s.as_str())),
+            _ => None,
+        });
+        // The cluster last: it wins over a metadata field of the same key.
+        let cluster =
+            (!node.cluster.is_empty()).then_some((NODE_CLUSTER_PARAM, node.cluster.as_str()));
+        let derived: ParamSet = strings.chain(cluster).collect();
         check_params("the node's metadata", &derived)?;
         let mut dynamic_parameters = BTreeMap::new();
         for (type_url, params) in &node.dynamic_parameters {
