@@ -598,9 +598,10 @@ impl SotwSubscription {
             .map(move |pid| (name.clone(), *pid))
     }
 
-    /// Whether the client was last sent `resource` (this version of it) for `key`.
-    fn was_sent(&self, key: &Key, resource: &Resource) -> bool {
-        matches!(self.names.get(&key.0, key.1), Some(Some(sent)) if sent.version() == resource.version())
+    /// Whether the client was last sent `resource` (this version of it) for the key (`name`,
+    /// `pid`).
+    fn was_sent(&self, name: &Arc<str>, pid: Pid, resource: &Resource) -> bool {
+        matches!(self.names.get(name, pid), Some(Some(sent)) if sent.version() == resource.version())
     }
 
     /// Records what the client is sent for each subscribed key: its resource in `views`, or
@@ -667,7 +668,9 @@ impl SotwSubscription {
                 let wildcard = self.wildcard.map(|w| (name.clone(), w));
                 for key in keys.iter().chain(wildcard.iter()) {
                     if let Some(r) = views.get(&key.0, key.1) {
-                        if !self.was_sent(key, r) && !updated.iter().any(|u| Arc::ptr_eq(u, r)) {
+                        if !self.was_sent(&key.0, key.1, r)
+                            && !updated.iter().any(|u| Arc::ptr_eq(u, r))
+                        {
                             updated.push(r.clone());
                         }
                     }
@@ -902,7 +905,7 @@ impl SotwSubscription {
                     let owed = self.respond
                         || self.forced.contains(&key)
                         || !explicit
-                        || !self.was_sent(&key, resource);
+                        || !self.was_sent(&key.0, key.1, resource);
                     if owed {
                         out.push(resource.clone());
                         if let Some(sent) = self.names.get_mut(&key.0, key.1) {
@@ -1106,7 +1109,7 @@ impl SotwSubscription {
         let explicit = self.keys_of(name).any(|key| {
             views
                 .get(&key.0, key.1)
-                .is_some_and(|r| self.was_sent(&key, r))
+                .is_some_and(|r| self.was_sent(&key.0, key.1, r))
         });
         explicit
             || self.wildcard.is_some_and(|w| {
@@ -1123,8 +1126,7 @@ impl SotwSubscription {
             .keys()
             .filter_map(|(name, pid)| {
                 let r = views.get(name, pid)?;
-                let sent = self.names.get(name, pid).and_then(|s| s.as_ref());
-                (sent.map(|s| s.version()) != Some(r.version())).then(|| r.clone())
+                (!self.was_sent(name, pid, r)).then(|| r.clone())
             })
             .collect();
         if let Some(w) = self.wildcard {
