@@ -298,6 +298,64 @@ fn map_of<'a>(
     })
 }
 
+/// How [`put_built`] edits a type.
+#[derive(Clone, Copy)]
+enum Edit {
+    /// The type is built whole from what is put (`replace_all`); a variant put twice is an error.
+    Full,
+    /// The type is the current one with what is put; a variant put twice, or kept by the store,
+    /// is an error.
+    Add,
+    /// The type is the current one with what is put; a variant put replaces the one the store has.
+    Replace,
+}
+
+/// Puts what `input` (of `type_url`) builds — the resource, and a VHDS route configuration's
+/// virtual hosts — into the edits of their types.
+fn put_built(
+    next: &mut HashMap<Arc<str>, TypeEdit>,
+    current: &Snapshot,
+    type_url: &Arc<str>,
+    hosts_type: &Arc<str>,
+    input: ResourceInput,
+    edit: Edit,
+) -> Result<(), StoreError> {
+    for (type_url, resource) in build_all(current, type_url, hosts_type, input)? {
+        let type_edit = match edit {
+            Edit::Full => next.entry(type_url.clone()).or_insert_with(TypeEdit::full),
+            Edit::Add | Edit::Replace => map_of(next, current, &type_url),
+        };
+        put(
+            type_edit,
+            &type_url,
+            resource,
+            matches!(edit, Edit::Replace),
+        )?;
+    }
+    Ok(())
+}
+
+/// Takes out of the virtual hosts the ones the route configuration `name` made (VHDS): all of
+/// them, or (`variant`) those of one variant's constraints.
+fn take_out_hosts(
+    next: &mut HashMap<Arc<str>, TypeEdit>,
+    current: &Snapshot,
+    hosts_type: &Arc<str>,
+    name: &str,
+    variant: Option<Option<&Constraints>>,
+) {
+    let taken_out = |host: &Resource| {
+        host.parent().is_some_and(|p| **p == *name)
+            && variant.is_none_or(|c| same_constraints(host, c))
+    };
+    let hosts = map_of(next, current, hosts_type);
+    for host in hosts.names_with_prefix(&vhds::host_prefix(name)) {
+        if hosts.get(&host).iter().any(|v| taken_out(v)) {
+            hosts.variants_mut(&host).retain(|v| !taken_out(v));
+        }
+    }
+}
+
 /// Whether two variants are for the same constraints (both unconstrained included).
 fn same_constraints(a: &Resource, b: Option<&Constraints>) -> bool {
     a.constraints().map(|c| &**c) == b
@@ -380,14 +438,14 @@ impl Store {
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
         for input in resources {
             let type_url = intern_type(&current, &input.type_url)?;
-            for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)? {
-                put(
-                    next.entry(type_url.clone()).or_insert_with(TypeEdit::full),
-                    &type_url,
-                    resource,
-                    false,
-                )?;
-            }
+            put_built(
+                &mut next,
+                &current,
+                &type_url,
+                &hosts_type,
+                input,
+                Edit::Full,
+            )?;
         }
         for type_url in current.type_map().keys() {
             next.entry(type_url.clone()).or_insert_with(TypeEdit::full);
@@ -423,27 +481,19 @@ impl Store {
                 .variants_mut(&name)
                 .retain(|v| v.parent().is_some());
             if *type_url == *ROUTE_CONFIGURATION {
-                let prefix = vhds::host_prefix(&name);
-                let hosts = map_of(&mut next, &current, &hosts_type);
-                for host in hosts.names_with_prefix(&prefix) {
-                    if hosts.get(&host).iter().any(|v| v.parent() == Some(&name)) {
-                        hosts
-                            .variants_mut(&host)
-                            .retain(|v| v.parent() != Some(&name));
-                    }
-                }
+                take_out_hosts(&mut next, &current, &hosts_type, &name, None);
             }
         }
         for input in resources {
             let type_url = intern_type(&current, &input.type_url)?;
-            for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)? {
-                put(
-                    map_of(&mut next, &current, &type_url),
-                    &type_url,
-                    resource,
-                    false,
-                )?;
-            }
+            put_built(
+                &mut next,
+                &current,
+                &type_url,
+                &hosts_type,
+                input,
+                Edit::Add,
+            )?;
         }
         self.commit(&current, next, true)
     }
@@ -474,28 +524,18 @@ impl Store {
                     Change::RemoveVariant { constraints, .. } => Some(constraints.as_ref()),
                     Change::Remove { .. } => None,
                 };
-                let taken_out = |host: &Resource| {
-                    host.parent().is_some_and(|p| **p == *name)
-                        && variant.is_none_or(|c| same_constraints(host, c))
-                };
-                let hosts = map_of(&mut next, &current, &hosts_type);
-                for host in hosts.names_with_prefix(&vhds::host_prefix(&name)) {
-                    if hosts.get(&host).iter().any(|v| taken_out(v)) {
-                        hosts.variants_mut(&host).retain(|v| !taken_out(v));
-                    }
-                }
+                take_out_hosts(&mut next, &current, &hosts_type, &name, variant);
             }
             match change {
                 Change::Set(input) => {
-                    for (type_url, resource) in build_all(&current, &type_url, &hosts_type, input)?
-                    {
-                        put(
-                            map_of(&mut next, &current, &type_url),
-                            &type_url,
-                            resource,
-                            true,
-                        )?;
-                    }
+                    put_built(
+                        &mut next,
+                        &current,
+                        &type_url,
+                        &hosts_type,
+                        input,
+                        Edit::Replace,
+                    )?;
                 }
                 Change::Remove { .. } => {
                     let name = intern(current.get(&type_url).map(|t| &**t), &name);
