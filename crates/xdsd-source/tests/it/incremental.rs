@@ -123,6 +123,57 @@ fn apply(dir: &Path, op: &Op) {
     }
 }
 
+/// A temporary directory, and what a load of it needs, with an empty cache that trusts file
+/// stamps at once.
+struct Setup {
+    tmp: tempfile::TempDir,
+    descriptors: xdsd_source::Descriptors,
+    limits: Limits,
+    cache: DirectoryCache,
+}
+
+fn setup() -> Setup {
+    Setup {
+        tmp: tempfile::tempdir().expect("a temporary directory"),
+        descriptors: crate::descriptors(),
+        limits: Limits::default(),
+        cache: DirectoryCache::with_racy_window(Duration::ZERO),
+    }
+}
+
+/// Resources by (type URL, name), each name's in order: what a consumer holds.
+type ByKey = std::collections::BTreeMap<(String, String), Vec<ParsedResource>>;
+
+fn by_key(resources: impl IntoIterator<Item = ParsedResource>) -> ByKey {
+    let mut out = ByKey::default();
+    for r in resources {
+        out.entry((r.type_url.clone(), r.name.clone()))
+            .or_default()
+            .push(r);
+    }
+    out
+}
+
+/// After `op`, the incremental and the full load both failed, alike (when both succeed, each
+/// test compares what it compares).
+fn same_errors<T, U>(
+    incremental: &Result<T, xdsd_source::SourceError>,
+    full: &Result<U, xdsd_source::SourceError>,
+    op: &Op,
+) -> Result<(), TestCaseError> {
+    match (incremental, full) {
+        (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string(), "after {:?}", op),
+        _ => prop_assert!(
+            false,
+            "after {:?}: incremental {:?}, full {:?}",
+            op,
+            incremental.is_ok(),
+            full.is_ok()
+        ),
+    }
+    Ok(())
+}
+
 fn config() -> ProptestConfig {
     let cases = std::env::var("XDSD_FUZZ_CASES")
         .ok()
@@ -140,19 +191,15 @@ proptest! {
 
     #[test]
     fn an_incremental_reload_ends_in_the_state_a_full_reload_gives(ops in ops()) {
-        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let Setup { tmp, descriptors, limits, mut cache } = setup();
         let dir = tmp.path();
-        let descriptors = crate::descriptors();
-        let limits = Limits::default();
-        let mut cache = DirectoryCache::with_racy_window(Duration::ZERO);
         for op in &ops {
             apply(dir, op);
             let incremental = cache.load(&descriptors, dir, &limits);
             let full = load_directory_with(&descriptors, dir, &limits);
             match (&incremental, &full) {
                 (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "after {:?}", op),
-                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string(), "after {:?}", op),
-                _ => prop_assert!(false, "after {:?}: incremental {:?}, full {:?}", op, incremental.is_ok(), full.is_ok()),
+                _ => same_errors(&incremental, &full, op)?,
             }
         }
     }
@@ -160,14 +207,16 @@ proptest! {
 
 #[test]
 fn only_the_files_that_changed_are_read_and_parsed() {
-    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let Setup {
+        tmp,
+        descriptors,
+        limits,
+        mut cache,
+    } = setup();
     let dir = tmp.path();
-    let descriptors = crate::descriptors();
-    let limits = Limits::default();
     for (i, file) in ["a.yaml", "b.yaml", "c.yaml"].iter().enumerate() {
         std::fs::write(dir.join(file), content(0, i as u8, file)).expect("written");
     }
-    let mut cache = DirectoryCache::with_racy_window(Duration::ZERO);
     let first = cache.load(&descriptors, dir, &limits).expect("loads");
     assert_eq!(cache.last_load(), (3, 3));
     assert_eq!(
@@ -231,15 +280,11 @@ proptest! {
     /// applies only the names that changed; both end where a full load does.
     #[test]
     fn an_event_driven_reload_ends_in_the_state_a_full_reload_gives(ops in ops_with_dirs()) {
-        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let Setup { tmp, descriptors, limits, mut cache } = setup();
         let dir = tmp.path();
-        let descriptors = crate::descriptors();
-        let limits = Limits::default();
-        let mut cache = DirectoryCache::with_racy_window(Duration::ZERO);
         cache.rescan(&descriptors, dir, &limits).expect("an empty directory loads");
         // What a consumer holds: every resource by (type URL, name), from the last commit.
-        let mut held: std::collections::BTreeMap<(String, String), Vec<ParsedResource>> =
-            Default::default();
+        let mut held = ByKey::default();
         for op in &ops {
             let before: std::collections::HashSet<std::path::PathBuf> = walkdirs(dir);
             apply(dir, op);
@@ -254,25 +299,15 @@ proptest! {
                         for name in &changes.names {
                             held.remove(name);
                         }
-                        for r in changes.resources {
-                            held.entry((r.type_url.clone(), r.name.clone())).or_default().push(r);
-                        }
+                        // Every resource of a changed name comes with the changes.
+                        held.extend(by_key(changes.resources));
                     } else {
-                        held.clear();
-                        for r in cache.resources() {
-                            held.entry((r.type_url.clone(), r.name.clone())).or_default().push(r);
-                        }
+                        held = by_key(cache.resources());
                     }
                     cache.committed();
-                    let mut want: std::collections::BTreeMap<(String, String), Vec<ParsedResource>> =
-                        Default::default();
-                    for r in b {
-                        want.entry((r.type_url.clone(), r.name.clone())).or_default().push(r.clone());
-                    }
-                    prop_assert_eq!(&held, &want, "after {:?}", op);
+                    prop_assert_eq!(&held, &by_key(b.iter().cloned()), "after {:?}", op);
                 }
-                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string(), "after {:?}", op),
-                _ => prop_assert!(false, "after {:?}: incremental {:?}, full {:?}", op, incremental.is_ok(), full.is_ok()),
+                _ => same_errors(&incremental, &full, op)?,
             }
         }
     }
