@@ -16,8 +16,8 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::sotw::{reset, WILDCARD};
 use super::{
-    intern_key, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
-    PART_OVERHEAD,
+    intern_key, part_len, Key, Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange,
+    Views, PART_OVERHEAD,
 };
 use crate::params::Constraints;
 use crate::store::{
@@ -34,7 +34,7 @@ pub struct DeltaResponse {
     pub type_url: Arc<str>,
     /// The type's version, for debugging only: clients track versions per resource.
     pub system_version_info: Arc<str>,
-    pub nonce: String,
+    pub nonce: Nonce,
     pub resources: Vec<Arc<Resource>>,
     /// Names to drop (`removed_resources`), for clients that hold resources by name.
     pub removed: Vec<Arc<str>>,
@@ -251,7 +251,7 @@ pub struct DeltaSubscription {
     /// first response, which sends the whole view in its order), until every part went out or
     /// the rest is computed again.
     pending_base: Option<(Pid, Arc<View>)>,
-    last_nonce: Option<String>,
+    last_nonce: Option<Nonce>,
     last_version: Option<Arc<str>>,
     /// Owed: compare every resource of the type with what the client has (first request, wildcard
     /// turned on); an answer even if empty (first request).
@@ -452,7 +452,7 @@ impl DeltaSubscription {
             match &request.error_detail {
                 Some(status) => RequestKind::Nack {
                     nonce: nonce.to_owned(),
-                    rejected_version: (self.last_nonce.as_deref() == Some(nonce))
+                    rejected_version: (self.last_nonce.is_some_and(|n| n == nonce))
                         .then(|| self.last_version.clone())
                         .flatten(),
                     message: status.message.clone(),
@@ -1087,7 +1087,7 @@ impl DeltaSubscription {
         }
         let system_version_info = self.version(views);
         let nonce = nonces.next_nonce();
-        self.last_nonce = Some(nonce.clone());
+        self.last_nonce = Some(nonce);
         self.last_version = Some(system_version_info.clone());
         Some(DeltaResponse {
             type_url: self.type_url.clone(),

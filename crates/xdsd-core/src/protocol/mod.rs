@@ -132,9 +132,91 @@ pub struct NonceGen {
 }
 
 impl NonceGen {
-    pub fn next_nonce(&mut self) -> String {
+    pub fn next_nonce(&mut self) -> Nonce {
         self.next += 1;
-        self.next.to_string()
+        Nonce::from(self.next)
+    }
+}
+
+/// A nonce xdsd made: a counter's decimal digits, kept inline. A response, the machine that
+/// sent it, its session and the stream's record of its client each hold the nonce of the last
+/// response of every type; as a `String` that was four allocations per response.
+/// The default is the empty nonce of responses that are not answered (REST, `Fetch`).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Nonce {
+    digits: [u8; 20],
+    len: u8,
+}
+
+impl From<u64> for Nonce {
+    fn from(mut n: u64) -> Nonce {
+        // u64::MAX has 20 digits.
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let len = digits.len() - at;
+        digits.copy_within(at.., 0);
+        Nonce {
+            digits,
+            len: len as u8,
+        }
+    }
+}
+
+impl Nonce {
+    pub fn as_str(&self) -> &str {
+        // Only ASCII digits are ever written (`From<u64>`).
+        std::str::from_utf8(&self.digits[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for Nonce {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<str> for Nonce {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Nonce {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for Nonce {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<Nonce> for String {
+    fn eq(&self, other: &Nonce) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl std::fmt::Display for Nonce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for Nonce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
@@ -276,7 +358,14 @@ mod tests {
     fn nonces_are_never_reused_on_a_stream() {
         let mut nonces = NonceGen::default();
         let all: std::collections::HashSet<String> =
-            (0..1000).map(|_| nonces.next_nonce()).collect();
+            (0..1000).map(|_| nonces.next_nonce().to_string()).collect();
         assert_eq!(all.len(), 1000);
+    }
+
+    #[test]
+    fn a_nonce_is_its_counter_in_decimal() {
+        for n in [0, 1, 9, 10, 1234567890, u64::MAX] {
+            assert_eq!(Nonce::from(n).as_str(), n.to_string());
+        }
     }
 }

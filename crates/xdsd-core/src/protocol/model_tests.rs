@@ -140,7 +140,7 @@ fn sotw_run(type_url: &str, seed: u64) {
                 held.clear();
             }
             held.extend(versions);
-            old_nonce = std::mem::replace(&mut nonce, response.nonce.clone());
+            old_nonce = std::mem::replace(&mut nonce, response.nonce.to_string());
         }
         // What the client must hold now (nothing before it asked for anything).
         if names.is_none() {

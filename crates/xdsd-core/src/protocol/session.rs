@@ -24,7 +24,7 @@ use prost::Message as _;
 use super::delta::{DeltaResponse, DeltaSubscription};
 use super::identity::IdentityBinding;
 use super::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
-use super::{NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
+use super::{Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::hash::{HashMap, HashSet};
 use crate::params::ParamSet;
 use crate::store::{Changes, Resource, Snapshot, TypeSnapshot};
@@ -349,7 +349,7 @@ pub trait Machine: Send + 'static {
     fn key_count(&self) -> usize;
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<Self::Response>;
     /// (version, resources, removed names, nonce) of a response, for logs.
-    fn describe(response: &Self::Response) -> (&str, usize, usize, &str);
+    fn describe(response: &Self::Response) -> (&str, usize, usize, Nonce);
     /// Whether the client was sent `name` as the store holds it now.
     fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool;
     /// The subscribed resources the client was not sent as the store holds them now.
@@ -427,8 +427,8 @@ impl Machine for SotwSubscription {
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
         SotwSubscription::poll_response(self, views, nonces)
     }
-    fn describe(r: &SotwResponse) -> (&str, usize, usize, &str) {
-        (&r.version_info, r.len(), 0, &r.nonce)
+    fn describe(r: &SotwResponse) -> (&str, usize, usize, Nonce) {
+        (&r.version_info, r.len(), 0, r.nonce)
     }
     fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
         SotwSubscription::has_sent(self, name, views)
@@ -516,12 +516,12 @@ impl Machine for DeltaSubscription {
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<DeltaResponse> {
         DeltaSubscription::poll_response(self, views, nonces)
     }
-    fn describe(r: &DeltaResponse) -> (&str, usize, usize, &str) {
+    fn describe(r: &DeltaResponse) -> (&str, usize, usize, Nonce) {
         (
             &r.system_version_info,
             r.resources.len(),
             r.removed.len() + r.removed_variants.len(),
-            &r.nonce,
+            r.nonce,
         )
     }
     fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
@@ -572,7 +572,7 @@ struct TypeState<M> {
     ttls: HashMap<Arc<str>, Duration>,
     next_heartbeat: Option<Instant>,
     /// The nonce of the latest response, until the client ACKs or NACKs it.
-    unacked: Option<String>,
+    unacked: Option<Nonce>,
     /// Since when make-before-break holds this type's response back.
     held_since: Option<Instant>,
     /// How many keys the machine has subscribed, as of the last request.
@@ -794,7 +794,7 @@ impl<M: Machine> Session<M> {
             current,
         );
         if let RequestKind::Ack { nonce } | RequestKind::Nack { nonce, .. } = &kind {
-            if state.unacked.as_ref() == Some(nonce) {
+            if state.unacked.is_some_and(|n| n == *nonce) {
                 state.unacked = None;
             }
         }
@@ -991,7 +991,7 @@ impl<M: Machine> Session<M> {
             if self.node.as_deref().is_some_and(M::takes_ttl) {
                 track_ttls(state, &M::with_ttl(&response), now);
             }
-            state.unacked = Some(M::describe(&response).3.to_owned());
+            state.unacked = Some(M::describe(&response).3);
             state.held_since = None;
             // A changed resource may need others sent again for the client to finish warming it
             // (an updated EDS cluster needs its endpoints): they come later in push order.

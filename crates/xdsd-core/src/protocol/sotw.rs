@@ -13,8 +13,8 @@ use envoy_types::pb::google::rpc::Status;
 use prost::Message as _;
 
 use super::{
-    intern_key, part_len, Key, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views,
-    PART_OVERHEAD,
+    intern_key, part_len, Key, Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange,
+    Views, PART_OVERHEAD,
 };
 use crate::store::{field_len, Encoding, Interner, Resource, TypeSnapshot, View};
 
@@ -268,7 +268,7 @@ impl From<&DiscoveryRequest> for SotwRequest {
 pub struct SotwResponse {
     pub type_url: Arc<str>,
     pub version_info: Arc<str>,
-    pub nonce: String,
+    pub nonce: Nonce,
     pub resources: SotwResources,
     /// How resources go out: wrapped in `Resource` with their `resource_name` (name and dynamic
     /// parameter constraints) for clients that subscribe with dynamic parameters (xRFC TP2), and
@@ -337,7 +337,7 @@ pub struct SotwSubscription {
     /// request by far).
     last_names: Option<(usize, u64)>,
     /// Nonce and version of the latest response sent.
-    last_nonce: Option<String>,
+    last_nonce: Option<Nonce>,
     last_version: Option<Arc<str>>,
     /// What is owed: a response even if nothing changed (first request, wildcard turned on), the
     /// newly subscribed keys (sent even if sent before), names the store changed.
@@ -727,7 +727,7 @@ impl SotwSubscription {
         oversized: Option<usize>,
     ) -> SotwResponse {
         let nonce = nonces.next_nonce();
-        self.last_nonce = Some(nonce.clone());
+        self.last_nonce = Some(nonce);
         self.last_version = Some(version_info.clone());
         SotwResponse {
             type_url: self.type_url.clone(),

@@ -244,7 +244,7 @@ fn type_json(t: &TypeStatus) -> Value {
     let last_sent = t.last_sent.as_ref().map(|s| {
         json!({
             "version": &*s.version,
-            "nonce": s.nonce,
+            "nonce": s.nonce.as_str(),
             "at": unix(s.at),
             "resource_count": s.resource_count,
             "removed": s.removed,

@@ -184,11 +184,11 @@ mod tests {
         out
     }
 
-    fn sotw(resources: SotwResources, nonce: &str) -> SotwResponse {
+    fn sotw(resources: SotwResources, nonce: u64) -> SotwResponse {
         SotwResponse {
             type_url: CLUSTER.into(),
             version_info: "v1".into(),
-            nonce: nonce.into(),
+            nonce: crate::protocol::Nonce::from(nonce),
             resources,
             encoding: Default::default(),
             updated: Vec::new(),
@@ -200,12 +200,12 @@ mod tests {
     async fn the_driver_hands_over_a_response_only_once_the_body_took_the_last() {
         use futures::FutureExt as _;
         let (mut tx, rx) = channel::<SotwResponse>();
-        let first = Box::new(Ok(sotw(SotwResources::Some(Vec::new()), "1")));
+        let first = Box::new(Ok(sotw(SotwResources::Some(Vec::new()), 1)));
         assert!(
             send(&mut tx, first).now_or_never().is_some(),
             "the first goes at once"
         );
-        let second = Box::new(Ok(sotw(SotwResources::Some(Vec::new()), "2")));
+        let second = Box::new(Ok(sotw(SotwResources::Some(Vec::new()), 2)));
         let mut pending = Box::pin(send(&mut tx, second));
         assert!(
             (&mut pending).now_or_never().is_none(),
@@ -237,8 +237,8 @@ mod tests {
         .view(&crate::params::ParamSet::new());
         let (chunks, trailers) = collect(
             vec![
-                sotw(SotwResources::Some(list), "1"),
-                sotw(SotwResources::All(all), "2"),
+                sotw(SotwResources::Some(list), 1),
+                sotw(SotwResources::All(all), 2),
             ],
             None,
         )
@@ -269,7 +269,7 @@ mod tests {
         let response = DeltaResponse {
             type_url: CLUSTER.into(),
             system_version_info: "v2".into(),
-            nonce: "9".into(),
+            nonce: crate::protocol::Nonce::from(9),
             resources: vec![resource("a", 10), resource("b", 5_000)],
             removed: vec![Arc::from("gone")],
             removed_variants: Vec::new(),
@@ -297,7 +297,7 @@ mod tests {
     #[tokio::test]
     async fn many_small_resources_are_coalesced_into_bounded_chunks() {
         let list: Vec<Arc<Resource>> = (0..2_000).map(|i| resource(&format!("r{i}"), 50)).collect();
-        let (chunks, _) = collect(vec![sotw(SotwResources::Some(list), "1")], None).await;
+        let (chunks, _) = collect(vec![sotw(SotwResources::Some(list), 1)], None).await;
         assert!(
             chunks.len() > 1 && chunks.len() < 20,
             "{} chunks",

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::metrics::{Metrics, TypeMetrics};
 use crate::protocol::session::ClientNode;
+use crate::protocol::Nonce;
 use crate::store::{Resource, View};
 
 /// The resources of a type's last response a stream keeps (names, versions, origins): a response
@@ -64,7 +65,7 @@ pub struct TypeStatus {
 pub struct Sent {
     /// The response's version: the type's for SotW, `system_version_info` for delta.
     pub version: Arc<str>,
-    pub nonce: String,
+    pub nonce: Nonce,
     pub at: SystemTime,
     /// How many resources it carried.
     pub resource_count: usize,
@@ -222,50 +223,51 @@ impl Track {
         &mut self.types[last].1
     }
 
-    /// A response of `bytes` went out.
+    /// A response of `bytes` went out at `now`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn sent(
         &mut self,
         type_url: &Arc<str>,
         version: &Arc<str>,
-        nonce: &str,
+        nonce: Nonce,
         resources: SentResources,
         resource_count: usize,
         removed: usize,
         updated: &[Arc<Resource>],
         bytes: usize,
+        now: Instant,
     ) {
         let t = self.track(type_url, true);
         t.metrics.sent(resource_count, bytes);
         t.status.last_sent = Some(Sent {
             version: version.clone(),
-            nonce: nonce.to_owned(),
+            nonce,
             at: SystemTime::now(),
             resource_count,
             removed,
             resources,
         });
         t.status.pending = true;
-        t.sent_instant = Some(Instant::now());
-        t.updated = updated
-            .iter()
-            .take(MAX_TRACKED_RESOURCES)
-            .cloned()
-            .collect();
+        t.sent_instant = Some(now);
+        // Kept in place: one allocation per type, not one per response.
+        t.updated.clear();
+        t.updated
+            .extend(updated.iter().take(MAX_TRACKED_RESOURCES).cloned());
     }
 
-    /// The client ACKed (`nack` None) or NACKed the response with `nonce`. Returns the time
-    /// since that response went out, when it is the latest.
+    /// The client ACKed (`nack` None) or NACKed the response with `nonce`, at `now`. Returns
+    /// the time since that response went out, when it is the latest.
     pub(crate) fn answered(
         &mut self,
         type_url: &Arc<str>,
         nonce: &str,
         nack: Option<(Option<Arc<str>>, &str)>,
+        now: Instant,
     ) -> Option<Duration> {
         let t = self.track(type_url, true);
         let latest = t.status.last_sent.as_ref().filter(|s| s.nonce == nonce);
         let latency = match (latest, t.sent_instant) {
-            (Some(_), Some(at)) if t.status.pending => Some(at.elapsed()),
+            (Some(_), Some(at)) if t.status.pending => Some(now.saturating_duration_since(at)),
             _ => None,
         };
         if latest.is_some() {
@@ -278,11 +280,23 @@ impl Track {
                 let version = latest
                     .map(|s| s.version.clone())
                     .unwrap_or_else(|| Arc::from(""));
-                t.status.last_ack = Some(Ack {
-                    version,
-                    nonce: nonce.to_owned(),
-                    at,
-                });
+                match &mut t.status.last_ack {
+                    // Written over in place: every ACK of a stream is one, and its nonce a
+                    // string as long as the last.
+                    Some(ack) => {
+                        ack.version = version;
+                        ack.nonce.clear();
+                        ack.nonce.push_str(nonce);
+                        ack.at = at;
+                    }
+                    None => {
+                        t.status.last_ack = Some(Ack {
+                            version,
+                            nonce: nonce.to_owned(),
+                            at,
+                        })
+                    }
+                }
                 t.status.nacked = false;
             }
             Some((version, message)) => {
@@ -392,15 +406,21 @@ mod tests {
         track.sent(
             &t,
             &Arc::from("v1"),
-            "1",
+            Nonce::from(1),
             SentResources::list(all.iter()),
             1,
             0,
             &all,
             10,
+            Instant::now(),
         );
         assert!(track.types()[0].pending);
-        let latency = track.answered(&t, "1", Some((Some("v1".into()), "bad is bad")));
+        let latency = track.answered(
+            &t,
+            "1",
+            Some((Some("v1".into()), "bad is bad")),
+            Instant::now(),
+        );
         assert!(latency.is_some());
         let status = &track.types()[0];
         assert!(status.nacked && !status.pending);
@@ -409,14 +429,15 @@ mod tests {
         track.sent(
             &t,
             &Arc::from("v2"),
-            "2",
+            Nonce::from(2),
             SentResources::list(all.iter()),
             1,
             0,
             &all,
             10,
+            Instant::now(),
         );
-        let latency = track.answered(&t, "2", None);
+        let latency = track.answered(&t, "2", None, Instant::now());
         assert!(latency.is_some());
         let status = &track.types()[0];
         assert!(!status.nacked && !status.pending);

@@ -19,7 +19,7 @@ use crate::params::ParamSet;
 
 use crate::protocol::session::{ErrorKind, Session, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
-use crate::protocol::SubscriptionChange;
+use crate::protocol::{Nonce, SubscriptionChange};
 use crate::store::{Encoding, Snapshot, View};
 
 /// Answers `request` to the per-type service of `type_url` with the store's current state: what
@@ -111,7 +111,7 @@ fn empty(type_url: Arc<str>, params: &ParamSet, snapshot: &Snapshot) -> SotwResp
     SotwResponse {
         type_url,
         version_info,
-        nonce: String::new(),
+        nonce: Nonce::default(),
         resources: SotwResources::Some(Vec::new()),
         encoding: Encoding::default(),
         updated: Vec::new(),
@@ -186,7 +186,7 @@ mod tests {
         let part = |resources, version: &str| SotwResponse {
             type_url: t.type_url().clone(),
             version_info: version.into(),
-            nonce: version.to_owned(),
+            nonce: Nonce::default(),
             resources,
             encoding: Encoding::default(),
             updated: Vec::new(),

@@ -40,6 +40,7 @@ use super::wire::SotwWire;
 
 use crate::protocol::session::{ErrorKind, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse};
+use crate::protocol::Nonce;
 use crate::types;
 
 /// Converts between proto3 JSON and the protobuf encoding of the two REST messages.
@@ -299,7 +300,7 @@ impl Rest {
         );
         let mut response = answer.response;
         response.version_info = version.into();
-        response.nonce = String::new();
+        response.nonce = Nonce::default();
         let encoded = SotwWire::from(response).encode_to_vec();
         let json = self.codec.response_to_json(&encoded).map_err(|e| {
             error(

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use super::clients::{ClientStatus, SentResources, Track};
 use super::metrics::Metrics;
 use crate::protocol::session::ClientNode;
+use crate::protocol::Nonce;
 use crate::store::Resource;
 
 /// Counts of one stream, or totals of a server.
@@ -67,12 +68,14 @@ pub(crate) struct StreamEntry {
 /// A response as the stream driver describes it to [`StreamEntry::sent`].
 pub(crate) struct SentResponse<'a> {
     pub(crate) version: &'a Arc<str>,
-    pub(crate) nonce: &'a str,
+    pub(crate) nonce: Nonce,
     pub(crate) resources: SentResources,
     pub(crate) resource_count: usize,
     pub(crate) removed: usize,
     pub(crate) updated: &'a [Arc<Resource>],
     pub(crate) bytes: usize,
+    /// When it went out.
+    pub(crate) now: Instant,
 }
 
 impl StreamEntry {
@@ -106,23 +109,25 @@ impl StreamEntry {
             response.removed,
             response.updated,
             response.bytes,
+            response.now,
         );
     }
 
     /// The client ACKed (`nack` None) or NACKed (`Some((rejected version, message))`) the
-    /// response with `nonce`.
+    /// response with `nonce`, at `now`.
     pub(crate) fn answered(
         &self,
         type_url: &Arc<str>,
         nonce: &str,
         nack: Option<(Option<Arc<str>>, &str)>,
+        now: Instant,
     ) {
         let ack = nack.is_none();
         for c in [&self.counters, &*self.totals] {
             let counter = if ack { &c.acks } else { &c.nacks };
             counter.fetch_add(1, Ordering::Relaxed);
         }
-        self.track().answered(type_url, nonce, nack);
+        self.track().answered(type_url, nonce, nack, now);
     }
 
     fn client_status(&self, id: u64) -> ClientStatus {

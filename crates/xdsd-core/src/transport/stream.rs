@@ -251,7 +251,7 @@ impl<V: Variant> Stream<V> {
                 "subscribe"
             ),
             RequestKind::Ack { nonce } => {
-                self.stats.answered(type_url, nonce, None);
+                self.stats.answered(type_url, nonce, None, Instant::now());
                 debug!(stream, node = %shown(node), type_url = %shown(type_url), nonce = %shown(nonce), "ACK")
             }
             RequestKind::Nack {
@@ -259,8 +259,12 @@ impl<V: Variant> Stream<V> {
                 rejected_version,
                 message,
             } => {
-                self.stats
-                    .answered(type_url, nonce, Some((rejected_version.clone(), message)));
+                self.stats.answered(
+                    type_url,
+                    nonce,
+                    Some((rejected_version.clone(), message)),
+                    Instant::now(),
+                );
                 warn!(
                     stream,
                     node = %shown(node),
@@ -291,8 +295,11 @@ impl<V: Variant> Stream<V> {
             return Ok(());
         }
         let snapshot = self.ctx.store.snapshot();
-        while let Some((type_url, response)) = self.session.poll_response(&snapshot, Instant::now())
-        {
+        loop {
+            let now = Instant::now();
+            let Some((type_url, response)) = self.session.poll_response(&snapshot, now) else {
+                break;
+            };
             let (version, resources, removed, nonce) = V::describe(&response);
             debug!(
                 stream = self.id,
@@ -301,7 +308,7 @@ impl<V: Variant> Stream<V> {
                 version,
                 resources,
                 removed,
-                nonce,
+                nonce = nonce.as_str(),
                 "push"
             );
             if let Some(size) = V::oversized(&response) {
@@ -324,6 +331,7 @@ impl<V: Variant> Stream<V> {
                     removed,
                     updated: V::updated(&response),
                     bytes: response.body_len(),
+                    now,
                 },
             );
             tokio::select! {

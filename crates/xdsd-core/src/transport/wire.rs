@@ -441,7 +441,7 @@ mod tests {
             let wire: SotwWire = SotwResponse {
                 type_url: CLUSTER.into(),
                 version_info: "v1".into(),
-                nonce: "7".into(),
+                nonce: crate::protocol::Nonce::from(7),
                 resources,
                 encoding: Default::default(),
                 updated: Vec::new(),
@@ -471,7 +471,7 @@ mod tests {
         let wire: DeltaWire = DeltaResponse {
             type_url: CLUSTER.into(),
             system_version_info: "v2".into(),
-            nonce: "9".into(),
+            nonce: crate::protocol::Nonce::from(9),
             resources: vec![resource("a")],
             removed: vec![Arc::from("gone"), Arc::from("also-gone")],
             removed_variants: Vec::new(),

@@ -210,7 +210,7 @@ impl Fuzzed for SotwSubscription {
 
     fn sent(response: &Self::Response) -> (String, Vec<String>) {
         (
-            response.nonce.clone(),
+            response.nonce.to_string(),
             response.names().iter().map(|n| n.to_string()).collect(),
         )
     }
@@ -241,7 +241,7 @@ impl Fuzzed for DeltaSubscription {
 
     fn sent(response: &Self::Response) -> (String, Vec<String>) {
         (
-            response.nonce.clone(),
+            response.nonce.to_string(),
             response
                 .resources
                 .iter()

@@ -363,7 +363,7 @@ fn ack_and_nack_are_paired_by_nonce_and_decided_by_error_detail() {
             ..Default::default()
         }),
         RequestKind::Ack {
-            nonce: r.nonce.clone()
+            nonce: r.nonce.to_string()
         }
     );
     h.set("a", "2");

@@ -1495,7 +1495,7 @@ mod make_before_break {
             let (t, r) = self
                 .s
                 .poll_response(&self.store.snapshot(), Instant::now())?;
-            self.nonces.insert(t.to_string(), r.nonce.clone());
+            self.nonces.insert(t.to_string(), r.nonce.to_string());
             Some(sotw_seen(&t, &r))
         }
 
@@ -1586,7 +1586,7 @@ mod make_before_break {
         };
         let poll = |s: &mut Session<DeltaSubscription>, nonces: &mut HashMap<String, String>| {
             let (t, r) = s.poll_response(&store.snapshot(), Instant::now())?;
-            nonces.insert(t.to_string(), r.nonce.clone());
+            nonces.insert(t.to_string(), r.nonce.to_string());
             Some(delta_seen(&t, &r))
         };
         send(&mut s, &nonces, CLUSTER, &[], &[]);

@@ -83,7 +83,7 @@ impl Harness {
         (
             r.names().iter().map(|n| n.to_string()).collect(),
             r.version_info.to_string(),
-            r.nonce,
+            r.nonce.to_string(),
         )
     }
 
