@@ -28,7 +28,11 @@ pub type Key = (Arc<str>, Pid);
 /// parameter sets, indexed by [`Pid`].
 #[derive(Debug, Clone)]
 pub struct Views {
-    views: Vec<Arc<View>>,
+    /// Parameter sets 0 and 1 (a session has set 0, and set 1 when its node has metadata: no
+    /// list is made for every response of most sessions).
+    first: Arc<View>,
+    second: Option<Arc<View>>,
+    rest: Vec<Arc<View>>,
 }
 
 impl Views {
@@ -38,30 +42,32 @@ impl Views {
         current: Option<&Arc<TypeSnapshot>>,
         params: impl IntoIterator<Item = &'a ParamSet>,
     ) -> Views {
-        let empty = || Arc::new(View::empty(type_url.clone()));
-        let mut views = Vec::new();
-        match current {
-            Some(t) => views.extend(params.into_iter().map(|p| t.view(p))),
-            None => {
-                let e = empty();
-                views.extend(params.into_iter().map(|_| e.clone()));
-            }
+        let empty = std::cell::OnceCell::new();
+        let mut views = params.into_iter().map(|p| match current {
+            Some(t) => t.view(p),
+            None => empty
+                .get_or_init(|| Arc::new(View::empty(type_url.clone())))
+                .clone(),
+        });
+        let first = views.next().unwrap_or_else(|| match current {
+            Some(t) => t.view(&ParamSet::new()),
+            None => Arc::new(View::empty(type_url.clone())),
+        });
+        Views {
+            first,
+            second: views.next(),
+            rest: views.collect(),
         }
-        if views.is_empty() {
-            views.push(
-                current
-                    .map(|t| t.view(&ParamSet::new()))
-                    .unwrap_or_else(empty),
-            );
-        }
-        Views { views }
     }
 
     /// The view of one parameter set (out-of-range: the first; sessions never pass one).
     pub fn view(&self, pid: Pid) -> &Arc<View> {
-        self.views
-            .get(pid as usize)
-            .unwrap_or_else(|| &self.views[0])
+        let found = match pid {
+            0 => None,
+            1 => self.second.as_ref(),
+            _ => self.rest.get(pid as usize - 2),
+        };
+        found.unwrap_or(&self.first)
     }
 
     /// The resource a key resolves to: the matching variant of that name or alias.

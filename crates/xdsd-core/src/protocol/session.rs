@@ -11,6 +11,7 @@
 //!
 //! Errors are [`SessionError`]s; each transport maps them to its own status in one place.
 
+use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -914,11 +915,17 @@ impl<M: Machine> Session<M> {
 
     /// Records names the store changed.
     pub fn handle_changes(&mut self, changes: Changes) {
+        let ordered = self.ordered();
         for (type_url, names) in changes {
             if let Some(state) = self.types.get_mut(&type_url) {
                 state.machine.mark_changed(&names);
-                if self.ordered() && REFERENCED.contains(&&*type_url) {
-                    self.changed.entry(type_url).or_default().extend(names);
+                if ordered && REFERENCED.contains(&&*type_url) {
+                    match self.changed.entry(type_url) {
+                        Entry::Occupied(mut e) => e.get_mut().extend(names),
+                        Entry::Vacant(e) => {
+                            e.insert(names);
+                        }
+                    }
                 }
             }
         }
@@ -964,15 +971,21 @@ impl<M: Machine> Session<M> {
         if ads {
             self.update_lingering(snapshot, now);
         }
-        let mut order: Vec<&Arc<str>> = self
-            .types
-            .iter()
-            .filter(|(_, s)| s.machine.has_pending())
-            .map(|(t, _)| t)
-            .collect();
-        order.sort_by(|a, b| (types::push_rank(a), a).cmp(&(types::push_rank(b), b)));
-        let order: Vec<Arc<str>> = order.into_iter().cloned().collect();
-        for type_url in order {
+        // The pending types in push order, the next one found after the last each time (a
+        // stream has a few types; no list is made for every response).
+        let mut last: Option<Arc<str>> = None;
+        loop {
+            let after = last.as_ref().map(|t| (types::push_rank(t), t));
+            let type_url = self
+                .types
+                .iter()
+                .filter(|(_, s)| s.machine.has_pending())
+                .map(|(t, _)| (types::push_rank(t), t))
+                .filter(|k| after.is_none_or(|a| *k > a))
+                .min()?
+                .1
+                .clone();
+            last = Some(type_url.clone());
             let views = Views::new(
                 &type_url,
                 self.type_snapshot(&type_url, snapshot).as_ref(),
@@ -1011,7 +1024,6 @@ impl<M: Machine> Session<M> {
             }
             return Some((type_url, response));
         }
-        None
     }
 }
 

@@ -655,6 +655,17 @@ impl SotwSubscription {
         }
         let first = self.last_nonce.is_none();
         let mut updated: Vec<Arc<Resource>> = Vec::new();
+        if !first && !self.full_state && !self.respond && self.forced.is_empty() {
+            // Only changes of the store are owed (every push after the first response).
+            let resources = self.changed_only(views);
+            self.respond = false;
+            reset(&mut self.dirty);
+            let resources = resources?;
+            // Each resource is new or changed for the client: `updated` is all of them.
+            updated.extend(resources.iter().cloned());
+            let resources = SotwResources::Some(resources);
+            return self.finish(views, nonces, resources, updated, first);
+        }
         if !first {
             let mut names: Vec<&Arc<str>> = self
                 .dirty
@@ -686,6 +697,18 @@ impl SotwSubscription {
         reset(&mut self.forced);
         reset(&mut self.dirty);
         let resources = resources?;
+        self.finish(views, nonces, resources, updated, first)
+    }
+
+    /// The response of `resources`, owed; or its first part, when it is too large.
+    fn finish(
+        &mut self,
+        views: &Views,
+        nonces: &mut NonceGen,
+        resources: SotwResources,
+        updated: Vec<Arc<Resource>>,
+        first: bool,
+    ) -> Option<SotwResponse> {
         let version_info = self.version(views);
         if first
             && self
@@ -868,6 +891,44 @@ impl SotwSubscription {
     }
 
     /// Other types: only the subscribed resources that changed or were newly subscribed.
+    /// The changed resources owed when only store changes are (`dirty`, nothing forced, no
+    /// wildcard turned on): each dirty name's keys, those whose resource the client was not sent
+    /// as it is now. Records them as sent; `None` when none is owed.
+    fn changed_only(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
+        let mut out: Vec<Arc<Resource>> = Vec::new();
+        let (names, pids, wildcard) = (&mut self.names, &self.pids, self.wildcard);
+        for name in &self.dirty {
+            // The name's keys: subscribed with one of the parameter sets, then the wildcard's
+            // unless it is one of those.
+            for i in 0..=pids.len() {
+                let pid = match (pids.get(i), wildcard) {
+                    (Some(&pid), _) if names.contains(name, pid) => pid,
+                    (None, Some(w)) if !(pids.contains(&w) && names.contains(name, w)) => w,
+                    _ => continue,
+                };
+                match (views.get(name, pid), names.get_mut(name, pid)) {
+                    (Some(r), Some(sent)) => {
+                        if sent.as_ref().is_none_or(|s| s.version() != r.version()) {
+                            *sent = Some(r.clone());
+                            out.push(r.clone());
+                        }
+                    }
+                    // Only the wildcard has it: no record per name.
+                    (Some(r), None) => out.push(r.clone()),
+                    // Nothing to send: SotW has no deletion for these types. Forget what was
+                    // sent so the resource is sent again if it comes back with the same
+                    // content.
+                    (None, sent) => {
+                        if let Some(sent) = sent {
+                            *sent = None;
+                        }
+                    }
+                }
+            }
+        }
+        (!out.is_empty()).then(|| dedup(out))
+    }
+
     fn changed_resources(&mut self, views: &Views) -> Option<SotwResources> {
         if let (true, Some(w)) = (self.respond, self.wildcard) {
             // A new wildcard gets everything there is, even nothing.
