@@ -82,12 +82,10 @@ pub fn is_well_formed(type_url: &str) -> bool {
 }
 
 /// Where `type_url` is in a short per-stream list keyed by type URL: found by the caller's own
-/// `Arc` (the session's, shared by everything of the stream) before any text is compared.
-pub(crate) fn position<T>(
-    list: &[(std::sync::Arc<str>, T)],
-    type_url: &std::sync::Arc<str>,
-) -> Option<usize> {
+/// `Arc` (the session's, shared by everything of the stream; or the text of one) before any text
+/// is compared.
+pub(crate) fn position<T>(list: &[(std::sync::Arc<str>, T)], type_url: &str) -> Option<usize> {
     list.iter()
-        .position(|(t, _)| std::sync::Arc::ptr_eq(t, type_url))
-        .or_else(|| list.iter().position(|(t, _)| t == type_url))
+        .position(|(t, _)| std::ptr::eq(&**t, type_url))
+        .or_else(|| list.iter().position(|(t, _)| **t == *type_url))
 }

@@ -568,6 +568,8 @@ struct TypeState<M> {
     default: Pid,
     node_epoch: u32,
     named: bool,
+    /// The client takes TTLs of this type, as of its latest request.
+    ttl: bool,
     /// Resources sent with a TTL, by name, and when their TTLs are next renewed: one deadline per
     /// type, never a timer per resource.
     ttls: HashMap<Arc<str>, Duration>,
@@ -605,9 +607,9 @@ pub struct Session<M> {
     /// Digest of the node's encoding as last decoded (SotW), to decode it only when it changes.
     node_digest: Option<u64>,
     nonces: NonceGen,
-    /// Boxed: a machine is several hundred bytes, and a map of them keeps room for more than it
+    /// Boxed: a machine is several hundred bytes, and the list keeps room for more than it
     /// holds, per stream.
-    types: HashMap<Arc<str>, Box<TypeState<M>>>,
+    types: TypeMap<Box<TypeState<M>>>,
     /// The parameter sets this session uses, by [`Pid`].
     params: Vec<ParamSet>,
     pids: HashMap<ParamSet, Pid>,
@@ -644,7 +646,7 @@ impl<M: Machine> Session<M> {
             refuse_secrets: false,
             node_digest: None,
             nonces: NonceGen::default(),
-            types: HashMap::default(),
+            types: TypeMap::default(),
             // Parameter set 0: the empty set, until the node says otherwise.
             params: vec![ParamSet::new()],
             pids: [(ParamSet::new(), 0)].into_iter().collect(),
@@ -756,7 +758,7 @@ impl<M: Machine> Session<M> {
             .as_ref()
             .is_some_and(|n| !n.dynamic_parameters.is_empty());
         let max_response_bytes = self.options.max_response_bytes;
-        let state = self.types.entry(type_url.clone()).or_insert_with(|| {
+        let state = self.types.get_or_insert_with(&type_url, || {
             Box::new(TypeState {
                 machine: {
                     let mut m = M::new(type_url.clone());
@@ -766,6 +768,7 @@ impl<M: Machine> Session<M> {
                 default,
                 node_epoch: self.node_epoch,
                 named: false,
+                ttl: false,
                 ttls: HashMap::default(),
                 next_heartbeat: None,
                 unacked: None,
@@ -775,9 +778,8 @@ impl<M: Machine> Session<M> {
         });
         state.default = default;
         state.node_epoch = self.node_epoch;
-        state
-            .machine
-            .set_ttl(self.node.as_deref().is_some_and(M::takes_ttl));
+        state.ttl = self.node.as_deref().is_some_and(M::takes_ttl);
+        state.machine.set_ttl(state.ttl);
         // A client that subscribes with dynamic parameters gets every resource of the type named
         // by `resource_name`, with its constraints (TP2: constraints are never omitted).
         let named = state.named || node_named || !subscribe.is_empty() || !unsubscribe.is_empty();
@@ -1001,7 +1003,7 @@ impl<M: Machine> Session<M> {
             let Some(response) = state.machine.poll_response(&views, &mut self.nonces) else {
                 continue;
             };
-            if self.node.as_deref().is_some_and(M::takes_ttl) {
+            if state.ttl {
                 track_ttls(state, &M::with_ttl(&response), now);
             }
             state.unacked = Some(M::describe(&response).3);
@@ -1203,3 +1205,65 @@ fn track_ttls<M>(state: &mut TypeState<M>, sent: &[Arc<Resource>], now: Instant)
 
 #[cfg(test)]
 mod tests;
+
+/// A session's types, by type URL: a short list (a stream has a few types; at most
+/// [`MAX_TYPES`]), searched by the `Arc` of the type URL before any text is compared. The store's
+/// changes and the session's own lookups pass the same interned `Arc`, so a lookup hashes no
+/// type URL (a map hashed it on every change, response and request).
+struct TypeMap<V> {
+    list: Vec<(Arc<str>, V)>,
+}
+
+impl<V> Default for TypeMap<V> {
+    fn default() -> Self {
+        TypeMap { list: Vec::new() }
+    }
+}
+
+impl<V> TypeMap<V> {
+    fn position(&self, type_url: &str) -> Option<usize> {
+        types::position(&self.list, type_url)
+    }
+
+    fn get(&self, type_url: &str) -> Option<&V> {
+        self.get_key_value(type_url).map(|(_, v)| v)
+    }
+
+    fn get_key_value(&self, type_url: &str) -> Option<(&Arc<str>, &V)> {
+        self.position(type_url)
+            .map(|i| (&self.list[i].0, &self.list[i].1))
+    }
+
+    fn get_mut(&mut self, type_url: &str) -> Option<&mut V> {
+        let i = self.position(type_url)?;
+        Some(&mut self.list[i].1)
+    }
+
+    fn contains_key(&self, type_url: &str) -> bool {
+        self.position(type_url).is_some()
+    }
+
+    fn get_or_insert_with(&mut self, type_url: &Arc<str>, make: impl FnOnce() -> V) -> &mut V {
+        let i = self.position(type_url).unwrap_or_else(|| {
+            self.list.push((type_url.clone(), make()));
+            self.list.len() - 1
+        });
+        &mut self.list[i].1
+    }
+
+    fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &V)> {
+        self.list.iter().map(|(t, v)| (t, v))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.list.iter().map(|(_, v)| v)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.list.iter_mut().map(|(_, v)| v)
+    }
+}
