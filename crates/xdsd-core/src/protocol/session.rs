@@ -1050,7 +1050,7 @@ impl<M: Machine> Session<M> {
     fn referrers_settled(&self) -> bool {
         REFERRERS.iter().all(|t| {
             self.types
-                .get(*t)
+                .get(t)
                 .is_none_or(|s| !s.machine.has_pending() && s.unacked.is_none())
         })
     }
