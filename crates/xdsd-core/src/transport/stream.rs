@@ -3,11 +3,12 @@
 //! its responses out, and the store told what the stream watches. The rules are in
 //! `protocol::session`.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tonic::body::Body as RequestBody;
 use tonic::Status;
@@ -146,6 +147,11 @@ pub(crate) fn run<V: Variant>(
     async move {
         let ctx = s.ctx.clone();
         let s = &mut s;
+        // The server's shutdown, awaited by one future for the stream's whole life (one made at
+        // every turn of the loop and at every response cost as much as the rest of the turn's
+        // bookkeeping). Once it is ready the stream ends: it is never polled again.
+        let down = shutdown.wait_for(|down| *down);
+        tokio::pin!(down);
         let ending: Result<(), Status> = loop {
             let deadline = s.session.poll_timeout();
             let timer = async move {
@@ -155,7 +161,7 @@ pub(crate) fn run<V: Variant>(
                 }
             };
             tokio::select! {
-                _ = shutdown.wait_for(|down| *down) => break Err(shutting_down()),
+                _ = &mut down => break Err(shutting_down()),
                 request = requests.next() => match request {
                     Some(Ok(request)) => {
                         if let Err(status) = s.on_request(request) {
@@ -174,7 +180,7 @@ pub(crate) fn run<V: Variant>(
                 _ = s.watcher.changed() => s.session.handle_changes(s.watcher.take_changes()),
                 _ = timer => s.session.handle_timeout(Instant::now()),
             }
-            match s.flush(&mut tx, &mut shutdown).await {
+            match s.flush(&mut tx, down.as_mut()).await {
                 Ok(()) => {}
                 Err(Halt::Gone) => break Ok(()),
                 Err(Halt::ShuttingDown) => break Err(shutting_down()),
@@ -289,7 +295,7 @@ impl<V: Variant> Stream<V> {
     async fn flush(
         &mut self,
         tx: &mut Sender<V>,
-        shutdown: &mut watch::Receiver<bool>,
+        mut down: Pin<&mut impl Future>,
     ) -> Result<(), Halt> {
         if !self.session.has_pending() {
             return Ok(());
@@ -336,7 +342,7 @@ impl<V: Variant> Stream<V> {
             );
             tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|down| *down) => return Err(Halt::ShuttingDown),
+                _ = &mut down => return Err(Halt::ShuttingDown),
                 sent = body::send(tx, Box::new(Ok(response))) => sent.map_err(|_| Halt::Gone)?,
             }
         }
