@@ -11,7 +11,6 @@
 //!
 //! Errors are [`SessionError`]s; each transport maps them to its own status in one place.
 
-use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -615,9 +614,9 @@ pub struct Session<M> {
     pids: HashMap<ParamSet, Pid>,
     /// Make-before-break on aggregated streams: for clusters and endpoints, the names the store
     /// changed since they were last served, the state last served, and removals held back.
-    changed: HashMap<Arc<str>, HashSet<Arc<str>>>,
-    served: HashMap<Arc<str>, Arc<TypeSnapshot>>,
-    lingering: HashMap<Arc<str>, Lingering>,
+    changed: TypeMap<HashSet<Arc<str>>>,
+    served: TypeMap<Arc<TypeSnapshot>>,
+    lingering: TypeMap<Lingering>,
 }
 
 /// Removed resources a client is still served, until what referred to them is ACKed.
@@ -650,9 +649,9 @@ impl<M: Machine> Session<M> {
             // Parameter set 0: the empty set, until the node says otherwise.
             params: vec![ParamSet::new()],
             pids: [(ParamSet::new(), 0)].into_iter().collect(),
-            changed: HashMap::default(),
-            served: HashMap::default(),
-            lingering: HashMap::default(),
+            changed: TypeMap::default(),
+            served: TypeMap::default(),
+            lingering: TypeMap::default(),
         }
     }
 
@@ -922,11 +921,9 @@ impl<M: Machine> Session<M> {
             if let Some(state) = self.types.get_mut(&type_url) {
                 state.machine.mark_changed(&names);
                 if ordered && REFERENCED.contains(&&*type_url) {
-                    match self.changed.entry(type_url) {
-                        Entry::Occupied(mut e) => e.get_mut().extend(names),
-                        Entry::Vacant(e) => {
-                            e.insert(names);
-                        }
+                    match self.changed.get_mut(&type_url) {
+                        Some(set) => set.extend(names),
+                        None => self.changed.insert(type_url, names),
                     }
                 }
             }
@@ -1109,7 +1106,7 @@ impl<M: Machine> Session<M> {
         }
         if self.changed.is_empty() {
             // Served: an idle stream keeps no table for the next change.
-            self.changed.shrink_to_fit();
+            self.changed.list.shrink_to_fit();
         }
     }
 
@@ -1241,6 +1238,23 @@ impl<V> TypeMap<V> {
 
     fn contains_key(&self, type_url: &str) -> bool {
         self.position(type_url).is_some()
+    }
+
+    /// Sets the value of `type_url`.
+    fn insert(&mut self, type_url: Arc<str>, value: V) {
+        match self.position(&type_url) {
+            Some(i) => self.list[i].1 = value,
+            None => self.list.push((type_url, value)),
+        }
+    }
+
+    fn remove(&mut self, type_url: &str) -> Option<V> {
+        let i = self.position(type_url)?;
+        Some(self.list.swap_remove(i).1)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
     }
 
     fn get_or_insert_with(&mut self, type_url: &Arc<str>, make: impl FnOnce() -> V) -> &mut V {
