@@ -521,7 +521,7 @@ impl SotwSubscription {
                     }
                     let key = (intern_key(&mut interner, &self.names, &name, pid), pid);
                     // What was sent of a key still subscribed is kept.
-                    let sent = self.names.get(&key.0, pid).cloned().flatten();
+                    let sent = self.names.get(&key.0, pid).copied().flatten();
                     names.insert(key, sent);
                 }
                 (wildcard, names)
@@ -601,14 +601,14 @@ impl SotwSubscription {
     /// Whether the client was last sent `resource` (this version of it) for the key (`name`,
     /// `pid`).
     fn was_sent(&self, name: &Arc<str>, pid: Pid, resource: &Resource) -> bool {
-        matches!(self.names.get(name, pid), Some(Some(sent)) if sent.version() == resource.version())
+        matches!(self.names.get(name, pid), Some(Some(sent)) if *sent == SentMark::of(resource))
     }
 
     /// Records what the client is sent for each subscribed key: its resource in `views`, or
     /// nothing.
     fn record_all_sent(&mut self, views: &Views) {
         for ((name, pid), sent) in self.names.iter_mut() {
-            *sent = views.get(name, pid).cloned();
+            *sent = views.get(name, pid).map(|r| SentMark::of(r));
         }
     }
 
@@ -858,12 +858,8 @@ impl SotwSubscription {
         let changed = match self.wildcard {
             Some(w) if self.sent_view_version.as_ref() != Some(views.view(w).version()) => true,
             _ => self.dirty.iter().flat_map(|n| self.keys_of(n)).any(|k| {
-                let now = views.get(&k.0, k.1).map(|r| r.version());
-                let sent = self
-                    .names
-                    .get(&k.0, k.1)
-                    .and_then(|s| s.as_ref())
-                    .map(|r| r.version());
+                let now = views.get(&k.0, k.1).map(|r| SentMark::of(r));
+                let sent = self.names.get(&k.0, k.1).copied().flatten();
                 now != sent
             }),
         };
@@ -908,8 +904,9 @@ impl SotwSubscription {
                 };
                 match (views.get(name, pid), names.get_mut(name, pid)) {
                     (Some(r), Some(sent)) => {
-                        if sent.as_ref().is_none_or(|s| s.version() != r.version()) {
-                            *sent = Some(r.clone());
+                        let mark = Some(SentMark::of(r));
+                        if *sent != mark {
+                            *sent = mark;
                             out.push(r.clone());
                         }
                     }
@@ -970,7 +967,7 @@ impl SotwSubscription {
                     if owed {
                         out.push(resource.clone());
                         if let Some(sent) = self.names.get_mut(&key.0, key.1) {
-                            *sent = Some(resource.clone());
+                            *sent = Some(SentMark::of(resource));
                         }
                     }
                 }
@@ -1002,7 +999,7 @@ impl SotwSubscription {
                 let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
                 for r in view.iter() {
                     if let Some(sent) = self.names.get_mut(r.name(), pid) {
-                        *sent = Some(r.clone());
+                        *sent = Some(SentMark::of(r));
                         out.push(r.clone());
                     }
                 }
@@ -1018,7 +1015,11 @@ impl SotwSubscription {
             }
         }
         self.record_all_sent(views);
-        let out: Vec<Arc<Resource>> = self.names.values().flatten().cloned().collect();
+        let out: Vec<Arc<Resource>> = self
+            .names
+            .keys()
+            .filter_map(|(name, pid)| views.get(name, pid).cloned())
+            .collect();
         (!out.is_empty()).then(|| SotwResources::Some(dedup(out)))
     }
 }
@@ -1033,7 +1034,25 @@ struct Split {
 }
 
 /// What a client was last sent for a key: the resource (its version is what counts), or nothing.
-type Sent = Option<Arc<Resource>>;
+/// What a client was last sent of a key: the mark of that resource's version ([`SentMark`]), or
+/// nothing (not sent, or deleted).
+type Sent = Option<SentMark>;
+
+/// A resource's version as a subscription records it was sent: 64 bits of the digest of its
+/// name and version. It holds no reference to the resource: a push of a hundred endpoint sets to
+/// a thousand streams touched each resource's shared reference count twice per stream to record
+/// it (the two cores taking turns at one cache line), and a stream kept the resources it was
+/// last sent alive after the store let them go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SentMark(std::num::NonZeroU64);
+
+impl SentMark {
+    fn of(resource: &Resource) -> SentMark {
+        // The low bit set: never zero (the digest's bits are otherwise as they are).
+        let bits = (resource.digest() as u64) | 1;
+        SentMark(std::num::NonZeroU64::new(bits).unwrap_or(std::num::NonZeroU64::MIN))
+    }
+}
 
 /// The keys of `a` that `b` does not have.
 fn new_keys(a: &Subscribed, b: &Subscribed) -> Vec<Key> {
@@ -1107,10 +1126,6 @@ impl Subscribed {
         let pid = self.pid;
         let plain = self.plain.iter_mut().map(move |(n, s)| ((n, pid), s));
         plain.chain(self.other.iter_mut().map(|((n, p), s)| ((n, *p), s)))
-    }
-
-    fn values(&self) -> impl Iterator<Item = &Sent> {
-        self.plain.values().chain(self.other.values())
     }
 }
 
