@@ -456,3 +456,46 @@ fn an_update_summary_names_what_was_added_changed_and_removed() {
     );
     assert_eq!(summary.changed, 4, "variants: kept twice, new, old");
 }
+
+/// A commit that changes several types marks them on a stream under one lock: a stream woken
+/// while it is being marked never takes part of it (make-before-break reads the types of one
+/// commit together). A second thread takes the marks as fast as it can while commits of two
+/// types go in; every take holds both types.
+#[test]
+fn a_commit_of_several_types_reaches_a_watcher_whole() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cla = crate::types::CLUSTER_LOAD_ASSIGNMENT;
+    let store = Store::new();
+    store
+        .replace_all([input(CLUSTER, "c", b"0"), input(cla, "c", b"0")])
+        .unwrap();
+    let mut w = store.watcher();
+    w.watch(&arc(CLUSTER), [&arc("c")]);
+    w.watch(&arc(cla), [&arc("c")]);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 1..=2000u32 {
+                let v = i.to_string();
+                store
+                    .apply([
+                        Change::Set(input(CLUSTER, "c", v.as_bytes())),
+                        Change::Set(input(cla, "c", v.as_bytes())),
+                    ])
+                    .unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        loop {
+            let finished = done.load(Ordering::SeqCst);
+            let changes = w.take_changes();
+            assert!(
+                changes.is_empty() || changes.len() == 2,
+                "a take held part of a commit: {changes:?}"
+            );
+            if finished {
+                break;
+            }
+        }
+    });
+}

@@ -84,24 +84,6 @@ impl Signal {
         // still a valid set of names.
         self.dirty.lock().unwrap_or_else(|e| e.into_inner())
     }
-
-    /// Marks `names` of `type_url` changed, and wakes the stream if nothing was marked before:
-    /// otherwise the mark that was first has woken it (or will, right after its own insert), and
-    /// the stream takes every mark at once.
-    fn mark<'a>(&self, type_url: &Arc<str>, names: impl Iterator<Item = &'a Arc<str>>) {
-        let mut dirty = self.dirty();
-        let first = dirty.is_empty();
-        match dirty.get_mut(type_url) {
-            Some(set) => set.extend(names.cloned()),
-            None => {
-                dirty.insert(type_url.clone(), names.cloned().collect());
-            }
-        }
-        drop(dirty);
-        if first {
-            self.notify.notify_one();
-        }
-    }
 }
 
 type Watchers = HashMap<u64, Arc<Signal>>;
@@ -118,6 +100,13 @@ impl WatchIndex {
     /// Marks `changed` names on every stream that watches them and may see the change, and wakes
     /// those streams.
     pub(crate) fn notify(&self, changed: &Changed) {
+        // Per stream: its signal and the (type, name) pairs to mark, put in under one lock: a
+        // commit's changes of several types reach a stream together. Marked one by one, a stream
+        // woken by the first took part of a commit, and make-before-break saw clusters removed
+        // before the routes that stopped naming them had changed (Envoy then had no cluster for
+        // the old route for a few milliseconds).
+        type Marks<'a> = (&'a Arc<Signal>, Vec<(&'a Arc<str>, &'a Arc<str>)>);
+        let mut touched: HashMap<u64, Marks<'_>> = HashMap::default();
         let params = |id: &u64| self.params.get(id).map(|p| &**p);
         for (type_url, names) in changed {
             if let Some(watchers) = self.wildcards.get(type_url) {
@@ -126,22 +115,36 @@ impl WatchIndex {
                     let mut marks = names
                         .iter()
                         .filter(|(_, wake)| wake.wakes(params))
-                        .map(|(n, _)| n)
+                        .map(|(n, _)| (type_url, n))
                         .peekable();
                     if marks.peek().is_some() {
-                        signal.mark(type_url, marks);
+                        let entry = touched.entry(*id).or_insert_with(|| (signal, Vec::new()));
+                        entry.1.extend(marks);
                     }
                 }
             }
             if let Some(by_name) = self.names.get(type_url) {
                 for (name, wake) in names {
                     for (id, signal) in by_name.get(name).into_iter().flatten() {
-                        if wake.wakes(params(id)) {
-                            signal.mark(type_url, std::iter::once(name));
+                        if !wake.wakes(params(id)) {
+                            continue;
                         }
+                        let entry = touched.entry(*id).or_insert_with(|| (signal, Vec::new()));
+                        entry.1.push((type_url, name));
                     }
                 }
             }
+        }
+        for (signal, names) in touched.into_values() {
+            let mut dirty = signal.dirty();
+            for (type_url, name) in names {
+                dirty
+                    .entry(type_url.clone())
+                    .or_default()
+                    .insert(name.clone());
+            }
+            drop(dirty);
+            signal.notify.notify_one();
         }
     }
 }
