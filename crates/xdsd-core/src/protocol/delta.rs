@@ -140,7 +140,8 @@ struct Base {
 /// What the client holds, per key. A wildcard client's first response sends a whole view: that is
 /// recorded as the view itself (one pointer for 10,000 keys, no per-key entry, no count taken on
 /// each resource), and what the client holds otherwise since (a key sent again, removed) in
-/// `over`, which always wins.
+/// `over`, which always wins. A first response to most names of a view (every cluster by name)
+/// is recorded the same way, the view's names it did not send held as `None` in `over`.
 #[derive(Debug, Default)]
 struct Holdings {
     /// Keys held otherwise than `base` says: `Some` the variant held, `None` nothing.
@@ -248,9 +249,10 @@ pub struct DeltaSubscription {
     /// `initial_resource_versions` on reconnect, then by every response.
     has: Holdings,
     /// The view the response being sent records as [`Holdings::base`] (a wildcard client's
-    /// first response, which sends the whole view in its order), until every part went out or
-    /// the rest is computed again.
-    pending_base: Option<(Pid, Arc<View>)>,
+    /// first response, which sends the whole view in its order; or a first response to most
+    /// names of a view, sent in its order), until every part went out or the rest is computed
+    /// again.
+    pending_base: Option<PendingBase>,
     last_nonce: Option<Nonce>,
     last_version: Option<Arc<str>>,
     /// Owed: compare every resource of the type with what the client has (first request, wildcard
@@ -275,6 +277,17 @@ pub struct DeltaSubscription {
     rest: VecDeque<Owed>,
     /// Whether a response was reported over the size limit (once per stream and type).
     warned: bool,
+}
+
+/// A response being sent that records what it sends as [`Holdings::base`].
+#[derive(Debug)]
+struct PendingBase {
+    pid: Pid,
+    view: Arc<View>,
+    /// The view's names it does not send (not subscribed), in the view's order: each is
+    /// recorded as not held (an entry of `over`) once the base reaches past it, so that the
+    /// base holds what was sent and nothing else. Empty for a wildcard client.
+    gaps: VecDeque<Arc<str>>,
 }
 
 /// A variant in a response: (name, version).
@@ -751,7 +764,7 @@ impl DeltaSubscription {
     /// `r` is the view's resource of `key`'s name), and they come in its order, so what the base
     /// covers was sent.
     fn extends_base(&self, key: &Key, r: &Arc<Resource>) -> bool {
-        let Some((pid, view)) = &self.pending_base else {
+        let Some(PendingBase { pid, view, .. }) = &self.pending_base else {
             return false;
         };
         if key.1 != *pid {
@@ -773,7 +786,11 @@ impl DeltaSubscription {
         if let (true, Some(w)) = (self.check_all, self.wildcard) {
             let view = views.view(w);
             if self.has.is_empty() && !self.encoding.named && !view.has_aliases() {
-                self.pending_base = Some((w, view.clone()));
+                self.pending_base = Some(PendingBase {
+                    pid: w,
+                    view: view.clone(),
+                    gaps: VecDeque::new(),
+                });
             }
         }
         // Keys are what the client subscribed by (a name or an alias, and a parameter set); the
@@ -820,16 +837,35 @@ impl DeltaSubscription {
         // endpoints): read in the view's order, the pairs come sorted.
         let mut dense = None;
         let mut covered = 0;
+        // A first response to most names of a view, to a client that holds nothing, sent in
+        // the view's order: recorded as the view, with the names it skips (see [`PendingBase`]),
+        // if it sends nothing else (no key out of the view's order). Not for clients that hold
+        // variants by `resource_name`, nor with the wildcard on (that one is recorded above).
+        let mut named_base: Option<PendingBase> = None;
         if let [pid] = self.pids[..] {
             let view = views.view(pid);
             if super::in_view_order(view, forced_len) {
                 dense = Some(pid);
+                if self.forced_all
+                    && self.wildcard.is_none()
+                    && extra.is_empty()
+                    && self.has.is_empty()
+                    && !self.encoding.named
+                {
+                    named_base = Some(PendingBase {
+                        pid,
+                        view: view.clone(),
+                        gaps: VecDeque::new(),
+                    });
+                }
                 let extra: HashSet<&Key> = extra.iter().copied().collect();
                 for r in view.iter() {
                     let key = (r.name().clone(), pid);
                     if main.contains(&key) || extra.contains(&key) {
                         send(key, r);
                         covered += 1;
+                    } else if let Some(base) = &mut named_base {
+                        base.gaps.push_back(key.0);
                     }
                 }
             }
@@ -891,6 +927,7 @@ impl DeltaSubscription {
             (a.0.name(), a.0.version()).cmp(&(b.0.name(), b.0.version()))
         };
         let only_dense = dense.is_some() && resources.len() == covered;
+        let named_base = named_base.filter(|_| only_dense);
         if !only_dense && !resources.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
             // Stable: of two variants with one name and version, the first found is sent.
             resources.sort_by(by_variant);
@@ -916,6 +953,9 @@ impl DeltaSubscription {
                 .is_err()
         });
         reset(&mut self.heartbeat);
+        if named_base.is_some() {
+            self.pending_base = named_base;
+        }
         self.check_all = false;
         reset(&mut self.forced);
         self.forced_all = false;
@@ -1011,13 +1051,19 @@ impl DeltaSubscription {
                 Owed::Unresolved(key) => unresolved.push(key.0),
             }
         }
-        if let (Some(last), Some((pid, view))) = (base_last, &self.pending_base) {
+        if let (Some(last), Some(pending)) = (base_last, &mut self.pending_base) {
+            // The names the base now reaches past and that were not sent: not held.
+            while pending.gaps.front().is_some_and(|gap| **gap < *last) {
+                if let Some(gap) = pending.gaps.pop_front() {
+                    self.has.over.insert((gap, pending.pid), None);
+                }
+            }
             match &mut self.has.base {
                 Some(base) => base.last = last,
                 None => {
                     self.has.base = Some(Base {
-                        pid: *pid,
-                        view: view.clone(),
+                        pid: pending.pid,
+                        view: pending.view.clone(),
                         last,
                     })
                 }
