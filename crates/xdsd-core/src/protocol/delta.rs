@@ -7,6 +7,7 @@
 //! `resource_name` (name and constraints): when a key moves to another variant, the new one
 //! and the removal of the old one go out in the same response.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::hash::{HashMap, HashSet};
@@ -16,8 +17,8 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::sotw::{reset, WILDCARD};
 use super::{
-    intern_key, part_len, Key, Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange,
-    Views, PART_OVERHEAD,
+    intern_key, part_len, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind, Subscribe,
+    SubscriptionChange, Views, PART_OVERHEAD,
 };
 use crate::params::Constraints;
 use crate::store::{
@@ -140,7 +141,8 @@ struct Base {
 /// What the client holds, per key. A wildcard client's first response sends a whole view: that is
 /// recorded as the view itself (one pointer for 10,000 keys, no per-key entry, no count taken on
 /// each resource), and what the client holds otherwise since (a key sent again, removed) in
-/// `over`, which always wins.
+/// `over`, which always wins. A first response to most names of a view (every cluster by name)
+/// is recorded the same way, the view's names it did not send held as `None` in `over`.
 #[derive(Debug, Default)]
 struct Holdings {
     /// Keys held otherwise than `base` says: `Some` the variant held, `None` nothing.
@@ -248,9 +250,10 @@ pub struct DeltaSubscription {
     /// `initial_resource_versions` on reconnect, then by every response.
     has: Holdings,
     /// The view the response being sent records as [`Holdings::base`] (a wildcard client's
-    /// first response, which sends the whole view in its order), until every part went out or
-    /// the rest is computed again.
-    pending_base: Option<(Pid, Arc<View>)>,
+    /// first response, which sends the whole view in its order; or a first response to most
+    /// names of a view, sent in its order), until every part went out or the rest is computed
+    /// again.
+    pending_base: Option<PendingBase>,
     last_nonce: Option<Nonce>,
     last_version: Option<Arc<str>>,
     /// Owed: compare every resource of the type with what the client has (first request, wildcard
@@ -277,6 +280,17 @@ pub struct DeltaSubscription {
     warned: bool,
 }
 
+/// A response being sent that records what it sends as [`Holdings::base`].
+#[derive(Debug)]
+struct PendingBase {
+    pid: Pid,
+    view: Arc<View>,
+    /// The view's names it does not send (not subscribed), in the view's order: each is
+    /// recorded as not held (an entry of `over`) once the base reaches past it, so that the
+    /// base holds what was sent and nothing else. Empty for a wildcard client.
+    gaps: VecDeque<Arc<str>>,
+}
+
 /// A variant in a response: (name, version).
 type VariantId = (Arc<str>, Arc<str>);
 
@@ -285,36 +299,42 @@ type VariantId = (Arc<str>, Arc<str>);
 #[derive(Debug)]
 enum Keys {
     One(Key),
+    /// The one key of the resource's own name with this parameter set, made only when needed:
+    /// a resource sent in a view's order and recorded as the view needs none (making it takes a
+    /// count on the name, shared with every stream).
+    Own(Pid),
     Many(Vec<Key>),
 }
 
 impl Keys {
-    fn push(&mut self, key: Key) {
-        match self {
-            Keys::One(first) => {
-                let first = first.clone();
-                *self = Keys::Many(vec![first, key]);
-            }
-            Keys::Many(keys) => keys.push(key),
+    /// Adds `other`'s keys; both are keys of `r`.
+    fn append(&mut self, r: &Arc<Resource>, other: Keys) {
+        if let Keys::Many(keys) = self {
+            keys.extend(other.into_keys(r));
+            return;
         }
+        let all: Vec<Key> = std::mem::replace(self, Keys::Many(Vec::new()))
+            .into_keys(r)
+            .chain(other.into_keys(r))
+            .collect();
+        *self = Keys::Many(all);
     }
 
-    fn iter(&self) -> impl Iterator<Item = &Key> {
-        let (one, many) = match self {
-            Keys::One(key) => (Some(key), &[][..]),
+    /// The keys, of `r`.
+    fn iter<'a>(&'a self, r: &Arc<Resource>) -> impl Iterator<Item = Cow<'a, Key>> {
+        let (one, many): (Option<Cow<'a, Key>>, &'a [Key]) = match self {
+            Keys::One(key) => (Some(Cow::Borrowed(key)), &[]),
+            Keys::Own(pid) => (Some(Cow::Owned((r.name().clone(), *pid))), &[]),
             Keys::Many(keys) => (None, &keys[..]),
         };
-        one.into_iter().chain(many)
+        one.into_iter().chain(many.iter().map(Cow::Borrowed))
     }
-}
 
-impl IntoIterator for Keys {
-    type Item = Key;
-    type IntoIter = std::iter::Chain<std::option::IntoIter<Key>, std::vec::IntoIter<Key>>;
-
-    fn into_iter(self) -> Self::IntoIter {
+    /// The keys, of `r`, by value.
+    fn into_keys(self, r: &Arc<Resource>) -> impl Iterator<Item = Key> {
         let (one, many) = match self {
             Keys::One(key) => (Some(key), Vec::new()),
+            Keys::Own(pid) => (Some((r.name().clone(), pid)), Vec::new()),
             Keys::Many(keys) => (None, keys),
         };
         one.into_iter().chain(many)
@@ -469,19 +489,20 @@ impl DeltaSubscription {
             self.requested = true;
             self.answer = true;
         }
-        let subscribe_keys: Vec<(&str, Pid)> = request
+        // Not collected: a first request names 10,000.
+        let subscribe_keys = request
             .resource_names_subscribe
             .iter()
             .map(|n| (n.as_str(), subscribe.default))
-            .chain(subscribe.locators.iter().map(|(n, p)| (n.as_str(), *p)))
-            .collect();
+            .chain(subscribe.locators.iter().map(|(n, p)| (n.as_str(), *p)));
+        let subscribe_len = request.resource_names_subscribe.len() + subscribe.locators.len();
         let unsubscribe_keys: Vec<(&str, Pid)> = request
             .resource_names_unsubscribe
             .iter()
             .map(|n| (n.as_str(), subscribe.default))
             .chain(unsubscribe_locators.iter().map(|(n, p)| (n.as_str(), *p)))
             .collect();
-        let names_something = !subscribe_keys.is_empty() || !unsubscribe_keys.is_empty();
+        let names_something = subscribe_len > 0 || !unsubscribe_keys.is_empty();
         // The names subscribed before, to tell what to (un)watch: only for a request that names
         // something. Most requests are ACKs, and a stream may hold 100,000 names.
         // While the subscription is most of the type (watched as a whole), no names are needed.
@@ -503,29 +524,36 @@ impl DeltaSubscription {
         self.explicit |= names_something;
         let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
         let mut interner = Interner::new(current.map(|t| &**t));
-        self.names.reserve(subscribe_keys.len());
+        self.names.reserve(subscribe_len);
         // No key subscribed yet, and none the client says it holds: every key subscribed is new,
         // owed through `forced_all` rather than one by one.
         let reconnecting = initial && !request.initial_resource_versions.is_empty();
-        if self.names.is_empty() && !reconnecting && !subscribe_keys.is_empty() {
+        if self.names.is_empty() && !reconnecting && subscribe_len > 0 {
             self.forced_all = true;
         }
         if !self.forced_all {
-            self.forced.reserve(subscribe_keys.len());
+            self.forced.reserve(subscribe_len);
         }
+        // The parameter sets of the keys subscribed (nearly always one), and whether any key
+        // was unsubscribed: the distinct sets of `names` are then counted again.
+        let mut pids_added: Vec<Pid> = Vec::new();
+        let mut unsubscribed = false;
         for (name, pid) in subscribe_keys {
             if name == WILDCARD {
                 self.set_wildcard(Some(pid));
                 continue;
             }
+            if !pids_added.contains(&pid) {
+                pids_added.push(pid);
+            }
             let key: Key = (intern_key(&mut interner, &self.names, name, pid), pid);
             if !self.recheck.is_empty() {
                 self.recheck.remove(&key);
             }
-            self.names.insert(key.clone());
-            if initial && !request.initial_resource_versions.is_empty() {
+            if reconnecting {
                 // A reconnecting client tells what it already has: only differences are sent.
                 if let Some(version) = request.initial_resource_versions.get(name) {
+                    self.names.insert(key.clone());
                     self.has
                         .insert(key.clone(), held(&key.0, lookup(name), version));
                     // Compared with the store at the next response, like a change.
@@ -533,8 +561,12 @@ impl DeltaSubscription {
                     continue;
                 }
             }
-            // Sent even if the client seems to have it: it may have forgotten it.
-            if !self.forced_all {
+            // Sent even if the client seems to have it: it may have forgotten it. Moved, not
+            // cloned, when every key is owed anyway (a count shared with every stream).
+            if self.forced_all {
+                self.names.insert(key);
+            } else {
+                self.names.insert(key.clone());
                 self.forced.insert(key);
             }
         }
@@ -555,9 +587,10 @@ impl DeltaSubscription {
                 continue;
             }
             // Phantom unsubscriptions (names not subscribed) are ignored.
-            let Some(key) = self.names.take(&(Arc::from(name), pid)) else {
+            let Some(key) = self.names.take(&(name, pid) as &dyn KeyLookup) else {
                 continue;
             };
+            unsubscribed = true;
             self.forced.remove(&key);
             if self.wildcard.is_some() {
                 self.recheck.insert(key);
@@ -565,11 +598,22 @@ impl DeltaSubscription {
                 self.has.remove(&key);
             }
         }
-        if names_something {
-            let mut pids: Vec<Pid> = self.names.iter().map(|(_, p)| *p).collect();
+        if unsubscribed {
+            let mut pids: Vec<Pid> = Vec::new();
+            for (_, p) in &self.names {
+                if !pids.contains(p) {
+                    pids.push(*p);
+                }
+            }
             pids.sort_unstable();
-            pids.dedup();
             self.pids = pids;
+        } else if !pids_added.is_empty() {
+            for p in pids_added {
+                if !self.pids.contains(&p) {
+                    self.pids.push(p);
+                }
+            }
+            self.pids.sort_unstable();
         }
         if self.wildcard.is_some() != wildcard_before {
             change.wildcard = Some(self.wildcard.is_some());
@@ -721,8 +765,8 @@ impl DeltaSubscription {
             match owed {
                 // A key subscribed by name is owed its resource or a removal, as when it was
                 // subscribed; one the wildcard covers, its resource if it still exists.
-                Owed::Send(_, keys) => {
-                    for key in keys {
+                Owed::Send(r, keys) => {
+                    for key in keys.into_keys(&r) {
                         if self.names.contains(&key) {
                             self.forced.insert(key);
                         } else if self.wildcard == Some(key.1) {
@@ -750,14 +794,14 @@ impl DeltaSubscription {
     /// entry. Every resource of that response was read from that view (it has no aliases, so
     /// `r` is the view's resource of `key`'s name), and they come in its order, so what the base
     /// covers was sent.
-    fn extends_base(&self, key: &Key, r: &Arc<Resource>) -> bool {
-        let Some((pid, view)) = &self.pending_base else {
+    fn extends_base(&self, key_pid: Pid, r: &Arc<Resource>) -> bool {
+        let Some(PendingBase { pid, view, .. }) = &self.pending_base else {
             return false;
         };
-        if key.1 != *pid {
+        if key_pid != *pid {
             return false;
         }
-        debug_assert!(view.get(&key.0).is_some_and(|v| Arc::ptr_eq(v, r)));
+        debug_assert!(view.get(r.name()).is_some_and(|v| Arc::ptr_eq(v, r)));
         self.has
             .base
             .as_ref()
@@ -773,7 +817,11 @@ impl DeltaSubscription {
         if let (true, Some(w)) = (self.check_all, self.wildcard) {
             let view = views.view(w);
             if self.has.is_empty() && !self.encoding.named && !view.has_aliases() {
-                self.pending_base = Some((w, view.clone()));
+                self.pending_base = Some(PendingBase {
+                    pid: w,
+                    view: view.clone(),
+                    gaps: VecDeque::new(),
+                });
             }
         }
         // Keys are what the client subscribed by (a name or an alias, and a parameter set); the
@@ -789,19 +837,27 @@ impl DeltaSubscription {
             (&self.forced, Vec::new())
         };
         let forced_len = main.len() + extra.len();
-        let mut resources: Vec<(Arc<Resource>, Key)> = Vec::with_capacity(forced_len);
+        // Only `Owed::Send`s, then the rest of what is owed is added: the response is put
+        // together in one vector (10,000 resources were copied through three).
+        let mut resources: Vec<Owed> = Vec::with_capacity(forced_len);
         let mut removed: BTreeSet<Key> = BTreeSet::new();
         // Takes the key: the loops over a view make one each, moved here rather than cloned
         // (every clone of a name is an atomic count shared with every other stream).
-        let mut send = |key: Key, r: &Arc<Resource>| resources.push((r.clone(), key));
+        let mut send = |keys: Keys, r: &Arc<Resource>| resources.push(Owed::Send(r.clone(), keys));
         let differs = |key: &Key, r: &Resource| !self.holds(key, r);
 
         if self.check_all {
             if let Some(w) = self.wildcard {
+                // Recorded as the view, the client holds nothing: every resource is sent.
+                let whole = self.pending_base.is_some();
                 for r in views.view(w).iter() {
+                    if whole {
+                        send(Keys::Own(w), r);
+                        continue;
+                    }
                     let key = (r.name().clone(), w);
                     if differs(&key, r) {
-                        send(key, r);
+                        send(Keys::One(key), r);
                     }
                 }
             }
@@ -820,16 +876,45 @@ impl DeltaSubscription {
         // endpoints): read in the view's order, the pairs come sorted.
         let mut dense = None;
         let mut covered = 0;
+        // A first response to most names of a view, to a client that holds nothing, sent in
+        // the view's order: recorded as the view, with the names it skips (see [`PendingBase`]),
+        // if it sends nothing else (no key out of the view's order). Not for clients that hold
+        // variants by `resource_name`, nor with the wildcard on (that one is recorded above).
+        let mut named_base: Option<PendingBase> = None;
         if let [pid] = self.pids[..] {
             let view = views.view(pid);
             if super::in_view_order(view, forced_len) {
                 dense = Some(pid);
+                if self.forced_all
+                    && self.wildcard.is_none()
+                    && extra.is_empty()
+                    && self.has.is_empty()
+                    && !self.encoding.named
+                {
+                    named_base = Some(PendingBase {
+                        pid,
+                        view: view.clone(),
+                        gaps: VecDeque::new(),
+                    });
+                }
                 let extra: HashSet<&Key> = extra.iter().copied().collect();
                 for r in view.iter() {
-                    let key = (r.name().clone(), pid);
-                    if main.contains(&key) || extra.contains(&key) {
-                        send(key, r);
+                    let own: &dyn KeyLookup = &(&**r.name(), pid);
+                    if main.contains(own) {
+                        send(Keys::Own(pid), r);
                         covered += 1;
+                        continue;
+                    }
+                    if !extra.is_empty() {
+                        let key = (r.name().clone(), pid);
+                        if extra.contains(&key) {
+                            send(Keys::One(key), r);
+                            covered += 1;
+                            continue;
+                        }
+                    }
+                    if let Some(base) = &mut named_base {
+                        base.gaps.push_back(r.name().clone());
                     }
                 }
             }
@@ -842,7 +927,7 @@ impl DeltaSubscription {
             .filter(|key| covered < forced_len && (dense != Some(key.1) || get(key).is_none()));
         for key in forced_rest {
             match get(key) {
-                Some(r) => send(key.clone(), r),
+                Some(r) => send(Keys::One(key.clone()), r),
                 None if on_demand && !self.has.contains_key(key) => {
                     unresolved.insert(key.clone());
                 }
@@ -855,7 +940,7 @@ impl DeltaSubscription {
         for name in &self.dirty {
             for key in self.keys_of(name) {
                 match get(&key) {
-                    Some(r) if differs(&key, r) => send(key, r),
+                    Some(r) if differs(&key, r) => send(Keys::One(key), r),
                     Some(_) => {}
                     None if self.has.contains_key(&key) => {
                         removed.insert(key);
@@ -866,7 +951,7 @@ impl DeltaSubscription {
         }
         for key in &self.recheck {
             match get(key) {
-                Some(r) if self.subscribed(key) => send(key.clone(), r),
+                Some(r) if self.subscribed(key) => send(Keys::One(key.clone()), r),
                 _ => {
                     removed.insert(key.clone());
                 }
@@ -881,32 +966,34 @@ impl DeltaSubscription {
                 Some(r) if !differs(key, r) => {
                     beats.insert((r.name().clone(), r.version().clone()), r.clone());
                 }
-                Some(r) => send(key.clone(), r),
+                Some(r) => send(Keys::One(key.clone()), r),
                 None => {
                     removed.insert(key.clone());
                 }
             }
         }
-        let by_variant = |a: &(Arc<Resource>, Key), b: &(Arc<Resource>, Key)| {
-            (a.0.name(), a.0.version()).cmp(&(b.0.name(), b.0.version()))
-        };
+        let by_variant = |a: &Owed, b: &Owed| owed_variant(a).cmp(&owed_variant(b));
         let only_dense = dense.is_some() && resources.len() == covered;
+        let named_base = named_base.filter(|_| only_dense);
         if !only_dense && !resources.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
             // Stable: of two variants with one name and version, the first found is sent.
             resources.sort_by(by_variant);
         }
-        let mut sends: Vec<Owed> = Vec::with_capacity(resources.len());
-        for (r, key) in resources {
-            match sends.last_mut() {
-                // Read in a view's order, each resource comes once.
-                Some(Owed::Send(last, keys))
-                    if !only_dense && last.name() == r.name() && last.version() == r.version() =>
+        // Read in a view's order, each resource comes once; else each variant is sent once, for
+        // every key that leads to it.
+        if !only_dense {
+            resources.dedup_by(|later, kept| match (later, kept) {
+                (Owed::Send(r, keys), Owed::Send(first, held))
+                    if first.name() == r.name() && first.version() == r.version() =>
                 {
-                    keys.push(key)
+                    let keys = std::mem::replace(keys, Keys::Many(Vec::new()));
+                    held.append(r, keys);
+                    true
                 }
-                _ => sends.push(Owed::Send(r, Keys::One(key))),
-            }
+                _ => false,
+            });
         }
+        let sends = resources;
         beats.retain(|(name, version), _| {
             sends
                 .binary_search_by(|o| match o {
@@ -916,13 +1003,16 @@ impl DeltaSubscription {
                 .is_err()
         });
         reset(&mut self.heartbeat);
+        if named_base.is_some() {
+            self.pending_base = named_base;
+        }
         self.check_all = false;
         reset(&mut self.forced);
         self.forced_all = false;
         reset(&mut self.recheck);
         reset(&mut self.dirty);
-        let mut owed: Vec<Owed> = Vec::with_capacity(sends.len() + removed.len() + beats.len());
-        owed.extend(sends);
+        let mut owed = sends;
+        owed.reserve(removed.len() + beats.len() + unresolved.len());
         owed.extend(removed.into_iter().map(Owed::Remove));
         owed.extend(beats.into_values().map(Owed::Beat));
         owed.extend(unresolved.into_iter().map(Owed::Unresolved));
@@ -945,16 +1035,18 @@ impl DeltaSubscription {
                 // A key moving to another variant also removes the one it held, for clients
                 // that hold variants apart (see `emit`; the others hold one per name). Not looked
                 // up for the others: 10,000 lookups per response.
-                let moves = keys
-                    .iter()
-                    .filter(|_| encoding.named)
-                    .filter(|k| {
-                        self.has
-                            .get(k)
-                            .is_some_and(|h| h.constraints() != r.constraints())
-                    })
-                    .map(removal)
-                    .sum::<usize>();
+                let moves = if encoding.named {
+                    keys.iter(r)
+                        .filter(|k| {
+                            self.has
+                                .get(k)
+                                .is_some_and(|h| h.constraints() != r.constraints())
+                        })
+                        .map(|k| removal(&k))
+                        .sum::<usize>()
+                } else {
+                    0
+                };
                 field_len(r.delta_entry(encoding).len()) + moves
             }
             Owed::Remove(key) => removal(key),
@@ -985,15 +1077,23 @@ impl DeltaSubscription {
         if self.pending_base.is_none() {
             self.has.reserve(sends);
         }
-        // The last name of this part that extends the base (see `extends_base`).
-        let mut base_last: Option<Arc<str>> = None;
+        // Where in `resources` the last resource of this part that extends the base is (see
+        // `extends_base`).
+        let mut base_last: Option<usize> = None;
         for item in owed {
             match item {
                 Owed::Send(r, keys) => {
-                    for key in keys {
-                        if self.extends_base(&key, &r) {
-                            // Moved, not cloned: a count every stream shares.
-                            base_last = Some(key.0);
+                    if let Keys::Own(pid) = keys {
+                        if self.extends_base(pid, &r) {
+                            base_last = Some(resources.len());
+                            resources.push(r);
+                            continue;
+                        }
+                    }
+                    for key in keys.into_keys(&r) {
+                        if self.extends_base(key.1, &r) {
+                            debug_assert!(key.0 == *r.name());
+                            base_last = Some(resources.len());
                             continue;
                         }
                         if let Some(before) = self.has.insert(key, Held::of(&r)) {
@@ -1011,13 +1111,22 @@ impl DeltaSubscription {
                 Owed::Unresolved(key) => unresolved.push(key.0),
             }
         }
-        if let (Some(last), Some((pid, view))) = (base_last, &self.pending_base) {
+        let base_last = base_last
+            .and_then(|i| resources.get(i))
+            .map(|r| r.name().clone());
+        if let (Some(last), Some(pending)) = (base_last, &mut self.pending_base) {
+            // The names the base now reaches past and that were not sent: not held.
+            while pending.gaps.front().is_some_and(|gap| **gap < *last) {
+                if let Some(gap) = pending.gaps.pop_front() {
+                    self.has.over.insert((gap, pending.pid), None);
+                }
+            }
             match &mut self.has.base {
                 Some(base) => base.last = last,
                 None => {
                     self.has.base = Some(Base {
-                        pid: *pid,
-                        view: view.clone(),
+                        pid: pending.pid,
+                        view: pending.view.clone(),
                         last,
                     })
                 }
@@ -1107,6 +1216,14 @@ impl DeltaSubscription {
     fn version(&self, views: &Views) -> Arc<str> {
         let pid = self.wildcard.or(self.pids.first().copied()).unwrap_or(0);
         views.view(pid).version().clone()
+    }
+}
+
+/// The (name, version) of a resource owed, to put them in order (only resources are compared).
+fn owed_variant(owed: &Owed) -> Option<(&Arc<str>, &Arc<str>)> {
+    match owed {
+        Owed::Send(r, _) => Some((r.name(), r.version())),
+        _ => None,
     }
 }
 

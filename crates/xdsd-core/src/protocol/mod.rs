@@ -24,6 +24,52 @@ pub type Pid = u32;
 /// What a client subscribes by: a name (or alias) and the parameter set its variant is chosen by.
 pub type Key = (Arc<str>, Pid);
 
+/// A key borrowed, to look it up in a map or set of [`Key`]s without making one: making one
+/// takes a count on the name, an atomic shared with every stream that holds that name (a response
+/// of 10,000 names looked each up).
+pub(crate) trait KeyLookup {
+    fn parts(&self) -> (&str, Pid);
+}
+
+impl KeyLookup for Key {
+    #[inline]
+    fn parts(&self) -> (&str, Pid) {
+        (&self.0, self.1)
+    }
+}
+
+impl KeyLookup for (&str, Pid) {
+    #[inline]
+    fn parts(&self) -> (&str, Pid) {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KeyLookup + 'a> for Key {
+    fn borrow(&self) -> &(dyn KeyLookup + 'a) {
+        self
+    }
+}
+
+/// Hashed as a [`Key`] is (a tuple hashes its fields in order; an `Arc<str>` as its `str`).
+impl std::hash::Hash for dyn KeyLookup + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (name, pid) = self.parts();
+        name.hash(state);
+        pid.hash(state);
+    }
+}
+
+/// Names are nearly always one allocation (interned): compared by address first.
+impl PartialEq for dyn KeyLookup + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        let ((a, p), (b, q)) = (self.parts(), other.parts());
+        p == q && (std::ptr::eq(a, b) || a == b)
+    }
+}
+
+impl Eq for dyn KeyLookup + '_ {}
+
 /// What a machine reads the store through: for one type, the view of each of the session's
 /// parameter sets, indexed by [`Pid`].
 #[derive(Debug, Clone)]
@@ -358,6 +404,17 @@ mod tests {
         let now = dense(state, 50, 1000);
         change.set_dense(&mut state, now, names[..50].iter());
         assert_eq!(change.dense, None, "no change, nothing to do");
+    }
+
+    #[test]
+    fn a_key_is_found_by_its_borrowed_parts() {
+        let mut keys: HashSet<Key> = HashSet::default();
+        keys.insert((Arc::from("a"), 0));
+        keys.insert((Arc::from("b"), 1));
+        assert!(keys.contains(&("a", 0_u32) as &dyn KeyLookup));
+        assert!(keys.contains(&("b", 1_u32) as &dyn KeyLookup));
+        assert!(!keys.contains(&("a", 1_u32) as &dyn KeyLookup));
+        assert!(!keys.contains(&("c", 0_u32) as &dyn KeyLookup));
     }
 
     #[test]

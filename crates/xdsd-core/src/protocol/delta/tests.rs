@@ -1083,3 +1083,152 @@ mod held_view {
         assert!(names.iter().all(|n| has_sent(&h, n)));
     }
 }
+
+/// A first response to most names of a view, sent in its order, is held as the view too
+/// (`Holdings::base`), the view's names it did not send apart as not held: each rule below holds
+/// as with one entry per key.
+mod held_names {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("n{i:03}")).collect()
+    }
+
+    /// 100 names in the store; the client subscribes to all but every tenth.
+    fn harness() -> (Harness, Vec<String>) {
+        let all = names(100);
+        let contents: Vec<(&str, &str)> = all.iter().map(|n| (n.as_str(), "1")).collect();
+        let mut h = Harness::new(CLUSTER, &contents);
+        let subscribed: Vec<String> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 10 != 5)
+            .map(|(_, n)| n.clone())
+            .collect();
+        let refs: Vec<&str> = subscribed.iter().map(|n| n.as_str()).collect();
+        h.request(Req {
+            subscribe: &refs,
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&refs, &[]));
+        assert!(h.sub.has.base.is_some(), "held as the view");
+        assert!(
+            h.sub.has.over.values().all(|held| held.is_none()),
+            "only the names skipped apart"
+        );
+        (h, subscribed)
+    }
+
+    fn held(h: &Harness, name: &str) -> bool {
+        h.sub.client_version(name).is_some()
+    }
+
+    #[test]
+    fn names_of_the_view_not_subscribed_are_not_held_and_sent_when_subscribed() {
+        let (mut h, subscribed) = harness();
+        assert!(subscribed.iter().all(|n| held(&h, n)));
+        assert!(!held(&h, "n005") && !held(&h, "n095"));
+        h.request(Req {
+            subscribe: &["n005", "n095"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["n005", "n095"], &[]));
+        assert!(held(&h, "n005") && held(&h, "n095"));
+    }
+
+    #[test]
+    fn a_change_to_a_name_not_subscribed_is_not_sent_and_to_a_subscribed_one_is() {
+        let (mut h, _) = harness();
+        h.set("n005", "2");
+        h.expect_none();
+        h.set("n006", "2");
+        assert_eq!(h.expect(), seen(&["n006"], &[]));
+        h.set("n006", "1");
+        assert_eq!(
+            h.expect(),
+            seen(&["n006"], &[]),
+            "back to the content it had"
+        );
+        h.remove("n007");
+        assert_eq!(h.expect(), seen(&[], &["n007"]));
+        h.set("n007", "1");
+        assert_eq!(h.expect(), seen(&["n007"], &[]), "the client dropped it");
+    }
+
+    #[test]
+    fn a_name_unsubscribed_is_no_longer_held_and_is_sent_again_when_resubscribed() {
+        let (mut h, _) = harness();
+        h.request(Req {
+            unsubscribe: &["n010"],
+            ..Default::default()
+        });
+        h.expect_none();
+        assert!(!held(&h, "n010"));
+        h.set("n010", "2");
+        h.expect_none();
+        h.request(Req {
+            subscribe: &["n010"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["n010"], &[]));
+    }
+
+    #[test]
+    fn names_sent_in_parts_are_held_up_to_the_last_part_sent_and_the_names_skipped_never() {
+        let all = names(160);
+        let content = "x".repeat(1000);
+        let resources: Vec<(&str, &str)> =
+            all.iter().map(|n| (n.as_str(), content.as_str())).collect();
+        let mut h = Harness::new(CLUSTER, &resources);
+        h.sub.set_max_response_bytes(8 * 1024);
+        let subscribed: Vec<&str> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 0)
+            .map(|(_, n)| n.as_str())
+            .collect();
+        let mut subscribe: Vec<&str> = subscribed.clone();
+        subscribe.push("ghost");
+        h.request(Req {
+            subscribe: &subscribe,
+            ..Default::default()
+        });
+        let first = h.poll().expect("a first part");
+        let sent = first.resources.len();
+        assert!(sent < subscribed.len());
+        assert!(h.sub.has.base.is_some());
+        assert!(held(&h, subscribed[sent - 1]));
+        assert!(!held(&h, subscribed[sent]), "not sent yet");
+        assert!(all.iter().step_by(2).count() == subscribed.len());
+        assert!(
+            all.iter().skip(1).step_by(2).all(|n| !held(&h, n)),
+            "skipped"
+        );
+        // A name skipped, subscribed in the middle: the rest is computed again with it.
+        let skipped = all[2 * sent + 1].clone();
+        h.request(Req {
+            subscribe: &[skipped.as_str()],
+            ..Default::default()
+        });
+        let mut rest: Vec<String> = Vec::new();
+        let mut removed: Vec<String> = Vec::new();
+        while let Some(r) = h.poll() {
+            rest.extend(r.resources.iter().map(|r| r.name().to_string()));
+            removed.extend(r.removed.iter().map(|n| n.to_string()));
+        }
+        rest.sort();
+        let mut want: Vec<String> = subscribed[sent..].iter().map(|n| n.to_string()).collect();
+        want.push(skipped.clone());
+        want.sort();
+        assert_eq!(rest, want);
+        assert_eq!(removed, ["ghost"]);
+        assert!(subscribed.iter().all(|n| held(&h, n)) && held(&h, &skipped));
+        let others = all
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .filter(|n| **n != skipped)
+            .all(|n| !held(&h, n));
+        assert!(others, "names never subscribed are never held");
+    }
+}
