@@ -657,7 +657,7 @@ impl SotwSubscription {
         let mut updated: Vec<Arc<Resource>> = Vec::new();
         if !first && !self.full_state && !self.respond && self.forced.is_empty() {
             // Only changes of the store are owed (every push after the first response).
-            let resources = self.changed_only(views);
+            let resources = self.owed_keys(views);
             self.respond = false;
             reset(&mut self.dirty);
             let resources = resources?;
@@ -887,40 +887,31 @@ impl SotwSubscription {
     }
 
     /// Other types: only the subscribed resources that changed or were newly subscribed.
-    /// The changed resources owed when only store changes are (`dirty`, nothing forced, no
-    /// wildcard turned on): each dirty name's keys, those whose resource the client was not sent
-    /// as it is now. Records them as sent; `None` when none is owed.
-    fn changed_only(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
+    /// The resources owed for the keys forced (each, changed or not) and for the keys of the
+    /// dirty names (those the client was not sent as they are now), in name order; records them
+    /// as sent. `None` when none is owed.
+    fn owed_keys(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
         let mut out: Vec<Arc<Resource>> = Vec::new();
         let (names, pids, wildcard) = (&mut self.names, &self.pids, self.wildcard);
+        for (name, pid) in &self.forced {
+            // Still subscribed: a request may have dropped it since it was forced.
+            if names.contains(name, *pid) || wildcard == Some(*pid) {
+                owe(names, views, name, *pid, true, &mut out);
+            }
+        }
         for name in &self.dirty {
             // The name's keys: subscribed with one of the parameter sets, then the wildcard's
-            // unless it is one of those.
+            // unless it is one of those; a key forced is done.
             for i in 0..=pids.len() {
                 let pid = match (pids.get(i), wildcard) {
                     (Some(&pid), _) if names.contains(name, pid) => pid,
                     (None, Some(w)) if !(pids.contains(&w) && names.contains(name, w)) => w,
                     _ => continue,
                 };
-                match (views.get(name, pid), names.get_mut(name, pid)) {
-                    (Some(r), Some(sent)) => {
-                        let mark = Some(SentMark::of(r));
-                        if *sent != mark {
-                            *sent = mark;
-                            out.push(r.clone());
-                        }
-                    }
-                    // Only the wildcard has it: no record per name.
-                    (Some(r), None) => out.push(r.clone()),
-                    // Nothing to send: SotW has no deletion for these types. Forget what was
-                    // sent so the resource is sent again if it comes back with the same
-                    // content.
-                    (None, sent) => {
-                        if let Some(sent) = sent {
-                            *sent = None;
-                        }
-                    }
+                if !self.forced.is_empty() && self.forced.contains(&(name.clone(), pid)) {
+                    continue;
                 }
+                owe(names, views, name, pid, false, &mut out);
             }
         }
         (!out.is_empty()).then(|| dedup(out))
@@ -945,45 +936,7 @@ impl SotwSubscription {
             // Every subscribed key is owed (a first response): no need to gather candidates.
             return self.all_subscribed(views);
         }
-        let mut candidates: HashSet<Key> = self.forced.clone();
-        for name in &self.dirty {
-            candidates.extend(self.keys_of(name));
-            if let Some(w) = self.wildcard {
-                candidates.insert((name.clone(), w));
-            }
-        }
-        let mut out: Vec<Arc<Resource>> = Vec::new();
-        for key in candidates {
-            let explicit = self.names.contains(&key.0, key.1);
-            if !explicit && self.wildcard != Some(key.1) {
-                continue;
-            }
-            match views.get(&key.0, key.1) {
-                Some(resource) => {
-                    let owed = self.respond
-                        || self.forced.contains(&key)
-                        || !explicit
-                        || !self.was_sent(&key.0, key.1, resource);
-                    if owed {
-                        out.push(resource.clone());
-                        if let Some(sent) = self.names.get_mut(&key.0, key.1) {
-                            *sent = Some(SentMark::of(resource));
-                        }
-                    }
-                }
-                // Nothing to send: SotW has no deletion for these types. Forget what was sent
-                // so the resource is sent again if it comes back with the same content.
-                None => {
-                    if let Some(sent) = self.names.get_mut(&key.0, key.1) {
-                        *sent = None;
-                    }
-                }
-            }
-        }
-        if out.is_empty() {
-            return None;
-        }
-        Some(SotwResources::Some(dedup(out)))
+        self.owed_keys(views).map(SotwResources::Some)
     }
 }
 
@@ -1146,6 +1099,33 @@ pub(crate) fn reset<T>(set: &mut HashSet<T>) {
         *set = HashSet::default();
     } else {
         set.clear();
+    }
+}
+
+/// Adds the resource of the key (`name`, `pid`) to `out` if it is owed (`always`, or the client
+/// was not sent it as it is now), and records it as sent. A key whose resource is gone is
+/// forgotten as sent: SotW has no deletion for these types, and the resource goes out again if
+/// it comes back with the same content.
+fn owe(
+    names: &mut Subscribed,
+    views: &Views,
+    name: &Arc<str>,
+    pid: Pid,
+    always: bool,
+    out: &mut Vec<Arc<Resource>>,
+) {
+    match (views.get(name, pid), names.get_mut(name, pid)) {
+        (Some(r), Some(sent)) => {
+            let mark = Some(SentMark::of(r));
+            if always || *sent != mark {
+                *sent = mark;
+                out.push(r.clone());
+            }
+        }
+        // Only the wildcard has it: no record per name.
+        (Some(r), None) => out.push(r.clone()),
+        (None, Some(sent)) => *sent = None,
+        (None, None) => {}
     }
 }
 
