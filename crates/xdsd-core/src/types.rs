@@ -81,11 +81,95 @@ pub fn is_well_formed(type_url: &str) -> bool {
     }
 }
 
-/// Where `type_url` is in a short per-stream list keyed by type URL: found by the caller's own
-/// `Arc` (the session's, shared by everything of the stream; or the text of one) before any text
-/// is compared.
-pub(crate) fn position<T>(list: &[(std::sync::Arc<str>, T)], type_url: &str) -> Option<usize> {
-    list.iter()
-        .position(|(t, _)| std::ptr::eq(&**t, type_url))
-        .or_else(|| list.iter().position(|(t, _)| **t == *type_url))
+/// Per-stream values by type URL (a session's types, a stream's watch registrations, its CSDS
+/// record): a short list (a stream has a few types; a session at most
+/// `protocol::session::MAX_TYPES`), searched by the caller's own `Arc` of the type URL (the
+/// session's, interned by the store and shared by everything of the stream) before any text is
+/// compared: no lookup hashes a type URL, and the list keeps no room for twice what it holds.
+pub(crate) struct TypeMap<V> {
+    list: Vec<(std::sync::Arc<str>, V)>,
+}
+
+impl<V> Default for TypeMap<V> {
+    fn default() -> Self {
+        TypeMap { list: Vec::new() }
+    }
+}
+
+impl<V> TypeMap<V> {
+    fn position(&self, type_url: &str) -> Option<usize> {
+        self.list
+            .iter()
+            .position(|(t, _)| std::ptr::eq(&**t, type_url))
+            .or_else(|| self.list.iter().position(|(t, _)| **t == *type_url))
+    }
+
+    pub(crate) fn get(&self, type_url: &str) -> Option<&V> {
+        self.get_key_value(type_url).map(|(_, v)| v)
+    }
+
+    pub(crate) fn get_key_value(&self, type_url: &str) -> Option<(&std::sync::Arc<str>, &V)> {
+        self.position(type_url)
+            .map(|i| (&self.list[i].0, &self.list[i].1))
+    }
+
+    pub(crate) fn get_mut(&mut self, type_url: &str) -> Option<&mut V> {
+        let i = self.position(type_url)?;
+        Some(&mut self.list[i].1)
+    }
+
+    pub(crate) fn contains_key(&self, type_url: &str) -> bool {
+        self.position(type_url).is_some()
+    }
+
+    /// Sets the value of `type_url`.
+    pub(crate) fn insert(&mut self, type_url: std::sync::Arc<str>, value: V) {
+        match self.position(&type_url) {
+            Some(i) => self.list[i].1 = value,
+            None => self.list.push((type_url, value)),
+        }
+    }
+
+    pub(crate) fn remove(&mut self, type_url: &str) -> Option<V> {
+        let i = self.position(type_url)?;
+        Some(self.list.swap_remove(i).1)
+    }
+
+    /// The value of `type_url`, made by `make` if there is none.
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        type_url: &std::sync::Arc<str>,
+        make: impl FnOnce() -> V,
+    ) -> &mut V {
+        let i = self.position(type_url).unwrap_or_else(|| {
+            self.list.push((type_url.clone(), make()));
+            self.list.len() - 1
+        });
+        &mut self.list[i].1
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Lets go of the room kept for values no longer held.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.list.shrink_to_fit();
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&std::sync::Arc<str>, &V)> {
+        self.list.iter().map(|(t, v)| (t, v))
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.list.iter().map(|(_, v)| v)
+    }
+
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.list.iter_mut().map(|(_, v)| v)
+    }
 }

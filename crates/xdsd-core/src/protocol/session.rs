@@ -28,7 +28,7 @@ use super::{Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Vi
 use crate::hash::{HashMap, HashSet};
 use crate::params::ParamSet;
 use crate::store::{Changes, Resource, Snapshot, TypeSnapshot};
-use crate::types;
+use crate::types::{self, TypeMap};
 
 /// The parameter key under which a node's `cluster` is available to constraints, for clients
 /// that send no dynamic parameters (see docs/variants.md).
@@ -1106,7 +1106,7 @@ impl<M: Machine> Session<M> {
         }
         if self.changed.is_empty() {
             // Served: an idle stream keeps no table for the next change.
-            self.changed.list.shrink_to_fit();
+            self.changed.shrink_to_fit();
         }
     }
 
@@ -1202,82 +1202,3 @@ fn track_ttls<M>(state: &mut TypeState<M>, sent: &[Arc<Resource>], now: Instant)
 
 #[cfg(test)]
 mod tests;
-
-/// A session's types, by type URL: a short list (a stream has a few types; at most
-/// [`MAX_TYPES`]), searched by the `Arc` of the type URL before any text is compared. The store's
-/// changes and the session's own lookups pass the same interned `Arc`, so a lookup hashes no
-/// type URL (a map hashed it on every change, response and request).
-struct TypeMap<V> {
-    list: Vec<(Arc<str>, V)>,
-}
-
-impl<V> Default for TypeMap<V> {
-    fn default() -> Self {
-        TypeMap { list: Vec::new() }
-    }
-}
-
-impl<V> TypeMap<V> {
-    fn position(&self, type_url: &str) -> Option<usize> {
-        types::position(&self.list, type_url)
-    }
-
-    fn get(&self, type_url: &str) -> Option<&V> {
-        self.get_key_value(type_url).map(|(_, v)| v)
-    }
-
-    fn get_key_value(&self, type_url: &str) -> Option<(&Arc<str>, &V)> {
-        self.position(type_url)
-            .map(|i| (&self.list[i].0, &self.list[i].1))
-    }
-
-    fn get_mut(&mut self, type_url: &str) -> Option<&mut V> {
-        let i = self.position(type_url)?;
-        Some(&mut self.list[i].1)
-    }
-
-    fn contains_key(&self, type_url: &str) -> bool {
-        self.position(type_url).is_some()
-    }
-
-    /// Sets the value of `type_url`.
-    fn insert(&mut self, type_url: Arc<str>, value: V) {
-        match self.position(&type_url) {
-            Some(i) => self.list[i].1 = value,
-            None => self.list.push((type_url, value)),
-        }
-    }
-
-    fn remove(&mut self, type_url: &str) -> Option<V> {
-        let i = self.position(type_url)?;
-        Some(self.list.swap_remove(i).1)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
-    fn get_or_insert_with(&mut self, type_url: &Arc<str>, make: impl FnOnce() -> V) -> &mut V {
-        let i = self.position(type_url).unwrap_or_else(|| {
-            self.list.push((type_url.clone(), make()));
-            self.list.len() - 1
-        });
-        &mut self.list[i].1
-    }
-
-    fn len(&self) -> usize {
-        self.list.len()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &V)> {
-        self.list.iter().map(|(t, v)| (t, v))
-    }
-
-    fn values(&self) -> impl Iterator<Item = &V> {
-        self.list.iter().map(|(_, v)| v)
-    }
-
-    fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
-        self.list.iter_mut().map(|(_, v)| v)
-    }
-}

@@ -6,6 +6,7 @@
 
 use crate::hash::{HashMap, HashSet};
 use crate::params::{Constraints, ParamSet};
+use crate::types::TypeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -203,9 +204,8 @@ pub struct Watcher {
     id: u64,
     index: Arc<Mutex<WatchIndex>>,
     signal: Arc<Signal>,
-    /// Per type: a stream has a few, found by the session's own `Arc` of the type URL before its
-    /// text is compared (a map kept room for twice as many, per stream).
-    registered: Vec<(Arc<str>, Registered)>,
+    /// Per type.
+    registered: TypeMap<Registered>,
     /// How many parameter sets were last registered (`set_params`).
     params: Option<usize>,
 }
@@ -216,7 +216,7 @@ impl Watcher {
             id,
             index,
             signal: Arc::default(),
-            registered: Vec::new(),
+            registered: TypeMap::default(),
             params: None,
         }
     }
@@ -240,7 +240,9 @@ impl Watcher {
 
     /// Watches (or stops watching) every resource of `type_url`, present and future.
     pub fn set_wildcard(&mut self, type_url: &Arc<str>, on: bool) {
-        let reg = registration(&mut self.registered, type_url);
+        let reg = self
+            .registered
+            .get_or_insert_with(type_url, Registered::default);
         if reg.wildcard == on {
             return;
         }
@@ -257,7 +259,9 @@ impl Watcher {
     /// meanwhile are not recorded. Turned off, the stream watches nothing of the type by name
     /// until `watch` registers its names again.
     pub fn set_dense(&mut self, type_url: &Arc<str>, on: bool) {
-        let reg = registration(&mut self.registered, type_url);
+        let reg = self
+            .registered
+            .get_or_insert_with(type_url, Registered::default);
         if reg.dense == on {
             return;
         }
@@ -285,7 +289,9 @@ impl Watcher {
         if names.peek().is_none() {
             return;
         }
-        let reg = registration(&mut self.registered, type_url);
+        let reg = self
+            .registered
+            .get_or_insert_with(type_url, Registered::default);
         if reg.dense {
             return;
         }
@@ -311,7 +317,7 @@ impl Watcher {
         if names.peek().is_none() {
             return;
         }
-        let Some(reg) = find(&mut self.registered, type_url) else {
+        let Some(reg) = self.registered.get_mut(type_url) else {
             return;
         };
         let mut index = lock_index(&self.index);
@@ -333,27 +339,6 @@ impl Watcher {
     }
 }
 
-/// The registration of `type_url`, if any.
-fn find<'a>(
-    registered: &'a mut [(Arc<str>, Registered)],
-    type_url: &Arc<str>,
-) -> Option<&'a mut Registered> {
-    let i = crate::types::position(registered, type_url)?;
-    Some(&mut registered[i].1)
-}
-
-/// The registration of `type_url`, made if it is the first.
-fn registration<'a>(
-    registered: &'a mut Vec<(Arc<str>, Registered)>,
-    type_url: &Arc<str>,
-) -> &'a mut Registered {
-    let i = crate::types::position(registered, type_url).unwrap_or_else(|| {
-        registered.push((type_url.clone(), Registered::default()));
-        registered.len() - 1
-    });
-    &mut registered[i].1
-}
-
 fn remove_name(index: &mut WatchIndex, type_url: &Arc<str>, name: &Arc<str>, id: u64) {
     if let Some(by_name) = index.names.get_mut(type_url) {
         if let Some(watchers) = by_name.get_mut(name) {
@@ -372,7 +357,7 @@ impl Drop for Watcher {
     fn drop(&mut self) {
         let mut index = lock_index(&self.index);
         index.params.remove(&self.id);
-        for (type_url, reg) in &self.registered {
+        for (type_url, reg) in self.registered.iter() {
             if reg.all() {
                 if let Some(w) = index.wildcards.get_mut(type_url) {
                     w.remove(&self.id);

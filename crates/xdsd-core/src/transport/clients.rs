@@ -12,6 +12,7 @@ use super::metrics::{Metrics, TypeMetrics};
 use crate::protocol::session::ClientNode;
 use crate::protocol::Nonce;
 use crate::store::{Resource, View};
+use crate::types::TypeMap;
 
 /// The resources of a type's last response a stream keeps (names, versions, origins): a response
 /// with more is summed up by its count.
@@ -166,10 +167,9 @@ struct TypeTrack {
 pub(crate) struct Track {
     /// Shared with the stream's session.
     pub(crate) node: Option<Arc<ClientNode>>,
-    /// Per type, in the order first asked for: a stream has a few, found by the session's own
-    /// `Arc` of the type URL before its text is compared (every response and ACK looks one up).
-    /// Boxed: the records are large and the list grows by doubling.
-    types: Vec<(Arc<str>, Box<TypeTrack>)>,
+    /// Per type (every response and ACK looks one up). Boxed: the records are large and the
+    /// list grows by doubling.
+    types: TypeMap<Box<TypeTrack>>,
     metrics: Metrics,
 }
 
@@ -192,7 +192,7 @@ impl Track {
     pub(crate) fn new(metrics: Metrics) -> Track {
         Track {
             node: None,
-            types: Vec::new(),
+            types: TypeMap::default(),
             metrics,
         }
     }
@@ -205,22 +205,15 @@ impl Track {
 
     /// The type's record, made if it is the first time.
     fn track(&mut self, type_url: &Arc<str>, in_store: bool) -> &mut TypeTrack {
-        let found = crate::types::position(&self.types, type_url);
-        if let Some(i) = found {
-            return &mut self.types[i].1;
-        }
-        let metrics = self.metrics.for_type(label(type_url, in_store));
-        self.types.push((
-            type_url.clone(),
+        let metrics = &self.metrics;
+        self.types.get_or_insert_with(type_url, || {
             Box::new(TypeTrack {
                 status: TypeStatus::new(type_url.clone()),
-                metrics,
+                metrics: metrics.for_type(label(type_url, in_store)),
                 sent_instant: None,
                 updated: Vec::new(),
-            }),
-        ));
-        let last = self.types.len() - 1;
-        &mut self.types[last].1
+            })
+        })
     }
 
     /// A response of `bytes` went out at `now`.
@@ -317,7 +310,7 @@ impl Track {
     }
 
     pub(crate) fn types(&self) -> Vec<TypeStatus> {
-        let mut types: Vec<TypeStatus> = self.types.iter().map(|(_, t)| t.status.clone()).collect();
+        let mut types: Vec<TypeStatus> = self.types.values().map(|t| t.status.clone()).collect();
         types.sort_by(|a, b| a.type_url.cmp(&b.type_url));
         types
     }
