@@ -395,6 +395,11 @@ impl DeltaSubscription {
         self.encoding.ttl = ttl;
     }
 
+    /// Whether responses carry TTLs (`set_ttl`).
+    pub fn ttl(&self) -> bool {
+        self.encoding.ttl
+    }
+
     pub fn type_url(&self) -> &Arc<str> {
         &self.type_url
     }

@@ -330,6 +330,8 @@ pub trait Machine: Send + 'static {
     /// Whether resources go out with their TTLs to this client.
     fn takes_ttl(node: &ClientNode) -> bool;
     fn set_ttl(&mut self, ttl: bool);
+    /// Whether responses carry TTLs (`set_ttl`).
+    fn ttl(&self) -> bool;
     /// Renews the TTL of `name` with the next response, if the client holds it.
     fn heartbeat(&mut self, name: &Arc<str>);
     fn node(request: &Self::Request) -> NodeRef<'_>;
@@ -386,6 +388,9 @@ impl Machine for SotwSubscription {
     }
     fn set_ttl(&mut self, ttl: bool) {
         SotwSubscription::set_ttl(self, ttl)
+    }
+    fn ttl(&self) -> bool {
+        SotwSubscription::ttl(self)
     }
     /// SotW renews a TTL by sending the resource again: Envoy's SotW subscription drops a
     /// resource without a body before it looks at its TTL, and in LDS/CDS a response without the
@@ -477,6 +482,9 @@ impl Machine for DeltaSubscription {
     fn set_ttl(&mut self, ttl: bool) {
         DeltaSubscription::set_ttl(self, ttl)
     }
+    fn ttl(&self) -> bool {
+        DeltaSubscription::ttl(self)
+    }
     fn heartbeat(&mut self, name: &Arc<str>) {
         DeltaSubscription::heartbeat(self, name)
     }
@@ -567,8 +575,6 @@ struct TypeState<M> {
     default: Pid,
     node_epoch: u32,
     named: bool,
-    /// The client takes TTLs of this type, as of its latest request.
-    ttl: bool,
     /// Resources sent with a TTL, by name, and when their TTLs are next renewed: one deadline per
     /// type, never a timer per resource.
     ttls: HashMap<Arc<str>, Duration>,
@@ -767,7 +773,6 @@ impl<M: Machine> Session<M> {
                 default,
                 node_epoch: self.node_epoch,
                 named: false,
-                ttl: false,
                 ttls: HashMap::default(),
                 next_heartbeat: None,
                 unacked: None,
@@ -777,8 +782,9 @@ impl<M: Machine> Session<M> {
         });
         state.default = default;
         state.node_epoch = self.node_epoch;
-        state.ttl = self.node.as_deref().is_some_and(M::takes_ttl);
-        state.machine.set_ttl(state.ttl);
+        state
+            .machine
+            .set_ttl(self.node.as_deref().is_some_and(M::takes_ttl));
         // A client that subscribes with dynamic parameters gets every resource of the type named
         // by `resource_name`, with its constraints (TP2: constraints are never omitted).
         let named = state.named || node_named || !subscribe.is_empty() || !unsubscribe.is_empty();
@@ -1000,7 +1006,7 @@ impl<M: Machine> Session<M> {
             let Some(response) = state.machine.poll_response(&views, &mut self.nonces) else {
                 continue;
             };
-            if state.ttl {
+            if state.machine.ttl() {
                 track_ttls(state, &M::with_ttl(&response), now);
             }
             state.unacked = Some(M::describe(&response).3);
