@@ -335,6 +335,21 @@ fn put_built(
     Ok(())
 }
 
+/// Puts what each of `inputs` builds into the edits of its type ([`put_built`]).
+fn put_inputs(
+    next: &mut HashMap<Arc<str>, TypeEdit>,
+    current: &Snapshot,
+    hosts_type: &Arc<str>,
+    inputs: impl IntoIterator<Item = ResourceInput>,
+    edit: Edit,
+) -> Result<(), StoreError> {
+    for input in inputs {
+        let type_url = intern_type(current, &input.type_url)?;
+        put_built(next, current, &type_url, hosts_type, input, edit)?;
+    }
+    Ok(())
+}
+
 /// Takes out of the virtual hosts the ones the route configuration `name` made (VHDS): all of
 /// them, or (`variant`) those of one variant's constraints.
 fn take_out_hosts(
@@ -436,17 +451,7 @@ impl Store {
         let current = self.snapshot();
         let mut next: HashMap<Arc<str>, TypeEdit> = HashMap::new();
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
-        for input in resources {
-            let type_url = intern_type(&current, &input.type_url)?;
-            put_built(
-                &mut next,
-                &current,
-                &type_url,
-                &hosts_type,
-                input,
-                Edit::Full,
-            )?;
-        }
+        put_inputs(&mut next, &current, &hosts_type, resources, Edit::Full)?;
         for type_url in current.type_map().keys() {
             next.entry(type_url.clone()).or_insert_with(TypeEdit::full);
         }
@@ -484,17 +489,7 @@ impl Store {
                 take_out_hosts(&mut next, &current, &hosts_type, &name, None);
             }
         }
-        for input in resources {
-            let type_url = intern_type(&current, &input.type_url)?;
-            put_built(
-                &mut next,
-                &current,
-                &type_url,
-                &hosts_type,
-                input,
-                Edit::Add,
-            )?;
-        }
+        put_inputs(&mut next, &current, &hosts_type, resources, Edit::Add)?;
         self.commit(&current, next, true)
     }
 
