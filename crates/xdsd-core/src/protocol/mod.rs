@@ -201,24 +201,14 @@ pub struct Nonce {
 }
 
 impl From<u64> for Nonce {
-    fn from(mut n: u64) -> Nonce {
-        // u64::MAX has 20 digits.
+    fn from(n: u64) -> Nonce {
+        use std::io::Write as _;
         let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        let len = digits.len() - at;
-        digits.copy_within(at.., 0);
-        Nonce {
-            digits,
-            len: len as u8,
-        }
+        let mut rest = &mut digits[..];
+        // u64::MAX has 20 digits: the write always fits.
+        let _ = write!(rest, "{n}");
+        let len = (20 - rest.len()) as u8;
+        Nonce { digits, len }
     }
 }
 
