@@ -476,14 +476,14 @@ impl DeltaSubscription {
         } else {
             match &request.error_detail {
                 Some(status) => RequestKind::Nack {
-                    nonce: nonce.to_owned(),
+                    nonce: nonce.into(),
                     rejected_version: (self.last_nonce.is_some_and(|n| n == nonce))
                         .then(|| self.last_version.clone())
                         .flatten(),
                     message: status.message.clone(),
                 },
                 None => RequestKind::Ack {
-                    nonce: nonce.to_owned(),
+                    nonce: nonce.into(),
                 },
             }
         };

@@ -8,10 +8,13 @@ pub mod identity;
 mod model_tests;
 pub mod session;
 pub mod sotw;
+mod text;
 #[cfg(test)]
 mod test_support;
 
 use std::sync::Arc;
+
+pub use text::Text;
 
 use crate::hash::HashSet;
 use crate::params::ParamSet;
@@ -250,6 +253,12 @@ impl PartialEq<Nonce> for String {
     }
 }
 
+impl PartialEq<Text> for Nonce {
+    fn eq(&self, other: &Text) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
 impl std::fmt::Display for Nonce {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -268,18 +277,18 @@ pub enum RequestKind {
     /// The first request for this type on the stream.
     Initial,
     /// Accepts the response with this nonce.
-    Ack { nonce: String },
+    Ack { nonce: Text },
     /// Rejects the response with this nonce (`error_detail` is set). `rejected_version` is the
     /// version that response carried.
     Nack {
-        nonce: String,
+        nonce: Text,
         rejected_version: Option<Arc<str>>,
         message: String,
     },
     /// Changes the subscription without answering a response (no nonce).
     Update,
     /// Names a nonce older than the latest one sent for this type: superseded, not answered.
-    Stale { nonce: String },
+    Stale { nonce: Text },
 }
 
 /// The subscription part of a request, as the session resolved it: plain names (subscribed with

@@ -7,10 +7,6 @@ use crate::hash::{HashMap, HashSet};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes};
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, ResourceLocator};
-use envoy_types::pb::google::rpc::Status;
-use prost::Message as _;
 
 use super::{
     intern_key, part_len, Key, Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange,
@@ -20,248 +16,6 @@ use crate::store::{field_len, Encoding, Interner, Resource, TypeSnapshot, View};
 
 /// The special resource name that subscribes to every resource of a type.
 pub const WILDCARD: &str = "*";
-
-/// A `DiscoveryRequest` as the server reads it. An ACK repeats the client's whole list of names
-/// (hundreds, on every response), so the names are copied into one buffer, not one allocation
-/// each, and compared by digest; the node is kept as received and decoded only when asked for.
-/// Same wire format as `envoy.service.discovery.v3.DiscoveryRequest`; fields xdsd does not use
-/// are skipped.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct SotwRequest {
-    pub version_info: String,
-    /// The node's encoding as received (a slice of the request's bytes when it was read from
-    /// `Bytes`): the session decodes the whole `Node` only when it differs from the one it
-    /// already has (Envoy repeats its node on every request).
-    pub node_raw: Bytes,
-    pub resource_names: Names,
-    /// xRFC TP2: names with their own dynamic parameters.
-    pub resource_locators: Vec<ResourceLocator>,
-    pub type_url: String,
-    pub response_nonce: String,
-    pub error_detail: Option<Status>,
-}
-
-/// The identity fields of `envoy.config.core.v3.Node`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct NodeId {
-    #[prost(string, tag = "1")]
-    pub id: String,
-    #[prost(string, tag = "2")]
-    pub cluster: String,
-}
-
-/// A list of names in one buffer: `bytes` holds them back to back, `ends` where each ends.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
-pub struct Names {
-    bytes: Vec<u8>,
-    ends: Vec<u32>,
-}
-
-impl SotwRequest {
-    /// The node's identity, decoded from [`SotwRequest::node_raw`]; `None` without a node or
-    /// when it does not decode.
-    pub fn node(&self) -> Option<NodeId> {
-        if self.node_raw.is_empty() {
-            return None;
-        }
-        NodeId::decode(self.node_raw.as_ref()).ok()
-    }
-}
-
-impl Names {
-    pub fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
-    }
-
-    /// The names, as received (not checked to be UTF-8).
-    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts
-            .zip(self.ends.iter().copied())
-            .map(|(start, end)| &self.bytes[start as usize..end as usize])
-    }
-
-    pub fn push(&mut self, name: &[u8]) {
-        self.bytes.extend_from_slice(name);
-        self.ends.push(self.bytes.len() as u32);
-    }
-}
-
-impl<S: AsRef<[u8]>> FromIterator<S> for Names {
-    fn from_iter<I: IntoIterator<Item = S>>(names: I) -> Names {
-        let mut out = Names::default();
-        for name in names {
-            out.push(name.as_ref());
-        }
-        out
-    }
-}
-
-// DiscoveryRequest field numbers.
-const REQ_VERSION_INFO: u32 = 1;
-const REQ_NODE: u32 = 2;
-const REQ_RESOURCE_NAMES: u32 = 3;
-const REQ_TYPE_URL: u32 = 4;
-const REQ_RESPONSE_NONCE: u32 = 5;
-const REQ_ERROR_DETAIL: u32 = 6;
-const REQ_RESOURCE_LOCATORS: u32 = 7;
-
-impl prost::Message for SotwRequest {
-    fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
-        use prost::encoding::{bytes as pb_bytes, message, string};
-        if !self.version_info.is_empty() {
-            string::encode(REQ_VERSION_INFO, &self.version_info, buf);
-        }
-        if !self.node_raw.is_empty() {
-            pb_bytes::encode(REQ_NODE, &self.node_raw, buf);
-        }
-        for name in self.resource_names.iter() {
-            pb_bytes::encode(REQ_RESOURCE_NAMES, &name.to_vec(), buf);
-        }
-        if !self.type_url.is_empty() {
-            string::encode(REQ_TYPE_URL, &self.type_url, buf);
-        }
-        if !self.response_nonce.is_empty() {
-            string::encode(REQ_RESPONSE_NONCE, &self.response_nonce, buf);
-        }
-        if let Some(status) = &self.error_detail {
-            message::encode(REQ_ERROR_DETAIL, status, buf);
-        }
-        message::encode_repeated(REQ_RESOURCE_LOCATORS, &self.resource_locators, buf);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: prost::encoding::WireType,
-        buf: &mut impl bytes::Buf,
-        ctx: prost::encoding::DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        use prost::encoding::{
-            check_wire_type, decode_varint, message, skip_field, string, WireType,
-        };
-        match tag {
-            REQ_VERSION_INFO => string::merge(wire_type, &mut self.version_info, buf, ctx),
-            REQ_NODE => {
-                check_wire_type(WireType::LengthDelimited, wire_type)?;
-                let len = decode_varint(buf)?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|l| *l <= buf.remaining())
-                    .ok_or_else(|| decode_error("node longer than the message"))?;
-                let node = buf.copy_to_bytes(len);
-                if self.node_raw.is_empty() {
-                    self.node_raw = node;
-                } else {
-                    // Occurrences of a message field merge: their encodings concatenated.
-                    let mut both = bytes::BytesMut::from(self.node_raw.as_ref());
-                    both.extend_from_slice(&node);
-                    self.node_raw = both.freeze();
-                }
-                Ok(())
-            }
-            REQ_RESOURCE_LOCATORS => {
-                message::merge_repeated(wire_type, &mut self.resource_locators, buf, ctx)
-            }
-            REQ_RESOURCE_NAMES => {
-                check_wire_type(WireType::LengthDelimited, wire_type)?;
-                let len = decode_varint(buf)?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|l| *l <= buf.remaining())
-                    .ok_or_else(|| decode_error("resource name longer than the message"))?;
-                let names = &mut self.resource_names;
-                if names.ends.is_empty() {
-                    // The first name: what follows is mostly more names (an ACK repeats them
-                    // all), so room for them at once instead of growing by doubling.
-                    let rest = buf.remaining();
-                    names.bytes.reserve(rest);
-                    names.ends.reserve(rest / (len + 2).max(8));
-                }
-                let mut left = len;
-                while left > 0 {
-                    let chunk = buf.chunk();
-                    let n = chunk.len().min(left);
-                    names.bytes.extend_from_slice(&chunk[..n]);
-                    buf.advance(n);
-                    left -= n;
-                }
-                let end = u32::try_from(names.bytes.len())
-                    .map_err(|_| decode_error("resource names over 4 GiB"))?;
-                names.ends.push(end);
-                Ok(())
-            }
-            REQ_TYPE_URL => string::merge(wire_type, &mut self.type_url, buf, ctx),
-            REQ_RESPONSE_NONCE => string::merge(wire_type, &mut self.response_nonce, buf, ctx),
-            REQ_ERROR_DETAIL => message::merge(
-                wire_type,
-                self.error_detail.get_or_insert_with(Status::default),
-                buf,
-                ctx,
-            ),
-            _ => skip_field(wire_type, tag, buf, ctx),
-        }
-    }
-
-    fn encoded_len(&self) -> usize {
-        use prost::encoding::{bytes as pb_bytes, message, string};
-        let mut len = 0;
-        if !self.version_info.is_empty() {
-            len += string::encoded_len(REQ_VERSION_INFO, &self.version_info);
-        }
-        if !self.node_raw.is_empty() {
-            len += pb_bytes::encoded_len(REQ_NODE, &self.node_raw);
-        }
-        len += self
-            .resource_names
-            .iter()
-            .map(|n| pb_bytes::encoded_len(REQ_RESOURCE_NAMES, &n.to_vec()))
-            .sum::<usize>();
-        if !self.type_url.is_empty() {
-            len += string::encoded_len(REQ_TYPE_URL, &self.type_url);
-        }
-        if !self.response_nonce.is_empty() {
-            len += string::encoded_len(REQ_RESPONSE_NONCE, &self.response_nonce);
-        }
-        if let Some(status) = &self.error_detail {
-            len += message::encoded_len(REQ_ERROR_DETAIL, status);
-        }
-        len + message::encoded_len_repeated(REQ_RESOURCE_LOCATORS, &self.resource_locators)
-    }
-
-    fn clear(&mut self) {
-        *self = SotwRequest::default();
-    }
-}
-
-/// prost offers no other way to make a decode error of one's own (the constructor is deprecated
-/// for outside use, not yet replaced).
-#[allow(deprecated)]
-fn decode_error(message: &'static str) -> prost::DecodeError {
-    prost::DecodeError::new(message)
-}
-
-impl From<&DiscoveryRequest> for SotwRequest {
-    fn from(r: &DiscoveryRequest) -> SotwRequest {
-        SotwRequest {
-            version_info: r.version_info.clone(),
-            node_raw: r
-                .node
-                .as_ref()
-                .map(|n| Bytes::from(n.encode_to_vec()))
-                .unwrap_or_default(),
-            resource_names: r.resource_names.iter().collect(),
-            resource_locators: r.resource_locators.clone(),
-            type_url: r.type_url.clone(),
-            response_nonce: r.response_nonce.clone(),
-            error_detail: r.error_detail.clone(),
-        }
-    }
-}
 
 /// One response to send.
 #[derive(Debug, Clone)]
@@ -451,30 +205,30 @@ impl SotwSubscription {
         subscribe: &Subscribe<'_>,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
-        let nonce = request.response_nonce.as_str();
+        let nonce = &request.response_nonce;
         let kind = match &self.last_nonce {
             // Before any response there is no newer nonce, so nothing is stale yet.
             None if !self.requested => RequestKind::Initial,
             None => RequestKind::Update,
             Some(_) if nonce.is_empty() => RequestKind::Update,
-            Some(last) if last != nonce => {
+            Some(last) if *last != *nonce => {
                 // Superseded by a response the client has not seen yet: the client will answer
                 // that one with its full, current list of names, so this one is dropped whole.
                 return (
                     RequestKind::Stale {
-                        nonce: nonce.to_owned(),
+                        nonce: nonce.clone(),
                     },
                     SubscriptionChange::default(),
                 );
             }
             Some(_) => match &request.error_detail {
                 Some(status) => RequestKind::Nack {
-                    nonce: nonce.to_owned(),
+                    nonce: nonce.clone(),
                     rejected_version: self.last_version.clone(),
                     message: status.message.clone(),
                 },
                 None => RequestKind::Ack {
-                    nonce: nonce.to_owned(),
+                    nonce: nonce.clone(),
                 },
             },
         };
@@ -1205,5 +959,8 @@ impl SotwSubscription {
     }
 }
 
+mod request;
 #[cfg(test)]
 mod tests;
+
+pub use request::{Names, NodeId, SotwRequest};

@@ -19,7 +19,7 @@ use crate::params::ParamSet;
 
 use crate::protocol::session::{ErrorKind, Session, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
-use crate::protocol::{Nonce, SubscriptionChange};
+use crate::protocol::{Nonce, SubscriptionChange, Text};
 use crate::store::{Encoding, Snapshot, View};
 
 /// Answers `request` to the per-type service of `type_url` with the store's current state: what
@@ -78,7 +78,7 @@ pub(crate) fn answer(
         session.handle_request(request, snapshot)?
     } else {
         let mut fresh = request.clone();
-        fresh.version_info.clear();
+        fresh.version_info = Text::default();
         session.handle_request(&fresh, snapshot)?
     };
     let now = Instant::now();

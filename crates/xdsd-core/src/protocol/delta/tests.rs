@@ -363,7 +363,7 @@ fn ack_and_nack_are_paired_by_nonce_and_decided_by_error_detail() {
             ..Default::default()
         }),
         RequestKind::Ack {
-            nonce: r.nonce.to_string()
+            nonce: r.nonce.to_string().into()
         }
     );
     h.set("a", "2");
@@ -378,7 +378,7 @@ fn ack_and_nack_are_paired_by_nonce_and_decided_by_error_detail() {
             rejected_version,
             message,
         } => {
-            assert_eq!(nonce, r2.nonce);
+            assert_eq!(r2.nonce, nonce);
             assert_eq!(rejected_version, Some(r2.system_version_info.clone()));
             assert_eq!(message, "rejected by test");
         }

@@ -103,7 +103,7 @@ fn ack_or_nack_is_decided_by_error_detail_not_by_version() {
     assert_eq!(
         h.request(&["a"], &nonce, "some-other-version"),
         RequestKind::Ack {
-            nonce: nonce.clone()
+            nonce: nonce.clone().into()
         }
     );
     h.set("a", "2");
@@ -147,7 +147,7 @@ fn nack_then_ack_at_new_version() {
     let (names, v2, n2) = h.expect();
     assert_eq!(names, ["c"]);
     assert_ne!(v1, v2, "the fix goes out at a new version");
-    assert_eq!(h.request(&[], &n2, &v2), RequestKind::Ack { nonce: n2 });
+    assert_eq!(h.request(&[], &n2, &v2), RequestKind::Ack { nonce: n2.into() });
     h.expect_none();
 }
 
@@ -177,7 +177,7 @@ fn stale_nonce_is_ignored() {
     // The client answers the first response after the server already sent the second one.
     assert_eq!(
         h.request(&["a", "b"], &n1, ""),
-        RequestKind::Stale { nonce: n1 }
+        RequestKind::Stale { nonce: n1.into() }
     );
     h.expect_none();
     assert_eq!(
@@ -188,7 +188,7 @@ fn stale_nonce_is_ignored() {
     // The request for the latest nonce is processed.
     assert_eq!(
         h.request(&["a", "b"], &n2, ""),
-        RequestKind::Ack { nonce: n2 }
+        RequestKind::Ack { nonce: n2.into() }
     );
     assert_eq!(h.expect().0, ["b"]);
 }
@@ -615,6 +615,70 @@ fn sotw_request_encodes_what_it_decodes() {
     let full = DiscoveryRequest::decode(bytes.as_slice()).unwrap();
     assert_eq!(full.resource_names, ["x", "", "yz"]);
     assert_eq!(SotwRequest::decode(bytes.as_slice()).unwrap(), request);
+}
+
+#[test]
+fn sotw_request_read_from_bytes_holds_slices_of_them() {
+    use prost::Message;
+    let full = DiscoveryRequest {
+        version_info: "v1".into(),
+        resource_names: (0..100).map(|i| format!("cluster-{i}")).collect(),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        response_nonce: "17".into(),
+        ..Default::default()
+    };
+    let frame = bytes::Bytes::from(full.encode_to_vec());
+    let read = SotwRequest::decode(frame.clone()).unwrap();
+    assert_eq!(read, SotwRequest::from(&full));
+    let inside = |s: &[u8]| frame.as_ptr_range().contains(&s.as_ptr());
+    for name in read.resource_names.iter() {
+        assert!(inside(name), "a name was copied");
+    }
+    assert!(inside(read.type_url.as_bytes()));
+    assert!(inside(read.version_info.as_bytes()));
+    assert!(inside(read.response_nonce.as_bytes()));
+}
+
+#[test]
+fn sotw_request_names_read_the_same_however_the_bytes_are_cut_or_placed() {
+    use bytes::Buf;
+    use prost::Message;
+    // Names interleaved with other fields (no client does it, the format allows it), and a
+    // name longer than 127 bytes (a two-byte length).
+    let long = "l".repeat(200);
+    let names = ["a", "", "bc", long.as_str(), "d"];
+    let mut bytes = Vec::new();
+    let field = |tag: u32, value: &str, out: &mut Vec<u8>| {
+        prost::encoding::string::encode(tag, &value.to_string(), out)
+    };
+    field(3, names[0], &mut bytes);
+    field(3, names[1], &mut bytes);
+    field(4, CLUSTER, &mut bytes);
+    field(3, names[2], &mut bytes);
+    field(3, names[3], &mut bytes);
+    field(5, "9", &mut bytes);
+    field(3, names[4], &mut bytes);
+    for cut in 0..=bytes.len() {
+        let (a, b) = bytes.split_at(cut);
+        let buf = bytes::Bytes::copy_from_slice(a).chain(bytes::Bytes::copy_from_slice(b));
+        let read = SotwRequest::decode(buf).unwrap();
+        let read_names: Vec<&[u8]> = read.resource_names.iter().collect();
+        let want: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+        assert_eq!(read_names, want, "cut at {cut}");
+        assert_eq!(read.resource_names.len(), names.len());
+        assert_eq!((&*read.type_url, &*read.response_nonce), (CLUSTER, "9"));
+        // Encoded again, it reads as the same request.
+        let again = SotwRequest::decode(read.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(again.resource_names.iter().collect::<Vec<_>>(), want);
+    }
+}
+
+#[test]
+fn sotw_request_rejects_a_type_url_that_is_not_utf8() {
+    use prost::Message;
+    // Field 4 (type_url), two bytes that are not UTF-8.
+    let bad = [0x22, 2, 0xff, 0xfe];
+    assert!(SotwRequest::decode(bytes::Bytes::copy_from_slice(&bad)).is_err());
 }
 
 #[test]
