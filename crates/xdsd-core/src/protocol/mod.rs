@@ -8,9 +8,9 @@ pub mod identity;
 mod model_tests;
 pub mod session;
 pub mod sotw;
-mod text;
 #[cfg(test)]
 mod test_support;
+mod text;
 
 use std::sync::Arc;
 

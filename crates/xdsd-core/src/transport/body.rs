@@ -193,6 +193,7 @@ mod tests {
             encoding: Default::default(),
             updated: Vec::new(),
             oversized: None,
+            control_plane: true,
         }
     }
 
@@ -238,7 +239,10 @@ mod tests {
         let (chunks, trailers) = collect(
             vec![
                 sotw(SotwResources::Some(list), 1),
-                sotw(SotwResources::All(all), 2),
+                SotwResponse {
+                    control_plane: false,
+                    ..sotw(SotwResources::All(all), 2)
+                },
             ],
             None,
         )
@@ -255,7 +259,8 @@ mod tests {
         assert_eq!(decoded[0].resources[1].value.len(), 100_000);
         assert_eq!(decoded[1].nonce, "2");
         assert_eq!(decoded[1].resources.len(), 2);
-        assert!(decoded[1].control_plane.is_some());
+        assert!(decoded[0].control_plane.is_some());
+        assert!(decoded[1].control_plane.is_none());
         // The large resource is not copied: it goes out as the store's own bytes.
         let shared = large.sotw_entry(Default::default());
         assert!(
@@ -277,14 +282,25 @@ mod tests {
             unresolved: vec![Arc::from("alias")],
             encoding: Default::default(),
             oversized: None,
+            control_plane: true,
         };
-        let (chunks, trailers) =
-            collect(vec![response], Some(Status::permission_denied("no"))).await;
+        let unnamed = DeltaResponse {
+            control_plane: false,
+            ..response.clone()
+        };
+        let (chunks, trailers) = collect(
+            vec![response, unnamed],
+            Some(Status::permission_denied("no")),
+        )
+        .await;
         assert_eq!(trailers.get("grpc-status").unwrap(), "7");
         assert_eq!(trailers.get("grpc-message").unwrap(), "no");
         let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
         let messages = messages(&bytes);
-        assert_eq!(messages.len(), 1);
+        assert_eq!(messages.len(), 2);
+        let second = DeltaDiscoveryResponse::decode(messages[1]).unwrap();
+        assert!(second.control_plane.is_none());
+        assert_eq!(second.removed_resources, ["gone"]);
         let decoded = DeltaDiscoveryResponse::decode(messages[0]).unwrap();
         assert_eq!(decoded.nonce, "9");
         assert_eq!(decoded.system_version_info, "v2");

@@ -116,6 +116,7 @@ fn empty(type_url: Arc<str>, params: &ParamSet, snapshot: &Snapshot) -> SotwResp
         encoding: Encoding::default(),
         updated: Vec::new(),
         oversized: None,
+        control_plane: true,
     }
 }
 
@@ -191,6 +192,7 @@ mod tests {
             encoding: Encoding::default(),
             updated: Vec::new(),
             oversized: None,
+            control_plane: true,
         };
         let c = after.resource(CLUSTER_LOAD_ASSIGNMENT, "c").unwrap();
         let whole = concatenate(

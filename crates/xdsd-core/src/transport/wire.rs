@@ -84,6 +84,14 @@ pub fn control_plane_identifier() -> String {
     format!("xdsd {} on {host}", env!("CARGO_PKG_VERSION"))
 }
 
+fn control_plane_len(named: bool) -> usize {
+    if named {
+        field_len(CONTROL_PLANE.len())
+    } else {
+        0
+    }
+}
+
 // DiscoveryResponse field numbers.
 const VERSION_INFO: u32 = 1;
 const CONTROL_PLANE_FIELD: u32 = 6;
@@ -118,7 +126,9 @@ impl Body for SotwResponse {
         }
         string_field(TYPE_URL, &self.type_url, buf);
         string_field(NONCE, &self.nonce, buf);
-        put_length_delimited(buf, CONTROL_PLANE_FIELD, &CONTROL_PLANE);
+        if self.control_plane {
+            put_length_delimited(buf, CONTROL_PLANE_FIELD, &CONTROL_PLANE);
+        }
     }
 
     fn body_len(&self) -> usize {
@@ -133,7 +143,7 @@ impl Body for SotwResponse {
             + resources
             + string_len(&self.type_url)
             + string_len(&self.nonce)
-            + field_len(CONTROL_PLANE.len())
+            + control_plane_len(self.control_plane)
     }
 }
 
@@ -193,7 +203,9 @@ impl Body for DeltaResponse {
         for name in removed_names(self) {
             put_length_delimited(buf, REMOVED_RESOURCE_NAMES, &name);
         }
-        put_length_delimited(buf, DELTA_CONTROL_PLANE, &CONTROL_PLANE);
+        if self.control_plane {
+            put_length_delimited(buf, DELTA_CONTROL_PLANE, &CONTROL_PLANE);
+        }
     }
 
     fn body_len(&self) -> usize {
@@ -209,7 +221,7 @@ impl Body for DeltaResponse {
                 .sum::<usize>()
             + string_len(&self.type_url)
             + string_len(&self.nonce)
-            + field_len(CONTROL_PLANE.len())
+            + control_plane_len(self.control_plane)
             + self
                 .removed
                 .iter()
@@ -258,7 +270,7 @@ impl Pieces for SotwResponse {
             i => match i - resources {
                 1 => Piece::Str(TYPE_URL, &self.type_url),
                 2 => Piece::Str(NONCE, &self.nonce),
-                3 => Piece::Field(CONTROL_PLANE_FIELD, &CONTROL_PLANE),
+                3 if self.control_plane => Piece::Field(CONTROL_PLANE_FIELD, &CONTROL_PLANE),
                 _ => return None,
             },
         })
@@ -307,7 +319,7 @@ impl Pieces for DeltaResponse {
             let encoded = resource_name(name, constraints.as_deref()).encode_to_vec();
             return Some(Piece::Owned(REMOVED_RESOURCE_NAMES, encoded));
         }
-        if part(1).is_some() {
+        if self.control_plane && part(1).is_some() {
             return Some(Piece::Field(DELTA_CONTROL_PLANE, &CONTROL_PLANE));
         }
         None
@@ -437,7 +449,10 @@ mod tests {
             list.iter().map(|r| (r.name().clone(), r.clone())).collect(),
         )
         .view(&crate::params::ParamSet::new());
-        for resources in [SotwResources::Some(list.clone()), SotwResources::All(all)] {
+        for (resources, control_plane) in [
+            (SotwResources::Some(list.clone()), true),
+            (SotwResources::All(all), false),
+        ] {
             let wire: SotwWire = SotwResponse {
                 type_url: CLUSTER.into(),
                 version_info: "v1".into(),
@@ -446,14 +461,17 @@ mod tests {
                 encoding: Default::default(),
                 updated: Vec::new(),
                 oversized: None,
+                control_plane,
             }
             .into();
             let bytes = wire.encode_to_vec();
             assert_eq!(bytes.len(), wire.encoded_len());
             let decoded = DiscoveryResponse::decode(bytes.as_slice()).unwrap();
             assert_eq!(decoded.version_info, "v1");
-            let identifier = decoded.control_plane.unwrap().identifier;
-            assert!(identifier.starts_with("xdsd "), "{identifier}");
+            match decoded.control_plane {
+                Some(named) => assert!(named.identifier.starts_with("xdsd "), "{named:?}"),
+                None => assert!(!control_plane, "the control plane left out"),
+            }
             assert_eq!(decoded.nonce, "7");
             assert_eq!(decoded.type_url, CLUSTER);
             let values: Vec<&[u8]> = decoded
@@ -479,6 +497,7 @@ mod tests {
             unresolved: Vec::new(),
             encoding: Default::default(),
             oversized: None,
+            control_plane: true,
         }
         .into();
         let bytes = wire.encode_to_vec();

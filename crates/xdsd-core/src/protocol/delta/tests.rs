@@ -1232,3 +1232,24 @@ mod held_names {
         assert!(others, "names never subscribed are never held");
     }
 }
+
+#[test]
+fn the_control_plane_is_named_in_the_first_response_of_the_type_only() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
+    h.request(Req {
+        subscribe: &["a"],
+        ..Default::default()
+    });
+    let first = h.poll().expect("the first response");
+    assert!(
+        first.control_plane,
+        "the first response names the control plane"
+    );
+    h.request(Req {
+        nonce: &first.nonce,
+        ..Default::default()
+    });
+    h.set("a", "2");
+    let push = h.poll().expect("a push");
+    assert!(!push.control_plane, "a later one does not repeat it");
+}

@@ -147,7 +147,10 @@ fn nack_then_ack_at_new_version() {
     let (names, v2, n2) = h.expect();
     assert_eq!(names, ["c"]);
     assert_ne!(v1, v2, "the fix goes out at a new version");
-    assert_eq!(h.request(&[], &n2, &v2), RequestKind::Ack { nonce: n2.into() });
+    assert_eq!(
+        h.request(&[], &n2, &v2),
+        RequestKind::Ack { nonce: n2.into() }
+    );
     h.expect_none();
 }
 
@@ -901,4 +904,20 @@ fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
     assert_eq!(h.sub.key_count(), 2);
     let (names, ..) = h.expect();
     assert_eq!(names, ["a"]);
+}
+
+#[test]
+fn the_control_plane_is_named_in_the_first_response_of_the_type_only() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
+    h.request(&["a"], "", "");
+    let first = h.poll().expect("the first response");
+    assert!(
+        first.control_plane,
+        "the first response names the control plane"
+    );
+    h.request(&["a"], &first.nonce, &first.version_info);
+    h.set("a", "2");
+    h.notify(&["a"]);
+    let push = h.poll().expect("a push");
+    assert!(!push.control_plane, "a later one does not repeat it");
 }

@@ -551,6 +551,22 @@ impl Envoy {
         }
     }
 
+    /// The text readouts of the admin `/stats` whose names match `filter` (a regex), as
+    /// (name, value without its quotes).
+    pub async fn text_stats(&self, filter: &str) -> Vec<(String, String)> {
+        let Ok(resp) = self.admin_get(&format!("/stats?filter={filter}")).await else {
+            return Vec::new();
+        };
+        resp.body
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(": ")?;
+                let v = v.trim().strip_prefix('"')?.strip_suffix('"')?;
+                Some((k.trim().to_owned(), v.to_owned()))
+            })
+            .collect()
+    }
+
     /// The value of one counter or gauge from the admin `/stats`, if present.
     pub async fn stat(&self, name: &str) -> Option<u64> {
         let resp = self

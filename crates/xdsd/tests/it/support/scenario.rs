@@ -311,6 +311,13 @@ pub async fn run_envoy_scenario(transport: Transport) {
 
     // 2. Rewrite the endpoints: traffic moves to B.
     move_endpoints_to(&dir, &xdsd, port, &upstream_b).await;
+    // Only the first response of a type names the control plane: Envoy still shows it after
+    // a push that did not (one readout per stream: per type, or the ADS stream's).
+    let identifiers = envoy.text_stats("control_plane.identifier$").await;
+    assert!(
+        !identifiers.is_empty() && identifiers.iter().all(|(_, i)| i.starts_with("xdsd ")),
+        "Envoy's control_plane.identifier after a push: {identifiers:?}"
+    );
 
     // 3. A cluster Envoy refuses: xdsd serves it (valid proto), Envoy NACKs, xdsd logs the NACK
     // with Envoy's node id, and traffic keeps flowing to B.
