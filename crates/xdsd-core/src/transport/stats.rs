@@ -33,6 +33,16 @@ pub(crate) struct Counters {
     nacks: AtomicU64,
 }
 
+impl std::ops::AddAssign for StreamCounters {
+    fn add_assign(&mut self, other: StreamCounters) {
+        self.responses += other.responses;
+        self.resources += other.resources;
+        self.removed += other.removed;
+        self.acks += other.acks;
+        self.nacks += other.nacks;
+    }
+}
+
 impl Counters {
     fn read(&self) -> StreamCounters {
         StreamCounters {
@@ -61,7 +71,6 @@ pub(crate) struct StreamEntry {
     peer: Option<SocketAddr>,
     connected_at: SystemTime,
     counters: Counters,
-    totals: Arc<Counters>,
     track: Mutex<Track>,
 }
 
@@ -93,13 +102,12 @@ impl StreamEntry {
     }
 
     pub(crate) fn sent(&self, type_url: &Arc<str>, response: SentResponse<'_>) {
-        for c in [&self.counters, &*self.totals] {
-            c.responses.fetch_add(1, Ordering::Relaxed);
-            c.resources
-                .fetch_add(response.resource_count as u64, Ordering::Relaxed);
-            c.removed
-                .fetch_add(response.removed as u64, Ordering::Relaxed);
-        }
+        let c = &self.counters;
+        c.responses.fetch_add(1, Ordering::Relaxed);
+        c.resources
+            .fetch_add(response.resource_count as u64, Ordering::Relaxed);
+        c.removed
+            .fetch_add(response.removed as u64, Ordering::Relaxed);
         self.track().sent(
             type_url,
             response.version,
@@ -123,10 +131,12 @@ impl StreamEntry {
         now: Instant,
     ) {
         let ack = nack.is_none();
-        for c in [&self.counters, &*self.totals] {
-            let counter = if ack { &c.acks } else { &c.nacks };
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
+        let counter = if ack {
+            &self.counters.acks
+        } else {
+            &self.counters.nacks
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         self.track().answered(type_url, nonce, nack, now);
     }
 
@@ -154,9 +164,17 @@ impl StreamEntry {
 }
 
 #[derive(Default)]
+struct Open {
+    streams: HashMap<u64, Arc<StreamEntry>>,
+    closed: StreamCounters,
+}
+
+#[derive(Default)]
 pub(crate) struct StreamRegistry {
-    open: Mutex<HashMap<u64, Arc<StreamEntry>>>,
-    totals: Arc<Counters>,
+    /// The open streams and what the closed ones counted. A server's totals are summed when
+    /// read: counted by every stream as it went, they were atomics that both cores took turns
+    /// at (four per response and ACK of every stream).
+    open: Mutex<Open>,
     pub(crate) metrics: Metrics,
 }
 
@@ -182,37 +200,45 @@ impl StreamRegistry {
             peer,
             connected_at: SystemTime::now(),
             counters: Counters::default(),
-            totals: self.totals.clone(),
             track: Mutex::new(Track::new(self.metrics.clone())),
         });
         self.metrics.stream_opened(variant, ads);
-        self.lock().insert(id, entry.clone());
+        self.lock().streams.insert(id, entry.clone());
         entry
     }
 
     pub(crate) fn close(&self, id: u64) {
-        if let Some(entry) = self.lock().remove(&id) {
+        let mut open = self.lock();
+        if let Some(entry) = open.streams.remove(&id) {
+            // Under the lock: a total read meanwhile counts the stream once.
+            open.closed += entry.counters.read();
+            drop(open);
             self.metrics.stream_closed(entry.variant, entry.ads);
         }
     }
 
     /// Every open stream's client, by stream id.
     pub(crate) fn clients(&self) -> Vec<ClientStatus> {
-        let entries: Vec<(u64, Arc<StreamEntry>)> =
-            self.lock().iter().map(|(id, e)| (*id, e.clone())).collect();
+        let entries: Vec<(u64, Arc<StreamEntry>)> = self
+            .lock()
+            .streams
+            .iter()
+            .map(|(id, e)| (*id, e.clone()))
+            .collect();
         let mut list: Vec<ClientStatus> =
             entries.iter().map(|(id, e)| e.client_status(*id)).collect();
         list.sort_by_key(|c| c.stream);
         list
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<StreamEntry>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn list(&self) -> Vec<StreamStatus> {
         let mut list: Vec<StreamStatus> = self
             .lock()
+            .streams
             .iter()
             .map(|(id, e)| StreamStatus {
                 id: *id,
@@ -226,6 +252,51 @@ impl StreamRegistry {
     }
 
     pub(crate) fn totals(&self) -> StreamCounters {
-        self.totals.read()
+        let open = self.lock();
+        let mut totals = open.closed;
+        for entry in open.streams.values() {
+            totals += entry.counters.read();
+        }
+        totals
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send(entry: &StreamEntry, resources: usize) {
+        let version: Arc<str> = Arc::from("v");
+        entry.sent(
+            &Arc::from(crate::types::CLUSTER),
+            SentResponse {
+                version: &version,
+                nonce: Nonce::from(1),
+                resources: SentResources::List(Box::new([])),
+                resource_count: resources,
+                removed: 0,
+                updated: &[],
+                bytes: 10,
+                now: Instant::now(),
+            },
+        );
+    }
+
+    #[test]
+    fn a_servers_totals_count_its_open_and_its_closed_streams() {
+        let registry = StreamRegistry::default();
+        let a = registry.open(1, "SotW", true, None);
+        let b = registry.open(2, "delta", true, None);
+        send(&a, 3);
+        send(&b, 4);
+        b.answered(&Arc::from(crate::types::CLUSTER), "1", None, Instant::now());
+        registry.close(2);
+        send(&a, 5);
+        let totals = registry.totals();
+        assert_eq!(
+            (totals.responses, totals.resources, totals.acks),
+            (3, 12, 1)
+        );
+        assert_eq!(registry.list().len(), 1, "one stream is open");
     }
 }
