@@ -451,7 +451,7 @@ impl Machine for SotwSubscription {
         match &r.resources {
             SotwResources::All(view) if view.has_ttl() => view.iter().cloned().collect(),
             SotwResources::All(_) => Vec::new(),
-            SotwResources::Some(list) => list.clone(),
+            SotwResources::Some(list) => list.to_vec(),
         }
     }
     fn resend(&mut self, name: &Arc<str>) {

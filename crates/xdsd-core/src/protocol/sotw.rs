@@ -28,8 +28,9 @@ pub struct SotwResponse {
     /// wrapped with their TTL for clients that take TTLs.
     pub encoding: Encoding,
     /// The resources of this response that are new or changed for this client (empty for the
-    /// first response of the type): what a client has to act upon.
-    pub updated: Vec<Arc<Resource>>,
+    /// first response of the type): what a client has to act upon. When that is all of them
+    /// (every push of store changes), the same list as `resources`, not a copy.
+    pub updated: ResourceList,
     /// Set (to its size in bytes) on the first response of the stream and type that is over the
     /// size limit and could not be split: a full-state type (listeners, clusters, scoped routes), or one resource alone.
     pub oversized: Option<usize>,
@@ -44,7 +45,21 @@ pub struct SotwResponse {
 #[derive(Debug, Clone)]
 pub enum SotwResources {
     All(Arc<View>),
-    Some(Vec<Arc<Resource>>),
+    Some(ResourceList),
+}
+
+/// A list of resources a response, its `updated` and the stream's record of its client share
+/// (one count per resource per stream, not one for each of them: every stream takes counts on
+/// the same resources, and both cores took turns at them).
+pub type ResourceList = Arc<[Arc<Resource>]>;
+
+/// A list made into a [`ResourceList`]; no allocation when it is empty.
+fn shared(list: Vec<Arc<Resource>>) -> ResourceList {
+    if list.is_empty() {
+        ResourceList::default()
+    } else {
+        list.into()
+    }
 }
 
 impl SotwResponse {
@@ -411,7 +426,7 @@ impl SotwSubscription {
         }
         if let Some(split) = self.split.take() {
             if !self.has_news() {
-                return Some(self.next_part(split, nonces, Vec::new()));
+                return Some(self.next_part(split, nonces, ResourceList::default()));
             }
             self.split = Some(split);
             self.fold_rest();
@@ -423,9 +438,9 @@ impl SotwSubscription {
             let resources = self.owed_keys(views);
             self.respond = false;
             reset(&mut self.dirty);
-            let resources = resources?;
+            let resources = shared(resources?);
             // Each resource is new or changed for the client: `updated` is all of them.
-            updated.extend(resources.iter().cloned());
+            let updated = resources.clone();
             let resources = SotwResources::Some(resources);
             return self.finish(views, nonces, resources, updated, first);
         }
@@ -460,7 +475,7 @@ impl SotwSubscription {
         reset(&mut self.forced);
         reset(&mut self.dirty);
         let resources = resources?;
-        self.finish(views, nonces, resources, updated, first)
+        self.finish(views, nonces, resources, shared(updated), first)
     }
 
     /// The response of `resources`, owed; or its first part, when it is too large.
@@ -469,7 +484,7 @@ impl SotwSubscription {
         views: &Views,
         nonces: &mut NonceGen,
         resources: SotwResources,
-        updated: Vec<Arc<Resource>>,
+        updated: ResourceList,
         first: bool,
     ) -> Option<SotwResponse> {
         let version_info = self.version(views);
@@ -491,7 +506,7 @@ impl SotwSubscription {
                 let split = Box::new(Split {
                     rest: match resources {
                         SotwResources::All(view) => view.iter().cloned().collect(),
-                        SotwResources::Some(list) => list.into(),
+                        SotwResources::Some(list) => list.iter().cloned().collect(),
                     },
                     version: version_info,
                     parts: 0,
@@ -509,7 +524,7 @@ impl SotwSubscription {
         version_info: Arc<str>,
         nonces: &mut NonceGen,
         resources: SotwResources,
-        updated: Vec<Arc<Resource>>,
+        updated: ResourceList,
         oversized: Option<usize>,
     ) -> SotwResponse {
         let nonce = nonces.next_nonce();
@@ -548,7 +563,7 @@ impl SotwSubscription {
         &mut self,
         mut split: Box<Split>,
         nonces: &mut NonceGen,
-        updated: Vec<Arc<Resource>>,
+        updated: ResourceList,
     ) -> SotwResponse {
         let (count, oversized) = part_len(
             split
@@ -571,7 +586,7 @@ impl SotwSubscription {
         self.response(
             version,
             nonces,
-            SotwResources::Some(part),
+            SotwResources::Some(shared(part)),
             updated,
             oversized,
         )
@@ -647,7 +662,7 @@ impl SotwSubscription {
                 out.push(r.clone());
             }
         }
-        Some(SotwResources::Some(dedup(out)))
+        Some(SotwResources::Some(shared(dedup(out))))
     }
 
     /// Other types: only the subscribed resources that changed or were newly subscribed.
@@ -694,13 +709,14 @@ impl SotwSubscription {
                     .keys()
                     .filter_map(|(n, p)| views.get(n, p).cloned()),
             );
-            return Some(SotwResources::Some(dedup(out)));
+            return Some(SotwResources::Some(shared(dedup(out))));
         }
         if self.respond {
             // Every subscribed key is owed (a first response): no need to gather candidates.
             return self.all_subscribed(views);
         }
-        self.owed_keys(views).map(SotwResources::Some)
+        self.owed_keys(views)
+            .map(|list| SotwResources::Some(shared(list)))
     }
 }
 
@@ -728,7 +744,7 @@ impl SotwSubscription {
                         }
                     }
                 }
-                return (!out.is_empty()).then_some(SotwResources::Some(out));
+                return (!out.is_empty()).then(|| SotwResources::Some(shared(out)));
             }
         }
         self.record_all_sent(views);
@@ -737,7 +753,7 @@ impl SotwSubscription {
             .keys()
             .filter_map(|(name, pid)| views.get(name, pid).cloned())
             .collect();
-        (!out.is_empty()).then(|| SotwResources::Some(dedup(out)))
+        (!out.is_empty()).then(|| SotwResources::Some(shared(dedup(out))))
     }
 }
 

@@ -191,7 +191,7 @@ mod tests {
             nonce: crate::protocol::Nonce::from(nonce),
             resources,
             encoding: Default::default(),
-            updated: Vec::new(),
+            updated: Default::default(),
             oversized: None,
             control_plane: true,
         }
@@ -201,12 +201,12 @@ mod tests {
     async fn the_driver_hands_over_a_response_only_once_the_body_took_the_last() {
         use futures::FutureExt as _;
         let (mut tx, rx) = channel::<SotwResponse>();
-        let first = Box::new(Ok(sotw(SotwResources::Some(Vec::new()), 1)));
+        let first = Box::new(Ok(sotw(SotwResources::Some(Default::default()), 1)));
         assert!(
             send(&mut tx, first).now_or_never().is_some(),
             "the first goes at once"
         );
-        let second = Box::new(Ok(sotw(SotwResources::Some(Vec::new()), 2)));
+        let second = Box::new(Ok(sotw(SotwResources::Some(Default::default()), 2)));
         let mut pending = Box::pin(send(&mut tx, second));
         assert!(
             (&mut pending).now_or_never().is_none(),
@@ -238,7 +238,7 @@ mod tests {
         .view(&crate::params::ParamSet::new());
         let (chunks, trailers) = collect(
             vec![
-                sotw(SotwResources::Some(list), 1),
+                sotw(SotwResources::Some(list.into()), 1),
                 SotwResponse {
                     control_plane: false,
                     ..sotw(SotwResources::All(all), 2)
@@ -313,7 +313,7 @@ mod tests {
     #[tokio::test]
     async fn many_small_resources_are_coalesced_into_bounded_chunks() {
         let list: Vec<Arc<Resource>> = (0..2_000).map(|i| resource(&format!("r{i}"), 50)).collect();
-        let (chunks, _) = collect(vec![sotw(SotwResources::Some(list), 1)], None).await;
+        let (chunks, _) = collect(vec![sotw(SotwResources::Some(list.into()), 1)], None).await;
         assert!(
             chunks.len() > 1 && chunks.len() < 20,
             "{} chunks",

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::metrics::{Metrics, TypeMetrics};
 use crate::protocol::session::ClientNode;
+use crate::protocol::sotw::ResourceList;
 use crate::protocol::Nonce;
 use crate::store::{Resource, View};
 use crate::types::TypeMap;
@@ -84,15 +85,36 @@ pub enum SentResources {
     /// stream sent it, not a list of it per stream.
     View(Arc<View>),
     /// A selection: its first [`MAX_TRACKED_RESOURCES`].
-    List(Box<[Arc<Resource>]>),
+    List(ResourceList),
 }
 
 impl SentResources {
     /// The first [`MAX_TRACKED_RESOURCES`] resources of a list.
     pub fn list<'a>(resources: impl Iterator<Item = &'a Arc<Resource>>) -> SentResources {
-        SentResources::List(resources.take(MAX_TRACKED_RESOURCES).cloned().collect())
+        SentResources::List(capped_list(resources))
     }
 
+    /// A response's own list, shared when it is short enough to be kept whole.
+    pub fn shared(list: &ResourceList) -> SentResources {
+        SentResources::List(capped(list))
+    }
+}
+
+/// The first [`MAX_TRACKED_RESOURCES`] of `resources`.
+pub(crate) fn capped_list<'a>(resources: impl Iterator<Item = &'a Arc<Resource>>) -> ResourceList {
+    resources.take(MAX_TRACKED_RESOURCES).cloned().collect()
+}
+
+/// `list` itself when it has at most [`MAX_TRACKED_RESOURCES`], else its first ones.
+pub(crate) fn capped(list: &ResourceList) -> ResourceList {
+    if list.len() <= MAX_TRACKED_RESOURCES {
+        list.clone()
+    } else {
+        capped_list(list.iter())
+    }
+}
+
+impl SentResources {
     /// The resources kept: at most [`MAX_TRACKED_RESOURCES`], in the response's order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
         let (view, list) = match self {
@@ -159,8 +181,9 @@ struct TypeTrack {
     /// URL).
     metrics: TypeMetrics,
     sent_instant: Option<Instant>,
-    /// The new or changed resources of the last response (capped).
-    updated: Vec<Arc<Resource>>,
+    /// The new or changed resources of the last response (capped; the response's own list
+    /// when short enough).
+    updated: ResourceList,
 }
 
 /// The record of one stream.
@@ -211,7 +234,7 @@ impl Track {
                 status: TypeStatus::new(type_url.clone()),
                 metrics: metrics.for_type(label(type_url, in_store)),
                 sent_instant: None,
-                updated: Vec::new(),
+                updated: ResourceList::default(),
             })
         })
     }
@@ -226,7 +249,7 @@ impl Track {
         resources: SentResources,
         resource_count: usize,
         removed: usize,
-        updated: &[Arc<Resource>],
+        updated: ResourceList,
         bytes: usize,
         now: Instant,
     ) {
@@ -242,10 +265,7 @@ impl Track {
         });
         t.status.pending = true;
         t.sent_instant = Some(now);
-        // Kept in place: one allocation per type, not one per response.
-        t.updated.clear();
-        t.updated
-            .extend(updated.iter().take(MAX_TRACKED_RESOURCES).cloned());
+        t.updated = updated;
     }
 
     /// The client ACKed (`nack` None) or NACKed the response with `nonce`, at `now`. Returns
@@ -391,11 +411,28 @@ mod tests {
     }
 
     #[test]
+    fn the_record_shares_a_short_response_list_and_keeps_the_first_of_a_long_one() {
+        let short: ResourceList = (0..3).map(|i| resource(&format!("r{i}"), "f")).collect();
+        let SentResources::List(kept) = SentResources::shared(&short) else {
+            panic!("a list")
+        };
+        assert!(Arc::ptr_eq(&kept, &short), "the response's own list");
+        let long: ResourceList = (0..MAX_TRACKED_RESOURCES + 1)
+            .map(|i| resource(&format!("r{i}"), "f"))
+            .collect();
+        let SentResources::List(kept) = SentResources::shared(&long) else {
+            panic!("a list")
+        };
+        assert_eq!(kept.len(), MAX_TRACKED_RESOURCES);
+        assert!(Arc::ptr_eq(&kept[0], &long[0]));
+    }
+
+    #[test]
     fn the_track_follows_send_nack_send_ack() {
         let mut track = Track::new(Metrics::new());
         let t: Arc<str> = crate::types::CLUSTER.into();
         track.requested(&t, false);
-        let all = vec![resource("bad", "b.yaml (resource #1)")];
+        let all = [resource("bad", "b.yaml (resource #1)")];
         track.sent(
             &t,
             &Arc::from("v1"),
@@ -403,7 +440,7 @@ mod tests {
             SentResources::list(all.iter()),
             1,
             0,
-            &all,
+            all.iter().cloned().collect(),
             10,
             Instant::now(),
         );
@@ -426,7 +463,7 @@ mod tests {
             SentResources::list(all.iter()),
             1,
             0,
-            &all,
+            all.iter().cloned().collect(),
             10,
             Instant::now(),
         );

@@ -112,9 +112,9 @@ fn empty(type_url: Arc<str>, params: &ParamSet, snapshot: &Snapshot) -> SotwResp
         type_url,
         version_info,
         nonce: Nonce::default(),
-        resources: SotwResources::Some(Vec::new()),
+        resources: SotwResources::Some(Default::default()),
         encoding: Encoding::default(),
-        updated: Vec::new(),
+        updated: Default::default(),
         oversized: None,
         control_plane: true,
     }
@@ -124,8 +124,13 @@ fn empty(type_url: Arc<str>, params: &ParamSet, snapshot: &Snapshot) -> SotwResp
 fn concatenate(mut first: SotwResponse, next: SotwResponse) -> SotwResponse {
     let mut resources = resource_list(first.resources);
     resources.extend(resource_list(next.resources));
-    first.resources = SotwResources::Some(resources);
-    first.updated.extend(next.updated);
+    first.resources = SotwResources::Some(resources.into());
+    first.updated = first
+        .updated
+        .iter()
+        .chain(next.updated.iter())
+        .cloned()
+        .collect();
     first.version_info = next.version_info;
     first.nonce = next.nonce;
     first
@@ -134,7 +139,7 @@ fn concatenate(mut first: SotwResponse, next: SotwResponse) -> SotwResponse {
 fn resource_list(resources: SotwResources) -> Vec<Arc<crate::store::Resource>> {
     match resources {
         SotwResources::All(view) => view.iter().cloned().collect(),
-        SotwResources::Some(list) => list,
+        SotwResources::Some(list) => list.to_vec(),
     }
 }
 
@@ -190,14 +195,14 @@ mod tests {
             nonce: Nonce::default(),
             resources,
             encoding: Encoding::default(),
-            updated: Vec::new(),
+            updated: Default::default(),
             oversized: None,
             control_plane: true,
         };
         let c = after.resource(CLUSTER_LOAD_ASSIGNMENT, "c").unwrap();
         let whole = concatenate(
             part(SotwResources::All(t.view(&ParamSet::new())), "1"),
-            part(SotwResources::Some(vec![c.clone()]), "2"),
+            part(SotwResources::Some(vec![c.clone()].into()), "2"),
         );
         assert_eq!(
             whole.names().iter().map(|n| &**n).collect::<Vec<_>>(),

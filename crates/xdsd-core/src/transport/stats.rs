@@ -11,8 +11,8 @@ use std::time::{Instant, SystemTime};
 use super::clients::{ClientStatus, SentResources, Track};
 use super::metrics::Metrics;
 use crate::protocol::session::ClientNode;
+use crate::protocol::sotw::ResourceList;
 use crate::protocol::Nonce;
-use crate::store::Resource;
 
 /// Counts of one stream, or totals of a server.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +81,7 @@ pub(crate) struct SentResponse<'a> {
     pub(crate) resources: SentResources,
     pub(crate) resource_count: usize,
     pub(crate) removed: usize,
-    pub(crate) updated: &'a [Arc<Resource>],
+    pub(crate) updated: ResourceList,
     pub(crate) bytes: usize,
     /// When it went out.
     pub(crate) now: Instant,
@@ -272,10 +272,10 @@ mod tests {
             SentResponse {
                 version: &version,
                 nonce: Nonce::from(1),
-                resources: SentResources::List(Box::new([])),
+                resources: SentResources::List(ResourceList::default()),
                 resource_count: resources,
                 removed: 0,
-                updated: &[],
+                updated: ResourceList::default(),
                 bytes: 10,
                 now: Instant::now(),
             },

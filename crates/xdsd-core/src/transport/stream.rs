@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::body;
 use super::budget::{Metered, NameCharge};
-use super::clients::SentResources;
+use super::clients::{self, SentResources};
 use super::context::ServerContext;
 use super::grpc::SHUTDOWN_GRACE;
 use super::requests::Requests;
@@ -27,7 +27,7 @@ use super::wire::{Body, DeltaWire, Pieces, SotwWire};
 use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::session::{Handled, Machine, Session};
-use crate::protocol::sotw::{SotwResources, SotwResponse, SotwSubscription};
+use crate::protocol::sotw::{ResourceList, SotwResources, SotwResponse, SotwSubscription};
 use crate::protocol::{RequestKind, SubscriptionChange};
 use crate::store::Watcher;
 
@@ -45,6 +45,8 @@ pub(crate) trait Variant:
     fn carried(response: &Self::Response) -> SentResources;
     /// The response's version, shared with the record of the client.
     fn version(response: &Self::Response) -> &Arc<str>;
+    /// The resources of the response new or changed for the client, as the record keeps them.
+    fn updated(response: &Self::Response) -> ResourceList;
 }
 
 impl Variant for SotwSubscription {
@@ -55,12 +57,16 @@ impl Variant for SotwSubscription {
     fn carried(response: &SotwResponse) -> SentResources {
         match &response.resources {
             SotwResources::All(view) => SentResources::View(view.clone()),
-            SotwResources::Some(list) => SentResources::list(list.iter()),
+            SotwResources::Some(list) => SentResources::shared(list),
         }
     }
 
     fn version(response: &SotwResponse) -> &Arc<str> {
         &response.version_info
+    }
+
+    fn updated(response: &SotwResponse) -> ResourceList {
+        clients::capped(&response.updated)
     }
 }
 
@@ -75,6 +81,11 @@ impl Variant for DeltaSubscription {
 
     fn version(response: &DeltaResponse) -> &Arc<str> {
         &response.system_version_info
+    }
+
+    fn updated(response: &DeltaResponse) -> ResourceList {
+        // A delta response carries only what is new or changed.
+        clients::capped_list(response.resources.iter())
     }
 }
 
@@ -335,7 +346,7 @@ impl<V: Variant> Stream<V> {
                     resources: V::carried(&response),
                     resource_count: resources,
                     removed,
-                    updated: V::updated(&response),
+                    updated: <V as Variant>::updated(&response),
                     bytes: response.body_len(),
                     now,
                 },

@@ -119,7 +119,7 @@ impl Body for SotwResponse {
         match &self.resources {
             SotwResources::All(t) => buf.put_slice(&t.sotw_body(self.encoding)),
             SotwResources::Some(list) => {
-                for resource in list {
+                for resource in list.iter() {
                     put_length_delimited(buf, RESOURCES, resource.sotw_entry(self.encoding));
                 }
             }
@@ -450,7 +450,7 @@ mod tests {
         )
         .view(&crate::params::ParamSet::new());
         for (resources, control_plane) in [
-            (SotwResources::Some(list.clone()), true),
+            (SotwResources::Some(list.clone().into()), true),
             (SotwResources::All(all), false),
         ] {
             let wire: SotwWire = SotwResponse {
@@ -459,7 +459,7 @@ mod tests {
                 nonce: crate::protocol::Nonce::from(7),
                 resources,
                 encoding: Default::default(),
-                updated: Vec::new(),
+                updated: Default::default(),
                 oversized: None,
                 control_plane,
             }

@@ -372,7 +372,7 @@ mod tp2 {
     fn sotw_seen(r: &SotwResponse) -> Vec<(String, String, String)> {
         let list: Vec<Arc<Resource>> = match &r.resources {
             SotwResources::All(v) => v.iter().cloned().collect(),
-            SotwResources::Some(l) => l.clone(),
+            SotwResources::Some(l) => l.to_vec(),
         };
         list.iter().map(|x| seen(x)).collect()
     }
