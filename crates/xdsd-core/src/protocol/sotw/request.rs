@@ -259,7 +259,8 @@ impl prost::Message for SotwRequest {
             REQ_RESOURCE_NAMES => {
                 check_wire_type(WireType::LengthDelimited, wire_type)?;
                 // An ACK repeats every name: the run of them that follows is taken at once.
-                match names_run(buf.chunk()) {
+                let chunk = buf.chunk();
+                match names_run(&chunk[..chunk.len().min(buf.remaining())]) {
                     (_, 0) => {
                         // Not whole in this chunk of the buffer: read on its own.
                         let name = length_delimited(
