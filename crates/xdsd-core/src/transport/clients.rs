@@ -98,23 +98,7 @@ impl SentResources {
     pub fn shared(list: &ResourceList) -> SentResources {
         SentResources::List(capped(list))
     }
-}
 
-/// The first [`MAX_TRACKED_RESOURCES`] of `resources`.
-pub(crate) fn capped_list<'a>(resources: impl Iterator<Item = &'a Arc<Resource>>) -> ResourceList {
-    resources.take(MAX_TRACKED_RESOURCES).cloned().collect()
-}
-
-/// `list` itself when it has at most [`MAX_TRACKED_RESOURCES`], else its first ones.
-pub(crate) fn capped(list: &ResourceList) -> ResourceList {
-    if list.len() <= MAX_TRACKED_RESOURCES {
-        list.clone()
-    } else {
-        capped_list(list.iter())
-    }
-}
-
-impl SentResources {
     /// The resources kept: at most [`MAX_TRACKED_RESOURCES`], in the response's order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
         let (view, list) = match self {
@@ -133,6 +117,20 @@ impl SentResources {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The first [`MAX_TRACKED_RESOURCES`] of `resources`.
+pub(crate) fn capped_list<'a>(resources: impl Iterator<Item = &'a Arc<Resource>>) -> ResourceList {
+    resources.take(MAX_TRACKED_RESOURCES).cloned().collect()
+}
+
+/// `list` itself when it has at most [`MAX_TRACKED_RESOURCES`], else its first ones.
+pub(crate) fn capped(list: &ResourceList) -> ResourceList {
+    if list.len() <= MAX_TRACKED_RESOURCES {
+        list.clone()
+    } else {
+        capped_list(list.iter())
     }
 }
 
