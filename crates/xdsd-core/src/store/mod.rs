@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
-pub(crate) use snapshot::{field_len, intern, put_length_delimited};
+pub(crate) use snapshot::{field_len, intern, put_length_delimited, string_field, string_len};
 pub use snapshot::{Interner, Snapshot, TypeSnapshot, View};
 use watch::{lock_index, ChangedNames, Wake, WatchIndex};
 

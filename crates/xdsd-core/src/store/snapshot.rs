@@ -833,6 +833,22 @@ pub(crate) fn put_length_delimited(buf: &mut impl BufMut, tag: u32, bytes: &[u8]
     buf.put_slice(bytes);
 }
 
+/// Writes a string field (`tag` < 16), left out when empty (proto3).
+pub(crate) fn string_field(tag: u32, value: &str, buf: &mut impl BufMut) {
+    if !value.is_empty() {
+        put_length_delimited(buf, tag, value.as_bytes());
+    }
+}
+
+/// Encoded length of a string field written by [`string_field`].
+pub(crate) fn string_len(value: &str) -> usize {
+    if value.is_empty() {
+        0
+    } else {
+        field_len(value.len())
+    }
+}
+
 /// Everything the store holds at one moment.
 #[derive(Debug, Default)]
 pub struct Snapshot {

@@ -9,7 +9,7 @@ use prost::{DecodeError, Message};
 
 use crate::protocol::delta::{unresolved_entry, DeltaResponse};
 use crate::protocol::sotw::{SotwResources, SotwResponse};
-use crate::store::{field_len, put_length_delimited, resource_name};
+use crate::store::{field_len, put_length_delimited, resource_name, string_field, string_len};
 
 /// A response body that can write itself from pre-encoded pieces.
 pub trait Body: std::fmt::Debug + Send + Sync {
@@ -98,20 +98,6 @@ const CONTROL_PLANE_FIELD: u32 = 6;
 const RESOURCES: u32 = 2;
 const TYPE_URL: u32 = 4;
 const NONCE: u32 = 5;
-
-fn string_field(tag: u32, value: &str, buf: &mut impl BufMut) {
-    if !value.is_empty() {
-        put_length_delimited(buf, tag, value.as_bytes());
-    }
-}
-
-fn string_len(value: &str) -> usize {
-    if value.is_empty() {
-        0
-    } else {
-        field_len(value.len())
-    }
-}
 
 impl Body for SotwResponse {
     fn encode_body(&self, buf: &mut impl BufMut) {

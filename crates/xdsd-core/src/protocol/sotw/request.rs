@@ -8,6 +8,7 @@ use prost::encoding::{message, skip_field, DecodeContext, WireType};
 use prost::{DecodeError, Message as _};
 
 use crate::protocol::Text;
+use crate::store::{string_field, string_len};
 
 /// A `DiscoveryRequest` as the server reads it. An ACK repeats the client's whole list of names
 /// (hundreds, on every response): read from a frame's bytes, the names, the version, the type
@@ -200,23 +201,9 @@ fn merge_text(wire_type: WireType, text: &mut Text, buf: &mut impl Buf) -> Resul
     Ok(())
 }
 
-fn encode_text(tag: u32, text: &Text, buf: &mut impl BufMut) {
-    if !text.is_empty() {
-        prost::encoding::bytes::encode(tag, text.as_bytes(), buf);
-    }
-}
-
-fn text_len(tag: u32, text: &Text) -> usize {
-    if text.is_empty() {
-        0
-    } else {
-        prost::encoding::bytes::encoded_len(tag, text.as_bytes())
-    }
-}
-
 impl prost::Message for SotwRequest {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        encode_text(REQ_VERSION_INFO, &self.version_info, buf);
+        string_field(REQ_VERSION_INFO, &self.version_info, buf);
         if !self.node_raw.is_empty() {
             prost::encoding::bytes::encode(REQ_NODE, &self.node_raw, buf);
         }
@@ -224,8 +211,8 @@ impl prost::Message for SotwRequest {
             buf.put_u8(NAME_KEY);
             buf.put_slice(&self.resource_names.encoded);
         }
-        encode_text(REQ_TYPE_URL, &self.type_url, buf);
-        encode_text(REQ_RESPONSE_NONCE, &self.response_nonce, buf);
+        string_field(REQ_TYPE_URL, &self.type_url, buf);
+        string_field(REQ_RESPONSE_NONCE, &self.response_nonce, buf);
         if let Some(status) = &self.error_detail {
             message::encode(REQ_ERROR_DETAIL, status, buf);
         }
@@ -300,11 +287,11 @@ impl prost::Message for SotwRequest {
         } else {
             prost::encoding::bytes::encoded_len(REQ_NODE, &self.node_raw)
         };
-        text_len(REQ_VERSION_INFO, &self.version_info)
+        string_len(&self.version_info)
             + node
             + names
-            + text_len(REQ_TYPE_URL, &self.type_url)
-            + text_len(REQ_RESPONSE_NONCE, &self.response_nonce)
+            + string_len(&self.type_url)
+            + string_len(&self.response_nonce)
             + self
                 .error_detail
                 .as_ref()
