@@ -13,8 +13,6 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-
 use super::sotw::{reset, WILDCARD};
 use super::{
     intern_key, part_len, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind, Subscribe,
@@ -455,7 +453,7 @@ impl DeltaSubscription {
     /// Takes in a request for this type, subscribed by plain names with parameter set 0.
     pub fn handle_request(
         &mut self,
-        request: &DeltaDiscoveryRequest,
+        request: &DeltaRequest,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
         self.handle(request, &Subscribe::PLAIN, &[], current)
@@ -468,7 +466,7 @@ impl DeltaSubscription {
     /// response.
     pub fn handle(
         &mut self,
-        request: &DeltaDiscoveryRequest,
+        request: &DeltaRequest,
         subscribe: &Subscribe<'_>,
         unsubscribe_locators: &[(String, Pid)],
         current: Option<&Arc<TypeSnapshot>>,
@@ -499,18 +497,28 @@ impl DeltaSubscription {
             self.requested = true;
             self.answer = true;
         }
-        // Not collected: a first request names 10,000.
+        // Not collected: a first request names 10,000. A name that is not UTF-8 cannot name any
+        // resource; it is kept (lossily) only so that the subscription is what the client sent.
         let subscribe_keys = request
             .resource_names_subscribe
             .iter()
-            .map(|n| (n.as_str(), subscribe.default))
-            .chain(subscribe.locators.iter().map(|(n, p)| (n.as_str(), *p)));
+            .map(|n| (String::from_utf8_lossy(n), subscribe.default))
+            .chain(
+                subscribe
+                    .locators
+                    .iter()
+                    .map(|(n, p)| (Cow::Borrowed(n.as_str()), *p)),
+            );
         let subscribe_len = request.resource_names_subscribe.len() + subscribe.locators.len();
-        let unsubscribe_keys: Vec<(&str, Pid)> = request
+        let unsubscribe_keys: Vec<(Cow<'_, str>, Pid)> = request
             .resource_names_unsubscribe
             .iter()
-            .map(|n| (n.as_str(), subscribe.default))
-            .chain(unsubscribe_locators.iter().map(|(n, p)| (n.as_str(), *p)))
+            .map(|n| (String::from_utf8_lossy(n), subscribe.default))
+            .chain(
+                unsubscribe_locators
+                    .iter()
+                    .map(|(n, p)| (Cow::Borrowed(n.as_str()), *p)),
+            )
             .collect();
         let names_something = subscribe_len > 0 || !unsubscribe_keys.is_empty();
         // The names subscribed before, to tell what to (un)watch: only for a request that names
@@ -556,16 +564,16 @@ impl DeltaSubscription {
             if !pids_added.contains(&pid) {
                 pids_added.push(pid);
             }
-            let key: Key = (intern_key(&mut interner, &self.names, name, pid), pid);
+            let key: Key = (intern_key(&mut interner, &self.names, &name, pid), pid);
             if !self.recheck.is_empty() {
                 self.recheck.remove(&key);
             }
             if reconnecting {
                 // A reconnecting client tells what it already has: only differences are sent.
-                if let Some(version) = request.initial_resource_versions.get(name) {
+                if let Some(version) = request.initial_resource_versions.get(&*name) {
                     self.names.insert(key.clone());
                     self.has
-                        .insert(key.clone(), held(&key.0, lookup(name), version));
+                        .insert(key.clone(), held(&key.0, lookup(&name), version));
                     // Compared with the store at the next response, like a change.
                     self.dirty.insert(key.0);
                     continue;
@@ -597,7 +605,7 @@ impl DeltaSubscription {
                 continue;
             }
             // Phantom unsubscriptions (names not subscribed) are ignored.
-            let Some(key) = self.names.take(&(name, pid) as &dyn KeyLookup) else {
+            let Some(key) = self.names.take(&(&*name, pid) as &dyn KeyLookup) else {
                 continue;
             };
             unsubscribed = true;
@@ -1302,5 +1310,8 @@ impl DeltaSubscription {
     }
 }
 
+mod request;
 #[cfg(test)]
 mod tests;
+
+pub use request::{DeltaRequest, UNSUBSCRIBE_KEY};

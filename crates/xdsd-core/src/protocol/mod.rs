@@ -64,6 +64,7 @@ macro_rules! str_like {
 }
 
 pub mod delta;
+mod fields;
 pub mod identity;
 #[cfg(test)]
 mod model_tests;
@@ -75,6 +76,7 @@ mod text;
 
 use std::sync::Arc;
 
+pub use fields::{names_key, Names};
 pub use text::Text;
 
 use crate::hash::HashSet;

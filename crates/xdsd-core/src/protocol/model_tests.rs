@@ -285,7 +285,7 @@ fn delta_run(seed: u64) {
             || rng.below(2) == 0
         {
             let snap = store.snapshot();
-            sub.handle_request(&request, snap.get(type_url));
+            sub.handle_request(&(&request).into(), snap.get(type_url));
         }
         let snap = store.snapshot();
         while let Some(response) = sub.poll_response(&views(&snap, type_url), &mut nonces) {

@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, ResourceLocator};
+use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 use envoy_types::pb::google::protobuf::value::Kind;
 use prost::Message as _;
 
-use super::delta::{DeltaResponse, DeltaSubscription};
+use super::delta::{DeltaRequest, DeltaResponse, DeltaSubscription};
 use super::identity::IdentityBinding;
 use super::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
 use super::{Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
@@ -460,7 +460,7 @@ impl Machine for SotwSubscription {
 }
 
 impl Machine for DeltaSubscription {
-    type Request = DeltaDiscoveryRequest;
+    type Request = DeltaRequest;
     type Response = DeltaResponse;
     const NAME: &'static str = "delta";
 
@@ -488,16 +488,17 @@ impl Machine for DeltaSubscription {
     fn heartbeat(&mut self, name: &Arc<str>) {
         DeltaSubscription::heartbeat(self, name)
     }
-    fn node(request: &DeltaDiscoveryRequest) -> NodeRef<'_> {
-        match &request.node {
-            Some(node) => NodeRef::Decoded(node),
-            None => NodeRef::Absent,
+    fn node(request: &DeltaRequest) -> NodeRef<'_> {
+        if request.node_raw.is_empty() {
+            NodeRef::Absent
+        } else {
+            NodeRef::Raw(&request.node_raw)
         }
     }
-    fn type_url(request: &DeltaDiscoveryRequest) -> &str {
+    fn type_url(request: &DeltaRequest) -> &str {
         &request.type_url
     }
-    fn locators(request: &DeltaDiscoveryRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
+    fn locators(request: &DeltaRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
         (
             &request.resource_locators_subscribe,
             &request.resource_locators_unsubscribe,
@@ -505,7 +506,7 @@ impl Machine for DeltaSubscription {
     }
     fn handle(
         &mut self,
-        request: &DeltaDiscoveryRequest,
+        request: &DeltaRequest,
         subscribe: &Subscribe<'_>,
         unsubscribe: &[(String, Pid)],
         current: Option<&Arc<TypeSnapshot>>,
@@ -538,7 +539,7 @@ impl Machine for DeltaSubscription {
     fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
         DeltaSubscription::unsent(self, views)
     }
-    fn initial_versions(request: &DeltaDiscoveryRequest) -> usize {
+    fn initial_versions(request: &DeltaRequest) -> usize {
         request.initial_resource_versions.len()
     }
     fn updated(r: &DeltaResponse) -> &[Arc<Resource>] {

@@ -984,4 +984,5 @@ mod request;
 #[cfg(test)]
 mod tests;
 
-pub use request::{Names, NodeId, SotwRequest};
+pub use super::Names;
+pub use request::{NodeId, SotwRequest};

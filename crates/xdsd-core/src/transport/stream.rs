@@ -72,7 +72,7 @@ impl Variant for SotwSubscription {
 
 impl Variant for DeltaSubscription {
     const REQUEST: &'static str = "DeltaDiscoveryRequest";
-    type Message = envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    type Message = crate::protocol::delta::DeltaRequest;
     type Wire = DeltaWire;
 
     fn carried(response: &DeltaResponse) -> SentResources {

@@ -16,7 +16,7 @@ use envoy_types::pb::google::rpc::Status as RpcStatus;
 use proptest::prelude::*;
 use prost::Message;
 use xdsd_core::params::Constraints;
-use xdsd_core::protocol::delta::DeltaSubscription;
+use xdsd_core::protocol::delta::{DeltaRequest, DeltaSubscription};
 use xdsd_core::protocol::session::{Machine, Session};
 use xdsd_core::protocol::sotw::{SotwRequest, SotwSubscription};
 use xdsd_core::store::{Change, Store, Watcher};
@@ -217,8 +217,8 @@ impl Fuzzed for SotwSubscription {
 }
 
 impl Fuzzed for DeltaSubscription {
-    fn build(spec: &RequestSpec, nonce: String) -> DeltaDiscoveryRequest {
-        DeltaDiscoveryRequest {
+    fn build(spec: &RequestSpec, nonce: String) -> DeltaRequest {
+        (&DeltaDiscoveryRequest {
             node: spec.node.clone(),
             type_url: spec.type_url.clone(),
             resource_names_subscribe: spec.names.clone(),
@@ -236,7 +236,8 @@ impl Fuzzed for DeltaSubscription {
                 details: Vec::new(),
             }),
             ..Default::default()
-        }
+        })
+            .into()
     }
 
     fn sent(response: &Self::Response) -> (String, Vec<String>) {
@@ -397,7 +398,7 @@ proptest! {
                 while session.poll_response(&store.snapshot(), Instant::now()).is_some() {}
             }
         }
-        if let Ok(request) = DeltaDiscoveryRequest::decode(bytes.as_slice()) {
+        if let Ok(request) = DeltaRequest::decode(bytes.as_slice()) {
             let mut session: Session<DeltaSubscription> = Session::new(None);
             if session.handle_request(&request, &store.snapshot()).is_ok() {
                 while session.poll_response(&store.snapshot(), Instant::now()).is_some() {}

@@ -77,7 +77,7 @@ impl Harness {
         };
         let snap = self.store.snapshot();
         self.sub
-            .handle_request(&req, snap.get(self.sub.type_url()))
+            .handle_request(&(&req).into(), snap.get(self.sub.type_url()))
             .0
     }
 
@@ -229,7 +229,7 @@ fn phantom_unsubscribe_is_ignored() {
             resource_names_unsubscribe: vec!["never-subscribed".into()],
             ..Default::default()
         };
-        h.sub.handle_request(&req, None)
+        h.sub.handle_request(&(&req).into(), None)
     };
     assert!(change.removed.is_empty());
     h.expect_none();
@@ -1252,4 +1252,124 @@ fn the_control_plane_is_named_in_the_first_response_of_the_type_only() {
     h.set("a", "2");
     let push = h.poll().expect("a push");
     assert!(!push.control_plane, "a later one does not repeat it");
+}
+
+#[test]
+fn delta_request_reads_the_wire_format_of_a_full_delta_discovery_request() {
+    use envoy_types::pb::envoy::config::core::v3::Node;
+    use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
+    use prost::Message;
+    let full = DeltaDiscoveryRequest {
+        node: Some(Node {
+            id: "envoy-1".into(),
+            cluster: "edge".into(),
+            user_agent_name: "envoy".into(),
+            ..Default::default()
+        }),
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        resource_names_subscribe: vec!["a".into(), "é".into(), "*".into()],
+        resource_names_unsubscribe: vec!["b".into(), "c".into()],
+        initial_resource_versions: [("a".to_string(), "v1".to_string())].into(),
+        response_nonce: "3".into(),
+        error_detail: Some(Status {
+            code: 3,
+            message: "bad".into(),
+            details: vec![],
+        }),
+        resource_locators_subscribe: vec![ResourceLocator {
+            name: "l".into(),
+            ..Default::default()
+        }],
+        resource_locators_unsubscribe: vec![ResourceLocator {
+            name: "m".into(),
+            ..Default::default()
+        }],
+    };
+    let bytes = full.encode_to_vec();
+    let read = DeltaRequest::decode(bytes.as_slice()).unwrap();
+    assert_eq!(read, DeltaRequest::from(&full));
+    let subscribe: Vec<&[u8]> = read.resource_names_subscribe.iter().collect();
+    assert_eq!(subscribe, [&b"a"[..], "é".as_bytes(), b"*"]);
+    let unsubscribe: Vec<&[u8]> = read.resource_names_unsubscribe.iter().collect();
+    assert_eq!(unsubscribe, [b"b", b"c"]);
+    // Encoded again, it is the request it was read from.
+    assert_eq!(read.encoded_len(), read.encode_to_vec().len());
+    assert_eq!(
+        DeltaDiscoveryRequest::decode(read.encode_to_vec().as_slice()).unwrap(),
+        full
+    );
+}
+
+#[test]
+fn delta_request_read_from_bytes_holds_slices_of_them() {
+    use prost::Message;
+    let full = DeltaDiscoveryRequest {
+        type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+        resource_names_subscribe: (0..100).map(|i| format!("cluster-{i}")).collect(),
+        resource_names_unsubscribe: (0..10).map(|i| format!("gone-{i}")).collect(),
+        response_nonce: "17".into(),
+        ..Default::default()
+    };
+    let frame = bytes::Bytes::from(full.encode_to_vec());
+    let read = DeltaRequest::decode(frame.clone()).unwrap();
+    assert_eq!(read, DeltaRequest::from(&full));
+    let inside = |s: &[u8]| frame.as_ptr_range().contains(&s.as_ptr());
+    let names = read.resource_names_subscribe.iter();
+    for name in names.chain(read.resource_names_unsubscribe.iter()) {
+        assert!(inside(name), "a name was copied");
+    }
+    assert!(inside(read.type_url.as_bytes()));
+    assert!(inside(read.response_nonce.as_bytes()));
+}
+
+#[test]
+fn delta_request_names_to_subscribe_and_unsubscribe_interleaved_read_apart() {
+    use bytes::Buf;
+    use prost::Message;
+    // Subscriptions and unsubscriptions alternate (the format allows it): each list keeps its
+    // own names in order, however the bytes are cut.
+    let mut bytes = Vec::new();
+    let field = |tag: u32, value: &str, out: &mut Vec<u8>| {
+        prost::encoding::string::encode(tag, &value.to_string(), out)
+    };
+    field(3, "s1", &mut bytes);
+    field(4, "u1", &mut bytes);
+    field(3, "s2", &mut bytes);
+    field(3, "s3", &mut bytes);
+    field(4, "u2", &mut bytes);
+    field(4, "u3", &mut bytes);
+    for cut in 0..=bytes.len() {
+        let (a, b) = bytes.split_at(cut);
+        let buf = bytes::Bytes::copy_from_slice(a).chain(bytes::Bytes::copy_from_slice(b));
+        let read = DeltaRequest::decode(buf).unwrap();
+        let subscribe: Vec<&[u8]> = read.resource_names_subscribe.iter().collect();
+        let unsubscribe: Vec<&[u8]> = read.resource_names_unsubscribe.iter().collect();
+        assert_eq!(subscribe, [b"s1", b"s2", b"s3"], "cut at {cut}");
+        assert_eq!(unsubscribe, [b"u1", b"u2", b"u3"], "cut at {cut}");
+    }
+}
+
+#[test]
+fn delta_request_rejects_a_nonce_that_is_not_utf8() {
+    use prost::Message;
+    // Field 6 (response_nonce), two bytes that are not UTF-8.
+    let bad = [0x32, 2, 0xff, 0xfe];
+    assert!(DeltaRequest::decode(bytes::Bytes::copy_from_slice(&bad)).is_err());
+}
+
+#[test]
+fn a_name_that_is_not_utf8_subscribes_to_nothing_and_is_reported_as_not_there() {
+    use prost::Message;
+    // Subscribes to "a" and to two bytes that are not UTF-8: "a" is sent, the other is reported
+    // as not there (under its lossy form).
+    let mut h = Harness::new(CLUSTER, &[("a", "1")]);
+    let mut bytes = Vec::new();
+    prost::encoding::string::encode(2, &CLUSTER.to_string(), &mut bytes);
+    bytes.extend_from_slice(&[0x1a, 1, b'a', 0x1a, 2, 0xff, 0xfe]);
+    let req = DeltaRequest::decode(bytes.as_slice()).unwrap();
+    let snap = h.store.snapshot();
+    h.sub.handle_request(&req, snap.get(CLUSTER));
+    let (names, removed) = h.expect();
+    assert_eq!(names, ["a"]);
+    assert_eq!(removed, ["\u{fffd}\u{fffd}"]);
 }

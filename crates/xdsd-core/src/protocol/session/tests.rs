@@ -106,16 +106,19 @@ fn subscribing_to_more_names_than_the_limit_ends_the_stream_with_resource_exhaus
         ..Default::default()
     };
     // Names add up across requests and types.
-    s.handle_request(&subscribe(CLUSTER, &["a", "b", "c"]), &store.snapshot())
-        .unwrap();
     s.handle_request(
-        &subscribe(CLUSTER_LOAD_ASSIGNMENT, &["a", "b"]),
+        &subscribe(CLUSTER, &["a", "b", "c"]).into(),
+        &store.snapshot(),
+    )
+    .unwrap();
+    s.handle_request(
+        &subscribe(CLUSTER_LOAD_ASSIGNMENT, &["a", "b"]).into(),
         &store.snapshot(),
     )
     .unwrap();
     let err = s
         .handle_request(
-            &subscribe(CLUSTER_LOAD_ASSIGNMENT, &["c"]),
+            &subscribe(CLUSTER_LOAD_ASSIGNMENT, &["c"]).into(),
             &store.snapshot(),
         )
         .unwrap_err();
@@ -491,7 +494,7 @@ mod tp2 {
             let mut s: Session<DeltaSubscription> = Session::new(None);
             let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
             req.resource_locators_subscribe = vec![locator("e", &[("env", env)])];
-            s.handle_request(&req, &store.snapshot()).unwrap();
+            s.handle_request(&(&req).into(), &store.snapshot()).unwrap();
             let r = delta_poll(&mut s, &store).unwrap();
             assert!(r.encoding.named);
             let got: Vec<_> = r.resources.iter().map(|x| seen(x)).collect();
@@ -625,7 +628,7 @@ mod tp2 {
         let mut d: Session<DeltaSubscription> = Session::new(None);
         let mut req = delta_request(ROUTE_CONFIGURATION, None);
         req.resource_locators_subscribe = vec![locator("r", pairs)];
-        d.handle_request(&req, &store.snapshot()).unwrap();
+        d.handle_request(&(&req).into(), &store.snapshot()).unwrap();
         let r = delta_poll(&mut d, store).unwrap();
         let delta = r.resources.iter().map(|x| seen(x).1).collect();
         (sotw, delta)
@@ -671,7 +674,7 @@ mod tp2 {
         let mut s: Session<DeltaSubscription> = Session::new(None);
         let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
         req.resource_locators_subscribe = vec![locator("e", &[("env", "qa")])];
-        s.handle_request(&req, &store.snapshot()).unwrap();
+        s.handle_request(&(&req).into(), &store.snapshot()).unwrap();
         let r = delta_poll(&mut s, &store).unwrap();
         assert!(r.resources.is_empty());
         assert_eq!(
@@ -711,7 +714,7 @@ mod tp2 {
         let mut d: Session<DeltaSubscription> = Session::new(None);
         let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
         req.resource_locators_subscribe = vec![locator("e", &[("env", "test")])];
-        d.handle_request(&req, &store.snapshot()).unwrap();
+        d.handle_request(&(&req).into(), &store.snapshot()).unwrap();
         delta_poll(&mut d, &store).unwrap();
         // Legacy delta client (metadata): removed by name.
         let mut l: Session<DeltaSubscription> = Session::new(None);
@@ -720,7 +723,7 @@ mod tp2 {
             Some(&with_metadata(node("n", "c"), &[("env", "test")])),
         );
         req.resource_names_subscribe = vec!["e".into()];
-        l.handle_request(&req, &store.snapshot()).unwrap();
+        l.handle_request(&(&req).into(), &store.snapshot()).unwrap();
         assert_eq!(delta_poll(&mut l, &store).unwrap().resources.len(), 1);
         store
             .apply([Change::RemoveVariant {
@@ -749,7 +752,7 @@ mod tp2 {
         let mut d: Session<DeltaSubscription> = Session::new(None);
         let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
         req.resource_locators_subscribe = vec![locator("e", &[("env", "prod"), ("version", "v1")])];
-        d.handle_request(&req, &store.snapshot()).unwrap();
+        d.handle_request(&(&req).into(), &store.snapshot()).unwrap();
         assert_eq!(delta_poll(&mut d, &store).unwrap().resources.len(), 1);
         // The env=prod variant is replaced by two that also constrain `version` (and env=test
         // gets the key too: every variant constrains the same keys).
@@ -812,7 +815,7 @@ mod tp2 {
             locator("e", &[("env", "prod")]),
             locator("e", &[("env", "test")]),
         ];
-        d.handle_request(&req, &store.snapshot()).unwrap();
+        d.handle_request(&(&req).into(), &store.snapshot()).unwrap();
         let r = delta_poll(&mut d, &store).unwrap();
         let mut got: Vec<String> = r.resources.iter().map(|x| seen(x).1).collect();
         got.sort();
@@ -977,12 +980,13 @@ mod tp2 {
         );
         delta
             .handle_request(
-                &DeltaDiscoveryRequest {
+                &(&DeltaDiscoveryRequest {
                     type_url: SECRET.into(),
                     node: Some(dnode),
                     resource_names_subscribe: vec!["key".into()],
                     ..Default::default()
-                },
+                })
+                    .into(),
                 &store.snapshot(),
             )
             .unwrap();
@@ -1096,7 +1100,7 @@ mod ttl {
         store: &Store,
     ) -> (Session<DeltaSubscription>, Instant) {
         let mut s: Session<DeltaSubscription> = Session::new(None);
-        s.handle_request(&delta_subscribe(node, names), &store.snapshot())
+        s.handle_request(&delta_subscribe(node, names).into(), &store.snapshot())
             .unwrap();
         (s, Instant::now())
     }
@@ -1141,7 +1145,7 @@ mod ttl {
         let store = store();
         let (mut s, t0) = delta_session(&envoy(), &store);
         let first = delta_next(&mut s, &store, t0).unwrap();
-        s.handle_request(&delta_ack(&first.nonce), &store.snapshot())
+        s.handle_request(&delta_ack(&first.nonce).into(), &store.snapshot())
             .unwrap();
         assert_eq!(s.poll_timeout(), Some(t0 + TTL / 3));
         // Nothing is owed before the deadline.
@@ -1285,7 +1289,8 @@ mod ttl {
             resource_names_subscribe: vec!["rc/vh".into()],
             ..Default::default()
         };
-        s.handle_request(&request, &store.snapshot()).unwrap();
+        s.handle_request(&(&request).into(), &store.snapshot())
+            .unwrap();
         let t0 = Instant::now();
         delta_next(&mut s, &store, t0).unwrap();
         s.handle_timeout(t0 + TTL / 3);
@@ -1582,7 +1587,7 @@ mod make_before_break {
                 resource_names_unsubscribe: unsubscribe.iter().map(|n| n.to_string()).collect(),
                 ..Default::default()
             };
-            s.handle_request(&r, &store.snapshot()).unwrap();
+            s.handle_request(&(&r).into(), &store.snapshot()).unwrap();
         };
         let poll = |s: &mut Session<DeltaSubscription>, nonces: &mut HashMap<String, String>| {
             let (t, r) = s.poll_response(&store.snapshot(), Instant::now())?;

@@ -1,0 +1,225 @@
+//! Fields of a request read in place: what [`SotwRequest`](super::sotw::SotwRequest) and
+//! [`DeltaRequest`](super::delta::DeltaRequest) share. Read from a frame's bytes, strings and
+//! runs of names are slices of those bytes, not allocations of their own.
+
+use bytes::{Buf, Bytes, BytesMut};
+use prost::encoding::{check_wire_type, decode_varint, encode_varint, WireType};
+use prost::DecodeError;
+
+use super::Text;
+
+/// The key of a length-delimited field `tag` (a one-byte key: tags up to 15).
+pub const fn names_key(tag: u32) -> u8 {
+    (tag as u8) << 3 | WireType::LengthDelimited as u8
+}
+
+/// The key of field 3: `DiscoveryRequest.resource_names` and
+/// `DeltaDiscoveryRequest.resource_names_subscribe`.
+pub const NAMES_FIELD_3: u8 = names_key(3);
+
+/// A list of names as a request encodes them: the fields of key `KEY` back to back, less the
+/// first one's key (`len name`, then `KEY len name` for each further name). Read from a frame,
+/// it is one slice of the frame's bytes.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
+pub struct Names<const KEY: u8 = NAMES_FIELD_3> {
+    encoded: Bytes,
+    count: u32,
+}
+
+impl<const KEY: u8> Names<KEY> {
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The names, as received (not checked to be UTF-8).
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let mut rest: &[u8] = &self.encoded;
+        let mut first = true;
+        std::iter::from_fn(move || {
+            if !std::mem::take(&mut first) {
+                rest = rest.strip_prefix(&[KEY])?;
+            }
+            // Every entry was checked whole when it was read or pushed.
+            let len = usize::try_from(decode_varint(&mut rest).ok()?).ok()?;
+            let (name, after) = rest.split_at_checked(len)?;
+            rest = after;
+            Some(name)
+        })
+    }
+
+    pub fn push(&mut self, name: &[u8]) {
+        let mut encoded = Vec::from(std::mem::take(&mut self.encoded));
+        put_entry::<KEY>(&mut encoded, self.count == 0, name);
+        self.encoded = encoded.into();
+        self.count += 1;
+    }
+
+    /// Takes in `count` entries read as they are encoded (see [`names_run`]).
+    fn append(&mut self, run: Bytes, count: u32) -> Result<(), DecodeError> {
+        if self.count == 0 {
+            self.encoded = run;
+        } else {
+            // Names not next to each other in the message (no client sends them so): copied.
+            let mut encoded = Vec::from(std::mem::take(&mut self.encoded));
+            encoded.push(KEY);
+            encoded.extend_from_slice(&run);
+            self.encoded = encoded.into();
+        }
+        self.count = self
+            .count
+            .checked_add(count)
+            .ok_or_else(|| decode_error("too many resource names"))?;
+        Ok(())
+    }
+
+    /// Reads a field of key `KEY` (its key read already) and the run of them that follows:
+    /// an ACK repeats every name, taken at once.
+    pub(crate) fn merge(
+        &mut self,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+    ) -> Result<(), DecodeError> {
+        check_wire_type(WireType::LengthDelimited, wire_type)?;
+        let chunk = buf.chunk();
+        match names_run::<KEY>(&chunk[..chunk.len().min(buf.remaining())]) {
+            (_, 0) => {
+                // Not whole in this chunk of the buffer: read on its own.
+                let name =
+                    length_delimited(wire_type, buf, "resource name longer than the message")?;
+                self.push(&name);
+                Ok(())
+            }
+            (len, count) => {
+                let run = buf.copy_to_bytes(len);
+                self.append(run, count)
+            }
+        }
+    }
+
+    /// Writes the names as the fields they were read from.
+    pub(crate) fn encode(&self, buf: &mut impl bytes::BufMut) {
+        if !self.is_empty() {
+            buf.put_u8(KEY);
+            buf.put_slice(&self.encoded);
+        }
+    }
+
+    /// The bytes [`Names::encode`] writes.
+    pub(crate) fn encoded_len(&self) -> usize {
+        if self.is_empty() {
+            0
+        } else {
+            1 + self.encoded.len()
+        }
+    }
+}
+
+/// Writes `name` as an entry of [`Names`]' encoding.
+fn put_entry<const KEY: u8>(encoded: &mut Vec<u8>, first: bool, name: &[u8]) {
+    if !first {
+        encoded.push(KEY);
+    }
+    encode_varint(name.len() as u64, encoded);
+    encoded.extend_from_slice(name);
+}
+
+/// The length of the run of whole entries of key `KEY` at the start of `chunk` (which starts
+/// after the first one's key), and how many there are.
+fn names_run<const KEY: u8>(chunk: &[u8]) -> (usize, u32) {
+    let mut rest = chunk;
+    let mut count = 0u32;
+    let mut end = 0;
+    loop {
+        let mut entry = rest;
+        if count > 0 {
+            match entry.split_first() {
+                Some((&k, after)) if k == KEY => entry = after,
+                _ => break,
+            }
+        }
+        let Ok(len) = decode_varint(&mut entry) else {
+            break;
+        };
+        let Some(after) = usize::try_from(len).ok().and_then(|l| entry.get(l..)) else {
+            break;
+        };
+        let Some(more) = count.checked_add(1) else {
+            break;
+        };
+        count = more;
+        rest = after;
+        end = chunk.len() - rest.len();
+    }
+    (end, count)
+}
+
+impl<S: AsRef<[u8]>, const KEY: u8> FromIterator<S> for Names<KEY> {
+    fn from_iter<I: IntoIterator<Item = S>>(names: I) -> Names<KEY> {
+        let mut encoded = Vec::new();
+        let mut count = 0u32;
+        for name in names {
+            put_entry::<KEY>(&mut encoded, count == 0, name.as_ref());
+            count += 1;
+        }
+        Names {
+            encoded: encoded.into(),
+            count,
+        }
+    }
+}
+
+/// The bytes of a length-delimited field (a slice of the buffer when it is `Bytes`).
+pub(crate) fn length_delimited(
+    wire_type: WireType,
+    buf: &mut impl Buf,
+    what: &'static str,
+) -> Result<Bytes, DecodeError> {
+    check_wire_type(WireType::LengthDelimited, wire_type)?;
+    let len = decode_varint(buf)?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|l| *l <= buf.remaining())
+        .ok_or_else(|| decode_error(what))?;
+    Ok(buf.copy_to_bytes(len))
+}
+
+/// Reads a string field into `text`.
+pub(crate) fn merge_text(
+    wire_type: WireType,
+    text: &mut Text,
+    buf: &mut impl Buf,
+) -> Result<(), DecodeError> {
+    let bytes = length_delimited(wire_type, buf, "string longer than the message")?;
+    *text = Text::from_utf8(bytes)
+        .map_err(|_| decode_error("invalid string value: data is not UTF-8 encoded"))?;
+    Ok(())
+}
+
+/// Reads a `node` field into `raw`, kept encoded.
+pub(crate) fn merge_node(
+    wire_type: WireType,
+    raw: &mut Bytes,
+    buf: &mut impl Buf,
+) -> Result<(), DecodeError> {
+    let node = length_delimited(wire_type, buf, "node longer than the message")?;
+    if raw.is_empty() {
+        *raw = node;
+    } else {
+        // Occurrences of a message field merge: their encodings concatenated.
+        let mut both = BytesMut::from(raw.as_ref());
+        both.extend_from_slice(&node);
+        *raw = both.freeze();
+    }
+    Ok(())
+}
+
+/// prost offers no other way to make a decode error of one's own (the constructor is deprecated
+/// for outside use, not yet replaced).
+#[allow(deprecated)]
+pub(crate) fn decode_error(message: &'static str) -> DecodeError {
+    DecodeError::new(message)
+}
