@@ -19,7 +19,7 @@ pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{field_len, intern, put_length_delimited, string_field, string_len};
 pub use snapshot::{Interner, Snapshot, TypeSnapshot, View};
-use watch::{lock_index, ChangedNames, Wake, WatchIndex};
+use watch::{lock_index, ChangedNames, TypeChange, Wake, WatchIndex};
 
 use crate::params::{self, Constraints, VariantError};
 use crate::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};
@@ -565,7 +565,7 @@ impl Store {
         incremental: bool,
     ) -> Result<UpdateSummary, StoreError> {
         let mut types = current.type_map().clone();
-        let mut changed: Vec<(Arc<str>, ChangedNames)> = Vec::new();
+        let mut changed: Vec<Arc<TypeChange>> = Vec::new();
         let mut count = 0;
         let mut listed: Vec<NameChange> = Vec::new();
         // The resources of changed names, and whether a name or alias went away: what the
@@ -674,7 +674,7 @@ impl Store {
                 types.insert(type_url.clone(), Arc::new(snapshot));
             }
             if !names.is_empty() {
-                changed.push((type_url, names));
+                changed.push(Arc::new(TypeChange::new(type_url, names)));
             }
         }
         let total = types.values().map(|t| t.resource_count()).sum();

@@ -463,6 +463,13 @@ fn an_update_summary_names_what_was_added_changed_and_removed() {
 /// types go in; every take holds both types.
 #[test]
 fn a_commit_of_several_types_reaches_a_watcher_whole() {
+    // Each type by name or by the wildcard (the commit's changes shared).
+    for (whole_cluster, whole_cla) in [(false, false), (false, true), (true, true)] {
+        a_commit_of_several_types_reaches(whole_cluster, whole_cla);
+    }
+}
+
+fn a_commit_of_several_types_reaches(whole_cluster: bool, whole_cla: bool) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let cla = crate::types::CLUSTER_LOAD_ASSIGNMENT;
     let store = Store::new();
@@ -470,8 +477,13 @@ fn a_commit_of_several_types_reaches_a_watcher_whole() {
         .replace_all([input(CLUSTER, "c", b"0"), input(cla, "c", b"0")])
         .unwrap();
     let mut w = store.watcher();
-    w.watch(&arc(CLUSTER), [&arc("c")]);
-    w.watch(&arc(cla), [&arc("c")]);
+    for (type_url, whole) in [(CLUSTER, whole_cluster), (cla, whole_cla)] {
+        if whole {
+            w.set_wildcard(&arc(type_url), true);
+        } else {
+            w.watch(&arc(type_url), [&arc("c")]);
+        }
+    }
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -498,4 +510,33 @@ fn a_commit_of_several_types_reaches_a_watcher_whole() {
             }
         }
     });
+}
+
+#[test]
+fn commits_a_whole_type_watcher_has_not_taken_fold_into_one_set_of_names() {
+    let store = Store::new();
+    let cluster = arc(CLUSTER);
+    let mut w = store.watcher();
+    w.set_wildcard(&cluster, true);
+    // Many more commits than the watcher holds shared: the oldest are folded into its names as
+    // the commits come (what it holds stays bounded), and nothing is lost.
+    for i in 0..100u32 {
+        let v = i.to_string();
+        store
+            .apply([
+                Change::Set(input(CLUSTER, &format!("n{}", i % 5), v.as_bytes())),
+                Change::Set(input(CLUSTER, &format!("once-{i}"), b"1")),
+            ])
+            .unwrap();
+        assert!(w.debug_shared() <= super::watch::MAX_SHARED);
+    }
+    let changes = w.take_changes();
+    let mut names: Vec<&str> = changes[&cluster].iter().map(|n| &**n).collect();
+    names.sort();
+    let mut want: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
+    want.extend((0..100).map(|i| format!("once-{i}")));
+    want.sort();
+    assert_eq!(names, want);
+    assert_eq!(w.debug_shared(), 0);
+    assert!(w.take_changes().is_empty(), "taken once");
 }
