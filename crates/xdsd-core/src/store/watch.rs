@@ -196,7 +196,9 @@ impl WatchIndex {
                         if !wake.wakes(params(id)) {
                             continue;
                         }
-                        touch(&mut touched, *id, signal).names.push((type_url, name));
+                        touch(&mut touched, *id, signal)
+                            .names
+                            .push((type_url, name));
                     }
                 }
             }
