@@ -2,9 +2,10 @@
 //! [`DeltaRequest`](super::delta::DeltaRequest) share. Read from a frame's bytes, strings and
 //! runs of names are slices of those bytes, not allocations of their own.
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use envoy_types::pb::envoy::config::core::v3::Node;
 use prost::encoding::{check_wire_type, decode_varint, encode_varint, WireType};
-use prost::DecodeError;
+use prost::{DecodeError, Message as _};
 
 use super::Text;
 
@@ -101,7 +102,7 @@ impl<const KEY: u8> Names<KEY> {
     }
 
     /// Writes the names as the fields they were read from.
-    pub(crate) fn encode(&self, buf: &mut impl bytes::BufMut) {
+    pub(crate) fn encode(&self, buf: &mut impl BufMut) {
         if !self.is_empty() {
             buf.put_u8(KEY);
             buf.put_slice(&self.encoded);
@@ -215,6 +216,28 @@ pub(crate) fn merge_node(
         *raw = both.freeze();
     }
     Ok(())
+}
+
+/// Writes a `node` field kept encoded (see [`merge_node`]); nothing when there is none.
+pub(crate) fn encode_node(tag: u32, raw: &Bytes, buf: &mut impl BufMut) {
+    if !raw.is_empty() {
+        prost::encoding::bytes::encode(tag, raw, buf);
+    }
+}
+
+/// The bytes [`encode_node`] writes.
+pub(crate) fn node_len(tag: u32, raw: &Bytes) -> usize {
+    if raw.is_empty() {
+        0
+    } else {
+        prost::encoding::bytes::encoded_len(tag, raw)
+    }
+}
+
+/// A decoded node, encoded as a request keeps it (empty when there is none).
+pub(crate) fn node_bytes(node: Option<&Node>) -> Bytes {
+    node.map(|n| Bytes::from(n.encode_to_vec()))
+        .unwrap_or_default()
 }
 
 /// prost offers no other way to make a decode error of one's own (the constructor is deprecated

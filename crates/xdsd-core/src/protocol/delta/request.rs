@@ -6,9 +6,11 @@ use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, ResourceLocator};
 use envoy_types::pb::google::rpc::Status;
 use prost::encoding::{hash_map, message, skip_field, string, DecodeContext, WireType};
-use prost::{DecodeError, Message as _};
+use prost::DecodeError;
 
-use crate::protocol::fields::{merge_node, merge_text, names_key, Names};
+use crate::protocol::fields::{
+    encode_node, merge_node, merge_text, names_key, node_bytes, node_len, Names,
+};
 use crate::protocol::Text;
 use crate::store::{string_field, string_len};
 
@@ -49,9 +51,7 @@ pub const UNSUBSCRIBE_KEY: u8 = names_key(NAMES_UNSUBSCRIBE);
 
 impl prost::Message for DeltaRequest {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        if !self.node_raw.is_empty() {
-            prost::encoding::bytes::encode(NODE, &self.node_raw, buf);
-        }
+        encode_node(NODE, &self.node_raw, buf);
         string_field(TYPE_URL, &self.type_url, buf);
         self.resource_names_subscribe.encode(buf);
         self.resource_names_unsubscribe.encode(buf);
@@ -116,12 +116,8 @@ impl prost::Message for DeltaRequest {
     }
 
     fn encoded_len(&self) -> usize {
-        let node = if self.node_raw.is_empty() {
-            0
-        } else {
-            prost::encoding::bytes::encoded_len(NODE, &self.node_raw)
-        };
-        node + string_len(&self.type_url)
+        node_len(NODE, &self.node_raw)
+            + string_len(&self.type_url)
             + self.resource_names_subscribe.encoded_len()
             + self.resource_names_unsubscribe.encoded_len()
             + hash_map::encoded_len(
@@ -150,11 +146,7 @@ impl prost::Message for DeltaRequest {
 impl From<&DeltaDiscoveryRequest> for DeltaRequest {
     fn from(r: &DeltaDiscoveryRequest) -> DeltaRequest {
         DeltaRequest {
-            node_raw: r
-                .node
-                .as_ref()
-                .map(|n| Bytes::from(n.encode_to_vec()))
-                .unwrap_or_default(),
+            node_raw: node_bytes(r.node.as_ref()),
             type_url: (&r.type_url).into(),
             resource_names_subscribe: r.resource_names_subscribe.iter().collect(),
             resource_names_unsubscribe: r.resource_names_unsubscribe.iter().collect(),

@@ -6,7 +6,7 @@ use envoy_types::pb::google::rpc::Status;
 use prost::encoding::{message, skip_field, DecodeContext, WireType};
 use prost::{DecodeError, Message as _};
 
-use crate::protocol::fields::{merge_node, merge_text, Names};
+use crate::protocol::fields::{encode_node, merge_node, merge_text, node_bytes, node_len, Names};
 use crate::protocol::Text;
 use crate::store::{string_field, string_len};
 
@@ -65,9 +65,7 @@ const REQ_RESOURCE_LOCATORS: u32 = 7;
 impl prost::Message for SotwRequest {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         string_field(REQ_VERSION_INFO, &self.version_info, buf);
-        if !self.node_raw.is_empty() {
-            prost::encoding::bytes::encode(REQ_NODE, &self.node_raw, buf);
-        }
+        encode_node(REQ_NODE, &self.node_raw, buf);
         self.resource_names.encode(buf);
         string_field(REQ_TYPE_URL, &self.type_url, buf);
         string_field(REQ_RESPONSE_NONCE, &self.response_nonce, buf);
@@ -104,13 +102,8 @@ impl prost::Message for SotwRequest {
     }
 
     fn encoded_len(&self) -> usize {
-        let node = if self.node_raw.is_empty() {
-            0
-        } else {
-            prost::encoding::bytes::encoded_len(REQ_NODE, &self.node_raw)
-        };
         string_len(&self.version_info)
-            + node
+            + node_len(REQ_NODE, &self.node_raw)
             + self.resource_names.encoded_len()
             + string_len(&self.type_url)
             + string_len(&self.response_nonce)
@@ -130,11 +123,7 @@ impl From<&DiscoveryRequest> for SotwRequest {
     fn from(r: &DiscoveryRequest) -> SotwRequest {
         SotwRequest {
             version_info: (&r.version_info).into(),
-            node_raw: r
-                .node
-                .as_ref()
-                .map(|n| Bytes::from(n.encode_to_vec()))
-                .unwrap_or_default(),
+            node_raw: node_bytes(r.node.as_ref()),
             resource_names: r.resource_names.iter().collect(),
             resource_locators: r.resource_locators.clone(),
             type_url: (&r.type_url).into(),
