@@ -306,14 +306,6 @@ fn check_params(what: &str, params: &ParamSet) -> Result<(), SessionError> {
     Ok(())
 }
 
-/// The node of a request, as its protocol variant decoded it.
-pub enum NodeRef<'a> {
-    Absent,
-    /// Encoded (SotW reads the node lazily: Envoy repeats it on every request).
-    Raw(&'a [u8]),
-    Decoded(&'a Node),
-}
-
 /// What the session needs of a protocol variant's per-type state machine.
 pub trait Machine: Send + 'static {
     type Request: Send + 'static;
@@ -334,7 +326,9 @@ pub trait Machine: Send + 'static {
     fn ttl(&self) -> bool;
     /// Renews the TTL of `name` with the next response, if the client holds it.
     fn heartbeat(&mut self, name: &Arc<str>);
-    fn node(request: &Self::Request) -> NodeRef<'_>;
+    /// The request's node as received, encoded (empty without one): decoded only when it
+    /// differs from the session's (Envoy repeats it on every request).
+    fn node(request: &Self::Request) -> &[u8];
     fn type_url(request: &Self::Request) -> &str;
     /// (subscribe, unsubscribe) resource locators of a request.
     fn locators(request: &Self::Request) -> (&[ResourceLocator], &[ResourceLocator]);
@@ -398,12 +392,8 @@ impl Machine for SotwSubscription {
     fn heartbeat(&mut self, name: &Arc<str>) {
         SotwSubscription::resend(self, name)
     }
-    fn node(request: &SotwRequest) -> NodeRef<'_> {
-        if request.node_raw.is_empty() {
-            NodeRef::Absent
-        } else {
-            NodeRef::Raw(&request.node_raw)
-        }
+    fn node(request: &SotwRequest) -> &[u8] {
+        &request.node_raw
     }
     fn type_url(request: &SotwRequest) -> &str {
         &request.type_url
@@ -488,12 +478,8 @@ impl Machine for DeltaSubscription {
     fn heartbeat(&mut self, name: &Arc<str>) {
         DeltaSubscription::heartbeat(self, name)
     }
-    fn node(request: &DeltaRequest) -> NodeRef<'_> {
-        if request.node_raw.is_empty() {
-            NodeRef::Absent
-        } else {
-            NodeRef::Raw(&request.node_raw)
-        }
+    fn node(request: &DeltaRequest) -> &[u8] {
+        &request.node_raw
     }
     fn type_url(request: &DeltaRequest) -> &str {
         &request.type_url
@@ -825,23 +811,20 @@ impl<M: Machine> Session<M> {
         })
     }
 
-    /// Records the node of a request; later requests may omit it, but one that names a
-    /// different node (id or cluster) is a client error. Its dynamic parameters may change.
+    /// Records the node of a request (encoded, empty without one); later requests may omit it,
+    /// but one that names a different node (id or cluster) is a client error. Its dynamic
+    /// parameters may change.
     /// True when this request identified the node.
-    fn take_node(&mut self, node: NodeRef<'_>) -> Result<bool, SessionError> {
-        let node = match node {
-            NodeRef::Absent => return Ok(false),
-            NodeRef::Raw(bytes) => {
-                let digest = foldhash::fast::FixedState::default().hash_one(bytes);
-                if self.node_digest == Some(digest) {
-                    return Ok(false);
-                }
-                let node = Node::decode(bytes).map_err(|e| SessionError::BadNode(e.to_string()))?;
-                self.node_digest = Some(digest);
-                node
-            }
-            NodeRef::Decoded(node) => node.clone(),
-        };
+    fn take_node(&mut self, bytes: &[u8]) -> Result<bool, SessionError> {
+        if bytes.is_empty() {
+            return Ok(false);
+        }
+        let digest = foldhash::fast::FixedState::default().hash_one(bytes);
+        if self.node_digest == Some(digest) {
+            return Ok(false);
+        }
+        let node = Node::decode(bytes).map_err(|e| SessionError::BadNode(e.to_string()))?;
+        self.node_digest = Some(digest);
         if node.id.is_empty() && node.cluster.is_empty() {
             return Ok(false);
         }
