@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use super::sotw::{reset, WILDCARD};
 use super::{
-    intern_key, part_len, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind, Subscribe,
-    SubscriptionChange, Views, PART_OVERHEAD,
+    intern_key, part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind,
+    Subscribe, SubscriptionChange, Views, PART_OVERHEAD,
 };
 use crate::params::Constraints;
 use crate::store::{
@@ -497,29 +497,19 @@ impl DeltaSubscription {
             self.requested = true;
             self.answer = true;
         }
-        // Not collected: a first request names 10,000. A name that is not UTF-8 cannot name any
-        // resource; it is kept (lossily) only so that the subscription is what the client sent.
-        let subscribe_keys = request
-            .resource_names_subscribe
-            .iter()
-            .map(|n| (String::from_utf8_lossy(n), subscribe.default))
-            .chain(
-                subscribe
-                    .locators
-                    .iter()
-                    .map(|(n, p)| (Cow::Borrowed(n.as_str()), *p)),
-            );
+        // Not collected: a first request names 10,000.
+        let subscribe_keys = request_keys(
+            &request.resource_names_subscribe,
+            subscribe.default,
+            subscribe.locators,
+        );
         let subscribe_len = request.resource_names_subscribe.len() + subscribe.locators.len();
-        let unsubscribe_keys: Vec<(Cow<'_, str>, Pid)> = request
-            .resource_names_unsubscribe
-            .iter()
-            .map(|n| (String::from_utf8_lossy(n), subscribe.default))
-            .chain(
-                unsubscribe_locators
-                    .iter()
-                    .map(|(n, p)| (Cow::Borrowed(n.as_str()), *p)),
-            )
-            .collect();
+        let unsubscribe_keys: Vec<(Cow<'_, str>, Pid)> = request_keys(
+            &request.resource_names_unsubscribe,
+            subscribe.default,
+            unsubscribe_locators,
+        )
+        .collect();
         let names_something = subscribe_len > 0 || !unsubscribe_keys.is_empty();
         // The names subscribed before, to tell what to (un)watch: only for a request that names
         // something. Most requests are ACKs, and a stream may hold 100,000 names.

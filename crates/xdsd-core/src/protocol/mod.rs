@@ -329,6 +329,23 @@ impl Subscribe<'_> {
     };
 }
 
+/// The keys a request names: its plain `names` with parameter set `default`, then `locators`
+/// with their own. A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
+/// so that the subscription is what the client sent.
+pub(crate) fn request_keys<'a, const KEY: u8>(
+    names: &'a Names<KEY>,
+    default: Pid,
+    locators: &'a [(String, Pid)],
+) -> impl Iterator<Item = (std::borrow::Cow<'a, str>, Pid)> {
+    let plain = names
+        .iter()
+        .map(move |n| (String::from_utf8_lossy(n), default));
+    let located = locators
+        .iter()
+        .map(|(n, pid)| (std::borrow::Cow::Borrowed(n.as_str()), *pid));
+    plain.chain(located)
+}
+
 /// How a request changed what the stream watches, for the transport to pass on to the store.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SubscriptionChange {

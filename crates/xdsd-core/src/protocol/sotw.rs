@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::{
-    intern_key, part_len, Key, Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange,
-    Views, PART_OVERHEAD,
+    intern_key, part_len, request_keys, Key, Nonce, NonceGen, Pid, RequestKind, Subscribe,
+    SubscriptionChange, Views, PART_OVERHEAD,
 };
 use crate::store::{field_len, Encoding, Interner, Resource, TypeSnapshot, View};
 
@@ -283,16 +283,7 @@ impl SotwSubscription {
                 let mut wildcard = None;
                 let mut names = Subscribed::with_capacity(subscribe.default, requested.len());
                 let mut interner = Interner::new(current.map(|t| &**t));
-                // A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
-                // so that the subscription is what the client sent.
-                let plain = requested
-                    .iter()
-                    .map(|n| (String::from_utf8_lossy(n), subscribe.default));
-                let located = subscribe
-                    .locators
-                    .iter()
-                    .map(|(n, pid)| (std::borrow::Cow::Borrowed(n.as_str()), *pid));
-                for (name, pid) in plain.chain(located) {
+                for (name, pid) in request_keys(requested, subscribe.default, subscribe.locators) {
                     if name == WILDCARD {
                         wildcard = Some(pid);
                         continue;
