@@ -339,7 +339,7 @@ pub trait Machine: Send + 'static {
         unsubscribe: &[(String, Pid)],
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange);
-    fn mark_changed(&mut self, names: &HashSet<Arc<str>>);
+    fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>);
     fn has_pending(&self) -> bool;
     /// How many keys (name and parameter set) are subscribed.
     fn key_count(&self) -> usize;
@@ -410,7 +410,7 @@ impl Machine for SotwSubscription {
     ) -> (RequestKind, SubscriptionChange) {
         SotwSubscription::handle(self, request, subscribe, current)
     }
-    fn mark_changed(&mut self, names: &HashSet<Arc<str>>) {
+    fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>) {
         SotwSubscription::mark_changed(self, names)
     }
     fn has_pending(&self) -> bool {
@@ -499,7 +499,7 @@ impl Machine for DeltaSubscription {
     ) -> (RequestKind, SubscriptionChange) {
         DeltaSubscription::handle(self, request, subscribe, unsubscribe, current)
     }
-    fn mark_changed(&mut self, names: &HashSet<Arc<str>>) {
+    fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>) {
         DeltaSubscription::mark_changed(self, names)
     }
     fn has_pending(&self) -> bool {
@@ -606,7 +606,8 @@ pub struct Session<M> {
     params: Vec<ParamSet>,
     pids: HashMap<ParamSet, Pid>,
     /// Make-before-break on aggregated streams: for clusters and endpoints, the names the store
-    /// changed since they were last served, the state last served, and removals held back.
+    /// may have removed since they were last served, the state last served, and removals held
+    /// back.
     changed: TypeMap<HashSet<Arc<str>>>,
     served: TypeMap<Arc<TypeSnapshot>>,
     lingering: TypeMap<Lingering>,
@@ -907,14 +908,18 @@ impl<M: Machine> Session<M> {
     /// Records names the store changed.
     pub fn handle_changes(&mut self, changes: Changes) {
         let ordered = self.ordered();
-        for (type_url, names) in changes {
-            if let Some(state) = self.types.get_mut(&type_url) {
-                state.machine.mark_changed(&names);
-                if ordered && REFERENCED.contains(&&*type_url) {
-                    match self.changed.get_mut(&type_url) {
-                        Some(set) => set.extend(names),
-                        None => self.changed.insert(type_url, names),
-                    }
+        for type_url in changes.types() {
+            let Some(state) = self.types.get_mut(type_url) else {
+                continue;
+            };
+            state.machine.mark_changed(changes.names(type_url));
+            if ordered && REFERENCED.contains(&&**type_url) {
+                // Kept to find the removals that must wait (`update_lingering`).
+                let mut gone = changes.maybe_removed(type_url).peekable();
+                if gone.peek().is_some() {
+                    self.changed
+                        .get_or_insert_with(type_url, HashSet::default)
+                        .extend(gone.cloned());
                 }
             }
         }
@@ -1059,10 +1064,10 @@ impl<M: Machine> Session<M> {
             };
             if let Some(l) = self.lingering.get_mut(&type_url) {
                 if settled || now >= l.since + HOLD_TIMEOUT {
-                    let names: HashSet<Arc<str>> = l.names.iter().cloned().collect();
-                    self.lingering.remove(&type_url);
-                    if let Some(state) = self.types.get_mut(&type_url) {
-                        state.machine.mark_changed(&names);
+                    if let Some(l) = self.lingering.remove(&type_url) {
+                        if let Some(state) = self.types.get_mut(&type_url) {
+                            state.machine.mark_changed(l.names.iter());
+                        }
                     }
                 } else if !Arc::ptr_eq(&l.base, &new) {
                     l.names.retain(|n| new.variants(n).is_empty());

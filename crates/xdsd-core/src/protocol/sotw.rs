@@ -388,7 +388,8 @@ impl SotwSubscription {
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         for name in names {
-            if self.watches(name) {
+            // A name several commits changed comes once per commit.
+            if !self.dirty.contains(name) && self.watches(name) {
                 self.dirty.insert(name.clone());
             }
         }
@@ -661,7 +662,7 @@ impl SotwSubscription {
     /// dirty names (those the client was not sent as they are now), in name order; records them
     /// as sent. `None` when none is owed.
     fn owed_keys(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
-        let mut out: Vec<Arc<Resource>> = Vec::new();
+        let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.forced.len() + self.dirty.len());
         let (names, pids, wildcard) = (&mut self.names, &self.pids, self.wildcard);
         for (name, pid) in &self.forced {
             // Still subscribed: a request may have dropped it since it was forced.
@@ -902,7 +903,11 @@ fn owe(
 
 /// Resources in name order, each variant once.
 fn dedup(mut resources: Vec<Arc<Resource>>) -> Vec<Arc<Resource>> {
-    resources.sort_by(|a, b| (a.name(), a.version()).cmp(&(b.name(), b.version())));
+    // The address last: one resource listed twice ends up side by side whatever the order of
+    // variants with the same name and version. (Unstable: no buffer to allocate.)
+    resources.sort_unstable_by(|a, b| {
+        (a.name(), a.version(), Arc::as_ptr(a)).cmp(&(b.name(), b.version(), Arc::as_ptr(b)))
+    });
     resources.dedup_by(|a, b| Arc::ptr_eq(a, b));
     resources
 }

@@ -583,6 +583,8 @@ impl Store {
             // watch any of them. Each with whom to wake: the streams whose parameters match a
             // variant that was added, changed or removed (all of them if one is unconstrained).
             let mut names: ChangedNames = Vec::new();
+            // Whether a name (or an alias) may have gone with this commit.
+            let mut removes = false;
             // (An alias leads to the name, whose variant is resolved by the stream's parameters:
             // the aliases of every variant, old and new, are marked.)
             let mut mark = |all: &mut dyn Iterator<Item = &Arc<Resource>>, wake: Wake| {
@@ -648,6 +650,7 @@ impl Store {
                     .iter()
                     .filter(|r| !in_before(r))
                     .chain(before.iter().filter(|r| !in_new(r)));
+                removes |= variants.is_empty() || before.iter().any(|b| !b.aliases().is_empty());
                 let wake = Wake::of(differ.map(|r| r.constraints()));
                 mark(&mut variants.iter().chain(before), wake);
             }
@@ -674,7 +677,7 @@ impl Store {
                 types.insert(type_url.clone(), Arc::new(snapshot));
             }
             if !names.is_empty() {
-                changed.push(Arc::new(TypeChange::new(type_url, names)));
+                changed.push(Arc::new(TypeChange::new(type_url, names, removes)));
             }
         }
         let total = types.values().map(|t| t.resource_count()).sum();

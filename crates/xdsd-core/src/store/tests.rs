@@ -1,5 +1,5 @@
 use super::*;
-use crate::types::{CLUSTER, LISTENER};
+use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 
 fn input(type_url: &str, name: &str, value: &[u8]) -> ResourceInput {
     ResourceInput::new(type_url, name, Bytes::copy_from_slice(value))
@@ -113,16 +113,16 @@ fn notifications_reach_only_the_watchers_of_the_changed_name() {
     store
         .apply([Change::Set(input(CLUSTER, "a", b"2"))])
         .unwrap();
-    let changes = watch_a.take_changes();
+    let changes = watch_a.take_changes().into_sets();
     assert_eq!(
         changes[&cluster].iter().map(|n| &**n).collect::<Vec<_>>(),
         ["a"]
     );
     assert!(
-        watch_b.take_changes().is_empty(),
+        watch_b.take_changes().into_sets().is_empty(),
         "b's watcher is not touched by a change to a"
     );
-    assert_eq!(wildcard.take_changes()[&cluster].len(), 1);
+    assert_eq!(wildcard.take_changes().into_sets()[&cluster].len(), 1);
 }
 
 #[test]
@@ -134,7 +134,7 @@ fn a_watched_name_that_springs_into_existence_notifies() {
     store
         .apply([Change::Set(input(CLUSTER, "later", b"1"))])
         .unwrap();
-    assert!(w.take_changes()[&cluster].contains("later"));
+    assert!(w.take_changes().into_sets()[&cluster].contains("later"));
     store
         .apply([Change::Remove {
             type_url: CLUSTER.into(),
@@ -142,7 +142,7 @@ fn a_watched_name_that_springs_into_existence_notifies() {
         }])
         .unwrap();
     assert!(
-        w.take_changes()[&cluster].contains("later"),
+        w.take_changes().into_sets()[&cluster].contains("later"),
         "deletion notifies too"
     );
     assert!(store.snapshot().get(CLUSTER).is_none());
@@ -179,7 +179,7 @@ fn a_dense_watcher_is_woken_by_every_name_of_its_type_without_a_registration_per
         .apply([Change::Set(input(CLUSTER, "later", b"1"))])
         .unwrap();
     assert!(
-        w.take_changes()[&cluster].contains("later"),
+        w.take_changes().into_sets()[&cluster].contains("later"),
         "a name added to the store after subscribing wakes it"
     );
     // Turned off: nothing is watched by name until the names are watched again.
@@ -193,7 +193,7 @@ fn a_dense_watcher_is_woken_by_every_name_of_its_type_without_a_registration_per
         ])
         .unwrap();
     assert_eq!(
-        w.take_changes()[&cluster]
+        w.take_changes().into_sets()[&cluster]
             .iter()
             .map(|n| &**n)
             .collect::<Vec<_>>(),
@@ -383,7 +383,7 @@ mod vhds {
             .apply([Change::Set(route("rc", &[("web", &["a", "c"])], true))])
             .unwrap();
         assert!(
-            w.take_changes()[&hosts].contains("rc/a"),
+            w.take_changes().into_sets()[&hosts].contains("rc/a"),
             "watching by alias sees the change"
         );
         let snap = store.snapshot();
@@ -422,10 +422,7 @@ fn an_eds_cluster_depends_on_its_cluster_load_assignment() {
         .encode_to_vec()
     };
     let r = Resource::new(CLUSTER, "c", cluster("", DiscoveryType::Eds).into());
-    assert_eq!(
-        r.dependents(),
-        [(arc(crate::types::CLUSTER_LOAD_ASSIGNMENT), arc("c"))]
-    );
+    assert_eq!(r.dependents(), [(arc(CLUSTER_LOAD_ASSIGNMENT), arc("c"))]);
     let r = Resource::new(CLUSTER, "c", cluster("svc", DiscoveryType::Eds).into());
     assert_eq!(
         &*r.dependents()[0].1,
@@ -471,7 +468,7 @@ fn a_commit_of_several_types_reaches_a_watcher_whole() {
 
 fn a_commit_of_several_types_reaches(whole_cluster: bool, whole_cla: bool) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let cla = crate::types::CLUSTER_LOAD_ASSIGNMENT;
+    let cla = CLUSTER_LOAD_ASSIGNMENT;
     let store = Store::new();
     store
         .replace_all([input(CLUSTER, "c", b"0"), input(cla, "c", b"0")])
@@ -500,7 +497,7 @@ fn a_commit_of_several_types_reaches(whole_cluster: bool, whole_cla: bool) {
         });
         loop {
             let finished = done.load(Ordering::SeqCst);
-            let changes = w.take_changes();
+            let changes = w.take_changes().into_sets();
             assert!(
                 changes.is_empty() || changes.len() == 2,
                 "a take held part of a commit: {changes:?}"
@@ -520,7 +517,7 @@ fn commits_a_whole_type_watcher_has_not_taken_fold_into_one_set_of_names() {
     w.set_wildcard(&cluster, true);
     // Many more commits than the watcher holds shared: the oldest are folded into its names as
     // the commits come (what it holds stays bounded), and nothing is lost.
-    for i in 0..100u32 {
+    for i in 0..300u32 {
         let v = i.to_string();
         store
             .apply([
@@ -530,13 +527,85 @@ fn commits_a_whole_type_watcher_has_not_taken_fold_into_one_set_of_names() {
             .unwrap();
         assert!(w.debug_shared() <= super::watch::MAX_SHARED);
     }
-    let changes = w.take_changes();
+    let changes = w.take_changes().into_sets();
     let mut names: Vec<&str> = changes[&cluster].iter().map(|n| &**n).collect();
     names.sort();
     let mut want: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
-    want.extend((0..100).map(|i| format!("once-{i}")));
+    want.extend((0..300).map(|i| format!("once-{i}")));
     want.sort();
     assert_eq!(names, want);
     assert_eq!(w.debug_shared(), 0);
+    assert!(w.take_changes().into_sets().is_empty(), "taken once");
+}
+
+#[test]
+fn changes_list_each_type_once_with_every_name_marked_or_shared() {
+    let store = Store::new();
+    let (cluster, eds) = (arc(CLUSTER), arc(CLUSTER_LOAD_ASSIGNMENT));
+    let mut w = store.watcher();
+    // Clusters as a whole (shared lists), endpoints by name (marked one by one).
+    w.set_wildcard(&cluster, true);
+    w.watch(&eds, [&arc("e1")]);
+    for v in ["1", "2"] {
+        store
+            .apply([
+                Change::Set(input(CLUSTER, "c1", v.as_bytes())),
+                Change::Set(input(CLUSTER_LOAD_ASSIGNMENT, "e1", v.as_bytes())),
+                Change::Set(input(CLUSTER_LOAD_ASSIGNMENT, "e2", v.as_bytes())),
+            ])
+            .unwrap();
+    }
+    store
+        .apply([Change::Set(input(CLUSTER, "c2", b"1"))])
+        .unwrap();
+    let changes = w.take_changes();
+    assert!(!changes.is_empty());
+    let mut types: Vec<&str> = changes.types().map(|t| &**t).collect();
+    types.sort();
+    assert_eq!(types, [CLUSTER, CLUSTER_LOAD_ASSIGNMENT]);
+    // A name two commits changed comes from each commit's list.
+    let mut clusters: Vec<&str> = changes.names(CLUSTER).map(|n| &**n).collect();
+    clusters.sort();
+    assert_eq!(clusters, ["c1", "c1", "c2"]);
+    let endpoints: Vec<&str> = changes
+        .names(CLUSTER_LOAD_ASSIGNMENT)
+        .map(|n| &**n)
+        .collect();
+    assert_eq!(endpoints, ["e1"]);
     assert!(w.take_changes().is_empty(), "taken once");
+}
+
+#[test]
+fn a_commit_that_removes_no_name_is_not_listed_among_the_possible_removals() {
+    let store = Store::new();
+    let cluster = arc(CLUSTER);
+    let mut w = store.watcher();
+    w.set_wildcard(&cluster, true);
+    store
+        .apply([Change::Set(input(CLUSTER, "kept", b"1"))])
+        .unwrap();
+    store
+        .apply([Change::Set(input(CLUSTER, "gone", b"1"))])
+        .unwrap();
+    w.take_changes();
+    // A change of content removes nothing; a removal does.
+    store
+        .apply([Change::Set(input(CLUSTER, "kept", b"2"))])
+        .unwrap();
+    let changes = w.take_changes();
+    assert_eq!(changes.names(CLUSTER).count(), 1);
+    assert_eq!(changes.maybe_removed(CLUSTER).count(), 0);
+    store
+        .apply([
+            Change::Set(input(CLUSTER, "kept", b"3")),
+            Change::Remove {
+                type_url: CLUSTER.into(),
+                name: "gone".into(),
+            },
+        ])
+        .unwrap();
+    let changes = w.take_changes();
+    let mut gone: Vec<&str> = changes.maybe_removed(CLUSTER).map(|n| &**n).collect();
+    gone.sort();
+    assert_eq!(gone, ["gone", "kept"], "the commit's names, a superset");
 }

@@ -1397,7 +1397,13 @@ mod make_before_break {
     }
 
     /// The update of the scenario, and the changes the store reports for it.
+    /// Moves route r1 from cluster X to a new cluster Y and removes X, in one commit; the changes
+    /// as a stream watching the three types whole takes them from the store.
     fn switch(store: &Store) -> Changes {
+        let mut watcher = store.watcher();
+        for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION] {
+            watcher.set_wildcard(&Arc::from(t), true);
+        }
         store
             .apply([
                 Change::Set(cluster("y")),
@@ -1413,17 +1419,7 @@ mod make_before_break {
                 },
             ])
             .unwrap();
-        let names = |n: &[&str]| n.iter().map(|n| Arc::<str>::from(*n)).collect();
-        [
-            (Arc::<str>::from(CLUSTER), names(&["x", "y"])),
-            (
-                Arc::<str>::from(CLUSTER_LOAD_ASSIGNMENT),
-                names(&["x", "y"]),
-            ),
-            (Arc::<str>::from(ROUTE_CONFIGURATION), names(&["r1"])),
-        ]
-        .into_iter()
-        .collect()
+        watcher.take_changes()
     }
 
     /// What a response carries, as (type, names).

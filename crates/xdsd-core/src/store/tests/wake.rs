@@ -58,6 +58,7 @@ fn setup(groups: &[&str]) -> (Store, Vec<Watcher>, Vec<Watcher>) {
 
 fn woken(w: &Watcher) -> bool {
     w.take_changes()
+        .into_sets()
         .get(CLUSTER)
         .is_some_and(|names| names.contains("c") || names.contains("d"))
 }
