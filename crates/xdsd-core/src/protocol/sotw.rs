@@ -758,7 +758,6 @@ struct Split {
     parts: usize,
 }
 
-/// What a client was last sent for a key: the resource (its version is what counts), or nothing.
 /// What a client was last sent of a key: the mark of that resource's version ([`SentMark`]), or
 /// nothing (not sent, or deleted).
 type Sent = Option<SentMark>;
