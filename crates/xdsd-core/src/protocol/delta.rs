@@ -693,16 +693,19 @@ impl DeltaSubscription {
 
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
-        for name in names {
-            if self.wildcard.is_some()
-                || self
-                    .pids
+        let Self {
+            dirty,
+            wildcard,
+            names: subscribed,
+            pids,
+            ..
+        } = self;
+        super::mark_dirty(dirty, names, |name| {
+            wildcard.is_some()
+                || pids
                     .iter()
-                    .any(|p| self.names.contains(&(name.clone(), *p)))
-            {
-                self.dirty.insert(name.clone());
-            }
-        }
+                    .any(|p| subscribed.contains(&(name.clone(), *p)))
+        });
     }
 
     pub fn has_pending(&self) -> bool {

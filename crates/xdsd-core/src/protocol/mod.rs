@@ -382,6 +382,21 @@ pub(crate) fn in_view_order(view: &View, keys: usize) -> bool {
     keys > 64 && !view.has_aliases() && keys >= view.len() / 2
 }
 
+/// Puts into `dirty` the changed `names` a subscription `watches`. A name several commits changed
+/// comes once per commit (the store's changes are the commits' own lists): it is looked up once.
+/// SotW's and delta's `mark_changed`.
+pub(crate) fn mark_dirty<'a>(
+    dirty: &mut HashSet<Arc<str>>,
+    names: impl IntoIterator<Item = &'a Arc<str>>,
+    watches: impl Fn(&Arc<str>) -> bool,
+) {
+    for name in names {
+        if !dirty.contains(name) && watches(name) {
+            dirty.insert(name.clone());
+        }
+    }
+}
+
 impl SubscriptionChange {
     /// Records that the subscription is dense `now` (`*state`: whether it was, see [`dense`]),
     /// given its names.

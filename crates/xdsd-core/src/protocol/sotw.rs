@@ -381,18 +381,18 @@ impl SotwSubscription {
         }
     }
 
-    fn watches(&self, name: &Arc<str>) -> bool {
-        self.wildcard.is_some() || self.keys_of(name).next().is_some()
-    }
-
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
-        for name in names {
-            // A name several commits changed comes once per commit.
-            if !self.dirty.contains(name) && self.watches(name) {
-                self.dirty.insert(name.clone());
-            }
-        }
+        let Self {
+            dirty,
+            wildcard,
+            names: subscribed,
+            pids,
+            ..
+        } = self;
+        super::mark_dirty(dirty, names, |name| {
+            wildcard.is_some() || pids.iter().any(|p| subscribed.contains(name, *p))
+        });
     }
 
     /// Whether `poll_response` may have something to send.
