@@ -1,0 +1,269 @@
+//! Giving back what a burst freed (`--release-memory`).
+//!
+//! glibc's allocator keeps the memory a burst frees — the first responses of a thousand streams
+//! that connect at once, a change fanned out to all of them, a reload that parsed thousands of
+//! files, streams that closed — in the arena of the thread that freed it, and returns pages to
+//! the system only from the top of an arena. A server that synced its fleet then holds the
+//! burst's pages for as long as it runs: measured at 1,000 streams, some 20 MiB, more than the
+//! streams themselves hold. `serve` runs a thread that reads, a few times a second, the process's
+//! resident size and what the allocator has handed out; once the resident size has stopped
+//! growing and what it holds beyond the allocations stands well above what it held after the last
+//! release, the thread asks the allocator to return every free page (`malloc_trim`), as Envoy's
+//! `shrink_heap` overload action asks tcmalloc.
+//!
+//! The thread is no tokio worker: the release holds each arena's lock while it walks it (a few
+//! milliseconds for tens of MiB), and only allocations in that arena wait.
+
+use std::time::{Duration, Instant};
+
+/// How often the sizes are read.
+const PERIOD: Duration = Duration::from_millis(200);
+/// At most one release per this long: under steady load the pages a release returns are taken
+/// again soon, and each taken page costs a fault.
+const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// Growth of the resident size within one period that counts as "still growing" (a burst under
+/// way).
+const GROWING: u64 = 1 << 20;
+/// A release is worth it when the resident memory beyond the allocations stands this much above
+/// what it was after the last release (or an eighth of the allocations, when more).
+const SLACK: u64 = 4 << 20;
+
+/// One reading: the process's resident size and what the allocator has handed out (0 where the
+/// allocator cannot say).
+#[derive(Clone, Copy, Debug)]
+struct Sizes {
+    resident: u64,
+    in_use: u64,
+}
+
+impl Sizes {
+    /// Resident memory that no allocation holds: free pages the allocator keeps (plus the
+    /// program's code, stacks and other mappings, which hardly move).
+    fn held(self) -> u64 {
+        self.resident.saturating_sub(self.in_use)
+    }
+}
+
+/// When to release, from the sizes read one period apart: the pure rule, tested below.
+#[derive(Debug)]
+struct Rule {
+    /// What was held beyond the allocations after the last release (or the least since).
+    floor: u64,
+    last_resident: u64,
+    released_at: Option<Instant>,
+}
+
+impl Rule {
+    fn new(after: Sizes) -> Rule {
+        Rule {
+            floor: after.held(),
+            last_resident: after.resident,
+            released_at: None,
+        }
+    }
+
+    /// Whether to release now, given the sizes just read.
+    fn should_release(&mut self, now: Sizes, at: Instant) -> bool {
+        let growing = now.resident > self.last_resident.saturating_add(GROWING);
+        self.last_resident = now.resident;
+        let held = now.held();
+        self.floor = self.floor.min(held);
+        let above = held > self.floor.saturating_add(SLACK.max(now.in_use / 8));
+        let rested = self
+            .released_at
+            .is_none_or(|t| at.duration_since(t) >= MIN_INTERVAL);
+        !growing && above && rested
+    }
+
+    /// Records a release and the sizes after it.
+    fn released(&mut self, after: Sizes, at: Instant) {
+        self.floor = after.held();
+        self.last_resident = after.resident;
+        self.released_at = Some(at);
+    }
+}
+
+/// Releases what is free now (what start-up left behind), then starts the releasing thread;
+/// logs and returns `false` where the allocator has no such call (not glibc) or the resident
+/// size cannot be read.
+pub fn start() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let Some(sizes) = glibc::sizes() else {
+            tracing::warn!("--release-memory: cannot read /proc/self/statm; not releasing");
+            return false;
+        };
+        let after = glibc::release(sizes, Instant::now());
+        let spawned = std::thread::Builder::new()
+            .name("xdsd-release-memory".into())
+            .spawn(move || {
+                let mut rule = Rule::new(after);
+                loop {
+                    std::thread::sleep(PERIOD);
+                    let Some(sizes) = glibc::sizes() else {
+                        continue;
+                    };
+                    let at = Instant::now();
+                    if rule.should_release(sizes, at) {
+                        let after = glibc::release(sizes, at);
+                        rule.released(after, Instant::now());
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("--release-memory: cannot start its thread: {e}; not releasing");
+            return false;
+        }
+        true
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        tracing::info!("--release-memory: only with glibc on Linux; not releasing");
+        false
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod glibc {
+    use super::Sizes;
+    use std::sync::OnceLock;
+    use std::time::Instant;
+
+    /// Returns every free page of every arena to the system; the sizes after it.
+    pub(super) fn release(before: Sizes, started: Instant) -> Sizes {
+        // SAFETY: malloc_trim takes no pointer and may be called from any thread.
+        unsafe { libc::malloc_trim(0) };
+        let after = sizes().unwrap_or(before);
+        tracing::debug!(
+            before_kib = before.resident / 1024,
+            after_kib = after.resident / 1024,
+            in_use_kib = after.in_use / 1024,
+            took_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "released free memory"
+        );
+        after
+    }
+
+    /// The resident size (`/proc/self/statm`'s second field, in pages) and the allocator's
+    /// bytes in use; `None` when the first cannot be read.
+    pub(super) fn sizes() -> Option<Sizes> {
+        let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        // SAFETY: sysconf takes an integer and reads no memory of ours.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let resident = pages.saturating_mul(u64::try_from(page).ok().filter(|p| *p > 0)?);
+        Some(Sizes {
+            resident,
+            in_use: in_use(),
+        })
+    }
+
+    type Mallinfo2 = unsafe extern "C" fn() -> libc::mallinfo2;
+
+    /// Bytes the allocator has handed out (in its arenas and mapped apart), from `mallinfo2`;
+    /// 0 with a glibc older than 2.33, which has none: looked up when first needed rather than
+    /// linked, so that the binary still builds and starts there (and releases by the resident
+    /// size alone).
+    fn in_use() -> u64 {
+        static MALLINFO2: OnceLock<Option<Mallinfo2>> = OnceLock::new();
+        let found = MALLINFO2.get_or_init(|| {
+            // SAFETY: dlsym reads the NUL-terminated name; RTLD_DEFAULT searches the loaded
+            // objects, libc among them.
+            let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
+            // SAFETY: glibc's mallinfo2 has this signature (malloc.h), and a non-null symbol of
+            // that name is it.
+            (!symbol.is_null())
+                .then(|| unsafe { std::mem::transmute::<*mut libc::c_void, Mallinfo2>(symbol) })
+        });
+        let Some(mallinfo2) = found else {
+            return 0;
+        };
+        // SAFETY: mallinfo2 takes no argument and returns a struct by value.
+        let info = unsafe { mallinfo2() };
+        u64::try_from(info.uordblks.saturating_add(info.hblkhd)).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn sizes(resident_mib: u64, in_use_mib: u64) -> Sizes {
+        Sizes {
+            resident: resident_mib * MIB,
+            in_use: in_use_mib * MIB,
+        }
+    }
+
+    #[test]
+    fn memory_is_released_once_a_burst_has_stopped_growing() {
+        let t0 = Instant::now();
+        let mut rule = Rule::new(sizes(60, 40));
+        // The burst: growing each period, nothing released while it grows.
+        assert!(!rule.should_release(sizes(70, 45), t0 + PERIOD));
+        assert!(!rule.should_release(sizes(80, 44), t0 + PERIOD * 2));
+        // Stopped growing, 16 MiB more held beyond the allocations: release.
+        assert!(rule.should_release(sizes(80, 44), t0 + PERIOD * 3));
+        rule.released(sizes(64, 44), t0 + PERIOD * 3);
+        // Idle after it: nothing more to release.
+        assert!(!rule.should_release(sizes(64, 44), t0 + PERIOD * 10));
+    }
+
+    #[test]
+    fn memory_freed_without_growing_is_released() {
+        let t0 = Instant::now();
+        let mut rule = Rule::new(sizes(100, 80));
+        // Streams closed: 30 MiB freed, the resident size unchanged.
+        assert!(rule.should_release(sizes(100, 50), t0 + PERIOD));
+    }
+
+    #[test]
+    fn memory_within_the_slack_of_the_last_release_is_not_released() {
+        let t0 = Instant::now();
+        let mut rule = Rule::new(sizes(60, 24));
+        // 4 MiB of slack for 24 MiB in use (an eighth would be 3).
+        assert!(!rule.should_release(sizes(64, 24), t0 + PERIOD));
+        assert!(rule.should_release(sizes(65, 24), t0 + PERIOD * 2));
+        // At 80 MiB in use the slack is 10 MiB.
+        let mut rule = Rule::new(sizes(100, 80));
+        assert!(!rule.should_release(sizes(109, 80), t0 + PERIOD));
+        assert!(!rule.should_release(sizes(110, 80), t0 + PERIOD * 2));
+        assert!(rule.should_release(sizes(111, 80), t0 + PERIOD * 3));
+    }
+
+    #[test]
+    fn releases_under_steady_load_are_a_second_apart_at_least() {
+        let t0 = Instant::now();
+        let mut rule = Rule::new(sizes(10, 5));
+        assert!(!rule.should_release(sizes(30, 5), t0));
+        assert!(rule.should_release(sizes(30, 5), t0 + PERIOD));
+        rule.released(sizes(10, 5), t0 + PERIOD);
+        // The load takes the pages back within the second: no release before it is over.
+        assert!(!rule.should_release(sizes(30, 5), t0 + PERIOD * 2));
+        assert!(!rule.should_release(sizes(30, 5), t0 + PERIOD * 5));
+        assert!(rule.should_release(sizes(30, 5), t0 + PERIOD + MIN_INTERVAL));
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn the_sizes_are_read_from_proc_and_the_allocator() {
+        let Some(now) = glibc::sizes() else {
+            panic!("/proc/self/statm is readable");
+        };
+        assert!(
+            now.resident > MIB,
+            "a test process holds more than 1 MiB: {now:?}"
+        );
+        let held = std::hint::black_box(vec![1u8; 8 * MIB as usize]);
+        let Some(with) = glibc::sizes() else {
+            panic!("/proc/self/statm is readable");
+        };
+        assert!(
+            with.in_use >= 8 * MIB,
+            "at least the 8 MiB held are in use: {with:?}"
+        );
+        drop(held);
+    }
+}
