@@ -330,8 +330,10 @@ struct ServeArgs {
     /// thread reads the resident size and the allocator's bytes in use five times a second and,
     /// once the resident size stops growing and what it holds beyond the bytes in use stands
     /// 4 MiB (or an eighth of the bytes in use) above what it held after the last release,
-    /// returns every free page (at most once a second). Off: the pages stay with the process,
-    /// to be used again. Only with glibc on Linux; elsewhere it does nothing.
+    /// returns every free page (at most once a second; the allocator's figures and the release
+    /// walk its free chunks, and each is paced by what it took, to about 2 % of a core at
+    /// most). Off: the pages stay with the process, to be used again. Only with glibc on
+    /// Linux; elsewhere it does nothing.
     #[arg(
         long,
         value_name = "on|off",

@@ -11,16 +11,27 @@
 //! release, the thread asks the allocator to return every free page (`malloc_trim`), as Envoy's
 //! `shrink_heap` overload action asks tcmalloc.
 //!
-//! The thread is no tokio worker: the release holds each arena's lock while it walks it (a few
-//! milliseconds for tens of MiB), and only allocations in that arena wait.
+//! The thread is no tokio worker: reading the allocator's figures and releasing each hold an
+//! arena's lock while they walk its free chunks (a few milliseconds for tens of MiB, tens of
+//! milliseconds in a heap fragmented into hundreds of thousands of pieces), and only allocations
+//! in that arena wait. Each is paced by what it cost: the next one comes no sooner than a hundred
+//! times as long after it, so that together they take at most about 2 % of a core.
 
 use std::time::{Duration, Instant};
 
-/// How often the sizes are read.
+/// How often the resident size is read.
 const PERIOD: Duration = Duration::from_millis(200);
 /// At most one release per this long: under steady load the pages a release returns are taken
 /// again soon, and each taken page costs a fault.
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// A walk of the allocator's free chunks (a reading of its figures, a release) is followed by a
+/// pause of this many times what it took, when longer than [`PERIOD`] or [`MIN_INTERVAL`].
+const PACE: u32 = 100;
+
+/// When the next walk of the allocator may come, after one that took `took`.
+fn pause(least: Duration, took: Duration) -> Duration {
+    least.max(took.saturating_mul(PACE))
+}
 /// Growth of the resident size within one period that counts as "still growing" (a burst under
 /// way).
 const GROWING: u64 = 1 << 20;
@@ -50,7 +61,8 @@ struct Rule {
     /// What was held beyond the allocations after the last release (or the least since).
     floor: u64,
     last_resident: u64,
-    released_at: Option<Instant>,
+    /// No release before this (paced by what the last one took).
+    rested_at: Option<Instant>,
 }
 
 impl Rule {
@@ -58,7 +70,7 @@ impl Rule {
         Rule {
             floor: after.held(),
             last_resident: after.resident,
-            released_at: None,
+            rested_at: None,
         }
     }
 
@@ -69,17 +81,15 @@ impl Rule {
         let held = now.held();
         self.floor = self.floor.min(held);
         let above = held > self.floor.saturating_add(SLACK.max(now.in_use / 8));
-        let rested = self
-            .released_at
-            .is_none_or(|t| at.duration_since(t) >= MIN_INTERVAL);
+        let rested = self.rested_at.is_none_or(|t| at >= t);
         !growing && above && rested
     }
 
-    /// Records a release and the sizes after it.
-    fn released(&mut self, after: Sizes, at: Instant) {
+    /// Records a release that started at `at` and took `took`, and the sizes after it.
+    fn released(&mut self, after: Sizes, at: Instant, took: Duration) {
         self.floor = after.held();
         self.last_resident = after.resident;
-        self.released_at = Some(at);
+        self.rested_at = Some(at + pause(MIN_INTERVAL, took));
     }
 }
 
@@ -89,24 +99,31 @@ impl Rule {
 pub fn start() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        let Some(sizes) = glibc::sizes() else {
+        let Some(resident) = glibc::resident() else {
             tracing::warn!("--release-memory: cannot read /proc/self/statm; not releasing");
             return false;
         };
-        let after = glibc::release(sizes, Instant::now());
+        let (mut in_use, took) = timed(glibc::in_use);
+        let mut in_use_due = Instant::now() + pause(PERIOD, took);
+        let (after, _) = release(Sizes { resident, in_use });
         let spawned = std::thread::Builder::new()
             .name("xdsd-release-memory".into())
             .spawn(move || {
                 let mut rule = Rule::new(after);
                 loop {
                     std::thread::sleep(PERIOD);
-                    let Some(sizes) = glibc::sizes() else {
+                    let Some(resident) = glibc::resident() else {
                         continue;
                     };
                     let at = Instant::now();
-                    if rule.should_release(sizes, at) {
-                        let after = glibc::release(sizes, at);
-                        rule.released(after, Instant::now());
+                    if at >= in_use_due {
+                        let took;
+                        (in_use, took) = timed(glibc::in_use);
+                        in_use_due = at + pause(PERIOD, took);
+                    }
+                    if rule.should_release(Sizes { resident, in_use }, at) {
+                        let (after, took) = release(Sizes { resident, in_use });
+                        rule.released(after, at, took);
                     }
                 }
             });
@@ -123,39 +140,49 @@ pub fn start() -> bool {
     }
 }
 
+/// What `f` gives and how long it took.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    (f(), started.elapsed())
+}
+
+/// Returns every free page to the system (the allocations are what they were); the sizes after
+/// it and how long it took.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release(before: Sizes) -> (Sizes, Duration) {
+    let ((), took) = timed(glibc::trim);
+    let after = Sizes {
+        resident: glibc::resident().unwrap_or(before.resident),
+        in_use: before.in_use,
+    };
+    tracing::debug!(
+        before_kib = before.resident / 1024,
+        after_kib = after.resident / 1024,
+        in_use_kib = after.in_use / 1024,
+        took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+        "released free memory"
+    );
+    (after, took)
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod glibc {
-    use super::Sizes;
     use std::sync::OnceLock;
-    use std::time::Instant;
 
-    /// Returns every free page of every arena to the system; the sizes after it.
-    pub(super) fn release(before: Sizes, started: Instant) -> Sizes {
+    /// Returns every free page of every arena to the system.
+    pub(super) fn trim() {
         // SAFETY: malloc_trim takes no pointer and may be called from any thread.
         unsafe { libc::malloc_trim(0) };
-        let after = sizes().unwrap_or(before);
-        tracing::debug!(
-            before_kib = before.resident / 1024,
-            after_kib = after.resident / 1024,
-            in_use_kib = after.in_use / 1024,
-            took_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            "released free memory"
-        );
-        after
     }
 
-    /// The resident size (`/proc/self/statm`'s second field, in pages) and the allocator's
-    /// bytes in use; `None` when the first cannot be read.
-    pub(super) fn sizes() -> Option<Sizes> {
+    /// The resident size (`/proc/self/statm`'s second field, in pages).
+    pub(super) fn resident() -> Option<u64> {
         let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
         let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
         // SAFETY: sysconf takes an integer and reads no memory of ours.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let resident = pages.saturating_mul(u64::try_from(page).ok().filter(|p| *p > 0)?);
-        Some(Sizes {
-            resident,
-            in_use: in_use(),
-        })
+        Some(pages.saturating_mul(u64::try_from(page).ok().filter(|p| *p > 0)?))
     }
 
     type Mallinfo2 = unsafe extern "C" fn() -> libc::mallinfo2;
@@ -164,7 +191,7 @@ mod glibc {
     /// 0 with a glibc older than 2.33, which has none: looked up when first needed rather than
     /// linked, so that the binary still builds and starts there (and releases by the resident
     /// size alone).
-    fn in_use() -> u64 {
+    pub(super) fn in_use() -> u64 {
         static MALLINFO2: OnceLock<Option<Mallinfo2>> = OnceLock::new();
         let found = MALLINFO2.get_or_init(|| {
             // SAFETY: dlsym reads the NUL-terminated name; RTLD_DEFAULT searches the loaded
@@ -206,7 +233,7 @@ mod tests {
         assert!(!rule.should_release(sizes(80, 44), t0 + PERIOD * 2));
         // Stopped growing, 16 MiB more held beyond the allocations: release.
         assert!(rule.should_release(sizes(80, 44), t0 + PERIOD * 3));
-        rule.released(sizes(64, 44), t0 + PERIOD * 3);
+        rule.released(sizes(64, 44), t0 + PERIOD * 3, Duration::from_millis(2));
         // Idle after it: nothing more to release.
         assert!(!rule.should_release(sizes(64, 44), t0 + PERIOD * 10));
     }
@@ -239,30 +266,46 @@ mod tests {
         let mut rule = Rule::new(sizes(10, 5));
         assert!(!rule.should_release(sizes(30, 5), t0));
         assert!(rule.should_release(sizes(30, 5), t0 + PERIOD));
-        rule.released(sizes(10, 5), t0 + PERIOD);
+        rule.released(sizes(10, 5), t0 + PERIOD, Duration::from_millis(2));
         // The load takes the pages back within the second: no release before it is over.
         assert!(!rule.should_release(sizes(30, 5), t0 + PERIOD * 2));
         assert!(!rule.should_release(sizes(30, 5), t0 + PERIOD * 5));
         assert!(rule.should_release(sizes(30, 5), t0 + PERIOD + MIN_INTERVAL));
     }
 
+    #[test]
+    fn a_release_that_took_long_is_followed_by_a_pause_a_hundred_times_as_long() {
+        let t0 = Instant::now();
+        let mut rule = Rule::new(sizes(10, 5));
+        rule.released(sizes(10, 5), t0, Duration::from_millis(30));
+        // Grown, then still: a release is due but for the pause.
+        assert!(!rule.should_release(sizes(30, 5), t0 + PERIOD));
+        assert!(!rule.should_release(sizes(30, 5), t0 + MIN_INTERVAL));
+        assert!(!rule.should_release(sizes(30, 5), t0 + Duration::from_millis(2999)));
+        assert!(rule.should_release(sizes(30, 5), t0 + Duration::from_secs(3)));
+        // Readings of the allocator are paced the same way, from one period.
+        assert_eq!(pause(PERIOD, Duration::from_micros(100)), PERIOD);
+        assert_eq!(
+            pause(PERIOD, Duration::from_millis(26)),
+            Duration::from_millis(2600)
+        );
+    }
+
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn the_sizes_are_read_from_proc_and_the_allocator() {
-        let Some(now) = glibc::sizes() else {
+        let Some(resident) = glibc::resident() else {
             panic!("/proc/self/statm is readable");
         };
         assert!(
-            now.resident > MIB,
-            "a test process holds more than 1 MiB: {now:?}"
+            resident > MIB,
+            "a test process holds more than 1 MiB: {resident}"
         );
         let held = std::hint::black_box(vec![1u8; 8 * MIB as usize]);
-        let Some(with) = glibc::sizes() else {
-            panic!("/proc/self/statm is readable");
-        };
+        let in_use = glibc::in_use();
         assert!(
-            with.in_use >= 8 * MIB,
-            "at least the 8 MiB held are in use: {with:?}"
+            in_use >= 8 * MIB,
+            "at least the 8 MiB held are in use: {in_use}"
         );
         drop(held);
     }
