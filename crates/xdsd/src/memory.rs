@@ -27,17 +27,17 @@ const MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// A walk of the allocator's free chunks (a reading of its figures, a release) is followed by a
 /// pause of this many times what it took, when longer than [`PERIOD`] or [`MIN_INTERVAL`].
 const PACE: u32 = 100;
-
-/// When the next walk of the allocator may come, after one that took `took`.
-fn pause(least: Duration, took: Duration) -> Duration {
-    least.max(took.saturating_mul(PACE))
-}
 /// Growth of the resident size within one period that counts as "still growing" (a burst under
 /// way).
 const GROWING: u64 = 1 << 20;
 /// A release is worth it when the resident memory beyond the allocations stands this much above
 /// what it was after the last release (or an eighth of the allocations, when more).
 const SLACK: u64 = 4 << 20;
+
+/// When the next walk of the allocator may come, after one that took `took`.
+fn pause(least: Duration, took: Duration) -> Duration {
+    least.max(took.saturating_mul(PACE))
+}
 
 /// One reading: the process's resident size and what the allocator has handed out (0 where the
 /// allocator cannot say).
@@ -94,14 +94,14 @@ impl Rule {
 }
 
 /// Releases what is free now (what start-up left behind), then starts the releasing thread;
-/// logs and returns `false` where the allocator has no such call (not glibc) or the resident
-/// size cannot be read.
-pub fn start() -> bool {
+/// logs why not where the allocator has no such call (not glibc) or the resident size cannot be
+/// read.
+pub fn start() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let Some(resident) = glibc::resident() else {
             tracing::warn!("--release-memory: cannot read /proc/self/statm; not releasing");
-            return false;
+            return;
         };
         let (mut in_use, took) = timed(glibc::in_use);
         let mut in_use_due = Instant::now() + pause(PERIOD, took);
@@ -129,14 +129,11 @@ pub fn start() -> bool {
             });
         if let Err(e) = spawned {
             tracing::warn!("--release-memory: cannot start its thread: {e}; not releasing");
-            return false;
         }
-        true
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         tracing::info!("--release-memory: only with glibc on Linux; not releasing");
-        false
     }
 }
 
