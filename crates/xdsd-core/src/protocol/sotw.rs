@@ -3,7 +3,7 @@
 //! It keeps what the client asked for, what it was last sent and what is owed to it; the store
 //! state is passed in whenever a response may be due, never kept.
 
-use crate::hash::{HashMap, HashSet};
+use crate::hash::HashSet;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -281,7 +281,7 @@ impl SotwSubscription {
             } else {
                 self.explicit = true;
                 let mut wildcard = None;
-                let mut names = Subscribed::with_capacity(subscribe.default, requested.len());
+                let mut names = Subscribed::builder(subscribe.default, requested.len());
                 let mut interner = Interner::new(current.map(|t| &**t));
                 for (name, pid) in request_keys(requested, subscribe.default, subscribe.locators) {
                     if name == WILDCARD {
@@ -293,7 +293,7 @@ impl SotwSubscription {
                     let sent = self.names.get(&key.0, pid).copied().flatten();
                     names.insert(key, sent);
                 }
-                (wildcard, names)
+                (wildcard, names.finish())
             };
         let mut change = SubscriptionChange::default();
         if wildcard != self.wildcard {
@@ -776,91 +776,22 @@ impl SentMark {
         let bits = (resource.digest() as u64) | 1;
         SentMark(std::num::NonZeroU64::new(bits).unwrap_or(std::num::NonZeroU64::MIN))
     }
+
+    #[cfg(test)]
+    fn test(bits: u64) -> SentMark {
+        SentMark(std::num::NonZeroU64::new(bits | 1).unwrap_or(std::num::NonZeroU64::MIN))
+    }
 }
 
 /// The keys of `a` that `b` does not have.
 fn new_keys(a: &Subscribed, b: &Subscribed) -> Vec<Key> {
+    let same_plain = a.same_plain(b);
     a.keys()
+        // The plain names of one shared set are in both.
+        .filter(|(_, p)| !(same_plain && *p == a.pid()))
         .filter(|(n, p)| !b.contains(n, *p))
         .map(|(n, p)| (n.clone(), p))
         .collect()
-}
-
-/// The keys a SotW subscription holds, each with what the client was last sent of it (None: not
-/// sent, or deleted). The keys of the parameter set the plain names of requests use (every key
-/// of a client without resource locators) are held by name alone: a subscription of a hundred
-/// names is the largest part of an idle stream's memory, and a key with its parameter set
-/// takes a third more room than the name alone.
-#[derive(Debug, Default)]
-struct Subscribed {
-    /// The parameter set of `plain`.
-    pid: Pid,
-    plain: HashMap<Arc<str>, Sent>,
-    /// Keys of other parameter sets (resource locators with parameters of their own).
-    other: HashMap<Key, Sent>,
-}
-
-impl Subscribed {
-    fn with_capacity(pid: Pid, names: usize) -> Subscribed {
-        Subscribed {
-            pid,
-            plain: HashMap::with_capacity_and_hasher(names, Default::default()),
-            other: HashMap::default(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.plain.len() + self.other.len()
-    }
-
-    fn insert(&mut self, key: Key, sent: Sent) {
-        if key.1 == self.pid {
-            self.plain.insert(key.0, sent);
-        } else {
-            self.other.insert(key, sent);
-        }
-    }
-
-    fn get(&self, name: &Arc<str>, pid: Pid) -> Option<&Sent> {
-        if pid == self.pid {
-            self.plain.get(name)
-        } else {
-            self.other.get(&(name.clone(), pid))
-        }
-    }
-
-    fn get_mut(&mut self, name: &Arc<str>, pid: Pid) -> Option<&mut Sent> {
-        if pid == self.pid {
-            self.plain.get_mut(name)
-        } else {
-            self.other.get_mut(&(name.clone(), pid))
-        }
-    }
-
-    fn contains(&self, name: &Arc<str>, pid: Pid) -> bool {
-        self.get(name, pid).is_some()
-    }
-
-    fn keys(&self) -> impl Iterator<Item = (&Arc<str>, Pid)> {
-        let plain = self.plain.keys().map(|n| (n, self.pid));
-        plain.chain(self.other.keys().map(|(n, p)| (n, *p)))
-    }
-
-    fn iter_mut(&mut self) -> impl Iterator<Item = ((&Arc<str>, Pid), &mut Sent)> {
-        let pid = self.pid;
-        let plain = self.plain.iter_mut().map(move |(n, s)| ((n, pid), s));
-        plain.chain(self.other.iter_mut().map(|((n, p), s)| ((n, *p), s)))
-    }
-}
-
-impl super::HeldKeys for Subscribed {
-    fn held(&self, key: &Key) -> Option<&Arc<str>> {
-        if key.1 == self.pid {
-            self.plain.get_key_value(&key.0).map(|(n, _)| n)
-        } else {
-            self.other.get_key_value(key).map(|((n, _), _)| n)
-        }
-    }
 }
 
 /// Empties a set, giving back its memory when it held many (a first response owes every name
@@ -976,8 +907,11 @@ impl SotwSubscription {
 }
 
 mod request;
+mod subscribed;
 #[cfg(test)]
 mod tests;
+
+use subscribed::Subscribed;
 
 pub use super::Names;
 pub use request::{NodeId, SotwRequest};

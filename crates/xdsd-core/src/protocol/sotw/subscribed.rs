@@ -1,0 +1,348 @@
+//! The keys a SotW subscription holds, each with what its client was last sent of it.
+//!
+//! The names of the parameter set that plain request names use (every key of a client without
+//! resource locators) are a [`NameSet`]: the names and an index of their places, shared by every
+//! subscription to the same names, and the stream keeps only one [`Sent`] per place. A fleet of
+//! clients subscribes to the same names (every Envoy of a deployment asks for the endpoints of
+//! the same clusters): with a map per stream, a subscription of a hundred names was a fifth of an
+//! idle stream's memory, and each of a thousand streams looked a pushed name up in a table of its
+//! own, out of the cache.
+
+use std::hash::BuildHasher as _;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+use super::Sent;
+use crate::hash::HashMap;
+use crate::protocol::{HeldKeys, Key, Pid};
+
+/// Names in a fixed order, with the place of each: shared by the subscriptions to these names.
+#[derive(Debug)]
+pub(super) struct NameSet {
+    names: Box<[Arc<str>]>,
+    places: HashMap<Arc<str>, u32>,
+}
+
+impl NameSet {
+    fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    fn place(&self, name: &str) -> Option<usize> {
+        self.places.get(name).map(|p| *p as usize)
+    }
+
+    /// Whether this set holds exactly `names` (each once), in any order.
+    fn is(&self, names: &[(Arc<str>, Sent)]) -> bool {
+        if names.len() != self.len() {
+            return false;
+        }
+        let mut seen = vec![false; self.len()];
+        names.iter().all(|(n, _)| match self.place(n) {
+            Some(p) => !std::mem::replace(&mut seen[p], true),
+            None => false,
+        })
+    }
+}
+
+/// A digest of a list of names that does not depend on their order (the same names subscribed
+/// in another order share the set).
+fn digest<'a>(names: impl Iterator<Item = &'a Arc<str>>) -> u64 {
+    let state = foldhash::fast::FixedState::default();
+    names.fold(0u64, |sum, n| sum.wrapping_add(state.hash_one(&**n)))
+}
+
+/// The sets in use, by digest. An entry whose set is gone is swept out once the map holds twice
+/// what it held after the last sweep: it stays within twice the sets alive (plus a few).
+struct Sets {
+    by_digest: HashMap<u64, Weak<NameSet>>,
+    after_sweep: usize,
+}
+
+fn sets() -> MutexGuard<'static, Sets> {
+    static SETS: OnceLock<Mutex<Sets>> = OnceLock::new();
+    SETS.get_or_init(|| {
+        Mutex::new(Sets {
+            by_digest: HashMap::default(),
+            after_sweep: 0,
+        })
+    })
+    .lock()
+    .unwrap_or_else(|e| e.into_inner())
+}
+
+/// The shared set of exactly `names`, if one is alive.
+fn shared(digest: u64, names: &[(Arc<str>, Sent)]) -> Option<Arc<NameSet>> {
+    let set = sets().by_digest.get(&digest)?.upgrade();
+    // Dropped, if it must be, outside the lock (a set's last reference may be this one).
+    set.filter(|s| s.is(names))
+}
+
+/// Shares `set` under `digest`, unless another set alive holds that digest.
+fn share(digest: u64, set: &Arc<NameSet>) {
+    let mut sets = sets();
+    let taken = sets
+        .by_digest
+        .get(&digest)
+        .is_some_and(|w| w.strong_count() > 0);
+    if taken {
+        return;
+    }
+    sets.by_digest.insert(digest, Arc::downgrade(set));
+    if sets.by_digest.len() > 2 * sets.after_sweep + 64 {
+        sets.by_digest.retain(|_, w| w.strong_count() > 0);
+        sets.after_sweep = sets.by_digest.len();
+    }
+}
+
+/// The keys of a subscription, each with what the client was last sent of it.
+#[derive(Debug, Default)]
+pub(super) struct Subscribed {
+    /// The parameter set of `set`.
+    pid: Pid,
+    set: Option<Arc<NameSet>>,
+    /// What was sent of each name of `set`, by place.
+    sent: Box<[Sent]>,
+    /// Keys of other parameter sets (resource locators with parameters of their own).
+    other: HashMap<Key, Sent>,
+}
+
+/// A subscription being built from a request: [`Subscribed::builder`].
+pub(super) struct Builder {
+    pid: Pid,
+    plain: Vec<(Arc<str>, Sent)>,
+    other: HashMap<Key, Sent>,
+}
+
+impl Builder {
+    /// Adds `key`, sent `sent`. A key added twice is held once, with the last `sent`.
+    pub(super) fn insert(&mut self, key: Key, sent: Sent) {
+        if key.1 == self.pid {
+            self.plain.push((key.0, sent));
+        } else {
+            self.other.insert(key, sent);
+        }
+    }
+
+    /// The subscription, its plain names in the set shared by subscriptions to the same names.
+    pub(super) fn finish(self) -> Subscribed {
+        let Builder { pid, plain, other } = self;
+        if plain.is_empty() {
+            return Subscribed {
+                pid,
+                other,
+                ..Subscribed::default()
+            };
+        }
+        let digest = digest(plain.iter().map(|(n, _)| n));
+        if let Some(set) = shared(digest, &plain) {
+            let mut sent = vec![None; set.len()].into_boxed_slice();
+            for (name, s) in &plain {
+                if let Some(p) = set.place(name) {
+                    sent[p] = *s;
+                }
+            }
+            return Subscribed {
+                pid,
+                set: Some(set),
+                sent,
+                other,
+            };
+        }
+        let mut names = Vec::with_capacity(plain.len());
+        let mut places = HashMap::with_capacity_and_hasher(plain.len(), Default::default());
+        let mut sent = Vec::with_capacity(plain.len());
+        let listed = plain.len();
+        for (name, s) in plain {
+            match places.get(&name) {
+                Some(&p) => sent[p as usize] = s,
+                None => {
+                    // A set's places fit in u32: a request holds fewer names than that.
+                    let Ok(p) = u32::try_from(names.len()) else {
+                        break;
+                    };
+                    places.insert(name.clone(), p);
+                    names.push(name);
+                    sent.push(s);
+                }
+            }
+        }
+        let set = Arc::new(NameSet {
+            names: names.into_boxed_slice(),
+            places,
+        });
+        // A list that repeats names has another digest than its set: not shared.
+        if set.len() == listed {
+            share(digest, &set);
+        }
+        Subscribed {
+            pid,
+            set: Some(set),
+            sent: sent.into_boxed_slice(),
+            other,
+        }
+    }
+}
+
+impl Subscribed {
+    /// A subscription built from about `names` keys, most of parameter set `pid`.
+    pub(super) fn builder(pid: Pid, names: usize) -> Builder {
+        Builder {
+            pid,
+            plain: Vec::with_capacity(names),
+            other: HashMap::default(),
+        }
+    }
+
+    /// The parameter set of the plain names.
+    pub(super) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.set.as_ref().map_or(0, |s| s.len()) + self.other.len()
+    }
+
+    /// Whether `self` and `other` hold the same plain names (the same shared set, or none).
+    pub(super) fn same_plain(&self, other: &Subscribed) -> bool {
+        self.pid == other.pid
+            && match (&self.set, &other.set) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+
+    fn place(&self, name: &str, pid: Pid) -> Option<usize> {
+        if pid == self.pid {
+            self.set.as_ref()?.place(name)
+        } else {
+            None
+        }
+    }
+
+    pub(super) fn get(&self, name: &Arc<str>, pid: Pid) -> Option<&Sent> {
+        if pid == self.pid {
+            self.sent.get(self.place(name, pid)?)
+        } else {
+            self.other.get(&(name.clone(), pid))
+        }
+    }
+
+    pub(super) fn get_mut(&mut self, name: &Arc<str>, pid: Pid) -> Option<&mut Sent> {
+        if pid == self.pid {
+            let p = self.place(name, pid)?;
+            self.sent.get_mut(p)
+        } else {
+            self.other.get_mut(&(name.clone(), pid))
+        }
+    }
+
+    pub(super) fn contains(&self, name: &Arc<str>, pid: Pid) -> bool {
+        if pid == self.pid {
+            self.place(name, pid).is_some()
+        } else {
+            self.other.contains_key(&(name.clone(), pid))
+        }
+    }
+
+    pub(super) fn keys(&self) -> impl Iterator<Item = (&Arc<str>, Pid)> {
+        let plain = self.set.iter().flat_map(|s| s.names.iter());
+        let plain = plain.map(|n| (n, self.pid));
+        plain.chain(self.other.keys().map(|(n, p)| (n, *p)))
+    }
+
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = ((&Arc<str>, Pid), &mut Sent)> {
+        let pid = self.pid;
+        let names = self.set.iter().flat_map(|s| s.names.iter());
+        let plain = names
+            .zip(self.sent.iter_mut())
+            .map(move |(n, s)| ((n, pid), s));
+        plain.chain(self.other.iter_mut().map(|((n, p), s)| ((n, *p), s)))
+    }
+}
+
+impl HeldKeys for Subscribed {
+    fn held(&self, key: &Key) -> Option<&Arc<str>> {
+        if key.1 == self.pid {
+            let set = self.set.as_ref()?;
+            set.places.get_key_value(&key.0).map(|(n, _)| n)
+        } else {
+            self.other.get_key_value(key).map(|((n, _), _)| n)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(pid: Pid, names: &[&str]) -> Subscribed {
+        let mut b = Subscribed::builder(pid, names.len());
+        for n in names {
+            b.insert((Arc::from(*n), pid), None);
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn subscriptions_to_the_same_names_share_one_set_whatever_their_order() {
+        let a = build(0, &["shared-a", "shared-b", "shared-c"]);
+        let b = build(0, &["shared-c", "shared-a", "shared-b"]);
+        assert!(a.same_plain(&b), "one set for both");
+        let c = build(0, &["shared-a", "shared-b"]);
+        assert!(!a.same_plain(&c), "other names, another set");
+        let mut keys: Vec<&str> = b.keys().map(|(n, _)| &**n).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["shared-a", "shared-b", "shared-c"]);
+    }
+
+    #[test]
+    fn what_was_sent_is_the_stream_s_own_in_a_shared_set() {
+        let mut a = build(0, &["own-a", "own-b"]);
+        let b = build(0, &["own-b", "own-a"]);
+        assert!(a.same_plain(&b));
+        let name: Arc<str> = Arc::from("own-a");
+        *a.get_mut(&name, 0).expect("subscribed") = Some(super::super::SentMark::test(7));
+        assert!(a.get(&name, 0).expect("subscribed").is_some());
+        assert_eq!(
+            b.get(&name, 0),
+            Some(&None),
+            "the other stream's mark is its own"
+        );
+        assert_eq!(a.get(&name, 1), None, "another parameter set");
+    }
+
+    #[test]
+    fn a_list_that_repeats_a_name_holds_it_once_with_the_last_mark() {
+        let mut b = Subscribed::builder(0, 3);
+        let mark = Some(super::super::SentMark::test(3));
+        b.insert((Arc::from("rep-a"), 0), None);
+        b.insert((Arc::from("rep-b"), 0), None);
+        b.insert((Arc::from("rep-a"), 0), mark);
+        b.insert((Arc::from("rep-a"), 2), None);
+        let s = b.finish();
+        assert_eq!(
+            s.len(),
+            3,
+            "two plain names and one key of another parameter set"
+        );
+        assert_eq!(s.get(&Arc::from("rep-a"), 0), Some(&mark));
+        assert!(s.contains(&Arc::from("rep-a"), 2));
+    }
+
+    #[test]
+    fn a_set_no_subscription_holds_is_swept_from_the_shared_ones() {
+        let names: Vec<String> = (0..200).map(|i| format!("swept-{i}")).collect();
+        for n in &names {
+            drop(build(0, &[n.as_str()]));
+        }
+        let held = build(0, &["swept-kept"]);
+        let sets = sets();
+        assert!(
+            sets.by_digest.len() <= 2 * sets.after_sweep + 64,
+            "the map is swept as it grows"
+        );
+        drop(sets);
+        assert!(held.same_plain(&build(0, &["swept-kept"])));
+    }
+}
