@@ -22,6 +22,7 @@ use crate::params::Constraints;
 use crate::store::{
     field_len, intern, resource_name, Encoding, Interner, Resource, TypeSnapshot, View,
 };
+use keys::SubscribedKeys;
 use prost::Message as _;
 
 /// A variant removed from a client that holds variants by `resource_name`.
@@ -244,7 +245,7 @@ pub struct DeltaSubscription {
     /// Set once a request subscribed to any name (`*` included): the legacy wildcard is gone.
     explicit: bool,
     requested: bool,
-    names: HashSet<Key>,
+    names: SubscribedKeys,
     /// Whether `names` is most of the type, watched as a whole (see [`super::dense`]).
     dense: bool,
     /// The distinct parameter sets `names` use (nearly always one).
@@ -363,7 +364,7 @@ impl DeltaSubscription {
             wildcard: None,
             explicit: false,
             requested: false,
-            names: HashSet::default(),
+            names: SubscribedKeys::default(),
             dense: false,
             pids: Vec::new(),
             has: Holdings::default(),
@@ -532,7 +533,6 @@ impl DeltaSubscription {
         self.explicit |= names_something;
         let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
         let mut interner = Interner::new(current.map(|t| &**t));
-        self.names.reserve(subscribe_len);
         // No key subscribed yet, and none the client says it holds: every key subscribed is new,
         // owed through `forced_all` rather than one by one.
         let reconnecting = initial && !request.initial_resource_versions.is_empty();
@@ -546,36 +546,61 @@ impl DeltaSubscription {
         // was unsubscribed: the distinct sets of `names` are then counted again.
         let mut pids_added: Vec<Pid> = Vec::new();
         let mut unsubscribed = false;
-        for (name, pid) in subscribe_keys {
-            if name == WILDCARD {
-                self.set_wildcard(Some(pid));
-                continue;
-            }
-            if !pids_added.contains(&pid) {
-                pids_added.push(pid);
-            }
-            let key: Key = (intern_key(&mut interner, &self.names, &name, pid), pid);
-            if !self.recheck.is_empty() {
-                self.recheck.remove(&key);
-            }
-            if reconnecting {
-                // A reconnecting client tells what it already has: only differences are sent.
-                if let Some(version) = request.initial_resource_versions.get(&*name) {
-                    self.names.insert(key.clone());
-                    self.has
-                        .insert(key.clone(), held(&key.0, lookup(&name), version));
-                    // Compared with the store at the next response, like a change.
-                    self.dirty.insert(key.0);
+        // A first subscription to plain names only: its keys are those of any other stream
+        // that subscribed to the same list first (`SubscribedKeys`).
+        let shareable = self.names.is_empty()
+            && self.forced_all
+            && self.recheck.is_empty()
+            && subscribe.locators.is_empty()
+            && !request.resource_names_subscribe.is_empty();
+        let shared = shareable
+            .then(|| SubscribedKeys::shared(&request.resource_names_subscribe, subscribe.default))
+            .flatten();
+        if let Some(keys) = shared {
+            self.names = keys;
+            pids_added.push(subscribe.default);
+        } else {
+            let names = self.names.keys_mut();
+            names.reserve(subscribe_len);
+            let mut wildcard = None;
+            for (name, pid) in subscribe_keys {
+                if name == WILDCARD {
+                    wildcard = Some(pid);
                     continue;
                 }
+                if !pids_added.contains(&pid) {
+                    pids_added.push(pid);
+                }
+                let key: Key = (intern_key(&mut interner, &*names, &name, pid), pid);
+                if !self.recheck.is_empty() {
+                    self.recheck.remove(&key);
+                }
+                if reconnecting {
+                    // A reconnecting client tells what it already has: only differences are sent.
+                    if let Some(version) = request.initial_resource_versions.get(&*name) {
+                        names.insert(key.clone());
+                        self.has
+                            .insert(key.clone(), held(&key.0, lookup(&name), version));
+                        // Compared with the store at the next response, like a change.
+                        self.dirty.insert(key.0);
+                        continue;
+                    }
+                }
+                // Sent even if the client seems to have it: it may have forgotten it. Moved, not
+                // cloned, when every key is owed anyway (a count shared with every stream).
+                if self.forced_all {
+                    names.insert(key);
+                } else {
+                    names.insert(key.clone());
+                    self.forced.insert(key);
+                }
             }
-            // Sent even if the client seems to have it: it may have forgotten it. Moved, not
-            // cloned, when every key is owed anyway (a count shared with every stream).
-            if self.forced_all {
-                self.names.insert(key);
-            } else {
-                self.names.insert(key.clone());
-                self.forced.insert(key);
+            if let Some(pid) = wildcard {
+                self.set_wildcard(Some(pid));
+            }
+            if shareable && wildcard.is_none() && pids_added == [subscribe.default] {
+                self.names
+                    .share(&request.resource_names_subscribe, subscribe.default);
             }
         }
         if initial && self.wildcard.is_some() {
@@ -594,8 +619,13 @@ impl DeltaSubscription {
                 self.set_wildcard(None);
                 continue;
             }
-            // Phantom unsubscriptions (names not subscribed) are ignored.
-            let Some(key) = self.names.take(&(&*name, pid) as &dyn KeyLookup) else {
+            // Phantom unsubscriptions (names not subscribed) are ignored (and leave shared keys
+            // shared).
+            let lookup = &(&*name, pid) as &dyn KeyLookup;
+            if !self.names.contains(lookup) {
+                continue;
+            }
+            let Some(key) = self.names.keys_mut().take(lookup) else {
                 continue;
             };
             unsubscribed = true;
@@ -608,7 +638,7 @@ impl DeltaSubscription {
         }
         if unsubscribed {
             let mut pids: Vec<Pid> = Vec::new();
-            for (_, p) in &self.names {
+            for (_, p) in self.names.iter() {
                 if !pids.contains(p) {
                     pids.push(*p);
                 }
@@ -1303,6 +1333,7 @@ impl DeltaSubscription {
     }
 }
 
+mod keys;
 mod request;
 #[cfg(test)]
 mod tests;

@@ -36,6 +36,12 @@ impl<const KEY: u8> Names<KEY> {
         self.count == 0
     }
 
+    /// The names as a request encodes them (see [`Names`]): two lists of the same names in
+    /// the same order have the same bytes.
+    pub(crate) fn encoded(&self) -> &[u8] {
+        &self.encoded
+    }
+
     /// The names, as received (not checked to be UTF-8).
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
         let mut rest: &[u8] = &self.encoded;

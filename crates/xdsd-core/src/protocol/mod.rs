@@ -69,6 +69,7 @@ pub mod identity;
 #[cfg(test)]
 mod model_tests;
 pub mod session;
+mod shared;
 pub mod sotw;
 #[cfg(test)]
 mod test_support;

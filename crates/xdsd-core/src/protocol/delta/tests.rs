@@ -121,6 +121,41 @@ fn subscribe_by_name_sends_the_resource() {
 }
 
 #[test]
+fn streams_with_the_same_first_subscription_share_its_keys_and_each_changes_only_its_own() {
+    let mut h = Harness::new(
+        CLUSTER_LOAD_ASSIGNMENT,
+        &[("shared-x", "1"), ("shared-y", "1")],
+    );
+    let subscribe = &["shared-x", "shared-y"];
+    h.request(Req {
+        subscribe,
+        ..Default::default()
+    });
+    assert_eq!(h.expect(), seen(&["shared-x", "shared-y"], &[]));
+    let first = std::mem::replace(
+        &mut h.sub,
+        DeltaSubscription::new(CLUSTER_LOAD_ASSIGNMENT.into()),
+    );
+    h.request(Req {
+        subscribe,
+        ..Default::default()
+    });
+    assert_eq!(h.expect(), seen(&["shared-x", "shared-y"], &[]));
+    assert!(h.sub.names.is_shared_with(&first.names));
+    // The second stream unsubscribes from y: the first one still gets it.
+    h.request(Req {
+        unsubscribe: &["shared-y"],
+        ..Default::default()
+    });
+    assert!(!h.sub.names.is_shared_with(&first.names));
+    h.set("shared-y", "2");
+    h.expect_none();
+    let _second = std::mem::replace(&mut h.sub, first);
+    h.sub.mark_changed([&Arc::from("shared-y")]);
+    assert_eq!(h.expect(), seen(&["shared-y"], &[]));
+}
+
+#[test]
 fn subscribed_name_that_does_not_exist_is_reported_removed_at_once() {
     let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
     h.request(Req {

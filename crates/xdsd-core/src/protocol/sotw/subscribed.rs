@@ -9,10 +9,11 @@
 //! own, out of the cache.
 
 use std::hash::BuildHasher as _;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::Arc;
 
 use super::Sent;
 use crate::hash::HashMap;
+use crate::protocol::shared::Shelf;
 use crate::protocol::{HeldKeys, Key, Pid};
 
 /// Names in a fixed order, with the place of each: shared by the subscriptions to these names.
@@ -51,48 +52,8 @@ fn digest<'a>(names: impl Iterator<Item = &'a Arc<str>>) -> u64 {
     names.fold(0u64, |sum, n| sum.wrapping_add(state.hash_one(&**n)))
 }
 
-/// The sets in use, by digest. An entry whose set is gone is swept out once the map holds twice
-/// what it held after the last sweep: it stays within twice the sets alive (plus a few).
-struct Sets {
-    by_digest: HashMap<u64, Weak<NameSet>>,
-    after_sweep: usize,
-}
-
-fn sets() -> MutexGuard<'static, Sets> {
-    static SETS: OnceLock<Mutex<Sets>> = OnceLock::new();
-    SETS.get_or_init(|| {
-        Mutex::new(Sets {
-            by_digest: HashMap::default(),
-            after_sweep: 0,
-        })
-    })
-    .lock()
-    .unwrap_or_else(|e| e.into_inner())
-}
-
-/// The shared set of exactly `names`, if one is alive.
-fn shared(digest: u64, names: &[(Arc<str>, Sent)]) -> Option<Arc<NameSet>> {
-    let set = sets().by_digest.get(&digest)?.upgrade();
-    // Dropped, if it must be, outside the lock (a set's last reference may be this one).
-    set.filter(|s| s.is(names))
-}
-
-/// Shares `set` under `digest`, unless another set alive holds that digest.
-fn share(digest: u64, set: &Arc<NameSet>) {
-    let mut sets = sets();
-    let taken = sets
-        .by_digest
-        .get(&digest)
-        .is_some_and(|w| w.strong_count() > 0);
-    if taken {
-        return;
-    }
-    sets.by_digest.insert(digest, Arc::downgrade(set));
-    if sets.by_digest.len() > 2 * sets.after_sweep + 64 {
-        sets.by_digest.retain(|_, w| w.strong_count() > 0);
-        sets.after_sweep = sets.by_digest.len();
-    }
-}
+/// The sets of subscriptions alive.
+static SETS: Shelf<NameSet> = Shelf::new();
 
 /// The keys of a subscription, each with what the client was last sent of it.
 #[derive(Debug, Default)]
@@ -134,7 +95,7 @@ impl Builder {
             };
         }
         let digest = digest(plain.iter().map(|(n, _)| n));
-        if let Some(set) = shared(digest, &plain) {
+        if let Some(set) = SETS.find(digest, |s| s.is(&plain)) {
             let mut sent = vec![None; set.len()].into_boxed_slice();
             for (name, s) in &plain {
                 if let Some(p) = set.place(name) {
@@ -172,7 +133,7 @@ impl Builder {
         });
         // A list that repeats names has another digest than its set: not shared.
         if set.len() == listed {
-            share(digest, &set);
+            SETS.shelve(digest, &set);
         }
         Subscribed {
             pid,
@@ -328,21 +289,5 @@ mod tests {
         );
         assert_eq!(s.get(&Arc::from("rep-a"), 0), Some(&mark));
         assert!(s.contains(&Arc::from("rep-a"), 2));
-    }
-
-    #[test]
-    fn a_set_no_subscription_holds_is_swept_from_the_shared_ones() {
-        let names: Vec<String> = (0..200).map(|i| format!("swept-{i}")).collect();
-        for n in &names {
-            drop(build(0, &[n.as_str()]));
-        }
-        let held = build(0, &["swept-kept"]);
-        let sets = sets();
-        assert!(
-            sets.by_digest.len() <= 2 * sets.after_sweep + 64,
-            "the map is swept as it grows"
-        );
-        drop(sets);
-        assert!(held.same_plain(&build(0, &["swept-kept"])));
     }
 }
