@@ -278,6 +278,13 @@ impl SotwSubscription {
             if requested.is_empty() && subscribe.locators.is_empty() && !self.explicit {
                 // Legacy wildcard: no name ever sent means `*`.
                 (Some(subscribe.default), Subscribed::default())
+            } else if let Some(names) = (subscribe.locators.is_empty() && !requested.is_empty())
+                .then(|| Subscribed::of_request(requested, subscribe.default, &self.names))
+                .flatten()
+            {
+                // Names another stream subscribed to with the same list: no name looked up.
+                self.explicit = true;
+                (None, names)
             } else {
                 self.explicit = true;
                 let mut wildcard = None;
@@ -293,7 +300,8 @@ impl SotwSubscription {
                     let sent = self.names.get(&key.0, pid).copied().flatten();
                     names.insert(key, sent);
                 }
-                (wildcard, names.finish())
+                let from = subscribe.locators.is_empty().then_some(requested);
+                (wildcard, names.finish(from))
             };
         let mut change = SubscriptionChange::default();
         if wildcard != self.wildcard {

@@ -14,13 +14,17 @@ use std::sync::Arc;
 use super::Sent;
 use crate::hash::HashMap;
 use crate::protocol::shared::Shelf;
-use crate::protocol::{HeldKeys, Key, Pid};
+use crate::protocol::{HeldKeys, Key, Names, Pid};
 
 /// Names in a fixed order, with the place of each: shared by the subscriptions to these names.
 #[derive(Debug)]
 pub(super) struct NameSet {
     names: Box<[Arc<str>]>,
     places: HashMap<Arc<str>, u32>,
+    /// The request's list of names it was built from, when they were all plain names, each
+    /// once: a request with the same list (the same bytes) subscribes to this set, no name
+    /// looked up.
+    source: Option<Box<[u8]>>,
 }
 
 impl NameSet {
@@ -43,6 +47,12 @@ impl NameSet {
             None => false,
         })
     }
+}
+
+/// The digest of a request's list of names, as encoded (for [`NameSet::source`]).
+fn request_digest(names: &Names) -> u64 {
+    // Set apart from `digest`'s: the two are shelved together.
+    foldhash::fast::FixedState::with_seed(1).hash_one(names.encoded())
 }
 
 /// A digest of a list of names that does not depend on their order (the same names subscribed
@@ -85,7 +95,9 @@ impl Builder {
     }
 
     /// The subscription, its plain names in the set shared by subscriptions to the same names.
-    pub(super) fn finish(self) -> Subscribed {
+    /// `request`: the list the keys were added from, in order, if nothing else was added (no
+    /// resource locators).
+    pub(super) fn finish(self, request: Option<&Names>) -> Subscribed {
         let Builder { pid, plain, other } = self;
         if plain.is_empty() {
             return Subscribed {
@@ -127,10 +139,18 @@ impl Builder {
                 }
             }
         }
+        // A list of plain names only (no `*`, no other parameter set), each once.
+        let source = request
+            .filter(|r| r.len() == listed && names.len() == listed && other.is_empty())
+            .map(|r| Box::<[u8]>::from(r.encoded()));
         let set = Arc::new(NameSet {
             names: names.into_boxed_slice(),
             places,
+            source,
         });
+        if let Some(request) = request.filter(|_| set.source.is_some()) {
+            SETS.shelve(request_digest(request), &set);
+        }
         // A list that repeats names has another digest than its set: not shared.
         if set.len() == listed {
             SETS.shelve(digest, &set);
@@ -152,6 +172,31 @@ impl Subscribed {
             plain: Vec::with_capacity(names),
             other: HashMap::default(),
         }
+    }
+
+    /// The subscription of a request listing `names` (plain names, parameter set `pid`), if
+    /// another stream subscribed with the same list; what was sent is taken from `before`.
+    pub(super) fn of_request(names: &Names, pid: Pid, before: &Subscribed) -> Option<Subscribed> {
+        let set = SETS.find(request_digest(names), |s| {
+            s.source.as_deref() == Some(names.encoded())
+        })?;
+        let sent: Box<[Sent]> =
+            if before.set.as_ref().is_some_and(|b| Arc::ptr_eq(b, &set)) && before.pid == pid {
+                before.sent.clone()
+            } else if before.len() == 0 {
+                vec![None; set.len()].into_boxed_slice()
+            } else {
+                set.names
+                    .iter()
+                    .map(|n| before.get(n, pid).copied().flatten())
+                    .collect()
+            };
+        Some(Subscribed {
+            pid,
+            set: Some(set),
+            sent,
+            other: HashMap::default(),
+        })
     }
 
     /// The parameter set of the plain names.
@@ -242,7 +287,8 @@ mod tests {
         for n in names {
             b.insert((Arc::from(*n), pid), None);
         }
-        b.finish()
+        let request: Names = names.iter().collect();
+        b.finish(Some(&request))
     }
 
     #[test]
@@ -255,6 +301,30 @@ mod tests {
         let mut keys: Vec<&str> = b.keys().map(|(n, _)| &**n).collect();
         keys.sort_unstable();
         assert_eq!(keys, ["shared-a", "shared-b", "shared-c"]);
+    }
+
+    #[test]
+    fn a_request_listing_the_same_names_in_the_same_order_takes_the_set_without_lookups() {
+        let mut a = build(0, &["req-a", "req-b", "req-c"]);
+        let same: Names = ["req-a", "req-b", "req-c"].iter().collect();
+        let b = Subscribed::of_request(&same, 0, &Subscribed::default()).expect("the same list");
+        assert!(a.same_plain(&b));
+        assert_eq!(b.get(&Arc::from("req-b"), 0), Some(&None));
+        let reordered: Names = ["req-c", "req-a", "req-b"].iter().collect();
+        assert!(Subscribed::of_request(&reordered, 0, &Subscribed::default()).is_none());
+        // What the stream was sent is carried over from its subscription before.
+        let mark = Some(super::super::SentMark::test(5));
+        *a.get_mut(&Arc::from("req-b"), 0).expect("subscribed") = mark;
+        let again = Subscribed::of_request(&same, 0, &a).expect("the same list");
+        assert_eq!(again.get(&Arc::from("req-b"), 0), Some(&mark));
+        let other = build(0, &["req-a"]);
+        let grown = Subscribed::of_request(&same, 0, &other).expect("the same list");
+        assert_eq!(grown.get(&Arc::from("req-c"), 0), Some(&None));
+        // A list with `*` or a name twice is not a set's source.
+        assert!(build(0, &["dup-a", "dup-a"])
+            .set
+            .as_ref()
+            .is_some_and(|s| s.source.is_none()));
     }
 
     #[test]
@@ -281,7 +351,7 @@ mod tests {
         b.insert((Arc::from("rep-b"), 0), None);
         b.insert((Arc::from("rep-a"), 0), mark);
         b.insert((Arc::from("rep-a"), 2), None);
-        let s = b.finish();
+        let s = b.finish(None);
         assert_eq!(
             s.len(),
             3,
