@@ -939,7 +939,14 @@ impl DeltaSubscription {
                     });
                 }
                 let extra: HashSet<&Key> = extra.iter().copied().collect();
-                for r in view.iter() {
+                // Every name of the view subscribed (found once for the streams that share the
+                // subscription): all of it is owed, no name looked up.
+                let whole = self.forced_all && extra.is_empty() && self.names.covers(view, pid);
+                for r in view.iter().filter(|_| whole) {
+                    send(Keys::Own(pid), r);
+                    covered += 1;
+                }
+                for r in view.iter().filter(|_| !whole) {
                     let own: &dyn KeyLookup = &(&**r.name(), pid);
                     if main.contains(own) {
                         send(Keys::Own(pid), r);

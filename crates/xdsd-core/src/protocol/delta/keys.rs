@@ -5,11 +5,12 @@
 
 use std::hash::BuildHasher as _;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::hash::HashSet;
 use crate::protocol::shared::Shelf;
-use crate::protocol::{Key, Names, Pid};
+use crate::protocol::{Key, KeyLookup, Names, Pid};
+use crate::store::View;
 
 #[derive(Debug, Default)]
 struct KeySet {
@@ -17,6 +18,17 @@ struct KeySet {
     /// What it was built from, if shared: the first request's names as encoded, and their
     /// parameter set.
     source: Option<(Box<[u8]>, Pid)>,
+    /// Whether the keys cover every name of a view with a parameter set, as last asked: the
+    /// streams sharing the keys ask it of the same view (see [`SubscribedKeys::covers`]).
+    covers: Mutex<Option<Covers>>,
+}
+
+#[derive(Debug)]
+struct Covers {
+    /// The view asked about: held weakly, its address stays its own while this is kept.
+    view: Weak<View>,
+    pid: Pid,
+    all: bool,
 }
 
 /// A copy is a stream's own: it was not built from a request alone.
@@ -25,6 +37,7 @@ impl Clone for KeySet {
         KeySet {
             keys: self.keys.clone(),
             source: None,
+            covers: Mutex::default(),
         }
     }
 }
@@ -67,9 +80,37 @@ impl SubscribedKeys {
     /// The keys, to change: the stream's own copy from now on if they are shared.
     pub(super) fn keys_mut(&mut self) -> &mut HashSet<Key> {
         let set = Arc::make_mut(&mut self.set);
-        // Changed: no longer what its source subscribed to.
+        // Changed: no longer what its source subscribed to, nor what was found of a view.
         set.source = None;
+        *set.covers.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
         &mut set.keys
+    }
+}
+
+impl SubscribedKeys {
+    /// Whether every name of `view` is a key with parameter set `pid`: found once per view for
+    /// every stream sharing these keys (10,000 lookups per stream for a first response of
+    /// 10,000 names, each a name compared out of the cache).
+    pub(super) fn covers(&self, view: &Arc<View>, pid: Pid) -> bool {
+        fn memo(set: &KeySet) -> MutexGuard<'_, Option<Covers>> {
+            set.covers.lock().unwrap_or_else(|e| e.into_inner())
+        }
+        if let Some(c) = memo(&self.set).as_ref() {
+            if c.pid == pid && Weak::as_ptr(&c.view) == Arc::as_ptr(view) {
+                return c.all;
+            }
+        }
+        let keys = &self.set.keys;
+        let all = view.len() <= keys.len()
+            && view
+                .iter()
+                .all(|r| keys.contains(&(&**r.name(), pid) as &dyn KeyLookup));
+        *memo(&self.set) = Some(Covers {
+            view: Arc::downgrade(view),
+            pid,
+            all,
+        });
+        all
     }
 }
 

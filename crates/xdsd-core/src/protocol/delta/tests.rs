@@ -156,6 +156,32 @@ fn streams_with_the_same_first_subscription_share_its_keys_and_each_changes_only
 }
 
 #[test]
+fn shared_keys_that_covered_a_view_are_checked_again_against_the_next_one() {
+    let names: Vec<String> = (0..100).map(|i| format!("covered-{i:03}")).collect();
+    let contents: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &contents);
+    let subscribe: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
+    h.request(Req {
+        subscribe: &subscribe,
+        ..Default::default()
+    });
+    assert_eq!(h.expect().0, names, "every name of the view");
+    // A name the subscription does not have comes into the view: a stream subscribing to the
+    // same list now is sent its names only.
+    let first = std::mem::replace(
+        &mut h.sub,
+        DeltaSubscription::new(CLUSTER_LOAD_ASSIGNMENT.into()),
+    );
+    set(&h.store, CLUSTER_LOAD_ASSIGNMENT, "covered-extra", "1");
+    h.request(Req {
+        subscribe: &subscribe,
+        ..Default::default()
+    });
+    assert!(h.sub.names.is_shared_with(&first.names));
+    assert_eq!(h.expect().0, names, "not the name it did not subscribe to");
+}
+
+#[test]
 fn subscribed_name_that_does_not_exist_is_reported_removed_at_once() {
     let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
     h.request(Req {
