@@ -376,3 +376,47 @@ async fn vhds_delta_virtual_hosts_serves_a_virtual_host_by_domain_alias() {
     assert!(r.removed_resources.is_empty());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn delta_streams_with_the_same_first_subscription_each_change_only_their_own() {
+    let server = Server::start().await;
+    let all: Vec<String> = (0..100).map(|i| format!("same-{i:03}")).collect();
+    for n in &all {
+        server.set(CLUSTER_LOAD_ASSIGNMENT, n, n.as_bytes());
+    }
+    let list: Vec<&str> = all.iter().map(|n| n.as_str()).collect();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut s = delta(&server).await;
+        s.subscribe(CLUSTER_LOAD_ASSIGNMENT, &list).await;
+        let r = s.recv().await;
+        let mut got: Vec<&str> = names(&r);
+        got.sort_unstable();
+        assert_eq!(got, list, "every subscribed name");
+        s.ack(&r).await;
+        streams.push(s);
+    }
+    // The second unsubscribes from one name, then subscribes to one more.
+    streams[1]
+        .send(DeltaDiscoveryRequest {
+            type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
+            resource_names_unsubscribe: vec!["same-000".into()],
+            ..Default::default()
+        })
+        .await;
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "late", b"late");
+    streams[1]
+        .subscribe(CLUSTER_LOAD_ASSIGNMENT, &["late"])
+        .await;
+    let r = streams[1].recv().await;
+    assert_eq!(names(&r), ["late"]);
+    streams[1].ack(&r).await;
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "same-000", b"same-000 v2");
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "late", b"late v2");
+    for (i, s) in streams.iter_mut().enumerate() {
+        let want: &[&str] = if i == 1 { &["late"] } else { &["same-000"] };
+        let r = s.recv().await;
+        assert_eq!(names(&r), want, "stream {i}");
+        s.ack(&r).await;
+    }
+}

@@ -294,3 +294,43 @@ async fn an_updated_eds_cluster_gets_its_unchanged_endpoints_again_to_finish_war
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn streams_subscribed_to_the_same_names_each_keep_their_own_subscription_and_sends() {
+    let server = Server::start().await;
+    let all: Vec<String> = (0..100).map(|i| format!("same-{i:03}")).collect();
+    for n in &all {
+        server.set(CLUSTER_LOAD_ASSIGNMENT, n, n.as_bytes());
+    }
+    let list: Vec<&str> = all.iter().map(|n| n.as_str()).collect();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut s = ads(&server).await;
+        s.send(CLUSTER_LOAD_ASSIGNMENT, &list, "").await;
+        let r = s.recv().await;
+        assert_eq!(names(&r), all, "every subscribed name, in order");
+        s.send(CLUSTER_LOAD_ASSIGNMENT, &list, &r.nonce).await;
+        streams.push(s);
+    }
+    // The second drops a name (the same list otherwise, in another order).
+    let mut fewer: Vec<&str> = list[1..].to_vec();
+    fewer.reverse();
+    streams[1].send(CLUSTER_LOAD_ASSIGNMENT, &fewer, "").await;
+    streams[1].expect_silence().await;
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "same-000", b"same-000 v2");
+    for (i, s) in streams.iter_mut().enumerate() {
+        if i == 1 {
+            s.expect_silence().await;
+        } else {
+            assert_eq!(names(&s.recv().await), ["same-000 v2"]);
+        }
+    }
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "same-001", b"same-001 v2");
+    for s in &mut streams {
+        assert_eq!(
+            names(&s.recv().await),
+            ["same-001 v2"],
+            "each stream was sent what it was sent, not another's"
+        );
+    }
+}
