@@ -559,7 +559,8 @@ impl DeltaSubscription {
         if let Some(keys) = shared {
             self.names = keys;
             pids_added.push(subscribe.default);
-        } else {
+        } else if subscribe_len > 0 {
+            // (Not for a request that subscribes to nothing, an ACK: shared keys stay shared.)
             let names = self.names.keys_mut();
             names.reserve(subscribe_len);
             let mut wildcard = None;

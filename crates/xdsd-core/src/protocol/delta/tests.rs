@@ -140,8 +140,16 @@ fn streams_with_the_same_first_subscription_share_its_keys_and_each_changes_only
         subscribe,
         ..Default::default()
     });
-    assert_eq!(h.expect(), seen(&["shared-x", "shared-y"], &[]));
-    assert!(h.sub.names.is_shared_with(&first.names));
+    let r = h.poll().expect("a first response");
+    assert_eq!(r.resources.len(), 2);
+    h.request(Req {
+        nonce: &r.nonce,
+        ..Default::default()
+    });
+    assert!(
+        h.sub.names.is_shared_with(&first.names),
+        "an ACK leaves the keys shared"
+    );
     // The second stream unsubscribes from y: the first one still gets it.
     h.request(Req {
         unsubscribe: &["shared-y"],
