@@ -546,19 +546,44 @@ impl DeltaSubscription {
         // was unsubscribed: the distinct sets of `names` are then counted again.
         let mut pids_added: Vec<Pid> = Vec::new();
         let mut unsubscribed = false;
-        // A first subscription to plain names only: its keys are those of any other stream
-        // that subscribed to the same list first (`SubscribedKeys`).
-        let shareable = self.names.is_empty()
-            && self.forced_all
+        // A subscription of plain names only, to keys made by such subscriptions alone: the
+        // keys it makes are those of any other stream that subscribed with the same requests
+        // (`SubscribedKeys`).
+        let plain = subscribe_len > 0
+            && !reconnecting
             && self.recheck.is_empty()
-            && subscribe.locators.is_empty()
-            && !request.resource_names_subscribe.is_empty();
-        let shared = shareable
-            .then(|| SubscribedKeys::shared(&request.resource_names_subscribe, subscribe.default))
-            .flatten();
+            && subscribe.locators.is_empty();
+        let parent = plain.then(|| self.names.digest()).flatten();
+        let shared = parent.and_then(|_| {
+            self.names
+                .with(&request.resource_names_subscribe, subscribe.default)
+        });
         if let Some(keys) = shared {
+            // The keys subscribed are owed, even those the client seems to have, as below
+            // (unless `forced_all` owes every key anyway).
+            if !self.forced_all {
+                for (name, pid) in subscribe_keys {
+                    let key: Key = (intern_key(&mut interner, &*keys, &name, pid), pid);
+                    self.forced.insert(key);
+                }
+            }
             self.names = keys;
             pids_added.push(subscribe.default);
+        } else if subscribe_len > 0
+            && !reconnecting
+            && !self.adds_keys(&request.resource_names_subscribe, subscribe)
+        {
+            // Every key subscribed again (a client asking again for what it may have forgotten):
+            // owed again, the keys themselves unchanged (and still shared, if they are).
+            for (name, pid) in subscribe_keys {
+                let key: Key = (intern_key(&mut interner, &*self.names, &name, pid), pid);
+                if !self.recheck.is_empty() {
+                    self.recheck.remove(&key);
+                }
+                if !self.forced_all {
+                    self.forced.insert(key);
+                }
+            }
         } else if subscribe_len > 0 {
             // (Not for a request that subscribes to nothing, an ACK: shared keys stay shared.)
             let names = self.names.keys_mut();
@@ -599,9 +624,11 @@ impl DeltaSubscription {
             if let Some(pid) = wildcard {
                 self.set_wildcard(Some(pid));
             }
-            if shareable && wildcard.is_none() && pids_added == [subscribe.default] {
-                self.names
-                    .share(&request.resource_names_subscribe, subscribe.default);
+            if let (Some(parent), None) = (parent, wildcard) {
+                if pids_added == [subscribe.default] {
+                    self.names
+                        .share(parent, &request.resource_names_subscribe, subscribe.default);
+                }
             }
         }
         if initial && self.wildcard.is_some() {
@@ -674,6 +701,13 @@ impl DeltaSubscription {
             change.set_dense(&mut self.dense, dense, self.names.iter().map(|(n, _)| n));
         }
         (kind, change)
+    }
+
+    /// Whether subscribing to `names` (and `subscribe.locators`) adds a key or the wildcard.
+    fn adds_keys(&self, names: &super::Names, subscribe: &Subscribe<'_>) -> bool {
+        request_keys(names, subscribe.default, subscribe.locators).any(|(name, pid)| {
+            name == WILDCARD || !self.names.contains(&(&*name, pid) as &dyn KeyLookup)
+        })
     }
 
     fn set_wildcard(&mut self, on: Option<Pid>) {

@@ -1,11 +1,12 @@
-//! The keys a delta subscription holds, shared by the streams whose first request subscribed
-//! to the same names (see `protocol::shared`): a client of a fleet subscribes to the names
-//! every other one does, and one set of 10,000 keys was 400 KiB per stream, each built by
-//! hashing every name again. A stream that changes its subscription gets its own copy.
+//! The keys a delta subscription holds, shared by the streams that subscribed with the same
+//! requests (see `protocol::shared`): a client of a fleet subscribes to the names every other
+//! one does, in the same lists, and one set of 10,000 keys was 400 KiB per stream, each built by
+//! hashing every name again. A stream that changes its subscription otherwise (an unsubscription,
+//! a wildcard, names with their own parameters) gets its own copy.
 
 use std::hash::BuildHasher as _;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::hash::HashSet;
 use crate::protocol::shared::Shelf;
@@ -15,12 +16,24 @@ use crate::store::View;
 #[derive(Debug, Default)]
 struct KeySet {
     keys: HashSet<Key>,
-    /// What it was built from, if shared: the first request's names as encoded, and their
-    /// parameter set.
-    source: Option<(Box<[u8]>, Pid)>,
+    /// How it was built, if it is shared: the keys of a chain of requests from none.
+    source: Option<Source>,
     /// Whether the keys cover every name of a view with a parameter set, as last asked: the
     /// streams sharing the keys ask it of the same view (see [`SubscribedKeys::covers`]).
     covers: Mutex<Option<Covers>>,
+}
+
+/// A set's keys are its parent's and a request's plain names (`bytes` as encoded) with
+/// parameter set `pid`: a client subscribes to the names of clusters as the parts of a cluster
+/// response come in, and every client of a fleet does it with the same lists.
+#[derive(Debug)]
+struct Source {
+    /// The parent set's digest (0 for none: the first request).
+    parent: u64,
+    bytes: Box<[u8]>,
+    pid: Pid,
+    /// This set's digest: of the parent's, the bytes and the parameter set.
+    digest: u64,
 }
 
 #[derive(Debug)]
@@ -31,7 +44,7 @@ struct Covers {
     all: bool,
 }
 
-/// A copy is a stream's own: it was not built from a request alone.
+/// A copy is a stream's own: it was not built from requests alone.
 impl Clone for KeySet {
     fn clone(&self) -> KeySet {
         KeySet {
@@ -51,30 +64,51 @@ pub(super) struct SubscribedKeys {
     set: Arc<KeySet>,
 }
 
-fn digest(names: &Names, pid: Pid) -> u64 {
-    foldhash::fast::FixedState::default().hash_one((names.encoded(), pid))
+/// The digest of a set made of `parent`'s keys and `names` with `pid`. Seeded at random once per
+/// process: a client cannot make two lists collide.
+fn digest(parent: u64, names: &Names, pid: Pid) -> u64 {
+    static STATE: OnceLock<foldhash::fast::RandomState> = OnceLock::new();
+    let state = STATE.get_or_init(Default::default);
+    state.hash_one((parent, names.encoded(), pid))
 }
 
 impl SubscribedKeys {
-    /// The keys of a stream that subscribed to `names` with parameter set `pid` (and nothing
-    /// else), if another stream's are alive.
-    pub(super) fn shared(names: &Names, pid: Pid) -> Option<SubscribedKeys> {
-        let set = SETS.find(digest(names, pid), |s| {
-            s.source
-                .as_ref()
-                .is_some_and(|(bytes, p)| *p == pid && **bytes == *names.encoded())
+    /// The digest of these keys, if they were built by requests of plain names alone (0 for
+    /// none).
+    pub(super) fn digest(&self) -> Option<u64> {
+        if self.set.keys.is_empty() {
+            return Some(0);
+        }
+        self.set.source.as_ref().map(|s| s.digest)
+    }
+
+    /// The keys these and `names` with `pid` make, if another stream that subscribed the same
+    /// way has them alive.
+    pub(super) fn with(&self, names: &Names, pid: Pid) -> Option<SubscribedKeys> {
+        let parent = self.digest()?;
+        let set = SETS.find(digest(parent, names, pid), |s| {
+            s.source.as_ref().is_some_and(|src| {
+                src.parent == parent && src.pid == pid && *src.bytes == *names.encoded()
+            })
         })?;
         Some(SubscribedKeys { set })
     }
 
-    /// Offers these keys to the streams that subscribe to `names` with `pid` next: they must be
-    /// exactly what a first request of `names` with `pid` subscribed to, and nothing since.
-    pub(super) fn share(&mut self, names: &Names, pid: Pid) {
+    /// Offers these keys to the streams whose keys had digest `parent` (see
+    /// [`SubscribedKeys::digest`]) and that subscribe to `names` with `pid` next: these must be
+    /// exactly the parent's keys and those of `names`.
+    pub(super) fn share(&mut self, parent: u64, names: &Names, pid: Pid) {
         let Some(set) = Arc::get_mut(&mut self.set) else {
             return;
         };
-        set.source = Some((names.encoded().into(), pid));
-        SETS.shelve(digest(names, pid), &self.set);
+        let digest = digest(parent, names, pid);
+        set.source = Some(Source {
+            parent,
+            bytes: names.encoded().into(),
+            pid,
+            digest,
+        });
+        SETS.shelve(digest, &self.set);
     }
 
     /// The keys, to change: the stream's own copy from now on if they are shared.
@@ -139,27 +173,46 @@ mod tests {
     }
 
     #[test]
-    fn streams_subscribing_to_the_same_names_share_their_keys_until_one_changes() {
-        let list = names(&["keys-a", "keys-b"]);
-        assert!(SubscribedKeys::shared(&list, 0).is_none(), "none yet");
-        let mut first = SubscribedKeys::default();
-        first.keys_mut().insert((Arc::from("keys-a"), 0));
-        first.keys_mut().insert((Arc::from("keys-b"), 0));
-        first.share(&list, 0);
-        let second = SubscribedKeys::shared(&list, 0).expect("shared");
+    fn streams_subscribing_with_the_same_requests_share_their_keys_until_one_changes() {
+        let first_list = names(&["keys-a", "keys-b"]);
+        let empty = SubscribedKeys::default();
+        assert!(empty.with(&first_list, 0).is_none(), "none yet");
+        let build = |from: &SubscribedKeys, list: &Names, added: &[&str]| {
+            let parent = from.digest().expect("built by requests");
+            let mut keys = SubscribedKeys {
+                set: Arc::new((*from.set).clone()),
+            };
+            for n in added {
+                keys.keys_mut().insert((Arc::from(*n), 0));
+            }
+            keys.share(parent, list, 0);
+            keys
+        };
+        let mut first = build(&empty, &first_list, &["keys-a", "keys-b"]);
+        let second = empty.with(&first_list, 0).expect("shared");
         assert!(Arc::ptr_eq(&first.set, &second.set));
         assert!(
-            SubscribedKeys::shared(&list, 1).is_none(),
+            empty.with(&first_list, 1).is_none(),
             "another parameter set"
         );
-        assert!(
-            SubscribedKeys::shared(&names(&["keys-b", "keys-a"]), 0).is_none(),
-            "another list"
-        );
-        first.keys_mut().insert((Arc::from("keys-c"), 0));
+        let reordered = names(&["keys-b", "keys-a"]);
+        assert!(empty.with(&reordered, 0).is_none(), "another list");
+        // A second request adds to what the first made: shared the same way.
+        let more = names(&["keys-c"]);
+        assert!(second.with(&more, 0).is_none(), "none yet");
+        let grown = build(&second, &more, &["keys-c"]);
+        let grown_too = first.with(&more, 0).expect("shared");
+        assert!(Arc::ptr_eq(&grown.set, &grown_too.set));
+        assert_eq!(grown_too.len(), 3);
+        assert!(empty.with(&more, 0).is_none(), "not from another parent");
+        // A stream's own change is its own.
+        first.keys_mut().insert((Arc::from("keys-d"), 0));
         assert_eq!(first.len(), 3);
         assert_eq!(second.len(), 2, "the other stream's keys are unchanged");
-        let third = SubscribedKeys::shared(&list, 0).expect("still shared by the second");
+        assert_eq!(first.digest(), None, "changed by hand: no longer shared");
+        let third = empty
+            .with(&first_list, 0)
+            .expect("still shared by the second");
         assert!(Arc::ptr_eq(&second.set, &third.set));
     }
 }

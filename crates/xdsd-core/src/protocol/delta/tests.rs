@@ -150,6 +150,15 @@ fn streams_with_the_same_first_subscription_share_its_keys_and_each_changes_only
         h.sub.names.is_shared_with(&first.names),
         "an ACK leaves the keys shared"
     );
+    h.request(Req {
+        subscribe: &["shared-x"],
+        ..Default::default()
+    });
+    assert!(
+        h.sub.names.is_shared_with(&first.names),
+        "subscribing again to a name it has leaves them shared"
+    );
+    assert_eq!(h.expect(), seen(&["shared-x"], &[]), "and it is sent again");
     // The second stream unsubscribes from y: the first one still gets it.
     h.request(Req {
         unsubscribe: &["shared-y"],
@@ -161,6 +170,35 @@ fn streams_with_the_same_first_subscription_share_its_keys_and_each_changes_only
     let _second = std::mem::replace(&mut h.sub, first);
     h.sub.mark_changed([&Arc::from("shared-y")]);
     assert_eq!(h.expect(), seen(&["shared-y"], &[]));
+}
+
+#[test]
+fn streams_subscribing_in_the_same_steps_share_the_keys_of_each_step() {
+    let mut h = Harness::new(
+        CLUSTER_LOAD_ASSIGNMENT,
+        &[("step-a", "1"), ("step-b", "1"), ("step-c", "1")],
+    );
+    let steps = |h: &mut Harness| {
+        h.request(Req {
+            subscribe: &["step-a", "step-b"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&["step-a", "step-b"], &[]));
+        h.request(Req {
+            subscribe: &["step-c", "step-a"],
+            ..Default::default()
+        });
+        // The key new to the stream is owed, and the one subscribed again.
+        assert_eq!(h.expect(), seen(&["step-a", "step-c"], &[]));
+    };
+    steps(&mut h);
+    let first = std::mem::replace(
+        &mut h.sub,
+        DeltaSubscription::new(CLUSTER_LOAD_ASSIGNMENT.into()),
+    );
+    steps(&mut h);
+    assert!(h.sub.names.is_shared_with(&first.names));
+    assert_eq!(h.sub.key_count(), 3);
 }
 
 #[test]
