@@ -974,16 +974,15 @@ impl DeltaSubscription {
                     });
                 }
                 let extra: HashSet<&Key> = extra.iter().copied().collect();
-                // Every name of the view subscribed (found once for the streams that share the
-                // subscription): all of it is owed, no name looked up.
-                let whole = self.forced_all && extra.is_empty() && self.names.covers(view, pid);
-                for r in view.iter().filter(|_| whole) {
-                    send(Keys::Own(pid), r);
-                    covered += 1;
-                }
-                for r in view.iter().filter(|_| !whole) {
-                    let own: &dyn KeyLookup = &(&**r.name(), pid);
-                    if main.contains(own) {
+                // Which names of the view are subscribed, when every key is owed: found once
+                // for the streams that share the subscription, no name looked up per stream.
+                let in_view = self.forced_all.then(|| self.names.in_view(view, pid));
+                for (i, r) in view.iter().enumerate() {
+                    let subscribed = match &in_view {
+                        Some(in_view) => in_view.has(i),
+                        None => main.contains(&(&**r.name(), pid) as &dyn KeyLookup),
+                    };
+                    if subscribed {
                         send(Keys::Own(pid), r);
                         covered += 1;
                         continue;
