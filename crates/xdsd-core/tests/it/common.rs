@@ -71,6 +71,16 @@ impl Server {
             .unwrap();
     }
 
+    /// Sets `count` resources of `type_url` named `<prefix>-000`, ... (each its name as
+    /// content); returns their names in order.
+    pub fn set_named(&self, type_url: &str, prefix: &str, count: usize) -> Vec<String> {
+        let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i:03}")).collect();
+        for n in &names {
+            self.set(type_url, n, n.as_bytes());
+        }
+        names
+    }
+
     pub fn streams(&self) -> Vec<StreamStatus> {
         (self.streams)().0
     }

@@ -380,10 +380,7 @@ async fn vhds_delta_virtual_hosts_serves_a_virtual_host_by_domain_alias() {
 #[tokio::test]
 async fn delta_streams_with_the_same_first_subscription_each_change_only_their_own() {
     let server = Server::start().await;
-    let all: Vec<String> = (0..100).map(|i| format!("same-{i:03}")).collect();
-    for n in &all {
-        server.set(CLUSTER_LOAD_ASSIGNMENT, n, n.as_bytes());
-    }
+    let all = server.set_named(CLUSTER_LOAD_ASSIGNMENT, "same", 100);
     let list: Vec<&str> = all.iter().map(|n| n.as_str()).collect();
     let mut streams = Vec::new();
     for _ in 0..3 {
@@ -419,4 +416,5 @@ async fn delta_streams_with_the_same_first_subscription_each_change_only_their_o
         assert_eq!(names(&r), want, "stream {i}");
         s.ack(&r).await;
     }
+    server.stop().await;
 }

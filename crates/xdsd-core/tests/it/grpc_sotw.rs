@@ -298,10 +298,7 @@ async fn an_updated_eds_cluster_gets_its_unchanged_endpoints_again_to_finish_war
 #[tokio::test]
 async fn streams_subscribed_to_the_same_names_each_keep_their_own_subscription_and_sends() {
     let server = Server::start().await;
-    let all: Vec<String> = (0..100).map(|i| format!("same-{i:03}")).collect();
-    for n in &all {
-        server.set(CLUSTER_LOAD_ASSIGNMENT, n, n.as_bytes());
-    }
+    let all = server.set_named(CLUSTER_LOAD_ASSIGNMENT, "same", 100);
     let list: Vec<&str> = all.iter().map(|n| n.as_str()).collect();
     let mut streams = Vec::new();
     for _ in 0..3 {
@@ -333,4 +330,5 @@ async fn streams_subscribed_to_the_same_names_each_keep_their_own_subscription_a
             "each stream was sent what it was sent, not another's"
         );
     }
+    server.stop().await;
 }
