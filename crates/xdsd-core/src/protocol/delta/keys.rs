@@ -18,9 +18,9 @@ struct KeySet {
     keys: HashSet<Key>,
     /// How it was built, if it is shared: the keys of a chain of requests from none.
     source: Option<Source>,
-    /// Whether the keys cover every name of a view with a parameter set, as last asked: the
-    /// streams sharing the keys ask it of the same view (see [`SubscribedKeys::covers`]).
-    covers: Mutex<Option<Covers>>,
+    /// Which names of a view with a parameter set are keys, as last asked: the streams sharing
+    /// the keys ask it of the same view (see [`SubscribedKeys::in_view`]).
+    in_view: Mutex<Option<ViewMemo>>,
 }
 
 /// A set's keys are its parent's and a request's plain names (`bytes` as encoded) with
@@ -37,7 +37,7 @@ struct Source {
 }
 
 #[derive(Debug)]
-struct Covers {
+struct ViewMemo {
     /// The view asked about: held weakly, its address stays its own while this is kept.
     view: Weak<View>,
     pid: Pid,
@@ -64,7 +64,7 @@ impl Clone for KeySet {
         KeySet {
             keys: self.keys.clone(),
             source: None,
-            covers: Mutex::default(),
+            in_view: Mutex::default(),
         }
     }
 }
@@ -130,18 +130,16 @@ impl SubscribedKeys {
         let set = Arc::make_mut(&mut self.set);
         // Changed: no longer what its source subscribed to, nor what was found of a view.
         set.source = None;
-        *set.covers.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        *set.in_view.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
         &mut set.keys
     }
-}
 
-impl SubscribedKeys {
     /// Which names of `view` are keys with parameter set `pid`: found once per view for every
     /// stream sharing these keys (10,000 lookups per stream for a first response of 10,000
     /// names, each a name compared out of the cache).
     pub(super) fn in_view(&self, view: &Arc<View>, pid: Pid) -> Arc<InView> {
-        fn memo(set: &KeySet) -> MutexGuard<'_, Option<Covers>> {
-            set.covers.lock().unwrap_or_else(|e| e.into_inner())
+        fn memo(set: &KeySet) -> MutexGuard<'_, Option<ViewMemo>> {
+            set.in_view.lock().unwrap_or_else(|e| e.into_inner())
         }
         if let Some(c) = memo(&self.set).as_ref() {
             if c.pid == pid && Weak::as_ptr(&c.view) == Arc::as_ptr(view) {
@@ -158,7 +156,7 @@ impl SubscribedKeys {
             }
         }
         let in_view = Arc::new(InView { bits });
-        *memo(&self.set) = Some(Covers {
+        *memo(&self.set) = Some(ViewMemo {
             view: Arc::downgrade(view),
             pid,
             in_view: in_view.clone(),
