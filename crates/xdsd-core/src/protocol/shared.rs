@@ -6,9 +6,17 @@
 //! A [`Shelf`] finds the set alive for a digest; the sets themselves belong to the subscriptions
 //! holding them, and go when the last one does.
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::hash::{BuildHasher as _, Hash};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use foldhash::fast::FixedState;
+
+/// The digest sets are shelved by: seeded at random once per process, so that a client cannot
+/// make its list take the digest of another's (that list's streams would then not share).
+pub(crate) fn digest(value: impl Hash) -> u64 {
+    static STATE: OnceLock<foldhash::fast::RandomState> = OnceLock::new();
+    STATE.get_or_init(Default::default).hash_one(value)
+}
 
 /// Keyed by digests already: hashed with a fixed seed (a `static` needs a constant hasher).
 type HashMap<K, V> = std::collections::HashMap<K, V, FixedState>;

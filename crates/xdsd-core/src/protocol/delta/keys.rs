@@ -4,12 +4,11 @@
 //! hashing every name again. A stream that changes its subscription otherwise (an unsubscription,
 //! a wildcard, names with their own parameters) gets its own copy.
 
-use std::hash::BuildHasher as _;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::hash::HashSet;
-use crate::protocol::shared::Shelf;
+use crate::protocol::shared::{self, Shelf};
 use crate::protocol::{Key, KeyLookup, Names, Pid};
 use crate::store::View;
 
@@ -78,12 +77,9 @@ pub(super) struct SubscribedKeys {
     set: Arc<KeySet>,
 }
 
-/// The digest of a set made of `parent`'s keys and `names` with `pid`. Seeded at random once per
-/// process: a client cannot make two lists collide.
+/// The digest of a set made of `parent`'s keys and `names` with `pid`.
 fn digest(parent: u64, names: &Names, pid: Pid) -> u64 {
-    static STATE: OnceLock<foldhash::fast::RandomState> = OnceLock::new();
-    let state = STATE.get_or_init(Default::default);
-    state.hash_one((parent, names.encoded(), pid))
+    shared::digest((parent, names.encoded(), pid))
 }
 
 impl SubscribedKeys {

@@ -8,12 +8,11 @@
 //! idle stream's memory, and each of a thousand streams looked a pushed name up in a table of its
 //! own, out of the cache.
 
-use std::hash::BuildHasher as _;
 use std::sync::Arc;
 
 use super::Sent;
 use crate::hash::HashMap;
-use crate::protocol::shared::Shelf;
+use crate::protocol::shared::{self, Shelf};
 use crate::protocol::{HeldKeys, Key, Names, Pid};
 
 /// Names in a fixed order, with the place of each: shared by the subscriptions to these names.
@@ -51,15 +50,14 @@ impl NameSet {
 
 /// The digest of a request's list of names, as encoded (for [`NameSet::source`]).
 fn request_digest(names: &Names) -> u64 {
-    // Set apart from `digest`'s: the two are shelved together.
-    foldhash::fast::FixedState::with_seed(1).hash_one(names.encoded())
+    // Set apart from `digest`'s by the tag: the two are shelved together.
+    shared::digest((1u8, names.encoded()))
 }
 
 /// A digest of a list of names that does not depend on their order (the same names subscribed
 /// in another order share the set).
 fn digest<'a>(names: impl Iterator<Item = &'a Arc<str>>) -> u64 {
-    let state = foldhash::fast::FixedState::default();
-    names.fold(0u64, |sum, n| sum.wrapping_add(state.hash_one(&**n)))
+    names.fold(0u64, |sum, n| sum.wrapping_add(shared::digest(&**n)))
 }
 
 /// The sets of subscriptions alive.
