@@ -26,6 +26,7 @@ use tracing::warn;
 use super::body::{self, ResponseBody};
 use super::budget::Metered;
 use super::clients::ClientStatus;
+use super::coalesce::Coalesced;
 use super::context::ServerContext;
 use super::fetch;
 use super::metrics::Metrics;
@@ -443,7 +444,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// gone), every read and write fails, so that the HTTP/2 connection driving it ends, whatever
 /// state its streams are in.
 struct Closable {
-    io: Conn,
+    io: Coalesced<Conn>,
     closing: Pin<Box<dyn Future<Output = ()> + Send>>,
     closed: bool,
     /// This connection's place under [`ServerOptions::max_connections`], given back on close.
@@ -453,7 +454,7 @@ struct Closable {
 impl Closable {
     fn new(io: Conn, mut closing: watch::Receiver<bool>, permit: OwnedSemaphorePermit) -> Closable {
         Closable {
-            io,
+            io: Coalesced::new(io),
             closing: Box::pin(async move {
                 let _ = closing.wait_for(|close| *close).await;
             }),
@@ -542,7 +543,7 @@ impl Connected for Closable {
     type ConnectInfo = ConnInfo;
 
     fn connect_info(&self) -> ConnInfo {
-        self.io.connect_info()
+        self.io.get_ref().connect_info()
     }
 }
 

@@ -4,6 +4,7 @@ pub mod admin;
 mod body;
 mod budget;
 pub mod clients;
+mod coalesce;
 mod context;
 mod csds;
 mod fetch;
