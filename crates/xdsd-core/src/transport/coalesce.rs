@@ -8,7 +8,8 @@
 //! time and more of the client's. [`Coalesced`] keeps the small writes of one turn of the
 //! connection's task, and at its first flush lets the tasks already queued run first (it wakes
 //! its own task and returns `Pending`, which tokio takes as a yield): the responses of the
-//! connection's other streams join the same write. Large writes go out at once, after what is
+//! connection's other streams join the same write; not while tasks wait in the runtime's global
+//! queue ([`runtime_keeps_up`]). Large writes go out at once, after what is
 //! kept, in one vectored write. A connection that is alone costs one extra turn of its task
 //! per write.
 
@@ -24,6 +25,16 @@ const DIRECT_BYTES: usize = 4 * 1024;
 const MAX_KEPT_BYTES: usize = 64 * 1024;
 /// A buffer larger than this is given back once written (idle connections hold none).
 const KEEP_CAPACITY: usize = 4 * 1024;
+
+/// Whether a connection may yield before it writes: not when tasks wait in the runtime's
+/// global queue. Under sustained load (S5's churn) the workers' own queues overflow into it,
+/// and a connection task that yielded could wait there behind thousands of streams, holding
+/// its writes and the requests it reads: convergence went from about 150 ms to seconds. Then
+/// the connection writes at once, as every task that wakes it is queued anyway.
+fn runtime_keeps_up() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|runtime| runtime.metrics().global_queue_depth() == 0)
+}
 
 /// A connection whose small writes are kept until its next flush, and whose flush first lets
 /// the tasks already queued run once.
@@ -156,7 +167,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.pending() > 0 {
-            if !this.yielded {
+            if !this.yielded && runtime_keeps_up() {
                 // Tokio queues a task that wakes itself behind the tasks already queued: the
                 // other streams of this connection add their responses meanwhile.
                 this.yielded = true;
@@ -240,6 +251,21 @@ mod tests {
             matches!(flush_now(&mut c), Poll::Ready(Ok(()))),
             "nothing kept: no yield"
         );
+    }
+
+    #[tokio::test]
+    async fn a_connection_writes_at_once_while_tasks_wait_in_the_global_queue() {
+        let runtime = tokio::runtime::Handle::current();
+        let other = runtime.clone();
+        // Spawned from outside the runtime: queued in its global queue until this test yields.
+        std::thread::spawn(move || drop(other.spawn(async {})))
+            .join()
+            .unwrap();
+        assert!(runtime.metrics().global_queue_depth() > 0);
+        let mut c = Coalesced::new(Recorder::default());
+        c.write_all(b"now").await.unwrap();
+        assert!(matches!(flush_now(&mut c), Poll::Ready(Ok(()))), "no yield");
+        assert_eq!(c.get_ref().writes, vec![b"now".to_vec()]);
     }
 
     #[tokio::test]
