@@ -558,30 +558,34 @@ impl DeltaSubscription {
             self.names
                 .with(&request.resource_names_subscribe, subscribe.default)
         });
-        if let Some(keys) = shared {
-            // The keys subscribed are owed, even those the client seems to have, as below
-            // (unless `forced_all` owes every key anyway).
-            if !self.forced_all {
-                for (name, pid) in subscribe_keys {
-                    let key: Key = (intern_key(&mut interner, &*keys, &name, pid), pid);
-                    self.forced.insert(key);
-                }
+        // Either keys another stream made of the same requests, which hold every key subscribed,
+        // or every key subscribed already held (a client asking again for what it may have
+        // forgotten): the keys are taken as they are (still shared, if they are).
+        let keys_held = match shared {
+            Some(keys) => {
+                self.names = keys;
+                pids_added.push(subscribe.default);
+                true
             }
-            self.names = keys;
-            pids_added.push(subscribe.default);
-        } else if subscribe_len > 0
-            && !reconnecting
-            && !self.adds_keys(&request.resource_names_subscribe, subscribe)
-        {
-            // Every key subscribed again (a client asking again for what it may have forgotten):
-            // owed again, the keys themselves unchanged (and still shared, if they are).
-            for (name, pid) in subscribe_keys {
-                let key: Key = (intern_key(&mut interner, &*self.names, &name, pid), pid);
-                if !self.recheck.is_empty() {
-                    self.recheck.remove(&key);
-                }
-                if !self.forced_all {
-                    self.forced.insert(key);
+            None => {
+                subscribe_len > 0
+                    && !reconnecting
+                    && !self.adds_keys(&request.resource_names_subscribe, subscribe)
+            }
+        };
+        if keys_held {
+            // The keys subscribed are owed, even those the client seems to have, as below; with
+            // `forced_all` every key is owed anyway, and none is looked up unless one waits for
+            // a recheck.
+            if !self.forced_all || !self.recheck.is_empty() {
+                for (name, pid) in subscribe_keys {
+                    let key: Key = (intern_key(&mut interner, &*self.names, &name, pid), pid);
+                    if !self.recheck.is_empty() {
+                        self.recheck.remove(&key);
+                    }
+                    if !self.forced_all {
+                        self.forced.insert(key);
+                    }
                 }
             }
         } else if subscribe_len > 0 {
