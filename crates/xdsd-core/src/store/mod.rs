@@ -436,8 +436,14 @@ impl Store {
 
     /// A registration for one stream's change notifications.
     pub fn watcher(&self) -> Watcher {
+        self.watcher_in(0)
+    }
+
+    /// A watcher in `group` (a connection): a change wakes the watchers of one group one after
+    /// another, in the order they were made, and the groups in turn.
+    pub(crate) fn watcher_in(&self, group: u64) -> Watcher {
         let id = self.inner.next_watcher.fetch_add(1, Ordering::Relaxed);
-        Watcher::new(id, self.inner.index.clone())
+        Watcher::new(id, group, self.inner.index.clone())
     }
 
     /// Replaces the whole content of the store with `resources`, atomically. Types absent from

@@ -125,6 +125,49 @@ fn notifications_reach_only_the_watchers_of_the_changed_name() {
     assert_eq!(wildcard.take_changes().into_sets()[&cluster].len(), 1);
 }
 
+/// The order in which `watchers` are woken by one commit, as indexes into `watchers`.
+fn wake_order(store: &Store, watchers: &[Watcher], commit: Change) -> Vec<usize> {
+    use std::future::Future;
+    use std::sync::Mutex;
+    use std::task::{Context, Wake, Waker};
+    struct Record(usize, Arc<Mutex<Vec<usize>>>);
+    impl Wake for Record {
+        fn wake(self: Arc<Self>) {
+            self.1.lock().unwrap().push(self.0);
+        }
+    }
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiting: Vec<_> = watchers.iter().map(|w| Box::pin(w.changed())).collect();
+    for (i, future) in waiting.iter_mut().enumerate() {
+        let waker = Waker::from(Arc::new(Record(i, order.clone())));
+        assert!(future
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+    }
+    store.apply([commit]).unwrap();
+    let order = order.lock().unwrap().clone();
+    order
+}
+
+#[test]
+fn a_change_wakes_the_watchers_of_one_connection_one_after_another() {
+    let store = Store::new();
+    let cluster = arc(CLUSTER);
+    // Made in turn across three connections, as streams open.
+    let mut watchers: Vec<Watcher> = (0..12).map(|i| store.watcher_in(1 + i % 3)).collect();
+    for (i, w) in watchers.iter_mut().enumerate() {
+        if i % 2 == 0 {
+            w.watch(&cluster, [&arc("a")]);
+        } else {
+            w.set_wildcard(&cluster, true);
+        }
+    }
+    let order = wake_order(&store, &watchers, Change::Set(input(CLUSTER, "a", b"1")));
+    // Connection 1: watchers 0, 3, 6, 9; connection 2: 1, 4, 7, 10; connection 3: the rest.
+    assert_eq!(order, [0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11]);
+}
+
 #[test]
 fn a_watched_name_that_springs_into_existence_notifies() {
     let store = Store::new();

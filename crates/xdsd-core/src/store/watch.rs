@@ -195,6 +195,8 @@ impl FromIterator<(Arc<str>, HashSet<Arc<str>>)> for Changes {
 pub(crate) struct Signal {
     notify: Notify,
     dirty: Mutex<Changes>,
+    /// The watcher's group (`Store::watcher_in`).
+    group: u64,
 }
 
 impl Signal {
@@ -226,6 +228,7 @@ impl WatchIndex {
         // naming them had changed (Envoy then had no cluster for the old route for a few
         // milliseconds).
         struct Marks<'a> {
+            id: u64,
             signal: &'a Arc<Signal>,
             names: Vec<(&'a Arc<str>, &'a Arc<str>)>,
             shared: Vec<&'a Arc<TypeChange>>,
@@ -236,6 +239,7 @@ impl WatchIndex {
             signal: &'a Arc<Signal>,
         ) -> &'m mut Marks<'a> {
             touched.entry(id).or_insert_with(|| Marks {
+                id,
                 signal,
                 names: Vec::new(),
                 shared: Vec::new(),
@@ -275,7 +279,14 @@ impl WatchIndex {
                 }
             }
         }
-        for marks in touched.into_values() {
+        let mut touched: Vec<Marks<'_>> = touched.into_values().collect();
+        // A connection's streams woken one after another: each hands its response to HTTP/2
+        // while the connection's task waits its turn, and the connection then writes them
+        // together (`transport::coalesce`). S1 at 10,000 streams on 100 connections, in the
+        // map's order and in this one: 6,000 and 2,900 writes per change, 290-400 and 250 ms
+        // of CPU.
+        touched.sort_unstable_by_key(|m| (m.signal.group, m.id));
+        for marks in touched {
             let mut dirty = marks.signal.dirty();
             for (type_url, name) in marks.names {
                 dirty
@@ -355,11 +366,14 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    pub(crate) fn new(id: u64, index: Arc<Mutex<WatchIndex>>) -> Watcher {
+    pub(crate) fn new(id: u64, group: u64, index: Arc<Mutex<WatchIndex>>) -> Watcher {
         Watcher {
             id,
             index,
-            signal: Arc::default(),
+            signal: Arc::new(Signal {
+                group,
+                ..Signal::default()
+            }),
             registered: TypeMap::default(),
             params: None,
         }

@@ -150,7 +150,7 @@ pub(crate) fn run<V: Variant>(
         id,
         names: ctx.name_charge(access.names.clone()),
         stats: ctx.streams.open(id, V::NAME, fixed.is_none(), peer),
-        watcher: ctx.store.watcher(),
+        watcher: ctx.store.watcher_in(access.connection),
         session: Session::with_options(fixed, ctx.options.session.clone()),
         ctx,
     };

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -486,16 +486,21 @@ pub struct ConnInfo {
     pub(crate) request_bytes: Arc<Budget>,
     /// The resource names this connection's streams subscribe to (see `budget`).
     pub(crate) names: Arc<Budget>,
+    /// The connection's number in this process (from 1), which its streams' watchers are
+    /// grouped by: the store wakes a connection's streams one after another.
+    pub(crate) id: u64,
 }
 
 impl ConnInfo {
     fn of(tcp: &TcpStream) -> ConnInfo {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
         ConnInfo {
             remote_addr: tcp.peer_addr().ok(),
             local_addr: tcp.local_addr().ok(),
             tls: None,
             request_bytes: Arc::default(),
             names: Arc::default(),
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -516,6 +521,8 @@ pub(crate) struct Access {
     /// The names the connection's streams subscribe to (one of its own when the connection is
     /// not known).
     pub(crate) names: Arc<Budget>,
+    /// [`ConnInfo::id`]; 0 when the connection is not known.
+    pub(crate) connection: u64,
 }
 
 impl Access {
@@ -532,6 +539,7 @@ impl Access {
             binding: info.binding().cloned(),
             refuse_secrets: info.tls.is_none() && !loopback && !allow_plaintext_secrets,
             names: info.names.clone(),
+            connection: info.id,
         }
     }
 
@@ -942,6 +950,7 @@ mod tests {
             local_addr: None,
             request_bytes: Arc::default(),
             names: Arc::default(),
+            id: 1,
             tls: tls.then(|| {
                 Arc::new(PeerTls {
                     certificates: Vec::new(),
