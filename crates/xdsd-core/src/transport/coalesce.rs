@@ -412,8 +412,10 @@ mod tests {
         }
         done.send(()).unwrap();
         let burst = server.await.unwrap();
+        // 50 (at least one per frame) when h2 chains the payloads; here a buffer of h2's and the
+        // end of its turn, and room for a control frame's write.
         assert!(
-            burst <= 3,
+            burst <= STREAMS / 10,
             "{burst} writes for {STREAMS} responses handed over together"
         );
     }
