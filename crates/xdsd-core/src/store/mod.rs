@@ -552,7 +552,10 @@ impl Store {
                 }
             }
         }
-        self.commit(&current, next, false)
+        // Only what the changes touch is checked for references (every reference when a name
+        // or alias went away), as for `replace_names`: a commit costs what it changes, where
+        // every call checked the whole state (S5 makes a thousand calls a second).
+        self.commit(&current, next, true)
     }
 
     /// Builds the next snapshot from `current` with the types in `next` replaced, checks the

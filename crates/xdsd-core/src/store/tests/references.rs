@@ -246,7 +246,7 @@ fn assert_rejected(inputs: Vec<ResourceInput>, message: &str) {
     let store = Store::new();
     store.replace_all([static_cluster("kept")]).unwrap();
     let before = store.snapshot();
-    let err = store.replace_all(inputs).unwrap_err();
+    let err = store.replace_all(inputs.clone()).unwrap_err();
     assert!(
         matches!(err, StoreError::DanglingReferences(ref d) if d.len() == 1),
         "{err:?}"
@@ -259,6 +259,13 @@ fn assert_rejected(inputs: Vec<ResourceInput>, message: &str) {
         "the last good state stays"
     );
     assert!(after.resource(CLUSTER, "kept").is_some());
+
+    // The same inputs as individual changes (`apply` checks only what they touch).
+    let err = store
+        .apply(inputs.into_iter().map(Change::Set))
+        .unwrap_err();
+    assert_eq!(err.to_string(), message, "apply rejects it too");
+    assert_eq!(store.snapshot().generation(), before.generation());
 }
 
 // ---------------------------------------------------------------------------------------------
