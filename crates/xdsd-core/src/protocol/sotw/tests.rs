@@ -459,6 +459,58 @@ fn a_dense_subscription_is_woken_by_names_it_does_not_watch_and_sends_none_of_th
     );
 }
 
+/// Past a quarter of its keys in changed names since the last response (repeats counted), a
+/// subscription stops recording names and looks at every key: it sends exactly what changed,
+/// and records it as sent (what follows goes out name by name again).
+#[test]
+fn more_changes_than_a_quarter_of_the_keys_are_found_by_looking_at_every_key() {
+    for subscribed in [100, 40] {
+        // 100 of 120 names: read in the view's order; 40: each key looked up.
+        let names: Vec<String> = (0..120).map(|i| format!("n{i:03}")).collect();
+        let contents: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+        let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &contents);
+        let list: Vec<&str> = names[..subscribed].iter().map(|n| n.as_str()).collect();
+        h.request(&list, "", "");
+        let (sent, v, n) = h.expect();
+        assert_eq!(sent.len(), subscribed);
+        h.request(&list, &n, &v);
+        // n001 changes and comes back as sent, n002 goes, n003 changes twice, the names past
+        // the subscription change: 30 names offered, repeats included.
+        h.set("n001", "2");
+        h.set("n001", "1");
+        h.remove("n002");
+        h.set("n003", "2");
+        h.set("n003", "3");
+        h.set("n005", "2");
+        let mut offered = vec!["n001", "n002", "n003", "n003", "n005"];
+        for name in &names[100..120] {
+            h.set(name, "2");
+            offered.push(name);
+        }
+        offered.extend(["n001", "n003", "n005", "n005", "n001"]);
+        h.notify(&offered);
+        assert!(
+            h.sub.all_dirty,
+            "{subscribed} keys, {} names",
+            offered.len()
+        );
+        assert!(h.sub.dirty.is_empty(), "no name recorded one by one");
+        assert_eq!(h.expect().0, ["n003", "n005"]);
+        // Recorded as sent: nothing more, and one change goes out alone.
+        h.notify(&["n003"]);
+        h.expect_none();
+        h.set("n007", "2");
+        h.notify(&["n007"]);
+        assert!(!h.sub.all_dirty);
+        assert_eq!(h.expect().0, ["n007"]);
+        // The removed name, back as it was sent: sent again (the client was told nothing of it
+        // since, but it counts as gone).
+        h.set("n002", "1");
+        h.notify(&["n002"]);
+        assert_eq!(h.expect().0, ["n002"]);
+    }
+}
+
 #[test]
 fn resource_springing_into_existence_is_sent_when_it_appears() {
     let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[]);
