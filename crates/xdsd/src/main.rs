@@ -324,6 +324,22 @@ struct ServeArgs {
     )]
     make_before_break: OnOff,
 
+    /// How long a type's next response on a stream waits for the client's ACK or NACK of the
+    /// last one (e.g. 5s, 500ms; 0 sends without waiting). One response in flight per type:
+    /// what changes meanwhile goes out together once the client answered, so a client that
+    /// applies configuration slower than it changes gets the latest state when it is ready for
+    /// it rather than every state in between, queued. Envoy and gRPC clients answer every
+    /// response at once; a client that never answers gets a response per this period. The rest
+    /// of a response split at --max-response-bytes does not wait.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5s",
+        value_parser = parse_duration,
+        env = "XDSD_ACK_WAIT"
+    )]
+    ack_wait: Duration,
+
     /// Return the memory a burst freed to the system once the burst is over. After a thousand
     /// clients sync at once, a change goes out to all of them or streams close, the allocator
     /// (glibc) keeps the pages it used, as much again as the streams themselves hold; on, a
@@ -814,7 +830,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.max_buffered_request_bytes_total,
         )
         .allow_plaintext_secrets(args.tls.allow_plaintext_secrets)
-        .make_before_break(make_before_break);
+        .make_before_break(make_before_break)
+        .ack_wait(args.ack_wait);
     let options = options
         .rest_hold(args.rest_hold)
         .max_held_polls(args.max_held_polls);

@@ -777,6 +777,11 @@ impl DeltaSubscription {
         });
     }
 
+    /// Whether the next response is the rest of one that goes out in parts.
+    pub fn in_parts(&self) -> bool {
+        !self.rest.is_empty()
+    }
+
     pub fn has_pending(&self) -> bool {
         self.answer
             || self.check_all

@@ -71,6 +71,10 @@ pub const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 /// (it rejected the cluster, or takes endpoints elsewhere) gets the route after this.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a type's next response waits by default for the client's ACK or NACK of the last
+/// one ([`SessionOptions::ack_wait`]).
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(5);
+
 /// The largest response a session sends by default (1 MiB): gRPC clients refuse messages over
 /// 4 MiB unless configured otherwise, and smaller parts start applying sooner.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 1024 * 1024;
@@ -89,6 +93,13 @@ pub struct SessionOptions {
     /// Resource names the session may subscribe to, all types together (see
     /// [`DEFAULT_MAX_NAMES`]); more ends the stream with RESOURCE_EXHAUSTED.
     pub max_names: usize,
+    /// One response in flight per type: a type's next response waits until the client ACKed
+    /// or NACKed the last one, for at most this long (zero: it does not wait). What changes
+    /// meanwhile goes out together in the next response: a client that applies configuration
+    /// slower than it changes gets the latest state when it is ready for it, instead of every
+    /// state in between queued in the connection (see [`DEFAULT_ACK_WAIT`]). The rest of a
+    /// response that goes out in parts does not wait.
+    pub ack_wait: Duration,
 }
 
 impl Default for SessionOptions {
@@ -97,6 +108,7 @@ impl Default for SessionOptions {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             make_before_break: true,
             max_names: DEFAULT_MAX_NAMES,
+            ack_wait: DEFAULT_ACK_WAIT,
         }
     }
 }
@@ -341,6 +353,8 @@ pub trait Machine: Send + 'static {
     ) -> (RequestKind, SubscriptionChange);
     fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>);
     fn has_pending(&self) -> bool;
+    /// Whether the next response is the rest of one that goes out in parts.
+    fn in_parts(&self) -> bool;
     /// How many keys (name and parameter set) are subscribed.
     fn key_count(&self) -> usize;
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<Self::Response>;
@@ -415,6 +429,9 @@ impl Machine for SotwSubscription {
     }
     fn has_pending(&self) -> bool {
         SotwSubscription::has_pending(self)
+    }
+    fn in_parts(&self) -> bool {
+        SotwSubscription::in_parts(self)
     }
     fn key_count(&self) -> usize {
         SotwSubscription::key_count(self)
@@ -505,6 +522,9 @@ impl Machine for DeltaSubscription {
     fn has_pending(&self) -> bool {
         DeltaSubscription::has_pending(self)
     }
+    fn in_parts(&self) -> bool {
+        DeltaSubscription::in_parts(self)
+    }
     fn key_count(&self) -> usize {
         DeltaSubscription::key_count(self)
     }
@@ -568,6 +588,9 @@ struct TypeState<M> {
     next_heartbeat: Option<Instant>,
     /// The nonce of the latest response, until the client ACKs or NACKs it.
     unacked: Option<Nonce>,
+    /// Since when the type's next response waits for the client's answer to the latest one
+    /// ([`SessionOptions::ack_wait`]); `None` once it came, or after the wait.
+    waiting_since: Option<Instant>,
     /// Since when make-before-break holds this type's response back.
     held_since: Option<Instant>,
     /// How many keys the machine has subscribed, as of the last request.
@@ -764,6 +787,7 @@ impl<M: Machine> Session<M> {
                 ttls: HashMap::default(),
                 next_heartbeat: None,
                 unacked: None,
+                waiting_since: None,
                 held_since: None,
                 keys: 0,
             })
@@ -792,6 +816,7 @@ impl<M: Machine> Session<M> {
         if let RequestKind::Ack { nonce } | RequestKind::Nack { nonce, .. } = &kind {
             if state.unacked.is_some_and(|n| n == *nonce) {
                 state.unacked = None;
+                state.waiting_since = None;
             }
         }
         state.keys = state.machine.key_count();
@@ -930,15 +955,22 @@ impl<M: Machine> Session<M> {
         let beats = self.types.values().filter_map(|s| s.next_heartbeat);
         let holds = self.types.values().filter_map(|s| s.held_since);
         let lingering = self.lingering.values().map(|l| l.since);
+        let waits = self.types.values().filter_map(|s| s.waiting_since);
         beats
             .chain(holds.chain(lingering).map(|since| since + HOLD_TIMEOUT))
+            .chain(waits.map(|since| since + self.options.ack_wait))
             .min()
     }
 
     /// Takes in the time: renews the TTLs due by `now` (heartbeats, spec "TTL"). Every resource
     /// with a TTL of a type is renewed in the same response.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let wait = self.options.ack_wait;
         for state in self.types.values_mut() {
+            if state.waiting_since.is_some_and(|since| since + wait <= now) {
+                // The client did not answer in time: the next response goes without it.
+                state.waiting_since = None;
+            }
             if state.next_heartbeat.is_none_or(|due| due > now) {
                 continue;
             }
@@ -973,7 +1005,9 @@ impl<M: Machine> Session<M> {
             let type_url = self
                 .types
                 .iter()
-                .filter(|(_, s)| s.machine.has_pending())
+                .filter(|(_, s)| {
+                    s.machine.has_pending() && (s.waiting_since.is_none() || s.machine.in_parts())
+                })
                 .map(|(t, _)| (types::push_rank(t), t))
                 .filter(|k| after.is_none_or(|a| *k > a))
                 .min()?
@@ -999,6 +1033,7 @@ impl<M: Machine> Session<M> {
                 track_ttls(state, &M::with_ttl(&response), now);
             }
             state.unacked = Some(M::describe(&response).3);
+            state.waiting_since = (!self.options.ack_wait.is_zero()).then_some(now);
             state.held_since = None;
             // A changed resource may need others sent again for the client to finish warming it
             // (an updated EDS cluster needs its endpoints): they come later in push order.

@@ -246,6 +246,13 @@ impl ServerOptions {
         self.session.make_before_break = on;
         self
     }
+
+    /// Sets [`SessionOptions::ack_wait`]: how long a type's next response on a stream waits
+    /// for the client's ACK or NACK of the last one (zero: no wait).
+    pub fn ack_wait(mut self, wait: Duration) -> Self {
+        self.session.ack_wait = wait;
+        self
+    }
 }
 
 /// An xDS gRPC server over a [`Store`]: every SotW and incremental discovery service, and the

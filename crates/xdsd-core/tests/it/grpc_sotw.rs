@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_cl
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
+use xdsd_core::transport::grpc::ServerOptions;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 
 use crate::common::{Server, WAIT};
@@ -330,5 +331,38 @@ async fn streams_subscribed_to_the_same_names_each_keep_their_own_subscription_a
             "each stream was sent what it was sent, not another's"
         );
     }
+    server.stop().await;
+}
+
+/// One response in flight per type (`ServerOptions::ack_wait`): changes made while the client
+/// has not answered the last response go out together once it does, and without an answer
+/// after the wait.
+#[tokio::test]
+async fn changes_wait_for_the_answer_to_the_last_response_and_go_out_together() {
+    let server =
+        Server::start_with(ServerOptions::default().ack_wait(Duration::from_millis(1500))).await;
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"a-v1");
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "b", b"b-v1");
+    let mut s = ads(&server).await;
+    s.send(CLUSTER_LOAD_ASSIGNMENT, &["a", "b"], "").await;
+    let first = s.recv().await;
+    assert_eq!(names(&first), ["a-v1", "b-v1"]);
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"a-v2");
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "b", b"b-v2");
+    s.expect_silence().await;
+    s.send(CLUSTER_LOAD_ASSIGNMENT, &["a", "b"], &first.nonce)
+        .await;
+    let second = s.recv().await;
+    assert_eq!(names(&second), ["a-v2", "b-v2"], "both in one response");
+    // Not answered: the next change goes out after the wait all the same.
+    let before = std::time::Instant::now();
+    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"a-v3");
+    let third = s.recv().await;
+    assert_eq!(names(&third), ["a-v3"]);
+    assert!(
+        before.elapsed() >= Duration::from_millis(1000),
+        "sent after {:?}",
+        before.elapsed()
+    );
     server.stop().await;
 }

@@ -398,9 +398,16 @@ mod tp2 {
             .map(|(_, r)| r)
     }
 
+    /// The next response, ACKed as a client does (the next one waits for it).
     fn delta_poll(s: &mut Session<DeltaSubscription>, store: &Store) -> Option<DeltaResponse> {
-        s.poll_response(&store.snapshot(), Instant::now())
-            .map(|(_, r)| r)
+        let (type_url, r) = s.poll_response(&store.snapshot(), Instant::now())?;
+        let ack = DeltaDiscoveryRequest {
+            type_url: type_url.to_string(),
+            response_nonce: r.nonce.as_str().to_string(),
+            ..Default::default()
+        };
+        s.handle_request(&(&ack).into(), &store.snapshot()).unwrap();
+        Some(r)
     }
 
     fn delta_request(type_url: &str, node: Option<&Node>) -> DeltaDiscoveryRequest {
@@ -1094,12 +1101,21 @@ mod ttl {
         delta_session_for(node, &["fault", "plain"], store)
     }
 
+    /// Sessions that do not wait for ACKs: these tests are about the deadlines of TTLs, and a
+    /// response waiting for its ACK adds one of its own (`session::tests::ack_wait`).
+    fn no_ack_wait() -> SessionOptions {
+        SessionOptions {
+            ack_wait: Duration::ZERO,
+            ..SessionOptions::default()
+        }
+    }
+
     fn delta_session_for(
         node: &Node,
         names: &[&str],
         store: &Store,
     ) -> (Session<DeltaSubscription>, Instant) {
-        let mut s: Session<DeltaSubscription> = Session::new(None);
+        let mut s: Session<DeltaSubscription> = Session::with_options(None, no_ack_wait());
         s.handle_request(&delta_subscribe(node, names).into(), &store.snapshot())
             .unwrap();
         (s, Instant::now())
@@ -1107,7 +1123,7 @@ mod ttl {
 
     /// An ADS SotW session of `node` subscribed to `names` of the runtime type.
     fn sotw_session(node: &Node, names: &[&str], store: &Store) -> Session<SotwSubscription> {
-        let mut s = ads();
+        let mut s = Session::with_options(None, no_ack_wait());
         s.handle_request(&sotw(RUNTIME, names, "", Some(node)), &store.snapshot())
             .unwrap();
         s
@@ -1739,4 +1755,230 @@ fn a_bound_identity_must_match_the_node_of_the_first_request() {
     // Later requests may omit the node, as without a binding.
     s.handle_request(&sotw(LISTENER, &[], "", None), &snapshot)
         .expect("node known");
+}
+
+/// One response in flight per type ([`SessionOptions::ack_wait`]).
+mod ack_wait {
+    use std::time::{Duration, Instant};
+
+    use envoy_types::pb::google::rpc::Status;
+
+    use super::*;
+    use crate::protocol::sotw::SotwResponse;
+    use crate::protocol::test_support::store_with;
+    use crate::store::Change;
+    use crate::types::RUNTIME;
+
+    const WAIT: Duration = DEFAULT_ACK_WAIT;
+
+    /// A SotW request of `names` answering `nonce` (a NACK with `nack`).
+    fn answer(
+        s: &mut Session<SotwSubscription>,
+        store: &Store,
+        type_url: &str,
+        names: &[&str],
+        nonce: &str,
+        nack: bool,
+    ) {
+        let mut request = DiscoveryRequest {
+            type_url: type_url.into(),
+            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            response_nonce: nonce.into(),
+            node: Some(node("n", "c")),
+            ..Default::default()
+        };
+        if nack {
+            request.error_detail = Some(Status {
+                code: 3,
+                message: "rejected by test".into(),
+                details: vec![],
+            });
+        }
+        s.handle_request(&(&request).into(), &store.snapshot())
+            .unwrap();
+    }
+
+    fn next(
+        s: &mut Session<SotwSubscription>,
+        store: &Store,
+        now: Instant,
+    ) -> Option<(Arc<str>, SotwResponse)> {
+        s.poll_response(&store.snapshot(), now)
+    }
+
+    /// Sets `name` of `type_url` in the store and tells the session, as the store's watch does.
+    fn change(s: &mut Session<SotwSubscription>, store: &Store, type_url: &str, name: &str) {
+        store
+            .apply([Change::Set(input(
+                type_url,
+                name,
+                &format!("{name} at {:?}", Instant::now()),
+            ))])
+            .unwrap();
+        s.handle_changes(
+            [(Arc::from(type_url), [Arc::from(name)].into_iter().collect())]
+                .into_iter()
+                .collect(),
+        );
+    }
+
+    fn names(r: &SotwResponse) -> Vec<String> {
+        r.names().iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_types_next_response_waits_for_the_ack_of_the_last_and_carries_what_changed_meanwhile() {
+        let store = store_with(RUNTIME, &[("a", "1"), ("b", "1")]);
+        let mut s = ads();
+        let t0 = Instant::now();
+        answer(&mut s, &store, RUNTIME, &["a", "b"], "", false);
+        let (_, first) = next(&mut s, &store, t0).unwrap();
+        change(&mut s, &store, RUNTIME, "a");
+        assert!(
+            next(&mut s, &store, t0).is_none(),
+            "the first is not answered"
+        );
+        change(&mut s, &store, RUNTIME, "b");
+        assert!(next(&mut s, &store, t0).is_none());
+        answer(
+            &mut s,
+            &store,
+            RUNTIME,
+            &["a", "b"],
+            first.nonce.as_str(),
+            false,
+        );
+        let (_, second) = next(&mut s, &store, t0).unwrap();
+        assert_eq!(names(&second), ["a", "b"], "both changes in one response");
+        assert!(next(&mut s, &store, t0).is_none());
+    }
+
+    #[test]
+    fn a_nack_lets_the_next_response_go_as_an_ack_does() {
+        let store = store_with(RUNTIME, &[("a", "1")]);
+        let mut s = ads();
+        let t0 = Instant::now();
+        answer(&mut s, &store, RUNTIME, &["a"], "", false);
+        let (_, first) = next(&mut s, &store, t0).unwrap();
+        change(&mut s, &store, RUNTIME, "a");
+        assert!(next(&mut s, &store, t0).is_none());
+        answer(&mut s, &store, RUNTIME, &["a"], first.nonce.as_str(), true);
+        assert_eq!(names(&next(&mut s, &store, t0).unwrap().1), ["a"]);
+    }
+
+    #[test]
+    fn an_unanswered_response_holds_the_next_one_back_for_ack_wait_at_most() {
+        let store = store_with(RUNTIME, &[("a", "1")]);
+        let mut s = ads();
+        let t0 = Instant::now();
+        answer(&mut s, &store, RUNTIME, &["a"], "", false);
+        let (_, first) = next(&mut s, &store, t0).unwrap();
+        assert_eq!(s.poll_timeout(), Some(t0 + WAIT));
+        change(&mut s, &store, RUNTIME, "a");
+        s.handle_timeout(t0 + WAIT / 2);
+        assert!(next(&mut s, &store, t0 + WAIT / 2).is_none());
+        s.handle_timeout(t0 + WAIT);
+        assert_eq!(s.poll_timeout(), None, "no longer waiting");
+        let t1 = t0 + WAIT;
+        let (_, second) = next(&mut s, &store, t1).unwrap();
+        assert_eq!(s.poll_timeout(), Some(t1 + WAIT));
+        // The first one's late ACK answers nothing in flight: the next change waits for the
+        // second one's.
+        answer(&mut s, &store, RUNTIME, &["a"], first.nonce.as_str(), false);
+        change(&mut s, &store, RUNTIME, "a");
+        assert!(next(&mut s, &store, t1).is_none());
+        answer(
+            &mut s,
+            &store,
+            RUNTIME,
+            &["a"],
+            second.nonce.as_str(),
+            false,
+        );
+        assert!(next(&mut s, &store, t1).is_some());
+    }
+
+    #[test]
+    fn a_type_waits_only_for_the_ack_of_its_own_last_response() {
+        let store = store_with(RUNTIME, &[("a", "1")]);
+        store
+            .apply([Change::Set(input(CLUSTER_LOAD_ASSIGNMENT, "e", "1"))])
+            .unwrap();
+        let mut s = ads();
+        let t0 = Instant::now();
+        answer(&mut s, &store, RUNTIME, &["a"], "", false);
+        answer(&mut s, &store, CLUSTER_LOAD_ASSIGNMENT, &["e"], "", false);
+        let mut sent = BTreeMap::new();
+        while let Some((type_url, r)) = next(&mut s, &store, t0) {
+            sent.insert(type_url.to_string(), r.nonce);
+        }
+        assert_eq!(sent.len(), 2);
+        answer(
+            &mut s,
+            &store,
+            RUNTIME,
+            &["a"],
+            sent[RUNTIME].as_str(),
+            false,
+        );
+        change(&mut s, &store, RUNTIME, "a");
+        change(&mut s, &store, CLUSTER_LOAD_ASSIGNMENT, "e");
+        let (type_url, _) = next(&mut s, &store, t0).unwrap();
+        assert_eq!(&*type_url, RUNTIME);
+        assert!(next(&mut s, &store, t0).is_none(), "the endpoints wait");
+        let nonce = sent[CLUSTER_LOAD_ASSIGNMENT].as_str();
+        answer(
+            &mut s,
+            &store,
+            CLUSTER_LOAD_ASSIGNMENT,
+            &["e"],
+            nonce,
+            false,
+        );
+        let (type_url, _) = next(&mut s, &store, t0).unwrap();
+        assert_eq!(&*type_url, CLUSTER_LOAD_ASSIGNMENT);
+    }
+
+    #[test]
+    fn the_parts_of_a_response_over_the_size_limit_do_not_wait() {
+        let resources: Vec<(String, String)> =
+            (0..6).map(|i| (format!("r{i}"), "x".repeat(100))).collect();
+        let resources: Vec<(&str, &str)> = resources
+            .iter()
+            .map(|(n, c)| (n.as_str(), c.as_str()))
+            .collect();
+        let store = store_with(RUNTIME, &resources);
+        let options = SessionOptions {
+            max_response_bytes: 400,
+            ..SessionOptions::default()
+        };
+        let mut s: Session<SotwSubscription> = Session::with_options(None, options);
+        let t0 = Instant::now();
+        let all: Vec<&str> = resources.iter().map(|(n, _)| *n).collect();
+        answer(&mut s, &store, RUNTIME, &all, "", false);
+        let mut parts = Vec::new();
+        while let Some((_, r)) = next(&mut s, &store, t0) {
+            parts.push(r);
+        }
+        assert!(parts.len() > 1, "{} parts", parts.len());
+        assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), 6);
+        change(&mut s, &store, RUNTIME, "r0");
+        assert!(next(&mut s, &store, t0).is_none(), "a new change waits");
+    }
+
+    #[test]
+    fn with_no_ack_wait_each_change_goes_out_at_once() {
+        let store = store_with(RUNTIME, &[("a", "1")]);
+        let options = SessionOptions {
+            ack_wait: Duration::ZERO,
+            ..SessionOptions::default()
+        };
+        let mut s: Session<SotwSubscription> = Session::with_options(None, options);
+        let t0 = Instant::now();
+        answer(&mut s, &store, RUNTIME, &["a"], "", false);
+        assert!(next(&mut s, &store, t0).is_some());
+        assert_eq!(s.poll_timeout(), None);
+        change(&mut s, &store, RUNTIME, "a");
+        assert!(next(&mut s, &store, t0).is_some());
+    }
 }
