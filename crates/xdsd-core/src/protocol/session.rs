@@ -981,6 +981,15 @@ impl<M: Machine> Session<M> {
         }
     }
 
+    /// The types whose next response waits for the client's answer to the last one
+    /// ([`SessionOptions::ack_wait`]): nothing of them goes out before a request or a timeout.
+    pub fn waiting_types(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.types
+            .iter()
+            .filter(|(_, s)| s.waiting_since.is_some() && !s.machine.in_parts())
+            .map(|(t, _)| t)
+    }
+
     /// Whether `poll_response` may have something to send.
     pub fn has_pending(&self) -> bool {
         !self.lingering.is_empty() || self.types.values().any(|s| s.machine.has_pending())

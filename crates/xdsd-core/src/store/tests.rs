@@ -169,6 +169,38 @@ fn a_change_wakes_the_watchers_of_one_connection_one_after_another() {
 }
 
 #[test]
+fn a_change_of_a_muted_type_is_recorded_without_waking_the_watcher() {
+    let store = Store::new();
+    let (cluster, endpoints) = (arc(CLUSTER), arc(CLUSTER_LOAD_ASSIGNMENT));
+    let mut w = store.watcher();
+    w.set_wildcard(&cluster, true);
+    w.watch(&endpoints, [&arc("e")]);
+    w.mute([&endpoints]);
+    assert!(w.is_muting());
+    let set = |t: &str, n: &str| Change::Set(input(t, n, b"1"));
+    assert!(wake_order(
+        &store,
+        std::slice::from_ref(&w),
+        set(CLUSTER_LOAD_ASSIGNMENT, "e")
+    )
+    .is_empty());
+    // A change of a type not muted wakes it, and the muted type's change is taken with it.
+    assert_eq!(
+        wake_order(&store, std::slice::from_ref(&w), set(CLUSTER, "c")),
+        [0]
+    );
+    let changes = w.take_changes().into_sets();
+    assert!(changes[&endpoints].contains("e") && changes[&cluster].contains("c"));
+    // (The wake left a permit: taken, as the stream's loop takes it.)
+    assert!(futures::FutureExt::now_or_never(w.changed()).is_some());
+    // Unmuted: it wakes again.
+    w.mute([]);
+    assert!(!w.is_muting());
+    let change = Change::Set(input(CLUSTER_LOAD_ASSIGNMENT, "e", b"2"));
+    assert_eq!(wake_order(&store, std::slice::from_ref(&w), change), [0]);
+}
+
+#[test]
 fn a_watched_name_that_springs_into_existence_notifies() {
     let store = Store::new();
     let mut w = store.watcher();

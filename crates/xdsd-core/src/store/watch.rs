@@ -194,13 +194,22 @@ impl FromIterator<(Arc<str>, HashSet<Arc<str>>)> for Changes {
 #[derive(Default)]
 pub(crate) struct Signal {
     notify: Notify,
-    dirty: Mutex<Changes>,
+    dirty: Mutex<Pending>,
     /// The watcher's group (`Store::watcher_in`).
     group: u64,
 }
 
+/// A stream's changes not taken yet, and the types whose changes do not wake it.
+#[derive(Default)]
+struct Pending {
+    changes: Changes,
+    /// Types the stream cannot answer a change of for now (a response of the type waits for
+    /// the client's ACK): their changes are recorded without a wake, and taken with the next.
+    muted: Vec<Arc<str>>,
+}
+
 impl Signal {
-    fn dirty(&self) -> MutexGuard<'_, Changes> {
+    fn dirty(&self) -> MutexGuard<'_, Pending> {
         // A poisoned lock only means another thread panicked while holding it; the map itself is
         // still a valid set of names.
         self.dirty.lock().unwrap_or_else(|e| e.into_inner())
@@ -271,24 +280,33 @@ impl WatchIndex {
         marks.sort_by_key(|(key, _, _)| *key);
         for run in marks.chunk_by(|a, b| a.0 == b.0) {
             let signal = run[0].1;
-            let mut dirty = signal.dirty();
+            let mut pending = signal.dirty();
+            let Pending { changes, muted } = &mut *pending;
+            let mut wake = false;
             for (_, _, mark) in run {
-                match mark {
+                let type_url = match mark {
                     Mark::Name(type_url, name) => {
-                        dirty
+                        changes
                             .names
                             .entry((*type_url).clone())
                             .or_default()
                             .insert((*name).clone());
+                        *type_url
                     }
-                    Mark::Whole(change) => dirty.shared.push((*change).clone()),
-                }
+                    Mark::Whole(change) => {
+                        changes.shared.push((*change).clone());
+                        &change.type_url
+                    }
+                };
+                wake = wake || !muted.iter().any(|m| m == type_url);
             }
-            if dirty.shared.len() > MAX_SHARED {
-                dirty.fold();
+            if changes.shared.len() > MAX_SHARED {
+                changes.fold();
             }
-            drop(dirty);
-            signal.notify.notify_one();
+            drop(pending);
+            if wake {
+                signal.notify.notify_one();
+            }
         }
     }
 }
@@ -351,6 +369,8 @@ pub struct Watcher {
     registered: TypeMap<Registered>,
     /// How many parameter sets were last registered (`set_params`).
     params: Option<usize>,
+    /// The types last muted (`mute`).
+    muted: Vec<Arc<str>>,
 }
 
 impl Watcher {
@@ -364,6 +384,7 @@ impl Watcher {
             }),
             registered: TypeMap::default(),
             params: None,
+            muted: Vec::new(),
         }
     }
 
@@ -481,7 +502,41 @@ impl Watcher {
 
     /// The names that changed since the last call, per type; empty if none.
     pub fn take_changes(&self) -> Changes {
-        std::mem::take(&mut *self.signal.dirty())
+        std::mem::take(&mut self.signal.dirty().changes)
+    }
+
+    /// From now on changes of these types (only) do not wake the stream ([`Watcher::changed`]):
+    /// they are recorded all the same, and `take_changes` takes them with the others. For a
+    /// stream that cannot answer them before something else happens (its response of the type
+    /// waits for the client's ACK): under churn a change a millisecond would otherwise wake
+    /// each such stream for nothing. Takes a lock only when the list differs from the last.
+    pub fn mute<'a>(&mut self, types: impl IntoIterator<Item = &'a Arc<str>>) {
+        // Compared as they come: the list is nearly always what it was (no allocation then).
+        let mut same = 0;
+        let mut differ: Option<Vec<Arc<str>>> = None;
+        for t in types {
+            match &mut differ {
+                Some(list) => list.push(t.clone()),
+                None if self.muted.get(same) == Some(t) => same += 1,
+                None => {
+                    let mut list = self.muted[..same].to_vec();
+                    list.push(t.clone());
+                    differ = Some(list);
+                }
+            }
+        }
+        let list = match differ {
+            Some(list) => list,
+            None if same == self.muted.len() => return,
+            None => self.muted[..same].to_vec(),
+        };
+        self.signal.dirty().muted = list.clone();
+        self.muted = list;
+    }
+
+    /// Whether some types are muted (`mute`).
+    pub fn is_muting(&self) -> bool {
+        !self.muted.is_empty()
     }
 }
 
@@ -523,7 +578,7 @@ impl Drop for Watcher {
 impl Watcher {
     /// How many commits' changes the watcher holds shared.
     pub(crate) fn debug_shared(&self) -> usize {
-        self.signal.dirty().shared.len()
+        self.signal.dirty().changes.shared.len()
     }
 }
 

@@ -178,6 +178,7 @@ pub(crate) fn run<V: Variant>(
                         if let Err(status) = s.on_request(request) {
                             break Err(status);
                         }
+                        s.take_muted_changes();
                     }
                     Some(Err(error)) => match status_of_read_error(&error, ctx.options.max_request_bytes) {
                         Some(status) => break Err(status),
@@ -189,13 +190,19 @@ pub(crate) fn run<V: Variant>(
                     None => break Ok(()),
                 },
                 _ = s.watcher.changed() => s.session.handle_changes(s.watcher.take_changes()),
-                _ = timer => s.session.handle_timeout(Instant::now()),
+                _ = timer => {
+                    s.session.handle_timeout(Instant::now());
+                    s.take_muted_changes();
+                }
             }
             match s.flush(&mut tx, down.as_mut()).await {
                 Ok(()) => {}
                 Err(Halt::Gone) => break Ok(()),
                 Err(Halt::ShuttingDown) => break Err(shutting_down()),
             }
+            // Types whose response waits for the client's answer: their changes wait without
+            // waking the stream, until the answer (or the wait's end) comes.
+            s.watcher.mute(s.session.waiting_types());
         };
         if let Err(status) = ending {
             // Every stream ends at shutdown: that is no client's fault, and not worth a warning each.
@@ -240,6 +247,14 @@ impl<V: Variant> Stream<V> {
         }
         register(&mut self.watcher, &type_url, &change);
         Ok(())
+    }
+
+    /// Takes what changed of the muted types (their changes wake nobody), after an event that
+    /// may have let their responses go.
+    fn take_muted_changes(&mut self) {
+        if self.watcher.is_muting() {
+            self.session.handle_changes(self.watcher.take_changes());
+        }
     }
 
     fn log(&self, handled: &Handled) {
