@@ -310,6 +310,29 @@ fn fill_latencies(row: &mut Row, changes: &[(u32, u32, u64)], results: &[ClientR
         );
     }
     let (last, pooled, missing) = latencies(changes, results);
+    if let Some(path) = std::env::var_os("XDS_BENCH_SERIES") {
+        let mut out = String::new();
+        let mut worst = vec![(0u64, 0usize); changes.len()];
+        for (ci, r) in results.iter().enumerate() {
+            let (l, _, _) = latencies_of(changes, &[r]);
+            for (i, x) in l.iter().enumerate() {
+                if let Some(x) = x {
+                    if *x >= worst[i].0 {
+                        worst[i] = (*x, ci);
+                    }
+                }
+            }
+        }
+        for (i, c) in changes.iter().enumerate() {
+            out.push_str(&format!(
+                "{} {} {}\n",
+                c.2,
+                worst[i].0 / 1_000_000,
+                worst[i].1
+            ));
+        }
+        let _ = std::fs::write(path, out);
+    }
     row.changes = changes.len();
     row.conv_ms = pct(last.iter().flatten().copied().collect());
     row.client_ms = pct(pooled);

@@ -1826,13 +1826,21 @@ mod ack_wait {
         r.names().iter().map(|n| n.to_string()).collect()
     }
 
-    #[test]
-    fn a_types_next_response_waits_for_the_ack_of_the_last_and_carries_what_changed_meanwhile() {
-        let store = store_with(RUNTIME, &[("a", "1"), ("b", "1")]);
+    /// An ADS session subscribed to `subscribed` of the runtime type (which the store holds),
+    /// and its first response, not answered yet.
+    fn started(subscribed: &[&str]) -> (Store, Session<SotwSubscription>, Instant, SotwResponse) {
+        let resources: Vec<(&str, &str)> = subscribed.iter().map(|n| (*n, "1")).collect();
+        let store = store_with(RUNTIME, &resources);
         let mut s = ads();
         let t0 = Instant::now();
-        answer(&mut s, &store, RUNTIME, &["a", "b"], "", false);
+        answer(&mut s, &store, RUNTIME, subscribed, "", false);
         let (_, first) = next(&mut s, &store, t0).unwrap();
+        (store, s, t0, first)
+    }
+
+    #[test]
+    fn a_types_next_response_waits_for_the_ack_of_the_last_and_carries_what_changed_meanwhile() {
+        let (store, mut s, t0, first) = started(&["a", "b"]);
         change(&mut s, &store, RUNTIME, "a");
         assert!(
             next(&mut s, &store, t0).is_none(),
@@ -1855,11 +1863,7 @@ mod ack_wait {
 
     #[test]
     fn a_nack_lets_the_next_response_go_as_an_ack_does() {
-        let store = store_with(RUNTIME, &[("a", "1")]);
-        let mut s = ads();
-        let t0 = Instant::now();
-        answer(&mut s, &store, RUNTIME, &["a"], "", false);
-        let (_, first) = next(&mut s, &store, t0).unwrap();
+        let (store, mut s, t0, first) = started(&["a"]);
         change(&mut s, &store, RUNTIME, "a");
         assert!(next(&mut s, &store, t0).is_none());
         answer(&mut s, &store, RUNTIME, &["a"], first.nonce.as_str(), true);
@@ -1868,11 +1872,7 @@ mod ack_wait {
 
     #[test]
     fn an_unanswered_response_holds_the_next_one_back_for_ack_wait_at_most() {
-        let store = store_with(RUNTIME, &[("a", "1")]);
-        let mut s = ads();
-        let t0 = Instant::now();
-        answer(&mut s, &store, RUNTIME, &["a"], "", false);
-        let (_, first) = next(&mut s, &store, t0).unwrap();
+        let (store, mut s, t0, first) = started(&["a"]);
         assert_eq!(s.poll_timeout(), Some(t0 + WAIT));
         change(&mut s, &store, RUNTIME, "a");
         s.handle_timeout(t0 + WAIT / 2);
