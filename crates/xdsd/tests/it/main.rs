@@ -9,6 +9,7 @@ mod bad_directory;
 mod cli_check;
 mod cli_render;
 mod envoy_ads;
+mod envoy_churn;
 mod envoy_csds;
 mod envoy_delta;
 mod envoy_files;
