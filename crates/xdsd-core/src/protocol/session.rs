@@ -352,6 +352,11 @@ pub trait Machine: Send + 'static {
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange);
     fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>);
+    /// Told that `count` changed names (repeats included) are coming: true when the machine
+    /// does not need them one by one (`mark_changed` is then not called).
+    fn skips_changes(&mut self, _count: usize) -> bool {
+        false
+    }
     fn has_pending(&self) -> bool;
     /// Whether the next response is the rest of one that goes out in parts.
     fn in_parts(&self) -> bool;
@@ -426,6 +431,9 @@ impl Machine for SotwSubscription {
     }
     fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>) {
         SotwSubscription::mark_changed(self, names)
+    }
+    fn skips_changes(&mut self, count: usize) -> bool {
+        SotwSubscription::skips_changes(self, count)
     }
     fn has_pending(&self) -> bool {
         SotwSubscription::has_pending(self)
@@ -937,7 +945,9 @@ impl<M: Machine> Session<M> {
             let Some(state) = self.types.get_mut(type_url) else {
                 continue;
             };
-            state.machine.mark_changed(changes.names(type_url));
+            if !state.machine.skips_changes(changes.count(type_url)) {
+                state.machine.mark_changed(changes.names(type_url));
+            }
             if ordered && REFERENCED.contains(&&**type_url) {
                 // Kept to find the removals that must wait (`update_lingering`).
                 let mut gone = changes.maybe_removed(type_url).peekable();

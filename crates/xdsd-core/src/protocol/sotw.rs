@@ -411,8 +411,7 @@ impl SotwSubscription {
         if self.all_dirty {
             return;
         }
-        let scan_at = (self.wildcard.is_none() && !self.full_state)
-            .then(|| self.names.len().max(SCAN_MIN_KEYS).div_ceil(4));
+        let scan_at = self.scan_at();
         let Self {
             dirty,
             wildcard,
@@ -441,6 +440,30 @@ impl SotwSubscription {
         if names.next().is_some() {
             *all_dirty = true;
             reset(dirty);
+        }
+    }
+
+    /// How many changed names since the last response turn it into a look at every key, if
+    /// this subscription looks at every key (named keys only, not a full-state type).
+    fn scan_at(&self) -> Option<usize> {
+        (self.wildcard.is_none() && !self.full_state)
+            .then(|| self.names.len().max(SCAN_MIN_KEYS).div_ceil(4))
+    }
+
+    /// Told that `count` changed names (repeats included) are coming, before
+    /// [`Self::mark_changed`]: true when that many put the subscription past its scan threshold,
+    /// so the names need not be looked at one by one at all.
+    pub fn skips_changes(&mut self, count: usize) -> bool {
+        if self.all_dirty {
+            return true;
+        }
+        match self.scan_at() {
+            Some(scan_at) if self.offered.saturating_add(count) > scan_at => {
+                self.all_dirty = true;
+                reset(&mut self.dirty);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -772,7 +795,7 @@ impl SotwSubscription {
     /// forced): each key's resource the client was not sent as it is now, in name order,
     /// recorded as sent. One lookup per key, in the view's order when the keys are most of it.
     fn scan_owed(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
-        let mut out: Vec<Arc<Resource>> = Vec::new();
+        let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
         if let [pid] = self.pids[..] {
             let view = views.view(pid);
             if super::in_view_order(view, self.names.len()) {

@@ -201,6 +201,35 @@ fn a_change_of_a_muted_type_is_recorded_without_waking_the_watcher() {
 }
 
 #[test]
+fn changes_count_the_names_they_list_repeats_included() {
+    let store = Store::new();
+    let (cluster, endpoints) = (arc(CLUSTER), arc(CLUSTER_LOAD_ASSIGNMENT));
+    let mut w = store.watcher();
+    w.set_wildcard(&cluster, true);
+    w.watch(&endpoints, [&arc("e"), &arc("f")]);
+    for content in [b"1", b"2"] {
+        store
+            .apply([
+                Change::Set(input(CLUSTER, "a", content)),
+                Change::Set(input(CLUSTER, "b", content)),
+                Change::Set(input(CLUSTER_LOAD_ASSIGNMENT, "e", content)),
+            ])
+            .unwrap();
+    }
+    let changes = w.take_changes();
+    for type_url in [&cluster, &endpoints] {
+        assert_eq!(changes.count(type_url), changes.names(type_url).count());
+    }
+    assert_eq!(
+        changes.count(&cluster),
+        4,
+        "two commits' lists of two names"
+    );
+    assert_eq!(changes.count(&endpoints), 1, "a set of names");
+    assert_eq!(changes.count(LISTENER), 0);
+}
+
+#[test]
 fn a_watched_name_that_springs_into_existence_notifies() {
     let store = Store::new();
     let mut w = store.watcher();
@@ -683,4 +712,18 @@ fn a_commit_that_removes_no_name_is_not_listed_among_the_possible_removals() {
     let mut gone: Vec<&str> = changes.maybe_removed(CLUSTER).map(|n| &**n).collect();
     gone.sort();
     assert_eq!(gone, ["gone", "kept"], "the commit's names, a superset");
+}
+
+#[test]
+fn a_length_delimited_field_is_written_as_prost_writes_it() {
+    for tag in [1u32, 2, 15, 16, 2047, 2048] {
+        for len in [0usize, 1, 127, 128, 300, 16_383, 16_384, 2_097_152] {
+            let bytes = vec![7u8; len];
+            let mut ours = Vec::new();
+            snapshot::put_length_delimited(&mut ours, tag, &bytes);
+            let mut theirs = Vec::new();
+            prost::encoding::bytes::encode(tag, &bytes, &mut theirs);
+            assert_eq!(ours, theirs, "tag {tag}, {len} bytes");
+        }
+    }
 }

@@ -134,6 +134,13 @@ impl Changes {
         self.listed(type_url, false)
     }
 
+    /// How many names `names(type_url)` gives (repeats included), without listing them.
+    pub fn count(&self, type_url: &str) -> usize {
+        let own = self.names.get(type_url).map_or(0, |n| n.len());
+        let shared = self.shared.iter().filter(|c| &*c.type_url == type_url);
+        own + shared.map(|c| c.names.len()).sum::<usize>()
+    }
+
     /// The changed names of `type_url` that may have gone from the store (a superset of them):
     /// the names marked one by one, and those of commits that removed a name.
     pub(crate) fn maybe_removed<'a>(
@@ -247,6 +254,9 @@ impl WatchIndex {
         for change in changed {
             let (type_url, names) = (&change.type_url, &change.names);
             if let Some(watchers) = self.wildcards.get(type_url) {
+                // Room for a mark each at once (grown one at a time, the list of a thousand
+                // streams was reallocated ten times per commit).
+                marks.reserve(watchers.len());
                 for (id, signal) in watchers {
                     let key = (signal.group, *id);
                     let params = params(id);

@@ -511,6 +511,26 @@ fn more_changes_than_a_quarter_of_the_keys_are_found_by_looking_at_every_key() {
     }
 }
 
+/// Told how many changed names are coming, a subscription past the threshold skips them all and
+/// looks at every key; under it, it takes them name by name.
+#[test]
+fn a_batch_of_changes_past_a_quarter_of_the_keys_is_not_looked_at_name_by_name() {
+    let names: Vec<String> = (0..100).map(|i| format!("n{i:03}")).collect();
+    let contents: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &contents);
+    let list: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
+    h.request(&list, "", "");
+    let (_, v, n) = h.expect();
+    h.request(&list, &n, &v);
+    assert!(!h.sub.skips_changes(25), "25 of 100 keys: name by name");
+    h.set("n010", "2");
+    h.set("n020", "2");
+    assert!(h.sub.skips_changes(26));
+    assert!(h.sub.all_dirty && h.sub.dirty.is_empty());
+    assert_eq!(h.expect().0, ["n010", "n020"]);
+    assert!(!h.sub.skips_changes(1), "counted afresh after the response");
+}
+
 #[test]
 fn resource_springing_into_existence_is_sent_when_it_appears() {
     let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[]);
