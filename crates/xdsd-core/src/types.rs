@@ -161,7 +161,7 @@ impl<V> TypeMap<V> {
         self.list.shrink_to_fit();
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&std::sync::Arc<str>, &V)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&std::sync::Arc<str>, &V)> + Clone {
         self.list.iter().map(|(t, v)| (t, v))
     }
 

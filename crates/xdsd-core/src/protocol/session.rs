@@ -605,6 +605,14 @@ struct TypeState<M> {
     keys: usize,
 }
 
+impl<M: Machine> TypeState<M> {
+    /// Whether the type's next response waits for the client's answer to the last one (the
+    /// rest of a response in parts does not wait).
+    fn waits(&self) -> bool {
+        self.waiting_since.is_some() && !self.machine.in_parts()
+    }
+}
+
 impl<M> TypeState<M> {
     /// How often this type's TTLs are renewed: a fraction of the shortest.
     fn heartbeat_interval(&self) -> Option<Duration> {
@@ -993,11 +1001,8 @@ impl<M: Machine> Session<M> {
 
     /// The types whose next response waits for the client's answer to the last one
     /// ([`SessionOptions::ack_wait`]): nothing of them goes out before a request or a timeout.
-    pub fn waiting_types(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.types
-            .iter()
-            .filter(|(_, s)| s.waiting_since.is_some() && !s.machine.in_parts())
-            .map(|(t, _)| t)
+    pub fn waiting_types(&self) -> impl Iterator<Item = &Arc<str>> + Clone {
+        self.types.iter().filter(|(_, s)| s.waits()).map(|(t, _)| t)
     }
 
     /// Whether `poll_response` may have something to send.
@@ -1024,9 +1029,7 @@ impl<M: Machine> Session<M> {
             let type_url = self
                 .types
                 .iter()
-                .filter(|(_, s)| {
-                    s.machine.has_pending() && (s.waiting_since.is_none() || s.machine.in_parts())
-                })
+                .filter(|(_, s)| s.machine.has_pending() && !s.waits())
                 .map(|(t, _)| (types::push_rank(t), t))
                 .filter(|k| after.is_none_or(|a| *k > a))
                 .min()?

@@ -85,7 +85,7 @@ impl SotwResponse {
 
 /// A subscription of named keys looks at every key for its next response, rather than at each
 /// changed name, once it was offered more changed names since its last one than a quarter of its
-/// keys, counted as at least this many (`SotwSubscription::mark_changed`).
+/// keys, counted as at least this many (`SotwSubscription::skips_changes`).
 const SCAN_MIN_KEYS: usize = 32;
 
 /// One type's subscription on a SotW stream. Subscriptions are keys: a name and the parameter
@@ -401,70 +401,45 @@ impl SotwSubscription {
         }
     }
 
-    /// Records names the store changed (added, modified or removed). Once a subscription of
-    /// named keys (no wildcard, not a full-state type) is offered more changed names since its
-    /// last response than a quarter of its keys, repeats included, it stops recording them and
-    /// its next response looks at every key instead ([`SCAN_MIN_KEYS`]): under churn a stream
-    /// takes the changes of many commits at once (S5 at 2,000 changes a second: some 170 names
-    /// per response for 100 keys), and looking each up was a quarter of the server's work.
+    /// Records names the store changed (added, modified or removed), each counted as offered
+    /// (see [`Self::skips_changes`], asked first).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         if self.all_dirty {
             return;
         }
-        let scan_at = self.scan_at();
         let Self {
             dirty,
             wildcard,
             names: subscribed,
             pids,
             offered,
-            all_dirty,
             ..
         } = self;
-        let watches = |name: &Arc<str>| {
+        let names = names.into_iter().inspect(|_| *offered += 1);
+        super::mark_dirty(dirty, names, |name| {
             wildcard.is_some() || pids.iter().any(|p| subscribed.contains(name, *p))
-        };
-        let Some(scan_at) = scan_at else {
-            super::mark_dirty(dirty, names, watches);
-            return;
-        };
-        let mut names = names.into_iter();
-        let room = scan_at.saturating_sub(*offered);
-        let mut taken = 0;
-        super::mark_dirty(
-            dirty,
-            names.by_ref().take(room).inspect(|_| taken += 1),
-            watches,
-        );
-        *offered += taken;
-        if names.next().is_some() {
-            *all_dirty = true;
-            reset(dirty);
-        }
-    }
-
-    /// How many changed names since the last response turn it into a look at every key, if
-    /// this subscription looks at every key (named keys only, not a full-state type).
-    fn scan_at(&self) -> Option<usize> {
-        (self.wildcard.is_none() && !self.full_state)
-            .then(|| self.names.len().max(SCAN_MIN_KEYS).div_ceil(4))
+        });
     }
 
     /// Told that `count` changed names (repeats included) are coming, before
-    /// [`Self::mark_changed`]: true when that many put the subscription past its scan threshold,
-    /// so the names need not be looked at one by one at all.
+    /// [`Self::mark_changed`]: true when the names need not be looked at one by one. Once a
+    /// subscription of named keys (no wildcard, not a full-state type) is offered more changed
+    /// names since its last response than a quarter of its keys ([`SCAN_MIN_KEYS`] at least),
+    /// it stops recording them and its next response looks at every key instead: under churn a
+    /// stream takes the changes of many commits at once (S5 at 2,000 changes a second: some 170
+    /// names per response for 100 keys), and looking each up was a quarter of the server's work.
     pub fn skips_changes(&mut self, count: usize) -> bool {
         if self.all_dirty {
             return true;
         }
-        match self.scan_at() {
-            Some(scan_at) if self.offered.saturating_add(count) > scan_at => {
-                self.all_dirty = true;
-                reset(&mut self.dirty);
-                true
-            }
-            _ => false,
+        let scan = self.wildcard.is_none() && !self.full_state;
+        let scan_at = self.names.len().max(SCAN_MIN_KEYS).div_ceil(4);
+        if scan && self.offered.saturating_add(count) > scan_at {
+            self.all_dirty = true;
+            reset(&mut self.dirty);
+            return true;
         }
+        false
     }
 
     /// Forgets what was owed of the store's changes (after a response).

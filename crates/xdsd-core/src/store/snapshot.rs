@@ -830,24 +830,15 @@ pub(crate) fn field_len(len: usize) -> usize {
 pub(crate) fn put_length_delimited(buf: &mut impl BufMut, tag: u32, bytes: &[u8]) {
     // The key and the length gathered first and written at once: byte by byte, they cost as
     // much as copying the small resource after them (S5, a response of 70 endpoint sets).
-    let mut head = [0u8; 15];
-    let key = (u64::from(tag) << 3) | prost::encoding::WireType::LengthDelimited as u64;
-    let at = put_varint(&mut head, 0, key);
-    let at = put_varint(&mut head, at, bytes.len() as u64);
+    // A key takes 5 bytes at most, a length 10.
+    const HEAD: usize = 15;
+    let mut head = [0u8; HEAD];
+    let mut rest = &mut head[..];
+    prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, &mut rest);
+    prost::encoding::encode_varint(bytes.len() as u64, &mut rest);
+    let at = HEAD - rest.len();
     buf.put_slice(&head[..at]);
     buf.put_slice(bytes);
-}
-
-/// Writes `value` as a varint into `out` from `at`; returns where it ends. `out` has room (a
-/// varint of a u64 takes 10 bytes at most).
-fn put_varint(out: &mut [u8; 15], mut at: usize, mut value: u64) -> usize {
-    while value >= 0x80 {
-        out[at] = (value as u8) | 0x80;
-        value >>= 7;
-        at += 1;
-    }
-    out[at] = value as u8;
-    at + 1
 }
 
 /// Writes a string field (`tag` < 16), left out when empty (proto3).

@@ -520,28 +520,13 @@ impl Watcher {
     /// stream that cannot answer them before something else happens (its response of the type
     /// waits for the client's ACK): under churn a change a millisecond would otherwise wake
     /// each such stream for nothing. Takes a lock only when the list differs from the last.
-    pub fn mute<'a>(&mut self, types: impl IntoIterator<Item = &'a Arc<str>>) {
-        // Compared as they come: the list is nearly always what it was (no allocation then).
-        let mut same = 0;
-        let mut differ: Option<Vec<Arc<str>>> = None;
-        for t in types {
-            match &mut differ {
-                Some(list) => list.push(t.clone()),
-                None if self.muted.get(same) == Some(t) => same += 1,
-                None => {
-                    let mut list = self.muted[..same].to_vec();
-                    list.push(t.clone());
-                    differ = Some(list);
-                }
-            }
+    pub fn mute<'a>(&mut self, types: impl Iterator<Item = &'a Arc<str>> + Clone) {
+        // The list is nearly always what it was: compared first, no allocation then.
+        if types.clone().eq(self.muted.iter()) {
+            return;
         }
-        let list = match differ {
-            Some(list) => list,
-            None if same == self.muted.len() => return,
-            None => self.muted[..same].to_vec(),
-        };
-        self.signal.dirty().muted = list.clone();
-        self.muted = list;
+        self.muted = types.cloned().collect();
+        self.signal.dirty().muted = self.muted.clone();
     }
 
     /// Whether some types are muted (`mute`).

@@ -34,10 +34,13 @@ impl Harness {
         remove(&self.store, self.sub.type_url(), name);
     }
 
-    /// Tells the machine that `names` changed (what the transport does on a store notification).
+    /// Tells the machine that `names` changed (what the session does on a store notification:
+    /// how many first, then the names unless the machine skips them).
     fn notify(&mut self, names: &[&str]) {
         let names: Vec<Arc<str>> = names.iter().map(|n| Arc::from(*n)).collect();
-        self.sub.mark_changed(names.iter());
+        if !self.sub.skips_changes(names.len()) {
+            self.sub.mark_changed(names.iter());
+        }
     }
 
     fn request(&mut self, names: &[&str], nonce: &str, version: &str) -> RequestKind {
