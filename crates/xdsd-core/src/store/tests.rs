@@ -201,6 +201,84 @@ fn a_change_of_a_muted_type_is_recorded_without_waking_the_watcher() {
 }
 
 #[test]
+fn a_type_unmuted_with_changes_not_taken_wakes_the_watcher() {
+    let store = Store::new();
+    let (cluster, endpoints) = (arc(CLUSTER), arc(CLUSTER_LOAD_ASSIGNMENT));
+    let mut w = store.watcher();
+    // One type watched whole (its commits wait in the type's log), one by name (marked).
+    w.set_wildcard(&cluster, true);
+    w.watch(&endpoints, [&arc("e")]);
+    for (muted, change) in [
+        (&cluster, Change::Set(input(CLUSTER, "c", b"1"))),
+        (
+            &endpoints,
+            Change::Set(input(CLUSTER_LOAD_ASSIGNMENT, "e", b"1")),
+        ),
+    ] {
+        w.mute([muted].into_iter());
+        let woken = wake_order(&store, std::slice::from_ref(&w), change);
+        assert!(woken.is_empty(), "muted: recorded without a wake");
+        // The stream let the type go (its ACK came) after it last took its changes: without a
+        // wake it would sleep on a change until another came.
+        w.mute(std::iter::empty());
+        assert!(futures::FutureExt::now_or_never(w.changed()).is_some());
+        assert!(w.take_changes().into_sets()[muted].len() == 1);
+    }
+    // Unmuted with nothing to take: no wake.
+    w.mute([&cluster].into_iter());
+    w.mute(std::iter::empty());
+    assert!(futures::FutureExt::now_or_never(w.changed()).is_none());
+}
+
+#[test]
+fn a_commit_every_whole_type_watcher_took_is_let_go() {
+    let store = Store::new();
+    let cluster = arc(CLUSTER);
+    let (mut fast, mut slow) = (store.watcher(), store.watcher());
+    fast.set_wildcard(&cluster, true);
+    slow.set_wildcard(&cluster, true);
+    let commit = |i: u32| {
+        store
+            .apply([Change::Set(input(CLUSTER, "c", i.to_string().as_bytes()))])
+            .unwrap();
+    };
+    for i in 0..3 {
+        commit(i);
+        fast.take_changes();
+    }
+    // The log holds what the slowest has not taken.
+    assert_eq!((fast.debug_shared(), slow.debug_shared()), (0, 3));
+    assert_eq!(lock_index(&store.inner.index).debug_log_len(&cluster), 3);
+    assert_eq!(slow.take_changes().names(CLUSTER).count(), 3);
+    commit(3);
+    assert_eq!(lock_index(&store.inner.index).debug_log_len(&cluster), 1);
+    fast.take_changes();
+    slow.take_changes();
+    commit(4);
+    fast.take_changes();
+    slow.take_changes();
+    // Trimmed at the next commit: it holds that one alone.
+    commit(5);
+    assert_eq!(lock_index(&store.inner.index).debug_log_len(&cluster), 1);
+    drop((fast, slow));
+    assert_eq!(lock_index(&store.inner.index).debug_counts(), (0, 0));
+}
+
+#[test]
+fn changes_not_taken_stay_when_a_stream_stops_watching_the_whole_type() {
+    let store = Store::new();
+    let cluster = arc(CLUSTER);
+    let mut w = store.watcher();
+    w.set_dense(&cluster, true);
+    store
+        .apply([Change::Set(input(CLUSTER, "a", b"1"))])
+        .unwrap();
+    w.set_dense(&cluster, false);
+    let changes = w.take_changes().into_sets();
+    assert!(changes[&cluster].contains("a"));
+}
+
+#[test]
 fn changes_count_the_names_they_list_repeats_included() {
     let store = Store::new();
     let (cluster, endpoints) = (arc(CLUSTER), arc(CLUSTER_LOAD_ASSIGNMENT));
@@ -629,7 +707,7 @@ fn commits_a_whole_type_watcher_has_not_taken_fold_into_one_set_of_names() {
                 Change::Set(input(CLUSTER, &format!("once-{i}"), b"1")),
             ])
             .unwrap();
-        assert!(w.debug_shared() <= super::watch::MAX_SHARED);
+        assert!(w.debug_shared() <= super::watch::MAX_LOG);
     }
     let changes = w.take_changes().into_sets();
     let mut names: Vec<&str> = changes[&cluster].iter().map(|n| &**n).collect();

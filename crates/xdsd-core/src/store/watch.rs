@@ -7,6 +7,7 @@
 use crate::hash::{HashMap, HashSet};
 use crate::params::{Constraints, ParamSet};
 use crate::types::TypeMap;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -66,9 +67,10 @@ impl Wake {
 pub(crate) type ChangedNames = Vec<(Arc<str>, Wake)>;
 
 /// The names of one type one commit changed. Shared by every stream that watches the whole type
-/// and is woken by all of them: the commit hands each such stream a count on it, not its names
-/// one by one (at 2,000 changes a second, marking every name on each of 1,000 streams was a
-/// quarter of the server's work, all of it on the committing thread while the streams waited).
+/// and is woken by all of them: kept once in the type's log ([`WholeType`]), and each such stream
+/// takes a count on it, not its names one by one (at 2,000 changes a second, marking every name
+/// on each of 1,000 streams was a quarter of the server's work, all of it on the committing
+/// thread while the streams waited).
 #[derive(Debug)]
 pub(crate) struct TypeChange {
     type_url: Arc<str>,
@@ -94,12 +96,11 @@ impl TypeChange {
 /// Changed names per type URL.
 pub(crate) type Changed = [Arc<TypeChange>];
 
-/// Commits' changes a stream holds shared before they are folded into its own set of names:
-/// bounded whatever the number of commits while the stream is busy or its client slow. A stream
-/// takes its changes once per response: at 2,000 commits a second and a response every 50 ms,
-/// about a hundred commits wait, and folding them on the committing thread took about 7 % of
-/// the server's CPU (perf, S5 at 2,000 changes/s, 16 commits held).
-pub(crate) const MAX_SHARED: usize = 128;
+/// The most commits a type's log keeps for the streams that watch the whole type and have not
+/// taken them (see [`WholeType`]): past it, the older half is folded into the sets of names of
+/// the streams that lag, so what a slow or stalled stream makes the store hold stays bounded
+/// whatever the number of commits.
+pub(crate) const MAX_LOG: usize = 256;
 
 /// Names that changed since a stream last looked, per type URL. A name changed by several
 /// commits may be listed more than once: the changes of whole types are the commits' own lists,
@@ -225,58 +226,140 @@ impl Signal {
 
 type Watchers = HashMap<u64, Arc<Signal>>;
 
+/// The streams that watch every name of a type (a wildcard, or a subscription to most of it),
+/// and the type's commits they have not all taken. A commit appends its list of names once and
+/// wakes only the streams that have taken everything and are not muted; the others (busy with
+/// the last changes, or waiting for the client's ACK) are not touched at all: they take the
+/// commits after their cursor when they next take their changes. Before, every commit handed
+/// each such stream a count on its list, under the stream's lock: at a thousand commits a
+/// second to a thousand streams (S5), about a sixth of the server's time, nearly all of it
+/// memory misses on the streams' state.
+#[derive(Default)]
+struct WholeType {
+    /// The position of `log[0]` among the type's commits since it was first watched whole.
+    first: u64,
+    log: VecDeque<Arc<TypeChange>>,
+    watchers: HashMap<u64, Whole>,
+}
+
+impl WholeType {
+    fn end(&self) -> u64 {
+        self.first + self.log.len() as u64
+    }
+
+    /// Records the commits `w` has not taken (from `w.cursor` to `to`) in its own set of names,
+    /// and moves its cursor there. `own_params`: whether the watcher said its parameter sets (a
+    /// commit of constrained variants alone then reached it as names, see `notify`).
+    fn fold(&self, type_url: &Arc<str>, w: &mut Whole, to: u64, own_params: bool) {
+        if w.cursor >= to {
+            return;
+        }
+        let range = (w.cursor - self.first) as usize..(to - self.first) as usize;
+        let mut pending = w.signal.dirty();
+        let names = pending.changes.names.entry(type_url.clone()).or_default();
+        for change in self.log.range(range) {
+            if change.wakes_all || !own_params {
+                names.extend(change.names.iter().map(|(n, _)| n.clone()));
+            }
+        }
+        w.cursor = to;
+    }
+}
+
+/// One stream among a type's whole watchers.
+struct Whole {
+    signal: Arc<Signal>,
+    /// The stream's group (`Signal::group`), here so that a commit need not read the signal.
+    group: u64,
+    /// The type's commits before this position were taken.
+    cursor: u64,
+    /// Woken since it last took its changes: later commits need not wake it again.
+    woken: bool,
+    /// The type is muted (`Watcher::mute`): its commits do not wake the stream.
+    muted: bool,
+}
+
 #[derive(Default)]
 pub(crate) struct WatchIndex {
     names: HashMap<Arc<str>, HashMap<Arc<str>, Watchers>>,
-    wildcards: HashMap<Arc<str>, Watchers>,
+    wholes: HashMap<Arc<str>, WholeType>,
     /// The parameter sets of the watchers that said them (`Watcher::set_params`).
     params: HashMap<u64, Arc<[ParamSet]>>,
 }
 
 impl WatchIndex {
-    /// Marks `changed` names on every stream that watches them and may see the change, and wakes
-    /// those streams.
-    pub(crate) fn notify(&self, changed: &Changed) {
-        // Per stream: the (type, name) pairs to mark and the types' changes it takes whole, put
-        // in under one lock: a commit's changes of several types reach a stream together.
-        // Marked one by one, a stream woken by the first took part of a commit, and
-        // make-before-break saw clusters removed before the routes that stopped naming them had
-        // changed (Envoy then had no cluster for the old route for a few milliseconds).
+    /// Records `changed` for every stream that watches one of the names and may see the change,
+    /// and wakes those streams.
+    pub(crate) fn notify(&mut self, changed: &Changed) {
+        // Per stream: the (type, name) pairs to mark, or a wake alone (its types' commits wait
+        // in their logs), put in under one lock: a commit's changes of several types reach a
+        // stream together. Marked one by one, a stream woken by the first took part of a
+        // commit, and make-before-break saw clusters removed before the routes that stopped
+        // naming them had changed (Envoy then had no cluster for the old route for a few
+        // milliseconds).
         enum Mark<'a> {
             Name(&'a Arc<str>, &'a Arc<str>),
-            Whole(&'a Arc<TypeChange>),
+            Wake,
         }
         // Every mark with its stream's (group, id), in one list sorted once: no map of streams,
-        // and no list per stream (at a thousand commits a second to a thousand streams, S5,
-        // those were a quarter of the commit's cost).
-        let mut marks: Vec<((u64, u64), &Arc<Signal>, Mark<'_>)> = Vec::new();
-        let params = |id: &u64| self.params.get(id).map(|p| &**p);
+        // and no list per stream.
+        let mut marks: Vec<((u64, u64), Arc<Signal>, Mark<'_>)> = Vec::new();
+        let WatchIndex {
+            names: by_type,
+            wholes,
+            params,
+        } = self;
         for change in changed {
             let (type_url, names) = (&change.type_url, &change.names);
-            if let Some(watchers) = self.wildcards.get(type_url) {
-                // Room for a mark each at once (grown one at a time, the list of a thousand
-                // streams was reallocated ten times per commit).
-                marks.reserve(watchers.len());
-                for (id, signal) in watchers {
-                    let key = (signal.group, *id);
-                    let params = params(id);
-                    if change.wakes_all || params.is_none() {
-                        marks.push((key, signal, Mark::Whole(change)));
-                        continue;
-                    }
-                    marks.extend(
+            let Some(whole) = wholes.get_mut(type_url) else {
+                continue;
+            };
+            whole.log.push_back(change.clone());
+            let mut oldest = whole.end();
+            for (id, w) in whole.watchers.iter_mut() {
+                oldest = oldest.min(w.cursor);
+                let key = (w.group, *id);
+                match params.get(id) {
+                    // Only constrained variants changed: the names whose change it may see.
+                    Some(p) if !change.wakes_all => marks.extend(
                         names
                             .iter()
-                            .filter(|(_, wake)| wake.wakes(params))
-                            .map(|(n, _)| (key, signal, Mark::Name(type_url, n))),
-                    );
+                            .filter(|(_, wake)| wake.wakes(Some(p)))
+                            .map(|(n, _)| (key, w.signal.clone(), Mark::Name(type_url, n))),
+                    ),
+                    _ if w.woken || w.muted => {}
+                    _ => {
+                        w.woken = true;
+                        marks.push((key, w.signal.clone(), Mark::Wake));
+                    }
                 }
             }
-            if let Some(by_name) = self.names.get(type_url) {
+            // What every watcher took goes; past the bound, the laggards' share is folded.
+            let taken = (oldest - whole.first) as usize;
+            whole.log.drain(..taken);
+            whole.first = oldest;
+            if whole.log.len() > MAX_LOG {
+                let cut = whole.first + (MAX_LOG / 2) as u64;
+                let mut watchers = std::mem::take(&mut whole.watchers);
+                for (id, w) in watchers.iter_mut() {
+                    whole.fold(type_url, w, cut, params.contains_key(id));
+                }
+                whole.watchers = watchers;
+                whole.log.drain(..MAX_LOG / 2);
+                whole.first = cut;
+            }
+        }
+        for change in changed {
+            let (type_url, names) = (&change.type_url, &change.names);
+            if let Some(by_name) = by_type.get(type_url) {
                 for (name, wake) in names {
                     for (id, signal) in by_name.get(name).into_iter().flatten() {
-                        if wake.wakes(params(id)) {
-                            marks.push(((signal.group, *id), signal, Mark::Name(type_url, name)));
+                        if wake.wakes(params.get(id).map(|p| &**p)) {
+                            marks.push((
+                                (signal.group, *id),
+                                signal.clone(),
+                                Mark::Name(type_url, name),
+                            ));
                         }
                     }
                 }
@@ -286,34 +369,27 @@ impl WatchIndex {
         // while the connection's task waits its turn, and the connection then writes them
         // together (`transport::coalesce`). S1 at 10,000 streams on 100 connections, in a hash
         // map's order and in this one: 6,000 and 2,900 writes per change, 290-400 and 250 ms
-        // of CPU. Stable: a stream takes the commits' changes in their order.
+        // of CPU.
         marks.sort_by_key(|(key, _, _)| *key);
         for run in marks.chunk_by(|a, b| a.0 == b.0) {
-            let signal = run[0].1;
-            let mut pending = signal.dirty();
-            let Pending { changes, muted } = &mut *pending;
-            let mut wake = false;
-            for (_, _, mark) in run {
-                let type_url = match mark {
-                    Mark::Name(type_url, name) => {
-                        changes
-                            .names
-                            .entry((*type_url).clone())
-                            .or_default()
-                            .insert((*name).clone());
-                        *type_url
-                    }
-                    Mark::Whole(change) => {
-                        changes.shared.push((*change).clone());
-                        &change.type_url
-                    }
-                };
-                wake = wake || !muted.iter().any(|m| m == type_url);
+            let signal = &run[0].1;
+            let mut wake = run.iter().any(|(_, _, mark)| matches!(mark, Mark::Wake));
+            let mut names = run.iter().filter_map(|(_, _, mark)| match mark {
+                Mark::Name(type_url, name) => Some((*type_url, *name)),
+                Mark::Wake => None,
+            });
+            if let Some(first) = names.next() {
+                let mut pending = signal.dirty();
+                let Pending { changes, muted } = &mut *pending;
+                for (type_url, name) in std::iter::once(first).chain(names) {
+                    changes
+                        .names
+                        .entry(type_url.clone())
+                        .or_default()
+                        .insert(name.clone());
+                    wake = wake || !muted.iter().any(|m| m == type_url);
+                }
             }
-            if changes.shared.len() > MAX_SHARED {
-                changes.fold();
-            }
-            drop(pending);
             if wake {
                 signal.notify.notify_one();
             }
@@ -323,27 +399,38 @@ impl WatchIndex {
 
 impl WatchIndex {
     /// Registers (or not) a stream among the watchers of every name of a type, from `before` to
-    /// `after`.
+    /// `after`. `muted`: whether the type is muted for it (`Watcher::mute`).
     fn set_all(
         &mut self,
         type_url: &Arc<str>,
         id: u64,
         signal: &Arc<Signal>,
-        before: bool,
-        after: bool,
+        (before, after): (bool, bool),
+        muted: bool,
     ) {
         if before == after {
             return;
         }
         if after {
-            self.wildcards
-                .entry(type_url.clone())
-                .or_default()
-                .insert(id, signal.clone());
-        } else if let Some(w) = self.wildcards.get_mut(type_url) {
-            w.remove(&id);
-            if w.is_empty() {
-                self.wildcards.remove(type_url);
+            let whole = self.wholes.entry(type_url.clone()).or_default();
+            let cursor = whole.end();
+            whole.watchers.insert(
+                id,
+                Whole {
+                    signal: signal.clone(),
+                    group: signal.group,
+                    cursor,
+                    woken: false,
+                    muted,
+                },
+            );
+        } else if let Some(whole) = self.wholes.get_mut(type_url) {
+            // What it had not taken stays its own, as names.
+            if let Some(mut w) = whole.watchers.remove(&id) {
+                whole.fold(type_url, &mut w, whole.end(), self.params.contains_key(&id));
+            }
+            if whole.watchers.is_empty() {
+                self.wholes.remove(type_url);
             }
         }
     }
@@ -426,8 +513,9 @@ impl Watcher {
         let before = reg.all();
         reg.wildcard = on;
         let after = reg.all();
+        let muted = self.muted.contains(type_url);
         let mut index = lock_index(&self.index);
-        index.set_all(type_url, self.id, &self.signal, before, after);
+        index.set_all(type_url, self.id, &self.signal, (before, after), muted);
     }
 
     /// Watches a subscription to most names of `type_url` as a whole (`on`): woken by every
@@ -445,9 +533,10 @@ impl Watcher {
         let before = reg.all();
         reg.dense = on;
         let after = reg.all();
+        let muted = self.muted.contains(type_url);
         let mut index = lock_index(&self.index);
         // Registered as a watcher of the whole type before the names are let go.
-        index.set_all(type_url, self.id, &self.signal, before, after);
+        index.set_all(type_url, self.id, &self.signal, (before, after), muted);
         if on {
             for name in std::mem::take(&mut reg.names) {
                 remove_name(&mut index, type_url, &name, self.id);
@@ -512,7 +601,37 @@ impl Watcher {
 
     /// The names that changed since the last call, per type; empty if none.
     pub fn take_changes(&self) -> Changes {
-        std::mem::take(&mut self.signal.dirty().changes)
+        // Under the index's lock, as commits are recorded: never part of a commit.
+        let mut index = lock_index(&self.index);
+        let WatchIndex { wholes, params, .. } = &mut *index;
+        let own_params = params.contains_key(&self.id);
+        let mut shared = Vec::new();
+        for (type_url, reg) in self.registered.iter() {
+            if !reg.all() {
+                continue;
+            }
+            let Some(whole) = wholes.get_mut(type_url) else {
+                continue;
+            };
+            let end = whole.end();
+            let first = whole.first;
+            let Some(w) = whole.watchers.get_mut(&self.id) else {
+                continue;
+            };
+            let from = w.cursor.saturating_sub(first) as usize;
+            shared.extend(
+                whole
+                    .log
+                    .range(from..)
+                    .filter(|c| c.wakes_all || !own_params)
+                    .cloned(),
+            );
+            w.cursor = end;
+            w.woken = false;
+        }
+        let mut changes = std::mem::take(&mut self.signal.dirty().changes);
+        changes.shared.append(&mut shared);
+        changes
     }
 
     /// From now on changes of these types (only) do not wake the stream ([`Watcher::changed`]):
@@ -520,13 +639,38 @@ impl Watcher {
     /// stream that cannot answer them before something else happens (its response of the type
     /// waits for the client's ACK): under churn a change a millisecond would otherwise wake
     /// each such stream for nothing. Takes a lock only when the list differs from the last.
+    /// A type no longer muted with changes not taken wakes the stream.
     pub fn mute<'a>(&mut self, types: impl Iterator<Item = &'a Arc<str>> + Clone) {
         // The list is nearly always what it was: compared first, no allocation then.
         if types.clone().eq(self.muted.iter()) {
             return;
         }
-        self.muted = types.cloned().collect();
-        self.signal.dirty().muted = self.muted.clone();
+        let before = std::mem::replace(&mut self.muted, types.cloned().collect());
+        let unmuted = |t: &Arc<str>| before.contains(t) && !self.muted.contains(t);
+        let mut wake = false;
+        let mut index = lock_index(&self.index);
+        for (type_url, reg) in self.registered.iter() {
+            let whole = reg.all().then(|| index.wholes.get_mut(type_url)).flatten();
+            let Some(whole) = whole else {
+                continue;
+            };
+            let end = whole.end();
+            if let Some(w) = whole.watchers.get_mut(&self.id) {
+                w.muted = self.muted.contains(type_url);
+                if unmuted(type_url) && w.cursor < end && !w.woken {
+                    w.woken = true;
+                    wake = true;
+                }
+            }
+        }
+        let mut pending = self.signal.dirty();
+        wake = wake || pending.changes.names.keys().any(unmuted);
+        pending.muted = self.muted.clone();
+        drop(pending);
+        drop(index);
+        if wake {
+            self.signal.notify.notify_one();
+        }
     }
 
     /// Whether some types are muted (`mute`).
@@ -555,10 +699,10 @@ impl Drop for Watcher {
         index.params.remove(&self.id);
         for (type_url, reg) in self.registered.iter() {
             if reg.all() {
-                if let Some(w) = index.wildcards.get_mut(type_url) {
-                    w.remove(&self.id);
-                    if w.is_empty() {
-                        index.wildcards.remove(type_url);
+                if let Some(whole) = index.wholes.get_mut(type_url) {
+                    whole.watchers.remove(&self.id);
+                    if whole.watchers.is_empty() {
+                        index.wholes.remove(type_url);
                     }
                 }
             }
@@ -571,9 +715,15 @@ impl Drop for Watcher {
 
 #[cfg(test)]
 impl Watcher {
-    /// How many commits' changes the watcher holds shared.
+    /// How many commits' changes the store keeps for the watcher, not taken yet.
     pub(crate) fn debug_shared(&self) -> usize {
-        self.signal.dirty().changes.shared.len()
+        let index = lock_index(&self.index);
+        let logs = self.registered.iter().filter_map(|(type_url, reg)| {
+            let whole = index.wholes.get(type_url).filter(|_| reg.all())?;
+            let w = whole.watchers.get(&self.id)?;
+            Some((whole.end() - w.cursor) as usize)
+        });
+        logs.sum::<usize>() + self.signal.dirty().changes.shared.len()
     }
 }
 
@@ -581,6 +731,11 @@ impl Watcher {
 impl WatchIndex {
     /// (types with named watchers, types with wildcard watchers)
     pub(crate) fn debug_counts(&self) -> (usize, usize) {
-        (self.names.len(), self.wildcards.len())
+        (self.names.len(), self.wholes.len())
+    }
+
+    /// How many commits of `type_url` the index keeps for its whole-type watchers.
+    pub(crate) fn debug_log_len(&self, type_url: &str) -> usize {
+        self.wholes.get(type_url).map_or(0, |w| w.log.len())
     }
 }
