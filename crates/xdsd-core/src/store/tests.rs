@@ -231,6 +231,27 @@ fn a_type_unmuted_with_changes_not_taken_wakes_the_watcher() {
 }
 
 #[test]
+fn a_change_held_while_another_type_is_let_go_is_taken_then() {
+    let store = Store::new();
+    let (cluster, endpoints) = (arc(CLUSTER), arc(CLUSTER_LOAD_ASSIGNMENT));
+    let mut w = store.watcher();
+    w.set_wildcard(&cluster, true);
+    w.set_dense(&endpoints, true);
+    w.mute([&cluster, &endpoints].into_iter());
+    store
+        .apply([Change::Set(input(CLUSTER, "c", b"1"))])
+        .unwrap();
+    // Endpoints let go, clusters still muted: the held cluster change wakes the stream, which
+    // takes it (its machine keeps it until the clusters' ACK).
+    w.mute([&cluster].into_iter());
+    assert!(futures::FutureExt::now_or_never(w.changed()).is_some());
+    assert!(w.take_changes().into_sets()[&cluster].contains("c"));
+    // Taken: letting the clusters go later wakes nobody.
+    w.mute(std::iter::empty());
+    assert!(futures::FutureExt::now_or_never(w.changed()).is_none());
+}
+
+#[test]
 fn a_commit_every_whole_type_watcher_took_is_let_go() {
     let store = Store::new();
     let cluster = arc(CLUSTER);

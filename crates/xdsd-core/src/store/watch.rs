@@ -214,6 +214,11 @@ struct Pending {
     /// Types the stream cannot answer a change of for now (a response of the type waits for
     /// the client's ACK): their changes are recorded without a wake, and taken with the next.
     muted: Vec<Arc<str>>,
+    /// A commit of a type the stream watches whole waits in the type's log (`WholeType`):
+    /// `take_changes` must look there.
+    logged: bool,
+    /// A change of a muted type came since the last take: a type let go wakes the stream.
+    held: bool,
 }
 
 impl Signal {
@@ -228,7 +233,7 @@ type Watchers = HashMap<u64, Arc<Signal>>;
 
 /// The streams that watch every name of a type (a wildcard, or a subscription to most of it),
 /// and the type's commits they have not all taken. A commit appends its list of names once and
-/// wakes only the streams that have taken everything and are not muted; the others (busy with
+/// wakes only the streams that took everything since their last wake; the others (busy with
 /// the last changes, or waiting for the client's ACK) are not touched at all: they take the
 /// commits after their cursor when they next take their changes. Before, every commit handed
 /// each such stream a count on its list, under the stream's lock: at a thousand commits a
@@ -239,7 +244,10 @@ struct WholeType {
     /// The position of `log[0]` among the type's commits since it was first watched whole.
     first: u64,
     log: VecDeque<Arc<TypeChange>>,
-    watchers: HashMap<u64, Whole>,
+    /// Each watcher at the slot it was given (`Registered::slot`): a commit walks one array,
+    /// and a stream finds its own without a lookup.
+    slots: Vec<Option<Whole>>,
+    free: Vec<usize>,
 }
 
 impl WholeType {
@@ -247,18 +255,26 @@ impl WholeType {
         self.first + self.log.len() as u64
     }
 
+    fn is_empty(&self) -> bool {
+        self.free.len() == self.slots.len()
+    }
+
     /// Records the commits `w` has not taken (from `w.cursor` to `to`) in its own set of names,
     /// and moves its cursor there. `own_params`: whether the watcher said its parameter sets (a
     /// commit of constrained variants alone then reached it as names, see `notify`).
-    fn fold(&self, type_url: &Arc<str>, w: &mut Whole, to: u64, own_params: bool) {
+    fn fold(log: &VecDeque<Arc<TypeChange>>, first: u64, w: &mut Whole, to: u64, own: bool) {
         if w.cursor >= to {
             return;
         }
-        let range = (w.cursor - self.first) as usize..(to - self.first) as usize;
+        let range = (w.cursor - first) as usize..(to - first) as usize;
         let mut pending = w.signal.dirty();
-        let names = pending.changes.names.entry(type_url.clone()).or_default();
-        for change in self.log.range(range) {
-            if change.wakes_all || !own_params {
+        for change in log.range(range) {
+            if change.wakes_all || !own {
+                let names = pending
+                    .changes
+                    .names
+                    .entry(change.type_url.clone())
+                    .or_default();
                 names.extend(change.names.iter().map(|(n, _)| n.clone()));
             }
         }
@@ -268,15 +284,15 @@ impl WholeType {
 
 /// One stream among a type's whole watchers.
 struct Whole {
+    id: u64,
     signal: Arc<Signal>,
     /// The stream's group (`Signal::group`), here so that a commit need not read the signal.
     group: u64,
     /// The type's commits before this position were taken.
     cursor: u64,
-    /// Woken since it last took its changes: later commits need not wake it again.
+    /// Told of a commit since it last took its changes (woken, or held while the type is
+    /// muted): later commits leave it alone.
     woken: bool,
-    /// The type is muted (`Watcher::mute`): its commits do not wake the stream.
-    muted: bool,
 }
 
 #[derive(Default)]
@@ -291,15 +307,14 @@ impl WatchIndex {
     /// Records `changed` for every stream that watches one of the names and may see the change,
     /// and wakes those streams.
     pub(crate) fn notify(&mut self, changed: &Changed) {
-        // Per stream: the (type, name) pairs to mark, or a wake alone (its types' commits wait
-        // in their logs), put in under one lock: a commit's changes of several types reach a
-        // stream together. Marked one by one, a stream woken by the first took part of a
-        // commit, and make-before-break saw clusters removed before the routes that stopped
-        // naming them had changed (Envoy then had no cluster for the old route for a few
-        // milliseconds).
+        // Per stream: the (type, name) pairs to mark, and the types whose log it is told of,
+        // put in under one lock: a commit's changes of several types reach a stream together.
+        // Marked one by one, a stream woken by the first took part of a commit, and
+        // make-before-break saw clusters removed before the routes that stopped naming them had
+        // changed (Envoy then had no cluster for the old route for a few milliseconds).
         enum Mark<'a> {
             Name(&'a Arc<str>, &'a Arc<str>),
-            Wake,
+            Logged(&'a Arc<str>),
         }
         // Every mark with its stream's (group, id), in one list sorted once: no map of streams,
         // and no list per stream.
@@ -316,10 +331,10 @@ impl WatchIndex {
             };
             whole.log.push_back(change.clone());
             let mut oldest = whole.end();
-            for (id, w) in whole.watchers.iter_mut() {
+            for w in whole.slots.iter_mut().flatten() {
                 oldest = oldest.min(w.cursor);
-                let key = (w.group, *id);
-                match params.get(id) {
+                let key = (w.group, w.id);
+                match params.get(&w.id) {
                     // Only constrained variants changed: the names whose change it may see.
                     Some(p) if !change.wakes_all => marks.extend(
                         names
@@ -327,10 +342,10 @@ impl WatchIndex {
                             .filter(|(_, wake)| wake.wakes(Some(p)))
                             .map(|(n, _)| (key, w.signal.clone(), Mark::Name(type_url, n))),
                     ),
-                    _ if w.woken || w.muted => {}
+                    _ if w.woken => {}
                     _ => {
                         w.woken = true;
-                        marks.push((key, w.signal.clone(), Mark::Wake));
+                        marks.push((key, w.signal.clone(), Mark::Logged(type_url)));
                     }
                 }
             }
@@ -340,11 +355,10 @@ impl WatchIndex {
             whole.first = oldest;
             if whole.log.len() > MAX_LOG {
                 let cut = whole.first + (MAX_LOG / 2) as u64;
-                let mut watchers = std::mem::take(&mut whole.watchers);
-                for (id, w) in watchers.iter_mut() {
-                    whole.fold(type_url, w, cut, params.contains_key(id));
+                for w in whole.slots.iter_mut().flatten() {
+                    let own = params.contains_key(&w.id);
+                    WholeType::fold(&whole.log, whole.first, w, cut, own);
                 }
-                whole.watchers = watchers;
                 whole.log.drain(..MAX_LOG / 2);
                 whole.first = cut;
             }
@@ -373,23 +387,36 @@ impl WatchIndex {
         marks.sort_by_key(|(key, _, _)| *key);
         for run in marks.chunk_by(|a, b| a.0 == b.0) {
             let signal = &run[0].1;
-            let mut wake = run.iter().any(|(_, _, mark)| matches!(mark, Mark::Wake));
-            let mut names = run.iter().filter_map(|(_, _, mark)| match mark {
-                Mark::Name(type_url, name) => Some((*type_url, *name)),
-                Mark::Wake => None,
-            });
-            if let Some(first) = names.next() {
-                let mut pending = signal.dirty();
-                let Pending { changes, muted } = &mut *pending;
-                for (type_url, name) in std::iter::once(first).chain(names) {
-                    changes
-                        .names
-                        .entry(type_url.clone())
-                        .or_default()
-                        .insert(name.clone());
-                    wake = wake || !muted.iter().any(|m| m == type_url);
+            let mut pending = signal.dirty();
+            let Pending {
+                changes,
+                muted,
+                logged,
+                held,
+            } = &mut *pending;
+            let mut wake = false;
+            for (_, _, mark) in run {
+                let type_url = match mark {
+                    Mark::Name(type_url, name) => {
+                        changes
+                            .names
+                            .entry((*type_url).clone())
+                            .or_default()
+                            .insert((*name).clone());
+                        *type_url
+                    }
+                    Mark::Logged(type_url) => {
+                        *logged = true;
+                        *type_url
+                    }
+                };
+                if muted.iter().any(|m| m == type_url) {
+                    *held = true;
+                } else {
+                    wake = true;
                 }
             }
+            drop(pending);
             if wake {
                 signal.notify.notify_one();
             }
@@ -399,40 +426,52 @@ impl WatchIndex {
 
 impl WatchIndex {
     /// Registers (or not) a stream among the watchers of every name of a type, from `before` to
-    /// `after`. `muted`: whether the type is muted for it (`Watcher::mute`).
+    /// `after`; the stream's slot among them is kept in `slot`.
     fn set_all(
         &mut self,
         type_url: &Arc<str>,
-        id: u64,
-        signal: &Arc<Signal>,
+        (id, signal): (u64, &Arc<Signal>),
         (before, after): (bool, bool),
-        muted: bool,
+        slot: &mut usize,
     ) {
         if before == after {
             return;
         }
         if after {
             let whole = self.wholes.entry(type_url.clone()).or_default();
-            let cursor = whole.end();
-            whole.watchers.insert(
+            let w = Whole {
                 id,
-                Whole {
-                    signal: signal.clone(),
-                    group: signal.group,
-                    cursor,
-                    woken: false,
-                    muted,
-                },
-            );
+                signal: signal.clone(),
+                group: signal.group,
+                cursor: whole.end(),
+                woken: false,
+            };
+            *slot = match whole.free.pop() {
+                Some(free) => free,
+                None => {
+                    whole.slots.push(None);
+                    whole.slots.len() - 1
+                }
+            };
+            whole.slots[*slot] = Some(w);
         } else if let Some(whole) = self.wholes.get_mut(type_url) {
             // What it had not taken stays its own, as names.
-            if let Some(mut w) = whole.watchers.remove(&id) {
-                whole.fold(type_url, &mut w, whole.end(), self.params.contains_key(&id));
+            if let Some(mut w) = whole.slots.get_mut(*slot).and_then(Option::take) {
+                let (end, own) = (whole.end(), self.params.contains_key(&id));
+                WholeType::fold(&whole.log, whole.first, &mut w, end, own);
+                whole.free.push(*slot);
             }
-            if whole.watchers.is_empty() {
+            if whole.is_empty() {
                 self.wholes.remove(type_url);
             }
         }
+    }
+
+    /// The whole-type watcher at `slot` of `type_url`, if it is `id`.
+    fn whole(&mut self, type_url: &str, slot: usize, id: u64) -> Option<(&mut WholeType, usize)> {
+        let whole = self.wholes.get_mut(type_url)?;
+        let w = whole.slots.get(slot)?.as_ref()?;
+        (w.id == id).then_some((whole, slot))
     }
 }
 
@@ -448,6 +487,8 @@ struct Registered {
     dense: bool,
     /// The names registered one by one (none while `dense`).
     names: HashSet<Arc<str>>,
+    /// The stream's slot among the type's whole watchers, while `all()`.
+    slot: usize,
 }
 
 impl Registered {
@@ -513,9 +554,9 @@ impl Watcher {
         let before = reg.all();
         reg.wildcard = on;
         let after = reg.all();
-        let muted = self.muted.contains(type_url);
         let mut index = lock_index(&self.index);
-        index.set_all(type_url, self.id, &self.signal, (before, after), muted);
+        let stream = (self.id, &self.signal);
+        index.set_all(type_url, stream, (before, after), &mut reg.slot);
     }
 
     /// Watches a subscription to most names of `type_url` as a whole (`on`): woken by every
@@ -533,10 +574,10 @@ impl Watcher {
         let before = reg.all();
         reg.dense = on;
         let after = reg.all();
-        let muted = self.muted.contains(type_url);
         let mut index = lock_index(&self.index);
         // Registered as a watcher of the whole type before the names are let go.
-        index.set_all(type_url, self.id, &self.signal, (before, after), muted);
+        let stream = (self.id, &self.signal);
+        index.set_all(type_url, stream, (before, after), &mut reg.slot);
         if on {
             for name in std::mem::take(&mut reg.names) {
                 remove_name(&mut index, type_url, &name, self.id);
@@ -601,21 +642,28 @@ impl Watcher {
 
     /// The names that changed since the last call, per type; empty if none.
     pub fn take_changes(&self) -> Changes {
-        // Under the index's lock, as commits are recorded: never part of a commit.
+        {
+            let mut pending = self.signal.dirty();
+            if !pending.logged {
+                pending.held = false;
+                return std::mem::take(&mut pending.changes);
+            }
+        }
+        // Its types' logs and its own names under the index's lock, as commits record them:
+        // never part of a commit.
         let mut index = lock_index(&self.index);
-        let WatchIndex { wholes, params, .. } = &mut *index;
-        let own_params = params.contains_key(&self.id);
+        let own_params = index.params.contains_key(&self.id);
         let mut shared = Vec::new();
         for (type_url, reg) in self.registered.iter() {
-            if !reg.all() {
-                continue;
-            }
-            let Some(whole) = wholes.get_mut(type_url) else {
+            let Some((whole, slot)) = reg
+                .all()
+                .then(|| index.whole(type_url, reg.slot, self.id))
+                .flatten()
+            else {
                 continue;
             };
-            let end = whole.end();
-            let first = whole.first;
-            let Some(w) = whole.watchers.get_mut(&self.id) else {
+            let (first, end) = (whole.first, whole.end());
+            let Some(w) = whole.slots[slot].as_mut() else {
                 continue;
             };
             let from = w.cursor.saturating_sub(first) as usize;
@@ -629,7 +677,10 @@ impl Watcher {
             w.cursor = end;
             w.woken = false;
         }
-        let mut changes = std::mem::take(&mut self.signal.dirty().changes);
+        let mut pending = self.signal.dirty();
+        pending.logged = false;
+        pending.held = false;
+        let mut changes = std::mem::take(&mut pending.changes);
         changes.shared.append(&mut shared);
         changes
     }
@@ -639,35 +690,19 @@ impl Watcher {
     /// stream that cannot answer them before something else happens (its response of the type
     /// waits for the client's ACK): under churn a change a millisecond would otherwise wake
     /// each such stream for nothing. Takes a lock only when the list differs from the last.
-    /// A type no longer muted with changes not taken wakes the stream.
+    /// A type let go while a change of a muted type waits wakes the stream.
     pub fn mute<'a>(&mut self, types: impl Iterator<Item = &'a Arc<str>> + Clone) {
         // The list is nearly always what it was: compared first, no allocation then.
         if types.clone().eq(self.muted.iter()) {
             return;
         }
         let before = std::mem::replace(&mut self.muted, types.cloned().collect());
-        let unmuted = |t: &Arc<str>| before.contains(t) && !self.muted.contains(t);
-        let mut wake = false;
-        let mut index = lock_index(&self.index);
-        for (type_url, reg) in self.registered.iter() {
-            let whole = reg.all().then(|| index.wholes.get_mut(type_url)).flatten();
-            let Some(whole) = whole else {
-                continue;
-            };
-            let end = whole.end();
-            if let Some(w) = whole.watchers.get_mut(&self.id) {
-                w.muted = self.muted.contains(type_url);
-                if unmuted(type_url) && w.cursor < end && !w.woken {
-                    w.woken = true;
-                    wake = true;
-                }
-            }
-        }
+        let let_go = before.iter().any(|t| !self.muted.contains(t));
         let mut pending = self.signal.dirty();
-        wake = wake || pending.changes.names.keys().any(unmuted);
         pending.muted = self.muted.clone();
+        // (Taken with the others, held changes end the hold.)
+        let wake = let_go && pending.held;
         drop(pending);
-        drop(index);
         if wake {
             self.signal.notify.notify_one();
         }
@@ -699,9 +734,10 @@ impl Drop for Watcher {
         index.params.remove(&self.id);
         for (type_url, reg) in self.registered.iter() {
             if reg.all() {
-                if let Some(whole) = index.wholes.get_mut(type_url) {
-                    whole.watchers.remove(&self.id);
-                    if whole.watchers.is_empty() {
+                if let Some((whole, slot)) = index.whole(type_url, reg.slot, self.id) {
+                    whole.slots[slot] = None;
+                    whole.free.push(slot);
+                    if whole.is_empty() {
                         index.wholes.remove(type_url);
                     }
                 }
@@ -717,13 +753,15 @@ impl Drop for Watcher {
 impl Watcher {
     /// How many commits' changes the store keeps for the watcher, not taken yet.
     pub(crate) fn debug_shared(&self) -> usize {
-        let index = lock_index(&self.index);
-        let logs = self.registered.iter().filter_map(|(type_url, reg)| {
-            let whole = index.wholes.get(type_url).filter(|_| reg.all())?;
-            let w = whole.watchers.get(&self.id)?;
-            Some((whole.end() - w.cursor) as usize)
-        });
-        logs.sum::<usize>() + self.signal.dirty().changes.shared.len()
+        let mut index = lock_index(&self.index);
+        let mut logs = 0;
+        for (type_url, reg) in self.registered.iter().filter(|(_, reg)| reg.all()) {
+            if let Some((whole, slot)) = index.whole(type_url, reg.slot, self.id) {
+                let cursor = whole.slots[slot].as_ref().map_or(0, |w| w.cursor);
+                logs += (whole.end() - cursor) as usize;
+            }
+        }
+        logs
     }
 }
 
