@@ -260,8 +260,8 @@ impl WholeType {
     }
 
     /// Records the commits `w` has not taken (from `w.cursor` to `to`) in its own set of names,
-    /// and moves its cursor there. `own_params`: whether the watcher said its parameter sets (a
-    /// commit of constrained variants alone then reached it as names, see `notify`).
+    /// and moves its cursor there. `own`: whether the watcher said its parameter sets (a commit
+    /// of constrained variants alone then reached it as names, see `notify`).
     fn fold(log: &VecDeque<Arc<TypeChange>>, first: u64, w: &mut Whole, to: u64, own: bool) {
         if w.cursor >= to {
             return;
@@ -329,25 +329,33 @@ impl WatchIndex {
             let Some(whole) = wholes.get_mut(type_url) else {
                 continue;
             };
+            let before = whole.end();
             whole.log.push_back(change.clone());
             let mut oldest = whole.end();
             for w in whole.slots.iter_mut().flatten() {
-                oldest = oldest.min(w.cursor);
                 let key = (w.group, w.id);
                 match params.get(&w.id) {
-                    // Only constrained variants changed: the names whose change it may see.
-                    Some(p) if !change.wakes_all => marks.extend(
-                        names
-                            .iter()
-                            .filter(|(_, wake)| wake.wakes(Some(p)))
-                            .map(|(n, _)| (key, w.signal.clone(), Mark::Name(type_url, n))),
-                    ),
+                    // Only constrained variants changed: the names whose change it may see
+                    // (it never takes this commit from the log: one that took everything is
+                    // past it).
+                    Some(p) if !change.wakes_all => {
+                        marks.extend(
+                            names
+                                .iter()
+                                .filter(|(_, wake)| wake.wakes(Some(p)))
+                                .map(|(n, _)| (key, w.signal.clone(), Mark::Name(type_url, n))),
+                        );
+                        if w.cursor == before {
+                            w.cursor = before + 1;
+                        }
+                    }
                     _ if w.woken => {}
                     _ => {
                         w.woken = true;
                         marks.push((key, w.signal.clone(), Mark::Logged(type_url)));
                     }
                 }
+                oldest = oldest.min(w.cursor);
             }
             // What every watcher took goes; past the bound, the laggards' share is folded.
             let taken = (oldest - whole.first) as usize;

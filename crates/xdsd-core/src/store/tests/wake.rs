@@ -157,3 +157,21 @@ fn a_new_parameter_set_counts_from_when_it_is_set() {
         .unwrap();
     assert!(woken(&named[0]));
 }
+
+#[test]
+fn changes_of_variants_a_whole_type_watcher_never_sees_are_not_kept_for_it() {
+    let (store, _named, wildcard) = setup(&["a", "b"]);
+    for i in 0..10u8 {
+        store
+            .apply([Change::Set(variant("c", "a", &[b'x', i]))])
+            .unwrap();
+        // The env=a watcher takes what it is shown; env=b is never shown these commits.
+        wildcard[0].take_changes();
+    }
+    assert_eq!(
+        lock_index(&store.inner.index).debug_log_len(CLUSTER),
+        0,
+        "the log keeps no commit for a watcher that will never take it"
+    );
+    assert!(!woken(&wildcard[1]));
+}
