@@ -214,8 +214,11 @@ struct Pending {
     /// Types the stream cannot answer a change of for now (a response of the type waits for
     /// the client's ACK): their changes are recorded without a wake, and taken with the next.
     muted: Vec<Arc<str>>,
-    /// A commit of a type the stream watches whole waits in the type's log (`WholeType`):
-    /// `take_changes` must look there.
+    /// A commit of a type the stream watches whole was handed over in `changes` (the first
+    /// after the stream's last take, see `WatchIndex::notify`) and not taken yet.
+    told: bool,
+    /// A later commit of such a type waits in the type's log (`WholeType`): `take_changes`
+    /// must look there.
     logged: bool,
     /// A change of a muted type came since the last take: a type let go wakes the stream.
     held: bool,
@@ -232,13 +235,14 @@ impl Signal {
 type Watchers = HashMap<u64, Arc<Signal>>;
 
 /// The streams that watch every name of a type (a wildcard, or a subscription to most of it),
-/// and the type's commits they have not all taken. A commit appends its list of names once and
-/// wakes only the streams that took everything since their last wake; the others (busy with
-/// the last changes, or waiting for the client's ACK) are not touched at all: they take the
-/// commits after their cursor when they next take their changes. Before, every commit handed
-/// each such stream a count on its list, under the stream's lock: at a thousand commits a
-/// second to a thousand streams (S5), about a sixth of the server's time, nearly all of it
-/// memory misses on the streams' state.
+/// and the type's commits they have not all taken. The first commit after a stream's take is
+/// handed to it (a count on the commit's list, put in its pending changes, and a wake); the
+/// next one looks once whether it was taken, and if not waits in the type's log, as do the
+/// later ones, which pass the stream by: a stream busy with the last changes, or waiting for its
+/// client's ACK, is not touched again until it takes the commits after its cursor with its
+/// next changes. Before, every commit handed each such stream a count on its list, under the
+/// stream's lock: at a thousand commits a second to a thousand streams (S5), about a sixth of
+/// the server's time, nearly all of it memory misses on the streams' state.
 #[derive(Default)]
 struct WholeType {
     /// The position of `log[0]` among the type's commits since it was first watched whole.
@@ -290,8 +294,8 @@ struct Whole {
     group: u64,
     /// The type's commits before this position were taken.
     cursor: u64,
-    /// Told of a commit since it last took its changes (woken, or held while the type is
-    /// muted): later commits leave it alone.
+    /// Handed a commit since its last take from the log (woken, or held while the type is
+    /// muted).
     woken: bool,
 }
 
@@ -314,7 +318,7 @@ impl WatchIndex {
         // changed (Envoy then had no cluster for the old route for a few milliseconds).
         enum Mark<'a> {
             Name(&'a Arc<str>, &'a Arc<str>),
-            Logged(&'a Arc<str>),
+            Told(&'a Arc<TypeChange>),
         }
         // Every mark with its stream's (group, id), in one list sorted once: no map of streams,
         // and no list per stream.
@@ -349,10 +353,24 @@ impl WatchIndex {
                             w.cursor = before + 1;
                         }
                     }
+                    // Told of every commit before this one: if it took them, it is told of
+                    // this one too; if not, this one waits in the log (and its take will look
+                    // there). One look per stream between two takes: later commits pass it by.
+                    _ if w.woken && w.cursor == before => {
+                        let mut pending = w.signal.dirty();
+                        if pending.told {
+                            pending.logged = true;
+                        } else {
+                            drop(pending);
+                            w.cursor = before + 1;
+                            marks.push((key, w.signal.clone(), Mark::Told(change)));
+                        }
+                    }
                     _ if w.woken => {}
                     _ => {
                         w.woken = true;
-                        marks.push((key, w.signal.clone(), Mark::Logged(type_url)));
+                        w.cursor = before + 1;
+                        marks.push((key, w.signal.clone(), Mark::Told(change)));
                     }
                 }
                 oldest = oldest.min(w.cursor);
@@ -399,8 +417,9 @@ impl WatchIndex {
             let Pending {
                 changes,
                 muted,
-                logged,
+                told,
                 held,
+                ..
             } = &mut *pending;
             let mut wake = false;
             for (_, _, mark) in run {
@@ -413,9 +432,10 @@ impl WatchIndex {
                             .insert((*name).clone());
                         *type_url
                     }
-                    Mark::Logged(type_url) => {
-                        *logged = true;
-                        *type_url
+                    Mark::Told(change) => {
+                        changes.shared.push((*change).clone());
+                        *told = true;
+                        &change.type_url
                     }
                 };
                 if muted.iter().any(|m| m == type_url) {
@@ -654,6 +674,7 @@ impl Watcher {
             let mut pending = self.signal.dirty();
             if !pending.logged {
                 pending.held = false;
+                pending.told = false;
                 return std::mem::take(&mut pending.changes);
             }
         }
@@ -688,6 +709,7 @@ impl Watcher {
         let mut pending = self.signal.dirty();
         pending.logged = false;
         pending.held = false;
+        pending.told = false;
         let mut changes = std::mem::take(&mut pending.changes);
         changes.shared.append(&mut shared);
         changes
@@ -769,7 +791,7 @@ impl Watcher {
                 logs += (whole.end() - cursor) as usize;
             }
         }
-        logs
+        logs + self.signal.dirty().changes.shared.len()
     }
 }
 
