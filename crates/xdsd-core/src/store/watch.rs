@@ -180,10 +180,15 @@ impl Changes {
 
     /// Folds the shared changes into the names.
     fn fold(&mut self) {
-        for change in self.shared.drain(..) {
-            let names = self.names.entry(change.type_url.clone()).or_default();
-            names.extend(change.names.iter().map(|(n, _)| n.clone()));
+        for change in std::mem::take(&mut self.shared) {
+            self.insert_all(&change);
         }
+    }
+
+    /// Records every name a commit changed of one type in the set of its type.
+    fn insert_all(&mut self, change: &TypeChange) {
+        let names = self.names.entry(change.type_url.clone()).or_default();
+        names.extend(change.names.iter().map(|(n, _)| n.clone()));
     }
 }
 
@@ -274,12 +279,7 @@ impl WholeType {
         let mut pending = w.signal.dirty();
         for change in log.range(range) {
             if change.wakes_all || !own {
-                let names = pending
-                    .changes
-                    .names
-                    .entry(change.type_url.clone())
-                    .or_default();
-                names.extend(change.names.iter().map(|(n, _)| n.clone()));
+                pending.changes.insert_all(change);
             }
         }
         w.cursor = to;
