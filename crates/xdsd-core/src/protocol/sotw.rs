@@ -774,13 +774,9 @@ impl SotwSubscription {
         if let [pid] = self.pids[..] {
             let view = views.view(pid);
             if super::in_view_order(view, self.names.len()) {
-                let mut found = 0;
-                for r in view.iter() {
-                    if let Some(sent) = self.names.get_mut(r.name(), pid) {
-                        found += 1;
-                        record_owed(sent, r, &mut out);
-                    }
-                }
+                let found = self
+                    .names
+                    .join_view(pid, view.iter(), |sent, r| record_owed(sent, r, &mut out));
                 if found < self.names.len() {
                     // Subscribed names the store does not have (any more): nothing sent of them.
                     for ((name, _), sent) in self.names.iter_mut() {
@@ -835,12 +831,10 @@ impl SotwSubscription {
             let view = views.view(pid);
             if super::in_view_order(view, self.names.len()) {
                 let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
-                for r in view.iter() {
-                    if let Some(sent) = self.names.get_mut(r.name(), pid) {
-                        *sent = Some(SentMark::of(r));
-                        out.push(r.clone());
-                    }
-                }
+                self.names.join_view(pid, view.iter(), |sent, r| {
+                    *sent = Some(SentMark::of(r));
+                    out.push(r.clone());
+                });
                 if out.len() < self.names.len() {
                     // Subscribed names the store does not have: nothing sent of them.
                     for ((name, _), sent) in self.names.iter_mut() {

@@ -514,6 +514,44 @@ fn more_changes_than_a_quarter_of_the_keys_are_found_by_looking_at_every_key() {
     }
 }
 
+/// A subscription to most of a view is read beside the view, both in name order: every name
+/// it holds is found whatever order its request listed them in, names of the view it does not
+/// hold and names it holds that the view lacks are passed over.
+#[test]
+fn a_scan_in_name_order_finds_each_subscribed_name_whatever_the_request_order() {
+    // Names whose order as text is not the order they are made in (n9 < n10 as numbers).
+    let names: Vec<String> = (0..150).map(|i| format!("n{i}")).collect();
+    let contents: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &contents);
+    // Every other name of the first 140 and ten the store does not have, listed backwards.
+    let mut list: Vec<String> = (0..140).step_by(2).map(|i| format!("n{i}")).collect();
+    list.extend((0..10).map(|i| format!("m{i}")));
+    list.extend((140..150).map(|i| format!("n{i}")));
+    list.reverse();
+    let list: Vec<&str> = list.iter().map(|n| n.as_str()).collect();
+    h.request(&list, "", "");
+    let (mut sent, v, n) = h.expect();
+    let mut want: Vec<String> = (0..140).step_by(2).map(|i| format!("n{i}")).collect();
+    want.extend((140..150).map(|i| format!("n{i}")));
+    want.sort();
+    assert_eq!(
+        sent, want,
+        "every subscribed name the store has, in name order"
+    );
+    h.request(&list, &n, &v);
+    // Every name of the store changes: the subscription looks at every key.
+    for name in &names {
+        h.set(name, "2");
+    }
+    let changed: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
+    h.notify(&changed);
+    assert!(h.sub.all_dirty);
+    sent = h.expect().0;
+    assert_eq!(sent, want, "each subscribed name once, the others not");
+    h.notify(&changed);
+    h.expect_none();
+}
+
 /// Told how many changed names are coming, a subscription past the threshold skips them all and
 /// looks at every key; under it, it takes them name by name.
 #[test]
