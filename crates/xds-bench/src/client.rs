@@ -124,7 +124,9 @@ pub struct ClientResult {
 pub struct Shared {
     spec: FleetSpec,
     interner: RwLock<Interner>,
-    tracked: HashMap<String, u32>,
+    /// Tracked names (as bytes: looked up as they arrive, no UTF-8 check) and their ids; a
+    /// lookup per resource received, so a fast hash.
+    tracked: xdsd_core::hash::HashMap<Box<[u8]>, u32>,
     /// Last marker seen, per (client, tracked id): the harness polls these for convergence.
     last: Vec<AtomicU32>,
     pub synced: AtomicUsize,
@@ -145,7 +147,7 @@ impl Shared {
             .tracked
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.clone(), i as u32))
+            .map(|(i, n)| (Box::from(n.as_bytes()), i as u32))
             .collect();
         let last = (0..spec.streams * spec.tracked.len())
             .map(|_| AtomicU32::new(0))
@@ -512,10 +514,7 @@ impl Client {
         if kind != self.shared.spec.tracked_kind || self.shared.tracked.is_empty() {
             return;
         }
-        let Some(id) = std::str::from_utf8(name)
-            .ok()
-            .and_then(|n| self.shared.tracked.get(n))
-        else {
+        let Some(id) = self.shared.tracked.get(name) else {
             return;
         };
         let m = marker(value, kind.marker_path()).unwrap_or(0);
