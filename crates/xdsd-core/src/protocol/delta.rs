@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::sotw::{reset, WILDCARD};
 use super::{
     intern_key, part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind,
@@ -36,6 +38,10 @@ pub struct DeltaResponse {
     pub system_version_info: Arc<str>,
     pub nonce: Nonce,
     pub resources: Vec<Arc<Resource>>,
+    /// `resources` already encoded as `resources` entries, one run shared by every stream that
+    /// sends it: set when they are a whole view in its order (a first response to a client
+    /// subscribed to every name of it, or a wildcard), the view's [`View::delta_body`].
+    pub(crate) whole: Option<Bytes>,
     /// Names to drop (`removed_resources`), for clients that hold resources by name.
     pub removed: Vec<Arc<str>>,
     /// Variants to drop (`removed_resource_names`), for clients that hold them by
@@ -293,6 +299,13 @@ struct PendingBase {
     /// recorded as not held (an entry of `over`) once the base reaches past it, so that the
     /// base holds what was sent and nothing else. Empty for a wildcard client.
     gaps: VecDeque<Arc<str>>,
+    /// Where in the view the next part starts, while the parts sent so far were every resource
+    /// of the view from its first, each as the view's own and nothing else: such a part is a run
+    /// of the view's encoding, shared by every stream that sends it (see [`DeltaResponse`]'s
+    /// `whole`). `None` once a part was not, or when the response skips a name of the view
+    /// before one it sends (names after the last it sends may be skipped: a client subscribed
+    /// to the first names of a view, as Envoy is after the first part of a split CDS response).
+    run: Option<usize>,
 }
 
 /// A variant in a response: (name, version).
@@ -906,6 +919,7 @@ impl DeltaSubscription {
                     pid: w,
                     view: view.clone(),
                     gaps: VecDeque::new(),
+                    run: Some(0),
                 });
             }
         }
@@ -980,6 +994,7 @@ impl DeltaSubscription {
                         pid,
                         view: view.clone(),
                         gaps: VecDeque::new(),
+                        run: Some(0),
                     });
                 }
                 let extra: HashSet<&Key> = extra.iter().copied().collect();
@@ -994,6 +1009,10 @@ impl DeltaSubscription {
                     if subscribed {
                         send(Keys::Own(pid), r);
                         covered += 1;
+                        if let Some(base) = named_base.as_mut().filter(|b| !b.gaps.is_empty()) {
+                            // Sent past a name it skips: the parts are not runs of the view.
+                            base.run = None;
+                        }
                         continue;
                     }
                     if !extra.is_empty() {
@@ -1171,6 +1190,8 @@ impl DeltaSubscription {
         // Where in `resources` the last resource of this part that extends the base is (see
         // `extends_base`).
         let mut base_last: Option<usize> = None;
+        // How many resources were sent as the view's own (see `whole` below).
+        let mut of_base = 0;
         for item in owed {
             match item {
                 Owed::Send(r, keys) => {
@@ -1178,6 +1199,7 @@ impl DeltaSubscription {
                         if self.extends_base(pid, &r) {
                             base_last = Some(resources.len());
                             resources.push(r);
+                            of_base += 1;
                             continue;
                         }
                     }
@@ -1201,6 +1223,21 @@ impl DeltaSubscription {
                 Owed::Beat(r) => heartbeats.push(r),
                 Owed::Unresolved(key) => unresolved.push(key.0),
             }
+        }
+        // Resources that are all the view's own, in its order (`extends_base`), right after
+        // what the parts before sent, which were the view from its first name: the next run of
+        // the view, whose entries are encoded once for every stream that sends them.
+        let mut whole = None;
+        if let Some(pending) = &mut self.pending_base {
+            pending.run = match pending.run {
+                Some(start) if of_base > 0 && of_base == resources.len() => {
+                    whole = pending
+                        .view
+                        .delta_run(self.encoding, start, start + of_base);
+                    whole.as_ref().map(|_| start + of_base)
+                }
+                _ => None,
+            };
         }
         let base_last = base_last
             .and_then(|i| resources.get(i))
@@ -1294,6 +1331,7 @@ impl DeltaSubscription {
             system_version_info,
             nonce,
             resources,
+            whole,
             removed,
             removed_variants,
             heartbeats,

@@ -421,6 +421,7 @@ impl TypeSnapshot {
                 version: version.clone(),
                 data: ViewData::Plain(table.clone()),
                 sotw_bodies: Default::default(),
+                delta_bodies: Default::default(),
             })
         });
         TypeSnapshot {
@@ -660,6 +661,10 @@ pub struct View {
     /// body of a SotW wildcard response, built on first use and then shared by every stream that
     /// sends this view. Plain, and named by `resource_name` (TP2 clients).
     sotw_bodies: [OnceLock<Bytes>; 4],
+    /// The same as `DeltaDiscoveryResponse.resources` entries, with where each ends: the
+    /// resources of a first delta response that sends the view whole or in parts (a client
+    /// subscribed to every name, or a wildcard), shared by every stream that sends them.
+    delta_bodies: [OnceLock<(Bytes, Box<[usize]>)>; 4],
 }
 
 #[derive(Debug)]
@@ -705,6 +710,7 @@ impl View {
                 has_ttl,
             },
             sotw_bodies: Default::default(),
+            delta_bodies: Default::default(),
         }
     }
 
@@ -785,21 +791,55 @@ impl View {
     /// an encoding (see [`Resource::sotw_entry`]).
     pub fn sotw_body(&self, mut encoding: Encoding) -> Bytes {
         encoding.ttl &= self.has_ttl();
-        let index = usize::from(encoding.named) | usize::from(encoding.ttl) << 1;
-        self.sotw_bodies[index]
-            .get_or_init(|| {
-                let len: usize = self
-                    .iter()
-                    .map(|r| field_len(r.sotw_entry(encoding).len()))
-                    .sum();
-                let mut buf = BytesMut::with_capacity(len);
-                for resource in self.iter() {
-                    put_length_delimited(&mut buf, 2, resource.sotw_entry(encoding));
-                }
-                buf.freeze()
-            })
+        self.sotw_bodies[encoding_index(encoding)]
+            .get_or_init(|| self.encode_all(encoding, Resource::sotw_entry, None))
             .clone()
     }
+
+    /// The resources from the `start`th (in name order) to before the `end`th, encoded as
+    /// consecutive `DeltaDiscoveryResponse.resources` (field 2) entries in an encoding (see
+    /// [`Resource::delta_entry`]): a slice of the view's whole encoding, built on first use.
+    /// `None` past the view's end.
+    pub fn delta_run(&self, mut encoding: Encoding, start: usize, end: usize) -> Option<Bytes> {
+        encoding.ttl &= self.has_ttl();
+        let (body, ends) = self.delta_bodies[encoding_index(encoding)].get_or_init(|| {
+            let mut ends = Vec::with_capacity(self.len());
+            let body = self.encode_all(encoding, Resource::delta_entry, Some(&mut ends));
+            (body, ends.into_boxed_slice())
+        });
+        let from = match start {
+            0 => 0,
+            s => *ends.get(s - 1)?,
+        };
+        let to = *ends.get(end.checked_sub(1)?)?;
+        (from <= to).then(|| body.slice(from..to))
+    }
+
+    /// Every resource's `entry` as field 2, in name order; with where each ends in `ends`.
+    fn encode_all(
+        &self,
+        encoding: Encoding,
+        entry: fn(&Resource, Encoding) -> &Bytes,
+        mut ends: Option<&mut Vec<usize>>,
+    ) -> Bytes {
+        let len: usize = self
+            .iter()
+            .map(|r| field_len(entry(r, encoding).len()))
+            .sum();
+        let mut buf = BytesMut::with_capacity(len);
+        for resource in self.iter() {
+            put_length_delimited(&mut buf, 2, entry(resource, encoding));
+            if let Some(ends) = ends.as_deref_mut() {
+                ends.push(buf.len());
+            }
+        }
+        buf.freeze()
+    }
+}
+
+/// Where a body in `encoding` is kept among a view's four.
+fn encoding_index(encoding: Encoding) -> usize {
+    usize::from(encoding.named) | usize::from(encoding.ttl) << 1
 }
 
 /// The resources of a [`View`] in name order.

@@ -277,6 +277,7 @@ mod tests {
             nonce: crate::protocol::Nonce::from(9),
             resources: vec![resource("a", 10), resource("b", 5_000)],
             removed: vec![Arc::from("gone")],
+            whole: None,
             removed_variants: Vec::new(),
             heartbeats: vec![resource("c", 1)],
             unresolved: vec![Arc::from("alias")],

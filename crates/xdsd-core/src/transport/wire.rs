@@ -142,18 +142,25 @@ const DELTA_CONTROL_PLANE: u32 = 7;
 const REMOVED_RESOURCES: u32 = 6;
 const REMOVED_RESOURCE_NAMES: u32 = 8;
 
-/// The `resources` entries of a delta response: resources, then heartbeats.
-fn delta_entries(response: &DeltaResponse) -> impl Iterator<Item = &[u8]> + '_ {
+/// The `resources` entries of a delta response's resources, each apart (when they are not one
+/// shared run, `whole`).
+fn resource_entries(response: &DeltaResponse) -> impl Iterator<Item = &[u8]> + '_ {
     let encoding = response.encoding;
-    let resources = response
-        .resources
-        .iter()
-        .map(move |r| &r.delta_entry(encoding)[..]);
-    let beats = response
+    let each = if response.whole.is_some() {
+        &[][..]
+    } else {
+        &response.resources[..]
+    };
+    each.iter().map(move |r| &r.delta_entry(encoding)[..])
+}
+
+/// The `resources` entries of a delta response's heartbeats.
+fn heartbeat_entries(response: &DeltaResponse) -> impl Iterator<Item = &[u8]> + '_ {
+    let encoding = response.encoding;
+    response
         .heartbeats
         .iter()
-        .map(move |r| &r.heartbeat_entry(encoding)[..]);
-    resources.chain(beats)
+        .map(move |r| &r.heartbeat_entry(encoding)[..])
 }
 
 /// The entries of a delta response's unresolved VHDS aliases.
@@ -175,7 +182,10 @@ fn removed_names(response: &DeltaResponse) -> impl Iterator<Item = Vec<u8>> + '_
 impl Body for DeltaResponse {
     fn encode_body(&self, buf: &mut impl BufMut) {
         string_field(SYSTEM_VERSION_INFO, &self.system_version_info, buf);
-        for entry in delta_entries(self) {
+        if let Some(whole) = &self.whole {
+            buf.put_slice(whole);
+        }
+        for entry in resource_entries(self).chain(heartbeat_entries(self)) {
             put_length_delimited(buf, DELTA_RESOURCES, entry);
         }
         for entry in unresolved_entries(self) {
@@ -196,7 +206,9 @@ impl Body for DeltaResponse {
 
     fn body_len(&self) -> usize {
         string_len(&self.system_version_info)
-            + delta_entries(self)
+            + self.whole.as_ref().map_or(0, |w| w.len())
+            + resource_entries(self)
+                .chain(heartbeat_entries(self))
                 .map(|x| field_len(x.len()))
                 .sum::<usize>()
             + unresolved_entries(self)
@@ -279,7 +291,11 @@ impl Pieces for DeltaResponse {
         if part(1).is_some() {
             return Some(Piece::Str(SYSTEM_VERSION_INFO, &self.system_version_info));
         }
-        if let Some(k) = part(self.resources.len()) {
+        if let Some(whole) = &self.whole {
+            if part(1).is_some() {
+                return Some(Piece::Raw(whole.clone()));
+            }
+        } else if let Some(k) = part(self.resources.len()) {
             let entry = self.resources[k].delta_entry(encoding);
             return Some(Piece::Shared(DELTA_RESOURCES, entry));
         }
@@ -478,6 +494,7 @@ mod tests {
             nonce: crate::protocol::Nonce::from(9),
             resources: vec![resource("a")],
             removed: vec![Arc::from("gone"), Arc::from("also-gone")],
+            whole: None,
             removed_variants: Vec::new(),
             heartbeats: Vec::new(),
             unresolved: Vec::new(),

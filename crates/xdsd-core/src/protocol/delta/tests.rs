@@ -1191,6 +1191,104 @@ mod held_view {
     }
 }
 
+/// A first response that sends a whole view in its order (every name subscribed, or a
+/// wildcard), whole or in parts, or its first names, carries the view's entries as runs,
+/// encoded once and shared by every stream that sends them; its bytes are those of the
+/// resources one by one. A response that skips a name before one it sends, or sends anything
+/// else besides, lists its resources one by one.
+#[test]
+fn a_first_response_of_a_whole_view_shares_the_view_s_encoding() {
+    use crate::transport::wire::{Chunks, DeltaWire};
+    let all: Vec<String> = (0..100).map(|i| format!("n{i:03}")).collect();
+    let contents: Vec<(&str, &str)> = all.iter().map(|n| (n.as_str(), "1")).collect();
+    let refs: Vec<&str> = all.iter().map(|n| n.as_str()).collect();
+    let bytes = |r: &DeltaResponse| DeltaWire::from(r.clone()).encode_to_vec();
+    let one_by_one = |r: &DeltaResponse| {
+        let mut r = r.clone();
+        r.whole = None;
+        DeltaWire::from(r).encode_to_vec()
+    };
+    for wildcard in [false, true] {
+        let mut h = Harness::new(CLUSTER, &contents);
+        let subscribe: &[&str] = if wildcard { &["*"] } else { &refs };
+        h.request(Req {
+            subscribe,
+            ..Default::default()
+        });
+        let r = h.poll().expect("the view");
+        assert_eq!(r.resources.len(), 100);
+        let whole = r.whole.clone().expect("sent whole");
+        let snap = h.store.snapshot();
+        let view = views(&snap, CLUSTER).view(0).clone();
+        assert_eq!(
+            Some(whole),
+            view.delta_run(r.encoding, 0, 100),
+            "the view's own bytes"
+        );
+        assert_eq!(bytes(&r), one_by_one(&r), "the same bytes as one by one");
+        assert_eq!(
+            DeltaWire::from(r.clone()).encoded_len(),
+            one_by_one(&r).len()
+        );
+        // As the transport writes it: the message header, then the pieces.
+        let mut chunks = Chunks::new(r.clone()).expect("small enough");
+        let mut written = Vec::new();
+        while let Some(chunk) = chunks.next_chunk() {
+            written.extend_from_slice(&chunk);
+        }
+        assert_eq!(
+            written[5..],
+            one_by_one(&r)[..],
+            "the pieces write the same bytes"
+        );
+        // A later response sends changes one by one.
+        h.set("n007", "2");
+        let r = h.poll().expect("the change");
+        assert!(r.whole.is_none());
+    }
+    // The view in parts (a size limit): each part the next run of the view's bytes.
+    for wildcard in [false, true] {
+        let mut h = Harness::new(CLUSTER, &contents);
+        h.sub.max_response_bytes = 1_000;
+        let subscribe: &[&str] = if wildcard { &["*"] } else { &refs };
+        h.request(Req {
+            subscribe,
+            ..Default::default()
+        });
+        let mut names = Vec::new();
+        let mut parts = 0;
+        while let Some(r) = h.poll() {
+            parts += 1;
+            assert!(r.whole.is_some(), "part {parts} is a run of the view");
+            assert_eq!(bytes(&r), one_by_one(&r), "part {parts}");
+            names.extend(r.resources.iter().map(|r| r.name().to_string()));
+        }
+        assert!(parts > 2, "{parts} parts");
+        assert_eq!(names, all, "every resource once, in order");
+    }
+    // All but the first name: not a run of the view.
+    let mut h = Harness::new(CLUSTER, &contents);
+    h.request(Req {
+        subscribe: &refs[1..],
+        ..Default::default()
+    });
+    let r = h.poll().expect("most of the view");
+    assert_eq!(r.resources.len(), 99);
+    assert!(r.whole.is_none());
+    // The first 90 names (the last ones skipped): the view's first run.
+    let mut h = Harness::new(CLUSTER, &contents);
+    h.request(Req {
+        subscribe: &refs[..90],
+        ..Default::default()
+    });
+    let r = h.poll().expect("most of the view");
+    assert_eq!(r.resources.len(), 90);
+    let snap = h.store.snapshot();
+    let view = views(&snap, CLUSTER).view(0).clone();
+    assert_eq!(r.whole, view.delta_run(r.encoding, 0, 90));
+    assert_eq!(bytes(&r), one_by_one(&r));
+}
+
 /// A first response to most names of a view, sent in its order, is held as the view too
 /// (`Holdings::base`), the view's names it did not send apart as not held: each rule below holds
 /// as with one entry per key.
