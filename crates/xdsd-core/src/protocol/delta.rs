@@ -39,8 +39,9 @@ pub struct DeltaResponse {
     pub nonce: Nonce,
     pub resources: Vec<Arc<Resource>>,
     /// `resources` already encoded as `resources` entries, one run shared by every stream that
-    /// sends it: set when they are a whole view in its order (a first response to a client
-    /// subscribed to every name of it, or a wildcard), the view's [`View::delta_body`].
+    /// sends it: set when they are the next run of a view in its order, in a first response
+    /// that sends the view from its first name (a wildcard, or a client subscribed to every name
+    /// up to the last it gets), whole or in parts; a slice of [`View::delta_run`].
     pub(crate) whole: Option<Bytes>,
     /// Names to drop (`removed_resources`), for clients that hold resources by name.
     pub removed: Vec<Arc<str>>,
