@@ -164,6 +164,14 @@ impl Proc {
         Ok(())
     }
 
+    /// Tells the limit to coalesce changes per stream (S5's floor); xdsd ignores it.
+    pub async fn coalesce(&mut self) -> anyhow::Result<()> {
+        self.stdin.write_all(b"coalesce\n").await?;
+        self.stdin.flush().await?;
+        self.reply().await?;
+        Ok(())
+    }
+
     /// Sends a `set` (of group `group`'s variant, if any) without waiting for its answer.
     pub async fn send_set(
         &mut self,

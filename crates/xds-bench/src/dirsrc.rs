@@ -453,7 +453,8 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
                 format!("ok {accepted} {}\n", now_ns())
             }
             Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g)?),
-            Command::Nodes => format!("ok {now}\n"),
+            // xdsd coalesces on its own.
+            Command::Nodes | Command::Coalesce => format!("ok {now}\n"),
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;

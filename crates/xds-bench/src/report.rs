@@ -48,6 +48,13 @@ fn find<'a>(
     })
 }
 
+/// S5's row of `server` at offered rate `rate` (`find` would also take a row whose stream
+/// count equals the rate).
+fn find_rate<'a>(rows: &'a [Row], server: &str, rate: u32) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.scenario == "S5" && r.server == server && r.rate == Some(rate))
+}
+
 fn p50(r: Option<&Row>) -> Option<f64> {
     r.and_then(|r| r.conv_ms.map(|p| p.p50))
 }
@@ -198,8 +205,8 @@ pub fn markdown(rows: &[Row]) -> String {
             let rate = r.rate.unwrap_or(0) as usize;
             let (vs_limit, vs_peer) = if r.server.starts_with("xdsd") {
                 (
-                    ratio(p99(Some(r)), p99(find(rows, "S5", "limit", "sotw", rate))),
-                    ratio(p99(find(rows, "S5", "peer", "sotw", rate)), p99(Some(r))),
+                    ratio(p99(Some(r)), p99(find_rate(rows, "limit", rate as u32))),
+                    ratio(p99(find_rate(rows, "peer", rate as u32)), p99(Some(r))),
                 )
             } else {
                 ("".into(), "".into())
@@ -428,4 +435,43 @@ fn nice(v: f64) -> f64 {
         }
     }
     10.0 * mag
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s5(server: &str, rate: u32, p99: f64) -> Row {
+        Row {
+            scenario: "S5".into(),
+            server: server.into(),
+            mode: "sotw".into(),
+            streams: 1000,
+            rate: Some(rate),
+            conv_ms: Some(Pct {
+                n: 1,
+                p50: p99,
+                p90: p99,
+                p99,
+                max: p99,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_s5_ratio_is_to_the_limit_s_row_of_the_same_rate_not_of_the_same_stream_count() {
+        let rows = [
+            s5("xdsd", 250, 150.0),
+            s5("xdsd", 1000, 200.0),
+            s5("limit", 250, 100.0),
+            s5("limit", 1000, 160.0),
+        ];
+        let md = markdown(&rows);
+        let line = md
+            .lines()
+            .find(|l| l.starts_with("| xdsd | 1000 | 1000 |"))
+            .expect("the xdsd row at 1,000/s");
+        assert!(line.contains("| 1.25× |"), "{line}");
+    }
 }

@@ -8,13 +8,15 @@
 //!   for the parameter `env == group`, S6); answers `ok <accepted_ns>`
 //! * `nodes <n>`: the clients' node ids will be `xds-bench-0` … (only the peer needs to know);
 //!   answers `ok <accepted_ns>`
+//! * `coalesce`: (the limit, before any stream opens) coalesce changes per stream instead of
+//!   pushing each one (S5's floor, see `coalesced_stream`); answers `ok <accepted_ns>`
 //! * `quit` or EOF: exit.
 //!
 //! `accepted_ns` is CLOCK_MONOTONIC when the server read the command: convergence is measured
 //! from there to the client's receipt, on the same clock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -30,7 +32,7 @@ use prost::Message;
 use futures::FutureExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
@@ -69,6 +71,8 @@ pub enum Command<'a> {
     Set(&'a str, &'a str, Vec<u8>, Option<&'a str>),
     /// A clock reading (answered with a timestamp).
     Nodes,
+    /// The limit: coalesce changes per stream from now on.
+    Coalesce,
     Quit,
 }
 
@@ -88,6 +92,7 @@ impl<'a> Command<'a> {
                 Command::Set(t, n, unhex(v)?, words.next())
             }
             Some("nodes") => Command::Nodes,
+            Some("coalesce") => Command::Coalesce,
             Some("quit") => Command::Quit,
             _ => anyhow::bail!("unknown command: {line}"),
         })
@@ -112,6 +117,11 @@ trait Target {
         value: Bytes,
         group: Option<&str>,
     ) -> anyhow::Result<()>;
+
+    /// Coalesce changes per stream (S5). xdsd always does; the limit does from now on.
+    fn coalesce(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
 
     /// Sets resources that arrived together: one at a time unless the server can commit them
     /// as one change.
@@ -256,6 +266,10 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
                 format!("ok {accepted}\n").repeat(count)
             }
             Command::Nodes => format!("ok {accepted}\n"),
+            Command::Coalesce => {
+                target.coalesce()?;
+                format!("ok {accepted}\n")
+            }
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;
@@ -342,6 +356,15 @@ struct Push {
     delta: Bytes,
 }
 
+/// A change in the coalescing limit's log: its type, name and both encodings.
+#[derive(Clone)]
+struct Logged {
+    kind: Kind,
+    name: Arc<str>,
+    any: Bytes,
+    delta: Bytes,
+}
+
 /// A minimal ADS server: it answers a subscription with the pre-encoded resources and pushes the
 /// same pre-encoded bytes to every stream subscribed to the changed type. No versions, no ACK
 /// tracking, no per-name watch index: every benchmark client watches every resource of the type
@@ -351,6 +374,11 @@ pub struct Limit {
     push: broadcast::Sender<Arc<Push>>,
     generation: AtomicU64,
     lagged: AtomicU64,
+    /// After `coalesce`: changes are logged (kind and name, in order) instead of pushed.
+    coalescing: AtomicBool,
+    log: RwLock<Vec<Logged>>,
+    /// The log's length, watched by the streams with nothing in flight.
+    logged: watch::Sender<usize>,
 }
 
 fn encode_resource(type_url: &str, name: &str, value: &Bytes, version: u64) -> (Bytes, Bytes) {
@@ -385,7 +413,47 @@ impl Limit {
             push: broadcast::channel(16_384).0,
             generation: AtomicU64::new(1),
             lagged: AtomicU64::new(0),
+            coalescing: AtomicBool::new(false),
+            log: RwLock::new(Vec::new()),
+            logged: watch::Sender::new(0),
         }
+    }
+
+    /// The coalescing limit's `set`: the resource replaced in place (no stream holds the data
+    /// between its requests), the change appended to the log, the waiting streams told.
+    fn set_coalesced(&self, kind: Kind, name: &str, any: Bytes, delta: Bytes) {
+        let name: Arc<str> = name.into();
+        let mut changed = vec![Logged {
+            kind,
+            name: name.clone(),
+            any: any.clone(),
+            delta: delta.clone(),
+        }];
+        {
+            let mut guard = self.data.write().unwrap_or_else(|e| e.into_inner());
+            let data = Arc::make_mut(&mut *guard);
+            let e = &mut data[kind as usize];
+            e.any.insert(name.to_string(), any);
+            e.delta.insert(name.to_string(), delta);
+            if matches!(kind, Kind::Cds | Kind::Lds) {
+                e.rebuild_all();
+            }
+            // An updated cluster's endpoints are sent again, as xdsd does (see `set`).
+            if kind == Kind::Cds {
+                let eds = &data[Kind::Eds as usize];
+                if let (Some(any), Some(delta)) = (eds.any.get(&*name), eds.delta.get(&*name)) {
+                    changed.push(Logged {
+                        kind: Kind::Eds,
+                        name,
+                        any: any.clone(),
+                        delta: delta.clone(),
+                    });
+                }
+            }
+        }
+        let mut log = self.log.write().unwrap_or_else(|e| e.into_inner());
+        log.extend(changed);
+        self.logged.send_replace(log.len());
     }
 
     fn current(&self) -> Arc<[Encoded; 4]> {
@@ -394,6 +462,11 @@ impl Limit {
 }
 
 impl Target for Limit {
+    fn coalesce(&self) -> anyhow::Result<()> {
+        self.coalescing.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn load(&self, records: Vec<Record>) -> anyhow::Result<()> {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let mut data: [Encoded; 4] = Default::default();
@@ -425,6 +498,10 @@ impl Target for Limit {
             .ok_or_else(|| anyhow::anyhow!("the limit server does not handle {type_url}"))?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let (any, delta) = encode_resource(type_url, name, &value, generation);
+        if self.coalescing.load(Ordering::Relaxed) {
+            self.set_coalesced(kind, name, any, delta);
+            return Ok(());
+        }
         let mut guard = self.data.write().unwrap_or_else(|e| e.into_inner());
         let mut data: [Encoded; 4] = (**guard).clone();
         let e = &mut data[kind as usize];
@@ -536,6 +613,17 @@ impl StreamingService<Bytes> for LimitStream {
     fn call(&mut self, request: Request<Streaming<Bytes>>) -> Self::Future {
         let (tx, rx) = mpsc::channel(1);
         let limit = self.limit.clone();
+        if limit.coalescing.load(Ordering::Relaxed) {
+            let logged = limit.logged.subscribe();
+            tokio::spawn(coalesced_stream(
+                limit,
+                self.delta,
+                request.into_inner(),
+                logged,
+                tx,
+            ));
+            return std::future::ready(Ok(Response::new(ReceiverStream::new(rx))));
+        }
         let pushes = limit.push.subscribe();
         tokio::spawn(limit_stream(
             limit,
@@ -563,8 +651,8 @@ async fn limit_stream(
             req = requests.message() => match req {
                 Ok(Some(req)) => {
                     match answer(&limit, delta, &req, &mut subscribed, &mut last_names, &mut nonce) {
-                        Some(b) => b,
-                        None => continue,
+                        Some((_, Some(b))) => b,
+                        _ => continue,
                     }
                 }
                 _ => return,
@@ -585,7 +673,95 @@ async fn limit_stream(
     }
 }
 
-/// The response to a request, if it subscribes to something new; ACKs are ignored.
+/// S5's floor: what any server that keeps up with churn must at least do. Each stream has at
+/// most one response in flight per type; the names changed meanwhile are collected from the
+/// limit's log and sent together, pre-encoded, when the client answers (ACK or new request).
+/// A stream with nothing in flight waits for the log to grow; one with a response in flight is
+/// not woken by changes at all. No versions, no ACK checking, no watch index, no variants.
+async fn coalesced_stream(
+    limit: Arc<Limit>,
+    delta: bool,
+    mut requests: Streaming<Bytes>,
+    mut logged: watch::Receiver<usize>,
+    tx: mpsc::Sender<Result<Bytes, Status>>,
+) {
+    let mut subscribed = [false; 4];
+    let mut last_names = [0u64; 4];
+    let mut nonce = 0u64;
+    let mut in_flight = [false; 4];
+    let mut cursor = *logged.borrow_and_update();
+    // Per type: where in the log its changes since the last response are.
+    let mut changed: [Vec<usize>; 4] = Default::default();
+    loop {
+        let idle = !in_flight.iter().any(|f| *f);
+        tokio::select! {
+            req = requests.message() => match req {
+                Ok(Some(req)) => {
+                    let Some((kind, out)) =
+                        answer(&limit, delta, &req, &mut subscribed, &mut last_names, &mut nonce)
+                    else {
+                        continue;
+                    };
+                    in_flight[kind as usize] = false;
+                    if let Some(b) = out {
+                        if tx.send(Ok(b)).await.is_err() {
+                            return;
+                        }
+                        in_flight[kind as usize] = true;
+                    }
+                }
+                _ => return,
+            },
+            r = logged.changed(), if idle => if r.is_err() {
+                return;
+            },
+        }
+        let end = *logged.borrow_and_update();
+        if end > cursor {
+            let log = limit.log.read().unwrap_or_else(|e| e.into_inner());
+            for (i, c) in log.iter().enumerate().take(end).skip(cursor) {
+                if subscribed[c.kind as usize] {
+                    changed[c.kind as usize].push(i);
+                }
+            }
+            cursor = end;
+        }
+        for k in [Kind::Cds, Kind::Lds, Kind::Eds, Kind::Rds] {
+            let news = &mut changed[k as usize];
+            if in_flight[k as usize] || news.is_empty() {
+                continue;
+            }
+            nonce += 1;
+            let version = format!("v{}", limit.generation.load(Ordering::Relaxed));
+            let mut out = Vec::new();
+            wire::put_bytes(&mut out, 1, version.as_bytes());
+            if !delta && matches!(k, Kind::Cds | Kind::Lds) {
+                out.extend_from_slice(&limit.current()[k as usize].all_sotw);
+            } else {
+                let log = limit.log.read().unwrap_or_else(|e| e.into_inner());
+                // The latest of each name: newest first, in name order, the first of each name.
+                news.reverse();
+                news.sort_by(|a, b| log[*a].name.cmp(&log[*b].name));
+                news.dedup_by(|a, b| log[*a].name == log[*b].name);
+                out.reserve(news.iter().map(|i| log[*i].any.len() + 8).sum::<usize>() + 120);
+                for i in news.iter() {
+                    let c = &log[*i];
+                    wire::put_bytes(&mut out, 2, if delta { &c.delta } else { &c.any });
+                }
+            }
+            news.clear();
+            wire::put_bytes(&mut out, 4, k.type_url().as_bytes());
+            wire::put_bytes(&mut out, 5, format!("c{nonce}").as_bytes());
+            if tx.send(Ok(out.into())).await.is_err() {
+                return;
+            }
+            in_flight[k as usize] = true;
+        }
+    }
+}
+
+/// The request's type, and the response to it if it subscribes to something new (ACKs are
+/// answered with nothing).
 fn answer(
     limit: &Limit,
     delta: bool,
@@ -593,7 +769,7 @@ fn answer(
     subscribed: &mut [bool; 4],
     last_names: &mut [u64; 4],
     nonce: &mut u64,
-) -> Option<Bytes> {
+) -> Option<(Kind, Option<Bytes>)> {
     let (type_tag, names_tag) = if delta { (2, 3) } else { (4, 3) };
     let mut kind = None;
     let mut names: Vec<&[u8]> = Vec::new();
@@ -618,7 +794,7 @@ fn answer(
         hash != last_names[k]
     };
     if subscribed[k] && !new_names {
-        return None;
+        return Some((kind, None));
     }
     subscribed[k] = true;
     last_names[k] = hash;
@@ -633,9 +809,9 @@ fn answer(
             for d in e.delta.values() {
                 wire::put_bytes(&mut resources, 2, d);
             }
-            return Some(response(kind, &version, &resources, &nonce));
+            return Some((kind, Some(response(kind, &version, &resources, &nonce))));
         }
-        return Some(response(kind, &version, &e.all_sotw, &nonce));
+        return Some((kind, Some(response(kind, &version, &e.all_sotw, &nonce))));
     }
     let map = if delta { &e.delta } else { &e.any };
     for n in names {
@@ -643,5 +819,5 @@ fn answer(
             wire::put_bytes(&mut resources, 2, b);
         }
     }
-    Some(response(kind, &version, &resources, &nonce))
+    Some((kind, Some(response(kind, &version, &resources, &nonce))))
 }
