@@ -156,17 +156,17 @@ impl Proc {
 
     /// Tells the server the clients' node ids (`xds-bench-0` … `xds-bench-<n-1>`).
     pub async fn nodes(&mut self, n: usize) -> anyhow::Result<()> {
-        self.stdin
-            .write_all(format!("nodes {n}\n").as_bytes())
-            .await?;
-        self.stdin.flush().await?;
-        self.reply().await?;
-        Ok(())
+        self.command(&format!("nodes {n}\n")).await
     }
 
     /// Tells the limit to coalesce changes per stream (S5's floor); xdsd ignores it.
     pub async fn coalesce(&mut self) -> anyhow::Result<()> {
-        self.stdin.write_all(b"coalesce\n").await?;
+        self.command("coalesce\n").await
+    }
+
+    /// Sends one control line and waits for its `ok`.
+    async fn command(&mut self, line: &str) -> anyhow::Result<()> {
+        self.stdin.write_all(line.as_bytes()).await?;
         self.stdin.flush().await?;
         self.reply().await?;
         Ok(())

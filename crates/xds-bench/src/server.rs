@@ -357,7 +357,6 @@ struct Push {
 }
 
 /// A change in the coalescing limit's log: its type, name and both encodings.
-#[derive(Clone)]
 struct Logged {
     kind: Kind,
     name: Arc<str>,
@@ -374,7 +373,7 @@ pub struct Limit {
     push: broadcast::Sender<Arc<Push>>,
     generation: AtomicU64,
     lagged: AtomicU64,
-    /// After `coalesce`: changes are logged (kind and name, in order) instead of pushed.
+    /// After `coalesce`: changes are logged, in order, instead of pushed.
     coalescing: AtomicBool,
     log: RwLock<Vec<Logged>>,
     /// The log's length, watched by the streams with nothing in flight.
