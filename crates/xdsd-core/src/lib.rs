@@ -11,6 +11,7 @@ pub mod hash {
 pub mod logsafe;
 pub mod params;
 pub mod protocol;
+pub mod source;
 pub mod store;
 #[cfg(test)]
 mod test_rng;

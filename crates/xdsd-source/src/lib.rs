@@ -8,8 +8,9 @@
 //! The other way, [`render_discovery_response`] writes resources as the `DiscoveryResponse`
 //! files that Envoy's filesystem subscriptions read (binary, JSON or YAML).
 //!
-//! This crate does not know about the store: it hands back [`ParsedResource`]s and the binary
-//! decides what to do with them.
+//! [`DirectorySource`] is the directory as an [`xdsd_core::source::Source`]: loaded, then
+//! followed, each change handed out as the names it changed, for [`xdsd_core::source::Feed`] to
+//! commit. The parsing itself ([`parse_file`], [`load_directory`]) knows nothing of the store.
 
 mod budget;
 mod canonical;
@@ -20,6 +21,7 @@ mod error;
 mod parse;
 mod plan;
 mod render;
+mod source;
 mod watch;
 
 pub use budget::MAX_NODES;
@@ -36,6 +38,7 @@ pub use render::{
     discovery_response_bytes, read_discovery_response, render_discovery_response, FileFormat,
     RenderError, DISCOVERY_RESPONSE,
 };
+pub use source::{rejection, resource_inputs, DirectorySource};
 pub use watch::{
     watch_directory, watch_directory_updates, watch_directory_with, DirectoryWatch, Reloaded,
     WatchOptions, DEBOUNCE, MAX_DELAY,

@@ -452,8 +452,9 @@ fn reload_loop(
             }
             carried = Some((during, Instant::now()));
         }
+        // The consumer logs the outcome (committed or rejected) once; these are for debugging.
         match &result {
-            Ok(()) => tracing::info!(
+            Ok(()) => tracing::debug!(
                 dir = %dir.display(),
                 resources = cache.resource_count(),
                 files = cache.len(),
@@ -462,9 +463,9 @@ fn reload_loop(
                 atomic = burst.complete(),
                 "reloaded resource directory"
             ),
-            Err(error) => tracing::warn!(
+            Err(error) => tracing::debug!(
                 dir = %dir.display(),
-                "resource directory has errors, keeping the previous resources: {error}"
+                "resource directory has errors: {error}"
             ),
         }
         match result {

@@ -33,23 +33,31 @@ pub struct Admin {
     task: JoinHandle<std::io::Result<()>>,
 }
 
-/// Binds the admin API on `listen` (nothing when it is off), over TLS with `tls`, and serves it
-/// until [`Admin::stop`].
-pub async fn start(
-    listen: AdminListen,
+/// Binds the admin API's address (nothing when it is off), before anything is served.
+pub async fn bind(listen: AdminListen) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    let Some(addr) = listen.0 else {
+        return Ok(None);
+    };
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map(Some)
+        .map_err(|e| crate::bind_error(e, addr, "--admin-listen"))
+}
+
+/// Serves the admin API on `listener` (nothing when it is off), over TLS with `tls`, until
+/// [`Admin::stop`].
+pub fn start(
+    listener: Option<tokio::net::TcpListener>,
     tls: Option<TlsOptions>,
     handle: StatsHandle,
 ) -> anyhow::Result<Option<Admin>> {
-    let Some(addr) = listen.0 else {
+    let Some(listener) = listener else {
         return Ok(None);
     };
     let tls = tls
         .map(AdminTls::load)
         .transpose()
         .context("cannot set up TLS for the admin API")?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (--admin-listen)"))?;
     let bound = listener.local_addr().context("reading the admin address")?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     info!("admin API listening on {scheme}://{bound} (/healthz, /readyz, /clients, /config, /metrics)");

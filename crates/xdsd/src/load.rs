@@ -5,7 +5,6 @@
 use std::fmt;
 use std::path::Path;
 
-use xdsd_core::params::Constraints;
 use xdsd_core::store::{ResourceInput, Store, StoreError, UpdateSummary};
 use xdsd_source::{Descriptors, ParsedResource, SourceError};
 
@@ -81,39 +80,10 @@ pub struct Loaded {
     pub summary: UpdateSummary,
 }
 
-/// The store's inputs for parsed resources; a variant's constraints are checked here (an empty
-/// key, a constraint with neither value nor exists, the size bounds), naming its resource.
+/// The store's inputs for parsed resources (see [`xdsd_source::resource_inputs`]).
 fn inputs(resources: Vec<ParsedResource>) -> Result<Vec<ResourceInput>, LoadError> {
-    let mut errors = Vec::new();
-    let mut out = Vec::with_capacity(resources.len());
-    for r in resources {
-        let constraints = match r
-            .constraints
-            .as_deref()
-            .map(Constraints::decode)
-            .transpose()
-        {
-            Ok(constraints) => constraints,
-            Err(e) => {
-                errors.push(format!(
-                    "{} ({:?}): \"@constraints\": {e}",
-                    r.origin, r.name
-                ));
-                continue;
-            }
-        };
-        out.push(
-            ResourceInput::new(r.type_url, r.name, r.value)
-                .with_constraints(constraints)
-                .with_ttl(r.ttl)
-                .with_origin(r.origin),
-        );
-    }
-    if errors.is_empty() {
-        Ok(out)
-    } else {
-        Err(LoadError::Constraints(errors))
-    }
+    xdsd_source::resource_inputs(resources)
+        .map_err(|r| LoadError::Constraints(r.messages().to_vec()))
 }
 
 /// Replaces the store's content with `resources`, or changes nothing.
@@ -126,45 +96,6 @@ pub fn commit(store: &Store, resources: Vec<ParsedResource>) -> Result<Loaded, L
         resources: count,
         summary,
     })
-}
-
-/// Commits what a watched directory's cache holds: everything when the store does not hold its
-/// last commit yet (the first reload), else only the names that changed since
-/// ([`Store::replace_names`]), which ends in the same state as committing everything.
-pub fn commit_cache(
-    store: &Store,
-    cache: &xdsd_source::DirectoryCache,
-) -> Result<Loaded, LoadError> {
-    if !cache.is_synced() {
-        return commit(store, cache.resources());
-    }
-    let changes = cache.changes();
-    let summary = store
-        .replace_names(changes.names, inputs(changes.resources)?)
-        .map_err(LoadError::Store)?;
-    Ok(Loaded {
-        resources: cache.resource_count(),
-        summary,
-    })
-}
-
-/// Loads `dir` into a cache of what each file holds, commits it to `store`, and returns the
-/// cache (marked committed), to be handed to the directory's watch
-/// ([`xdsd_source::DirectoryWatch::start_from`]): the directory is parsed once at start, and the
-/// first change commits only what it changed.
-pub fn load_cache_into(
-    descriptors: &Descriptors,
-    dir: &Path,
-    limits: &xdsd_source::Limits,
-    store: &Store,
-) -> Result<(Loaded, xdsd_source::DirectoryCache), LoadError> {
-    let mut cache = xdsd_source::DirectoryCache::default();
-    cache
-        .rescan(descriptors, dir, limits)
-        .map_err(LoadError::Source)?;
-    let loaded = commit(store, cache.resources())?;
-    cache.committed();
-    Ok((loaded, cache))
 }
 
 /// Loads `dir` and commits it to `store`.

@@ -3,9 +3,9 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,18 +13,18 @@ use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 use xdsd_core::protocol::session::{DEFAULT_MAX_NAMES, DEFAULT_MAX_RESPONSE_BYTES};
-use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store, UpdateSummary, MAX_LISTED};
+use xdsd_core::source::Feed;
+use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store};
 use xdsd_core::transport::grpc::{
-    ServerOptions, StatsHandle, XdsServer, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS,
+    ServerOptions, XdsServer, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS,
     DEFAULT_MAX_NAMES_PER_CONNECTION, DEFAULT_MAX_NAMES_TOTAL, DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_REST_HOLD, MIN_MAX_REQUEST_BYTES,
     MIN_MAX_RESPONSE_BYTES,
 };
-use xdsd_core::transport::metrics::{Metrics, Reload};
-use xdsd_source::{Descriptors, FileFormat, SourceError};
+use xdsd_core::transport::metrics::Metrics;
+use xdsd_source::{Descriptors, DirectorySource, FileFormat};
 
 use files::{FileUpdates, FileWriter};
-use load::LoadError;
 
 mod files;
 mod load;
@@ -63,8 +63,10 @@ enum Command {
     /// A change to the directory is applied as a whole new state, atomically. A change with any
     /// error (bad YAML, unknown @type or field, duplicate name, and by default a reference to a
     /// resource that does not exist: see --references) is rejected whole, with an error naming
-    /// the file, and the previous state keeps being served. A bad directory at start-up is
-    /// fatal.
+    /// the file, and the previous state keeps being served; so is a change that leaves no
+    /// resources at all where some were served (a directory being deleted or replaced), unless
+    /// --allow-empty. A bad directory at start-up is fatal. Each change is one log line: applied
+    /// (INFO, with what changed) or rejected (ERROR, with every error).
     ///
     /// Envoy connects with an ADS or per-type gRPC config source pointing at --listen; see
     /// examples/basic for a complete setup. With --write-files, xdsd also writes the resources
@@ -444,6 +446,14 @@ struct ServeArgs {
     )]
     max_held_polls: usize,
 
+    /// Apply a change that leaves no resources at all where some were served. Off by default:
+    /// such a change is far more often a directory being deleted or replaced (rm -rf, a branch
+    /// switch, an unpacked archive, rsync --delete) than an empty configuration meant for the
+    /// fleet, so it is rejected like any bad change (the last good state kept, logged at ERROR)
+    /// and xdsd stays ready. A source that is empty at start is served as it is, with a warning.
+    #[arg(long, env = "XDSD_ALLOW_EMPTY")]
+    allow_empty: bool,
+
     /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /config, /metrics; see
     /// docs/operating.md), or "off". Loopback by default: /clients shows every client's node.
     /// Port 0 picks a free port (logged at start).
@@ -693,25 +703,6 @@ fn init_logs(level: &str, format: LogFormat) -> anyhow::Result<()> {
     installed.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
-/// What a reload changed, for its log line: `+Cluster "c", ~RouteConfiguration "r1"` (added,
-/// changed, removed), the first few and how many more.
-fn what_changed(summary: &UpdateSummary) -> String {
-    let mut text = summary
-        .names
-        .iter()
-        .map(|n| n.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let more = summary.changed.saturating_sub(summary.names.len());
-    if more > 0 && summary.names.len() == MAX_LISTED {
-        text.push_str(&format!(
-            " and more ({} resources changed in all)",
-            summary.changed
-        ));
-    }
-    text
-}
-
 /// A filter's directives are levels or `target=level`: a bare word that is not a level
 /// (`verbose`) would be read as a target name and silence every log, so it is refused.
 fn check_directives(filter: &str) -> anyhow::Result<()> {
@@ -726,6 +717,13 @@ fn check_directives(filter: &str) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Both ports first: a second xdsd with the same flags fails here, before it loads or serves
+    // anything.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| bind_error(e, args.listen, "--listen"))?;
+    let admin_listener = admin::bind(args.admin_listen).await?;
+
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
     let store = Store::with_reference_policy(args.source.reference_policy());
     let dir = args.source.resources.clone();
@@ -744,52 +742,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    // The watch starts before the first load, so no change can fall between the two; the lock
-    // makes the first load's read-and-commit and each reload's commit happen one after the
-    // other, so a reload can never be overwritten by the older first load.
-    let loading = Arc::new(Mutex::new(()));
-    let updates = files.as_ref().map(|(_, updates, _)| updates.clone());
-    let limits = args.source.limits();
     let metrics = Metrics::new();
-    let (source_health, healthy) = tokio::sync::watch::channel(true);
-    let incremental = args.reload == ReloadMode::Incremental;
-    let watch = watch(
-        &descriptors,
-        &dir,
-        Watching {
-            limits,
-            store: store.clone(),
-            loading: loading.clone(),
-            files: updates,
-            metrics: metrics.clone(),
-            health: source_health,
-            incremental,
-        },
-    )?;
-    {
-        let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
-        let cannot = || format!("cannot load resources from {}", dir.display());
-        let loaded = if incremental {
-            // Parsed once: the watch reloads from this load what changes after its start.
-            let (loaded, cache) =
-                load::load_cache_into(&descriptors, &dir, &limits, &store).with_context(cannot)?;
-            watch.start_from(cache);
-            loaded
-        } else {
-            load::load_into(&descriptors, &dir, &limits, &store).with_context(cannot)?
-        };
-        log_dangling(&loaded.summary);
-        info!(
-            dir = %dir.display(),
-            resources = loaded.resources,
-            generation = loaded.summary.generation,
-            "resources loaded"
-        );
-        // The first files, before serving; later ones from the writer's thread.
-        if let Some((writer, _, _)) = files.as_mut() {
-            let snapshot = store.snapshot();
-            files::log_round(&writer.write_changed(&snapshot), snapshot.generation());
-        }
+    let mut feed = Feed::new(store.clone())
+        .metrics(metrics.clone())
+        .allow_empty(args.allow_empty);
+    if let Some((_, updates, _)) = &files {
+        let updates: FileUpdates = updates.clone();
+        feed = feed.on_applied(move |_| updates.changed());
+    }
+    let mut source = DirectorySource::new(descriptors.clone(), dir.clone(), args.source.limits())
+        .incremental(args.reload == ReloadMode::Incremental);
+    feed.first_load(&mut source)
+        .await
+        .with_context(|| format!("cannot load resources from {}", dir.display()))?;
+    // The first files, before serving; later ones from the writer's thread.
+    if let Some((writer, _, _)) = files.as_mut() {
+        let snapshot = store.snapshot();
+        files::log_round(&writer.write_changed(&snapshot), snapshot.generation());
     }
     // What parsing the descriptors and the first load left behind is returned before serving.
     if args.release_memory == OnOff::On {
@@ -803,9 +772,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pending.start(store.clone(), writer)?;
     }
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
     info!("xDS gRPC server listening on {addr}");
     args.tls.log(addr);
@@ -844,12 +810,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     // Ready (gRPC health, /readyz) while the source is healthy.
     let handle = server.stats_handle();
-    tokio::spawn(follow_source_health(healthy, handle.clone()));
+    tokio::spawn(feed.ready(handle.clone()).follow(source));
     let admin_tls = match (args.admin_tls, args.tls.options()) {
         (true, Some(options)) => Some(options),
         _ => None,
     };
-    let admin = admin::start(args.admin_listen, admin_tls, handle).await?;
+    let admin = admin::start(admin_listener, admin_tls, handle)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;
@@ -878,135 +844,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What a watch of the resource directory feeds.
-struct Watching {
-    limits: xdsd_source::Limits,
-    store: Store,
-    /// Held while a load commits (see `serve`).
-    loading: Arc<Mutex<()>>,
-    /// Where applied changes go on to, with --write-files.
-    files: Option<FileUpdates>,
-    metrics: Metrics,
-    /// Whether the directory could be read at the last load (see [`source_healthy`]).
-    health: tokio::sync::watch::Sender<bool>,
-    /// Reloads re-read only the files that changed (`--reload incremental`).
-    incremental: bool,
-}
-
-/// Whether a load's outcome says the source is healthy: it is unless the directory itself could
-/// not be read (gone, replaced by something unreadable, no permission). A change rejected for
-/// its content leaves it healthy: every replica reading the same directory rejects it alike, and
-/// each keeps serving the last good state.
-fn source_healthy<T>(result: &Result<T, SourceError>, dir: &Path) -> bool {
-    match result {
-        Ok(_) => true,
-        Err(e) => !e
-            .errors()
-            .iter()
-            .any(|e| matches!(e, SourceError::Io { path, .. } if path == dir)),
-    }
-}
-
-/// Reports the server ready while the source is healthy, not ready while it is not.
-async fn follow_source_health(
-    mut healthy: tokio::sync::watch::Receiver<bool>,
-    handle: StatsHandle,
-) {
-    loop {
-        let now = *healthy.borrow_and_update();
-        handle.set_ready(now);
-        if healthy.changed().await.is_err() {
-            return;
+/// A listening address that cannot be bound, with the flag that sets it.
+pub(crate) fn bind_error(e: std::io::Error, addr: SocketAddr, flag: &str) -> anyhow::Error {
+    let why = match e.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            "{addr} is already in use (another xdsd, or another program, listens there): give \
+             {flag} another address, or port 0 for any free port"
+        ),
+        std::io::ErrorKind::AddrNotAvailable => {
+            format!("{addr} is not an address of this machine: give {flag} one of its addresses")
         }
-    }
-}
-
-/// Follows `dir`: each change is committed (only the names it changed), or rejected whole and
-/// taken again with the next change. Each change that is applied is passed on to `files`.
-fn watch(
-    descriptors: &Descriptors,
-    dir: &Path,
-    watching: Watching,
-) -> anyhow::Result<xdsd_source::DirectoryWatch> {
-    let Watching {
-        limits,
-        store,
-        loading,
-        files,
-        metrics,
-        health,
-        incremental,
-    } = watching;
-    let options = xdsd_source::WatchOptions::default()
-        .limits(limits)
-        .incremental(incremental)
-        .cache_from_consumer(incremental);
-    let watched = dir.to_path_buf();
-    xdsd_source::watch_directory_updates(
-        descriptors.clone(),
-        dir.to_path_buf(),
-        options,
-        move |result| {
-            let _loading = loading.lock().unwrap_or_else(|e| e.into_inner());
-            let healthy = source_healthy(&result, &watched);
-            metrics.set_source_healthy(healthy);
-            if health.send_replace(healthy) != healthy {
-                if healthy {
-                    info!(dir = %watched.display(), "the resource directory can be read again: ready");
-                } else {
-                    warn!(dir = %watched.display(), "the resource directory cannot be read: not ready (gRPC health NOT_SERVING, /readyz 503) until it can");
-                }
-            }
-            let generation = store.snapshot().generation();
-            let result = result
-                .map_err(LoadError::Source)
-                .and_then(|cache| load::commit_cache(&store, cache));
-            let committed = result.is_ok();
-            match result {
-                Ok(loaded) if loaded.summary.changed == 0 => {
-                    metrics.reload(Reload::Unchanged);
-                    info!(
-                        resources = loaded.resources,
-                        "directory changed, resources unchanged"
-                    )
-                }
-                Ok(loaded) => {
-                    metrics.reload(Reload::Applied);
-                    log_dangling(&loaded.summary);
-                    info!(
-                        resources = loaded.resources,
-                        changed = loaded.summary.changed,
-                        what = %what_changed(&loaded.summary),
-                        generation = loaded.summary.generation,
-                        "resources loaded"
-                    );
-                    if let Some(files) = &files {
-                        files.changed();
-                    }
-                }
-                Err(e) => {
-                    metrics.reload(Reload::Rejected);
-                    error!("change rejected: {e}; still serving generation {generation}")
-                }
-            }
-            committed
-        },
-    )
-    .with_context(|| format!("cannot watch {}", dir.display()))
-}
-
-/// In `--references warn`: one WARN line per dangling reference of an applied change (the first
-/// MAX_LISTED, then a count).
-fn log_dangling(summary: &UpdateSummary) {
-    for d in summary.dangling.iter().take(MAX_LISTED) {
-        warn!("applied with a dangling reference: {d}");
-    }
-    if summary.dangling.len() > MAX_LISTED {
-        warn!(
-            "applied with {} more dangling references",
-            summary.dangling.len() - MAX_LISTED
-        );
-    }
+        _ => format!("{e}"),
+    };
+    anyhow::anyhow!("cannot listen on {addr} ({flag}): {why}")
 }
 
 async fn shutdown_signal() -> &'static str {

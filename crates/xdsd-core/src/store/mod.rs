@@ -643,7 +643,9 @@ impl Store {
                         .iter()
                         .any(|b| !after(b.name()) || b.aliases().iter().any(|a| !after(a)));
                 }
-                count += variants.len() + before.len() - 2 * kept;
+                // The resources that changed: each new variant replaces an old one, or is added, or
+                // an old one is removed.
+                count += variants.len().max(before.len()) - kept;
                 check_variants(&type_url, name, variants)?;
                 let kind = match (before.is_empty(), variants.is_empty()) {
                     (true, _) => ChangeKind::Added,

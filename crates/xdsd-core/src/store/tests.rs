@@ -653,7 +653,21 @@ fn an_update_summary_names_what_was_added_changed_and_removed() {
         shown,
         ["~Cluster \"kept\"", "+Cluster \"new\"", "-Cluster \"old\""]
     );
-    assert_eq!(summary.changed, 4, "variants: kept twice, new, old");
+    assert_eq!(
+        summary.changed, 3,
+        "the resources that changed: one changed, one added, one removed"
+    );
+}
+
+#[test]
+fn an_update_summary_counts_a_changed_resource_once() {
+    let store = Store::new();
+    store.replace_all([input(CLUSTER, "c", b"1")]).unwrap();
+    let summary = store.replace_all([input(CLUSTER, "c", b"2")]).unwrap();
+    assert_eq!(
+        summary.changed, 1,
+        "one resource changed, not its old and new versions"
+    );
 }
 
 /// A commit that changes several types marks them on a stream under one lock: a stream woken

@@ -28,6 +28,7 @@ mod lifecycle;
 mod references;
 mod replicas;
 mod rest;
+mod serve_source;
 mod sizes;
 mod slow_clients;
 mod write_files;

@@ -1,0 +1,458 @@
+//! Where resources come from: a [`Source`] (a watched directory, etcd, or an embedder's own)
+//! is loaded once, then hands out its changes; a [`Feed`] commits them to a [`Store`] and keeps
+//! what a server reports of its source (readiness, metrics, one log line per outcome) up to date.
+//!
+//! The same rules hold for every source: a change is committed whole or not at all (the last
+//! good state keeps being served), a change that would leave the store with no resources at all
+//! where some were served is refused unless [`Feed::allow_empty`] says it is intended, and the
+//! server is ready while the source can be read.
+
+use std::fmt;
+use std::future::Future;
+
+use tracing::{error, info, warn};
+
+use crate::store::{ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED};
+use crate::transport::grpc::StatsHandle;
+use crate::transport::metrics::{Metrics, Reload};
+
+/// What a change makes the store hold.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Update {
+    /// Everything the source holds: the store's content is replaced by these
+    /// ([`Store::replace_all`]).
+    All(Vec<ResourceInput>),
+    /// Only these `(type URL, name)` changed; `resources` are every resource those names have now
+    /// (a name without any is removed), the other names are kept ([`Store::replace_names`]).
+    Names {
+        names: Vec<(String, String)>,
+        resources: Vec<ResourceInput>,
+    },
+}
+
+/// One change of a source, committed whole or not at all.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ChangeSet {
+    /// What the store holds after it.
+    pub update: Update,
+    /// How many resources the source holds after it: a change that leaves none is refused unless
+    /// [`Feed::allow_empty`].
+    pub resources: usize,
+    /// The files or keys the change came from, for its log line (a few; may be empty).
+    pub origins: Vec<String>,
+    /// The source's position after the change (an etcd revision), when it has one.
+    pub revision: Option<i64>,
+}
+
+impl ChangeSet {
+    /// A change that replaces everything with `resources`.
+    pub fn all(resources: Vec<ResourceInput>) -> ChangeSet {
+        ChangeSet {
+            resources: resources.len(),
+            update: Update::All(resources),
+            origins: Vec::new(),
+            revision: None,
+        }
+    }
+
+    /// A change of only `names` (see [`Update::Names`]), after which the source holds `total`
+    /// resources.
+    pub fn names(
+        names: Vec<(String, String)>,
+        resources: Vec<ResourceInput>,
+        total: usize,
+    ) -> ChangeSet {
+        ChangeSet {
+            update: Update::Names { names, resources },
+            resources: total,
+            origins: Vec::new(),
+            revision: None,
+        }
+    }
+
+    /// Names the files or keys it came from.
+    pub fn with_origins(mut self, origins: Vec<String>) -> ChangeSet {
+        self.origins = origins;
+        self
+    }
+
+    /// Records the source's position after it.
+    pub fn with_revision(mut self, revision: i64) -> ChangeSet {
+        self.revision = Some(revision);
+        self
+    }
+}
+
+/// A change the source itself refused (a file or key that does not parse, a duplicate name):
+/// every problem, each naming its file or key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    messages: Vec<String>,
+}
+
+impl Rejection {
+    /// A rejection with these problems (at least one is expected).
+    pub fn new(messages: Vec<String>) -> Rejection {
+        Rejection { messages }
+    }
+
+    /// Each problem on its own.
+    pub fn messages(&self) -> &[String] {
+        &self.messages
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.messages.join("; "))
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// What a source hands out after its first load.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SourceEvent {
+    /// A change to commit; the source is told whether it was ([`Source::committed`]).
+    Change(ChangeSet),
+    /// A change the source refused: the last good state stays.
+    Rejected(Rejection),
+    /// The source can be read (true) or not (false, with the reason): a server is ready only
+    /// while it can.
+    Health { healthy: bool, reason: String },
+}
+
+/// A source of resources: loaded once, then followed.
+pub trait Source: Send {
+    /// What it reads, for logs: `directory examples/basic/resources`.
+    fn describe(&self) -> String;
+
+    /// What kind of source it is, one word for logs: `directory`, `etcd`.
+    fn kind(&self) -> &'static str {
+        "source"
+    }
+
+    /// Everything the source holds now, or every problem with it. Called once, before
+    /// [`Source::next`]; changes made while it loads are handed out by `next`.
+    fn load(&mut self) -> impl Future<Output = Result<ChangeSet, Rejection>> + Send;
+
+    /// The next event, or `None` when the source has ended.
+    fn next(&mut self) -> impl Future<Output = Option<SourceEvent>> + Send;
+
+    /// Whether the last [`SourceEvent::Change`] (or the first load) was committed; a source that
+    /// hands out only what changed sends a rejected change's names again with its next change.
+    fn committed(&mut self, ok: bool) {
+        let _ = ok;
+    }
+}
+
+/// Why a change was not committed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CommitError {
+    /// The source refused it (files or keys that do not parse, duplicates).
+    Source(Rejection),
+    /// The store's rules refused it: TP2's variant rules, references.
+    Store(StoreError),
+    /// It would leave no resources where `had` were served, and [`Feed::allow_empty`] is off.
+    Empty { had: usize },
+}
+
+impl CommitError {
+    /// Each problem on its own, for a list.
+    pub fn messages(&self) -> Vec<String> {
+        match self {
+            CommitError::Source(r) => r.messages().to_vec(),
+            CommitError::Store(StoreError::DanglingReferences(list)) => list
+                .iter()
+                .map(|d| format!("a reference to a resource that does not exist: {d}"))
+                .collect(),
+            CommitError::Store(e) => vec![e.to_string()],
+            CommitError::Empty { .. } => vec![self.to_string()],
+        }
+    }
+
+    /// What to do about it, when the errors alone do not say.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            CommitError::Store(StoreError::DanglingReferences(_)) => Some(
+                "a resource the clients get elsewhere, such as a cluster of Envoy's bootstrap, can \
+                 be declared with --external-name TYPE:NAME; --references warn applies such \
+                 changes",
+            ),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CommitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommitError::Source(r) => write!(f, "{r}"),
+            CommitError::Store(e) => {
+                write!(f, "{e}")?;
+                if let Some(hint) = self.hint() {
+                    write!(f, " ({hint})")?;
+                }
+                Ok(())
+            }
+            CommitError::Empty { had } => write!(
+                f,
+                "the source holds no resources at all, where {had} were served (a directory being \
+                 deleted or replaced, an emptied prefix?); an empty configuration is applied only \
+                 with --allow-empty"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CommitError {}
+
+impl From<Rejection> for CommitError {
+    fn from(r: Rejection) -> CommitError {
+        CommitError::Source(r)
+    }
+}
+
+/// A hook called after each committed change that changed something.
+type OnApplied = Box<dyn Fn(&UpdateSummary) + Send + Sync>;
+
+/// Commits a source's changes to a store, and reports the source's state: readiness (gRPC health,
+/// `/readyz`) follows the source's health, [`Metrics`] count each outcome, and each outcome is one
+/// log line (`resources loaded` at INFO, `change rejected` at ERROR).
+pub struct Feed {
+    store: Store,
+    metrics: Option<Metrics>,
+    ready: Option<StatsHandle>,
+    allow_empty: bool,
+    on_applied: Option<OnApplied>,
+}
+
+impl Feed {
+    /// A feed of `store`.
+    pub fn new(store: Store) -> Feed {
+        Feed {
+            store,
+            metrics: None,
+            ready: None,
+            allow_empty: false,
+            on_applied: None,
+        }
+    }
+
+    /// Counts each outcome and the source's health in `metrics`.
+    pub fn metrics(mut self, metrics: Metrics) -> Feed {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Reports the server of `handle` ready while the source is healthy.
+    pub fn ready(mut self, handle: StatsHandle) -> Feed {
+        self.ready = Some(handle);
+        self
+    }
+
+    /// Commits a change that leaves no resources at all where some were served (off by default:
+    /// such a change is refused like any rejected change, since it is far more often a directory
+    /// being deleted or replaced than an intended empty configuration).
+    pub fn allow_empty(mut self, allow: bool) -> Feed {
+        self.allow_empty = allow;
+        self
+    }
+
+    /// Calls `hook` after each change that changed something.
+    pub fn on_applied(mut self, hook: impl Fn(&UpdateSummary) + Send + Sync + 'static) -> Feed {
+        self.on_applied = Some(Box::new(hook));
+        self
+    }
+
+    /// The store it feeds.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Commits `change` whole, or nothing.
+    pub fn commit(&self, change: ChangeSet) -> Result<UpdateSummary, CommitError> {
+        let had: usize = self
+            .store
+            .snapshot()
+            .types()
+            .map(|t| t.resource_count())
+            .sum();
+        if change.resources == 0 && had > 0 && !self.allow_empty {
+            return Err(CommitError::Empty { had });
+        }
+        match change.update {
+            Update::All(resources) => self.store.replace_all(resources),
+            Update::Names { names, resources } => self.store.replace_names(names, resources),
+        }
+        .map_err(CommitError::Store)
+    }
+
+    /// The first load of `source`, committed; an error (a source that cannot be loaded is
+    /// fatal at start) lists every problem.
+    pub async fn first_load<S: Source>(
+        &self,
+        source: &mut S,
+    ) -> Result<UpdateSummary, CommitError> {
+        let result = match source.load().await {
+            Ok(change) => {
+                let resources = change.resources;
+                let result = self.commit(change);
+                if let Ok(summary) = &result {
+                    log_dangling(summary);
+                    info!(
+                        source = %source.describe(),
+                        resources,
+                        generation = summary.generation,
+                        "resources loaded"
+                    );
+                    if resources == 0 {
+                        warn!(source = %source.describe(), "the source holds no resources: clients are served nothing until it does");
+                    }
+                }
+                result
+            }
+            Err(e) => Err(CommitError::Source(e)),
+        };
+        source.committed(result.is_ok());
+        result
+    }
+
+    /// Follows `source` until it ends: each change committed or rejected, one log line each.
+    pub async fn follow<S: Source>(self, mut source: S) {
+        while let Some(event) = source.next().await {
+            match event {
+                SourceEvent::Health { healthy, reason } => self.health(&source, healthy, &reason),
+                SourceEvent::Rejected(rejection) => {
+                    self.outcome(&source, Err(CommitError::Source(rejection)), &[], None);
+                }
+                SourceEvent::Change(mut change) => {
+                    let resources = change.resources;
+                    let origins = std::mem::take(&mut change.origins);
+                    let result = self.commit(change);
+                    source.committed(result.is_ok());
+                    self.outcome(&source, result, &origins, Some(resources));
+                }
+            }
+        }
+    }
+
+    fn health<S: Source>(&self, source: &S, healthy: bool, reason: &str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.set_source_healthy(healthy);
+        }
+        if let Some(handle) = &self.ready {
+            handle.set_ready(healthy);
+        }
+        if healthy {
+            info!(source = %source.describe(), "the {} can be read again: ready", source.kind());
+        } else {
+            warn!(source = %source.describe(), "the {} cannot be read ({reason}): not ready (gRPC health NOT_SERVING, /readyz 503) until it can; still serving the last good state", source.kind());
+        }
+    }
+
+    /// The one log line (and count) of a change's outcome.
+    fn outcome<S: Source>(
+        &self,
+        source: &S,
+        result: Result<UpdateSummary, CommitError>,
+        origins: &[String],
+        resources: Option<usize>,
+    ) {
+        let count = |reload| {
+            if let Some(metrics) = &self.metrics {
+                metrics.reload(reload);
+            }
+        };
+        let from = origins_text(origins);
+        let from = from.as_deref();
+        match result {
+            Ok(summary) if summary.changed == 0 => {
+                count(Reload::Unchanged);
+                info!(
+                    resources = resources.unwrap_or(summary.total),
+                    from,
+                    "{} changed, resources unchanged",
+                    source.kind()
+                );
+            }
+            Ok(summary) => {
+                count(Reload::Applied);
+                log_dangling(&summary);
+                info!(
+                    resources = resources.unwrap_or(summary.total),
+                    changed = summary.changed,
+                    what = %what_changed(&summary),
+                    from,
+                    generation = summary.generation,
+                    "resources loaded"
+                );
+                if let Some(hook) = &self.on_applied {
+                    hook(&summary);
+                }
+            }
+            Err(e) => {
+                count(Reload::Rejected);
+                let generation = self.store.snapshot().generation();
+                error!(
+                    from,
+                    "change rejected: {e}; still serving generation {generation}"
+                );
+            }
+        }
+    }
+}
+
+/// The first few origins of a change, for its log line (none when the source names none).
+fn origins_text(origins: &[String]) -> Option<String> {
+    if origins.is_empty() {
+        return None;
+    }
+    let mut text = origins
+        .iter()
+        .take(MAX_LISTED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if origins.len() > MAX_LISTED {
+        text.push_str(&format!(" and {} more", origins.len() - MAX_LISTED));
+    }
+    Some(text)
+}
+
+/// What a change changed, for its log line: `+Cluster "c", ~RouteConfiguration "r1"` (added,
+/// changed, removed), the first few and how many more.
+pub fn what_changed(summary: &UpdateSummary) -> String {
+    let mut text = summary
+        .names
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = summary.changed.saturating_sub(summary.names.len());
+    if more > 0 && summary.names.len() == MAX_LISTED {
+        text.push_str(&format!(
+            " and more ({} resources changed in all)",
+            summary.changed
+        ));
+    }
+    text
+}
+
+/// With references in warn mode: one WARN line per dangling reference of an applied change (the
+/// first [`MAX_LISTED`], then a count).
+pub fn log_dangling(summary: &UpdateSummary) {
+    for d in summary.dangling.iter().take(MAX_LISTED) {
+        warn!("applied with a dangling reference: {d}");
+    }
+    if summary.dangling.len() > MAX_LISTED {
+        warn!(
+            "applied with {} more dangling references",
+            summary.dangling.len() - MAX_LISTED
+        );
+    }
+}
