@@ -11,6 +11,7 @@ pub mod hash {
 pub mod logsafe;
 pub mod params;
 pub mod protocol;
+pub mod rollout;
 pub mod source;
 pub mod store;
 #[cfg(test)]
