@@ -464,6 +464,28 @@ impl Store {
         self.commit(&current, next, false)
     }
 
+    /// Makes the store hold exactly what `other` (another store's snapshot) holds, atomically:
+    /// its resources are shared, not encoded again, and the versions are the same (they are
+    /// content hashes), so a client moved from one store's state to the other's is resent only
+    /// what differs. What a rollout does to its two states (promote, roll back).
+    pub fn replace_with(&self, other: &Snapshot) -> Result<UpdateSummary, StoreError> {
+        let _writer = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let current = self.snapshot();
+        let mut next: HashMap<Arc<str>, TypeEdit> = HashMap::new();
+        for t in other.types() {
+            let mut edit = TypeEdit::full();
+            edit.map = t
+                .entries()
+                .map(|(name, variants)| (name.clone(), variants.to_vec()))
+                .collect();
+            next.insert(t.type_url().clone(), edit);
+        }
+        for type_url in current.type_map().keys() {
+            next.entry(type_url.clone()).or_insert_with(TypeEdit::full);
+        }
+        self.commit(&current, next, false)
+    }
+
     /// Replaces the resources of some names, atomically: what [`Store::replace_all`] gives when
     /// the inputs of the current state for `names` (type URL, name) are replaced by `resources`
     /// (whose names must each be in `names`; a name without any is removed). A route

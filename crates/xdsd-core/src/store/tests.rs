@@ -840,3 +840,26 @@ fn a_length_delimited_field_is_written_as_prost_writes_it() {
         }
     }
 }
+
+#[test]
+fn replace_with_copies_another_store_s_state_with_the_same_versions() {
+    let a = Store::new();
+    let b = Store::new();
+    a.replace_all([input(CLUSTER, "c1", b"1"), input(CLUSTER, "c2", b"2")])
+        .unwrap();
+    b.replace_all([input(CLUSTER, "c1", b"1"), input(CLUSTER, "old", b"9")])
+        .unwrap();
+    let summary = b.replace_with(&a.snapshot()).unwrap();
+    let shown: Vec<String> = summary.names.iter().map(|n| n.to_string()).collect();
+    assert_eq!(shown, ["+Cluster \"c2\"", "-Cluster \"old\""]);
+    let (sa, sb) = (a.snapshot(), b.snapshot());
+    let (ta, tb) = (sa.get(CLUSTER).unwrap(), sb.get(CLUSTER).unwrap());
+    assert_eq!(ta.version(), tb.version(), "the same content, the same version");
+    assert!(Arc::ptr_eq(ta.get("c2").unwrap(), tb.get("c2").unwrap()), "shared");
+    // Nothing differs: nothing changes.
+    assert_eq!(b.replace_with(&a.snapshot()).unwrap().changed, 0);
+    // An emptied type goes too.
+    a.replace_all([]).unwrap();
+    b.replace_with(&a.snapshot()).unwrap();
+    assert!(b.snapshot().get(CLUSTER).is_none());
+}
