@@ -183,28 +183,22 @@ pub(crate) fn from_client(endpoints: &str, what: &str, error: &etcd_client::Erro
 }
 
 /// The shortest faithful text of an error of the client library: a gRPC status's code and
-/// message, a transport error with its sources.
+/// message, then the causes that add something (transport errors repeat their sources' text).
 pub(crate) fn reason(error: &etcd_client::Error) -> String {
-    match error {
-        etcd_client::Error::GRpcStatus(status) => {
-            let mut text = format!("{:?}: {}", status.code(), status.message());
-            let mut source = std::error::Error::source(status);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            text
+    let (mut text, mut source) = match error {
+        etcd_client::Error::GRpcStatus(status) => (
+            format!("{:?}: {}", status.code(), status.message()),
+            std::error::Error::source(status),
+        ),
+        other => (other.to_string(), std::error::Error::source(other)),
+    };
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
         }
-        other => {
-            let mut text = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            text
-        }
+        source = cause.source();
     }
+    text
 }

@@ -125,6 +125,14 @@ pub struct Etcd {
     inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     options: EtcdOptions,
     kv: etcd_client::KvClient,
@@ -168,7 +176,7 @@ impl Etcd {
         let mut connect = etcd_client::ConnectOptions::new()
             .with_connect_timeout(options.connect_timeout)
             .with_keep_alive(options.keep_alive.0, options.keep_alive.1)
-            .with_keep_alive_while_idle(true)
+            .with_keep_alive_while_idle(false)
             .with_require_leader(true);
         if options.tls() {
             if let Some(plain) = options.endpoints.iter().find(|e| e.starts_with("http://")) {

@@ -114,7 +114,7 @@ async fn an_etcd_that_is_not_there_is_unreachable_and_named() {
     };
     let endpoint = format!("http://127.0.0.1:{port}");
     let options = options(&endpoint, "/x/").with_request_timeout(Duration::from_secs(3));
-    let error = load(&options).await.err().expect("no etcd there");
+    let error = load(&options).await.expect_err("no etcd there");
     assert!(
         matches!(
             error,

@@ -5,6 +5,7 @@
 mod pki;
 mod support;
 
+mod auth;
 mod load;
 mod push;
 mod tls;

@@ -134,7 +134,7 @@ async fn of_two_pushes_planned_at_one_revision_the_second_conflicts_and_writes_n
         .expect("the first push");
     let before = source.read().await.expect("read");
 
-    let error = source.apply_push(&other).await.err().expect("a conflict");
+    let error = source.apply_push(&other).await.expect_err("a conflict");
     assert!(matches!(error, EtcdError::Conflict { .. }), "{error:?}");
     let message = error.to_string();
     assert!(
@@ -159,7 +159,7 @@ async fn a_push_over_the_transaction_limit_writes_nothing() {
 
     // Refused before anything is sent: 128 puts and the marker are 129 operations.
     let plan = source.plan_push(many.clone()).await.expect("plan");
-    let error = source.apply_push(&plan).await.err().expect("too many");
+    let error = source.apply_push(&plan).await.expect_err("too many");
     assert!(
         matches!(
             error,
@@ -177,7 +177,7 @@ async fn a_push_over_the_transaction_limit_writes_nothing() {
         .await
         .expect("load");
     let plan = source.plan_push(many).await.expect("plan");
-    let error = source.apply_push(&plan).await.err().expect("too many");
+    let error = source.apply_push(&plan).await.expect_err("too many");
     assert!(
         matches!(
             error,
@@ -204,15 +204,13 @@ async fn reserved_keys_and_values_over_the_limit_cannot_be_pushed() {
         let error = source
             .plan_push(desired(&[(key, "v")]))
             .await
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         assert!(matches!(error, EtcdError::Options(_)), "{key}: {error:?}");
     }
     let error = source
         .plan_push(desired(&[("a.yaml", "12345")]))
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert_eq!(
         error.to_string(),
         "the value of key /p/a.yaml is 5 bytes, over the limit of 4 bytes"

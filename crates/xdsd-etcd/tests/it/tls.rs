@@ -40,12 +40,12 @@ async fn an_etcd_with_client_certificates_is_read_with_the_ca_certificate_and_ke
     let without = options(&endpoint, "/t/")
         .with_ca(&pki.ca)
         .with_request_timeout(Duration::from_secs(5));
-    let error = load(&without).await.err().expect("refused");
+    let error = load(&without).await.expect_err("refused");
     assert!(error.to_string().contains(&endpoint), "{error}");
 
     // A CA file that is not there is named.
     let missing = options(&endpoint, "/t/").with_ca(pki.path("missing.pem"));
-    let error = load(&missing).await.err().expect("no CA file");
+    let error = load(&missing).await.expect_err("no CA file");
     assert!(
         matches!(error, EtcdError::TlsFile { what: "CA", .. }),
         "{error:?}"
