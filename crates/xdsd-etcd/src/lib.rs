@@ -265,7 +265,8 @@ impl Etcd {
 
     /// Reads the prefix and compares it with `desired` (key suffix → value): what a push would
     /// write. Refuses reserved keys (last segment starting with `.`), empty keys and values over
-    /// the value limit.
+    /// the value limit. Reserved keys in etcd are left alone; a key that is not UTF-8 cannot be
+    /// named and is left alone too (its delete, under its lossy name, deletes nothing).
     pub async fn plan_push(&self, desired: BTreeMap<String, Bytes>) -> Result<PushPlan, EtcdError> {
         push::plan(self, desired).await
     }

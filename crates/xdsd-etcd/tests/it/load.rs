@@ -86,6 +86,11 @@ async fn values_over_the_limit_are_named_as_rejected_even_when_too_large_to_rece
     // 1.2 MiB: over the limit plus the response slack (1 MiB), so the client never receives it.
     put(&mut client, "/r/huge.yaml", &"y".repeat(1_200_000)).await;
     put(&mut client, "/r/z.yaml", "after").await;
+    // A key that is not UTF-8 cannot name a resource: named with the invalid bytes replaced.
+    client
+        .put(b"/r/\xffbad".to_vec(), "v", None)
+        .await
+        .expect("put");
     let (_etcd, snapshot) = load(&options(&etcd.endpoint(), "/r/").with_max_value_bytes(100))
         .await
         .expect("load");
@@ -104,6 +109,12 @@ async fn values_over_the_limit_are_named_as_rejected_even_when_too_large_to_rece
         .get("huge.yaml")
         .expect("huge.yaml rejected");
     assert!(huge.contains("over the limit of 100"), "{huge}");
+    let bad = snapshot
+        .rejected
+        .get("\u{fffd}bad")
+        .expect("the non-UTF-8 key rejected");
+    assert!(bad.contains("not UTF-8"), "{bad}");
+    assert_eq!(snapshot.rejected.len(), 3, "{:?}", snapshot.rejected);
 }
 
 #[tokio::test]

@@ -205,3 +205,26 @@ async fn a_watch_from_a_compacted_revision_is_a_resync_without_a_health_change()
         other => panic!("expected a resync, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_consumer_that_lags_behind_a_small_queue_still_gets_every_revision_in_order() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let options = options(&etcd.endpoint(), "/w/").with_event_capacity(2);
+    let (source, snapshot) = load(&options).await.expect("load");
+    let mut watch = source.watch(snapshot.revision);
+    // The watch holds two events and stops reading from etcd until they are taken.
+    let mut written = Vec::new();
+    for i in 0..40 {
+        written.push(put(&mut client, &format!("/w/k{}.yaml", i % 3), &i.to_string()).await);
+    }
+    for (i, revision) in written.into_iter().enumerate() {
+        assert_eq!(
+            changes(&next(&mut watch).await),
+            (
+                revision,
+                vec![(format!("k{}.yaml", i % 3), Some(i.to_string()))]
+            )
+        );
+    }
+}
