@@ -492,5 +492,8 @@ impl Cohort {
     }
 }
 
+mod run;
+pub use run::Rollout;
+
 #[cfg(test)]
 mod tests;

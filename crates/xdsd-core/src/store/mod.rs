@@ -425,6 +425,11 @@ impl Store {
         &self.inner.policy
     }
 
+    /// Whether `other` is this store (a clone of it), not another with the same content.
+    pub fn same_as(&self, other: &Store) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The current state. Holding it never blocks a writer.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.inner

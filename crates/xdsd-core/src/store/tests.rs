@@ -854,8 +854,15 @@ fn replace_with_copies_another_store_s_state_with_the_same_versions() {
     assert_eq!(shown, ["+Cluster \"c2\"", "-Cluster \"old\""]);
     let (sa, sb) = (a.snapshot(), b.snapshot());
     let (ta, tb) = (sa.get(CLUSTER).unwrap(), sb.get(CLUSTER).unwrap());
-    assert_eq!(ta.version(), tb.version(), "the same content, the same version");
-    assert!(Arc::ptr_eq(ta.get("c2").unwrap(), tb.get("c2").unwrap()), "shared");
+    assert_eq!(
+        ta.version(),
+        tb.version(),
+        "the same content, the same version"
+    );
+    assert!(
+        Arc::ptr_eq(ta.get("c2").unwrap(), tb.get("c2").unwrap()),
+        "shared"
+    );
     // Nothing differs: nothing changes.
     assert_eq!(b.replace_with(&a.snapshot()).unwrap().changed, 0);
     // An emptied type goes too.

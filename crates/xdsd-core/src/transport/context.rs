@@ -10,6 +10,7 @@ use super::grpc::ServerOptions;
 use super::metrics::Metrics;
 use super::stats::StreamRegistry;
 use super::tls::ConnInfo;
+use crate::rollout::Rollout;
 use crate::store::Store;
 
 pub(crate) struct ServerContext {
@@ -27,6 +28,8 @@ pub(crate) struct ServerContext {
     pub(crate) request_bytes: Arc<Budget>,
     /// The resource names all streams subscribe to (see `budget`).
     pub(crate) names: Arc<Budget>,
+    /// A gated rollout: the cohort's clients read its canary store, the others `store`.
+    pub(crate) rollout: Option<Arc<Rollout>>,
 }
 
 impl ServerContext {
@@ -45,6 +48,16 @@ impl ServerContext {
             ready: watch::Sender::new(true),
             request_bytes: Arc::default(),
             names: Arc::default(),
+            rollout: None,
+        }
+    }
+
+    /// The store a client with the encoded `node` reads: the canary store of a gated rollout
+    /// for a node of its cohort, else the server's.
+    pub(crate) fn store_for(&self, node: &[u8]) -> &Store {
+        match &self.rollout {
+            Some(rollout) => rollout.store_for_raw(node),
+            None => &self.store,
         }
     }
 

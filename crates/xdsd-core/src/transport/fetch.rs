@@ -33,7 +33,7 @@ pub(crate) fn fetch(
     access: &Access,
     request: &SotwRequest,
 ) -> Result<SotwResponse, Status> {
-    let snapshot = ctx.store.snapshot();
+    let snapshot = ctx.store_for(&request.node_raw).snapshot();
     let answer = answer(ctx, type_url, access, request, &snapshot).map_err(|e| {
         if e.kind() == ErrorKind::PermissionDenied {
             warn!(peer = ?peer, error = %crate::logsafe::shown(&e.to_string()), "fetch refused");
@@ -147,7 +147,9 @@ fn resource_list(resources: SotwResources) -> Vec<Arc<crate::store::Resource>> {
 /// everything (wildcard): per type, the version and the resources (the variants its parameters
 /// pick). For the admin API's `GET /config`.
 pub(crate) fn preview(ctx: &ServerContext, node: &Node) -> Result<Vec<SotwResponse>, SessionError> {
-    let snapshot = ctx.store.snapshot();
+    let snapshot = ctx
+        .store_for(&prost::Message::encode_to_vec(node))
+        .snapshot();
     let mut types: Vec<Arc<str>> = snapshot.types().map(|t| t.type_url().clone()).collect();
     types.sort();
     let mut answers = Vec::with_capacity(types.len());

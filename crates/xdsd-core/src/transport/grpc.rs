@@ -40,6 +40,7 @@ use super::wire::SotwWire;
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::session::SessionOptions;
 use crate::protocol::sotw::{SotwRequest, SotwSubscription};
+use crate::rollout::Rollout;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 
@@ -295,12 +296,33 @@ impl XdsServer {
     /// of metrics of its own. Call it before [`XdsServer::routes`] and
     /// [`XdsServer::stats_handle`]: handles taken before see the previous metrics.
     pub fn with_metrics(mut self, metrics: Metrics) -> XdsServer {
-        self.ctx = Arc::new(ServerContext::new(
+        let mut ctx = ServerContext::new(
             self.ctx.store.clone(),
             self.ctx.options.clone(),
             self.shutdown.subscribe(),
-            metrics,
-        ));
+            metrics.clone(),
+        );
+        ctx.rollout = self.ctx.rollout.clone();
+        if let Some(rollout) = &ctx.rollout {
+            rollout.set_metrics(metrics);
+        }
+        self.ctx = Arc::new(ctx);
+        self
+    }
+
+    /// Gates every change through `rollout` (see [`crate::rollout`]): the clients of its cohort
+    /// read its canary store, every other client its stable store, which must be the store this
+    /// server was made with.
+    pub fn with_rollout(mut self, rollout: Arc<Rollout>) -> XdsServer {
+        let mut ctx = ServerContext::new(
+            self.ctx.store.clone(),
+            self.ctx.options.clone(),
+            self.shutdown.subscribe(),
+            self.ctx.streams.metrics.clone(),
+        );
+        rollout.set_metrics(self.ctx.streams.metrics.clone());
+        ctx.rollout = Some(rollout);
+        self.ctx = Arc::new(ctx);
         self
     }
 

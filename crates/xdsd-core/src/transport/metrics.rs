@@ -29,6 +29,9 @@ fn type_label(type_url: &str) -> Labels {
     vec![("type_url", type_url.to_owned())]
 }
 
+/// The states of a gated rollout, as [`crate::rollout::State::name`] gives them.
+const ROLLOUT_STATES: [&str; 4] = ["idle", "soaking", "waiting for canaries", "halted"];
+
 /// How a load of the source ended, for [`Metrics::reload`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reload {
@@ -61,6 +64,9 @@ struct Inner {
     resources: Family<Labels, Gauge>,
     generation: Gauge,
     source_healthy: Gauge,
+    rollout_state: Family<Labels, Gauge>,
+    rollout_promotions: Counter,
+    rollout_halts: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -153,8 +159,34 @@ impl Metrics {
             "The store's generation: how many changes it took",
             generation.clone(),
         );
+        let rollout_state = Family::<Labels, Gauge>::default();
+        for state in ROLLOUT_STATES {
+            rollout_state
+                .get_or_create(&vec![("state", state.to_owned())])
+                .set(i64::from(state == "idle"));
+        }
+        let rollout_promotions = Counter::default();
+        let rollout_halts = Counter::default();
+        registry.register(
+            "rollout_state",
+            "The gated rollout's state (--canary): 1 for the current one of idle, soaking, waiting for canaries, halted",
+            rollout_state.clone(),
+        );
+        registry.register(
+            "rollout_promotions",
+            "Changes promoted from the canary cohort to every client",
+            rollout_promotions.clone(),
+        );
+        registry.register(
+            "rollout_halts",
+            "Rollouts halted by a canary's NACK (the canaries rolled back)",
+            rollout_halts.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
+                rollout_state,
+                rollout_promotions,
+                rollout_halts,
                 registry,
                 streams,
                 streams_opened,
@@ -183,6 +215,26 @@ impl Metrics {
             .reloads
             .get_or_create(&vec![("result", result.to_owned())])
             .inc();
+    }
+
+    /// Sets the gated rollout's state (see [`crate::rollout::State::name`]).
+    pub fn rollout_state(&self, state: &str) {
+        for s in ROLLOUT_STATES {
+            self.inner
+                .rollout_state
+                .get_or_create(&vec![("state", s.to_owned())])
+                .set(i64::from(s == state));
+        }
+    }
+
+    /// Counts a promotion of a rollout.
+    pub fn rollout_promoted(&self) {
+        self.inner.rollout_promotions.inc();
+    }
+
+    /// Counts a halt of a rollout.
+    pub fn rollout_halted(&self) {
+        self.inner.rollout_halts.inc();
     }
 
     /// Sets whether the source can be read and watched.

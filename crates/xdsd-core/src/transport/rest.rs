@@ -268,7 +268,7 @@ impl Rest {
         };
         if let Some(_permit) = permit {
             let deadline = tokio::time::Instant::now() + hold;
-            let mut watcher = self.ctx.store.watcher();
+            let mut watcher = self.ctx.store_for(&request.node_raw).watcher();
             super::stream::register(&mut watcher, &type_url, &current.0.change);
             let mut shutdown = self.ctx.shutdown.clone();
             // Read again now that changes are watched: none slips between the two.
@@ -319,7 +319,7 @@ impl Rest {
         access: &Access,
         request: &SotwRequest,
     ) -> Result<(Answer, String), RestError> {
-        let snapshot = self.ctx.store.snapshot();
+        let snapshot = self.ctx.store_for(&request.node_raw).snapshot();
         let answer = answer(&self.ctx, type_url.clone(), access, request, &snapshot)
             .map_err(|e| rejected(&e))?;
         let version = rest_version(&answer.response);

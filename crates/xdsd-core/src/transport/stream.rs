@@ -24,12 +24,16 @@ use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
 use super::tls::Access;
 use super::wire::{Body, DeltaWire, Pieces, SotwWire};
+use crate::hash::HashMap;
 use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::session::{Handled, Machine, Session};
 use crate::protocol::sotw::{ResourceList, SotwResources, SotwResponse, SotwSubscription};
 use crate::protocol::{RequestKind, SubscriptionChange};
-use crate::store::Watcher;
+use crate::rollout::NackDetail;
+use crate::store::{Store, Watcher};
+use envoy_types::pb::envoy::config::core::v3::Node;
+use prost::Message as _;
 
 /// A protocol variant as gRPC carries it: its machine, and how its requests and responses are
 /// encoded.
@@ -129,6 +133,13 @@ struct Stream<V> {
     ctx: Arc<ServerContext>,
     session: Session<V>,
     watcher: Watcher,
+    /// The store it reads: the server's, or a gated rollout's canary store for a canary.
+    store: Store,
+    /// Its connection (the watcher's group).
+    connection: u64,
+    /// A canary of a gated rollout: per type, the nonce of the last response and the canary
+    /// store's generation it was built from (what an ACK or NACK of it is about).
+    canary: Option<HashMap<Arc<str>, (String, u64)>>,
 }
 
 /// A stream's driver: the stream is opened (its session, watcher and record made) when this is
@@ -152,6 +163,9 @@ pub(crate) fn run<V: Variant>(
         stats: ctx.streams.open(id, V::NAME, fixed.is_none(), peer),
         watcher: ctx.store.watcher_in(access.connection),
         session: Session::with_options(fixed, ctx.options.session.clone()),
+        store: ctx.store.clone(),
+        connection: access.connection,
+        canary: None,
         ctx,
     };
     access.apply(&mut s.session);
@@ -222,13 +236,19 @@ pub(crate) fn run<V: Variant>(
             }
         }
         ctx.streams.close(s.id);
+        if let (Some(rollout), Some(_)) = (&ctx.rollout, &s.canary) {
+            rollout.disconnected(s.id);
+        }
         info!(stream = s.id, node = %shown(s.session.node_id()), "stream closed");
     }
 }
 
 impl<V: Variant> Stream<V> {
     fn on_request(&mut self, request: V::Message) -> Result<(), Status> {
-        let snapshot = self.ctx.store.snapshot();
+        if self.session.node().is_none() {
+            self.pick_store(<V as Machine>::node(&request));
+        }
+        let snapshot = self.store.snapshot();
         let handled = self
             .session
             .handle_request(&request, &snapshot)
@@ -247,6 +267,27 @@ impl<V: Variant> Stream<V> {
         }
         register(&mut self.watcher, &type_url, &change);
         Ok(())
+    }
+
+    /// Before the first request with a node is handled: a canary of a gated rollout reads the
+    /// canary store (and watches it) from then on.
+    fn pick_store(&mut self, node: &[u8]) {
+        let Some(rollout) = &self.ctx.rollout else {
+            return;
+        };
+        if node.is_empty() {
+            return;
+        }
+        let store = rollout.store_for_raw(node);
+        if store.same_as(&self.store) {
+            return;
+        }
+        self.store = store.clone();
+        self.watcher = self.store.watcher_in(self.connection);
+        let id = Node::decode(node).map(|n| n.id).unwrap_or_default();
+        rollout.connected(self.id, &id);
+        self.canary = Some(HashMap::default());
+        info!(stream = self.id, node = %shown(&id), "canary of the gated rollout: served the canary state");
     }
 
     /// Takes what changed of the muted types (their changes wake nobody), after an event that
@@ -284,6 +325,11 @@ impl<V: Variant> Stream<V> {
             ),
             RequestKind::Ack { nonce } => {
                 self.stats.answered(type_url, nonce, None, Instant::now());
+                if let Some(generation) = self.canary_generation(type_url, nonce) {
+                    if let Some(rollout) = &self.ctx.rollout {
+                        rollout.acked(self.id, type_url, generation);
+                    }
+                }
                 debug!(stream, node = %shown(node), type_url = %shown(type_url), nonce = %shown(nonce), "ACK")
             }
             RequestKind::Nack {
@@ -297,6 +343,16 @@ impl<V: Variant> Stream<V> {
                     Some((rejected_version.clone(), message)),
                     Instant::now(),
                 );
+                if let Some(generation) = self.canary_generation(type_url, nonce) {
+                    if let Some(rollout) = &self.ctx.rollout {
+                        let detail = NackDetail::new(
+                            &**type_url,
+                            rejected_version.as_deref().unwrap_or(""),
+                            &**message,
+                        );
+                        rollout.nacked(self.id, generation, detail);
+                    }
+                }
                 warn!(
                     stream,
                     node = %shown(node),
@@ -316,6 +372,13 @@ impl<V: Variant> Stream<V> {
         }
     }
 
+    /// For a canary: the canary store's generation of the response with `nonce` of `type_url`,
+    /// when it is the last one sent.
+    fn canary_generation(&self, type_url: &str, nonce: &str) -> Option<u64> {
+        let sent = self.canary.as_ref()?.get(type_url)?;
+        (sent.0 == nonce).then_some(sent.1)
+    }
+
     /// Sends every response owed, unless the client goes away or the server shuts down first: a
     /// send to a client that stopped reading blocks (HTTP/2 flow control) until one of the two.
     async fn flush(
@@ -326,7 +389,7 @@ impl<V: Variant> Stream<V> {
         if !self.session.has_pending() {
             return Ok(());
         }
-        let snapshot = self.ctx.store.snapshot();
+        let snapshot = self.store.snapshot();
         loop {
             let now = Instant::now();
             let Some((type_url, response)) = self.session.poll_response(&snapshot, now) else {
@@ -352,6 +415,9 @@ impl<V: Variant> Stream<V> {
                     limit = self.ctx.options.session.max_response_bytes,
                     "response over the size limit: listeners and clusters go out whole, and so does one resource larger than the limit; the client may refuse it (gRPC clients take 4 MiB by default)"
                 );
+            }
+            if let Some(sent) = &mut self.canary {
+                sent.insert(type_url.clone(), (nonce.to_string(), snapshot.generation()));
             }
             self.stats.sent(
                 &type_url,

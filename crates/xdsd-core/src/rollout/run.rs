@@ -1,0 +1,383 @@
+//! The gate at work: two stores (the stable state, and the canary state the source's changes go
+//! to), the [`Gate`] fed with the canary streams' answers and with time, and its actions carried
+//! out on the stores.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use prost::Message as _;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tracing::{error, info};
+
+use super::{Action, ClientId, Cohort, Gate, GateConfig, NackDetail, State};
+use crate::protocol::session::ClientNode;
+use crate::store::{Snapshot, Store, StoreError, UpdateSummary};
+use crate::transport::metrics::Metrics;
+
+/// A gated rollout: see the module [`crate::rollout`]. Shared by the feed of the source (which
+/// commits to [`Rollout::canary_store`] through [`Rollout::commit`]), the streams (which read
+/// the store [`Rollout::store_for`] their node and report their canaries' answers) and the admin
+/// API.
+pub struct Rollout {
+    cohort: Cohort,
+    stable: Store,
+    canary: Store,
+    inner: Mutex<Inner>,
+    wake: Notify,
+    metrics: Mutex<Option<Metrics>>,
+}
+
+struct Inner {
+    gate: Gate,
+    /// When the candidate was proposed (wall clock, for the admin API).
+    proposed_at: Option<SystemTime>,
+    promotions: u64,
+    halts: u64,
+}
+
+impl Rollout {
+    /// A rollout of the changes committed to its canary store, to the clients `cohort` picks
+    /// first, then to `stable`'s clients. The canary store starts empty: load the source into
+    /// it, then call [`Rollout::start`].
+    pub fn new(cohort: Cohort, config: GateConfig, stable: Store) -> Arc<Rollout> {
+        let canary = Store::with_reference_policy(stable.reference_policy().clone());
+        Arc::new(Rollout {
+            cohort,
+            canary,
+            stable,
+            inner: Mutex::new(Inner {
+                gate: Gate::new(config),
+                proposed_at: None,
+                promotions: 0,
+                halts: 0,
+            }),
+            wake: Notify::new(),
+            metrics: Mutex::new(None),
+        })
+    }
+
+    /// Counts promotions and halts, and the state, in `metrics`.
+    pub fn set_metrics(&self, metrics: Metrics) {
+        let state = self.lock().gate.state(Instant::now());
+        metrics.rollout_state(state.name());
+        *self.metrics.lock().unwrap_or_else(|e| e.into_inner()) = Some(metrics);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The store every client outside the cohort reads.
+    pub fn stable_store(&self) -> &Store {
+        &self.stable
+    }
+
+    /// The store the source's changes go to, which the cohort's clients read.
+    pub fn canary_store(&self) -> &Store {
+        &self.canary
+    }
+
+    /// The cohort.
+    pub fn cohort(&self) -> &Cohort {
+        &self.cohort
+    }
+
+    /// Whether `node` is in the cohort.
+    pub fn is_canary(&self, node: &ClientNode) -> bool {
+        self.cohort.contains(node)
+    }
+
+    /// The store a client with the encoded `node` reads (the stable one for a node that cannot
+    /// be read: its session refuses it anyway).
+    pub fn store_for_raw(&self, node: &[u8]) -> &Store {
+        match Node::decode(node)
+            .ok()
+            .and_then(|n| ClientNode::from_node(&n).ok())
+        {
+            Some(node) if self.is_canary(&node) => &self.canary,
+            _ => &self.stable,
+        }
+    }
+
+    /// After the first load of the canary store: the stable store starts with the same state.
+    pub fn start(&self) -> Result<UpdateSummary, StoreError> {
+        let _inner = self.lock();
+        self.stable.replace_with(&self.canary.snapshot())
+    }
+
+    /// Commits a change to the canary store with `commit`, and starts (or restarts) a rollout
+    /// of it when it changed something the stable state does not have.
+    pub fn commit<E>(
+        &self,
+        commit: impl FnOnce(&Store) -> Result<UpdateSummary, E>,
+    ) -> Result<UpdateSummary, E> {
+        let mut inner = self.lock();
+        let summary = commit(&self.canary)?;
+        if summary.changed == 0 {
+            return Ok(summary);
+        }
+        let now = Instant::now();
+        let touched = differing_types(&self.canary.snapshot(), &self.stable.snapshot());
+        if touched.is_empty() {
+            // Back to the stable state: nothing to roll out.
+            if inner.gate.candidate().is_some() {
+                info!("rollout: the candidate was changed back to the stable state; nothing to roll out");
+                inner.gate.abort();
+            }
+        } else {
+            info!(
+                generation = summary.generation,
+                types = %touched.join(","),
+                soak = ?inner.gate.config().soak,
+                min_canaries = inner.gate.config().min_canaries,
+                "rollout: a change goes to the canary cohort first"
+            );
+            inner.proposed_at = Some(SystemTime::now());
+            let actions = inner.gate.propose(now, summary.generation, touched);
+            self.apply(&mut inner, actions);
+        }
+        self.after(&inner);
+        Ok(summary)
+    }
+
+    /// A canary stream identified its node.
+    pub fn connected(&self, client: ClientId, node: &str) {
+        self.lock().gate.connected(client, node);
+    }
+
+    /// A canary stream ended.
+    pub fn disconnected(&self, client: ClientId) {
+        let mut inner = self.lock();
+        let actions = inner.gate.disconnected(Instant::now(), client);
+        self.apply(&mut inner, actions);
+        self.after(&inner);
+    }
+
+    /// A canary stream's client ACKed a response of `type_url` built from the canary store at
+    /// `generation`.
+    pub fn acked(&self, client: ClientId, type_url: &str, generation: u64) {
+        let mut inner = self.lock();
+        let actions = inner.gate.ack(Instant::now(), client, type_url, generation);
+        self.apply(&mut inner, actions);
+        self.after(&inner);
+    }
+
+    /// A canary stream's client NACKed a response built from the canary store at `generation`.
+    pub fn nacked(&self, client: ClientId, generation: u64, mut detail: NackDetail) {
+        let mut inner = self.lock();
+        if detail.origins.is_empty() {
+            detail.origins = changed_origins(
+                &self.canary.snapshot(),
+                &self.stable.snapshot(),
+                &detail.type_url,
+            );
+        }
+        let actions = inner.gate.nack(client, generation, detail);
+        self.apply(&mut inner, actions);
+        self.after(&inner);
+    }
+
+    /// Promotes the candidate now (the admin API's `POST /rollout/promote`); false when there
+    /// is none.
+    pub fn promote(&self) -> bool {
+        let mut inner = self.lock();
+        let actions = inner.gate.promote();
+        let any = !actions.is_empty();
+        if any {
+            info!("rollout: promoted by an operator");
+        }
+        self.apply(&mut inner, actions);
+        self.after(&inner);
+        any
+    }
+
+    /// Drops the candidate, the canaries back on the stable state, and forgets a halt (the
+    /// admin API's `POST /rollout/abort`); false when there was nothing to drop.
+    pub fn abort(&self) -> bool {
+        let mut inner = self.lock();
+        let was = inner.gate.state(Instant::now());
+        let actions = inner.gate.abort();
+        if was != State::Idle {
+            info!("rollout: aborted by an operator");
+        }
+        self.apply(&mut inner, actions);
+        self.after(&inner);
+        was != State::Idle
+    }
+
+    /// Keeps time for the gate (promotes once a soak is over): run it for as long as the
+    /// server runs.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            let next = self.lock().gate.next_tick();
+            let woken = self.wake.notified();
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                        _ = woken => {}
+                    }
+                }
+                None => woken.await,
+            }
+            let mut inner = self.lock();
+            let actions = inner.gate.tick(Instant::now());
+            self.apply(&mut inner, actions);
+            self.after(&inner);
+        }
+    }
+
+    /// Carries out the gate's actions on the stores (under the lock: no change of the source
+    /// falls between).
+    fn apply(&self, inner: &mut Inner, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Promote { generation } => {
+                    match self.stable.replace_with(&self.canary.snapshot()) {
+                        Ok(summary) => {
+                            inner.promotions += 1;
+                            inner.proposed_at = None;
+                            self.count(|m| m.rollout_promoted());
+                            info!(
+                                canary_generation = generation,
+                                generation = summary.generation,
+                                changed = summary.changed,
+                                "rollout: promoted, every client gets the change"
+                            );
+                        }
+                        Err(e) => {
+                            error!("rollout: the promotion could not be committed: {e}")
+                        }
+                    }
+                }
+                Action::RollBack => {
+                    if let State::Halted(halt) = inner.gate.state(Instant::now()) {
+                        inner.halts += 1;
+                        self.count(|m| m.rollout_halted());
+                        error!(
+                            node = %crate::logsafe::shown(&halt.node),
+                            type_url = %halt.type_url,
+                            version = %crate::logsafe::shown(&halt.version),
+                            message = %crate::logsafe::shown(&halt.message),
+                            origins = %halt.origins.join(", "),
+                            "rollout halted: a canary NACKed the change; the canaries are rolled back to the stable state, the change is not promoted"
+                        );
+                    }
+                    inner.proposed_at = None;
+                    if let Err(e) = self.canary.replace_with(&self.stable.snapshot()) {
+                        error!("rollout: the roll back could not be committed: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// After any input: the state in metrics, the timer woken.
+    fn after(&self, inner: &Inner) {
+        let state = inner.gate.state(Instant::now());
+        self.count(|m| m.rollout_state(state.name()));
+        self.wake.notify_one();
+    }
+
+    fn count(&self, f: impl FnOnce(&Metrics)) {
+        if let Some(m) = &*self.metrics.lock().unwrap_or_else(|e| e.into_inner()) {
+            f(m);
+        }
+    }
+
+    /// The rollout as JSON, for the admin API's `GET /rollout`.
+    pub fn status_json(&self) -> Value {
+        let inner = self.lock();
+        let now = Instant::now();
+        let state = inner.gate.state(now);
+        let versions = |s: &Snapshot| -> BTreeMap<String, String> {
+            s.types()
+                .map(|t| (t.type_url().to_string(), t.version().to_string()))
+                .collect()
+        };
+        let (stable, canary) = (self.stable.snapshot(), self.canary.snapshot());
+        let mut out = json!({
+            "state": state.name(),
+            "cohort": self.cohort.selectors().iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            "min_canaries": inner.gate.config().min_canaries,
+            "soak_seconds": inner.gate.config().soak.as_secs_f64(),
+            "stable": { "generation": stable.generation(), "versions": versions(&stable) },
+            "promotions": inner.promotions,
+            "halts": inner.halts,
+            "canaries": inner.gate.canaries().map(|(id, c)| json!({
+                "stream": id,
+                "node": c.node,
+                "acked": c.acked,
+                "nacked": c.nacked.as_ref().map(|(t, m)| json!({"type_url": t, "message": m})),
+            })).collect::<Vec<_>>(),
+        });
+        if let Some(generation) = inner.gate.candidate() {
+            out["candidate"] = json!({
+                "generation": generation,
+                "versions": versions(&canary),
+                "touched": inner.gate.touched().collect::<Vec<_>>(),
+                "proposed_at_unix_ms": inner.proposed_at
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map(|d| d.as_millis() as u64),
+            });
+        }
+        if let State::Soaking { until, .. } = &state {
+            out["soak_left_seconds"] = json!(until.saturating_duration_since(now).as_secs_f64());
+        }
+        if let State::Halted(halt) = &state {
+            out["halt"] = json!({
+                "generation": halt.generation,
+                "node": halt.node,
+                "type_url": halt.type_url,
+                "version": halt.version,
+                "message": halt.message,
+                "origins": halt.origins,
+            });
+        }
+        out
+    }
+}
+
+/// The types whose versions differ between two states (present in one only included).
+fn differing_types(a: &Snapshot, b: &Snapshot) -> Vec<String> {
+    let versions = |s: &Snapshot| -> BTreeMap<String, String> {
+        s.types()
+            .map(|t| (t.type_url().to_string(), t.version().to_string()))
+            .collect()
+    };
+    let (a, b) = (versions(a), versions(b));
+    let mut out: Vec<String> = a
+        .iter()
+        .filter(|(t, v)| b.get(*t) != Some(v))
+        .map(|(t, _)| t.clone())
+        .collect();
+    out.extend(b.keys().filter(|t| !a.contains_key(*t)).cloned());
+    out
+}
+
+/// The origins of the resources of `type_url` that the canary state has and the stable one has
+/// not (what a NACK of the candidate is about), at most a few.
+fn changed_origins(canary: &Snapshot, stable: &Snapshot, type_url: &str) -> Vec<String> {
+    let Some(t) = canary.get(type_url) else {
+        return Vec::new();
+    };
+    let old = stable.get(type_url);
+    let mut out = Vec::new();
+    for (name, variants) in t.entries() {
+        let before = old.map(|o| o.variants(name)).unwrap_or(&[]);
+        for v in variants {
+            if !before.iter().any(|b| b.version() == v.version()) {
+                if let Some(origin) = v.origin() {
+                    out.push(origin.to_string());
+                }
+            }
+        }
+        if out.len() >= crate::store::MAX_LISTED {
+            break;
+        }
+    }
+    out
+}
