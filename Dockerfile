@@ -18,8 +18,9 @@ COPY --from=build /src/target/release/xdsd /usr/local/bin/xdsd
 USER 10001
 VOLUME ["/resources"]
 EXPOSE 18000 18001
-ENV XDSD_RESOURCES=/resources \
-    XDSD_LISTEN=0.0.0.0:18000 \
+ENV XDSD_LISTEN=0.0.0.0:18000 \
     XDSD_ADMIN_LISTEN=0.0.0.0:18001
 ENTRYPOINT ["/usr/local/bin/xdsd"]
-CMD ["serve"]
+# The directory in the command, not the environment: arguments of one's own (the etcd source's,
+# say) replace it instead of conflicting with it.
+CMD ["serve", "--resources", "/resources"]

@@ -392,6 +392,31 @@ struct ServeArgs {
     )]
     preface_timeout: Duration,
 
+    /// Close each connection once it is this old (e.g. 30m; ± 10 % random jitter, so that
+    /// connections opened together do not go together; default: never): it is sent an HTTP/2
+    /// GOAWAY (no new streams), and after --max-connection-age-grace its streams still open end
+    /// with UNAVAILABLE and it is closed. Clients then reconnect, possibly to another replica
+    /// behind the same address, and are resent nothing they hold: several replicas spread
+    /// their clients again after a scale-out or a restart.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        env = "XDSD_MAX_CONNECTION_AGE"
+    )]
+    max_connection_age: Option<Duration>,
+
+    /// How long a connection past --max-connection-age keeps its open streams (xDS streams
+    /// last as long as their client, so this is when they end).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = parse_duration,
+        env = "XDSD_MAX_CONNECTION_AGE_GRACE"
+    )]
+    max_connection_age_grace: Duration,
+
     /// The resource names one stream may subscribe to, all types together; more ends that
     /// stream with RESOURCE_EXHAUSTED. The default is twice an Envoy with 100,000 EDS clusters;
     /// each name costs the stream about 100 bytes.
@@ -791,6 +816,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .max_connections(args.max_connections)
         .max_streams_per_connection(args.max_streams_per_connection)
         .preface_timeout(args.preface_timeout)
+        .max_connection_age(args.max_connection_age, args.max_connection_age_grace)
         .max_buffered_request_bytes(
             args.max_buffered_request_bytes,
             args.max_buffered_request_bytes_total,

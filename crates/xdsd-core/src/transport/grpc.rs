@@ -10,9 +10,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder as ConnectionBuilder;
+use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
@@ -21,7 +24,7 @@ use tonic::service::Routes;
 use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::body::{self, ResponseBody};
 use super::budget::Metered;
@@ -103,7 +106,27 @@ pub struct ServerOptions {
     pub max_names_per_connection: usize,
     /// The same for all streams of the server; see [`DEFAULT_MAX_NAMES_TOTAL`].
     pub max_names_total: usize,
+    /// How long [`XdsServer::serve`] keeps a connection (gRPC's MAX_CONNECTION_AGE); `None`
+    /// (the default): as long as its client does. Each connection's age is this ± 10 %
+    /// (random), so that connections opened together do not all go together. Once it is
+    /// reached, the connection is told to go away (HTTP/2 GOAWAY: no new streams, the open ones
+    /// go on); [`ServerOptions::max_connection_age_grace`] later, its streams still open end
+    /// with UNAVAILABLE and the connection is closed, so that its clients reconnect, possibly to
+    /// another replica. xDS streams last as long as their client, so in practice the grace is
+    /// what ends them.
+    pub max_connection_age: Option<Duration>,
+    /// How long a connection past its [`ServerOptions::max_connection_age`] keeps its open
+    /// streams; see [`DEFAULT_MAX_CONNECTION_AGE_GRACE`].
+    pub max_connection_age_grace: Duration,
 }
+
+/// How long a connection past its max age keeps its open streams by default: time for a
+/// response on its way to arrive and be acknowledged.
+pub const DEFAULT_MAX_CONNECTION_AGE_GRACE: Duration = Duration::from_secs(10);
+
+/// The jitter of [`ServerOptions::max_connection_age`]: each connection's age is drawn within
+/// this fraction either side of it (gRPC's 10 %).
+const MAX_CONNECTION_AGE_JITTER: f64 = 0.1;
 
 /// Names one connection's streams may subscribe to by default: a client that multiplexes many
 /// streams on one connection (a caching proxy; xds-bench's S2 puts 100 streams of 10,000 names
@@ -167,6 +190,8 @@ impl Default for ServerOptions {
             max_buffered_request_bytes_total: DEFAULT_MAX_BUFFERED_REQUEST_BYTES_TOTAL,
             max_names_per_connection: DEFAULT_MAX_NAMES_PER_CONNECTION,
             max_names_total: DEFAULT_MAX_NAMES_TOTAL,
+            max_connection_age: None,
+            max_connection_age_grace: DEFAULT_MAX_CONNECTION_AGE_GRACE,
         }
     }
 }
@@ -227,6 +252,14 @@ impl ServerOptions {
     /// Sets [`ServerOptions::max_streams_per_connection`] (at least 1).
     pub fn max_streams_per_connection(mut self, streams: u32) -> Self {
         self.max_streams_per_connection = streams.max(1);
+        self
+    }
+
+    /// Sets [`ServerOptions::max_connection_age`] (`None` or zero: off) and
+    /// [`ServerOptions::max_connection_age_grace`].
+    pub fn max_connection_age(mut self, age: Option<Duration>, grace: Duration) -> Self {
+        self.max_connection_age = age.filter(|age| !age.is_zero());
+        self.max_connection_age_grace = grace;
         self
     }
 
@@ -385,6 +418,9 @@ impl XdsServer {
 
     /// Serves on `listener` until `signal` completes, then shuts down and returns.
     ///
+    /// Each connection is served until its client closes it, or until its
+    /// [`ServerOptions::max_connection_age`] (± 10 %) and grace are over.
+    ///
     /// On shutdown, the listener is closed, every open stream ends with UNAVAILABLE ("xdsd is
     /// shutting down"; clients reconnect elsewhere or later) and every connection is told to go
     /// away (HTTP/2 GOAWAY). The connections that are still open [`SHUTDOWN_GRACE`] later, such
@@ -396,68 +432,186 @@ impl XdsServer {
         listener: TcpListener,
         signal: impl Future<Output = ()>,
     ) -> Result<(), tonic::transport::Error> {
-        let routes = self.routes();
+        let routes = self.routes().prepare();
         let shutdown = self.shutdown;
         // Flips when the grace period is over: every connection still open then is closed.
         let (close, closing) = watch::channel(false);
-        let (stopping, stopped) = oneshot::channel::<()>();
+        // Flips on the shutdown signal: every connection is told to go away. Each connection
+        // holds a receiver until it is closed, so that `serve` can wait for them all.
+        let (draining, drain) = watch::channel(false);
         if let Some(tls) = &self.tls {
             tls.set_http1(self.rest.is_some());
         }
-        let max_connections = self.ctx.options.max_connections.min(Semaphore::MAX_PERMITS);
+        let options = &self.ctx.options;
+        let max_connections = options.max_connections.min(Semaphore::MAX_PERMITS);
         let connections = Arc::new(Semaphore::new(max_connections));
         // Whether the latest connection was refused: the refusals of one run are logged once.
         let mut full = false;
-        let incoming = tls::incoming(listener, self.tls.clone(), self.ctx.options.preface_timeout).filter_map(move |accepted| {
-            let io = match accepted {
-                Ok(io) => io,
-                Err(e) => return Some(Err(e)),
-            };
-            match connections.clone().try_acquire_owned() {
-                Ok(permit) => {
-                    full = false;
-                    Some(Ok(Closable::new(io, closing.clone(), permit)))
-                }
-                // Closed at once (dropped); logged once per run of refusals.
-                Err(_) => {
-                    if !std::mem::replace(&mut full, true) {
-                        warn!(
-                            limit = max_connections,
-                            "connection limit reached (--max-connections): refusing new connections until some close"
-                        );
-                    }
-                    None
-                }
-            }
-        });
-        let options = &self.ctx.options;
-        let serving = tonic::transport::Server::builder()
-            // REST-JSON polls may come over HTTP/1.1.
-            .accept_http1(self.rest.is_some())
-            .max_concurrent_streams(Some(options.max_streams_per_connection))
-            .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
-            .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
+        let mut builder = ConnectionBuilder::new(TokioExecutor::new());
+        if self.rest.is_none() {
+            // REST-JSON polls may come over HTTP/1.1; gRPC is HTTP/2 only.
+            builder = builder.http2_only();
+        }
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(options.max_streams_per_connection)
+            .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
+            .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESETS)
             // Detect dead peers, so their streams and memory go away.
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .add_routes(routes)
-            // tonic then stops accepting and waits for every connection to end; each one does
-            // once its streams ended, or when `close` flips.
-            .serve_with_incoming_shutdown(incoming, async move {
-                signal.await;
-                let _ = shutdown.send(true);
-                let _ = stopping.send(());
-            });
-        let closer = async move {
-            if stopped.await.is_ok() {
-                tokio::time::sleep(SHUTDOWN_GRACE).await;
-                close.send_replace(true);
-            }
-            std::future::pending::<Infallible>().await
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10));
+        builder.http1().timer(TokioTimer::new());
+        let builder = Arc::new(builder);
+        let age = ConnectionAge {
+            age: options.max_connection_age,
+            grace: options.max_connection_age_grace,
+            seed: std::collections::hash_map::RandomState::new(),
         };
+        let incoming = tls::incoming(listener, self.tls.clone(), options.preface_timeout);
+        tokio::pin!(signal);
+        {
+            // Dropped when the loop ends: that closes the listener.
+            let mut incoming = incoming;
+            loop {
+                let io = tokio::select! {
+                    () = &mut signal => break,
+                    accepted = incoming.next() => match accepted {
+                        Some(Ok(io)) => io,
+                        Some(Err(error)) => {
+                            debug!(%error, "accepting a connection failed");
+                            continue;
+                        }
+                        None => break,
+                    },
+                };
+                let permit = match connections.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        full = false;
+                        permit
+                    }
+                    // Closed at once (dropped); logged once per run of refusals.
+                    Err(_) => {
+                        if !std::mem::replace(&mut full, true) {
+                            warn!(
+                                limit = max_connections,
+                                "connection limit reached (--max-connections): refusing new connections until some close"
+                            );
+                        }
+                        continue;
+                    }
+                };
+                let io = Closable::new(io, closing.clone(), permit);
+                let service = WithConnInfo {
+                    routes: routes.clone(),
+                    info: io.connect_info(),
+                };
+                tokio::spawn(serve_connection(
+                    builder.clone(),
+                    io,
+                    service,
+                    drain.clone(),
+                    age.of(),
+                ));
+            }
+        }
+        // Every stream ends with UNAVAILABLE, every connection is told to go away; those still
+        // open after the grace period are closed.
+        let _ = shutdown.send(true);
+        let _ = draining.send(true);
+        drop(drain);
+        if tokio::time::timeout(SHUTDOWN_GRACE, draining.closed())
+            .await
+            .is_err()
+        {
+            close.send_replace(true);
+            draining.closed().await;
+        }
+        Ok(())
+    }
+}
+
+/// The age and grace of every connection (see [`ServerOptions::max_connection_age`]).
+struct ConnectionAge {
+    age: Option<Duration>,
+    grace: Duration,
+    /// Random keys, to draw each connection's jitter from.
+    seed: std::collections::hash_map::RandomState,
+}
+
+impl ConnectionAge {
+    /// The age and grace of a new connection: the age drawn within the jitter.
+    fn of(&self) -> Option<(Duration, Duration)> {
+        use std::hash::BuildHasher;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let age = self.age?;
+        let draw = self
+            .seed
+            .hash_one(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        // Uniform in [-1, 1].
+        let unit = (draw >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+        Some((
+            age.mul_f64(1.0 + MAX_CONNECTION_AGE_JITTER * unit),
+            self.grace,
+        ))
+    }
+}
+
+/// Serves one connection until it ends, or `drain` flips (it is then told to go away and ends
+/// when its streams have; `Closable` closes it after the grace period), or it reaches its `age`:
+/// it is then told to go away, its streams end with UNAVAILABLE the grace later, and it is
+/// closed [`SHUTDOWN_GRACE`] after that if its client has not closed it.
+async fn serve_connection(
+    builder: Arc<ConnectionBuilder<TokioExecutor>>,
+    io: Closable,
+    service: WithConnInfo,
+    mut drain: watch::Receiver<bool>,
+    age: Option<(Duration, Duration)>,
+) {
+    let retire = service.info.retire.clone();
+    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+    tokio::pin!(conn);
+    let aging = async move {
+        let Some((age, grace)) = age else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep(age).await;
+        grace
+    };
+    tokio::pin!(aging);
+    // When the connection is closed (past its age, grace and the streams' final wait).
+    let mut deadline: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(std::future::pending());
+    let (mut draining, mut aged) = (false, false);
+    loop {
         tokio::select! {
-            result = serving => result,
-            never = closer => match never {},
+            served = &mut conn => {
+                if let Err(error) = served {
+                    debug!(error = %error, "connection ended");
+                }
+                return;
+            }
+            changed = drain.wait_for(|d| *d), if !draining => {
+                draining = true;
+                if changed.is_ok() {
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+            grace = &mut aging, if !aged => {
+                aged = true;
+                debug!("connection reached its max age (--max-connection-age): telling it to go away");
+                conn.as_mut().graceful_shutdown();
+                let retire = retire.clone();
+                deadline = Box::pin(async move {
+                    tokio::time::sleep(grace).await;
+                    // Its streams end, as at shutdown.
+                    retire.send_replace(true);
+                    tokio::time::sleep(SHUTDOWN_GRACE).await;
+                });
+            }
+            () = &mut deadline => {
+                debug!("connection past its max age and grace: closed");
+                return;
+            }
         }
     }
 }
@@ -468,6 +622,33 @@ impl XdsServer {
 /// that reads takes its UNAVAILABLE well within this; only a client that stopped reading (or a
 /// peer gone without a word) is cut off.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// The routes, serving the requests of one connection: each carries its [`ConnInfo`].
+#[derive(Clone)]
+struct WithConnInfo {
+    routes: Routes,
+    info: ConnInfo,
+}
+
+impl<B> tower_service::Service<http::Request<B>> for WithConnInfo
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = <Routes as tower_service::Service<http::Request<Body>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower_service::Service::<http::Request<Body>>::poll_ready(&mut self.routes, cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(self.info.clone());
+        self.routes.call(req)
+    }
+}
 
 /// A connection that [`XdsServer::serve`] can close: once `closing` flips (or its sender is
 /// gone), every read and write fails, so that the HTTP/2 connection driving it ends, whatever
@@ -904,6 +1085,31 @@ mod tests {
             assert!(names.contains(service), "{service} has no route");
         }
         assert_eq!(Ads::NAME, ADS_SERVICE);
+    }
+
+    #[test]
+    fn each_connection_s_age_is_drawn_within_ten_percent_either_side() {
+        let age = ConnectionAge {
+            age: Some(Duration::from_secs(100)),
+            grace: Duration::from_secs(7),
+            seed: std::collections::hash_map::RandomState::new(),
+        };
+        let drawn: Vec<Duration> = (0..1000).map(|_| age.of().unwrap().0).collect();
+        assert!(drawn
+            .iter()
+            .all(|d| (Duration::from_secs(90)..=Duration::from_secs(110)).contains(d)));
+        // Spread over the whole range, not one value: both tenths at the ends are drawn.
+        assert!(drawn.iter().any(|d| *d < Duration::from_secs(92)));
+        assert!(drawn.iter().any(|d| *d > Duration::from_secs(108)));
+        assert_eq!(age.of().unwrap().1, Duration::from_secs(7));
+        let off = ConnectionAge { age: None, ..age };
+        assert_eq!(off.of(), None);
+        assert_eq!(
+            ServerOptions::default()
+                .max_connection_age(Some(Duration::ZERO), Duration::from_secs(1))
+                .max_connection_age,
+            None
+        );
     }
 
     #[test]

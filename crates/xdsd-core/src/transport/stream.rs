@@ -116,8 +116,13 @@ enum Halt {
     ShuttingDown,
 }
 
-fn shutting_down() -> Status {
-    Status::unavailable("xdsd is shutting down")
+/// The status of a stream ended by the server's shutdown, or by its connection's max age.
+fn shutting_down(ctx: &ServerContext) -> Status {
+    if *ctx.shutdown.borrow() {
+        Status::unavailable("xdsd is shutting down")
+    } else {
+        Status::unavailable("the connection reached its max age (--max-connection-age): reconnect")
+    }
 }
 
 /// How long a stream waits to hand over the status it ends with. A client that stopped reading
@@ -154,6 +159,8 @@ pub(crate) fn run<V: Variant>(
     mut tx: Sender<V>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut shutdown = ctx.shutdown.clone();
+    let mut retired = access.retired.clone();
+    let ended = access.retired.clone();
     let id = ctx.next_stream_id();
     let identity = access.identity();
     info!(stream = id, peer = ?peer, identity = ?identity, service = fixed.as_deref().unwrap_or("ADS"), variant = V::NAME, "stream opened");
@@ -175,7 +182,22 @@ pub(crate) fn run<V: Variant>(
         // The server's shutdown, awaited by one future for the stream's whole life (one made at
         // every turn of the loop and at every response cost as much as the rest of the turn's
         // bookkeeping). Once it is ready the stream ends: it is never polled again.
-        let down = shutdown.wait_for(|down| *down);
+        // Or its connection's end, past its max age (see `ServerOptions::max_connection_age`).
+        let down = async move {
+            let retiring = async move {
+                let gone = match retired.as_mut() {
+                    Some(retired) => retired.wait_for(|r| *r).await.is_err(),
+                    None => true,
+                };
+                if gone {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                _ = shutdown.wait_for(|down| *down) => {}
+                () = retiring => {}
+            }
+        };
         tokio::pin!(down);
         let ending: Result<(), Status> = loop {
             let deadline = s.session.poll_timeout();
@@ -186,7 +208,7 @@ pub(crate) fn run<V: Variant>(
                 }
             };
             tokio::select! {
-                _ = &mut down => break Err(shutting_down()),
+                _ = &mut down => break Err(shutting_down(&ctx)),
                 request = requests.next() => match request {
                     Some(Ok(request)) => {
                         if let Err(status) = s.on_request(request) {
@@ -212,15 +234,17 @@ pub(crate) fn run<V: Variant>(
             match s.flush(&mut tx, down.as_mut()).await {
                 Ok(()) => {}
                 Err(Halt::Gone) => break Ok(()),
-                Err(Halt::ShuttingDown) => break Err(shutting_down()),
+                Err(Halt::ShuttingDown) => break Err(shutting_down(&ctx)),
             }
             // Types whose response waits for the client's answer: their changes wait without
             // waking the stream, until the answer (or the wait's end) comes.
             s.watcher.mute(s.session.waiting_types());
         };
         if let Err(status) = ending {
-            // Every stream ends at shutdown: that is no client's fault, and not worth a warning each.
-            if *ctx.shutdown.borrow() {
+            let retiring = ended.as_ref().is_some_and(|r| *r.borrow());
+            // Every stream ends at shutdown, and every stream of a connection past its max age:
+            // that is no client's fault, and not worth a warning each.
+            if *ctx.shutdown.borrow() || retiring {
                 info!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
             } else {
                 warn!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");

@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::rustls::crypto::{ring, CryptoProvider};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -489,6 +489,10 @@ pub struct ConnInfo {
     /// The connection's number in this process (from 1), which its streams' watchers are
     /// grouped by: the store wakes a connection's streams one after another.
     pub(crate) id: u64,
+    /// Flips when the connection is past its max age and grace (see
+    /// [`ServerOptions::max_connection_age`](super::grpc::ServerOptions::max_connection_age)):
+    /// its streams then end with UNAVAILABLE.
+    pub(crate) retire: Arc<watch::Sender<bool>>,
 }
 
 impl ConnInfo {
@@ -501,6 +505,7 @@ impl ConnInfo {
             request_bytes: Arc::default(),
             names: Arc::default(),
             id: NEXT.fetch_add(1, Ordering::Relaxed),
+            retire: Arc::new(watch::Sender::new(false)),
         }
     }
 
@@ -523,6 +528,8 @@ pub(crate) struct Access {
     pub(crate) names: Arc<Budget>,
     /// [`ConnInfo::id`]; 0 when the connection is not known.
     pub(crate) connection: u64,
+    /// [`ConnInfo::retire`]: flips when the connection's streams are to end.
+    pub(crate) retired: Option<watch::Receiver<bool>>,
 }
 
 impl Access {
@@ -540,6 +547,7 @@ impl Access {
             refuse_secrets: info.tls.is_none() && !loopback && !allow_plaintext_secrets,
             names: info.names.clone(),
             connection: info.id,
+            retired: Some(info.retire.subscribe()),
         }
     }
 
@@ -951,6 +959,7 @@ mod tests {
             request_bytes: Arc::default(),
             names: Arc::default(),
             id: 1,
+            retire: Arc::new(watch::Sender::new(false)),
             tls: tls.then(|| {
                 Arc::new(PeerTls {
                     certificates: Vec::new(),
