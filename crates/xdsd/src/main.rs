@@ -32,6 +32,8 @@ mod memory;
 mod offline;
 
 mod admin;
+#[cfg(test)]
+mod readme_flags;
 mod rest_json;
 mod tls_args;
 
@@ -184,7 +186,7 @@ struct RenderArgs {
     source: SourceArgs,
 
     /// Directory to write the files into (created if missing; must not be inside --resources).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", env = "XDSD_RENDER_OUT")]
     out: PathBuf,
 
     /// File format: pb (binary protobuf), json (proto3 JSON) or yaml. Repeatable, or
@@ -193,7 +195,8 @@ struct RenderArgs {
         long,
         value_name = "FORMAT",
         default_value = "yaml",
-        value_delimiter = ','
+        value_delimiter = ',',
+        env = "XDSD_RENDER_FORMAT"
     )]
     format: Vec<OutputFormat>,
 }
