@@ -635,6 +635,23 @@ const _: () = assert!(DEFAULT_MAX_RESPONSE_BYTES == 1024 * 1024);
 const _: () = assert!(MIN_MAX_RESPONSE_BYTES == 16 * 1024);
 const _: () = assert!(DEFAULT_REST_HOLD.as_millis() == 800);
 
+/// An error and its causes, one after the other, each said once: a cause whose message already
+/// ends the text (an error that shows its source in its own message) is not repeated.
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.ends_with(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+    }
+    text
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -653,7 +670,7 @@ fn main() -> ExitCode {
             match runtime.block_on(serve(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    error!("{e:#}");
+                    error!("{}", error_chain(&e));
                     ExitCode::FAILURE
                 }
             }

@@ -49,6 +49,10 @@ fn resources_dir(source: &SourceArgs) -> Result<&Path, Failure> {
             "--resources {}: not a directory",
             dir.display()
         ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(usage(format!(
+            "--resources {}: the directory does not exist",
+            dir.display()
+        ))),
         Err(e) => Err(usage(format!("--resources {}: {e}", dir.display()))),
     }
 }

@@ -25,6 +25,7 @@ mod harness;
 mod hostile_files;
 mod install;
 mod lifecycle;
+mod missing_directory;
 mod references;
 mod replicas;
 mod rest;
