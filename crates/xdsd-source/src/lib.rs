@@ -20,6 +20,7 @@ mod error;
 mod parse;
 mod plan;
 mod render;
+mod suggest;
 mod watch;
 
 pub use budget::MAX_NODES;
