@@ -93,8 +93,10 @@ enum Command {
     /// every field through the Envoy descriptors, names, duplicates, variant rules, and the
     /// references between resources as --references and --external-name say. Every error is
     /// printed on stderr, one per line, naming the file, the resource and the field (with line
-    /// and column where the parser gives them); on success a summary of the resources per type
-    /// goes to stdout.
+    /// and column where the parser gives them); when some files fail, the references and variant
+    /// rules are still checked among the files that parsed, and a note names the files whose
+    /// resources could not be checked. On success a summary of the resources per type goes to
+    /// stdout.
     ///
     /// Exit status: 0 valid, 1 invalid, 2 usage error (bad arguments, DIR not a directory).
     Check(CheckArgs),
