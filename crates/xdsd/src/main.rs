@@ -449,8 +449,8 @@ struct ServeArgs {
     )]
     max_held_polls: usize,
 
-    /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /config, /metrics; see
-    /// docs/operating.md), or "off". Loopback by default: /clients shows every client's node.
+    /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /config?node=ID, with
+    /// &contents=1 the resources as proto3 JSON, /metrics; see docs/operating.md), or "off". Loopback by default: /clients shows every client's node.
     /// Port 0 picks a free port (logged at start).
     #[arg(
         long,

@@ -5,6 +5,7 @@
 mod pki;
 mod support;
 
+mod admin_config;
 mod bad_directory;
 mod cli_check;
 mod cli_render;
