@@ -121,9 +121,13 @@ pub fn parse_file(
                         }),
                     Some(merged) => Value::deserialize(merged.clone()).ok(),
                 };
-                decode_document(plan, &options, &mut decoded, value, |seed| match &plan.merged {
-                    None => seed.deserialize(document).map_err(|e| e.to_string()),
-                    Some(merged) => with_path(|tracked| seed.deserialize(tracked), merged.clone()),
+                decode_document(plan, &options, &mut decoded, value, |seed| {
+                    match &plan.merged {
+                        None => seed.deserialize(document).map_err(|e| e.to_string()),
+                        Some(merged) => {
+                            with_path(|tracked| seed.deserialize(tracked), merged.clone())
+                        }
+                    }
                 })?;
             }
         }

@@ -11,7 +11,11 @@ const UNKNOWN_FIELD: &str = "unrecognized field name '";
 /// The suggestion to append to a decoding error, `error` being its text (`path: message`):
 /// `Some("did you mean `port_value`?")` when the error is an unknown field of a message that has
 /// a field named closely (proto or JSON name, whichever the closer).
-pub(crate) fn did_you_mean(root: &MessageDescriptor, resource: &Value, error: &str) -> Option<String> {
+pub(crate) fn did_you_mean(
+    root: &MessageDescriptor,
+    resource: &Value,
+    error: &str,
+) -> Option<String> {
     let start = error.find(UNKNOWN_FIELD)?;
     let unknown = error[start + UNKNOWN_FIELD.len()..].split('\'').next()?;
     // The path runs to the unknown key's value (or to its mapping); the message is its parent.
@@ -77,7 +81,9 @@ fn resolve(root: &MessageDescriptor, value: &Value, path: &str) -> Option<Messag
             let object = value.as_object()?;
             let key = key_at(object, rest)?;
             value = object.get(key)?;
-            rest = rest[key.len()..].strip_prefix('.').unwrap_or(&rest[key.len()..]);
+            rest = rest[key.len()..]
+                .strip_prefix('.')
+                .unwrap_or(&rest[key.len()..]);
             next = entry_value;
         }
         message = next;

@@ -61,7 +61,9 @@ fn expected() -> Result<BTreeMap<String, Row>, String> {
     if missing_env.is_empty() {
         Ok(rows)
     } else {
-        Err(format!("options without an environment variable: {missing_env:?}"))
+        Err(format!(
+            "options without an environment variable: {missing_env:?}"
+        ))
     }
 }
 
@@ -76,7 +78,10 @@ fn documented(readme: &str) -> Result<BTreeMap<String, Row>, String> {
         if !line.starts_with('|') {
             break;
         }
-        let cells: Vec<&str> = line.split(" | ").map(|c| c.trim_matches('|').trim()).collect();
+        let cells: Vec<&str> = line
+            .split(" | ")
+            .map(|c| c.trim_matches('|').trim())
+            .collect();
         let [option, variable, default, _meaning] = cells[..] else {
             return Err(format!("a row without four cells: {line}"));
         };

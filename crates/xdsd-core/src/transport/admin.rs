@@ -19,8 +19,8 @@ use axum::routing::get;
 use axum::Router;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
-use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as ProtobufValue};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -142,19 +142,18 @@ async fn config(
         metadata,
         ..Default::default()
     };
-    let contents = match query.get("contents").map(String::as_str) {
-        None | Some("0" | "false") => None,
-        Some("1" | "true") => match handle.json_codec() {
-            Some(codec) => Some(codec),
-            None => {
-                return bad(
+    let contents =
+        match query.get("contents").map(String::as_str) {
+            None | Some("0" | "false") => None,
+            Some("1" | "true") => match handle.json_codec() {
+                Some(codec) => Some(codec),
+                None => return bad(
                     "contents=1 needs the server's proto3 JSON codec (XdsServer::with_rest_json)"
                         .into(),
-                )
-            }
-        },
-        Some(other) => return bad(format!("contents must be 1 or 0, not {other:?}")),
-    };
+                ),
+            },
+            Some(other) => return bad(format!("contents must be 1 or 0, not {other:?}")),
+        };
     match fetch::preview(handle.context(), &node) {
         Ok(types) => {
             let mut body = config_json(&node, &types);

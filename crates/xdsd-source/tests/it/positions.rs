@@ -14,7 +14,9 @@ fn error_text(path: &str, input: &str) -> String {
 /// The line number the error gives (`at line N` in YAML, `line N` in JSON).
 #[track_caller]
 fn line_of(text: &str) -> usize {
-    let at = text.rfind("line ").unwrap_or_else(|| panic!("no line in: {text}"));
+    let at = text
+        .rfind("line ")
+        .unwrap_or_else(|| panic!("no line in: {text}"));
     text[at + 5..]
         .chars()
         .take_while(char::is_ascii_digit)
@@ -53,7 +55,11 @@ fn listener_yaml(port: &str, stat: &str, config: &str) -> String {
 
 #[test]
 fn an_unknown_yaml_key_is_reported_on_its_own_line_at_every_depth() {
-    let ok = ("port_value: 10000", "stat_prefix: ingress", "resource_api_version: V3");
+    let ok = (
+        "port_value: 10000",
+        "stat_prefix: ingress",
+        "resource_api_version: V3",
+    );
     // depth 2: address.socket_address, line 6
     let text = error_text("l.yaml", &listener_yaml("port_vaule: 10000", ok.1, ok.2));
     assert_eq!(line_of(&text), 6, "{text}");
@@ -62,7 +68,10 @@ fn an_unknown_yaml_key_is_reported_on_its_own_line_at_every_depth() {
     let text = error_text("l.yaml", &listener_yaml(ok.0, "stat_prefx: ingress", ok.2));
     assert_eq!(line_of(&text), 12, "{text}");
     // depth 6: ...typed_config.rds.config_source, line 17
-    let text = error_text("l.yaml", &listener_yaml(ok.0, ok.1, "resource_api_versoin: V3"));
+    let text = error_text(
+        "l.yaml",
+        &listener_yaml(ok.0, ok.1, "resource_api_versoin: V3"),
+    );
     assert_eq!(line_of(&text), 17, "{text}");
 }
 
@@ -112,13 +121,23 @@ fn an_unknown_json_key_is_reported_on_its_own_line_at_every_depth() {
 
 #[test]
 fn an_unknown_field_close_to_a_known_one_gets_did_you_mean() {
-    let ok = ("port_value: 10000", "stat_prefix: ingress", "resource_api_version: V3");
+    let ok = (
+        "port_value: 10000",
+        "stat_prefix: ingress",
+        "resource_api_version: V3",
+    );
     let text = error_text("l.yaml", &listener_yaml("port_vaule: 10000", ok.1, ok.2));
     assert!(text.contains("did you mean `port_value`?"), "{text}");
     let text = error_text("l.yaml", &listener_yaml(ok.0, "stat_prefx: ingress", ok.2));
     assert!(text.contains("did you mean `stat_prefix`?"), "{text}");
-    let text = error_text("l.yaml", &listener_yaml(ok.0, ok.1, "resource_api_versoin: V3"));
-    assert!(text.contains("did you mean `resource_api_version`?"), "{text}");
+    let text = error_text(
+        "l.yaml",
+        &listener_yaml(ok.0, ok.1, "resource_api_versoin: V3"),
+    );
+    assert!(
+        text.contains("did you mean `resource_api_version`?"),
+        "{text}"
+    );
     // top level, and JSON's camelCase names
     let top = "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\nconect_timeout: 1s\n";
     let text = error_text("c.yaml", top);
@@ -127,7 +146,8 @@ fn an_unknown_field_close_to_a_known_one_gets_did_you_mean() {
     let text = error_text("c.json", json);
     assert!(text.contains("did you mean `connectTimeout`?"), "{text}");
     // nothing close: no guess
-    let far = "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\nzzzzzz: 1\n";
+    let far =
+        "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\nzzzzzz: 1\n";
     let text = error_text("c.yaml", far);
     assert!(!text.contains("did you mean"), "{text}");
 }

@@ -117,7 +117,10 @@ fn watching_a_missing_directory_fails() {
         "{err:?}"
     );
     assert!(err.to_string().contains("missing"), "{err}");
-    assert!(err.to_string().ends_with(": the directory does not exist"), "{err}");
+    assert!(
+        err.to_string().ends_with(": the directory does not exist"),
+        "{err}"
+    );
 }
 
 /// Kubernetes updates a ConfigMap volume by writing a new hidden directory and swapping the

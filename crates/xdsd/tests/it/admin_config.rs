@@ -62,7 +62,10 @@ async fn config_with_contents_shows_each_resource_as_proto3_json() {
     assert_eq!(cluster["@type"], CLUSTER, "{config}");
     assert_eq!(cluster["name"], "backend", "{config}");
     assert_eq!(cluster["type"], "EDS", "{config}");
-    assert_eq!(cluster["connectTimeout"], "1.500s", "the prod variant: {config}");
+    assert_eq!(
+        cluster["connectTimeout"], "1.500s",
+        "the prod variant: {config}"
+    );
     let endpoints = &resources_of(&config, ENDPOINTS)[0]["contents"];
     assert_eq!(endpoints["clusterName"], "backend", "{config}");
     assert_eq!(

@@ -231,8 +231,17 @@ fn references_are_checked_among_the_files_that_parse_while_others_fail() {
         .lines()
         .filter(|l| l.starts_with("error: "))
         .collect();
-    assert_eq!(errors.len(), 3, "file, duplicate, reference:\n{}", run.stderr);
-    assert_mentions(errors[0], &["broken.yaml", "malformed YAML"], "the file error");
+    assert_eq!(
+        errors.len(),
+        3,
+        "file, duplicate, reference:\n{}",
+        run.stderr
+    );
+    assert_mentions(
+        errors[0],
+        &["broken.yaml", "malformed YAML"],
+        "the file error",
+    );
     assert_mentions(errors[1], &["duplicate", "twice.yaml"], "the duplicate");
     assert_mentions(
         errors[2],
