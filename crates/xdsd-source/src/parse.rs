@@ -192,13 +192,16 @@ fn decode_document<'p>(
         let position = current.get().min(plan.resources.len() - 1);
         let failed = &plan.resources[position];
         if let Some(hint) = document().and_then(|document| {
-            let resource = match plan.layout {
-                Layout::Single => Some(&document),
-                Layout::List => document.get(position),
-                Layout::Wrapper => document.get("resources")?.get(position),
-                Layout::Empty => None,
-            }?;
-            crate::suggest::did_you_mean(&failed.desc, resource, &error)
+            let (resource, within) = match plan.layout {
+                Layout::Single => (Some(&document), String::new()),
+                Layout::List => (document.get(position), format!("[{position}]")),
+                Layout::Wrapper => (
+                    document.get("resources")?.get(position),
+                    format!("resources[{position}]"),
+                ),
+                Layout::Empty => (None, String::new()),
+            };
+            crate::suggest::did_you_mean(&failed.desc, resource?, &within, &error)
         }) {
             error = format!("{error}; {hint}");
         }

@@ -11,15 +11,21 @@ const UNKNOWN_FIELD: &str = "unrecognized field name '";
 /// The suggestion to append to a decoding error, `error` being its text (`path: message`):
 /// `Some("did you mean `port_value`?")` when the error is an unknown field of a message that has
 /// a field named closely (proto or JSON name, whichever the closer).
+///
+/// `within` is where the resource sits in its document (`[1]` in a list, `resources[1]` in a
+/// `resources:` wrapper, empty for a document of its own): the start of the error's path.
 pub(crate) fn did_you_mean(
     root: &MessageDescriptor,
     resource: &Value,
+    within: &str,
     error: &str,
 ) -> Option<String> {
     let start = error.find(UNKNOWN_FIELD)?;
     let unknown = error[start + UNKNOWN_FIELD.len()..].split('\'').next()?;
     // The path runs to the unknown key's value (or to its mapping); the message is its parent.
     let path = error[..start].trim_end().trim_end_matches(':');
+    let path = path.trim_start_matches('.');
+    let path = path.strip_prefix(within)?.trim_start_matches('.');
     let path = path
         .strip_suffix(unknown)
         .map(|p| p.trim_end_matches('.'))

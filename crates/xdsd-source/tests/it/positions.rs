@@ -151,3 +151,23 @@ fn an_unknown_field_close_to_a_known_one_gets_did_you_mean() {
     let text = error_text("c.yaml", far);
     assert!(!text.contains("did you mean"), "{text}");
 }
+
+#[test]
+fn lists_and_resources_wrappers_get_the_line_and_the_guess_too() {
+    let list = "- \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n  name: a\n- \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n  name: b\n  load_assignment:\n    cluster_name: b\n    endpoints:\n    - lb_endpoints:\n      - endpoint:\n          address:\n            socket_address:\n              address: 127.0.0.1\n              port_vaule: 1\n";
+    let text = error_text("l.yaml", list);
+    assert_eq!(line_of(&text), 13, "{text}");
+    assert!(text.contains("resource #2"), "{text}");
+    assert!(text.contains("did you mean `port_value`?"), "{text}");
+    let wrapper = format!(
+        "version_info: \"1\"\nresources:\n{}",
+        list.replace("\n", "\n  ").replacen("- ", "  - ", 1)
+    );
+    let text = error_text("w.yaml", wrapper.trim_end());
+    assert_eq!(line_of(&text), 15, "{text}");
+    assert!(text.contains("did you mean `port_value`?"), "{text}");
+    let json = "[{\"@type\": \"type.googleapis.com/envoy.config.cluster.v3.Cluster\", \"name\": \"a\"},\n {\"@type\": \"type.googleapis.com/envoy.config.cluster.v3.Cluster\", \"name\": \"b\",\n  \"lbPolicy\": \"RANDOM\",\n  \"dnsLookupFamly\": \"V4_ONLY\"}]";
+    let text = error_text("l.json", json);
+    assert_eq!(line_of(&text), 4, "{text}");
+    assert!(text.contains("did you mean `dnsLookupFamily`?"), "{text}");
+}
