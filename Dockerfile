@@ -2,10 +2,10 @@
 # directory as a volume.
 #
 #   docker build -t xdsd .
-#   docker run --rm -p 18000:18000 -v "$PWD/examples/basic/resources:/resources:ro" xdsd
+#   docker run --rm -p 18000:18000 -p 18001:18001 -v "$PWD/examples/basic/resources:/resources:ro" xdsd
 #
 # The same binary, flags and ports as the README: gRPC (ADS, per-type services, CSDS, gRPC health,
-# REST polling) on 18000; the admin API (/healthz, /readyz, /clients, /metrics) on 18001.
+# REST polling) on 18000; the admin API (/healthz, /readyz, /clients, /config, /metrics) on 18001.
 
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src

@@ -131,7 +131,7 @@ impl<'de> DeserializeSeed<'de> for ResourceSeed<'_> {
         deserializer: D,
     ) -> Result<DynamicMessage, D::Error> {
         let wrapped = WithoutTypeKey {
-            inner: deserializer,
+            inner: Keyed(deserializer),
             desc: self.desc,
         };
         DynamicMessage::deserialize_with_options(self.desc.clone(), wrapped, self.options)
@@ -293,5 +293,175 @@ impl<'de> Visitor<'de> for Reject {
     }
     fn visit_map<M: MapAccess<'de>>(self, _: M) -> Result<Never, M::Error> {
         Err(M::Error::custom(self.0))
+    }
+}
+
+/// Puts an error raised right after a mapping's key was read (an unknown field, a repeated oneof
+/// member...) at that key's value, at every depth.
+///
+/// The message decoder rejects an unknown key as soon as it has read it, from inside the
+/// mapping's visitor, so the YAML parser gives the error the position of the enclosing mapping
+/// (often lines above the key). This wrapper passes everything through unchanged, remembers
+/// the last key of each mapping until its value is read, and when the visitor fails in between,
+/// fails once more while positioned at that value, so the parser attaches the key's own line.
+struct Keyed<D>(D);
+
+/// [`Keyed`] for the seed of a nested value.
+struct KeyedSeed<S>(S);
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for KeyedSeed<S> {
+    type Value = S::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<S::Value, D::Error> {
+        self.0.deserialize(Keyed(deserializer))
+    }
+}
+
+macro_rules! keyed_forward {
+    ($($method:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, D::Error> {
+                self.0.$method($($arg,)* KeyedVisitor(visitor))
+            }
+        )*
+    };
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Keyed<D> {
+    type Error = D::Error;
+
+    keyed_forward! {
+        deserialize_any(); deserialize_bool(); deserialize_i8(); deserialize_i16();
+        deserialize_i32(); deserialize_i64(); deserialize_i128(); deserialize_u8();
+        deserialize_u16(); deserialize_u32(); deserialize_u64(); deserialize_u128();
+        deserialize_f32(); deserialize_f64(); deserialize_char(); deserialize_str();
+        deserialize_string(); deserialize_bytes(); deserialize_byte_buf(); deserialize_option();
+        deserialize_unit(); deserialize_unit_struct(name: &'static str);
+        deserialize_newtype_struct(name: &'static str); deserialize_seq();
+        deserialize_tuple(len: usize); deserialize_tuple_struct(name: &'static str, len: usize);
+        deserialize_map(); deserialize_struct(name: &'static str, fields: &'static [&'static str]);
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
+        deserialize_identifier(); deserialize_ignored_any();
+    }
+
+    fn is_human_readable(&self) -> bool {
+        self.0.is_human_readable()
+    }
+}
+
+struct KeyedVisitor<V>(V);
+
+macro_rules! visit_forward {
+    ($($method:ident($ty:ty);)*) => {
+        $(
+            fn $method<E: de::Error>(self, v: $ty) -> Result<V::Value, E> {
+                self.0.$method(v)
+            }
+        )*
+    };
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for KeyedVisitor<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.0.expecting(f)
+    }
+
+    visit_forward! {
+        visit_bool(bool); visit_i8(i8); visit_i16(i16); visit_i32(i32); visit_i64(i64);
+        visit_i128(i128); visit_u8(u8); visit_u16(u16); visit_u32(u32); visit_u64(u64);
+        visit_u128(u128); visit_f32(f32); visit_f64(f64); visit_char(char); visit_str(&str);
+        visit_borrowed_str(&'de str); visit_string(String); visit_bytes(&[u8]);
+        visit_borrowed_bytes(&'de [u8]); visit_byte_buf(Vec<u8>);
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+        self.0.visit_none()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.0.visit_unit()
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<V::Value, D::Error> {
+        self.0.visit_some(Keyed(deserializer))
+    }
+
+    fn visit_newtype_struct<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<V::Value, D::Error> {
+        self.0.visit_newtype_struct(Keyed(deserializer))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
+        self.0.visit_seq(KeyedSeq(seq))
+    }
+
+    fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<V::Value, A::Error> {
+        self.0.visit_enum(data)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        let mut keyed = KeyedMap {
+            inner: map,
+            key_read: false,
+        };
+        match self.0.visit_map(&mut keyed) {
+            Ok(value) => Ok(value),
+            Err(error) if keyed.key_read => {
+                match keyed.inner.next_value_seed(Reject(error.to_string())) {
+                    Err(positioned) => Err(positioned),
+                    Ok(never) => match never {},
+                }
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+struct KeyedSeq<A>(A);
+
+impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for KeyedSeq<A> {
+    type Error = A::Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, A::Error> {
+        self.0.next_element_seed(KeyedSeed(seed))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.0.size_hint()
+    }
+}
+
+struct KeyedMap<A> {
+    inner: A,
+    /// A key was read and its value was not yet.
+    key_read: bool,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for KeyedMap<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        let key = self.inner.next_key_seed(seed)?;
+        self.key_read = key.is_some();
+        Ok(key)
+    }
+
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
+        self.key_read = false;
+        self.inner.next_value_seed(KeyedSeed(seed))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
     }
 }

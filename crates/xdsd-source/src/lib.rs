@@ -22,6 +22,7 @@ mod parse;
 mod plan;
 mod render;
 mod source;
+mod suggest;
 mod watch;
 
 pub use budget::MAX_NODES;

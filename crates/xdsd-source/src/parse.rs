@@ -106,16 +106,35 @@ pub fn parse_file(
     match format {
         Format::Yaml => {
             // The same documents, in the same order, as the first pass.
-            for (document, plan) in serde_yaml_ng::Deserializer::from_str(text).zip(&plans) {
-                decode_document(plan, &options, &mut decoded, |seed| match &plan.merged {
-                    None => seed.deserialize(document).map_err(|e| e.to_string()),
-                    Some(merged) => with_path(|tracked| seed.deserialize(tracked), merged.clone()),
+            let documents = serde_yaml_ng::Deserializer::from_str(text);
+            for (position, (document, plan)) in documents.zip(&plans).enumerate() {
+                // On an error only: the document again as a value, for "did you mean".
+                let value = || match &plan.merged {
+                    None => serde_yaml_ng::Deserializer::from_str(text)
+                        .nth(position)
+                        .and_then(|document| {
+                            crate::budget::Budgeted {
+                                left: &Cell::new(crate::budget::MAX_NODES),
+                            }
+                            .deserialize(document)
+                            .ok()
+                        }),
+                    Some(merged) => Value::deserialize(merged.clone()).ok(),
+                };
+                decode_document(plan, &options, &mut decoded, value, |seed| {
+                    match &plan.merged {
+                        None => seed.deserialize(document).map_err(|e| e.to_string()),
+                        Some(merged) => {
+                            with_path(|tracked| seed.deserialize(tracked), merged.clone())
+                        }
+                    }
                 })?;
             }
         }
         Format::Json => {
             for plan in &plans {
-                decode_document(plan, &options, &mut decoded, |seed| {
+                let value = || serde_json::from_str::<Value>(text).ok();
+                decode_document(plan, &options, &mut decoded, value, |seed| {
                     let mut de = serde_json::Deserializer::from_str(text);
                     with_path(|tracked| seed.deserialize(tracked), &mut de)?;
                     de.end().map_err(|e| e.to_string())
@@ -154,6 +173,7 @@ fn decode_document<'p>(
     plan: &'p DocPlan,
     options: &DeserializeOptions,
     decoded: &mut Vec<(&'p ResourcePlan, DynamicMessage)>,
+    document: impl FnOnce() -> Option<Value>,
     run: impl FnOnce(DocSeed<'_>) -> Result<(), String>,
 ) -> Result<(), SourceError> {
     if plan.resources.is_empty() {
@@ -167,9 +187,24 @@ fn decode_document<'p>(
         out: &mut messages,
         current: &current,
     };
-    if let Err(error) = run(seed) {
+    if let Err(mut error) = run(seed) {
         // Non-empty (checked above), so the clamped position is in range.
-        let failed = &plan.resources[current.get().min(plan.resources.len() - 1)];
+        let position = current.get().min(plan.resources.len() - 1);
+        let failed = &plan.resources[position];
+        if let Some(hint) = document().and_then(|document| {
+            let (resource, within) = match plan.layout {
+                Layout::Single => (Some(&document), String::new()),
+                Layout::List => (document.get(position), format!("[{position}]")),
+                Layout::Wrapper => (
+                    document.get("resources")?.get(position),
+                    format!("resources[{position}]"),
+                ),
+                Layout::Empty => (None, String::new()),
+            };
+            crate::suggest::did_you_mean(&failed.desc, resource?, &within, &error)
+        }) {
+            error = format!("{error}; {hint}");
+        }
         return Err(SourceError::Resource {
             resource: failed.reference.clone(),
             problem: Problem::Invalid(error),

@@ -172,9 +172,19 @@ pub fn watch_directory_updates(
 ) -> Result<DirectoryWatch, SourceError> {
     let (tx, rx) = mpsc::channel();
     let events = tx.clone();
-    let watch_error = |source| SourceError::Watch {
-        path: dir.clone(),
-        source,
+    // A directory that does not exist is said as such, once, not as notify's "No path was found."
+    let watch_error = |source: notify::Error| match source.kind {
+        notify::ErrorKind::PathNotFound => SourceError::Io {
+            path: dir.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the directory does not exist",
+            ),
+        },
+        _ => SourceError::Watch {
+            path: dir.clone(),
+            source,
+        },
     };
     let mut watcher = notify::recommended_watcher(move |event| {
         let _ = events.send(Message::Event(event));

@@ -32,6 +32,8 @@ mod memory;
 mod offline;
 
 mod admin;
+#[cfg(test)]
+mod readme_flags;
 mod rest_json;
 mod tls_args;
 
@@ -93,8 +95,10 @@ enum Command {
     /// every field through the Envoy descriptors, names, duplicates, variant rules, and the
     /// references between resources as --references and --external-name say. Every error is
     /// printed on stderr, one per line, naming the file, the resource and the field (with line
-    /// and column where the parser gives them); on success a summary of the resources per type
-    /// goes to stdout.
+    /// and column where the parser gives them); when some files fail, the references and variant
+    /// rules are still checked among the files that parsed, and a note names the files whose
+    /// resources could not be checked. On success a summary of the resources per type goes to
+    /// stdout.
     ///
     /// Exit status: 0 valid, 1 invalid, 2 usage error (bad arguments, DIR not a directory).
     Check(CheckArgs),
@@ -186,7 +190,7 @@ struct RenderArgs {
     source: SourceArgs,
 
     /// Directory to write the files into (created if missing; must not be inside --resources).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", env = "XDSD_RENDER_OUT")]
     out: PathBuf,
 
     /// File format: pb (binary protobuf), json (proto3 JSON) or yaml. Repeatable, or
@@ -195,7 +199,8 @@ struct RenderArgs {
         long,
         value_name = "FORMAT",
         default_value = "yaml",
-        value_delimiter = ','
+        value_delimiter = ',',
+        env = "XDSD_RENDER_FORMAT"
     )]
     format: Vec<OutputFormat>,
 }
@@ -479,8 +484,9 @@ struct ServeArgs {
     #[arg(long, env = "XDSD_ALLOW_EMPTY")]
     allow_empty: bool,
 
-    /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /config, /metrics; see
-    /// docs/operating.md), or "off". Loopback by default: /clients shows every client's node.
+    /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /config?node=ID, with
+    /// &contents=1 the resources as proto3 JSON, /metrics; see docs/operating.md), or "off".
+    /// Loopback by default: /clients shows every client's node.
     /// Port 0 picks a free port (logged at start).
     #[arg(
         long,
@@ -667,6 +673,23 @@ const _: () = assert!(DEFAULT_MAX_RESPONSE_BYTES == 1024 * 1024);
 const _: () = assert!(MIN_MAX_RESPONSE_BYTES == 16 * 1024);
 const _: () = assert!(DEFAULT_REST_HOLD.as_millis() == 800);
 
+/// An error and its causes, one after the other, each said once: a cause whose message already
+/// ends the text (an error that shows its source in its own message) is not repeated.
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.ends_with(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+    }
+    text
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -685,7 +708,7 @@ fn main() -> ExitCode {
             match runtime.block_on(serve(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    error!("{e:#}");
+                    error!("{}", error_chain(&e));
                     ExitCode::FAILURE
                 }
             }

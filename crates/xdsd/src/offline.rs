@@ -1,15 +1,15 @@
 //! `xdsd check` and `xdsd render`: load a directory as `serve` does, report, write files, exit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 use std::process::ExitCode;
 
 use xdsd_core::store::{Store, UpdateSummary, MAX_LISTED};
 use xdsd_core::types;
-use xdsd_source::Descriptors;
+use xdsd_source::{Descriptors, SourceError};
 
 use crate::files::{check_outside, file_stem, FileWriter};
-use crate::load::{load_into, LoadError, Loaded};
+use crate::load::{commit, load_into, LoadError, Loaded};
 use crate::{file_formats, CheckArgs, RenderArgs, SourceArgs};
 
 /// Exit status of invalid resources (or files not written).
@@ -47,6 +47,10 @@ fn resources_dir(source: &SourceArgs) -> Result<&Path, Failure> {
         Ok(meta) if meta.is_dir() => Ok(dir),
         Ok(_) => Err(usage(format!(
             "--resources {}: not a directory",
+            dir.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(usage(format!(
+            "--resources {}: the directory does not exist",
             dir.display()
         ))),
         Err(e) => Err(usage(format!("--resources {}: {e}", dir.display()))),
@@ -93,6 +97,75 @@ fn invalid(dir: &Path, e: &LoadError) -> Failure {
     }
 }
 
+/// `check` of a directory with file errors: prints them, then checks the store's rules
+/// (references, variants) among the resources of the files that parsed (the first of a
+/// duplicated name), prints those errors too, and names the files whose resources could not be
+/// checked.
+fn check_the_rest(
+    source: &SourceArgs,
+    dir: &Path,
+    cache: &xdsd_source::DirectoryCache,
+    error: &SourceError,
+) -> Failure {
+    let errors = error.errors();
+    let unchecked: BTreeSet<&Path> = errors.iter().filter_map(|e| file_of(e)).collect();
+    // As LoadError::Source lists them.
+    let mut messages: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    let mut seen = HashSet::new();
+    let parsed: Vec<_> = cache
+        .resources()
+        .into_iter()
+        .filter(|r| r.constraints.is_some() || seen.insert((r.type_url.clone(), r.name.clone())))
+        .collect();
+    let count = parsed.len();
+    let store = Store::with_reference_policy(source.reference_policy());
+    let mut hint = None;
+    match commit(&store, parsed) {
+        Ok(loaded) => print_dangling(&loaded.summary),
+        Err(e) => {
+            messages.extend(e.messages());
+            hint = e.hint();
+        }
+    }
+    for message in &messages {
+        eprintln!("error: {message}");
+    }
+    if let Some(hint) = hint {
+        eprintln!("hint: {hint}");
+    }
+    let files: Vec<String> = unchecked.iter().map(|f| f.display().to_string()).collect();
+    eprintln!(
+        "note: references and variants were checked among the {count} resources of the files that \
+         parsed; the resources of {} could not be checked (a reference to one of them counts as \
+         missing here)",
+        match files.len() {
+            0 => "the files in error".to_owned(),
+            _ => files.join(", "),
+        }
+    );
+    Failure {
+        status: INVALID,
+        message: format!(
+            "{}: {}",
+            dir.display(),
+            match messages.len() {
+                1 => "1 error".to_owned(),
+                n => format!("{n} errors"),
+            }
+        ),
+    }
+}
+
+/// The file an error of the source is about, when it is one file's.
+fn file_of<'a>(error: &&'a SourceError) -> Option<&'a Path> {
+    match error {
+        SourceError::Io { path, .. } => Some(path),
+        SourceError::File { file, .. } => Some(file),
+        SourceError::Resource { resource, .. } => Some(&resource.file),
+        _ => None,
+    }
+}
+
 fn print_dangling(summary: &UpdateSummary) {
     for d in summary.dangling.iter().take(MAX_LISTED) {
         eprintln!("warning: a reference to a resource that does not exist: {d}");
@@ -112,7 +185,16 @@ pub fn check(args: CheckArgs) -> ExitCode {
 
 fn run_check(args: &CheckArgs) -> Result<(), Failure> {
     let descriptors = descriptors()?;
-    let (store, loaded) = load(&args.source, &descriptors)?;
+    // As `load` (and `serve`'s start) does, keeping the cache: when some files fail, the store's
+    // rules are still checked among the files that parsed.
+    let dir = resources_dir(&args.source)?;
+    let store = Store::with_reference_policy(args.source.reference_policy());
+    let mut cache = xdsd_source::DirectoryCache::default();
+    if let Err(e) = cache.rescan(&descriptors, dir, &args.source.limits()) {
+        return Err(check_the_rest(&args.source, dir, &cache, &e));
+    }
+    let loaded = commit(&store, cache.resources()).map_err(|e| invalid(dir, &e))?;
+    print_dangling(&loaded.summary);
     let snapshot = store.snapshot();
     println!(
         "{}: valid, {} resources",

@@ -3,7 +3,8 @@
 //! - `GET /healthz`: 200 while the process serves HTTP (liveness).
 //! - `GET /readyz`: 200 when the server is ready and not shutting down, else 503.
 //! - `GET /clients`: the connected clients as JSON (see [`clients_json`]).
-//! - `GET /config?node=ID`: what a client with that node would be served (see [`config_json`]).
+//! - `GET /config?node=ID`: what a client with that node would be served (see [`config_json`]);
+//!   with `&contents=1`, each resource's message too, in proto3 JSON.
 //! - `GET /metrics`: Prometheus metrics, OpenMetrics text (see `metrics`).
 
 use std::collections::HashMap;
@@ -17,7 +18,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as ProtobufValue};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -27,6 +30,7 @@ use super::csds::{nack_details, resource_status};
 use super::fetch;
 use super::grpc::{StatsHandle, DEFAULT_PREFACE_TIMEOUT};
 use super::metrics::CONTENT_TYPE;
+use super::rest::JsonCodec;
 use super::tls::{Listener, TlsError, TlsOptions, TlsState};
 use crate::protocol::sotw::{SotwResources, SotwResponse};
 
@@ -104,8 +108,9 @@ async fn metrics(State(handle): State<StatsHandle>) -> Response {
         .into_response()
 }
 
-/// `GET /config?node=ID[&cluster=CLUSTER][&metadata=JSON]`: what a client with that node would
-/// be served, subscribing to everything, of each type (see [`config_json`]).
+/// `GET /config?node=ID[&cluster=CLUSTER][&metadata=JSON][&contents=1]`: what a client with that
+/// node would be served, subscribing to everything, of each type (see [`config_json`]), with
+/// `contents=1` each resource's message in proto3 JSON (through the server's REST JSON codec).
 async fn config(
     State(handle): State<StatsHandle>,
     Query(query): Query<HashMap<String, String>>,
@@ -137,14 +142,78 @@ async fn config(
         metadata,
         ..Default::default()
     };
+    let contents =
+        match query.get("contents").map(String::as_str) {
+            None | Some("0" | "false") => None,
+            Some("1" | "true") => match handle.json_codec() {
+                Some(codec) => Some(codec),
+                None => return bad(
+                    "contents=1 needs the server's proto3 JSON codec (XdsServer::with_rest_json)"
+                        .into(),
+                ),
+            },
+            Some(other) => return bad(format!("contents must be 1 or 0, not {other:?}")),
+        };
     match fetch::preview(handle.context(), &node) {
-        Ok(types) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            config_json(&node, &types).to_string(),
-        )
-            .into_response(),
+        Ok(types) => {
+            let mut body = config_json(&node, &types);
+            if let Some(codec) = contents {
+                if let Err(e) = add_contents(&mut body, &types, codec) {
+                    return (StatusCode::INTERNAL_SERVER_ERROR, e + "\n").into_response();
+                }
+            }
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            )
+                .into_response()
+        }
         Err(e) => bad(e.to_string()),
     }
+}
+
+/// `contents=1`: each resource of a [`config_json`] answer gets `contents`, its message in proto3
+/// JSON (with `@type`), written by `codec` as a REST `DiscoveryResponse` of each type.
+fn add_contents(
+    body: &mut Value,
+    types: &[SotwResponse],
+    codec: &dyn JsonCodec,
+) -> Result<(), String> {
+    use prost::Message as _;
+    let listed = body
+        .get_mut("types")
+        .and_then(Value::as_array_mut)
+        .ok_or("no types in the answer")?;
+    for (t, listed) in types.iter().zip(listed) {
+        let list: Box<dyn Iterator<Item = &Arc<crate::store::Resource>>> = match &t.resources {
+            SotwResources::All(view) => Box::new(view.iter()),
+            SotwResources::Some(list) => Box::new(list.iter()),
+        };
+        let response = DiscoveryResponse {
+            type_url: t.type_url.to_string(),
+            version_info: t.version_info.to_string(),
+            resources: list
+                .map(|r| Any::decode(r.any_bytes().clone()).map_err(|e| e.to_string()))
+                .collect::<Result<_, _>>()?,
+            ..Default::default()
+        };
+        let json = codec.response_to_json(&response.encode_to_vec())?;
+        let json: Value = serde_json::from_slice(&json).map_err(|e| e.to_string())?;
+        let contents = match json.get("resources") {
+            Some(Value::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        let resources = listed
+            .get_mut("resources")
+            .and_then(Value::as_array_mut)
+            .ok_or("no resources in the answer")?;
+        for (resource, content) in resources.iter_mut().zip(contents) {
+            if let Value::Object(fields) = resource {
+                fields.insert("contents".into(), content);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A JSON value as a `google.protobuf.Value`.

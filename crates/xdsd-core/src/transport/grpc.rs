@@ -319,7 +319,8 @@ impl XdsServer {
     /// Serves REST-JSON polling (`POST /v3/discovery:clusters`, …; see [`super::rest`]) beside
     /// the gRPC services, on the same address: HTTP/1.1 and HTTP/2 requests with a JSON body go
     /// to REST, gRPC ones to the gRPC services. `codec` converts the JSON (the binary's uses the
-    /// Envoy descriptors).
+    /// Envoy descriptors); the admin API's `/config?contents=1` writes resources with it too
+    /// (call this before [`XdsServer::stats_handle`]).
     pub fn with_rest_json(mut self, codec: Arc<dyn JsonCodec>) -> XdsServer {
         self.rest = Some(codec);
         self
@@ -404,6 +405,7 @@ impl XdsServer {
     pub fn stats_handle(&self) -> StatsHandle {
         StatsHandle {
             ctx: self.ctx.clone(),
+            json: self.rest.clone(),
         }
     }
 
@@ -762,11 +764,18 @@ impl Connected for Closable {
 #[derive(Clone)]
 pub struct StatsHandle {
     ctx: Arc<ServerContext>,
+    /// The server's [`XdsServer::with_rest_json`] codec, which the admin API's
+    /// `/config?contents=1` writes resources with.
+    json: Option<Arc<dyn JsonCodec>>,
 }
 
 impl StatsHandle {
     pub(crate) fn context(&self) -> &ServerContext {
         &self.ctx
+    }
+
+    pub(crate) fn json_codec(&self) -> Option<&dyn JsonCodec> {
+        self.json.as_deref()
     }
 
     /// Every connected client (one per stream), by stream id: its node, and where it stands

@@ -8,6 +8,7 @@ mod errors;
 mod fuzz;
 mod incremental;
 mod parse;
+mod positions;
 mod ttl;
 mod watch;
 

@@ -217,6 +217,60 @@ fn every_bad_file_is_listed_at_once() {
 }
 
 #[test]
+fn references_are_checked_among_the_files_that_parse_while_others_fail() {
+    let dir = ResourceDir::new();
+    dir.write("broken.yaml", "\"@type\": [unclosed\n");
+    dir.write("route.yaml", &route_yaml("r", "no_such_cluster"));
+    dir.write("cluster.yaml", &cluster_yaml("c"));
+    // The same name twice: one error, and the first is checked.
+    dir.write("twice.yaml", &cluster_yaml("c"));
+    let run = run(&dir.path(), &[]);
+    assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
+    let errors: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(
+        errors.len(),
+        3,
+        "file, duplicate, reference:\n{}",
+        run.stderr
+    );
+    assert_mentions(
+        errors[0],
+        &["broken.yaml", "malformed YAML"],
+        "the file error",
+    );
+    assert_mentions(errors[1], &["duplicate", "twice.yaml"], "the duplicate");
+    assert_mentions(
+        errors[2],
+        &["Cluster \"no_such_cluster\"", "does not exist"],
+        "the reference among the files that parsed",
+    );
+    let note: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("note: "))
+        .collect();
+    assert_eq!(note.len(), 1, "{}", run.stderr);
+    assert_mentions(
+        note[0],
+        &["2 resources", "broken.yaml", "could not be checked"],
+        "which resources could not be checked",
+    );
+    assert!(!note[0].contains("twice.yaml"), "{}", note[0]);
+    assert_mentions(&run.stderr, &["3 errors"], "the count");
+
+    // The same directory with the route's cluster defined: nothing but the file errors.
+    dir.write("route.yaml", &route_yaml("r", "c"));
+    let run = crate::cli_check::run(&dir.path(), &[]);
+    assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
+    assert!(!run.stderr.contains("does not exist"), "{}", run.stderr);
+    assert_mentions(&run.stderr, &["2 errors"], "the count");
+}
+
+#[test]
 fn references_and_external_names_are_the_flags_of_serve() {
     let dir = ResourceDir::new();
     dir.write("route.yaml", &route_yaml("r", "xds_cluster"));
@@ -246,7 +300,11 @@ fn usage_errors_exit_two() {
     let missing = dir.path().join("no-such-dir");
     let run_missing = run(&missing, &[]);
     assert_eq!(run_missing.code, Some(2), "{}", run_missing.stderr);
-    assert_mentions(&run_missing.stderr, &["no-such-dir"], "a missing directory");
+    assert_mentions(
+        &run_missing.stderr,
+        &["no-such-dir", "the directory does not exist"],
+        "a missing directory",
+    );
 
     dir.write("c.yaml", &cluster_yaml("c"));
     let file = run(&dir.file("c.yaml"), &[]);

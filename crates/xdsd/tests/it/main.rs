@@ -5,6 +5,7 @@
 mod pki;
 mod support;
 
+mod admin_config;
 mod bad_directory;
 mod cli_check;
 mod cli_render;
@@ -26,6 +27,7 @@ mod hostile_files;
 mod install;
 mod lifecycle;
 mod max_connection_age;
+mod missing_directory;
 mod references;
 mod replicas;
 mod rest;
