@@ -597,14 +597,14 @@ impl Burst {
             // Written and closed: whole once the directory is quiet.
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
                 for path in &event.paths {
-                    if !is_staging(path) {
+                    if may_be_written(path) {
                         self.writing.insert(path.clone(), false);
                     }
                 }
             }
             EventKind::Create(_) | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => {
                 for path in &event.paths {
-                    if is_staging(path) {
+                    if !may_be_written(path) {
                         continue;
                     }
                     // A symbolic link is whole when it appears: no writer closes it.
@@ -643,6 +643,17 @@ impl Burst {
         };
         self.rescan || later.rescan || within(self, later) || within(later, self)
     }
+}
+
+/// Whether a file written at `path` may be loaded as it is written: a resource file's name,
+/// not under Kubernetes' staging directory. Other files (a temporary file renamed into place
+/// later, a log another program keeps open in the directory) do not hold a change back.
+fn may_be_written(path: &Path) -> bool {
+    let loadable_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|name| !crate::dir::is_ignored_name(name));
+    loadable_name && crate::parse::Format::of(path).is_some() && !is_staging(path)
 }
 
 /// Files Kubernetes writes under a `..<timestamp>` directory before it swaps the `..data`

@@ -515,3 +515,27 @@ fn a_file_kept_open_is_applied_after_the_bound_and_again_when_closed() {
     drop(file);
     wait_for(&rx, "the whole file", |l| names(l) == ["a2", "b"]).unwrap();
 }
+
+/// A file that cannot be a resource file, kept open by its writer in the directory (a log, a
+/// temporary file), does not hold back a change.
+#[test]
+fn a_non_resource_file_kept_open_holds_nothing_back() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    write(&dir, "a.yaml", &cluster_yaml("a"));
+    let (_watch, rx) = watch(&dir);
+    let mut log = std::fs::File::create(dir.join("notes.log")).unwrap();
+    log.write_all(b"written, and kept open\n").unwrap();
+    log.flush().unwrap();
+    let started = std::time::Instant::now();
+    write(tmp.path(), "b.yaml", &cluster_yaml("b"));
+    std::fs::rename(tmp.path().join("b.yaml"), dir.join("b.yaml")).unwrap();
+    wait_for(&rx, "a and b", |l| names(l) == ["a", "b"]).unwrap();
+    assert!(
+        started.elapsed() < xdsd_source::OPEN_WRITE_BOUND,
+        "held back by the open log: {:?}",
+        started.elapsed()
+    );
+    drop(log);
+}
