@@ -576,9 +576,13 @@ impl Burst {
                 }
             }
             EventKind::Modify(ModifyKind::Name(_)) => self.whole = true,
-            EventKind::Remove(RemoveKind::File | RemoveKind::Folder | RemoveKind::Any) => {
+            EventKind::Remove(kind @ (RemoveKind::File | RemoveKind::Folder | RemoveKind::Any)) => {
                 for path in &event.paths {
-                    self.writing.retain(|p, _| !p.starts_with(path));
+                    if kind == RemoveKind::File {
+                        self.writing.remove(path);
+                    } else {
+                        self.writing.retain(|p, _| !p.starts_with(path));
+                    }
                 }
                 // Kubernetes removes its old staging directory after the swap: nothing visible.
                 if event.paths.iter().all(|p| is_staging(p)) {
