@@ -42,7 +42,7 @@ pub use render::{
 pub use source::{rejection, resource_inputs, DirectorySource};
 pub use watch::{
     watch_directory, watch_directory_updates, watch_directory_with, DirectoryWatch, Reloaded,
-    WatchOptions, DEBOUNCE, MAX_DELAY,
+    WatchOptions, DEBOUNCE, MAX_DELAY, OPEN_WRITE_BOUND,
 };
 
 /// The shortest `"@ttl"` a resource may have: shorter would have every client renewed several

@@ -11,8 +11,17 @@ use crate::{Descriptors, ParsedResource, SourceError};
 
 /// Quiet time that ends a burst of changes (an editor's save, a `cp -r`, a ConfigMap swap).
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
-/// A directory that never stays quiet still gets reloaded this often.
+/// A directory that never stays quiet still gets reloaded this often (unless a file written in
+/// place is still open: see [`OPEN_WRITE_BOUND`]).
 pub const MAX_DELAY: Duration = Duration::from_secs(2);
+/// The longest a change waits for a file written in place to be closed by its writer: a writer
+/// that keeps a file open longer has what it wrote so far applied then (and the rest when it
+/// closes the file or writes again). On Linux the watcher is told when a writer closes a file
+/// it wrote (`IN_CLOSE_WRITE`); elsewhere, in-place writes wait for [`DEBOUNCE`] of quiet only.
+pub const OPEN_WRITE_BOUND: Duration = Duration::from_secs(5);
+
+/// Whether the platform's watcher reports a writer closing a file it wrote.
+const CLOSE_REPORTED: bool = cfg!(target_os = "linux");
 
 enum Message {
     Event(notify::Result<Event>),
@@ -73,7 +82,12 @@ impl Drop for DirectoryWatch {
 /// (written elsewhere first, as `mv`, editors that save by renaming, and deploy tools do) and
 /// Kubernetes' ConfigMap update (files written under a `..`-prefixed directory, then the `..data`
 /// symlink swapped by a rename). A file written in place may be seen half-written, so such a
-/// change waits until the directory was quiet for [`DEBOUNCE`] (at most [`MAX_DELAY`] in all).
+/// change waits until its writer closed the file and the directory was quiet for [`DEBOUNCE`]
+/// (at most [`MAX_DELAY`] in all, or [`OPEN_WRITE_BOUND`] while a writer keeps a file open).
+/// A removal may be the first of many (`rm -rf`, `rsync --delete`, a branch switch) or be
+/// followed by the file created anew (`git checkout -- file` unlinks the file and writes a new
+/// one): it waits for [`DEBOUNCE`] of quiet too, so that a burst of removals, and a removal
+/// with the re-creation that follows it, is one change.
 ///
 /// The directory itself is watched, not its files, so renames and symlink swaps are seen.
 /// `on_load` runs on a dedicated thread.
@@ -388,7 +402,14 @@ fn reload_loop(
                     Err(mpsc::TryRecvError::Disconnected) => return,
                 }
             } else {
-                let wait = quiet_until.saturating_duration_since(Instant::now());
+                // Quiet ends the burst, unless a file written in place is still open: then its
+                // close does (followed by quiet), or the bound.
+                let until = if burst.open() {
+                    burst_start + OPEN_WRITE_BOUND
+                } else {
+                    quiet_until
+                };
+                let wait = until.saturating_duration_since(Instant::now());
                 match rx.recv_timeout(wait) {
                     Ok(message) => Ok(message),
                     Err(RecvTimeoutError::Timeout) => break,
@@ -398,7 +419,8 @@ fn reload_loop(
             match next {
                 Ok(Message::Event(event)) if is_relevant(&event) => {
                     burst.add(&event, dir);
-                    if burst_start.elapsed() >= MAX_DELAY {
+                    let elapsed = burst_start.elapsed();
+                    if elapsed >= OPEN_WRITE_BOUND || (elapsed >= MAX_DELAY && !burst.open()) {
                         break;
                     }
                     quiet_until = Instant::now() + debounce;
@@ -495,12 +517,16 @@ fn reload_loop(
 const MAX_BURST_PATHS: usize = 262_144;
 
 /// What a burst of events changed: whether it is complete (applied at once) or may still be
-/// written (applied once the directory is quiet).
+/// written (applied once its files are closed and the directory is quiet).
 #[derive(Debug, Default)]
 struct Burst {
-    /// Files written in place and not (yet) renamed elsewhere: possibly half-written.
-    writing: std::collections::HashSet<PathBuf>,
-    /// A rename into place, or another change that is whole when seen (a removal).
+    /// Files written in place and not (yet) renamed elsewhere: possibly half-written. True while
+    /// the writer may still have the file open (written, not closed since).
+    writing: std::collections::HashMap<PathBuf, bool>,
+    /// Resource paths removed (or renamed away): more removals, or the file created anew, may
+    /// follow.
+    removed: bool,
+    /// A rename into place, or another change that is whole when seen.
     whole: bool,
     /// Something that cannot be told complete (a rescan, an unknown event).
     unknown: bool,
@@ -553,14 +579,28 @@ impl Burst {
                 }
                 self.whole = true;
             }
+            // Renamed away: not whole on its own (the burst waits for quiet); its `Both` event,
+            // when it was renamed within the directory, follows and makes the burst whole.
             EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
                 for path in &event.paths {
                     self.writing.remove(path);
                 }
             }
             EventKind::Modify(ModifyKind::Name(_)) => self.whole = true,
-            EventKind::Remove(RemoveKind::File | RemoveKind::Folder | RemoveKind::Any) => {
-                self.whole = true
+            EventKind::Remove(kind @ (RemoveKind::File | RemoveKind::Folder | RemoveKind::Any)) => {
+                for path in &event.paths {
+                    if kind == RemoveKind::File {
+                        self.writing.remove(path);
+                    } else {
+                        self.writing.retain(|p, _| !p.starts_with(path));
+                    }
+                }
+                // Kubernetes removes its old staging directory after the swap: nothing visible.
+                if event.paths.iter().all(|p| is_staging(p)) {
+                    self.whole = true;
+                } else {
+                    self.removed = true;
+                }
             }
             // A directory appearing is whole (the files written into it come as their own
             // events), except Kubernetes' staging directory: nothing is visible until its swap.
@@ -569,12 +609,27 @@ impl Burst {
                     self.whole = true;
                 }
             }
-            EventKind::Create(_)
-            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any)
-            | EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
+            // Written and closed: whole once the directory is quiet.
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
                 for path in &event.paths {
-                    if !is_staging(path) {
-                        self.writing.insert(path.clone());
+                    if may_be_written(path) {
+                        self.writing.insert(path.clone(), false);
+                    }
+                }
+            }
+            EventKind::Create(_) | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => {
+                for path in &event.paths {
+                    if !may_be_written(path) {
+                        continue;
+                    }
+                    // A symbolic link is whole when it appears: no writer closes it.
+                    let link = matches!(event.kind, EventKind::Create(_))
+                        && std::fs::symlink_metadata(path)
+                            .is_ok_and(|m| m.file_type().is_symlink());
+                    if link {
+                        self.whole = true;
+                    } else {
+                        self.writing.insert(path.clone(), CLOSE_REPORTED);
                     }
                 }
             }
@@ -585,7 +640,12 @@ impl Burst {
 
     /// Whole when seen: applied without waiting for quiet.
     fn complete(&self) -> bool {
-        self.whole && self.writing.is_empty() && !self.unknown
+        self.whole && self.writing.is_empty() && !self.removed && !self.unknown
+    }
+
+    /// A file written in place may still be open for writing.
+    fn open(&self) -> bool {
+        self.writing.values().any(|open| *open)
     }
 
     /// Whether `later` may have changed what this burst read: a path of one is (under) a path
@@ -598,6 +658,17 @@ impl Burst {
         };
         self.rescan || later.rescan || within(self, later) || within(later, self)
     }
+}
+
+/// Whether a file written at `path` may be loaded as it is written: a resource file's name,
+/// not under Kubernetes' staging directory. Other files (a temporary file renamed into place
+/// later, a log another program keeps open in the directory) do not hold a change back.
+fn may_be_written(path: &Path) -> bool {
+    let loadable_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|name| !crate::dir::is_ignored_name(name));
+    loadable_name && crate::parse::Format::of(path).is_some() && !is_staging(path)
 }
 
 /// Files Kubernetes writes under a `..<timestamp>` directory before it swaps the `..data`

@@ -32,14 +32,32 @@ impl DescriptorJson {
 
 impl JsonCodec for DescriptorJson {
     fn request_from_json(&self, json: &[u8]) -> Result<Vec<u8>, String> {
-        let mut de = serde_json::Deserializer::from_slice(json);
+        let value: serde_json::Value = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        // A misspelled field of the request itself (`resourceName` for `resourceNames`) would
+        // silently turn a named request into a wildcard one: refused, as proto3 JSON parsers
+        // do by default.
+        if let Some(object) = value.as_object() {
+            if let Some(unknown) = object.keys().find(|key| {
+                self.request.get_field_by_json_name(key).is_none()
+                    && self.request.get_field_by_name(key).is_none()
+            }) {
+                let known: Vec<String> = self
+                    .request
+                    .fields()
+                    .map(|f| f.json_name().to_owned())
+                    .collect();
+                return Err(format!(
+                    "unknown field `{unknown}` (a DiscoveryRequest has {})",
+                    known.join(", ")
+                ));
+            }
+        }
         // A newer Envoy may send node fields these descriptors do not know: skipped, as a
         // protobuf decoder skips unknown fields.
         let options = DeserializeOptions::new().deny_unknown_fields(false);
         let message =
-            DynamicMessage::deserialize_with_options(self.request.clone(), &mut de, &options)
+            DynamicMessage::deserialize_with_options(self.request.clone(), value, &options)
                 .map_err(|e| e.to_string())?;
-        de.end().map_err(|e| e.to_string())?;
         Ok(message.encode_to_vec())
     }
 
@@ -71,6 +89,17 @@ mod tests {
         assert_eq!(request.version_info, "v1");
         assert_eq!(request.resource_names, ["a", "b"]);
         assert_eq!(request.node.unwrap().id, "n");
+    }
+
+    #[test]
+    fn an_unknown_field_of_the_request_is_an_error_naming_it() {
+        let json = br#"{"resourceName":["c1"],
+            "typeUrl":"type.googleapis.com/envoy.config.cluster.v3.Cluster"}"#;
+        let error = codec().request_from_json(json).unwrap_err();
+        assert!(error.contains("unknown field `resourceName`"), "{error}");
+        // Both spellings proto3 JSON allows are known.
+        let json = br#"{"resource_names":["c1"],"type_url":"t"}"#;
+        codec().request_from_json(json).unwrap();
     }
 
     #[test]

@@ -43,6 +43,29 @@ pub enum Reload {
     Rejected,
 }
 
+impl Reload {
+    const fn label(self) -> &'static str {
+        match self {
+            Reload::Applied => "applied",
+            Reload::Unchanged => "unchanged",
+            Reload::Rejected => "rejected",
+        }
+    }
+}
+
+/// The `result` label values of `xdsd_reloads_total`.
+const RELOAD_RESULTS: [&str; 3] = [
+    Reload::Applied.label(),
+    Reload::Unchanged.label(),
+    Reload::Rejected.label(),
+];
+
+/// The `variant` label values of the stream metrics (as the transports name them).
+const STREAM_VARIANTS: [&str; 2] = [
+    <crate::protocol::sotw::SotwSubscription as crate::protocol::session::Machine>::NAME,
+    <crate::protocol::delta::DeltaSubscription as crate::protocol::session::Machine>::NAME,
+];
+
 /// A server's metrics. Cheap to clone; the binary counts its source's loads through
 /// [`Metrics::reload`].
 #[derive(Clone)]
@@ -182,6 +205,20 @@ impl Metrics {
             "Rollouts halted by a canary's NACK (the canaries rolled back)",
             rollout_halts.clone(),
         );
+        // Every counter's known label sets exist from the start, at 0: an alert on an increase
+        // (`increase(xdsd_reloads_total{result="rejected"}[5m]) > 0`) works on a fresh server,
+        // and a dashboard shows 0 rather than no data. The per-type series are made for the
+        // types the store holds when they are scraped ([`Metrics::encode`]).
+        for result in RELOAD_RESULTS {
+            drop(reloads.get_or_create(&vec![("result", result.to_owned())]));
+        }
+        for variant in STREAM_VARIANTS {
+            for ads in [true, false] {
+                let labels = Metrics::stream_labels(variant, ads);
+                drop(streams.get_or_create(&labels));
+                drop(streams_opened.get_or_create(&labels));
+            }
+        }
         Metrics {
             inner: Arc::new(Inner {
                 rollout_state,
@@ -206,11 +243,7 @@ impl Metrics {
 
     /// Counts a load of the source (after the first).
     pub fn reload(&self, result: Reload) {
-        let result = match result {
-            Reload::Applied => "applied",
-            Reload::Unchanged => "unchanged",
-            Reload::Rejected => "rejected",
-        };
+        let result = result.label();
         self.inner
             .reloads
             .get_or_create(&vec![("result", result.to_owned())])
@@ -251,6 +284,8 @@ impl Metrics {
             i.resources
                 .get_or_create(&type_label(t.type_url()))
                 .set(i64::try_from(t.len()).unwrap_or(i64::MAX));
+            // The type's counters, at 0 until a client asks for it.
+            let _ = self.for_type(t.type_url());
         }
         i.generation
             .set(i64::try_from(snapshot.generation()).unwrap_or(i64::MAX));
@@ -320,6 +355,58 @@ impl TypeMetrics {
         }
         if let Some(latency) = latency {
             self.ack_latency.observe(latency.as_secs_f64());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Change, ResourceInput, Store};
+    use crate::types::CLUSTER_LOAD_ASSIGNMENT;
+
+    #[test]
+    fn every_counter_s_known_series_exist_at_zero_from_the_start() {
+        let store = Store::new();
+        let text = Metrics::new().encode(&store.snapshot());
+        for line in [
+            r#"xdsd_reloads_total{result="applied"} 0"#,
+            r#"xdsd_reloads_total{result="unchanged"} 0"#,
+            r#"xdsd_reloads_total{result="rejected"} 0"#,
+            r#"xdsd_streams_opened_total{variant="sotw",service="ads"} 0"#,
+            r#"xdsd_streams_opened_total{variant="sotw",service="per_type"} 0"#,
+            r#"xdsd_streams_opened_total{variant="delta",service="ads"} 0"#,
+            r#"xdsd_streams_opened_total{variant="delta",service="per_type"} 0"#,
+            r#"xdsd_connected_streams{variant="delta",service="per_type"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+        }
+        assert!(!text.contains("xdsd_nacks_total{"), "no type yet:\n{text}");
+    }
+
+    #[test]
+    fn a_type_s_counters_exist_at_zero_once_the_store_holds_it() {
+        let store = Store::new();
+        let metrics = Metrics::new();
+        let nacks = format!(r#"xdsd_nacks_total{{type_url="{CLUSTER_LOAD_ASSIGNMENT}"}} 0"#);
+        assert!(!metrics.encode(&store.snapshot()).contains(&nacks));
+        store
+            .apply([Change::Set(ResourceInput::new(
+                CLUSTER_LOAD_ASSIGNMENT,
+                "a",
+                bytes::Bytes::from_static(b"a"),
+            ))])
+            .unwrap();
+        let text = metrics.encode(&store.snapshot());
+        for family in [
+            "nacks",
+            "acks",
+            "responses",
+            "resources_sent",
+            "response_bytes",
+        ] {
+            let line = format!(r#"xdsd_{family}_total{{type_url="{CLUSTER_LOAD_ASSIGNMENT}"}} 0"#);
+            assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
         }
     }
 }

@@ -13,7 +13,7 @@ type Load = Result<Vec<ParsedResource>, SourceError>;
 
 /// Waits for a reload that satisfies `done`, skipping intermediate states (a write can be seen
 /// half-done by one reload and complete by the next).
-fn wait_for(rx: &mpsc::Receiver<Load>, what: &str, done: impl Fn(&Load) -> bool) -> Load {
+fn wait_for(rx: &mpsc::Receiver<Load>, what: &str, mut done: impl FnMut(&Load) -> bool) -> Load {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let remaining = deadline.saturating_duration_since(std::time::Instant::now());
@@ -353,4 +353,197 @@ fn a_watch_handed_the_consumers_load_reloads_only_what_changed_since() {
     let (synced, changed, _) = rx.recv_timeout(WAIT).expect("reloaded").expect("no error");
     assert!(synced);
     assert_eq!(changed, ["a", "a2"], "a went away, a2 came");
+}
+
+/// Starts a watch of `dir` with the default options; its loads come on the receiver.
+fn watch(dir: &std::path::Path) -> (xdsd_source::DirectoryWatch, mpsc::Receiver<Load>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let watch = watch_directory(descriptors(), dir.to_path_buf(), move |load| {
+        let _ = tx.lock().unwrap().send(load);
+    })
+    .unwrap();
+    (watch, rx)
+}
+
+/// Waits for a load with exactly `want`, checking every load before it with `allowed`.
+fn every_load_until(
+    rx: &mpsc::Receiver<Load>,
+    want: &[String],
+    allowed: impl Fn(&Load) -> bool,
+) -> Vec<Vec<String>> {
+    let mut seen = Vec::new();
+    let _ = wait_for(rx, "the final state", |load| {
+        seen.push(names(load));
+        assert!(
+            allowed(load),
+            "a state no client may see (an error: {}); loads so far: {seen:?}",
+            load.is_err()
+        );
+        names(load) == want
+    });
+    seen
+}
+
+/// Removes the files `names` name, as `rm -rf` does on a busy machine or a slow disk (or
+/// `rsync --delete`): one by one, a few milliseconds apart.
+fn remove_one_by_one(dir: &std::path::Path, names: &[String]) {
+    for name in names {
+        std::fs::remove_file(dir.join(format!("{name}.yaml"))).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `rm -rf` of the files of a directory, file by file, then the files written again a second
+/// later: the removals are settled together, so no load holds some of the files and not others.
+#[test]
+fn a_directory_emptied_file_by_file_and_refilled_is_never_served_half_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    let all: Vec<String> = (0..20).map(|i| format!("c{i:02}")).collect();
+    for name in &all {
+        write(&dir, &format!("{name}.yaml"), &cluster_yaml(name));
+    }
+    let (_watch, rx) = watch(&dir);
+    remove_one_by_one(&dir, &all);
+    // A second later (a branch switch, an unpacked archive).
+    std::thread::sleep(Duration::from_secs(1));
+    for name in &all {
+        write(&dir, &format!("{name}.yaml"), &cluster_yaml(name));
+    }
+    // All of them, or none: never a part.
+    let seen = every_load_until(&rx, &all, |load| {
+        let n = names(load).len();
+        load.is_err() || n == 0 || n == all.len()
+    });
+    assert!(!seen.is_empty());
+}
+
+/// The same with the directory itself removed (`rm -rf resources/`) and created again.
+#[test]
+fn a_directory_removed_whole_and_recreated_is_never_served_half_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    let all: Vec<String> = (0..20).map(|i| format!("c{i:02}")).collect();
+    for name in &all {
+        write(&dir, &format!("{name}.yaml"), &cluster_yaml(name));
+    }
+    let (_watch, rx) = watch(&dir);
+    remove_one_by_one(&dir, &all);
+    std::fs::remove_dir(&dir).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    for name in &all {
+        write(&dir, &format!("{name}.yaml"), &cluster_yaml(name));
+    }
+    every_load_until(&rx, &all, |load| {
+        let n = names(load).len();
+        load.is_err() || n == 0 || n == all.len()
+    });
+}
+
+/// What `git checkout -- file` does: the file unlinked, then created anew and written. The
+/// removal and the re-creation are one change: no load is without the file's resource.
+#[test]
+fn a_file_unlinked_and_created_anew_is_never_served_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    write(&dir, "a.yaml", &cluster_yaml("a"));
+    write(&dir, "listener.yaml", &cluster_yaml("l0"));
+    let (_watch, rx) = watch(&dir);
+    for round in 1..=8 {
+        std::fs::remove_file(dir.join("listener.yaml")).unwrap();
+        let name = format!("l{round}");
+        write(&dir, "listener.yaml", &cluster_yaml(&name));
+        let want = vec!["a".to_owned(), name];
+        every_load_until(&rx, &want, |load| {
+            load.as_ref()
+                .is_ok_and(|l| l.len() == 2 && l.iter().any(|r| r.name.starts_with('l')))
+        });
+    }
+}
+
+/// The text of a file holding two clusters.
+fn two_documents(first: &str, second: &str) -> (String, String) {
+    (
+        format!("{}---\n", cluster_yaml(first)),
+        cluster_yaml(second),
+    )
+}
+
+/// A writer that writes half of a two-document file, pauses with the file open, then writes the
+/// rest and closes it: the file is applied when it is closed, never half.
+#[test]
+fn an_in_place_write_is_applied_when_its_writer_closes_the_file() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    let (head, tail) = two_documents("a", "b");
+    write(&dir, "both.yaml", &format!("{head}{tail}"));
+    let (_watch, rx) = watch(&dir);
+
+    let (head, tail) = two_documents("a2", "b");
+    let mut file = std::fs::File::create(dir.join("both.yaml")).unwrap();
+    file.write_all(head.as_bytes()).unwrap();
+    file.flush().unwrap();
+    // A slow writer: a second with half the file written and the file open.
+    std::thread::sleep(Duration::from_secs(1));
+    file.write_all(tail.as_bytes()).unwrap();
+    drop(file);
+    let seen = every_load_until(&rx, &["a2".to_owned(), "b".to_owned()], |load| {
+        names(load).contains(&"b".to_owned())
+    });
+    assert!(!seen.is_empty());
+}
+
+/// A writer that keeps the file open past [`xdsd_source::OPEN_WRITE_BOUND`] has what it wrote
+/// applied then, and the rest when it closes the file.
+#[test]
+fn a_file_kept_open_is_applied_after_the_bound_and_again_when_closed() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    write(&dir, "both.yaml", &cluster_yaml("a"));
+    let (_watch, rx) = watch(&dir);
+
+    let (head, tail) = two_documents("a2", "b");
+    let started = std::time::Instant::now();
+    let mut file = std::fs::File::create(dir.join("both.yaml")).unwrap();
+    file.write_all(head.as_bytes()).unwrap();
+    file.flush().unwrap();
+    let load = rx
+        .recv_timeout(xdsd_source::OPEN_WRITE_BOUND + WAIT)
+        .expect("applied after the bound");
+    assert_eq!(names(&load), ["a2"]);
+    assert!(
+        started.elapsed() >= xdsd_source::OPEN_WRITE_BOUND,
+        "applied after {:?}, before the bound",
+        started.elapsed()
+    );
+    file.write_all(tail.as_bytes()).unwrap();
+    drop(file);
+    wait_for(&rx, "the whole file", |l| names(l) == ["a2", "b"]).unwrap();
+}
+
+/// A file that cannot be a resource file, kept open by its writer in the directory (a log, a
+/// temporary file), does not hold back a change.
+#[test]
+fn a_non_resource_file_kept_open_holds_nothing_back() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    write(&dir, "a.yaml", &cluster_yaml("a"));
+    let (_watch, rx) = watch(&dir);
+    let mut log = std::fs::File::create(dir.join("notes.log")).unwrap();
+    log.write_all(b"written, and kept open\n").unwrap();
+    log.flush().unwrap();
+    let started = std::time::Instant::now();
+    write(tmp.path(), "b.yaml", &cluster_yaml("b"));
+    std::fs::rename(tmp.path().join("b.yaml"), dir.join("b.yaml")).unwrap();
+    wait_for(&rx, "a and b", |l| names(l) == ["a", "b"]).unwrap();
+    assert!(
+        started.elapsed() < xdsd_source::OPEN_WRITE_BOUND,
+        "held back by the open log: {:?}",
+        started.elapsed()
+    );
+    drop(log);
 }

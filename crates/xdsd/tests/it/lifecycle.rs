@@ -182,3 +182,40 @@ async fn json_logs_are_one_object_per_line() {
         })
     }));
 }
+
+/// A fresh xdsd's /metrics already has every counter's known series, at 0: an alert on
+/// `increase(xdsd_reloads_total{result="rejected"}[5m]) > 0` works from the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_xdsd_has_every_counter_at_zero() {
+    let dir = ResourceDir::new();
+    dir.write("c.yaml", &cluster_file());
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let admin = xdsd.admin_port().await;
+    let metrics = http_get(("127.0.0.1", admin), "/metrics", "localhost")
+        .await
+        .expect("a /metrics answer");
+    assert_eq!(metrics.status, 200);
+    let mut want: Vec<String> = ["applied", "unchanged", "rejected"]
+        .iter()
+        .map(|r| format!(r#"xdsd_reloads_total{{result="{r}"}} 0"#))
+        .collect();
+    for variant in ["sotw", "delta"] {
+        for service in ["ads", "per_type"] {
+            want.push(format!(
+                r#"xdsd_streams_opened_total{{variant="{variant}",service="{service}"}} 0"#
+            ));
+        }
+    }
+    // The type the store holds.
+    for family in ["responses", "acks", "nacks"] {
+        want.push(format!(r#"xdsd_{family}_total{{type_url="{CLUSTER}"}} 0"#));
+    }
+    for line in want {
+        assert!(
+            metrics.body.lines().any(|l| l == line),
+            "no `{line}` in:\n{}",
+            metrics.body
+        );
+    }
+}

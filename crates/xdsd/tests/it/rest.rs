@@ -205,6 +205,31 @@ async fn bad_rest_input_is_a_4xx_with_a_json_error() {
     assert_eq!(r.status, 200);
 }
 
+/// A misspelled field (`resourceName` for `resourceNames`) would make a named poll a wildcard
+/// one: it is a 400 naming the field, and the same poll spelled right is answered.
+#[tokio::test]
+async fn an_unknown_request_field_is_a_400_naming_it() {
+    let dir = endpoints_dir();
+    let xdsd = Xdsd::start(&dir.path()).await;
+    let typo = serde_json::json!({ "resourceName": ["a"] });
+    let r = poll(xdsd.port, "/v3/discovery:endpoints", typo).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    let body = json(&r);
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("unknown field `resourceName`") && body["code"] == 3,
+        "the error names the field: {body}"
+    );
+    let right = serde_json::json!({ "resourceNames": ["a"] });
+    let r = poll(xdsd.port, "/v3/discovery:endpoints", right).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let resources = json(&r)["resources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(resources.len(), 1, "only the named one: {resources:?}");
+}
+
 /// A bootstrap whose LDS and CDS, and the resources' RDS and EDS, are REST polls of xdsd.
 fn rest_bootstrap(node_id: &str, xds_port: u16) -> String {
     format!(
