@@ -165,3 +165,41 @@ async fn a_change_that_empties_the_source_is_refused_unless_allow_empty() {
         }
     }
 }
+
+/// `rm -rf` of the resource directory and its re-creation a second later: a client watching the
+/// type sees the last full state, then the re-created one, never one in between (the removals
+/// are settled into one change, and the empty state it leads to is refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_deleted_and_recreated_is_never_served_in_between() {
+    let dir = ResourceDir::new();
+    let names: Vec<String> = (0..20).map(|i| format!("c{i:02}")).collect();
+    for name in &names {
+        dir.write(&format!("{name}.yaml"), &cluster(name, "1s"));
+    }
+    let xdsd = Xdsd::start_with_args(&dir.path(), &["--log-level", "info"]).await;
+    xdsd.expect_loaded_since(0).await;
+    let mut stream = AdsStream::open(&xdsd.url(), &unique_name("rmrf-node"), CLUSTER, &[])
+        .await
+        .expect("an ADS stream");
+    let first = stream.recv().await.expect("a CDS response");
+    assert_eq!(ads::names(&first), names);
+    stream
+        .request(CLUSTER, &[], Some(&first))
+        .await
+        .expect("ACK");
+
+    let mark = xdsd.log.mark();
+    std::fs::remove_dir_all(dir.path()).expect("rm -rf");
+    xdsd.log
+        .expect_line_since(mark, &["change rejected"], "the emptied directory refused")
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    std::fs::create_dir_all(dir.path()).expect("mkdir");
+    for name in &names {
+        dir.write(&format!("{name}.yaml"), &cluster(name, "2s"));
+    }
+    // The next response is the re-created state, whole.
+    let next = stream.recv().await.expect("the re-created state");
+    assert_eq!(ads::names(&next), names, "{next:?}");
+    assert_ne!(next.version_info, first.version_info);
+}
