@@ -9,9 +9,11 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
 use tracing::{error, info, warn};
 
+use crate::rollout::Rollout;
 use crate::store::{ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED};
 use crate::transport::grpc::StatsHandle;
 use crate::transport::metrics::{Metrics, Reload};
@@ -229,6 +231,7 @@ pub struct Feed {
     ready: Option<StatsHandle>,
     allow_empty: bool,
     on_applied: Option<OnApplied>,
+    rollout: Option<Arc<Rollout>>,
 }
 
 impl Feed {
@@ -240,7 +243,17 @@ impl Feed {
             ready: None,
             allow_empty: false,
             on_applied: None,
+            rollout: None,
         }
+    }
+
+    /// Gates every change through `rollout`: changes are committed to its canary store, and go
+    /// to the other clients once promoted (see [`crate::rollout`]). The feed's store is then the
+    /// canary store; the first load goes to both.
+    pub fn rollout(mut self, rollout: Arc<Rollout>) -> Feed {
+        self.store = rollout.canary_store().clone();
+        self.rollout = Some(rollout);
+        self
     }
 
     /// Counts each outcome and the source's health in `metrics`.
@@ -274,8 +287,12 @@ impl Feed {
         &self.store
     }
 
-    /// Commits `change` whole, or nothing.
+    /// Commits `change` whole, or nothing (through the rollout's gate, when there is one).
     pub fn commit(&self, change: ChangeSet) -> Result<UpdateSummary, CommitError> {
+        self.commit_with(change, true)
+    }
+
+    fn commit_with(&self, change: ChangeSet, gated: bool) -> Result<UpdateSummary, CommitError> {
         let had: usize = self
             .store
             .snapshot()
@@ -285,11 +302,17 @@ impl Feed {
         if change.resources == 0 && had > 0 && !self.allow_empty {
             return Err(CommitError::Empty { had });
         }
-        match change.update {
-            Update::All(resources) => self.store.replace_all(resources),
-            Update::Names { names, resources } => self.store.replace_names(names, resources),
+        let apply = |store: &Store| {
+            match change.update {
+                Update::All(resources) => store.replace_all(resources),
+                Update::Names { names, resources } => store.replace_names(names, resources),
+            }
+            .map_err(CommitError::Store)
+        };
+        match &self.rollout {
+            Some(rollout) if gated => rollout.commit(apply),
+            _ => apply(&self.store),
         }
-        .map_err(CommitError::Store)
     }
 
     /// The first load of `source`, committed; an error (a source that cannot be loaded is
@@ -301,7 +324,13 @@ impl Feed {
         let result = match source.load().await {
             Ok(change) => {
                 let resources = change.resources;
-                let result = self.commit(change);
+                // Not gated: the stable state starts as the first load.
+                let mut result = self.commit_with(change, false);
+                if let (Ok(_), Some(rollout)) = (&result, &self.rollout) {
+                    if let Err(e) = rollout.start() {
+                        result = Err(CommitError::Store(e));
+                    }
+                }
                 if let Ok(summary) = &result {
                     log_dangling(summary);
                     info!(

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 use xdsd_core::protocol::session::{DEFAULT_MAX_NAMES, DEFAULT_MAX_RESPONSE_BYTES};
+use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector};
 use xdsd_core::source::Feed;
 use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store};
 use xdsd_core::transport::grpc::{
@@ -212,6 +213,9 @@ struct ServeArgs {
 
     #[command(flatten)]
     tls: Box<tls_args::TlsArgs>,
+
+    #[command(flatten)]
+    rollout: RolloutArgs,
 
     /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
     #[arg(
@@ -519,6 +523,77 @@ struct ServeArgs {
     reload: ReloadMode,
 }
 
+/// Gated rollouts: `--canary`, `--canary-min`, `--canary-soak`.
+#[derive(clap::Args, Debug)]
+struct RolloutArgs {
+    /// Roll each change out to a canary cohort first: SELECTOR is cluster=NAME (the node's
+    /// cluster), node=GLOB (its id, * for any run), metadata.KEY=VALUE (a string field of its
+    /// metadata) or N% (a stable hash of its id: the same node is in or out on every connection
+    /// and replica). Repeatable (any selector picks); the variable takes them separated by
+    /// spaces. A change goes at once to the connected canaries, every other client stays on the
+    /// last promoted (stable) state; it is promoted once --canary-min canaries ACKed every type
+    /// it touched and --canary-soak passed with no NACK, and halted (canaries rolled back) on a
+    /// canary's NACK. GET /rollout on the admin API shows it, POST /rollout/promote and
+    /// /rollout/abort act on it (docs/rollouts.md). Without it every change goes to every client.
+    #[arg(
+        long = "canary",
+        value_name = "SELECTOR",
+        env = "XDSD_CANARY",
+        value_delimiter = ' ',
+        value_parser = parse_selector
+    )]
+    canary: Vec<Selector>,
+
+    /// Canary clients that must have ACKed every type a change touched before it is promoted.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        env = "XDSD_CANARY_MIN",
+        requires = "canary"
+    )]
+    canary_min: usize,
+
+    /// How long a change stays with the canaries, with no NACK, before it is promoted.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "60s",
+        value_parser = parse_duration,
+        env = "XDSD_CANARY_SOAK",
+        requires = "canary"
+    )]
+    canary_soak: Duration,
+}
+
+impl RolloutArgs {
+    /// The rollout of `store`'s changes, when a cohort is given.
+    fn rollout(&self, store: &Store) -> Option<Arc<Rollout>> {
+        if self.canary.is_empty() {
+            return None;
+        }
+        let config = GateConfig::default()
+            .min_canaries(self.canary_min)
+            .soak(self.canary_soak);
+        info!(
+            cohort = %self.canary.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" "),
+            min = self.canary_min,
+            soak = ?self.canary_soak,
+            "gated rollouts: each change goes to the canary cohort first"
+        );
+        Some(Rollout::new(
+            Cohort::new(self.canary.clone()),
+            config,
+            store.clone(),
+        ))
+    }
+}
+
+/// A `--canary` selector.
+fn parse_selector(text: &str) -> Result<Selector, String> {
+    Selector::parse(text)
+}
+
 /// `--reload`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum ReloadMode {
@@ -794,6 +869,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut feed = Feed::new(store.clone())
         .metrics(metrics.clone())
         .allow_empty(args.allow_empty);
+    let rollout = args.rollout.rollout(&store);
+    if let Some(rollout) = &rollout {
+        feed = feed.rollout(rollout.clone());
+    }
     if let Some((_, updates, _)) = &files {
         let updates: FileUpdates = updates.clone();
         feed = feed.on_applied(move |_| updates.changed());
@@ -854,6 +933,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut server = XdsServer::with_options(store, options)
         .with_metrics(metrics)
         .with_rest_json(Arc::new(rest));
+    if let Some(rollout) = rollout {
+        server = server.with_rollout(rollout.clone());
+        tokio::spawn(rollout.run());
+    }
     if let Some(tls) = args.tls.options() {
         server = server.with_tls(tls).context("cannot set up TLS")?;
     }

@@ -226,7 +226,9 @@ impl Rollout {
             let mut inner = self.lock();
             let actions = inner.gate.tick(Instant::now());
             self.apply(&mut inner, actions);
-            self.after(&inner);
+            // (Not `after`: waking itself would spin.)
+            let state = inner.gate.state(Instant::now());
+            self.count(|m| m.rollout_state(state.name()));
         }
     }
 

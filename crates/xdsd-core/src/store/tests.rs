@@ -870,3 +870,17 @@ fn replace_with_copies_another_store_s_state_with_the_same_versions() {
     b.replace_with(&a.snapshot()).unwrap();
     assert!(b.snapshot().get(CLUSTER).is_none());
 }
+
+#[test]
+fn replace_with_wakes_the_watchers_of_what_it_changed() {
+    let a = Store::new();
+    let b = Store::new();
+    a.replace_all([input(CLUSTER, "c1", b"1")]).unwrap();
+    b.replace_with(&a.snapshot()).unwrap();
+    let mut w = b.watcher();
+    w.watch(&Arc::from(CLUSTER), [Arc::<str>::from("c1")].iter());
+    a.replace_all([input(CLUSTER, "c1", b"2")]).unwrap();
+    assert!(futures::FutureExt::now_or_never(w.changed()).is_none());
+    b.replace_with(&a.snapshot()).unwrap();
+    assert!(futures::FutureExt::now_or_never(w.changed()).is_some());
+}

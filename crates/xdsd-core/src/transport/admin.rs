@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
@@ -42,6 +42,9 @@ pub fn router(handle: StatsHandle) -> Router {
         .route("/clients", get(clients))
         .route("/config", get(config))
         .route("/metrics", get(metrics))
+        .route("/rollout", get(rollout))
+        .route("/rollout/promote", post(rollout_promote))
+        .route("/rollout/abort", post(rollout_abort))
         .with_state(handle)
 }
 
@@ -79,6 +82,58 @@ pub async fn serve_with(
     axum::serve(listener, router(handle))
         .with_graceful_shutdown(signal)
         .await
+}
+
+/// `GET /rollout`: the gated rollout's state (see [`crate::rollout::Rollout::status_json`]).
+async fn rollout(State(handle): State<StatsHandle>) -> Response {
+    match handle.context().rollout.as_ref() {
+        Some(r) => json_response(StatusCode::OK, r.status_json()),
+        None => not_gated(),
+    }
+}
+
+/// `POST /rollout/promote`: the candidate goes to every client now.
+async fn rollout_promote(State(handle): State<StatsHandle>) -> Response {
+    let Some(r) = handle.context().rollout.as_ref() else {
+        return not_gated();
+    };
+    if r.promote() {
+        json_response(StatusCode::OK, r.status_json())
+    } else {
+        let mut body = r.status_json();
+        body["error"] = json!("no candidate to promote");
+        json_response(StatusCode::CONFLICT, body)
+    }
+}
+
+/// `POST /rollout/abort`: the candidate is dropped, the canaries go back to the stable state.
+async fn rollout_abort(State(handle): State<StatsHandle>) -> Response {
+    let Some(r) = handle.context().rollout.as_ref() else {
+        return not_gated();
+    };
+    if r.abort() {
+        json_response(StatusCode::OK, r.status_json())
+    } else {
+        let mut body = r.status_json();
+        body["error"] = json!("no rollout to abort");
+        json_response(StatusCode::CONFLICT, body)
+    }
+}
+
+fn not_gated() -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        json!({"error": "no gated rollout: xdsd runs without --canary, every change goes to every client at once"}),
+    )
+}
+
+fn json_response(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{body}\n"),
+    )
+        .into_response()
 }
 
 async fn readyz(State(handle): State<StatsHandle>) -> Response {

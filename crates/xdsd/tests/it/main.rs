@@ -17,6 +17,7 @@ mod envoy_files;
 mod envoy_git;
 mod envoy_mbb;
 mod envoy_per_type;
+mod envoy_rollout;
 mod envoy_tls;
 mod envoy_ttl;
 mod envoy_variants;
