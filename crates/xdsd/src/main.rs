@@ -150,10 +150,10 @@ enum Command {
     /// <PREFIX>.push), so that the replicas apply the push as one change and a concurrent push
     /// or writer makes this one fail, writing nothing, instead of interleaving. Each key put or
     /// deleted is printed, then a summary; --dry-run prints what would be written and writes
-    /// nothing. See docs/etcd.md.
+    /// nothing; --confirm asks before writing. See docs/etcd.md.
     ///
     /// Exit status: 0 pushed (or nothing to do), 1 invalid resources, a conflict with another
-    /// writer, or an etcd error (nothing written), 2 usage error.
+    /// writer, an etcd error or a push not confirmed (nothing written), 2 usage error.
     Push(Box<push::PushArgs>),
 }
 

@@ -22,8 +22,14 @@ pub(crate) struct PushArgs {
     etcd: EtcdArgs,
 
     /// Print what would be put and deleted; write nothing.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "confirm")]
     dry_run: bool,
+
+    /// Print what would be put and deleted, then ask: write only if standard input answers y or
+    /// yes (anything else writes nothing and exits 1). The write is still guarded by the
+    /// revision read before the question: a change made by anyone meanwhile makes it a conflict.
+    #[arg(long)]
+    confirm: bool,
 }
 
 /// `xdsd push`.
@@ -57,7 +63,7 @@ fn run(args: &PushArgs) -> Result<(), Failure> {
         .enable_all()
         .build()
         .map_err(|e| invalid(format!("cannot start the async runtime: {e}")))?;
-    runtime.block_on(write(&options, before, args.dry_run))
+    runtime.block_on(write(&options, before, args.dry_run, args.confirm))
 }
 
 /// Every resource file of `dir` as key suffix (its relative path, '/'-separated) → bytes. A
@@ -121,6 +127,7 @@ async fn write(
     options: &EtcdOptions,
     desired: BTreeMap<String, Bytes>,
     dry_run: bool,
+    confirm: bool,
 ) -> Result<(), Failure> {
     let prefix = options.prefix();
     let etcd = Etcd::connect(options).await.map_err(etcd_failure)?;
@@ -152,7 +159,23 @@ async fn write(
         );
         return Ok(());
     }
+    if confirm && !confirmed(&counts, prefix) {
+        return Err(invalid("not confirmed: nothing was written"));
+    }
     let revision = etcd.apply_push(&plan).await.map_err(etcd_failure)?;
     println!("pushed: {counts} under {prefix}, at etcd revision {revision}");
     Ok(())
+}
+
+/// Asks on stdout, answers from stdin: y or yes.
+fn confirmed(counts: &str, prefix: &str) -> bool {
+    use std::io::Write as _;
+    print!("write {counts} under {prefix}? [y/N] ");
+    let _ = std::io::stdout().flush();
+    let mut answer = String::new();
+    // At most a line's worth: the answer is a word.
+    match std::io::BufRead::read_line(&mut std::io::stdin().lock().take(256), &mut answer) {
+        Ok(_) => matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"),
+        Err(_) => false,
+    }
 }
