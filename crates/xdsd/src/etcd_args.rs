@@ -142,3 +142,47 @@ impl EtcdArgs {
         Ok(options)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(user: Option<&str>, file: Option<PathBuf>) -> EtcdArgs {
+        EtcdArgs {
+            etcd_endpoints: vec!["http://127.0.0.1:2379".into()],
+            etcd_prefix: Some("/xdsd/".into()),
+            etcd_ca: None,
+            etcd_cert: None,
+            etcd_key: None,
+            etcd_user: user.map(str::to_string),
+            etcd_password_file: file,
+        }
+    }
+
+    #[test]
+    fn the_password_comes_from_its_file_and_a_user_needs_one() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = dir.path().join("password");
+        std::fs::write(&file, "s3cret\n").expect("written");
+        let options = args(Some("xdsd"), Some(file.clone()))
+            .options(1024)
+            .expect("a user with a password file");
+        assert_eq!(options.user(), Some("xdsd"));
+        assert!(
+            !format!("{options:?}").contains("s3cret"),
+            "the password is never shown"
+        );
+        let e = args(None, Some(file)).options(1024).expect_err("no user");
+        assert!(e.contains("needs --etcd-user"), "{e}");
+        let e = args(Some("xdsd"), Some(dir.path().join("missing")))
+            .options(1024)
+            .expect_err("an unreadable file");
+        assert!(e.contains("cannot read it"), "{e}");
+        if std::env::var_os(PASSWORD_ENV).is_none() {
+            let e = args(Some("xdsd"), None)
+                .options(1024)
+                .expect_err("no password");
+            assert!(e.contains(PASSWORD_ENV), "{e}");
+        }
+    }
+}

@@ -218,3 +218,48 @@ async fn etcd_lost_and_back_is_the_source_s_health_and_a_change_meanwhile_is_com
     commit(&feed, &mut source, event);
     assert_eq!(names(&feed), ["a", "b"]);
 }
+
+#[tokio::test]
+async fn a_compaction_while_etcd_was_out_of_reach_is_read_again_and_committed_as_one_change() {
+    let mut etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    put(&mut client, "/x/a.yaml", &cluster_yaml("a", "1s")).await;
+    put(&mut client, "/x/b.yaml", &cluster_yaml("b", "1s")).await;
+    let feed = Feed::new(Store::new());
+    let mut source = source(&etcd, "/x/");
+    feed.first_load(&mut source).await.expect("first load");
+
+    etcd.kill().await;
+    assert!(matches!(
+        next(&mut source).await,
+        SourceEvent::Health { healthy: false, .. }
+    ));
+    // Changes and a compaction past them, where the source cannot see them.
+    let elsewhere = etcd.restart_elsewhere().await;
+    let mut other = crate::support::client_of(&elsewhere).await;
+    put(&mut other, "/x/a.yaml", &cluster_yaml("a", "2s")).await;
+    other.delete("/x/b.yaml", None).await.expect("delete");
+    let latest = put(&mut other, "/x/c.yaml", &cluster_yaml("c", "1s")).await;
+    other
+        .compact(
+            latest,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .expect("compact");
+    drop(other);
+    etcd.kill().await;
+    etcd.restart().await;
+
+    assert!(matches!(
+        next(&mut source).await,
+        SourceEvent::Health { healthy: true, .. }
+    ));
+    let generation = feed.store().snapshot().generation();
+    let event = next(&mut source).await;
+    let (at, origins) = commit(&feed, &mut source, event);
+    assert_eq!(at, Some(latest));
+    assert_eq!(origins, ["/x/ (read again)"]);
+    assert_eq!(names(&feed), ["a", "c"]);
+    assert_eq!(feed.store().snapshot().generation(), generation + 1);
+}

@@ -625,3 +625,38 @@ async fn replicas_at_one_revision_resend_nothing_to_a_client_that_moves() {
     );
     drop((tx, dtx, dtx2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_files_works_with_etcd_as_the_source() {
+    let etcd = Etcd::start().await;
+    let dir = ResourceDir::new();
+    dir.write("a.yaml", &cluster_yaml("a", 1001));
+    push_ok(&dir.path(), &etcd).await;
+    let out = tempfile::tempdir().expect("a temporary directory");
+    let out_arg = out.path().to_string_lossy().into_owned();
+    let xdsd = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &["--write-files", &out_arg]).await;
+    let clusters = out.path().join("clusters.yaml");
+    let has = |port: u16| {
+        std::fs::read_to_string(&clusters)
+            .map(|text| text.contains(&format!("port_value: {port}")))
+            .unwrap_or(false)
+    };
+    let deadline = Instant::now() + DEADLINE;
+    while !has(1001) {
+        assert!(
+            Instant::now() < deadline,
+            "no {clusters:?}: {}",
+            xdsd.log.text()
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    etcdctl_put(&etcd, "/xdsd/a.yaml", &cluster_yaml("a", 2002)).await;
+    while !has(2002) {
+        assert!(
+            Instant::now() < deadline,
+            "{clusters:?} not rewritten: {}",
+            xdsd.log.text()
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+}
