@@ -8,6 +8,10 @@
 # REST polling) on 18000; the admin API (/healthz, /readyz, /clients, /config, /metrics) on 18001.
 
 FROM rust:1-slim-bookworm AS build
+# protoc: the etcd client's build generates its gRPC code.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends protobuf-compiler \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p xdsd

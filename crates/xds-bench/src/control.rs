@@ -18,6 +18,8 @@ pub enum Server {
     Xdsd,
     /// The xdsd binary serving a watched directory, changed by renaming files into it.
     XdsdDir,
+    /// The xdsd binary serving an etcd prefix, changed by putting a key.
+    XdsdEtcd,
     /// The bare-transport limit.
     Limit,
     /// rust-control-plane (bench-peer).
@@ -29,6 +31,7 @@ impl Server {
         match self {
             Server::Xdsd => "xdsd",
             Server::XdsdDir => "xdsd-dir",
+            Server::XdsdEtcd => "xdsd-etcd",
             Server::Limit => "limit",
             Server::Peer => "peer",
         }
@@ -37,10 +40,15 @@ impl Server {
         Ok(match s {
             "xdsd" => Server::Xdsd,
             "xdsd-dir" => Server::XdsdDir,
+            "xdsd-etcd" => Server::XdsdEtcd,
             "limit" => Server::Limit,
             "peer" => Server::Peer,
-            _ => anyhow::bail!("unknown server {s:?} (xdsd, xdsd-dir, limit, peer)"),
+            _ => anyhow::bail!("unknown server {s:?} (xdsd, xdsd-dir, xdsd-etcd, limit, peer)"),
         })
+    }
+    /// Whether it is the xdsd binary behind an adapter (`dirsrc.rs`, `etcdsrc.rs`).
+    pub fn runs_the_binary(self) -> bool {
+        matches!(self, Server::XdsdDir | Server::XdsdEtcd)
     }
     pub fn supports_delta(self) -> bool {
         self != Server::Peer
@@ -82,9 +90,10 @@ impl Proc {
                     None => Command::new(std::env::current_exe()?),
                 };
                 c.args(["server", "--kind", server.name()]);
-                if server == Server::XdsdDir {
-                    let (bin, dir) = xdsd_dir
-                        .ok_or_else(|| anyhow::anyhow!("xdsd-dir needs the xdsd binary"))?;
+                if server.runs_the_binary() {
+                    let (bin, dir) = xdsd_dir.ok_or_else(|| {
+                        anyhow::anyhow!("{} needs the xdsd binary", server.name())
+                    })?;
                     c.arg("--xdsd-bin").arg(bin).arg("--dir").arg(dir);
                     // Extra arguments of `xdsd serve`, for the adapter (see `dirsrc::run`).
                     c.env(crate::dirsrc::XDSD_ARGS_VAR, xdsd_args.join(" "));

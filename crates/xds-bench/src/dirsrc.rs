@@ -223,8 +223,22 @@ pub fn to_json(type_url: &str, value: &[u8]) -> anyhow::Result<Value> {
     })
 }
 
+/// What a resource's file holds: its JSON; a variant (`group`) gets `"@match": {GROUP_KEY:
+/// group}`.
+pub(crate) fn document(
+    type_url: &str,
+    value: &[u8],
+    group: Option<&str>,
+) -> anyhow::Result<Vec<u8>> {
+    let mut doc = to_json(type_url, value)?;
+    if let (Some(g), Value::Object(m)) = (group, &mut doc) {
+        m.insert("@match".into(), json!({ GROUP_KEY: g }));
+    }
+    Ok(serde_json::to_vec_pretty(&doc)?)
+}
+
 /// The file a resource lives in: one per resource (variant), named by its kind, name and group.
-fn file_name(type_url: &str, name: &str, group: Option<&str>) -> String {
+pub(crate) fn file_name(type_url: &str, name: &str, group: Option<&str>) -> String {
     let kind = match type_url {
         CLUSTER => "cds",
         CLUSTER_LOAD_ASSIGNMENT => "eds",
@@ -251,10 +265,33 @@ fn file_name(type_url: &str, name: &str, group: Option<&str>) -> String {
 /// What xdsd's log says about reloads: the number of reload outcomes seen so far, and the
 /// resource count of the last successful one.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Reloads {
-    seen: u64,
-    last_count: Option<u64>,
-    rejected: u64,
+pub(crate) struct Reloads {
+    pub(crate) seen: u64,
+    pub(crate) last_count: Option<u64>,
+    pub(crate) rejected: u64,
+}
+
+/// Waits until xdsd logged a reload after `before` with `want` resources (rejections, of states
+/// seen while the source was being written, are waited out); at most 300 s.
+pub(crate) async fn wait_reloaded(
+    reloads: &mut watch::Receiver<Reloads>,
+    before: Reloads,
+    want: u64,
+) -> anyhow::Result<()> {
+    let outcome = {
+        let wait = reloads.wait_for(|r| r.seen > before.seen && r.last_count == Some(want));
+        tokio::time::timeout(Duration::from_secs(300), wait)
+            .await
+            .map(|loaded| loaded.is_ok())
+    };
+    match outcome {
+        Ok(true) => Ok(()),
+        Ok(false) => anyhow::bail!("xdsd exited"),
+        Err(_) => anyhow::bail!(
+            "xdsd did not reload {want} resources in 300 s ({} reloads rejected meanwhile, see its log)",
+            reloads.borrow().rejected - before.rejected
+        ),
+    }
 }
 
 fn field(line: &str, key: &str) -> Option<u64> {
@@ -284,11 +321,7 @@ impl Adapter {
         value: &[u8],
         group: Option<&str>,
     ) -> anyhow::Result<u64> {
-        let mut doc = to_json(type_url, value)?;
-        if let (Some(g), Value::Object(m)) = (group, &mut doc) {
-            m.insert("@match".into(), json!({ GROUP_KEY: g }));
-        }
-        let json = serde_json::to_vec_pretty(&doc)?;
+        let json = document(type_url, value, group)?;
         let file = file_name(type_url, name, group);
         let n = self.serial.fetch_add(1, Ordering::Relaxed);
         let staged = self.staging.join(format!("{n}-{file}"));
@@ -336,22 +369,8 @@ impl Adapter {
         // written before it (a listing is not a snapshot): xdsd rejects that state, keeps the
         // last good one and the next reload sees the rest. So rejections are waited out here;
         // only the whole directory loaded ends the wait.
-        let outcome = {
-            let wait = self
-                .reloads
-                .wait_for(|r| r.seen > before.seen && r.last_count == Some(want));
-            tokio::time::timeout(Duration::from_secs(300), wait)
-                .await
-                .map(|loaded| loaded.is_ok())
-        };
-        match outcome {
-            Ok(true) => Ok(accepted.unwrap_or_else(now_ns)),
-            Ok(false) => anyhow::bail!("xdsd exited"),
-            Err(_) => anyhow::bail!(
-                "xdsd did not reload {want} resources in 300 s ({} reloads rejected meanwhile, see its log)",
-                self.reloads.borrow().rejected - before.rejected
-            ),
-        }
+        wait_reloaded(&mut self.reloads, before, want).await?;
+        Ok(accepted.unwrap_or_else(now_ns))
     }
 }
 
@@ -367,10 +386,59 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
         }
         std::fs::create_dir_all(d)?;
     }
+    let xdsd = start_xdsd(xdsd_bin, &["--resources".as_ref(), dir.as_os_str()]).await?;
+    let mut child = xdsd.child;
+    let mut adapter = Adapter {
+        dir: dir.to_path_buf(),
+        staging: staging.clone(),
+        reloads: xdsd.reloads,
+        serial: AtomicU64::new(0),
+    };
+    let mut stdout = tokio::io::stdout();
+    stdout
+        .write_all(format!("listening {} {}\n", xdsd.addr, xdsd.pid).as_bytes())
+        .await?;
+    stdout.flush().await?;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        let now = now_ns();
+        let reply = match Command::parse(&line)? {
+            Command::Load(path) => {
+                let accepted = adapter.load(path.as_ref()).await?;
+                format!("ok {accepted} {}\n", now_ns())
+            }
+            Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g)?),
+            // xdsd coalesces on its own.
+            Command::Nodes | Command::Coalesce => format!("ok {now}\n"),
+            Command::Quit => break,
+        };
+        stdout.write_all(reply.as_bytes()).await?;
+        stdout.flush().await?;
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(&staging);
+    Ok(())
+}
+
+/// A started `xdsd serve`: its process, pid, address, and the reloads its log reports.
+pub(crate) struct Started {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) pid: u32,
+    pub(crate) addr: String,
+    pub(crate) reloads: watch::Receiver<Reloads>,
+}
+
+/// Starts `xdsd serve SOURCE... --listen 127.0.0.1:0` (and the extra arguments of
+/// [`XDSD_ARGS_VAR`]), forwarding its log to ours, and waits for its address.
+pub(crate) async fn start_xdsd(
+    xdsd_bin: &Path,
+    source: &[&std::ffi::OsStr],
+) -> anyhow::Result<Started> {
     let mut cmd = tokio::process::Command::new(xdsd_bin);
     cmd.arg("serve")
-        .arg("--resources")
-        .arg(dir)
+        .args(source)
         .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
         .args(
             std::env::var(XDSD_ARGS_VAR)
@@ -433,38 +501,12 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
         .await
         .map_err(|_| anyhow::anyhow!("xdsd did not log its address in 60 s"))?
         .map_err(|_| anyhow::anyhow!("xdsd exited at start"))?;
-    let mut adapter = Adapter {
-        dir: dir.to_path_buf(),
-        staging: staging.clone(),
+    Ok(Started {
+        child,
+        pid,
+        addr,
         reloads: reload_rx,
-        serial: AtomicU64::new(0),
-    };
-    let mut stdout = tokio::io::stdout();
-    stdout
-        .write_all(format!("listening {addr} {pid}\n").as_bytes())
-        .await?;
-    stdout.flush().await?;
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Some(line) = lines.next_line().await? {
-        let now = now_ns();
-        let reply = match Command::parse(&line)? {
-            Command::Load(path) => {
-                let accepted = adapter.load(path.as_ref()).await?;
-                format!("ok {accepted} {}\n", now_ns())
-            }
-            Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g)?),
-            // xdsd coalesces on its own.
-            Command::Nodes | Command::Coalesce => format!("ok {now}\n"),
-            Command::Quit => break,
-        };
-        stdout.write_all(reply.as_bytes()).await?;
-        stdout.flush().await?;
-    }
-    let _ = child.start_kill();
-    let _ = child.wait().await;
-    let _ = std::fs::remove_dir_all(dir);
-    let _ = std::fs::remove_dir_all(&staging);
-    Ok(())
+    })
 }
 
 #[cfg(test)]

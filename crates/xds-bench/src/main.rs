@@ -5,6 +5,7 @@ mod client;
 mod config;
 mod control;
 mod dirsrc;
+mod etcdsrc;
 mod report;
 mod scenarios;
 mod server;
@@ -63,9 +64,11 @@ struct RunArgs {
     /// Small sizes, a few seconds in all (what CI runs).
     #[arg(long)]
     quick: bool,
-    /// Servers to measure, comma-separated: xdsd, xdsd-dir, limit, peer (default: xdsd, limit
-    /// and, with --peer-bin, peer). xdsd-dir is the xdsd binary serving a directory of resource
-    /// files, changed by renaming a file into place (needs --xdsd-bin).
+    /// Servers to measure, comma-separated: xdsd, xdsd-dir, xdsd-etcd, limit, peer (default:
+    /// xdsd, limit and, with --peer-bin, peer). xdsd-dir is the xdsd binary serving a directory
+    /// of resource files, changed by renaming a file into place; xdsd-etcd the xdsd binary
+    /// serving an etcd prefix (an etcd of its own, XDSD_ETCD or /usr/bin/etcd), changed by
+    /// putting a key (both need --xdsd-bin).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
     /// The bench-peer binary (built from bench-peer/, a separate cargo workspace).
@@ -186,7 +189,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             "the peer needs --peer-bin (see scripts/bench)"
         );
     }
-    let xdsd_bin = if plan.servers.contains(&Server::XdsdDir) {
+    let xdsd_bin = if plan.servers.iter().any(|s| s.runs_the_binary()) {
         let bin = std::fs::canonicalize(&a.xdsd_bin).map_err(|e| {
             anyhow::anyhow!(
                 "xdsd-dir needs the xdsd binary at {} ({e}): cargo build --release -p xdsd, or --xdsd-bin",
@@ -255,6 +258,16 @@ fn main() -> anyhow::Result<()> {
                 anyhow::bail!("--kind xdsd-dir needs --xdsd-bin and --dir");
             };
             rt.block_on(dirsrc::run(&bin, &dir))
+        }
+        Some(Command::Server {
+            kind: server::ServerKind::XdsdEtcd,
+            xdsd_bin,
+            dir,
+        }) => {
+            let (Some(bin), Some(dir)) = (xdsd_bin, dir) else {
+                anyhow::bail!("--kind xdsd-etcd needs --xdsd-bin and --dir");
+            };
+            rt.block_on(etcdsrc::run(&bin, &dir))
         }
         Some(Command::Server { kind, .. }) => rt.block_on(server::run(kind)),
         None => rt.block_on(run(cli.run)),

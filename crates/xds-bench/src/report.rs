@@ -309,6 +309,7 @@ pub fn svg(rows: &[Row]) -> String {
     let series: Vec<Series> = [
         ("xdsd", "#1f77b4"),
         ("xdsd-dir", "#9467bd"),
+        ("xdsd-etcd", "#ff7f0e"),
         ("limit", "#2ca02c"),
         ("peer", "#d62728"),
     ]

@@ -673,7 +673,7 @@ pub async fn s6(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     let groups = ctx.plan.s6_groups.max(1);
     let mut row = new_row(ctx, "S6", server, false, streams, spec.clusters);
     row.groups = groups;
-    if !matches!(server, Server::Xdsd | Server::XdsdDir) {
+    if !matches!(server, Server::Xdsd | Server::XdsdDir | Server::XdsdEtcd) {
         row.note = format!(
             "not run: the {} has no variants (xRFC TP2 dynamic parameters)",
             if server == Server::Limit {

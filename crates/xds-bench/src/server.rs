@@ -53,6 +53,8 @@ pub enum ServerKind {
     Limit,
     /// The xdsd binary serving a directory of resource files (see `dirsrc.rs`).
     XdsdDir,
+    /// The xdsd binary serving an etcd prefix (see `etcdsrc.rs`).
+    XdsdEtcd,
 }
 
 pub fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
@@ -193,6 +195,7 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
             Arc::new(XdsdTarget(store))
         }
         ServerKind::XdsdDir => anyhow::bail!("xdsd-dir runs through dirsrc::run"),
+        ServerKind::XdsdEtcd => anyhow::bail!("xdsd-etcd runs through etcdsrc::run"),
         ServerKind::Limit => {
             let limit = Arc::new(Limit::new());
             let svc = LimitService(limit.clone());

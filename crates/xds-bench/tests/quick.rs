@@ -7,7 +7,8 @@
 //! the xdsd binary, which `cargo test -p xds-bench` does not build (`CARGO_BIN_EXE_*` exists only
 //! for the crate's own binaries). Its JSON conversion is unit-tested in `src/dirsrc.rs`; run it
 //! with `cargo build --release -p xdsd -p xds-bench && target/release/xds-bench --quick
-//! --servers xdsd,xdsd-dir,limit --scenarios s1`.
+//! --servers xdsd,xdsd-dir,limit --scenarios s1`. The same holds for `xdsd-etcd` (the binary on
+//! an etcd prefix, with an etcd the adapter starts): `--servers xdsd-dir,xdsd-etcd`.
 
 use std::process::Command;
 

@@ -9,6 +9,8 @@
 //!   compacted past that revision (the prefix is read again).
 //! - [`Etcd::plan_push`] and [`Etcd::apply_push`]: make the prefix hold exactly a given set of
 //!   keys, in one transaction guarded by the revision read.
+//! - [`EtcdSource`]: the prefix as an [`xdsd_core::source::Source`], each key holding what a
+//!   resource file holds.
 //!
 //! **Keys.** A key under the prefix is named by its suffix after the prefix (`/xdsd/a/b.yaml`
 //! under `/xdsd/` is `a/b.yaml`). Keys whose last `/`-separated segment starts with `.` are not
@@ -28,6 +30,7 @@ mod keys;
 mod options;
 mod push;
 mod read;
+mod source;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -39,6 +42,7 @@ use bytes::Bytes;
 pub use error::EtcdError;
 pub use options::{EtcdOptions, DEFAULT_MAX_TXN_OPS, DEFAULT_MAX_VALUE_BYTES};
 pub use push::{PushPlan, PUSH_MARKER};
+pub use source::{parse_value, EtcdSource};
 pub use watch::Watch;
 
 /// The contents of the prefix at one revision.

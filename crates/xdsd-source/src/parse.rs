@@ -48,12 +48,23 @@ pub fn parse_file(
     path: &Path,
     text: &str,
 ) -> Result<Vec<ParsedResource>, SourceError> {
-    // Some Windows editors start UTF-8 files with a byte-order mark, which neither parser skips.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let format = Format::of(path).ok_or_else(|| SourceError::File {
         file: path.to_path_buf(),
         message: "not a resource file: expected a .yaml, .yml or .json extension".into(),
     })?;
+    parse_text(descriptors, path, format, text)
+}
+
+/// Parses what a resource file holds, in `format`, from elsewhere than a file (an etcd key):
+/// `path` is only what errors and origins name. Duplicates within the text are an error.
+pub fn parse_text(
+    descriptors: &Descriptors,
+    path: &Path,
+    format: Format,
+    text: &str,
+) -> Result<Vec<ParsedResource>, SourceError> {
+    // Some Windows editors start UTF-8 files with a byte-order mark, which neither parser skips.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let malformed = |error: &dyn std::fmt::Display| SourceError::File {
         file: path.to_path_buf(),
         message: format!("malformed {}: {error}", format.name()),

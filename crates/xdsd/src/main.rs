@@ -14,7 +14,7 @@ use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 use xdsd_core::protocol::session::{DEFAULT_MAX_NAMES, DEFAULT_MAX_RESPONSE_BYTES};
 use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector};
-use xdsd_core::source::Feed;
+use xdsd_core::source::{ChangeSet, Feed, Rejection, Source, SourceEvent};
 use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store};
 use xdsd_core::transport::grpc::{
     ServerOptions, XdsServer, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS,
@@ -23,14 +23,17 @@ use xdsd_core::transport::grpc::{
     MIN_MAX_RESPONSE_BYTES,
 };
 use xdsd_core::transport::metrics::Metrics;
+use xdsd_etcd::{EtcdOptions, EtcdSource};
 use xdsd_source::{Descriptors, DirectorySource, FileFormat};
 
 use files::{FileUpdates, FileWriter};
 
+mod etcd_args;
 mod files;
 mod load;
 mod memory;
 mod offline;
+mod push;
 
 mod admin;
 #[cfg(test)]
@@ -55,7 +58,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve the resources of a directory over xDS gRPC, and follow its changes.
+    /// Serve the resources of a directory (or of an etcd prefix) over xDS gRPC, and follow
+    /// their changes.
     ///
     /// Every *.yaml, *.yml and *.json file under DIR (recursively) is read. Each resource is a
     /// mapping with an "@type" type URL followed by the message in Envoy's proto3 JSON/YAML
@@ -86,8 +90,21 @@ enum Command {
     /// each client's node bound to its certificate's identity (docs/tls.md). Plaintext on an
     /// address other than loopback is logged as a warning at start.
     ///
+    /// With --etcd-endpoints and --etcd-prefix instead of --resources, the resources are the keys
+    /// under the prefix in etcd, each key holding exactly what a file holds (errors name the
+    /// key), so that several xdsd replicas serve the same state (docs/etcd.md; write the keys
+    /// with `xdsd push`). The changes of one etcd transaction are applied as one change; a key
+    /// that does not parse is rejected by name and the last good state kept until it is fixed
+    /// or deleted. While etcd cannot be reached xdsd keeps serving the last good state and is
+    /// not ready (/readyz 503, gRPC health NOT_SERVING, xdsd_source_healthy 0); it reconnects and
+    /// catches up. An etcd that cannot be read at start-up is fatal.
+    ///
     /// SIGTERM or SIGINT stops xdsd: open streams end with UNAVAILABLE (clients reconnect), and
     /// it exits within about a second, closing any connection still open by then.
+    ///
+    /// Exit status: 0 stopped by a signal, 1 a failure (resources that do not load at start, an
+    /// address in use), 2 usage error (bad arguments; neither or both of --resources and
+    /// --etcd-endpoints).
     Serve(Box<ServeArgs>),
 
     /// Validate a resource directory exactly as `serve` would load it, then exit.
@@ -124,15 +141,53 @@ enum Command {
     ///
     /// Exit status: 0 written, 1 invalid resources or a file not written, 2 usage error.
     Render(RenderArgs),
+
+    /// Make an etcd prefix hold exactly a resource directory, for `xdsd serve --etcd-endpoints`
+    /// replicas to serve, then exit.
+    ///
+    /// The directory is loaded and checked exactly as by `check` and `serve` (the same
+    /// --references, --external-name and --max-file-bytes rules); if it is invalid, every
+    /// error is printed and etcd is not touched. Otherwise the prefix is made to hold one key
+    /// per resource file, the key being the prefix followed by the file's path relative to DIR
+    /// with '/' separators (clusters/web.yaml under /xdsd/ is /xdsd/clusters/web.yaml), its
+    /// value the file's bytes: new and changed files are put, keys without a file are deleted,
+    /// all in one etcd transaction guarded by the revision read (plus the marker key
+    /// <PREFIX>.push), so that the replicas apply the push as one change and a concurrent push
+    /// or writer makes this one fail, writing nothing, instead of interleaving. Each key put or
+    /// deleted is printed, then a summary; --dry-run prints what would be written and writes
+    /// nothing; --confirm asks before writing. See docs/etcd.md.
+    ///
+    /// Exit status: 0 pushed (or nothing to do), 1 invalid resources, a conflict with another
+    /// writer, an etcd error or a push not confirmed (nothing written), 2 usage error.
+    Push(Box<push::PushArgs>),
 }
 
-/// Where the resources come from and the rules they are checked by: shared by every command.
+/// Where the resources come from and the rules they are checked by: shared by `check`,
+/// `render` and `push`.
 #[derive(clap::Args, Debug)]
 struct SourceArgs {
-    /// Directory of resource files, read recursively (and watched for changes by `serve`).
+    /// Directory of resource files, read recursively.
     #[arg(long, value_name = "DIR", env = "XDSD_RESOURCES")]
     resources: PathBuf,
 
+    #[command(flatten)]
+    rules: RuleArgs,
+}
+
+impl SourceArgs {
+    /// What each resource file may take.
+    fn limits(&self) -> xdsd_source::Limits {
+        self.rules.limits()
+    }
+
+    fn reference_policy(&self) -> ReferencePolicy {
+        self.rules.reference_policy()
+    }
+}
+
+/// The rules resources are checked by, wherever they come from: shared by every command.
+#[derive(clap::Args, Debug)]
+struct RuleArgs {
     /// What to do with a reference to a resource that does not exist (a listener's RDS route
     /// configuration, a route's cluster, an EDS cluster's endpoints, an SDS secret): "strict"
     /// rejects the change and keeps serving the last good state (a bad directory at start-up is
@@ -172,7 +227,7 @@ struct SourceArgs {
     max_file_bytes: usize,
 }
 
-impl SourceArgs {
+impl RuleArgs {
     /// What each resource file may take.
     fn limits(&self) -> xdsd_source::Limits {
         xdsd_source::Limits::default().max_file_bytes(self.max_file_bytes as u64)
@@ -208,8 +263,16 @@ struct RenderArgs {
 
 #[derive(clap::Args, Debug)]
 struct ServeArgs {
+    /// Directory of resource files, read recursively and watched for changes. Either this or
+    /// --etcd-endpoints (with --etcd-prefix).
+    #[arg(long, value_name = "DIR", env = "XDSD_RESOURCES")]
+    resources: Option<PathBuf>,
+
     #[command(flatten)]
-    source: SourceArgs,
+    rules: RuleArgs,
+
+    #[command(flatten)]
+    etcd: etcd_args::EtcdArgs,
 
     #[command(flatten)]
     tls: Box<tls_args::TlsArgs>,
@@ -638,7 +701,7 @@ enum References {
     Off,
 }
 
-impl SourceArgs {
+impl RuleArgs {
     fn reference_policy(&self) -> ReferencePolicy {
         let mode = match self.references {
             References::Strict => ReferenceMode::Strict,
@@ -769,6 +832,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
+            let from = match args.from() {
+                Ok(from) => from,
+                Err(e) => {
+                    eprintln!("xdsd serve: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             if let Err(e) = init_logs(&args.log_level, args.log_format) {
                 eprintln!("xdsd: {e:#}");
                 return ExitCode::from(2);
@@ -780,7 +850,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(*args)) {
+            match runtime.block_on(serve(*args, from)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     error!("{}", error_chain(&e));
@@ -790,6 +860,7 @@ fn main() -> ExitCode {
         }
         Command::Check(args) => offline::check(args),
         Command::Render(args) => offline::render(args),
+        Command::Push(args) => push::push(*args),
     }
 }
 
@@ -806,7 +877,7 @@ fn init_logs(level: &str, format: LogFormat) -> anyhow::Result<()> {
     let directives = match level.parse::<tracing::Level>() {
         Ok(l) => {
             let libraries = std::cmp::min(l, tracing::Level::INFO);
-            format!("{libraries},xdsd={l},xdsd_core={l},xdsd_source={l}")
+            format!("{libraries},xdsd={l},xdsd_core={l},xdsd_source={l},xdsd_etcd={l}")
         }
         Err(_) => {
             check_directives(level)?;
@@ -839,7 +910,84 @@ fn check_directives(filter: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// Where `serve` reads its resources.
+enum ResourcesFrom {
+    Directory(PathBuf),
+    Etcd(Box<EtcdOptions>),
+}
+
+impl ServeArgs {
+    /// The source the arguments name: exactly one of a directory and an etcd prefix.
+    fn from(&self) -> Result<ResourcesFrom, String> {
+        match (&self.resources, self.etcd.given()) {
+            (Some(_), true) => Err(
+                "--resources and --etcd-endpoints are exclusive: serve either a directory or an \
+                 etcd prefix (XDSD_RESOURCES and XDSD_ETCD_ENDPOINTS count too)"
+                    .into(),
+            ),
+            (None, false) => Err(
+                "no resources: give --resources DIR, or --etcd-endpoints URL[,URL...] with \
+                 --etcd-prefix PREFIX"
+                    .into(),
+            ),
+            (Some(dir), false) => {
+                if self.etcd.etcd_prefix.is_some() {
+                    return Err("--etcd-prefix needs --etcd-endpoints".into());
+                }
+                Ok(ResourcesFrom::Directory(dir.clone()))
+            }
+            (None, true) => self
+                .etcd
+                .options(self.rules.max_file_bytes)
+                .map(|options| ResourcesFrom::Etcd(Box::new(options))),
+        }
+    }
+}
+
+/// The source `serve` follows: a directory or an etcd prefix, behind one serve path.
+enum AnySource {
+    Directory(DirectorySource),
+    Etcd(EtcdSource),
+}
+
+impl Source for AnySource {
+    fn describe(&self) -> String {
+        match self {
+            AnySource::Directory(s) => s.describe(),
+            AnySource::Etcd(s) => s.describe(),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            AnySource::Directory(s) => s.kind(),
+            AnySource::Etcd(s) => s.kind(),
+        }
+    }
+
+    async fn load(&mut self) -> Result<ChangeSet, Rejection> {
+        match self {
+            AnySource::Directory(s) => s.load().await,
+            AnySource::Etcd(s) => s.load().await,
+        }
+    }
+
+    async fn next(&mut self) -> Option<SourceEvent> {
+        match self {
+            AnySource::Directory(s) => s.next().await,
+            AnySource::Etcd(s) => s.next().await,
+        }
+    }
+
+    fn committed(&mut self, ok: bool) {
+        match self {
+            AnySource::Directory(s) => s.committed(ok),
+            AnySource::Etcd(s) => s.committed(ok),
+        }
+    }
+}
+
+async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
     // Both ports first: a second xdsd with the same flags fails here, before it loads or serves
     // anything.
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -848,11 +996,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let admin_listener = admin::bind(args.admin_listen).await?;
 
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
-    let store = Store::with_reference_policy(args.source.reference_policy());
-    let dir = args.source.resources.clone();
+    let store = Store::with_reference_policy(args.rules.reference_policy());
     let mut files = match &args.write_files {
         Some(out) => {
-            files::check_outside(out, &dir)?;
+            if let ResourcesFrom::Directory(dir) = &from {
+                files::check_outside(out, dir)?;
+            }
             std::fs::create_dir_all(out)
                 .with_context(|| format!("--write-files {}: cannot create it", out.display()))?;
             let writer = FileWriter::new(
@@ -877,11 +1026,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let updates: FileUpdates = updates.clone();
         feed = feed.on_applied(move |_| updates.changed());
     }
-    let mut source = DirectorySource::new(descriptors.clone(), dir.clone(), args.source.limits())
-        .incremental(args.reload == ReloadMode::Incremental);
+    let mut source = match from {
+        ResourcesFrom::Directory(dir) => AnySource::Directory(
+            DirectorySource::new(descriptors.clone(), dir, args.rules.limits())
+                .incremental(args.reload == ReloadMode::Incremental),
+        ),
+        ResourcesFrom::Etcd(options) => {
+            AnySource::Etcd(EtcdSource::new(descriptors.clone(), *options))
+        }
+    };
     feed.first_load(&mut source)
         .await
-        .with_context(|| format!("cannot load resources from {}", dir.display()))?;
+        .with_context(|| format!("cannot load resources from {}", source.describe()))?;
     // The first files, before serving; later ones from the writer's thread.
     if let Some((writer, _, _)) = files.as_mut() {
         let snapshot = store.snapshot();
@@ -1024,6 +1180,51 @@ mod tests {
         assert!(check_directives("info,verbose").is_err());
         assert!(check_directives("info,xdsd_core=debug").is_ok());
         assert!(check_directives("warn").is_ok());
+    }
+
+    #[test]
+    fn serve_takes_a_directory_or_an_etcd_prefix_not_both_nor_neither() {
+        if std::env::var_os("XDSD_RESOURCES").is_some()
+            || std::env::var_os("XDSD_ETCD_ENDPOINTS").is_some()
+        {
+            return;
+        }
+        let from = |args: &[&str]| {
+            let args = ["xdsd", "serve"].iter().chain(args);
+            match Cli::try_parse_from(args).map(|cli| cli.command) {
+                Ok(Command::Serve(args)) => args.from(),
+                other => panic!("not serve: {other:?}"),
+            }
+        };
+        let etcd = [
+            "--etcd-endpoints",
+            "http://127.0.0.1:2379,http://127.0.0.1:2380",
+        ];
+        assert!(matches!(
+            from(&["--resources", "dir"]),
+            Ok(ResourcesFrom::Directory(_))
+        ));
+        match from(&[etcd[0], etcd[1], "--etcd-prefix", "/xdsd"]) {
+            Ok(ResourcesFrom::Etcd(options)) => {
+                assert_eq!(options.endpoints().len(), 2);
+                assert_eq!(options.prefix(), "/xdsd/", "a final / added");
+            }
+            _ => panic!("etcd"),
+        }
+        let both = from(&[
+            "--resources",
+            "dir",
+            etcd[0],
+            etcd[1],
+            "--etcd-prefix",
+            "/x/",
+        ]);
+        assert!(matches!(both, Err(e) if e.contains("exclusive")));
+        assert!(matches!(from(&[]), Err(e) if e.contains("no resources")));
+        assert!(matches!(from(&[etcd[0], etcd[1]]), Err(e) if e.contains("--etcd-prefix")));
+        assert!(
+            matches!(from(&["--etcd-prefix", "/", etcd[0], etcd[1]]), Err(e) if e.contains("whole"))
+        );
     }
 
     #[test]

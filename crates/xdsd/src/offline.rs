@@ -13,24 +13,24 @@ use crate::load::{commit, load_into, LoadError, Loaded};
 use crate::{file_formats, CheckArgs, RenderArgs, SourceArgs};
 
 /// Exit status of invalid resources (or files not written).
-const INVALID: u8 = 1;
+pub(crate) const INVALID: u8 = 1;
 /// Exit status of a usage error: bad arguments, a directory that is not one.
-const USAGE: u8 = 2;
+pub(crate) const USAGE: u8 = 2;
 
 /// An error that ends the command with `status`, printed as `xdsd <command>: <message>`.
-struct Failure {
-    status: u8,
-    message: String,
+pub(crate) struct Failure {
+    pub(crate) status: u8,
+    pub(crate) message: String,
 }
 
-fn usage(message: impl Into<String>) -> Failure {
+pub(crate) fn usage(message: impl Into<String>) -> Failure {
     Failure {
         status: USAGE,
         message: message.into(),
     }
 }
 
-fn finish(command: &str, result: Result<(), Failure>) -> ExitCode {
+pub(crate) fn finish(command: &str, result: Result<(), Failure>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
@@ -41,7 +41,7 @@ fn finish(command: &str, result: Result<(), Failure>) -> ExitCode {
 }
 
 /// `--resources` must name a directory; anything else is a usage error.
-fn resources_dir(source: &SourceArgs) -> Result<&Path, Failure> {
+pub(crate) fn resources_dir(source: &SourceArgs) -> Result<&Path, Failure> {
     let dir = source.resources.as_path();
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(dir),
@@ -57,7 +57,7 @@ fn resources_dir(source: &SourceArgs) -> Result<&Path, Failure> {
     }
 }
 
-fn descriptors() -> Result<Descriptors, Failure> {
+pub(crate) fn descriptors() -> Result<Descriptors, Failure> {
     Descriptors::envoy().map_err(|e| Failure {
         status: INVALID,
         message: format!("loading the Envoy proto descriptors: {e}"),
@@ -67,7 +67,10 @@ fn descriptors() -> Result<Descriptors, Failure> {
 /// Loads the directory into a new store with the reference policy of the arguments, printing
 /// every error on stderr (one per line) when it is invalid, and each dangling reference as a
 /// warning in `--references warn`.
-fn load(source: &SourceArgs, descriptors: &Descriptors) -> Result<(Store, Loaded), Failure> {
+pub(crate) fn load(
+    source: &SourceArgs,
+    descriptors: &Descriptors,
+) -> Result<(Store, Loaded), Failure> {
     let dir = resources_dir(source)?;
     let store = Store::with_reference_policy(source.reference_policy());
     match load_into(descriptors, dir, &source.limits(), &store) {

@@ -8,5 +8,6 @@ mod support;
 mod auth;
 mod load;
 mod push;
+mod source;
 mod tls;
 mod watch;

@@ -56,13 +56,19 @@ async fn xdsd_serves_the_four_resources_of_examples_basic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_accepts_the_bootstrap_of_examples_basic() {
-    let config = repo_root().join("examples/basic/envoy.yaml");
+    // And the README's two-replica one (both replicas in its xds_cluster).
+    for file in ["envoy.yaml", "envoy-replicas.yaml"] {
+        validate(&repo_root().join("examples/basic").join(file)).await;
+    }
+}
+
+async fn validate(config: &std::path::Path) {
     let base_id = (std::process::id() % 4_000_000) * 64 + 63;
     let run = tokio::process::Command::new(envoy_binary())
         .args(["--mode", "validate", "--concurrency", "1"])
         .args(["--base-id", &base_id.to_string()])
         .arg("-c")
-        .arg(&config)
+        .arg(config)
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();

@@ -1,6 +1,8 @@
 //! xdsd's integration tests, one binary: the real binary (`CARGO_BIN_EXE_xdsd`), real Envoy 1.40
 //! and real gRPC clients over loopback, a module per subject, the shared harness in `support`.
 
+#[path = "../../../xdsd-etcd/tests/it/support.rs"]
+mod etcd_support;
 #[path = "../../../xdsd-core/tests/it/common/pki.rs"]
 mod pki;
 mod support;
@@ -22,6 +24,7 @@ mod envoy_tls;
 mod envoy_ttl;
 mod envoy_variants;
 mod envoy_vhds;
+mod etcd;
 mod examples_basic;
 mod grpc_proxyless;
 mod harness;

@@ -304,11 +304,37 @@ impl Xdsd {
         listen: &str,
         extra: &[&str],
     ) -> Result<Xdsd, String> {
+        let source = [std::ffi::OsStr::new("--resources"), resources.as_os_str()];
+        Xdsd::try_start_from(&source, listen, extra).await
+    }
+
+    /// Starts `xdsd serve --etcd-endpoints ENDPOINT --etcd-prefix PREFIX --listen 127.0.0.1:0
+    /// --log-level debug EXTRA...` and waits for its "listening" line.
+    pub async fn start_etcd(endpoint: &str, prefix: &str, extra: &[&str]) -> Xdsd {
+        let source = [
+            "--etcd-endpoints",
+            endpoint,
+            "--etcd-prefix",
+            prefix,
+            "--log-level",
+            "debug",
+        ]
+        .map(std::ffi::OsStr::new);
+        Xdsd::try_start_from(&source, "127.0.0.1:0", extra)
+            .await
+            .unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// `xdsd serve SOURCE... --listen LISTEN EXTRA...`, once it logged its "listening" line.
+    async fn try_start_from(
+        source: &[&std::ffi::OsStr],
+        listen: &str,
+        extra: &[&str],
+    ) -> Result<Xdsd, String> {
         let bin = env!("CARGO_BIN_EXE_xdsd");
         let mut child = Command::new(bin)
             .arg("serve")
-            .arg("--resources")
-            .arg(resources)
+            .args(source)
             .args(["--listen", listen])
             .args(extra)
             .env("NO_COLOR", "1")
@@ -380,6 +406,17 @@ impl Xdsd {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or_else(|| panic!("no VmRSS in xdsd's /proc status:\n{status}"))
+    }
+
+    /// Kills xdsd at once (SIGKILL: no graceful shutdown) and waits until it is gone.
+    pub async fn kill9(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = timeout(DEADLINE, self.child.wait()).await;
+    }
+
+    /// Whether xdsd is still running (it has not exited, crashed or been killed).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Sends SIGTERM, without waiting for xdsd to exit.

@@ -1,0 +1,206 @@
+//! The `xdsd-etcd` server kind: the real `xdsd` binary serving an etcd prefix, changed the way a
+//! user changes it (a key written to etcd).
+//!
+//! `xds-bench server --kind xdsd-etcd --xdsd-bin BIN --dir DIR` starts its own single-node etcd
+//! (`XDSD_ETCD`, else `/usr/bin/etcd`) on 127.0.0.1 with ports from the OS and its data in DIR,
+//! then `BIN serve --etcd-endpoints URL --etcd-prefix /bench/`, and speaks the harness's line
+//! protocol like `dirsrc.rs`:
+//!
+//! * `load`: writes one key per resource (the JSON a file would hold, named as the file would
+//!   be), what is referred to first, in transactions of at most 100 puts (each state xdsd can see
+//!   is valid), deletes the other keys, and waits for xdsd to log the reload with that many
+//!   resources;
+//! * `set`: puts the resource's key. `accepted_ns` is taken just before the put: the user's
+//!   action. Convergence thus includes etcd's commit, its watch and xdsd's parse of the key and
+//!   commit of the revision.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions, Txn, TxnOp};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::watch;
+use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION};
+
+use crate::config::read_records;
+use crate::dirsrc::{document, file_name, start_xdsd, wait_reloaded, Reloads};
+use crate::now_ns;
+use crate::server::Command;
+
+/// The prefix the resources are written under.
+const PREFIX: &str = "/bench/";
+
+/// Puts per transaction when loading (etcd's default limit is 128 operations).
+const BATCH: usize = 100;
+
+fn etcd_binary() -> PathBuf {
+    match std::env::var_os("XDSD_ETCD") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from("/usr/bin/etcd"),
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Starts a single-node etcd with its data in `dir`, and a client of it once it answers.
+async fn start_etcd(dir: &Path) -> anyhow::Result<(tokio::process::Child, String, Client)> {
+    let client_url = format!("http://127.0.0.1:{}", free_port()?);
+    let peer_url = format!("http://127.0.0.1:{}", free_port()?);
+    let mut cmd = tokio::process::Command::new(etcd_binary());
+    cmd.arg("--name=bench")
+        .arg(format!("--data-dir={}", dir.join("etcd").display()))
+        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--advertise-client-urls={client_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=bench={peer_url}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    // SAFETY: prctl is async-signal-safe; etcd must not outlive the adapter if it is killed.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", etcd_binary().display()))?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(mut client) = Client::connect([client_url.as_str()], None).await {
+            if client.get("/", None).await.is_ok() {
+                return Ok((child, client_url, client));
+            }
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "etcd did not answer in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+struct Adapter {
+    client: Client,
+    reloads: watch::Receiver<Reloads>,
+}
+
+impl Adapter {
+    /// Puts the resource's key; returns CLOCK_MONOTONIC just before the put.
+    async fn put(
+        &mut self,
+        type_url: &str,
+        name: &str,
+        value: &[u8],
+        group: Option<&str>,
+    ) -> anyhow::Result<u64> {
+        let json = document(type_url, value, group)?;
+        let key = format!("{PREFIX}{}", file_name(type_url, name, group));
+        let accepted = now_ns();
+        self.client.put(key, json, None).await?;
+        Ok(accepted)
+    }
+
+    /// Makes the prefix hold exactly the records, and waits for xdsd to have loaded them.
+    async fn load(&mut self, path: &Path) -> anyhow::Result<u64> {
+        let mut records = read_records(path)?;
+        let rank = |t: &str| match t {
+            CLUSTER_LOAD_ASSIGNMENT => 0,
+            CLUSTER => 1,
+            ROUTE_CONFIGURATION => 2,
+            _ => 3,
+        };
+        records.sort_by_key(|r| rank(&r.type_url));
+        let before = *self.reloads.borrow();
+        let accepted = now_ns();
+        let mut keep = std::collections::HashSet::new();
+        let mut ops = Vec::new();
+        for r in &records {
+            let group = r.group.as_deref();
+            let key = format!("{PREFIX}{}", file_name(&r.type_url, &r.name, group));
+            ops.push(TxnOp::put(
+                key.clone(),
+                document(&r.type_url, &r.value, group)?,
+                None,
+            ));
+            keep.insert(key);
+        }
+        let existing = self
+            .client
+            .get(
+                PREFIX,
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await?;
+        let mut removed = false;
+        for kv in existing.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            if !keep.contains(&key) {
+                ops.push(TxnOp::delete(key, None));
+                removed = true;
+            }
+        }
+        let want = records.len() as u64;
+        if records.is_empty() && !removed && before.last_count == Some(0) {
+            return Ok(accepted);
+        }
+        let mut ops = ops.into_iter().peekable();
+        while ops.peek().is_some() {
+            let batch: Vec<TxnOp> = ops.by_ref().take(BATCH).collect();
+            self.client.txn(Txn::new().and_then(batch)).await?;
+        }
+        wait_reloaded(&mut self.reloads, before, want).await?;
+        Ok(accepted)
+    }
+}
+
+pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    let (mut etcd, url, client) = start_etcd(dir).await?;
+    let source =
+        ["--etcd-endpoints", url.as_str(), "--etcd-prefix", PREFIX].map(std::ffi::OsStr::new);
+    let xdsd = start_xdsd(xdsd_bin, &source).await?;
+    let mut child = xdsd.child;
+    let mut adapter = Adapter {
+        client,
+        reloads: xdsd.reloads,
+    };
+    let mut stdout = tokio::io::stdout();
+    stdout
+        .write_all(format!("listening {} {}\n", xdsd.addr, xdsd.pid).as_bytes())
+        .await?;
+    stdout.flush().await?;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        let now = now_ns();
+        let reply = match Command::parse(&line)? {
+            Command::Load(path) => {
+                let accepted = adapter.load(path.as_ref()).await?;
+                format!("ok {accepted} {}\n", now_ns())
+            }
+            Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g).await?),
+            // xdsd coalesces on its own.
+            Command::Nodes | Command::Coalesce => format!("ok {now}\n"),
+            Command::Quit => break,
+        };
+        stdout.write_all(reply.as_bytes()).await?;
+        stdout.flush().await?;
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    let _ = etcd.start_kill();
+    let _ = etcd.wait().await;
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! etcd as an [`xdsd_core::source::Source`]: **a key is a file**. Every key under the prefix
+//! holds exactly what a resource file holds (YAML or JSON, one or more documents, `"@type"`,
+//! `"@constraints"`, `"@ttl"`), parsed by the same code as a file ([`xdsd_source::parse_text`]):
+//! a key ending in `.json` is JSON, any other YAML (which reads JSON too). Errors and origins name
+//! the full key (`/xdsd/clusters.yaml (resource #2)`).
+//!
+//! The prefix is read once at a revision, then watched from the next one; the changes of one etcd
+//! revision (one transaction) are one change set, holding every key's resources. A key that does
+//! not parse (or cannot be a resource at all) makes that revision's change a rejection naming
+//! it, and every later one until the key is fixed or deleted, as a directory with a bad file
+//! does: the last good state keeps being served. A compaction past the watch's revision reads
+//! everything anew. etcd lost and found again is reported as the source's health.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use xdsd_core::source::{ChangeSet, Rejection, Source, SourceEvent};
+use xdsd_source::{
+    check_duplicates, parse_text, rejection, resource_inputs, Descriptors, Format, ParsedResource,
+};
+
+use crate::{Etcd, EtcdOptions, Event, KeyChange, Snapshot, Watch};
+
+/// What one key holds: its resources, or every problem with it (each naming the key).
+type Parsed = Result<Vec<ParsedResource>, Vec<String>>;
+
+/// The keys of a prefix in etcd, loaded and then watched.
+pub struct EtcdSource {
+    options: EtcdOptions,
+    descriptors: Descriptors,
+    /// Every resource key (its suffix after the prefix), parsed.
+    keys: BTreeMap<String, Parsed>,
+    watch: Option<Watch>,
+    /// Kept for the life of the watch (the connection it uses).
+    etcd: Option<Etcd>,
+}
+
+impl EtcdSource {
+    /// The prefix and etcd of `options`; nothing is read before [`Source::load`].
+    pub fn new(descriptors: Descriptors, options: EtcdOptions) -> EtcdSource {
+        EtcdSource {
+            options,
+            descriptors,
+            keys: BTreeMap::new(),
+            watch: None,
+            etcd: None,
+        }
+    }
+
+    /// The full key of a suffix: what errors and origins name.
+    fn full_key(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.options.prefix())
+    }
+
+    /// Parses what `suffix` holds.
+    fn parse(&self, suffix: &str, value: &Bytes) -> Parsed {
+        let key = self.full_key(suffix);
+        parse_value(&self.descriptors, &key, value)
+    }
+
+    /// Replaces every key with those of `snapshot`.
+    fn replace(&mut self, snapshot: Snapshot) {
+        let mut keys = BTreeMap::new();
+        for (suffix, value) in &snapshot.entries {
+            keys.insert(suffix.clone(), self.parse(suffix, value));
+        }
+        for (suffix, reason) in &snapshot.rejected {
+            let key = self.full_key(suffix);
+            keys.insert(suffix.clone(), Err(vec![format!("{key}: {reason}")]));
+        }
+        self.keys = keys;
+    }
+
+    /// Applies one key's change.
+    fn apply(&mut self, change: KeyChange) {
+        match change {
+            KeyChange::Put { key, value } => {
+                let parsed = self.parse(&key, &value);
+                self.keys.insert(key, parsed);
+            }
+            KeyChange::Delete { key } => {
+                self.keys.remove(&key);
+            }
+            KeyChange::Rejected { key, reason } => {
+                let full = self.full_key(&key);
+                self.keys
+                    .insert(key, Err(vec![format!("{full}: {reason}")]));
+            }
+        }
+    }
+
+    /// What the prefix holds now: every key's resources, or every problem of every key.
+    fn change_set(&self, revision: i64, origins: Vec<String>) -> Result<ChangeSet, Rejection> {
+        let mut errors = Vec::new();
+        let mut resources = Vec::new();
+        for parsed in self.keys.values() {
+            match parsed {
+                Ok(list) => resources.extend(list.iter().cloned()),
+                Err(messages) => errors.extend(messages.iter().cloned()),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Rejection::new(errors));
+        }
+        check_duplicates(&resources).map_err(|e| rejection(&e))?;
+        Ok(ChangeSet::all(resource_inputs(resources)?)
+            .with_origins(origins)
+            .with_revision(revision))
+    }
+
+    fn event(&self, revision: i64, origins: Vec<String>) -> SourceEvent {
+        match self.change_set(revision, origins) {
+            Ok(change) => SourceEvent::Change(change),
+            Err(rejected) => SourceEvent::Rejected(rejected),
+        }
+    }
+}
+
+/// Parses a key's value as a resource file named `key`: JSON when the key ends in `.json` (in
+/// any letter case), else YAML (which reads JSON too).
+pub fn parse_value(descriptors: &Descriptors, key: &str, value: &[u8]) -> Parsed {
+    let Ok(text) = std::str::from_utf8(value) else {
+        return Err(vec![format!(
+            "{key}: not UTF-8 text (a key holds what a resource file holds: YAML or JSON)"
+        )]);
+    };
+    let format = if key.to_ascii_lowercase().ends_with(".json") {
+        Format::Json
+    } else {
+        Format::Yaml
+    };
+    parse_text(descriptors, Path::new(key), format, text)
+        .map_err(|e| e.errors().iter().map(|e| e.to_string()).collect())
+}
+
+impl Source for EtcdSource {
+    fn describe(&self) -> String {
+        format!(
+            "etcd {} prefix {}",
+            self.options.endpoints().join(","),
+            self.options.prefix()
+        )
+    }
+
+    fn kind(&self) -> &'static str {
+        "etcd prefix"
+    }
+
+    /// Reads the prefix at one revision and starts watching from the next: no change falls
+    /// between them.
+    async fn load(&mut self) -> Result<ChangeSet, Rejection> {
+        let (etcd, snapshot) = crate::load(&self.options)
+            .await
+            .map_err(|e| Rejection::new(vec![e.to_string()]))?;
+        let revision = snapshot.revision;
+        self.replace(snapshot);
+        self.watch = Some(etcd.watch(revision));
+        self.etcd = Some(etcd);
+        self.change_set(revision, Vec::new())
+    }
+
+    async fn next(&mut self) -> Option<SourceEvent> {
+        let event = self.watch.as_mut()?.next().await?;
+        Some(match event {
+            Event::Revision { revision, changes } => {
+                let origins: Vec<String> = changes.iter().map(|c| self.full_key(c.key())).collect();
+                for change in changes {
+                    self.apply(change);
+                }
+                self.event(revision, origins)
+            }
+            Event::Resync(snapshot) => {
+                let revision = snapshot.revision;
+                self.replace(snapshot);
+                self.event(
+                    revision,
+                    vec![format!("{} (read again)", self.options.prefix())],
+                )
+            }
+            Event::Health { healthy, reason } => SourceEvent::Health { healthy, reason },
+        })
+    }
+}

@@ -1,0 +1,181 @@
+//! `xdsd push`: check a resource directory as `serve` would load it, then make an etcd prefix
+//! hold exactly its files, in one transaction guarded by the revision read.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Component, Path};
+use std::process::ExitCode;
+
+use bytes::Bytes;
+use xdsd_etcd::{Etcd, EtcdError, EtcdOptions};
+
+use crate::etcd_args::EtcdArgs;
+use crate::offline::{descriptors, finish, load, resources_dir, usage, Failure, INVALID};
+use crate::SourceArgs;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct PushArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+
+    #[command(flatten)]
+    etcd: EtcdArgs,
+
+    /// Print what would be put and deleted; write nothing.
+    #[arg(long, conflicts_with = "confirm")]
+    dry_run: bool,
+
+    /// Print what would be put and deleted, then ask: write only if standard input answers y or
+    /// yes (anything else writes nothing and exits 1). The write is still guarded by the
+    /// revision read before the question: a change made by anyone meanwhile makes it a conflict.
+    #[arg(long)]
+    confirm: bool,
+}
+
+/// `xdsd push`.
+pub(crate) fn push(args: PushArgs) -> ExitCode {
+    finish("push", run(&args))
+}
+
+fn invalid(message: impl Into<String>) -> Failure {
+    Failure {
+        status: INVALID,
+        message: message.into(),
+    }
+}
+
+fn run(args: &PushArgs) -> Result<(), Failure> {
+    let max = args.source.rules.max_file_bytes;
+    let options = args.etcd.options(max).map_err(usage)?;
+    let dir = resources_dir(&args.source)?;
+    // The bytes pushed are the bytes checked: read before and after the check, compared.
+    let before = read_files(dir, max)?;
+    let descriptors = descriptors()?;
+    load(&args.source, &descriptors)?;
+    let after = read_files(dir, max)?;
+    if before != after {
+        return Err(invalid(format!(
+            "{}: changed while it was being checked; nothing was pushed (run it again)",
+            dir.display()
+        )));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| invalid(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(write(&options, before, args.dry_run, args.confirm))
+}
+
+/// Every resource file of `dir` as key suffix (its relative path, '/'-separated) → bytes. A
+/// file over `max` bytes is read only up to the limit: the check refuses it.
+fn read_files(dir: &Path, max: usize) -> Result<BTreeMap<String, Bytes>, Failure> {
+    let files = xdsd_source::resource_files(dir).map_err(|e| invalid(e.to_string()))?;
+    let mut out = BTreeMap::new();
+    for path in files {
+        let key = key_of(dir, &path)?;
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|file| {
+                file.take(max.saturating_add(1) as u64)
+                    .read_to_end(&mut bytes)
+            })
+            .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+        out.insert(key, Bytes::from(bytes));
+    }
+    Ok(out)
+}
+
+/// The key suffix of `path` under `dir`: its relative path with '/' separators.
+fn key_of(dir: &Path, path: &Path) -> Result<String, Failure> {
+    let relative = path.strip_prefix(dir).unwrap_or(path);
+    let mut parts = Vec::new();
+    for component in relative.components() {
+        match component {
+            Component::Normal(part) => match part.to_str() {
+                Some(part) => parts.push(part),
+                None => {
+                    return Err(invalid(format!(
+                        "{}: the path is not UTF-8, so it cannot be an etcd key",
+                        path.display()
+                    )))
+                }
+            },
+            _ => {
+                return Err(invalid(format!(
+                    "{}: not a path under {}",
+                    path.display(),
+                    dir.display()
+                )))
+            }
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+fn etcd_failure(e: EtcdError) -> Failure {
+    let message = match e {
+        EtcdError::Conflict { .. } => format!(
+            "{e}. Another push (or another writer of the prefix) got there first; run the push \
+             again to make the prefix hold this directory"
+        ),
+        e => format!("{e}; nothing was written"),
+    };
+    invalid(message)
+}
+
+async fn write(
+    options: &EtcdOptions,
+    desired: BTreeMap<String, Bytes>,
+    dry_run: bool,
+    confirm: bool,
+) -> Result<(), Failure> {
+    let prefix = options.prefix();
+    let etcd = Etcd::connect(options).await.map_err(etcd_failure)?;
+    let plan = etcd.plan_push(desired).await.map_err(etcd_failure)?;
+    let would = if dry_run { "would " } else { "" };
+    for (key, _) in &plan.puts {
+        println!("{would}put {prefix}{key}");
+    }
+    for key in &plan.deletes {
+        println!("{would}delete {prefix}{key}");
+    }
+    let counts = format!(
+        "{} put, {} deleted, {} unchanged",
+        plan.puts.len(),
+        plan.deletes.len(),
+        plan.unchanged
+    );
+    if dry_run {
+        println!(
+            "dry run: {counts} under {prefix} (read at etcd revision {}); nothing written",
+            plan.revision
+        );
+        return Ok(());
+    }
+    if plan.is_empty() {
+        println!(
+            "nothing to do: {prefix} already holds the directory ({} keys, etcd revision {})",
+            plan.unchanged, plan.revision
+        );
+        return Ok(());
+    }
+    if confirm && !confirmed(&counts, prefix) {
+        return Err(invalid("not confirmed: nothing was written"));
+    }
+    let revision = etcd.apply_push(&plan).await.map_err(etcd_failure)?;
+    println!("pushed: {counts} under {prefix}, at etcd revision {revision}");
+    Ok(())
+}
+
+/// Asks on stdout, answers from stdin: y or yes.
+fn confirmed(counts: &str, prefix: &str) -> bool {
+    use std::io::Write as _;
+    print!("write {counts} under {prefix}? [y/N] ");
+    let _ = std::io::stdout().flush();
+    let mut answer = String::new();
+    // At most a line's worth: the answer is a word.
+    match std::io::BufRead::read_line(&mut std::io::stdin().lock().take(256), &mut answer) {
+        Ok(_) => matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"),
+        Err(_) => false,
+    }
+}
