@@ -35,6 +35,7 @@ mod admin;
 #[cfg(test)]
 mod readme_flags;
 mod rest_json;
+mod status;
 mod tls_args;
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
@@ -123,6 +124,22 @@ enum Command {
     ///
     /// Exit status: 0 written, 1 invalid resources or a file not written, 2 usage error.
     Render(RenderArgs),
+
+    /// Show which client has which version, and who NACKed what and why (a CSDS client).
+    ///
+    /// Asks a CSDS server (ClientStatusDiscoveryService: xdsd serves it on its --listen
+    /// address; any other CSDS server works too) for its clients. Without NODE: one line per
+    /// client (node id, cluster, user agent) with, per type, SYNCED (it ACKed the last response),
+    /// STALE (a response awaits its answer), NACKED (it rejected the last response) or NOT SENT,
+    /// with a short version; the NACKED and STALE rows first, then each NACK's message and the
+    /// files of the rejected resources, then a summary line (`12 clients: 11 synced, 1 NACKED`).
+    /// With NODE: that client's types, versions, NACKs and every resource it was sent.
+    ///
+    /// With --wait, asks again until every client is synced or --timeout passes: what a deploy
+    /// pipeline runs after a change. Colours only on a terminal (and not with NO_COLOR).
+    ///
+    /// Exit status: 0 every client synced, 1 not (or an error), 2 usage error.
+    Status(status::StatusArgs),
 }
 
 /// Where the resources come from and the rules they are checked by: shared by every command.
@@ -715,6 +732,7 @@ fn main() -> ExitCode {
         }
         Command::Check(args) => offline::check(args),
         Command::Render(args) => offline::render(args),
+        Command::Status(args) => status::run(args),
     }
 }
 
@@ -864,7 +882,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         (true, Some(options)) => Some(options),
         _ => None,
     };
-    let admin = admin::start(admin_listener, admin_tls, handle)?;
+    let admin = admin::start(
+        admin_listener,
+        admin_tls,
+        handle,
+        format!("directory {}", dir.display()),
+    )?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;
