@@ -45,7 +45,8 @@ mod tls_args;
 /// of YAML/JSON files that it watches for changes. `xdsd check` validates such a directory
 /// without serving it; `xdsd render` writes it as the DiscoveryResponse files that Envoy's
 /// filesystem subscriptions (path_config_source) read, and `xdsd serve --write-files` keeps such
-/// files up to date while it serves.
+/// files up to date while it serves. `xdsd status` shows which client has which version and who
+/// NACKed what (from CSDS); the admin address serves the same as a status page.
 #[derive(Parser, Debug)]
 #[command(name = "xdsd", version, propagate_version = true)]
 struct Cli {

@@ -373,3 +373,59 @@ pub(crate) fn detail(row: &ClientRow, colour: bool) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xdsd_core::transport::fleet::{NackInfo, TypeRow};
+
+    const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+
+    fn row(id: &str, state: TypeState, nack: Option<NackInfo>) -> ClientRow {
+        ClientRow {
+            id: id.into(),
+            cluster: "front".into(),
+            agent: "envoy 1.40.0".into(),
+            types: vec![TypeRow {
+                type_url: CDS.into(),
+                state,
+                version: "0123456789abcdef".into(),
+                nack,
+                resources: vec![],
+            }],
+        }
+    }
+
+    #[test]
+    fn the_table_aligns_columns_lists_nacks_and_sums_up_without_colours_off_a_terminal() {
+        let nack = NackInfo {
+            message: "bad\x1b[2Jport".into(),
+            origins: vec!["c.yaml (resource #1)".into()],
+            version: "fedcba98".into(),
+        };
+        let rows = vec![
+            row("b-envoy", TypeState::Nacked, Some(nack)),
+            row("a", TypeState::Synced, None),
+        ];
+        let text = table(&rows, false);
+        assert_eq!(
+            text,
+            "NODE     CLUSTER  AGENT         CDS\n\
+             b-envoy  front    envoy 1.40.0  NACKED 01234567\n\
+             a        front    envoy 1.40.0  SYNCED 01234567\n\
+             \n\
+             b-envoy CDS NACKED: bad\\u{1b}[2Jport\n  from c.yaml (resource #1)\n\
+             \n\
+             2 clients: 1 synced, 1 NACKED\n"
+        );
+        let coloured = table(&rows, true);
+        assert!(
+            coloured.contains("\x1b[1;31mNACKED 01234567\x1b[0m"),
+            "{coloured:?}"
+        );
+        assert!(
+            coloured.contains("\x1b[32mSYNCED 01234567\x1b[0m"),
+            "{coloured:?}"
+        );
+    }
+}

@@ -205,3 +205,47 @@ async fn xdsd_status_exits_1_with_a_clear_error_when_no_server_answers() {
         .expect("xdsd status runs");
     assert_eq!(usage.status.code(), Some(2), "{}", describe(&usage));
 }
+
+#[tokio::test]
+async fn xdsd_status_speaks_mutual_tls_with_the_ca_and_a_client_certificate() {
+    use crate::pki::{Id, Pki};
+    let pki = Pki::new();
+    let server = pki.server("server", 1);
+    let operator = pki.client("operator", Id::Uri("spiffe://xdsd.test/operator"));
+    let upstream = Upstream::start("upstream-a").await;
+    let dir = basic_resources(Transport::Ads, upstream.port);
+    let tls_args = [
+        "--tls-cert",
+        server.cert.to_str().expect("a UTF-8 path"),
+        "--tls-key",
+        server.key.to_str().expect("a UTF-8 path"),
+        "--client-ca",
+        pki.ca.to_str().expect("a UTF-8 path"),
+    ];
+    let xdsd = Xdsd::start_with_args(&dir.path(), &tls_args).await;
+    xdsd.expect_loaded_since(0).await;
+    let ca = pki.ca.to_str().expect("a UTF-8 path");
+    let cert = operator.cert.to_str().expect("a UTF-8 path");
+    let key = operator.key.to_str().expect("a UTF-8 path");
+
+    let ok = xdsd_status(
+        &xdsd,
+        &["--tls-ca", ca, "--tls-cert", cert, "--tls-key", key],
+    )
+    .await;
+    assert_eq!(ok.status.code(), Some(0), "{}", describe(&ok));
+    assert!(
+        stdout(&ok).contains("0 clients: 0 synced"),
+        "{}",
+        describe(&ok)
+    );
+
+    // Without a client certificate the server refuses the handshake; in plaintext, too.
+    let no_cert = xdsd_status(&xdsd, &["--tls-ca", ca, "--timeout", "5s"]).await;
+    assert_eq!(no_cert.status.code(), Some(1), "{}", describe(&no_cert));
+    let plaintext = xdsd_status(&xdsd, &["--timeout", "5s"]).await;
+    assert_eq!(plaintext.status.code(), Some(1), "{}", describe(&plaintext));
+    // A certificate without its key is a usage error.
+    let half = xdsd_status(&xdsd, &["--tls-ca", ca, "--tls-cert", cert]).await;
+    assert_eq!(half.status.code(), Some(2), "{}", describe(&half));
+}
