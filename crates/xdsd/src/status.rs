@@ -62,6 +62,11 @@ pub(crate) struct StatusArgs {
     )]
     tls_key: Option<PathBuf>,
 
+    /// With NODE: xdsd's admin address (host:port, plaintext), to show each resource's own
+    /// version and the file (or key) it came from, which CSDS does not carry.
+    #[arg(long, value_name = "ADDR", env = "XDSD_STATUS_ADMIN")]
+    admin: Option<String>,
+
     /// `text` (a table for people) or `json` (for scripts).
     #[arg(
         long,
@@ -192,6 +197,9 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
             rows = fetch(&mut client, args.node.as_deref()).await?;
         }
     }
+    if let (Some(admin), Some(node), Some(row)) = (&args.admin, &args.node, rows.first_mut()) {
+        add_origins(row, &admin_clients(admin, args.timeout).await?, node);
+    }
     let summary = Summary::of(&rows);
     let mut out = std::io::stdout().lock();
     let text = match (args.output, &args.node) {
@@ -215,6 +223,75 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
         );
     }
     Ok(summary.all_synced() && (args.node.is_none() || !rows.is_empty()))
+}
+
+/// The largest `/clients` answer read from the admin API.
+const MAX_ADMIN_ANSWER_BYTES: u64 = 256 * 1024 * 1024;
+
+/// `GET /clients` from xdsd's admin API at `addr` (plaintext HTTP/1.0): every stream as JSON.
+async fn admin_clients(addr: &str, within: Duration) -> anyhow::Result<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = addr
+        .strip_prefix("http://")
+        .unwrap_or(addr)
+        .trim_end_matches('/');
+    if host.contains("://") {
+        anyhow::bail!("--admin {addr:?}: only a plaintext admin address (host:port) is supported");
+    }
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(host).await?;
+        stream
+            .write_all(format!("GET /clients HTTP/1.0\r\nhost: {host}\r\n\r\n").as_bytes())
+            .await?;
+        let mut raw = Vec::new();
+        stream
+            .take(MAX_ADMIN_ANSWER_BYTES)
+            .read_to_end(&mut raw)
+            .await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    let raw = tokio::time::timeout(within, fetch)
+        .await
+        .map_err(|_| anyhow::anyhow!("--admin {addr}: no answer within {within:?}"))?
+        .with_context(|| format!("--admin {addr}: GET /clients"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("--admin {addr}: not an HTTP answer"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        let status = head.lines().next().unwrap_or_default();
+        anyhow::bail!("--admin {addr}: GET /clients answered {status:?}");
+    }
+    serde_json::from_str(body).with_context(|| format!("--admin {addr}: /clients is not JSON"))
+}
+
+/// Each resource's own version and origin, from the admin API's `/clients` streams of `node`.
+fn add_origins(row: &mut ClientRow, clients: &serde_json::Value, node: &str) {
+    let streams = clients.as_array().into_iter().flatten();
+    let ours = streams.filter(|s| s["node"]["id"].as_str() == Some(node));
+    for stream in ours {
+        for t in stream["types"].as_array().into_iter().flatten() {
+            let Some(type_url) = t["type_url"].as_str() else {
+                continue;
+            };
+            let Some(row_type) = row.types.iter_mut().find(|r| r.type_url == type_url) else {
+                continue;
+            };
+            for sent in t["last_sent"]["resources"].as_array().into_iter().flatten() {
+                let Some(name) = sent["name"].as_str() else {
+                    continue;
+                };
+                if let Some(r) = row_type.resources.iter_mut().find(|r| r.name == name) {
+                    if let Some(version) = sent["version"].as_str() {
+                        r.version = version.to_owned();
+                    }
+                    if let Some(origin) = sent["origin"].as_str() {
+                        r.origin = origin.to_owned();
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Colours on a terminal, unless NO_COLOR is set.
@@ -364,11 +441,14 @@ pub(crate) fn detail(row: &ClientRow, colour: bool) -> String {
             .max()
             .unwrap_or(0);
         for r in &t.resources {
-            out.push_str(&format!(
-                "  {:<width$}  {}\n",
+            let line = format!(
+                "  {:<width$}  {}  {}",
                 clean(&r.name),
-                short_version(&r.version)
-            ));
+                short_version(&r.version),
+                clean(&r.origin)
+            );
+            out.push_str(line.trim_end());
+            out.push('\n');
         }
     }
     out

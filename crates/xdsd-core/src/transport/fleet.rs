@@ -72,9 +72,13 @@ pub struct NackInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceRow {
     pub name: String,
-    /// The version of the response it came in that the client runs (ACKed).
+    /// The version of the response it came in that the client runs (ACKed); the resource's own
+    /// version when known (CSDS has no field for it: `xdsd status --admin` reads it from xdsd's
+    /// admin API).
     pub version: String,
     pub state: TypeState,
+    /// The file (or key) it came from, when known (from xdsd's admin API, as the version).
+    pub origin: String,
 }
 
 /// One type of one client.
@@ -226,6 +230,7 @@ pub fn client_row(config: &ClientConfig) -> ClientRow {
                 name: g.name.clone(),
                 version: g.version_info.clone(),
                 state,
+                origin: String::new(),
             });
         }
     }
@@ -345,6 +350,7 @@ pub fn row_json(r: &ClientRow) -> Value {
                 "name": res.name,
                 "version": res.version,
                 "state": res.state.as_str(),
+                "origin": (!res.origin.is_empty()).then_some(&res.origin),
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })

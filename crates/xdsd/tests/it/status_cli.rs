@@ -30,6 +30,7 @@ fn status_command(xdsd: &Xdsd, args: &[&str]) -> tokio::process::Command {
         .env_remove("XDSD_STATUS_OUTPUT")
         .env_remove("XDSD_STATUS_WAIT")
         .env_remove("XDSD_STATUS_TIMEOUT")
+        .env_remove("XDSD_STATUS_ADMIN")
         .kill_on_drop(true);
     command
 }
@@ -116,6 +117,27 @@ async fn xdsd_status_shows_envoys_nack_with_its_message_and_file_and_wait_exits_
 
     // One client: its resources, the NACK's version, message and file.
     let one = xdsd_status(&xdsd, &[&node_id]).await;
+    assert!(
+        !stdout(&one).contains("cluster.yaml"),
+        "CSDS alone has no resource's file: {}",
+        describe(&one)
+    );
+    // With the admin address, each resource's own version and file.
+    let admin = format!("127.0.0.1:{}", xdsd.admin_port().await);
+    let with_files = xdsd_status(&xdsd, &[&node_id, "--admin", &admin]).await;
+    let files = stdout(&with_files);
+    for (name, file) in [
+        ("service", "/cluster.yaml (resource #1)"),
+        ("broken", "/broken.yaml (resource #1)"),
+        ("listener_0", "/listener.yaml (resource #1)"),
+    ] {
+        assert!(
+            files
+                .lines()
+                .any(|l| l.trim_start().starts_with(name) && l.ends_with(file)),
+            "{name} from {file}: {files}"
+        );
+    }
     assert_eq!(one.status.code(), Some(1), "{}", describe(&one));
     let text = stdout(&one);
     assert!(text.contains("CDS NACKED"), "{text}");
