@@ -339,9 +339,19 @@ async fn index(
     State(state): State<PageState>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let streams = state.handle.clients();
-    let mut all = rows(&streams);
-    drop(streams);
+    let all = rows(&state.handle.clients());
+    let mut out = String::with_capacity(16 * 1024);
+    out.push_str("<h1>xdsd</h1>");
+    server_section(&mut out, &state);
+    clients_section(&mut out, all, &query);
+    out.push_str("<h2>Configuration</h2>");
+    graph(&mut out, &state.handle.context().store.snapshot());
+    document("xdsd status", &out)
+}
+
+/// The summary of every client, then the page `?page=N` of those whose node id contains
+/// `?q=TEXT`: [`PAGE_SIZE`] rows, in the order of `all` (problems first).
+fn clients_section(out: &mut String, mut all: Vec<ClientRow>, query: &HashMap<String, String>) {
     let summary = Summary::of(&all);
     let filter = query.get("q").map(String::as_str).unwrap_or("");
     if !filter.is_empty() {
@@ -355,10 +365,6 @@ async fn index(
         .clamp(1, pages);
     let shown = &all[(page - 1) * PAGE_SIZE..(page * PAGE_SIZE).min(all.len())];
     let types = columns(&all);
-
-    let mut out = String::with_capacity(16 * 1024);
-    out.push_str("<h1>xdsd</h1>");
-    server_section(&mut out, &state);
     let _ = write!(
         out,
         "<h2>Clients</h2><div class=\"summary\" id=\"summary\">{}</div>\
@@ -367,9 +373,13 @@ async fn index(
         escape(&summary.line()),
         escape(filter)
     );
-    clients_table(&mut out, shown, &types);
+    clients_table(out, shown, &types);
     if pages > 1 {
-        let _ = write!(out, "<p>page {page} of {pages} ({} clients", all.len());
+        let _ = write!(
+            out,
+            "<p id=\"pages\">page {page} of {pages} ({} clients",
+            all.len()
+        );
         for (label, to) in [("previous", page - 1), ("next", page + 1)] {
             if (1..=pages).contains(&to) {
                 let _ = write!(
@@ -381,9 +391,6 @@ async fn index(
         }
         out.push_str(")</p>");
     }
-    out.push_str("<h2>Configuration</h2>");
-    graph(&mut out, &state.handle.context().store.snapshot());
-    document("xdsd status", &out)
 }
 
 async fn client(
@@ -683,5 +690,109 @@ mod tests {
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"
         );
         assert_eq!(query_value("a b&c<"), "a%20b%26c%3C");
+    }
+
+    fn client(id: String, state: TypeState) -> ClientRow {
+        ClientRow {
+            id,
+            cluster: "c".into(),
+            agent: String::new(),
+            types: vec![TypeRow {
+                type_url: types::CLUSTER.into(),
+                state,
+                version: "v".into(),
+                nack: None,
+                resources: Vec::new(),
+            }],
+        }
+    }
+
+    /// 10,000 clients, 3 of them NACKED, sorted as `rows` sorts them.
+    fn fleet() -> Vec<ClientRow> {
+        let mut all: Vec<ClientRow> = (0..10_000)
+            .map(|i| {
+                let state = if i % 4000 == 7 {
+                    TypeState::Nacked
+                } else {
+                    TypeState::Synced
+                };
+                client(format!("envoy-{i:05}"), state)
+            })
+            .collect();
+        all.sort_by(|a, b| b.state().cmp(&a.state()).then_with(|| a.id.cmp(&b.id)));
+        all
+    }
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn ten_thousand_clients_are_summed_up_and_shown_a_page_at_a_time_problems_first() {
+        let mut out = String::new();
+        clients_section(&mut out, fleet(), &HashMap::new());
+        assert!(
+            out.contains("10000 clients: 9997 synced, 3 NACKED"),
+            "{out}"
+        );
+        assert_eq!(out.matches("<tr class=\"client\">").count(), PAGE_SIZE);
+        assert!(out.contains("page 1 of 100 (10000 clients, <a href=\"/?page=2&amp;q=\">next</a>)"));
+        let first = out.find("envoy-00007").expect("a NACKED client on page 1");
+        let synced = out.find("envoy-00000").expect("then the synced ones");
+        assert!(first < synced);
+
+        let mut last = String::new();
+        clients_section(&mut last, fleet(), &query(&[("page", "100")]));
+        assert!(last.contains("page 100 of 100"), "{last}");
+        assert!(last.contains("envoy-09999"), "{last}");
+
+        let mut filtered = String::new();
+        clients_section(
+            &mut filtered,
+            fleet(),
+            &query(&[("q", "envoy-0999"), ("page", "7")]),
+        );
+        assert_eq!(filtered.matches("<tr class=\"client\">").count(), 10);
+        assert!(!filtered.contains("id=\"pages\""), "one page: {filtered}");
+        assert!(
+            filtered.contains("10000 clients"),
+            "the summary counts all: {filtered}"
+        );
+    }
+
+    #[test]
+    fn a_gated_rollout_shows_its_state() {
+        use crate::rollout::{Cohort, GateConfig, Rollout, Selector};
+        use crate::store::Store;
+        use crate::transport::grpc::XdsServer;
+        let store = Store::new();
+        let cohort = Cohort::new(vec![Selector::parse("node=canary-*").expect("a selector")]);
+        let rollout = Rollout::new(cohort, GateConfig::default(), store.clone());
+        let server = XdsServer::new(store).with_rollout(rollout);
+        let state = PageState {
+            handle: server.stats_handle(),
+            info: Arc::new(PageInfo {
+                version: "xdsd 9.9".into(),
+                source: "directory <d>".into(),
+            }),
+        };
+        let mut out = String::new();
+        server_section(&mut out, &state);
+        assert!(out.contains("<td id=\"rollout\"><b>idle</b>"), "{out}");
+        assert!(out.contains("node=canary-*"), "{out}");
+        assert!(out.contains("directory &lt;d&gt;"), "{out}");
+        let mut plain = String::new();
+        let server = XdsServer::new(Store::new());
+        server_section(
+            &mut plain,
+            &PageState {
+                handle: server.stats_handle(),
+                info: Arc::default(),
+            },
+        );
+        assert!(!plain.contains("rollout"), "{plain}");
     }
 }
