@@ -6,8 +6,9 @@ use anyhow::Context;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
-use xdsd_core::transport::admin::{serve_with, AdminTls};
+use xdsd_core::transport::admin::{serve_with_page, AdminTls};
 use xdsd_core::transport::grpc::StatsHandle;
+use xdsd_core::transport::page::PageInfo;
 use xdsd_core::transport::tls::TlsOptions;
 
 /// The default `--admin-listen`: loopback only, since the API shows every client's node.
@@ -45,11 +46,12 @@ pub async fn bind(listen: AdminListen) -> anyhow::Result<Option<tokio::net::TcpL
 }
 
 /// Serves the admin API on `listener` (nothing when it is off), over TLS with `tls`, until
-/// [`Admin::stop`].
+/// [`Admin::stop`]; its status page says the resources come from `source`.
 pub fn start(
     listener: Option<tokio::net::TcpListener>,
     tls: Option<TlsOptions>,
     handle: StatsHandle,
+    source: String,
 ) -> anyhow::Result<Option<Admin>> {
     let Some(listener) = listener else {
         return Ok(None);
@@ -60,7 +62,7 @@ pub fn start(
         .context("cannot set up TLS for the admin API")?;
     let bound = listener.local_addr().context("reading the admin address")?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    info!("admin API listening on {scheme}://{bound} (/healthz, /readyz, /clients, /config, /metrics)");
+    info!("admin API listening on {scheme}://{bound} (/ status page, /healthz, /readyz, /clients, /config, /metrics)");
     if tls.is_none() && !bound.ip().is_loopback() {
         warn!(
             addr = %bound,
@@ -68,7 +70,11 @@ pub fn start(
         );
     }
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve_with(listener, handle, tls, async move {
+    let info = PageInfo {
+        version: format!("xdsd {}", env!("CARGO_PKG_VERSION")),
+        source,
+    };
+    let task = tokio::spawn(serve_with_page(listener, handle, tls, info, async move {
         let _ = stopped.await;
     }));
     Ok(Some(Admin { stop, task }))

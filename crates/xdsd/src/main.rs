@@ -39,6 +39,7 @@ mod admin;
 #[cfg(test)]
 mod readme_flags;
 mod rest_json;
+mod status;
 mod tls_args;
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
@@ -48,7 +49,8 @@ mod tls_args;
 /// of YAML/JSON files that it watches for changes. `xdsd check` validates such a directory
 /// without serving it; `xdsd render` writes it as the DiscoveryResponse files that Envoy's
 /// filesystem subscriptions (path_config_source) read, and `xdsd serve --write-files` keeps such
-/// files up to date while it serves.
+/// files up to date while it serves. `xdsd status` shows which client has which version and who
+/// NACKed what (from CSDS); the admin address serves the same as a status page.
 #[derive(Parser, Debug)]
 #[command(name = "xdsd", version, propagate_version = true)]
 struct Cli {
@@ -160,6 +162,22 @@ enum Command {
     /// Exit status: 0 pushed (or nothing to do), 1 invalid resources, a conflict with another
     /// writer, an etcd error or a push not confirmed (nothing written), 2 usage error.
     Push(Box<push::PushArgs>),
+
+    /// Show which client has which version, and who NACKed what and why (a CSDS client).
+    ///
+    /// Asks a CSDS server (ClientStatusDiscoveryService: xdsd serves it on its --listen
+    /// address; any other CSDS server works too) for its clients. Without NODE: one line per
+    /// client (node id, cluster, user agent) with, per type, SYNCED (it ACKed the last response),
+    /// STALE (a response awaits its answer), NACKED (it rejected the last response) or NOT SENT,
+    /// with a short version; the NACKED and STALE rows first, then each NACK's message and the
+    /// files of the rejected resources, then a summary line (`12 clients: 11 synced, 1 NACKED`).
+    /// With NODE: that client's types, versions, NACKs and every resource it was sent.
+    ///
+    /// With --wait, asks again until every client is synced or --timeout passes: what a deploy
+    /// pipeline runs after a change. Colours only on a terminal (and not with NO_COLOR).
+    ///
+    /// Exit status: 0 every client synced, 1 not (or an error), 2 usage error.
+    Status(status::StatusArgs),
 }
 
 /// Where the resources come from and the rules they are checked by: shared by `check`,
@@ -861,6 +879,7 @@ fn main() -> ExitCode {
         Command::Check(args) => offline::check(args),
         Command::Render(args) => offline::render(args),
         Command::Push(args) => push::push(*args),
+        Command::Status(args) => status::run(args),
     }
 }
 
@@ -1098,12 +1117,13 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
     }
     // Ready (gRPC health, /readyz) while the source is healthy.
     let handle = server.stats_handle();
+    let described = source.describe();
     tokio::spawn(feed.ready(handle.clone()).follow(source));
     let admin_tls = match (args.admin_tls, args.tls.options()) {
         (true, Some(options)) => Some(options),
         _ => None,
     };
-    let admin = admin::start(admin_listener, admin_tls, handle)?;
+    let admin = admin::start(admin_listener, admin_tls, handle, described)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;

@@ -1,6 +1,7 @@
-//! The README's option table is checked against the CLI definitions: every option of `serve`,
-//! `check` and `render` has a row naming its flag, its environment variable and its default,
-//! and every row names an option that exists. On a mismatch the test prints the rows it expects
+//! The README's option tables are checked against the CLI definitions: every option of `serve`,
+//! `check` and `render` has a row in the first table naming its flag, its environment variable
+//! and its default, every option of `status` one in the `status` table, and every row names an
+//! option that exists. On a mismatch the test prints the rows it expects
 //! (flag, variable, default), so the table is regenerated from clap's definitions.
 
 use std::collections::BTreeMap;
@@ -14,12 +15,12 @@ struct Row {
     default: String,
 }
 
-/// The rows the CLI definitions call for, by long flag (`--listen`).
-fn expected() -> Result<BTreeMap<String, Row>, String> {
+/// The rows the CLI definitions of `commands` call for, by long flag (`--listen`).
+fn expected(commands: &[&str]) -> Result<BTreeMap<String, Row>, String> {
     let cli = super::Cli::command();
     let mut rows = BTreeMap::new();
     let mut missing_env = Vec::new();
-    for name in ["serve", "check", "render"] {
+    for name in commands.iter().copied() {
         let sub = cli
             .find_subcommand(name)
             .ok_or_else(|| format!("no subcommand {name}"))?;
@@ -67,9 +68,9 @@ fn expected() -> Result<BTreeMap<String, Row>, String> {
     }
 }
 
-/// The README's rows, by the flag at the start of the first cell (`` `--listen ADDR` ``).
-fn documented(readme: &str) -> Result<BTreeMap<String, Row>, String> {
-    let header = "| option | variable | default | |";
+/// The rows of the README's table under `header`, by the flag at the start of the first cell
+/// (`` `--listen ADDR` ``).
+fn documented(readme: &str, header: &str) -> Result<BTreeMap<String, Row>, String> {
     let start = readme
         .find(header)
         .ok_or_else(|| format!("README has no table starting {header:?}"))?;
@@ -104,9 +105,21 @@ fn documented(readme: &str) -> Result<BTreeMap<String, Row>, String> {
 
 #[test]
 fn the_readme_option_table_lists_every_flag_with_its_variable_and_default() {
-    let expected = expected().unwrap();
+    check_table(
+        &["serve", "check", "render"],
+        "| option | variable | default | |",
+    );
+}
+
+#[test]
+fn the_readme_status_table_lists_every_flag_of_status_with_its_variable_and_default() {
+    check_table(&["status"], "| status option | variable | default | |");
+}
+
+fn check_table(commands: &[&str], header: &str) {
+    let expected = expected(commands).unwrap();
     let readme = include_str!("../../../README.md");
-    let documented = documented(readme).unwrap();
+    let documented = documented(readme, header).unwrap();
     let mut problems = Vec::new();
     for (flag, row) in &expected {
         match documented.get(flag) {
@@ -129,7 +142,7 @@ fn the_readme_option_table_lists_every_flag_with_its_variable_and_default() {
             .map(|(flag, row)| format!("| `{flag}` | {} | {} | |", row.variable, row.default))
             .collect();
         panic!(
-            "README option table out of date:\n{}\nrows from the CLI:\n{}",
+            "README table {header:?} out of date:\n{}\nrows from the CLI:\n{}",
             problems.join("\n"),
             generated.join("\n")
         );

@@ -6,6 +6,7 @@
 //! - `GET /config?node=ID`: what a client with that node would be served (see [`config_json`]);
 //!   with `&contents=1`, each resource's message too, in proto3 JSON.
 //! - `GET /metrics`: Prometheus metrics, OpenMetrics text (see `metrics`).
+//! - `GET /` and `GET /client?node=ID`: the status page, HTML (see `page`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,12 +31,19 @@ use super::csds::{nack_details, resource_status};
 use super::fetch;
 use super::grpc::{StatsHandle, DEFAULT_PREFACE_TIMEOUT};
 use super::metrics::CONTENT_TYPE;
+use super::page::{self, PageInfo};
 use super::rest::JsonCodec;
 use super::tls::{Listener, TlsError, TlsOptions, TlsState};
 use crate::protocol::sotw::{SotwResources, SotwResponse};
 
 /// The admin API's routes over a server's `handle`.
 pub fn router(handle: StatsHandle) -> Router {
+    router_with_page(handle, PageInfo::default())
+}
+
+/// The admin API's routes, the status page saying `info` about the program.
+pub fn router_with_page(handle: StatsHandle, info: PageInfo) -> Router {
+    let page = page::routes(handle.clone(), info);
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -46,6 +54,7 @@ pub fn router(handle: StatsHandle) -> Router {
         .route("/rollout/promote", post(rollout_promote))
         .route("/rollout/abort", post(rollout_abort))
         .with_state(handle)
+        .merge(page)
 }
 
 /// Serves the admin API on `listener` until `signal` completes.
@@ -55,6 +64,20 @@ pub async fn serve(
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     serve_with(listener, handle, None, signal).await
+}
+
+/// Like [`serve_with`], the status page saying `info` about the program.
+pub async fn serve_with_page(
+    listener: TcpListener,
+    handle: StatsHandle,
+    tls: Option<AdminTls>,
+    info: PageInfo,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = Listener::new(listener, tls.map(|t| t.0), DEFAULT_PREFACE_TIMEOUT);
+    axum::serve(listener, router_with_page(handle, info))
+        .with_graceful_shutdown(signal)
+        .await
 }
 
 /// TLS (and with a client CA, mutual TLS) for the admin API: its certificate files are read

@@ -39,4 +39,6 @@ mod rest;
 mod serve_source;
 mod sizes;
 mod slow_clients;
+mod status_cli;
+mod status_page;
 mod write_files;

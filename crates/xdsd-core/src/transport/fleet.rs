@@ -1,0 +1,444 @@
+//! The fleet at a glance: a CSDS answer (`ClientStatusResponse`, from xdsd or any CSDS server)
+//! read as one row per client and one state per type — `SYNCED`, `STALE`, `NACKED` or
+//! `NOT SENT` — the way `xdsd status` prints it and the admin status page shows it.
+//!
+//! Only what CSDS carries is read: the node, and per type and resource the config and client
+//! status, the version and the error state. xdsd's CSDS names the files of a NACKed response's
+//! resources at the end of the error's details (`message [from file (resource #1), ...]`, see
+//! `csds::nack_details`); they are split off as the NACK's origins.
+
+use envoy_types::pb::envoy::admin::v3::ClientResourceStatus;
+use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
+use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
+use serde_json::{json, Value};
+
+use crate::types;
+
+/// Where a client stands with one type, worst last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TypeState {
+    /// It ACKed the last response it was sent.
+    Synced,
+    /// Nothing sent yet of a type it asked for.
+    NotSent,
+    /// A response awaits its ACK (or the client's answer is not known).
+    Stale,
+    /// It rejected the last response.
+    Nacked,
+}
+
+impl TypeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TypeState::Synced => "SYNCED",
+            TypeState::NotSent => "NOT SENT",
+            TypeState::Stale => "STALE",
+            TypeState::Nacked => "NACKED",
+        }
+    }
+
+    /// The state of one CSDS entry.
+    pub fn of(g: &GenericXdsConfig) -> TypeState {
+        let config = ConfigStatus::try_from(g.config_status).unwrap_or(ConfigStatus::Unknown);
+        let client = ClientResourceStatus::try_from(g.client_status)
+            .unwrap_or(ClientResourceStatus::Unknown);
+        if client == ClientResourceStatus::Nacked || config == ConfigStatus::Error {
+            TypeState::Nacked
+        } else if config == ConfigStatus::NotSent {
+            TypeState::NotSent
+        } else if config == ConfigStatus::Stale {
+            TypeState::Stale
+        } else if config == ConfigStatus::Synced || client == ClientResourceStatus::Acked {
+            TypeState::Synced
+        } else {
+            TypeState::Stale
+        }
+    }
+}
+
+/// A client's NACK of a type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NackInfo {
+    /// The client's message.
+    pub message: String,
+    /// The files (or keys) of the rejected resources, when the server names them.
+    pub origins: Vec<String>,
+    /// The version rejected.
+    pub version: String,
+}
+
+/// One resource a client was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceRow {
+    pub name: String,
+    /// The version of the response it came in that the client runs (ACKed); the resource's own
+    /// version when known (CSDS has no field for it: `xdsd status --admin` reads it from xdsd's
+    /// admin API).
+    pub version: String,
+    pub state: TypeState,
+    /// The file (or key) it came from, when known (from xdsd's admin API, as the version).
+    pub origin: String,
+}
+
+/// One type of one client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeRow {
+    pub type_url: String,
+    pub state: TypeState,
+    /// The version the client runs (its last ACKed), empty when none.
+    pub version: String,
+    pub nack: Option<NackInfo>,
+    pub resources: Vec<ResourceRow>,
+}
+
+/// One client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientRow {
+    pub id: String,
+    pub cluster: String,
+    /// The client's user agent and its version ("envoy 1.40.0", "gRPC Go 1.70.0").
+    pub agent: String,
+    pub types: Vec<TypeRow>,
+}
+
+impl ClientRow {
+    /// Its worst type's state (SYNCED with no types).
+    pub fn state(&self) -> TypeState {
+        self.types
+            .iter()
+            .map(|t| t.state)
+            .max()
+            .unwrap_or(TypeState::Synced)
+    }
+
+    pub fn type_row(&self, type_url: &str) -> Option<&TypeRow> {
+        self.types.iter().find(|t| t.type_url == type_url)
+    }
+}
+
+/// The short name of a type ("CDS"), or the last part of its URL.
+pub fn short_type(type_url: &str) -> &str {
+    match type_url {
+        types::LISTENER => "LDS",
+        types::ROUTE_CONFIGURATION => "RDS",
+        types::SCOPED_ROUTE_CONFIGURATION => "SRDS",
+        types::VIRTUAL_HOST => "VHDS",
+        types::CLUSTER => "CDS",
+        types::CLUSTER_LOAD_ASSIGNMENT => "EDS",
+        types::SECRET => "SDS",
+        types::RUNTIME => "RTDS",
+        types::TYPED_EXTENSION_CONFIG => "ECDS",
+        other => other.rsplit(['.', '/']).next().unwrap_or(other),
+    }
+}
+
+/// The order types are shown in: the well-known ones in xDS order, then the others by URL.
+fn type_rank(type_url: &str) -> (usize, &str) {
+    const ORDER: [&str; 9] = [
+        types::LISTENER,
+        types::ROUTE_CONFIGURATION,
+        types::SCOPED_ROUTE_CONFIGURATION,
+        types::VIRTUAL_HOST,
+        types::CLUSTER,
+        types::CLUSTER_LOAD_ASSIGNMENT,
+        types::SECRET,
+        types::RUNTIME,
+        types::TYPED_EXTENSION_CONFIG,
+    ];
+    let rank = ORDER
+        .iter()
+        .position(|t| *t == type_url)
+        .unwrap_or(ORDER.len());
+    (rank, type_url)
+}
+
+/// A version cut to its first 8 characters.
+pub fn short_version(version: &str) -> &str {
+    match version.char_indices().nth(8) {
+        Some((at, _)) => &version[..at],
+        None => version,
+    }
+}
+
+/// Splits xdsd's `message [from a, b]` details into the message and the origins.
+pub fn split_details(details: &str) -> (String, Vec<String>) {
+    if let Some(at) = details.rfind(" [from ") {
+        if let Some(list) = details[at + 7..].strip_suffix(']') {
+            let origins = list
+                .split(", ")
+                .filter(|o| !o.is_empty())
+                .map(str::to_owned)
+                .collect();
+            return (details[..at].to_owned(), origins);
+        }
+    }
+    (details.to_owned(), Vec::new())
+}
+
+/// One client of a CSDS answer as a row.
+pub fn client_row(config: &ClientConfig) -> ClientRow {
+    let node = config.node.clone().unwrap_or_default();
+    let version = match &node.user_agent_version_type {
+        Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),
+        Some(UserAgentVersionType::UserAgentBuildVersion(b)) => b
+            .version
+            .as_ref()
+            .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
+            .unwrap_or_default(),
+        None => String::new(),
+    };
+    let agent = [node.user_agent_name.as_str(), version.as_str()]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut types: Vec<TypeRow> = Vec::new();
+    for g in &config.generic_xds_configs {
+        let state = TypeState::of(g);
+        let at = match types.iter().position(|t| t.type_url == g.type_url) {
+            Some(at) => at,
+            None => {
+                types.push(TypeRow {
+                    type_url: g.type_url.clone(),
+                    state,
+                    version: g.version_info.clone(),
+                    nack: None,
+                    resources: Vec::new(),
+                });
+                types.len() - 1
+            }
+        };
+        let t = &mut types[at];
+        t.state = t.state.max(state);
+        if t.version.is_empty() {
+            t.version = g.version_info.clone();
+        }
+        if t.nack.is_none() && state == TypeState::Nacked {
+            if let Some(e) = &g.error_state {
+                let (message, origins) = split_details(&e.details);
+                t.nack = Some(NackInfo {
+                    message,
+                    origins,
+                    version: e.version_info.clone(),
+                });
+            }
+        }
+        if !g.name.is_empty() {
+            t.resources.push(ResourceRow {
+                name: g.name.clone(),
+                version: g.version_info.clone(),
+                state,
+                origin: String::new(),
+            });
+        }
+    }
+    types.sort_by(|a, b| type_rank(&a.type_url).cmp(&type_rank(&b.type_url)));
+    ClientRow {
+        id: node.id,
+        cluster: node.cluster,
+        agent,
+        types,
+    }
+}
+
+/// Every client of a CSDS answer, NACKED first, then STALE, NOT SENT and SYNCED, each by id.
+pub fn client_rows(configs: &[ClientConfig]) -> Vec<ClientRow> {
+    let mut rows: Vec<ClientRow> = configs.iter().map(client_row).collect();
+    rows.sort_by(|a, b| b.state().cmp(&a.state()).then_with(|| a.id.cmp(&b.id)));
+    rows
+}
+
+/// The types any of `rows` has, in display order.
+pub fn columns(rows: &[ClientRow]) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    for r in rows {
+        for t in &r.types {
+            if !all.contains(&t.type_url) {
+                all.push(t.type_url.clone());
+            }
+        }
+    }
+    all.sort_by(|a, b| type_rank(a).cmp(&type_rank(b)));
+    all
+}
+
+/// How many clients are in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub clients: usize,
+    pub synced: usize,
+    pub nacked: usize,
+    pub stale: usize,
+    pub not_sent: usize,
+}
+
+impl Summary {
+    pub fn of<'a>(rows: impl IntoIterator<Item = &'a ClientRow>) -> Summary {
+        let mut s = Summary::default();
+        for r in rows {
+            s.clients += 1;
+            match r.state() {
+                TypeState::Synced => s.synced += 1,
+                TypeState::Nacked => s.nacked += 1,
+                TypeState::Stale => s.stale += 1,
+                TypeState::NotSent => s.not_sent += 1,
+            }
+        }
+        s
+    }
+
+    /// Every client synced (true with none).
+    pub fn all_synced(&self) -> bool {
+        self.synced == self.clients
+    }
+
+    /// `12 clients: 11 synced, 1 NACKED`.
+    pub fn line(&self) -> String {
+        let noun = if self.clients == 1 {
+            "client"
+        } else {
+            "clients"
+        };
+        let mut parts = vec![format!("{} synced", self.synced)];
+        for (n, what) in [
+            (self.nacked, "NACKED"),
+            (self.stale, "STALE"),
+            (self.not_sent, "NOT SENT"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {what}"));
+            }
+        }
+        format!("{} {noun}: {}", self.clients, parts.join(", "))
+    }
+}
+
+/// The rows as `xdsd status --output json` writes them.
+pub fn rows_json(rows: &[ClientRow]) -> Value {
+    let summary = Summary::of(rows);
+    json!({
+        "clients": rows.iter().map(row_json).collect::<Vec<_>>(),
+        "summary": {
+            "clients": summary.clients,
+            "synced": summary.synced,
+            "nacked": summary.nacked,
+            "stale": summary.stale,
+            "not_sent": summary.not_sent,
+        },
+    })
+}
+
+pub fn row_json(r: &ClientRow) -> Value {
+    json!({
+        "id": r.id,
+        "cluster": r.cluster,
+        "agent": r.agent,
+        "state": r.state().as_str(),
+        "types": r.types.iter().map(|t| json!({
+            "type_url": t.type_url,
+            "type": short_type(&t.type_url),
+            "state": t.state.as_str(),
+            "version": t.version,
+            "nack": t.nack.as_ref().map(|n| json!({
+                "message": n.message,
+                "origins": n.origins,
+                "version": n.version,
+            })),
+            "resources": t.resources.iter().map(|res| json!({
+                "name": res.name,
+                "version": res.version,
+                "state": res.state.as_str(),
+                "origin": (!res.origin.is_empty()).then_some(&res.origin),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::admin::v3::UpdateFailureState;
+    use envoy_types::pb::envoy::config::core::v3::Node;
+
+    fn entry(
+        type_url: &str,
+        name: &str,
+        config: ConfigStatus,
+        client: ClientResourceStatus,
+    ) -> GenericXdsConfig {
+        GenericXdsConfig {
+            type_url: type_url.into(),
+            name: name.into(),
+            version_info: "0123456789abcdef".into(),
+            config_status: config as i32,
+            client_status: client as i32,
+            ..Default::default()
+        }
+    }
+
+    fn client(id: &str, entries: Vec<GenericXdsConfig>) -> ClientConfig {
+        ClientConfig {
+            node: Some(Node {
+                id: id.into(),
+                ..Default::default()
+            }),
+            generic_xds_configs: entries,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_nack_is_the_types_state_with_its_message_and_origins_and_sorts_first() {
+        let mut nacked = entry(
+            types::CLUSTER,
+            "broken",
+            ConfigStatus::Error,
+            ClientResourceStatus::Nacked,
+        );
+        nacked.error_state = Some(UpdateFailureState {
+            details: "port 70000 out of range [from c/broken.yaml (resource #1), x.yaml]".into(),
+            version_info: "fedcba98".into(),
+            ..Default::default()
+        });
+        let ok = entry(
+            types::CLUSTER,
+            "service",
+            ConfigStatus::Synced,
+            ClientResourceStatus::Acked,
+        );
+        let rows = client_rows(&[
+            client("a-synced", vec![ok.clone()]),
+            client("b-nacked", vec![ok, nacked]),
+            client(
+                "c-stale",
+                vec![entry(
+                    types::LISTENER,
+                    "",
+                    ConfigStatus::Stale,
+                    ClientResourceStatus::Requested,
+                )],
+            ),
+        ]);
+        let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["b-nacked", "c-stale", "a-synced"]);
+        let cds = rows[0].type_row(types::CLUSTER).unwrap();
+        assert_eq!(cds.state, TypeState::Nacked);
+        let nack = cds.nack.as_ref().unwrap();
+        assert_eq!(nack.message, "port 70000 out of range");
+        assert_eq!(nack.origins, ["c/broken.yaml (resource #1)", "x.yaml"]);
+        assert_eq!(cds.resources.len(), 2);
+        let summary = Summary::of(&rows);
+        assert_eq!(summary.line(), "3 clients: 1 synced, 1 NACKED, 1 STALE");
+        assert!(!summary.all_synced());
+        assert_eq!(columns(&rows), [types::LISTENER, types::CLUSTER]);
+    }
+
+    #[test]
+    fn details_without_origins_are_the_message() {
+        assert_eq!(split_details("bad"), ("bad".to_owned(), vec![]));
+        assert_eq!(short_version("0123456789"), "01234567");
+        assert_eq!(short_type("type.googleapis.com/foo.v1.Thing"), "Thing");
+    }
+}

@@ -1,0 +1,798 @@
+//! The admin API's status page, plain HTML with no external assets (a small inline script
+//! reloads it every few seconds; `?refresh=0` turns that off):
+//!
+//! - `GET /`: the server (version, source, generation, readiness, a gated rollout's state), the
+//!   clients as `xdsd status` prints them — NACKED and STALE first, each NACK's message and
+//!   origins under its row — and the configuration graph (listeners -> routes -> clusters ->
+//!   endpoints, from the store's reference index) as inline SVG, dangling references and unused
+//!   resources marked.
+//! - `GET /client?node=ID`: one client's streams, and per type its state, versions, NACK and
+//!   the resources it was sent (name, version, origin).
+//!
+//! At scale: the summary line counts every client; the table shows [`PAGE_SIZE`] clients a page
+//! (`?page=N`, NACKED and STALE first, so problems are on the first page) and can be narrowed to
+//! node ids containing a text (`?q=TEXT`); the graph draws at most [`MAX_GRAPH_NODES`] resources
+//! of each type (problems first) and counts the rest. Everything a client or a file controls
+//! (node ids, messages, names, origins) is escaped.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use super::clients::{ClientStatus, TypeStatus};
+use super::fleet::{
+    columns, short_type, short_version, ClientRow, NackInfo, Summary, TypeRow, TypeState,
+};
+use super::grpc::StatsHandle;
+use crate::store::Snapshot;
+use crate::types;
+
+/// Clients shown per page of `GET /`.
+pub const PAGE_SIZE: usize = 100;
+
+/// Resources of each type drawn in the graph; the others are counted.
+pub const MAX_GRAPH_NODES: usize = 200;
+
+/// What the page says about the program serving it.
+#[derive(Debug, Clone, Default)]
+pub struct PageInfo {
+    /// The program's version ("xdsd 0.1.0").
+    pub version: String,
+    /// Where the resources come from ("directory /etc/xdsd").
+    pub source: String,
+}
+
+#[derive(Clone)]
+struct PageState {
+    handle: StatsHandle,
+    info: Arc<PageInfo>,
+}
+
+/// The page's routes (`/`, `/client`), to merge into the admin router.
+pub fn routes(handle: StatsHandle, info: PageInfo) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/client", get(client))
+        .with_state(PageState {
+            handle,
+            info: Arc::new(info),
+        })
+}
+
+/// `text` with the HTML metacharacters escaped, for element content and quoted attributes.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` as a URL query value.
+fn query_value(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}\
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}h3{font-size:1em;margin:1em 0 .2em}\
+table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}\
+th{background:#f3f3f3}code,.mono{font-family:ui-monospace,monospace}\
+.SYNCED{color:#176b2c}.STALE{color:#8a5a00;background:#fff6d6}\
+.NACKED{color:#fff;background:#c62828;font-weight:bold}.NOT_SENT{color:#777}\
+tr.nack td{background:#fdecea;color:#7f1d1d}.server td:first-child{color:#555}\
+.summary{font-weight:bold;margin:.6em 0}svg text{font:12px ui-monospace,monospace}.muted{color:#777}";
+
+const REFRESH: &str = "<script>if(!/[?&]refresh=0/.test(location.search))\
+setTimeout(function(){location.reload()},5000)</script>";
+
+fn document(title: &str, body: &str) -> Response {
+    let html = format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\
+         <style>{STYLE}</style></head><body>{body}{REFRESH}</body></html>",
+        escape(title)
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response()
+}
+
+/// A type's state as the page (and `xdsd status`, through CSDS) shows it.
+fn type_state(t: &TypeStatus) -> TypeState {
+    if t.nacked {
+        TypeState::Nacked
+    } else if t.last_sent.is_none() {
+        TypeState::NotSent
+    } else if t.pending {
+        TypeState::Stale
+    } else {
+        TypeState::Synced
+    }
+}
+
+fn type_row(t: &TypeStatus) -> TypeRow {
+    TypeRow {
+        type_url: t.type_url.to_string(),
+        state: type_state(t),
+        version: t
+            .last_ack
+            .as_ref()
+            .map(|a| a.version.to_string())
+            .unwrap_or_default(),
+        nack: t.last_nack.as_ref().filter(|_| t.nacked).map(|n| NackInfo {
+            message: n.message.clone(),
+            origins: n.origins.iter().map(|o| o.to_string()).collect(),
+            version: n.version.as_deref().unwrap_or("").to_owned(),
+        }),
+        resources: Vec::new(),
+    }
+}
+
+/// The streams as client rows (the streams of one node id are one client, as in CSDS), without
+/// their resources: what the table needs.
+fn rows(streams: &[ClientStatus]) -> Vec<ClientRow> {
+    let mut rows: Vec<ClientRow> = Vec::new();
+    let mut by_id: HashMap<&str, usize> = HashMap::new();
+    for s in streams {
+        let node = s.node.as_ref();
+        let id = node.map(|n| n.id.as_str()).unwrap_or("");
+        let at = match by_id.get(id).filter(|_| !id.is_empty()) {
+            Some(at) => *at,
+            None => {
+                let agent = node
+                    .map(|n| {
+                        [n.user_agent_name.as_str(), n.user_agent_version.as_str()]
+                            .iter()
+                            .filter(|s| !s.is_empty())
+                            .copied()
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .unwrap_or_default();
+                rows.push(ClientRow {
+                    id: id.to_owned(),
+                    cluster: node.map(|n| n.cluster.clone()).unwrap_or_default(),
+                    agent,
+                    types: Vec::new(),
+                });
+                by_id.insert(id, rows.len() - 1);
+                rows.len() - 1
+            }
+        };
+        rows[at].types.extend(s.types.iter().map(type_row));
+    }
+    rows.sort_by(|a, b| b.state().cmp(&a.state()).then_with(|| a.id.cmp(&b.id)));
+    rows
+}
+
+fn state_class(state: TypeState) -> &'static str {
+    match state {
+        TypeState::NotSent => "NOT_SENT",
+        other => other.as_str(),
+    }
+}
+
+fn client_link(id: &str) -> String {
+    format!(
+        "<a class=\"node\" href=\"/client?node={}\">{}</a>",
+        query_value(id),
+        escape(if id.is_empty() { "(no node yet)" } else { id })
+    )
+}
+
+fn origins(list: &[String]) -> String {
+    if list.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = list
+        .iter()
+        .map(|o| format!("<code class=\"origin\">{}</code>", escape(o)))
+        .collect();
+    format!(" <span class=\"origins\">from {}</span>", names.join(", "))
+}
+
+/// The clients table: one row per client, a row under it per NACK with its message and origins.
+fn clients_table(out: &mut String, rows: &[ClientRow], types: &[String]) {
+    out.push_str("<table id=\"clients\"><tr><th>node</th><th>cluster</th><th>agent</th>");
+    for t in types {
+        let _ = write!(
+            out,
+            "<th title=\"{}\">{}</th>",
+            escape(t),
+            escape(short_type(t))
+        );
+    }
+    out.push_str("</tr>");
+    for r in rows {
+        let _ = write!(
+            out,
+            "<tr class=\"client\"><td>{}</td><td>{}</td><td>{}</td>",
+            client_link(&r.id),
+            escape(&r.cluster),
+            escape(&r.agent)
+        );
+        for t in types {
+            match r
+                .types
+                .iter()
+                .filter(|x| &x.type_url == t)
+                .max_by_key(|x| x.state)
+            {
+                Some(x) => {
+                    let _ = write!(
+                        out,
+                        "<td class=\"{}\">{} <span class=\"mono\">{}</span></td>",
+                        state_class(x.state),
+                        x.state.as_str(),
+                        escape(short_version(&x.version))
+                    );
+                }
+                None => out.push_str("<td class=\"muted\">-</td>"),
+            }
+        }
+        out.push_str("</tr>");
+        for t in &r.types {
+            if let Some(n) = &t.nack {
+                let version = if n.version.is_empty() {
+                    String::new()
+                } else {
+                    format!(" version {}", escape(short_version(&n.version)))
+                };
+                let _ = write!(
+                    out,
+                    "<tr class=\"nack\"><td colspan=\"{}\">{} NACKED{version}: \
+                     <span class=\"message\">{}</span>{}</td></tr>",
+                    3 + types.len(),
+                    escape(short_type(&t.type_url)),
+                    escape(&n.message),
+                    origins(&n.origins)
+                );
+            }
+        }
+    }
+    out.push_str("</table>");
+}
+
+fn server_section(out: &mut String, state: &PageState) {
+    let ctx = state.handle.context();
+    let snapshot = ctx.store.snapshot();
+    let readiness = if state.handle.serving() {
+        "<span class=\"SYNCED\">ready</span>"
+    } else if state.handle.shutting_down() {
+        "<span class=\"NACKED\">shutting down</span>"
+    } else {
+        "<span class=\"STALE\">not ready</span>"
+    };
+    let _ = write!(
+        out,
+        "<table class=\"server\"><tr><td>version</td><td>{}</td></tr>\
+         <tr><td>source</td><td>{}</td></tr>\
+         <tr><td>generation</td><td id=\"generation\">{}</td></tr>\
+         <tr><td>readiness</td><td id=\"readiness\">{readiness}</td></tr>",
+        escape(&state.info.version),
+        escape(&state.info.source),
+        snapshot.generation()
+    );
+    let versions: Vec<String> = snapshot
+        .types()
+        .map(|t| {
+            format!(
+                "{} <span class=\"mono\">{}</span> ({})",
+                escape(short_type(t.type_url())),
+                escape(short_version(t.version())),
+                t.len()
+            )
+        })
+        .collect();
+    let _ = write!(
+        out,
+        "<tr><td>resources</td><td>{}</td></tr>",
+        versions.join(", ")
+    );
+    if let Some(rollout) = &ctx.rollout {
+        let status = rollout.status_json();
+        let name = status["state"].as_str().unwrap_or("?");
+        let candidate = status["candidate"]["generation"]
+            .as_u64()
+            .map(|g| format!(", candidate generation {g}"))
+            .unwrap_or_default();
+        let canaries = status["canaries"].as_array().map(Vec::len).unwrap_or(0);
+        let _ = write!(
+            out,
+            "<tr><td>rollout</td><td id=\"rollout\"><b>{}</b>{}, {} canaries \
+             <details><summary>details</summary><pre>{}</pre></details></td></tr>",
+            escape(name),
+            escape(&candidate),
+            canaries,
+            escape(&serde_json::to_string_pretty(&status).unwrap_or_default())
+        );
+    }
+    out.push_str("</table>");
+}
+
+async fn index(
+    State(state): State<PageState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let all = rows(&state.handle.clients());
+    let mut out = String::with_capacity(16 * 1024);
+    out.push_str("<h1>xdsd</h1>");
+    server_section(&mut out, &state);
+    clients_section(&mut out, all, &query);
+    out.push_str("<h2>Configuration</h2>");
+    graph(&mut out, &state.handle.context().store.snapshot());
+    document("xdsd status", &out)
+}
+
+/// The summary of every client, then the page `?page=N` of those whose node id contains
+/// `?q=TEXT`: [`PAGE_SIZE`] rows, in the order of `all` (problems first).
+fn clients_section(out: &mut String, mut all: Vec<ClientRow>, query: &HashMap<String, String>) {
+    let summary = Summary::of(&all);
+    let filter = query.get("q").map(String::as_str).unwrap_or("");
+    if !filter.is_empty() {
+        all.retain(|r| r.id.contains(filter));
+    }
+    let pages = all.len().div_ceil(PAGE_SIZE).max(1);
+    let page = query
+        .get("page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(1)
+        .clamp(1, pages);
+    let shown = &all[(page - 1) * PAGE_SIZE..(page * PAGE_SIZE).min(all.len())];
+    let types = columns(&all);
+    let _ = write!(
+        out,
+        "<h2>Clients</h2><div class=\"summary\" id=\"summary\">{}</div>\
+         <form method=\"get\" action=\"/\">node id contains <input name=\"q\" value=\"{}\"> \
+         <button>filter</button></form>",
+        escape(&summary.line()),
+        escape(filter)
+    );
+    clients_table(out, shown, &types);
+    if pages > 1 {
+        let _ = write!(
+            out,
+            "<p id=\"pages\">page {page} of {pages} ({} clients",
+            all.len()
+        );
+        for (label, to) in [("previous", page - 1), ("next", page + 1)] {
+            if (1..=pages).contains(&to) {
+                let _ = write!(
+                    out,
+                    ", <a href=\"/?page={to}&amp;q={}\">{label}</a>",
+                    query_value(filter)
+                );
+            }
+        }
+        out.push_str(")</p>");
+    }
+}
+
+async fn client(
+    State(state): State<PageState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(id) = query.get("node") else {
+        return (StatusCode::BAD_REQUEST, "GET /client needs ?node=ID\n").into_response();
+    };
+    let streams: Vec<ClientStatus> = state
+        .handle
+        .clients()
+        .into_iter()
+        .filter(|c| c.node.as_ref().map(|n| n.id.as_str()).unwrap_or("") == id)
+        .collect();
+    let mut out = String::with_capacity(8 * 1024);
+    let _ = write!(
+        out,
+        "<p><a href=\"/\">&larr; all clients</a></p><h1>client <span id=\"node\">{}</span></h1>",
+        escape(id)
+    );
+    if streams.is_empty() {
+        out.push_str("<p>No connected client has this node id.</p>");
+        let mut response = document("xdsd client", &out);
+        *response.status_mut() = StatusCode::NOT_FOUND;
+        return response;
+    }
+    if let Some(node) = streams.iter().find_map(|s| s.node.as_ref()) {
+        let _ = write!(
+            out,
+            "<table class=\"server\"><tr><td>cluster</td><td>{}</td></tr>\
+             <tr><td>agent</td><td>{} {}</td></tr></table>",
+            escape(&node.cluster),
+            escape(&node.user_agent_name),
+            escape(&node.user_agent_version)
+        );
+    }
+    for s in &streams {
+        let _ = write!(
+            out,
+            "<h2>stream {} ({}, {}{})</h2>",
+            s.stream,
+            if s.ads { "ADS" } else { "per-type" },
+            s.variant,
+            s.peer
+                .map(|p| format!(", from {}", escape(&p.to_string())))
+                .unwrap_or_default()
+        );
+        for t in &s.types {
+            client_type(&mut out, t);
+        }
+    }
+    document(&format!("xdsd client {id}"), &out)
+}
+
+/// One type of a client's page: its state, versions, NACK and resources.
+fn client_type(out: &mut String, t: &TypeStatus) {
+    let state = type_state(t);
+    let sent = t.last_sent.as_ref();
+    let _ = write!(
+        out,
+        "<h3>{} <span class=\"{}\">{}</span></h3>\
+         <p class=\"muted\">{}: sent version {}, ACKed version {}</p>",
+        escape(short_type(&t.type_url)),
+        state_class(state),
+        state.as_str(),
+        escape(&t.type_url),
+        escape(sent.map(|s| &*s.version).unwrap_or("-")),
+        escape(t.last_ack.as_ref().map(|a| &*a.version).unwrap_or("-"))
+    );
+    if let Some(n) = t.last_nack.as_ref().filter(|_| t.nacked) {
+        let names: Vec<String> = n.origins.iter().map(|o| o.to_string()).collect();
+        let _ = write!(
+            out,
+            "<table><tr class=\"nack\"><td>NACK of version {}: \
+             <span class=\"message\">{}</span>{}</td></tr></table>",
+            escape(n.version.as_deref().unwrap_or("?")),
+            escape(&n.message),
+            origins(&names)
+        );
+    }
+    let Some(sent) = sent else { return };
+    out.push_str(
+        "<table class=\"resources\"><tr><th>resource</th><th>version</th><th>origin</th></tr>",
+    );
+    for r in sent.resources.iter() {
+        let _ = write!(
+            out,
+            "<tr><td class=\"mono\">{}</td><td class=\"mono\">{}</td><td>{}</td></tr>",
+            escape(r.name()),
+            escape(short_version(r.version())),
+            escape(r.origin().map(|o| &**o).unwrap_or("-"))
+        );
+    }
+    out.push_str("</table>");
+    if sent.resource_count > sent.resources.len() {
+        let _ = write!(
+            out,
+            "<p class=\"muted\">the first {} of the {} resources of the last response</p>",
+            sent.resources.len(),
+            sent.resource_count
+        );
+    }
+}
+
+/// The graph's columns: listeners, routes, clusters, endpoints.
+const GRAPH_TYPES: [&str; 4] = [
+    types::LISTENER,
+    types::ROUTE_CONFIGURATION,
+    types::CLUSTER,
+    types::CLUSTER_LOAD_ASSIGNMENT,
+];
+
+const COLUMN: usize = 250;
+const NODE_W: usize = 200;
+const ROW: usize = 26;
+const TOP: usize = 30;
+const LABEL_CHARS: usize = 26;
+
+/// A name cut to fit a node's box.
+fn label(name: &str) -> String {
+    if name.chars().count() <= LABEL_CHARS {
+        name.to_owned()
+    } else {
+        let cut: String = name.chars().take(LABEL_CHARS - 1).collect();
+        format!("{cut}…")
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mark {
+    Used,
+    Unused,
+    Missing,
+}
+
+/// The configuration graph as inline SVG: one column per type, an edge per reference between
+/// them; a reference to a resource the store does not have is drawn to a red dashed node
+/// ("missing"), a route, cluster or endpoint resource nothing refers to is grey and dashed
+/// ("unused").
+fn graph(out: &mut String, snapshot: &Snapshot) {
+    let mut referenced: BTreeSet<(usize, String)> = BTreeSet::new();
+    let mut edges: Vec<((usize, String), (usize, String))> = Vec::new();
+    let mut missing: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for (col, t) in GRAPH_TYPES.iter().enumerate() {
+        let Some(ts) = snapshot.get(t) else { continue };
+        for r in ts.iter() {
+            for reference in r.references() {
+                let Some(to) = GRAPH_TYPES.iter().position(|g| *g == reference.type_url) else {
+                    continue;
+                };
+                referenced.insert((to, reference.name.to_string()));
+                if snapshot
+                    .resource(reference.type_url, &reference.name)
+                    .is_none()
+                {
+                    missing
+                        .entry(to)
+                        .or_default()
+                        .insert(reference.name.to_string());
+                }
+                edges.push((
+                    (col, r.name().to_string()),
+                    (to, reference.name.to_string()),
+                ));
+            }
+        }
+    }
+    let mut columns: Vec<Vec<(String, String, Mark)>> = vec![Vec::new(); GRAPH_TYPES.len()];
+    let mut hidden = [0usize; 4];
+    for (col, t) in GRAPH_TYPES.iter().enumerate() {
+        let mut names: BTreeMap<String, (String, Mark)> = BTreeMap::new();
+        if let Some(ts) = snapshot.get(t) {
+            for r in ts.iter() {
+                let used = col == 0 || referenced.contains(&(col, r.name().to_string()));
+                names.entry(r.name().to_string()).or_insert((
+                    r.origin().map(|o| o.to_string()).unwrap_or_default(),
+                    if used { Mark::Used } else { Mark::Unused },
+                ));
+            }
+        }
+        for name in missing.get(&col).into_iter().flatten() {
+            names.insert(name.clone(), (String::new(), Mark::Missing));
+        }
+        // Problems first, so that a capped column still shows them.
+        let mut list: Vec<(String, String, Mark)> =
+            names.into_iter().map(|(n, (o, m))| (n, o, m)).collect();
+        list.sort_by_key(|(_, _, m)| *m == Mark::Used);
+        hidden[col] = list.len().saturating_sub(MAX_GRAPH_NODES);
+        list.truncate(MAX_GRAPH_NODES);
+        columns[col] = list;
+    }
+    let place: HashMap<(usize, &str), usize> = columns
+        .iter()
+        .enumerate()
+        .flat_map(|(c, list)| {
+            list.iter()
+                .enumerate()
+                .map(move |(i, n)| ((c, n.0.as_str()), i))
+        })
+        .collect();
+    let tallest = columns.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let width = COLUMN * GRAPH_TYPES.len();
+    let height = TOP + tallest * ROW + 10;
+    let _ = write!(
+        out,
+        "<svg id=\"graph\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" \
+         height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" \
+         aria-label=\"configuration graph\">"
+    );
+    for (col, t) in GRAPH_TYPES.iter().enumerate() {
+        let more = if hidden[col] > 0 {
+            format!(" (+{} more)", hidden[col])
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            out,
+            "<text x=\"{}\" y=\"16\" font-weight=\"bold\">{}{}</text>",
+            col * COLUMN + 10,
+            short_type(t),
+            more
+        );
+    }
+    let y = |i: usize| TOP + i * ROW;
+    for ((from_col, from), (to_col, to)) in &edges {
+        let (Some(a), Some(b)) = (
+            place.get(&(*from_col, from.as_str())),
+            place.get(&(*to_col, to.as_str())),
+        ) else {
+            continue;
+        };
+        let _ = write!(
+            out,
+            "<line class=\"edge\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/>",
+            from_col * COLUMN + 10 + NODE_W,
+            y(*a) + 10,
+            to_col * COLUMN + 10,
+            y(*b) + 10
+        );
+    }
+    for (col, list) in columns.iter().enumerate() {
+        for (i, (name, origin, mark)) in list.iter().enumerate() {
+            let (class, fill, stroke, dash, note) = match mark {
+                Mark::Used => ("resource", "#eef4ff", "#4a6fa5", "", ""),
+                Mark::Unused => (
+                    "resource unused",
+                    "#f2f2f2",
+                    "#999",
+                    " stroke-dasharray=\"4 3\"",
+                    " (unused)",
+                ),
+                Mark::Missing => (
+                    "resource missing",
+                    "#fdecea",
+                    "#c62828",
+                    " stroke-dasharray=\"4 3\"",
+                    " (missing)",
+                ),
+            };
+            let title = if origin.is_empty() {
+                format!("{name}{note}")
+            } else {
+                format!("{name}{note} from {origin}")
+            };
+            let _ = write!(
+                out,
+                "<g class=\"{class}\" data-type=\"{}\"><title>{}</title>\
+                 <rect x=\"{}\" y=\"{}\" width=\"{NODE_W}\" height=\"20\" rx=\"4\" \
+                 fill=\"{fill}\" stroke=\"{stroke}\"{dash}/>\
+                 <text x=\"{}\" y=\"{}\">{}{}</text></g>",
+                short_type(GRAPH_TYPES[col]),
+                escape(&title),
+                col * COLUMN + 10,
+                y(i),
+                col * COLUMN + 16,
+                y(i) + 14,
+                escape(&label(name)),
+                if *mark == Mark::Used { "" } else { " ⚠" }
+            );
+        }
+    }
+    out.push_str(
+        "</svg><p class=\"muted\">Red dashed: referenced but missing; grey dashed: nothing \
+         refers to it. Hover a resource for its full name and file.</p>",
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_in_names_is_escaped() {
+        assert_eq!(
+            escape("<script>alert('x')</script>&\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"
+        );
+        assert_eq!(query_value("a b&c<"), "a%20b%26c%3C");
+    }
+
+    fn client(id: String, state: TypeState) -> ClientRow {
+        ClientRow {
+            id,
+            cluster: "c".into(),
+            agent: String::new(),
+            types: vec![TypeRow {
+                type_url: types::CLUSTER.into(),
+                state,
+                version: "v".into(),
+                nack: None,
+                resources: Vec::new(),
+            }],
+        }
+    }
+
+    /// 10,000 clients, 3 of them NACKED, sorted as `rows` sorts them.
+    fn fleet() -> Vec<ClientRow> {
+        let mut all: Vec<ClientRow> = (0..10_000)
+            .map(|i| {
+                let state = if i % 4000 == 7 {
+                    TypeState::Nacked
+                } else {
+                    TypeState::Synced
+                };
+                client(format!("envoy-{i:05}"), state)
+            })
+            .collect();
+        all.sort_by(|a, b| b.state().cmp(&a.state()).then_with(|| a.id.cmp(&b.id)));
+        all
+    }
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn ten_thousand_clients_are_summed_up_and_shown_a_page_at_a_time_problems_first() {
+        let mut out = String::new();
+        clients_section(&mut out, fleet(), &HashMap::new());
+        assert!(
+            out.contains("10000 clients: 9997 synced, 3 NACKED"),
+            "{out}"
+        );
+        assert_eq!(out.matches("<tr class=\"client\">").count(), PAGE_SIZE);
+        assert!(out.contains("page 1 of 100 (10000 clients, <a href=\"/?page=2&amp;q=\">next</a>)"));
+        let first = out.find("envoy-00007").expect("a NACKED client on page 1");
+        let synced = out.find("envoy-00000").expect("then the synced ones");
+        assert!(first < synced);
+
+        let mut last = String::new();
+        clients_section(&mut last, fleet(), &query(&[("page", "100")]));
+        assert!(last.contains("page 100 of 100"), "{last}");
+        assert!(last.contains("envoy-09999"), "{last}");
+
+        let mut filtered = String::new();
+        clients_section(
+            &mut filtered,
+            fleet(),
+            &query(&[("q", "envoy-0999"), ("page", "7")]),
+        );
+        assert_eq!(filtered.matches("<tr class=\"client\">").count(), 10);
+        assert!(!filtered.contains("id=\"pages\""), "one page: {filtered}");
+        assert!(
+            filtered.contains("10000 clients"),
+            "the summary counts all: {filtered}"
+        );
+    }
+
+    #[test]
+    fn a_gated_rollout_shows_its_state() {
+        use crate::rollout::{Cohort, GateConfig, Rollout, Selector};
+        use crate::store::Store;
+        use crate::transport::grpc::XdsServer;
+        let store = Store::new();
+        let cohort = Cohort::new(vec![Selector::parse("node=canary-*").expect("a selector")]);
+        let rollout = Rollout::new(cohort, GateConfig::default(), store.clone());
+        let server = XdsServer::new(store).with_rollout(rollout);
+        let state = PageState {
+            handle: server.stats_handle(),
+            info: Arc::new(PageInfo {
+                version: "xdsd 9.9".into(),
+                source: "directory <d>".into(),
+            }),
+        };
+        let mut out = String::new();
+        server_section(&mut out, &state);
+        assert!(out.contains("<td id=\"rollout\"><b>idle</b>"), "{out}");
+        assert!(out.contains("node=canary-*"), "{out}");
+        assert!(out.contains("directory &lt;d&gt;"), "{out}");
+        let mut plain = String::new();
+        let server = XdsServer::new(Store::new());
+        server_section(
+            &mut plain,
+            &PageState {
+                handle: server.stats_handle(),
+                info: Arc::default(),
+            },
+        );
+        assert!(!plain.contains("rollout"), "{plain}");
+    }
+}

@@ -1,0 +1,511 @@
+//! `xdsd status`: the fleet at a glance, from CSDS (`ClientStatusDiscoveryService`), so it works
+//! against xdsd and any other CSDS server. One line per client with its state per type, NACKED
+//! and STALE first, then a summary line; with NODE, that client's resources and NACKs; with
+//! `--wait`, polls until every client is synced or the timeout passes.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
+use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use xdsd_core::transport::fleet::{
+    client_rows, columns, row_json, rows_json, short_type, short_version, ClientRow, Summary,
+    TypeState,
+};
+
+/// The largest CSDS answer read (a fleet of 10,000 clients with their resource names fits).
+const MAX_ANSWER_BYTES: usize = 256 * 1024 * 1024;
+
+/// How often `--wait` asks again.
+const POLL: Duration = Duration::from_millis(500);
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct StatusArgs {
+    /// Show only this client (its node id), with every resource it holds and its NACKs.
+    #[arg(value_name = "NODE")]
+    node: Option<String>,
+
+    /// The CSDS server: xdsd's --listen address (host:port, or an http:// or https:// URL).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "XDSD_STATUS_SERVER",
+        default_value = "127.0.0.1:18000"
+    )]
+    server: String,
+
+    /// PEM CA certificate(s) to verify the server's certificate with: connects over TLS.
+    #[arg(long, value_name = "FILE", env = "XDSD_STATUS_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS (with --tls-key).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "XDSD_STATUS_TLS_CERT",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "XDSD_STATUS_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
+
+    /// With NODE: xdsd's admin address (host:port, plaintext), to show each resource's own
+    /// version and the file (or key) it came from, which CSDS does not carry.
+    #[arg(long, value_name = "ADDR", env = "XDSD_STATUS_ADMIN")]
+    admin: Option<String>,
+
+    /// `text` (a table for people) or `json` (for scripts).
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        value_enum,
+        env = "XDSD_STATUS_OUTPUT",
+        default_value = "text"
+    )]
+    output: Output,
+
+    /// Wait until every client is synced (exit 0) or --timeout passes (exit 1, listing the
+    /// clients that are not).
+    #[arg(long, env = "XDSD_STATUS_WAIT")]
+    wait: bool,
+
+    /// How long --wait waits (and how long one request may take), e.g. 60s, 2m.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "XDSD_STATUS_TIMEOUT",
+        default_value = "60s",
+        value_parser = crate::parse_duration
+    )]
+    timeout: Duration,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Output {
+    Text,
+    Json,
+}
+
+/// Runs `xdsd status`: 0 when every client shown is synced, 1 otherwise or on an error.
+pub(crate) fn run(args: StatusArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("xdsd status: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(status(&args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xdsd status: {}", crate::error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn connect(args: &StatusArgs) -> anyhow::Result<Channel> {
+    let tls = args.tls_ca.is_some() || args.tls_cert.is_some();
+    let url = if args.server.contains("://") {
+        args.server.clone()
+    } else if tls {
+        format!("https://{}", args.server)
+    } else {
+        format!("http://{}", args.server)
+    };
+    let mut endpoint = Endpoint::from_shared(url.clone())
+        .with_context(|| format!("--server {:?} is not an address", args.server))?
+        .connect_timeout(args.timeout.min(Duration::from_secs(10)))
+        .timeout(args.timeout);
+    if tls || url.starts_with("https://") {
+        let mut config = ClientTlsConfig::new().with_enabled_roots();
+        if let Some(ca) = &args.tls_ca {
+            let pem = std::fs::read(ca)
+                .with_context(|| format!("--tls-ca {}: cannot read it", ca.display()))?;
+            config = config.ca_certificate(Certificate::from_pem(pem));
+        }
+        if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+            let cert = std::fs::read(cert)
+                .with_context(|| format!("--tls-cert {}: cannot read it", cert.display()))?;
+            let key = std::fs::read(key)
+                .with_context(|| format!("--tls-key {}: cannot read it", key.display()))?;
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        endpoint = endpoint
+            .tls_config(config)
+            .context("setting up TLS to the server")?;
+    }
+    endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to the CSDS server at {url}"))
+}
+
+/// The clients the server reports (only NODE's with a node).
+async fn fetch(
+    client: &mut ClientStatusDiscoveryServiceClient<Channel>,
+    node: Option<&str>,
+) -> anyhow::Result<Vec<ClientRow>> {
+    let request = ClientStatusRequest {
+        node_matchers: node
+            .map(|id| NodeMatcher {
+                node_id: Some(StringMatcher {
+                    match_pattern: Some(MatchPattern::Exact(id.to_owned())),
+                    ignore_case: false,
+                }),
+                node_metadatas: vec![],
+            })
+            .into_iter()
+            .collect(),
+        exclude_resource_contents: true,
+        ..Default::default()
+    };
+    let answer = client
+        .fetch_client_status(request)
+        .await
+        .map_err(|s| anyhow::anyhow!("CSDS: {}: {}", s.code(), s.message()))?
+        .into_inner();
+    Ok(client_rows(&answer.config))
+}
+
+async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
+    let channel = connect(args).await?;
+    let mut client = ClientStatusDiscoveryServiceClient::new(channel)
+        .max_decoding_message_size(MAX_ANSWER_BYTES);
+    let deadline = tokio::time::Instant::now() + args.timeout;
+    let mut rows = fetch(&mut client, args.node.as_deref()).await?;
+    if args.wait {
+        while !Summary::of(&rows).all_synced() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(POLL.min(deadline - tokio::time::Instant::now())).await;
+            rows = fetch(&mut client, args.node.as_deref()).await?;
+        }
+    }
+    if let (Some(admin), Some(node), Some(row)) = (&args.admin, &args.node, rows.first_mut()) {
+        add_origins(row, &admin_clients(admin, args.timeout).await?, node);
+    }
+    let summary = Summary::of(&rows);
+    let mut out = std::io::stdout().lock();
+    let text = match (args.output, &args.node) {
+        (Output::Json, None) => rows_json(&rows).to_string() + "\n",
+        (Output::Json, Some(_)) => match rows.first() {
+            Some(row) => row_json(row).to_string() + "\n",
+            None => "null\n".to_owned(),
+        },
+        (Output::Text, None) => table(&rows, colours()),
+        (Output::Text, Some(id)) => match rows.first() {
+            Some(row) => detail(row, colours()),
+            None => format!("no client with node id {id:?} is connected\n"),
+        },
+    };
+    out.write_all(text.as_bytes())
+        .context("writing the answer")?;
+    if args.wait && !summary.all_synced() {
+        eprintln!(
+            "xdsd status: not every client synced within {:?}",
+            args.timeout
+        );
+    }
+    Ok(summary.all_synced() && (args.node.is_none() || !rows.is_empty()))
+}
+
+/// The largest `/clients` answer read from the admin API.
+const MAX_ADMIN_ANSWER_BYTES: u64 = 256 * 1024 * 1024;
+
+/// `GET /clients` from xdsd's admin API at `addr` (plaintext HTTP/1.0): every stream as JSON.
+async fn admin_clients(addr: &str, within: Duration) -> anyhow::Result<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = addr
+        .strip_prefix("http://")
+        .unwrap_or(addr)
+        .trim_end_matches('/');
+    if host.contains("://") {
+        anyhow::bail!("--admin {addr:?}: only a plaintext admin address (host:port) is supported");
+    }
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(host).await?;
+        stream
+            .write_all(format!("GET /clients HTTP/1.0\r\nhost: {host}\r\n\r\n").as_bytes())
+            .await?;
+        let mut raw = Vec::new();
+        stream
+            .take(MAX_ADMIN_ANSWER_BYTES)
+            .read_to_end(&mut raw)
+            .await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    let raw = tokio::time::timeout(within, fetch)
+        .await
+        .map_err(|_| anyhow::anyhow!("--admin {addr}: no answer within {within:?}"))?
+        .with_context(|| format!("--admin {addr}: GET /clients"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("--admin {addr}: not an HTTP answer"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        let status = head.lines().next().unwrap_or_default();
+        anyhow::bail!("--admin {addr}: GET /clients answered {status:?}");
+    }
+    serde_json::from_str(body).with_context(|| format!("--admin {addr}: /clients is not JSON"))
+}
+
+/// Each resource's own version and origin, from the admin API's `/clients` streams of `node`.
+fn add_origins(row: &mut ClientRow, clients: &serde_json::Value, node: &str) {
+    let streams = clients.as_array().into_iter().flatten();
+    let ours = streams.filter(|s| s["node"]["id"].as_str() == Some(node));
+    for stream in ours {
+        for t in stream["types"].as_array().into_iter().flatten() {
+            let Some(type_url) = t["type_url"].as_str() else {
+                continue;
+            };
+            let Some(row_type) = row.types.iter_mut().find(|r| r.type_url == type_url) else {
+                continue;
+            };
+            for sent in t["last_sent"]["resources"].as_array().into_iter().flatten() {
+                let Some(name) = sent["name"].as_str() else {
+                    continue;
+                };
+                if let Some(r) = row_type.resources.iter_mut().find(|r| r.name == name) {
+                    if let Some(version) = sent["version"].as_str() {
+                        r.version = version.to_owned();
+                    }
+                    if let Some(origin) = sent["origin"].as_str() {
+                        r.origin = origin.to_owned();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Colours on a terminal, unless NO_COLOR is set.
+fn colours() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn paint(text: &str, state: TypeState, colour: bool) -> String {
+    if !colour {
+        return text.to_owned();
+    }
+    let code = match state {
+        TypeState::Synced => "32",
+        TypeState::Stale => "33",
+        TypeState::Nacked => "1;31",
+        TypeState::NotSent => "2",
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
+
+/// A cell as `xdsd status` prints it: `SYNCED 0123abcd`.
+fn cell(state: TypeState, version: &str) -> String {
+    if version.is_empty() {
+        state.as_str().to_owned()
+    } else {
+        format!("{} {}", state.as_str(), short_version(version))
+    }
+}
+
+/// Characters that would move the cursor or change colours are shown escaped: node ids and
+/// messages come from clients.
+fn clean(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+/// The table of every client, NACKED and STALE rows first, each NACK's message under the table,
+/// and the summary line.
+pub(crate) fn table(rows: &[ClientRow], colour: bool) -> String {
+    let types = columns(rows);
+    let mut header: Vec<String> = vec!["NODE".into(), "CLUSTER".into(), "AGENT".into()];
+    header.extend(types.iter().map(|t| short_type(t).to_owned()));
+    let mut lines: Vec<Vec<(String, Option<TypeState>)>> =
+        vec![header.into_iter().map(|h| (h, None)).collect()];
+    for r in rows {
+        let mut line = vec![
+            (clean(&r.id), None),
+            (clean(&r.cluster), None),
+            (clean(&r.agent), None),
+        ];
+        for t in &types {
+            line.push(match r.type_row(t) {
+                Some(x) => (cell(x.state, &x.version), Some(x.state)),
+                None => ("-".into(), None),
+            });
+        }
+        lines.push(line);
+    }
+    let widths: Vec<usize> = (0..lines[0].len())
+        .map(|i| {
+            lines
+                .iter()
+                .map(|l| l[i].0.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for line in &lines {
+        let cells: Vec<String> = line
+            .iter()
+            .zip(&widths)
+            .map(|((text, state), width)| {
+                let padded = format!("{text:<width$}");
+                match state {
+                    Some(s) => paint(&padded, *s, colour),
+                    None => padded,
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    for r in rows {
+        for t in &r.types {
+            if let Some(n) = &t.nack {
+                out.push_str(&format!(
+                    "\n{} {} {}: {}\n",
+                    clean(&r.id),
+                    short_type(&t.type_url),
+                    paint("NACKED", TypeState::Nacked, colour),
+                    clean(&n.message)
+                ));
+                if !n.origins.is_empty() {
+                    out.push_str(&format!("  from {}\n", clean(&n.origins.join(", "))));
+                }
+            }
+        }
+    }
+    out.push('\n');
+    out.push_str(&Summary::of(rows).line());
+    out.push('\n');
+    out
+}
+
+/// One client: per type its state and version, its NACK, and every resource it holds.
+pub(crate) fn detail(row: &ClientRow, colour: bool) -> String {
+    let mut out = format!("node     {}\n", clean(&row.id));
+    if !row.cluster.is_empty() {
+        out.push_str(&format!("cluster  {}\n", clean(&row.cluster)));
+    }
+    if !row.agent.is_empty() {
+        out.push_str(&format!("agent    {}\n", clean(&row.agent)));
+    }
+    for t in &row.types {
+        out.push_str(&format!(
+            "\n{} {}  {}\n",
+            short_type(&t.type_url),
+            paint(t.state.as_str(), t.state, colour),
+            if t.version.is_empty() {
+                "(no version ACKed)".to_owned()
+            } else {
+                format!("version {}", clean(&t.version))
+            }
+        ));
+        if let Some(n) = &t.nack {
+            out.push_str(&format!(
+                "  NACK of version {}: {}\n",
+                clean(&n.version),
+                clean(&n.message)
+            ));
+            for o in &n.origins {
+                out.push_str(&format!("    from {}\n", clean(o)));
+            }
+        }
+        let width = t
+            .resources
+            .iter()
+            .map(|r| r.name.chars().count())
+            .max()
+            .unwrap_or(0);
+        for r in &t.resources {
+            let line = format!(
+                "  {:<width$}  {}  {}",
+                clean(&r.name),
+                short_version(&r.version),
+                clean(&r.origin)
+            );
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xdsd_core::transport::fleet::{NackInfo, TypeRow};
+
+    const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+
+    fn row(id: &str, state: TypeState, nack: Option<NackInfo>) -> ClientRow {
+        ClientRow {
+            id: id.into(),
+            cluster: "front".into(),
+            agent: "envoy 1.40.0".into(),
+            types: vec![TypeRow {
+                type_url: CDS.into(),
+                state,
+                version: "0123456789abcdef".into(),
+                nack,
+                resources: vec![],
+            }],
+        }
+    }
+
+    #[test]
+    fn the_table_aligns_columns_lists_nacks_and_sums_up_without_colours_off_a_terminal() {
+        let nack = NackInfo {
+            message: "bad\x1b[2Jport".into(),
+            origins: vec!["c.yaml (resource #1)".into()],
+            version: "fedcba98".into(),
+        };
+        let rows = vec![
+            row("b-envoy", TypeState::Nacked, Some(nack)),
+            row("a", TypeState::Synced, None),
+        ];
+        let text = table(&rows, false);
+        assert_eq!(
+            text,
+            "NODE     CLUSTER  AGENT         CDS\n\
+             b-envoy  front    envoy 1.40.0  NACKED 01234567\n\
+             a        front    envoy 1.40.0  SYNCED 01234567\n\
+             \n\
+             b-envoy CDS NACKED: bad\\u{1b}[2Jport\n  from c.yaml (resource #1)\n\
+             \n\
+             2 clients: 1 synced, 1 NACKED\n"
+        );
+        let coloured = table(&rows, true);
+        assert!(
+            coloured.contains("\x1b[1;31mNACKED 01234567\x1b[0m"),
+            "{coloured:?}"
+        );
+        assert!(
+            coloured.contains("\x1b[32mSYNCED 01234567\x1b[0m"),
+            "{coloured:?}"
+        );
+    }
+}
