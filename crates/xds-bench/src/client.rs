@@ -263,16 +263,24 @@ pub struct Fleet {
     pub started_ns: u64,
 }
 
-/// Opens `connections` HTTP/2 connections to `addr`, all at once.
+/// Opens `connections` HTTP/2 connections to `addr`, all at once. `addr` may list several
+/// addresses separated by commas (replicas): the connections go to each in turn.
 pub async fn connect(addr: &str, connections: usize) -> anyhow::Result<Vec<Channel>> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(10))
-        // Envoy's defaults are 256 MiB windows: a client never throttles the server.
-        .initial_stream_window_size(Some(16 << 20))
-        .initial_connection_window_size(Some(256 << 20));
-    let conns =
-        futures::future::join_all((0..connections.max(1)).map(|_| endpoint.connect())).await;
+    let endpoints = addr
+        .split(',')
+        .map(|a| {
+            Ok(Endpoint::from_shared(format!("http://{a}"))?
+                .tcp_nodelay(true)
+                .connect_timeout(Duration::from_secs(10))
+                // Envoy's defaults are 256 MiB windows: a client never throttles the server.
+                .initial_stream_window_size(Some(16 << 20))
+                .initial_connection_window_size(Some(256 << 20)))
+        })
+        .collect::<anyhow::Result<Vec<Endpoint>>>()?;
+    let conns = futures::future::join_all(
+        (0..connections.max(1)).map(|i| endpoints[i % endpoints.len()].connect()),
+    )
+    .await;
     conns
         .into_iter()
         .map(|c| c.map_err(|e| anyhow::anyhow!("connect to {addr}: {e}")))

@@ -440,6 +440,8 @@ pub(crate) async fn start_xdsd(
     cmd.arg("serve")
         .args(source)
         .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+        // Replicas side by side: each admin API on a free port.
+        .args(["--admin-listen", "127.0.0.1:0"])
         .args(
             std::env::var(XDSD_ARGS_VAR)
                 .unwrap_or_default()

@@ -3,13 +3,14 @@
 //!
 //! `xds-bench server --kind xdsd-etcd --xdsd-bin BIN --dir DIR` starts its own single-node etcd
 //! (`XDSD_ETCD`, else `/usr/bin/etcd`) on 127.0.0.1 with ports from the OS and its data in DIR,
-//! then `BIN serve --etcd-endpoints URL --etcd-prefix /bench/`, and speaks the harness's line
-//! protocol like `dirsrc.rs`:
+//! then [`REPLICAS`] replicas `BIN serve --etcd-endpoints URL --etcd-prefix /bench/` (the clients'
+//! connections go to each in turn; CPU and memory are the first replica's), and speaks the
+//! harness's line protocol like `dirsrc.rs`:
 //!
 //! * `load`: writes one key per resource (the JSON a file would hold, named as the file would
 //!   be), what is referred to first, in transactions of at most 100 puts (each state xdsd can see
-//!   is valid), deletes the other keys, and waits for xdsd to log the reload with that many
-//!   resources;
+//!   is valid), deletes the other keys, and waits for every replica to log the reload with that
+//!   many resources;
 //! * `set`: puts the resource's key. `accepted_ns` is taken just before the put: the user's
 //!   action. Convergence thus includes etcd's commit, its watch and xdsd's parse of the key and
 //!   commit of the revision.
@@ -90,7 +91,8 @@ async fn start_etcd(dir: &Path) -> anyhow::Result<(tokio::process::Child, String
 
 struct Adapter {
     client: Client,
-    reloads: watch::Receiver<Reloads>,
+    /// Each replica's reloads.
+    reloads: Vec<watch::Receiver<Reloads>>,
 }
 
 impl Adapter {
@@ -119,7 +121,7 @@ impl Adapter {
             _ => 3,
         };
         records.sort_by_key(|r| rank(&r.type_url));
-        let before = *self.reloads.borrow();
+        let before: Vec<Reloads> = self.reloads.iter().map(|r| *r.borrow()).collect();
         let accepted = now_ns();
         let mut keep = std::collections::HashSet::new();
         let mut ops = Vec::new();
@@ -149,7 +151,7 @@ impl Adapter {
             }
         }
         let want = records.len() as u64;
-        if records.is_empty() && !removed && before.last_count == Some(0) {
+        if records.is_empty() && !removed && before.iter().all(|b| b.last_count == Some(0)) {
             return Ok(accepted);
         }
         let mut ops = ops.into_iter().peekable();
@@ -157,10 +159,15 @@ impl Adapter {
             let batch: Vec<TxnOp> = ops.by_ref().take(BATCH).collect();
             self.client.txn(Txn::new().and_then(batch)).await?;
         }
-        wait_reloaded(&mut self.reloads, before, want).await?;
+        for (reloads, before) in self.reloads.iter_mut().zip(before) {
+            wait_reloaded(reloads, before, want).await?;
+        }
         Ok(accepted)
     }
 }
+
+/// How many replicas of xdsd serve the prefix: the clients' connections go to each in turn.
+pub const REPLICAS: usize = 2;
 
 pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
     if dir.exists() {
@@ -170,15 +177,23 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
     let (mut etcd, url, client) = start_etcd(dir).await?;
     let source =
         ["--etcd-endpoints", url.as_str(), "--etcd-prefix", PREFIX].map(std::ffi::OsStr::new);
-    let xdsd = start_xdsd(xdsd_bin, &source).await?;
-    let mut child = xdsd.child;
-    let mut adapter = Adapter {
-        client,
-        reloads: xdsd.reloads,
-    };
+    let mut replicas = Vec::with_capacity(REPLICAS);
+    for _ in 0..REPLICAS {
+        replicas.push(start_xdsd(xdsd_bin, &source).await?);
+    }
+    // CPU time and memory are read from the first replica (each serves half the streams).
+    let addrs: Vec<String> = replicas.iter().map(|r| r.addr.clone()).collect();
+    let pid = replicas[0].pid;
+    let mut children = Vec::new();
+    let mut reloads = Vec::new();
+    for r in replicas {
+        children.push(r.child);
+        reloads.push(r.reloads);
+    }
+    let mut adapter = Adapter { client, reloads };
     let mut stdout = tokio::io::stdout();
     stdout
-        .write_all(format!("listening {} {}\n", xdsd.addr, xdsd.pid).as_bytes())
+        .write_all(format!("listening {} {pid}\n", addrs.join(",")).as_bytes())
         .await?;
     stdout.flush().await?;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -197,8 +212,10 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
         stdout.write_all(reply.as_bytes()).await?;
         stdout.flush().await?;
     }
-    let _ = child.start_kill();
-    let _ = child.wait().await;
+    for mut child in children {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
     let _ = etcd.start_kill();
     let _ = etcd.wait().await;
     let _ = std::fs::remove_dir_all(dir);

@@ -68,7 +68,7 @@ struct RunArgs {
     /// xdsd, limit and, with --peer-bin, peer). xdsd-dir is the xdsd binary serving a directory
     /// of resource files, changed by renaming a file into place; xdsd-etcd the xdsd binary
     /// serving an etcd prefix (an etcd of its own, XDSD_ETCD or /usr/bin/etcd), changed by
-    /// putting a key (both need --xdsd-bin).
+    /// putting a key (both need --xdsd-bin; xdsd-etcd runs two replicas, the connections split between them).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
     /// The bench-peer binary (built from bench-peer/, a separate cargo workspace).
