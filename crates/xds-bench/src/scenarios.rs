@@ -822,6 +822,29 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
             }
         }
     }
+    // S8: S1 through a gated rollout (xdsd's binary only): a tenth of the nodes are canaries,
+    // the change is promoted as soon as one of them ACKed it; convergence ends when the last
+    // client (canary or not) has it.
+    if wants("s8") {
+        for &n in &plan.s1_streams {
+            for &server in plan.servers.iter().filter(|s| s.runs_the_binary()) {
+                ctx.xdsd_args = ["--canary", "10%", "--canary-soak", "0s"]
+                    .map(String::from)
+                    .to_vec();
+                let mut row = s1(ctx, server, n).await;
+                ctx.xdsd_args.clear();
+                row.note = format!(
+                    "S8 gated: --canary 10% --canary-soak 0s (promoted on a canary's ACK){}",
+                    if row.note.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {}", row.note)
+                    }
+                );
+                rows.push(row);
+            }
+        }
+    }
     if wants("s2") {
         for &c in &plan.s2_clusters {
             for delta in [false, true] {
