@@ -234,7 +234,7 @@ impl Gate {
         self.canaries.insert(
             client,
             Canary {
-                node: node.into(),
+                node: bounded(node.into(), MAX_NODE_BYTES),
                 acked: BTreeSet::new(),
                 nacked: None,
             },
@@ -281,13 +281,15 @@ impl Gate {
         let Some(canary) = self.canaries.get_mut(&client) else {
             return Vec::new();
         };
-        canary.nacked = Some((halt.type_url.clone(), halt.message.clone()));
+        let message = bounded(halt.message, MAX_MESSAGE_BYTES);
+        let version = bounded(halt.version, MAX_NODE_BYTES);
+        canary.nacked = Some((halt.type_url.clone(), message.clone()));
         self.halt = Some(Box::new(Halt {
             generation: candidate.generation,
             node: canary.node.clone(),
             type_url: halt.type_url,
-            version: halt.version,
-            message: halt.message,
+            version,
+            message,
             origins: halt.origins,
         }));
         self.candidate = None;
@@ -352,6 +354,25 @@ impl Gate {
         self.candidate = None;
         self.promoted_to(generation)
     }
+}
+
+/// The most of a client's node id the gate keeps (and of a NACKed version).
+pub const MAX_NODE_BYTES: usize = 256;
+/// The most of a NACK's message the gate keeps.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// `text` cut to at most `max` bytes, at a character boundary, marked when cut: what a client
+/// sends is kept bounded.
+fn bounded(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+        text.push('…');
+    }
+    text
 }
 
 /// What a NACK said, for [`Gate::nack`].

@@ -257,3 +257,19 @@ fn selectors_pick_by_cluster_node_glob_metadata_or_a_stable_percentage() {
     assert!(cohort.contains(&canary) && cohort.contains(&prod));
     assert!(!Cohort::default().contains(&canary));
 }
+
+#[test]
+fn what_a_client_sends_is_kept_bounded() {
+    let t0 = Instant::now();
+    let mut g = gate(1, 60);
+    g.connected(1, "n".repeat(100_000));
+    g.propose(t0, 2, touched(&[CDS]));
+    g.nack(1, 2, NackDetail::new(CDS, "v".repeat(100_000), "é".repeat(100_000)));
+    let State::Halted(halt) = g.state(t0) else {
+        panic!("halted");
+    };
+    assert!(halt.node.len() <= MAX_NODE_BYTES + 3, "{}", halt.node.len());
+    assert!(halt.version.len() <= MAX_NODE_BYTES + 3);
+    assert!(halt.message.len() <= MAX_MESSAGE_BYTES + 3);
+    assert!(halt.message.ends_with('…'));
+}
