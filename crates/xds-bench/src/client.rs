@@ -86,6 +86,10 @@ pub struct FleetSpec {
     /// S6: clients are in this many groups (client `i` in group `i % groups`, by its node
     /// metadata `GROUP_KEY: group_value(g)`); 0: no groups, no metadata.
     pub groups: usize,
+    /// S9 (SotW): a client whose stream ends reconnects once to the next address of the list
+    /// (the other replica), asking for what it holds with the versions it has, as Envoy does;
+    /// the resources it receives after that are counted ([`Shared::resent`]).
+    pub failover: bool,
 }
 
 impl FleetSpec {
@@ -131,6 +135,9 @@ pub struct Shared {
     last: Vec<AtomicU32>,
     pub synced: AtomicUsize,
     pub errors: AtomicUsize,
+    /// S9: clients that reconnected to another replica, and the resources they received after.
+    pub reconnected: AtomicUsize,
+    pub resent: AtomicU64,
     error_samples: Mutex<Vec<String>>,
     pub responses: AtomicU64,
     pub bytes: AtomicU64,
@@ -158,6 +165,8 @@ impl Shared {
             last,
             synced: AtomicUsize::new(0),
             errors: AtomicUsize::new(0),
+            reconnected: AtomicUsize::new(0),
+            resent: AtomicU64::new(0),
             error_samples: Mutex::default(),
             responses: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -293,12 +302,24 @@ impl Fleet {
         let started_ns = now_ns();
         let spec = shared.spec.clone();
         let channels = connect(addr, spec.connections).await?;
+        // S9: connection i's fallback is the next address of the list, connected when needed.
+        let addrs: Vec<&str> = addr.split(',').collect();
+        let fallbacks: Vec<Option<Channel>> = (0..channels.len())
+            .map(|i| {
+                let next = addrs[(i + 1) % addrs.len()];
+                (spec.failover && addrs.len() > 1)
+                    .then(|| Endpoint::from_shared(format!("http://{next}")).ok())
+                    .flatten()
+                    .map(|e| e.tcp_nodelay(true).connect_lazy())
+            })
+            .collect();
         let (stop, stop_rx) = watch::channel(false);
         let handles = (0..spec.streams)
             .map(|i| {
                 let ch = channels[i % channels.len()].clone();
+                let fallback = fallbacks[i % channels.len()].clone();
                 let client = Client::new(i, shared.clone());
-                tokio::spawn(client.run(ch, stop_rx.clone()))
+                tokio::spawn(client.run(ch, fallback, stop_rx.clone()))
             })
             .collect();
         Ok(Fleet {
@@ -447,8 +468,12 @@ impl Client {
         }
     }
 
-    async fn run(mut self, channel: Channel, mut stop: watch::Receiver<bool>) -> ClientResult {
-        let (tx, rx) = mpsc::channel::<Bytes>(16);
+    async fn run(
+        mut self,
+        channel: Channel,
+        mut fallback: Option<Channel>,
+        mut stop: watch::Receiver<bool>,
+    ) -> ClientResult {
         let delta = self.shared.spec.delta;
         // Envoy asks for clusters and listeners first.
         for kind in [Kind::Cds, Kind::Lds] {
@@ -465,46 +490,82 @@ impl Client {
             };
             self.send(req);
         }
-        for req in self.outbox.drain(..) {
-            let _ = tx.try_send(req);
-        }
-        let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(usize::MAX);
-        let path = PathAndQuery::from_static(if delta { DELTA_PATH } else { SOTW_PATH });
-        let opened = async {
-            grpc.ready().await.map_err(|e| format!("channel: {e}"))?;
-            grpc.streaming(tonic::Request::new(ReceiverStream::new(rx)), path, RawCodec)
-                .await
-                .map_err(|s| format!("open stream: {s}"))
-        };
-        let mut inbound = tokio::select! {
-            r = opened => match r {
-                Ok(r) => r.into_inner(),
-                Err(e) => return self.fail(e),
-            },
-            _ = async { let _ = stop.wait_for(|s| *s).await; } => return self.result,
-        };
+        let mut channel = channel;
+        // Resources received before a failover (S9), to count what comes after it.
+        let mut failed_over: Option<usize> = None;
         loop {
-            tokio::select! {
-                biased;
-                _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
-                msg = inbound.message() => match msg {
-                    Ok(Some(msg)) => {
-                        let at = now_ns();
-                        if let Err(e) = self.on_response(&msg, at) {
-                            return self.fail(e);
-                        }
-                        for req in std::mem::take(&mut self.outbox) {
-                            if tx.send(req).await.is_err() {
-                                return self.fail("request stream closed".into());
+            let (tx, rx) = mpsc::channel::<Bytes>(16);
+            for req in self.outbox.drain(..) {
+                let _ = tx.try_send(req);
+            }
+            let mut grpc =
+                tonic::client::Grpc::new(channel.clone()).max_decoding_message_size(usize::MAX);
+            let path = PathAndQuery::from_static(if delta { DELTA_PATH } else { SOTW_PATH });
+            let opened = async {
+                grpc.ready().await.map_err(|e| format!("channel: {e}"))?;
+                grpc.streaming(tonic::Request::new(ReceiverStream::new(rx)), path, RawCodec)
+                    .await
+                    .map_err(|s| format!("open stream: {s}"))
+            };
+            let mut inbound = tokio::select! {
+                r = opened => match r {
+                    Ok(r) => r.into_inner(),
+                    Err(e) => return self.fail(e),
+                },
+                _ = async { let _ = stop.wait_for(|s| *s).await; } => return self.result,
+            };
+            let ended = loop {
+                tokio::select! {
+                    biased;
+                    _ = async { let _ = stop.wait_for(|s| *s).await; } => return self.result,
+                    msg = inbound.message() => match msg {
+                        Ok(Some(msg)) => {
+                            let at = now_ns();
+                            if let Err(e) = self.on_response(&msg, at) {
+                                return self.fail(e);
+                            }
+                            if let Some(before) = failed_over {
+                                let now = self.received();
+                                self.shared
+                                    .resent
+                                    .fetch_add((now - before) as u64, Ordering::Relaxed);
+                                failed_over = Some(now);
+                            }
+                            for req in std::mem::take(&mut self.outbox) {
+                                if tx.send(req).await.is_err() {
+                                    return self.fail("request stream closed".into());
+                                }
                             }
                         }
+                        Ok(None) => break "the server ended the stream".to_owned(),
+                        Err(status) => break format!("stream error: {status}"),
+                    },
+                }
+            };
+            // A replica gone (S9): once, to the other, with what the client holds.
+            match fallback.take() {
+                Some(other) if !delta => {
+                    channel = other;
+                    failed_over = Some(self.received());
+                    self.shared.reconnected.fetch_add(1, Ordering::Relaxed);
+                    for kind in [Kind::Cds, Kind::Lds, Kind::Eds, Kind::Rds] {
+                        let st = &mut self.types[kind as usize];
+                        st.nonce.clear();
+                        let wanted = matches!(kind, Kind::Cds | Kind::Lds) || !st.names.is_empty();
+                        if wanted {
+                            let req = self.sotw_request(kind);
+                            self.send(req);
+                        }
                     }
-                    Ok(None) => return self.fail("the server ended the stream".into()),
-                    Err(status) => return self.fail(format!("stream error: {status}")),
-                },
+                }
+                _ => return self.fail(ended),
             }
         }
-        self.result
+    }
+
+    /// Resources received so far, all types.
+    fn received(&self) -> usize {
+        self.types.iter().map(|t| t.received).sum()
     }
 
     fn fail(mut self, e: String) -> ClientResult {

@@ -168,6 +168,11 @@ impl Proc {
         self.command(&format!("nodes {n}\n")).await
     }
 
+    /// xdsd-etcd: kills replica `i` (SIGKILL).
+    pub async fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        self.command(&format!("kill {i}\n")).await
+    }
+
     /// Tells the limit to coalesce changes per stream (S5's floor); xdsd ignores it.
     pub async fn coalesce(&mut self) -> anyhow::Result<()> {
         self.command("coalesce\n").await

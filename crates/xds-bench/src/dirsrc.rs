@@ -410,6 +410,7 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
             Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g)?),
             // xdsd coalesces on its own.
             Command::Nodes | Command::Coalesce => format!("ok {now}\n"),
+            Command::Kill(_) => anyhow::bail!("kill: only xdsd-etcd has replicas"),
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;

@@ -207,6 +207,16 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
             Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g).await?),
             // xdsd coalesces on its own.
             Command::Nodes | Command::Coalesce => format!("ok {now}\n"),
+            // A crashed replica: its clients reconnect to the other.
+            Command::Kill(i) => {
+                let child = children
+                    .get_mut(i)
+                    .ok_or_else(|| anyhow::anyhow!("kill: no replica {i}"))?;
+                child.start_kill()?;
+                child.wait().await?;
+                adapter.reloads.remove(i);
+                format!("ok {now}\n")
+            }
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;

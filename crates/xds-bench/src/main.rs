@@ -78,7 +78,8 @@ struct RunArgs {
     #[arg(long, default_value = "target/release/xdsd")]
     xdsd_bin: PathBuf,
     /// Scenarios to run, comma-separated: s1 (with s3, s4), s2, s5, s6, s7 (xdsd-dir only), s8
-    /// (S1 through a gated rollout, --canary 10%: the binary's servers only, not by default).
+    /// (S1 through a gated rollout, --canary 10%: the binary's servers only, not by default), s9
+    /// (xdsd-etcd: replica A killed, its clients reconnect to B; not by default).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6,s7")]
     scenarios: Vec<String>,
     /// Where to write results.json, results.md and s1.svg.

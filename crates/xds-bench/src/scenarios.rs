@@ -436,6 +436,7 @@ fn fleet_for(
         tracked_kind,
         tracked,
         groups: 0,
+        failover: false,
     }
 }
 
@@ -484,6 +485,76 @@ pub async fn s1(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     let n = ctx.plan.rounds;
     let make = |i, m| config::load_assignment(&spec, i, m);
     measure_rounds(ctx, server, &spec, fleet, row, make, n).await
+}
+
+/// S9 replica failover (xdsd-etcd: two replicas): S1's clients synced across both replicas,
+/// then replica A is killed (SIGKILL); each of its clients reconnects to replica B asking, as
+/// Envoy does, for what it holds with the versions it has. Counted: the clients that reconnected
+/// and the resources they were sent again (both replicas are at the same etcd revision: 0
+/// expected); then S1's rounds, whose convergence is to every client, the moved ones included.
+pub async fn s9(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
+    let spec = ctx.plan.s1_config;
+    let row = new_row(ctx, "S1", server, false, streams, spec.clusters);
+    if server != Server::XdsdEtcd {
+        let mut row = row;
+        row.note = "S9 failover: not run (only xdsd-etcd runs replicas)".into();
+        return row;
+    }
+    progress(&format!("S9 {} streams={streams}", server.name()));
+    let tracked = (0..spec.clusters).map(config::cluster_name).collect();
+    let mut fleet = fleet_for(&row, &spec, false, Kind::Eds, tracked);
+    fleet.failover = true;
+    let mut s = match open(ctx, server, &spec, fleet, row.clone()).await {
+        Ok(s) => s,
+        Err(e) => return failed_row(row, &e),
+    };
+    let mut changes = Vec::new();
+    let mut failover = String::new();
+    if s.row.note.is_empty() {
+        // The connections alternate between the replicas: replica A holds the even ones.
+        let conns = s.row.connections.max(1);
+        let on_a = (0..streams).filter(|i| (i % conns) % 2 == 0).count();
+        let killed = crate::now_ns();
+        let outcome = async {
+            s.proc.kill(0).await?;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while s.fleet.shared.reconnected.load(Ordering::Relaxed) < on_a {
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "{} of {on_a} clients reconnected in 60 s",
+                    s.fleet.shared.reconnected.load(Ordering::Relaxed)
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let moved_ms = (crate::now_ns() - killed) as f64 / 1e6;
+            // What the other replica answers to a reconnect comes at once; wait for it.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let resent = s.fleet.shared.resent.load(Ordering::Relaxed);
+            anyhow::Ok(format!(
+                "S9 failover: replica A killed, {on_a} streams reconnected to B in {moved_ms:.0} ms, resources resent: {resent}; the rounds below are after it"
+            ))
+        };
+        match outcome.await {
+            Ok(text) => failover = text,
+            Err(e) => s.row.note = format!("failed: {e:#}"),
+        }
+        if s.row.note.is_empty() {
+            let mut marker = INITIAL_MARKER;
+            let make = |i, m| config::load_assignment(&spec, i, m);
+            match rounds(ctx, &mut s, Kind::Eds, make, ctx.plan.rounds, &mut marker).await {
+                Ok(c) => changes = c,
+                Err(e) => s.row.note = format!("failed: {e:#}"),
+            }
+        }
+    }
+    let (mut row, results) = close(s).await;
+    fill_latencies(&mut row, &changes, &results);
+    row.note = if row.note.is_empty() {
+        failover
+    } else {
+        format!("{failover}; {}", row.note)
+    };
+    row
 }
 
 /// Above this many (node, cluster) pairs the peer's per-node snapshots do not fit in memory.
@@ -842,6 +913,13 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
                     }
                 );
                 rows.push(row);
+            }
+        }
+    }
+    if wants("s9") {
+        for &n in &plan.s1_streams {
+            for &server in plan.servers.iter().filter(|s| **s == Server::XdsdEtcd) {
+                rows.push(s9(ctx, server, n).await);
             }
         }
     }

@@ -75,6 +75,8 @@ pub enum Command<'a> {
     Nodes,
     /// The limit: coalesce changes per stream from now on.
     Coalesce,
+    /// xdsd-etcd: kill (SIGKILL) replica N, as a crashed replica.
+    Kill(usize),
     Quit,
 }
 
@@ -95,6 +97,12 @@ impl<'a> Command<'a> {
             }
             Some("nodes") => Command::Nodes,
             Some("coalesce") => Command::Coalesce,
+            Some("kill") => Command::Kill(
+                words
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| anyhow::anyhow!("kill: no replica number"))?,
+            ),
             Some("quit") => Command::Quit,
             _ => anyhow::bail!("unknown command: {line}"),
         })
@@ -273,6 +281,7 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
                 target.coalesce()?;
                 format!("ok {accepted}\n")
             }
+            Command::Kill(_) => anyhow::bail!("kill: only xdsd-etcd has replicas"),
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;

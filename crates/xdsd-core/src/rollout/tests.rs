@@ -264,7 +264,11 @@ fn what_a_client_sends_is_kept_bounded() {
     let mut g = gate(1, 60);
     g.connected(1, "n".repeat(100_000));
     g.propose(t0, 2, touched(&[CDS]));
-    g.nack(1, 2, NackDetail::new(CDS, "v".repeat(100_000), "é".repeat(100_000)));
+    g.nack(
+        1,
+        2,
+        NackDetail::new(CDS, "v".repeat(100_000), "é".repeat(100_000)),
+    );
     let State::Halted(halt) = g.state(t0) else {
         panic!("halted");
     };
