@@ -226,7 +226,7 @@ async fn config(
             Some("1" | "true") => match handle.json_codec() {
                 Some(codec) => Some(codec),
                 None => return bad(
-                    "contents=1 needs the server's proto3 JSON codec (XdsServer::with_rest_json)"
+                    "contents=1 needs the server's proto3 JSON codec (XdsServerBuilder::rest_json)"
                         .into(),
                 ),
             },

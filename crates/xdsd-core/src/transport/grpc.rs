@@ -33,6 +33,7 @@ use super::coalesce::Coalesced;
 use super::context::ServerContext;
 use super::fetch;
 use super::metrics::Metrics;
+use super::observer::StreamObserver;
 use super::requests::Requests;
 use super::rest::JsonCodec;
 use super::stats::{StreamCounters, StreamStatus};
@@ -68,44 +69,45 @@ pub const MIN_MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// The smallest response size limit [`ServerOptions::max_response_bytes`] takes.
 pub const MIN_MAX_RESPONSE_BYTES: usize = 16 * 1024;
 
-/// Options of an [`XdsServer`].
+/// Options of an [`XdsServer`]: made with [`ServerOptions::default`] and its setters, which
+/// keep each value within its bounds, and given to [`XdsServerBuilder::options`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerOptions {
     /// The largest request (one gRPC message) a stream accepts. A larger one ends its stream
     /// with RESOURCE_EXHAUSTED; see [`DEFAULT_MAX_REQUEST_BYTES`].
-    pub max_request_bytes: usize,
+    pub(crate) max_request_bytes: usize,
     /// How each stream's session serves its client (response size, ordering).
-    pub session: SessionOptions,
+    pub(crate) session: SessionOptions,
     /// REST-JSON polling: how long a poll whose version is current is held for a change before
     /// it is answered `304 Not Modified` (zero: answered at once). See [`DEFAULT_REST_HOLD`].
-    pub rest_hold: Duration,
+    pub(crate) rest_hold: Duration,
     /// REST-JSON polling: how many polls are held at once; the others are answered at once.
-    pub max_held_polls: usize,
+    pub(crate) max_held_polls: usize,
     /// Connections [`XdsServer::serve`] keeps open at once; a connection over it is closed at
     /// once (and logged). See [`DEFAULT_MAX_CONNECTIONS`].
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Streams (and calls) one HTTP/2 connection may have open at once; see
     /// [`DEFAULT_MAX_STREAMS_PER_CONNECTION`].
-    pub max_streams_per_connection: u32,
+    pub(crate) max_streams_per_connection: u32,
     /// How long a new connection has to send the start of its first request (after its TLS
     /// handshake, if any); see [`DEFAULT_PREFACE_TIMEOUT`] and [`tls::PREFACE_BYTES`].
-    pub preface_timeout: Duration,
+    pub(crate) preface_timeout: Duration,
     /// Serve secrets (SDS) over plaintext connections from other hosts. Off by default: such a
     /// connection's requests for secrets fail with PERMISSION_DENIED (TLS connections, and
     /// plaintext ones from a loopback address, are served).
-    pub allow_plaintext_secrets: bool,
+    pub(crate) allow_plaintext_secrets: bool,
     /// The bytes one connection's unfinished requests may hold at once (messages being
     /// received, all its streams together); a stream whose message would go over it ends with
     /// RESOURCE_EXHAUSTED. See [`DEFAULT_MAX_BUFFERED_REQUEST_BYTES`].
-    pub max_buffered_request_bytes: usize,
+    pub(crate) max_buffered_request_bytes: usize,
     /// The same for all connections together; see [`DEFAULT_MAX_BUFFERED_REQUEST_BYTES_TOTAL`].
-    pub max_buffered_request_bytes_total: usize,
+    pub(crate) max_buffered_request_bytes_total: usize,
     /// Resource names the streams of one connection may subscribe to together; a request that
     /// goes over it ends its stream with RESOURCE_EXHAUSTED. See [`DEFAULT_MAX_NAMES_PER_CONNECTION`].
-    pub max_names_per_connection: usize,
+    pub(crate) max_names_per_connection: usize,
     /// The same for all streams of the server; see [`DEFAULT_MAX_NAMES_TOTAL`].
-    pub max_names_total: usize,
+    pub(crate) max_names_total: usize,
     /// How long [`XdsServer::serve`] keeps a connection (gRPC's MAX_CONNECTION_AGE); `None`
     /// (the default): as long as its client does. Each connection's age is this ± 10 %
     /// (random), so that connections opened together do not all go together. Once it is
@@ -114,10 +116,10 @@ pub struct ServerOptions {
     /// with UNAVAILABLE and the connection is closed, so that its clients reconnect, possibly to
     /// another replica. xDS streams last as long as their client, so in practice the grace is
     /// what ends them.
-    pub max_connection_age: Option<Duration>,
+    pub(crate) max_connection_age: Option<Duration>,
     /// How long a connection past its [`ServerOptions::max_connection_age`] keeps its open
     /// streams; see [`DEFAULT_MAX_CONNECTION_AGE_GRACE`].
-    pub max_connection_age_grace: Duration,
+    pub(crate) max_connection_age_grace: Duration,
 }
 
 /// How long a connection past its max age keeps its open streams by default: time for a
@@ -289,6 +291,85 @@ impl ServerOptions {
     }
 }
 
+/// Builds an [`XdsServer`] (see [`XdsServer::builder`]). Every setting may be given in any
+/// order: the server is made once, by [`XdsServerBuilder::build`].
+#[must_use = "a builder does nothing until it is built"]
+pub struct XdsServerBuilder {
+    store: Store,
+    options: ServerOptions,
+    metrics: Option<Metrics>,
+    rest: Option<Arc<dyn JsonCodec>>,
+    tls: Option<Arc<TlsState>>,
+    rollout: Option<Arc<Rollout>>,
+    observers: Vec<Arc<dyn StreamObserver>>,
+}
+
+impl XdsServerBuilder {
+    /// The server's options (limits, session, REST polling); [`ServerOptions::default`] if not
+    /// given.
+    pub fn options(mut self, options: ServerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Counts into `metrics` (e.g. one the program also counts its source's loads in) instead
+    /// of metrics of its own.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Serves REST-JSON polling (`POST /v3/discovery:clusters`, …; see [`super::rest`]) beside
+    /// the gRPC services, on the same address: HTTP/1.1 and HTTP/2 requests with a JSON body go
+    /// to REST, gRPC ones to the gRPC services. `codec` converts the JSON (the binary's uses the
+    /// Envoy descriptors); the admin API's `/config?contents=1` writes resources with it too.
+    pub fn rest_json(mut self, codec: Arc<dyn JsonCodec>) -> Self {
+        self.rest = Some(codec);
+        self
+    }
+
+    /// Serves TLS (mutual TLS with a client CA; see [`TlsOptions`]) on the port
+    /// [`XdsServer::serve`] serves: the files are read now, and an error returned if they do
+    /// not load.
+    pub fn tls(mut self, options: TlsOptions) -> Result<Self, TlsError> {
+        self.tls = Some(Arc::new(TlsState::load(options)?));
+        Ok(self)
+    }
+
+    /// Gates every change through `rollout` (see [`crate::rollout`]): the clients of its cohort
+    /// read its canary store, every other client its stable store, which must be the store this
+    /// server is built with.
+    pub fn rollout(mut self, rollout: Arc<Rollout>) -> Self {
+        self.rollout = Some(rollout);
+        self
+    }
+
+    /// Adds an observer of every stream (see [`StreamObserver`]); observers are called in the
+    /// order they were added, and the first to refuse a request ends its stream.
+    pub fn observer(mut self, observer: Arc<dyn StreamObserver>) -> Self {
+        self.observers.push(observer);
+        self
+    }
+
+    /// The server.
+    pub fn build(self) -> XdsServer {
+        let (shutdown, rx) = watch::channel(false);
+        let metrics = self.metrics.unwrap_or_default();
+        let mut ctx = ServerContext::new(self.store, self.options, rx, metrics.clone());
+        if let Some(rollout) = &self.rollout {
+            rollout.set_metrics(metrics);
+        }
+        ctx.rollout = self.rollout;
+        ctx.observers = self.observers.into();
+        XdsServer {
+            ctx: Arc::new(ctx),
+            shutdown,
+            rest: self.rest,
+            tls: self.tls,
+        }
+    }
+}
+
 /// An xDS gRPC server over a [`Store`]: every SotW and incremental discovery service, and the
 /// unary `Fetch*` methods of the per-type services (the current state, answered at once).
 pub struct XdsServer {
@@ -301,71 +382,18 @@ pub struct XdsServer {
 }
 
 impl XdsServer {
-    /// A server with the default [`ServerOptions`].
-    pub fn new(store: Store) -> XdsServer {
-        XdsServer::with_options(store, ServerOptions::default())
-    }
-
-    pub fn with_options(store: Store, options: ServerOptions) -> XdsServer {
-        let (shutdown, rx) = watch::channel(false);
-        XdsServer {
-            ctx: Arc::new(ServerContext::new(store, options, rx, Metrics::new())),
-            shutdown,
+    /// Starts building a server over `store`: set its options, TLS, metrics, REST-JSON codec,
+    /// rollout and observers in any order, then [`XdsServerBuilder::build`].
+    pub fn builder(store: Store) -> XdsServerBuilder {
+        XdsServerBuilder {
+            store,
+            options: ServerOptions::default(),
+            metrics: None,
             rest: None,
             tls: None,
+            rollout: None,
+            observers: Vec::new(),
         }
-    }
-
-    /// Serves REST-JSON polling (`POST /v3/discovery:clusters`, …; see [`super::rest`]) beside
-    /// the gRPC services, on the same address: HTTP/1.1 and HTTP/2 requests with a JSON body go
-    /// to REST, gRPC ones to the gRPC services. `codec` converts the JSON (the binary's uses the
-    /// Envoy descriptors); the admin API's `/config?contents=1` writes resources with it too
-    /// (call this before [`XdsServer::stats_handle`]).
-    pub fn with_rest_json(mut self, codec: Arc<dyn JsonCodec>) -> XdsServer {
-        self.rest = Some(codec);
-        self
-    }
-
-    /// Counts into `metrics` (e.g. one the program also counts its source's loads in) instead
-    /// of metrics of its own. Call it before [`XdsServer::routes`] and
-    /// [`XdsServer::stats_handle`]: handles taken before see the previous metrics.
-    pub fn with_metrics(mut self, metrics: Metrics) -> XdsServer {
-        let mut ctx = ServerContext::new(
-            self.ctx.store.clone(),
-            self.ctx.options.clone(),
-            self.shutdown.subscribe(),
-            metrics.clone(),
-        );
-        ctx.rollout = self.ctx.rollout.clone();
-        if let Some(rollout) = &ctx.rollout {
-            rollout.set_metrics(metrics);
-        }
-        self.ctx = Arc::new(ctx);
-        self
-    }
-
-    /// Gates every change through `rollout` (see [`crate::rollout`]): the clients of its cohort
-    /// read its canary store, every other client its stable store, which must be the store this
-    /// server was made with.
-    pub fn with_rollout(mut self, rollout: Arc<Rollout>) -> XdsServer {
-        let mut ctx = ServerContext::new(
-            self.ctx.store.clone(),
-            self.ctx.options.clone(),
-            self.shutdown.subscribe(),
-            self.ctx.streams.metrics.clone(),
-        );
-        rollout.set_metrics(self.ctx.streams.metrics.clone());
-        ctx.rollout = Some(rollout);
-        self.ctx = Arc::new(ctx);
-        self
-    }
-
-    /// Serves TLS (mutual TLS with a client CA; see [`TlsOptions`]) on the port
-    /// [`XdsServer::serve`] serves: the files are read now, and an error returned if they do
-    /// not load.
-    pub fn with_tls(mut self, options: TlsOptions) -> Result<XdsServer, TlsError> {
-        self.tls = Some(Arc::new(TlsState::load(options)?));
-        Ok(self)
     }
 
     /// The TLS options, when TLS is on.
@@ -373,6 +401,7 @@ impl XdsServer {
         self.tls.as_deref().map(TlsState::options)
     }
 
+    /// The server's options.
     pub fn options(&self) -> &ServerOptions {
         &self.ctx.options
     }
@@ -764,7 +793,7 @@ impl Connected for Closable {
 #[derive(Clone)]
 pub struct StatsHandle {
     ctx: Arc<ServerContext>,
-    /// The server's [`XdsServer::with_rest_json`] codec, which the admin API's
+    /// The server's [`XdsServerBuilder::rest_json`] codec, which the admin API's
     /// `/config?contents=1` writes resources with.
     json: Option<Arc<dyn JsonCodec>>,
 }

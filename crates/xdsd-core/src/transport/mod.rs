@@ -12,6 +12,7 @@ pub mod fleet;
 pub mod grpc;
 mod health;
 pub mod metrics;
+pub mod observer;
 pub mod page;
 mod requests;
 pub mod rest;

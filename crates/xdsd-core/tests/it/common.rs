@@ -42,7 +42,7 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = XdsServer::with_options(store.clone(), options);
+        let server = XdsServer::builder(store.clone()).options(options).build();
         let stats = server.stats_handle();
         let handle = stats.clone();
         let task = tokio::spawn(async move {

@@ -28,7 +28,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::{Code, Status, Streaming};
 use xdsd_core::protocol::identity::NodeIdentityRules;
 use xdsd_core::store::{Change, Store};
-use xdsd_core::transport::grpc::{ServerOptions, XdsServer};
+use xdsd_core::transport::grpc::XdsServer;
 use xdsd_core::transport::rest::JsonCodec;
 use xdsd_core::transport::tls::{identity_of, TlsOptions};
 use xdsd_core::types::CLUSTER;
@@ -73,12 +73,13 @@ impl TlsServer {
             .await
             .expect("a port");
         let addr = listener.local_addr().expect("its address");
-        let mut server = XdsServer::with_options(store.clone(), ServerOptions::default())
-            .with_tls(tls)
+        let mut server = XdsServer::builder(store.clone())
+            .tls(tls)
             .expect("the TLS files load");
         if rest {
-            server = server.with_rest_json(Arc::new(Passthrough));
+            server = server.rest_json(Arc::new(Passthrough));
         }
+        let server = server.build();
         let stats = server.stats_handle();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
