@@ -164,6 +164,7 @@ pub enum SessionError {
 
 /// How a [`SessionError`] is reported: the category a transport maps to its status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// The request is wrong (gRPC INVALID_ARGUMENT).
     InvalidArgument,
@@ -180,7 +181,12 @@ impl SessionError {
             SessionError::NodeNotAllowed { .. }
             | SessionError::NodeRequired { .. }
             | SessionError::SecretsOverPlaintext => ErrorKind::PermissionDenied,
-            _ => ErrorKind::InvalidArgument,
+            // Listed, not `_`: a new error must be given its kind here.
+            SessionError::NodeChanged { .. }
+            | SessionError::MissingTypeUrl
+            | SessionError::WrongType { .. }
+            | SessionError::BadNode(_)
+            | SessionError::BadParameters { .. } => ErrorKind::InvalidArgument,
         }
     }
 }

@@ -246,7 +246,7 @@ async fn config(
             )
                 .into_response()
         }
-        Err(e) => bad(e.to_string()),
+        Err(e) => bad(e.message().to_string()),
     }
 }
 

@@ -39,11 +39,13 @@ pub struct StreamOpened<'a> {
     pub flavor: Flavor,
 }
 
-/// A request the stream's session accepted, before anything is sent for it.
+/// A request the stream's session accepted, before anything is sent for it. One-shot requests
+/// (a `Fetch*` call, a REST poll) are told too, as requests of stream 0 (they have no stream and
+/// no other event); a REST poll held for a change is told again each time it is re-read.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct RequestSeen<'a> {
-    /// The stream's id.
+    /// The stream's id; 0 for a one-shot request.
     pub stream: u64,
     /// The client's node (from the stream's first request that carried one), if any yet.
     pub node: Option<&'a ClientNode>,
@@ -124,7 +126,9 @@ pub trait StreamObserver: Send + Sync + 'static {
 
     /// A request was accepted by the stream's session. An error refuses it: the stream ends with
     /// that status (e.g. `Status::permission_denied` for a node this server must not serve),
-    /// and nothing is sent for the request.
+    /// and nothing is sent for the request. A refused `Fetch*` call fails with the status, a
+    /// refused REST poll is answered with the HTTP status that stands for it (403 for
+    /// PERMISSION_DENIED).
     fn request(&self, _event: &RequestSeen<'_>) -> Result<(), Status> {
         Ok(())
     }

@@ -1,10 +1,11 @@
 //! Stream observers over real gRPC on loopback: each event of a stream reaches them in order
 //! (opened, request, response sent, ACK, NACK, closed), and a refused request ends its stream
-//! with the observer's status before anything is sent.
+//! with the observer's status before anything is sent; a `Fetch*` call is refused the same way.
 
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
@@ -217,6 +218,28 @@ async fn observers_see_each_event_of_a_stream_and_a_refusal_ends_it_with_their_s
     assert_eq!(
         next(&mut events).await,
         format!("{id} closed mallory Some(PermissionDenied)")
+    );
+
+    // A one-shot Fetch is told as a request of stream 0, and refused the same way.
+    let mut cds = ClusterDiscoveryServiceClient::new(connect(addr).await);
+    let fetched = cds
+        .fetch_clusters(request("alpha", None, None))
+        .await
+        .expect("a known node's fetch is answered")
+        .into_inner();
+    assert_eq!(fetched.resources.len(), 1);
+    assert_eq!(
+        next(&mut events).await,
+        format!("0 request alpha {CLUSTER} initial")
+    );
+    let status = cds
+        .fetch_clusters(request("mallory", None, None))
+        .await
+        .expect_err("an unknown node's fetch is refused");
+    assert_eq!(status.code(), Code::PermissionDenied);
+    assert_eq!(
+        next(&mut events).await,
+        format!("0 request mallory {CLUSTER} initial")
     );
 
     let _ = stop.send(());
