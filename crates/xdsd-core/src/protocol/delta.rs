@@ -398,7 +398,7 @@ impl DeltaSubscription {
         }
     }
 
-    /// Responses larger than this are split into parts (see [`part_len`]).
+    /// Responses larger than this are split into parts (see `part_len`).
     pub fn set_max_response_bytes(&mut self, bytes: usize) {
         self.max_response_bytes = bytes;
     }

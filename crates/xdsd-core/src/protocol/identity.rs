@@ -12,7 +12,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use super::session::ClientNode;
+use super::node::ClientNode;
 
 /// A pattern where `*` stands for any run of characters (none included); every other character
 /// stands for itself.

@@ -64,10 +64,12 @@ macro_rules! str_like {
 }
 
 pub mod delta;
+mod error;
 mod fields;
 pub mod identity;
 #[cfg(test)]
 mod model_tests;
+mod node;
 pub mod session;
 mod shared;
 pub mod sotw;

@@ -424,7 +424,7 @@ impl SotwSubscription {
     /// Told that `count` changed names (repeats included) are coming, before
     /// [`Self::mark_changed`]: true when the names need not be looked at one by one. Once a
     /// subscription of named keys (no wildcard, not a full-state type) is offered more changed
-    /// names since its last response than a quarter of its keys ([`SCAN_MIN_KEYS`] at least),
+    /// names since its last response than a quarter of its keys (`SCAN_MIN_KEYS` at least),
     /// it stops recording them and its next response looks at every key instead: under churn a
     /// stream takes the changes of many commits at once (S5 at 2,000 changes a second: some 170
     /// names per response for 100 keys), and looking each up was a quarter of the server's work.

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::budget::{Budget, Charges, NameCharge};
-use super::grpc::ServerOptions;
 use super::metrics::Metrics;
 use super::observer::StreamObserver;
+use super::options::ServerOptions;
 use super::stats::StreamRegistry;
 use super::tls::ConnInfo;
 use crate::rollout::Rollout;

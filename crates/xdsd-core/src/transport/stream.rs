@@ -18,10 +18,10 @@ use super::body;
 use super::budget::{Metered, NameCharge};
 use super::clients::{self, SentResources};
 use super::context::ServerContext;
-use super::grpc::SHUTDOWN_GRACE;
 use super::observer::{
     Acked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamOpened,
 };
+use super::options::SHUTDOWN_GRACE;
 use super::requests::Requests;
 use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
