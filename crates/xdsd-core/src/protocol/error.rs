@@ -6,36 +6,73 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
+    /// A request names another node than the stream's first one did.
     #[error("node changed mid-stream: first request was from {first:?}, this one from {now:?}")]
-    NodeChanged { first: String, now: String },
+    NodeChanged {
+        /// The node id of the stream's first request.
+        first: String,
+        /// The node id of this one.
+        now: String,
+    },
+    /// A request on an aggregated (ADS) stream names no type.
     #[error("a request on an aggregated stream must set type_url")]
     MissingTypeUrl,
+    /// A request on a per-type service asks for another type.
     #[error("this service serves {serves}; the request is for {requested}")]
-    WrongType { serves: String, requested: String },
+    WrongType {
+        /// The type URL the service serves.
+        serves: String,
+        /// The type URL the request asks for.
+        requested: String,
+    },
+    /// The request's node is not a valid `Node` message (the decoder's message).
     #[error("the node does not decode: {0}")]
     BadNode(String),
+    /// Parameters (node metadata, dynamic parameters, a resource locator's) over their bounds.
     #[error("{what}: {detail}")]
-    BadParameters { what: String, detail: String },
+    BadParameters {
+        /// Whose parameters: "the node's metadata", "the resource locator ...".
+        what: String,
+        /// What is wrong with them.
+        detail: String,
+    },
+    /// More of something on one stream than a session holds (names, types, parameter sets).
     #[error("more than {limit} {what} on one stream")]
-    Limit { what: &'static str, limit: usize },
+    Limit {
+        /// What went over its limit ("resource names", "type URLs", ...).
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
     #[error(
         "the client certificate's identity {identity:?} may not claim node {node:?} \
          (cluster {cluster:?})"
     )]
+    /// The client's certificate identity may not claim the node it sent (mutual TLS with node
+    /// identity rules).
     NodeNotAllowed {
+        /// The certificate's identity.
         identity: String,
+        /// The node id claimed.
         node: String,
+        /// The node's cluster.
         cluster: String,
     },
     #[error(
         "the request carries no node; the first request of a client with a certificate \
          (identity {identity:?}) must, to be checked against it"
     )]
-    NodeRequired { identity: String },
+    /// A client with a certificate sent no node in its first request, so its identity cannot be
+    /// checked against one.
+    NodeRequired {
+        /// The certificate's identity.
+        identity: String,
+    },
     #[error(
         "secrets are served only over TLS or loopback connections, and this one is plaintext \
          from another host (the server must serve TLS, or be told to allow plaintext secrets)"
     )]
+    /// Secrets (SDS) asked for over a plaintext connection from another host.
     SecretsOverPlaintext,
 }
 
@@ -52,6 +89,7 @@ pub enum ErrorKind {
 }
 
 impl SessionError {
+    /// The category the error is reported as (every error has one: the match lists them all).
     pub fn kind(&self) -> ErrorKind {
         match self {
             SessionError::Limit { .. } => ErrorKind::ResourceExhausted,

@@ -36,11 +36,15 @@ pub const FEATURE_RESOURCE_IN_SOTW_ALT: &str = "xds.config.supports-resource-in-
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClientNode {
+    /// The node's `id`.
     pub id: String,
+    /// The node's `cluster`.
     pub cluster: String,
+    /// The node's `user_agent_name` (`envoy`, `grpc-go`, ...).
     pub user_agent_name: String,
     /// `user_agent_version`, or the semantic version of `user_agent_build_version`.
     pub user_agent_version: String,
+    /// The node's `client_features`.
     pub client_features: Vec<String>,
     /// (region, zone, sub_zone) when the node has a locality.
     pub locality: Option<(String, String, String)>,

@@ -40,6 +40,7 @@ impl StreamObserver for Recorder {
             RequestKind::Nack { .. } => "nack",
             RequestKind::Update => "update",
             RequestKind::Stale { .. } => "stale",
+            _ => "other",
         };
         let _ = self
             .0
