@@ -4,10 +4,14 @@
 //! feed the store from a [`Source`] of your own through a [`Feed`], and watch or refuse streams
 //! with a [`StreamObserver`]. The types an embedder needs are re-exported here.
 
+#![warn(missing_docs)]
+
 /// Hash maps keyed by resource names and stream ids, with foldhash: these maps are on the
 /// per-request and per-push paths, where SipHash was a third of the server's instructions.
 pub mod hash {
+    /// A `HashMap` with foldhash.
     pub type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+    /// A `HashSet` with foldhash.
     pub type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 }
 pub mod logsafe;

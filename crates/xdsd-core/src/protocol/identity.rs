@@ -20,6 +20,7 @@ use super::node::ClientNode;
 pub struct Glob(String);
 
 impl Glob {
+    /// A pattern (`*` for any run of characters).
     pub fn new(pattern: impl Into<String>) -> Glob {
         Glob(pattern.into())
     }
@@ -71,11 +72,14 @@ pub enum Claim {
 /// has none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeIdentityRule {
+    /// The identities it applies to.
     pub identity: Glob,
+    /// The nodes (or clusters) they may claim.
     pub claim: Claim,
 }
 
 impl NodeIdentityRule {
+    /// Whether `identity` may claim `node` under this rule.
     pub fn allows(&self, identity: &str, node: &ClientNode) -> bool {
         self.identity.matches(identity)
             && match &self.claim {
@@ -137,6 +141,7 @@ impl NodeIdentityRules {
         }
     }
 
+    /// The rules, in order.
     pub fn rules(&self) -> &[NodeIdentityRule] {
         &self.rules
     }
@@ -158,11 +163,14 @@ impl NodeIdentityRules {
 /// A client's certificate identity and the rules its node is checked against.
 #[derive(Debug, Clone)]
 pub struct IdentityBinding {
+    /// The certificate's identity.
     pub identity: Arc<str>,
+    /// The rules its node is checked against.
     pub rules: Arc<NodeIdentityRules>,
 }
 
 impl IdentityBinding {
+    /// Whether the identity may claim `node`.
     pub fn allows(&self, node: &ClientNode) -> bool {
         self.rules.allows(&self.identity, node)
     }

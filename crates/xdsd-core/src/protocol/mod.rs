@@ -253,6 +253,7 @@ pub struct NonceGen {
 }
 
 impl NonceGen {
+    /// The next nonce: "1", "2", ...
     pub fn next_nonce(&mut self) -> Nonce {
         self.next += 1;
         Nonce::from(self.next)
@@ -282,6 +283,7 @@ impl From<u64> for Nonce {
 }
 
 impl Nonce {
+    /// The nonce as text.
     pub fn as_str(&self) -> &str {
         // Only ASCII digits are ever written (`From<u64>`).
         std::str::from_utf8(&self.digits[..usize::from(self.len)]).unwrap_or_default()
@@ -329,7 +331,9 @@ pub enum RequestKind {
 /// the type's default parameter set) and resource locators with their own parameter sets.
 #[derive(Debug, Clone, Copy)]
 pub struct Subscribe<'a> {
+    /// The parameter set of plain names.
     pub default: Pid,
+    /// Resource locators (a name with its own parameter set).
     pub locators: &'a [(String, Pid)],
 }
 

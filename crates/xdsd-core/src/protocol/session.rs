@@ -113,12 +113,16 @@ const REFERENCED: [&str; 2] = [types::CLUSTER, types::CLUSTER_LOAD_ASSIGNMENT];
 
 /// What the session needs of a protocol variant's per-type state machine.
 pub trait Machine: Send + 'static {
+    /// The request message it reads.
     type Request: Send + 'static;
+    /// The response it produces.
     type Response: Send;
     /// For logs.
     const NAME: &'static str;
 
+    /// A machine for `type_url`, nothing subscribed.
     fn new(type_url: Arc<str>) -> Self;
+    /// Whether resources go out named by `resource_name` (xRFC TP2 clients).
     fn set_named(&mut self, named: bool);
     /// Responses larger than this are split where the protocol allows it.
     fn set_max_response_bytes(&mut self, bytes: usize);
@@ -126,6 +130,7 @@ pub trait Machine: Send + 'static {
     fn oversized(response: &Self::Response) -> Option<usize>;
     /// Whether resources go out with their TTLs to this client.
     fn takes_ttl(node: &ClientNode) -> bool;
+    /// Sets whether resources go out with their TTLs.
     fn set_ttl(&mut self, ttl: bool);
     /// Whether responses carry TTLs (`set_ttl`).
     fn ttl(&self) -> bool;
@@ -134,9 +139,11 @@ pub trait Machine: Send + 'static {
     /// The request's node as received, encoded (empty without one): decoded only when it
     /// differs from the session's (Envoy repeats it on every request).
     fn node(request: &Self::Request) -> &[u8];
+    /// The request's type URL.
     fn type_url(request: &Self::Request) -> &str;
     /// (subscribe, unsubscribe) resource locators of a request.
     fn locators(request: &Self::Request) -> (&[ResourceLocator], &[ResourceLocator]);
+    /// Handles a request: how it relates to the responses sent, and what it changed of the subscription.
     fn handle(
         &mut self,
         request: &Self::Request,
@@ -144,17 +151,20 @@ pub trait Machine: Send + 'static {
         unsubscribe: &[(String, Pid)],
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange);
+    /// Marks `names` changed in the store: owed to the client if it holds or asks for them.
     fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>);
     /// Told that `count` changed names (repeats included) are coming: true when the machine
     /// does not need them one by one (`mark_changed` is then not called).
     fn skips_changes(&mut self, _count: usize) -> bool {
         false
     }
+    /// Whether a response is owed.
     fn has_pending(&self) -> bool;
     /// Whether the next response is the rest of one that goes out in parts.
     fn in_parts(&self) -> bool;
     /// How many keys (name and parameter set) are subscribed.
     fn key_count(&self) -> usize;
+    /// The next response owed, if any, read from `views`.
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<Self::Response>;
     /// (version, resources, removed names, nonce) of a response, for logs.
     fn describe(response: &Self::Response) -> (&str, usize, usize, Nonce);
@@ -364,7 +374,9 @@ impl Machine for DeltaSubscription {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Handled {
+    /// The request's type URL.
     pub type_url: Arc<str>,
+    /// How it relates to the responses sent.
     pub kind: RequestKind,
     /// Names and wildcard to (un)watch in the store for this type.
     pub change: SubscriptionChange,
@@ -372,6 +384,7 @@ pub struct Handled {
     pub identified: bool,
     /// The first request for a type the store has nothing of.
     pub unknown_type: bool,
+    /// How many resources a reconnecting delta client says it holds.
     pub initial_versions: usize,
 }
 
@@ -461,6 +474,7 @@ impl<M: Machine> Session<M> {
         Session::with_options(fixed, SessionOptions::default())
     }
 
+    /// A session with `options`; `fixed`: the type of a per-type service (`None`: ADS).
     pub fn with_options(fixed: Option<Arc<str>>, options: SessionOptions) -> Session<M> {
         Session {
             options,

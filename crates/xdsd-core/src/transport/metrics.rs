@@ -103,6 +103,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Metrics of their own, all at zero.
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("xdsd");
         let streams = Family::<Labels, Gauge>::default();

@@ -17,10 +17,15 @@ use crate::protocol::Nonce;
 /// Counts of one stream, or totals of a server.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct StreamCounters {
+    /// Responses sent.
     pub responses: u64,
+    /// Resources sent (counted per response).
     pub resources: u64,
+    /// Names removed (delta).
     pub removed: u64,
+    /// ACKs received.
     pub acks: u64,
+    /// NACKs received.
     pub nacks: u64,
 }
 
@@ -58,10 +63,13 @@ impl Counters {
 /// One open stream as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamStatus {
+    /// The stream's id.
     pub id: u64,
+    /// The client's node id (empty before it sent one).
     pub node: String,
     /// "SotW" or "delta".
     pub variant: &'static str,
+    /// The stream's counts.
     pub counters: StreamCounters,
 }
 

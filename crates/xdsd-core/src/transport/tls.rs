@@ -109,7 +109,9 @@ pub struct TlsOptions {
     pub identity_rule: IdentityRule,
     /// Which nodes each identity may claim.
     pub node_rules: NodeIdentityRules,
+    /// How long a TLS handshake may take before the connection is closed.
     pub handshake_timeout: Duration,
+    /// How often the files are checked for changes (and read again when they change).
     pub reload_interval: Duration,
     /// TLS handshakes in progress at once; while they all are, new connections wait in the
     /// listen backlog. See [`DEFAULT_MAX_HANDSHAKES`].
@@ -137,16 +139,19 @@ impl TlsOptions {
         self
     }
 
+    /// Sets how the client identity is read (see [`IdentityRule`]).
     pub fn identity_rule(mut self, rule: IdentityRule) -> TlsOptions {
         self.identity_rule = rule;
         self
     }
 
+    /// Sets which nodes each identity may claim.
     pub fn node_rules(mut self, rules: NodeIdentityRules) -> TlsOptions {
         self.node_rules = rules;
         self
     }
 
+    /// Sets [`TlsOptions::handshake_timeout`].
     pub fn handshake_timeout(mut self, timeout: Duration) -> TlsOptions {
         self.handshake_timeout = timeout;
         self
@@ -169,14 +174,30 @@ impl TlsOptions {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TlsError {
+    /// A file cannot be read.
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error reading it.
+        source: io::Error,
+    },
+    /// A file does not hold what it should.
     #[error("{path}: {detail}")]
-    Invalid { path: PathBuf, detail: String },
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The certificate and the key are not a pair.
     #[error("the certificate {cert} and the key {key} do not go together: {detail}")]
     Mismatch {
+        /// The certificate file.
         cert: PathBuf,
+        /// The key file.
         key: PathBuf,
+        /// Why they do not go together.
         detail: String,
     },
 }
@@ -478,7 +499,9 @@ pub struct PeerTls {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ConnInfo {
+    /// The client's address.
     pub remote_addr: Option<SocketAddr>,
+    /// The address it connected to.
     pub local_addr: Option<SocketAddr>,
     /// `None`: plaintext.
     pub tls: Option<Arc<PeerTls>>,
