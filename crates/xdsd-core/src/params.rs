@@ -157,6 +157,7 @@ impl fmt::Display for ParamSet {
 /// Why a `DynamicParameterConstraints` was refused. Paths name fields as the proto does, from
 /// the outermost message, e.g. `and_constraints[1].not_constraints.constraint`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConstraintError {
     /// The bytes are not a `DynamicParameterConstraints`.
     #[error("cannot decode DynamicParameterConstraints: {0}")]

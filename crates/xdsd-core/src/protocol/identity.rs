@@ -59,6 +59,7 @@ impl fmt::Display for Glob {
 
 /// What part of the node a rule matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Claim {
     /// The node id.
     Node(Glob),

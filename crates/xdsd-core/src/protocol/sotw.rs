@@ -47,6 +47,7 @@ pub struct SotwResponse {
 
 /// The resources of a response: a whole view (its shared encoded body) or a selection.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum SotwResources {
     /// Every resource of a view, its encoded body shared.
     All(Arc<View>),

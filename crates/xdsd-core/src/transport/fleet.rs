@@ -17,6 +17,7 @@ use crate::types;
 
 /// Where a client stands with one type, worst last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum TypeState {
     /// It ACKed the last response it was sent.
     Synced,
@@ -277,6 +278,7 @@ pub fn columns(rows: &[ClientRow]) -> Vec<String> {
 
 /// How many clients are in each state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Summary {
     /// Clients counted.
     pub clients: usize,

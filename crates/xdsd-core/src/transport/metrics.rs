@@ -34,6 +34,7 @@ const ROLLOUT_STATES: [&str; 4] = ["idle", "soaking", "waiting for canaries", "h
 
 /// How a load of the source ended, for [`Metrics::reload`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Reload {
     /// Applied: the store changed.
     Applied,

@@ -16,6 +16,7 @@ use crate::protocol::Nonce;
 
 /// Counts of one stream, or totals of a server.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamCounters {
     /// Responses sent.
     pub responses: u64,
@@ -62,6 +63,7 @@ impl Counters {
 
 /// One open stream as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamStatus {
     /// The stream's id.
     pub id: u64,
