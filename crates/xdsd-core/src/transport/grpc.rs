@@ -121,6 +121,9 @@ impl XdsServerBuilder {
         let (shutdown, rx) = watch::channel(false);
         let metrics = self.metrics.unwrap_or_default();
         let mut ctx = ServerContext::new(self.store, self.options, rx, metrics.clone());
+        if let Some(tls) = &self.tls {
+            tls.set_metrics(metrics.clone());
+        }
         if let Some(rollout) = &self.rollout {
             rollout.set_metrics(metrics);
         }

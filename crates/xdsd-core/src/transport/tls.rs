@@ -214,6 +214,8 @@ pub(crate) struct TlsState {
     /// The files' stamps the current configuration (or the last failed attempt) was read at.
     stamps: Mutex<Vec<Option<Stamp>>>,
     rules: Arc<NodeIdentityRules>,
+    /// The server's metrics, which count each reload (set when the server is built).
+    metrics: std::sync::OnceLock<super::metrics::Metrics>,
 }
 
 /// What tells that a file changed: its modification time, size and inode.
@@ -298,7 +300,13 @@ impl TlsState {
             config: RwLock::new(Arc::new(config)),
             stamps: Mutex::new(stamps),
             options,
+            metrics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Counts each reload in `metrics` from now on.
+    pub(crate) fn set_metrics(&self, metrics: super::metrics::Metrics) {
+        let _ = self.metrics.set(metrics);
     }
 
     fn stamps(&self) -> Vec<Option<Stamp>> {
@@ -358,10 +366,16 @@ impl TlsState {
         match build(&self.options, &self.provider, self.alpn()) {
             Ok(config) => {
                 self.install(config, stamps);
+                if let Some(metrics) = self.metrics.get() {
+                    metrics.tls_reload(true);
+                }
                 info!(cert = %self.options.cert.display(), "TLS certificate, key and client CA read again");
             }
             Err(error) => {
                 self.set_stamps(stamps);
+                if let Some(metrics) = self.metrics.get() {
+                    metrics.tls_reload(false);
+                }
                 warn!(%error, "the TLS files changed but do not load: keeping the previous certificate");
             }
         }

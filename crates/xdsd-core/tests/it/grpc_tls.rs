@@ -226,6 +226,30 @@ async fn next(responses: &mut Streaming<DiscoveryResponse>) -> Result<DiscoveryR
     }
 }
 
+/// The server's `xdsd_tls_reloads_total` of `result`.
+fn tls_reloads(server: &TlsServer, result: &str) -> u64 {
+    let series = format!("xdsd_tls_reloads_total{{result=\"{result}\"}} ");
+    server
+        .stats
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series}in the metrics"))
+}
+
+/// Waits until the server counted `at_least` TLS reloads of `result`.
+async fn wait_tls_reloads(server: &TlsServer, result: &str, at_least: u64) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tls_reloads(server, result) < at_least {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fewer than {at_least} TLS reloads {result} in time"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn mtls(pki: &Pki, server: &Pair) -> TlsOptions {
     TlsOptions::from_pem(&server.cert, &server.key)
         .client_ca(&pki.ca)
@@ -520,16 +544,18 @@ async fn the_server_certificate_is_replaced_under_open_streams() {
     wait_presented(server.addr, &config, &second).await;
 
     // A broken certificate file is not taken: the last good one stays.
+    // What is waited for: the server's count of rejected reloads going up.
+    let rejected = tls_reloads(&server, "rejected");
     replace(
         &server_pair.cert,
         b"-----BEGIN CERTIFICATE-----\nnot base64\n",
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_tls_reloads(&server, "rejected", rejected + 1).await;
     assert_eq!(presented(server.addr, config.clone()).await, second);
     // A key that is not the certificate's is not taken either.
     let stray = pki.client("stray", Id::Cn("stray"));
     std::fs::copy(&stray.cert, &server_pair.cert).expect("copied");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_tls_reloads(&server, "rejected", rejected + 2).await;
     assert_eq!(presented(server.addr, config.clone()).await, second);
     // Fixed: taken.
     pki.write_server(&server_pair, 3);
