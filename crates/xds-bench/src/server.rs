@@ -179,7 +179,7 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
     let target: Arc<dyn Target + Send + Sync> = match kind {
         ServerKind::Xdsd => {
             let store = Store::new();
-            let server = XdsServer::new(store.clone());
+            let server = XdsServer::builder(store.clone()).build();
             tokio::spawn(async move {
                 // XDS_BENCH_XDSD_NODELAY=1: serve xdsd's routes on sockets with TCP_NODELAY, to
                 // measure what `XdsServer::serve` loses by not setting it (tonic ignores the

@@ -1,11 +1,17 @@
 //! xdsd's library: the resource store, the sans-I/O xDS protocol state machines and the
 //! transports that carry them. The `xdsd` binary and the `xdsd-source` crate build on it; other
-//! programs can embed it (see `transport::grpc::XdsServer`).
+//! programs can embed it: build an [`XdsServer`] over a [`Store`] with [`XdsServer::builder`],
+//! feed the store from a [`Source`] of your own through a [`Feed`], and watch or refuse streams
+//! with a [`StreamObserver`]. The types an embedder needs are re-exported here.
+
+#![warn(missing_docs)]
 
 /// Hash maps keyed by resource names and stream ids, with foldhash: these maps are on the
 /// per-request and per-push paths, where SipHash was a third of the server's instructions.
 pub mod hash {
+    /// A `HashMap` with foldhash.
     pub type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+    /// A `HashSet` with foldhash.
     pub type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 }
 pub mod logsafe;
@@ -18,6 +24,16 @@ pub mod store;
 mod test_rng;
 pub mod transport;
 pub mod types;
+
+pub use rollout::Rollout;
+pub use source::{ChangeSet, Feed, Rejection, Source, SourceEvent};
+pub use store::{Change, ResourceInput, Store, UpdateSummary};
+pub use transport::grpc::{ServerOptions, StatsHandle, XdsServer, XdsServerBuilder};
+pub use transport::metrics::Metrics;
+pub use transport::observer::{
+    Acked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamObserver, StreamOpened,
+};
+pub use transport::tls::TlsOptions;
 
 /// The README's example, compiled by `cargo test --doc` so that it stays true.
 #[cfg(doctest)]

@@ -12,6 +12,7 @@ pub fn shown(text: &str) -> Shown<'_> {
     Shown(text)
 }
 
+/// Text shown in a log line: `Display` escapes control characters and truncates it.
 pub struct Shown<'a>(&'a str);
 
 impl fmt::Display for Shown<'_> {

@@ -157,31 +157,53 @@ impl fmt::Display for ParamSet {
 /// Why a `DynamicParameterConstraints` was refused. Paths name fields as the proto does, from
 /// the outermost message, e.g. `and_constraints[1].not_constraints.constraint`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConstraintError {
     /// The bytes are not a `DynamicParameterConstraints`.
     #[error("cannot decode DynamicParameterConstraints: {0}")]
     Decode(String),
     /// A single constraint names no key.
     #[error("dynamic parameter constraint at `{path}` has an empty key")]
-    EmptyKey { path: String },
+    EmptyKey {
+        /// Where in the formula.
+        path: String,
+    },
     /// A single constraint sets neither `value` nor `exists`.
     #[error(
         "dynamic parameter constraint at `{path}` (key {key:?}) sets neither `value` nor `exists`"
     )]
-    NoMatcher { path: String, key: String },
+    NoMatcher {
+        /// Where in the formula.
+        path: String,
+        /// Its key.
+        key: String,
+    },
     /// Messages nest deeper than [`MAX_DEPTH`].
     #[error("dynamic parameter constraints nest deeper than {max} levels (at `{path}`)")]
-    TooDeep { path: String, max: usize },
+    TooDeep {
+        /// Where in the formula.
+        path: String,
+        /// The limit.
+        max: usize,
+    },
     /// The formula has more than [`MAX_NODES`] messages.
     #[error(
         "dynamic parameter constraints have more than {max} nodes (limit reached at `{path}`)"
     )]
-    TooManyNodes { path: String, max: usize },
+    TooManyNodes {
+        /// Where in the formula.
+        path: String,
+        /// The limit.
+        max: usize,
+    },
     /// The formula mentions more than [`MAX_KEYS`] distinct keys.
     #[error("dynamic parameter constraints mention more than {max} distinct keys (key {key:?} at `{path}`)")]
     TooManyKeys {
+        /// Where in the formula.
         path: String,
+        /// The key over the limit.
         key: String,
+        /// The limit.
         max: usize,
     },
 }
@@ -687,15 +709,22 @@ pub fn overlap(a: Option<&Constraints>, b: Option<&Constraints>) -> Option<Param
 pub enum VariantError {
     /// Two variants constrain different sets of keys.
     DifferentKeys {
+        /// The first variant (its index).
         first: usize,
+        /// The second variant (its index).
         second: usize,
+        /// The keys the first constrains.
         first_keys: BTreeSet<String>,
+        /// The keys the second constrains.
         second_keys: BTreeSet<String>,
     },
     /// `witness` matches both variants.
     Overlap {
+        /// The first variant (its index).
         first: usize,
+        /// The second variant (its index).
         second: usize,
+        /// A parameter set both match.
         witness: ParamSet,
     },
 }

@@ -67,7 +67,10 @@ impl GateConfig {
 #[non_exhaustive]
 pub enum Action {
     /// Make the canary state (at `generation`) the stable one: every client gets it.
-    Promote { generation: u64 },
+    Promote {
+        /// The canary store's generation to promote.
+        generation: u64,
+    },
     /// Serve the stable state to the canary clients again: the candidate was halted or aborted.
     RollBack,
 }
@@ -80,6 +83,7 @@ pub struct Halt {
     pub generation: u64,
     /// The client's node id.
     pub node: String,
+    /// The type of the NACKed response.
     pub type_url: String,
     /// The version the client NACKed.
     pub version: String,
@@ -96,9 +100,17 @@ pub enum State {
     /// No candidate: every client has the stable state.
     Idle,
     /// A candidate is with the canaries, its soak not over.
-    Soaking { generation: u64, until: Instant },
+    Soaking {
+        /// The candidate's generation.
+        generation: u64,
+        /// When the soak ends.
+        until: Instant,
+    },
     /// The soak is over but fewer than [`GateConfig::min_canaries`] canaries ACKed it.
-    WaitingForCanaries { generation: u64 },
+    WaitingForCanaries {
+        /// The candidate's generation.
+        generation: u64,
+    },
     /// A canary NACKed the candidate: the canaries are back on the stable state.
     Halted(Box<Halt>),
 }
@@ -120,6 +132,7 @@ impl State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Canary {
+    /// The canary's node id.
     pub node: String,
     /// The touched types it ACKed at the candidate's generation or later.
     pub acked: BTreeSet<String>,
@@ -379,9 +392,13 @@ fn bounded(mut text: String, max: usize) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct NackDetail {
+    /// The type of the NACKed response.
     pub type_url: String,
+    /// The version NACKed.
     pub version: String,
+    /// The client's error message.
     pub message: String,
+    /// The files or keys of the resources the message names.
     pub origins: Vec<String>,
 }
 
@@ -422,7 +439,12 @@ pub enum Selector {
     /// `node=GLOB`: the node id, `*` for any run of characters.
     Node(Glob, String),
     /// `metadata.KEY=VALUE`: a top-level string field of the node's metadata.
-    Metadata { key: String, value: String },
+    Metadata {
+        /// The metadata key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
     /// `N%`: a stable hash of the node id below N of 100 (the same node is in or out on every
     /// connection and every replica).
     Percent(u8),

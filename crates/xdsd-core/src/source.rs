@@ -28,7 +28,9 @@ pub enum Update {
     /// Only these `(type URL, name)` changed; `resources` are every resource those names have now
     /// (a name without any is removed), the other names are kept ([`Store::replace_names`]).
     Names {
+        /// The `(type URL, name)` pairs that changed.
         names: Vec<(String, String)>,
+        /// Every resource (variant) those names have now.
         resources: Vec<ResourceInput>,
     },
 }
@@ -124,7 +126,12 @@ pub enum SourceEvent {
     Rejected(Rejection),
     /// The source can be read (true) or not (false, with the reason): a server is ready only
     /// while it can.
-    Health { healthy: bool, reason: String },
+    Health {
+        /// Whether the source can be read.
+        healthy: bool,
+        /// Why not, when it cannot (empty when it can).
+        reason: String,
+    },
 }
 
 /// A source of resources: loaded once, then followed.
@@ -160,7 +167,10 @@ pub enum CommitError {
     /// The store's rules refused it: TP2's variant rules, references.
     Store(StoreError),
     /// It would leave no resources where `had` were served, and [`Feed::allow_empty`] is off.
-    Empty { had: usize },
+    Empty {
+        /// The resources the store held.
+        had: usize,
+    },
 }
 
 impl CommitError {

@@ -3,17 +3,26 @@
 /// Prefix of every type URL.
 pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 
+/// Listeners (LDS).
 pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+/// Route configurations (RDS).
 pub const ROUTE_CONFIGURATION: &str =
     "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+/// Scoped route configurations (SRDS).
 pub const SCOPED_ROUTE_CONFIGURATION: &str =
     "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration";
+/// Virtual hosts (VHDS).
 pub const VIRTUAL_HOST: &str = "type.googleapis.com/envoy.config.route.v3.VirtualHost";
+/// Clusters (CDS).
 pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+/// Cluster load assignments: endpoints (EDS).
 pub const CLUSTER_LOAD_ASSIGNMENT: &str =
     "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+/// Secrets (SDS).
 pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+/// Runtime layers (RTDS).
 pub const RUNTIME: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime";
+/// Typed extension configurations (ECDS).
 pub const TYPED_EXTENSION_CONFIG: &str =
     "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
 
@@ -69,6 +78,7 @@ pub const PER_TYPE_SERVICES: &[(&str, &str)] = &[
     ("envoy.service.runtime.v3.RuntimeDiscoveryService", RUNTIME),
 ];
 
+/// The aggregated discovery service (ADS).
 pub const ADS_SERVICE: &str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
 
 /// A type URL must at least name a message: `type.googleapis.com/<package>.<Message>`.

@@ -1105,16 +1105,18 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
         .rest_hold(args.rest_hold)
         .max_held_polls(args.max_held_polls);
     let rest = rest_json::DescriptorJson::new(&descriptors)?;
-    let mut server = XdsServer::with_options(store, options)
-        .with_metrics(metrics)
-        .with_rest_json(Arc::new(rest));
+    let mut server = XdsServer::builder(store)
+        .options(options)
+        .metrics(metrics)
+        .rest_json(Arc::new(rest));
     if let Some(rollout) = rollout {
-        server = server.with_rollout(rollout.clone());
+        server = server.rollout(rollout.clone());
         tokio::spawn(rollout.run());
     }
     if let Some(tls) = args.tls.options() {
-        server = server.with_tls(tls).context("cannot set up TLS")?;
+        server = server.tls(tls).context("cannot set up TLS")?;
     }
+    let server = server.build();
     // Ready (gRPC health, /readyz) while the source is healthy.
     let handle = server.stats_handle();
     let described = source.describe();

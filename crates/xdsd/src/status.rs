@@ -308,6 +308,8 @@ fn paint(text: &str, state: TypeState, colour: bool) -> String {
         TypeState::Stale => "33",
         TypeState::Nacked => "1;31",
         TypeState::NotSent => "2",
+        // A state this xdsd does not know yet: shown uncoloured.
+        _ => "0",
     };
     format!("\x1b[{code}m{text}\x1b[0m")
 }

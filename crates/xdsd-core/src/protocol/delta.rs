@@ -33,10 +33,13 @@ pub type RemovedVariant = (Arc<str>, Option<Arc<Constraints>>);
 /// One response to send.
 #[derive(Debug, Clone)]
 pub struct DeltaResponse {
+    /// The type URL.
     pub type_url: Arc<str>,
     /// The type's version, for debugging only: clients track versions per resource.
     pub system_version_info: Arc<str>,
+    /// The nonce the client answers with.
     pub nonce: Nonce,
+    /// The resources new or changed for the client.
     pub resources: Vec<Arc<Resource>>,
     /// `resources` already encoded as `resources` entries, one run shared by every stream that
     /// sends it: set when they are the next run of a view in its order, in a first response
@@ -371,6 +374,7 @@ enum Owed {
 }
 
 impl DeltaSubscription {
+    /// A subscription to `type_url` with nothing subscribed yet.
     pub fn new(type_url: Arc<str>) -> DeltaSubscription {
         DeltaSubscription {
             type_url,
@@ -398,7 +402,7 @@ impl DeltaSubscription {
         }
     }
 
-    /// Responses larger than this are split into parts (see [`part_len`]).
+    /// Responses larger than this are split into parts (see `part_len`).
     pub fn set_max_response_bytes(&mut self, bytes: usize) {
         self.max_response_bytes = bytes;
     }
@@ -418,10 +422,12 @@ impl DeltaSubscription {
         self.encoding.ttl
     }
 
+    /// Its type URL.
     pub fn type_url(&self) -> &Arc<str> {
         &self.type_url
     }
 
+    /// Whether the client is subscribed to every resource of the type.
     pub fn is_wildcard(&self) -> bool {
         self.wildcard.is_some()
     }
@@ -796,6 +802,7 @@ impl DeltaSubscription {
         !self.rest.is_empty()
     }
 
+    /// Whether a response is owed.
     pub fn has_pending(&self) -> bool {
         self.answer
             || self.check_all

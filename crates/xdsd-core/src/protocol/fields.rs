@@ -28,10 +28,12 @@ pub struct Names<const KEY: u8 = NAMES_FIELD_3> {
 }
 
 impl<const KEY: u8> Names<KEY> {
+    /// How many names.
     pub fn len(&self) -> usize {
         self.count as usize
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -58,6 +60,7 @@ impl<const KEY: u8> Names<KEY> {
         })
     }
 
+    /// Appends `name`.
     pub fn push(&mut self, name: &[u8]) {
         let mut encoded = Vec::from(std::mem::take(&mut self.encoded));
         put_entry::<KEY>(&mut encoded, self.count == 0, name);

@@ -12,7 +12,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use super::session::ClientNode;
+use super::node::ClientNode;
 
 /// A pattern where `*` stands for any run of characters (none included); every other character
 /// stands for itself.
@@ -20,6 +20,7 @@ use super::session::ClientNode;
 pub struct Glob(String);
 
 impl Glob {
+    /// A pattern (`*` for any run of characters).
     pub fn new(pattern: impl Into<String>) -> Glob {
         Glob(pattern.into())
     }
@@ -58,6 +59,7 @@ impl fmt::Display for Glob {
 
 /// What part of the node a rule matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Claim {
     /// The node id.
     Node(Glob),
@@ -71,11 +73,14 @@ pub enum Claim {
 /// has none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeIdentityRule {
+    /// The identities it applies to.
     pub identity: Glob,
+    /// The nodes (or clusters) they may claim.
     pub claim: Claim,
 }
 
 impl NodeIdentityRule {
+    /// Whether `identity` may claim `node` under this rule.
     pub fn allows(&self, identity: &str, node: &ClientNode) -> bool {
         self.identity.matches(identity)
             && match &self.claim {
@@ -137,6 +142,7 @@ impl NodeIdentityRules {
         }
     }
 
+    /// The rules, in order.
     pub fn rules(&self) -> &[NodeIdentityRule] {
         &self.rules
     }
@@ -158,11 +164,14 @@ impl NodeIdentityRules {
 /// A client's certificate identity and the rules its node is checked against.
 #[derive(Debug, Clone)]
 pub struct IdentityBinding {
+    /// The certificate's identity.
     pub identity: Arc<str>,
+    /// The rules its node is checked against.
     pub rules: Arc<NodeIdentityRules>,
 }
 
 impl IdentityBinding {
+    /// Whether the identity may claim `node`.
     pub fn allows(&self, node: &ClientNode) -> bool {
         self.rules.allows(&self.identity, node)
     }

@@ -64,10 +64,12 @@ macro_rules! str_like {
 }
 
 pub mod delta;
+mod error;
 mod fields;
 pub mod identity;
 #[cfg(test)]
 mod model_tests;
+mod node;
 pub mod session;
 mod shared;
 pub mod sotw;
@@ -251,6 +253,7 @@ pub struct NonceGen {
 }
 
 impl NonceGen {
+    /// The next nonce: "1", "2", ...
     pub fn next_nonce(&mut self) -> Nonce {
         self.next += 1;
         Nonce::from(self.next)
@@ -280,6 +283,7 @@ impl From<u64> for Nonce {
 }
 
 impl Nonce {
+    /// The nonce as text.
     pub fn as_str(&self) -> &str {
         // Only ASCII digits are ever written (`From<u64>`).
         std::str::from_utf8(&self.digits[..usize::from(self.len)]).unwrap_or_default()
@@ -296,29 +300,40 @@ impl PartialEq<Text> for Nonce {
 
 /// How a request relates to the responses already sent for its type.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RequestKind {
     /// The first request for this type on the stream.
     Initial,
     /// Accepts the response with this nonce.
-    Ack { nonce: Text },
-    /// Rejects the response with this nonce (`error_detail` is set). `rejected_version` is the
-    /// version that response carried.
-    Nack {
+    Ack {
+        /// The nonce of the response accepted.
         nonce: Text,
+    },
+    /// Rejects the response with this nonce (`error_detail` is set).
+    Nack {
+        /// The nonce of the response rejected.
+        nonce: Text,
+        /// The version that response carried, when the session still knows it.
         rejected_version: Option<Arc<str>>,
+        /// The client's `error_detail` message.
         message: String,
     },
     /// Changes the subscription without answering a response (no nonce).
     Update,
     /// Names a nonce older than the latest one sent for this type: superseded, not answered.
-    Stale { nonce: Text },
+    Stale {
+        /// The superseded nonce.
+        nonce: Text,
+    },
 }
 
 /// The subscription part of a request, as the session resolved it: plain names (subscribed with
 /// the type's default parameter set) and resource locators with their own parameter sets.
 #[derive(Debug, Clone, Copy)]
 pub struct Subscribe<'a> {
+    /// The parameter set of plain names.
     pub default: Pid,
+    /// Resource locators (a name with its own parameter set).
     pub locators: &'a [(String, Pid)],
 }
 
@@ -352,7 +367,9 @@ pub(crate) fn request_keys<'a, const KEY: u8>(
 pub struct SubscriptionChange {
     /// `Some(on)` when the wildcard subscription was turned on or off.
     pub wildcard: Option<bool>,
+    /// Names newly subscribed to (subscription keys: a locator's carries its parameters).
     pub added: Vec<Arc<str>>,
+    /// Names no longer subscribed to.
     pub removed: Vec<Arc<str>>,
     /// `Some(on)` when the subscription became (or stopped being) one to most names of the type:
     /// the transport then watches the type as a whole (`Watcher::set_dense`), and the machine

@@ -11,28 +11,28 @@
 //!
 //! Errors are [`SessionError`]s; each transport maps them to its own status in one place.
 
-use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
-use envoy_types::pb::google::protobuf::value::Kind;
 use prost::Message as _;
 
 use super::delta::{DeltaRequest, DeltaResponse, DeltaSubscription};
+pub use super::error::{ErrorKind, SessionError};
 use super::identity::IdentityBinding;
+pub(crate) use super::node::check_params;
+pub use super::node::{
+    ClientNode, FEATURE_RESOURCE_IN_SOTW, FEATURE_RESOURCE_IN_SOTW_ALT, FEATURE_RESOURCE_TTL,
+    MAX_PARAMS, MAX_PARAM_LEN, MAX_TYPES, NODE_CLUSTER_PARAM,
+};
 use super::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
 use super::{Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::hash::{HashMap, HashSet};
 use crate::params::ParamSet;
 use crate::store::{Changes, Resource, Snapshot, TypeSnapshot};
 use crate::types::{self, TypeMap};
-
-/// The parameter key under which a node's `cluster` is available to constraints, for clients
-/// that send no dynamic parameters (see docs/variants.md).
-pub const NODE_CLUSTER_PARAM: &str = "xds.node.cluster";
 
 /// The parameter key under which a client's verified certificate identity (mutual TLS) is
 /// available to constraints: a resource with the constraint `xds.identity == <identity>` exists
@@ -42,23 +42,10 @@ pub const IDENTITY_PARAM: &str = "xds.identity";
 
 /// Distinct parameter sets one session may use (a caching proxy uses one per client group).
 pub const MAX_PARAM_SETS: usize = 64;
-/// Parameters one set may have: from a locator, the node's dynamic parameters or its metadata.
-pub const MAX_PARAMS: usize = 128;
-/// Length of one parameter key or value.
-pub const MAX_PARAM_LEN: usize = 1024;
-/// Type URLs one session may subscribe to.
-pub const MAX_TYPES: usize = 256;
 /// Resource names one session may subscribe to, all types together, by default: twice an Envoy
 /// with 100,000 EDS clusters (each subscribed by name to its endpoints). Each takes about 100
 /// bytes of the session's memory.
 pub const DEFAULT_MAX_NAMES: usize = 200_000;
-
-/// The client feature of clients that take per-resource TTLs (spec "TTL").
-pub const FEATURE_RESOURCE_TTL: &str = "xds.config.supports-resource-ttl";
-/// The client feature of clients that take resources wrapped in `Resource` in SotW responses, as
-/// Envoy spells it; [`FEATURE_RESOURCE_IN_SOTW_ALT`] is accepted too.
-pub const FEATURE_RESOURCE_IN_SOTW: &str = "xds.config.resource-in-sotw";
-pub const FEATURE_RESOURCE_IN_SOTW_ALT: &str = "xds.config.supports-resource-in-sotw";
 
 /// A resource with a TTL is renewed every third of its TTL: two heartbeats may be lost or late
 /// before the client drops it.
@@ -124,208 +111,18 @@ const REFERRERS: [&str; 4] = [
 /// Types whose removals wait until the client ACKed every referrer type.
 const REFERENCED: [&str; 2] = [types::CLUSTER, types::CLUSTER_LOAD_ASSIGNMENT];
 
-/// Why a session cannot go on: the client sent something xdsd will not serve. Each ends the
-/// stream; [`SessionError::kind`] says which status it maps to.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SessionError {
-    #[error("node changed mid-stream: first request was from {first:?}, this one from {now:?}")]
-    NodeChanged { first: String, now: String },
-    #[error("a request on an aggregated stream must set type_url")]
-    MissingTypeUrl,
-    #[error("this service serves {serves}; the request is for {requested}")]
-    WrongType { serves: String, requested: String },
-    #[error("the node does not decode: {0}")]
-    BadNode(String),
-    #[error("{what}: {detail}")]
-    BadParameters { what: String, detail: String },
-    #[error("more than {limit} {what} on one stream")]
-    Limit { what: &'static str, limit: usize },
-    #[error(
-        "the client certificate's identity {identity:?} may not claim node {node:?} \
-         (cluster {cluster:?})"
-    )]
-    NodeNotAllowed {
-        identity: String,
-        node: String,
-        cluster: String,
-    },
-    #[error(
-        "the request carries no node; the first request of a client with a certificate \
-         (identity {identity:?}) must, to be checked against it"
-    )]
-    NodeRequired { identity: String },
-    #[error(
-        "secrets are served only over TLS or loopback connections, and this one is plaintext \
-         from another host (the server must serve TLS, or be told to allow plaintext secrets)"
-    )]
-    SecretsOverPlaintext,
-}
-
-/// How a [`SessionError`] is reported: the category a transport maps to its status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// The request is wrong (gRPC INVALID_ARGUMENT).
-    InvalidArgument,
-    /// The request asks for more than xdsd holds for one client (gRPC RESOURCE_EXHAUSTED).
-    ResourceExhausted,
-    /// The client may not be the node it claims (gRPC PERMISSION_DENIED).
-    PermissionDenied,
-}
-
-impl SessionError {
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            SessionError::Limit { .. } => ErrorKind::ResourceExhausted,
-            SessionError::NodeNotAllowed { .. }
-            | SessionError::NodeRequired { .. }
-            | SessionError::SecretsOverPlaintext => ErrorKind::PermissionDenied,
-            _ => ErrorKind::InvalidArgument,
-        }
-    }
-}
-
-/// The client's node, as the rules need it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ClientNode {
-    pub id: String,
-    pub cluster: String,
-    pub user_agent_name: String,
-    /// `user_agent_version`, or the semantic version of `user_agent_build_version`.
-    pub user_agent_version: String,
-    pub client_features: Vec<String>,
-    /// (region, zone, sub_zone) when the node has a locality.
-    pub locality: Option<(String, String, String)>,
-    /// Parameters for clients that send no dynamic parameters: every top-level string field of
-    /// `metadata`, and the cluster under [`NODE_CLUSTER_PARAM`].
-    pub derived: ParamSet,
-    /// `dynamic_parameters`: per type URL.
-    pub dynamic_parameters: BTreeMap<String, ParamSet>,
-}
-
-/// A node's user agent version, whichever way it gives it ("" when it does not).
-fn user_agent_version(node: &Node) -> String {
-    use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
-    match &node.user_agent_version_type {
-        Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),
-        Some(UserAgentVersionType::UserAgentBuildVersion(b)) => b
-            .version
-            .as_ref()
-            .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
-            .unwrap_or_default(),
-        None => String::new(),
-    }
-}
-
-impl ClientNode {
-    /// Reads what xdsd uses of a `Node`; bounded like every parameter set.
-    pub fn from_node(node: &Node) -> Result<ClientNode, SessionError> {
-        // Collected in one go, before the bound is checked: a node may send any number of
-        // fields, and a set copies itself on each insert.
-        let strings = node.metadata.iter().flat_map(|m| &m.fields);
-        let strings = strings.filter_map(|(k, v)| match &v.kind {
-            Some(Kind::StringValue(s)) => Some((k.as_str(), s.as_str())),
-            _ => None,
-        });
-        // The cluster last: it wins over a metadata field of the same key.
-        let cluster =
-            (!node.cluster.is_empty()).then_some((NODE_CLUSTER_PARAM, node.cluster.as_str()));
-        let derived: ParamSet = strings.chain(cluster).collect();
-        check_params("the node's metadata", &derived)?;
-        let mut dynamic_parameters = BTreeMap::new();
-        for (type_url, params) in &node.dynamic_parameters {
-            let set: ParamSet = params
-                .params
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            check_params(
-                &format!("the node's dynamic_parameters for {type_url}"),
-                &set,
-            )?;
-            dynamic_parameters.insert(type_url.clone(), set);
-        }
-        if dynamic_parameters.len() > MAX_TYPES {
-            return Err(SessionError::Limit {
-                what: "type URLs in the node's dynamic_parameters",
-                limit: MAX_TYPES,
-            });
-        }
-        Ok(ClientNode {
-            id: node.id.clone(),
-            cluster: node.cluster.clone(),
-            user_agent_name: node.user_agent_name.clone(),
-            user_agent_version: user_agent_version(node),
-            client_features: node.client_features.clone(),
-            locality: node
-                .locality
-                .as_ref()
-                .map(|l| (l.region.clone(), l.zone.clone(), l.sub_zone.clone())),
-            derived,
-            dynamic_parameters,
-        })
-    }
-
-    /// Whether the client advertises a feature in `client_features`.
-    pub fn has_feature(&self, feature: &str) -> bool {
-        self.client_features.iter().any(|f| f == feature)
-    }
-
-    /// Whether the client takes TTLs: it advertises [`FEATURE_RESOURCE_TTL`], or it is Envoy,
-    /// which honours TTLs (delta, and SotW `Resource` wrappers) without advertising the feature.
-    pub fn takes_ttl(&self) -> bool {
-        self.has_feature(FEATURE_RESOURCE_TTL) || self.user_agent_name == "envoy"
-    }
-
-    /// Whether the client takes resources wrapped in `Resource` in SotW responses: it advertises
-    /// [`FEATURE_RESOURCE_IN_SOTW`] (or [`FEATURE_RESOURCE_IN_SOTW_ALT`]), or it is Envoy, which
-    /// takes them (since 1.17) but sends no client features on its SotW streams.
-    pub fn takes_sotw_wrappers(&self) -> bool {
-        self.has_feature(FEATURE_RESOURCE_IN_SOTW)
-            || self.has_feature(FEATURE_RESOURCE_IN_SOTW_ALT)
-            || self.user_agent_name == "envoy"
-    }
-
-    /// The parameters of a subscription to `type_url` by plain name: the node's dynamic
-    /// parameters for that type, else the parameters derived from the node.
-    pub fn params_for(&self, type_url: &str) -> &ParamSet {
-        self.dynamic_parameters
-            .get(type_url)
-            .unwrap_or(&self.derived)
-    }
-}
-
-fn check_params(what: &str, params: &ParamSet) -> Result<(), SessionError> {
-    if params.len() > MAX_PARAMS {
-        return Err(SessionError::BadParameters {
-            what: what.to_owned(),
-            detail: format!("{} parameters, at most {MAX_PARAMS}", params.len()),
-        });
-    }
-    if let Some((k, _)) = params
-        .iter()
-        .find(|(k, v)| k.len() > MAX_PARAM_LEN || v.len() > MAX_PARAM_LEN)
-    {
-        let shown: String = k.chars().take(40).collect();
-        return Err(SessionError::BadParameters {
-            what: what.to_owned(),
-            detail: format!(
-                "parameter {shown:?}…: keys and values are at most {MAX_PARAM_LEN} bytes"
-            ),
-        });
-    }
-    Ok(())
-}
-
 /// What the session needs of a protocol variant's per-type state machine.
 pub trait Machine: Send + 'static {
+    /// The request message it reads.
     type Request: Send + 'static;
+    /// The response it produces.
     type Response: Send;
     /// For logs.
     const NAME: &'static str;
 
+    /// A machine for `type_url`, nothing subscribed.
     fn new(type_url: Arc<str>) -> Self;
+    /// Whether resources go out named by `resource_name` (xRFC TP2 clients).
     fn set_named(&mut self, named: bool);
     /// Responses larger than this are split where the protocol allows it.
     fn set_max_response_bytes(&mut self, bytes: usize);
@@ -333,6 +130,7 @@ pub trait Machine: Send + 'static {
     fn oversized(response: &Self::Response) -> Option<usize>;
     /// Whether resources go out with their TTLs to this client.
     fn takes_ttl(node: &ClientNode) -> bool;
+    /// Sets whether resources go out with their TTLs.
     fn set_ttl(&mut self, ttl: bool);
     /// Whether responses carry TTLs (`set_ttl`).
     fn ttl(&self) -> bool;
@@ -341,9 +139,11 @@ pub trait Machine: Send + 'static {
     /// The request's node as received, encoded (empty without one): decoded only when it
     /// differs from the session's (Envoy repeats it on every request).
     fn node(request: &Self::Request) -> &[u8];
+    /// The request's type URL.
     fn type_url(request: &Self::Request) -> &str;
     /// (subscribe, unsubscribe) resource locators of a request.
     fn locators(request: &Self::Request) -> (&[ResourceLocator], &[ResourceLocator]);
+    /// Handles a request: how it relates to the responses sent, and what it changed of the subscription.
     fn handle(
         &mut self,
         request: &Self::Request,
@@ -351,17 +151,20 @@ pub trait Machine: Send + 'static {
         unsubscribe: &[(String, Pid)],
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange);
+    /// Marks `names` changed in the store: owed to the client if it holds or asks for them.
     fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>);
     /// Told that `count` changed names (repeats included) are coming: true when the machine
     /// does not need them one by one (`mark_changed` is then not called).
     fn skips_changes(&mut self, _count: usize) -> bool {
         false
     }
+    /// Whether a response is owed.
     fn has_pending(&self) -> bool;
     /// Whether the next response is the rest of one that goes out in parts.
     fn in_parts(&self) -> bool;
     /// How many keys (name and parameter set) are subscribed.
     fn key_count(&self) -> usize;
+    /// The next response owed, if any, read from `views`.
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<Self::Response>;
     /// (version, resources, removed names, nonce) of a response, for logs.
     fn describe(response: &Self::Response) -> (&str, usize, usize, Nonce);
@@ -571,7 +374,9 @@ impl Machine for DeltaSubscription {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Handled {
+    /// The request's type URL.
     pub type_url: Arc<str>,
+    /// How it relates to the responses sent.
     pub kind: RequestKind,
     /// Names and wildcard to (un)watch in the store for this type.
     pub change: SubscriptionChange,
@@ -579,6 +384,7 @@ pub struct Handled {
     pub identified: bool,
     /// The first request for a type the store has nothing of.
     pub unknown_type: bool,
+    /// How many resources a reconnecting delta client says it holds.
     pub initial_versions: usize,
 }
 
@@ -668,6 +474,7 @@ impl<M: Machine> Session<M> {
         Session::with_options(fixed, SessionOptions::default())
     }
 
+    /// A session with `options`; `fixed`: the type of a per-type service (`None`: ADS).
     pub fn with_options(fixed: Option<Arc<str>>, options: SessionOptions) -> Session<M> {
         Session {
             options,

@@ -19,9 +19,13 @@ pub const WILDCARD: &str = "*";
 /// One response to send.
 #[derive(Debug, Clone)]
 pub struct SotwResponse {
+    /// The type URL.
     pub type_url: Arc<str>,
+    /// The version of the client's view of the type.
     pub version_info: Arc<str>,
+    /// The nonce the client answers with.
     pub nonce: Nonce,
+    /// The resources it carries.
     pub resources: SotwResources,
     /// How resources go out: wrapped in `Resource` with their `resource_name` (name and dynamic
     /// parameter constraints) for clients that subscribe with dynamic parameters (xRFC TP2), and
@@ -43,8 +47,11 @@ pub struct SotwResponse {
 
 /// The resources of a response: a whole view (its shared encoded body) or a selection.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum SotwResources {
+    /// Every resource of a view, its encoded body shared.
     All(Arc<View>),
+    /// Some resources.
     Some(ResourceList),
 }
 
@@ -71,6 +78,7 @@ impl SotwResponse {
         }
     }
 
+    /// How many resources.
     pub fn len(&self) -> usize {
         match &self.resources {
             SotwResources::All(t) => t.len(),
@@ -78,6 +86,7 @@ impl SotwResponse {
         }
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -142,6 +151,7 @@ pub struct SotwSubscription {
 }
 
 impl SotwSubscription {
+    /// A subscription to `type_url` with nothing subscribed yet.
     pub fn new(type_url: Arc<str>) -> SotwSubscription {
         let full_state = crate::types::is_full_state(&type_url);
         SotwSubscription {
@@ -191,10 +201,12 @@ impl SotwSubscription {
         self.encoding.ttl
     }
 
+    /// Its type URL.
     pub fn type_url(&self) -> &Arc<str> {
         &self.type_url
     }
 
+    /// Whether the client is subscribed to every resource of the type.
     pub fn is_wildcard(&self) -> bool {
         self.wildcard.is_some()
     }
@@ -424,7 +436,7 @@ impl SotwSubscription {
     /// Told that `count` changed names (repeats included) are coming, before
     /// [`Self::mark_changed`]: true when the names need not be looked at one by one. Once a
     /// subscription of named keys (no wildcard, not a full-state type) is offered more changed
-    /// names since its last response than a quarter of its keys ([`SCAN_MIN_KEYS`] at least),
+    /// names since its last response than a quarter of its keys (`SCAN_MIN_KEYS` at least),
     /// it stops recording them and its next response looks at every key instead: under churn a
     /// stream takes the changes of many commits at once (S5 at 2,000 changes a second: some 170
     /// names per response for 100 keys), and looking each up was a quarter of the server's work.

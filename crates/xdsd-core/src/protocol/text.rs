@@ -15,12 +15,14 @@ impl Text {
         Ok(Text(bytes))
     }
 
+    /// The text.
     pub fn as_str(&self) -> &str {
         // Only UTF-8 is ever held (`from_utf8` and the `From` conversions check or start from a
         // `str`).
         std::str::from_utf8(&self.0).unwrap_or_default()
     }
 
+    /// Its bytes (shared with the request it came in).
     pub fn as_bytes(&self) -> &Bytes {
         &self.0
     }

@@ -19,7 +19,7 @@ use crate::transport::metrics::Metrics;
 
 /// A gated rollout: see the module [`crate::rollout`]. Shared by the feed of the source (which
 /// commits to [`Rollout::canary_store`] through [`Rollout::commit`]), the streams (which read
-/// the store [`Rollout::store_for`] their node and report their canaries' answers) and the admin
+/// the store [`Rollout::store_for_raw`] their node and report their canaries' answers) and the admin
 /// API.
 pub struct Rollout {
     cohort: Cohort,

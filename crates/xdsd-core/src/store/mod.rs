@@ -30,8 +30,11 @@ pub use watch::{Changes, Watcher};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ResourceInput {
+    /// Its type URL (`type.googleapis.com/envoy.config.cluster.v3.Cluster`).
     pub type_url: String,
+    /// Its name, unique within its type (per variant).
     pub name: String,
+    /// Its message, encoded (protobuf).
     pub value: Bytes,
     /// `None`: the name's single, unconstrained variant.
     pub constraints: Option<Constraints>,
@@ -42,6 +45,7 @@ pub struct ResourceInput {
 }
 
 impl ResourceInput {
+    /// The unconstrained resource `name` of `type_url` holding the encoded message `value`.
     pub fn new(type_url: impl Into<String>, name: impl Into<String>, value: Bytes) -> Self {
         ResourceInput {
             type_url: type_url.into(),
@@ -59,6 +63,7 @@ impl ResourceInput {
         self
     }
 
+    /// Names where it came from (a file and position, a key), for errors about it.
     pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
         self.origin = Some(origin.into());
         self
@@ -72,28 +77,46 @@ impl ResourceInput {
     }
 }
 
+/// Why the store refused an update (it then holds what it held before).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreError {
+    /// Two resources (of one variant) share a type and a name.
     #[error("two resources of type {type_url} are named {name:?}{}", with_origins(.first, .second))]
     Duplicate {
+        /// Their type URL.
         type_url: String,
+        /// Their name.
         name: String,
+        /// Where the first came from, when known.
         first: Option<String>,
+        /// Where the second came from, when known.
         second: Option<String>,
     },
+    /// A resource without a name.
     #[error("a resource of type {type_url} has an empty name")]
-    EmptyName { type_url: String },
+    EmptyName {
+        /// Its type URL.
+        type_url: String,
+    },
+    /// A type URL that is not `type.googleapis.com/<package>.<Message>`.
     #[error("{type_url:?} is not a type URL (expected type.googleapis.com/<package>.<Message>)")]
-    BadTypeUrl { type_url: String },
+    BadTypeUrl {
+        /// The type URL given.
+        type_url: String,
+    },
     /// The variants of a name break a rule of xRFC TP2 (see [`VariantRule`]).
     #[error("variants of {type_url} {name:?}: {first} and {second}: {rule}")]
     Variants {
+        /// The name's type URL.
         type_url: String,
+        /// The name.
         name: String,
-        /// The two variants, by origin (or constraints when the origin is unknown).
+        /// The first of the two variants, by origin (or constraints when the origin is unknown).
         first: String,
+        /// The second, the same way.
         second: String,
+        /// The rule they break.
         rule: Box<VariantRule>,
     },
     /// References to resources that do not exist, in [`ReferenceMode::Strict`]: all of them
@@ -106,21 +129,28 @@ pub enum StoreError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum VariantRule {
+    /// The variants constrain different parameter keys.
     #[error(
         "they constrain different keys ({} vs {}); all variants of a name must constrain the same keys",
         keys(.first_keys), keys(.second_keys)
     )]
     DifferentKeys {
+        /// The keys the first constrains.
         first_keys: Vec<String>,
+        /// The keys the second constrains.
         second_keys: Vec<String>,
     },
+    /// One parameter set matches both variants.
     #[error(
         "both match the parameters {witness} ({first_constraints} and {second_constraints}); \
          a parameter set may match at most one variant"
     )]
     Overlap {
+        /// A parameter set both match.
         witness: String,
+        /// The first's constraints.
         first_constraints: String,
+        /// The second's constraints.
         second_constraints: String,
     },
 }
@@ -142,7 +172,9 @@ fn with_origins(first: &Option<String>, second: &Option<String>) -> String {
 
 /// What an update did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UpdateSummary {
+    /// The store's generation after the update (one more than before when anything changed).
     pub generation: u64,
     /// Resources (variants) added, changed or removed.
     pub changed: usize,
@@ -160,15 +192,23 @@ pub struct UpdateSummary {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NameChange {
+    /// The name's type URL.
     pub type_url: Arc<str>,
+    /// The name.
     pub name: Arc<str>,
+    /// Whether it was added, changed or removed.
     pub kind: ChangeKind,
 }
 
+/// How an update changed a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ChangeKind {
+    /// The name is new.
     Added,
+    /// One of its variants is new, changed or gone, and it still has some.
     Changed,
+    /// The name is gone (no variant left).
     Removed,
 }
 
@@ -192,11 +232,19 @@ pub enum Change {
     /// Adds the resource, or replaces the variant of its name with the same constraints.
     Set(ResourceInput),
     /// Removes every variant of a name.
-    Remove { type_url: String, name: String },
+    Remove {
+        /// The name's type URL.
+        type_url: String,
+        /// The name.
+        name: String,
+    },
     /// Removes the variant of a name with these constraints (`None`: the unconstrained one).
     RemoveVariant {
+        /// The name's type URL.
         type_url: String,
+        /// The name.
         name: String,
+        /// The variant's constraints.
         constraints: Option<Constraints>,
     },
 }
@@ -421,6 +469,7 @@ impl Store {
         }
     }
 
+    /// How the store checks references between resources (see [`Store::with_reference_policy`]).
     pub fn reference_policy(&self) -> &ReferencePolicy {
         &self.inner.policy
     }

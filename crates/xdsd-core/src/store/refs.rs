@@ -420,12 +420,14 @@ pub enum ReferenceMode {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReferencePolicy {
+    /// How dangling references are treated.
     pub mode: ReferenceMode,
     /// Type URL → names.
     external: HashMap<Box<str>, HashSet<Box<str>>>,
 }
 
 impl ReferencePolicy {
+    /// A policy in `mode`, with no external resources.
     pub fn new(mode: ReferenceMode) -> ReferencePolicy {
         ReferencePolicy {
             mode,
@@ -433,14 +435,17 @@ impl ReferencePolicy {
         }
     }
 
+    /// Strict: an update with a dangling reference is refused (the default).
     pub fn strict() -> ReferencePolicy {
         ReferencePolicy::new(ReferenceMode::Strict)
     }
 
+    /// Warn: applied, and the dangling references reported.
     pub fn warn() -> ReferencePolicy {
         ReferencePolicy::new(ReferenceMode::Warn)
     }
 
+    /// Off: references are not checked.
     pub fn off() -> ReferencePolicy {
         ReferencePolicy::new(ReferenceMode::Off)
     }
@@ -455,6 +460,7 @@ impl ReferencePolicy {
         self
     }
 
+    /// Whether the resource `name` of `type_url` was declared external.
     pub fn is_external(&self, type_url: &str, name: &str) -> bool {
         self.external
             .get(type_url)
@@ -475,8 +481,11 @@ impl ReferencePolicy {
 pub struct Dangling {
     /// The referring resource: its type URL, name, origin and, for a variant, constraints.
     pub type_url: Arc<str>,
+    /// Its name.
     pub name: Arc<str>,
+    /// Where it came from, when known.
     pub origin: Option<Arc<str>>,
+    /// A variant's constraints.
     pub constraints: Option<Arc<Constraints>>,
     /// What it refers to, from which field.
     pub reference: Reference,

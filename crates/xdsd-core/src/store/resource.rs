@@ -21,7 +21,9 @@ pub const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.
 /// `name`, and with its TTL (clients that support TTLs) or without.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Encoding {
+    /// Named by `resource_name` (xRFC TP2 clients), not `name`.
     pub named: bool,
+    /// With its TTL.
     pub ttl: bool,
 }
 
@@ -76,6 +78,7 @@ impl Resource {
         Resource::build(type_url, name.into(), Vec::new(), None, None, value)
     }
 
+    /// A resource that VHDS clients may also ask for by `aliases`.
     pub fn with_aliases(
         type_url: &str,
         name: impl Into<Arc<str>>,
@@ -179,6 +182,7 @@ impl Resource {
         hex8(&hash.finalize())
     }
 
+    /// Its name.
     pub fn name(&self) -> &Arc<str> {
         &self.name
     }
@@ -221,6 +225,7 @@ impl Resource {
         &self.references
     }
 
+    /// Its aliases (VHDS).
     pub fn aliases(&self) -> &[Arc<str>] {
         &self.aliases
     }
@@ -231,6 +236,7 @@ impl Resource {
         self.digest
     }
 
+    /// Its version: a digest of its content.
     pub fn version(&self) -> &Arc<str> {
         &self.version
     }

@@ -434,6 +434,7 @@ impl TypeSnapshot {
         }
     }
 
+    /// The type URL.
     pub fn type_url(&self) -> &Arc<str> {
         &self.type_url
     }
@@ -504,6 +505,7 @@ impl TypeSnapshot {
         self.table.names
     }
 
+    /// Whether it holds no resources.
     pub fn is_empty(&self) -> bool {
         self.table.names == 0
     }
@@ -719,6 +721,7 @@ impl View {
         View::resolved(type_url, Vec::new())
     }
 
+    /// The type URL.
     pub fn type_url(&self) -> &Arc<str> {
         &self.type_url
     }
@@ -752,6 +755,7 @@ impl View {
         }
     }
 
+    /// How many resources.
     pub fn len(&self) -> usize {
         match &self.data {
             ViewData::Plain(t) => t.names,
@@ -759,6 +763,7 @@ impl View {
         }
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -914,6 +919,7 @@ impl Snapshot {
         self.generation
     }
 
+    /// The resources of `type_url`, if the store holds any.
     pub fn get(&self, type_url: &str) -> Option<&Arc<TypeSnapshot>> {
         self.types.get(type_url)
     }
@@ -923,6 +929,7 @@ impl Snapshot {
         self.types.get(type_url).and_then(|t| t.get(name))
     }
 
+    /// Every type the store holds.
     pub fn types(&self) -> impl Iterator<Item = &Arc<TypeSnapshot>> {
         self.types.values()
     }

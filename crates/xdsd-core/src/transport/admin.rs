@@ -29,8 +29,9 @@ use tokio::net::TcpListener;
 use super::clients::{ClientStatus, TypeStatus};
 use super::csds::{nack_details, resource_status};
 use super::fetch;
-use super::grpc::{StatsHandle, DEFAULT_PREFACE_TIMEOUT};
+use super::grpc::StatsHandle;
 use super::metrics::CONTENT_TYPE;
+use super::options::DEFAULT_PREFACE_TIMEOUT;
 use super::page::{self, PageInfo};
 use super::rest::JsonCodec;
 use super::tls::{Listener, TlsError, TlsOptions, TlsState};
@@ -226,7 +227,7 @@ async fn config(
             Some("1" | "true") => match handle.json_codec() {
                 Some(codec) => Some(codec),
                 None => return bad(
-                    "contents=1 needs the server's proto3 JSON codec (XdsServer::with_rest_json)"
+                    "contents=1 needs the server's proto3 JSON codec (XdsServerBuilder::rest_json)"
                         .into(),
                 ),
             },
@@ -246,7 +247,7 @@ async fn config(
             )
                 .into_response()
         }
-        Err(e) => bad(e.to_string()),
+        Err(e) => bad(e.message().to_string()),
     }
 }
 

@@ -35,10 +35,13 @@ pub struct ClientStatus {
     pub ads: bool,
     /// "SotW" or "delta".
     pub variant: &'static str,
+    /// The client's address, when known.
     pub peer: Option<SocketAddr>,
+    /// When the stream opened.
     pub connected_at: SystemTime,
     /// The client's node, once a request carried one.
     pub node: Option<ClientNode>,
+    /// The stream's counts.
     pub counters: super::StreamCounters,
     /// Every type the client requested, by type URL.
     pub types: Vec<TypeStatus>,
@@ -48,6 +51,7 @@ pub struct ClientStatus {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct TypeStatus {
+    /// The type URL.
     pub type_url: Arc<str>,
     /// The last response sent.
     pub last_sent: Option<Sent>,
@@ -67,7 +71,9 @@ pub struct TypeStatus {
 pub struct Sent {
     /// The response's version: the type's for SotW, `system_version_info` for delta.
     pub version: Arc<str>,
+    /// Its nonce.
     pub nonce: Nonce,
+    /// When it was sent.
     pub at: SystemTime,
     /// How many resources it carried.
     pub resource_count: usize,
@@ -108,6 +114,7 @@ impl SentResources {
         view.into_iter().flatten().chain(list.into_iter().flatten())
     }
 
+    /// How many resources are kept.
     pub fn len(&self) -> usize {
         match self {
             SentResources::View(view) => view.len().min(MAX_TRACKED_RESOURCES),
@@ -115,6 +122,7 @@ impl SentResources {
         }
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -136,21 +144,27 @@ pub(crate) fn capped(list: &ResourceList) -> ResourceList {
 
 #[derive(Debug, Clone)]
 #[non_exhaustive]
+/// An ACK as it was received.
 pub struct Ack {
     /// The version of the response ACKed.
     pub version: Arc<str>,
+    /// The nonce of the response ACKed.
     pub nonce: String,
+    /// When it came.
     pub at: SystemTime,
 }
 
 #[derive(Debug, Clone)]
 #[non_exhaustive]
+/// A NACK as it was received.
 pub struct Nack {
+    /// The nonce of the response rejected.
     pub nonce: String,
     /// The version of the response rejected.
     pub version: Option<Arc<str>>,
     /// The client's `error_detail` message (cut to [`MAX_NACK_MESSAGE_BYTES`]).
     pub message: String,
+    /// When it came.
     pub at: SystemTime,
     /// Where the rejected resources came from ("file (resource #N)"), when they can be told: the
     /// resources of the rejected response that the message names, else its new or changed ones

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::budget::{Budget, Charges, NameCharge};
-use super::grpc::ServerOptions;
 use super::metrics::Metrics;
+use super::observer::StreamObserver;
+use super::options::ServerOptions;
 use super::stats::StreamRegistry;
 use super::tls::ConnInfo;
 use crate::rollout::Rollout;
@@ -30,6 +31,8 @@ pub(crate) struct ServerContext {
     pub(crate) names: Arc<Budget>,
     /// A gated rollout: the cohort's clients read its canary store, the others `store`.
     pub(crate) rollout: Option<Arc<Rollout>>,
+    /// The embedder's observers of every stream.
+    pub(crate) observers: Arc<[Arc<dyn StreamObserver>]>,
 }
 
 impl ServerContext {
@@ -49,6 +52,7 @@ impl ServerContext {
             request_bytes: Arc::default(),
             names: Arc::default(),
             rollout: None,
+            observers: Arc::new([]),
         }
     }
 

@@ -13,11 +13,12 @@ use tonic::Status;
 use tracing::{debug, warn};
 
 use super::context::ServerContext;
+use super::observer::{RequestSeen, StreamObserver};
 use super::status::status_of;
 use super::tls::Access;
 use crate::params::ParamSet;
 
-use crate::protocol::session::{ErrorKind, Session, SessionError};
+use crate::protocol::session::{Session, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
 use crate::protocol::{Nonce, SubscriptionChange, Text};
 use crate::store::{Encoding, Snapshot, View};
@@ -34,11 +35,12 @@ pub(crate) fn fetch(
     request: &SotwRequest,
 ) -> Result<SotwResponse, Status> {
     let snapshot = ctx.store_for(&request.node_raw).snapshot();
-    let answer = answer(ctx, type_url, access, request, &snapshot).map_err(|e| {
-        if e.kind() == ErrorKind::PermissionDenied {
-            warn!(peer = ?peer, error = %crate::logsafe::shown(&e.to_string()), "fetch refused");
+    let answer = answer(ctx, type_url, access, request, &snapshot, &ctx.observers).map_err(|e| {
+        let status = e.status();
+        if status.code() == tonic::Code::PermissionDenied {
+            warn!(peer = ?peer, error = %crate::logsafe::shown(status.message()), "fetch refused");
         }
-        status_of(&e)
+        status
     })?;
     debug!(
         peer = ?peer,
@@ -51,6 +53,25 @@ pub(crate) fn fetch(
     Ok(answer.response)
 }
 
+/// Why a one-shot request (`Fetch*`, a REST poll) is not answered.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// The session's rules refused it.
+    Session(SessionError),
+    /// An observer refused it, with this status.
+    Observer(Status),
+}
+
+impl Refusal {
+    /// The gRPC status it is answered with (see `status`).
+    pub(crate) fn status(&self) -> Status {
+        match self {
+            Refusal::Session(e) => status_of(e),
+            Refusal::Observer(status) => status.clone(),
+        }
+    }
+}
+
 /// What a fresh session answers to one request.
 pub(crate) struct Answer {
     pub(crate) response: SotwResponse,
@@ -61,26 +82,38 @@ pub(crate) struct Answer {
 }
 
 /// The answer of a fresh per-type session to `request` (under the client's `access`), given the
-/// store's state `snapshot`.
+/// store's state `snapshot`; `observers` may refuse the request (they are told it as a request
+/// of stream 0: a one-shot request has no stream).
 pub(crate) fn answer(
     ctx: &ServerContext,
     type_url: Arc<str>,
     access: &Access,
     request: &SotwRequest,
     snapshot: &Snapshot,
-) -> Result<Answer, SessionError> {
+    observers: &[Arc<dyn StreamObserver>],
+) -> Result<Answer, Refusal> {
     let mut session: Session<SotwSubscription> =
         Session::with_options(Some(type_url.clone()), ctx.options.session.clone());
     access.apply(&mut session);
     // The answer is the whole state for the request, whatever version the caller has (a stream
     // would send nothing to a client that has the current version).
     let handled = if request.version_info.is_empty() {
-        session.handle_request(request, snapshot)?
+        session.handle_request(request, snapshot)
     } else {
         let mut fresh = request.clone();
         fresh.version_info = Text::default();
-        session.handle_request(&fresh, snapshot)?
+        session.handle_request(&fresh, snapshot)
+    }
+    .map_err(Refusal::Session)?;
+    let seen = RequestSeen {
+        stream: 0,
+        node: session.node(),
+        type_url: &handled.type_url,
+        kind: &handled.kind,
     };
+    for observer in observers {
+        observer.request(&seen).map_err(Refusal::Observer)?;
+    }
     let now = Instant::now();
     let mut response: Option<SotwResponse> = None;
     // A response the session splits in parts goes out as one.
@@ -146,7 +179,7 @@ fn resource_list(resources: SotwResources) -> Vec<Arc<crate::store::Resource>> {
 /// What a client with `node` would be served of each type the store holds, subscribing to
 /// everything (wildcard): per type, the version and the resources (the variants its parameters
 /// pick). For the admin API's `GET /config`.
-pub(crate) fn preview(ctx: &ServerContext, node: &Node) -> Result<Vec<SotwResponse>, SessionError> {
+pub(crate) fn preview(ctx: &ServerContext, node: &Node) -> Result<Vec<SotwResponse>, Status> {
     let snapshot = ctx
         .store_for(&prost::Message::encode_to_vec(node))
         .snapshot();
@@ -164,7 +197,8 @@ pub(crate) fn preview(ctx: &ServerContext, node: &Node) -> Result<Vec<SotwRespon
             ..Default::default()
         })
             .into();
-        let answer = answer(ctx, type_url, &Access::default(), &request, &snapshot)?;
+        let answer = answer(ctx, type_url, &Access::default(), &request, &snapshot, &[])
+            .map_err(|e| e.status())?;
         answers.push(answer.response);
     }
     Ok(answers)

@@ -17,6 +17,7 @@ use crate::types;
 
 /// Where a client stands with one type, worst last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum TypeState {
     /// It ACKed the last response it was sent.
     Synced,
@@ -29,6 +30,7 @@ pub enum TypeState {
 }
 
 impl TypeState {
+    /// The state as shown: `SYNCED`, `NOT SENT`, `STALE`, `NACKED`.
     pub fn as_str(self) -> &'static str {
         match self {
             TypeState::Synced => "SYNCED",
@@ -71,11 +73,13 @@ pub struct NackInfo {
 /// One resource a client was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceRow {
+    /// Its name.
     pub name: String,
     /// The version of the response it came in that the client runs (ACKed); the resource's own
     /// version when known (CSDS has no field for it: `xdsd status --admin` reads it from xdsd's
     /// admin API).
     pub version: String,
+    /// The client's state for it.
     pub state: TypeState,
     /// The file (or key) it came from, when known (from xdsd's admin API, as the version).
     pub origin: String,
@@ -84,21 +88,28 @@ pub struct ResourceRow {
 /// One type of one client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypeRow {
+    /// The type URL.
     pub type_url: String,
+    /// The client's state for the type.
     pub state: TypeState,
     /// The version the client runs (its last ACKed), empty when none.
     pub version: String,
+    /// Its last NACK, when it stands.
     pub nack: Option<NackInfo>,
+    /// The resources it was sent.
     pub resources: Vec<ResourceRow>,
 }
 
 /// One client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientRow {
+    /// The node id.
     pub id: String,
+    /// The node's cluster.
     pub cluster: String,
     /// The client's user agent and its version ("envoy 1.40.0", "gRPC Go 1.70.0").
     pub agent: String,
+    /// Each type it asked for.
     pub types: Vec<TypeRow>,
 }
 
@@ -112,6 +123,7 @@ impl ClientRow {
             .unwrap_or(TypeState::Synced)
     }
 
+    /// Its row of `type_url`, if it asked for it.
     pub fn type_row(&self, type_url: &str) -> Option<&TypeRow> {
         self.types.iter().find(|t| t.type_url == type_url)
     }
@@ -266,15 +278,22 @@ pub fn columns(rows: &[ClientRow]) -> Vec<String> {
 
 /// How many clients are in each state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Summary {
+    /// Clients counted.
     pub clients: usize,
+    /// Those synced.
     pub synced: usize,
+    /// Those with a NACK standing.
     pub nacked: usize,
+    /// Those with a response awaiting its answer.
     pub stale: usize,
+    /// Those sent nothing yet.
     pub not_sent: usize,
 }
 
 impl Summary {
+    /// Counts `rows`.
     pub fn of<'a>(rows: impl IntoIterator<Item = &'a ClientRow>) -> Summary {
         let mut s = Summary::default();
         for r in rows {
@@ -330,6 +349,7 @@ pub fn rows_json(rows: &[ClientRow]) -> Value {
     })
 }
 
+/// A client's row as JSON (the admin API's `/clients`).
 pub fn row_json(r: &ClientRow) -> Value {
     json!({
         "id": r.id,

@@ -34,6 +34,7 @@ const ROLLOUT_STATES: [&str; 4] = ["idle", "soaking", "waiting for canaries", "h
 
 /// How a load of the source ended, for [`Metrics::reload`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Reload {
     /// Applied: the store changed.
     Applied,
@@ -84,6 +85,7 @@ struct Inner {
     nacks: Family<Labels, Counter>,
     ack_latency: Family<Labels, Histogram, fn() -> Histogram>,
     reloads: Family<Labels, Counter>,
+    tls_reloads: Family<Labels, Counter>,
     resources: Family<Labels, Gauge>,
     generation: Gauge,
     source_healthy: Gauge,
@@ -103,6 +105,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Metrics of their own, all at zero.
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("xdsd");
         let streams = Family::<Labels, Gauge>::default();
@@ -115,6 +118,7 @@ impl Metrics {
         let ack_latency: Family<Labels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(latency_histogram);
         let reloads = Family::<Labels, Counter>::default();
+        let tls_reloads = Family::<Labels, Counter>::default();
         let resources = Family::<Labels, Gauge>::default();
         let generation = Gauge::default();
         let source_healthy = Gauge::default();
@@ -173,6 +177,11 @@ impl Metrics {
             reloads.clone(),
         );
         registry.register(
+            "tls_reloads",
+            "Reads of the TLS files after they changed, by result (applied; rejected: the previous certificate kept)",
+            tls_reloads.clone(),
+        );
+        registry.register(
             "resources",
             "Resources (variants) the store holds, by type URL",
             resources.clone(),
@@ -212,6 +221,9 @@ impl Metrics {
         for result in RELOAD_RESULTS {
             drop(reloads.get_or_create(&vec![("result", result.to_owned())]));
         }
+        for result in ["applied", "rejected"] {
+            drop(tls_reloads.get_or_create(&vec![("result", result.to_owned())]));
+        }
         for variant in STREAM_VARIANTS {
             for ads in [true, false] {
                 let labels = Metrics::stream_labels(variant, ads);
@@ -234,6 +246,7 @@ impl Metrics {
                 nacks,
                 ack_latency,
                 reloads,
+                tls_reloads,
                 resources,
                 generation,
                 source_healthy,
@@ -246,6 +259,16 @@ impl Metrics {
         let result = result.label();
         self.inner
             .reloads
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc();
+    }
+
+    /// Counts a read of the TLS files after they changed: `applied`, or not (the previous
+    /// certificate kept).
+    pub(crate) fn tls_reload(&self, applied: bool) {
+        let result = if applied { "applied" } else { "rejected" };
+        self.inner
+            .tls_reloads
             .get_or_create(&vec![("result", result.to_owned())])
             .inc();
     }

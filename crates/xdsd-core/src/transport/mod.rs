@@ -12,6 +12,8 @@ pub mod fleet;
 pub mod grpc;
 mod health;
 pub mod metrics;
+pub mod observer;
+mod options;
 pub mod page;
 mod requests;
 pub mod rest;

@@ -771,7 +771,7 @@ mod tests {
         let store = Store::new();
         let cohort = Cohort::new(vec![Selector::parse("node=canary-*").expect("a selector")]);
         let rollout = Rollout::new(cohort, GateConfig::default(), store.clone());
-        let server = XdsServer::new(store).with_rollout(rollout);
+        let server = XdsServer::builder(store).rollout(rollout).build();
         let state = PageState {
             handle: server.stats_handle(),
             info: Arc::new(PageInfo {
@@ -785,7 +785,7 @@ mod tests {
         assert!(out.contains("node=canary-*"), "{out}");
         assert!(out.contains("directory &lt;d&gt;"), "{out}");
         let mut plain = String::new();
-        let server = XdsServer::new(Store::new());
+        let server = XdsServer::builder(Store::new()).build();
         server_section(
             &mut plain,
             &PageState {

@@ -35,10 +35,10 @@ use tracing::{debug, warn};
 
 use super::context::ServerContext;
 use super::fetch::{answer, Answer};
+use super::status::http_status_of;
 use super::tls::{Access, ConnInfo};
 use super::wire::SotwWire;
 
-use crate::protocol::session::{ErrorKind, SessionError};
 use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse};
 use crate::protocol::Nonce;
 use crate::types;
@@ -320,32 +320,28 @@ impl Rest {
         request: &SotwRequest,
     ) -> Result<(Answer, String), RestError> {
         let snapshot = self.ctx.store_for(&request.node_raw).snapshot();
-        let answer = answer(&self.ctx, type_url.clone(), access, request, &snapshot)
-            .map_err(|e| rejected(&e))?;
+        let answer = answer(
+            &self.ctx,
+            type_url.clone(),
+            access,
+            request,
+            &snapshot,
+            &self.ctx.observers,
+        )
+        .map_err(|e| rejected(&e.status()))?;
         let version = rest_version(&answer.response);
         Ok((answer, version))
     }
 }
 
-/// A session error as a REST answer.
-fn rejected(e: &SessionError) -> RestError {
-    match e.kind() {
-        ErrorKind::InvalidArgument => error(
-            StatusCode::BAD_REQUEST,
-            tonic::Code::InvalidArgument,
-            e.to_string(),
-        ),
-        ErrorKind::ResourceExhausted => error(
-            StatusCode::TOO_MANY_REQUESTS,
-            tonic::Code::ResourceExhausted,
-            e.to_string(),
-        ),
-        ErrorKind::PermissionDenied => error(
-            StatusCode::FORBIDDEN,
-            tonic::Code::PermissionDenied,
-            e.to_string(),
-        ),
-    }
+/// A refused request as a REST answer: its gRPC status (see `status`, which owns the mapping)
+/// and the HTTP status that stands for it.
+fn rejected(status: &tonic::Status) -> RestError {
+    error(
+        http_status_of(status.code()),
+        status.code(),
+        status.message(),
+    )
 }
 
 /// The version of a REST answer: a digest of the type and of the name and version of every

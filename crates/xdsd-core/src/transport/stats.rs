@@ -16,11 +16,17 @@ use crate::protocol::Nonce;
 
 /// Counts of one stream, or totals of a server.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamCounters {
+    /// Responses sent.
     pub responses: u64,
+    /// Resources sent (counted per response).
     pub resources: u64,
+    /// Names removed (delta).
     pub removed: u64,
+    /// ACKs received.
     pub acks: u64,
+    /// NACKs received.
     pub nacks: u64,
 }
 
@@ -57,11 +63,15 @@ impl Counters {
 
 /// One open stream as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamStatus {
+    /// The stream's id.
     pub id: u64,
+    /// The client's node id (empty before it sent one).
     pub node: String,
     /// "SotW" or "delta".
     pub variant: &'static str,
+    /// The stream's counts.
     pub counters: StreamCounters,
 }
 

@@ -17,6 +17,28 @@ pub fn status_of(error: &SessionError) -> Status {
     }
 }
 
+/// The HTTP status a REST poll refused with gRPC `code` is answered with.
+pub(crate) fn http_status_of(code: Code) -> http::StatusCode {
+    use http::StatusCode;
+    match code {
+        Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
+            StatusCode::BAD_REQUEST
+        }
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::Cancelled => StatusCode::REQUEST_TIMEOUT,
+        Code::Ok | Code::Unknown | Code::Internal | Code::DataLoss => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
 /// A request that is a well-framed gRPC message but not a `what` (e.g. `DiscoveryRequest`).
 pub(crate) fn undecodable(what: &str, error: &prost::DecodeError) -> Status {
     Status::invalid_argument(format!("the request is not a valid {what}: {error}"))

@@ -18,7 +18,10 @@ use super::body;
 use super::budget::{Metered, NameCharge};
 use super::clients::{self, SentResources};
 use super::context::ServerContext;
-use super::grpc::SHUTDOWN_GRACE;
+use super::observer::{
+    Acked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamOpened,
+};
+use super::options::SHUTDOWN_GRACE;
 use super::requests::Requests;
 use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
@@ -42,6 +45,8 @@ pub(crate) trait Variant:
 {
     /// The request message's name, for errors.
     const REQUEST: &'static str;
+    /// SotW or delta, as observers are told.
+    const FLAVOR: Flavor;
     type Message: prost::Message + Default + Send + 'static;
     type Wire: prost::Message + From<Self::Response> + Send + 'static;
 
@@ -55,6 +60,7 @@ pub(crate) trait Variant:
 
 impl Variant for SotwSubscription {
     const REQUEST: &'static str = "DiscoveryRequest";
+    const FLAVOR: Flavor = Flavor::Sotw;
     type Message = crate::protocol::sotw::SotwRequest;
     type Wire = SotwWire;
 
@@ -76,6 +82,7 @@ impl Variant for SotwSubscription {
 
 impl Variant for DeltaSubscription {
     const REQUEST: &'static str = "DeltaDiscoveryRequest";
+    const FLAVOR: Flavor = Flavor::Delta;
     type Message = crate::protocol::delta::DeltaRequest;
     type Wire = DeltaWire;
 
@@ -164,6 +171,16 @@ pub(crate) fn run<V: Variant>(
     let id = ctx.next_stream_id();
     let identity = access.identity();
     info!(stream = id, peer = ?peer, identity = ?identity, service = fixed.as_deref().unwrap_or("ADS"), variant = V::NAME, "stream opened");
+    let opened = StreamOpened {
+        stream: id,
+        peer,
+        identity,
+        type_url: fixed.as_deref(),
+        flavor: V::FLAVOR,
+    };
+    for observer in ctx.observers.iter() {
+        observer.stream_opened(&opened);
+    }
     let mut s: Stream<V> = Stream {
         id,
         names: ctx.name_charge(access.names.clone()),
@@ -240,7 +257,7 @@ pub(crate) fn run<V: Variant>(
             // waking the stream, until the answer (or the wait's end) comes.
             s.watcher.mute(s.session.waiting_types());
         };
-        if let Err(status) = ending {
+        if let Err(status) = &ending {
             let retiring = ended.as_ref().is_some_and(|r| *r.borrow());
             // Every stream ends at shutdown, and every stream of a connection past its max age:
             // that is no client's fault, and not worth a warning each.
@@ -251,13 +268,21 @@ pub(crate) fn run<V: Variant>(
             }
             if tokio::time::timeout(
                 FINAL_STATUS_WAIT,
-                body::send(&mut tx, Box::new(Err(status))),
+                body::send(&mut tx, Box::new(Err(status.clone()))),
             )
             .await
             .is_err()
             {
                 debug!(stream = s.id, node = %shown(s.session.node_id()), "the client does not read: ending without a status");
             }
+        }
+        let closed = StreamClosed {
+            stream: s.id,
+            node_id: s.session.node_id(),
+            status: ending.as_ref().err(),
+        };
+        for observer in ctx.observers.iter() {
+            observer.stream_closed(&closed);
         }
         ctx.streams.close(s.id);
         if let (Some(rollout), Some(_)) = (&ctx.rollout, &s.canary) {
@@ -277,6 +302,15 @@ impl<V: Variant> Stream<V> {
             .session
             .handle_request(&request, &snapshot)
             .map_err(|e| status_of(&e))?;
+        let seen = RequestSeen {
+            stream: self.id,
+            node: self.session.node(),
+            type_url: &handled.type_url,
+            kind: &handled.kind,
+        };
+        for observer in self.ctx.observers.iter() {
+            observer.request(&seen)?;
+        }
         self.names.set(self.session.subscribed_names())?;
         self.log(&handled);
         let Handled {
@@ -349,6 +383,15 @@ impl<V: Variant> Stream<V> {
             ),
             RequestKind::Ack { nonce } => {
                 self.stats.answered(type_url, nonce, None, Instant::now());
+                let acked = Acked {
+                    stream,
+                    node_id: node,
+                    type_url,
+                    nonce,
+                };
+                for observer in self.ctx.observers.iter() {
+                    observer.acked(&acked);
+                }
                 if let Some(generation) = self.canary_generation(type_url, nonce) {
                     if let Some(rollout) = &self.ctx.rollout {
                         rollout.acked(self.id, type_url, generation);
@@ -367,6 +410,17 @@ impl<V: Variant> Stream<V> {
                     Some((rejected_version.clone(), message)),
                     Instant::now(),
                 );
+                let nacked = Nacked {
+                    stream,
+                    node_id: node,
+                    type_url,
+                    version: rejected_version.as_deref(),
+                    nonce,
+                    message,
+                };
+                for observer in self.ctx.observers.iter() {
+                    observer.nacked(&nacked);
+                }
                 if let Some(generation) = self.canary_generation(type_url, nonce) {
                     if let Some(rollout) = &self.ctx.rollout {
                         let detail = NackDetail::new(
@@ -439,6 +493,18 @@ impl<V: Variant> Stream<V> {
                     limit = self.ctx.options.session.max_response_bytes,
                     "response over the size limit: listeners and clusters go out whole, and so does one resource larger than the limit; the client may refuse it (gRPC clients take 4 MiB by default)"
                 );
+            }
+            let sent = ResponseSent {
+                stream: self.id,
+                node_id: self.session.node_id(),
+                type_url: &type_url,
+                version,
+                nonce: nonce.as_str(),
+                resources,
+                removed,
+            };
+            for observer in self.ctx.observers.iter() {
+                observer.response_sent(&sent);
             }
             if let Some(sent) = &mut self.canary {
                 sent.insert(type_url.clone(), (nonce.to_string(), snapshot.generation()));

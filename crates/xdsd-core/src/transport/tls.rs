@@ -109,7 +109,9 @@ pub struct TlsOptions {
     pub identity_rule: IdentityRule,
     /// Which nodes each identity may claim.
     pub node_rules: NodeIdentityRules,
+    /// How long a TLS handshake may take before the connection is closed.
     pub handshake_timeout: Duration,
+    /// How often the files are checked for changes (and read again when they change).
     pub reload_interval: Duration,
     /// TLS handshakes in progress at once; while they all are, new connections wait in the
     /// listen backlog. See [`DEFAULT_MAX_HANDSHAKES`].
@@ -137,16 +139,19 @@ impl TlsOptions {
         self
     }
 
+    /// Sets how the client identity is read (see [`IdentityRule`]).
     pub fn identity_rule(mut self, rule: IdentityRule) -> TlsOptions {
         self.identity_rule = rule;
         self
     }
 
+    /// Sets which nodes each identity may claim.
     pub fn node_rules(mut self, rules: NodeIdentityRules) -> TlsOptions {
         self.node_rules = rules;
         self
     }
 
+    /// Sets [`TlsOptions::handshake_timeout`].
     pub fn handshake_timeout(mut self, timeout: Duration) -> TlsOptions {
         self.handshake_timeout = timeout;
         self
@@ -169,14 +174,30 @@ impl TlsOptions {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TlsError {
+    /// A file cannot be read.
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error reading it.
+        source: io::Error,
+    },
+    /// A file does not hold what it should.
     #[error("{path}: {detail}")]
-    Invalid { path: PathBuf, detail: String },
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The certificate and the key are not a pair.
     #[error("the certificate {cert} and the key {key} do not go together: {detail}")]
     Mismatch {
+        /// The certificate file.
         cert: PathBuf,
+        /// The key file.
         key: PathBuf,
+        /// Why they do not go together.
         detail: String,
     },
 }
@@ -193,6 +214,8 @@ pub(crate) struct TlsState {
     /// The files' stamps the current configuration (or the last failed attempt) was read at.
     stamps: Mutex<Vec<Option<Stamp>>>,
     rules: Arc<NodeIdentityRules>,
+    /// The server's metrics, which count each reload (set when the server is built).
+    metrics: std::sync::OnceLock<super::metrics::Metrics>,
 }
 
 /// What tells that a file changed: its modification time, size and inode.
@@ -277,7 +300,13 @@ impl TlsState {
             config: RwLock::new(Arc::new(config)),
             stamps: Mutex::new(stamps),
             options,
+            metrics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Counts each reload in `metrics` from now on.
+    pub(crate) fn set_metrics(&self, metrics: super::metrics::Metrics) {
+        let _ = self.metrics.set(metrics);
     }
 
     fn stamps(&self) -> Vec<Option<Stamp>> {
@@ -337,10 +366,16 @@ impl TlsState {
         match build(&self.options, &self.provider, self.alpn()) {
             Ok(config) => {
                 self.install(config, stamps);
+                if let Some(metrics) = self.metrics.get() {
+                    metrics.tls_reload(true);
+                }
                 info!(cert = %self.options.cert.display(), "TLS certificate, key and client CA read again");
             }
             Err(error) => {
                 self.set_stamps(stamps);
+                if let Some(metrics) = self.metrics.get() {
+                    metrics.tls_reload(false);
+                }
                 warn!(%error, "the TLS files changed but do not load: keeping the previous certificate");
             }
         }
@@ -478,7 +513,9 @@ pub struct PeerTls {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ConnInfo {
+    /// The client's address.
     pub remote_addr: Option<SocketAddr>,
+    /// The address it connected to.
     pub local_addr: Option<SocketAddr>,
     /// `None`: plaintext.
     pub tls: Option<Arc<PeerTls>>,

@@ -13,7 +13,9 @@ use crate::store::{field_len, put_length_delimited, resource_name, string_field,
 
 /// A response body that can write itself from pre-encoded pieces.
 pub trait Body: std::fmt::Debug + Send + Sync {
+    /// Writes the body (the message without its gRPC frame header).
     fn encode_body(&self, buf: &mut impl BufMut);
+    /// The body's length in bytes.
     fn body_len(&self) -> usize;
 }
 
@@ -22,7 +24,9 @@ pub trait Body: std::fmt::Debug + Send + Sync {
 #[derive(Debug)]
 pub struct Wire<R>(Option<R>);
 
+/// A `DiscoveryResponse` on the wire.
 pub type SotwWire = Wire<SotwResponse>;
+/// A `DeltaDiscoveryResponse` on the wire.
 pub type DeltaWire = Wire<DeltaResponse>;
 
 impl<R> Default for Wire<R> {

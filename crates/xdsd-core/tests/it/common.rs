@@ -42,7 +42,7 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = XdsServer::with_options(store.clone(), options);
+        let server = XdsServer::builder(store.clone()).options(options).build();
         let stats = server.stats_handle();
         let handle = stats.clone();
         let task = tokio::spawn(async move {
@@ -123,6 +123,34 @@ pub fn env_constraint(
             constraint_type: Some(ConstraintType::Value(value.into())),
         })),
     }
+}
+
+/// A node with `id` and `cluster` (empty: none).
+pub fn node(id: &str, cluster: &str) -> Option<envoy_types::pb::envoy::config::core::v3::Node> {
+    node_with_metadata(id, cluster, &[])
+}
+
+/// A node with `id`, `cluster` and `metadata` (top-level string fields).
+pub fn node_with_metadata(
+    id: &str,
+    cluster: &str,
+    metadata: &[(&str, &str)],
+) -> Option<envoy_types::pb::envoy::config::core::v3::Node> {
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+    let fields = metadata.iter().map(|(k, v)| {
+        let value = Value {
+            kind: Some(Kind::StringValue(v.to_string())),
+        };
+        (k.to_string(), value)
+    });
+    Some(envoy_types::pb::envoy::config::core::v3::Node {
+        id: id.into(),
+        cluster: cluster.into(),
+        metadata: (!metadata.is_empty()).then(|| Struct {
+            fields: fields.collect(),
+        }),
+        ..Default::default()
+    })
 }
 
 pub fn input(type_url: &str, name: &str, content: &[u8]) -> ResourceInput {

@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -15,19 +14,12 @@ use tonic::Streaming;
 use xdsd_core::store::Change;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
-use crate::common::{input, Server, WAIT};
+use crate::common::{input, node, Server, WAIT};
 
 struct Delta {
     node: &'static str,
     tx: mpsc::Sender<DeltaDiscoveryRequest>,
     responses: Streaming<DeltaDiscoveryResponse>,
-}
-
-fn node(id: &str) -> Option<Node> {
-    Some(Node {
-        id: id.into(),
-        ..Default::default()
-    })
 }
 
 async fn delta(server: &Server) -> Delta {
@@ -52,7 +44,7 @@ impl Delta {
     async fn send(&self, request: DeltaDiscoveryRequest) {
         self.tx
             .send(DeltaDiscoveryRequest {
-                node: node(self.node),
+                node: node(self.node, ""),
                 ..request
             })
             .await
@@ -165,7 +157,7 @@ async fn one_changed_cluster_of_10000_sends_one_resource_on_delta_and_all_on_sot
             .unwrap()
             .into_inner();
     tx.send(DiscoveryRequest {
-        node: node("sotw"),
+        node: node("sotw", ""),
         ..Default::default()
     })
     .await
@@ -345,7 +337,7 @@ async fn vhds_delta_virtual_hosts_serves_a_virtual_host_by_domain_alias() {
         .unwrap()
         .into_inner();
     tx.send(DeltaDiscoveryRequest {
-        node: node("vhds"),
+        node: node("vhds", ""),
         type_url: VIRTUAL_HOST.into(),
         resource_names_subscribe: vec![
             "local_route/backend.example".into(),

@@ -2,7 +2,6 @@
 //! each per-type service answers with what one of its streams would send first for the same
 //! request (same resources, same version), at once, and keeps nothing.
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::ConstraintType;
 use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
@@ -17,7 +16,6 @@ use envoy_types::pb::envoy::service::route::v3::route_discovery_service_client::
 use envoy_types::pb::envoy::service::route::v3::scoped_routes_discovery_service_client::ScopedRoutesDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::runtime::v3::runtime_discovery_service_client::RuntimeDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_client::SecretDiscoveryServiceClient;
-use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -30,7 +28,7 @@ use xdsd_core::types::{
     SCOPED_ROUTE_CONFIGURATION, SECRET,
 };
 
-use crate::common::{input, Server, WAIT};
+use crate::common::{input, node_with_metadata, Server, WAIT};
 
 /// For each per-type service with a `Fetch*` method: `fetch` calls it, `stream_first` opens its
 /// stream, sends the same request and takes the first response.
@@ -87,28 +85,9 @@ services! {
     RUNTIME => RuntimeDiscoveryServiceClient.fetch_runtime / stream_runtime,
 }
 
-fn node(metadata: &[(&str, &str)]) -> Option<Node> {
-    Some(Node {
-        id: "fetch-test".into(),
-        cluster: "test".into(),
-        metadata: Some(Struct {
-            fields: metadata
-                .iter()
-                .map(|(k, v)| {
-                    let value = Value {
-                        kind: Some(Kind::StringValue(v.to_string())),
-                    };
-                    (k.to_string(), value)
-                })
-                .collect(),
-        }),
-        ..Default::default()
-    })
-}
-
 fn request(type_url: &str, names: &[&str]) -> DiscoveryRequest {
     DiscoveryRequest {
-        node: node(&[]),
+        node: node_with_metadata("fetch-test", "test", &[]),
         type_url: type_url.into(),
         resource_names: names.iter().map(|n| n.to_string()).collect(),
         ..Default::default()
@@ -277,7 +256,7 @@ async fn fetch_with_dynamic_parameters_answers_the_matching_variant() {
 
     // A TP2 client: a locator with its parameters, the variant wrapped with its constraints.
     let located = DiscoveryRequest {
-        node: node(&[]),
+        node: node_with_metadata("fetch-test", "test", &[]),
         type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
         resource_locators: vec![ResourceLocator {
             name: "e".into(),
@@ -297,7 +276,7 @@ async fn fetch_with_dynamic_parameters_answers_the_matching_variant() {
 
     // A legacy client: the variant of its node's metadata, plain.
     let legacy = DiscoveryRequest {
-        node: node(&[("env", "prod")]),
+        node: node_with_metadata("fetch-test", "test", &[("env", "prod")]),
         ..request(CLUSTER_LOAD_ASSIGNMENT, &["e"])
     };
     let fetched = fetch(&server.channel, legacy.clone()).await.unwrap();

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
@@ -16,17 +15,9 @@ use tonic::Code;
 use xdsd_core::transport::grpc::{ServerOptions, DEFAULT_MAX_REQUEST_BYTES};
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
-use crate::common::{raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
+use crate::common::{node, raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
 
 const MIB: usize = 1024 * 1024;
-
-fn node() -> Option<Node> {
-    Some(Node {
-        id: "limits-test".into(),
-        cluster: "test".into(),
-        ..Default::default()
-    })
-}
 
 /// An EDS resource name of the length of a long real one (about 90 bytes), unique per `i`.
 fn long_name(i: usize) -> String {
@@ -42,7 +33,7 @@ fn names_for(bytes: usize) -> usize {
 /// A SotW EDS request naming `count` long names, and `extra` names at the front.
 fn eds_request(extra: &[&str], count: usize) -> DiscoveryRequest {
     DiscoveryRequest {
-        node: node(),
+        node: node("limits-test", "test"),
         type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
         resource_names: extra
             .iter()
@@ -99,7 +90,7 @@ async fn a_delta_reconnect_with_100k_initial_resource_versions_is_accepted_by_de
         .collect();
     initial.insert("kept".into(), kept_version);
     let request = DeltaDiscoveryRequest {
-        node: node(),
+        node: node("limits-test", "test"),
         type_url: CLUSTER.into(),
         initial_resource_versions: initial,
         ..Default::default()
@@ -199,7 +190,7 @@ async fn garbage_bytes_end_the_stream_with_invalid_argument() {
     let mut s = raw_stream::<DiscoveryResponse>(&server.channel, ADS_SOTW).await;
     s.send(
         DiscoveryRequest {
-            node: node(),
+            node: node("limits-test", "test"),
             type_url: CLUSTER.into(),
             ..Default::default()
         }
@@ -234,7 +225,7 @@ async fn a_6_mb_delta_sync_reaches_a_client_with_grpcs_default_4_mib_limit_in_pa
     let names = six_megabytes(&server);
     let (tx, rx) = mpsc::channel(4);
     tx.send(DeltaDiscoveryRequest {
-        node: node(),
+        node: node("limits-test", "test"),
         type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
         resource_names_subscribe: vec!["*".into()],
         ..Default::default()
@@ -271,7 +262,7 @@ async fn a_6_mb_sotw_endpoints_response_reaches_a_client_with_grpcs_default_4_mi
     let names = six_megabytes(&server);
     let (tx, rx) = mpsc::channel(4);
     tx.send(DiscoveryRequest {
-        node: node(),
+        node: node("limits-test", "test"),
         type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
         resource_names: names.clone(),
         ..Default::default()
@@ -323,7 +314,7 @@ async fn cds_on_new_connection(addr: std::net::SocketAddr) -> Result<OpenStream,
         .map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel(1);
     tx.send(DiscoveryRequest {
-        node: node(),
+        node: node("limits-test", "test"),
         type_url: CLUSTER.into(),
         ..Default::default()
     })
@@ -356,7 +347,7 @@ async fn connections_over_the_limit_are_closed_and_the_others_served() {
     // The connections already open are still served.
     let (tx, rx) = mpsc::channel(1);
     tx.send(DiscoveryRequest {
-        node: node(),
+        node: node("limits-test", "test"),
         type_url: CLUSTER.into(),
         ..Default::default()
     })

@@ -106,7 +106,9 @@ async fn a_change_reaches_the_canary_at_once_the_others_once_promoted_and_a_nack
         .unwrap();
     rollout.start().unwrap();
     tokio::spawn(rollout.clone().run());
-    let server = XdsServer::new(stable.clone()).with_rollout(rollout.clone());
+    let server = XdsServer::builder(stable.clone())
+        .rollout(rollout.clone())
+        .build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -174,7 +174,7 @@ async fn end_streams_ends_a_stream_blocked_on_a_client_that_stopped_reading() {
         ))])
         .unwrap();
     big_endpoints(&store);
-    let xds = XdsServer::with_options(store, options());
+    let xds = XdsServer::builder(store).options(options()).build();
     let stats = xds.stats_handle();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
@@ -15,7 +14,7 @@ use tonic::Streaming;
 use xdsd_core::transport::grpc::ServerOptions;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 
-use crate::common::{Server, WAIT};
+use crate::common::{node, Server, WAIT};
 
 async fn ads(server: &Server) -> Stream {
     let (tx, rx) = mpsc::channel(16);
@@ -32,19 +31,11 @@ struct Stream {
     responses: Streaming<DiscoveryResponse>,
 }
 
-fn node(id: &str) -> Option<Node> {
-    Some(Node {
-        id: id.into(),
-        cluster: "test".into(),
-        ..Default::default()
-    })
-}
-
 impl Stream {
     async fn send(&self, type_url: &str, names: &[&str], nonce: &str) {
         self.tx
             .send(DiscoveryRequest {
-                node: node("n1"),
+                node: node("n1", "test"),
                 type_url: type_url.into(),
                 resource_names: names.iter().map(|n| n.to_string()).collect(),
                 response_nonce: nonce.into(),
@@ -174,7 +165,7 @@ async fn a_different_node_mid_stream_ends_it_with_invalid_argument() {
     let lds = s.recv().await;
     assert_eq!(lds.type_url, LISTENER);
     s.tx.send(DiscoveryRequest {
-        node: node("someone-else"),
+        node: node("someone-else", "test"),
         type_url: CLUSTER.into(),
         response_nonce: r.nonce,
         ..Default::default()
@@ -199,7 +190,7 @@ async fn per_type_services_serve_their_type_and_reject_others() {
         .into_inner();
     // The type URL may be left out on a per-type stream.
     tx.send(DiscoveryRequest {
-        node: node("n1"),
+        node: node("n1", "test"),
         ..Default::default()
     })
     .await
@@ -219,7 +210,7 @@ async fn per_type_services_serve_their_type_and_reject_others() {
         .unwrap()
         .into_inner();
     tx.send(DiscoveryRequest {
-        node: node("n1"),
+        node: node("n1", "test"),
         type_url: CLUSTER.into(),
         ..Default::default()
     })

@@ -28,7 +28,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::{Code, Status, Streaming};
 use xdsd_core::protocol::identity::NodeIdentityRules;
 use xdsd_core::store::{Change, Store};
-use xdsd_core::transport::grpc::{ServerOptions, XdsServer};
+use xdsd_core::transport::grpc::XdsServer;
 use xdsd_core::transport::rest::JsonCodec;
 use xdsd_core::transport::tls::{identity_of, TlsOptions};
 use xdsd_core::types::CLUSTER;
@@ -73,12 +73,13 @@ impl TlsServer {
             .await
             .expect("a port");
         let addr = listener.local_addr().expect("its address");
-        let mut server = XdsServer::with_options(store.clone(), ServerOptions::default())
-            .with_tls(tls)
+        let mut server = XdsServer::builder(store.clone())
+            .tls(tls)
             .expect("the TLS files load");
         if rest {
-            server = server.with_rest_json(Arc::new(Passthrough));
+            server = server.rest_json(Arc::new(Passthrough));
         }
+        let server = server.build();
         let stats = server.stats_handle();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -222,6 +223,30 @@ async fn next(responses: &mut Streaming<DiscoveryResponse>) -> Result<DiscoveryR
         Ok(Some(response)) => Ok(response),
         Ok(None) => Err(Status::unknown("the stream ended without a status")),
         Err(status) => Err(status),
+    }
+}
+
+/// The server's `xdsd_tls_reloads_total` of `result`.
+fn tls_reloads(server: &TlsServer, result: &str) -> u64 {
+    let series = format!("xdsd_tls_reloads_total{{result=\"{result}\"}} ");
+    server
+        .stats
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series}in the metrics"))
+}
+
+/// Waits until the server counted `at_least` TLS reloads of `result`.
+async fn wait_tls_reloads(server: &TlsServer, result: &str, at_least: u64) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tls_reloads(server, result) < at_least {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fewer than {at_least} TLS reloads {result} in time"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -519,16 +544,18 @@ async fn the_server_certificate_is_replaced_under_open_streams() {
     wait_presented(server.addr, &config, &second).await;
 
     // A broken certificate file is not taken: the last good one stays.
+    // What is waited for: the server's count of rejected reloads going up.
+    let rejected = tls_reloads(&server, "rejected");
     replace(
         &server_pair.cert,
         b"-----BEGIN CERTIFICATE-----\nnot base64\n",
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_tls_reloads(&server, "rejected", rejected + 1).await;
     assert_eq!(presented(server.addr, config.clone()).await, second);
     // A key that is not the certificate's is not taken either.
     let stray = pki.client("stray", Id::Cn("stray"));
     std::fs::copy(&stray.cert, &server_pair.cert).expect("copied");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_tls_reloads(&server, "rejected", rejected + 2).await;
     assert_eq!(presented(server.addr, config.clone()).await, second);
     // Fixed: taken.
     pki.write_server(&server_pair, 3);

@@ -2,12 +2,10 @@
 //! parameters receives on the wire (resources wrapped in `Resource` with `resource_name`,
 //! removals in `removed_resource_names`), and what a legacy client receives (plain resources).
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DiscoveryRequest, DynamicParameterConstraints, Resource, ResourceLocator,
 };
-use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -15,7 +13,7 @@ use xdsd_core::params::Constraints;
 use xdsd_core::store::{Change, RESOURCE_WRAPPER};
 use xdsd_core::types::CLUSTER_LOAD_ASSIGNMENT;
 
-use crate::common::{input, Server, WAIT};
+use crate::common::{input, node_with_metadata, Server, WAIT};
 
 fn env(value: &str) -> DynamicParameterConstraints {
     crate::common::env_constraint(value)
@@ -41,24 +39,6 @@ fn locator(env: &str) -> ResourceLocator {
     }
 }
 
-fn node(metadata: &[(&str, &str)]) -> Option<Node> {
-    Some(Node {
-        id: "variants-test".into(),
-        metadata: Some(Struct {
-            fields: metadata
-                .iter()
-                .map(|(k, v)| {
-                    let value = Value {
-                        kind: Some(Kind::StringValue(v.to_string())),
-                    };
-                    (k.to_string(), value)
-                })
-                .collect(),
-        }),
-        ..Default::default()
-    })
-}
-
 #[tokio::test]
 async fn sotw_locators_get_resources_wrapped_with_their_constraints() {
     let server = server().await;
@@ -69,7 +49,7 @@ async fn sotw_locators_get_resources_wrapped_with_their_constraints() {
         .unwrap()
         .into_inner();
     tx.send(DiscoveryRequest {
-        node: node(&[]),
+        node: node_with_metadata("variants-test", "", &[]),
         type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
         resource_locators: vec![locator("test")],
         ..Default::default()
@@ -107,7 +87,7 @@ async fn sotw_legacy_client_gets_the_plain_variant_of_its_metadata() {
         .unwrap()
         .into_inner();
     tx.send(DiscoveryRequest {
-        node: node(&[("env", "prod")]),
+        node: node_with_metadata("variants-test", "", &[("env", "prod")]),
         type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
         resource_names: vec!["e".into()],
         ..Default::default()
@@ -136,7 +116,7 @@ async fn delta_locators_get_resource_names_and_removed_resource_names() {
         .unwrap()
         .into_inner();
     tx.send(DeltaDiscoveryRequest {
-        node: node(&[]),
+        node: node_with_metadata("variants-test", "", &[]),
         type_url: CLUSTER_LOAD_ASSIGNMENT.into(),
         resource_locators_subscribe: vec![locator("test")],
         ..Default::default()

@@ -7,6 +7,7 @@ mod grpc_delta;
 mod grpc_fetch;
 mod grpc_limits;
 mod grpc_max_age;
+mod grpc_observer;
 mod grpc_rollout;
 mod grpc_shutdown;
 mod grpc_sotw;

@@ -7,8 +7,10 @@
 //! longer.
 //!
 //! With make-before-break on (the default), no request fails, and traffic moved to Y. With
-//! `--make-before-break off` the same switch runs and the failed requests are reported (printed,
-//! not asserted: the count depends on timing).
+//! `--make-before-break off` the same switch runs, and what makes requests fail is asserted: the
+//! route to `y` goes out before `y`'s endpoints (xdsd's pushes, from its log), so Envoy routes to a
+//! cluster still warming. How many requests fail in that window is a figure, printed, not
+//! asserted: it depends on timing (a few ms; 15 to 95 requests in runs on a 2-core machine).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -458,12 +460,38 @@ async fn must_lose_nothing(transport: Transport) {
         o.failures
     );
     assert!(o.ok_x > 0 && o.ok_y > 0, "traffic went to X, then to Y");
+    assert!(
+        !route_before_endpoints(&o.pushes),
+        "{transport:?}: with make-before-break the route to y waits for y's endpoints; pushes \
+         after the switch: {:?}",
+        o.pushes
+    );
 }
 
-async fn count_losses(transport: Transport) {
+/// Whether a push of endpoints (a `ClusterLoadAssignment` carrying resources) follows the push
+/// of the route: the route then went out before the endpoints of the cluster it points at.
+fn route_before_endpoints(pushes: &[String]) -> bool {
+    let Some(route) = pushes
+        .iter()
+        .position(|p| p.starts_with("RouteConfiguration("))
+    else {
+        return false;
+    };
+    pushes[route..].iter().any(|p| {
+        p.starts_with("ClusterLoadAssignment(+") && !p.starts_with("ClusterLoadAssignment(+0 ")
+    })
+}
+
+async fn route_goes_before_its_endpoints(transport: Transport) {
     let o = switch_under_traffic(transport, false).await;
     report(transport, false, &o);
     assert!(o.ok_x > 0 && o.ok_y > 0, "traffic went to X, then to Y");
+    assert!(
+        route_before_endpoints(&o.pushes),
+        "{transport:?}: without make-before-break the route to y goes out before y's endpoints \
+         (Envoy then routes to a warming cluster); pushes after the switch: {:?}",
+        o.pushes
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,11 +505,13 @@ async fn switching_clusters_under_traffic_loses_no_request_with_make_before_brea
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn switching_clusters_under_traffic_without_make_before_break_reports_failures_sotw() {
-    count_losses(Transport::Ads).await;
+async fn switching_clusters_under_traffic_without_make_before_break_sends_the_route_before_its_endpoints_sotw(
+) {
+    route_goes_before_its_endpoints(Transport::Ads).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn switching_clusters_under_traffic_without_make_before_break_reports_failures_delta() {
-    count_losses(Transport::DeltaAds).await;
+async fn switching_clusters_under_traffic_without_make_before_break_sends_the_route_before_its_endpoints_delta(
+) {
+    route_goes_before_its_endpoints(Transport::DeltaAds).await;
 }

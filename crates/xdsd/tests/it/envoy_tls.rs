@@ -7,7 +7,6 @@
 //! secret constrained on one identity reaches that Envoy only (SotW and delta ADS).
 
 use std::path::Path;
-use std::time::Duration;
 
 use crate::pki::{Id, Pair, Pki};
 use crate::support::scenario::{basic_resources, dynamic_bootstrap, Transport};
@@ -104,8 +103,17 @@ async fn envoy_over_mutual_tls_gets_config_only_for_its_own_node() {
         .unwrap_or_else(|why| panic!("no PERMISSION_DENIED ({why}). Log:\n{}", xdsd.log.text()));
     assert!(denied.contains("someone-else"), "both identities: {denied}");
     assert!(denied.contains("WARN"), "{denied}");
-    // Envoy keeps retrying and keeps being refused; it never gets a listener.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Envoy keeps retrying and keeps being refused; it never gets a listener. Its next attempt,
+    // refused again, is what is waited for.
+    let retried = xdsd.log.mark();
+    xdsd.log
+        .wait_for_since(
+            retried,
+            |l| l.contains("PermissionDenied") && l.contains(&other_node),
+            DEADLINE,
+        )
+        .await
+        .unwrap_or_else(|why| panic!("no second refusal ({why}). Log:\n{}", xdsd.log.text()));
     let listeners = refused
         .admin_get("/listeners?format=json")
         .await
@@ -296,7 +304,9 @@ async fn a_secret_reaches_only_its_owner(transport: Transport) {
         format!("xdsd log:\n{}", xdsd.log.text())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its TLS listener goes active once Envoy has xdsd's answer for the secret (that it does not
+    // exist for this client; see above): only then is the absence of the secret telling.
+    other.listener_port("tls_listener").await;
     let dump = other.config_dump().await;
     assert!(!dump.contains("dynamic_active_secrets"), "{dump}");
     assert!(

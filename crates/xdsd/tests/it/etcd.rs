@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use etcd_client::GetOptions;
@@ -33,8 +32,8 @@ use crate::support::scenario::{
     basic_resources, dynamic_bootstrap, endpoints_yaml, route_yaml, Transport,
 };
 use crate::support::{
-    http_get, names_node, unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER,
-    DEADLINE,
+    client_node, http_get, names_node, unique_name, wait_for_body, Envoy, ResourceDir, Upstream,
+    Xdsd, CLUSTER, DEADLINE,
 };
 
 const PREFIX: &str = "/xdsd/";
@@ -503,14 +502,6 @@ async fn of_two_concurrent_pushes_one_wins_and_the_other_fails_clearly() {
     );
 }
 
-fn node() -> Option<Node> {
-    Some(Node {
-        id: unique_name("etcd-replica-client"),
-        cluster: "tests".into(),
-        ..Default::default()
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_at_one_revision_resend_nothing_to_a_client_that_moves() {
     let etcd = Etcd::start().await;
@@ -529,7 +520,7 @@ async fn replicas_at_one_revision_resend_nothing_to_a_client_that_moves() {
     assert_eq!(sent.resources.len(), 2);
     let (tx, rx) = mpsc::channel(4);
     tx.send(DiscoveryRequest {
-        node: node(),
+        node: client_node("etcd-replica-client"),
         type_url: CLUSTER.into(),
         version_info: sent.version_info.clone(),
         ..Default::default()
@@ -547,7 +538,7 @@ async fn replicas_at_one_revision_resend_nothing_to_a_client_that_moves() {
     // Delta: the first replica's versions, given to the second.
     let (dtx, drx) = mpsc::channel(4);
     dtx.send(DeltaDiscoveryRequest {
-        node: node(),
+        node: client_node("etcd-replica-client"),
         type_url: CLUSTER.into(),
         ..Default::default()
     })
@@ -573,7 +564,7 @@ async fn replicas_at_one_revision_resend_nothing_to_a_client_that_moves() {
     assert_eq!(versions.len(), 2);
     let (dtx2, drx2) = mpsc::channel(4);
     dtx2.send(DeltaDiscoveryRequest {
-        node: node(),
+        node: client_node("etcd-replica-client"),
         type_url: CLUSTER.into(),
         initial_resource_versions: versions,
         ..Default::default()

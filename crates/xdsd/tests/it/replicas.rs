@@ -5,13 +5,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::support::{unique_name, ResourceDir, Xdsd, CLUSTER, DEADLINE};
+use crate::support::{client_node, ResourceDir, Xdsd, CLUSTER, DEADLINE};
 
 fn cluster_yaml(name: &str, port: u16) -> String {
     format!(
@@ -19,14 +18,6 @@ fn cluster_yaml(name: &str, port: u16) -> String {
          cluster_name: {name}\n  endpoints:\n  - lb_endpoints:\n    - endpoint:\n        address:\n          \
          socket_address: {{ address: 127.0.0.1, port_value: {port} }}\n"
     )
-}
-
-fn node() -> Option<Node> {
-    Some(Node {
-        id: unique_name("replica-client"),
-        cluster: "tests".into(),
-        ..Default::default()
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,7 +31,7 @@ async fn a_client_moving_between_replicas_is_resent_nothing() {
     // SotW: everything from the first replica, then the second with that version.
     let (tx, rx) = mpsc::channel(4);
     tx.send(DiscoveryRequest {
-        node: node(),
+        node: client_node("replica-client"),
         type_url: CLUSTER.into(),
         ..Default::default()
     })
@@ -61,7 +52,7 @@ async fn a_client_moving_between_replicas_is_resent_nothing() {
     assert_eq!(sent.resources.len(), 2);
     let (tx2, rx2) = mpsc::channel(4);
     tx2.send(DiscoveryRequest {
-        node: node(),
+        node: client_node("replica-client"),
         type_url: CLUSTER.into(),
         version_info: sent.version_info.clone(),
         ..Default::default()
@@ -84,7 +75,7 @@ async fn a_client_moving_between_replicas_is_resent_nothing() {
     // Delta: the versions of the first replica's resources, given to the second.
     let (dtx, drx) = mpsc::channel(4);
     dtx.send(DeltaDiscoveryRequest {
-        node: node(),
+        node: client_node("replica-client"),
         type_url: CLUSTER.into(),
         ..Default::default()
     })
@@ -110,7 +101,7 @@ async fn a_client_moving_between_replicas_is_resent_nothing() {
     assert_eq!(versions.len(), 2);
     let (dtx2, drx2) = mpsc::channel(4);
     dtx2.send(DeltaDiscoveryRequest {
-        node: node(),
+        node: client_node("replica-client"),
         type_url: CLUSTER.into(),
         initial_resource_versions: versions,
         ..Default::default()

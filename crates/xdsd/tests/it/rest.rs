@@ -9,7 +9,7 @@ use crate::support::scenario::{
 };
 use crate::support::{
     parse_http_response, unique_name, wait_for_body, Envoy, HttpResponse, ResourceDir, Upstream,
-    Xdsd, ENDPOINTS,
+    Xdsd, DEADLINE, ENDPOINTS,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -276,6 +276,29 @@ fn rest_resources(upstream_port: u16) -> ResourceDir {
     dir
 }
 
+/// Waits until each of the 4 types Envoy polls had a poll answered `304 Not Modified` since `mark`.
+async fn held_once_per_type(xdsd: &Xdsd, mark: usize) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let held = xdsd
+            .log
+            .matching_since(mark, |l| l.contains("REST poll: not modified"));
+        let types: std::collections::BTreeSet<String> = held
+            .iter()
+            .filter_map(|l| crate::support::log_field(l, "type_url").map(str::to_owned))
+            .collect();
+        if types.len() >= 4 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "polls of only {types:?} held since line {mark}:\n{}",
+            xdsd.log.text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_while_nothing_changes()
 {
@@ -292,11 +315,12 @@ async fn envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_whi
     let log = || format!("xdsd log:\n{}", xdsd.log.text());
     wait_for_body(port, "rest-a", log).await;
 
-    // Nothing changes for 4 s: Envoy keeps polling, every poll is held and answered 304; no
-    // answer carries resources.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Nothing changes: Envoy keeps polling, every poll is held and answered 304; no answer
+    // carries resources. Once each of the 4 types had a poll answered 304 (Envoy has everything),
+    // each has another one held: no answer in between carries resources.
+    held_once_per_type(&xdsd, 0).await;
     let mark = xdsd.log.mark();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    held_once_per_type(&xdsd, mark).await;
     let answered = xdsd
         .log
         .matching_since(mark, |l| l.contains("REST poll answered"));
@@ -309,7 +333,7 @@ async fn envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_whi
     );
     assert!(
         held.len() >= 4,
-        "Envoy's polls of the 4 types are held: {} in 4 s\n{}",
+        "Envoy's polls of the 4 types are held: {}\n{}",
         held.len(),
         log()
     );

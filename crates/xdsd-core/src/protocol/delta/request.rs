@@ -23,15 +23,21 @@ use crate::store::{string_field, string_len};
 pub struct DeltaRequest {
     /// The node's encoding as received (see [`SotwRequest::node_raw`](super::super::sotw::SotwRequest)).
     pub node_raw: Bytes,
+    /// The type URL asked for.
     pub type_url: Text,
+    /// Names to subscribe to.
     pub resource_names_subscribe: Names,
+    /// Names to unsubscribe from.
     pub resource_names_unsubscribe: Names<UNSUBSCRIBE_KEY>,
     /// What a reconnecting client holds: name → version.
     pub initial_resource_versions: HashMap<String, String>,
+    /// The nonce of the response this answers (empty: none).
     pub response_nonce: Text,
+    /// Set on a NACK: why the client rejected the response.
     pub error_detail: Option<Status>,
     /// xRFC TP2: names with their own dynamic parameters.
     pub resource_locators_subscribe: Vec<ResourceLocator>,
+    /// xRFC TP2: locators to unsubscribe from.
     pub resource_locators_unsubscribe: Vec<ResourceLocator>,
 }
 

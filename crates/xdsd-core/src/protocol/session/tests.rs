@@ -1,5 +1,6 @@
 //! The session's own rules: node identity, type resolution, parameter sets, push order.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::Node;

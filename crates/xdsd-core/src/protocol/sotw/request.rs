@@ -20,24 +20,31 @@ use crate::store::{string_field, string_len};
 /// the end of the buffer's chunk).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct SotwRequest {
+    /// The version the client has (empty at first).
     pub version_info: Text,
     /// The node's encoding as received (a slice of the request's bytes when it was read from
     /// `Bytes`): the session decodes the whole `Node` only when it differs from the one it
     /// already has (Envoy repeats its node on every request).
     pub node_raw: Bytes,
+    /// The names asked for (none: wildcard, at first).
     pub resource_names: Names,
     /// xRFC TP2: names with their own dynamic parameters.
     pub resource_locators: Vec<ResourceLocator>,
+    /// The type URL asked for.
     pub type_url: Text,
+    /// The nonce of the response this answers (empty: none).
     pub response_nonce: Text,
+    /// Set on a NACK: why the client rejected the response.
     pub error_detail: Option<Status>,
 }
 
 /// The identity fields of `envoy.config.core.v3.Node`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct NodeId {
+    /// The node's id.
     #[prost(string, tag = "1")]
     pub id: String,
+    /// The node's cluster.
     #[prost(string, tag = "2")]
     pub cluster: String,
 }

@@ -43,6 +43,15 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), next_counter())
 }
 
+/// A gRPC client's node: an id unique to the test run, made from `prefix`, in cluster `tests`.
+pub fn client_node(prefix: &str) -> Option<envoy_types::pb::envoy::config::core::v3::Node> {
+    Some(envoy_types::pb::envoy::config::core::v3::Node {
+        id: unique_name(prefix),
+        cluster: "tests".into(),
+        ..Default::default()
+    })
+}
+
 fn next_counter() -> u32 {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     COUNTER.fetch_add(1, Ordering::Relaxed)
