@@ -38,7 +38,7 @@ use super::requests::Requests;
 use super::rest::JsonCodec;
 use super::stats::{StreamCounters, StreamStatus};
 use super::status::{self, status_of_read_error};
-use super::stream::{self, Variant};
+use super::stream::{self, Protocol};
 use super::tls::{self, Conn, ConnInfo, TlsError, TlsOptions, TlsState};
 use super::wire::SotwWire;
 use crate::protocol::delta::DeltaSubscription;
@@ -658,7 +658,7 @@ enum Method {
     Fetch(Arc<str>),
 }
 
-fn streaming<V: Variant>(
+fn streaming<V: Protocol>(
     ctx: Arc<ServerContext>,
     fixed: Option<Arc<str>>,
     req: http::Request<Body>,
@@ -706,7 +706,7 @@ const STREAM_BUFFER_BYTES: usize = 1024;
 /// that does not decode is reported as the client's error (see `status`).
 struct StreamCodec<V>(PhantomData<fn() -> V>);
 
-impl<V: Variant> Codec for StreamCodec<V> {
+impl<V: Protocol> Codec for StreamCodec<V> {
     type Encode = V::Wire;
     type Decode = V::Message;
     type Encoder = <ProstCodec<V::Wire, V::Message> as Codec>::Encoder;
@@ -725,7 +725,7 @@ impl<V: Variant> Codec for StreamCodec<V> {
 /// (server) error, while it is the client's.
 struct RequestDecoder<V>(PhantomData<fn() -> V>);
 
-impl<V: Variant> Decoder for RequestDecoder<V> {
+impl<V: Protocol> Decoder for RequestDecoder<V> {
     type Item = V::Message;
     type Error = Status;
 

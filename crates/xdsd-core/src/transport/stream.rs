@@ -38,9 +38,10 @@ use crate::store::{Store, Watcher};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use prost::Message as _;
 
-/// A protocol variant as gRPC carries it: its machine, and how its requests and responses are
+/// A protocol flavor (SotW or delta; "variant" is xRFC TP2's word for a resource's versions by
+/// parameters) as gRPC carries it: its machine, and how its requests and responses are
 /// encoded.
-pub(crate) trait Variant:
+pub(crate) trait Protocol:
     Machine<Request = Self::Message, Response: Pieces + Send + Unpin + 'static>
 {
     /// The request message's name, for errors.
@@ -58,7 +59,7 @@ pub(crate) trait Variant:
     fn updated(response: &Self::Response) -> ResourceList;
 }
 
-impl Variant for SotwSubscription {
+impl Protocol for SotwSubscription {
     const REQUEST: &'static str = "DiscoveryRequest";
     const FLAVOR: Flavor = Flavor::Sotw;
     type Message = crate::protocol::sotw::SotwRequest;
@@ -80,7 +81,7 @@ impl Variant for SotwSubscription {
     }
 }
 
-impl Variant for DeltaSubscription {
+impl Protocol for DeltaSubscription {
     const REQUEST: &'static str = "DeltaDiscoveryRequest";
     const FLAVOR: Flavor = Flavor::Delta;
     type Message = crate::protocol::delta::DeltaRequest;
@@ -157,7 +158,7 @@ struct Stream<V> {
 /// A stream's driver: the stream is opened (its session, watcher and record made) when this is
 /// called, and served by the future it returns. The future captures the stream's state in place
 /// (an `async fn` would hold its arguments twice: as given, and as moved into its body).
-pub(crate) fn run<V: Variant>(
+pub(crate) fn run<V: Protocol>(
     ctx: Arc<ServerContext>,
     fixed: Option<Arc<str>>,
     peer: Option<SocketAddr>,
@@ -292,7 +293,7 @@ pub(crate) fn run<V: Variant>(
     }
 }
 
-impl<V: Variant> Stream<V> {
+impl<V: Protocol> Stream<V> {
     fn on_request(&mut self, request: V::Message) -> Result<(), Status> {
         if self.session.node().is_none() {
             self.pick_store(<V as Machine>::node(&request));
@@ -517,7 +518,7 @@ impl<V: Variant> Stream<V> {
                     resources: V::carried(&response),
                     resource_count: resources,
                     removed,
-                    updated: <V as Variant>::updated(&response),
+                    updated: <V as Protocol>::updated(&response),
                     bytes: response.body_len(),
                     now,
                 },
