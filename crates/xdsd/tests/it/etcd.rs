@@ -6,22 +6,17 @@
 //! before anything lands and is atomic against a concurrent push; replicas at one revision give a
 //! client the same versions.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use etcd_client::GetOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -32,8 +27,8 @@ use crate::support::scenario::{
     basic_resources, dynamic_bootstrap, endpoints_yaml, route_yaml, Transport,
 };
 use crate::support::{
-    client_node, http_get, names_node, unique_name, wait_for_body, Envoy, ResourceDir, Upstream,
-    Xdsd, CLUSTER, DEADLINE,
+    http_get, names_node, unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER,
+    DEADLINE,
 };
 
 const PREFIX: &str = "/xdsd/";
@@ -512,109 +507,11 @@ async fn replicas_at_one_revision_resend_nothing_to_a_client_that_moves() {
     let one = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &[]).await;
     let two = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &[]).await;
 
-    // SotW: everything from the first replica, then the second with that version.
-    let mut first = AdsStream::open(&one.url(), &unique_name("sotw"), CLUSTER, &[])
-        .await
-        .expect("an ADS stream");
-    let sent = first.recv().await.expect("CDS");
-    assert_eq!(sent.resources.len(), 2);
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(DiscoveryRequest {
-        node: client_node("etcd-replica-client"),
-        type_url: CLUSTER.into(),
-        version_info: sent.version_info.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("queued");
-    let mut moved = AggregatedDiscoveryServiceClient::connect(two.url())
-        .await
-        .expect("connected")
-        .stream_aggregated_resources(ReceiverStream::new(rx))
-        .await
-        .expect("a stream")
-        .into_inner();
-
-    // Delta: the first replica's versions, given to the second.
-    let (dtx, drx) = mpsc::channel(4);
-    dtx.send(DeltaDiscoveryRequest {
-        node: client_node("etcd-replica-client"),
-        type_url: CLUSTER.into(),
-        ..Default::default()
-    })
-    .await
-    .expect("queued");
-    let mut delta_one = AggregatedDiscoveryServiceClient::connect(one.url())
-        .await
-        .expect("connected")
-        .delta_aggregated_resources(ReceiverStream::new(drx))
-        .await
-        .expect("a stream")
-        .into_inner();
-    let got = timeout(DEADLINE, delta_one.message())
-        .await
-        .expect("in time")
-        .expect("a response")
-        .expect("not the end");
-    let versions: HashMap<String, String> = got
-        .resources
-        .iter()
-        .map(|r| (r.name.clone(), r.version.clone()))
-        .collect();
-    assert_eq!(versions.len(), 2);
-    let (dtx2, drx2) = mpsc::channel(4);
-    dtx2.send(DeltaDiscoveryRequest {
-        node: client_node("etcd-replica-client"),
-        type_url: CLUSTER.into(),
-        initial_resource_versions: versions,
-        ..Default::default()
-    })
-    .await
-    .expect("queued");
-    let mut delta_two = AggregatedDiscoveryServiceClient::connect(two.url())
-        .await
-        .expect("connected")
-        .delta_aggregated_resources(ReceiverStream::new(drx2))
-        .await
-        .expect("a stream")
-        .into_inner();
-    // Its first answer holds nothing: it has every resource at its version.
-    let first_answer = timeout(DEADLINE, delta_two.message())
-        .await
-        .expect("in time")
-        .expect("a response")
-        .expect("not the end");
-    assert!(
-        first_answer.resources.is_empty() && first_answer.removed_resources.is_empty(),
-        "the second replica resends nothing to the delta client: {first_answer:?}"
-    );
-
+    let mut moved = crate::replicas::move_a_client(&one, &two, "etcd-replica-client", 2).await;
     // One change in etcd: the first thing the moved SotW client hears from the second replica is
-    // that change (a resend of what it had would have come first, with the old version), and the
-    // delta client gets only the changed resource.
+    // that change, and the delta client gets only the changed resource.
     etcdctl_put(&etcd, "/xdsd/b.yaml", &cluster_yaml("b", 2002)).await;
-    let update = timeout(DEADLINE, moved.message())
-        .await
-        .expect("in time")
-        .expect("a response")
-        .expect("not the end");
-    assert_ne!(
-        update.version_info, sent.version_info,
-        "the second replica's first response is the change, not a resend"
-    );
-    assert_eq!(update.resources.len(), 2, "CDS is sent whole");
-    let answer = timeout(DEADLINE, delta_two.message())
-        .await
-        .expect("in time")
-        .expect("a response")
-        .expect("not the end");
-    let names: Vec<&str> = answer.resources.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(
-        names,
-        ["b"],
-        "the second replica sends the delta client only the change"
-    );
-    drop((tx, dtx, dtx2));
+    crate::replicas::expect_only_the_change(&mut moved, "b", 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
