@@ -333,17 +333,7 @@ impl Adapter {
 
     /// Replaces the directory's resources and waits for xdsd to have reloaded them.
     async fn load(&mut self, path: &Path) -> anyhow::Result<u64> {
-        let mut records = read_records(path)?;
-        // xdsd may reload the directory while it is being written: what is referred to goes in
-        // first (endpoints, clusters, route configurations, listeners), so that every state it
-        // can see has no dangling reference (it would reject it, and this adapter stop).
-        let rank = |t: &str| match t {
-            CLUSTER_LOAD_ASSIGNMENT => 0,
-            CLUSTER => 1,
-            ROUTE_CONFIGURATION => 2,
-            _ => 3,
-        };
-        records.sort_by_key(|r| rank(&r.type_url));
+        let records = records_in_reference_order(path)?;
         let before = *self.reloads.borrow();
         let mut keep = std::collections::HashSet::new();
         let mut accepted = None;
@@ -429,6 +419,24 @@ pub(crate) struct Started {
     pub(crate) pid: u32,
     pub(crate) addr: String,
     pub(crate) reloads: watch::Receiver<Reloads>,
+}
+
+/// The records of `path`, what is referred to first (endpoints, clusters, route configurations,
+/// listeners): xdsd may reload while they are being written (files renamed in, keys put in
+/// batches), and every state it can see must have no dangling reference (it would reject it, and
+/// the adapter stop).
+pub(crate) fn records_in_reference_order(
+    path: &Path,
+) -> anyhow::Result<Vec<crate::config::Record>> {
+    let mut records = read_records(path)?;
+    let rank = |t: &str| match t {
+        CLUSTER_LOAD_ASSIGNMENT => 0,
+        CLUSTER => 1,
+        ROUTE_CONFIGURATION => 2,
+        _ => 3,
+    };
+    records.sort_by_key(|r| rank(&r.type_url));
+    Ok(records)
 }
 
 /// Starts `xdsd serve SOURCE... --listen 127.0.0.1:0` (and the extra arguments of

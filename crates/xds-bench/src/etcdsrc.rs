@@ -22,10 +22,10 @@ use std::time::Duration;
 use etcd_client::{Client, GetOptions, Txn, TxnOp};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
-use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, ROUTE_CONFIGURATION};
 
-use crate::config::read_records;
-use crate::dirsrc::{document, file_name, start_xdsd, wait_reloaded, Reloads};
+use crate::dirsrc::{
+    document, file_name, records_in_reference_order, start_xdsd, wait_reloaded, Reloads,
+};
 use crate::now_ns;
 use crate::server::Command;
 
@@ -113,14 +113,7 @@ impl Adapter {
 
     /// Makes the prefix hold exactly the records, and waits for xdsd to have loaded them.
     async fn load(&mut self, path: &Path) -> anyhow::Result<u64> {
-        let mut records = read_records(path)?;
-        let rank = |t: &str| match t {
-            CLUSTER_LOAD_ASSIGNMENT => 0,
-            CLUSTER => 1,
-            ROUTE_CONFIGURATION => 2,
-            _ => 3,
-        };
-        records.sort_by_key(|r| rank(&r.type_url));
+        let records = records_in_reference_order(path)?;
         let before: Vec<Reloads> = self.reloads.iter().map(|r| *r.borrow()).collect();
         let accepted = now_ns();
         let mut keep = std::collections::HashSet::new();

@@ -125,6 +125,30 @@ pub fn env_constraint(
     }
 }
 
+/// A CDS request of `node` that answers `last`: its ACK, or its NACK with `error` (the first
+/// request when there is no `last`).
+pub fn cds_answer(
+    node: Option<envoy_types::pb::envoy::config::core::v3::Node>,
+    last: Option<&envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse>,
+    error: Option<&str>,
+) -> envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+    envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+        node,
+        type_url: xdsd_core::types::CLUSTER.into(),
+        version_info: match (last, error) {
+            (Some(r), None) => r.version_info.clone(),
+            _ => String::new(),
+        },
+        response_nonce: last.map(|r| r.nonce.clone()).unwrap_or_default(),
+        error_detail: error.map(|m| envoy_types::pb::google::rpc::Status {
+            code: 3,
+            message: m.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// A node with `id` and `cluster` (empty: none).
 pub fn node(id: &str, cluster: &str) -> Option<envoy_types::pb::envoy::config::core::v3::Node> {
     node_with_metadata(id, cluster, &[])

@@ -4,11 +4,9 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use envoy_types::pb::google::rpc::Status as RpcStatus;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
@@ -19,7 +17,7 @@ use xdsd_core::{
     XdsServer,
 };
 
-use crate::common::{connect, input, WAIT};
+use crate::common::{cds_answer, connect, input, node, WAIT};
 
 /// Records every event as a line, and refuses the requests of nodes other than `alpha`.
 struct Recorder(mpsc::UnboundedSender<String>);
@@ -94,24 +92,7 @@ async fn next(events: &mut mpsc::UnboundedReceiver<String>) -> String {
 }
 
 fn request(id: &str, last: Option<&DiscoveryResponse>, error: Option<&str>) -> DiscoveryRequest {
-    DiscoveryRequest {
-        node: Some(Node {
-            id: id.into(),
-            ..Default::default()
-        }),
-        type_url: CLUSTER.into(),
-        version_info: match (last, error) {
-            (Some(r), None) => r.version_info.clone(),
-            _ => String::new(),
-        },
-        response_nonce: last.map(|r| r.nonce.clone()).unwrap_or_default(),
-        error_detail: error.map(|m| RpcStatus {
-            code: 3,
-            message: m.into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    cds_answer(node(id, ""), last, error)
 }
 
 async fn open(

@@ -8,7 +8,6 @@ use std::time::Duration;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use envoy_types::pb::google::rpc::Status as RpcStatus;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -17,7 +16,7 @@ use xdsd_core::store::{Store, UpdateSummary};
 use xdsd_core::transport::grpc::XdsServer;
 use xdsd_core::types::CLUSTER;
 
-use crate::common::{connect, input, WAIT};
+use crate::common::{cds_answer, connect, input, WAIT};
 
 struct Client {
     tx: mpsc::Sender<DiscoveryRequest>,
@@ -50,21 +49,7 @@ impl Client {
     /// A CDS wildcard request answering `last` (ACK, or NACK with `error`).
     async fn send(&self, last: Option<&DiscoveryResponse>, error: Option<&str>) {
         self.tx
-            .send(DiscoveryRequest {
-                node: Some(self.node.clone()),
-                type_url: CLUSTER.into(),
-                version_info: match (last, error) {
-                    (Some(r), None) => r.version_info.clone(),
-                    _ => String::new(),
-                },
-                response_nonce: last.map(|r| r.nonce.clone()).unwrap_or_default(),
-                error_detail: error.map(|m| RpcStatus {
-                    code: 3,
-                    message: m.into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
+            .send(cds_answer(Some(self.node.clone()), last, error))
             .await
             .unwrap();
     }
