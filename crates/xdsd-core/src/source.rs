@@ -190,13 +190,21 @@ impl CommitError {
     /// What to do about it, when the errors alone do not say.
     pub fn hint(&self) -> Option<&'static str> {
         match self {
-            CommitError::Store(StoreError::DanglingReferences(_)) => Some(
-                "a resource the clients get elsewhere, such as a cluster of Envoy's bootstrap, can \
-                 be declared with --external-name TYPE:NAME; --references warn applies such \
-                 changes",
-            ),
+            CommitError::Store(e) => store_hint(e),
             _ => None,
         }
+    }
+}
+
+/// What to do about a change the store refused, when the error alone does not say (for every
+/// command that commits: `serve`, `check`, `render`, `push`).
+pub fn store_hint(e: &StoreError) -> Option<&'static str> {
+    match e {
+        StoreError::DanglingReferences(_) => Some(
+            "a resource the clients get elsewhere, such as a cluster of Envoy's bootstrap, can be \
+             declared with --external-name TYPE:NAME; --references warn applies such changes",
+        ),
+        _ => None,
     }
 }
 

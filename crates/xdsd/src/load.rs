@@ -5,6 +5,7 @@
 use std::fmt;
 use std::path::Path;
 
+use xdsd_core::source::store_hint;
 use xdsd_core::store::{ResourceInput, Store, StoreError, UpdateSummary};
 use xdsd_source::{Descriptors, ParsedResource, SourceError};
 
@@ -37,7 +38,7 @@ impl LoadError {
     /// What to do about it, when the errors alone do not say.
     pub fn hint(&self) -> Option<&'static str> {
         match self {
-            LoadError::Store(e) => hint(e),
+            LoadError::Store(e) => store_hint(e),
             _ => None,
         }
     }
@@ -50,7 +51,7 @@ impl fmt::Display for LoadError {
             LoadError::Constraints(list) => f.write_str(&list.join("; ")),
             LoadError::Store(e) => {
                 write!(f, "{e}")?;
-                if let Some(hint) = hint(e) {
+                if let Some(hint) = store_hint(e) {
                     write!(f, " ({hint})")?;
                 }
                 Ok(())
@@ -60,17 +61,6 @@ impl fmt::Display for LoadError {
 }
 
 impl std::error::Error for LoadError {}
-
-/// What to do about a rejected change, when the error alone does not say.
-fn hint(e: &StoreError) -> Option<&'static str> {
-    match e {
-        StoreError::DanglingReferences(_) => Some(
-            "a resource the clients get elsewhere, such as a cluster of Envoy's bootstrap, can be \
-             declared with --external-name TYPE:NAME; --references warn applies such changes",
-        ),
-        _ => None,
-    }
-}
 
 /// A committed load.
 #[derive(Debug)]
