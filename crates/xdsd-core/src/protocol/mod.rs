@@ -63,6 +63,8 @@ macro_rules! str_like {
     };
 }
 
+// The machines themselves: public for the fuzz test and the bench, not an embedder's API.
+#[doc(hidden)]
 pub mod delta;
 mod error;
 mod fields;
@@ -72,6 +74,7 @@ mod model_tests;
 mod node;
 pub mod session;
 mod shared;
+#[doc(hidden)]
 pub mod sotw;
 #[cfg(test)]
 mod test_support;
