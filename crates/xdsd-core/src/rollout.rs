@@ -242,6 +242,21 @@ impl Gate {
         self.decide(now)
     }
 
+    /// The first resources after an empty start, as `generation`: nothing was served that they
+    /// could break and no client holds a config to keep, so they are promoted at once rather
+    /// than waiting for canaries (with a cohort no connected node falls in, they would wait
+    /// forever). A candidate in flight (or a halt) is dropped with them.
+    pub fn propose_first(&mut self, generation: u64) -> Vec<Action> {
+        self.halt = None;
+        self.candidate = None;
+        for canary in self.canaries.values_mut() {
+            canary.acked.clear();
+            canary.nacked = None;
+        }
+        self.promoted = generation;
+        vec![Action::Promote { generation }]
+    }
+
     /// A canary client connected (clients outside the cohort are not the gate's business).
     pub fn connected(&mut self, client: ClientId, node: impl Into<String>) {
         self.canaries.insert(

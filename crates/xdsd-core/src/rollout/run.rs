@@ -127,6 +127,13 @@ impl Rollout {
                 info!("rollout: the candidate was changed back to the stable state; nothing to roll out");
                 inner.gate.abort();
             }
+        } else if self.stable.snapshot().types().all(|t| t.is_empty()) {
+            info!(
+                generation = summary.generation,
+                "rollout: nothing was served yet, so the first resources go to every client at once, not through the canaries"
+            );
+            let actions = inner.gate.propose_first(summary.generation);
+            self.apply(&mut inner, actions);
         } else {
             info!(
                 generation = summary.generation,

@@ -277,3 +277,14 @@ fn what_a_client_sends_is_kept_bounded() {
     assert!(halt.message.len() <= MAX_MESSAGE_BYTES + 3);
     assert!(halt.message.ends_with('…'));
 }
+
+#[test]
+fn the_first_resources_after_an_empty_start_are_promoted_at_once() {
+    let t0 = Instant::now();
+    // No canary connected, a soak of an hour: a proposal would wait; the first resources do not.
+    let mut g = gate(1, 3600);
+    assert_eq!(g.propose_first(1), [Action::Promote { generation: 1 }]);
+    assert_eq!(g.state(t0), State::Idle);
+    assert_eq!(g.promoted(), 1);
+    assert!(g.tick(secs(t0, 7200)).is_empty(), "nothing left to promote");
+}

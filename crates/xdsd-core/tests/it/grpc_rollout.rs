@@ -152,3 +152,51 @@ async fn a_change_reaches_the_canary_at_once_the_others_once_promoted_and_a_nack
     let _ = task.await;
     let _: Arc<Rollout> = rollout;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_empty_start_the_first_resources_reach_every_client_at_once() {
+    let stable = Store::new();
+    let selector = Selector::parse("cluster=canary").unwrap();
+    let config = GateConfig::default().soak(Duration::from_secs(3600));
+    let rollout = Rollout::new(Cohort::new(vec![selector]), config, stable.clone());
+    rollout.start().unwrap();
+    tokio::spawn(rollout.clone().run());
+    let server = XdsServer::builder(stable.clone())
+        .rollout(rollout.clone())
+        .build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+
+    // No canary is connected: a gated change would wait for one.
+    let mut prod = Client::open(addr, "core-1", "prod").await;
+    let empty = prod.recv().await;
+    assert!(contents(&empty).is_empty(), "nothing to serve yet");
+    prod.send(Some(&empty), None).await;
+    rollout
+        .commit(
+            |s: &Store| -> Result<UpdateSummary, xdsd_core::store::StoreError> {
+                s.replace_all([input(CLUSTER, "c", b"1")])
+            },
+        )
+        .unwrap();
+    let first = prod.recv().await;
+    assert_eq!(contents(&first), [b"1".to_vec()], "prod at once");
+    assert_eq!(rollout.status_json()["state"], "idle");
+
+    // The next change is gated: prod keeps the first resources.
+    rollout
+        .commit(
+            |s: &Store| -> Result<UpdateSummary, xdsd_core::store::StoreError> {
+                s.replace_all([input(CLUSTER, "c", b"2")])
+            },
+        )
+        .unwrap();
+    wait_state(&rollout, "soaking").await;
+    assert_eq!(rollout.status_json()["stable"]["generation"], 1);
+    let _ = stop.send(());
+    let _ = task.await;
+}
