@@ -487,6 +487,85 @@ pub async fn s1(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     measure_rounds(ctx, server, &spec, fleet, row, make, n).await
 }
 
+/// S8's canary cohort: the nodes `--canary 10%` picks, the same hash as xdsd's.
+const S8_CANARY: &str = "10%";
+
+/// S8: S1 through a gated rollout (the binary's servers only): `--canary 10% --canary-soak 0s`,
+/// so a tenth of the nodes are canaries and a change is promoted as soon as one of them ACKed it.
+/// The row's convergence is to every client (canary or not); the note gives the canary cohort's
+/// convergence (the change reaching the canaries) apart from the others' (the promotion's).
+pub async fn s8(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
+    let spec = ctx.plan.s1_config;
+    let row = new_row(ctx, "S1", server, false, streams, spec.clusters);
+    progress(&format!("S8 {} streams={streams}", server.name()));
+    let selector = match xdsd_core::rollout::Selector::parse(S8_CANARY) {
+        Ok(s) => s,
+        Err(e) => return failed_row(row, &anyhow::anyhow!("--canary {S8_CANARY}: {e}")),
+    };
+    let cohort = xdsd_core::rollout::Cohort::new(vec![selector]);
+    let is_canary = |i: usize| {
+        let node = envoy_types::pb::envoy::config::core::v3::Node {
+            id: format!("{}{i}", crate::client::NODE_PREFIX),
+            ..Default::default()
+        };
+        xdsd_core::protocol::session::ClientNode::from_node(&node)
+            .is_ok_and(|n| cohort.contains(&n))
+    };
+    if !(0..streams).any(is_canary) {
+        // Every change would wait for a canary (docs/rollouts.md): nothing to measure.
+        let mut row = row;
+        row.note = format!(
+            "S8 gated: not run, none of the {streams} nodes falls in the {S8_CANARY} cohort"
+        );
+        return row;
+    }
+    let tracked = (0..spec.clusters).map(config::cluster_name).collect();
+    let fleet = fleet_for(&row, &spec, false, Kind::Eds, tracked);
+    ctx.xdsd_args = ["--canary", S8_CANARY, "--canary-soak", "0s"]
+        .map(String::from)
+        .to_vec();
+    let opened = open(ctx, server, &spec, fleet, row.clone()).await;
+    ctx.xdsd_args.clear();
+    let mut s = match opened {
+        Ok(s) => s,
+        Err(e) => return failed_row(row, &e),
+    };
+    let mut changes = Vec::new();
+    if s.row.note.is_empty() {
+        let mut marker = INITIAL_MARKER;
+        let make = |i, m| config::load_assignment(&spec, i, m);
+        match rounds(ctx, &mut s, Kind::Eds, make, ctx.plan.rounds, &mut marker).await {
+            Ok(c) => changes = c,
+            Err(e) => s.row.note = format!("failed: {e:#}"),
+        }
+    }
+    let (mut row, results) = close(s).await;
+    fill_latencies(&mut row, &changes, &results);
+    // Client i's node id is NODE_PREFIX + i: which of them the cohort holds.
+    let (canaries, others): (Vec<_>, Vec<_>) =
+        results.iter().enumerate().partition(|(i, _)| is_canary(*i));
+    let convergence = |clients: Vec<(usize, &ClientResult)>| {
+        let clients: Vec<&ClientResult> = clients.into_iter().map(|(_, r)| r).collect();
+        let (last, _, _) = latencies_of(&changes, &clients);
+        let shown = match pct(last.into_iter().flatten().collect()) {
+            Some(p) => format!("p50 {:.1} / p99 {:.1} ms", p.p50, p.p99),
+            None => "none".to_owned(),
+        };
+        (clients.len(), shown)
+    };
+    let (n_canary, canary) = convergence(canaries);
+    let (n_other, other) = convergence(others);
+    let gated = format!(
+        "S8 gated: --canary {S8_CANARY} --canary-soak 0s (promoted on a canary's ACK); convergence of the {n_canary} canaries {canary}, of the other {n_other} clients (the promotion) {other}"
+    );
+    row.note = if row.note.is_empty() {
+        gated
+    } else {
+        format!("{gated}; {}", row.note)
+    };
+    row
+}
+
 /// S9 replica failover (xdsd-etcd: two replicas): S1's clients synced across both replicas,
 /// then replica A is killed (SIGKILL); each of its clients reconnects to replica B asking, as
 /// Envoy does, for what it holds with the versions it has. Counted: the clients that reconnected
@@ -893,26 +972,10 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
             }
         }
     }
-    // S8: S1 through a gated rollout (xdsd's binary only): a tenth of the nodes are canaries,
-    // the change is promoted as soon as one of them ACKed it; convergence ends when the last
-    // client (canary or not) has it.
     if wants("s8") {
         for &n in &plan.s1_streams {
             for &server in plan.servers.iter().filter(|s| s.runs_the_binary()) {
-                ctx.xdsd_args = ["--canary", "10%", "--canary-soak", "0s"]
-                    .map(String::from)
-                    .to_vec();
-                let mut row = s1(ctx, server, n).await;
-                ctx.xdsd_args.clear();
-                row.note = format!(
-                    "S8 gated: --canary 10% --canary-soak 0s (promoted on a canary's ACK){}",
-                    if row.note.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; {}", row.note)
-                    }
-                );
-                rows.push(row);
+                rows.push(s8(ctx, server, n).await);
             }
         }
     }
