@@ -700,6 +700,21 @@ fn is_relevant(event: &notify::Result<Event>) -> bool {
         EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => return false,
         _ => {}
     }
+    // A file that can never be a resource file (a log, notes) written in place: nothing to
+    // load, and a log kept in the directory would otherwise reload it on every line. Its
+    // creation, renames and removal still count (a temporary file renamed into place).
+    if matches!(
+        event.kind,
+        EventKind::Modify(ModifyKind::Data(_))
+            | EventKind::Access(AccessKind::Close(AccessMode::Write))
+    ) && !event.paths.is_empty()
+        && event
+            .paths
+            .iter()
+            .all(|path| crate::parse::Format::of(path).is_none())
+    {
+        return false;
+    }
     // Editor swap and backup files change constantly while editing and are never loaded.
     // Hidden paths do count: Kubernetes updates a ConfigMap by swapping `..data`.
     event.paths.is_empty()

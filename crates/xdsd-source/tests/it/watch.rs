@@ -547,3 +547,25 @@ fn a_non_resource_file_kept_open_holds_nothing_back() {
     );
     drop(log);
 }
+
+/// A log written line by line in the directory (not a resource file) reloads nothing: the
+/// first load is the next real change.
+#[test]
+fn a_log_written_in_the_directory_reloads_nothing() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    write(&dir, "a.yaml", &cluster_yaml("a"));
+    let mut log = std::fs::File::create(dir.join("xdsd.log")).unwrap();
+    let (_watch, rx) = watch(&dir);
+    for line in 0..5 {
+        writeln!(log, "line {line}").unwrap();
+        log.flush().unwrap();
+        // Longer than the debounce: each line would be a burst of its own.
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    write(tmp.path(), "b.yaml", &cluster_yaml("b"));
+    std::fs::rename(tmp.path().join("b.yaml"), dir.join("b.yaml")).unwrap();
+    let next = rx.recv_timeout(WAIT).expect("a load");
+    assert_eq!(names(&next), ["a", "b"], "a load before b's");
+}
