@@ -127,8 +127,7 @@ impl XdsServerBuilder {
         if let Some(rollout) = &self.rollout {
             rollout.set_metrics(metrics);
         }
-        ctx.rollout = self.rollout;
-        ctx.observers = self.observers.into();
+        ctx.set_observers(self.rollout, self.observers.into());
         XdsServer {
             ctx: Arc::new(ctx),
             shutdown,

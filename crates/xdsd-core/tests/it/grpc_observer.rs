@@ -68,7 +68,7 @@ impl StreamObserver for Recorder {
             "{} nack {} v={} nonce={} {}",
             e.stream,
             e.type_url,
-            e.version.unwrap_or("-"),
+            e.version.map_or("-", |v| &**v),
             e.nonce,
             e.message
         ));
