@@ -104,3 +104,147 @@ impl OwnObserver for Canaries {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use envoy_types::pb::envoy::config::core::v3::Node;
+
+    use super::*;
+    use crate::protocol::session::ClientNode;
+    use crate::protocol::sotw::{SotwResources, SotwResponse};
+    use crate::protocol::RequestKind;
+    use crate::rollout::{Cohort, GateConfig, Selector};
+    use crate::store::{ResourceInput, Store};
+    use crate::transport::observer::{Flavor, Sent};
+    use crate::types::CLUSTER;
+
+    fn cluster(content: &'static [u8]) -> ResourceInput {
+        ResourceInput::new(CLUSTER, "a", bytes::Bytes::from_static(content))
+    }
+
+    /// A stream of node `id` as the transport tells it: opened, then its first request.
+    fn connect(observer: &Canaries, stream: u64, id: &str) -> Option<CanarySent> {
+        let opened = StreamOpened {
+            stream,
+            peer: None,
+            identity: None,
+            type_url: None,
+            flavor: Flavor::Sotw,
+        };
+        let mut state = observer.stream_opened(&opened);
+        let node = Arc::new(
+            ClientNode::from_node(&Node {
+                id: id.into(),
+                ..Default::default()
+            })
+            .unwrap(),
+        );
+        observer.request(
+            &mut state,
+            &RequestSeen {
+                stream,
+                node: Some(&node),
+                identified: true,
+                type_url: &Arc::from(CLUSTER),
+                unknown_type: false,
+                kind: &RequestKind::Initial,
+            },
+        );
+        state
+    }
+
+    fn send(
+        observer: &Canaries,
+        state: &mut Option<CanarySent>,
+        stream: u64,
+        nonce: u64,
+        generation: u64,
+    ) {
+        let type_url: Arc<str> = Arc::from(CLUSTER);
+        let response = SotwResponse {
+            type_url: type_url.clone(),
+            version_info: Arc::from("v"),
+            nonce: Nonce::from(nonce),
+            resources: SotwResources::Some(Default::default()),
+            encoding: Default::default(),
+            updated: Default::default(),
+            oversized: None,
+            control_plane: true,
+        };
+        let nonce = response.nonce;
+        observer.response_sent(
+            state,
+            &ResponseSent {
+                stream,
+                node_id: "",
+                type_url: &type_url,
+                version: &response.version_info,
+                nonce: nonce.as_str(),
+                resources: 0,
+                removed: 0,
+                bytes: 0,
+                generation,
+                response: Sent::Sotw(&response),
+                at: Instant::now(),
+            },
+        );
+    }
+
+    fn ack(observer: &Canaries, state: &mut Option<CanarySent>, stream: u64, nonce: &str) {
+        let acked = Acked {
+            stream,
+            node_id: "",
+            type_url: &Arc::from(CLUSTER),
+            nonce,
+        };
+        observer.acked(state, &acked);
+    }
+
+    #[test]
+    fn a_canary_s_ack_counts_for_the_generation_its_answered_response_was_built_from() {
+        let cohort = Cohort::new(vec![Selector::parse("node=canary-*").unwrap()]);
+        let config = GateConfig::default().min_canaries(1).soak(Duration::ZERO);
+        let rollout = Rollout::new(cohort, config, Store::new());
+        rollout.canary_store().replace_all([cluster(b"1")]).unwrap();
+        rollout.start().unwrap();
+        let old = rollout.canary_store().snapshot().generation();
+        let new = rollout
+            .commit(|s| s.replace_all([cluster(b"2")]))
+            .unwrap()
+            .generation;
+        let promotions = || rollout.status_json()["promotions"].as_u64().unwrap();
+        let observer = Canaries::new(rollout.clone());
+
+        // A client outside the cohort is none of the gate's business, whatever it ACKs.
+        let mut edge = connect(&observer, 1, "edge-1");
+        assert!(edge.is_none(), "not a canary");
+        send(&observer, &mut edge, 1, 1, new);
+        ack(&observer, &mut edge, 1, "1");
+        assert_eq!(promotions(), 0);
+
+        let mut canary = connect(&observer, 2, "canary-1");
+        let canaries = rollout.status_json()["canaries"].clone();
+        assert_eq!(canaries[0]["stream"], 2, "connected: {canaries}");
+        // An ACK of a response built before the candidate does not count...
+        send(&observer, &mut canary, 2, 1, old);
+        ack(&observer, &mut canary, 2, "1");
+        assert_eq!(promotions(), 0);
+        // ...nor does an ACK of anything but the last response sent of the type.
+        send(&observer, &mut canary, 2, 2, new);
+        ack(&observer, &mut canary, 2, "1");
+        assert_eq!(promotions(), 0);
+        // The ACK of the candidate's response promotes it.
+        ack(&observer, &mut canary, 2, "2");
+        assert_eq!(promotions(), 1);
+
+        let closed = StreamClosed {
+            stream: 2,
+            node_id: "canary-1",
+            status: None,
+        };
+        observer.stream_closed(&mut canary, &closed);
+        assert_eq!(rollout.status_json()["canaries"], serde_json::json!([]));
+    }
+}
