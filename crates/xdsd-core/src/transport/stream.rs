@@ -302,7 +302,9 @@ impl<V: Protocol> Stream<V> {
     }
 
     /// Before the first request with a node is handled: a canary of a gated rollout reads the
-    /// canary store (and watches it) from then on.
+    /// canary store (and watches it) from then on. Which store the stream serves is the
+    /// driver's to choose; what the rollout records of its canaries is its observer's
+    /// (`rollout::observer`).
     fn pick_store(&mut self, node: &[u8]) {
         let Some(rollout) = &self.ctx.rollout else {
             return;
@@ -404,7 +406,7 @@ impl<V: Protocol> Stream<V> {
                 };
                 self.ctx.observers.nacked(&mut self.observed, &nacked);
             }
-            _ => {}
+            RequestKind::Initial | RequestKind::Update | RequestKind::Stale { .. } => {}
         }
     }
 
