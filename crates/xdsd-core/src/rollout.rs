@@ -550,6 +550,7 @@ impl Cohort {
     }
 }
 
+pub(crate) mod observer;
 mod run;
 pub use run::Rollout;
 

@@ -1,6 +1,6 @@
 //! What each connected client was sent, ACKed and NACKed, type by type: what CSDS and the admin
-//! API show. Each stream keeps its own record, fed by its driver as it handles requests and sends
-//! responses, and dropped with the stream. It is bounded: one entry per type the session serves
+//! API show. Each stream has its own record, fed by the events of the stream (the record is an
+//! observer of the streams: see `stats`), and dropped with the stream. It is bounded: one entry per type the session serves
 //! (the session bounds those), at most [`MAX_TRACKED_RESOURCES`] resources of the last response
 //! of each, a NACK message cut to [`MAX_NACK_MESSAGE_BYTES`].
 
@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::metrics::{Metrics, TypeMetrics};
+use super::observer::Sent as SentResponse;
 use crate::protocol::session::ClientNode;
-use crate::protocol::sotw::ResourceList;
+use crate::protocol::sotw::{ResourceList, SotwResources};
 use crate::protocol::Nonce;
 use crate::store::{Resource, View};
 use crate::types::TypeMap;
@@ -125,6 +126,26 @@ impl SentResources {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The resources a response carries, as the record of its client keeps them.
+pub(crate) fn carried(response: SentResponse<'_>) -> SentResources {
+    match response {
+        SentResponse::Sotw(r) => match &r.resources {
+            SotwResources::All(view) => SentResources::View(view.clone()),
+            SotwResources::Some(list) => SentResources::shared(list),
+        },
+        SentResponse::Delta(r) => SentResources::list(r.resources.iter()),
+    }
+}
+
+/// The resources of a response new or changed for the client, as the record keeps them.
+pub(crate) fn updated(response: SentResponse<'_>) -> ResourceList {
+    match response {
+        SentResponse::Sotw(r) => capped(&r.updated),
+        // A delta response carries only what is new or changed.
+        SentResponse::Delta(r) => capped_list(r.resources.iter()),
     }
 }
 

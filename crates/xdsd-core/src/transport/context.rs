@@ -8,9 +8,11 @@ use tokio::sync::watch;
 use super::budget::{Budget, Charges, NameCharge};
 use super::metrics::Metrics;
 use super::observer::StreamObserver;
+use super::observers::Observers;
 use super::options::ServerOptions;
 use super::stats::StreamRegistry;
 use super::tls::ConnInfo;
+use crate::rollout::observer::Canaries;
 use crate::rollout::Rollout;
 use crate::store::Store;
 
@@ -18,7 +20,9 @@ pub(crate) struct ServerContext {
     pub(crate) store: Store,
     pub(crate) options: ServerOptions,
     next_stream: AtomicU64,
-    pub(crate) streams: StreamRegistry,
+    /// Each client's record and the stream counters (CSDS, the admin API, the status page read
+    /// them), kept by one of `observers`.
+    pub(crate) streams: Arc<StreamRegistry>,
     /// Flips to true when the server shuts down: every stream then ends with UNAVAILABLE, so
     /// that a graceful shutdown does not wait forever for streams that never end on their own.
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -31,8 +35,8 @@ pub(crate) struct ServerContext {
     pub(crate) names: Arc<Budget>,
     /// A gated rollout: the cohort's clients read its canary store, the others `store`.
     pub(crate) rollout: Option<Arc<Rollout>>,
-    /// The embedder's observers of every stream.
-    pub(crate) observers: Arc<[Arc<dyn StreamObserver>]>,
+    /// Every observer of the streams: the server's own, then the embedder's.
+    pub(crate) observers: Observers,
 }
 
 impl ServerContext {
@@ -42,18 +46,31 @@ impl ServerContext {
         shutdown: watch::Receiver<bool>,
         metrics: Metrics,
     ) -> ServerContext {
+        let streams = Arc::new(StreamRegistry::new(metrics));
         ServerContext {
             store,
             options,
             next_stream: AtomicU64::new(0),
-            streams: StreamRegistry::new(metrics),
+            observers: Observers::new(streams.clone(), None, Arc::new([])),
+            streams,
             shutdown,
             ready: watch::Sender::new(true),
             request_bytes: Arc::default(),
             names: Arc::default(),
             rollout: None,
-            observers: Arc::new([]),
         }
+    }
+
+    /// Gates every change through `rollout` and tells `observers` of every stream, after the
+    /// server's own observers.
+    pub(crate) fn set_observers(
+        &mut self,
+        rollout: Option<Arc<Rollout>>,
+        observers: Arc<[Arc<dyn StreamObserver>]>,
+    ) {
+        let canaries = rollout.clone().map(Canaries::new);
+        self.rollout = rollout;
+        self.observers = Observers::new(self.streams.clone(), canaries, observers);
     }
 
     /// The store a client with the encoded `node` reads: the canary store of a gated rollout

@@ -35,7 +35,8 @@ pub(crate) fn fetch(
     request: &SotwRequest,
 ) -> Result<SotwResponse, Status> {
     let snapshot = ctx.store_for(&request.node_raw).snapshot();
-    let answer = answer(ctx, type_url, access, request, &snapshot, &ctx.observers).map_err(|e| {
+    let observers = ctx.observers.embedder();
+    let answer = answer(ctx, type_url, access, request, &snapshot, observers).map_err(|e| {
         let status = e.status();
         if status.code() == tonic::Code::PermissionDenied {
             warn!(peer = ?peer, error = %crate::logsafe::shown(status.message()), "fetch refused");
@@ -107,8 +108,10 @@ pub(crate) fn answer(
     .map_err(Refusal::Session)?;
     let seen = RequestSeen {
         stream: 0,
-        node: session.node(),
+        node: session.shared_node(),
+        identified: handled.identified,
         type_url: &handled.type_url,
+        unknown_type: handled.unknown_type,
         kind: &handled.kind,
     };
     for observer in observers {

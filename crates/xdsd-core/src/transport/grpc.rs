@@ -110,7 +110,10 @@ impl XdsServerBuilder {
     }
 
     /// Adds an observer of every stream (see [`StreamObserver`]); observers are called in the
-    /// order they were added, and the first to refuse a request ends its stream.
+    /// order they were added, and the first to refuse a request ends its stream. The server's
+    /// own observers (the record of each client that CSDS and [`StatsHandle::clients`] show,
+    /// the stream metrics, a rollout's canaries) are told each event first, and a request once
+    /// every added observer accepted it.
     pub fn observer(mut self, observer: Arc<dyn StreamObserver>) -> Self {
         self.observers.push(observer);
         self
@@ -127,8 +130,7 @@ impl XdsServerBuilder {
         if let Some(rollout) = &self.rollout {
             rollout.set_metrics(metrics);
         }
-        ctx.rollout = self.rollout;
-        ctx.observers = self.observers.into();
+        ctx.set_observers(self.rollout, self.observers.into());
         XdsServer {
             ctx: Arc::new(ctx),
             shutdown,

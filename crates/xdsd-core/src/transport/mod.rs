@@ -13,6 +13,7 @@ pub mod grpc;
 mod health;
 pub mod metrics;
 pub mod observer;
+mod observers;
 mod options;
 pub mod page;
 mod requests;

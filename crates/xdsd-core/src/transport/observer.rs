@@ -5,12 +5,24 @@
 //!
 //! Observers are called on the stream's task, in the order they were added: keep them quick
 //! (count, log, look a node up in a map) and hand anything slow to a task of your own.
+//!
+//! The server's own bookkeeping of its streams is made of observers too, told the same events
+//! before the embedder's: each client's record that CSDS, the admin API and the status page
+//! show, with the stream metrics (`stats`, `clients`), and a gated rollout's view of its canary
+//! clients' answers (`rollout::observer`). The stream driver knows them only as observers.
+//!
+//! Type URLs, versions and the node are the server's own shared values (`Arc`s): an observer
+//! that keeps one clones the `Arc` rather than the text.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
 
 use tonic::Status;
 
-use crate::protocol::session::ClientNode;
+use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
+use crate::protocol::session::{ClientNode, Machine};
+use crate::protocol::sotw::{SotwResponse, SotwSubscription};
 use crate::protocol::RequestKind;
 
 /// Whether a stream is a state-of-the-world or an incremental (delta) one.
@@ -21,6 +33,16 @@ pub enum Flavor {
     Sotw,
     /// Incremental (`Delta*` methods).
     Delta,
+}
+
+impl Flavor {
+    /// "SotW" or "delta", as logs, metrics and the admin API name it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Flavor::Sotw => SotwSubscription::NAME,
+            Flavor::Delta => DeltaSubscription::NAME,
+        }
+    }
 }
 
 /// A stream that opened.
@@ -48,9 +70,14 @@ pub struct RequestSeen<'a> {
     /// The stream's id; 0 for a one-shot request.
     pub stream: u64,
     /// The client's node (from the stream's first request that carried one), if any yet.
-    pub node: Option<&'a ClientNode>,
+    pub node: Option<&'a Arc<ClientNode>>,
+    /// This request is the first to carry the client's node: `node` is new.
+    pub identified: bool,
     /// The request's type URL.
-    pub type_url: &'a str,
+    pub type_url: &'a Arc<str>,
+    /// This is the first request for a type the store has nothing of (it is served as an empty
+    /// type).
+    pub unknown_type: bool,
     /// How the request relates to the responses already sent.
     pub kind: &'a RequestKind,
 }
@@ -64,15 +91,56 @@ pub struct ResponseSent<'a> {
     /// The client's node id ("" when it sent none).
     pub node_id: &'a str,
     /// The response's type URL.
-    pub type_url: &'a str,
+    pub type_url: &'a Arc<str>,
     /// Its version (`version_info`, or `system_version_info` for delta).
-    pub version: &'a str,
+    pub version: &'a Arc<str>,
     /// Its nonce.
     pub nonce: &'a str,
     /// The resources it carries.
     pub resources: usize,
     /// The names it removes (delta).
     pub removed: usize,
+    /// Its size, encoded.
+    pub bytes: usize,
+    /// The generation of the store it was built from (the canary store's, for a canary client of
+    /// a gated rollout).
+    pub generation: u64,
+    /// The response itself, for the server's own observers (the record of the client keeps its
+    /// resources).
+    pub(crate) response: Sent<'a>,
+    /// When it went out.
+    pub(crate) at: Instant,
+}
+
+impl ResponseSent<'_> {
+    /// The resources it carries, in its order: their names, versions and origins.
+    pub fn carried(&self) -> impl Iterator<Item = &Arc<crate::store::Resource>> + '_ {
+        let (view, list) = match self.response {
+            Sent::Sotw(r) => match &r.resources {
+                crate::protocol::sotw::SotwResources::All(view) => (Some(view.iter()), None),
+                crate::protocol::sotw::SotwResources::Some(list) => (None, Some(list.iter())),
+            },
+            Sent::Delta(r) => (None, Some(r.resources.iter())),
+        };
+        view.into_iter().flatten().chain(list.into_iter().flatten())
+    }
+}
+
+/// A response as the server's own observers see it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Sent<'a> {
+    Sotw(&'a SotwResponse),
+    Delta(&'a DeltaResponse),
+}
+
+impl Sent<'_> {
+    /// The response's nonce.
+    pub(crate) fn nonce(self) -> crate::protocol::Nonce {
+        match self {
+            Sent::Sotw(r) => r.nonce,
+            Sent::Delta(r) => r.nonce,
+        }
+    }
 }
 
 /// An ACK: the client accepted a response.
@@ -84,7 +152,7 @@ pub struct Acked<'a> {
     /// The client's node id.
     pub node_id: &'a str,
     /// The type URL.
-    pub type_url: &'a str,
+    pub type_url: &'a Arc<str>,
     /// The nonce of the response accepted.
     pub nonce: &'a str,
 }
@@ -98,9 +166,9 @@ pub struct Nacked<'a> {
     /// The client's node id.
     pub node_id: &'a str,
     /// The type URL.
-    pub type_url: &'a str,
+    pub type_url: &'a Arc<str>,
     /// The version the rejected response carried, when known.
-    pub version: Option<&'a str>,
+    pub version: Option<&'a Arc<str>>,
     /// The nonce of the rejected response.
     pub nonce: &'a str,
     /// The client's error message.
@@ -144,4 +212,32 @@ pub trait StreamObserver: Send + Sync + 'static {
 
     /// The stream ended (every opened stream ends once).
     fn stream_closed(&self, _event: &StreamClosed<'_>) {}
+}
+
+/// One of the server's own observers (the record of each client, a gated rollout's canaries):
+/// told the same events as a [`StreamObserver`], in the same order, but with state of its own
+/// per stream, made when the stream opens and handed back with each later event of it. So no
+/// event looks its stream up in a map shared by every stream (a lock each response), and the
+/// calls are static, ahead of the embedder's.
+pub(crate) trait OwnObserver: Send + Sync {
+    /// What it keeps of one stream.
+    type Stream: Send;
+
+    /// A stream opened: its state.
+    fn stream_opened(&self, event: &StreamOpened<'_>) -> Self::Stream;
+
+    /// A request was accepted (by the session, and by every embedder's observer).
+    fn request(&self, _stream: &mut Self::Stream, _event: &RequestSeen<'_>) {}
+
+    /// A response is being written to the stream.
+    fn response_sent(&self, _stream: &mut Self::Stream, _event: &ResponseSent<'_>) {}
+
+    /// The client accepted a response.
+    fn acked(&self, _stream: &mut Self::Stream, _event: &Acked<'_>) {}
+
+    /// The client rejected a response.
+    fn nacked(&self, _stream: &mut Self::Stream, _event: &Nacked<'_>) {}
+
+    /// The stream ended (its state is dropped with it).
+    fn stream_closed(&self, _stream: &mut Self::Stream, _event: &StreamClosed<'_>) {}
 }

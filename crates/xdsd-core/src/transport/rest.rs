@@ -326,7 +326,7 @@ impl Rest {
             access,
             request,
             &snapshot,
-            &self.ctx.observers,
+            self.ctx.observers.embedder(),
         )
         .map_err(|e| rejected(&e.status()))?;
         let version = rest_version(&answer.response);

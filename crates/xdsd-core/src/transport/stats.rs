@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
-use super::clients::{ClientStatus, SentResources, Track};
+use super::clients::{self, ClientStatus, Track};
 use super::metrics::Metrics;
+use super::observer::{
+    Acked, Nacked, OwnObserver, RequestSeen, ResponseSent, StreamClosed, StreamOpened,
+};
 use crate::protocol::session::ClientNode;
-use crate::protocol::sotw::ResourceList;
-use crate::protocol::Nonce;
 
 /// Counts of one stream, or totals of a server.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -84,50 +85,43 @@ pub(crate) struct StreamEntry {
     track: Mutex<Track>,
 }
 
-/// A response as the stream driver describes it to [`StreamEntry::sent`].
-pub(crate) struct SentResponse<'a> {
-    pub(crate) version: &'a Arc<str>,
-    pub(crate) nonce: Nonce,
-    pub(crate) resources: SentResources,
-    pub(crate) resource_count: usize,
-    pub(crate) removed: usize,
-    pub(crate) updated: ResourceList,
-    pub(crate) bytes: usize,
-    /// When it went out.
-    pub(crate) now: Instant,
-}
-
 impl StreamEntry {
     fn track(&self) -> MutexGuard<'_, Track> {
         self.track.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn set_node(&self, node: &Arc<ClientNode>) {
-        self.track().node = Some(node.clone());
+    /// A request for `type_url` was handled; `in_store`: the store has that type; `node`: the
+    /// client's node, when this request identified it.
+    pub(crate) fn requested(
+        &self,
+        node: Option<&Arc<ClientNode>>,
+        type_url: &Arc<str>,
+        in_store: bool,
+    ) {
+        let mut track = self.track();
+        if let Some(node) = node {
+            track.node = Some(node.clone());
+        }
+        track.requested(type_url, in_store);
     }
 
-    /// A request for `type_url` was handled; `in_store`: the store has that type.
-    pub(crate) fn requested(&self, type_url: &Arc<str>, in_store: bool) {
-        self.track().requested(type_url, in_store);
-    }
-
-    pub(crate) fn sent(&self, type_url: &Arc<str>, response: SentResponse<'_>) {
+    pub(crate) fn sent(&self, response: &ResponseSent<'_>) {
         let c = &self.counters;
         c.responses.fetch_add(1, Ordering::Relaxed);
         c.resources
-            .fetch_add(response.resource_count as u64, Ordering::Relaxed);
+            .fetch_add(response.resources as u64, Ordering::Relaxed);
         c.removed
             .fetch_add(response.removed as u64, Ordering::Relaxed);
         self.track().sent(
-            type_url,
+            response.type_url,
             response.version,
-            response.nonce,
+            response.response.nonce(),
+            clients::carried(response.response),
             response.resources,
-            response.resource_count,
             response.removed,
-            response.updated,
+            clients::updated(response.response),
             response.bytes,
-            response.now,
+            response.at,
         );
     }
 
@@ -271,25 +265,79 @@ impl StreamRegistry {
     }
 }
 
+/// The record of each client (what CSDS, the admin API and the status page show) and the stream
+/// metrics are an observer of the streams: a stream's entry is made when it opens, fed by its
+/// events, and dropped when it closes.
+impl OwnObserver for StreamRegistry {
+    type Stream = Arc<StreamEntry>;
+
+    fn stream_opened(&self, event: &StreamOpened<'_>) -> Arc<StreamEntry> {
+        self.open(
+            event.stream,
+            event.flavor.name(),
+            event.type_url.is_none(),
+            event.peer,
+        )
+    }
+
+    fn request(&self, entry: &mut Arc<StreamEntry>, event: &RequestSeen<'_>) {
+        let node = event.node.filter(|_| event.identified);
+        entry.requested(node, event.type_url, !event.unknown_type);
+    }
+
+    fn response_sent(&self, entry: &mut Arc<StreamEntry>, event: &ResponseSent<'_>) {
+        entry.sent(event);
+    }
+
+    fn acked(&self, entry: &mut Arc<StreamEntry>, event: &Acked<'_>) {
+        entry.answered(event.type_url, event.nonce, None, Instant::now());
+    }
+
+    fn nacked(&self, entry: &mut Arc<StreamEntry>, event: &Nacked<'_>) {
+        entry.answered(
+            event.type_url,
+            event.nonce,
+            Some((event.version.cloned(), event.message)),
+            Instant::now(),
+        );
+    }
+
+    fn stream_closed(&self, _entry: &mut Arc<StreamEntry>, event: &StreamClosed<'_>) {
+        self.close(event.stream);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn send(entry: &StreamEntry, resources: usize) {
-        let version: Arc<str> = Arc::from("v");
-        entry.sent(
-            &Arc::from(crate::types::CLUSTER),
-            SentResponse {
-                version: &version,
-                nonce: Nonce::from(1),
-                resources: SentResources::List(ResourceList::default()),
-                resource_count: resources,
-                removed: 0,
-                updated: ResourceList::default(),
-                bytes: 10,
-                now: Instant::now(),
-            },
-        );
+        use crate::protocol::sotw::{SotwResources, SotwResponse};
+        use crate::protocol::Nonce;
+        let type_url: Arc<str> = Arc::from(crate::types::CLUSTER);
+        let response = SotwResponse {
+            type_url: type_url.clone(),
+            version_info: Arc::from("v"),
+            nonce: Nonce::from(1),
+            resources: SotwResources::Some(Default::default()),
+            encoding: Default::default(),
+            updated: Default::default(),
+            oversized: None,
+            control_plane: true,
+        };
+        entry.sent(&ResponseSent {
+            stream: 1,
+            node_id: "",
+            type_url: &type_url,
+            version: &response.version_info,
+            nonce: "1",
+            resources,
+            removed: 0,
+            bytes: 10,
+            generation: 1,
+            response: super::super::observer::Sent::Sotw(&response),
+            at: Instant::now(),
+        });
     }
 
     #[test]

@@ -16,24 +16,21 @@ use tracing::{debug, info, warn};
 
 use super::body;
 use super::budget::{Metered, NameCharge};
-use super::clients::{self, SentResources};
 use super::context::ServerContext;
 use super::observer::{
-    Acked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamOpened,
+    Acked, Flavor, Nacked, RequestSeen, ResponseSent, Sent, StreamClosed, StreamOpened,
 };
+use super::observers::Observed;
 use super::options::SHUTDOWN_GRACE;
 use super::requests::Requests;
-use super::stats::{SentResponse, StreamEntry};
 use super::status::{status_of, status_of_read_error};
 use super::tls::Access;
 use super::wire::{Body, DeltaWire, Pieces, SotwWire};
-use crate::hash::HashMap;
 use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::session::{Handled, Machine, Session};
-use crate::protocol::sotw::{ResourceList, SotwResources, SotwResponse, SotwSubscription};
+use crate::protocol::sotw::{SotwResponse, SotwSubscription};
 use crate::protocol::{RequestKind, SubscriptionChange};
-use crate::rollout::NackDetail;
 use crate::store::{Store, Watcher};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use prost::Message as _;
@@ -51,12 +48,10 @@ pub(crate) trait Protocol:
     type Message: prost::Message + Default + Send + 'static;
     type Wire: prost::Message + From<Self::Response> + Send + 'static;
 
-    /// The resources a response carries, as the stream's record of its client keeps them.
-    fn carried(response: &Self::Response) -> SentResources;
-    /// The response's version, shared with the record of the client.
+    /// The response's version, as observers are told it.
     fn version(response: &Self::Response) -> &Arc<str>;
-    /// The resources of the response new or changed for the client, as the record keeps them.
-    fn updated(response: &Self::Response) -> ResourceList;
+    /// The response, as the server's own observers are told it.
+    fn sent(response: &Self::Response) -> Sent<'_>;
 }
 
 impl Protocol for SotwSubscription {
@@ -65,19 +60,12 @@ impl Protocol for SotwSubscription {
     type Message = crate::protocol::sotw::SotwRequest;
     type Wire = SotwWire;
 
-    fn carried(response: &SotwResponse) -> SentResources {
-        match &response.resources {
-            SotwResources::All(view) => SentResources::View(view.clone()),
-            SotwResources::Some(list) => SentResources::shared(list),
-        }
-    }
-
     fn version(response: &SotwResponse) -> &Arc<str> {
         &response.version_info
     }
 
-    fn updated(response: &SotwResponse) -> ResourceList {
-        clients::capped(&response.updated)
+    fn sent(response: &SotwResponse) -> Sent<'_> {
+        Sent::Sotw(response)
     }
 }
 
@@ -87,17 +75,12 @@ impl Protocol for DeltaSubscription {
     type Message = crate::protocol::delta::DeltaRequest;
     type Wire = DeltaWire;
 
-    fn carried(response: &DeltaResponse) -> SentResources {
-        SentResources::list(response.resources.iter())
-    }
-
     fn version(response: &DeltaResponse) -> &Arc<str> {
         &response.system_version_info
     }
 
-    fn updated(response: &DeltaResponse) -> ResourceList {
-        // A delta response carries only what is new or changed.
-        clients::capped_list(response.resources.iter())
+    fn sent(response: &DeltaResponse) -> Sent<'_> {
+        Sent::Delta(response)
     }
 }
 
@@ -142,7 +125,8 @@ struct Stream<V> {
     id: u64,
     /// Its subscribed names, charged to its connection and the server.
     names: NameCharge,
-    stats: Arc<StreamEntry>,
+    /// What the server's observers keep of it (its client's record, a rollout's canary).
+    observed: Observed,
     ctx: Arc<ServerContext>,
     session: Session<V>,
     watcher: Watcher,
@@ -150,9 +134,6 @@ struct Stream<V> {
     store: Store,
     /// Its connection (the watcher's group).
     connection: u64,
-    /// A canary of a gated rollout: per type, the nonce of the last response and the canary
-    /// store's generation it was built from (what an ACK or NACK of it is about).
-    canary: Option<HashMap<Arc<str>, (String, u64)>>,
 }
 
 /// A stream's driver: the stream is opened (its session, watcher and record made) when this is
@@ -179,18 +160,15 @@ pub(crate) fn run<V: Protocol>(
         type_url: fixed.as_deref(),
         flavor: V::FLAVOR,
     };
-    for observer in ctx.observers.iter() {
-        observer.stream_opened(&opened);
-    }
+    let observed = ctx.observers.stream_opened(&opened);
     let mut s: Stream<V> = Stream {
         id,
         names: ctx.name_charge(access.names.clone()),
-        stats: ctx.streams.open(id, V::NAME, fixed.is_none(), peer),
+        observed,
         watcher: ctx.store.watcher_in(access.connection),
         session: Session::with_options(fixed, ctx.options.session.clone()),
         store: ctx.store.clone(),
         connection: access.connection,
-        canary: None,
         ctx,
     };
     access.apply(&mut s.session);
@@ -282,13 +260,7 @@ pub(crate) fn run<V: Protocol>(
             node_id: s.session.node_id(),
             status: ending.as_ref().err(),
         };
-        for observer in ctx.observers.iter() {
-            observer.stream_closed(&closed);
-        }
-        ctx.streams.close(s.id);
-        if let (Some(rollout), Some(_)) = (&ctx.rollout, &s.canary) {
-            rollout.disconnected(s.id);
-        }
+        ctx.observers.stream_closed(&mut s.observed, &closed);
         info!(stream = s.id, node = %shown(s.session.node_id()), "stream closed");
     }
 }
@@ -305,15 +277,16 @@ impl<V: Protocol> Stream<V> {
             .map_err(|e| status_of(&e))?;
         let seen = RequestSeen {
             stream: self.id,
-            node: self.session.node(),
+            node: self.session.shared_node(),
+            identified: handled.identified,
             type_url: &handled.type_url,
+            unknown_type: handled.unknown_type,
             kind: &handled.kind,
         };
-        for observer in self.ctx.observers.iter() {
-            observer.request(&seen)?;
-        }
+        self.ctx.observers.request(&mut self.observed, &seen)?;
         self.names.set(self.session.subscribed_names())?;
         self.log(&handled);
+        self.tell_answer(&handled);
         let Handled {
             type_url, change, ..
         } = handled;
@@ -329,7 +302,9 @@ impl<V: Protocol> Stream<V> {
     }
 
     /// Before the first request with a node is handled: a canary of a gated rollout reads the
-    /// canary store (and watches it) from then on.
+    /// canary store (and watches it) from then on. Which store the stream serves is the
+    /// driver's to choose; what the rollout records of its canaries is its observer's
+    /// (`rollout::observer`).
     fn pick_store(&mut self, node: &[u8]) {
         let Some(rollout) = &self.ctx.rollout else {
             return;
@@ -344,8 +319,6 @@ impl<V: Protocol> Stream<V> {
         self.store = store.clone();
         self.watcher = self.store.watcher_in(self.connection);
         let id = Node::decode(node).map(|n| n.id).unwrap_or_default();
-        rollout.connected(self.id, &id);
-        self.canary = Some(HashMap::default());
         info!(stream = self.id, node = %shown(&id), "canary of the gated rollout: served the canary state");
     }
 
@@ -366,11 +339,7 @@ impl<V: Protocol> Stream<V> {
                 .map(|n| n.client_features.join(","))
                 .unwrap_or_default();
             info!(stream, node = %shown(node), user_agent = %shown(user_agent), features = %shown(&features), "node identified");
-            if let Some(client) = self.session.shared_node() {
-                self.stats.set_node(client);
-            }
         }
-        self.stats.requested(type_url, !handled.unknown_type);
         if handled.unknown_type {
             warn!(stream, node = %shown(node), type_url = %shown(type_url), "xdsd has no resources of this type; serving it as an empty type");
         }
@@ -383,21 +352,6 @@ impl<V: Protocol> Stream<V> {
                 "subscribe"
             ),
             RequestKind::Ack { nonce } => {
-                self.stats.answered(type_url, nonce, None, Instant::now());
-                let acked = Acked {
-                    stream,
-                    node_id: node,
-                    type_url,
-                    nonce,
-                };
-                for observer in self.ctx.observers.iter() {
-                    observer.acked(&acked);
-                }
-                if let Some(generation) = self.canary_generation(type_url, nonce) {
-                    if let Some(rollout) = &self.ctx.rollout {
-                        rollout.acked(self.id, type_url, generation);
-                    }
-                }
                 debug!(stream, node = %shown(node), type_url = %shown(type_url), nonce = %shown(nonce), "ACK")
             }
             RequestKind::Nack {
@@ -405,33 +359,6 @@ impl<V: Protocol> Stream<V> {
                 rejected_version,
                 message,
             } => {
-                self.stats.answered(
-                    type_url,
-                    nonce,
-                    Some((rejected_version.clone(), message)),
-                    Instant::now(),
-                );
-                let nacked = Nacked {
-                    stream,
-                    node_id: node,
-                    type_url,
-                    version: rejected_version.as_deref(),
-                    nonce,
-                    message,
-                };
-                for observer in self.ctx.observers.iter() {
-                    observer.nacked(&nacked);
-                }
-                if let Some(generation) = self.canary_generation(type_url, nonce) {
-                    if let Some(rollout) = &self.ctx.rollout {
-                        let detail = NackDetail::new(
-                            &**type_url,
-                            rejected_version.as_deref().unwrap_or(""),
-                            &**message,
-                        );
-                        rollout.nacked(self.id, generation, detail);
-                    }
-                }
                 warn!(
                     stream,
                     node = %shown(node),
@@ -451,11 +378,36 @@ impl<V: Protocol> Stream<V> {
         }
     }
 
-    /// For a canary: the canary store's generation of the response with `nonce` of `type_url`,
-    /// when it is the last one sent.
-    fn canary_generation(&self, type_url: &str, nonce: &str) -> Option<u64> {
-        let sent = self.canary.as_ref()?.get(type_url)?;
-        (sent.0 == nonce).then_some(sent.1)
+    /// Tells the observers of an ACK or a NACK.
+    fn tell_answer(&mut self, handled: &Handled) {
+        let (stream, node_id, type_url) = (self.id, self.session.node_id(), &handled.type_url);
+        match &handled.kind {
+            RequestKind::Ack { nonce } => {
+                let acked = Acked {
+                    stream,
+                    node_id,
+                    type_url,
+                    nonce,
+                };
+                self.ctx.observers.acked(&mut self.observed, &acked);
+            }
+            RequestKind::Nack {
+                nonce,
+                rejected_version,
+                message,
+            } => {
+                let nacked = Nacked {
+                    stream,
+                    node_id,
+                    type_url,
+                    version: rejected_version.as_ref(),
+                    nonce,
+                    message,
+                };
+                self.ctx.observers.nacked(&mut self.observed, &nacked);
+            }
+            RequestKind::Initial | RequestKind::Update | RequestKind::Stale { .. } => {}
+        }
     }
 
     /// Sends every response owed, unless the client goes away or the server shuts down first: a
@@ -499,30 +451,16 @@ impl<V: Protocol> Stream<V> {
                 stream: self.id,
                 node_id: self.session.node_id(),
                 type_url: &type_url,
-                version,
+                version: V::version(&response),
                 nonce: nonce.as_str(),
                 resources,
                 removed,
+                bytes: response.body_len(),
+                generation: snapshot.generation(),
+                response: V::sent(&response),
+                at: now,
             };
-            for observer in self.ctx.observers.iter() {
-                observer.response_sent(&sent);
-            }
-            if let Some(sent) = &mut self.canary {
-                sent.insert(type_url.clone(), (nonce.to_string(), snapshot.generation()));
-            }
-            self.stats.sent(
-                &type_url,
-                SentResponse {
-                    version: V::version(&response),
-                    nonce,
-                    resources: V::carried(&response),
-                    resource_count: resources,
-                    removed,
-                    updated: <V as Protocol>::updated(&response),
-                    bytes: response.body_len(),
-                    now,
-                },
-            );
+            self.ctx.observers.response_sent(&mut self.observed, &sent);
             tokio::select! {
                 biased;
                 _ = &mut down => return Err(Halt::ShuttingDown),

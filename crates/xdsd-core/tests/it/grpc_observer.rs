@@ -1,6 +1,8 @@
 //! Stream observers over real gRPC on loopback: each event of a stream reaches them in order
 //! (opened, request, response sent, ACK, NACK, closed), and a refused request ends its stream
 //! with the observer's status before anything is sent; a `Fetch*` call is refused the same way.
+//! The server's own record of each client (what CSDS shows) is built from the same events: an
+//! embedder's observer that keeps what it is told ends up with the same record.
 
 use std::sync::Arc;
 
@@ -68,7 +70,7 @@ impl StreamObserver for Recorder {
             "{} nack {} v={} nonce={} {}",
             e.stream,
             e.type_url,
-            e.version.unwrap_or("-"),
+            e.version.map_or("-", |v| &**v),
             e.nonce,
             e.message
         ));
@@ -223,6 +225,217 @@ async fn observers_see_each_event_of_a_stream_and_a_refusal_ends_it_with_their_s
         next(&mut events).await,
         format!("0 request mallory {CLUSTER} initial")
     );
+
+    let _ = stop.send(());
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("serve returns in time")
+        .unwrap()
+        .unwrap();
+}
+
+/// What an embedder's observer keeps of the events: what the server's record of a client is
+/// built from.
+#[derive(Debug)]
+enum Seen {
+    Sent {
+        stream: u64,
+        version: String,
+        nonce: String,
+        names: Vec<String>,
+        resources: usize,
+        generation: u64,
+    },
+    Ack {
+        stream: u64,
+        nonce: String,
+    },
+    Nack {
+        stream: u64,
+        nonce: String,
+        version: Option<String>,
+        message: String,
+    },
+    Closed {
+        stream: u64,
+    },
+}
+
+struct Mirror(mpsc::UnboundedSender<Seen>);
+
+impl StreamObserver for Mirror {
+    fn response_sent(&self, e: &ResponseSent<'_>) {
+        let _ = self.0.send(Seen::Sent {
+            stream: e.stream,
+            version: e.version.to_string(),
+            nonce: e.nonce.to_string(),
+            names: e.carried().map(|r| r.name().to_string()).collect(),
+            resources: e.resources,
+            generation: e.generation,
+        });
+    }
+
+    fn acked(&self, e: &Acked<'_>) {
+        let _ = self.0.send(Seen::Ack {
+            stream: e.stream,
+            nonce: e.nonce.to_string(),
+        });
+    }
+
+    fn nacked(&self, e: &Nacked<'_>) {
+        let _ = self.0.send(Seen::Nack {
+            stream: e.stream,
+            nonce: e.nonce.to_string(),
+            version: e.version.map(|v| v.to_string()),
+            message: e.message.to_string(),
+        });
+    }
+
+    fn stream_closed(&self, e: &StreamClosed<'_>) {
+        let _ = self.0.send(Seen::Closed { stream: e.stream });
+    }
+}
+
+async fn seen(events: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+    tokio::time::timeout(WAIT, events.recv())
+        .await
+        .expect("an event in time")
+        .expect("the observer is alive")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_of_a_client_that_csds_shows_is_what_an_observer_is_told() {
+    let store = Store::new();
+    store
+        .replace_all([input(CLUSTER, "a", b"1"), input(CLUSTER, "b", b"1")])
+        .unwrap();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let server = XdsServer::builder(store.clone())
+        .observer(Arc::new(Mirror(events_tx)))
+        .build();
+    let stats = server.stats_handle();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    // The server's own observers are told each event before the embedder's: once this observer
+    // has an event, the record has it too.
+    let record = |stream: u64| {
+        let client = stats
+            .clients()
+            .into_iter()
+            .find(|c| c.stream == stream)
+            .expect("the stream's client is on record");
+        assert_eq!(client.types.len(), 1, "one type requested");
+        (client.types[0].clone(), client.counters)
+    };
+
+    let (tx, mut responses) = open(addr).await;
+    tx.send(request("alpha", None, None)).await.unwrap();
+    let first = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let Seen::Sent {
+        stream,
+        version,
+        nonce,
+        names,
+        resources,
+        generation,
+    } = seen(&mut events).await
+    else {
+        panic!("the first response is the first event")
+    };
+    assert_eq!((&version, &nonce), (&first.version_info, &first.nonce));
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(resources, 2);
+    assert_eq!(generation, store.snapshot().generation());
+    let (t, _) = record(stream);
+    let sent = t.last_sent.as_ref().expect("a response on record");
+    assert_eq!((&*sent.version, sent.nonce.as_str()), (&*version, &*nonce));
+    let kept: Vec<&str> = sent.resources.iter().map(|r| &**r.name()).collect();
+    assert_eq!(kept, names);
+    assert!(t.pending, "the response awaits its answer");
+
+    tx.send(request("alpha", Some(&first), Some("b is bad")))
+        .await
+        .unwrap();
+    let Seen::Nack {
+        stream: nacked,
+        nonce,
+        version,
+        message,
+    } = seen(&mut events).await
+    else {
+        panic!("a NACK")
+    };
+    assert_eq!(nacked, stream);
+    let (t, _) = record(stream);
+    let nack = t.last_nack.as_ref().expect("a NACK on record");
+    assert_eq!(nack.nonce, nonce);
+    assert_eq!(nack.version.as_deref(), version.as_deref());
+    assert_eq!(nack.message, message);
+    assert!(t.nacked && !t.pending);
+
+    store.replace_all([input(CLUSTER, "a", b"2")]).unwrap();
+    let second = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let Seen::Sent {
+        version,
+        names,
+        resources: resources_2,
+        generation,
+        ..
+    } = seen(&mut events).await
+    else {
+        panic!("the second response")
+    };
+    assert_eq!(version, second.version_info);
+    assert_eq!(names, ["a"]);
+    assert_eq!(generation, store.snapshot().generation());
+    tx.send(request("alpha", Some(&second), None))
+        .await
+        .unwrap();
+    let Seen::Ack {
+        stream: acked,
+        nonce,
+    } = seen(&mut events).await
+    else {
+        panic!("an ACK")
+    };
+    assert_eq!((acked, &nonce), (stream, &second.nonce));
+    let (t, counters) = record(stream);
+    let ack = t.last_ack.as_ref().expect("an ACK on record");
+    assert_eq!((ack.nonce.as_str(), &*ack.version), (&*nonce, &*version));
+    assert!(!t.nacked && !t.pending);
+    assert_eq!(
+        (
+            counters.responses,
+            counters.resources,
+            counters.acks,
+            counters.nacks
+        ),
+        (2, (resources + resources_2) as u64, 1, 1)
+    );
+
+    drop(tx);
+    let Seen::Closed { stream: closed } = seen(&mut events).await else {
+        panic!("the stream's end")
+    };
+    assert_eq!(closed, stream);
+    assert!(
+        stats.clients().iter().all(|c| c.stream != stream),
+        "a closed stream's client is no longer on record"
+    );
+    let totals = stats.totals();
+    assert_eq!((totals.responses, totals.acks, totals.nacks), (2, 1, 1));
 
     let _ = stop.send(());
     tokio::time::timeout(WAIT, task)
