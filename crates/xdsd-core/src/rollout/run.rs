@@ -91,10 +91,12 @@ impl Rollout {
     }
 
     /// The store a client with the encoded `node` reads (the stable one for a node that cannot
-    /// be read: its session refuses it anyway).
+    /// be read: its session refuses it anyway; and for one with neither id nor cluster, which
+    /// the session does not identify: the gate could not count its ACKs and NACKs).
     pub fn store_for_raw(&self, node: &[u8]) -> &Store {
         match Node::decode(node)
             .ok()
+            .filter(|n| !(n.id.is_empty() && n.cluster.is_empty()))
             .and_then(|n| ClientNode::from_node(&n).ok())
         {
             Some(node) if self.is_canary(&node) => &self.canary,
