@@ -178,11 +178,7 @@ impl CommitError {
     pub fn messages(&self) -> Vec<String> {
         match self {
             CommitError::Source(r) => r.messages().to_vec(),
-            CommitError::Store(StoreError::DanglingReferences(list)) => list
-                .iter()
-                .map(|d| format!("a reference to a resource that does not exist: {d}"))
-                .collect(),
-            CommitError::Store(e) => vec![e.to_string()],
+            CommitError::Store(e) => store_messages(e),
             CommitError::Empty { .. } => vec![self.to_string()],
         }
     }
@@ -193,6 +189,18 @@ impl CommitError {
             CommitError::Store(e) => store_hint(e),
             _ => None,
         }
+    }
+}
+
+/// Each problem of a change the store refused on its own, for a list: one per dangling
+/// reference (for every command that commits: `serve`, `check`, `render`, `push`).
+pub fn store_messages(e: &StoreError) -> Vec<String> {
+    match e {
+        StoreError::DanglingReferences(list) => list
+            .iter()
+            .map(|d| format!("a reference to a resource that does not exist: {d}"))
+            .collect(),
+        e => vec![e.to_string()],
     }
 }
 

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::path::Path;
 
-use xdsd_core::source::store_hint;
+use xdsd_core::source::{store_hint, store_messages};
 use xdsd_core::store::{ResourceInput, Store, StoreError, UpdateSummary};
 use xdsd_source::{Descriptors, ParsedResource, SourceError};
 
@@ -27,11 +27,7 @@ impl LoadError {
         match self {
             LoadError::Source(e) => e.errors().iter().map(|e| e.to_string()).collect(),
             LoadError::Constraints(list) => list.clone(),
-            LoadError::Store(StoreError::DanglingReferences(list)) => list
-                .iter()
-                .map(|d| format!("a reference to a resource that does not exist: {d}"))
-                .collect(),
-            LoadError::Store(e) => vec![e.to_string()],
+            LoadError::Store(e) => store_messages(e),
         }
     }
 
