@@ -12,7 +12,7 @@
 
 use std::path::Path;
 
-use crate::support::scenario::ADMIN;
+use crate::support::scenario::{static_cluster_yaml, ADMIN};
 use crate::support::{
     unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER, ENDPOINTS, LISTENER,
 };
@@ -71,22 +71,6 @@ eds_cluster_config:
   eds_config: {source}
 ",
         source = path_source(out, &format!("endpoints.{extension}"))
-    )
-}
-
-/// Static cluster `name` with one endpoint at 127.0.0.1:`port`.
-fn static_cluster_yaml(name: &str, port: u16) -> String {
-    format!(
-        "\"@type\": {CLUSTER}
-name: {name}
-type: STATIC
-connect_timeout: 1s
-load_assignment:
-  cluster_name: {name}
-  endpoints:
-  - lb_endpoints:
-    - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
-"
     )
 }
 
@@ -213,7 +197,7 @@ async fn envoy_follows_the_files(format: &str) {
         "listener.yaml",
         &[
             listener_yaml("listener_0", "static_c"),
-            static_cluster_yaml("static_c", upstream_c.port),
+            static_cluster_yaml("static_c", upstream_c.port.into()),
         ]
         .join("---\n"),
     );

@@ -9,7 +9,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::scenario::{basic_resources, dynamic_bootstrap, Transport};
+use crate::support::scenario::{
+    basic_resources, dynamic_bootstrap, static_cluster_yaml, Transport,
+};
 use crate::support::{
     http_get, parse_http_response, unique_name, wait_for_body, Envoy, Upstream, Xdsd, CLUSTER,
     DEADLINE,
@@ -80,24 +82,6 @@ fn bootstrap_in(node: &str, cluster: &str, xds: u16, transport: Transport) -> St
     )
 }
 
-/// A static cluster whose endpoint port Envoy refuses (`port` above 65535 makes it NACK).
-fn static_cluster(name: &str, port: u32) -> String {
-    format!(
-        "\"@type\": {CLUSTER}
-name: {name}
-type: STATIC
-connect_timeout: 1s
-load_assignment:
-  cluster_name: {name}
-  endpoints:
-  - lb_endpoints:
-    - endpoint:
-        address:
-          socket_address: {{ address: 127.0.0.1, port_value: {port} }}
-"
-    )
-}
-
 async fn gated_rollout(transport: Transport) {
     let a = Upstream::start("upstream-a").await;
     let b = Upstream::start("upstream-b").await;
@@ -165,7 +149,7 @@ async fn gated_rollout(transport: Transport) {
     // 2. A change Envoy NACKs: only the canary gets it; the rollout halts, the canary is rolled
     // back, prod never sees it.
     let prod_rejected = rejected(&prod).await;
-    dir.write("bad.yaml", &static_cluster("bad", 70000));
+    dir.write("bad.yaml", &static_cluster_yaml("bad", 70000));
     let halted = wait_rollout(admin, "the halt", |r| r["state"] == "halted").await;
     let halt = &halted["halt"];
     assert_eq!(halt["node"], canary_id.as_str(), "{halted:#}");
@@ -198,7 +182,7 @@ async fn gated_rollout(transport: Transport) {
     assert_eq!(through(pport).await, "upstream-b");
 
     // 3. The fix rolls out normally: the canary, then prod.
-    dir.write("bad.yaml", &static_cluster("bad", b.port.into()));
+    dir.write("bad.yaml", &static_cluster_yaml("bad", b.port.into()));
     wait_rollout(admin, "a new rollout", |r| r["state"] == "soaking").await;
     wait_rollout(admin, "the fix promoted", |r| r["promotions"] == 2).await;
     let deadline = tokio::time::Instant::now() + DEADLINE;
@@ -211,14 +195,14 @@ async fn gated_rollout(transport: Transport) {
     }
 
     // 4. The operator's levers: promote now, abort.
-    dir.write("extra.yaml", &static_cluster("extra", b.port.into()));
+    dir.write("extra.yaml", &static_cluster_yaml("extra", b.port.into()));
     wait_rollout(admin, "soaking", |r| r["state"] == "soaking").await;
     let (status, body) = post(admin, "/rollout/promote").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"promotions\":3"), "{body}");
     let (status, body) = post(admin, "/rollout/promote").await;
     assert_eq!(status, 409, "nothing left to promote: {body}");
-    dir.write("extra2.yaml", &static_cluster("extra2", b.port.into()));
+    dir.write("extra2.yaml", &static_cluster_yaml("extra2", b.port.into()));
     wait_rollout(admin, "soaking", |r| r["state"] == "soaking").await;
     let (status, body) = post(admin, "/rollout/abort").await;
     assert_eq!(status, 200, "{body}");

@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::scenario::{dynamic_bootstrap, Transport};
-use crate::support::{unique_name, Envoy, ResourceDir, Xdsd, CLUSTER};
+use crate::support::scenario::{dynamic_bootstrap, static_cluster_yaml, Transport};
+use crate::support::{unique_name, Envoy, ResourceDir, Xdsd};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -16,20 +16,7 @@ fn static_cluster(name: &str, ttl: Option<Duration>) -> String {
     let ttl = ttl
         .map(|t| format!("\"@ttl\": {}s\n", t.as_secs()))
         .unwrap_or_default();
-    format!(
-        "\"@type\": {CLUSTER}
-{ttl}name: {name}
-type: STATIC
-connect_timeout: 1s
-load_assignment:
-  cluster_name: {name}
-  endpoints:
-  - lb_endpoints:
-    - endpoint:
-        address:
-          socket_address: {{ address: 127.0.0.1, port_value: 9 }}
-"
-    )
+    format!("{}{ttl}", static_cluster_yaml(name, 9))
 }
 
 /// The dynamic clusters Envoy holds, by its config dump.

@@ -24,7 +24,7 @@ use tonic_health::pb::HealthCheckRequest;
 use crate::etcd_support::Etcd;
 use crate::support::ads::{self, AdsStream};
 use crate::support::scenario::{
-    basic_resources, dynamic_bootstrap, endpoints_yaml, route_yaml, Transport,
+    basic_resources, dynamic_bootstrap, endpoints_yaml, route_yaml, static_cluster_yaml, Transport,
 };
 use crate::support::{
     http_get, names_node, unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER,
@@ -340,19 +340,11 @@ async fn two_replicas_on_etcd_serve_envoy_through_changes_a_replica_killed_and_e
     assert!(survivor.is_running());
 }
 
-fn cluster_yaml(name: &str, port: u16) -> String {
-    format!(
-        "\"@type\": {CLUSTER}\nname: {name}\ntype: STATIC\nconnect_timeout: 1s\nload_assignment:\n  \
-         cluster_name: {name}\n  endpoints:\n  - lb_endpoints:\n    - endpoint:\n        address:\n          \
-         socket_address: {{ address: 127.0.0.1, port_value: {port} }}\n"
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_document_written_to_etcd_is_rejected_naming_the_key_and_the_last_good_state_kept() {
     let etcd = Etcd::start().await;
     let dir = ResourceDir::new();
-    dir.write("a.yaml", &cluster_yaml("a", 1001));
+    dir.write("a.yaml", &static_cluster_yaml("a", 1001));
     push_ok(&dir.path(), &etcd).await;
     let xdsd = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &[]).await;
     let mut first = AdsStream::open(&xdsd.url(), &unique_name("etcd-bad"), CLUSTER, &[])
@@ -374,7 +366,7 @@ async fn a_bad_document_written_to_etcd_is_rejected_naming_the_key_and_the_last_
     assert!(line.contains("ERROR"), "{line}");
     // A good change elsewhere is refused too while the bad key is there.
     let mark = xdsd.log.mark();
-    etcdctl_put(&etcd, "/xdsd/a.yaml", &cluster_yaml("a", 2002)).await;
+    etcdctl_put(&etcd, "/xdsd/a.yaml", &static_cluster_yaml("a", 2002)).await;
     xdsd.log
         .expect_line_since(
             mark,
@@ -402,12 +394,12 @@ async fn a_bad_document_written_to_etcd_is_rejected_naming_the_key_and_the_last_
 async fn a_push_with_a_dangling_reference_exits_1_and_changes_nothing_in_etcd() {
     let etcd = Etcd::start().await;
     let dir = ResourceDir::new();
-    dir.write("a.yaml", &cluster_yaml("a", 1001));
+    dir.write("a.yaml", &static_cluster_yaml("a", 1001));
     push_ok(&dir.path(), &etcd).await;
     let before = contents(&etcd).await;
 
     dir.write("route.yaml", &route_yaml("r", "missing"));
-    dir.write("a.yaml", &cluster_yaml("a", 2002));
+    dir.write("a.yaml", &static_cluster_yaml("a", 2002));
     let output = push(&dir.path(), &etcd, &[]).await;
     assert_eq!(output.status.code(), Some(1), "{}", text(&output));
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -433,9 +425,9 @@ async fn a_push_with_a_dangling_reference_exits_1_and_changes_nothing_in_etcd() 
 async fn of_two_concurrent_pushes_one_wins_and_the_other_fails_clearly() {
     let etcd = Etcd::start().await;
     let first = ResourceDir::new();
-    first.write("a.yaml", &cluster_yaml("a", 1001));
+    first.write("a.yaml", &static_cluster_yaml("a", 1001));
     let second = ResourceDir::new();
-    second.write("b.yaml", &cluster_yaml("b", 1002));
+    second.write("b.yaml", &static_cluster_yaml("b", 1002));
 
     // The first push reads the prefix and waits for its confirmation...
     let mut slow = push_command(&first.path(), &etcd, &["--confirm"])
@@ -501,8 +493,8 @@ async fn of_two_concurrent_pushes_one_wins_and_the_other_fails_clearly() {
 async fn replicas_at_one_revision_resend_nothing_to_a_client_that_moves() {
     let etcd = Etcd::start().await;
     let dir = ResourceDir::new();
-    dir.write("a.yaml", &cluster_yaml("a", 1001));
-    dir.write("b.yaml", &cluster_yaml("b", 1002));
+    dir.write("a.yaml", &static_cluster_yaml("a", 1001));
+    dir.write("b.yaml", &static_cluster_yaml("b", 1002));
     push_ok(&dir.path(), &etcd).await;
     let one = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &[]).await;
     let two = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &[]).await;
@@ -510,7 +502,7 @@ async fn replicas_at_one_revision_resend_nothing_to_a_client_that_moves() {
     let mut moved = crate::replicas::move_a_client(&one, &two, "etcd-replica-client", 2).await;
     // One change in etcd: the first thing the moved SotW client hears from the second replica is
     // that change, and the delta client gets only the changed resource.
-    etcdctl_put(&etcd, "/xdsd/b.yaml", &cluster_yaml("b", 2002)).await;
+    etcdctl_put(&etcd, "/xdsd/b.yaml", &static_cluster_yaml("b", 2002)).await;
     crate::replicas::expect_only_the_change(&mut moved, "b", 2).await;
 }
 
@@ -518,7 +510,7 @@ async fn replicas_at_one_revision_resend_nothing_to_a_client_that_moves() {
 async fn write_files_works_with_etcd_as_the_source() {
     let etcd = Etcd::start().await;
     let dir = ResourceDir::new();
-    dir.write("a.yaml", &cluster_yaml("a", 1001));
+    dir.write("a.yaml", &static_cluster_yaml("a", 1001));
     push_ok(&dir.path(), &etcd).await;
     let out = tempfile::tempdir().expect("a temporary directory");
     let out_arg = out.path().to_string_lossy().into_owned();
@@ -538,7 +530,7 @@ async fn write_files_works_with_etcd_as_the_source() {
         );
         sleep(Duration::from_millis(50)).await;
     }
-    etcdctl_put(&etcd, "/xdsd/a.yaml", &cluster_yaml("a", 2002)).await;
+    etcdctl_put(&etcd, "/xdsd/a.yaml", &static_cluster_yaml("a", 2002)).await;
     while !has(2002) {
         assert!(
             Instant::now() < deadline,

@@ -14,15 +14,8 @@ use tokio::time::timeout;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
+use crate::support::scenario::static_cluster_yaml;
 use crate::support::{client_node, ResourceDir, Xdsd, CLUSTER, DEADLINE};
-
-fn cluster_yaml(name: &str, port: u16) -> String {
-    format!(
-        "\"@type\": {CLUSTER}\nname: {name}\ntype: STATIC\nconnect_timeout: 1s\nload_assignment:\n  \
-         cluster_name: {name}\n  endpoints:\n  - lb_endpoints:\n    - endpoint:\n        address:\n          \
-         socket_address: {{ address: 127.0.0.1, port_value: {port} }}\n"
-    )
-}
 
 /// A client moved from replica `one` to replica `two`: its SotW and delta streams on `two`.
 pub struct Moved {
@@ -147,12 +140,12 @@ pub async fn expect_only_the_change(moved: &mut Moved, changed: &str, count: usi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_moving_between_replicas_is_resent_nothing() {
     let dir = ResourceDir::new();
-    dir.write("a.yaml", &cluster_yaml("a", 1001));
-    dir.write("b.yaml", &cluster_yaml("b", 1002));
+    dir.write("a.yaml", &static_cluster_yaml("a", 1001));
+    dir.write("b.yaml", &static_cluster_yaml("b", 1002));
     let one = Xdsd::start(&dir.path()).await;
     let two = Xdsd::start(&dir.path()).await;
     let mut moved = move_a_client(&one, &two, "replica-client", 2).await;
     // A change reaches the moved clients from the second replica, and only the change.
-    dir.write("b.yaml", &cluster_yaml("b", 2002));
+    dir.write("b.yaml", &static_cluster_yaml("b", 2002));
     expect_only_the_change(&mut moved, "b", 2).await;
 }

@@ -227,6 +227,25 @@ eds_cluster_config:
     )
 }
 
+/// A STATIC cluster `name` with one endpoint at 127.0.0.1:`port` (a `u32`: a port above 65535
+/// is a valid proto that Envoy refuses).
+pub fn static_cluster_yaml(name: &str, port: u32) -> String {
+    format!(
+        "\"@type\": {CLUSTER}
+name: {name}
+type: STATIC
+connect_timeout: 1s
+load_assignment:
+  cluster_name: {name}
+  endpoints:
+  - lb_endpoints:
+    - endpoint:
+        address:
+          socket_address: {{ address: 127.0.0.1, port_value: {port} }}
+"
+    )
+}
+
 /// A Cluster that is a valid proto but that Envoy refuses: an EDS cluster without
 /// `eds_cluster_config` ("cannot create an EDS cluster without an EDS config").
 pub fn envoy_rejected_cluster_yaml(name: &str) -> String {
