@@ -2,9 +2,9 @@
 //! server's own first (the record of each client with the stream metrics, then a gated
 //! rollout's canaries; static calls, each with its state of the stream), then the embedder's
 //! [`StreamObserver`]s in the order they were added. A request is the exception: the embedder's
-//! may refuse it, so they are asked first, and the server's own record only what was accepted. The driver knows nothing else of them: the
-//! admin API, CSDS and the status page read the clients' records from [`StreamRegistry`], the
-//! rollout's gate is fed by its own observer.
+//! may refuse it, so they are asked first, and the server's own record only what was accepted.
+//! The driver knows nothing else of them: the admin API, CSDS and the status page read the
+//! clients' records from [`StreamRegistry`], the rollout's gate is fed by its own observer.
 
 use std::sync::Arc;
 
