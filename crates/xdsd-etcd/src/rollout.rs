@@ -102,6 +102,15 @@ pub async fn resume(etcd: &Etcd, source: &EtcdSource) -> Result<(Option<Resume>,
             );
             Ok((None, revision))
         }
+        Err(StartError::Etcd(e @ EtcdError::Request { .. })) => {
+            // A revision etcd refuses otherwise (one ahead of it: etcd restored from a backup).
+            tracing::warn!(
+                stable_revision = record.stable_revision,
+                "the rollout's stable state cannot be read ({e}): serving the current state as \
+                 the stable one"
+            );
+            Ok((None, revision))
+        }
         Err(StartError::Etcd(e)) => Err(e),
     }
 }

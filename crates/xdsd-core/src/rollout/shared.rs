@@ -108,12 +108,9 @@ impl Record {
     }
 
     /// Whether this record should replace `current`: it is about a later candidate, or the same
-    /// candidate got further (see [`RecordState`]); never a stable state older than the
-    /// current one.
+    /// candidate got further (see [`RecordState`]). (Stable revisions are not compared: replicas
+    /// that started apart know the same stable state by different revisions.)
     pub fn supersedes(&self, current: &Record) -> bool {
-        if self.stable_revision < current.stable_revision {
-            return false;
-        }
         (self.candidate_revision, self.state.rank())
             > (current.candidate_revision, current.state.rank())
     }

@@ -3,7 +3,8 @@
 //! the others (their canaries rolled back, their `/rollout` naming the same node and message), a
 //! promotion on one promotes everywhere, and a replica started while a change soaks, or is
 //! halted, serves the stable state to everyone outside the cohort (and, when halted, to the
-//! canaries too). Real etcd, real `xdsd serve` processes, gRPC ADS clients.
+//! canaries too); when etcd compacted that state away, it serves the current one and says so.
+//! Real etcd, real `xdsd serve` processes, gRPC ADS clients.
 
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use serde_json::Value;
@@ -207,10 +208,11 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         .nack(CLUSTER, &nacked, "v5 is refused too")
         .await
         .expect("NACK sent");
-    wait_record(&etcd, "halted", |r| {
+    let halted = wait_record(&etcd, "halted", |r| {
         r["state"] == "halted" && r["halt"]["message"] == "v5 is refused too"
     })
     .await;
+    canary_a.next_is("v4", "rolled back").await;
     let d = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
     let canary_d = Client::open(&d, "canary-d", "canary").await;
     assert_eq!(
@@ -221,4 +223,32 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
     let on_d = wait_rollout(d.admin_port().await, "halted", |r| r["state"] == "halted").await;
     assert_eq!(on_d["halt"]["node"], canary_a.id.as_str(), "{on_d:#}");
     assert_eq!(on_d["halt"]["message"], "v5 is refused too", "{on_d:#}");
+
+    // 5. etcd compacted the stable revision away: a replica starting says so at WARN and serves
+    //    the current state as the stable one.
+    etcdctl_put(&etcd, &key, &cluster_yaml("v6", 1006)).await;
+    canary_a.next_is("v6", "a new rollout").await;
+    wait_record(&etcd, "soaking v6", |r| {
+        r["state"] == "soaking" && r["candidate_revision"] != halted["candidate_revision"]
+    })
+    .await;
+    let mut client = etcd.client().await;
+    let now = client
+        .get(key.as_str(), None)
+        .await
+        .expect("etcd get")
+        .header()
+        .expect("a header")
+        .revision();
+    client.compact(now, None).await.expect("etcd compact");
+    let e = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
+    e.log
+        .expect_line_since(
+            0,
+            &["WARN", "etcd compacted the rollout's stable revision away"],
+            "the replica to say why it does not take up the rollout",
+        )
+        .await;
+    let prod_e = Client::open(&e, "prod-e", "prod").await;
+    assert_eq!(prod_e.has(), ["v6"], "the current state is the stable one");
 }
