@@ -182,8 +182,9 @@ pub struct Gate {
     seen: Option<i64>,
     /// The revision of the candidate the current halt is about.
     halted_revision: Option<i64>,
-    /// A decision taken elsewhere about a revision not seen yet.
-    pending: Option<(i64, Decision)>,
+    /// Decisions taken elsewhere about revisions not seen yet (at most [`MAX_PENDING`], the
+    /// latest kept).
+    pending: BTreeMap<i64, Decision>,
 }
 
 impl Gate {
@@ -197,7 +198,7 @@ impl Gate {
             promoted: 0,
             seen: None,
             halted_revision: None,
-            pending: None,
+            pending: BTreeMap::new(),
         }
     }
 
@@ -296,11 +297,10 @@ impl Gate {
         });
         if let Some(revision) = revision {
             self.seen = Some(self.seen.map_or(revision, |s| s.max(revision)));
-            match self.pending.take() {
-                Some((r, decision)) if r == revision => return self.decided_elsewhere(r, decision),
-                // About a revision still ahead: kept; about one passed over: dropped.
-                Some((r, decision)) if r > revision => self.pending = Some((r, decision)),
-                _ => {}
+            // Decisions about revisions passed over are dropped, those still ahead kept.
+            self.pending = self.pending.split_off(&revision);
+            if let Some(decision) = self.pending.remove(&revision) {
+                return self.decided_elsewhere(revision, decision);
             }
         }
         self.decide(now)
@@ -338,7 +338,10 @@ impl Gate {
             return Vec::new();
         }
         if self.seen.is_none_or(|seen| revision > seen) {
-            self.pending = Some((revision, decision));
+            self.pending.insert(revision, decision);
+            while self.pending.len() > MAX_PENDING {
+                self.pending.pop_first();
+            }
         }
         Vec::new()
     }
@@ -474,6 +477,8 @@ impl Gate {
 
 /// The most of a client's node id the gate keeps (and of a NACKed version).
 pub const MAX_NODE_BYTES: usize = 256;
+/// The most decisions taken elsewhere, about revisions not seen yet, the gate keeps.
+pub const MAX_PENDING: usize = 64;
 /// The most of a NACK's message the gate keeps.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 

@@ -349,13 +349,23 @@ fn a_decision_about_a_revision_not_seen_yet_applies_when_its_change_arrives() {
         [Action::Promote { generation: 4 }],
         "promoted as soon as 31 arrives"
     );
-    // A halt of a revision not seen yet: the change is rolled back as soon as it arrives.
+    // Two decisions ahead, a halt then a promotion: each applies when its change arrives.
     g.decided_elsewhere(50, Decision::Halted(halt_from("edge-a", "bad")));
+    g.decided_elsewhere(51, Decision::Promoted);
     assert_eq!(
         g.propose_at(t0, 5, Some(50), touched(&[CDS])),
         [Action::RollBack]
     );
     assert_eq!(g.state(t0).name(), "halted");
+    assert_eq!(
+        g.propose_at(t0, 6, Some(51), touched(&[CDS])),
+        [Action::Promote { generation: 6 }]
+    );
+    // What is kept is bounded.
+    for r in 100..100 + 2 * MAX_PENDING as i64 {
+        g.decided_elsewhere(r, Decision::Promoted);
+    }
+    assert_eq!(g.pending.len(), MAX_PENDING);
 }
 
 #[test]
