@@ -86,6 +86,10 @@ pub struct Row {
     /// change received during the changes (a correct server sends them nothing).
     pub groups: usize,
     pub other_responses: Option<u64>,
+    /// S8: per change, from accepted to the last canary having it (the cohort's convergence),
+    /// and to the last client outside the cohort having it (the promotion's).
+    pub canary_ms: Option<Pct>,
+    pub promoted_ms: Option<Pct>,
     pub note: String,
 }
 
@@ -485,6 +489,86 @@ pub async fn s1(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     let n = ctx.plan.rounds;
     let make = |i, m| config::load_assignment(&spec, i, m);
     measure_rounds(ctx, server, &spec, fleet, row, make, n).await
+}
+
+/// The canary cohort of S8 (`--canary 10%`).
+const S8_CANARY: &str = "10%";
+
+/// S8: S1 through a gated rollout (`--canary 10% --canary-soak 0s`): the convergence to the last
+/// client (the row's), and apart, to the last canary (the cohort's) and to the last client
+/// outside the cohort (the promotion's, which follows the first canary's ACK).
+pub async fn s8(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
+    let spec = ctx.plan.s1_config;
+    let row = new_row(ctx, "S1", server, false, streams, spec.clusters);
+    progress(&format!("S8 {} streams={streams}", server.name()));
+    let tracked = (0..spec.clusters).map(config::cluster_name).collect();
+    let fleet = fleet_for(&row, &spec, false, Kind::Eds, tracked);
+    ctx.xdsd_args = ["--canary", S8_CANARY, "--canary-soak", "0s"]
+        .map(String::from)
+        .to_vec();
+    let opened = open(ctx, server, &spec, fleet, row.clone()).await;
+    ctx.xdsd_args.clear();
+    let mut s = match opened {
+        Ok(s) => s,
+        Err(e) => return failed_row(row, &e),
+    };
+    let mut changes = Vec::new();
+    if s.row.note.is_empty() {
+        let mut marker = INITIAL_MARKER;
+        let make = |i, m| config::load_assignment(&spec, i, m);
+        match rounds(ctx, &mut s, Kind::Eds, make, ctx.plan.rounds, &mut marker).await {
+            Ok(c) => changes = c,
+            Err(e) => s.row.note = format!("failed: {e:#}"),
+        }
+    }
+    let (mut row, results) = close(s).await;
+    fill_latencies(&mut row, &changes, &results);
+    let canary = |i: usize| in_cohort(S8_CANARY, &format!("{}{i}", crate::client::NODE_PREFIX));
+    let (mut canaries, mut rest): (Vec<&ClientResult>, Vec<&ClientResult>) = (vec![], vec![]);
+    for (i, r) in results.iter().enumerate() {
+        if canary(i) {
+            canaries.push(r);
+        } else {
+            rest.push(r);
+        }
+    }
+    let last =
+        |of: &[&ClientResult]| pct(latencies_of(&changes, of).0.into_iter().flatten().collect());
+    row.canary_ms = last(&canaries);
+    row.promoted_ms = last(&rest);
+    let p = |x: &Option<Pct>| {
+        x.map(|p| format!("p50 {:.1} ms, p99 {:.1} ms", p.p50, p.p99))
+            .unwrap_or_else(|| "–".into())
+    };
+    let gated = format!(
+        "S8 gated: --canary {S8_CANARY} --canary-soak 0s (promoted on a canary's ACK); the \
+         cohort ({} streams) converged {}, then the promotion to the others ({} streams) {}",
+        canaries.len(),
+        p(&row.canary_ms),
+        rest.len(),
+        p(&row.promoted_ms)
+    );
+    row.note = if row.note.is_empty() {
+        gated
+    } else {
+        format!("{gated}; {}", row.note)
+    };
+    row
+}
+
+/// Whether the node `id` is in the cohort `selector` picks (as xdsd decides it).
+fn in_cohort(selector: &str, id: &str) -> bool {
+    let node = envoy_types::pb::envoy::config::core::v3::Node {
+        id: id.into(),
+        ..Default::default()
+    };
+    match (
+        xdsd_core::rollout::Selector::parse(selector),
+        xdsd_core::protocol::session::ClientNode::from_node(&node),
+    ) {
+        (Ok(selector), Ok(node)) => selector.matches(&node),
+        _ => false,
+    }
 }
 
 /// S9 replica failover (xdsd-etcd: two replicas): S1's clients synced across both replicas,
@@ -899,20 +983,7 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
     if wants("s8") {
         for &n in &plan.s1_streams {
             for &server in plan.servers.iter().filter(|s| s.runs_the_binary()) {
-                ctx.xdsd_args = ["--canary", "10%", "--canary-soak", "0s"]
-                    .map(String::from)
-                    .to_vec();
-                let mut row = s1(ctx, server, n).await;
-                ctx.xdsd_args.clear();
-                row.note = format!(
-                    "S8 gated: --canary 10% --canary-soak 0s (promoted on a canary's ACK){}",
-                    if row.note.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; {}", row.note)
-                    }
-                );
-                rows.push(row);
+                rows.push(s8(ctx, server, n).await);
             }
         }
     }
@@ -956,4 +1027,20 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
 
 pub fn scratch_dir(out: &Path) -> PathBuf {
     out.join("scratch")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s8_s_cohort_is_a_tenth_of_the_bench_s_nodes_as_xdsd_picks_them() {
+        let id = |i: usize| format!("{}{i}", crate::client::NODE_PREFIX);
+        let picked = (0..10_000)
+            .filter(|i| in_cohort(S8_CANARY, &id(*i)))
+            .count();
+        assert!((800..1200).contains(&picked), "{picked} of 10,000");
+        assert!((0..100).all(|i| in_cohort("100%", &id(i))));
+        assert!((0..100).all(|i| !in_cohort("0%", &id(i))));
+    }
 }
