@@ -39,9 +39,15 @@ fn record_key(etcd: &Etcd) -> String {
     format!("{}{RECORD_KEY}", etcd.inner.options.prefix)
 }
 
-/// The record (and its mod revision) as etcd has it now, and etcd's revision; a record that
-/// does not read is logged and counts as none.
-async fn get(etcd: &Etcd) -> Result<(Option<(Record, i64)>, i64), EtcdError> {
+/// The key as etcd has it now: the record (`None`, logged, when it does not read as one) and
+/// the key's mod revision.
+struct Stored {
+    record: Option<Record>,
+    mod_revision: i64,
+}
+
+/// The key as etcd has it now (`None`: no key), and etcd's revision.
+async fn get(etcd: &Etcd) -> Result<(Option<Stored>, i64), EtcdError> {
     let key = record_key(etcd);
     let what = || format!("reading the rollout record {key}");
     let mut kv = etcd.inner.kv.clone();
@@ -56,17 +62,17 @@ async fn get(etcd: &Etcd) -> Result<(Option<(Record, i64)>, i64), EtcdError> {
         }
     };
     let revision = response.header().map(|h| h.revision()).unwrap_or(0);
-    let record = response
-        .kvs()
-        .first()
-        .and_then(|kv| match Record::parse(kv.value()) {
-            Ok(record) => Some((record, kv.mod_revision())),
+    let stored = response.kvs().first().map(|kv| Stored {
+        record: match Record::parse(kv.value()) {
+            Ok(record) => Some(record),
             Err(why) => {
                 tracing::warn!(key = %key, "the rollout record is ignored: {why}");
                 None
             }
-        });
-    Ok((record, revision))
+        },
+        mod_revision: kv.mod_revision(),
+    });
+    Ok((stored, revision))
 }
 
 /// At start: the shared record and the stable state it names (`None` without a record, or when
@@ -74,8 +80,8 @@ async fn get(etcd: &Etcd) -> Result<(Option<(Record, i64)>, i64), EtcdError> {
 /// and etcd's revision the record was read at (follow records after it). `source` reads the
 /// stable state as it reads resources.
 pub async fn resume(etcd: &Etcd, source: &EtcdSource) -> Result<(Option<Resume>, i64), EtcdError> {
-    let (record, revision) = get(etcd).await?;
-    let Some((record, _)) = record else {
+    let (stored, revision) = get(etcd).await?;
+    let Some(record) = stored.and_then(|s| s.record) else {
         return Ok((None, revision));
     };
     match source.read_at(etcd, record.stable_revision).await {
@@ -165,7 +171,7 @@ async fn write_records(etcd: Etcd, mut records: watch::Receiver<Option<Record>>)
         };
         for attempt in 1..=ATTEMPTS {
             match write(&etcd, &record).await {
-                Ok(()) => break,
+                Ok(_) => break,
                 Err(e) if attempt == ATTEMPTS => {
                     tracing::warn!(
                         state = record.state.name(),
@@ -187,17 +193,23 @@ async fn write_records(etcd: Etcd, mut records: watch::Receiver<Option<Record>>)
     }
 }
 
-/// Writes `record` unless the record in etcd is as far or further; guarded by the mod revision
-/// read (a write in between: read again and decide again).
-async fn write(etcd: &Etcd, record: &Record) -> Result<(), EtcdError> {
+/// Writes `record` at `<prefix>.rollout` unless the record there is as far or further
+/// ([`Record::supersedes`]), in a transaction guarded by the mod revision read (a write in
+/// between: read again and decide again). Returns whether it was written. (What
+/// [`SharedRollout`] does with each decision, in the background.)
+pub async fn write(etcd: &Etcd, record: &Record) -> Result<bool, EtcdError> {
     let key = record_key(etcd);
     let value = record.to_json().to_string();
     for _ in 0..ATTEMPTS {
         let (current, _) = get(etcd).await?;
         let guard = match &current {
-            Some((current, _)) if !record.supersedes(current) => return Ok(()),
-            Some((_, mod_revision)) => {
-                Compare::mod_revision(key.clone(), CompareOp::Equal, *mod_revision)
+            Some(Stored {
+                record: Some(current),
+                ..
+            }) if !record.supersedes(current) => return Ok(false),
+            // (What does not read as a record is replaced.)
+            Some(stored) => {
+                Compare::mod_revision(key.clone(), CompareOp::Equal, stored.mod_revision)
             }
             None => Compare::version(key.clone(), CompareOp::Equal, 0),
         };
@@ -209,7 +221,7 @@ async fn write(etcd: &Etcd, record: &Record) -> Result<(), EtcdError> {
         match etcd.call(what, kv.txn(txn)).await? {
             Ok(response) if response.succeeded() => {
                 tracing::debug!(key = %key, record = %value, "rollout record written");
-                return Ok(());
+                return Ok(true);
             }
             Ok(_) => continue,
             Err(e) => {
@@ -263,10 +275,10 @@ async fn follow_records(etcd: Etcd, rollout: Arc<Rollout>, mut after: i64) {
         // Lost, canceled or compacted: read it as it is now, and watch from there.
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            if let Ok((record, revision)) = get(&etcd).await {
-                if let Some((record, mod_revision)) = record {
-                    if mod_revision > followed {
-                        followed = mod_revision;
+            if let Ok((stored, revision)) = get(&etcd).await {
+                if let Some(stored) = stored.filter(|s| s.mod_revision > followed) {
+                    followed = stored.mod_revision;
+                    if let Some(record) = stored.record {
                         rollout.follow(record);
                     }
                 }
