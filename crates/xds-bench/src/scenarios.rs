@@ -86,6 +86,10 @@ pub struct Row {
     /// change received during the changes (a correct server sends them nothing).
     pub groups: usize,
     pub other_responses: Option<u64>,
+    /// S8: per change, from accepted to the last canary having it (the cohort's convergence),
+    /// and to the last client outside the cohort having it (the promotion's).
+    pub canary_ms: Option<Pct>,
+    pub promoted_ms: Option<Pct>,
     pub note: String,
 }
 
@@ -487,31 +491,17 @@ pub async fn s1(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     measure_rounds(ctx, server, &spec, fleet, row, make, n).await
 }
 
-/// S8's canary cohort: the nodes `--canary 10%` picks, the same hash as xdsd's.
+/// The canary cohort of S8 (`--canary 10%`).
 const S8_CANARY: &str = "10%";
 
-/// S8: S1 through a gated rollout (the binary's servers only): `--canary 10% --canary-soak 0s`,
-/// so a tenth of the nodes are canaries and a change is promoted as soon as one of them ACKed it.
-/// The row's convergence is to every client (canary or not); the note gives the canary cohort's
-/// convergence (the change reaching the canaries) apart from the others' (the promotion's).
+/// S8: S1 through a gated rollout (`--canary 10% --canary-soak 0s`): the convergence to the last
+/// client (the row's), and apart, to the last canary (the cohort's) and to the last client
+/// outside the cohort (the promotion's, which follows the first canary's ACK).
 pub async fn s8(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     let spec = ctx.plan.s1_config;
     let row = new_row(ctx, "S1", server, false, streams, spec.clusters);
     progress(&format!("S8 {} streams={streams}", server.name()));
-    let selector = match xdsd_core::rollout::Selector::parse(S8_CANARY) {
-        Ok(s) => s,
-        Err(e) => return failed_row(row, &anyhow::anyhow!("--canary {S8_CANARY}: {e}")),
-    };
-    let cohort = xdsd_core::rollout::Cohort::new(vec![selector]);
-    let is_canary = |i: usize| {
-        let node = envoy_types::pb::envoy::config::core::v3::Node {
-            id: format!("{}{i}", crate::client::NODE_PREFIX),
-            ..Default::default()
-        };
-        xdsd_core::protocol::session::ClientNode::from_node(&node)
-            .is_ok_and(|n| cohort.contains(&n))
-    };
-    if !(0..streams).any(is_canary) {
+    if !(0..streams).any(|i| in_cohort(S8_CANARY, &format!("{}{i}", crate::client::NODE_PREFIX))) {
         // Every change would wait for a canary (docs/rollouts.md): nothing to measure.
         let mut row = row;
         row.note = format!(
@@ -541,22 +531,30 @@ pub async fn s8(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
     }
     let (mut row, results) = close(s).await;
     fill_latencies(&mut row, &changes, &results);
-    // Client i's node id is NODE_PREFIX + i: which of them the cohort holds.
-    let (canaries, others): (Vec<_>, Vec<_>) =
-        results.iter().enumerate().partition(|(i, _)| is_canary(*i));
-    let convergence = |clients: Vec<(usize, &ClientResult)>| {
-        let clients: Vec<&ClientResult> = clients.into_iter().map(|(_, r)| r).collect();
-        let (last, _, _) = latencies_of(&changes, &clients);
-        let shown = match pct(last.into_iter().flatten().collect()) {
-            Some(p) => format!("p50 {:.1} / p99 {:.1} ms", p.p50, p.p99),
-            None => "none".to_owned(),
-        };
-        (clients.len(), shown)
+    let canary = |i: usize| in_cohort(S8_CANARY, &format!("{}{i}", crate::client::NODE_PREFIX));
+    let (mut canaries, mut rest): (Vec<&ClientResult>, Vec<&ClientResult>) = (vec![], vec![]);
+    for (i, r) in results.iter().enumerate() {
+        if canary(i) {
+            canaries.push(r);
+        } else {
+            rest.push(r);
+        }
+    }
+    let last =
+        |of: &[&ClientResult]| pct(latencies_of(&changes, of).0.into_iter().flatten().collect());
+    row.canary_ms = last(&canaries);
+    row.promoted_ms = last(&rest);
+    let p = |x: &Option<Pct>| {
+        x.map(|p| format!("p50 {:.1} ms, p99 {:.1} ms", p.p50, p.p99))
+            .unwrap_or_else(|| "–".into())
     };
-    let (n_canary, canary) = convergence(canaries);
-    let (n_other, other) = convergence(others);
     let gated = format!(
-        "S8 gated: --canary {S8_CANARY} --canary-soak 0s (promoted on a canary's ACK); convergence of the {n_canary} canaries {canary}, of the other {n_other} clients (the promotion) {other}"
+        "S8 gated: --canary {S8_CANARY} --canary-soak 0s (promoted on a canary's ACK); the \
+         cohort ({} streams) converged {}, then the promotion to the others ({} streams) {}",
+        canaries.len(),
+        p(&row.canary_ms),
+        rest.len(),
+        p(&row.promoted_ms)
     );
     row.note = if row.note.is_empty() {
         gated
@@ -564,6 +562,21 @@ pub async fn s8(ctx: &mut Ctx, server: Server, streams: usize) -> Row {
         format!("{gated}; {}", row.note)
     };
     row
+}
+
+/// Whether the node `id` is in the cohort `selector` picks (as xdsd decides it).
+fn in_cohort(selector: &str, id: &str) -> bool {
+    let node = envoy_types::pb::envoy::config::core::v3::Node {
+        id: id.into(),
+        ..Default::default()
+    };
+    match (
+        xdsd_core::rollout::Selector::parse(selector),
+        xdsd_core::protocol::session::ClientNode::from_node(&node),
+    ) {
+        (Ok(selector), Ok(node)) => selector.matches(&node),
+        _ => false,
+    }
 }
 
 /// S9 replica failover (xdsd-etcd: two replicas): S1's clients synced across both replicas,
@@ -1019,4 +1032,20 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
 
 pub fn scratch_dir(out: &Path) -> PathBuf {
     out.join("scratch")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s8_s_cohort_is_a_tenth_of_the_bench_s_nodes_as_xdsd_picks_them() {
+        let id = |i: usize| format!("{}{i}", crate::client::NODE_PREFIX);
+        let picked = (0..10_000)
+            .filter(|i| in_cohort(S8_CANARY, &id(*i)))
+            .count();
+        assert!((800..1200).contains(&picked), "{picked} of 10,000");
+        assert!((0..100).all(|i| in_cohort("100%", &id(i))));
+        assert!((0..100).all(|i| !in_cohort("0%", &id(i))));
+    }
 }

@@ -16,6 +16,12 @@
 //! The canary state counts its own generations (each commit to it is one); an answer counts for
 //! the candidate when it is about a response built from the candidate's generation or a later
 //! one. Time is an input ([`Instant`]s passed in), so every rule is tested without waiting.
+//!
+//! With several replicas sharing a source that has revisions (etcd), a candidate also carries
+//! the source's revision, and a decision taken elsewhere about a revision
+//! ([`Gate::decided_elsewhere`]) is followed here: promoted, halted or aborted the same way, at
+//! once when it is about the candidate, or once that revision's change arrives when it is about
+//! one not seen yet.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -140,10 +146,25 @@ pub struct Canary {
     pub nacked: Option<(String, String)>,
 }
 
+/// A decision about a candidate taken elsewhere (another replica, through shared state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// The candidate was promoted.
+    Promoted,
+    /// The candidate was halted by this NACK (its `generation` is ignored: the local candidate's
+    /// is used).
+    Halted(Box<Halt>),
+    /// The candidate was dropped by an operator (and a halt of it cleared).
+    Aborted,
+}
+
 /// The candidate being rolled out.
 #[derive(Debug, Clone)]
 struct Candidate {
     generation: u64,
+    /// The source's revision of the change (etcd), when it has one.
+    revision: Option<i64>,
     touched: BTreeSet<String>,
     soak_until: Instant,
 }
@@ -157,6 +178,13 @@ pub struct Gate {
     canaries: BTreeMap<ClientId, Canary>,
     /// The generation of the canary state that the stable one was last promoted from (0: none).
     promoted: u64,
+    /// The latest source revision proposed.
+    seen: Option<i64>,
+    /// The revision of the candidate the current halt is about.
+    halted_revision: Option<i64>,
+    /// Decisions taken elsewhere about revisions not seen yet (at most [`MAX_PENDING`], the
+    /// latest kept).
+    pending: BTreeMap<i64, Decision>,
 }
 
 impl Gate {
@@ -168,6 +196,9 @@ impl Gate {
             halt: None,
             canaries: BTreeMap::new(),
             promoted: 0,
+            seen: None,
+            halted_revision: None,
+            pending: BTreeMap::new(),
         }
     }
 
@@ -203,6 +234,16 @@ impl Gate {
         self.candidate.as_ref().map(|c| c.generation)
     }
 
+    /// The source revision of the candidate, if any and if the source has revisions.
+    pub fn candidate_revision(&self) -> Option<i64> {
+        self.candidate.as_ref().and_then(|c| c.revision)
+    }
+
+    /// The source revision of the candidate the current halt is about.
+    pub fn halted_revision(&self) -> Option<i64> {
+        self.halt.as_ref().and(self.halted_revision)
+    }
+
     /// The types the candidate touched.
     pub fn touched(&self) -> impl Iterator<Item = &str> {
         self.candidate
@@ -224,7 +265,21 @@ impl Gate {
         generation: u64,
         types: impl IntoIterator<Item = String>,
     ) -> Vec<Action> {
+        self.propose_at(now, generation, None, types)
+    }
+
+    /// [`Gate::propose`] of a change that is the source's `revision`: a decision about that
+    /// revision taken elsewhere and already received ([`Gate::decided_elsewhere`]) applies to it
+    /// at once.
+    pub fn propose_at(
+        &mut self,
+        now: Instant,
+        generation: u64,
+        revision: Option<i64>,
+        types: impl IntoIterator<Item = String>,
+    ) -> Vec<Action> {
         self.halt = None;
+        self.halted_revision = None;
         let mut touched: BTreeSet<String> = types.into_iter().collect();
         // A candidate replaced: what it touched still differs from the stable state.
         if let Some(old) = self.candidate.take() {
@@ -236,9 +291,18 @@ impl Gate {
         }
         self.candidate = Some(Candidate {
             generation,
+            revision,
             touched,
             soak_until: now + self.config.soak,
         });
+        if let Some(revision) = revision {
+            self.seen = Some(self.seen.map_or(revision, |s| s.max(revision)));
+            // Decisions about revisions passed over are dropped, those still ahead kept.
+            self.pending = self.pending.split_off(&revision);
+            if let Some(decision) = self.pending.remove(&revision) {
+                return self.decided_elsewhere(revision, decision);
+            }
+        }
         self.decide(now)
     }
 
@@ -248,6 +312,7 @@ impl Gate {
     /// forever). A candidate in flight (or a halt) is dropped with them.
     pub fn propose_first(&mut self, generation: u64) -> Vec<Action> {
         self.halt = None;
+        self.halted_revision = None;
         self.candidate = None;
         for canary in self.canaries.values_mut() {
             canary.acked.clear();
@@ -255,6 +320,46 @@ impl Gate {
         }
         self.promoted = generation;
         vec![Action::Promote { generation }]
+    }
+
+    /// Another replica decided about the candidate of the source's `revision`: the same is done
+    /// here when it is this gate's candidate (promoted, or halted with the same reason, or
+    /// dropped), remembered when this gate has not seen that revision yet (it applies once that
+    /// change is proposed), ignored otherwise (a candidate this gate is past, or one it already
+    /// decided about itself).
+    pub fn decided_elsewhere(&mut self, revision: i64, decision: Decision) -> Vec<Action> {
+        if self.candidate_revision() == Some(revision) {
+            return match decision {
+                Decision::Promoted => self.promote(),
+                Decision::Aborted => self.abort(),
+                Decision::Halted(mut halt) => {
+                    let Some(candidate) = self.candidate.take() else {
+                        return Vec::new();
+                    };
+                    halt.generation = candidate.generation;
+                    halt.node = bounded(std::mem::take(&mut halt.node), MAX_NODE_BYTES);
+                    halt.version = bounded(std::mem::take(&mut halt.version), MAX_NODE_BYTES);
+                    halt.message = bounded(std::mem::take(&mut halt.message), MAX_MESSAGE_BYTES);
+                    halt.origins.truncate(crate::store::MAX_LISTED);
+                    self.halt = Some(halt);
+                    self.halted_revision = Some(revision);
+                    vec![Action::RollBack]
+                }
+            };
+        }
+        if decision == Decision::Aborted && self.halted_revision() == Some(revision) {
+            // An operator elsewhere cleared the halt this gate has too.
+            self.halt = None;
+            self.halted_revision = None;
+            return Vec::new();
+        }
+        if self.seen.is_none_or(|seen| revision > seen) {
+            self.pending.insert(revision, decision);
+            while self.pending.len() > MAX_PENDING {
+                self.pending.pop_first();
+            }
+        }
+        Vec::new()
     }
 
     /// A canary client connected (clients outside the cohort are not the gate's business).
@@ -312,6 +417,7 @@ impl Gate {
         let message = bounded(halt.message, MAX_MESSAGE_BYTES);
         let version = bounded(halt.version, MAX_NODE_BYTES);
         canary.nacked = Some((halt.type_url.clone(), message.clone()));
+        self.halted_revision = candidate.revision;
         self.halt = Some(Box::new(Halt {
             generation: candidate.generation,
             node: canary.node.clone(),
@@ -346,6 +452,7 @@ impl Gate {
     /// gate is idle until the next change.
     pub fn abort(&mut self) -> Vec<Action> {
         self.halt = None;
+        self.halted_revision = None;
         match self.candidate.take() {
             Some(_) => vec![Action::RollBack],
             None => Vec::new(),
@@ -386,6 +493,8 @@ impl Gate {
 
 /// The most of a client's node id the gate keeps (and of a NACKed version).
 pub const MAX_NODE_BYTES: usize = 256;
+/// The most decisions taken elsewhere, about revisions not seen yet, the gate keeps.
+pub const MAX_PENDING: usize = 64;
 /// The most of a NACK's message the gate keeps.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
@@ -552,7 +661,9 @@ impl Cohort {
 
 pub(crate) mod observer;
 mod run;
+mod shared;
 pub use run::Rollout;
+pub use shared::{Record, RecordState, SharedState, RECORD_KEY};
 
 #[cfg(test)]
 mod tests;

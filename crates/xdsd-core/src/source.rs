@@ -328,6 +328,7 @@ impl Feed {
         if change.resources == 0 && had > 0 && !self.allow_empty {
             return Err(CommitError::Empty { had });
         }
+        let revision = change.revision;
         let apply = |store: &Store| {
             match change.update {
                 Update::All(resources) => store.replace_all(resources),
@@ -336,7 +337,7 @@ impl Feed {
             .map_err(CommitError::Store)
         };
         match &self.rollout {
-            Some(rollout) if gated => rollout.commit(apply),
+            Some(rollout) if gated => rollout.commit_at(revision, apply),
             _ => apply(&self.store),
         }
     }
@@ -350,10 +351,12 @@ impl Feed {
         let result = match source.load().await {
             Ok(change) => {
                 let resources = change.resources;
-                // Not gated: the stable state starts as the first load.
+                let revision = change.revision;
+                // Not gated: the stable state starts as the first load (or as the shared record
+                // says, see `Rollout::resume_from`).
                 let mut result = self.commit_with(change, false);
                 if let (Ok(_), Some(rollout)) = (&result, &self.rollout) {
-                    if let Err(e) = rollout.start() {
+                    if let Err(e) = rollout.start_at(revision) {
                         result = Err(CommitError::Store(e));
                     }
                 }

@@ -99,6 +99,14 @@ pub enum EtcdError {
         /// What etcd said.
         reason: String,
     },
+    /// A read at a past revision that etcd compacted away.
+    #[error("etcd compacted the history of prefix {prefix} past revision {revision}")]
+    Compacted {
+        /// The prefix.
+        prefix: String,
+        /// The revision asked for.
+        revision: i64,
+    },
     /// Any other refusal or failure of a request.
     #[error("etcd at {endpoints}: {what} failed: {reason}")]
     Request {

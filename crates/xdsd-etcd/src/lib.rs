@@ -11,10 +11,12 @@
 //!   keys, in one transaction guarded by the revision read.
 //! - [`EtcdSource`]: the prefix as an [`xdsd_core::source::Source`], each key holding what a
 //!   resource file holds.
+//! - [`rollout`]: a gated rollout's state shared by the replicas (`<prefix>.rollout`).
 //!
 //! **Keys.** A key under the prefix is named by its suffix after the prefix (`/xdsd/a/b.yaml`
 //! under `/xdsd/` is `a/b.yaml`). Keys whose last `/`-separated segment starts with `.` are not
-//! resources: they are reserved for xdsd's own records (`<prefix>.push`, written by every push)
+//! resources: they are reserved for xdsd's own records (`<prefix>.push`, written by every push,
+//! and `<prefix>.rollout`, the shared state of a gated rollout)
 //! and are ignored by the read, the watch and the push's diff. A key that cannot be a resource
 //! (not UTF-8, the prefix itself) or a value over [`EtcdOptions::with_max_value_bytes`] is not
 //! dropped silently: it is reported as [`KeyChange::Rejected`] or in [`Snapshot::rejected`],
@@ -30,6 +32,7 @@ mod keys;
 mod options;
 mod push;
 mod read;
+pub mod rollout;
 mod source;
 mod watch;
 
@@ -42,7 +45,7 @@ use bytes::Bytes;
 pub use error::EtcdError;
 pub use options::{EtcdOptions, DEFAULT_MAX_TXN_OPS, DEFAULT_MAX_VALUE_BYTES};
 pub use push::{PushPlan, PUSH_MARKER};
-pub use source::{parse_value, EtcdSource};
+pub use source::{parse_value, EtcdSource, StartError};
 pub use watch::Watch;
 
 /// The contents of the prefix at one revision.
@@ -258,6 +261,12 @@ impl Etcd {
     /// Reads the whole prefix at one revision (the latest), page by page.
     pub async fn read(&self) -> Result<Snapshot, EtcdError> {
         read::read(self).await
+    }
+
+    /// Reads the whole prefix as it was at `revision` (a past one), page by page;
+    /// [`EtcdError::Compacted`] when etcd compacted it away.
+    pub async fn read_at(&self, revision: i64) -> Result<Snapshot, EtcdError> {
+        read::read_at(self, revision).await
     }
 
     /// Starts watching the prefix for changes after revision `after` (usually the revision of

@@ -5,6 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use xdsd_core::rollout::RECORD_KEY;
 
 use crate::error::{self, Kind};
 use crate::keys::is_reserved;
@@ -115,14 +116,21 @@ pub(crate) async fn apply(etcd: &Etcd, plan: &PushPlan) -> Result<i64, EtcdError
         None,
     ));
     // No key in [prefix, prefix end) modified after the revision read (etcd 3.3+ compares over
-    // a range; an empty range compares as a key with mod revision 0).
-    let unchanged = Compare::mod_revision(
-        inner.prefix.clone(),
-        CompareOp::Less,
-        plan.revision.saturating_add(1),
-    )
-    .with_range(inner.end.clone());
-    let txn = Txn::new().when([unchanged]).and_then(ops);
+    // a range; an empty range compares as a key with mod revision 0), but for the rollout
+    // record, which replicas write as they decide (not a resource: a push need not conflict
+    // with it).
+    let record = format!("{prefix}{RECORD_KEY}").into_bytes();
+    let mut after_record = record.clone();
+    after_record.push(0);
+    let unchanged = |from: Vec<u8>, to: Vec<u8>| {
+        Compare::mod_revision(from, CompareOp::Less, plan.revision.saturating_add(1)).with_range(to)
+    };
+    let txn = Txn::new()
+        .when([
+            unchanged(inner.prefix.clone(), record),
+            unchanged(after_record, inner.end.clone()),
+        ])
+        .and_then(ops);
     let what = || format!("the push transaction on prefix {prefix}");
     let mut kv = inner.kv.clone();
     let response = match etcd.call(what, kv.txn(txn)).await? {

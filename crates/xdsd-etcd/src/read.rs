@@ -13,10 +13,21 @@ const PAGE: i64 = 512;
 /// How many times a read restarts because its revision was compacted under it.
 const COMPACTED_RETRIES: usize = 5;
 
+/// Reads the prefix as it was at `revision`; [`EtcdError::Compacted`] when etcd no longer has it.
+pub(crate) async fn read_at(etcd: &Etcd, revision: i64) -> Result<Snapshot, EtcdError> {
+    match read_once(etcd, revision).await? {
+        Some(snapshot) => Ok(snapshot),
+        None => Err(EtcdError::Compacted {
+            prefix: etcd.inner.options.prefix.clone(),
+            revision,
+        }),
+    }
+}
+
 pub(crate) async fn read(etcd: &Etcd) -> Result<Snapshot, EtcdError> {
     let mut attempt = 0;
     loop {
-        match read_once(etcd).await? {
+        match read_once(etcd, 0).await? {
             Some(snapshot) => return Ok(snapshot),
             None if attempt < COMPACTED_RETRIES => attempt += 1,
             None => {
@@ -30,13 +41,17 @@ pub(crate) async fn read(etcd: &Etcd) -> Result<Snapshot, EtcdError> {
     }
 }
 
-/// One read; `None` when the revision it read at was compacted before the last page.
-async fn read_once(etcd: &Etcd) -> Result<Option<Snapshot>, EtcdError> {
+/// One read at `revision` (0: the latest); `None` when the revision it read at was compacted
+/// before the last page.
+async fn read_once(etcd: &Etcd, revision: i64) -> Result<Option<Snapshot>, EtcdError> {
     let inner = &etcd.inner;
     let options = &inner.options;
     let what = || format!("reading prefix {}", options.prefix);
     let mut kv = inner.kv.clone();
-    let mut snapshot = Snapshot::default();
+    let mut snapshot = Snapshot {
+        revision,
+        ..Snapshot::default()
+    };
     let mut start = inner.prefix.clone();
     let mut limit = PAGE;
     loop {

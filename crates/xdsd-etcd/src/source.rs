@@ -34,6 +34,8 @@ pub struct EtcdSource {
     watch: Option<Watch>,
     /// Kept for the life of the watch (the connection it uses).
     etcd: Option<Etcd>,
+    /// The past revision the first load reads at ([`EtcdSource::starting_at`]).
+    start_at: Option<i64>,
 }
 
 impl EtcdSource {
@@ -45,7 +47,27 @@ impl EtcdSource {
             keys: BTreeMap::new(),
             watch: None,
             etcd: None,
+            start_at: None,
         }
+    }
+
+    /// Loads the prefix as it was at `revision` (a past one), then follows every change after
+    /// it: what a replica does when it takes up a rollout in flight. When etcd compacted that
+    /// revision away, loads the latest one instead (logged at WARN).
+    pub fn starting_at(mut self, revision: i64) -> EtcdSource {
+        self.start_at = Some(revision);
+        self
+    }
+
+    /// What the prefix held at `revision` (read through `etcd`), as one change: the stable state
+    /// of a rollout a replica takes up.
+    pub async fn read_at(&self, etcd: &Etcd, revision: i64) -> Result<ChangeSet, StartError> {
+        let snapshot = etcd.read_at(revision).await.map_err(StartError::Etcd)?;
+        let mut reader = EtcdSource::new(self.descriptors.clone(), self.options.clone());
+        reader.replace(snapshot);
+        reader
+            .change_set(revision, Vec::new())
+            .map_err(StartError::Rejected)
     }
 
     /// The full key of a suffix: what errors and origins name.
@@ -117,6 +139,48 @@ impl EtcdSource {
     }
 }
 
+/// Why the state at a past revision could not be read.
+#[derive(Debug)]
+pub enum StartError {
+    /// etcd could not be read (or compacted that revision away: [`EtcdError::Compacted`]).
+    Etcd(crate::EtcdError),
+    /// What the prefix held then does not load.
+    Rejected(Rejection),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Etcd(e) => write!(f, "{e}"),
+            StartError::Rejected(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Connects and reads the prefix at `revision`, or at the latest one when etcd compacted it.
+async fn load_at(
+    options: &EtcdOptions,
+    revision: i64,
+) -> Result<(Etcd, Snapshot), crate::EtcdError> {
+    let etcd = Etcd::connect(options).await?;
+    match etcd.read_at(revision).await {
+        Ok(snapshot) => Ok((etcd, snapshot)),
+        Err(crate::EtcdError::Compacted { .. }) => {
+            tracing::warn!(
+                prefix = %options.prefix(),
+                revision,
+                "etcd compacted the revision of the rollout in flight away: loading the latest \
+                 revision instead"
+            );
+            let snapshot = etcd.read().await?;
+            Ok((etcd, snapshot))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Parses a key's value as a resource file named `key`: JSON when the key ends in `.json` (in
 /// any letter case), else YAML (which reads JSON too).
 pub fn parse_value(descriptors: &Descriptors, key: &str, value: &[u8]) -> Parsed {
@@ -150,9 +214,11 @@ impl Source for EtcdSource {
     /// Reads the prefix at one revision and starts watching from the next: no change falls
     /// between them.
     async fn load(&mut self) -> Result<ChangeSet, Rejection> {
-        let (etcd, snapshot) = crate::load(&self.options)
-            .await
-            .map_err(|e| Rejection::new(vec![e.to_string()]))?;
+        let (etcd, snapshot) = match self.start_at {
+            None => crate::load(&self.options).await,
+            Some(revision) => load_at(&self.options, revision).await,
+        }
+        .map_err(|e| Rejection::new(vec![e.to_string()]))?;
         let revision = snapshot.revision;
         self.replace(snapshot);
         self.watch = Some(etcd.watch(revision));

@@ -615,7 +615,10 @@ struct RolloutArgs {
     /// last promoted (stable) state; it is promoted once --canary-min canaries ACKed every type
     /// it touched and --canary-soak passed with no NACK, and halted (canaries rolled back) on a
     /// canary's NACK. GET /rollout on the admin API shows it, POST /rollout/promote and
-    /// /rollout/abort act on it (docs/rollouts.md). Without it every change goes to every client.
+    /// /rollout/abort act on it (docs/rollouts.md). With replicas on etcd, the decisions are
+    /// shared under the prefix (<prefix>.rollout): a halt or promotion on one replica is followed
+    /// by all, and a replica starting serves the stable state they share. Without it every change
+    /// goes to every client.
     #[arg(
         long = "canary",
         value_name = "SELECTOR",
@@ -963,6 +966,32 @@ impl ServeArgs {
     }
 }
 
+/// With replicas on etcd, the rollout's state is shared under the prefix (`<prefix>.rollout`):
+/// a replica starting takes up the rollout in flight (the stable state as the record says, the
+/// source loaded at the record's candidate revision), then shares its decisions and follows the
+/// others'.
+async fn share_rollout(
+    rollout: &Arc<Rollout>,
+    mut source: EtcdSource,
+    options: &EtcdOptions,
+) -> anyhow::Result<EtcdSource> {
+    let etcd = xdsd_etcd::Etcd::connect(options)
+        .await
+        .context("cannot connect to etcd for the rollout's shared state")?;
+    let (resume, after) = xdsd_etcd::rollout::resume(&etcd, &source)
+        .await
+        .context("cannot read the rollout's shared state")?;
+    if let Some(resume) = resume {
+        source = source.starting_at(resume.record.load_revision());
+        rollout
+            .resume_from(resume.record, resume.stable)
+            .context("cannot load the rollout's stable state")?;
+    }
+    let shared = xdsd_etcd::rollout::SharedRollout::start(etcd, rollout.clone(), after);
+    rollout.share(Arc::new(shared));
+    Ok(source)
+}
+
 /// The source `serve` follows: a directory or an etcd prefix, behind one serve path.
 enum AnySource {
     Directory(DirectorySource),
@@ -1051,7 +1080,11 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
                 .incremental(args.reload == ReloadMode::Incremental),
         ),
         ResourcesFrom::Etcd(options) => {
-            AnySource::Etcd(EtcdSource::new(descriptors.clone(), *options))
+            let mut source = EtcdSource::new(descriptors.clone(), (*options).clone());
+            if let Some(rollout) = &rollout {
+                source = share_rollout(rollout, source, &options).await?;
+            }
+            AnySource::Etcd(source)
         }
     };
     feed.first_load(&mut source)

@@ -13,8 +13,9 @@ use tokio::sync::Notify;
 use tracing::{error, info};
 
 use super::{Action, ClientId, Cohort, Gate, GateConfig, NackDetail, State};
+use super::{Record, RecordState, SharedState};
 use crate::protocol::session::ClientNode;
-use crate::store::{Snapshot, Store, StoreError, UpdateSummary};
+use crate::store::{ResourceInput, Snapshot, Store, StoreError, UpdateSummary};
 use crate::transport::metrics::Metrics;
 
 /// A gated rollout: see the module [`crate::rollout`]. Shared by the feed of the source (which
@@ -28,6 +29,16 @@ pub struct Rollout {
     inner: Mutex<Inner>,
     wake: Notify,
     metrics: Mutex<Option<Metrics>>,
+    shared: Mutex<Option<Arc<dyn SharedState>>>,
+}
+
+/// Who decided what the gate's actions carry out.
+#[derive(Clone, Copy)]
+enum By {
+    /// This replica: the decision is shared, about the candidate of this revision.
+    Here(Option<i64>),
+    /// Another replica (a record followed): not shared again.
+    Elsewhere,
 }
 
 struct Inner {
@@ -36,6 +47,13 @@ struct Inner {
     proposed_at: Option<SystemTime>,
     promotions: u64,
     halts: u64,
+    /// The source revision of the stable state, when the source has revisions.
+    stable_revision: Option<i64>,
+    /// The source revision of the last change committed to the canary store.
+    canary_revision: Option<i64>,
+    /// The shared record found at start ([`Rollout::resume_from`]), applied by
+    /// [`Rollout::start_at`].
+    resume: Option<Record>,
 }
 
 impl Rollout {
@@ -53,10 +71,38 @@ impl Rollout {
                 proposed_at: None,
                 promotions: 0,
                 halts: 0,
+                stable_revision: None,
+                canary_revision: None,
+                resume: None,
             }),
             wake: Notify::new(),
             metrics: Mutex::new(None),
+            shared: Mutex::new(None),
         })
+    }
+
+    /// Shares every decision taken here through `shared` (replicas on etcd): see
+    /// [`crate::rollout::Record`]. What the others decide comes back through
+    /// [`Rollout::follow`].
+    pub fn share(&self, shared: Arc<dyn SharedState>) {
+        *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(shared);
+    }
+
+    /// Before the first load: a replica starting while the shared `record` says where the
+    /// rollout is. The stable store gets `stable` (the source as it was at the record's stable
+    /// revision); the first load, which the caller reads at [`Record::load_revision`], then goes
+    /// to the canary store, and [`Rollout::start_at`] takes up the record's candidate: soaking
+    /// again, halted with the same reason (the canaries on the stable state), or dropped.
+    pub fn resume_from(
+        &self,
+        record: Record,
+        stable: Vec<ResourceInput>,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        self.stable.replace_all(stable)?;
+        inner.stable_revision = Some(record.stable_revision);
+        inner.resume = Some(record);
+        Ok(())
     }
 
     /// Counts promotions and halts, and the state, in `metrics`.
@@ -110,16 +156,70 @@ impl Rollout {
         self.stable.replace_with(&self.canary.snapshot())
     }
 
+    /// [`Rollout::start`] after a first load that is the source's `revision`. After
+    /// [`Rollout::resume_from`], the stable store keeps what it was given and the shared
+    /// record's candidate is taken up instead.
+    pub fn start_at(&self, revision: Option<i64>) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        inner.canary_revision = revision;
+        let Some(record) = inner.resume.take() else {
+            inner.stable_revision = revision;
+            return self
+                .stable
+                .replace_with(&self.canary.snapshot())
+                .map(|_| ());
+        };
+        let canary = self.canary.snapshot();
+        let touched = differing_types(&canary, &self.stable.snapshot());
+        info!(
+            stable_revision = record.stable_revision,
+            candidate_revision = record.candidate_revision,
+            state = record.state.name(),
+            "rollout: taking up the rollout the replicas share: the stable state is the source at \
+             revision {}",
+            record.stable_revision
+        );
+        if !touched.is_empty() {
+            inner.proposed_at = Some(SystemTime::now());
+            let actions =
+                inner
+                    .gate
+                    .propose_at(Instant::now(), canary.generation(), revision, touched);
+            self.apply(&mut inner, actions, By::Elsewhere);
+            if let Some(decision) = record.decision() {
+                let actions = inner
+                    .gate
+                    .decided_elsewhere(record.candidate_revision, decision);
+                self.apply(&mut inner, actions, By::Elsewhere);
+            }
+        }
+        self.after(&inner);
+        Ok(())
+    }
+
     /// Commits a change to the canary store with `commit`, and starts (or restarts) a rollout
     /// of it when it changed something the stable state does not have.
     pub fn commit<E>(
         &self,
         commit: impl FnOnce(&Store) -> Result<UpdateSummary, E>,
     ) -> Result<UpdateSummary, E> {
+        self.commit_at(None, commit)
+    }
+
+    /// [`Rollout::commit`] of a change that is the source's `revision` (etcd's): the candidate
+    /// is known to every replica by it.
+    pub fn commit_at<E>(
+        &self,
+        revision: Option<i64>,
+        commit: impl FnOnce(&Store) -> Result<UpdateSummary, E>,
+    ) -> Result<UpdateSummary, E> {
         let mut inner = self.lock();
         let summary = commit(&self.canary)?;
         if summary.changed == 0 {
             return Ok(summary);
+        }
+        if revision.is_some() {
+            inner.canary_revision = revision;
         }
         let now = Instant::now();
         let touched = differing_types(&self.canary.snapshot(), &self.stable.snapshot());
@@ -128,6 +228,9 @@ impl Rollout {
             if inner.gate.candidate().is_some() {
                 info!("rollout: the candidate was changed back to the stable state; nothing to roll out");
                 inner.gate.abort();
+                if let Some(revision) = revision {
+                    self.publish(&inner, revision, RecordState::Aborted);
+                }
             }
         } else if self.stable.snapshot().types().all(|t| t.is_empty()) {
             info!(
@@ -135,7 +238,8 @@ impl Rollout {
                 "rollout: nothing was served yet, so the first resources go to every client at once, not through the canaries"
             );
             let actions = inner.gate.propose_first(summary.generation);
-            self.apply(&mut inner, actions);
+            // Not shared: each replica that starts empty does the same with its first change.
+            self.apply(&mut inner, actions, By::Here(None));
         } else {
             info!(
                 generation = summary.generation,
@@ -145,8 +249,14 @@ impl Rollout {
                 "rollout: a change goes to the canary cohort first"
             );
             inner.proposed_at = Some(SystemTime::now());
-            let actions = inner.gate.propose(now, summary.generation, touched);
-            self.apply(&mut inner, actions);
+            let actions = inner
+                .gate
+                .propose_at(now, summary.generation, revision, touched);
+            self.apply(&mut inner, actions, By::Here(revision));
+            if let Some(revision) = revision.filter(|r| inner.gate.candidate_revision() == Some(*r))
+            {
+                self.publish(&inner, revision, RecordState::Soaking);
+            }
         }
         self.after(&inner);
         Ok(summary)
@@ -160,8 +270,9 @@ impl Rollout {
     /// A canary stream ended.
     pub fn disconnected(&self, client: ClientId) {
         let mut inner = self.lock();
+        let by = By::Here(inner.gate.candidate_revision());
         let actions = inner.gate.disconnected(Instant::now(), client);
-        self.apply(&mut inner, actions);
+        self.apply(&mut inner, actions, by);
         self.after(&inner);
     }
 
@@ -169,8 +280,9 @@ impl Rollout {
     /// `generation`.
     pub fn acked(&self, client: ClientId, type_url: &str, generation: u64) {
         let mut inner = self.lock();
+        let by = By::Here(inner.gate.candidate_revision());
         let actions = inner.gate.ack(Instant::now(), client, type_url, generation);
-        self.apply(&mut inner, actions);
+        self.apply(&mut inner, actions, by);
         self.after(&inner);
     }
 
@@ -184,8 +296,9 @@ impl Rollout {
                 &detail.type_url,
             );
         }
+        let by = By::Here(inner.gate.candidate_revision());
         let actions = inner.gate.nack(client, generation, detail);
-        self.apply(&mut inner, actions);
+        self.apply(&mut inner, actions, by);
         self.after(&inner);
     }
 
@@ -193,12 +306,13 @@ impl Rollout {
     /// is none.
     pub fn promote(&self) -> bool {
         let mut inner = self.lock();
+        let by = By::Here(inner.gate.candidate_revision());
         let actions = inner.gate.promote();
         let any = !actions.is_empty();
         if any {
             info!("rollout: promoted by an operator");
         }
-        self.apply(&mut inner, actions);
+        self.apply(&mut inner, actions, by);
         self.after(&inner);
         any
     }
@@ -208,11 +322,18 @@ impl Rollout {
     pub fn abort(&self) -> bool {
         let mut inner = self.lock();
         let was = inner.gate.state(Instant::now());
+        let candidate = inner
+            .gate
+            .candidate_revision()
+            .or(inner.gate.halted_revision());
         let actions = inner.gate.abort();
         if was != State::Idle {
             info!("rollout: aborted by an operator");
+            if let Some(revision) = candidate {
+                self.publish(&inner, revision, RecordState::Aborted);
+            }
         }
-        self.apply(&mut inner, actions);
+        self.apply(&mut inner, actions, By::Elsewhere);
         self.after(&inner);
         was != State::Idle
     }
@@ -233,17 +354,58 @@ impl Rollout {
                 None => woken.await,
             }
             let mut inner = self.lock();
+            let by = By::Here(inner.gate.candidate_revision());
             let actions = inner.gate.tick(Instant::now());
-            self.apply(&mut inner, actions);
+            self.apply(&mut inner, actions, by);
             // (Not `after`: waking itself would spin.)
             let state = inner.gate.state(Instant::now());
             self.count(|m| m.rollout_state(state.name()));
         }
     }
 
+    /// What the other replicas decided (a shared record, as it changes): done here too when it
+    /// is about this replica's candidate, or once that change arrives when it is about one not
+    /// seen yet (see [`Gate::decided_elsewhere`]).
+    pub fn follow(&self, record: Record) {
+        let Some(decision) = record.decision() else {
+            return;
+        };
+        let mut inner = self.lock();
+        let actions = inner
+            .gate
+            .decided_elsewhere(record.candidate_revision, decision);
+        if !actions.is_empty() {
+            info!(
+                candidate_revision = record.candidate_revision,
+                "rollout: {} on another replica; the same here",
+                record.state.name()
+            );
+        }
+        self.apply(&mut inner, actions, By::Elsewhere);
+        self.after(&inner);
+    }
+
+    /// Writes the shared record of a decision taken here about the candidate of `revision`.
+    fn publish(&self, inner: &Inner, revision: i64, state: RecordState) {
+        let shared = self
+            .shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(shared) = shared else { return };
+        let stable = inner.stable_revision.unwrap_or(0);
+        let mut record = Record::new(stable, revision, state);
+        if state == RecordState::Halted {
+            if let State::Halted(halt) = inner.gate.state(Instant::now()) {
+                record = record.with_halt(halt);
+            }
+        }
+        shared.publish(record);
+    }
+
     /// Carries out the gate's actions on the stores (under the lock: no change of the source
-    /// falls between).
-    fn apply(&self, inner: &mut Inner, actions: Vec<Action>) {
+    /// falls between), sharing the decision when it was taken here.
+    fn apply(&self, inner: &mut Inner, actions: Vec<Action>, by: By) {
         for action in actions {
             match action {
                 Action::Promote { generation } => {
@@ -251,6 +413,7 @@ impl Rollout {
                         Ok(summary) => {
                             inner.promotions += 1;
                             inner.proposed_at = None;
+                            inner.stable_revision = inner.canary_revision;
                             self.count(|m| m.rollout_promoted());
                             info!(
                                 canary_generation = generation,
@@ -258,6 +421,9 @@ impl Rollout {
                                 changed = summary.changed,
                                 "rollout: promoted, every client gets the change"
                             );
+                            if let By::Here(Some(revision)) = by {
+                                self.publish(inner, revision, RecordState::Promoted);
+                            }
                         }
                         Err(e) => {
                             error!("rollout: the promotion could not be committed: {e}")
@@ -276,6 +442,9 @@ impl Rollout {
                             origins = %halt.origins.join(", "),
                             "rollout halted: a canary NACKed the change; the canaries are rolled back to the stable state, the change is not promoted"
                         );
+                        if let By::Here(Some(revision)) = by {
+                            self.publish(inner, revision, RecordState::Halted);
+                        }
                     }
                     inner.proposed_at = None;
                     if let Err(e) = self.canary.replace_with(&self.stable.snapshot()) {
@@ -315,7 +484,11 @@ impl Rollout {
             "cohort": self.cohort.selectors().iter().map(|s| s.to_string()).collect::<Vec<_>>(),
             "min_canaries": inner.gate.config().min_canaries,
             "soak_seconds": inner.gate.config().soak.as_secs_f64(),
-            "stable": { "generation": stable.generation(), "versions": versions(&stable) },
+            "stable": {
+                "generation": stable.generation(),
+                "versions": versions(&stable),
+                "revision": inner.stable_revision,
+            },
             "promotions": inner.promotions,
             "halts": inner.halts,
             "canaries": inner.gate.canaries().map(|(id, c)| json!({
@@ -328,6 +501,7 @@ impl Rollout {
         if let Some(generation) = inner.gate.candidate() {
             out["candidate"] = json!({
                 "generation": generation,
+                "revision": inner.gate.candidate_revision(),
                 "versions": versions(&canary),
                 "touched": inner.gate.touched().collect::<Vec<_>>(),
                 "proposed_at_unix_ms": inner.proposed_at
@@ -341,6 +515,7 @@ impl Rollout {
         if let State::Halted(halt) = &state {
             out["halt"] = json!({
                 "generation": halt.generation,
+                "revision": inner.gate.halted_revision(),
                 "node": halt.node,
                 "type_url": halt.type_url,
                 "version": halt.version,

@@ -288,3 +288,162 @@ fn the_first_resources_after_an_empty_start_are_promoted_at_once() {
     assert_eq!(g.promoted(), 1);
     assert!(g.tick(secs(t0, 7200)).is_empty(), "nothing left to promote");
 }
+
+fn halt_from(node: &str, message: &str) -> Box<Halt> {
+    Box::new(Halt {
+        generation: 0,
+        node: node.into(),
+        type_url: CDS.into(),
+        version: "v9".into(),
+        message: message.into(),
+        origins: vec!["/xdsd/c.yaml".into()],
+    })
+}
+
+#[test]
+fn a_promotion_decided_elsewhere_promotes_here() {
+    let t0 = Instant::now();
+    let mut g = gate(1, 3600);
+    g.connected(1, "canary-1");
+    assert!(g.propose_at(t0, 4, Some(40), touched(&[CDS])).is_empty());
+    assert_eq!(g.candidate_revision(), Some(40));
+    assert_eq!(
+        g.decided_elsewhere(40, Decision::Promoted),
+        [Action::Promote { generation: 4 }],
+        "no ACK here, soak not over: the other replica's promotion is enough"
+    );
+    assert_eq!(g.state(t0), State::Idle);
+    assert_eq!(g.promoted(), 4);
+}
+
+#[test]
+fn a_halt_decided_elsewhere_rolls_the_canaries_back_with_its_reason() {
+    let t0 = Instant::now();
+    let mut g = gate(1, 3600);
+    g.connected(1, "canary-1");
+    g.propose_at(t0, 4, Some(40), touched(&[CDS]));
+    assert_eq!(
+        g.decided_elsewhere(
+            40,
+            Decision::Halted(halt_from("edge-a", "port out of range"))
+        ),
+        [Action::RollBack]
+    );
+    let State::Halted(halt) = g.state(t0) else {
+        panic!("halted: {:?}", g.state(t0))
+    };
+    assert_eq!(halt.node, "edge-a");
+    assert_eq!(halt.message, "port out of range");
+    assert_eq!(halt.origins, ["/xdsd/c.yaml"]);
+    assert_eq!(halt.generation, 4, "the local candidate's generation");
+    assert_eq!(g.halted_revision(), Some(40));
+    assert_eq!(g.candidate(), None);
+    // An abort elsewhere clears the halt here too.
+    assert!(g.decided_elsewhere(40, Decision::Aborted).is_empty());
+    assert_eq!(g.state(t0), State::Idle);
+}
+
+#[test]
+fn a_decision_about_a_revision_not_seen_yet_applies_when_its_change_arrives() {
+    let t0 = Instant::now();
+    let mut g = gate(1, 3600);
+    g.propose_at(t0, 2, Some(20), touched(&[CDS]));
+    // The other replica already saw revisions 30 and 31 and promoted 31.
+    assert!(g.decided_elsewhere(31, Decision::Promoted).is_empty());
+    assert_eq!(g.state(t0).name(), "soaking", "20 is not 31");
+    assert!(
+        g.propose_at(t0, 3, Some(30), touched(&[CDS])).is_empty(),
+        "30 is not 31 either"
+    );
+    assert_eq!(
+        g.propose_at(t0, 4, Some(31), touched(&[CDS])),
+        [Action::Promote { generation: 4 }],
+        "promoted as soon as 31 arrives"
+    );
+    // Two decisions ahead, a halt then a promotion: each applies when its change arrives.
+    g.decided_elsewhere(50, Decision::Halted(halt_from("edge-a", "bad")));
+    g.decided_elsewhere(51, Decision::Promoted);
+    assert_eq!(
+        g.propose_at(t0, 5, Some(50), touched(&[CDS])),
+        [Action::RollBack]
+    );
+    assert_eq!(g.state(t0).name(), "halted");
+    assert_eq!(
+        g.propose_at(t0, 6, Some(51), touched(&[CDS])),
+        [Action::Promote { generation: 6 }]
+    );
+    // What is kept is bounded.
+    for r in 100..100 + 2 * MAX_PENDING as i64 {
+        g.decided_elsewhere(r, Decision::Promoted);
+    }
+    assert_eq!(g.pending.len(), MAX_PENDING);
+}
+
+#[test]
+fn a_decision_about_a_revision_this_gate_is_past_is_ignored() {
+    let t0 = Instant::now();
+    let mut g = gate(1, 3600);
+    g.propose_at(t0, 2, Some(20), touched(&[CDS]));
+    g.propose_at(t0, 3, Some(30), touched(&[CDS]));
+    assert!(
+        g.decided_elsewhere(20, Decision::Promoted).is_empty(),
+        "20 was replaced by 30 here"
+    );
+    assert_eq!(g.state(t0).name(), "soaking");
+    // A pending decision passed over by a later change is dropped.
+    g.decided_elsewhere(35, Decision::Promoted);
+    g.propose_at(t0, 4, Some(40), touched(&[CDS]));
+    assert!(g.propose_at(t0, 5, Some(45), touched(&[CDS])).is_empty());
+    assert_eq!(g.state(t0).name(), "soaking");
+    // A soak record is no decision.
+    let soak = Record::new(10, 45, RecordState::Soaking);
+    assert_eq!(soak.decision(), None);
+}
+
+#[test]
+fn a_record_replaces_another_only_about_a_later_candidate_or_a_further_state() {
+    let soaking = Record::new(10, 20, RecordState::Soaking);
+    let promoted = Record::new(20, 20, RecordState::Promoted);
+    let halted = Record::new(10, 20, RecordState::Halted).with_halt(halt_from("n", "m"));
+    let aborted = Record::new(10, 20, RecordState::Aborted);
+    assert!(promoted.supersedes(&soaking));
+    assert!(halted.supersedes(&soaking));
+    assert!(!halted.supersedes(&promoted), "the first decision wins");
+    assert!(!promoted.supersedes(&halted), "the first decision wins");
+    assert!(aborted.supersedes(&halted), "an abort clears a halt");
+    assert!(!soaking.supersedes(&promoted), "a stale replica's soak");
+    assert!(!soaking.supersedes(&soaking));
+    let next = Record::new(20, 30, RecordState::Soaking);
+    assert!(next.supersedes(&promoted));
+    assert!(
+        Record::new(12, 20, RecordState::Halted).supersedes(&Record::new(
+            14,
+            20,
+            RecordState::Soaking
+        )),
+        "a replica that started earlier knows the same stable state by an earlier revision"
+    );
+}
+
+#[test]
+fn a_record_reads_back_what_it_wrote_and_refuses_or_bounds_the_rest() {
+    let halted = Record::new(10, 20, RecordState::Halted).with_halt(halt_from("edge-a", "bad"));
+    let bytes = serde_json::to_vec(&halted.to_json()).unwrap();
+    assert_eq!(Record::parse(&bytes), Ok(halted));
+    assert_eq!(Record::new(3, 3, RecordState::Promoted).load_revision(), 3);
+    assert!(Record::parse(b"not json").is_err());
+    assert!(
+        Record::parse(br#"{"stable_revision":1,"candidate_revision":2,"state":"odd"}"#).is_err()
+    );
+    assert!(Record::parse(br#"{"candidate_revision":2,"state":"soaking"}"#).is_err());
+    let long = "x".repeat(100_000);
+    let text = format!(
+        r#"{{"stable_revision":1,"candidate_revision":2,"state":"halted","halt":{{"node":"{long}","message":"{long}","origins":[{}]}}}}"#,
+        vec!["\"o\""; 1000].join(",")
+    );
+    let r = Record::parse(text.as_bytes()).unwrap();
+    let halt = r.halt.unwrap();
+    assert!(halt.node.len() <= MAX_NODE_BYTES + 3);
+    assert!(halt.message.len() <= MAX_MESSAGE_BYTES + 3);
+    assert!(halt.origins.len() <= crate::store::MAX_LISTED);
+}

@@ -8,6 +8,7 @@ mod support;
 mod auth;
 mod load;
 mod push;
+mod rollout;
 mod source;
 mod tls;
 mod watch;

@@ -1,5 +1,6 @@
 //! The write path: a push's plan counts right, it lands in one revision, two pushes planned at
-//! the same revision cannot both land, and a push over the transaction limit writes nothing.
+//! the same revision cannot both land (a rollout record written meanwhile aside), and a push over
+//! the transaction limit writes nothing.
 
 use std::collections::BTreeMap;
 
@@ -215,4 +216,37 @@ async fn reserved_keys_and_values_over_the_limit_cannot_be_pushed() {
         error.to_string(),
         "the value of key /p/a.yaml is 5 bytes, over the limit of 4 bytes"
     );
+}
+
+#[tokio::test]
+async fn the_rollout_record_written_meanwhile_does_not_make_a_push_conflict_but_other_keys_do() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    put(&mut client, "/p/a.yaml", "1").await;
+    let (source, _) = load(&options(&etcd.endpoint(), "/p/")).await.expect("load");
+    let plan = source
+        .plan_push(desired(&[("a.yaml", "2")]))
+        .await
+        .expect("plan");
+    // A replica records a rollout decision between the push's read and its write.
+    put(&mut client, "/p/.rollout", r#"{"state":"soaking"}"#).await;
+    source.apply_push(&plan).await.expect("no conflict");
+    assert_eq!(
+        contents(&source.read().await.expect("read")),
+        [("a.yaml".to_string(), "2".to_string())]
+    );
+    // Any other key under the prefix written meanwhile still conflicts (keys just before and
+    // just after the record's).
+    for key in ["/p/.rollou", "/p/.rolloutx"] {
+        let plan = source
+            .plan_push(desired(&[("a.yaml", "3")]))
+            .await
+            .expect("plan");
+        put(&mut client, key, "x").await;
+        let error = source.apply_push(&plan).await.expect_err("a conflict");
+        assert!(
+            matches!(error, EtcdError::Conflict { .. }),
+            "{key}: {error:?}"
+        );
+    }
 }

@@ -18,7 +18,7 @@ use crate::support::{
 };
 
 /// `GET /rollout` on xdsd's admin port, as JSON.
-async fn rollout(admin: u16) -> Value {
+pub(crate) async fn rollout(admin: u16) -> Value {
     let r = http_get(("127.0.0.1", admin), "/rollout", "localhost")
         .await
         .expect("GET /rollout");
@@ -27,7 +27,7 @@ async fn rollout(admin: u16) -> Value {
 }
 
 /// `POST path` on the admin port: (status, body).
-async fn post(admin: u16, path: &str) -> (u16, String) {
+pub(crate) async fn post(admin: u16, path: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", admin))
         .await
         .expect("connect");
@@ -42,7 +42,7 @@ async fn post(admin: u16, path: &str) -> (u16, String) {
 }
 
 /// Waits until `/rollout` satisfies `want`; returns it.
-async fn wait_rollout(admin: u16, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn wait_rollout(admin: u16, what: &str, want: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + DEADLINE + Duration::from_secs(10);
     loop {
         let now = rollout(admin).await;

@@ -31,7 +31,7 @@ use crate::support::{
     DEADLINE,
 };
 
-const PREFIX: &str = "/xdsd/";
+pub(crate) const PREFIX: &str = "/xdsd/";
 
 /// `etcdctl` (`XDSD_ETCDCTL`, else `/usr/bin/etcdctl`).
 fn etcdctl_binary() -> PathBuf {
@@ -42,7 +42,7 @@ fn etcdctl_binary() -> PathBuf {
 }
 
 /// `etcdctl put KEY VALUE` against `etcd`; panics unless it succeeds.
-async fn etcdctl_put(etcd: &Etcd, key: &str, value: &str) {
+pub(crate) async fn etcdctl_put(etcd: &Etcd, key: &str, value: &str) {
     let out = Command::new(etcdctl_binary())
         .env("ETCDCTL_API", "3")
         .args(["--endpoints", &etcd.endpoint(), "put", key, value])

@@ -25,6 +25,7 @@ mod envoy_ttl;
 mod envoy_variants;
 mod envoy_vhds;
 mod etcd;
+mod etcd_rollout;
 mod examples_basic;
 mod grpc_proxyless;
 mod harness;

@@ -36,10 +36,21 @@ impl AdsStream {
         type_url: &str,
         names: &[&str],
     ) -> Result<AdsStream, String> {
+        AdsStream::open_in(url, node_id, "xdsd-tests", type_url, names).await
+    }
+
+    /// [`AdsStream::open`] for a node of `cluster`.
+    pub async fn open_in(
+        url: &str,
+        node_id: &str,
+        cluster: &str,
+        type_url: &str,
+        names: &[&str],
+    ) -> Result<AdsStream, String> {
         let (requests, rx) = mpsc::channel(16);
         let node = Node {
             id: node_id.to_string(),
-            cluster: "xdsd-tests".to_string(),
+            cluster: cluster.to_string(),
             user_agent_name: "xdsd-tests".to_string(),
             ..Default::default()
         };
@@ -79,6 +90,26 @@ impl AdsStream {
     ) -> Result<(), String> {
         self.requests
             .send(request(&self.node, type_url, names, ack))
+            .await
+            .map_err(|_| "the ADS request stream is closed".to_string())
+    }
+
+    /// Rejects `nacked` (a NACK of `type_url`, wildcard) with `message`.
+    pub async fn nack(
+        &self,
+        type_url: &str,
+        nacked: &DiscoveryResponse,
+        message: &str,
+    ) -> Result<(), String> {
+        let mut request = request(&self.node, type_url, &[], None);
+        request.response_nonce = nacked.nonce.clone();
+        request.error_detail = Some(envoy_types::pb::google::rpc::Status {
+            code: 3,
+            message: message.to_string(),
+            ..Default::default()
+        });
+        self.requests
+            .send(request)
             .await
             .map_err(|_| "the ADS request stream is closed".to_string())
     }

@@ -1,0 +1,290 @@
+//! A gated rollout's state shared by the replicas of one prefix: the record
+//! ([`xdsd_core::rollout::Record`]) at `<prefix>.rollout` (reserved: never a resource).
+//!
+//! - At start, [`resume`] reads the record and the prefix as it was at the record's stable
+//!   revision: the replica serves that stable state, and loads the source at the record's
+//!   candidate revision ([`crate::EtcdSource::starting_at`]), so that its candidate is the
+//!   others' (soaking, or halted with the same reason). When etcd compacted the stable revision
+//!   away, the replica starts as without a record (logged at WARN).
+//! - [`SharedRollout`] writes each decision taken here (in the background, the latest replacing
+//!   one not written yet), in a transaction guarded by the record's mod revision and only when it
+//!   goes further than the record there ([`Record::supersedes`]): a stale replica does not
+//!   overwrite a newer decision. It watches the key and hands every record to
+//!   [`Rollout::follow`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, WatchOptions};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use xdsd_core::rollout::{Record, Rollout, SharedState, RECORD_KEY};
+use xdsd_core::source::Update;
+use xdsd_core::store::ResourceInput;
+
+use crate::error;
+use crate::{Etcd, EtcdError, EtcdSource, StartError};
+
+/// What a replica starting takes up: the shared record and the stable state it names.
+#[derive(Debug)]
+pub struct Resume {
+    /// The record.
+    pub record: Record,
+    /// The prefix's resources at the record's stable revision.
+    pub stable: Vec<ResourceInput>,
+}
+
+/// The full key of the record.
+fn record_key(etcd: &Etcd) -> String {
+    format!("{}{RECORD_KEY}", etcd.inner.options.prefix)
+}
+
+/// The key as etcd has it now: the record (`None`, logged, when it does not read as one) and
+/// the key's mod revision.
+struct Stored {
+    record: Option<Record>,
+    mod_revision: i64,
+}
+
+/// The key as etcd has it now (`None`: no key), and etcd's revision.
+async fn get(etcd: &Etcd) -> Result<(Option<Stored>, i64), EtcdError> {
+    let key = record_key(etcd);
+    let what = || format!("reading the rollout record {key}");
+    let mut kv = etcd.inner.kv.clone();
+    let response = match etcd.call(what, kv.get(key.clone(), None)).await? {
+        Ok(response) => response,
+        Err(e) => {
+            return Err(error::from_client(
+                &etcd.inner.options.where_(),
+                &what(),
+                &e,
+            ))
+        }
+    };
+    let revision = response.header().map(|h| h.revision()).unwrap_or(0);
+    let stored = response.kvs().first().map(|kv| Stored {
+        record: match Record::parse(kv.value()) {
+            Ok(record) => Some(record),
+            Err(why) => {
+                tracing::warn!(key = %key, "the rollout record is ignored: {why}");
+                None
+            }
+        },
+        mod_revision: kv.mod_revision(),
+    });
+    Ok((stored, revision))
+}
+
+/// At start: the shared record and the stable state it names (`None` without a record, or when
+/// its stable revision cannot be read: then the replica starts as without one, logged at WARN),
+/// and etcd's revision the record was read at (follow records after it). `source` reads the
+/// stable state as it reads resources.
+pub async fn resume(etcd: &Etcd, source: &EtcdSource) -> Result<(Option<Resume>, i64), EtcdError> {
+    let (stored, revision) = get(etcd).await?;
+    let Some(record) = stored.and_then(|s| s.record) else {
+        return Ok((None, revision));
+    };
+    match source.read_at(etcd, record.stable_revision).await {
+        Ok(change) => match change.update {
+            Update::All(stable) => Ok((Some(Resume { record, stable }), revision)),
+            _ => Ok((None, revision)),
+        },
+        Err(StartError::Etcd(EtcdError::Compacted { .. })) => {
+            tracing::warn!(
+                key = %record_key(etcd),
+                stable_revision = record.stable_revision,
+                candidate_revision = record.candidate_revision,
+                state = record.state.name(),
+                "etcd compacted the rollout's stable revision away: serving the current state as \
+                 the stable one (clients outside the cohort may get a change not promoted yet)"
+            );
+            Ok((None, revision))
+        }
+        Err(StartError::Rejected(why)) => {
+            tracing::warn!(
+                stable_revision = record.stable_revision,
+                "the rollout's stable state does not load ({why}): serving the current state as \
+                 the stable one"
+            );
+            Ok((None, revision))
+        }
+        Err(StartError::Etcd(e @ EtcdError::Request { .. })) => {
+            // A revision etcd refuses otherwise (one ahead of it: etcd restored from a backup).
+            tracing::warn!(
+                stable_revision = record.stable_revision,
+                "the rollout's stable state cannot be read ({e}): serving the current state as \
+                 the stable one"
+            );
+            Ok((None, revision))
+        }
+        Err(StartError::Etcd(e)) => Err(e),
+    }
+}
+
+/// The shared state on etcd: see the module. Its tasks stop when it is dropped.
+pub struct SharedRollout {
+    latest: watch::Sender<Option<Record>>,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl std::fmt::Debug for SharedRollout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRollout").finish_non_exhaustive()
+    }
+}
+
+impl SharedRollout {
+    /// Writes the decisions of `rollout` to the record, and hands it the records written after
+    /// etcd's revision `after` (from [`resume`]). Must be called within a tokio runtime.
+    pub fn start(etcd: Etcd, rollout: Arc<Rollout>, after: i64) -> SharedRollout {
+        let (latest, records) = watch::channel(None);
+        let writer = tokio::spawn(write_records(etcd.clone(), records));
+        let follower = tokio::spawn(follow_records(etcd, rollout, after));
+        SharedRollout {
+            latest,
+            tasks: [writer, follower],
+        }
+    }
+}
+
+impl SharedState for SharedRollout {
+    fn publish(&self, record: Record) {
+        self.latest.send_replace(Some(record));
+    }
+}
+
+impl Drop for SharedRollout {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Attempts at one record before it is given up (logged at WARN), a second apart.
+const ATTEMPTS: usize = 10;
+
+async fn write_records(etcd: Etcd, mut records: watch::Receiver<Option<Record>>) {
+    while records.changed().await.is_ok() {
+        let Some(record) = records.borrow_and_update().clone() else {
+            continue;
+        };
+        for attempt in 1..=ATTEMPTS {
+            match write(&etcd, &record).await {
+                Ok(_) => break,
+                Err(e) if attempt == ATTEMPTS => {
+                    tracing::warn!(
+                        state = record.state.name(),
+                        candidate_revision = record.candidate_revision,
+                        "the rollout record was not written: {e}; the other replicas decide on \
+                         their own until the next decision is written"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!("the rollout record was not written ({e}); trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if records.has_changed().unwrap_or(true) {
+                        // A newer decision replaces this one.
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes `record` at `<prefix>.rollout` unless the record there is as far or further
+/// ([`Record::supersedes`]), in a transaction guarded by the mod revision read (a write in
+/// between: read again and decide again). Returns whether it was written. (What
+/// [`SharedRollout`] does with each decision, in the background.)
+pub async fn write(etcd: &Etcd, record: &Record) -> Result<bool, EtcdError> {
+    let key = record_key(etcd);
+    let value = record.to_json().to_string();
+    for _ in 0..ATTEMPTS {
+        let (current, _) = get(etcd).await?;
+        let guard = match &current {
+            Some(Stored {
+                record: Some(current),
+                ..
+            }) if !record.supersedes(current) => return Ok(false),
+            // (What does not read as a record is replaced.)
+            Some(stored) => {
+                Compare::mod_revision(key.clone(), CompareOp::Equal, stored.mod_revision)
+            }
+            None => Compare::version(key.clone(), CompareOp::Equal, 0),
+        };
+        let txn = Txn::new()
+            .when([guard])
+            .and_then([TxnOp::put(key.clone(), value.clone(), None)]);
+        let what = || format!("writing the rollout record {key}");
+        let mut kv = etcd.inner.kv.clone();
+        match etcd.call(what, kv.txn(txn)).await? {
+            Ok(response) if response.succeeded() => {
+                tracing::debug!(key = %key, record = %value, "rollout record written");
+                return Ok(true);
+            }
+            Ok(_) => continue,
+            Err(e) => {
+                return Err(error::from_client(
+                    &etcd.inner.options.where_(),
+                    &what(),
+                    &e,
+                ))
+            }
+        }
+    }
+    Err(EtcdError::Conflict {
+        prefix: key,
+        revision: record.candidate_revision,
+    })
+}
+
+/// Watches the record from after `after` and hands each to `rollout`; after a loss (or a
+/// compaction) reads it again and watches on.
+async fn follow_records(etcd: Etcd, rollout: Arc<Rollout>, mut after: i64) {
+    let key = record_key(&etcd);
+    let mut followed = 0;
+    loop {
+        let watch = WatchOptions::new().with_start_revision(after + 1);
+        let mut client = etcd.inner.watch.clone();
+        let what = || format!("watching the rollout record {key}");
+        if let Ok(Ok(mut stream)) = etcd
+            .call(what, client.watch(key.clone(), Some(watch)))
+            .await
+        {
+            while let Ok(Some(response)) = stream.message().await {
+                if response.canceled() {
+                    break;
+                }
+                for event in response.events() {
+                    let Some(kv) = event.kv() else { continue };
+                    after = after.max(kv.mod_revision());
+                    if kv.version() == 0 || kv.mod_revision() <= followed {
+                        continue;
+                    }
+                    followed = kv.mod_revision();
+                    match Record::parse(kv.value()) {
+                        Ok(record) => rollout.follow(record),
+                        Err(why) => {
+                            tracing::warn!(key = %key, "the rollout record is ignored: {why}")
+                        }
+                    }
+                }
+            }
+        }
+        // Lost, canceled or compacted: read it as it is now, and watch from there.
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Ok((stored, revision)) = get(&etcd).await {
+                if let Some(stored) = stored.filter(|s| s.mod_revision > followed) {
+                    followed = stored.mod_revision;
+                    if let Some(record) = stored.record {
+                        rollout.follow(record);
+                    }
+                }
+                after = revision;
+                break;
+            }
+        }
+    }
+}

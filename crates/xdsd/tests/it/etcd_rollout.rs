@@ -1,0 +1,255 @@
+//! A gated rollout with replicas on etcd (`--canary cluster=canary --canary-soak 600m`): the
+//! rollout's state is shared through `<prefix>.rollout`, so a canary's NACK on one replica halts
+//! the others (their canaries rolled back, their `/rollout` naming the same node and message), a
+//! promotion on one promotes everywhere, and a replica started while a change soaks, or is
+//! halted, serves the stable state to everyone outside the cohort (and, when halted, to the
+//! canaries too); when etcd compacted that state away, it serves the current one and says so.
+//! Real etcd, real `xdsd serve` processes, gRPC ADS clients.
+
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+use serde_json::Value;
+
+use crate::envoy_rollout::{post, wait_rollout};
+use crate::etcd::{etcdctl_put, PREFIX};
+use crate::etcd_support::Etcd;
+use crate::support::ads::{self, AdsStream};
+use crate::support::scenario::static_cluster_yaml;
+use crate::support::{unique_name, Xdsd, CLUSTER, DEADLINE};
+
+const GATED: &[&str] = &["--canary", "cluster=canary", "--canary-soak", "600m"];
+
+/// A CDS client that ACKs everything it gets, except what the test NACKs.
+struct Client {
+    id: String,
+    stream: AdsStream,
+    last: DiscoveryResponse,
+}
+
+impl Client {
+    /// Opens a wildcard CDS stream on `xdsd` for a node of `cluster`; takes (and ACKs) the first
+    /// response.
+    async fn open(xdsd: &Xdsd, prefix: &str, cluster: &str) -> Client {
+        let id = unique_name(prefix);
+        let stream = AdsStream::open_in(&xdsd.url(), &id, cluster, CLUSTER, &[])
+            .await
+            .expect("an ADS stream");
+        let mut client = Client {
+            id,
+            stream,
+            last: DiscoveryResponse::default(),
+        };
+        client.take().await;
+        client
+    }
+
+    /// The next response, ACKed: its cluster names.
+    async fn take(&mut self) -> Vec<String> {
+        self.last = self.stream.recv().await.expect("a CDS response in time");
+        self.stream
+            .request(CLUSTER, &[], Some(&self.last))
+            .await
+            .expect("ACK sent");
+        ads::names(&self.last)
+    }
+
+    /// The next response holds exactly cluster `name`.
+    async fn next_is(&mut self, name: &str, what: &str) {
+        let got = self.take().await;
+        assert_eq!(got, [name], "{} ({what})", self.id);
+    }
+
+    /// What it has now.
+    fn has(&self) -> Vec<String> {
+        ads::names(&self.last)
+    }
+}
+
+/// The shared record in etcd, as JSON (`Null` when there is none).
+async fn record(etcd: &Etcd) -> Value {
+    let mut client = etcd.client().await;
+    let response = client
+        .get(format!("{PREFIX}.rollout"), None)
+        .await
+        .expect("etcd get");
+    match response.kvs().first() {
+        Some(kv) => serde_json::from_slice(kv.value()).expect("the record is JSON"),
+        None => Value::Null,
+    }
+}
+
+/// Waits until the record satisfies `want`.
+async fn wait_record(etcd: &Etcd, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let now = record(etcd).await;
+        if want(&now) {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the record never showed {what}: {now:#}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
+    let etcd = Etcd::start().await;
+    let key = format!("{PREFIX}c.yaml");
+    etcdctl_put(&etcd, &key, &static_cluster_yaml("v1", 1001)).await;
+    let a = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
+    let b = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
+    let (admin_a, admin_b) = (a.admin_port().await, b.admin_port().await);
+    let mut canary_a = Client::open(&a, "canary-a", "canary").await;
+    let mut canary_b = Client::open(&b, "canary-b", "canary").await;
+    let mut prod_b = Client::open(&b, "prod-b", "prod").await;
+    for client in [&canary_a, &canary_b, &prod_b] {
+        assert_eq!(client.has(), ["v1"]);
+    }
+
+    // 1. A change the canary on A NACKs: halted on A, and on B with A's reason; B's canary is
+    //    rolled back to the stable state.
+    etcdctl_put(&etcd, &key, &static_cluster_yaml("v2", 1002)).await;
+    canary_a
+        .next_is("v2", "the change reaches A's canary")
+        .await;
+    canary_b
+        .next_is("v2", "the change reaches B's canary")
+        .await;
+    let nacked = canary_a.last.clone();
+    canary_a
+        .stream
+        .nack(CLUSTER, &nacked, "v2 is refused by canary-a")
+        .await
+        .expect("NACK sent");
+    let on_b = wait_rollout(admin_b, "halted", |r| r["state"] == "halted").await;
+    assert_eq!(on_b["halt"]["node"], canary_a.id.as_str(), "{on_b:#}");
+    assert_eq!(
+        on_b["halt"]["message"], "v2 is refused by canary-a",
+        "{on_b:#}"
+    );
+    assert_eq!(on_b["halt"]["type_url"], CLUSTER, "{on_b:#}");
+    canary_b
+        .next_is("v1", "B's canary is rolled back to the stable state")
+        .await;
+    canary_a
+        .next_is("v1", "A's canary is rolled back to the stable state")
+        .await;
+    let halted = record(&etcd).await;
+    assert_eq!(halted["state"], "halted", "{halted:#}");
+    assert_eq!(halted["halt"]["node"], canary_a.id.as_str(), "{halted:#}");
+
+    // 2. A good change, promoted on A by an operator: B promotes it too; its prod client's first
+    //    response since v1 is v3 (it never got v2).
+    etcdctl_put(&etcd, &key, &static_cluster_yaml("v3", 1003)).await;
+    canary_a
+        .next_is("v3", "the next change starts a new rollout")
+        .await;
+    canary_b.next_is("v3", "on B too").await;
+    wait_rollout(admin_b, "soaking", |r| r["state"] == "soaking").await;
+    let (status, body) = post(admin_a, "/rollout/promote").await;
+    assert_eq!(status, 200, "{body}");
+    prod_b
+        .next_is(
+            "v3",
+            "promoted on A, so on B: prod gets it (and never got v2)",
+        )
+        .await;
+    let on_b = wait_rollout(admin_b, "promoted", |r| {
+        r["state"] == "idle" && r["promotions"] == 1
+    })
+    .await;
+    let promoted = wait_record(&etcd, "promoted", |r| r["state"] == "promoted").await;
+    assert_eq!(
+        on_b["stable"]["revision"], promoted["stable_revision"],
+        "B's stable state is the promoted revision: {on_b:#} {promoted:#}"
+    );
+
+    // 3. A replica started while a change soaks: its prod client gets the stable state, its
+    //    canary the change; a promotion on B then promotes it there too.
+    etcdctl_put(&etcd, &key, &static_cluster_yaml("v4", 1004)).await;
+    canary_a.next_is("v4", "a new rollout").await;
+    canary_b.next_is("v4", "on B too").await;
+    let soaking = wait_record(&etcd, "soaking", |r| {
+        r["state"] == "soaking" && r["candidate_revision"] != promoted["candidate_revision"]
+    })
+    .await;
+    let c = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
+    let admin_c = c.admin_port().await;
+    let mut prod_c = Client::open(&c, "prod-c", "prod").await;
+    assert_eq!(
+        prod_c.has(),
+        ["v3"],
+        "a replica starting serves the stable state"
+    );
+    let canary_c = Client::open(&c, "canary-c", "canary").await;
+    assert_eq!(canary_c.has(), ["v4"], "and the candidate to its canaries");
+    let on_c = wait_rollout(admin_c, "soaking", |r| r["state"] == "soaking").await;
+    assert_eq!(
+        on_c["candidate"]["revision"], soaking["candidate_revision"],
+        "{on_c:#}"
+    );
+    assert_eq!(
+        on_c["stable"]["revision"], soaking["stable_revision"],
+        "{on_c:#}"
+    );
+    let (status, body) = post(admin_b, "/rollout/promote").await;
+    assert_eq!(status, 200, "{body}");
+    prod_c.next_is("v4", "promoted on B, so on C").await;
+    prod_b.next_is("v4", "and on B").await;
+
+    // 4. A replica started while a change is halted: its canaries get the stable state, and its
+    //    /rollout says halted with the canary's reason.
+    etcdctl_put(&etcd, &key, &static_cluster_yaml("v5", 1005)).await;
+    canary_a.next_is("v5", "a new rollout").await;
+    let nacked = canary_a.last.clone();
+    canary_a
+        .stream
+        .nack(CLUSTER, &nacked, "v5 is refused too")
+        .await
+        .expect("NACK sent");
+    let halted = wait_record(&etcd, "halted", |r| {
+        r["state"] == "halted" && r["halt"]["message"] == "v5 is refused too"
+    })
+    .await;
+    canary_a.next_is("v4", "rolled back").await;
+    let d = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
+    let canary_d = Client::open(&d, "canary-d", "canary").await;
+    assert_eq!(
+        canary_d.has(),
+        ["v4"],
+        "a replica starting while halted serves the stable state to its canaries"
+    );
+    let on_d = wait_rollout(d.admin_port().await, "halted", |r| r["state"] == "halted").await;
+    assert_eq!(on_d["halt"]["node"], canary_a.id.as_str(), "{on_d:#}");
+    assert_eq!(on_d["halt"]["message"], "v5 is refused too", "{on_d:#}");
+
+    // 5. etcd compacted the stable revision away: a replica starting says so at WARN and serves
+    //    the current state as the stable one.
+    etcdctl_put(&etcd, &key, &static_cluster_yaml("v6", 1006)).await;
+    canary_a.next_is("v6", "a new rollout").await;
+    wait_record(&etcd, "soaking v6", |r| {
+        r["state"] == "soaking" && r["candidate_revision"] != halted["candidate_revision"]
+    })
+    .await;
+    let mut client = etcd.client().await;
+    let now = client
+        .get(key.as_str(), None)
+        .await
+        .expect("etcd get")
+        .header()
+        .expect("a header")
+        .revision();
+    client.compact(now, None).await.expect("etcd compact");
+    let e = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
+    e.log
+        .expect_line_since(
+            0,
+            &["WARN", "etcd compacted the rollout's stable revision away"],
+            "the replica to say why it does not take up the rollout",
+        )
+        .await;
+    let prod_e = Client::open(&e, "prod-e", "prod").await;
+    assert_eq!(prod_e.has(), ["v6"], "the current state is the stable one");
+}
