@@ -73,6 +73,7 @@ mod node;
 pub mod session;
 mod shared;
 pub mod sotw;
+mod subscription;
 #[cfg(test)]
 mod test_support;
 mod text;

@@ -371,7 +371,7 @@ fn newly_subscribed_name_is_sent_even_if_sent_before() {
     let (_, v, n) = h.expect();
     h.request(&["a", "b"], &n, &v);
     assert_eq!(h.expect().0, ["b"], "only the new name; a did not change");
-    let n = h.sub.last_nonce.unwrap();
+    let n = h.sub.core.last_nonce.unwrap();
     h.request(&["b"], &n, &v);
     h.expect_none();
     h.request(&["a", "b"], &n, &v);
@@ -446,7 +446,7 @@ fn a_dense_subscription_is_woken_by_names_it_does_not_watch_and_sends_none_of_th
     h.notify(&["n000", "n099"]);
     assert_eq!(h.expect().0, ["n000"]);
     // Down to 20 names: watched by name again, every one of them.
-    let nonce2 = h.sub.last_nonce.unwrap();
+    let nonce2 = h.sub.core.last_nonce.unwrap();
     assert_ne!(nonce, nonce2);
     let (_, change) = h
         .sub
