@@ -16,6 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::sotw::{reset, WILDCARD};
+use super::subscription::{Core, OlderNonce, Wildcard};
 use super::{
     intern_key, part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind,
     Subscribe, SubscriptionChange, Views, PART_OVERHEAD,
@@ -247,19 +248,11 @@ impl Holdings {
 /// One type's subscription on an incremental stream.
 #[derive(Debug)]
 pub struct DeltaSubscription {
-    type_url: Arc<str>,
-    /// Resources named by `resource_name`, removals by `removed_resource_names` (TP2 clients);
-    /// with their TTLs (clients that take them).
-    encoding: Encoding,
-    wildcard: Option<Pid>,
-    /// Set once a request subscribed to any name (`*` included): the legacy wildcard is gone.
-    explicit: bool,
-    requested: bool,
+    /// The type, the wildcard, the parameter sets of `names`, the latest response (see
+    /// [`Core`]). Its encoding names resources by `resource_name` and removals by
+    /// `removed_resource_names` for TP2 clients.
+    core: Core,
     names: SubscribedKeys,
-    /// Whether `names` is most of the type, watched as a whole (see [`super::dense`]).
-    dense: bool,
-    /// The distinct parameter sets `names` use (nearly always one).
-    pids: Vec<Pid>,
     /// What the client has, as far as the server knows. Filled from
     /// `initial_resource_versions` on reconnect, then by every response.
     has: Holdings,
@@ -268,8 +261,6 @@ pub struct DeltaSubscription {
     /// names of a view, sent in its order), until every part went out or the rest is computed
     /// again.
     pending_base: Option<PendingBase>,
-    last_nonce: Option<Nonce>,
-    last_version: Option<Arc<str>>,
     /// Owed: compare every resource of the type with what the client has (first request, wildcard
     /// turned on); an answer even if empty (first request).
     check_all: bool,
@@ -286,12 +277,9 @@ pub struct DeltaSubscription {
     dirty: HashSet<Arc<str>>,
     /// Keys owed a heartbeat (their TTL renewed without a body).
     heartbeat: HashSet<Key>,
-    /// Responses are split to stay under this size.
-    max_response_bytes: usize,
-    /// The rest of a response that went out in parts, in order.
+    /// The rest of a response that went out in parts (to stay under the core's size limit),
+    /// in order.
     rest: VecDeque<Owed>,
-    /// Whether a response was reported over the size limit (once per stream and type).
-    warned: bool,
 }
 
 /// A response being sent that records what it sends as [`Holdings::base`].
@@ -377,18 +365,10 @@ impl DeltaSubscription {
     /// A subscription to `type_url` with nothing subscribed yet.
     pub fn new(type_url: Arc<str>) -> DeltaSubscription {
         DeltaSubscription {
-            type_url,
-            encoding: Encoding::default(),
-            wildcard: None,
-            explicit: false,
-            requested: false,
+            core: Core::new(type_url),
             names: SubscribedKeys::default(),
-            dense: false,
-            pids: Vec::new(),
             has: Holdings::default(),
             pending_base: None,
-            last_nonce: None,
-            last_version: None,
             check_all: false,
             answer: false,
             forced: HashSet::default(),
@@ -396,40 +376,38 @@ impl DeltaSubscription {
             recheck: HashSet::default(),
             dirty: HashSet::default(),
             heartbeat: HashSet::default(),
-            max_response_bytes: usize::MAX,
             rest: VecDeque::new(),
-            warned: false,
         }
     }
 
     /// Responses larger than this are split into parts (see `part_len`).
     pub fn set_max_response_bytes(&mut self, bytes: usize) {
-        self.max_response_bytes = bytes;
+        self.core.max_response_bytes = bytes;
     }
 
     /// Resources and removals name variants by `resource_name` from now on (a TP2 client).
     pub fn set_named(&mut self, named: bool) {
-        self.encoding.named = named;
+        self.core.encoding.named = named;
     }
 
     /// Resources go out with their TTLs (a client that takes them).
     pub fn set_ttl(&mut self, ttl: bool) {
-        self.encoding.ttl = ttl;
+        self.core.encoding.ttl = ttl;
     }
 
     /// Whether responses carry TTLs (`set_ttl`).
     pub fn ttl(&self) -> bool {
-        self.encoding.ttl
+        self.core.encoding.ttl
     }
 
     /// Its type URL.
     pub fn type_url(&self) -> &Arc<str> {
-        &self.type_url
+        &self.core.type_url
     }
 
     /// Whether the client is subscribed to every resource of the type.
     pub fn is_wildcard(&self) -> bool {
-        self.wildcard.is_some()
+        self.core.wildcard.pid().is_some()
     }
 
     /// How many keys (name and parameter set) are subscribed.
@@ -452,18 +430,19 @@ impl DeltaSubscription {
     }
 
     fn subscribed(&self, key: &Key) -> bool {
-        self.wildcard == Some(key.1) || self.names.contains(key)
+        self.core.wildcard.pid() == Some(key.1) || self.names.contains(key)
     }
 
     /// The keys of a name: one per parameter set it is subscribed with, and the wildcard's.
     fn keys_of(&self, name: &Arc<str>) -> Vec<Key> {
         let mut keys: Vec<Key> = self
+            .core
             .pids
             .iter()
             .map(|pid| (name.clone(), *pid))
             .filter(|key| self.names.contains(key))
             .collect();
-        if let Some(w) = self.wildcard {
+        if let Some(w) = self.core.wildcard.pid() {
             if !keys.iter().any(|(_, p)| *p == w) {
                 keys.push((name.clone(), w));
             }
@@ -492,87 +471,75 @@ impl DeltaSubscription {
         unsubscribe_locators: &[(String, Pid)],
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
-        let nonce = request.response_nonce.as_str();
-        let kind = if !self.requested {
-            RequestKind::Initial
-        } else if nonce.is_empty() {
-            RequestKind::Update
-        } else {
-            match &request.error_detail {
-                Some(status) => RequestKind::Nack {
-                    nonce: nonce.into(),
-                    rejected_version: (self.last_nonce.is_some_and(|n| n == nonce))
-                        .then(|| self.last_version.clone())
-                        .flatten(),
-                    message: status.message.clone(),
-                },
-                None => RequestKind::Ack {
-                    nonce: nonce.into(),
-                },
-            }
-        };
-        let mut change = SubscriptionChange::default();
-        let mut wildcard_before = self.wildcard.is_some();
-        let initial = !self.requested;
+        let error = request.error_detail.as_ref().map(|s| s.message.as_str());
+        let kind = self
+            .core
+            .classify(&request.response_nonce, error, OlderNonce::Answers);
+        let initial = kind == RequestKind::Initial;
         if initial {
-            self.requested = true;
             self.answer = true;
         }
-        // Not collected: a first request names 10,000.
-        let subscribe_keys = request_keys(
-            &request.resource_names_subscribe,
-            subscribe.default,
-            subscribe.locators,
-        );
-        let subscribe_len = request.resource_names_subscribe.len() + subscribe.locators.len();
+        let wildcard_before = self.core.wildcard.is_on();
         let unsubscribe_keys: Vec<(Cow<'_, str>, Pid)> = request_keys(
             &request.resource_names_unsubscribe,
             subscribe.default,
             unsubscribe_locators,
         )
         .collect();
-        let names_something = subscribe_len > 0 || !unsubscribe_keys.is_empty();
+        let names_something = request.resource_names_subscribe.len() + subscribe.locators.len() > 0
+            || !unsubscribe_keys.is_empty();
         // The names subscribed before, to tell what to (un)watch: only for a request that names
         // something. Most requests are ACKs, and a stream may hold 100,000 names.
         // While the subscription is most of the type (watched as a whole), no names are needed.
-        let names_before: Option<HashSet<Arc<str>>> = (names_something && !self.dense)
+        let names_before: Option<HashSet<Arc<str>>> = (names_something && !self.core.dense)
             .then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
-        if !self.explicit && self.wildcard.is_none() && !names_something {
-            // Legacy wildcard: no name ever subscribed means `*`.
-            self.set_wildcard(Some(subscribe.default));
-        } else if !self.explicit && self.wildcard.is_some() && !names_something {
-            // The legacy wildcard follows the default parameter set (node parameters may
-            // change mid-stream).
-            if self.wildcard != Some(subscribe.default) {
-                self.set_wildcard(Some(subscribe.default));
-                wildcard_before = true;
-            }
-        }
         // Any name in either list ends the legacy rule: after an unsubscription from `*`, the
-        // empty requests that follow (ACKs) must not bring the wildcard back.
-        self.explicit |= names_something;
-        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
-        let mut interner = Interner::new(current.map(|t| &**t));
+        // empty requests that follow (ACKs) must not bring the wildcard back. The legacy
+        // wildcard follows the default parameter set (node parameters may change mid-stream).
+        let wildcard = self
+            .core
+            .wildcard
+            .legacy_rule(names_something, subscribe.default);
+        self.set_wildcard(wildcard);
+        // A reconnecting client tells what it already has: only differences are sent.
+        let reconnecting = initial && !request.initial_resource_versions.is_empty();
+        let pids_added = self.subscribe(request, subscribe, reconnecting, current);
+        if initial {
+            self.claim_wildcard_keys(request, current);
+        }
+        let unsubscribed = self.unsubscribe(unsubscribe_keys);
+        self.update_pids(pids_added, unsubscribed);
+        let change = self.change(names_something, wildcard_before, names_before, current);
+        (kind, change)
+    }
+
+    /// Takes in the keys a request subscribes to (`*` turns the wildcard on): owed their
+    /// resource even if the client seems to have it, unless a reconnecting client says which
+    /// version it has. The parameter sets of the keys added.
+    fn subscribe(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        reconnecting: bool,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> Vec<Pid> {
+        let subscribe_len = request.resource_names_subscribe.len() + subscribe.locators.len();
+        if subscribe_len == 0 {
+            // (A request that subscribes to nothing, an ACK: shared keys stay shared.)
+            return Vec::new();
+        }
         // No key subscribed yet, and none the client says it holds: every key subscribed is new,
         // owed through `forced_all` rather than one by one.
-        let reconnecting = initial && !request.initial_resource_versions.is_empty();
-        if self.names.is_empty() && !reconnecting && subscribe_len > 0 {
+        if self.names.is_empty() && !reconnecting {
             self.forced_all = true;
         }
         if !self.forced_all {
             self.forced.reserve(subscribe_len);
         }
-        // The parameter sets of the keys subscribed (nearly always one), and whether any key
-        // was unsubscribed: the distinct sets of `names` are then counted again.
-        let mut pids_added: Vec<Pid> = Vec::new();
-        let mut unsubscribed = false;
         // A subscription of plain names only, to keys made by such subscriptions alone: the
         // keys it makes are those of any other stream that subscribed with the same requests
         // (`SubscribedKeys`).
-        let plain = subscribe_len > 0
-            && !reconnecting
-            && self.recheck.is_empty()
-            && subscribe.locators.is_empty();
+        let plain = !reconnecting && self.recheck.is_empty() && subscribe.locators.is_empty();
         let parent = plain.then(|| self.names.digest()).flatten();
         let shared = parent.and_then(|_| {
             self.names
@@ -581,94 +548,136 @@ impl DeltaSubscription {
         // Either keys another stream made of the same requests, which hold every key subscribed,
         // or every key subscribed already held (a client asking again for what it may have
         // forgotten): the keys are taken as they are (still shared, if they are).
-        let keys_held = match shared {
-            Some(keys) => {
-                self.names = keys;
-                pids_added.push(subscribe.default);
-                true
+        let mut pids_added = Vec::new();
+        if let Some(keys) = shared {
+            self.names = keys;
+            pids_added.push(subscribe.default);
+        } else if reconnecting || self.adds_keys(&request.resource_names_subscribe, subscribe) {
+            return self.add_keys(request, subscribe, reconnecting, parent, current);
+        }
+        self.force_held_keys(request, subscribe, current);
+        pids_added
+    }
+
+    /// Owes the keys a request subscribes to again, which are all held: even those the client
+    /// seems to have; with `forced_all` every key is owed anyway, and none is looked up unless
+    /// one waits for a recheck.
+    fn force_held_keys(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) {
+        if self.forced_all && self.recheck.is_empty() {
+            return;
+        }
+        let mut interner = Interner::new(current.map(|t| &**t));
+        let keys = request_keys(
+            &request.resource_names_subscribe,
+            subscribe.default,
+            subscribe.locators,
+        );
+        for (name, pid) in keys {
+            let key: Key = (intern_key(&mut interner, &*self.names, &name, pid), pid);
+            if !self.recheck.is_empty() {
+                self.recheck.remove(&key);
             }
-            None => {
-                subscribe_len > 0
-                    && !reconnecting
-                    && !self.adds_keys(&request.resource_names_subscribe, subscribe)
+            if !self.forced_all {
+                self.forced.insert(key);
             }
-        };
-        if keys_held {
-            // The keys subscribed are owed, even those the client seems to have, as below; with
-            // `forced_all` every key is owed anyway, and none is looked up unless one waits for
-            // a recheck.
-            if !self.forced_all || !self.recheck.is_empty() {
-                for (name, pid) in subscribe_keys {
-                    let key: Key = (intern_key(&mut interner, &*self.names, &name, pid), pid);
-                    if !self.recheck.is_empty() {
-                        self.recheck.remove(&key);
-                    }
-                    if !self.forced_all {
-                        self.forced.insert(key);
-                    }
-                }
+        }
+    }
+
+    /// Adds the keys a request subscribes to (some are new, or the client is reconnecting),
+    /// and shares them with the streams that subscribed with the same requests (`parent`: the
+    /// digest of the keys before, when they were made by plain requests alone). The parameter
+    /// sets of the keys added.
+    fn add_keys(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        reconnecting: bool,
+        parent: Option<u64>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> Vec<Pid> {
+        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
+        let mut interner = Interner::new(current.map(|t| &**t));
+        // Not collected: a first request names 10,000.
+        let keys = request_keys(
+            &request.resource_names_subscribe,
+            subscribe.default,
+            subscribe.locators,
+        );
+        let mut pids_added: Vec<Pid> = Vec::new();
+        let names = self.names.keys_mut();
+        names.reserve(request.resource_names_subscribe.len() + subscribe.locators.len());
+        let mut wildcard = None;
+        for (name, pid) in keys {
+            if name == WILDCARD {
+                wildcard = Some(pid);
+                continue;
             }
-        } else if subscribe_len > 0 {
-            // (Not for a request that subscribes to nothing, an ACK: shared keys stay shared.)
-            let names = self.names.keys_mut();
-            names.reserve(subscribe_len);
-            let mut wildcard = None;
-            for (name, pid) in subscribe_keys {
-                if name == WILDCARD {
-                    wildcard = Some(pid);
+            if !pids_added.contains(&pid) {
+                pids_added.push(pid);
+            }
+            let key: Key = (intern_key(&mut interner, &*names, &name, pid), pid);
+            if !self.recheck.is_empty() {
+                self.recheck.remove(&key);
+            }
+            if reconnecting {
+                if let Some(version) = request.initial_resource_versions.get(&*name) {
+                    names.insert(key.clone());
+                    self.has
+                        .insert(key.clone(), held(&key.0, lookup(&name), version));
+                    // Compared with the store at the next response, like a change.
+                    self.dirty.insert(key.0);
                     continue;
                 }
-                if !pids_added.contains(&pid) {
-                    pids_added.push(pid);
-                }
-                let key: Key = (intern_key(&mut interner, &*names, &name, pid), pid);
-                if !self.recheck.is_empty() {
-                    self.recheck.remove(&key);
-                }
-                if reconnecting {
-                    // A reconnecting client tells what it already has: only differences are sent.
-                    if let Some(version) = request.initial_resource_versions.get(&*name) {
-                        names.insert(key.clone());
-                        self.has
-                            .insert(key.clone(), held(&key.0, lookup(&name), version));
-                        // Compared with the store at the next response, like a change.
-                        self.dirty.insert(key.0);
-                        continue;
-                    }
-                }
-                // Sent even if the client seems to have it: it may have forgotten it. Moved, not
-                // cloned, when every key is owed anyway (a count shared with every stream).
-                if self.forced_all {
-                    names.insert(key);
-                } else {
-                    names.insert(key.clone());
-                    self.forced.insert(key);
-                }
             }
-            if let Some(pid) = wildcard {
-                self.set_wildcard(Some(pid));
-            }
-            if let (Some(parent), None) = (parent, wildcard) {
-                if pids_added == [subscribe.default] {
-                    self.names
-                        .share(parent, &request.resource_names_subscribe, subscribe.default);
-                }
+            // Sent even if the client seems to have it: it may have forgotten it. Moved, not
+            // cloned, when every key is owed anyway (a count shared with every stream).
+            if self.forced_all {
+                names.insert(key);
+            } else {
+                names.insert(key.clone());
+                self.forced.insert(key);
             }
         }
-        if initial && self.wildcard.is_some() {
-            if let Some(w) = self.wildcard {
-                for (name, version) in &request.initial_resource_versions {
-                    let key = (intern(current.map(|t| &**t), name), w);
-                    let name_of = key.0.clone();
-                    if !self.has.contains_key(&key) {
-                        self.has.insert(key, held(&name_of, lookup(name), version));
-                    }
-                }
+        if let Some(pid) = wildcard {
+            self.set_wildcard(Wildcard::Explicit(pid));
+        }
+        if let (Some(parent), None) = (parent, wildcard) {
+            if pids_added == [subscribe.default] {
+                self.names
+                    .share(parent, &request.resource_names_subscribe, subscribe.default);
             }
         }
-        for (name, pid) in unsubscribe_keys {
+        pids_added
+    }
+
+    /// What a reconnecting wildcard client says it holds (`initial_resource_versions`) of the
+    /// names it did not subscribe to by name: held as the wildcard's keys.
+    fn claim_wildcard_keys(&mut self, request: &DeltaRequest, current: Option<&Arc<TypeSnapshot>>) {
+        let Some(w) = self.core.wildcard.pid() else {
+            return;
+        };
+        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
+        for (name, version) in &request.initial_resource_versions {
+            let key = (intern(current.map(|t| &**t), name), w);
+            let name_of = key.0.clone();
+            if !self.has.contains_key(&key) {
+                self.has.insert(key, held(&name_of, lookup(name), version));
+            }
+        }
+    }
+
+    /// Takes in the keys a request unsubscribes from (`*` turns the wildcard off): whether any
+    /// was subscribed.
+    fn unsubscribe(&mut self, keys: Vec<(Cow<'_, str>, Pid)>) -> bool {
+        let mut unsubscribed = false;
+        for (name, pid) in keys {
             if name == WILDCARD {
-                self.set_wildcard(None);
+                self.set_wildcard(Wildcard::Off);
                 continue;
             }
             // Phantom unsubscriptions (names not subscribed) are ignored (and leave shared keys
@@ -682,12 +691,18 @@ impl DeltaSubscription {
             };
             unsubscribed = true;
             self.forced.remove(&key);
-            if self.wildcard.is_some() {
+            if self.core.wildcard.is_on() {
                 self.recheck.insert(key);
             } else {
                 self.has.remove(&key);
             }
         }
+        unsubscribed
+    }
+
+    /// The distinct parameter sets of the keys, after `added` were added, or counted again when
+    /// some key was `unsubscribed`.
+    fn update_pids(&mut self, added: Vec<Pid>, unsubscribed: bool) {
         if unsubscribed {
             let mut pids: Vec<Pid> = Vec::new();
             for (_, p) in self.names.iter() {
@@ -696,24 +711,37 @@ impl DeltaSubscription {
                 }
             }
             pids.sort_unstable();
-            self.pids = pids;
-        } else if !pids_added.is_empty() {
-            for p in pids_added {
-                if !self.pids.contains(&p) {
-                    self.pids.push(p);
+            self.core.pids = pids;
+        } else if !added.is_empty() {
+            for p in added {
+                if !self.core.pids.contains(&p) {
+                    self.core.pids.push(p);
                 }
             }
-            self.pids.sort_unstable();
+            self.core.pids.sort_unstable();
         }
-        if self.wildcard.is_some() != wildcard_before {
-            change.wildcard = Some(self.wildcard.is_some());
+    }
+
+    /// What a request changed of what the stream watches (`names_before`: the names subscribed
+    /// before it, when it named something and the keys were not dense); what is left of a
+    /// split response is computed again with the change.
+    fn change(
+        &mut self,
+        names_something: bool,
+        wildcard_before: bool,
+        names_before: Option<HashSet<Arc<str>>>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> SubscriptionChange {
+        let mut change = SubscriptionChange::default();
+        if self.core.wildcard.is_on() != wildcard_before {
+            change.wildcard = Some(self.core.wildcard.is_on());
         }
         if names_something || change.wildcard.is_some() {
             self.fold_rest();
         }
         if names_something {
             let total = current.map_or(0, |t| t.len());
-            let dense = super::dense(self.dense, self.names.len(), total);
+            let dense = super::dense(self.core.dense, self.names.len(), total);
             if let (Some(names_before), false) = (names_before, dense) {
                 let names_after: HashSet<Arc<str>> =
                     self.names.iter().map(|(n, _)| n.clone()).collect();
@@ -722,9 +750,13 @@ impl DeltaSubscription {
                 change.added.sort();
                 change.removed.sort();
             }
-            change.set_dense(&mut self.dense, dense, self.names.iter().map(|(n, _)| n));
+            change.set_dense(
+                &mut self.core.dense,
+                dense,
+                self.names.iter().map(|(n, _)| n),
+            );
         }
-        (kind, change)
+        change
     }
 
     /// Whether subscribing to `names` (and `subscribe.locators`) adds a key or the wildcard.
@@ -734,12 +766,15 @@ impl DeltaSubscription {
         })
     }
 
-    fn set_wildcard(&mut self, on: Option<Pid>) {
-        if self.wildcard == on {
+    /// Takes the wildcard state `to`: a wildcard turned on (or onto another parameter set) is
+    /// owed every resource the client does not hold; one turned off drops what only it gave.
+    fn set_wildcard(&mut self, to: Wildcard) {
+        let before = self.core.wildcard.pid();
+        self.core.wildcard = to;
+        if to.pid() == before {
             return;
         }
-        self.wildcard = on;
-        if on.is_some() {
+        if to.is_on() {
             self.check_all = true;
         } else {
             // The client drops what only the wildcard gave it.
@@ -753,13 +788,13 @@ impl DeltaSubscription {
     pub fn resend(&mut self, name: &Arc<str>) {
         // Called for every dependent of every resource a response sends (10,000 endpoints after
         // 10,000 clusters): no list of keys is made.
-        for pid in &self.pids {
+        for pid in &self.core.pids {
             let key = (name.clone(), *pid);
             if self.names.contains(&key) {
                 self.forced.insert(key);
             }
         }
-        if let Some(w) = self.wildcard {
+        if let Some(w) = self.core.wildcard.pid() {
             self.forced.insert((name.clone(), w));
         }
     }
@@ -773,7 +808,7 @@ impl DeltaSubscription {
             .keys_of(name)
             .into_iter()
             .filter(|k| self.has.contains_key(k));
-        if *self.type_url == *crate::types::VIRTUAL_HOST {
+        if *self.core.type_url == *crate::types::VIRTUAL_HOST {
             self.forced.extend(keys);
         } else {
             self.heartbeat.extend(keys);
@@ -783,17 +818,13 @@ impl DeltaSubscription {
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         let Self {
+            core,
             dirty,
-            wildcard,
             names: subscribed,
-            pids,
             ..
         } = self;
         super::mark_dirty(dirty, names, |name| {
-            wildcard.is_some()
-                || pids
-                    .iter()
-                    .any(|p| subscribed.contains(&(name.clone(), *p)))
+            core.watches(|pid| subscribed.contains(&(&**name, pid) as &dyn KeyLookup))
         });
     }
 
@@ -838,14 +869,14 @@ impl DeltaSubscription {
             std::mem::take(&mut self.rest)
         };
         let answer = std::mem::take(&mut self.answer);
-        let overhead = self.type_url.len() + self.version(views).len() + PART_OVERHEAD;
+        let overhead = self.core.type_url.len() + self.version(views).len() + PART_OVERHEAD;
         let (count, oversized) = part_len(
             owed.iter().map(|o| self.owed_len(o)),
-            self.max_response_bytes.saturating_sub(overhead),
+            self.core.max_response_bytes.saturating_sub(overhead),
         );
         let part: Vec<Owed> = owed.drain(..count).collect();
         self.rest = owed;
-        let oversized = oversized.filter(|_| !std::mem::replace(&mut self.warned, true));
+        let oversized = self.core.warn_once(oversized);
         self.emit(part, views, nonces, answer, oversized)
     }
 
@@ -875,7 +906,7 @@ impl DeltaSubscription {
                     for key in keys.into_keys(&r) {
                         if self.names.contains(&key) {
                             self.forced.insert(key);
-                        } else if self.wildcard == Some(key.1) {
+                        } else if self.core.wildcard.pid() == Some(key.1) {
                             self.dirty.insert(key.0);
                         }
                     }
@@ -920,9 +951,9 @@ impl DeltaSubscription {
         // the view (see [`Holdings`]). Not for clients that hold variants by `resource_name`
         // (they are few), nor for a view with aliases (a key may be an alias).
         self.pending_base = None;
-        if let (true, Some(w)) = (self.check_all, self.wildcard) {
+        if let (true, Some(w)) = (self.check_all, self.core.wildcard.pid()) {
             let view = views.view(w);
-            if self.has.is_empty() && !self.encoding.named && !view.has_aliases() {
+            if self.has.is_empty() && !self.core.encoding.named && !view.has_aliases() {
                 self.pending_base = Some(PendingBase {
                     pid: w,
                     view: view.clone(),
@@ -954,7 +985,7 @@ impl DeltaSubscription {
         let differs = |key: &Key, r: &Resource| !self.holds(key, r);
 
         if self.check_all {
-            if let Some(w) = self.wildcard {
+            if let Some(w) = self.core.wildcard.pid() {
                 // Recorded as the view, the client holds nothing: every resource is sent.
                 let whole = self.pending_base.is_some();
                 for r in views.view(w).iter() {
@@ -977,7 +1008,7 @@ impl DeltaSubscription {
         // VHDS: Envoy asks for the virtual host of a domain by alias, and waits for a resource
         // with that alias (and no body) when there is none; a removal would leave the request
         // hanging until its stream times out.
-        let on_demand = *self.type_url == *crate::types::VIRTUAL_HOST;
+        let on_demand = *self.core.type_url == *crate::types::VIRTUAL_HOST;
         let mut unresolved: BTreeSet<Key> = BTreeSet::new();
         // A client that subscribes to most of a view with one parameter set (every cluster's
         // endpoints): read in the view's order, the pairs come sorted.
@@ -988,15 +1019,15 @@ impl DeltaSubscription {
         // if it sends nothing else (no key out of the view's order). Not for clients that hold
         // variants by `resource_name`, nor with the wildcard on (that one is recorded above).
         let mut named_base: Option<PendingBase> = None;
-        if let [pid] = self.pids[..] {
+        if let [pid] = self.core.pids[..] {
             let view = views.view(pid);
             if super::in_view_order(view, forced_len) {
                 dense = Some(pid);
                 if self.forced_all
-                    && self.wildcard.is_none()
+                    && self.core.wildcard.pid().is_none()
                     && extra.is_empty()
                     && self.has.is_empty()
-                    && !self.encoding.named
+                    && !self.core.encoding.named
                 {
                     named_base = Some(PendingBase {
                         pid,
@@ -1140,7 +1171,7 @@ impl DeltaSubscription {
     /// The bytes `owed` takes in a response, about (a removal's exact size is known only once
     /// the part is put together).
     fn owed_len(&self, owed: &Owed) -> usize {
-        let encoding = self.encoding;
+        let encoding = self.core.encoding;
         let removal = |key: &Key| match (encoding.named, self.has.get(key)) {
             (true, Some(held)) => {
                 field_len(resource_name(&key.0, held.constraints().map(|c| &**c)).encoded_len())
@@ -1241,7 +1272,7 @@ impl DeltaSubscription {
                 Some(start) if of_base > 0 && of_base == resources.len() => {
                     whole = pending
                         .view
-                        .delta_run(self.encoding, start, start + of_base);
+                        .delta_run(self.core.encoding, start, start + of_base);
                     whole.as_ref().map(|_| start + of_base)
                 }
                 _ => None,
@@ -1278,7 +1309,7 @@ impl DeltaSubscription {
                 None => unknown.push(key.0.clone()),
             }
         }
-        let (removed, removed_variants) = if self.encoding.named {
+        let (removed, removed_variants) = if self.core.encoding.named {
             let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
                 .has
                 .iter()
@@ -1301,7 +1332,7 @@ impl DeltaSubscription {
         } else {
             // Whether another key still holds a name: one subscribed by that name, or (VHDS
             // only: other types have no aliases) by an alias of it.
-            let aliased: Option<HashSet<&Arc<str>>> = (*self.type_url
+            let aliased: Option<HashSet<&Arc<str>>> = (*self.core.type_url
                 == *crate::types::VIRTUAL_HOST)
                 .then(|| self.has.iter().map(|(_, h)| h.name()).collect());
             let held_name = |n: &Arc<str>| match &aliased {
@@ -1332,10 +1363,9 @@ impl DeltaSubscription {
         }
         let system_version_info = self.version(views);
         let nonce = nonces.next_nonce();
-        let control_plane = self.last_nonce.replace(nonce).is_none();
-        self.last_version = Some(system_version_info.clone());
+        let control_plane = self.core.sent(nonce, &system_version_info);
         Some(DeltaResponse {
-            type_url: self.type_url.clone(),
+            type_url: self.core.type_url.clone(),
             system_version_info,
             nonce,
             resources,
@@ -1344,7 +1374,7 @@ impl DeltaSubscription {
             removed_variants,
             heartbeats,
             unresolved,
-            encoding: self.encoding,
+            encoding: self.core.encoding,
             oversized,
             control_plane,
         })
@@ -1352,7 +1382,12 @@ impl DeltaSubscription {
 
     /// The version of the view this client reads (for debugging only, in delta).
     fn version(&self, views: &Views) -> Arc<str> {
-        let pid = self.wildcard.or(self.pids.first().copied()).unwrap_or(0);
+        let pid = self
+            .core
+            .wildcard
+            .pid()
+            .or(self.core.pids.first().copied())
+            .unwrap_or(0);
         views.view(pid).version().clone()
     }
 }
@@ -1416,7 +1451,7 @@ impl DeltaSubscription {
                 (!self.holds(key, r)).then(|| r.clone())
             })
             .collect();
-        if let Some(w) = self.wildcard {
+        if let Some(w) = self.core.wildcard.pid() {
             out.extend(
                 views
                     .view(w)
