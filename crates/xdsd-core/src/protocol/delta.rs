@@ -428,6 +428,22 @@ impl Gathered {
     }
 }
 
+/// One response as [`DeltaSubscription::emit`] puts it together.
+#[derive(Debug, Default)]
+struct Part {
+    resources: Vec<Arc<Resource>>,
+    /// Keys removed (by name, or by the variant they held).
+    removed: BTreeSet<Key>,
+    heartbeats: Vec<Arc<Resource>>,
+    unresolved: Vec<Arc<str>>,
+    /// Variants re-sent keys held before, which the client may stop holding.
+    moved: Vec<RemovedVariant>,
+    /// Where in `resources` the last resource that extends the base is (see `extends_base`).
+    base_last: Option<usize>,
+    /// How many resources were sent as the view's own.
+    of_base: usize,
+}
+
 /// How [`DeltaSubscription::in_view_order`] read the forced keys of one view in its order.
 #[derive(Debug, Default)]
 struct ViewOrder {
@@ -1305,148 +1321,19 @@ impl DeltaSubscription {
         answer: bool,
         oversized: Option<usize>,
     ) -> Option<DeltaResponse> {
-        let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
-        let mut resources: Vec<Arc<Resource>> = Vec::with_capacity(sends);
-        let mut removed: BTreeSet<Key> = BTreeSet::new();
-        let mut heartbeats: Vec<Arc<Resource>> = Vec::new();
-        let mut unresolved: Vec<Arc<str>> = Vec::new();
-        // Variants the client stops holding, by the name it holds them under: what a re-sent
-        // key held before (TP2 clients hold variants apart), what a removed key held, unless
-        // another key still holds it afterwards. Removed keys the client was never sent are
-        // removed by their own name: it may hold them from an earlier stream.
-        let mut moved: Vec<RemovedVariant> = Vec::new();
-        if self.pending_base.is_none() {
-            self.has.reserve(sends);
-        }
-        // Where in `resources` the last resource of this part that extends the base is (see
-        // `extends_base`).
-        let mut base_last: Option<usize> = None;
-        // How many resources were sent as the view's own (see `whole` below).
-        let mut of_base = 0;
-        for item in owed {
-            match item {
-                Owed::Send(r, keys) => {
-                    if let Keys::Own(pid) = keys {
-                        if self.extends_base(pid, &r) {
-                            base_last = Some(resources.len());
-                            resources.push(r);
-                            of_base += 1;
-                            continue;
-                        }
-                    }
-                    for key in keys.into_keys(&r) {
-                        if self.extends_base(key.1, &r) {
-                            debug_assert!(key.0 == *r.name());
-                            base_last = Some(resources.len());
-                            continue;
-                        }
-                        if let Some(before) = self.has.insert(key, Held::of(&r)) {
-                            if before.constraints() != r.constraints() {
-                                moved.push((before.name().clone(), before.constraints().cloned()));
-                            }
-                        }
-                    }
-                    resources.push(r);
-                }
-                Owed::Remove(key) => {
-                    removed.insert(key);
-                }
-                Owed::Beat(r) => heartbeats.push(r),
-                Owed::Unresolved(key) => unresolved.push(key.0),
-            }
-        }
-        // Resources that are all the view's own, in its order (`extends_base`), right after
-        // what the parts before sent, which were the view from its first name: the next run of
-        // the view, whose entries are encoded once for every stream that sends them.
-        let mut whole = None;
-        if let Some(pending) = &mut self.pending_base {
-            pending.run = match pending.run {
-                Some(start) if of_base > 0 && of_base == resources.len() => {
-                    whole = pending
-                        .view
-                        .delta_run(self.core.encoding, start, start + of_base);
-                    whole.as_ref().map(|_| start + of_base)
-                }
-                _ => None,
-            };
-        }
-        let base_last = base_last
-            .and_then(|i| resources.get(i))
+        let part = self.record_sends(owed);
+        let whole = self.next_run(part.of_base, part.resources.len());
+        let base_last = part
+            .base_last
+            .and_then(|i| part.resources.get(i))
             .map(|r| r.name().clone());
-        if let (Some(last), Some(pending)) = (base_last, &mut self.pending_base) {
-            // The names the base now reaches past and that were not sent: not held.
-            while pending.gaps.front().is_some_and(|gap| **gap < *last) {
-                if let Some(gap) = pending.gaps.pop_front() {
-                    self.has.over.insert((gap, pending.pid), None);
-                }
-            }
-            match &mut self.has.base {
-                Some(base) => base.last = last,
-                None => {
-                    self.has.base = Some(Base {
-                        pid: pending.pid,
-                        view: pending.view.clone(),
-                        last,
-                    })
-                }
-            }
+        if let Some(last) = base_last {
+            self.extend_base(last);
         }
-        let mut dropped: Vec<RemovedVariant> = Vec::new();
-        let mut unknown: Vec<Arc<str>> = Vec::new();
-        for key in &removed {
-            match self.has.remove(key) {
-                Some(before) => {
-                    dropped.push((before.name().clone(), before.constraints().cloned()))
-                }
-                None => unknown.push(key.0.clone()),
-            }
-        }
-        let (removed, removed_variants) = if self.core.encoding.named {
-            let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
-                .has
-                .iter()
-                .map(|(_, h)| (h.name(), h.constraints()))
-                .collect();
-            let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
-            let mut variants: Vec<RemovedVariant> = moved
-                .into_iter()
-                .chain(dropped)
-                .filter(|(n, c)| !held.contains(&(n, c.as_ref())))
-                .collect();
-            for name in unknown {
-                if !variants.iter().any(|(n, _)| *n == name) && !held_name(&name) {
-                    variants.push((name, None));
-                }
-            }
-            variants.sort_by(|a, b| a.0.cmp(&b.0));
-            variants.dedup();
-            (Vec::new(), variants)
-        } else {
-            // Whether another key still holds a name: one subscribed by that name, or (VHDS
-            // only: other types have no aliases) by an alias of it.
-            let aliased: Option<HashSet<&Arc<str>>> = (*self.core.type_url
-                == *crate::types::VIRTUAL_HOST)
-                .then(|| self.has.iter().map(|(_, h)| h.name()).collect());
-            let held_name = |n: &Arc<str>| match &aliased {
-                Some(names) => names.contains(n),
-                None => self
-                    .keys_of(n)
-                    .iter()
-                    .any(|k| self.has.get(k).is_some_and(|h| h.name() == n)),
-            };
-            let mut names: Vec<Arc<str>> = dropped
-                .into_iter()
-                .map(|(n, _)| n)
-                .chain(unknown)
-                .filter(|n| !held_name(n))
-                .collect();
-            names.sort();
-            names.dedup();
-            (names, Vec::new())
-        };
-        if resources.is_empty()
-            && unresolved.is_empty()
-            && heartbeats.is_empty()
+        let (removed, removed_variants) = self.removals(&part.removed, part.moved);
+        if part.resources.is_empty()
+            && part.unresolved.is_empty()
+            && part.heartbeats.is_empty()
             && removed.is_empty()
             && removed_variants.is_empty()
             && !answer
@@ -1460,16 +1347,187 @@ impl DeltaSubscription {
             type_url: self.core.type_url.clone(),
             system_version_info,
             nonce,
-            resources,
+            resources: part.resources,
             whole,
             removed,
             removed_variants,
-            heartbeats,
-            unresolved,
+            heartbeats: part.heartbeats,
+            unresolved: part.unresolved,
             encoding: self.core.encoding,
             oversized,
             control_plane,
         })
+    }
+
+    /// Sorts out what one response owes, and records the resources it sends as held: as the
+    /// end of the base when they extend it (see `extends_base`), else key by key, noting the
+    /// variants a re-sent key held before (TP2 clients hold variants apart).
+    fn record_sends(&mut self, owed: Vec<Owed>) -> Part {
+        let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
+        let mut part = Part {
+            resources: Vec::with_capacity(sends),
+            ..Part::default()
+        };
+        if self.pending_base.is_none() {
+            self.has.reserve(sends);
+        }
+        for item in owed {
+            match item {
+                Owed::Send(r, keys) => {
+                    if let Keys::Own(pid) = keys {
+                        if self.extends_base(pid, &r) {
+                            part.base_last = Some(part.resources.len());
+                            part.resources.push(r);
+                            part.of_base += 1;
+                            continue;
+                        }
+                    }
+                    for key in keys.into_keys(&r) {
+                        if self.extends_base(key.1, &r) {
+                            debug_assert!(key.0 == *r.name());
+                            part.base_last = Some(part.resources.len());
+                            continue;
+                        }
+                        if let Some(before) = self.has.insert(key, Held::of(&r)) {
+                            if before.constraints() != r.constraints() {
+                                part.moved
+                                    .push((before.name().clone(), before.constraints().cloned()));
+                            }
+                        }
+                    }
+                    part.resources.push(r);
+                }
+                Owed::Remove(key) => {
+                    part.removed.insert(key);
+                }
+                Owed::Beat(r) => part.heartbeats.push(r),
+                Owed::Unresolved(key) => part.unresolved.push(key.0),
+            }
+        }
+        part
+    }
+
+    /// The encoded run of the view a part sends, when its `sent` resources are all the view's
+    /// own, in its order (`of_base` of them, see `extends_base`), right after what the parts
+    /// before sent, which were the view from its first name: the next run of the view, whose
+    /// entries are encoded once for every stream that sends them.
+    fn next_run(&mut self, of_base: usize, sent: usize) -> Option<Bytes> {
+        let pending = self.pending_base.as_mut()?;
+        let mut whole = None;
+        pending.run = match pending.run {
+            Some(start) if of_base > 0 && of_base == sent => {
+                whole = pending
+                    .view
+                    .delta_run(self.core.encoding, start, start + of_base);
+                whole.as_ref().map(|_| start + of_base)
+            }
+            _ => None,
+        };
+        whole
+    }
+
+    /// Moves the end of the base the pending response records to `last`, the last name sent of
+    /// it: the names the base now reaches past and that were not sent are not held.
+    fn extend_base(&mut self, last: Arc<str>) {
+        let Some(pending) = &mut self.pending_base else {
+            return;
+        };
+        while pending.gaps.front().is_some_and(|gap| **gap < *last) {
+            if let Some(gap) = pending.gaps.pop_front() {
+                self.has.over.insert((gap, pending.pid), None);
+            }
+        }
+        match &mut self.has.base {
+            Some(base) => base.last = last,
+            None => {
+                self.has.base = Some(Base {
+                    pid: pending.pid,
+                    view: pending.view.clone(),
+                    last,
+                })
+            }
+        }
+    }
+
+    /// The names (or, for clients that hold variants by `resource_name`, the variants) the
+    /// client stops holding: what a re-sent key held before (`moved`), what a `removed` key
+    /// held, unless another key still holds it afterwards. Removed keys the client was never
+    /// sent are removed by their own name: it may hold them from an earlier stream.
+    fn removals(
+        &mut self,
+        removed: &BTreeSet<Key>,
+        moved: Vec<RemovedVariant>,
+    ) -> (Vec<Arc<str>>, Vec<RemovedVariant>) {
+        let mut dropped: Vec<RemovedVariant> = Vec::new();
+        let mut unknown: Vec<Arc<str>> = Vec::new();
+        for key in removed {
+            match self.has.remove(key) {
+                Some(before) => {
+                    dropped.push((before.name().clone(), before.constraints().cloned()))
+                }
+                None => unknown.push(key.0.clone()),
+            }
+        }
+        if self.core.encoding.named {
+            (Vec::new(), self.removed_variants(moved, dropped, unknown))
+        } else {
+            (self.removed_names(dropped, unknown), Vec::new())
+        }
+    }
+
+    /// The variants to drop, of those `moved` and `dropped`, and the `unknown` names, for a
+    /// client that holds variants by `resource_name`: those no key holds any more.
+    fn removed_variants(
+        &self,
+        moved: Vec<RemovedVariant>,
+        dropped: Vec<RemovedVariant>,
+        unknown: Vec<Arc<str>>,
+    ) -> Vec<RemovedVariant> {
+        let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
+            .has
+            .iter()
+            .map(|(_, h)| (h.name(), h.constraints()))
+            .collect();
+        let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
+        let mut variants: Vec<RemovedVariant> = moved
+            .into_iter()
+            .chain(dropped)
+            .filter(|(n, c)| !held.contains(&(n, c.as_ref())))
+            .collect();
+        for name in unknown {
+            if !variants.iter().any(|(n, _)| *n == name) && !held_name(&name) {
+                variants.push((name, None));
+            }
+        }
+        variants.sort_by(|a, b| a.0.cmp(&b.0));
+        variants.dedup();
+        variants
+    }
+
+    /// The names to drop, of those `dropped` and `unknown`, for a client that holds one
+    /// variant per name: those no key holds any more.
+    fn removed_names(&self, dropped: Vec<RemovedVariant>, unknown: Vec<Arc<str>>) -> Vec<Arc<str>> {
+        // Whether another key still holds a name: one subscribed by that name, or (VHDS only:
+        // other types have no aliases) by an alias of it.
+        let aliased: Option<HashSet<&Arc<str>>> = (*self.core.type_url
+            == *crate::types::VIRTUAL_HOST)
+            .then(|| self.has.iter().map(|(_, h)| h.name()).collect());
+        let held_name = |n: &Arc<str>| match &aliased {
+            Some(names) => names.contains(n),
+            None => self
+                .keys_of(n)
+                .iter()
+                .any(|k| self.has.get(k).is_some_and(|h| h.name() == n)),
+        };
+        let mut names: Vec<Arc<str>> = dropped
+            .into_iter()
+            .map(|(n, _)| n)
+            .chain(unknown)
+            .filter(|n| !held_name(n))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// The version of the view this client reads (for debugging only, in delta).
