@@ -351,22 +351,8 @@ impl SotwSubscription {
         if !first_owed {
             self.forced.extend(added.iter().cloned());
         }
-        // Names (not keys) added and removed: a name stays watched while any parameter set
-        // still subscribes to it.
-        let has_name = |set: &Subscribed, pids: &[Pid], name: &Arc<str>| {
-            pids.iter().any(|p| set.contains(name, *p))
-        };
         if !dense {
-            change.added = added
-                .iter()
-                .filter(|(n, _)| !has_name(&self.names, &self.core.pids, n))
-                .map(|(n, _)| n.clone())
-                .collect();
-            change.removed = removed
-                .iter()
-                .filter(|(n, _)| !has_name(&names, &pids, n))
-                .map(|(n, _)| n.clone())
-                .collect();
+            self.names_changed(&added, &removed, (&names, &pids), change);
         }
         self.core.pids = pids;
         self.names = names;
@@ -374,15 +360,40 @@ impl SotwSubscription {
             // What is left of a split response is owed to the new subscription.
             self.fold_rest();
         }
-        change.added.sort_unstable();
-        change.added.dedup();
-        change.removed.sort_unstable();
-        change.removed.dedup();
         change.set_dense(
             &mut self.core.dense,
             dense,
             self.names.keys().map(|(n, _)| n),
         );
+    }
+
+    /// The names (not keys) `added` and `removed` when the keys become `after` (with its
+    /// parameter sets), sorted, for the transport to watch by name: a name stays watched while
+    /// any parameter set still subscribes to it.
+    fn names_changed(
+        &self,
+        added: &[Key],
+        removed: &[Key],
+        after: (&Subscribed, &[Pid]),
+        change: &mut SubscriptionChange,
+    ) {
+        let has_name = |set: &Subscribed, pids: &[Pid], name: &Arc<str>| {
+            pids.iter().any(|p| set.contains(name, *p))
+        };
+        change.added = added
+            .iter()
+            .filter(|(n, _)| !has_name(&self.names, &self.core.pids, n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        change.removed = removed
+            .iter()
+            .filter(|(n, _)| !has_name(after.0, after.1, n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        change.added.sort_unstable();
+        change.added.dedup();
+        change.removed.sort_unstable();
+        change.removed.dedup();
     }
 
     /// The keys of a name: one per parameter set it is subscribed with.
@@ -503,45 +514,17 @@ impl SotwSubscription {
             self.fold_rest();
         }
         let first = self.core.last_nonce.is_none();
-        let mut updated: Vec<Arc<Resource>> = Vec::new();
         if !first && !self.full_state && !self.respond && self.forced.is_empty() {
             // Only changes of the store are owed (every push after the first response).
-            let resources = if self.all_dirty {
-                self.scan_owed(views)
-            } else {
-                self.owed_keys(views)
-            };
-            self.respond = false;
-            self.clear_dirty();
-            let resources = shared(resources?);
-            // Each resource is new or changed for the client: `updated` is all of them.
-            let updated = resources.clone();
-            let resources = SotwResources::Some(resources);
-            return self.finish(views, nonces, resources, updated, first);
+            return self.push_changes(views, nonces);
         }
         self.list_dirty(views);
-        if !first {
-            let mut names: Vec<&Arc<str>> = self
-                .dirty
-                .iter()
-                .chain(self.forced.iter().map(|(n, _)| n))
-                .collect();
-            names.sort();
-            names.dedup();
-            for name in names {
-                let keys = self.keys_of(name).collect::<Vec<_>>();
-                let wildcard = self.core.wildcard.pid().map(|w| (name.clone(), w));
-                for key in keys.iter().chain(wildcard.iter()) {
-                    if let Some(r) = views.get(&key.0, key.1) {
-                        if !self.was_sent(&key.0, key.1, r)
-                            && !updated.iter().any(|u| Arc::ptr_eq(u, r))
-                        {
-                            updated.push(r.clone());
-                        }
-                    }
-                }
-            }
-        }
+        // Before the first response nothing counts as updated.
+        let updated = if first {
+            Vec::new()
+        } else {
+            self.updated(views)
+        };
         let resources = if self.full_state {
             self.full_state_resources(views)
         } else {
@@ -552,6 +535,50 @@ impl SotwSubscription {
         self.clear_dirty();
         let resources = resources?;
         self.finish(views, nonces, resources, shared(updated), first)
+    }
+
+    /// The response of the store's changes alone (nothing else owed, not a full-state type,
+    /// after the first response): the resources the client was not sent as they are now.
+    fn push_changes(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
+        let resources = if self.all_dirty {
+            self.scan_owed(views)
+        } else {
+            self.owed_keys(views)
+        };
+        self.respond = false;
+        self.clear_dirty();
+        let resources = shared(resources?);
+        // Each resource is new or changed for the client: `updated` is all of them.
+        let updated = resources.clone();
+        let resources = SotwResources::Some(resources);
+        self.finish(views, nonces, resources, updated, false)
+    }
+
+    /// The resources of the dirty and forced names the client was not sent as the store holds
+    /// them now (what is new or changed for it), in name order, each once.
+    fn updated(&self, views: &Views) -> Vec<Arc<Resource>> {
+        let mut updated: Vec<Arc<Resource>> = Vec::new();
+        let mut names: Vec<&Arc<str>> = self
+            .dirty
+            .iter()
+            .chain(self.forced.iter().map(|(n, _)| n))
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let keys = self.keys_of(name).collect::<Vec<_>>();
+            let wildcard = self.core.wildcard.pid().map(|w| (name.clone(), w));
+            for key in keys.iter().chain(wildcard.iter()) {
+                if let Some(r) = views.get(&key.0, key.1) {
+                    if !self.was_sent(&key.0, key.1, r)
+                        && !updated.iter().any(|u| Arc::ptr_eq(u, r))
+                    {
+                        updated.push(r.clone());
+                    }
+                }
+            }
+        }
+        updated
     }
 
     /// The response of `resources`, owed; or its first part, when it is too large.
