@@ -15,8 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::sotw::{reset, WILDCARD};
-use super::subscription::{Core, OlderNonce, Wildcard};
+use super::subscription::{reset, Core, OlderNonce, Wildcard, WILDCARD};
 use super::{
     intern_key, part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind,
     Subscribe, SubscriptionChange, Views, PART_OVERHEAD,

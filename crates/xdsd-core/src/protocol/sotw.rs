@@ -7,15 +7,14 @@ use crate::hash::HashSet;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::subscription::{Core, OlderNonce, Wildcard};
+use super::subscription::{reset, Core, OlderNonce, Wildcard};
 use super::{
     intern_key, part_len, request_keys, Key, Nonce, NonceGen, Pid, RequestKind, Subscribe,
     SubscriptionChange, Views, PART_OVERHEAD,
 };
 use crate::store::{field_len, Encoding, Interner, Resource, TypeSnapshot, View};
 
-/// The special resource name that subscribes to every resource of a type.
-pub const WILDCARD: &str = "*";
+pub use super::subscription::WILDCARD;
 
 /// One response to send.
 #[derive(Debug, Clone)]
@@ -945,16 +944,6 @@ fn new_keys(a: &Subscribed, b: &Subscribed) -> Vec<Key> {
         .filter(|(n, p)| !b.contains(n, *p))
         .map(|(n, p)| (n.clone(), p))
         .collect()
-}
-
-/// Empties a set, giving back its memory when it held many (a first response owes every name
-/// of a large subscription once; later ones owe a few).
-pub(crate) fn reset<T>(set: &mut HashSet<T>) {
-    if set.capacity() > 64 {
-        *set = HashSet::default();
-    } else {
-        set.clear();
-    }
 }
 
 /// Adds the resource of the key (`name`, `pid`) to `out` if it is owed (`always`, or the client

@@ -10,7 +10,21 @@
 use std::sync::Arc;
 
 use super::{Nonce, Pid, RequestKind, Text};
+use crate::hash::HashSet;
 use crate::store::Encoding;
+
+/// The special resource name that subscribes to every resource of a type.
+pub const WILDCARD: &str = "*";
+
+/// Empties a set, giving back its memory when it held many (a first response owes every name
+/// of a large subscription once; later ones owe a few).
+pub(crate) fn reset<T>(set: &mut HashSet<T>) {
+    if set.capacity() > 64 {
+        *set = HashSet::default();
+    } else {
+        set.clear();
+    }
+}
 
 /// Whether a subscription covers every resource of its type, and by which rule (spec "How the
 /// client specifies what resources to return").
