@@ -1156,19 +1156,7 @@ impl DeltaSubscription {
             return order;
         }
         order.pid = Some(pid);
-        if self.forced_all
-            && self.core.wildcard.pid().is_none()
-            && extra.is_empty()
-            && self.has.is_empty()
-            && !self.core.encoding.named
-        {
-            order.base = Some(PendingBase {
-                pid,
-                view: view.clone(),
-                gaps: VecDeque::new(),
-                run: Some(0),
-            });
-        }
+        order.base = self.named_base(view, pid, extra);
         let extra: HashSet<&Key> = extra.iter().copied().collect();
         // Which names of the view are subscribed, when every key is owed: found once for the
         // streams that share the subscription, no name looked up per stream.
@@ -1200,6 +1188,21 @@ impl DeltaSubscription {
             }
         }
         order
+    }
+
+    /// The view a first response to most names of `view` records, when every key is owed, none
+    /// out of the view (`extra`), to a client that holds nothing by name (see
+    /// [`Self::in_view_order`]).
+    fn named_base(&self, view: &Arc<View>, pid: Pid, extra: &[&Key]) -> Option<PendingBase> {
+        let first = self.forced_all && extra.is_empty() && self.has.is_empty();
+        (first && self.core.wildcard.pid().is_none() && !self.core.encoding.named).then(|| {
+            PendingBase {
+                pid,
+                view: view.clone(),
+                gaps: VecDeque::new(),
+                run: Some(0),
+            }
+        })
     }
 
     /// The forced `keys`: each owed its resource, or, when the store has none, a removal (a
