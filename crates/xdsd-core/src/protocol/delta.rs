@@ -264,16 +264,14 @@ pub struct DeltaSubscription {
     /// turned on); an answer even if empty (first request).
     check_all: bool,
     answer: bool,
-    /// Newly (re)subscribed keys: sent even if the client has them, or reported removed.
-    forced: HashSet<Key>,
-    /// Every key of `names` is owed as if in `forced` (a first subscription: 10,000 names would
+    /// Every key of `names` is owed as if in the core's `forced` (sent even if the client has
+    /// it, or reported removed) (a first subscription: 10,000 names would
     /// otherwise be put in a second set, hashed and dropped again for one response).
     forced_all: bool,
     /// Keys owed their resource if still subscribed, else a removal: keys unsubscribed while
     /// the wildcard is on (the client cannot tell whether the wildcard still covers them), and
     /// removals of a split response computed again.
     recheck: HashSet<Key>,
-    dirty: HashSet<Arc<str>>,
     /// Keys owed a heartbeat (their TTL renewed without a body).
     heartbeat: HashSet<Key>,
     /// The rest of a response that went out in parts (to stay under the core's size limit),
@@ -464,10 +462,8 @@ impl DeltaSubscription {
             pending_base: None,
             check_all: false,
             answer: false,
-            forced: HashSet::default(),
             forced_all: false,
             recheck: HashSet::default(),
-            dirty: HashSet::default(),
             heartbeat: HashSet::default(),
             rest: VecDeque::new(),
         }
@@ -627,7 +623,7 @@ impl DeltaSubscription {
             self.forced_all = true;
         }
         if !self.forced_all {
-            self.forced.reserve(subscribe_len);
+            self.core.forced.reserve(subscribe_len);
         }
         // A subscription of plain names only, to keys made by such subscriptions alone: the
         // keys it makes are those of any other stream that subscribed with the same requests
@@ -676,7 +672,7 @@ impl DeltaSubscription {
                 self.recheck.remove(&key);
             }
             if !self.forced_all {
-                self.forced.insert(key);
+                self.core.forced.insert(key);
             }
         }
     }
@@ -723,7 +719,7 @@ impl DeltaSubscription {
                     self.has
                         .insert(key.clone(), held(&key.0, lookup(&name), version));
                     // Compared with the store at the next response, like a change.
-                    self.dirty.insert(key.0);
+                    self.core.dirty.insert(key.0);
                     continue;
                 }
             }
@@ -733,7 +729,7 @@ impl DeltaSubscription {
                 names.insert(key);
             } else {
                 names.insert(key.clone());
-                self.forced.insert(key);
+                self.core.forced.insert(key);
             }
         }
         if let Some(pid) = wildcard {
@@ -783,7 +779,7 @@ impl DeltaSubscription {
                 continue;
             };
             unsubscribed = true;
-            self.forced.remove(&key);
+            self.core.forced.remove(&key);
             if self.core.wildcard.is_on() {
                 self.recheck.insert(key);
             } else {
@@ -879,17 +875,10 @@ impl DeltaSubscription {
 
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     pub fn resend(&mut self, name: &Arc<str>) {
-        // Called for every dependent of every resource a response sends (10,000 endpoints after
-        // 10,000 clusters): no list of keys is made.
-        for pid in &self.core.pids {
-            let key = (name.clone(), *pid);
-            if self.names.contains(&key) {
-                self.forced.insert(key);
-            }
-        }
-        if let Some(w) = self.core.wildcard.pid() {
-            self.forced.insert((name.clone(), w));
-        }
+        let names = &self.names;
+        self.core.resend(name, |name, pid| {
+            names.contains(&(&**name, pid) as &dyn KeyLookup)
+        });
     }
 
     /// Renews the TTL of `name` with the next response, if the client holds it: a heartbeat when
@@ -902,7 +891,7 @@ impl DeltaSubscription {
             .into_iter()
             .filter(|k| self.has.contains_key(k));
         if *self.core.type_url == *crate::types::VIRTUAL_HOST {
-            self.forced.extend(keys);
+            self.core.forced.extend(keys);
         } else {
             self.heartbeat.extend(keys);
         }
@@ -910,14 +899,9 @@ impl DeltaSubscription {
 
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
-        let Self {
-            core,
-            dirty,
-            names: subscribed,
-            ..
-        } = self;
-        super::mark_dirty(dirty, names, |name| {
-            core.watches(|pid| subscribed.contains(&(&**name, pid) as &dyn KeyLookup))
+        let subscribed = &self.names;
+        self.core.mark_changed(names, |name, pid| {
+            subscribed.contains(&(&**name, pid) as &dyn KeyLookup)
         });
     }
 
@@ -930,10 +914,10 @@ impl DeltaSubscription {
     pub fn has_pending(&self) -> bool {
         self.answer
             || self.check_all
-            || !self.forced.is_empty()
+            || !self.core.forced.is_empty()
             || (self.forced_all && !self.names.is_empty())
             || !self.recheck.is_empty()
-            || !self.dirty.is_empty()
+            || !self.core.dirty.is_empty()
             || !self.heartbeat.is_empty()
             || !self.rest.is_empty()
     }
@@ -978,10 +962,10 @@ impl DeltaSubscription {
     fn has_news(&self) -> bool {
         self.answer
             || self.check_all
-            || !self.forced.is_empty()
+            || !self.core.forced.is_empty()
             || (self.forced_all && !self.names.is_empty())
             || !self.recheck.is_empty()
-            || !self.dirty.is_empty()
+            || !self.core.dirty.is_empty()
             || !self.heartbeat.is_empty()
     }
 
@@ -998,9 +982,9 @@ impl DeltaSubscription {
                 Owed::Send(r, keys) => {
                     for key in keys.into_keys(&r) {
                         if self.names.contains(&key) {
-                            self.forced.insert(key);
+                            self.core.forced.insert(key);
                         } else if self.core.wildcard.pid() == Some(key.1) {
-                            self.dirty.insert(key.0);
+                            self.core.dirty.insert(key.0);
                         }
                     }
                 }
@@ -1012,7 +996,7 @@ impl DeltaSubscription {
                 Owed::Beat(r) => self.heartbeat(r.name()),
                 Owed::Unresolved(key) => {
                     if self.names.contains(&key) {
-                        self.forced.insert(key);
+                        self.core.forced.insert(key);
                     }
                 }
             }
@@ -1047,10 +1031,10 @@ impl DeltaSubscription {
         }
         reset(&mut self.heartbeat);
         self.check_all = false;
-        reset(&mut self.forced);
+        reset(&mut self.core.forced);
         self.forced_all = false;
         reset(&mut self.recheck);
-        reset(&mut self.dirty);
+        reset(&mut self.core.dirty);
         gathered.into_owed()
     }
 
@@ -1074,10 +1058,10 @@ impl DeltaSubscription {
     /// every subscribed key and those of `forced` that are not (wildcard keys).
     fn forced_keys(&self) -> (&HashSet<Key>, Vec<&Key>) {
         if self.forced_all {
-            let extra = self.forced.iter().filter(|k| !self.names.contains(*k));
+            let extra = self.core.forced.iter().filter(|k| !self.names.contains(*k));
             (&self.names, extra.collect())
         } else {
-            (&self.forced, Vec::new())
+            (&self.core.forced, Vec::new())
         }
     }
 
@@ -1233,7 +1217,7 @@ impl DeltaSubscription {
     /// The keys of the names the store changed: their resource if the client does not hold it,
     /// a removal if the store no longer has what it holds.
     fn gather_dirty(&self, views: &Views, g: &mut Gathered) {
-        for name in &self.dirty {
+        for name in &self.core.dirty {
             for key in self.keys_of(name) {
                 match views.get(&key.0, key.1) {
                     Some(r) if !self.holds(&key, r) => g.send(Keys::One(key), r),

@@ -112,11 +112,9 @@ pub struct SotwSubscription {
     /// subscribed with, and recognising it spares rebuilding the subscription (the most frequent
     /// request by far).
     last_names: Option<(usize, u64)>,
-    /// What is owed: a response even if nothing changed (first request, wildcard turned on), the
-    /// newly subscribed keys (sent even if sent before), names the store changed.
+    /// What is owed besides the core's forced keys and dirty names: a response even if nothing
+    /// changed (first request, wildcard turned on).
     respond: bool,
-    forced: HashSet<Key>,
-    dirty: HashSet<Arc<str>>,
     /// Changed names offered since the last response, repeats included (see `mark_changed`).
     offered: usize,
     /// Every subscribed key may have changed: more names changed than are worth recording one
@@ -143,8 +141,6 @@ impl SotwSubscription {
             names: Subscribed::default(),
             last_names: None,
             respond: false,
-            forced: HashSet::default(),
-            dirty: HashSet::default(),
             offered: 0,
             all_dirty: false,
             sent_view_version: None,
@@ -345,10 +341,10 @@ impl SotwSubscription {
         };
         let removed: Vec<Key> = new_keys(&self.names, &names);
         for key in &removed {
-            self.forced.remove(key);
+            self.core.forced.remove(key);
         }
         if !first_owed {
-            self.forced.extend(added.iter().cloned());
+            self.core.forced.extend(added.iter().cloned());
         }
         if !dense {
             self.names_changed(&added, &removed, (&names, &pids), change);
@@ -426,15 +422,12 @@ impl SotwSubscription {
         }
         let Self {
             core,
-            dirty,
             names: subscribed,
             offered,
             ..
         } = self;
         let names = names.into_iter().inspect(|_| *offered += 1);
-        super::mark_dirty(dirty, names, |name| {
-            core.watches(|pid| subscribed.contains(name, pid))
-        });
+        core.mark_changed(names, |name, pid| subscribed.contains(name, pid));
     }
 
     /// Told that `count` changed names (repeats included) are coming, before
@@ -452,7 +445,7 @@ impl SotwSubscription {
         let scan_at = self.names.len().max(SCAN_MIN_KEYS).div_ceil(4);
         if scan && self.offered.saturating_add(count) > scan_at {
             self.all_dirty = true;
-            reset(&mut self.dirty);
+            reset(&mut self.core.dirty);
             return true;
         }
         false
@@ -460,7 +453,7 @@ impl SotwSubscription {
 
     /// Forgets what was owed of the store's changes (after a response).
     fn clear_dirty(&mut self) {
-        reset(&mut self.dirty);
+        reset(&mut self.core.dirty);
         self.offered = 0;
         self.all_dirty = false;
     }
@@ -474,7 +467,7 @@ impl SotwSubscription {
         for (name, pid) in self.names.keys() {
             let now = views.get(name, pid).map(|r| SentMark::of(r));
             if self.names.get(name, pid).copied().flatten() != now {
-                self.dirty.insert(name.clone());
+                self.core.dirty.insert(name.clone());
             }
         }
     }
@@ -491,7 +484,10 @@ impl SotwSubscription {
 
     /// Whether something was owed since the last response, beyond the rest of a split response.
     fn has_news(&self) -> bool {
-        self.respond || !self.forced.is_empty() || !self.dirty.is_empty() || self.all_dirty
+        self.respond
+            || !self.core.forced.is_empty()
+            || !self.core.dirty.is_empty()
+            || self.all_dirty
     }
 
     /// The response owed to the client, if any, given the store as this client sees it.
@@ -513,7 +509,7 @@ impl SotwSubscription {
             self.fold_rest();
         }
         let first = self.core.last_nonce.is_none();
-        if !first && !self.full_state && !self.respond && self.forced.is_empty() {
+        if !first && !self.full_state && !self.respond && self.core.forced.is_empty() {
             // Only changes of the store are owed (every push after the first response).
             return self.push_changes(views, nonces);
         }
@@ -530,7 +526,7 @@ impl SotwSubscription {
             self.changed_resources(views)
         };
         self.respond = false;
-        reset(&mut self.forced);
+        reset(&mut self.core.forced);
         self.clear_dirty();
         let resources = resources?;
         self.finish(views, nonces, resources, shared(updated), first)
@@ -558,9 +554,10 @@ impl SotwSubscription {
     fn updated(&self, views: &Views) -> Vec<Arc<Resource>> {
         let mut updated: Vec<Arc<Resource>> = Vec::new();
         let mut names: Vec<&Arc<str>> = self
+            .core
             .dirty
             .iter()
-            .chain(self.forced.iter().map(|(n, _)| n))
+            .chain(self.core.forced.iter().map(|(n, _)| n))
             .collect();
         names.sort();
         names.dedup();
@@ -733,11 +730,9 @@ impl SotwSubscription {
 
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     pub fn resend(&mut self, name: &Arc<str>) {
-        let keys: Vec<Key> = self.keys_of(name).collect();
-        self.forced.extend(keys);
-        if let Some(w) = self.core.wildcard.pid() {
-            self.forced.insert((name.clone(), w));
-        }
+        let names = &self.names;
+        self.core
+            .resend(name, |name, pid| names.contains(name, pid));
     }
 
     /// LDS/CDS: all subscribed resources, sent when that set differs from what the client has,
@@ -745,13 +740,18 @@ impl SotwSubscription {
     fn full_state_resources(&mut self, views: &Views) -> Option<SotwResources> {
         let changed = match self.core.wildcard.pid() {
             Some(w) if self.sent_view_version.as_ref() != Some(views.view(w).version()) => true,
-            _ => self.dirty.iter().flat_map(|n| self.keys_of(n)).any(|k| {
-                let now = views.get(&k.0, k.1).map(|r| SentMark::of(r));
-                let sent = self.names.get(&k.0, k.1).copied().flatten();
-                now != sent
-            }),
+            _ => self
+                .core
+                .dirty
+                .iter()
+                .flat_map(|n| self.keys_of(n))
+                .any(|k| {
+                    let now = views.get(&k.0, k.1).map(|r| SentMark::of(r));
+                    let sent = self.names.get(&k.0, k.1).copied().flatten();
+                    now != sent
+                }),
         };
-        if !(self.respond || !self.forced.is_empty() || changed) {
+        if !(self.respond || !self.core.forced.is_empty() || changed) {
             return None;
         }
         self.record_all_sent(views);
@@ -785,15 +785,16 @@ impl SotwSubscription {
     /// dirty names (those the client was not sent as they are now), in name order; records them
     /// as sent. `None` when none is owed.
     fn owed_keys(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
-        let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.forced.len() + self.dirty.len());
+        let mut out: Vec<Arc<Resource>> =
+            Vec::with_capacity(self.core.forced.len() + self.core.dirty.len());
         let (names, pids, wildcard) = (&mut self.names, &self.core.pids, self.core.wildcard.pid());
-        for (name, pid) in &self.forced {
+        for (name, pid) in &self.core.forced {
             // Still subscribed: a request may have dropped it since it was forced.
             if names.contains(name, *pid) || wildcard == Some(*pid) {
                 owe(names, views, name, *pid, true, &mut out);
             }
         }
-        for name in &self.dirty {
+        for name in &self.core.dirty {
             // The name's keys: subscribed with one of the parameter sets, then the wildcard's
             // unless it is one of those; a key forced is done.
             for i in 0..=pids.len() {
@@ -802,7 +803,7 @@ impl SotwSubscription {
                     (None, Some(w)) if !(pids.contains(&w) && names.contains(name, w)) => w,
                     _ => continue,
                 };
-                if !self.forced.is_empty() && self.forced.contains(&(name.clone(), pid)) {
+                if !self.core.forced.is_empty() && self.core.forced.contains(&(name.clone(), pid)) {
                     continue;
                 }
                 owe(names, views, name, pid, false, &mut out);

@@ -1,15 +1,16 @@
 //! The subscription core: what the SotW and the delta machine of one type on one stream both
 //! keep, and the rules they share. The wildcard state and its legacy rule, the distinct parameter
-//! sets of the subscribed keys and whether they are dense, the nonce and version of the latest
-//! response (what an ACK or NACK answers), the encoding and size limit of responses, and one
-//! classification of requests ([`Core::classify`]). Each machine keeps its subscribed keys as
+//! sets of the subscribed keys and whether they are dense, what is owed by key (forced) and by
+//! name (changed in the store), the nonce and version of the latest response (what an ACK or
+//! NACK answers), the encoding and size limit of responses, and one classification of requests
+//! ([`Core::classify`]). Each machine keeps its subscribed keys as
 //! it needs them (SotW with what each was last sent, delta shared between streams) and adds its
 //! own state: SotW its full-state responses and splits, delta what the client holds per key,
 //! its removals and heartbeats.
 
 use std::sync::Arc;
 
-use super::{Nonce, Pid, RequestKind, Text};
+use super::{Key, Nonce, Pid, RequestKind, Text};
 use crate::hash::HashSet;
 use crate::store::Encoding;
 
@@ -103,6 +104,12 @@ pub(crate) struct Core {
     pub(super) dense: bool,
     /// The distinct parameter sets of the subscribed keys (nearly always one).
     pub(super) pids: Vec<Pid>,
+    /// Keys owed their resource with the next response whatever the client was sent or holds:
+    /// newly (re)subscribed (the client may have forgotten them), or sent again (see
+    /// [`Core::resend`]).
+    pub(super) forced: HashSet<Key>,
+    /// Names the store changed since the last response, of those the subscription watches.
+    pub(super) dirty: HashSet<Arc<str>>,
     /// Nonce and version of the latest response sent.
     pub(super) last_nonce: Option<Nonce>,
     pub(super) last_version: Option<Arc<str>>,
@@ -121,6 +128,8 @@ impl Core {
             wildcard: Wildcard::Unrequested,
             dense: false,
             pids: Vec::new(),
+            forced: HashSet::default(),
+            dirty: HashSet::default(),
             last_nonce: None,
             last_version: None,
             max_response_bytes: usize::MAX,
@@ -184,10 +193,39 @@ impl Core {
         oversized.filter(|_| !std::mem::replace(&mut self.warned, true))
     }
 
-    /// Whether a changed name concerns the subscription: the wildcard is on, or `contains`
-    /// says one of the parameter sets subscribes to it.
-    pub(crate) fn watches(&self, contains: impl Fn(Pid) -> bool) -> bool {
-        self.wildcard.is_on() || self.pids.iter().any(|p| contains(*p))
+    /// Records the names the store changed (added, modified or removed) that the subscription
+    /// watches: every name under the wildcard, else those `contains` says one of the parameter
+    /// sets subscribes to.
+    pub(crate) fn mark_changed<'a>(
+        &mut self,
+        names: impl IntoIterator<Item = &'a Arc<str>>,
+        contains: impl Fn(&Arc<str>, Pid) -> bool,
+    ) {
+        let Core {
+            dirty,
+            wildcard,
+            pids,
+            ..
+        } = self;
+        let wildcard = wildcard.is_on();
+        super::mark_dirty(dirty, names, |name| {
+            wildcard || pids.iter().any(|p| contains(name, *p))
+        });
+    }
+
+    /// Owes `name` with the next response, changed or not: its key of each parameter set that
+    /// subscribes to it (`contains`), and the wildcard's. Called for every dependent of every
+    /// resource a response sends (10,000 endpoints after 10,000 clusters): no list of keys is
+    /// made.
+    pub(crate) fn resend(&mut self, name: &Arc<str>, contains: impl Fn(&Arc<str>, Pid) -> bool) {
+        for pid in &self.pids {
+            if contains(name, *pid) {
+                self.forced.insert((name.clone(), *pid));
+            }
+        }
+        if let Some(w) = self.wildcard.pid() {
+            self.forced.insert((name.clone(), w));
+        }
     }
 }
 
@@ -313,6 +351,37 @@ mod tests {
             Wildcard::Explicit(2).legacy_rule(false, 0),
             Wildcard::Explicit(2)
         );
+    }
+
+    #[test]
+    fn a_changed_name_is_owed_when_subscribed_or_under_the_wildcard() {
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let mut core = Core::new("t".into());
+        core.wildcard = Wildcard::Off;
+        core.pids = vec![0, 2];
+        core.mark_changed([&a, &b], |name, pid| &**name == "a" && pid == 2);
+        assert!(core.dirty.contains(&a));
+        assert!(!core.dirty.contains(&b), "not subscribed");
+        core.wildcard = Wildcard::Explicit(1);
+        core.mark_changed([&b], |_, _| false);
+        assert!(core.dirty.contains(&b), "the wildcard watches every name");
+    }
+
+    #[test]
+    fn a_name_sent_again_owes_each_of_its_keys_and_the_wildcard_s() {
+        let name: Arc<str> = "a".into();
+        let mut core = Core::new("t".into());
+        core.wildcard = Wildcard::Legacy(1);
+        core.pids = vec![0, 2, 3];
+        core.resend(&name, |_, pid| pid != 3);
+        let mut forced: Vec<Pid> = core.forced.iter().map(|(_, p)| *p).collect();
+        forced.sort_unstable();
+        assert_eq!(forced, [0, 1, 2]);
+        let mut core = Core::new("t".into());
+        core.wildcard = Wildcard::Off;
+        core.pids = vec![0];
+        core.resend(&name, |_, _| false);
+        assert!(core.forced.is_empty(), "not subscribed");
     }
 
     #[test]

@@ -497,7 +497,7 @@ fn more_changes_than_a_quarter_of_the_keys_are_found_by_looking_at_every_key() {
             "{subscribed} keys, {} names",
             offered.len()
         );
-        assert!(h.sub.dirty.is_empty(), "no name recorded one by one");
+        assert!(h.sub.core.dirty.is_empty(), "no name recorded one by one");
         assert_eq!(h.expect().0, ["n003", "n005"]);
         // Recorded as sent: nothing more, and one change goes out alone.
         h.notify(&["n003"]);
@@ -567,7 +567,7 @@ fn a_batch_of_changes_past_a_quarter_of_the_keys_is_not_looked_at_name_by_name()
     h.set("n010", "2");
     h.set("n020", "2");
     assert!(h.sub.skips_changes(26));
-    assert!(h.sub.all_dirty && h.sub.dirty.is_empty());
+    assert!(h.sub.all_dirty && h.sub.core.dirty.is_empty());
     assert_eq!(h.expect().0, ["n010", "n020"]);
     assert!(!h.sub.skips_changes(1), "counted afresh after the response");
 }
