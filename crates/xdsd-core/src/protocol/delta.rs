@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::sotw::{reset, WILDCARD};
+use super::subscription::{reset, Core, OlderNonce, Wildcard, WILDCARD};
 use super::{
     intern_key, part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind,
     Subscribe, SubscriptionChange, Views, PART_OVERHEAD,
@@ -247,19 +247,11 @@ impl Holdings {
 /// One type's subscription on an incremental stream.
 #[derive(Debug)]
 pub struct DeltaSubscription {
-    type_url: Arc<str>,
-    /// Resources named by `resource_name`, removals by `removed_resource_names` (TP2 clients);
-    /// with their TTLs (clients that take them).
-    encoding: Encoding,
-    wildcard: Option<Pid>,
-    /// Set once a request subscribed to any name (`*` included): the legacy wildcard is gone.
-    explicit: bool,
-    requested: bool,
+    /// The type, the wildcard, the parameter sets of `names`, the latest response (see
+    /// [`Core`]). Its encoding names resources by `resource_name` and removals by
+    /// `removed_resource_names` for TP2 clients.
+    core: Core,
     names: SubscribedKeys,
-    /// Whether `names` is most of the type, watched as a whole (see [`super::dense`]).
-    dense: bool,
-    /// The distinct parameter sets `names` use (nearly always one).
-    pids: Vec<Pid>,
     /// What the client has, as far as the server knows. Filled from
     /// `initial_resource_versions` on reconnect, then by every response.
     has: Holdings,
@@ -268,30 +260,23 @@ pub struct DeltaSubscription {
     /// names of a view, sent in its order), until every part went out or the rest is computed
     /// again.
     pending_base: Option<PendingBase>,
-    last_nonce: Option<Nonce>,
-    last_version: Option<Arc<str>>,
     /// Owed: compare every resource of the type with what the client has (first request, wildcard
     /// turned on); an answer even if empty (first request).
     check_all: bool,
     answer: bool,
-    /// Newly (re)subscribed keys: sent even if the client has them, or reported removed.
-    forced: HashSet<Key>,
-    /// Every key of `names` is owed as if in `forced` (a first subscription: 10,000 names would
+    /// Every key of `names` is owed as if in the core's `forced` (sent even if the client has
+    /// it, or reported removed) (a first subscription: 10,000 names would
     /// otherwise be put in a second set, hashed and dropped again for one response).
     forced_all: bool,
     /// Keys owed their resource if still subscribed, else a removal: keys unsubscribed while
     /// the wildcard is on (the client cannot tell whether the wildcard still covers them), and
     /// removals of a split response computed again.
     recheck: HashSet<Key>,
-    dirty: HashSet<Arc<str>>,
     /// Keys owed a heartbeat (their TTL renewed without a body).
     heartbeat: HashSet<Key>,
-    /// Responses are split to stay under this size.
-    max_response_bytes: usize,
-    /// The rest of a response that went out in parts, in order.
+    /// The rest of a response that went out in parts (to stay under the core's size limit),
+    /// in order.
     rest: VecDeque<Owed>,
-    /// Whether a response was reported over the size limit (once per stream and type).
-    warned: bool,
 }
 
 /// A response being sent that records what it sends as [`Holdings::base`].
@@ -373,63 +358,145 @@ enum Owed {
     Unresolved(Key),
 }
 
+/// What a response owes, as [`DeltaSubscription::collect`] gathers it. Keys are what the client
+/// subscribed by (a name or an alias, and a parameter set); the response holds each variant
+/// once, whatever the number of keys that lead to it.
+#[derive(Debug, Default)]
+struct Gathered {
+    /// Only [`Owed::Send`]s, (resource, keys) pairs put in (name, version) order: the rest of
+    /// what is owed is added to them at the end, so that the response is put together in one
+    /// vector (10,000 resources were copied through three).
+    sends: Vec<Owed>,
+    removed: BTreeSet<Key>,
+    /// VHDS aliases that name no virtual host.
+    unresolved: BTreeSet<Key>,
+    beats: BTreeMap<VariantId, Arc<Resource>>,
+}
+
+impl Gathered {
+    /// Owes `r` to `keys`. Takes the keys: the loops over a view make one each, moved here
+    /// rather than cloned (every clone of a name is an atomic count shared with every other
+    /// stream).
+    fn send(&mut self, keys: Keys, r: &Arc<Resource>) {
+        self.sends.push(Owed::Send(r.clone(), keys));
+    }
+
+    /// Puts the resources in (name, version) order, each variant once for every key that
+    /// leads to it, unless they were all read in a view's order (`only_dense`: then each comes
+    /// once, sorted); drops the heartbeats of the variants sent.
+    fn put_in_order(&mut self, only_dense: bool) {
+        let by_variant = |a: &Owed, b: &Owed| owed_variant(a).cmp(&owed_variant(b));
+        let sends = &mut self.sends;
+        if !only_dense && !sends.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
+            // Stable: of two variants with one name and version, the first found is sent.
+            sends.sort_by(by_variant);
+        }
+        if !only_dense {
+            sends.dedup_by(|later, kept| match (later, kept) {
+                (Owed::Send(r, keys), Owed::Send(first, held))
+                    if first.name() == r.name() && first.version() == r.version() =>
+                {
+                    let keys = std::mem::replace(keys, Keys::Many(Vec::new()));
+                    held.append(r, keys);
+                    true
+                }
+                _ => false,
+            });
+        }
+        self.beats.retain(|(name, version), _| {
+            sends
+                .binary_search_by(|o| match o {
+                    Owed::Send(r, _) => (r.name(), r.version()).cmp(&(name, version)),
+                    _ => std::cmp::Ordering::Less,
+                })
+                .is_err()
+        });
+    }
+
+    /// Everything owed, in the order it goes out: resources by name, removals, heartbeats,
+    /// unresolved aliases.
+    fn into_owed(self) -> Vec<Owed> {
+        let mut owed = self.sends;
+        owed.reserve(self.removed.len() + self.beats.len() + self.unresolved.len());
+        owed.extend(self.removed.into_iter().map(Owed::Remove));
+        owed.extend(self.beats.into_values().map(Owed::Beat));
+        owed.extend(self.unresolved.into_iter().map(Owed::Unresolved));
+        owed
+    }
+}
+
+/// One response as [`DeltaSubscription::emit`] puts it together.
+#[derive(Debug, Default)]
+struct Part {
+    resources: Vec<Arc<Resource>>,
+    /// Keys removed (by name, or by the variant they held).
+    removed: BTreeSet<Key>,
+    heartbeats: Vec<Arc<Resource>>,
+    unresolved: Vec<Arc<str>>,
+    /// Variants re-sent keys held before, which the client may stop holding.
+    moved: Vec<RemovedVariant>,
+    /// Where in `resources` the last resource that extends the base is (see `extends_base`).
+    base_last: Option<usize>,
+    /// How many resources were sent as the view's own.
+    of_base: usize,
+}
+
+/// How [`DeltaSubscription::in_view_order`] read the forced keys of one view in its order.
+#[derive(Debug, Default)]
+struct ViewOrder {
+    /// The parameter set of that view (`None`: not read in a view's order).
+    pid: Option<Pid>,
+    /// How many resources it owes.
+    covered: usize,
+    /// The view recorded as [`Holdings::base`], if the response sends nothing else.
+    base: Option<PendingBase>,
+}
+
 impl DeltaSubscription {
     /// A subscription to `type_url` with nothing subscribed yet.
     pub fn new(type_url: Arc<str>) -> DeltaSubscription {
         DeltaSubscription {
-            type_url,
-            encoding: Encoding::default(),
-            wildcard: None,
-            explicit: false,
-            requested: false,
+            core: Core::new(type_url),
             names: SubscribedKeys::default(),
-            dense: false,
-            pids: Vec::new(),
             has: Holdings::default(),
             pending_base: None,
-            last_nonce: None,
-            last_version: None,
             check_all: false,
             answer: false,
-            forced: HashSet::default(),
             forced_all: false,
             recheck: HashSet::default(),
-            dirty: HashSet::default(),
             heartbeat: HashSet::default(),
-            max_response_bytes: usize::MAX,
             rest: VecDeque::new(),
-            warned: false,
         }
     }
 
     /// Responses larger than this are split into parts (see `part_len`).
     pub fn set_max_response_bytes(&mut self, bytes: usize) {
-        self.max_response_bytes = bytes;
+        self.core.max_response_bytes = bytes;
     }
 
     /// Resources and removals name variants by `resource_name` from now on (a TP2 client).
     pub fn set_named(&mut self, named: bool) {
-        self.encoding.named = named;
+        self.core.encoding.named = named;
     }
 
     /// Resources go out with their TTLs (a client that takes them).
     pub fn set_ttl(&mut self, ttl: bool) {
-        self.encoding.ttl = ttl;
+        self.core.encoding.ttl = ttl;
     }
 
     /// Whether responses carry TTLs (`set_ttl`).
     pub fn ttl(&self) -> bool {
-        self.encoding.ttl
+        self.core.encoding.ttl
     }
 
     /// Its type URL.
     pub fn type_url(&self) -> &Arc<str> {
-        &self.type_url
+        &self.core.type_url
     }
 
     /// Whether the client is subscribed to every resource of the type.
     pub fn is_wildcard(&self) -> bool {
-        self.wildcard.is_some()
+        self.core.wildcard.pid().is_some()
     }
 
     /// How many keys (name and parameter set) are subscribed.
@@ -452,18 +519,19 @@ impl DeltaSubscription {
     }
 
     fn subscribed(&self, key: &Key) -> bool {
-        self.wildcard == Some(key.1) || self.names.contains(key)
+        self.core.wildcard.pid() == Some(key.1) || self.names.contains(key)
     }
 
     /// The keys of a name: one per parameter set it is subscribed with, and the wildcard's.
     fn keys_of(&self, name: &Arc<str>) -> Vec<Key> {
         let mut keys: Vec<Key> = self
+            .core
             .pids
             .iter()
             .map(|pid| (name.clone(), *pid))
             .filter(|key| self.names.contains(key))
             .collect();
-        if let Some(w) = self.wildcard {
+        if let Some(w) = self.core.wildcard.pid() {
             if !keys.iter().any(|(_, p)| *p == w) {
                 keys.push((name.clone(), w));
             }
@@ -492,87 +560,75 @@ impl DeltaSubscription {
         unsubscribe_locators: &[(String, Pid)],
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
-        let nonce = request.response_nonce.as_str();
-        let kind = if !self.requested {
-            RequestKind::Initial
-        } else if nonce.is_empty() {
-            RequestKind::Update
-        } else {
-            match &request.error_detail {
-                Some(status) => RequestKind::Nack {
-                    nonce: nonce.into(),
-                    rejected_version: (self.last_nonce.is_some_and(|n| n == nonce))
-                        .then(|| self.last_version.clone())
-                        .flatten(),
-                    message: status.message.clone(),
-                },
-                None => RequestKind::Ack {
-                    nonce: nonce.into(),
-                },
-            }
-        };
-        let mut change = SubscriptionChange::default();
-        let mut wildcard_before = self.wildcard.is_some();
-        let initial = !self.requested;
+        let error = request.error_detail.as_ref().map(|s| s.message.as_str());
+        let kind = self
+            .core
+            .classify(&request.response_nonce, error, OlderNonce::Answers);
+        let initial = kind == RequestKind::Initial;
         if initial {
-            self.requested = true;
             self.answer = true;
         }
-        // Not collected: a first request names 10,000.
-        let subscribe_keys = request_keys(
-            &request.resource_names_subscribe,
-            subscribe.default,
-            subscribe.locators,
-        );
-        let subscribe_len = request.resource_names_subscribe.len() + subscribe.locators.len();
+        let wildcard_before = self.core.wildcard.is_on();
         let unsubscribe_keys: Vec<(Cow<'_, str>, Pid)> = request_keys(
             &request.resource_names_unsubscribe,
             subscribe.default,
             unsubscribe_locators,
         )
         .collect();
-        let names_something = subscribe_len > 0 || !unsubscribe_keys.is_empty();
+        let names_something = request.resource_names_subscribe.len() + subscribe.locators.len() > 0
+            || !unsubscribe_keys.is_empty();
         // The names subscribed before, to tell what to (un)watch: only for a request that names
         // something. Most requests are ACKs, and a stream may hold 100,000 names.
         // While the subscription is most of the type (watched as a whole), no names are needed.
-        let names_before: Option<HashSet<Arc<str>>> = (names_something && !self.dense)
+        let names_before: Option<HashSet<Arc<str>>> = (names_something && !self.core.dense)
             .then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
-        if !self.explicit && self.wildcard.is_none() && !names_something {
-            // Legacy wildcard: no name ever subscribed means `*`.
-            self.set_wildcard(Some(subscribe.default));
-        } else if !self.explicit && self.wildcard.is_some() && !names_something {
-            // The legacy wildcard follows the default parameter set (node parameters may
-            // change mid-stream).
-            if self.wildcard != Some(subscribe.default) {
-                self.set_wildcard(Some(subscribe.default));
-                wildcard_before = true;
-            }
-        }
         // Any name in either list ends the legacy rule: after an unsubscription from `*`, the
-        // empty requests that follow (ACKs) must not bring the wildcard back.
-        self.explicit |= names_something;
-        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
-        let mut interner = Interner::new(current.map(|t| &**t));
+        // empty requests that follow (ACKs) must not bring the wildcard back. The legacy
+        // wildcard follows the default parameter set (node parameters may change mid-stream).
+        let wildcard = self
+            .core
+            .wildcard
+            .legacy_rule(names_something, subscribe.default);
+        self.set_wildcard(wildcard);
+        // A reconnecting client tells what it already has: only differences are sent.
+        let reconnecting = initial && !request.initial_resource_versions.is_empty();
+        let pids_added = self.subscribe(request, subscribe, reconnecting, current);
+        if initial {
+            self.claim_wildcard_keys(request, current);
+        }
+        let unsubscribed = self.unsubscribe(unsubscribe_keys);
+        self.update_pids(pids_added, unsubscribed);
+        let change = self.change(names_something, wildcard_before, names_before, current);
+        (kind, change)
+    }
+
+    /// Takes in the keys a request subscribes to (`*` turns the wildcard on): owed their
+    /// resource even if the client seems to have it, unless a reconnecting client says which
+    /// version it has. The parameter sets of the keys added.
+    fn subscribe(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        reconnecting: bool,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> Vec<Pid> {
+        let subscribe_len = request.resource_names_subscribe.len() + subscribe.locators.len();
+        if subscribe_len == 0 {
+            // (A request that subscribes to nothing, an ACK: shared keys stay shared.)
+            return Vec::new();
+        }
         // No key subscribed yet, and none the client says it holds: every key subscribed is new,
         // owed through `forced_all` rather than one by one.
-        let reconnecting = initial && !request.initial_resource_versions.is_empty();
-        if self.names.is_empty() && !reconnecting && subscribe_len > 0 {
+        if self.names.is_empty() && !reconnecting {
             self.forced_all = true;
         }
         if !self.forced_all {
-            self.forced.reserve(subscribe_len);
+            self.core.forced.reserve(subscribe_len);
         }
-        // The parameter sets of the keys subscribed (nearly always one), and whether any key
-        // was unsubscribed: the distinct sets of `names` are then counted again.
-        let mut pids_added: Vec<Pid> = Vec::new();
-        let mut unsubscribed = false;
         // A subscription of plain names only, to keys made by such subscriptions alone: the
         // keys it makes are those of any other stream that subscribed with the same requests
         // (`SubscribedKeys`).
-        let plain = subscribe_len > 0
-            && !reconnecting
-            && self.recheck.is_empty()
-            && subscribe.locators.is_empty();
+        let plain = !reconnecting && self.recheck.is_empty() && subscribe.locators.is_empty();
         let parent = plain.then(|| self.names.digest()).flatten();
         let shared = parent.and_then(|_| {
             self.names
@@ -581,94 +637,136 @@ impl DeltaSubscription {
         // Either keys another stream made of the same requests, which hold every key subscribed,
         // or every key subscribed already held (a client asking again for what it may have
         // forgotten): the keys are taken as they are (still shared, if they are).
-        let keys_held = match shared {
-            Some(keys) => {
-                self.names = keys;
-                pids_added.push(subscribe.default);
-                true
+        let mut pids_added = Vec::new();
+        if let Some(keys) = shared {
+            self.names = keys;
+            pids_added.push(subscribe.default);
+        } else if reconnecting || self.adds_keys(&request.resource_names_subscribe, subscribe) {
+            return self.add_keys(request, subscribe, reconnecting, parent, current);
+        }
+        self.force_held_keys(request, subscribe, current);
+        pids_added
+    }
+
+    /// Owes the keys a request subscribes to again, which are all held: even those the client
+    /// seems to have; with `forced_all` every key is owed anyway, and none is looked up unless
+    /// one waits for a recheck.
+    fn force_held_keys(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) {
+        if self.forced_all && self.recheck.is_empty() {
+            return;
+        }
+        let mut interner = Interner::new(current.map(|t| &**t));
+        let keys = request_keys(
+            &request.resource_names_subscribe,
+            subscribe.default,
+            subscribe.locators,
+        );
+        for (name, pid) in keys {
+            let key: Key = (intern_key(&mut interner, &*self.names, &name, pid), pid);
+            if !self.recheck.is_empty() {
+                self.recheck.remove(&key);
             }
-            None => {
-                subscribe_len > 0
-                    && !reconnecting
-                    && !self.adds_keys(&request.resource_names_subscribe, subscribe)
+            if !self.forced_all {
+                self.core.forced.insert(key);
             }
-        };
-        if keys_held {
-            // The keys subscribed are owed, even those the client seems to have, as below; with
-            // `forced_all` every key is owed anyway, and none is looked up unless one waits for
-            // a recheck.
-            if !self.forced_all || !self.recheck.is_empty() {
-                for (name, pid) in subscribe_keys {
-                    let key: Key = (intern_key(&mut interner, &*self.names, &name, pid), pid);
-                    if !self.recheck.is_empty() {
-                        self.recheck.remove(&key);
-                    }
-                    if !self.forced_all {
-                        self.forced.insert(key);
-                    }
-                }
+        }
+    }
+
+    /// Adds the keys a request subscribes to (some are new, or the client is reconnecting),
+    /// and shares them with the streams that subscribed with the same requests (`parent`: the
+    /// digest of the keys before, when they were made by plain requests alone). The parameter
+    /// sets of the keys added.
+    fn add_keys(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        reconnecting: bool,
+        parent: Option<u64>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> Vec<Pid> {
+        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
+        let mut interner = Interner::new(current.map(|t| &**t));
+        // Not collected: a first request names 10,000.
+        let keys = request_keys(
+            &request.resource_names_subscribe,
+            subscribe.default,
+            subscribe.locators,
+        );
+        let mut pids_added: Vec<Pid> = Vec::new();
+        let names = self.names.keys_mut();
+        names.reserve(request.resource_names_subscribe.len() + subscribe.locators.len());
+        let mut wildcard = None;
+        for (name, pid) in keys {
+            if name == WILDCARD {
+                wildcard = Some(pid);
+                continue;
             }
-        } else if subscribe_len > 0 {
-            // (Not for a request that subscribes to nothing, an ACK: shared keys stay shared.)
-            let names = self.names.keys_mut();
-            names.reserve(subscribe_len);
-            let mut wildcard = None;
-            for (name, pid) in subscribe_keys {
-                if name == WILDCARD {
-                    wildcard = Some(pid);
+            if !pids_added.contains(&pid) {
+                pids_added.push(pid);
+            }
+            let key: Key = (intern_key(&mut interner, &*names, &name, pid), pid);
+            if !self.recheck.is_empty() {
+                self.recheck.remove(&key);
+            }
+            if reconnecting {
+                if let Some(version) = request.initial_resource_versions.get(&*name) {
+                    names.insert(key.clone());
+                    self.has
+                        .insert(key.clone(), held(&key.0, lookup(&name), version));
+                    // Compared with the store at the next response, like a change.
+                    self.core.dirty.insert(key.0);
                     continue;
                 }
-                if !pids_added.contains(&pid) {
-                    pids_added.push(pid);
-                }
-                let key: Key = (intern_key(&mut interner, &*names, &name, pid), pid);
-                if !self.recheck.is_empty() {
-                    self.recheck.remove(&key);
-                }
-                if reconnecting {
-                    // A reconnecting client tells what it already has: only differences are sent.
-                    if let Some(version) = request.initial_resource_versions.get(&*name) {
-                        names.insert(key.clone());
-                        self.has
-                            .insert(key.clone(), held(&key.0, lookup(&name), version));
-                        // Compared with the store at the next response, like a change.
-                        self.dirty.insert(key.0);
-                        continue;
-                    }
-                }
-                // Sent even if the client seems to have it: it may have forgotten it. Moved, not
-                // cloned, when every key is owed anyway (a count shared with every stream).
-                if self.forced_all {
-                    names.insert(key);
-                } else {
-                    names.insert(key.clone());
-                    self.forced.insert(key);
-                }
             }
-            if let Some(pid) = wildcard {
-                self.set_wildcard(Some(pid));
-            }
-            if let (Some(parent), None) = (parent, wildcard) {
-                if pids_added == [subscribe.default] {
-                    self.names
-                        .share(parent, &request.resource_names_subscribe, subscribe.default);
-                }
+            // Sent even if the client seems to have it: it may have forgotten it. Moved, not
+            // cloned, when every key is owed anyway (a count shared with every stream).
+            if self.forced_all {
+                names.insert(key);
+            } else {
+                names.insert(key.clone());
+                self.core.forced.insert(key);
             }
         }
-        if initial && self.wildcard.is_some() {
-            if let Some(w) = self.wildcard {
-                for (name, version) in &request.initial_resource_versions {
-                    let key = (intern(current.map(|t| &**t), name), w);
-                    let name_of = key.0.clone();
-                    if !self.has.contains_key(&key) {
-                        self.has.insert(key, held(&name_of, lookup(name), version));
-                    }
-                }
+        if let Some(pid) = wildcard {
+            self.set_wildcard(Wildcard::Explicit(pid));
+        }
+        if let (Some(parent), None) = (parent, wildcard) {
+            if pids_added == [subscribe.default] {
+                self.names
+                    .share(parent, &request.resource_names_subscribe, subscribe.default);
             }
         }
-        for (name, pid) in unsubscribe_keys {
+        pids_added
+    }
+
+    /// What a reconnecting wildcard client says it holds (`initial_resource_versions`) of the
+    /// names it did not subscribe to by name: held as the wildcard's keys.
+    fn claim_wildcard_keys(&mut self, request: &DeltaRequest, current: Option<&Arc<TypeSnapshot>>) {
+        let Some(w) = self.core.wildcard.pid() else {
+            return;
+        };
+        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
+        for (name, version) in &request.initial_resource_versions {
+            let key = (intern(current.map(|t| &**t), name), w);
+            let name_of = key.0.clone();
+            if !self.has.contains_key(&key) {
+                self.has.insert(key, held(&name_of, lookup(name), version));
+            }
+        }
+    }
+
+    /// Takes in the keys a request unsubscribes from (`*` turns the wildcard off): whether any
+    /// was subscribed.
+    fn unsubscribe(&mut self, keys: Vec<(Cow<'_, str>, Pid)>) -> bool {
+        let mut unsubscribed = false;
+        for (name, pid) in keys {
             if name == WILDCARD {
-                self.set_wildcard(None);
+                self.set_wildcard(Wildcard::Off);
                 continue;
             }
             // Phantom unsubscriptions (names not subscribed) are ignored (and leave shared keys
@@ -681,13 +779,19 @@ impl DeltaSubscription {
                 continue;
             };
             unsubscribed = true;
-            self.forced.remove(&key);
-            if self.wildcard.is_some() {
+            self.core.forced.remove(&key);
+            if self.core.wildcard.is_on() {
                 self.recheck.insert(key);
             } else {
                 self.has.remove(&key);
             }
         }
+        unsubscribed
+    }
+
+    /// The distinct parameter sets of the keys, after `added` were added, or counted again when
+    /// some key was `unsubscribed`.
+    fn update_pids(&mut self, added: Vec<Pid>, unsubscribed: bool) {
         if unsubscribed {
             let mut pids: Vec<Pid> = Vec::new();
             for (_, p) in self.names.iter() {
@@ -696,24 +800,37 @@ impl DeltaSubscription {
                 }
             }
             pids.sort_unstable();
-            self.pids = pids;
-        } else if !pids_added.is_empty() {
-            for p in pids_added {
-                if !self.pids.contains(&p) {
-                    self.pids.push(p);
+            self.core.pids = pids;
+        } else if !added.is_empty() {
+            for p in added {
+                if !self.core.pids.contains(&p) {
+                    self.core.pids.push(p);
                 }
             }
-            self.pids.sort_unstable();
+            self.core.pids.sort_unstable();
         }
-        if self.wildcard.is_some() != wildcard_before {
-            change.wildcard = Some(self.wildcard.is_some());
+    }
+
+    /// What a request changed of what the stream watches (`names_before`: the names subscribed
+    /// before it, when it named something and the keys were not dense); what is left of a
+    /// split response is computed again with the change.
+    fn change(
+        &mut self,
+        names_something: bool,
+        wildcard_before: bool,
+        names_before: Option<HashSet<Arc<str>>>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> SubscriptionChange {
+        let mut change = SubscriptionChange::default();
+        if self.core.wildcard.is_on() != wildcard_before {
+            change.wildcard = Some(self.core.wildcard.is_on());
         }
         if names_something || change.wildcard.is_some() {
             self.fold_rest();
         }
         if names_something {
             let total = current.map_or(0, |t| t.len());
-            let dense = super::dense(self.dense, self.names.len(), total);
+            let dense = super::dense(self.core.dense, self.names.len(), total);
             if let (Some(names_before), false) = (names_before, dense) {
                 let names_after: HashSet<Arc<str>> =
                     self.names.iter().map(|(n, _)| n.clone()).collect();
@@ -722,9 +839,13 @@ impl DeltaSubscription {
                 change.added.sort();
                 change.removed.sort();
             }
-            change.set_dense(&mut self.dense, dense, self.names.iter().map(|(n, _)| n));
+            change.set_dense(
+                &mut self.core.dense,
+                dense,
+                self.names.iter().map(|(n, _)| n),
+            );
         }
-        (kind, change)
+        change
     }
 
     /// Whether subscribing to `names` (and `subscribe.locators`) adds a key or the wildcard.
@@ -734,12 +855,15 @@ impl DeltaSubscription {
         })
     }
 
-    fn set_wildcard(&mut self, on: Option<Pid>) {
-        if self.wildcard == on {
+    /// Takes the wildcard state `to`: a wildcard turned on (or onto another parameter set) is
+    /// owed every resource the client does not hold; one turned off drops what only it gave.
+    fn set_wildcard(&mut self, to: Wildcard) {
+        let before = self.core.wildcard.pid();
+        self.core.wildcard = to;
+        if to.pid() == before {
             return;
         }
-        self.wildcard = on;
-        if on.is_some() {
+        if to.is_on() {
             self.check_all = true;
         } else {
             // The client drops what only the wildcard gave it.
@@ -751,17 +875,10 @@ impl DeltaSubscription {
 
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     pub fn resend(&mut self, name: &Arc<str>) {
-        // Called for every dependent of every resource a response sends (10,000 endpoints after
-        // 10,000 clusters): no list of keys is made.
-        for pid in &self.pids {
-            let key = (name.clone(), *pid);
-            if self.names.contains(&key) {
-                self.forced.insert(key);
-            }
-        }
-        if let Some(w) = self.wildcard {
-            self.forced.insert((name.clone(), w));
-        }
+        let names = &self.names;
+        self.core.resend(name, |name, pid| {
+            names.contains(&(&**name, pid) as &dyn KeyLookup)
+        });
     }
 
     /// Renews the TTL of `name` with the next response, if the client holds it: a heartbeat when
@@ -773,8 +890,8 @@ impl DeltaSubscription {
             .keys_of(name)
             .into_iter()
             .filter(|k| self.has.contains_key(k));
-        if *self.type_url == *crate::types::VIRTUAL_HOST {
-            self.forced.extend(keys);
+        if *self.core.type_url == *crate::types::VIRTUAL_HOST {
+            self.core.forced.extend(keys);
         } else {
             self.heartbeat.extend(keys);
         }
@@ -782,18 +899,9 @@ impl DeltaSubscription {
 
     /// Records names the store changed (added, modified or removed).
     pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
-        let Self {
-            dirty,
-            wildcard,
-            names: subscribed,
-            pids,
-            ..
-        } = self;
-        super::mark_dirty(dirty, names, |name| {
-            wildcard.is_some()
-                || pids
-                    .iter()
-                    .any(|p| subscribed.contains(&(name.clone(), *p)))
+        let subscribed = &self.names;
+        self.core.mark_changed(names, |name, pid| {
+            subscribed.contains(&(&**name, pid) as &dyn KeyLookup)
         });
     }
 
@@ -806,10 +914,10 @@ impl DeltaSubscription {
     pub fn has_pending(&self) -> bool {
         self.answer
             || self.check_all
-            || !self.forced.is_empty()
+            || !self.core.forced.is_empty()
             || (self.forced_all && !self.names.is_empty())
             || !self.recheck.is_empty()
-            || !self.dirty.is_empty()
+            || !self.core.dirty.is_empty()
             || !self.heartbeat.is_empty()
             || !self.rest.is_empty()
     }
@@ -838,14 +946,14 @@ impl DeltaSubscription {
             std::mem::take(&mut self.rest)
         };
         let answer = std::mem::take(&mut self.answer);
-        let overhead = self.type_url.len() + self.version(views).len() + PART_OVERHEAD;
+        let overhead = self.core.type_url.len() + self.version(views).len() + PART_OVERHEAD;
         let (count, oversized) = part_len(
             owed.iter().map(|o| self.owed_len(o)),
-            self.max_response_bytes.saturating_sub(overhead),
+            self.core.max_response_bytes.saturating_sub(overhead),
         );
         let part: Vec<Owed> = owed.drain(..count).collect();
         self.rest = owed;
-        let oversized = oversized.filter(|_| !std::mem::replace(&mut self.warned, true));
+        let oversized = self.core.warn_once(oversized);
         self.emit(part, views, nonces, answer, oversized)
     }
 
@@ -854,10 +962,10 @@ impl DeltaSubscription {
     fn has_news(&self) -> bool {
         self.answer
             || self.check_all
-            || !self.forced.is_empty()
+            || !self.core.forced.is_empty()
             || (self.forced_all && !self.names.is_empty())
             || !self.recheck.is_empty()
-            || !self.dirty.is_empty()
+            || !self.core.dirty.is_empty()
             || !self.heartbeat.is_empty()
     }
 
@@ -874,9 +982,9 @@ impl DeltaSubscription {
                 Owed::Send(r, keys) => {
                     for key in keys.into_keys(&r) {
                         if self.names.contains(&key) {
-                            self.forced.insert(key);
-                        } else if self.wildcard == Some(key.1) {
-                            self.dirty.insert(key.0);
+                            self.core.forced.insert(key);
+                        } else if self.core.wildcard.pid() == Some(key.1) {
+                            self.core.dirty.insert(key.0);
                         }
                     }
                 }
@@ -888,7 +996,7 @@ impl DeltaSubscription {
                 Owed::Beat(r) => self.heartbeat(r.name()),
                 Owed::Unresolved(key) => {
                     if self.names.contains(&key) {
-                        self.forced.insert(key);
+                        self.core.forced.insert(key);
                     }
                 }
             }
@@ -916,231 +1024,248 @@ impl DeltaSubscription {
 
     /// Everything owed, in the order it goes out: resources by name, removals, heartbeats.
     fn collect(&mut self, views: &Views) -> Vec<Owed> {
-        // A wildcard client that holds nothing is sent the whole view, in its order: recorded as
-        // the view (see [`Holdings`]). Not for clients that hold variants by `resource_name`
-        // (they are few), nor for a view with aliases (a key may be an alias).
-        self.pending_base = None;
-        if let (true, Some(w)) = (self.check_all, self.wildcard) {
-            let view = views.view(w);
-            if self.has.is_empty() && !self.encoding.named && !view.has_aliases() {
-                self.pending_base = Some(PendingBase {
-                    pid: w,
-                    view: view.clone(),
-                    gaps: VecDeque::new(),
-                    run: Some(0),
-                });
-            }
+        self.pending_base = self.wildcard_base(views);
+        let (gathered, named_base) = self.gather(views);
+        if named_base.is_some() {
+            self.pending_base = named_base;
         }
-        // Keys are what the client subscribed by (a name or an alias, and a parameter set); the
-        // response holds each variant once, whatever the number of keys that lead to it.
-        let get = |key: &Key| views.get(&key.0, key.1);
-        // (resource, key) pairs, put in (name, version) order below: each variant once.
-        // The keys owed their resource whatever the client holds: `forced`, or with
-        // `forced_all` every subscribed key and those of `forced` that are not (wildcard keys).
-        let (main, extra): (&HashSet<Key>, Vec<&Key>) = if self.forced_all {
-            let extra = self.forced.iter().filter(|k| !self.names.contains(*k));
+        reset(&mut self.heartbeat);
+        self.check_all = false;
+        reset(&mut self.core.forced);
+        self.forced_all = false;
+        reset(&mut self.recheck);
+        reset(&mut self.core.dirty);
+        gathered.into_owed()
+    }
+
+    /// A wildcard client that holds nothing is sent the whole view, in its order: recorded as
+    /// the view (see [`Holdings`]). Not for clients that hold variants by `resource_name` (they
+    /// are few), nor for a view with aliases (a key may be an alias).
+    fn wildcard_base(&self, views: &Views) -> Option<PendingBase> {
+        let w = self.core.wildcard.pid().filter(|_| self.check_all)?;
+        let view = views.view(w);
+        (self.has.is_empty() && !self.core.encoding.named && !view.has_aliases()).then(|| {
+            PendingBase {
+                pid: w,
+                view: view.clone(),
+                gaps: VecDeque::new(),
+                run: Some(0),
+            }
+        })
+    }
+
+    /// The keys owed their resource whatever the client holds: `forced`, or with `forced_all`
+    /// every subscribed key and those of `forced` that are not (wildcard keys).
+    fn forced_keys(&self) -> (&HashSet<Key>, Vec<&Key>) {
+        if self.forced_all {
+            let extra = self.core.forced.iter().filter(|k| !self.names.contains(*k));
             (&self.names, extra.collect())
         } else {
-            (&self.forced, Vec::new())
-        };
-        let forced_len = main.len() + extra.len();
-        // Only `Owed::Send`s, then the rest of what is owed is added: the response is put
-        // together in one vector (10,000 resources were copied through three).
-        let mut resources: Vec<Owed> = Vec::with_capacity(forced_len);
-        let mut removed: BTreeSet<Key> = BTreeSet::new();
-        // Takes the key: the loops over a view make one each, moved here rather than cloned
-        // (every clone of a name is an atomic count shared with every other stream).
-        let mut send = |keys: Keys, r: &Arc<Resource>| resources.push(Owed::Send(r.clone(), keys));
-        let differs = |key: &Key, r: &Resource| !self.holds(key, r);
+            (&self.core.forced, Vec::new())
+        }
+    }
 
+    /// What is owed, gathered in the order it is found, then put in order; and the view a first
+    /// response to most names of a view records (see [`Self::in_view_order`]).
+    fn gather(&self, views: &Views) -> (Gathered, Option<PendingBase>) {
+        let (main, extra) = self.forced_keys();
+        let forced_len = main.len() + extra.len();
+        let mut g = Gathered {
+            sends: Vec::with_capacity(forced_len),
+            ..Gathered::default()
+        };
         if self.check_all {
-            if let Some(w) = self.wildcard {
-                // Recorded as the view, the client holds nothing: every resource is sent.
-                let whole = self.pending_base.is_some();
-                for r in views.view(w).iter() {
-                    if whole {
-                        send(Keys::Own(w), r);
-                        continue;
-                    }
-                    let key = (r.name().clone(), w);
-                    if differs(&key, r) {
-                        send(Keys::One(key), r);
-                    }
-                }
-            }
-            for (key, _) in self.has.iter() {
-                if self.subscribed(&key) && get(&key).is_none() {
-                    removed.insert(key);
-                }
-            }
+            self.gather_check_all(views, &mut g);
         }
-        // VHDS: Envoy asks for the virtual host of a domain by alias, and waits for a resource
-        // with that alias (and no body) when there is none; a removal would leave the request
-        // hanging until its stream times out.
-        let on_demand = *self.type_url == *crate::types::VIRTUAL_HOST;
-        let mut unresolved: BTreeSet<Key> = BTreeSet::new();
-        // A client that subscribes to most of a view with one parameter set (every cluster's
-        // endpoints): read in the view's order, the pairs come sorted.
-        let mut dense = None;
-        let mut covered = 0;
-        // A first response to most names of a view, to a client that holds nothing, sent in
-        // the view's order: recorded as the view, with the names it skips (see [`PendingBase`]),
-        // if it sends nothing else (no key out of the view's order). Not for clients that hold
-        // variants by `resource_name`, nor with the wildcard on (that one is recorded above).
-        let mut named_base: Option<PendingBase> = None;
-        if let [pid] = self.pids[..] {
-            let view = views.view(pid);
-            if super::in_view_order(view, forced_len) {
-                dense = Some(pid);
-                if self.forced_all
-                    && self.wildcard.is_none()
-                    && extra.is_empty()
-                    && self.has.is_empty()
-                    && !self.encoding.named
-                {
-                    named_base = Some(PendingBase {
-                        pid,
-                        view: view.clone(),
-                        gaps: VecDeque::new(),
-                        run: Some(0),
-                    });
-                }
-                let extra: HashSet<&Key> = extra.iter().copied().collect();
-                // Which names of the view are subscribed, when every key is owed: found once
-                // for the streams that share the subscription, no name looked up per stream.
-                let in_view = self.forced_all.then(|| self.names.in_view(view, pid));
-                for (i, r) in view.iter().enumerate() {
-                    let subscribed = match &in_view {
-                        Some(in_view) => in_view.has(i),
-                        None => main.contains(&(&**r.name(), pid) as &dyn KeyLookup),
-                    };
-                    if subscribed {
-                        send(Keys::Own(pid), r);
-                        covered += 1;
-                        if let Some(base) = named_base.as_mut().filter(|b| !b.gaps.is_empty()) {
-                            // Sent past a name it skips: the parts are not runs of the view.
-                            base.run = None;
-                        }
-                        continue;
-                    }
-                    if !extra.is_empty() {
-                        let key = (r.name().clone(), pid);
-                        if extra.contains(&key) {
-                            send(Keys::One(key), r);
-                            covered += 1;
-                            continue;
-                        }
-                    }
-                    if let Some(base) = &mut named_base {
-                        base.gaps.push_back(r.name().clone());
-                    }
-                }
-            }
-        }
+        let order = self.in_view_order(views, main, &extra, &mut g);
         // The keys the view's order did not cover: those of other parameter sets, and names
         // the view does not have.
-        let forced_rest = main
-            .iter()
-            .chain(extra)
-            .filter(|key| covered < forced_len && (dense != Some(key.1) || get(key).is_none()));
-        for key in forced_rest {
-            match get(key) {
-                Some(r) => send(Keys::One(key.clone()), r),
-                None if on_demand && !self.has.contains_key(key) => {
-                    unresolved.insert(key.clone());
+        let rest = main.iter().chain(extra).filter(|key| {
+            order.covered < forced_len
+                && (order.pid != Some(key.1) || views.get(&key.0, key.1).is_none())
+        });
+        self.gather_forced(views, rest, &mut g);
+        self.gather_dirty(views, &mut g);
+        self.gather_recheck(views, &mut g);
+        self.gather_heartbeats(views, &mut g);
+        let only_dense = order.pid.is_some() && g.sends.len() == order.covered;
+        g.put_in_order(only_dense);
+        (g, order.base.filter(|_| only_dense))
+    }
+
+    /// Owed with the wildcard turned on (or a first request): every resource of its view the
+    /// client does not hold (all of them when recorded as the view, as it holds nothing), and
+    /// the removal of every subscribed key it holds that the store does not have.
+    fn gather_check_all(&self, views: &Views, g: &mut Gathered) {
+        if let Some(w) = self.core.wildcard.pid() {
+            let whole = self.pending_base.is_some();
+            for r in views.view(w).iter() {
+                if whole {
+                    g.send(Keys::Own(w), r);
+                    continue;
                 }
-                // A subscribed name that does not exist is reported at once.
-                None => {
-                    removed.insert(key.clone());
+                let key = (r.name().clone(), w);
+                if !self.holds(&key, r) {
+                    g.send(Keys::One(key), r);
                 }
             }
         }
-        for name in &self.dirty {
+        for (key, _) in self.has.iter() {
+            if self.subscribed(&key) && views.get(&key.0, key.1).is_none() {
+                g.removed.insert(key);
+            }
+        }
+    }
+
+    /// A client that subscribes to most of a view with one parameter set (every cluster's
+    /// endpoints): the forced keys of that view read in its order, so that they come sorted.
+    /// A first response to most names of a view, to a client that holds nothing, sent in the
+    /// view's order, is recorded as the view, with the names it skips (see [`PendingBase`]), if
+    /// it sends nothing else (no key out of the view's order). Not for clients that hold
+    /// variants by `resource_name`, nor with the wildcard on (that one is recorded as the
+    /// wildcard's view).
+    fn in_view_order(
+        &self,
+        views: &Views,
+        main: &HashSet<Key>,
+        extra: &[&Key],
+        g: &mut Gathered,
+    ) -> ViewOrder {
+        let mut order = ViewOrder::default();
+        let [pid] = self.core.pids[..] else {
+            return order;
+        };
+        let view = views.view(pid);
+        if !super::in_view_order(view, main.len() + extra.len()) {
+            return order;
+        }
+        order.pid = Some(pid);
+        order.base = self.named_base(view, pid, extra);
+        let extra: HashSet<&Key> = extra.iter().copied().collect();
+        // Which names of the view are subscribed, when every key is owed: found once for the
+        // streams that share the subscription, no name looked up per stream.
+        let in_view = self.forced_all.then(|| self.names.in_view(view, pid));
+        for (i, r) in view.iter().enumerate() {
+            let subscribed = match &in_view {
+                Some(in_view) => in_view.has(i),
+                None => main.contains(&(&**r.name(), pid) as &dyn KeyLookup),
+            };
+            if subscribed {
+                g.send(Keys::Own(pid), r);
+                order.covered += 1;
+                if let Some(base) = order.base.as_mut().filter(|b| !b.gaps.is_empty()) {
+                    // Sent past a name it skips: the parts are not runs of the view.
+                    base.run = None;
+                }
+                continue;
+            }
+            if !extra.is_empty() {
+                let key = (r.name().clone(), pid);
+                if extra.contains(&key) {
+                    g.send(Keys::One(key), r);
+                    order.covered += 1;
+                    continue;
+                }
+            }
+            if let Some(base) = &mut order.base {
+                base.gaps.push_back(r.name().clone());
+            }
+        }
+        order
+    }
+
+    /// The view a first response to most names of `view` records, when every key is owed, none
+    /// out of the view (`extra`), to a client that holds nothing by name (see
+    /// [`Self::in_view_order`]).
+    fn named_base(&self, view: &Arc<View>, pid: Pid, extra: &[&Key]) -> Option<PendingBase> {
+        let first = self.forced_all && extra.is_empty() && self.has.is_empty();
+        (first && self.core.wildcard.pid().is_none() && !self.core.encoding.named).then(|| {
+            PendingBase {
+                pid,
+                view: view.clone(),
+                gaps: VecDeque::new(),
+                run: Some(0),
+            }
+        })
+    }
+
+    /// The forced `keys`: each owed its resource, or, when the store has none, a removal (a
+    /// subscribed name that does not exist is reported at once). VHDS: Envoy asks for the
+    /// virtual host of a domain by alias, and waits for a resource with that alias (and no
+    /// body) when there is none; a removal would leave the request hanging until its stream
+    /// times out.
+    fn gather_forced<'k>(
+        &self,
+        views: &Views,
+        keys: impl Iterator<Item = &'k Key>,
+        g: &mut Gathered,
+    ) {
+        let on_demand = *self.core.type_url == *crate::types::VIRTUAL_HOST;
+        for key in keys {
+            match views.get(&key.0, key.1) {
+                Some(r) => g.send(Keys::One(key.clone()), r),
+                None if on_demand && !self.has.contains_key(key) => {
+                    g.unresolved.insert(key.clone());
+                }
+                None => {
+                    g.removed.insert(key.clone());
+                }
+            }
+        }
+    }
+
+    /// The keys of the names the store changed: their resource if the client does not hold it,
+    /// a removal if the store no longer has what it holds.
+    fn gather_dirty(&self, views: &Views, g: &mut Gathered) {
+        for name in &self.core.dirty {
             for key in self.keys_of(name) {
-                match get(&key) {
-                    Some(r) if differs(&key, r) => send(Keys::One(key), r),
+                match views.get(&key.0, key.1) {
+                    Some(r) if !self.holds(&key, r) => g.send(Keys::One(key), r),
                     Some(_) => {}
                     None if self.has.contains_key(&key) => {
-                        removed.insert(key);
+                        g.removed.insert(key);
                     }
                     None => {}
                 }
             }
         }
+    }
+
+    /// The keys to recheck: their resource if still subscribed, else a removal.
+    fn gather_recheck(&self, views: &Views, g: &mut Gathered) {
         for key in &self.recheck {
-            match get(key) {
-                Some(r) if self.subscribed(key) => send(Keys::One(key.clone()), r),
+            match views.get(&key.0, key.1) {
+                Some(r) if self.subscribed(key) => g.send(Keys::One(key.clone()), r),
                 _ => {
-                    removed.insert(key.clone());
+                    g.removed.insert(key.clone());
                 }
             }
         }
-        // Heartbeats: the keys whose variant the client holds at its current version and that this
-        // response does not send anyway; a key the client holds at another version gets its
-        // resource (what it holds is stale), a key now gone is removed as any.
-        let mut beats: BTreeMap<VariantId, Arc<Resource>> = BTreeMap::new();
+    }
+
+    /// Heartbeats: the keys whose variant the client holds at its current version (those the
+    /// response sends anyway are dropped later, see [`Gathered::put_in_order`]); a key the
+    /// client holds at another version gets its resource (what it holds is stale), a key now
+    /// gone is removed as any.
+    fn gather_heartbeats(&self, views: &Views, g: &mut Gathered) {
         for key in &self.heartbeat {
-            match get(key) {
-                Some(r) if !differs(key, r) => {
-                    beats.insert((r.name().clone(), r.version().clone()), r.clone());
+            match views.get(&key.0, key.1) {
+                Some(r) if self.holds(key, r) => {
+                    g.beats
+                        .insert((r.name().clone(), r.version().clone()), r.clone());
                 }
-                Some(r) => send(Keys::One(key.clone()), r),
+                Some(r) => g.send(Keys::One(key.clone()), r),
                 None => {
-                    removed.insert(key.clone());
+                    g.removed.insert(key.clone());
                 }
             }
         }
-        let by_variant = |a: &Owed, b: &Owed| owed_variant(a).cmp(&owed_variant(b));
-        let only_dense = dense.is_some() && resources.len() == covered;
-        let named_base = named_base.filter(|_| only_dense);
-        if !only_dense && !resources.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
-            // Stable: of two variants with one name and version, the first found is sent.
-            resources.sort_by(by_variant);
-        }
-        // Read in a view's order, each resource comes once; else each variant is sent once, for
-        // every key that leads to it.
-        if !only_dense {
-            resources.dedup_by(|later, kept| match (later, kept) {
-                (Owed::Send(r, keys), Owed::Send(first, held))
-                    if first.name() == r.name() && first.version() == r.version() =>
-                {
-                    let keys = std::mem::replace(keys, Keys::Many(Vec::new()));
-                    held.append(r, keys);
-                    true
-                }
-                _ => false,
-            });
-        }
-        let sends = resources;
-        beats.retain(|(name, version), _| {
-            sends
-                .binary_search_by(|o| match o {
-                    Owed::Send(r, _) => (r.name(), r.version()).cmp(&(name, version)),
-                    _ => std::cmp::Ordering::Less,
-                })
-                .is_err()
-        });
-        reset(&mut self.heartbeat);
-        if named_base.is_some() {
-            self.pending_base = named_base;
-        }
-        self.check_all = false;
-        reset(&mut self.forced);
-        self.forced_all = false;
-        reset(&mut self.recheck);
-        reset(&mut self.dirty);
-        let mut owed = sends;
-        owed.reserve(removed.len() + beats.len() + unresolved.len());
-        owed.extend(removed.into_iter().map(Owed::Remove));
-        owed.extend(beats.into_values().map(Owed::Beat));
-        owed.extend(unresolved.into_iter().map(Owed::Unresolved));
-        owed
     }
 
     /// The bytes `owed` takes in a response, about (a removal's exact size is known only once
     /// the part is put together).
     fn owed_len(&self, owed: &Owed) -> usize {
-        let encoding = self.encoding;
+        let encoding = self.core.encoding;
         let removal = |key: &Key| match (encoding.named, self.has.get(key)) {
             (true, Some(held)) => {
                 field_len(resource_name(&key.0, held.constraints().map(|c| &**c)).encoded_len())
@@ -1182,148 +1307,19 @@ impl DeltaSubscription {
         answer: bool,
         oversized: Option<usize>,
     ) -> Option<DeltaResponse> {
-        let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
-        let mut resources: Vec<Arc<Resource>> = Vec::with_capacity(sends);
-        let mut removed: BTreeSet<Key> = BTreeSet::new();
-        let mut heartbeats: Vec<Arc<Resource>> = Vec::new();
-        let mut unresolved: Vec<Arc<str>> = Vec::new();
-        // Variants the client stops holding, by the name it holds them under: what a re-sent
-        // key held before (TP2 clients hold variants apart), what a removed key held, unless
-        // another key still holds it afterwards. Removed keys the client was never sent are
-        // removed by their own name: it may hold them from an earlier stream.
-        let mut moved: Vec<RemovedVariant> = Vec::new();
-        if self.pending_base.is_none() {
-            self.has.reserve(sends);
-        }
-        // Where in `resources` the last resource of this part that extends the base is (see
-        // `extends_base`).
-        let mut base_last: Option<usize> = None;
-        // How many resources were sent as the view's own (see `whole` below).
-        let mut of_base = 0;
-        for item in owed {
-            match item {
-                Owed::Send(r, keys) => {
-                    if let Keys::Own(pid) = keys {
-                        if self.extends_base(pid, &r) {
-                            base_last = Some(resources.len());
-                            resources.push(r);
-                            of_base += 1;
-                            continue;
-                        }
-                    }
-                    for key in keys.into_keys(&r) {
-                        if self.extends_base(key.1, &r) {
-                            debug_assert!(key.0 == *r.name());
-                            base_last = Some(resources.len());
-                            continue;
-                        }
-                        if let Some(before) = self.has.insert(key, Held::of(&r)) {
-                            if before.constraints() != r.constraints() {
-                                moved.push((before.name().clone(), before.constraints().cloned()));
-                            }
-                        }
-                    }
-                    resources.push(r);
-                }
-                Owed::Remove(key) => {
-                    removed.insert(key);
-                }
-                Owed::Beat(r) => heartbeats.push(r),
-                Owed::Unresolved(key) => unresolved.push(key.0),
-            }
-        }
-        // Resources that are all the view's own, in its order (`extends_base`), right after
-        // what the parts before sent, which were the view from its first name: the next run of
-        // the view, whose entries are encoded once for every stream that sends them.
-        let mut whole = None;
-        if let Some(pending) = &mut self.pending_base {
-            pending.run = match pending.run {
-                Some(start) if of_base > 0 && of_base == resources.len() => {
-                    whole = pending
-                        .view
-                        .delta_run(self.encoding, start, start + of_base);
-                    whole.as_ref().map(|_| start + of_base)
-                }
-                _ => None,
-            };
-        }
-        let base_last = base_last
-            .and_then(|i| resources.get(i))
+        let part = self.record_sends(owed);
+        let whole = self.next_run(part.of_base, part.resources.len());
+        let base_last = part
+            .base_last
+            .and_then(|i| part.resources.get(i))
             .map(|r| r.name().clone());
-        if let (Some(last), Some(pending)) = (base_last, &mut self.pending_base) {
-            // The names the base now reaches past and that were not sent: not held.
-            while pending.gaps.front().is_some_and(|gap| **gap < *last) {
-                if let Some(gap) = pending.gaps.pop_front() {
-                    self.has.over.insert((gap, pending.pid), None);
-                }
-            }
-            match &mut self.has.base {
-                Some(base) => base.last = last,
-                None => {
-                    self.has.base = Some(Base {
-                        pid: pending.pid,
-                        view: pending.view.clone(),
-                        last,
-                    })
-                }
-            }
+        if let Some(last) = base_last {
+            self.extend_base(last);
         }
-        let mut dropped: Vec<RemovedVariant> = Vec::new();
-        let mut unknown: Vec<Arc<str>> = Vec::new();
-        for key in &removed {
-            match self.has.remove(key) {
-                Some(before) => {
-                    dropped.push((before.name().clone(), before.constraints().cloned()))
-                }
-                None => unknown.push(key.0.clone()),
-            }
-        }
-        let (removed, removed_variants) = if self.encoding.named {
-            let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
-                .has
-                .iter()
-                .map(|(_, h)| (h.name(), h.constraints()))
-                .collect();
-            let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
-            let mut variants: Vec<RemovedVariant> = moved
-                .into_iter()
-                .chain(dropped)
-                .filter(|(n, c)| !held.contains(&(n, c.as_ref())))
-                .collect();
-            for name in unknown {
-                if !variants.iter().any(|(n, _)| *n == name) && !held_name(&name) {
-                    variants.push((name, None));
-                }
-            }
-            variants.sort_by(|a, b| a.0.cmp(&b.0));
-            variants.dedup();
-            (Vec::new(), variants)
-        } else {
-            // Whether another key still holds a name: one subscribed by that name, or (VHDS
-            // only: other types have no aliases) by an alias of it.
-            let aliased: Option<HashSet<&Arc<str>>> = (*self.type_url
-                == *crate::types::VIRTUAL_HOST)
-                .then(|| self.has.iter().map(|(_, h)| h.name()).collect());
-            let held_name = |n: &Arc<str>| match &aliased {
-                Some(names) => names.contains(n),
-                None => self
-                    .keys_of(n)
-                    .iter()
-                    .any(|k| self.has.get(k).is_some_and(|h| h.name() == n)),
-            };
-            let mut names: Vec<Arc<str>> = dropped
-                .into_iter()
-                .map(|(n, _)| n)
-                .chain(unknown)
-                .filter(|n| !held_name(n))
-                .collect();
-            names.sort();
-            names.dedup();
-            (names, Vec::new())
-        };
-        if resources.is_empty()
-            && unresolved.is_empty()
-            && heartbeats.is_empty()
+        let (removed, removed_variants) = self.removals(&part.removed, part.moved);
+        if part.resources.is_empty()
+            && part.unresolved.is_empty()
+            && part.heartbeats.is_empty()
             && removed.is_empty()
             && removed_variants.is_empty()
             && !answer
@@ -1332,27 +1328,202 @@ impl DeltaSubscription {
         }
         let system_version_info = self.version(views);
         let nonce = nonces.next_nonce();
-        let control_plane = self.last_nonce.replace(nonce).is_none();
-        self.last_version = Some(system_version_info.clone());
+        let control_plane = self.core.sent(nonce, &system_version_info);
         Some(DeltaResponse {
-            type_url: self.type_url.clone(),
+            type_url: self.core.type_url.clone(),
             system_version_info,
             nonce,
-            resources,
+            resources: part.resources,
             whole,
             removed,
             removed_variants,
-            heartbeats,
-            unresolved,
-            encoding: self.encoding,
+            heartbeats: part.heartbeats,
+            unresolved: part.unresolved,
+            encoding: self.core.encoding,
             oversized,
             control_plane,
         })
     }
 
+    /// Sorts out what one response owes, and records the resources it sends as held: as the
+    /// end of the base when they extend it (see `extends_base`), else key by key, noting the
+    /// variants a re-sent key held before (TP2 clients hold variants apart).
+    fn record_sends(&mut self, owed: Vec<Owed>) -> Part {
+        let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
+        let mut part = Part {
+            resources: Vec::with_capacity(sends),
+            ..Part::default()
+        };
+        if self.pending_base.is_none() {
+            self.has.reserve(sends);
+        }
+        for item in owed {
+            match item {
+                Owed::Send(r, keys) => {
+                    if let Keys::Own(pid) = keys {
+                        if self.extends_base(pid, &r) {
+                            part.base_last = Some(part.resources.len());
+                            part.resources.push(r);
+                            part.of_base += 1;
+                            continue;
+                        }
+                    }
+                    for key in keys.into_keys(&r) {
+                        if self.extends_base(key.1, &r) {
+                            debug_assert!(key.0 == *r.name());
+                            part.base_last = Some(part.resources.len());
+                            continue;
+                        }
+                        if let Some(before) = self.has.insert(key, Held::of(&r)) {
+                            if before.constraints() != r.constraints() {
+                                part.moved
+                                    .push((before.name().clone(), before.constraints().cloned()));
+                            }
+                        }
+                    }
+                    part.resources.push(r);
+                }
+                Owed::Remove(key) => {
+                    part.removed.insert(key);
+                }
+                Owed::Beat(r) => part.heartbeats.push(r),
+                Owed::Unresolved(key) => part.unresolved.push(key.0),
+            }
+        }
+        part
+    }
+
+    /// The encoded run of the view a part sends, when its `sent` resources are all the view's
+    /// own, in its order (`of_base` of them, see `extends_base`), right after what the parts
+    /// before sent, which were the view from its first name: the next run of the view, whose
+    /// entries are encoded once for every stream that sends them.
+    fn next_run(&mut self, of_base: usize, sent: usize) -> Option<Bytes> {
+        let pending = self.pending_base.as_mut()?;
+        let mut whole = None;
+        pending.run = match pending.run {
+            Some(start) if of_base > 0 && of_base == sent => {
+                whole = pending
+                    .view
+                    .delta_run(self.core.encoding, start, start + of_base);
+                whole.as_ref().map(|_| start + of_base)
+            }
+            _ => None,
+        };
+        whole
+    }
+
+    /// Moves the end of the base the pending response records to `last`, the last name sent of
+    /// it: the names the base now reaches past and that were not sent are not held.
+    fn extend_base(&mut self, last: Arc<str>) {
+        let Some(pending) = &mut self.pending_base else {
+            return;
+        };
+        while pending.gaps.front().is_some_and(|gap| **gap < *last) {
+            if let Some(gap) = pending.gaps.pop_front() {
+                self.has.over.insert((gap, pending.pid), None);
+            }
+        }
+        match &mut self.has.base {
+            Some(base) => base.last = last,
+            None => {
+                self.has.base = Some(Base {
+                    pid: pending.pid,
+                    view: pending.view.clone(),
+                    last,
+                })
+            }
+        }
+    }
+
+    /// The names (or, for clients that hold variants by `resource_name`, the variants) the
+    /// client stops holding: what a re-sent key held before (`moved`), what a `removed` key
+    /// held, unless another key still holds it afterwards. Removed keys the client was never
+    /// sent are removed by their own name: it may hold them from an earlier stream.
+    fn removals(
+        &mut self,
+        removed: &BTreeSet<Key>,
+        moved: Vec<RemovedVariant>,
+    ) -> (Vec<Arc<str>>, Vec<RemovedVariant>) {
+        let mut dropped: Vec<RemovedVariant> = Vec::new();
+        let mut unknown: Vec<Arc<str>> = Vec::new();
+        for key in removed {
+            match self.has.remove(key) {
+                Some(before) => {
+                    dropped.push((before.name().clone(), before.constraints().cloned()))
+                }
+                None => unknown.push(key.0.clone()),
+            }
+        }
+        if self.core.encoding.named {
+            (Vec::new(), self.removed_variants(moved, dropped, unknown))
+        } else {
+            (self.removed_names(dropped, unknown), Vec::new())
+        }
+    }
+
+    /// The variants to drop, of those `moved` and `dropped`, and the `unknown` names, for a
+    /// client that holds variants by `resource_name`: those no key holds any more.
+    fn removed_variants(
+        &self,
+        moved: Vec<RemovedVariant>,
+        dropped: Vec<RemovedVariant>,
+        unknown: Vec<Arc<str>>,
+    ) -> Vec<RemovedVariant> {
+        let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
+            .has
+            .iter()
+            .map(|(_, h)| (h.name(), h.constraints()))
+            .collect();
+        let held_name = |n: &Arc<str>| held.iter().any(|(h, _)| *h == n);
+        let mut variants: Vec<RemovedVariant> = moved
+            .into_iter()
+            .chain(dropped)
+            .filter(|(n, c)| !held.contains(&(n, c.as_ref())))
+            .collect();
+        for name in unknown {
+            if !variants.iter().any(|(n, _)| *n == name) && !held_name(&name) {
+                variants.push((name, None));
+            }
+        }
+        variants.sort_by(|a, b| a.0.cmp(&b.0));
+        variants.dedup();
+        variants
+    }
+
+    /// The names to drop, of those `dropped` and `unknown`, for a client that holds one
+    /// variant per name: those no key holds any more.
+    fn removed_names(&self, dropped: Vec<RemovedVariant>, unknown: Vec<Arc<str>>) -> Vec<Arc<str>> {
+        // Whether another key still holds a name: one subscribed by that name, or (VHDS only:
+        // other types have no aliases) by an alias of it.
+        let aliased: Option<HashSet<&Arc<str>>> = (*self.core.type_url
+            == *crate::types::VIRTUAL_HOST)
+            .then(|| self.has.iter().map(|(_, h)| h.name()).collect());
+        let held_name = |n: &Arc<str>| match &aliased {
+            Some(names) => names.contains(n),
+            None => self
+                .keys_of(n)
+                .iter()
+                .any(|k| self.has.get(k).is_some_and(|h| h.name() == n)),
+        };
+        let mut names: Vec<Arc<str>> = dropped
+            .into_iter()
+            .map(|(n, _)| n)
+            .chain(unknown)
+            .filter(|n| !held_name(n))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// The version of the view this client reads (for debugging only, in delta).
     fn version(&self, views: &Views) -> Arc<str> {
-        let pid = self.wildcard.or(self.pids.first().copied()).unwrap_or(0);
+        let pid = self
+            .core
+            .wildcard
+            .pid()
+            .or(self.core.pids.first().copied())
+            .unwrap_or(0);
         views.view(pid).version().clone()
     }
 }
@@ -1416,7 +1587,7 @@ impl DeltaSubscription {
                 (!self.holds(key, r)).then(|| r.clone())
             })
             .collect();
-        if let Some(w) = self.wildcard {
+        if let Some(w) = self.core.wildcard.pid() {
             out.extend(
                 views
                     .view(w)

@@ -76,6 +76,7 @@ pub mod session;
 mod shared;
 #[doc(hidden)]
 pub mod sotw;
+mod subscription;
 #[cfg(test)]
 mod test_support;
 mod text;

@@ -7,14 +7,14 @@ use crate::hash::HashSet;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::subscription::{reset, Core, OlderNonce, Wildcard};
 use super::{
     intern_key, part_len, request_keys, Key, Nonce, NonceGen, Pid, RequestKind, Subscribe,
     SubscriptionChange, Views, PART_OVERHEAD,
 };
 use crate::store::{field_len, Encoding, Interner, Resource, TypeSnapshot, View};
 
-/// The special resource name that subscribes to every resource of a type.
-pub const WILDCARD: &str = "*";
+pub use super::subscription::WILDCARD;
 
 /// One response to send.
 #[derive(Debug, Clone)]
@@ -101,36 +101,20 @@ const SCAN_MIN_KEYS: usize = 32;
 /// set its variant is chosen by (see [`Views`]).
 #[derive(Debug)]
 pub struct SotwSubscription {
-    type_url: Arc<str>,
+    /// The type, the wildcard, the parameter sets of `names`, the latest response (see
+    /// [`Core`]).
+    core: Core,
     /// LDS/CDS semantics: every response carries all subscribed resources.
     full_state: bool,
-    /// Responses name each resource by `resource_name` (TP2 clients).
-    encoding: Encoding,
-    /// The wildcard subscription and the parameter set it resolves names with.
-    wildcard: Option<Pid>,
     /// Explicitly subscribed keys (without `*`), each with what the client was last sent of it.
     names: Subscribed,
-    /// Whether `names` is most of the type, watched as a whole (see [`super::dense`]).
-    dense: bool,
-    /// The distinct parameter sets `names` use (nearly always one).
-    pids: Vec<Pid>,
-    /// Set once a request named any resource: from then on an empty list means "nothing", not
-    /// the legacy wildcard.
-    explicit: bool,
-    /// Set by the first request for this type.
-    requested: bool,
     /// Digest of the last request's subscription, in order: an ACK repeats the list it
     /// subscribed with, and recognising it spares rebuilding the subscription (the most frequent
     /// request by far).
     last_names: Option<(usize, u64)>,
-    /// Nonce and version of the latest response sent.
-    last_nonce: Option<Nonce>,
-    last_version: Option<Arc<str>>,
-    /// What is owed: a response even if nothing changed (first request, wildcard turned on), the
-    /// newly subscribed keys (sent even if sent before), names the store changed.
+    /// What is owed besides the core's forced keys and dirty names: a response even if nothing
+    /// changed (first request, wildcard turned on).
     respond: bool,
-    forced: HashSet<Key>,
-    dirty: HashSet<Arc<str>>,
     /// Changed names offered since the last response, repeats included (see `mark_changed`).
     offered: usize,
     /// Every subscribed key may have changed: more names changed than are worth recording one
@@ -141,13 +125,10 @@ pub struct SotwSubscription {
     sent_view_version: Option<Arc<str>>,
     /// The version a reconnecting client said it has, until the first response is decided.
     client_version: Option<Box<str>>,
-    /// Responses of types but the full-state ones are split to stay under this size.
-    max_response_bytes: usize,
     /// The rest of a response that goes out in parts (boxed: rare, and every stream has a
-    /// machine per type).
+    /// machine per type). Responses of types but the full-state ones are split to stay under
+    /// the core's size limit.
     split: Option<Box<Split>>,
-    /// Whether a response was reported over the size limit (once per stream and type).
-    warned: bool,
 }
 
 impl SotwSubscription {
@@ -155,60 +136,48 @@ impl SotwSubscription {
     pub fn new(type_url: Arc<str>) -> SotwSubscription {
         let full_state = crate::types::is_full_state(&type_url);
         SotwSubscription {
-            type_url,
+            core: Core::new(type_url),
             full_state,
-            encoding: Encoding::default(),
-            wildcard: None,
             names: Subscribed::default(),
-            dense: false,
-            pids: Vec::new(),
-            explicit: false,
-            requested: false,
             last_names: None,
-            last_nonce: None,
-            last_version: None,
             respond: false,
-            forced: HashSet::default(),
-            dirty: HashSet::default(),
             offered: 0,
             all_dirty: false,
             sent_view_version: None,
             client_version: None,
-            max_response_bytes: usize::MAX,
             split: None,
-            warned: false,
         }
     }
 
     /// Responses larger than this are split into parts, except for full-state types (listeners,
     /// clusters, scoped routes), whose every response must hold every resource.
     pub fn set_max_response_bytes(&mut self, bytes: usize) {
-        self.max_response_bytes = bytes;
+        self.core.max_response_bytes = bytes;
     }
 
     /// Responses name resources by `resource_name` from now on (a TP2 client).
     pub fn set_named(&mut self, named: bool) {
-        self.encoding.named = named;
+        self.core.encoding.named = named;
     }
 
     /// Resources with a TTL go out wrapped in `Resource` with it (clients that take TTLs in SotW).
     pub fn set_ttl(&mut self, ttl: bool) {
-        self.encoding.ttl = ttl;
+        self.core.encoding.ttl = ttl;
     }
 
     /// Whether responses carry TTLs (`set_ttl`).
     pub fn ttl(&self) -> bool {
-        self.encoding.ttl
+        self.core.encoding.ttl
     }
 
     /// Its type URL.
     pub fn type_url(&self) -> &Arc<str> {
-        &self.type_url
+        &self.core.type_url
     }
 
     /// Whether the client is subscribed to every resource of the type.
     pub fn is_wildcard(&self) -> bool {
-        self.wildcard.is_some()
+        self.core.wildcard.pid().is_some()
     }
 
     /// How many keys (name and parameter set) are subscribed.
@@ -227,7 +196,7 @@ impl SotwSubscription {
 
     /// The version of the latest response sent, if any.
     pub fn last_version(&self) -> Option<&Arc<str>> {
-        self.last_version.as_ref()
+        self.core.last_version.as_ref()
     }
 
     /// Takes in a request for this type, subscribed by plain names only, with parameter set 0.
@@ -248,45 +217,30 @@ impl SotwSubscription {
         subscribe: &Subscribe<'_>,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
-        let nonce = &request.response_nonce;
-        let kind = match &self.last_nonce {
-            // Before any response there is no newer nonce, so nothing is stale yet.
-            None if !self.requested => RequestKind::Initial,
-            None => RequestKind::Update,
-            Some(_) if nonce.is_empty() => RequestKind::Update,
-            Some(last) if *last != *nonce => {
-                // Superseded by a response the client has not seen yet: the client will answer
-                // that one with its full, current list of names, so this one is dropped whole.
-                return (
-                    RequestKind::Stale {
-                        nonce: nonce.clone(),
-                    },
-                    SubscriptionChange::default(),
-                );
+        let error = request.error_detail.as_ref().map(|s| s.message.as_str());
+        let kind = self
+            .core
+            .classify(&request.response_nonce, error, OlderNonce::Stale);
+        match kind {
+            // Superseded by a response the client has not seen yet: the client will answer
+            // that one with its full, current list of names, so this one is dropped whole.
+            RequestKind::Stale { .. } => return (kind, SubscriptionChange::default()),
+            RequestKind::Initial => {
+                self.respond = true;
+                // A client reconnecting says which version it has (perhaps from another
+                // replica: versions are content hashes, the same on every xdsd serving the same
+                // resources).
+                let version = request.version_info.as_str();
+                self.client_version = (!version.is_empty()).then(|| version.into());
             }
-            Some(_) => match &request.error_detail {
-                Some(status) => RequestKind::Nack {
-                    nonce: nonce.clone(),
-                    rejected_version: self.last_version.clone(),
-                    message: status.message.clone(),
-                },
-                None => RequestKind::Ack {
-                    nonce: nonce.clone(),
-                },
-            },
-        };
-        if kind == RequestKind::Initial {
-            self.requested = true;
-            self.respond = true;
-            // A client reconnecting says which version it has (perhaps from another replica:
-            // versions are content hashes, the same on every xdsd serving the same resources).
-            let version = request.version_info.as_str();
-            self.client_version = (!version.is_empty()).then(|| version.into());
+            _ => {}
         }
         let change = self.subscribe(&request.resource_names, subscribe, current);
         (kind, change)
     }
 
+    /// Takes in a request's list of names (and locators): the wildcard and the keys it
+    /// subscribes to from now on. A list the last request repeated changes nothing.
     fn subscribe(
         &mut self,
         requested: &Names,
@@ -298,56 +252,88 @@ impl SotwSubscription {
             return SubscriptionChange::default();
         }
         self.last_names = Some(digest);
-        let (wildcard, names): (Option<Pid>, Subscribed) =
-            if requested.is_empty() && subscribe.locators.is_empty() && !self.explicit {
-                // Legacy wildcard: no name ever sent means `*`.
-                (Some(subscribe.default), Subscribed::default())
-            } else if let Some(names) = (subscribe.locators.is_empty() && !requested.is_empty())
-                .then(|| Subscribed::of_request(requested, subscribe.default, &self.names))
-                .flatten()
-            {
-                // Names another stream subscribed to with the same list: no name looked up.
-                self.explicit = true;
-                (None, names)
-            } else {
-                self.explicit = true;
-                let mut wildcard = None;
-                let mut names = Subscribed::builder(subscribe.default, requested.len());
-                let mut interner = Interner::new(current.map(|t| &**t));
-                for (name, pid) in request_keys(requested, subscribe.default, subscribe.locators) {
-                    if name == WILDCARD {
-                        wildcard = Some(pid);
-                        continue;
-                    }
-                    let key = (intern_key(&mut interner, &self.names, &name, pid), pid);
-                    // What was sent of a key still subscribed is kept.
-                    let sent = self.names.get(&key.0, pid).copied().flatten();
-                    names.insert(key, sent);
-                }
-                let from = subscribe.locators.is_empty().then_some(requested);
-                (wildcard, names.finish(from))
-            };
+        let (wildcard, names) = self.listed(requested, subscribe, current);
         let mut change = SubscriptionChange::default();
-        if wildcard != self.wildcard {
-            if wildcard.is_some() != self.wildcard.is_some() {
-                change.wildcard = Some(wildcard.is_some());
-            }
-            self.wildcard = wildcard;
-            if wildcard.is_some() {
-                self.respond = true;
-                self.sent_view_version = None;
+        self.set_wildcard(wildcard, &mut change);
+        self.set_keys(names, current, &mut change);
+        change
+    }
+
+    /// The wildcard and the keys a request's list says (`*` is the wildcard, never a key).
+    fn listed(
+        &self,
+        requested: &Names,
+        subscribe: &Subscribe<'_>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (Wildcard, Subscribed) {
+        let names_something = !requested.is_empty() || !subscribe.locators.is_empty();
+        let rule = self
+            .core
+            .wildcard
+            .legacy_rule(names_something, subscribe.default);
+        if let Wildcard::Legacy(_) = rule {
+            // Legacy wildcard: no name ever sent means `*`.
+            return (rule, Subscribed::default());
+        }
+        if subscribe.locators.is_empty() && !requested.is_empty() {
+            if let Some(names) = Subscribed::of_request(requested, subscribe.default, &self.names) {
+                // Names another stream subscribed to with the same list: no name looked up.
+                return (Wildcard::Off, names);
             }
         }
+        let mut wildcard = None;
+        let mut names = Subscribed::builder(subscribe.default, requested.len());
+        let mut interner = Interner::new(current.map(|t| &**t));
+        for (name, pid) in request_keys(requested, subscribe.default, subscribe.locators) {
+            if name == WILDCARD {
+                wildcard = Some(pid);
+                continue;
+            }
+            let key = (intern_key(&mut interner, &self.names, &name, pid), pid);
+            // What was sent of a key still subscribed is kept.
+            let sent = self.names.get(&key.0, pid).copied().flatten();
+            names.insert(key, sent);
+        }
+        let from = subscribe.locators.is_empty().then_some(requested);
+        (Wildcard::listed(wildcard), names.finish(from))
+    }
+
+    /// Takes the wildcard a request says: a wildcard turned on (or onto another parameter set)
+    /// is owed a response with everything there is.
+    fn set_wildcard(&mut self, wildcard: Wildcard, change: &mut SubscriptionChange) {
+        let (before, now) = (self.core.wildcard.pid(), wildcard.pid());
+        self.core.wildcard = wildcard;
+        if now == before {
+            return;
+        }
+        if now.is_some() != before.is_some() {
+            change.wildcard = Some(now.is_some());
+        }
+        if now.is_some() {
+            self.respond = true;
+            self.sent_view_version = None;
+        }
+    }
+
+    /// Takes the keys a request says: the keys added are owed (unless everything is), the
+    /// names added and removed go to the transport, what is left of a split response is
+    /// computed again.
+    fn set_keys(
+        &mut self,
+        names: Subscribed,
+        current: Option<&Arc<TypeSnapshot>>,
+        change: &mut SubscriptionChange,
+    ) {
         let mut pids: Vec<Pid> = names.keys().map(|(_, p)| p).collect();
         pids.sort_unstable();
         pids.dedup();
         let total = current.map_or(0, |t| t.len());
         // A subscription to most of the type is watched as a whole: the transport needs no
         // names added or removed (a first request of 10,000 names would sort 10,000).
-        let dense = super::dense(self.dense, names.len(), total);
+        let dense = super::dense(self.core.dense, names.len(), total);
         // Before the first response, everything subscribed is owed anyway (and nothing counts
         // as updated).
-        let first_owed = self.respond && self.last_nonce.is_none();
+        let first_owed = self.respond && self.core.last_nonce.is_none();
         let added: Vec<Key> = if first_owed && dense {
             Vec::new()
         } else {
@@ -355,45 +341,60 @@ impl SotwSubscription {
         };
         let removed: Vec<Key> = new_keys(&self.names, &names);
         for key in &removed {
-            self.forced.remove(key);
+            self.core.forced.remove(key);
         }
         if !first_owed {
-            self.forced.extend(added.iter().cloned());
+            self.core.forced.extend(added.iter().cloned());
         }
-        // Names (not keys) added and removed: a name stays watched while any parameter set
-        // still subscribes to it.
-        let has_name = |set: &Subscribed, pids: &[Pid], name: &Arc<str>| {
-            pids.iter().any(|p| set.contains(name, *p))
-        };
         if !dense {
-            change.added = added
-                .iter()
-                .filter(|(n, _)| !has_name(&self.names, &self.pids, n))
-                .map(|(n, _)| n.clone())
-                .collect();
-            change.removed = removed
-                .iter()
-                .filter(|(n, _)| !has_name(&names, &pids, n))
-                .map(|(n, _)| n.clone())
-                .collect();
+            self.names_changed(&added, &removed, (&names, &pids), change);
         }
-        self.pids = pids;
+        self.core.pids = pids;
         self.names = names;
         if !added.is_empty() || !removed.is_empty() || change.wildcard.is_some() {
             // What is left of a split response is owed to the new subscription.
             self.fold_rest();
         }
+        change.set_dense(
+            &mut self.core.dense,
+            dense,
+            self.names.keys().map(|(n, _)| n),
+        );
+    }
+
+    /// The names (not keys) `added` and `removed` when the keys become `after` (with its
+    /// parameter sets), sorted, for the transport to watch by name: a name stays watched while
+    /// any parameter set still subscribes to it.
+    fn names_changed(
+        &self,
+        added: &[Key],
+        removed: &[Key],
+        after: (&Subscribed, &[Pid]),
+        change: &mut SubscriptionChange,
+    ) {
+        let has_name = |set: &Subscribed, pids: &[Pid], name: &Arc<str>| {
+            pids.iter().any(|p| set.contains(name, *p))
+        };
+        change.added = added
+            .iter()
+            .filter(|(n, _)| !has_name(&self.names, &self.core.pids, n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        change.removed = removed
+            .iter()
+            .filter(|(n, _)| !has_name(after.0, after.1, n))
+            .map(|(n, _)| n.clone())
+            .collect();
         change.added.sort_unstable();
         change.added.dedup();
         change.removed.sort_unstable();
         change.removed.dedup();
-        change.set_dense(&mut self.dense, dense, self.names.keys().map(|(n, _)| n));
-        change
     }
 
     /// The keys of a name: one per parameter set it is subscribed with.
     fn keys_of<'a>(&'a self, name: &'a Arc<str>) -> impl Iterator<Item = Key> + 'a {
-        self.pids
+        self.core
+            .pids
             .iter()
             .filter(|pid| self.names.contains(name, **pid))
             .map(move |pid| (name.clone(), *pid))
@@ -420,17 +421,13 @@ impl SotwSubscription {
             return;
         }
         let Self {
-            dirty,
-            wildcard,
+            core,
             names: subscribed,
-            pids,
             offered,
             ..
         } = self;
         let names = names.into_iter().inspect(|_| *offered += 1);
-        super::mark_dirty(dirty, names, |name| {
-            wildcard.is_some() || pids.iter().any(|p| subscribed.contains(name, *p))
-        });
+        core.mark_changed(names, |name, pid| subscribed.contains(name, pid));
     }
 
     /// Told that `count` changed names (repeats included) are coming, before
@@ -444,11 +441,11 @@ impl SotwSubscription {
         if self.all_dirty {
             return true;
         }
-        let scan = self.wildcard.is_none() && !self.full_state;
+        let scan = self.core.wildcard.pid().is_none() && !self.full_state;
         let scan_at = self.names.len().max(SCAN_MIN_KEYS).div_ceil(4);
         if scan && self.offered.saturating_add(count) > scan_at {
             self.all_dirty = true;
-            reset(&mut self.dirty);
+            reset(&mut self.core.dirty);
             return true;
         }
         false
@@ -456,7 +453,7 @@ impl SotwSubscription {
 
     /// Forgets what was owed of the store's changes (after a response).
     fn clear_dirty(&mut self) {
-        reset(&mut self.dirty);
+        reset(&mut self.core.dirty);
         self.offered = 0;
         self.all_dirty = false;
     }
@@ -470,7 +467,7 @@ impl SotwSubscription {
         for (name, pid) in self.names.keys() {
             let now = views.get(name, pid).map(|r| SentMark::of(r));
             if self.names.get(name, pid).copied().flatten() != now {
-                self.dirty.insert(name.clone());
+                self.core.dirty.insert(name.clone());
             }
         }
     }
@@ -487,7 +484,10 @@ impl SotwSubscription {
 
     /// Whether something was owed since the last response, beyond the rest of a split response.
     fn has_news(&self) -> bool {
-        self.respond || !self.forced.is_empty() || !self.dirty.is_empty() || self.all_dirty
+        self.respond
+            || !self.core.forced.is_empty()
+            || !self.core.dirty.is_empty()
+            || self.all_dirty
     }
 
     /// The response owed to the client, if any, given the store as this client sees it.
@@ -508,56 +508,73 @@ impl SotwSubscription {
             self.split = Some(split);
             self.fold_rest();
         }
-        let first = self.last_nonce.is_none();
-        let mut updated: Vec<Arc<Resource>> = Vec::new();
-        if !first && !self.full_state && !self.respond && self.forced.is_empty() {
+        let first = self.core.last_nonce.is_none();
+        if !first && !self.full_state && !self.respond && self.core.forced.is_empty() {
             // Only changes of the store are owed (every push after the first response).
-            let resources = if self.all_dirty {
-                self.scan_owed(views)
-            } else {
-                self.owed_keys(views)
-            };
-            self.respond = false;
-            self.clear_dirty();
-            let resources = shared(resources?);
-            // Each resource is new or changed for the client: `updated` is all of them.
-            let updated = resources.clone();
-            let resources = SotwResources::Some(resources);
-            return self.finish(views, nonces, resources, updated, first);
+            return self.push_changes(views, nonces);
         }
         self.list_dirty(views);
-        if !first {
-            let mut names: Vec<&Arc<str>> = self
-                .dirty
-                .iter()
-                .chain(self.forced.iter().map(|(n, _)| n))
-                .collect();
-            names.sort();
-            names.dedup();
-            for name in names {
-                let keys = self.keys_of(name).collect::<Vec<_>>();
-                let wildcard = self.wildcard.map(|w| (name.clone(), w));
-                for key in keys.iter().chain(wildcard.iter()) {
-                    if let Some(r) = views.get(&key.0, key.1) {
-                        if !self.was_sent(&key.0, key.1, r)
-                            && !updated.iter().any(|u| Arc::ptr_eq(u, r))
-                        {
-                            updated.push(r.clone());
-                        }
-                    }
-                }
-            }
-        }
+        // Before the first response nothing counts as updated.
+        let updated = if first {
+            Vec::new()
+        } else {
+            self.updated(views)
+        };
         let resources = if self.full_state {
             self.full_state_resources(views)
         } else {
             self.changed_resources(views)
         };
         self.respond = false;
-        reset(&mut self.forced);
+        reset(&mut self.core.forced);
         self.clear_dirty();
         let resources = resources?;
         self.finish(views, nonces, resources, shared(updated), first)
+    }
+
+    /// The response of the store's changes alone (nothing else owed, not a full-state type,
+    /// after the first response): the resources the client was not sent as they are now.
+    fn push_changes(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
+        let resources = if self.all_dirty {
+            self.scan_owed(views)
+        } else {
+            self.owed_keys(views)
+        };
+        self.respond = false;
+        self.clear_dirty();
+        let resources = shared(resources?);
+        // Each resource is new or changed for the client: `updated` is all of them.
+        let updated = resources.clone();
+        let resources = SotwResources::Some(resources);
+        self.finish(views, nonces, resources, updated, false)
+    }
+
+    /// The resources of the dirty and forced names the client was not sent as the store holds
+    /// them now (what is new or changed for it), in name order, each once.
+    fn updated(&self, views: &Views) -> Vec<Arc<Resource>> {
+        let mut updated: Vec<Arc<Resource>> = Vec::new();
+        let mut names: Vec<&Arc<str>> = self
+            .core
+            .dirty
+            .iter()
+            .chain(self.core.forced.iter().map(|(n, _)| n))
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let keys = self.keys_of(name).collect::<Vec<_>>();
+            let wildcard = self.core.wildcard.pid().map(|w| (name.clone(), w));
+            for key in keys.iter().chain(wildcard.iter()) {
+                if let Some(r) = views.get(&key.0, key.1) {
+                    if !self.was_sent(&key.0, key.1, r)
+                        && !updated.iter().any(|u| Arc::ptr_eq(u, r))
+                    {
+                        updated.push(r.clone());
+                    }
+                }
+            }
+        }
+        updated
     }
 
     /// The response of `resources`, owed; or its first part, when it is too large.
@@ -596,7 +613,7 @@ impl SotwSubscription {
                 return Some(self.next_part(split, nonces, updated));
             }
             // Full-state types: a response holds them all, whatever its size.
-            oversized = Some(size).filter(|_| !std::mem::replace(&mut self.warned, true));
+            oversized = self.core.warn_once(Some(size));
         }
         Some(self.response(version_info, nonces, resources, updated, oversized))
     }
@@ -610,14 +627,13 @@ impl SotwSubscription {
         oversized: Option<usize>,
     ) -> SotwResponse {
         let nonce = nonces.next_nonce();
-        let control_plane = self.last_nonce.replace(nonce).is_none();
-        self.last_version = Some(version_info.clone());
+        let control_plane = self.core.sent(nonce, &version_info);
         SotwResponse {
-            type_url: self.type_url.clone(),
+            type_url: self.core.type_url.clone(),
             version_info,
             nonce,
             resources,
-            encoding: self.encoding,
+            encoding: self.core.encoding,
             updated,
             oversized,
             control_plane,
@@ -626,16 +642,17 @@ impl SotwSubscription {
 
     /// The bytes a response may give its resources.
     fn budget(&self, version: &str) -> usize {
-        self.max_response_bytes
-            .saturating_sub(self.type_url.len() + version.len() + PART_OVERHEAD)
+        self.core
+            .max_response_bytes
+            .saturating_sub(self.core.type_url.len() + version.len() + PART_OVERHEAD)
     }
 
     fn resources_len(&self, resources: &SotwResources) -> usize {
         match resources {
-            SotwResources::All(view) => view.sotw_body(self.encoding).len(),
+            SotwResources::All(view) => view.sotw_body(self.core.encoding).len(),
             SotwResources::Some(list) => list
                 .iter()
-                .map(|r| field_len(r.sotw_entry(self.encoding).len()))
+                .map(|r| field_len(r.sotw_entry(self.core.encoding).len()))
                 .sum(),
         }
     }
@@ -651,7 +668,7 @@ impl SotwSubscription {
             split
                 .rest
                 .iter()
-                .map(|r| field_len(r.sotw_entry(self.encoding).len())),
+                .map(|r| field_len(r.sotw_entry(self.core.encoding).len())),
             self.budget(&split.version),
         );
         let part: Vec<Arc<Resource>> = split.rest.drain(..count).collect();
@@ -664,7 +681,7 @@ impl SotwSubscription {
             self.split = Some(split);
             version
         };
-        let oversized = oversized.filter(|_| !std::mem::replace(&mut self.warned, true));
+        let oversized = self.core.warn_once(oversized);
         self.response(
             version,
             nonces,
@@ -687,16 +704,23 @@ impl SotwSubscription {
     /// The version of what this client is sent: the version of the view it reads, or of the
     /// whole type when it reads several.
     fn version(&self, views: &Views) -> Arc<str> {
-        let mut pids = self.pids.iter().copied().chain(self.wildcard);
+        let mut pids = self
+            .core
+            .pids
+            .iter()
+            .copied()
+            .chain(self.core.wildcard.pid());
         let first = pids.next().unwrap_or(0);
         if pids.all(|p| views.view(p).version() == views.view(first).version()) {
             views.view(first).version().clone()
         } else {
             let mut all: Vec<&str> = self
+                .core
                 .pids
                 .iter()
-                .chain(self.wildcard.iter())
-                .map(|p| &**views.view(*p).version())
+                .copied()
+                .chain(self.core.wildcard.pid())
+                .map(|p| &**views.view(p).version())
                 .collect();
             all.sort_unstable();
             all.dedup();
@@ -706,38 +730,47 @@ impl SotwSubscription {
 
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     pub fn resend(&mut self, name: &Arc<str>) {
-        let keys: Vec<Key> = self.keys_of(name).collect();
-        self.forced.extend(keys);
-        if let Some(w) = self.wildcard {
-            self.forced.insert((name.clone(), w));
-        }
+        let names = &self.names;
+        self.core
+            .resend(name, |name, pid| names.contains(name, pid));
     }
 
     /// LDS/CDS: all subscribed resources, sent when that set differs from what the client has,
     /// or when owed a response anyway.
     fn full_state_resources(&mut self, views: &Views) -> Option<SotwResources> {
-        let changed = match self.wildcard {
+        let changed = match self.core.wildcard.pid() {
             Some(w) if self.sent_view_version.as_ref() != Some(views.view(w).version()) => true,
-            _ => self.dirty.iter().flat_map(|n| self.keys_of(n)).any(|k| {
-                let now = views.get(&k.0, k.1).map(|r| SentMark::of(r));
-                let sent = self.names.get(&k.0, k.1).copied().flatten();
-                now != sent
-            }),
+            _ => self
+                .core
+                .dirty
+                .iter()
+                .flat_map(|n| self.keys_of(n))
+                .any(|k| {
+                    let now = views.get(&k.0, k.1).map(|r| SentMark::of(r));
+                    let sent = self.names.get(&k.0, k.1).copied().flatten();
+                    now != sent
+                }),
         };
-        if !(self.respond || !self.forced.is_empty() || changed) {
+        if !(self.respond || !self.core.forced.is_empty() || changed) {
             return None;
         }
         self.record_all_sent(views);
-        self.sent_view_version = self.wildcard.map(|w| views.view(w).version().clone());
-        if let Some(w) = self.wildcard {
-            if self.pids.iter().all(|p| *p == w) {
+        self.sent_view_version = self
+            .core
+            .wildcard
+            .pid()
+            .map(|w| views.view(w).version().clone());
+        if let Some(w) = self.core.wildcard.pid() {
+            if self.core.pids.iter().all(|p| *p == w) {
                 return Some(SotwResources::All(views.view(w).clone()));
             }
         }
         let mut out: Vec<Arc<Resource>> = self
+            .core
             .wildcard
-            .iter()
-            .flat_map(|w| views.view(*w).iter().cloned())
+            .pid()
+            .into_iter()
+            .flat_map(|w| views.view(w).iter().cloned())
             .collect();
         for (name, pid) in self.names.keys() {
             if let Some(r) = views.get(name, pid) {
@@ -752,15 +785,16 @@ impl SotwSubscription {
     /// dirty names (those the client was not sent as they are now), in name order; records them
     /// as sent. `None` when none is owed.
     fn owed_keys(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
-        let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.forced.len() + self.dirty.len());
-        let (names, pids, wildcard) = (&mut self.names, &self.pids, self.wildcard);
-        for (name, pid) in &self.forced {
+        let mut out: Vec<Arc<Resource>> =
+            Vec::with_capacity(self.core.forced.len() + self.core.dirty.len());
+        let (names, pids, wildcard) = (&mut self.names, &self.core.pids, self.core.wildcard.pid());
+        for (name, pid) in &self.core.forced {
             // Still subscribed: a request may have dropped it since it was forced.
             if names.contains(name, *pid) || wildcard == Some(*pid) {
                 owe(names, views, name, *pid, true, &mut out);
             }
         }
-        for name in &self.dirty {
+        for name in &self.core.dirty {
             // The name's keys: subscribed with one of the parameter sets, then the wildcard's
             // unless it is one of those; a key forced is done.
             for i in 0..=pids.len() {
@@ -769,7 +803,7 @@ impl SotwSubscription {
                     (None, Some(w)) if !(pids.contains(&w) && names.contains(name, w)) => w,
                     _ => continue,
                 };
-                if !self.forced.is_empty() && self.forced.contains(&(name.clone(), pid)) {
+                if !self.core.forced.is_empty() && self.core.forced.contains(&(name.clone(), pid)) {
                     continue;
                 }
                 owe(names, views, name, pid, false, &mut out);
@@ -783,7 +817,7 @@ impl SotwSubscription {
     /// recorded as sent. One lookup per key, in the view's order when the keys are most of it.
     fn scan_owed(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
         let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
-        if let [pid] = self.pids[..] {
+        if let [pid] = self.core.pids[..] {
             let view = views.view(pid);
             if super::in_view_order(view, self.names.len()) {
                 let found = self
@@ -810,10 +844,10 @@ impl SotwSubscription {
     }
 
     fn changed_resources(&mut self, views: &Views) -> Option<SotwResources> {
-        if let (true, Some(w)) = (self.respond, self.wildcard) {
+        if let (true, Some(w)) = (self.respond, self.core.wildcard.pid()) {
             // A new wildcard gets everything there is, even nothing.
             self.record_all_sent(views);
-            if self.pids.iter().all(|p| *p == w) {
+            if self.core.pids.iter().all(|p| *p == w) {
                 return Some(SotwResources::All(views.view(w).clone()));
             }
             let mut out: Vec<Arc<Resource>> = views.view(w).iter().cloned().collect();
@@ -839,7 +873,7 @@ impl SotwSubscription {
     /// endpoints) is read in the view's order: each resource is looked up once, and comes out
     /// sorted.
     fn all_subscribed(&mut self, views: &Views) -> Option<SotwResources> {
-        if let [pid] = self.pids[..] {
+        if let [pid] = self.core.pids[..] {
             let view = views.view(pid);
             if super::in_view_order(view, self.names.len()) {
                 let mut out: Vec<Arc<Resource>> = Vec::with_capacity(self.names.len());
@@ -911,16 +945,6 @@ fn new_keys(a: &Subscribed, b: &Subscribed) -> Vec<Key> {
         .filter(|(n, p)| !b.contains(n, *p))
         .map(|(n, p)| (n.clone(), p))
         .collect()
-}
-
-/// Empties a set, giving back its memory when it held many (a first response owes every name
-/// of a large subscription once; later ones owe a few).
-pub(crate) fn reset<T>(set: &mut HashSet<T>) {
-    if set.capacity() > 64 {
-        *set = HashSet::default();
-    } else {
-        set.clear();
-    }
 }
 
 /// Adds the resource of the key (`name`, `pid`) to `out` if it is owed (`always`, or the client
@@ -1000,7 +1024,7 @@ impl SotwSubscription {
                 .is_some_and(|r| self.was_sent(&key.0, key.1, r))
         });
         explicit
-            || self.wildcard.is_some_and(|w| {
+            || self.core.wildcard.pid().is_some_and(|w| {
                 let view = views.view(w);
                 self.sent_view_version.as_ref() == Some(view.version()) && view.get(name).is_some()
             })
@@ -1017,7 +1041,7 @@ impl SotwSubscription {
                 (!self.was_sent(name, pid, r)).then(|| r.clone())
             })
             .collect();
-        if let Some(w) = self.wildcard {
+        if let Some(w) = self.core.wildcard.pid() {
             let view = views.view(w);
             if self.sent_view_version.as_ref() != Some(view.version()) {
                 out.extend(view.iter().cloned());

@@ -1249,7 +1249,7 @@ fn a_first_response_of_a_whole_view_shares_the_view_s_encoding() {
     // The view in parts (a size limit): each part the next run of the view's bytes.
     for wildcard in [false, true] {
         let mut h = Harness::new(CLUSTER, &contents);
-        h.sub.max_response_bytes = 1_000;
+        h.sub.core.max_response_bytes = 1_000;
         let subscribe: &[&str] = if wildcard { &["*"] } else { &refs };
         h.request(Req {
             subscribe,

@@ -371,7 +371,7 @@ fn newly_subscribed_name_is_sent_even_if_sent_before() {
     let (_, v, n) = h.expect();
     h.request(&["a", "b"], &n, &v);
     assert_eq!(h.expect().0, ["b"], "only the new name; a did not change");
-    let n = h.sub.last_nonce.unwrap();
+    let n = h.sub.core.last_nonce.unwrap();
     h.request(&["b"], &n, &v);
     h.expect_none();
     h.request(&["a", "b"], &n, &v);
@@ -446,7 +446,7 @@ fn a_dense_subscription_is_woken_by_names_it_does_not_watch_and_sends_none_of_th
     h.notify(&["n000", "n099"]);
     assert_eq!(h.expect().0, ["n000"]);
     // Down to 20 names: watched by name again, every one of them.
-    let nonce2 = h.sub.last_nonce.unwrap();
+    let nonce2 = h.sub.core.last_nonce.unwrap();
     assert_ne!(nonce, nonce2);
     let (_, change) = h
         .sub
@@ -497,7 +497,7 @@ fn more_changes_than_a_quarter_of_the_keys_are_found_by_looking_at_every_key() {
             "{subscribed} keys, {} names",
             offered.len()
         );
-        assert!(h.sub.dirty.is_empty(), "no name recorded one by one");
+        assert!(h.sub.core.dirty.is_empty(), "no name recorded one by one");
         assert_eq!(h.expect().0, ["n003", "n005"]);
         // Recorded as sent: nothing more, and one change goes out alone.
         h.notify(&["n003"]);
@@ -567,7 +567,7 @@ fn a_batch_of_changes_past_a_quarter_of_the_keys_is_not_looked_at_name_by_name()
     h.set("n010", "2");
     h.set("n020", "2");
     assert!(h.sub.skips_changes(26));
-    assert!(h.sub.all_dirty && h.sub.dirty.is_empty());
+    assert!(h.sub.all_dirty && h.sub.core.dirty.is_empty());
     assert_eq!(h.expect().0, ["n010", "n020"]);
     assert!(!h.sub.skips_changes(1), "counted afresh after the response");
 }
