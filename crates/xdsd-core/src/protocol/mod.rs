@@ -70,12 +70,14 @@ pub mod identity;
 #[cfg(test)]
 mod model_tests;
 mod node;
+pub(crate) mod oneshot;
 pub mod session;
 mod shared;
 pub mod sotw;
 #[cfg(test)]
 mod test_support;
 mod text;
+mod watching;
 
 use std::sync::Arc;
 
