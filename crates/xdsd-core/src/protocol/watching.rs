@@ -84,3 +84,6 @@ impl<M: Machine> Session<M> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
