@@ -23,6 +23,9 @@ pub mod source;
 pub mod store;
 #[cfg(test)]
 mod test_rng;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
 pub mod transport;
 pub mod types;
 

@@ -72,6 +72,7 @@ pub mod identity;
 #[cfg(test)]
 mod model_tests;
 mod node;
+pub(crate) mod oneshot;
 pub mod session;
 mod shared;
 #[doc(hidden)]
@@ -80,6 +81,7 @@ mod subscription;
 #[cfg(test)]
 mod test_support;
 mod text;
+mod watching;
 
 use std::sync::Arc;
 

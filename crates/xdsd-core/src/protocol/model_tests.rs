@@ -5,14 +5,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
 use super::delta::DeltaSubscription;
+use super::session::Session;
 use super::sotw::{SotwRequest, SotwSubscription};
 use super::test_support::{remove, set, views};
 use super::NonceGen;
 use crate::store::Store;
+use crate::testing::{Flavor, Pair};
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
 use crate::test_rng::Rng;
@@ -320,5 +323,67 @@ fn delta_run(seed: u64) {
 fn delta_client_converges_to_exactly_the_subscribed_state() {
     for seed in 0..SEEDS {
         delta_run(seed);
+    }
+}
+
+/// The whole session, watcher contract included, in the in-memory harness: a wildcard client
+/// of clusters that answers late or not at all (NACKs too) while the store churns and time
+/// passes. Changes made while a response waits for its ACK are muted in the watcher; once the
+/// client answered everything (or the wait ran out), it must hold exactly the store's clusters.
+fn session_run<M: Flavor>(seed: u64) {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(11));
+    let node = envoy_types::pb::envoy::config::core::v3::Node {
+        id: "n".into(),
+        ..Default::default()
+    };
+    let mut pair: Pair<M> = Pair::new(Store::new(), Session::new(None), Some(node));
+    let ask = pair.client.subscribe(CLUSTER, &[]);
+    pair.send(&ask).expect("a wildcard subscription");
+    pair.flush();
+    for _ in 0..STEPS {
+        match rng.below(5) {
+            0 | 1 => {
+                change_store(&mut rng, &pair.store, CLUSTER);
+                pair.wake();
+            }
+            2 => pair.advance(Duration::from_millis(rng.below(8_000))),
+            3 if !pair.client.unanswered().is_empty() => {
+                let answer = if rng.below(3) == 0 {
+                    pair.client.nack(CLUSTER, "rejected")
+                } else {
+                    pair.client.ack(CLUSTER)
+                };
+                pair.send(&answer).expect("an answer");
+            }
+            _ => {}
+        }
+        pair.flush();
+        if rng.below(3) == 0 {
+            pair.settle().expect("ACKs");
+            let held = pair
+                .client
+                .held(CLUSTER)
+                .map(|h| h.resources.clone())
+                .unwrap_or_default();
+            assert_eq!(
+                held,
+                current_versions(&pair.store, CLUSTER),
+                "seed {seed}: the client does not hold the store's clusters"
+            );
+        }
+    }
+}
+
+#[test]
+fn sotw_session_client_converges_through_the_watcher_contract() {
+    for seed in 0..SEEDS {
+        session_run::<SotwSubscription>(seed);
+    }
+}
+
+#[test]
+fn delta_session_client_converges_through_the_watcher_contract() {
+    for seed in 0..SEEDS {
+        session_run::<DeltaSubscription>(seed);
     }
 }

@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
@@ -16,12 +15,10 @@ use super::context::ServerContext;
 use super::observer::{RequestSeen, StreamObserver};
 use super::status::status_of;
 use super::tls::Access;
-use crate::params::ParamSet;
-
+use crate::protocol::oneshot::{Answer, Pending};
 use crate::protocol::session::{Session, SessionError};
-use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
-use crate::protocol::{Nonce, SubscriptionChange, Text};
-use crate::store::{Encoding, Snapshot, View};
+use crate::protocol::sotw::{SotwRequest, SotwResponse, SotwSubscription};
+use crate::store::Snapshot;
 
 /// Answers `request` to the per-type service of `type_url` with the store's current state: what
 /// a stream of that service would send first for the same request (same resources, same
@@ -45,7 +42,7 @@ pub(crate) fn fetch(
     })?;
     debug!(
         peer = ?peer,
-        node = %crate::logsafe::shown(&answer.node),
+        node = %crate::logsafe::shown(answer.node_id()),
         type_url = %crate::logsafe::shown(&answer.response.type_url),
         version = %answer.response.version_info,
         resources = answer.response.len(),
@@ -73,18 +70,10 @@ impl Refusal {
     }
 }
 
-/// What a fresh session answers to one request.
-pub(crate) struct Answer {
-    pub(crate) response: SotwResponse,
-    /// The names (and wildcard) the request subscribes to: what a client that waits for a change
-    /// of its answer watches.
-    pub(crate) change: SubscriptionChange,
-    pub(crate) node: String,
-}
-
 /// The answer of a fresh per-type session to `request` (under the client's `access`), given the
 /// store's state `snapshot`; `observers` may refuse the request (they are told it as a request
-/// of stream 0: a one-shot request has no stream).
+/// of stream 0: a one-shot request has no stream). The answer's rules are
+/// `protocol::oneshot`'s.
 pub(crate) fn answer(
     ctx: &ServerContext,
     type_url: Arc<str>,
@@ -94,89 +83,21 @@ pub(crate) fn answer(
     observers: &[Arc<dyn StreamObserver>],
 ) -> Result<Answer, Refusal> {
     let mut session: Session<SotwSubscription> =
-        Session::with_options(Some(type_url.clone()), ctx.options.session.clone());
+        Session::with_options(Some(type_url), ctx.options.session.clone());
     access.apply(&mut session);
-    // The answer is the whole state for the request, whatever version the caller has (a stream
-    // would send nothing to a client that has the current version).
-    let handled = if request.version_info.is_empty() {
-        session.handle_request(request, snapshot)
-    } else {
-        let mut fresh = request.clone();
-        fresh.version_info = Text::default();
-        session.handle_request(&fresh, snapshot)
-    }
-    .map_err(Refusal::Session)?;
+    let pending = Pending::new(session, request, snapshot).map_err(Refusal::Session)?;
     let seen = RequestSeen {
         stream: 0,
-        node: session.shared_node(),
-        identified: handled.identified,
-        type_url: &handled.type_url,
-        unknown_type: handled.unknown_type,
-        kind: &handled.kind,
+        node: pending.session().shared_node(),
+        identified: pending.handled().identified,
+        type_url: &pending.handled().type_url,
+        unknown_type: pending.handled().unknown_type,
+        kind: &pending.handled().kind,
     };
     for observer in observers {
         observer.request(&seen).map_err(Refusal::Observer)?;
     }
-    let now = Instant::now();
-    let mut response: Option<SotwResponse> = None;
-    // A response the session splits in parts goes out as one.
-    while let Some((_, part)) = session.poll_response(snapshot, now) {
-        response = Some(match response {
-            Some(whole) => concatenate(whole, part),
-            None => part,
-        });
-    }
-    let params = session
-        .node()
-        .map(|n| n.params_for(&type_url).clone())
-        .unwrap_or_default();
-    let response = response.unwrap_or_else(|| empty(type_url, &params, snapshot));
-    Ok(Answer {
-        response,
-        change: handled.change,
-        node: session.node_id().to_owned(),
-    })
-}
-
-/// A response with no resources, at the version of what a client with `params` sees of the type.
-fn empty(type_url: Arc<str>, params: &ParamSet, snapshot: &Snapshot) -> SotwResponse {
-    let version_info = match snapshot.get(&type_url) {
-        Some(t) => t.view(params).version().clone(),
-        None => View::empty(type_url.clone()).version().clone(),
-    };
-    SotwResponse {
-        type_url,
-        version_info,
-        nonce: Nonce::default(),
-        resources: SotwResources::Some(Default::default()),
-        encoding: Encoding::default(),
-        updated: Default::default(),
-        oversized: None,
-        control_plane: true,
-    }
-}
-
-/// One response holding the resources of `first`, then those of `next`, at `next`'s version.
-fn concatenate(mut first: SotwResponse, next: SotwResponse) -> SotwResponse {
-    let mut resources = resource_list(first.resources);
-    resources.extend(resource_list(next.resources));
-    first.resources = SotwResources::Some(resources.into());
-    first.updated = first
-        .updated
-        .iter()
-        .chain(next.updated.iter())
-        .cloned()
-        .collect();
-    first.version_info = next.version_info;
-    first.nonce = next.nonce;
-    first
-}
-
-fn resource_list(resources: SotwResources) -> Vec<Arc<crate::store::Resource>> {
-    match resources {
-        SotwResources::All(view) => view.iter().cloned().collect(),
-        SotwResources::Some(list) => list.to_vec(),
-    }
+    Ok(pending.answer(snapshot))
 }
 
 /// What a client with `node` would be served of each type the store holds, subscribing to
@@ -205,48 +126,4 @@ pub(crate) fn preview(ctx: &ServerContext, node: &Node) -> Result<Vec<SotwRespon
         answers.push(answer.response);
     }
     Ok(answers)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::{Change, ResourceInput, Store};
-    use crate::types::CLUSTER_LOAD_ASSIGNMENT;
-
-    #[test]
-    fn parts_concatenate_in_order_at_the_last_version() {
-        let store = Store::new();
-        let set = |n: &str| {
-            Change::Set(ResourceInput::new(
-                CLUSTER_LOAD_ASSIGNMENT,
-                n,
-                bytes::Bytes::from(n.as_bytes().to_vec()),
-            ))
-        };
-        store.apply([set("a"), set("b")]).unwrap();
-        let before = store.snapshot();
-        store.apply([set("c")]).unwrap();
-        let after = store.snapshot();
-        let t = before.get(CLUSTER_LOAD_ASSIGNMENT).unwrap();
-        let part = |resources, version: &str| SotwResponse {
-            type_url: t.type_url().clone(),
-            version_info: version.into(),
-            nonce: Nonce::default(),
-            resources,
-            encoding: Encoding::default(),
-            updated: Default::default(),
-            oversized: None,
-            control_plane: true,
-        };
-        let c = after.resource(CLUSTER_LOAD_ASSIGNMENT, "c").unwrap();
-        let whole = concatenate(
-            part(SotwResources::All(t.view(&ParamSet::new())), "1"),
-            part(SotwResources::Some(vec![c.clone()].into()), "2"),
-        );
-        assert_eq!(
-            whole.names().iter().map(|n| &**n).collect::<Vec<_>>(),
-            ["a", "b", "c"]
-        );
-        assert_eq!(&*whole.version_info, "2");
-    }
 }

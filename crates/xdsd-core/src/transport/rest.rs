@@ -20,7 +20,6 @@
 //! [`ServerOptions::rest_hold`]: super::grpc::ServerOptions::rest_hold
 //! [`ServerOptions::max_held_polls`]: super::grpc::ServerOptions::max_held_polls
 
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,13 +33,13 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use super::context::ServerContext;
-use super::fetch::{answer, Answer};
+use super::fetch::answer;
 use super::status::http_status_of;
 use super::tls::{Access, ConnInfo};
 use super::wire::SotwWire;
 
-use crate::protocol::sotw::{SotwRequest, SotwResources, SotwResponse};
-use crate::protocol::Nonce;
+use crate::protocol::oneshot::{rest_holds, rest_modified, rest_version, Answer};
+use crate::protocol::sotw::SotwRequest;
 use crate::types;
 
 /// Converts between proto3 JSON and the protobuf encoding of the two REST messages.
@@ -261,7 +260,7 @@ impl Rest {
         let started = Instant::now();
         let mut current = self.current(&type_url, access, request)?;
         let hold = self.ctx.options.rest_hold;
-        let permit = if current.1 == request.version_info && !hold.is_zero() {
+        let permit = if rest_holds(&request.version_info, &current.1, hold) {
             self.held.try_acquire().ok()
         } else {
             None
@@ -269,11 +268,11 @@ impl Rest {
         if let Some(_permit) = permit {
             let deadline = tokio::time::Instant::now() + hold;
             let mut watcher = self.ctx.store_for(&request.node_raw).watcher();
-            super::stream::register(&mut watcher, &type_url, &current.0.change);
+            current.0.watch(&mut watcher);
             let mut shutdown = self.ctx.shutdown.clone();
             // Read again now that changes are watched: none slips between the two.
             current = self.current(&type_url, access, request)?;
-            while current.1 == request.version_info {
+            while !rest_modified(&request.version_info, &current.1) {
                 tokio::select! {
                     _ = watcher.changed() => {
                         watcher.take_changes();
@@ -286,21 +285,19 @@ impl Rest {
         }
         let (answer, version) = current;
         let held_ms = started.elapsed().as_millis() as u64;
-        if version == request.version_info {
-            debug!(node = %crate::logsafe::shown(&answer.node), type_url = %crate::logsafe::shown(&type_url), %version, held_ms, "REST poll: not modified");
+        if !rest_modified(&request.version_info, &version) {
+            debug!(node = %crate::logsafe::shown(answer.node_id()), type_url = %crate::logsafe::shown(&type_url), %version, held_ms, "REST poll: not modified");
             return Ok(not_modified());
         }
         debug!(
-            node = %crate::logsafe::shown(&answer.node),
+            node = %crate::logsafe::shown(answer.node_id()),
             type_url = %crate::logsafe::shown(&type_url),
             %version,
             resources = answer.response.len(),
             held_ms,
             "REST poll answered"
         );
-        let mut response = answer.response;
-        response.version_info = version.into();
-        response.nonce = Nonce::default();
+        let response = answer.into_rest(version);
         let encoded = SotwWire::from(response).encode_to_vec();
         let json = self.codec.response_to_json(&encoded).map_err(|e| {
             error(
@@ -342,17 +339,4 @@ fn rejected(status: &tonic::Status) -> RestError {
         status.code(),
         status.message(),
     )
-}
-
-/// The version of a REST answer: a digest of the type and of the name and version of every
-/// resource in it (the same set, the same version; never empty).
-fn rest_version(response: &SotwResponse) -> String {
-    let mut ids: Vec<(&str, &str)> = match &response.resources {
-        SotwResources::All(view) => view.iter().map(|r| (&**r.name(), &**r.version())).collect(),
-        SotwResources::Some(list) => list.iter().map(|r| (&**r.name(), &**r.version())).collect(),
-    };
-    ids.sort_unstable();
-    let digest =
-        foldhash::fast::FixedState::default().hash_one((&*response.type_url, ids.as_slice()));
-    format!("{digest:016x}")
 }

@@ -30,7 +30,7 @@ use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
 use crate::protocol::session::{Handled, Machine, Session};
 use crate::protocol::sotw::{SotwResponse, SotwSubscription};
-use crate::protocol::{RequestKind, SubscriptionChange};
+use crate::protocol::RequestKind;
 use crate::store::{Store, Watcher};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use prost::Message as _;
@@ -85,19 +85,6 @@ impl Protocol for DeltaSubscription {
 }
 
 pub(crate) type Sender<V> = body::Sender<<V as Machine>::Response>;
-
-/// Tells the store what a request changed in what `watcher` watches of `type_url`: the
-/// wildcard, a subscription to most of the type watched as a whole, names.
-pub(crate) fn register(watcher: &mut Watcher, type_url: &Arc<str>, change: &SubscriptionChange) {
-    if let Some(on) = change.wildcard {
-        watcher.set_wildcard(type_url, on);
-    }
-    if let Some(on) = change.dense {
-        watcher.set_dense(type_url, on);
-    }
-    watcher.unwatch(type_url, &change.removed);
-    watcher.watch(type_url, &change.added);
-}
 
 /// Why `flush` stopped before sending everything owed.
 enum Halt {
@@ -210,7 +197,6 @@ pub(crate) fn run<V: Protocol>(
                         if let Err(status) = s.on_request(request) {
                             break Err(status);
                         }
-                        s.take_muted_changes();
                     }
                     Some(Err(error)) => match status_of_read_error(&error, ctx.options.max_request_bytes) {
                         Some(status) => break Err(status),
@@ -221,11 +207,8 @@ pub(crate) fn run<V: Protocol>(
                     },
                     None => break Ok(()),
                 },
-                _ = s.watcher.changed() => s.session.handle_changes(s.watcher.take_changes()),
-                _ = timer => {
-                    s.session.handle_timeout(Instant::now());
-                    s.take_muted_changes();
-                }
+                _ = s.watcher.changed() => s.session.take_changes_from(&s.watcher),
+                _ = timer => s.session.handle_timeout_watched(Instant::now(), &s.watcher),
             }
             match s.flush(&mut tx, down.as_mut()).await {
                 Ok(()) => {}
@@ -234,7 +217,7 @@ pub(crate) fn run<V: Protocol>(
             }
             // Types whose response waits for the client's answer: their changes wait without
             // waking the stream, until the answer (or the wait's end) comes.
-            s.watcher.mute(s.session.waiting_types());
+            s.session.mute_waiting(&mut s.watcher);
         };
         if let Err(status) = &ending {
             let retiring = ended.as_ref().is_some_and(|r| *r.borrow());
@@ -271,9 +254,11 @@ impl<V: Protocol> Stream<V> {
             self.pick_store(<V as Machine>::node(&request));
         }
         let snapshot = self.store.snapshot();
+        // The watcher is told what the request watches before the next snapshot is read, so no
+        // change can slip between the two (the contract is `protocol::watching`'s).
         let handled = self
             .session
-            .handle_request(&request, &snapshot)
+            .handle_request_watched(&request, &snapshot, &mut self.watcher)
             .map_err(|e| status_of(&e))?;
         let seen = RequestSeen {
             stream: self.id,
@@ -287,17 +272,6 @@ impl<V: Protocol> Stream<V> {
         self.names.set(self.session.subscribed_names())?;
         self.log(&handled);
         self.tell_answer(&handled);
-        let Handled {
-            type_url, change, ..
-        } = handled;
-        // Registered before the next snapshot is read, so no change can slip between the two.
-        // The parameter sets first: a new one (the node's, a locator's) resolves the names
-        // watched below, and changes of the variants it matches must wake this stream.
-        let params = self.session.param_sets();
-        if self.watcher.params_len() != Some(params.len()) {
-            self.watcher.set_params(params);
-        }
-        register(&mut self.watcher, &type_url, &change);
         Ok(())
     }
 
@@ -320,14 +294,6 @@ impl<V: Protocol> Stream<V> {
         self.watcher = self.store.watcher_in(self.connection);
         let id = Node::decode(node).map(|n| n.id).unwrap_or_default();
         info!(stream = self.id, node = %shown(&id), "canary of the gated rollout: served the canary state");
-    }
-
-    /// Takes what changed of the muted types (their changes wake nobody), after an event that
-    /// may have let their responses go.
-    fn take_muted_changes(&mut self) {
-        if self.watcher.is_muting() {
-            self.session.handle_changes(self.watcher.take_changes());
-        }
     }
 
     fn log(&self, handled: &Handled) {

@@ -1,25 +1,23 @@
 //! Fuzz targets, run as property tests (proptest) for a fixed budget in every test run: hostile
 //! request bytes through the decoders the server uses, and hostile request sequences, store
 //! changes and time through the per-client session (SotW and delta), driven the way the stream
-//! driver drives it. Nothing may panic; the properties below must hold. `XDSD_FUZZ_CASES` sets
+//! driver drives it (the in-memory harness, `xdsd_core::testing`). Nothing may panic; the properties below must hold. `XDSD_FUZZ_CASES` sets
 //! the cases per target (default 256); see docs/fuzzing.md for longer runs.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DiscoveryRequest, ResourceLocator,
-};
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, ResourceLocator};
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
-use envoy_types::pb::google::rpc::Status as RpcStatus;
 use proptest::prelude::*;
 use prost::Message;
 use xdsd_core::params::Constraints;
 use xdsd_core::protocol::delta::{DeltaRequest, DeltaSubscription};
-use xdsd_core::protocol::session::{Machine, Session};
+use xdsd_core::protocol::session::Session;
 use xdsd_core::protocol::sotw::{SotwRequest, SotwSubscription};
-use xdsd_core::store::{Change, Store, Watcher};
+use xdsd_core::store::{Change, Store};
+use xdsd_core::testing::{Ask, Flavor, Pair};
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION, SECRET};
 
 use crate::common::input;
@@ -183,84 +181,28 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
     )
 }
 
-/// What a target needs to know of a machine's requests and responses.
-trait Fuzzed: Machine {
-    fn build(spec: &RequestSpec, nonce: String) -> Self::Request;
-    /// The nonce of a response, and the names of the resources it carries.
-    fn sent(response: &Self::Response) -> (String, Vec<String>);
-}
-
-impl Fuzzed for SotwSubscription {
-    fn build(spec: &RequestSpec, nonce: String) -> SotwRequest {
-        (&DiscoveryRequest {
-            version_info: spec.version.clone().unwrap_or_default(),
-            node: spec.node.clone(),
-            resource_names: spec.names.clone(),
-            resource_locators: spec.locators.clone(),
-            type_url: spec.type_url.clone(),
-            response_nonce: nonce,
-            error_detail: spec.nack.then(|| RpcStatus {
-                code: 3,
-                message: "rejected".into(),
-                details: Vec::new(),
-            }),
-        })
-            .into()
-    }
-
-    fn sent(response: &Self::Response) -> (String, Vec<String>) {
-        (
-            response.nonce.to_string(),
-            response.names().iter().map(|n| n.to_string()).collect(),
-        )
+impl RequestSpec {
+    /// The spec as the harness's client sends it, answering `nonce`.
+    fn ask(&self, nonce: String) -> Ask {
+        Ask {
+            type_url: self.type_url.clone(),
+            subscribe: self.names.clone(),
+            unsubscribe: self.unsubscribe.clone(),
+            locators: self.locators.clone(),
+            version: self.version.clone(),
+            nonce,
+            node: self.node.clone(),
+            nack: self.nack.then(|| "rejected".to_owned()),
+        }
     }
 }
 
-impl Fuzzed for DeltaSubscription {
-    fn build(spec: &RequestSpec, nonce: String) -> DeltaRequest {
-        (&DeltaDiscoveryRequest {
-            node: spec.node.clone(),
-            type_url: spec.type_url.clone(),
-            resource_names_subscribe: spec.names.clone(),
-            resource_names_unsubscribe: spec.unsubscribe.clone(),
-            resource_locators_subscribe: spec.locators.clone(),
-            initial_resource_versions: spec
-                .version
-                .iter()
-                .map(|v| ("r0".to_owned(), v.clone()))
-                .collect(),
-            response_nonce: nonce,
-            error_detail: spec.nack.then(|| RpcStatus {
-                code: 3,
-                message: "rejected".into(),
-                details: Vec::new(),
-            }),
-            ..Default::default()
-        })
-            .into()
-    }
-
-    fn sent(response: &Self::Response) -> (String, Vec<String>) {
-        (
-            response.nonce.to_string(),
-            response
-                .resources
-                .iter()
-                .map(|r| r.name().to_string())
-                .collect(),
-        )
-    }
-}
-
-/// Runs `steps` through a session the way the stream driver does: requests in (registering
-/// what they watch), store changes in through a watcher, time in, every response drained after
-/// each step. A request the session refuses ends the stream, as it would on the wire.
-fn run<M: Fuzzed>(steps: &[Step]) -> Result<(), TestCaseError> {
-    let store = Store::new();
-    let mut watcher: Watcher = store.watcher();
-    let mut session: Session<M> = Session::new(None);
-    let mut now = Instant::now();
-    let mut nonces: Vec<String> = Vec::new();
+/// Runs `steps` through a session the way the stream driver does, in the in-memory harness
+/// (`xdsd_core::testing`): requests in (the watcher told what they watch), store changes in
+/// when they wake the watcher, time in, every response drained after each step and the waiting
+/// types muted. A request the session refuses ends the stream, as it would on the wire.
+fn run<M: Flavor>(steps: &[Step]) -> Result<(), TestCaseError> {
+    let mut pair: Pair<M> = Pair::new(Store::new(), Session::new(None), None);
     let mut seen = HashSet::new();
     let mut ever_set: HashSet<String> = HashSet::new();
     // The stream starts the way clients start one: a node, clusters by wildcard; what follows
@@ -283,6 +225,7 @@ fn run<M: Fuzzed>(steps: &[Step]) -> Result<(), TestCaseError> {
     for step in std::iter::once(&first).chain(steps) {
         match step {
             Step::Request(spec) => {
+                let nonces = pair.client.nonces();
                 let nonce = match &spec.nonce {
                     NonceSpec::Empty => String::new(),
                     NonceSpec::Sent(i) => nonces
@@ -291,21 +234,9 @@ fn run<M: Fuzzed>(steps: &[Step]) -> Result<(), TestCaseError> {
                         .unwrap_or_default(),
                     NonceSpec::Other(n) => n.clone(),
                 };
-                let request = M::build(spec, nonce);
-                match session.handle_request(&request, &store.snapshot()) {
-                    Ok(handled) => {
-                        let params = session.param_sets();
-                        if watcher.params_len() != Some(params.len()) {
-                            watcher.set_params(params);
-                        }
-                        if let Some(on) = handled.change.wildcard {
-                            watcher.set_wildcard(&handled.type_url, on);
-                        }
-                        watcher.unwatch(&handled.type_url, &handled.change.removed);
-                        watcher.watch(&handled.type_url, &handled.change.added);
-                    }
+                if pair.send(&spec.ask(nonce)).is_err() {
                     // The stream ends.
-                    Err(_) => return Ok(()),
+                    return Ok(());
                 }
             }
             Step::Store {
@@ -334,31 +265,22 @@ fn run<M: Fuzzed>(steps: &[Step]) -> Result<(), TestCaseError> {
                     },
                 };
                 // The store may refuse a change (the variant rules): then nothing changed.
-                let _ = store.apply([change]);
-                session.handle_changes(watcher.take_changes());
+                let _ = pair.store.apply([change]);
+                pair.wake();
             }
-            Step::Wait(ms) => {
-                now += Duration::from_millis(*ms);
-                if session.poll_timeout().is_some_and(|at| at <= now) {
-                    session.handle_timeout(now);
-                }
-            }
+            Step::Wait(ms) => pair.advance(Duration::from_millis(*ms)),
         }
-        let snapshot = store.snapshot();
-        let mut drained = 0;
-        while let Some((type_url, response)) = session.poll_response(&snapshot, now) {
-            drained += 1;
-            prop_assert!(drained < 1_000, "the session never stops owing responses");
-            let (nonce, names) = M::sent(&response);
+        for (type_url, response) in pair.flush() {
+            let received = M::received(&response);
+            let nonce = received.nonce;
             prop_assert!(!nonce.is_empty(), "a response without a nonce ({type_url})");
             prop_assert!(seen.insert(nonce.clone()), "nonce {nonce} sent twice");
-            for name in names {
+            for (name, _) in received.resources {
                 prop_assert!(
                     ever_set.contains(&name),
                     "{type_url} response carries {name}, which the store never held"
                 );
             }
-            nonces.push(nonce);
             responses += 1;
         }
     }
