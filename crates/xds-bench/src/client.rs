@@ -189,6 +189,15 @@ impl Shared {
             .count()
     }
 
+    /// Of `clients`, those whose last seen marker of `tracked` is at least `marker`.
+    pub fn clients_at_least(&self, clients: &[usize], tracked: u32, marker: u32) -> usize {
+        let t = self.spec.tracked.len();
+        clients
+            .iter()
+            .filter(|c| self.last[*c * t + tracked as usize].load(Ordering::Relaxed) >= marker)
+            .count()
+    }
+
     /// Clients of group `group` whose last seen marker of `tracked` is at least `marker`, and
     /// the group's size.
     pub fn group_at_least(&self, group: usize, tracked: u32, marker: u32) -> (usize, usize) {
@@ -350,6 +359,26 @@ impl Fleet {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if self.shared.count_at_least(tracked, marker) >= self.shared.spec.streams {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Waits until every client of `clients` has `marker` (or later) of `tracked`.
+    pub async fn wait_clients_marker(
+        &self,
+        clients: &[usize],
+        tracked: u32,
+        marker: u32,
+        timeout: Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.shared.clients_at_least(clients, tracked, marker) >= clients.len() {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {

@@ -173,6 +173,14 @@ impl Proc {
         self.command(&format!("kill {i}\n")).await
     }
 
+    /// Promotes a gated rollout's candidate now (xdsd's binary with `--canary`); returns the
+    /// clock just before the request.
+    pub async fn promote(&mut self) -> anyhow::Result<u64> {
+        self.stdin.write_all(b"promote\n").await?;
+        self.stdin.flush().await?;
+        Ok(self.reply().await?[0])
+    }
+
     /// Tells the limit to coalesce changes per stream (S5's floor); xdsd ignores it.
     pub async fn coalesce(&mut self) -> anyhow::Result<()> {
         self.command("coalesce\n").await

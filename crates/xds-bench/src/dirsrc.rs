@@ -378,6 +378,7 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
     }
     let xdsd = start_xdsd(xdsd_bin, &["--resources".as_ref(), dir.as_os_str()]).await?;
     let mut child = xdsd.child;
+    let admin = xdsd.admin;
     let mut adapter = Adapter {
         dir: dir.to_path_buf(),
         staging: staging.clone(),
@@ -401,6 +402,7 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
             // xdsd coalesces on its own.
             Command::Nodes | Command::Coalesce => format!("ok {now}\n"),
             Command::Kill(_) => anyhow::bail!("kill: only xdsd-etcd has replicas"),
+            Command::Promote => format!("ok {}\n", promote(&admin).await?),
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;
@@ -413,11 +415,35 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A started `xdsd serve`: its process, pid, address, and the reloads its log reports.
+/// `POST /rollout/promote` to the admin API at `admin` (`host:port`): the gated rollout's
+/// candidate, if any, goes to every client now. Returns the clock just before the request.
+pub(crate) async fn promote(admin: &str) -> anyhow::Result<u64> {
+    use tokio::io::AsyncReadExt;
+    let mut tcp = tokio::net::TcpStream::connect(admin).await?;
+    let at = now_ns();
+    tcp.write_all(
+        b"POST /rollout/promote HTTP/1.1\r\nhost: xdsd\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    )
+    .await?;
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.lines().next().unwrap_or_default();
+    // 409: no candidate (the first resources after an empty start go to everyone at once).
+    anyhow::ensure!(
+        status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.1 409"),
+        "POST /rollout/promote: {status}"
+    );
+    Ok(at)
+}
+
+/// A started `xdsd serve`: its process, pid, address, admin API address (`host:port`), and the
+/// reloads its log reports.
 pub(crate) struct Started {
     pub(crate) child: tokio::process::Child,
     pub(crate) pid: u32,
     pub(crate) addr: String,
+    pub(crate) admin: String,
     pub(crate) reloads: watch::Receiver<Reloads>,
 }
 
@@ -476,14 +502,25 @@ pub(crate) async fn start_xdsd(
         .take()
         .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
+    let (admin_tx, admin_rx) = tokio::sync::oneshot::channel::<String>();
     let (reload_tx, reload_rx) = watch::channel(Reloads::default());
     // Forward xdsd's log to ours (the harness's log file) and follow its reloads.
     tokio::spawn(async move {
         let mut addr_tx = Some(addr_tx);
+        let mut admin_tx = Some(admin_tx);
         let mut lines = BufReader::new(stderr).lines();
         let mut started = false;
         while let Ok(Some(line)) = lines.next_line().await {
             eprintln!("{line}");
+            const ADMIN: &str = "admin API listening on http://";
+            if let Some(at) = line.find(ADMIN) {
+                let rest = &line[at + ADMIN.len()..];
+                let end = rest.find([' ', '/']).unwrap_or(rest.len());
+                if let Some(tx) = admin_tx.take() {
+                    let _ = tx.send(rest[..end].to_owned());
+                }
+                continue;
+            }
             if let Some(at) = line.find("listening on ") {
                 if let Some(tx) = addr_tx.take() {
                     let _ = tx.send(line[at + "listening on ".len()..].trim().to_owned());
@@ -512,10 +549,15 @@ pub(crate) async fn start_xdsd(
         .await
         .map_err(|_| anyhow::anyhow!("xdsd did not log its address in 60 s"))?
         .map_err(|_| anyhow::anyhow!("xdsd exited at start"))?;
+    let admin = tokio::time::timeout(Duration::from_secs(60), admin_rx)
+        .await
+        .map_err(|_| anyhow::anyhow!("xdsd did not log its admin address in 60 s"))?
+        .map_err(|_| anyhow::anyhow!("xdsd exited at start"))?;
     Ok(Started {
         child,
         pid,
         addr,
+        admin,
         reloads: reload_rx,
     })
 }

@@ -179,6 +179,10 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
     let pid = replicas[0].pid;
     let mut children = Vec::new();
     let mut reloads = Vec::new();
+    let admin = replicas
+        .first()
+        .map(|r| r.admin.clone())
+        .unwrap_or_default();
     for r in replicas {
         children.push(r.child);
         reloads.push(r.reloads);
@@ -210,6 +214,8 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
                 adapter.reloads.remove(i);
                 format!("ok {now}\n")
             }
+            // Replica 0 promotes; the other follows the shared record.
+            Command::Promote => format!("ok {}\n", crate::dirsrc::promote(&admin).await?),
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;

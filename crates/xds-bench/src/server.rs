@@ -10,6 +10,9 @@
 //!   answers `ok <accepted_ns>`
 //! * `coalesce`: (the limit, before any stream opens) coalesce changes per stream instead of
 //!   pushing each one (S5's floor, see `coalesced_stream`); answers `ok <accepted_ns>`
+//! * `promote`: (xdsd's binary, with `--canary`) promote the gated rollout's candidate now,
+//!   through the admin API (`POST /rollout/promote`, replica 0's with replicas); answers
+//!   `ok <accepted_ns>`, read just before the request
 //! * `quit` or EOF: exit.
 //!
 //! `accepted_ns` is CLOCK_MONOTONIC when the server read the command: convergence is measured
@@ -77,6 +80,8 @@ pub enum Command<'a> {
     Coalesce,
     /// xdsd-etcd: kill (SIGKILL) replica N, as a crashed replica.
     Kill(usize),
+    /// xdsd's binary: promote the gated rollout's candidate now (S8).
+    Promote,
     Quit,
 }
 
@@ -103,6 +108,7 @@ impl<'a> Command<'a> {
                     .and_then(|n| n.parse().ok())
                     .ok_or_else(|| anyhow::anyhow!("kill: no replica number"))?,
             ),
+            Some("promote") => Command::Promote,
             Some("quit") => Command::Quit,
             _ => anyhow::bail!("unknown command: {line}"),
         })
@@ -282,6 +288,7 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
                 format!("ok {accepted}\n")
             }
             Command::Kill(_) => anyhow::bail!("kill: only xdsd-etcd has replicas"),
+            Command::Promote => anyhow::bail!("promote: only xdsd's binary runs a gated rollout"),
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;
