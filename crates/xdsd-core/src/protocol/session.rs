@@ -546,7 +546,7 @@ impl<M: Machine> Session<M> {
     }
 
     /// Takes in a request. `snapshot` is the store's current state.
-    pub fn handle_request(
+    pub(crate) fn handle_request(
         &mut self,
         request: &M::Request,
         snapshot: &Snapshot,
@@ -754,7 +754,7 @@ impl<M: Machine> Session<M> {
     }
 
     /// Records names the store changed.
-    pub fn handle_changes(&mut self, changes: Changes) {
+    pub(crate) fn handle_changes(&mut self, changes: Changes) {
         let ordered = self.ordered();
         for type_url in changes.types() {
             let Some(state) = self.types.get_mut(type_url) else {
@@ -789,7 +789,7 @@ impl<M: Machine> Session<M> {
 
     /// Takes in the time: renews the TTLs due by `now` (heartbeats, spec "TTL"). Every resource
     /// with a TTL of a type is renewed in the same response.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
         let wait = self.options.ack_wait;
         for state in self.types.values_mut() {
             if state.waiting_since.is_some_and(|since| since + wait <= now) {

@@ -21,8 +21,9 @@ use super::SubscriptionChange;
 use crate::store::{Snapshot, Watcher};
 
 impl<M: Machine> Session<M> {
-    /// Takes in a request (see [`Session::handle_request`]) and tells `watcher` what it now
-    /// watches (rule 1), then takes the changes the watcher held back for muted types (rule 2).
+    /// Takes in a request (`snapshot` is the store's current state) and tells `watcher` what it
+    /// now watches (rule 1), then takes the changes the watcher held back for muted types (rule
+    /// 2). The only way in for a request: a driver cannot skip the contract.
     pub fn handle_request_watched(
         &mut self,
         request: &M::Request,
@@ -59,8 +60,9 @@ impl<M: Machine> Session<M> {
         watcher.watch(type_url, &change.added);
     }
 
-    /// Takes in the time (see [`Session::handle_timeout`]), then the changes the watcher held
-    /// back for muted types: a wait that ended may let their responses go (rule 2).
+    /// Takes in the time (a resend or TTL heartbeat may be due, see [`Session::poll_timeout`]),
+    /// then the changes the watcher held back for muted types: a wait that ended may let their
+    /// responses go (rule 2).
     pub fn handle_timeout_watched(&mut self, now: Instant, watcher: &Watcher) {
         self.handle_timeout(now);
         self.take_muted_changes(watcher);

@@ -316,13 +316,15 @@ proptest! {
         store.apply([Change::Set(input(CLUSTER, "r0", b"c"))]).expect("a cluster");
         if let Ok(request) = SotwRequest::decode(bytes.as_slice()) {
             let mut session: Session<SotwSubscription> = Session::new(None);
-            if session.handle_request(&request, &store.snapshot()).is_ok() {
+            let mut watcher = store.watcher();
+            if session.handle_request_watched(&request, &store.snapshot(), &mut watcher).is_ok() {
                 while session.poll_response(&store.snapshot(), Instant::now()).is_some() {}
             }
         }
         if let Ok(request) = DeltaRequest::decode(bytes.as_slice()) {
             let mut session: Session<DeltaSubscription> = Session::new(None);
-            if session.handle_request(&request, &store.snapshot()).is_ok() {
+            let mut watcher = store.watcher();
+            if session.handle_request_watched(&request, &store.snapshot(), &mut watcher).is_ok() {
                 while session.poll_response(&store.snapshot(), Instant::now()).is_some() {}
             }
         }
