@@ -39,10 +39,15 @@ impl Server {
 
     pub async fn start_with(options: ServerOptions) -> Server {
         let store = Store::new();
+        let server = XdsServer::builder(store.clone()).options(options).build();
+        Server::serve(store, server).await
+    }
+
+    /// Serves `server` (built on `store`) on a loopback port the OS picks, until [`Server::stop`].
+    pub async fn serve(store: Store, server: XdsServer) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = XdsServer::builder(store.clone()).options(options).build();
         let stats = server.stats_handle();
         let handle = stats.clone();
         let task = tokio::spawn(async move {

@@ -19,7 +19,7 @@ use xdsd_core::{
     XdsServer,
 };
 
-use crate::common::{cds_answer, connect, input, node, WAIT};
+use crate::common::{cds_answer, connect, input, node, Server, WAIT};
 
 /// Records every event as a line, and refuses the requests of nodes other than `alpha`.
 struct Recorder(mpsc::UnboundedSender<String>);
@@ -117,12 +117,8 @@ async fn observers_see_each_event_of_a_stream_and_a_refusal_ends_it_with_their_s
     let server = XdsServer::builder(store.clone())
         .observer(Arc::new(Recorder(events_tx)))
         .build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let server = Server::serve(store.clone(), server).await;
+    let addr = server.addr;
 
     // A known node: served, and each of its events observed in order.
     let (tx, mut responses) = open(addr).await;
@@ -226,12 +222,7 @@ async fn observers_see_each_event_of_a_stream_and_a_refusal_ends_it_with_their_s
         format!("0 request mallory {CLUSTER} initial")
     );
 
-    let _ = stop.send(());
-    tokio::time::timeout(WAIT, task)
-        .await
-        .expect("serve returns in time")
-        .unwrap()
-        .unwrap();
+    server.stop().await;
 }
 
 /// What an embedder's observer keeps of the events: what the server's record of a client is
@@ -314,12 +305,8 @@ async fn the_record_of_a_client_that_csds_shows_is_what_an_observer_is_told() {
         .observer(Arc::new(Mirror(events_tx)))
         .build();
     let stats = server.stats_handle();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let server = Server::serve(store.clone(), server).await;
+    let addr = server.addr;
     // The server's own observers are told each event before the embedder's: once this observer
     // has an event, the record has it too.
     let record = |stream: u64| {
@@ -437,10 +424,5 @@ async fn the_record_of_a_client_that_csds_shows_is_what_an_observer_is_told() {
     let totals = stats.totals();
     assert_eq!((totals.responses, totals.acks, totals.nacks), (2, 1, 1));
 
-    let _ = stop.send(());
-    tokio::time::timeout(WAIT, task)
-        .await
-        .expect("serve returns in time")
-        .unwrap()
-        .unwrap();
+    server.stop().await;
 }

@@ -16,7 +16,7 @@ use xdsd_core::store::{Store, UpdateSummary};
 use xdsd_core::transport::grpc::XdsServer;
 use xdsd_core::types::CLUSTER;
 
-use crate::common::{cds_answer, connect, input, WAIT};
+use crate::common::{cds_answer, connect, input, Server, WAIT};
 
 struct Client {
     tx: mpsc::Sender<DiscoveryRequest>,
@@ -94,12 +94,8 @@ async fn a_change_reaches_the_canary_at_once_the_others_once_promoted_and_a_nack
     let server = XdsServer::builder(stable.clone())
         .rollout(rollout.clone())
         .build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let server = Server::serve(stable.clone(), server).await;
+    let addr = server.addr;
 
     let mut canary = Client::open(addr, "edge-1", "canary").await;
     let mut prod = Client::open(addr, "core-1", "prod").await;
@@ -148,8 +144,7 @@ async fn a_change_reaches_the_canary_at_once_the_others_once_promoted_and_a_nack
             .is_err(),
         "prod is sent nothing"
     );
-    let _ = stop.send(());
-    let _ = task.await;
+    server.stop().await;
     let _: Arc<Rollout> = rollout;
 }
 
@@ -164,12 +159,8 @@ async fn after_an_empty_start_the_first_resources_reach_every_client_at_once() {
     let server = XdsServer::builder(stable.clone())
         .rollout(rollout.clone())
         .build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let server = Server::serve(stable.clone(), server).await;
+    let addr = server.addr;
 
     // No canary is connected: a gated change would wait for one.
     let mut prod = Client::open(addr, "core-1", "prod").await;
@@ -197,6 +188,5 @@ async fn after_an_empty_start_the_first_resources_reach_every_client_at_once() {
         .unwrap();
     wait_state(&rollout, "soaking").await;
     assert_eq!(rollout.status_json()["stable"]["generation"], 1);
-    let _ = stop.send(());
-    let _ = task.await;
+    server.stop().await;
 }
