@@ -513,15 +513,10 @@ impl Rollout {
             out["soak_left_seconds"] = json!(until.saturating_duration_since(now).as_secs_f64());
         }
         if let State::Halted(halt) = &state {
-            out["halt"] = json!({
-                "generation": halt.generation,
-                "revision": inner.gate.halted_revision(),
-                "node": halt.node,
-                "type_url": halt.type_url,
-                "version": halt.version,
-                "message": halt.message,
-                "origins": halt.origins,
-            });
+            let mut shown = halt.to_json();
+            shown["generation"] = json!(halt.generation);
+            shown["revision"] = json!(inner.gate.halted_revision());
+            out["halt"] = shown;
         }
         out
     }

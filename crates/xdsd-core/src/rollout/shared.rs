@@ -123,13 +123,7 @@ impl Record {
             "state": self.state.name(),
         });
         if let Some(halt) = &self.halt {
-            out["halt"] = json!({
-                "node": halt.node,
-                "type_url": halt.type_url,
-                "version": halt.version,
-                "message": halt.message,
-                "origins": halt.origins,
-            });
+            out["halt"] = halt.to_json();
         }
         out
     }
@@ -186,4 +180,19 @@ pub trait SharedState: Send + Sync {
     /// ([`Record::supersedes`]). Must not block: the write happens in the background, the
     /// latest record replacing one not written yet.
     fn publish(&self, record: Record);
+}
+
+impl Halt {
+    /// What halted a rollout, as JSON (a record's `halt`, and `GET /rollout`'s with its
+    /// generation and revision): the node, the type, the version, the client's message, the
+    /// origins of the resources it rejected.
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "node": self.node,
+            "type_url": self.type_url,
+            "version": self.version,
+            "message": self.message,
+            "origins": self.origins,
+        })
+    }
 }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector};
-use xdsd_core::store::{Store, UpdateSummary};
+use xdsd_core::store::{ResourceInput, Store, UpdateSummary};
 use xdsd_core::transport::grpc::XdsServer;
 use xdsd_core::types::CLUSTER;
 
@@ -79,22 +79,25 @@ async fn wait_state(rollout: &Rollout, state: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_reaches_the_canary_at_once_the_others_once_promoted_and_a_nack_rolls_back() {
+/// A server gated by a rollout (cohort `cluster=canary`, a soak of an hour) whose first load
+/// is `first`, served on a loopback port.
+async fn gated(first: Vec<ResourceInput>) -> (Arc<Rollout>, Server) {
     let stable = Store::new();
     let selector = Selector::parse("cluster=canary").unwrap();
     let config = GateConfig::default().soak(Duration::from_secs(3600));
     let rollout = Rollout::new(Cohort::new(vec![selector]), config, stable.clone());
-    rollout
-        .canary_store()
-        .replace_all([input(CLUSTER, "c", b"1")])
-        .unwrap();
+    rollout.canary_store().replace_all(first).unwrap();
     rollout.start().unwrap();
     tokio::spawn(rollout.clone().run());
     let server = XdsServer::builder(stable.clone())
         .rollout(rollout.clone())
         .build();
-    let server = Server::serve(stable.clone(), server).await;
+    (rollout, Server::serve(stable, server).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_reaches_the_canary_at_once_the_others_once_promoted_and_a_nack_rolls_back() {
+    let (rollout, server) = gated(vec![input(CLUSTER, "c", b"1")]).await;
     let addr = server.addr;
 
     let mut canary = Client::open(addr, "edge-1", "canary").await;
@@ -150,16 +153,7 @@ async fn a_change_reaches_the_canary_at_once_the_others_once_promoted_and_a_nack
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_empty_start_the_first_resources_reach_every_client_at_once() {
-    let stable = Store::new();
-    let selector = Selector::parse("cluster=canary").unwrap();
-    let config = GateConfig::default().soak(Duration::from_secs(3600));
-    let rollout = Rollout::new(Cohort::new(vec![selector]), config, stable.clone());
-    rollout.start().unwrap();
-    tokio::spawn(rollout.clone().run());
-    let server = XdsServer::builder(stable.clone())
-        .rollout(rollout.clone())
-        .build();
-    let server = Server::serve(stable.clone(), server).await;
+    let (rollout, server) = gated(Vec::new()).await;
     let addr = server.addr;
 
     // No canary is connected: a gated change would wait for one.
