@@ -356,16 +356,10 @@ impl Fleet {
 
     /// Waits until every client has `marker` (or later) of `tracked`.
     pub async fn wait_marker(&self, tracked: u32, marker: u32, timeout: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if self.shared.count_at_least(tracked, marker) >= self.shared.spec.streams {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        self.wait_until(timeout, || {
+            self.shared.count_at_least(tracked, marker) >= self.shared.spec.streams
+        })
+        .await
     }
 
     /// Waits until every client of `clients` has `marker` (or later) of `tracked`.
@@ -376,16 +370,10 @@ impl Fleet {
         marker: u32,
         timeout: Duration,
     ) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if self.shared.clients_at_least(clients, tracked, marker) >= clients.len() {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        self.wait_until(timeout, || {
+            self.shared.clients_at_least(clients, tracked, marker) >= clients.len()
+        })
+        .await
     }
 
     /// Waits until every client of `group` has `marker` (or later) of `tracked`.
@@ -396,10 +384,18 @@ impl Fleet {
         marker: u32,
         timeout: Duration,
     ) -> bool {
+        self.wait_until(timeout, || {
+            let (n, of) = self.shared.group_at_least(group, tracked, marker);
+            n >= of
+        })
+        .await
+    }
+
+    /// Polls `done` every 2 ms until it holds (true) or `timeout` passed (false).
+    async fn wait_until(&self, timeout: Duration, done: impl Fn() -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let (n, of) = self.shared.group_at_least(group, tracked, marker);
-            if n >= of {
+            if done() {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {
