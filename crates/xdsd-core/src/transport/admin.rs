@@ -373,7 +373,7 @@ fn client_json(c: &ClientStatus) -> Value {
         "stream": c.stream,
         "node": node,
         "peer": c.peer.map(|p| p.to_string()),
-        "variant": c.variant,
+        "flavor": c.flavor,
         "service": if c.ads { "ADS" } else { "per-type" },
         "connected_at": unix(c.connected_at),
         "counters": {

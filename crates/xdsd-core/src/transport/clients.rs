@@ -35,7 +35,7 @@ pub struct ClientStatus {
     /// Aggregated (ADS), or a per-type service.
     pub ads: bool,
     /// "SotW" or "delta".
-    pub variant: &'static str,
+    pub flavor: &'static str,
     /// The client's address, when known.
     pub peer: Option<SocketAddr>,
     /// When the stream opened.

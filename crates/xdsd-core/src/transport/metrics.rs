@@ -1,5 +1,5 @@
 //! Prometheus metrics of a server: its streams, what they were sent, their ACKs and NACKs, and
-//! the loads of its source. Every label value comes from a bounded set: variants, results, and
+//! the loads of its source. Every label value comes from a bounded set: flavors, results, and
 //! type URLs that are well known or in the store (any other type a client names counts as
 //! "other").
 
@@ -61,8 +61,8 @@ const RELOAD_RESULTS: [&str; 3] = [
     Reload::Rejected.label(),
 ];
 
-/// The `variant` label values of the stream metrics (as the transports name them).
-const STREAM_VARIANTS: [&str; 2] = [
+/// The `flavor` label values of the stream metrics (as the transports name them).
+const STREAM_FLAVORS: [&str; 2] = [
     <crate::protocol::sotw::SotwSubscription as crate::protocol::session::Machine>::NAME,
     <crate::protocol::delta::DeltaSubscription as crate::protocol::session::Machine>::NAME,
 ];
@@ -139,12 +139,12 @@ impl Metrics {
         );
         registry.register(
             "connected_streams",
-            "Open xDS streams, by variant (sotw, delta) and service (ads, per_type)",
+            "Open xDS streams, by flavor (sotw, delta) and service (ads, per_type)",
             streams.clone(),
         );
         registry.register(
             "streams_opened",
-            "xDS streams opened, by variant and service",
+            "xDS streams opened, by flavor and service",
             streams_opened.clone(),
         );
         registry.register(
@@ -224,9 +224,9 @@ impl Metrics {
         for result in ["applied", "rejected"] {
             drop(tls_reloads.get_or_create(&vec![("result", result.to_owned())]));
         }
-        for variant in STREAM_VARIANTS {
+        for flavor in STREAM_FLAVORS {
             for ads in [true, false] {
-                let labels = Metrics::stream_labels(variant, ads);
+                let labels = Metrics::stream_labels(flavor, ads);
                 drop(streams.get_or_create(&labels));
                 drop(streams_opened.get_or_create(&labels));
             }
@@ -318,21 +318,21 @@ impl Metrics {
         text
     }
 
-    fn stream_labels(variant: &str, ads: bool) -> Labels {
+    fn stream_labels(flavor: &str, ads: bool) -> Labels {
         vec![
-            ("variant", variant.to_ascii_lowercase()),
+            ("flavor", flavor.to_ascii_lowercase()),
             ("service", if ads { "ads" } else { "per_type" }.to_owned()),
         ]
     }
 
-    pub(crate) fn stream_opened(&self, variant: &str, ads: bool) {
-        let labels = Metrics::stream_labels(variant, ads);
+    pub(crate) fn stream_opened(&self, flavor: &str, ads: bool) {
+        let labels = Metrics::stream_labels(flavor, ads);
         self.inner.streams.get_or_create(&labels).inc();
         self.inner.streams_opened.get_or_create(&labels).inc();
     }
 
-    pub(crate) fn stream_closed(&self, variant: &str, ads: bool) {
-        let labels = Metrics::stream_labels(variant, ads);
+    pub(crate) fn stream_closed(&self, flavor: &str, ads: bool) {
+        let labels = Metrics::stream_labels(flavor, ads);
         self.inner.streams.get_or_create(&labels).dec();
     }
 
@@ -396,11 +396,11 @@ mod tests {
             r#"xdsd_reloads_total{result="applied"} 0"#,
             r#"xdsd_reloads_total{result="unchanged"} 0"#,
             r#"xdsd_reloads_total{result="rejected"} 0"#,
-            r#"xdsd_streams_opened_total{variant="sotw",service="ads"} 0"#,
-            r#"xdsd_streams_opened_total{variant="sotw",service="per_type"} 0"#,
-            r#"xdsd_streams_opened_total{variant="delta",service="ads"} 0"#,
-            r#"xdsd_streams_opened_total{variant="delta",service="per_type"} 0"#,
-            r#"xdsd_connected_streams{variant="delta",service="per_type"} 0"#,
+            r#"xdsd_streams_opened_total{flavor="sotw",service="ads"} 0"#,
+            r#"xdsd_streams_opened_total{flavor="sotw",service="per_type"} 0"#,
+            r#"xdsd_streams_opened_total{flavor="delta",service="ads"} 0"#,
+            r#"xdsd_streams_opened_total{flavor="delta",service="per_type"} 0"#,
+            r#"xdsd_connected_streams{flavor="delta",service="per_type"} 0"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
         }

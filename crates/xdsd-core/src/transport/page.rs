@@ -434,7 +434,7 @@ async fn client(
             "<h2>stream {} ({}, {}{})</h2>",
             s.stream,
             if s.ads { "ADS" } else { "per-type" },
-            s.variant,
+            s.flavor,
             s.peer
                 .map(|p| format!(", from {}", escape(&p.to_string())))
                 .unwrap_or_default()

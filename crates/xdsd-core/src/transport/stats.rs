@@ -71,13 +71,13 @@ pub struct StreamStatus {
     /// The client's node id (empty before it sent one).
     pub node: String,
     /// "SotW" or "delta".
-    pub variant: &'static str,
+    pub flavor: &'static str,
     /// The stream's counts.
     pub counters: StreamCounters,
 }
 
 pub(crate) struct StreamEntry {
-    variant: &'static str,
+    flavor: &'static str,
     ads: bool,
     peer: Option<SocketAddr>,
     connected_at: SystemTime,
@@ -149,7 +149,7 @@ impl StreamEntry {
         ClientStatus {
             stream: id,
             ads: self.ads,
-            variant: self.variant,
+            flavor: self.flavor,
             peer: self.peer,
             connected_at: self.connected_at,
             node: track.node.as_deref().cloned(),
@@ -194,19 +194,19 @@ impl StreamRegistry {
     pub(crate) fn open(
         &self,
         id: u64,
-        variant: &'static str,
+        flavor: &'static str,
         ads: bool,
         peer: Option<SocketAddr>,
     ) -> Arc<StreamEntry> {
         let entry = Arc::new(StreamEntry {
-            variant,
+            flavor,
             ads,
             peer,
             connected_at: SystemTime::now(),
             counters: Counters::default(),
             track: Mutex::new(Track::new(self.metrics.clone())),
         });
-        self.metrics.stream_opened(variant, ads);
+        self.metrics.stream_opened(flavor, ads);
         self.lock().streams.insert(id, entry.clone());
         entry
     }
@@ -217,7 +217,7 @@ impl StreamRegistry {
             // Under the lock: a total read meanwhile counts the stream once.
             open.closed += entry.counters.read();
             drop(open);
-            self.metrics.stream_closed(entry.variant, entry.ads);
+            self.metrics.stream_closed(entry.flavor, entry.ads);
         }
     }
 
@@ -247,7 +247,7 @@ impl StreamRegistry {
             .map(|(id, e)| StreamStatus {
                 id: *id,
                 node: e.node_id(),
-                variant: e.variant,
+                flavor: e.flavor,
                 counters: e.counters.read(),
             })
             .collect();

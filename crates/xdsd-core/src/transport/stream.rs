@@ -139,7 +139,7 @@ pub(crate) fn run<V: Protocol>(
     let ended = access.retired.clone();
     let id = ctx.next_stream_id();
     let identity = access.identity();
-    info!(stream = id, peer = ?peer, identity = ?identity, service = fixed.as_deref().unwrap_or("ADS"), variant = V::NAME, "stream opened");
+    info!(stream = id, peer = ?peer, identity = ?identity, service = fixed.as_deref().unwrap_or("ADS"), flavor = V::NAME, "stream opened");
     let opened = StreamOpened {
         stream: id,
         peer,

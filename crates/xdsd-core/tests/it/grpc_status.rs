@@ -442,7 +442,7 @@ fn sample(metrics: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -
 }
 
 const CDS_LABEL: &str = "type_url=\"type.googleapis.com/envoy.config.cluster.v3.Cluster\"";
-const ADS_SOTW: &str = "variant=\"sotw\",service=\"ads\"";
+const ADS_SOTW: &str = "flavor=\"sotw\",service=\"ads\"";
 
 #[tokio::test]
 async fn admin_api_shows_health_clients_and_metrics_that_move() {
@@ -529,7 +529,7 @@ async fn admin_api_shows_health_clients_and_metrics_that_move() {
     let clients: Value = serde_json::from_str(&body).expect("JSON");
     let client = &clients[0];
     assert_eq!(client["node"]["id"], "envoy-2");
-    assert_eq!(client["variant"], "SotW");
+    assert_eq!(client["flavor"], "SotW");
     assert_eq!(client["service"], "ADS");
     assert!(client["peer"]
         .as_str()
@@ -618,7 +618,7 @@ async fn a_delta_client_is_listed_with_its_resource_versions_and_counted_as_delt
 
     let clients = xdsd_core::transport::admin::clients_json(&server.handle.clients());
     let client = &clients[0];
-    assert_eq!(client["variant"], "delta");
+    assert_eq!(client["flavor"], "delta");
     let sent = &client["types"][0]["last_sent"]["resources"][0];
     assert_eq!(sent["name"], "c1");
     assert_eq!(sent["version"], first.resources[0].version.as_str());
@@ -627,7 +627,7 @@ async fn a_delta_client_is_listed_with_its_resource_versions_and_counted_as_delt
         sample(
             &metrics,
             "xdsd_connected_streams",
-            "variant=\"delta\",service=\"ads\""
+            "flavor=\"delta\",service=\"ads\""
         ),
         1.0
     );

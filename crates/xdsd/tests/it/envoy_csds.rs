@@ -171,7 +171,7 @@ async fn csds_and_the_admin_api_show_envoy_nacking_a_cluster_then_recovering() {
     assert_eq!(
         sample(
             &text,
-            "xdsd_connected_streams{variant=\"sotw\",service=\"ads\"}"
+            "xdsd_connected_streams{flavor=\"sotw\",service=\"ads\"}"
         ),
         1.0,
         "{text}"

@@ -181,7 +181,7 @@ async fn envoy_over_delta_ads_follows_changes_removals_and_a_server_restart() {
     )
     .await;
     assert_eq!(
-        (log_field(&opened, "service"), log_field(&opened, "variant")),
+        (log_field(&opened, "service"), log_field(&opened, "flavor")),
         (Some("ADS"), Some("delta")),
         "Envoy's stream is incremental ADS: {opened}"
     );

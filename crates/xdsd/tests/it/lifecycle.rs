@@ -203,7 +203,7 @@ async fn a_fresh_xdsd_has_every_counter_at_zero() {
     for variant in ["sotw", "delta"] {
         for service in ["ads", "per_type"] {
             want.push(format!(
-                r#"xdsd_streams_opened_total{{variant="{variant}",service="{service}"}} 0"#
+                r#"xdsd_streams_opened_total{{flavor="{variant}",service="{service}"}} 0"#
             ));
         }
     }
