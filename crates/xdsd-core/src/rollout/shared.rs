@@ -15,6 +15,7 @@ pub const RECORD_KEY: &str = ".rollout";
 
 /// What the record says of its candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecordState {
     /// The candidate is with the canaries.
     Soaking,
