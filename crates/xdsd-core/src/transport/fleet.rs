@@ -8,7 +8,6 @@
 //! `csds::nack_details`); they are split off as the NACK's origins.
 
 use envoy_types::pb::envoy::admin::v3::ClientResourceStatus;
-use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
 use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
 use serde_json::{json, Value};
@@ -191,15 +190,7 @@ pub fn split_details(details: &str) -> (String, Vec<String>) {
 /// One client of a CSDS answer as a row.
 pub fn client_row(config: &ClientConfig) -> ClientRow {
     let node = config.node.clone().unwrap_or_default();
-    let version = match &node.user_agent_version_type {
-        Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),
-        Some(UserAgentVersionType::UserAgentBuildVersion(b)) => b
-            .version
-            .as_ref()
-            .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
-            .unwrap_or_default(),
-        None => String::new(),
-    };
+    let version = crate::protocol::user_agent_version(&node);
     let agent = [node.user_agent_name.as_str(), version.as_str()]
         .iter()
         .filter(|s| !s.is_empty())
