@@ -310,12 +310,12 @@ struct Adapter {
     serial: AtomicU64,
 }
 
-impl Adapter {
+impl Binary for Adapter {
     /// Writes `value` as the resource's file: staged outside the watched directory, then renamed
     /// into place. Returns CLOCK_MONOTONIC just before the rename.
     /// A variant (`group`) gets `"@match": {GROUP_KEY: group}` and a file of its own.
-    fn put(
-        &self,
+    async fn put(
+        &mut self,
         type_url: &str,
         name: &str,
         value: &[u8],
@@ -339,7 +339,7 @@ impl Adapter {
         let mut accepted = None;
         for r in &records {
             let group = r.group.as_deref();
-            let a = self.put(&r.type_url, &r.name, &r.value, group)?;
+            let a = self.put(&r.type_url, &r.name, &r.value, group).await?;
             accepted.get_or_insert(a);
             keep.insert(file_name(&r.type_url, &r.name, group));
         }
@@ -385,9 +385,48 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
         reloads: xdsd.reloads,
         serial: AtomicU64::new(0),
     };
+    serve_commands(&mut adapter, &xdsd.addr, xdsd.pid, &admin).await?;
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(&staging);
+    Ok(())
+}
+
+/// What an adapter between the harness's control protocol and xdsd's binary (the directory's,
+/// etcd's) does with the commands that differ between them; [`serve_commands`] does the rest.
+pub(crate) trait Binary {
+    /// Replaces every resource with the records of `path`; returns when xdsd has them, with the
+    /// clock just before the first write.
+    async fn load(&mut self, path: &Path) -> anyhow::Result<u64>;
+
+    /// Sets one resource (group `group`'s variant, if any); returns the clock just before the
+    /// write.
+    async fn put(
+        &mut self,
+        type_url: &str,
+        name: &str,
+        value: &[u8],
+        group: Option<&str>,
+    ) -> anyhow::Result<u64>;
+
+    /// Kills replica `i` (SIGKILL), as a crashed replica.
+    async fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        anyhow::bail!("kill {i}: only xdsd-etcd has replicas")
+    }
+}
+
+/// Tells the harness `listening <addrs> <pid>`, then answers its commands until `quit` or EOF;
+/// `promote` goes to the admin API at `admin`.
+pub(crate) async fn serve_commands(
+    adapter: &mut impl Binary,
+    addrs: &str,
+    pid: u32,
+    admin: &str,
+) -> anyhow::Result<()> {
     let mut stdout = tokio::io::stdout();
     stdout
-        .write_all(format!("listening {} {}\n", xdsd.addr, xdsd.pid).as_bytes())
+        .write_all(format!("listening {addrs} {pid}\n").as_bytes())
         .await?;
     stdout.flush().await?;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -398,21 +437,32 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
                 let accepted = adapter.load(path.as_ref()).await?;
                 format!("ok {accepted} {}\n", now_ns())
             }
-            Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g)?),
+            Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g).await?),
             // xdsd coalesces on its own.
             Command::Nodes | Command::Coalesce => format!("ok {now}\n"),
-            Command::Kill(_) => anyhow::bail!("kill: only xdsd-etcd has replicas"),
-            Command::Promote => format!("ok {}\n", promote(&admin).await?),
+            Command::Kill(i) => {
+                adapter.kill(i).await?;
+                format!("ok {now}\n")
+            }
+            Command::Promote => format!("ok {}\n", promote(admin).await?),
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;
         stdout.flush().await?;
     }
-    let _ = child.start_kill();
-    let _ = child.wait().await;
-    let _ = std::fs::remove_dir_all(dir);
-    let _ = std::fs::remove_dir_all(&staging);
     Ok(())
+}
+
+/// Makes `cmd`'s process die with this one (SIGKILL when the adapter goes): xdsd or etcd must
+/// not outlive an adapter that is killed.
+pub(crate) fn die_with_parent(cmd: &mut tokio::process::Command) {
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
 }
 
 /// `POST /rollout/promote` to the admin API at `admin` (`host:port`): the gated rollout's
@@ -486,13 +536,7 @@ pub(crate) async fn start_xdsd(
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; xdsd must not outlive the adapter if it is killed.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    die_with_parent(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", xdsd_bin.display()))?;

@@ -20,14 +20,13 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions, Txn, TxnOp};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use crate::dirsrc::{
-    document, file_name, records_in_reference_order, start_xdsd, wait_reloaded, Reloads,
+    document, file_name, records_in_reference_order, serve_commands, start_xdsd, wait_reloaded,
+    Binary, Reloads,
 };
 use crate::now_ns;
-use crate::server::Command;
 
 /// The prefix the resources are written under.
 const PREFIX: &str = "/bench/";
@@ -64,13 +63,7 @@ async fn start_etcd(dir: &Path) -> anyhow::Result<(tokio::process::Child, String
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; etcd must not outlive the adapter if it is killed.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    crate::dirsrc::die_with_parent(&mut cmd);
     let child = cmd
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", etcd_binary().display()))?;
@@ -91,11 +84,13 @@ async fn start_etcd(dir: &Path) -> anyhow::Result<(tokio::process::Child, String
 
 struct Adapter {
     client: Client,
-    /// Each replica's reloads.
+    /// The replicas' processes.
+    children: Vec<tokio::process::Child>,
+    /// Each replica's reloads (a killed replica's removed).
     reloads: Vec<watch::Receiver<Reloads>>,
 }
 
-impl Adapter {
+impl Binary for Adapter {
     /// Puts the resource's key; returns CLOCK_MONOTONIC just before the put.
     async fn put(
         &mut self,
@@ -157,6 +152,18 @@ impl Adapter {
         }
         Ok(accepted)
     }
+
+    /// A crashed replica: its clients reconnect to the other.
+    async fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        let child = self
+            .children
+            .get_mut(i)
+            .ok_or_else(|| anyhow::anyhow!("kill: no replica {i}"))?;
+        child.start_kill()?;
+        child.wait().await?;
+        self.reloads.remove(i);
+        Ok(())
+    }
 }
 
 /// How many replicas of xdsd serve the prefix: the clients' connections go to each in turn.
@@ -177,51 +184,19 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
     // CPU time and memory are read from the first replica (each serves half the streams).
     let addrs: Vec<String> = replicas.iter().map(|r| r.addr.clone()).collect();
     let pid = replicas[0].pid;
-    let mut children = Vec::new();
-    let mut reloads = Vec::new();
-    let admin = replicas
-        .first()
-        .map(|r| r.admin.clone())
-        .unwrap_or_default();
+    // Replica 0 promotes (S8); the other follows the shared record.
+    let admin = replicas[0].admin.clone();
+    let mut adapter = Adapter {
+        client,
+        children: Vec::new(),
+        reloads: Vec::new(),
+    };
     for r in replicas {
-        children.push(r.child);
-        reloads.push(r.reloads);
+        adapter.children.push(r.child);
+        adapter.reloads.push(r.reloads);
     }
-    let mut adapter = Adapter { client, reloads };
-    let mut stdout = tokio::io::stdout();
-    stdout
-        .write_all(format!("listening {} {pid}\n", addrs.join(",")).as_bytes())
-        .await?;
-    stdout.flush().await?;
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Some(line) = lines.next_line().await? {
-        let now = now_ns();
-        let reply = match Command::parse(&line)? {
-            Command::Load(path) => {
-                let accepted = adapter.load(path.as_ref()).await?;
-                format!("ok {accepted} {}\n", now_ns())
-            }
-            Command::Set(t, n, v, g) => format!("ok {}\n", adapter.put(t, n, &v, g).await?),
-            // xdsd coalesces on its own.
-            Command::Nodes | Command::Coalesce => format!("ok {now}\n"),
-            // A crashed replica: its clients reconnect to the other.
-            Command::Kill(i) => {
-                let child = children
-                    .get_mut(i)
-                    .ok_or_else(|| anyhow::anyhow!("kill: no replica {i}"))?;
-                child.start_kill()?;
-                child.wait().await?;
-                adapter.reloads.remove(i);
-                format!("ok {now}\n")
-            }
-            // Replica 0 promotes; the other follows the shared record.
-            Command::Promote => format!("ok {}\n", crate::dirsrc::promote(&admin).await?),
-            Command::Quit => break,
-        };
-        stdout.write_all(reply.as_bytes()).await?;
-        stdout.flush().await?;
-    }
-    for mut child in children {
+    serve_commands(&mut adapter, &addrs.join(","), pid, &admin).await?;
+    for mut child in adapter.children {
         let _ = child.start_kill();
         let _ = child.wait().await;
     }
