@@ -32,7 +32,8 @@ pub struct EtcdSource {
     /// Every resource key (its suffix after the prefix), parsed.
     keys: BTreeMap<String, Parsed>,
     watch: Option<Watch>,
-    /// Kept for the life of the watch (the connection it uses).
+    /// Kept for the life of the watch (the connection it uses); before the first load, one
+    /// given to it ([`EtcdSource::with_connection`]).
     etcd: Option<Etcd>,
     /// The past revision the first load reads at ([`EtcdSource::starting_at`]).
     start_at: Option<i64>,
@@ -49,6 +50,13 @@ impl EtcdSource {
             etcd: None,
             start_at: None,
         }
+    }
+
+    /// Reads and watches through `etcd`, a connection made for something else on the same
+    /// options (the gated rollout's shared state), rather than a connection of its own.
+    pub fn with_connection(mut self, etcd: Etcd) -> EtcdSource {
+        self.etcd = Some(etcd);
+        self
     }
 
     /// Loads the prefix as it was at `revision` (a past one), then follows every change after
@@ -159,14 +167,13 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
-/// Connects and reads the prefix at `revision`, or at the latest one when etcd compacted it.
-async fn load_at(
+/// Reads the prefix at `revision`, or at the latest one when etcd compacted it.
+async fn read_at_or_latest(
+    etcd: &Etcd,
     options: &EtcdOptions,
     revision: i64,
-) -> Result<(Etcd, Snapshot), crate::EtcdError> {
-    let etcd = Etcd::connect(options).await?;
+) -> Result<Snapshot, crate::EtcdError> {
     match etcd.read_at(revision).await {
-        Ok(snapshot) => Ok((etcd, snapshot)),
         Err(crate::EtcdError::Compacted { .. }) => {
             tracing::warn!(
                 prefix = %options.prefix(),
@@ -174,10 +181,9 @@ async fn load_at(
                 "etcd compacted the revision of the rollout in flight away: loading the latest \
                  revision instead"
             );
-            let snapshot = etcd.read().await?;
-            Ok((etcd, snapshot))
+            etcd.read().await
         }
-        Err(e) => Err(e),
+        read => read,
     }
 }
 
@@ -214,11 +220,22 @@ impl Source for EtcdSource {
     /// Reads the prefix at one revision and starts watching from the next: no change falls
     /// between them.
     async fn load(&mut self) -> Result<ChangeSet, Rejection> {
-        let (etcd, snapshot) = match self.start_at {
-            None => crate::load(&self.options).await,
-            Some(revision) => load_at(&self.options, revision).await,
-        }
-        .map_err(|e| Rejection::new(vec![e.to_string()]))?;
+        let given = self.etcd.take();
+        let (options, start_at) = (&self.options, self.start_at);
+        let read = async {
+            let etcd = match given {
+                Some(etcd) => etcd,
+                None => Etcd::connect(options).await?,
+            };
+            let snapshot = match start_at {
+                None => etcd.read().await?,
+                Some(revision) => read_at_or_latest(&etcd, options, revision).await?,
+            };
+            Ok::<_, crate::EtcdError>((etcd, snapshot))
+        };
+        let (etcd, snapshot) = read
+            .await
+            .map_err(|e| Rejection::new(vec![e.to_string()]))?;
         let revision = snapshot.revision;
         self.replace(snapshot);
         self.watch = Some(etcd.watch(revision));

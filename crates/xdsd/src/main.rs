@@ -987,6 +987,8 @@ async fn share_rollout(
             .resume_from(resume.record, resume.stable)
             .context("cannot load the rollout's stable state")?;
     }
+    // One connection for both: the source reads and watches through it too.
+    let source = source.with_connection(etcd.clone());
     let shared = xdsd_etcd::rollout::SharedRollout::start(etcd, rollout.clone(), after);
     rollout.share(Arc::new(shared));
     Ok(source)
