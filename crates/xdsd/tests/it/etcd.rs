@@ -18,7 +18,6 @@ use tokio::process::Command;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::etcd_support::Etcd;
@@ -183,12 +182,8 @@ impl Traffic {
 }
 
 async fn health_status(xdsd: &Xdsd) -> ServingStatus {
-    let channel = tonic::transport::Endpoint::from_shared(xdsd.url())
-        .expect("a URL")
-        .connect()
+    crate::support::health_client(xdsd)
         .await
-        .expect("connected to xdsd");
-    HealthClient::new(channel)
         .check(HealthCheckRequest::default())
         .await
         .expect("a health answer")

@@ -11,20 +11,10 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::support::ads::{self, AdsStream};
-use crate::support::{http_get, unique_name, ResourceDir, Xdsd, CLUSTER, DEADLINE};
+use crate::support::{health_client, http_get, unique_name, ResourceDir, Xdsd, CLUSTER, DEADLINE};
 
 fn cluster_file() -> String {
     format!("\"@type\": {CLUSTER}\nname: c\ntype: STATIC\nconnect_timeout: 1s\n")
-}
-
-/// A gRPC health client of xdsd's port.
-async fn health_client(xdsd: &Xdsd) -> HealthClient<tonic::transport::Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(xdsd.url())
-        .expect("a URL")
-        .connect()
-        .await
-        .expect("connected to xdsd");
-    HealthClient::new(channel)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -990,3 +990,15 @@ pub async fn run_python_client(args: &[&str], envs: &[(&str, &str)]) -> PyClient
         Err(_) => panic!("grpc_client.py did not finish in time (it was killed)"),
     }
 }
+
+/// A gRPC health client of xdsd's port.
+pub async fn health_client(
+    xdsd: &Xdsd,
+) -> tonic_health::pb::health_client::HealthClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(xdsd.url())
+        .expect("a URL")
+        .connect()
+        .await
+        .expect("connected to xdsd");
+    tonic_health::pb::health_client::HealthClient::new(channel)
+}
