@@ -201,11 +201,7 @@ fn every_bad_file_is_listed_at_once() {
     dir.write("good.yaml", &cluster_yaml("g"));
     let run = run(&dir.path(), &[]);
     assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
-    let errors: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("error: "))
-        .collect();
+    let errors = error_lines(&run.stderr);
     assert_eq!(errors.len(), 2, "one line per bad file:\n{}", run.stderr);
     assert_mentions(errors[0], &["bad.yaml"], "first error");
     assert_mentions(
@@ -226,11 +222,7 @@ fn references_are_checked_among_the_files_that_parse_while_others_fail() {
     dir.write("twice.yaml", &cluster_yaml("c"));
     let run = run(&dir.path(), &[]);
     assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
-    let errors: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("error: "))
-        .collect();
+    let errors = error_lines(&run.stderr);
     assert_eq!(
         errors.len(),
         3,
@@ -320,4 +312,12 @@ fn usage_errors_exit_two() {
         .output()
         .expect("xdsd check runs");
     assert_eq!(no_dir.status.code(), Some(2));
+}
+
+/// The `error: ` lines of `check`'s standard error, in order.
+fn error_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect()
 }
