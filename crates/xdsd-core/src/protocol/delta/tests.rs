@@ -8,8 +8,10 @@ use envoy_types::pb::google::rpc::Status;
 
 use super::*;
 use crate::protocol::test_support::{remove, set, store_with, views};
+use crate::protocol::RequestKind;
 use crate::store::{Change, ResourceInput, Store};
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
+use prost::Message as _;
 
 struct Harness {
     store: Store,
