@@ -7,6 +7,7 @@ use envoy_types::pb::google::rpc::Status;
 
 use super::*;
 use crate::protocol::test_support::{input, remove, set, store_with, views};
+use crate::protocol::{NonceGen, RequestKind, Subscribe};
 use crate::store::{Change, Store};
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 
