@@ -7,17 +7,23 @@
 //! `resource_name` (name and constraints): when a key moves to another variant, the new one
 //! and the removal of the old one go out in the same response.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 
+use super::machine::Machine;
+use super::node::ClientNode;
+use super::subscription::{Core, OlderNonce};
+use super::{
+    part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind, Subscribe,
+    SubscriptionChange, Views, PART_OVERHEAD,
+};
 use crate::hash::HashSet;
-
-use super::subscription::Core;
-use super::{part_len, Key, KeyLookup, Nonce, NonceGen, Views, PART_OVERHEAD};
 use crate::params::Constraints;
-use crate::store::{Encoding, Resource};
+use crate::store::{Encoding, Resource, TypeSnapshot};
 use gather::Owed;
 use holdings::{Holdings, PendingBase};
 use keys::SubscribedKeys;
@@ -100,57 +106,6 @@ pub struct DeltaSubscription {
 }
 
 impl DeltaSubscription {
-    /// A subscription to `type_url` with nothing subscribed yet.
-    pub fn new(type_url: Arc<str>) -> DeltaSubscription {
-        DeltaSubscription {
-            core: Core::new(type_url),
-            names: SubscribedKeys::default(),
-            has: Holdings::default(),
-            pending_base: None,
-            check_all: false,
-            answer: false,
-            forced_all: false,
-            recheck: HashSet::default(),
-            heartbeat: HashSet::default(),
-            rest: VecDeque::new(),
-        }
-    }
-
-    /// Responses larger than this are split into parts (see `part_len`).
-    pub fn set_max_response_bytes(&mut self, bytes: usize) {
-        self.core.max_response_bytes = bytes;
-    }
-
-    /// Resources and removals name variants by `resource_name` from now on (a TP2 client).
-    pub fn set_named(&mut self, named: bool) {
-        self.core.encoding.named = named;
-    }
-
-    /// Resources go out with their TTLs (a client that takes them).
-    pub fn set_ttl(&mut self, ttl: bool) {
-        self.core.encoding.ttl = ttl;
-    }
-
-    /// Whether responses carry TTLs (`set_ttl`).
-    pub fn ttl(&self) -> bool {
-        self.core.encoding.ttl
-    }
-
-    /// Its type URL.
-    pub fn type_url(&self) -> &Arc<str> {
-        &self.core.type_url
-    }
-
-    /// Whether the client is subscribed to every resource of the type.
-    pub fn is_wildcard(&self) -> bool {
-        self.core.wildcard.pid().is_some()
-    }
-
-    /// How many keys (name and parameter set) are subscribed.
-    pub fn key_count(&self) -> usize {
-        self.names.len()
-    }
-
     /// Subscribed names (each once, whatever the number of parameter sets).
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
         let mut seen = HashSet::default();
@@ -188,90 +143,6 @@ impl DeltaSubscription {
 }
 
 impl DeltaSubscription {
-    /// Sends `name` again with the next response, changed or not, if it is subscribed.
-    pub fn resend(&mut self, name: &Arc<str>) {
-        let names = &self.names;
-        self.core.resend(name, |name, pid| {
-            names.contains(&(&**name, pid) as &dyn KeyLookup)
-        });
-    }
-
-    /// Renews the TTL of `name` with the next response, if the client holds it: a heartbeat when
-    /// it holds the current version, else the resource itself. Envoy takes no heartbeats on VHDS
-    /// (it reads a body-less virtual host as an unresolved alias): virtual hosts are renewed by
-    /// sending them again.
-    pub fn heartbeat(&mut self, name: &Arc<str>) {
-        let keys = self
-            .keys_of(name)
-            .into_iter()
-            .filter(|k| self.has.contains_key(k));
-        if *self.core.type_url == *crate::types::VIRTUAL_HOST {
-            self.core.forced.extend(keys);
-        } else {
-            self.heartbeat.extend(keys);
-        }
-    }
-
-    /// Records names the store changed (added, modified or removed).
-    pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
-        let subscribed = &self.names;
-        self.core.mark_changed(names, |name, pid| {
-            subscribed.contains(&(&**name, pid) as &dyn KeyLookup)
-        });
-    }
-
-    /// Whether the next response is the rest of one that goes out in parts.
-    pub fn in_parts(&self) -> bool {
-        !self.rest.is_empty()
-    }
-
-    /// Whether a response is owed.
-    pub fn has_pending(&self) -> bool {
-        self.answer
-            || self.check_all
-            || !self.core.forced.is_empty()
-            || (self.forced_all && !self.names.is_empty())
-            || !self.recheck.is_empty()
-            || !self.core.dirty.is_empty()
-            || !self.heartbeat.is_empty()
-            || !self.rest.is_empty()
-    }
-
-    /// The response owed to the client, if any, given the store as this client sees it. A
-    /// response larger than the size limit goes out in parts, one per call: the rest stays owed,
-    /// in order, and is sent as it was computed unless something changes in between (then it is
-    /// computed again with the change).
-    pub fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<DeltaResponse> {
-        if !self.has_pending() {
-            return None;
-        }
-        if !self.rest.is_empty() && self.has_news() {
-            self.fold_rest();
-        }
-        let mut owed = if self.rest.is_empty() {
-            let owed = self.collect(views);
-            // Room for what every part of the response will record, taken at once: grown part
-            // by part, the map of 10,000 keys was rehashed on each.
-            if self.pending_base.is_none() {
-                let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
-                self.has.reserve(sends);
-            }
-            VecDeque::from(owed)
-        } else {
-            std::mem::take(&mut self.rest)
-        };
-        let answer = std::mem::take(&mut self.answer);
-        let overhead = self.core.type_url.len() + self.version(views).len() + PART_OVERHEAD;
-        let (count, oversized) = part_len(
-            owed.iter().map(|o| self.owed_len(o)),
-            self.core.max_response_bytes.saturating_sub(overhead),
-        );
-        let part: Vec<Owed> = owed.drain(..count).collect();
-        self.rest = owed;
-        let oversized = self.core.warn_once(oversized);
-        self.emit(part, views, nonces, answer, oversized)
-    }
-
     /// Whether something was owed since the last response (a request, a store change, a
     /// heartbeat), beyond the rest of a split response.
     fn has_news(&self) -> bool {
@@ -316,6 +187,254 @@ impl DeltaSubscription {
                 }
             }
         }
+    }
+}
+
+/// The delta flavor's machine, as the session drives it; what the client holds (`has_sent`,
+/// `unsent`) is for the session's make-before-break rules.
+impl Machine for DeltaSubscription {
+    type Request = DeltaRequest;
+    type Response = DeltaResponse;
+    const NAME: &'static str = "delta";
+
+    /// A subscription to `type_url` with nothing subscribed yet.
+    fn new(type_url: Arc<str>) -> DeltaSubscription {
+        DeltaSubscription {
+            core: Core::new(type_url),
+            names: SubscribedKeys::default(),
+            has: Holdings::default(),
+            pending_base: None,
+            check_all: false,
+            answer: false,
+            forced_all: false,
+            recheck: HashSet::default(),
+            heartbeat: HashSet::default(),
+            rest: VecDeque::new(),
+        }
+    }
+
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    fn oversized(r: &DeltaResponse) -> Option<usize> {
+        r.oversized
+    }
+
+    fn takes_ttl(node: &ClientNode) -> bool {
+        node.takes_ttl()
+    }
+
+    fn node(request: &DeltaRequest) -> &[u8] {
+        &request.node_raw
+    }
+
+    fn request_type_url(request: &DeltaRequest) -> &str {
+        &request.type_url
+    }
+
+    fn locators(request: &DeltaRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
+        (
+            &request.resource_locators_subscribe,
+            &request.resource_locators_unsubscribe,
+        )
+    }
+
+    fn initial_versions(request: &DeltaRequest) -> usize {
+        request.initial_resource_versions.len()
+    }
+
+    fn describe(r: &DeltaResponse) -> (&str, usize, usize, Nonce) {
+        (
+            &r.system_version_info,
+            r.resources.len(),
+            r.removed.len() + r.removed_variants.len(),
+            r.nonce,
+        )
+    }
+
+    fn updated(r: &DeltaResponse) -> &[Arc<Resource>] {
+        &r.resources
+    }
+
+    fn with_ttl(r: &DeltaResponse) -> Vec<Arc<Resource>> {
+        r.resources.iter().chain(&r.heartbeats).cloned().collect()
+    }
+
+    /// Takes in a request. Names use `subscribe.default`; `subscribe.locators` are the
+    /// request's `resource_locators_subscribe` and `unsubscribe_locators` its
+    /// `resource_locators_unsubscribe`, resolved to parameter sets by the session. Subscription
+    /// changes are honoured whatever the nonce: the nonce only pairs an ACK or NACK with a
+    /// response.
+    fn handle(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        unsubscribe_locators: &[(String, Pid)],
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange) {
+        let error = request.error_detail.as_ref().map(|s| s.message.as_str());
+        let kind = self
+            .core
+            .classify(&request.response_nonce, error, OlderNonce::Answers);
+        let initial = kind == RequestKind::Initial;
+        if initial {
+            self.answer = true;
+        }
+        let wildcard_before = self.core.wildcard.is_on();
+        let unsubscribe_keys: Vec<(Cow<'_, str>, Pid)> = request_keys(
+            &request.resource_names_unsubscribe,
+            subscribe.default,
+            unsubscribe_locators,
+        )
+        .collect();
+        let names_something = request.resource_names_subscribe.len() + subscribe.locators.len() > 0
+            || !unsubscribe_keys.is_empty();
+        // The names subscribed before, to tell what to (un)watch: only for a request that names
+        // something. Most requests are ACKs, and a stream may hold 100,000 names.
+        // While the subscription is most of the type (watched as a whole), no names are needed.
+        let names_before: Option<HashSet<Arc<str>>> = (names_something && !self.core.dense)
+            .then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
+        // Any name in either list ends the legacy rule: after an unsubscription from `*`, the
+        // empty requests that follow (ACKs) must not bring the wildcard back. The legacy
+        // wildcard follows the default parameter set (node parameters may change mid-stream).
+        let wildcard = self
+            .core
+            .wildcard
+            .legacy_rule(names_something, subscribe.default);
+        self.set_wildcard(wildcard);
+        // A reconnecting client tells what it already has: only differences are sent.
+        let reconnecting = initial && !request.initial_resource_versions.is_empty();
+        let pids_added = self.subscribe(request, subscribe, reconnecting, current);
+        if initial {
+            self.claim_wildcard_keys(request, current);
+        }
+        let unsubscribed = self.unsubscribe(unsubscribe_keys);
+        self.update_pids(pids_added, unsubscribed);
+        let change = self.change(names_something, wildcard_before, names_before, current);
+        (kind, change)
+    }
+
+    /// Records names the store changed (added, modified or removed).
+    fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
+        let subscribed = &self.names;
+        self.core.mark_changed(names, |name, pid| {
+            subscribed.contains(&(&**name, pid) as &dyn KeyLookup)
+        });
+    }
+
+    /// Sends `name` again with the next response, changed or not, if it is subscribed.
+    fn resend(&mut self, name: &Arc<str>) {
+        let names = &self.names;
+        self.core.resend(name, |name, pid| {
+            names.contains(&(&**name, pid) as &dyn KeyLookup)
+        });
+    }
+
+    /// Renews the TTL of `name` with the next response, if the client holds it: a heartbeat when
+    /// it holds the current version, else the resource itself. Envoy takes no heartbeats on VHDS
+    /// (it reads a body-less virtual host as an unresolved alias): virtual hosts are renewed by
+    /// sending them again.
+    fn heartbeat(&mut self, name: &Arc<str>) {
+        let keys = self
+            .keys_of(name)
+            .into_iter()
+            .filter(|k| self.has.contains_key(k));
+        if *self.core.type_url == *crate::types::VIRTUAL_HOST {
+            self.core.forced.extend(keys);
+        } else {
+            self.heartbeat.extend(keys);
+        }
+    }
+
+    /// How many keys (name and parameter set) are subscribed.
+    fn key_count(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether a response is owed.
+    fn has_pending(&self) -> bool {
+        self.answer
+            || self.check_all
+            || !self.core.forced.is_empty()
+            || (self.forced_all && !self.names.is_empty())
+            || !self.recheck.is_empty()
+            || !self.core.dirty.is_empty()
+            || !self.heartbeat.is_empty()
+            || !self.rest.is_empty()
+    }
+
+    /// Whether the next response is the rest of one that goes out in parts.
+    fn in_parts(&self) -> bool {
+        !self.rest.is_empty()
+    }
+
+    /// The response owed to the client, if any, given the store as this client sees it. A
+    /// response larger than the size limit goes out in parts, one per call: the rest stays owed,
+    /// in order, and is sent as it was computed unless something changes in between (then it is
+    /// computed again with the change).
+    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<DeltaResponse> {
+        if !self.has_pending() {
+            return None;
+        }
+        if !self.rest.is_empty() && self.has_news() {
+            self.fold_rest();
+        }
+        let mut owed = if self.rest.is_empty() {
+            let owed = self.collect(views);
+            // Room for what every part of the response will record, taken at once: grown part
+            // by part, the map of 10,000 keys was rehashed on each.
+            if self.pending_base.is_none() {
+                let sends = owed.iter().filter(|o| matches!(o, Owed::Send(..))).count();
+                self.has.reserve(sends);
+            }
+            VecDeque::from(owed)
+        } else {
+            std::mem::take(&mut self.rest)
+        };
+        let answer = std::mem::take(&mut self.answer);
+        let overhead = self.core.type_url.len() + self.version(views).len() + PART_OVERHEAD;
+        let (count, oversized) = part_len(
+            owed.iter().map(|o| self.owed_len(o)),
+            self.core.max_response_bytes.saturating_sub(overhead),
+        );
+        let part: Vec<Owed> = owed.drain(..count).collect();
+        self.rest = owed;
+        let oversized = self.core.warn_once(oversized);
+        self.emit(part, views, nonces, answer, oversized)
+    }
+
+    /// Whether the client holds `name` as the store holds it now.
+    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
+        self.keys_of(name)
+            .iter()
+            .any(|key| views.get(&key.0, key.1).is_some_and(|r| self.holds(key, r)))
+    }
+
+    /// The subscribed resources the client does not hold as the store holds them now.
+    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
+        let mut out: Vec<Arc<Resource>> = self
+            .names
+            .iter()
+            .filter_map(|key| {
+                let r = views.get(&key.0, key.1)?;
+                (!self.holds(key, r)).then(|| r.clone())
+            })
+            .collect();
+        if let Some(w) = self.core.wildcard.pid() {
+            out.extend(
+                views
+                    .view(w)
+                    .iter()
+                    .filter(|r| !self.holds(&(r.name().clone(), w), r))
+                    .cloned(),
+            );
+        }
+        out
     }
 }
 

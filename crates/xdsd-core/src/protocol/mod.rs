@@ -69,6 +69,7 @@ pub mod delta;
 mod error;
 mod fields;
 pub mod identity;
+mod machine;
 #[cfg(test)]
 mod model_tests;
 mod node;

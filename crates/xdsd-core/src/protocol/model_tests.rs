@@ -10,7 +10,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
 use super::delta::DeltaSubscription;
-use super::session::Session;
+use super::session::{Machine, Session};
 use super::sotw::{SotwRequest, SotwSubscription};
 use super::test_support::{remove, set, views};
 use super::NonceGen;

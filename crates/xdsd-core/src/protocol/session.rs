@@ -19,15 +19,14 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 use prost::Message as _;
 
-use super::delta::{DeltaRequest, DeltaResponse, DeltaSubscription};
 pub use super::error::{ErrorKind, SessionError};
 use super::identity::IdentityBinding;
+pub use super::machine::Machine;
 pub(crate) use super::node::check_params;
 pub use super::node::{
     ClientNode, FEATURE_RESOURCE_IN_SOTW, FEATURE_RESOURCE_IN_SOTW_ALT, FEATURE_RESOURCE_TTL,
     MAX_PARAMS, MAX_PARAM_LEN, MAX_TYPES, NODE_CLUSTER_PARAM,
 };
-use super::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
 use super::{Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::hash::{HashMap, HashSet};
 use crate::params::ParamSet;
@@ -97,265 +96,6 @@ impl Default for SessionOptions {
             max_names: DEFAULT_MAX_NAMES,
             ack_wait: DEFAULT_ACK_WAIT,
         }
-    }
-}
-
-/// What the session needs of a protocol variant's per-type state machine.
-pub trait Machine: Send + 'static {
-    /// The request message it reads.
-    type Request: Send + 'static;
-    /// The response it produces.
-    type Response: Send;
-    /// For logs.
-    const NAME: &'static str;
-
-    /// A machine for `type_url`, nothing subscribed.
-    fn new(type_url: Arc<str>) -> Self;
-    /// Whether resources go out named by `resource_name` (xRFC TP2 clients).
-    fn set_named(&mut self, named: bool);
-    /// Responses larger than this are split where the protocol allows it.
-    fn set_max_response_bytes(&mut self, bytes: usize);
-    /// The size of a response over the size limit that could not be split, the first time.
-    fn oversized(response: &Self::Response) -> Option<usize>;
-    /// Whether resources go out with their TTLs to this client.
-    fn takes_ttl(node: &ClientNode) -> bool;
-    /// Sets whether resources go out with their TTLs.
-    fn set_ttl(&mut self, ttl: bool);
-    /// Whether responses carry TTLs (`set_ttl`).
-    fn ttl(&self) -> bool;
-    /// Renews the TTL of `name` with the next response, if the client holds it.
-    fn heartbeat(&mut self, name: &Arc<str>);
-    /// The request's node as received, encoded (empty without one): decoded only when it
-    /// differs from the session's (Envoy repeats it on every request).
-    fn node(request: &Self::Request) -> &[u8];
-    /// The request's type URL.
-    fn type_url(request: &Self::Request) -> &str;
-    /// (subscribe, unsubscribe) resource locators of a request.
-    fn locators(request: &Self::Request) -> (&[ResourceLocator], &[ResourceLocator]);
-    /// Handles a request: how it relates to the responses sent, and what it changed of the subscription.
-    fn handle(
-        &mut self,
-        request: &Self::Request,
-        subscribe: &Subscribe<'_>,
-        unsubscribe: &[(String, Pid)],
-        current: Option<&Arc<TypeSnapshot>>,
-    ) -> (RequestKind, SubscriptionChange);
-    /// Marks `names` changed in the store: owed to the client if it holds or asks for them.
-    fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>);
-    /// Told that `count` changed names (repeats included) are coming: true when the machine
-    /// does not need them one by one (`mark_changed` is then not called).
-    fn skips_changes(&mut self, _count: usize) -> bool {
-        false
-    }
-    /// Whether a response is owed.
-    fn has_pending(&self) -> bool;
-    /// Whether the next response is the rest of one that goes out in parts.
-    fn in_parts(&self) -> bool;
-    /// How many keys (name and parameter set) are subscribed.
-    fn key_count(&self) -> usize;
-    /// The next response owed, if any, read from `views`.
-    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<Self::Response>;
-    /// (version, resources, removed names, nonce) of a response, for logs.
-    fn describe(response: &Self::Response) -> (&str, usize, usize, Nonce);
-    /// Whether the client was sent `name` as the store holds it now.
-    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool;
-    /// The subscribed resources the client was not sent as the store holds them now.
-    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>>;
-    /// How many resources a reconnecting client says it already has.
-    fn initial_versions(request: &Self::Request) -> usize;
-    /// The resources of a response that are new or changed for the client.
-    fn updated(response: &Self::Response) -> &[Arc<Resource>];
-    /// Every resource a response carries with a TTL (renewals included).
-    fn with_ttl(response: &Self::Response) -> Vec<Arc<Resource>>;
-    /// Sends `name` again with the next response, changed or not, if it is subscribed.
-    fn resend(&mut self, name: &Arc<str>);
-}
-
-impl Machine for SotwSubscription {
-    type Request = SotwRequest;
-    type Response = SotwResponse;
-    const NAME: &'static str = "SotW";
-
-    fn new(type_url: Arc<str>) -> Self {
-        SotwSubscription::new(type_url)
-    }
-    fn set_named(&mut self, named: bool) {
-        SotwSubscription::set_named(self, named)
-    }
-    fn set_max_response_bytes(&mut self, bytes: usize) {
-        SotwSubscription::set_max_response_bytes(self, bytes)
-    }
-    fn oversized(r: &SotwResponse) -> Option<usize> {
-        r.oversized
-    }
-    fn takes_ttl(node: &ClientNode) -> bool {
-        node.takes_ttl() && node.takes_sotw_wrappers()
-    }
-    fn set_ttl(&mut self, ttl: bool) {
-        SotwSubscription::set_ttl(self, ttl)
-    }
-    fn ttl(&self) -> bool {
-        SotwSubscription::ttl(self)
-    }
-    /// SotW renews a TTL by sending the resource again: Envoy's SotW subscription drops a
-    /// resource without a body before it looks at its TTL, and in LDS/CDS a response without the
-    /// resource's body would remove it (see docs/ttl.md).
-    fn heartbeat(&mut self, name: &Arc<str>) {
-        SotwSubscription::resend(self, name)
-    }
-    fn node(request: &SotwRequest) -> &[u8] {
-        &request.node_raw
-    }
-    fn type_url(request: &SotwRequest) -> &str {
-        &request.type_url
-    }
-    fn locators(request: &SotwRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
-        (&request.resource_locators, &[])
-    }
-    fn handle(
-        &mut self,
-        request: &SotwRequest,
-        subscribe: &Subscribe<'_>,
-        _: &[(String, Pid)],
-        current: Option<&Arc<TypeSnapshot>>,
-    ) -> (RequestKind, SubscriptionChange) {
-        SotwSubscription::handle(self, request, subscribe, current)
-    }
-    fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>) {
-        SotwSubscription::mark_changed(self, names)
-    }
-    fn skips_changes(&mut self, count: usize) -> bool {
-        SotwSubscription::skips_changes(self, count)
-    }
-    fn has_pending(&self) -> bool {
-        SotwSubscription::has_pending(self)
-    }
-    fn in_parts(&self) -> bool {
-        SotwSubscription::in_parts(self)
-    }
-    fn key_count(&self) -> usize {
-        SotwSubscription::key_count(self)
-    }
-    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
-        SotwSubscription::poll_response(self, views, nonces)
-    }
-    fn describe(r: &SotwResponse) -> (&str, usize, usize, Nonce) {
-        (&r.version_info, r.len(), 0, r.nonce)
-    }
-    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
-        SotwSubscription::has_sent(self, name, views)
-    }
-    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
-        SotwSubscription::unsent(self, views)
-    }
-    fn initial_versions(_: &SotwRequest) -> usize {
-        0
-    }
-    fn updated(r: &SotwResponse) -> &[Arc<Resource>] {
-        &r.updated
-    }
-    fn with_ttl(r: &SotwResponse) -> Vec<Arc<Resource>> {
-        match &r.resources {
-            SotwResources::All(view) if view.has_ttl() => view.iter().cloned().collect(),
-            SotwResources::All(_) => Vec::new(),
-            SotwResources::Some(list) => list.to_vec(),
-        }
-    }
-    fn resend(&mut self, name: &Arc<str>) {
-        SotwSubscription::resend(self, name)
-    }
-}
-
-impl Machine for DeltaSubscription {
-    type Request = DeltaRequest;
-    type Response = DeltaResponse;
-    const NAME: &'static str = "delta";
-
-    fn new(type_url: Arc<str>) -> Self {
-        DeltaSubscription::new(type_url)
-    }
-    fn set_named(&mut self, named: bool) {
-        DeltaSubscription::set_named(self, named)
-    }
-    fn set_max_response_bytes(&mut self, bytes: usize) {
-        DeltaSubscription::set_max_response_bytes(self, bytes)
-    }
-    fn oversized(r: &DeltaResponse) -> Option<usize> {
-        r.oversized
-    }
-    fn takes_ttl(node: &ClientNode) -> bool {
-        node.takes_ttl()
-    }
-    fn set_ttl(&mut self, ttl: bool) {
-        DeltaSubscription::set_ttl(self, ttl)
-    }
-    fn ttl(&self) -> bool {
-        DeltaSubscription::ttl(self)
-    }
-    fn heartbeat(&mut self, name: &Arc<str>) {
-        DeltaSubscription::heartbeat(self, name)
-    }
-    fn node(request: &DeltaRequest) -> &[u8] {
-        &request.node_raw
-    }
-    fn type_url(request: &DeltaRequest) -> &str {
-        &request.type_url
-    }
-    fn locators(request: &DeltaRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
-        (
-            &request.resource_locators_subscribe,
-            &request.resource_locators_unsubscribe,
-        )
-    }
-    fn handle(
-        &mut self,
-        request: &DeltaRequest,
-        subscribe: &Subscribe<'_>,
-        unsubscribe: &[(String, Pid)],
-        current: Option<&Arc<TypeSnapshot>>,
-    ) -> (RequestKind, SubscriptionChange) {
-        DeltaSubscription::handle(self, request, subscribe, unsubscribe, current)
-    }
-    fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>) {
-        DeltaSubscription::mark_changed(self, names)
-    }
-    fn has_pending(&self) -> bool {
-        DeltaSubscription::has_pending(self)
-    }
-    fn in_parts(&self) -> bool {
-        DeltaSubscription::in_parts(self)
-    }
-    fn key_count(&self) -> usize {
-        DeltaSubscription::key_count(self)
-    }
-    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<DeltaResponse> {
-        DeltaSubscription::poll_response(self, views, nonces)
-    }
-    fn describe(r: &DeltaResponse) -> (&str, usize, usize, Nonce) {
-        (
-            &r.system_version_info,
-            r.resources.len(),
-            r.removed.len() + r.removed_variants.len(),
-            r.nonce,
-        )
-    }
-    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
-        DeltaSubscription::has_sent(self, name, views)
-    }
-    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
-        DeltaSubscription::unsent(self, views)
-    }
-    fn initial_versions(request: &DeltaRequest) -> usize {
-        request.initial_resource_versions.len()
-    }
-    fn updated(r: &DeltaResponse) -> &[Arc<Resource>] {
-        &r.resources
-    }
-    fn with_ttl(r: &DeltaResponse) -> Vec<Arc<Resource>> {
-        r.resources.iter().chain(&r.heartbeats).cloned().collect()
-    }
-    fn resend(&mut self, name: &Arc<str>) {
-        DeltaSubscription::resend(self, name)
     }
 }
 
@@ -536,7 +276,7 @@ impl<M: Machine> Session<M> {
                 identity: binding.identity.to_string(),
             });
         }
-        let requested = M::type_url(request);
+        let requested = M::request_type_url(request);
         let type_url: Arc<str> = match &self.fixed {
             Some(t) if requested.is_empty() || requested == &**t => t.clone(),
             Some(t) => {

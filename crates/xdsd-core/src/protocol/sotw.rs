@@ -5,10 +5,14 @@
 
 use std::sync::Arc;
 
-use super::subscription::{reset, Core};
-use super::{Key, Nonce, Pid, Views};
+use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
+
+use super::machine::Machine;
+use super::node::ClientNode;
+use super::subscription::{reset, Core, OlderNonce};
+use super::{Key, Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::hash::HashSet;
-use crate::store::{Encoding, Resource, View};
+use crate::store::{Encoding, Resource, TypeSnapshot, View};
 
 pub use super::subscription::WILDCARD;
 
@@ -128,59 +132,6 @@ pub struct SotwSubscription {
 }
 
 impl SotwSubscription {
-    /// A subscription to `type_url` with nothing subscribed yet.
-    pub fn new(type_url: Arc<str>) -> SotwSubscription {
-        let full_state = crate::types::is_full_state(&type_url);
-        SotwSubscription {
-            core: Core::new(type_url),
-            full_state,
-            names: Subscribed::default(),
-            last_names: None,
-            respond: false,
-            offered: 0,
-            all_dirty: false,
-            sent_view_version: None,
-            client_version: None,
-            split: None,
-        }
-    }
-
-    /// Responses larger than this are split into parts, except for full-state types (listeners,
-    /// clusters, scoped routes), whose every response must hold every resource.
-    pub fn set_max_response_bytes(&mut self, bytes: usize) {
-        self.core.max_response_bytes = bytes;
-    }
-
-    /// Responses name resources by `resource_name` from now on (a TP2 client).
-    pub fn set_named(&mut self, named: bool) {
-        self.core.encoding.named = named;
-    }
-
-    /// Resources with a TTL go out wrapped in `Resource` with it (clients that take TTLs in SotW).
-    pub fn set_ttl(&mut self, ttl: bool) {
-        self.core.encoding.ttl = ttl;
-    }
-
-    /// Whether responses carry TTLs (`set_ttl`).
-    pub fn ttl(&self) -> bool {
-        self.core.encoding.ttl
-    }
-
-    /// Its type URL.
-    pub fn type_url(&self) -> &Arc<str> {
-        &self.core.type_url
-    }
-
-    /// Whether the client is subscribed to every resource of the type.
-    pub fn is_wildcard(&self) -> bool {
-        self.core.wildcard.pid().is_some()
-    }
-
-    /// How many keys (name and parameter set) are subscribed.
-    pub fn key_count(&self) -> usize {
-        self.names.len()
-    }
-
     /// Subscribed names (each once, whatever the number of parameter sets).
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
         let mut seen = HashSet::default();
@@ -188,11 +139,6 @@ impl SotwSubscription {
             .keys()
             .map(|(n, _)| n)
             .filter(move |n| seen.insert(*n))
-    }
-
-    /// The version of the latest response sent, if any.
-    pub fn last_version(&self) -> Option<&Arc<str>> {
-        self.core.last_version.as_ref()
     }
 
     /// The keys of a name: one per parameter set it is subscribed with.
@@ -218,43 +164,6 @@ impl SotwSubscription {
         }
     }
 
-    /// Records names the store changed (added, modified or removed), each counted as offered
-    /// (see [`Self::skips_changes`], asked first).
-    pub fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
-        if self.all_dirty {
-            return;
-        }
-        let Self {
-            core,
-            names: subscribed,
-            offered,
-            ..
-        } = self;
-        let names = names.into_iter().inspect(|_| *offered += 1);
-        core.mark_changed(names, |name, pid| subscribed.contains(name, pid));
-    }
-
-    /// Told that `count` changed names (repeats included) are coming, before
-    /// [`Self::mark_changed`]: true when the names need not be looked at one by one. Once a
-    /// subscription of named keys (no wildcard, not a full-state type) is offered more changed
-    /// names since its last response than a quarter of its keys (`SCAN_MIN_KEYS` at least),
-    /// it stops recording them and its next response looks at every key instead: under churn a
-    /// stream takes the changes of many commits at once (S5 at 2,000 changes a second: some 170
-    /// names per response for 100 keys), and looking each up was a quarter of the server's work.
-    pub fn skips_changes(&mut self, count: usize) -> bool {
-        if self.all_dirty {
-            return true;
-        }
-        let scan = self.core.wildcard.pid().is_none() && !self.full_state;
-        let scan_at = self.names.len().max(SCAN_MIN_KEYS).div_ceil(4);
-        if scan && self.offered.saturating_add(count) > scan_at {
-            self.all_dirty = true;
-            reset(&mut self.core.dirty);
-            return true;
-        }
-        false
-    }
-
     /// Forgets what was owed of the store's changes (after a response).
     fn clear_dirty(&mut self) {
         reset(&mut self.core.dirty);
@@ -276,29 +185,12 @@ impl SotwSubscription {
         }
     }
 
-    /// Whether `poll_response` may have something to send.
-    pub fn has_pending(&self) -> bool {
-        self.has_news() || self.split.is_some()
-    }
-
-    /// Whether the next response is the rest of one that goes out in parts.
-    pub fn in_parts(&self) -> bool {
-        self.split.is_some()
-    }
-
     /// Whether something was owed since the last response, beyond the rest of a split response.
     fn has_news(&self) -> bool {
         self.respond
             || !self.core.forced.is_empty()
             || !self.core.dirty.is_empty()
             || self.all_dirty
-    }
-
-    /// Sends `name` again with the next response, changed or not, if it is subscribed.
-    pub fn resend(&mut self, name: &Arc<str>) {
-        let names = &self.names;
-        self.core
-            .resend(name, |name, pid| names.contains(name, pid));
     }
 }
 
@@ -327,10 +219,218 @@ impl SentMark {
     }
 }
 
-/// What the client was sent, for the session's make-before-break rules.
-impl SotwSubscription {
+/// The SotW flavor's machine, as the session drives it; what the client was sent
+/// (`has_sent`, `unsent`) is for the session's make-before-break rules.
+impl Machine for SotwSubscription {
+    type Request = SotwRequest;
+    type Response = SotwResponse;
+    const NAME: &'static str = "SotW";
+
+    /// A subscription to `type_url` with nothing subscribed yet.
+    fn new(type_url: Arc<str>) -> SotwSubscription {
+        let full_state = crate::types::is_full_state(&type_url);
+        SotwSubscription {
+            core: Core::new(type_url),
+            full_state,
+            names: Subscribed::default(),
+            last_names: None,
+            respond: false,
+            offered: 0,
+            all_dirty: false,
+            sent_view_version: None,
+            client_version: None,
+            split: None,
+        }
+    }
+
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    fn oversized(r: &SotwResponse) -> Option<usize> {
+        r.oversized
+    }
+
+    fn takes_ttl(node: &ClientNode) -> bool {
+        node.takes_ttl() && node.takes_sotw_wrappers()
+    }
+
+    fn node(request: &SotwRequest) -> &[u8] {
+        &request.node_raw
+    }
+
+    fn request_type_url(request: &SotwRequest) -> &str {
+        &request.type_url
+    }
+
+    fn locators(request: &SotwRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
+        (&request.resource_locators, &[])
+    }
+
+    fn initial_versions(_: &SotwRequest) -> usize {
+        0
+    }
+
+    fn describe(r: &SotwResponse) -> (&str, usize, usize, Nonce) {
+        (&r.version_info, r.len(), 0, r.nonce)
+    }
+
+    fn updated(r: &SotwResponse) -> &[Arc<Resource>] {
+        &r.updated
+    }
+
+    fn with_ttl(r: &SotwResponse) -> Vec<Arc<Resource>> {
+        match &r.resources {
+            SotwResources::All(view) if view.has_ttl() => view.iter().cloned().collect(),
+            SotwResources::All(_) => Vec::new(),
+            SotwResources::Some(list) => list.to_vec(),
+        }
+    }
+
+    /// SotW has no unsubscription: a request's list is the whole subscription.
+    fn handle(
+        &mut self,
+        request: &SotwRequest,
+        subscribe: &Subscribe<'_>,
+        _: &[(String, Pid)],
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange) {
+        let error = request.error_detail.as_ref().map(|s| s.message.as_str());
+        let kind = self
+            .core
+            .classify(&request.response_nonce, error, OlderNonce::Stale);
+        match kind {
+            // Superseded by a response the client has not seen yet: the client will answer
+            // that one with its full, current list of names, so this one is dropped whole.
+            RequestKind::Stale { .. } => return (kind, SubscriptionChange::default()),
+            RequestKind::Initial => {
+                self.respond = true;
+                // A client reconnecting says which version it has (perhaps from another
+                // replica: versions are content hashes, the same on every xdsd serving the same
+                // resources).
+                let version = request.version_info.as_str();
+                self.client_version = (!version.is_empty()).then(|| version.into());
+            }
+            _ => {}
+        }
+        let change = self.subscribe(&request.resource_names, subscribe, current);
+        (kind, change)
+    }
+
+    /// Records names the store changed (added, modified or removed), each counted as offered
+    /// (see [`Self::skips_changes`], asked first).
+    fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
+        if self.all_dirty {
+            return;
+        }
+        let Self {
+            core,
+            names: subscribed,
+            offered,
+            ..
+        } = self;
+        let names = names.into_iter().inspect(|_| *offered += 1);
+        core.mark_changed(names, |name, pid| subscribed.contains(name, pid));
+    }
+
+    /// Told that `count` changed names (repeats included) are coming, before
+    /// [`Self::mark_changed`]: true when the names need not be looked at one by one. Once a
+    /// subscription of named keys (no wildcard, not a full-state type) is offered more changed
+    /// names since its last response than a quarter of its keys (`SCAN_MIN_KEYS` at least),
+    /// it stops recording them and its next response looks at every key instead: under churn a
+    /// stream takes the changes of many commits at once (S5 at 2,000 changes a second: some 170
+    /// names per response for 100 keys), and looking each up was a quarter of the server's work.
+    fn skips_changes(&mut self, count: usize) -> bool {
+        if self.all_dirty {
+            return true;
+        }
+        let scan = self.core.wildcard.pid().is_none() && !self.full_state;
+        let scan_at = self.names.len().max(SCAN_MIN_KEYS).div_ceil(4);
+        if scan && self.offered.saturating_add(count) > scan_at {
+            self.all_dirty = true;
+            reset(&mut self.core.dirty);
+            return true;
+        }
+        false
+    }
+
+    /// Sends `name` again with the next response, changed or not, if it is subscribed.
+    fn resend(&mut self, name: &Arc<str>) {
+        let names = &self.names;
+        self.core
+            .resend(name, |name, pid| names.contains(name, pid));
+    }
+
+    /// SotW renews a TTL by sending the resource again: Envoy's SotW subscription drops a
+    /// resource without a body before it looks at its TTL, and in LDS/CDS a response without the
+    /// resource's body would remove it (see docs/ttl.md).
+    fn heartbeat(&mut self, name: &Arc<str>) {
+        self.resend(name)
+    }
+
+    /// How many keys (name and parameter set) are subscribed.
+    fn key_count(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether `poll_response` may have something to send.
+    fn has_pending(&self) -> bool {
+        self.has_news() || self.split.is_some()
+    }
+
+    /// Whether the next response is the rest of one that goes out in parts.
+    fn in_parts(&self) -> bool {
+        self.split.is_some()
+    }
+
+    /// The response owed to the client, if any, given the store as this client sees it.
+    ///
+    /// A response of a type other than the full-state ones (listeners, clusters, scoped routes)
+    /// that is larger than the size limit goes out in parts, one per call; every part but the last has the version
+    /// `<version>-part-<n>`, so that a client reports the version only once it has all of it.
+    /// The rest is sent as computed unless something changes in between (then it is computed
+    /// again with the change).
+    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
+        if !self.has_pending() {
+            return None;
+        }
+        if let Some(split) = self.split.take() {
+            if !self.has_news() {
+                return Some(self.next_part(split, nonces, ResourceList::default()));
+            }
+            self.split = Some(split);
+            self.fold_rest();
+        }
+        let first = self.core.last_nonce.is_none();
+        if !first && !self.full_state && !self.respond && self.core.forced.is_empty() {
+            // Only changes of the store are owed (every push after the first response).
+            return self.push_changes(views, nonces);
+        }
+        self.list_dirty(views);
+        // Before the first response nothing counts as updated.
+        let updated = if first {
+            Vec::new()
+        } else {
+            self.updated(views)
+        };
+        let resources = if self.full_state {
+            self.full_state_resources(views)
+        } else {
+            self.changed_resources(views)
+        };
+        self.respond = false;
+        reset(&mut self.core.forced);
+        self.clear_dirty();
+        let resources = resources?;
+        self.finish(views, nonces, resources, shared(updated), first)
+    }
+
     /// Whether the client was sent `name` as the store holds it now.
-    pub fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
+    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
         // The rest is in name order (a view's, or sorted by `dedup`).
         if self.split.as_ref().is_some_and(|split| {
             split
@@ -354,7 +454,7 @@ impl SotwSubscription {
 
     /// The subscribed resources the client was not sent as the store holds them now (all of a
     /// wildcard's when its view changed).
-    pub fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
+    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
         let mut out: Vec<Arc<Resource>> = self
             .names
             .keys()

@@ -92,9 +92,11 @@ pub(crate) enum OlderNonce {
     Answers,
 }
 
-/// The state both machines keep (see the module's documentation).
+/// The state both machines keep (see the module's documentation). Public in a private module:
+/// the [`Machine`](super::machine::Machine) trait's provided methods read it, and no type outside
+/// the crate can implement that trait, since none can name it.
 #[derive(Debug)]
-pub(crate) struct Core {
+pub struct Core {
     pub(super) type_url: Arc<str>,
     /// How resources go out: named by `resource_name` (TP2 clients), with their TTLs.
     pub(super) encoding: Encoding,

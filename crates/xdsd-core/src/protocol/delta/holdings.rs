@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::DeltaSubscription;
 use crate::hash::HashMap;
 use crate::params::Constraints;
-use crate::protocol::{Key, Pid, Views};
+use crate::protocol::{Key, Pid};
 use crate::store::{Resource, View};
 
 /// What the client holds for a key: the variant sent, or what a reconnecting client said it has
@@ -211,39 +211,10 @@ pub(super) fn held(name: &Arc<str>, variants: &[Arc<Resource>], version: &str) -
     }
 }
 
-/// What the client holds, for the session's make-before-break rules.
+/// What the client holds.
 impl DeltaSubscription {
     /// Whether the client holds `r` for `key`, at its version.
     pub(super) fn holds(&self, key: &Key, r: &Resource) -> bool {
         self.has.get(key).map(|h| h.version()) == Some(r.version())
-    }
-
-    /// Whether the client holds `name` as the store holds it now.
-    pub fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
-        self.keys_of(name)
-            .iter()
-            .any(|key| views.get(&key.0, key.1).is_some_and(|r| self.holds(key, r)))
-    }
-
-    /// The subscribed resources the client does not hold as the store holds them now.
-    pub fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
-        let mut out: Vec<Arc<Resource>> = self
-            .names
-            .iter()
-            .filter_map(|key| {
-                let r = views.get(&key.0, key.1)?;
-                (!self.holds(key, r)).then(|| r.clone())
-            })
-            .collect();
-        if let Some(w) = self.core.wildcard.pid() {
-            out.extend(
-                views
-                    .view(w)
-                    .iter()
-                    .filter(|r| !self.holds(&(r.name().clone(), w), r))
-                    .cloned(),
-            );
-        }
-        out
     }
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use super::holdings::held;
 use super::{DeltaRequest, DeltaSubscription};
 use crate::hash::HashSet;
-use crate::protocol::subscription::{OlderNonce, Wildcard, WILDCARD};
+use crate::protocol::machine::Machine;
+use crate::protocol::subscription::{Wildcard, WILDCARD};
 use crate::protocol::{
     intern_key, request_keys, Key, KeyLookup, Pid, RequestKind, Subscribe, SubscriptionChange,
 };
@@ -24,64 +25,10 @@ impl DeltaSubscription {
         self.handle(request, &Subscribe::PLAIN, &[], current)
     }
 
-    /// Takes in a request. Names use `subscribe.default`; `subscribe.locators` are the
-    /// request's `resource_locators_subscribe` and `unsubscribe_locators` its
-    /// `resource_locators_unsubscribe`, resolved to parameter sets by the session. Subscription
-    /// changes are honoured whatever the nonce: the nonce only pairs an ACK or NACK with a
-    /// response.
-    pub fn handle(
-        &mut self,
-        request: &DeltaRequest,
-        subscribe: &Subscribe<'_>,
-        unsubscribe_locators: &[(String, Pid)],
-        current: Option<&Arc<TypeSnapshot>>,
-    ) -> (RequestKind, SubscriptionChange) {
-        let error = request.error_detail.as_ref().map(|s| s.message.as_str());
-        let kind = self
-            .core
-            .classify(&request.response_nonce, error, OlderNonce::Answers);
-        let initial = kind == RequestKind::Initial;
-        if initial {
-            self.answer = true;
-        }
-        let wildcard_before = self.core.wildcard.is_on();
-        let unsubscribe_keys: Vec<(Cow<'_, str>, Pid)> = request_keys(
-            &request.resource_names_unsubscribe,
-            subscribe.default,
-            unsubscribe_locators,
-        )
-        .collect();
-        let names_something = request.resource_names_subscribe.len() + subscribe.locators.len() > 0
-            || !unsubscribe_keys.is_empty();
-        // The names subscribed before, to tell what to (un)watch: only for a request that names
-        // something. Most requests are ACKs, and a stream may hold 100,000 names.
-        // While the subscription is most of the type (watched as a whole), no names are needed.
-        let names_before: Option<HashSet<Arc<str>>> = (names_something && !self.core.dense)
-            .then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
-        // Any name in either list ends the legacy rule: after an unsubscription from `*`, the
-        // empty requests that follow (ACKs) must not bring the wildcard back. The legacy
-        // wildcard follows the default parameter set (node parameters may change mid-stream).
-        let wildcard = self
-            .core
-            .wildcard
-            .legacy_rule(names_something, subscribe.default);
-        self.set_wildcard(wildcard);
-        // A reconnecting client tells what it already has: only differences are sent.
-        let reconnecting = initial && !request.initial_resource_versions.is_empty();
-        let pids_added = self.subscribe(request, subscribe, reconnecting, current);
-        if initial {
-            self.claim_wildcard_keys(request, current);
-        }
-        let unsubscribed = self.unsubscribe(unsubscribe_keys);
-        self.update_pids(pids_added, unsubscribed);
-        let change = self.change(names_something, wildcard_before, names_before, current);
-        (kind, change)
-    }
-
     /// Takes in the keys a request subscribes to (`*` turns the wildcard on): owed their
     /// resource even if the client seems to have it, unless a reconnecting client says which
     /// version it has. The parameter sets of the keys added.
-    fn subscribe(
+    pub(super) fn subscribe(
         &mut self,
         request: &DeltaRequest,
         subscribe: &Subscribe<'_>,
@@ -222,7 +169,11 @@ impl DeltaSubscription {
 
     /// What a reconnecting wildcard client says it holds (`initial_resource_versions`) of the
     /// names it did not subscribe to by name: held as the wildcard's keys.
-    fn claim_wildcard_keys(&mut self, request: &DeltaRequest, current: Option<&Arc<TypeSnapshot>>) {
+    pub(super) fn claim_wildcard_keys(
+        &mut self,
+        request: &DeltaRequest,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) {
         let Some(w) = self.core.wildcard.pid() else {
             return;
         };
@@ -238,7 +189,7 @@ impl DeltaSubscription {
 
     /// Takes in the keys a request unsubscribes from (`*` turns the wildcard off): whether any
     /// was subscribed.
-    fn unsubscribe(&mut self, keys: Vec<(Cow<'_, str>, Pid)>) -> bool {
+    pub(super) fn unsubscribe(&mut self, keys: Vec<(Cow<'_, str>, Pid)>) -> bool {
         let mut unsubscribed = false;
         for (name, pid) in keys {
             if name == WILDCARD {
@@ -267,7 +218,7 @@ impl DeltaSubscription {
 
     /// The distinct parameter sets of the keys, after `added` were added, or counted again when
     /// some key was `unsubscribed`.
-    fn update_pids(&mut self, added: Vec<Pid>, unsubscribed: bool) {
+    pub(super) fn update_pids(&mut self, added: Vec<Pid>, unsubscribed: bool) {
         if unsubscribed {
             let mut pids: Vec<Pid> = Vec::new();
             for (_, p) in self.names.iter() {
@@ -290,7 +241,7 @@ impl DeltaSubscription {
     /// What a request changed of what the stream watches (`names_before`: the names subscribed
     /// before it, when it named something and the keys were not dense); what is left of a
     /// split response is computed again with the change.
-    fn change(
+    pub(super) fn change(
         &mut self,
         names_something: bool,
         wildcard_before: bool,
@@ -333,7 +284,7 @@ impl DeltaSubscription {
 
     /// Takes the wildcard state `to`: a wildcard turned on (or onto another parameter set) is
     /// owed every resource the client does not hold; one turned off drops what only it gave.
-    fn set_wildcard(&mut self, to: Wildcard) {
+    pub(super) fn set_wildcard(&mut self, to: Wildcard) {
         let before = self.core.wildcard.pid();
         self.core.wildcard = to;
         if to.pid() == before {

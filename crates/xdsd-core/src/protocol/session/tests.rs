@@ -8,6 +8,8 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
 use super::*;
+use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
+use crate::protocol::sotw::{SotwRequest, SotwResponse, SotwSubscription};
 use crate::protocol::test_support::input;
 use crate::store::Store;
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};

@@ -8,56 +8,18 @@ use std::sync::Arc;
 use super::{
     shared, ResourceList, Sent, SentMark, SotwResources, SotwResponse, SotwSubscription, Subscribed,
 };
-use crate::protocol::subscription::reset;
+use crate::protocol::machine::Machine;
 use crate::protocol::{part_len, NonceGen, Pid, Views, PART_OVERHEAD};
 use crate::store::{field_len, Resource};
 
 impl SotwSubscription {
-    /// The response owed to the client, if any, given the store as this client sees it.
-    ///
-    /// A response of a type other than the full-state ones (listeners, clusters, scoped routes)
-    /// that is larger than the size limit goes out in parts, one per call; every part but the last has the version
-    /// `<version>-part-<n>`, so that a client reports the version only once it has all of it.
-    /// The rest is sent as computed unless something changes in between (then it is computed
-    /// again with the change).
-    pub fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
-        if !self.has_pending() {
-            return None;
-        }
-        if let Some(split) = self.split.take() {
-            if !self.has_news() {
-                return Some(self.next_part(split, nonces, ResourceList::default()));
-            }
-            self.split = Some(split);
-            self.fold_rest();
-        }
-        let first = self.core.last_nonce.is_none();
-        if !first && !self.full_state && !self.respond && self.core.forced.is_empty() {
-            // Only changes of the store are owed (every push after the first response).
-            return self.push_changes(views, nonces);
-        }
-        self.list_dirty(views);
-        // Before the first response nothing counts as updated.
-        let updated = if first {
-            Vec::new()
-        } else {
-            self.updated(views)
-        };
-        let resources = if self.full_state {
-            self.full_state_resources(views)
-        } else {
-            self.changed_resources(views)
-        };
-        self.respond = false;
-        reset(&mut self.core.forced);
-        self.clear_dirty();
-        let resources = resources?;
-        self.finish(views, nonces, resources, shared(updated), first)
-    }
-
     /// The response of the store's changes alone (nothing else owed, not a full-state type,
     /// after the first response): the resources the client was not sent as they are now.
-    fn push_changes(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
+    pub(super) fn push_changes(
+        &mut self,
+        views: &Views,
+        nonces: &mut NonceGen,
+    ) -> Option<SotwResponse> {
         let resources = if self.all_dirty {
             self.scan_owed(views)
         } else {
@@ -74,7 +36,7 @@ impl SotwSubscription {
 
     /// The resources of the dirty and forced names the client was not sent as the store holds
     /// them now (what is new or changed for it), in name order, each once.
-    fn updated(&self, views: &Views) -> Vec<Arc<Resource>> {
+    pub(super) fn updated(&self, views: &Views) -> Vec<Arc<Resource>> {
         let mut updated: Vec<Arc<Resource>> = Vec::new();
         let mut names: Vec<&Arc<str>> = self
             .core
@@ -101,7 +63,7 @@ impl SotwSubscription {
     }
 
     /// The response of `resources`, owed; or its first part, when it is too large.
-    fn finish(
+    pub(super) fn finish(
         &mut self,
         views: &Views,
         nonces: &mut NonceGen,
@@ -181,7 +143,7 @@ impl SotwSubscription {
     }
 
     /// The next part of a split response; what is left of it is kept for the next call.
-    fn next_part(
+    pub(super) fn next_part(
         &mut self,
         mut split: Box<Split>,
         nonces: &mut NonceGen,
@@ -253,7 +215,7 @@ impl SotwSubscription {
 
     /// LDS/CDS: all subscribed resources, sent when that set differs from what the client has,
     /// or when owed a response anyway.
-    fn full_state_resources(&mut self, views: &Views) -> Option<SotwResources> {
+    pub(super) fn full_state_resources(&mut self, views: &Views) -> Option<SotwResources> {
         let changed = match self.core.wildcard.pid() {
             Some(w) if self.sent_view_version.as_ref() != Some(views.view(w).version()) => true,
             _ => self
@@ -359,7 +321,7 @@ impl SotwSubscription {
         (!out.is_empty()).then(|| dedup(out))
     }
 
-    fn changed_resources(&mut self, views: &Views) -> Option<SotwResources> {
+    pub(super) fn changed_resources(&mut self, views: &Views) -> Option<SotwResources> {
         if let (true, Some(w)) = (self.respond, self.core.wildcard.pid()) {
             // A new wildcard gets everything there is, even nothing.
             self.record_all_sent(views);

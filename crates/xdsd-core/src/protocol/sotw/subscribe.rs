@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use super::{Names, SotwRequest, SotwSubscription, Subscribed, WILDCARD};
-use crate::protocol::subscription::{OlderNonce, Wildcard};
+use crate::protocol::machine::Machine;
+use crate::protocol::subscription::Wildcard;
 use crate::protocol::{
     intern_key, request_keys, Key, Pid, RequestKind, Subscribe, SubscriptionChange,
 };
@@ -19,42 +20,12 @@ impl SotwSubscription {
         request: &SotwRequest,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
-        self.handle(request, &Subscribe::PLAIN, current)
-    }
-
-    /// Takes in a request whose names use `subscribe.default` and whose resource locators the
-    /// session resolved to parameter sets.
-    pub fn handle(
-        &mut self,
-        request: &SotwRequest,
-        subscribe: &Subscribe<'_>,
-        current: Option<&Arc<TypeSnapshot>>,
-    ) -> (RequestKind, SubscriptionChange) {
-        let error = request.error_detail.as_ref().map(|s| s.message.as_str());
-        let kind = self
-            .core
-            .classify(&request.response_nonce, error, OlderNonce::Stale);
-        match kind {
-            // Superseded by a response the client has not seen yet: the client will answer
-            // that one with its full, current list of names, so this one is dropped whole.
-            RequestKind::Stale { .. } => return (kind, SubscriptionChange::default()),
-            RequestKind::Initial => {
-                self.respond = true;
-                // A client reconnecting says which version it has (perhaps from another
-                // replica: versions are content hashes, the same on every xdsd serving the same
-                // resources).
-                let version = request.version_info.as_str();
-                self.client_version = (!version.is_empty()).then(|| version.into());
-            }
-            _ => {}
-        }
-        let change = self.subscribe(&request.resource_names, subscribe, current);
-        (kind, change)
+        self.handle(request, &Subscribe::PLAIN, &[], current)
     }
 
     /// Takes in a request's list of names (and locators): the wildcard and the keys it
     /// subscribes to from now on. A list the last request repeated changes nothing.
-    fn subscribe(
+    pub(super) fn subscribe(
         &mut self,
         requested: &Names,
         subscribe: &Subscribe<'_>,

@@ -989,7 +989,7 @@ fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
     };
     let snap = h.store.snapshot();
     let current = snap.get(CLUSTER_LOAD_ASSIGNMENT);
-    let (kind, change) = h.sub.handle(&request(""), &with(&located), current);
+    let (kind, change) = h.sub.handle(&request(""), &with(&located), &[], current);
     assert_eq!(kind, RequestKind::Initial);
     assert_eq!(h.sub.key_count(), 2, "the plain name and the located one");
     assert_eq!(
@@ -1005,7 +1005,7 @@ fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
     assert_eq!(names, ["a"]);
     assert_ne!(nonce, nonce2);
     // The locator goes: the name stays subscribed, and watched, by its plain key.
-    let (_, change) = h.sub.handle(&request(&nonce2), &with(&[]), current);
+    let (_, change) = h.sub.handle(&request(&nonce2), &with(&[]), &[], current);
     assert_eq!(h.sub.key_count(), 1);
     assert!(
         change.removed.is_empty(),
@@ -1013,7 +1013,9 @@ fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
     );
     h.expect_none();
     // Subscribed again under its own set: a new key, sent even though the client has it.
-    let (_, change) = h.sub.handle(&request(&nonce2), &with(&located), current);
+    let (_, change) = h
+        .sub
+        .handle(&request(&nonce2), &with(&located), &[], current);
     assert!(change.added.is_empty(), "the name is watched already");
     assert_eq!(h.sub.key_count(), 2);
     let (names, ..) = h.expect();
