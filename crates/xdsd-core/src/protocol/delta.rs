@@ -18,7 +18,7 @@ use super::machine::Machine;
 use super::node::ClientNode;
 use super::subscription::{Core, OlderNonce};
 use super::{
-    part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, Pid, RequestKind, Subscribe,
+    part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, ParamSetId, RequestKind, Subscribe,
     SubscriptionChange, Views, PART_OVERHEAD,
 };
 use crate::hash::HashSet;
@@ -87,9 +87,10 @@ pub struct DeltaSubscription {
     /// again.
     pending_base: Option<PendingBase>,
     /// Owed: compare every resource of the type with what the client has (first request, wildcard
-    /// turned on); an answer even if empty (first request).
+    /// turned on). The same flag as SotW's: there, every subscribed key.
     check_all: bool,
-    answer: bool,
+    /// Owed: a response even if empty (first request). The same flag as SotW's.
+    respond: bool,
     /// Every key of `names` is owed as if in the core's `forced` (sent even if the client has
     /// it, or reported removed) (a first subscription: 10,000 names would
     /// otherwise be put in a second set, hashed and dropped again for one response).
@@ -102,7 +103,7 @@ pub struct DeltaSubscription {
     heartbeat: HashSet<Key>,
     /// The rest of a response that went out in parts (to stay under the core's size limit),
     /// in order.
-    rest: VecDeque<Owed>,
+    split: VecDeque<Owed>,
 }
 
 impl DeltaSubscription {
@@ -146,7 +147,7 @@ impl DeltaSubscription {
     /// Whether something was owed since the last response (a request, a store change, a
     /// heartbeat), beyond the rest of a split response.
     fn has_news(&self) -> bool {
-        self.answer
+        self.respond
             || self.check_all
             || !self.core.forced.is_empty()
             || (self.forced_all && !self.names.is_empty())
@@ -161,7 +162,7 @@ impl DeltaSubscription {
     /// still held.
     fn fold_rest(&mut self) {
         self.pending_base = None;
-        for owed in std::mem::take(&mut self.rest) {
+        for owed in std::mem::take(&mut self.split) {
             match owed {
                 // A key subscribed by name is owed its resource or a removal, as when it was
                 // subscribed; one the wildcard covers, its resource if it still exists.
@@ -205,11 +206,11 @@ impl Machine for DeltaSubscription {
             has: Holdings::default(),
             pending_base: None,
             check_all: false,
-            answer: false,
+            respond: false,
             forced_all: false,
             recheck: HashSet::default(),
             heartbeat: HashSet::default(),
-            rest: VecDeque::new(),
+            split: VecDeque::new(),
         }
     }
 
@@ -274,7 +275,7 @@ impl Machine for DeltaSubscription {
         &mut self,
         request: &DeltaRequest,
         subscribe: &Subscribe<'_>,
-        unsubscribe_locators: &[(String, Pid)],
+        unsubscribe_locators: &[(String, ParamSetId)],
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
         let error = request.error_detail.as_ref().map(|s| s.message.as_str());
@@ -283,10 +284,10 @@ impl Machine for DeltaSubscription {
             .classify(&request.response_nonce, error, OlderNonce::Answers);
         let initial = kind == RequestKind::Initial;
         if initial {
-            self.answer = true;
+            self.respond = true;
         }
         let wildcard_before = self.core.wildcard.is_on();
-        let unsubscribe_keys: Vec<(Cow<'_, str>, Pid)> = request_keys(
+        let unsubscribe_keys: Vec<(Cow<'_, str>, ParamSetId)> = request_keys(
             &request.resource_names_unsubscribe,
             subscribe.default,
             unsubscribe_locators,
@@ -358,19 +359,19 @@ impl Machine for DeltaSubscription {
 
     /// Whether a response is owed.
     fn has_pending(&self) -> bool {
-        self.answer
+        self.respond
             || self.check_all
             || !self.core.forced.is_empty()
             || (self.forced_all && !self.names.is_empty())
             || !self.recheck.is_empty()
             || !self.core.dirty.is_empty()
             || !self.heartbeat.is_empty()
-            || !self.rest.is_empty()
+            || !self.split.is_empty()
     }
 
     /// Whether the next response is the rest of one that goes out in parts.
     fn in_parts(&self) -> bool {
-        !self.rest.is_empty()
+        !self.split.is_empty()
     }
 
     /// The response owed to the client, if any, given the store as this client sees it. A
@@ -381,10 +382,10 @@ impl Machine for DeltaSubscription {
         if !self.has_pending() {
             return None;
         }
-        if !self.rest.is_empty() && self.has_news() {
+        if !self.split.is_empty() && self.has_news() {
             self.fold_rest();
         }
-        let mut owed = if self.rest.is_empty() {
+        let mut owed = if self.split.is_empty() {
             let owed = self.collect(views);
             // Room for what every part of the response will record, taken at once: grown part
             // by part, the map of 10,000 keys was rehashed on each.
@@ -394,18 +395,18 @@ impl Machine for DeltaSubscription {
             }
             VecDeque::from(owed)
         } else {
-            std::mem::take(&mut self.rest)
+            std::mem::take(&mut self.split)
         };
-        let answer = std::mem::take(&mut self.answer);
+        let respond = std::mem::take(&mut self.respond);
         let overhead = self.core.type_url.len() + self.version(views).len() + PART_OVERHEAD;
         let (count, oversized) = part_len(
             owed.iter().map(|o| self.owed_len(o)),
             self.core.max_response_bytes.saturating_sub(overhead),
         );
         let part: Vec<Owed> = owed.drain(..count).collect();
-        self.rest = owed;
+        self.split = owed;
         let oversized = self.core.warn_once(oversized);
-        self.emit(part, views, nonces, answer, oversized)
+        self.emit(part, views, nonces, respond, oversized)
     }
 
     /// Whether the client holds `name` as the store holds it now.

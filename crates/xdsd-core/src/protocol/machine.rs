@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 
 use super::node::ClientNode;
 use super::subscription::Core;
-use super::{Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
+use super::{Nonce, NonceGen, ParamSetId, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::store::{Resource, TypeSnapshot};
 
 /// What the session needs of a flavor's per-type state machine.
@@ -91,7 +91,7 @@ pub trait Machine: Send + 'static {
         &mut self,
         request: &Self::Request,
         subscribe: &Subscribe<'_>,
-        unsubscribe: &[(String, Pid)],
+        unsubscribe: &[(String, ParamSetId)],
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange);
     /// Records names the store changed (added, modified or removed): owed to the client if it

@@ -27,7 +27,7 @@ pub use super::node::{
     ClientNode, FEATURE_RESOURCE_IN_SOTW, FEATURE_RESOURCE_IN_SOTW_ALT, FEATURE_RESOURCE_TTL,
     MAX_PARAMS, MAX_PARAM_LEN, MAX_TYPES, NODE_CLUSTER_PARAM,
 };
-use super::{Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
+use super::{Nonce, NonceGen, ParamSetId, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::hash::{HashMap, HashSet};
 use crate::params::ParamSet;
 use crate::store::{Changes, Resource, Snapshot, TypeSnapshot};
@@ -122,7 +122,7 @@ struct TypeState<M> {
     machine: M,
     /// The parameter set plain names of this type are subscribed with, as of the session's
     /// `node_epoch` recorded with it.
-    default: Pid,
+    default: ParamSetId,
     node_epoch: u32,
     named: bool,
     /// Resources sent with a TTL, by name, and when their TTLs are next renewed: one deadline per
@@ -156,7 +156,8 @@ impl<M> TypeState<M> {
     }
 }
 
-/// A client's session on one stream. `M` is the protocol variant's per-type machine.
+/// A client's session on one stream. `M` is the per-type machine of its flavor (SotW or delta,
+/// see [`Machine`]).
 pub struct Session<M> {
     options: SessionOptions,
     /// The one type of a per-type service; `None` on ADS.
@@ -176,9 +177,9 @@ pub struct Session<M> {
     /// Boxed: a machine is several hundred bytes, and the list keeps room for more than it
     /// holds, per stream.
     types: TypeMap<Box<TypeState<M>>>,
-    /// The parameter sets this session uses, by [`Pid`].
+    /// The parameter sets this session uses, by [`ParamSetId`].
     params: Vec<ParamSet>,
-    pids: HashMap<ParamSet, Pid>,
+    pids: HashMap<ParamSet, ParamSetId>,
     /// Make-before-break on aggregated streams: for clusters and endpoints, the names the store
     /// may have removed since they were last served, the state last served, and removals held
     /// back.
@@ -427,7 +428,7 @@ impl<M: Machine> Session<M> {
     }
 
     /// The parameter set plain names of `type_url` are subscribed with.
-    fn default_pid(&mut self, type_url: &str) -> Result<Pid, SessionError> {
+    fn default_pid(&mut self, type_url: &str) -> Result<ParamSetId, SessionError> {
         let params = match &self.node {
             Some(node) => node.params_for(type_url).clone(),
             None => ParamSet::new(),
@@ -435,7 +436,7 @@ impl<M: Machine> Session<M> {
         self.pid(params)
     }
 
-    fn pid(&mut self, mut params: ParamSet) -> Result<Pid, SessionError> {
+    fn pid(&mut self, mut params: ParamSet) -> Result<ParamSetId, SessionError> {
         // The verified identity, and never one a client claims.
         params.remove(IDENTITY_PARAM);
         if let Some(binding) = &self.binding {
@@ -450,14 +451,17 @@ impl<M: Machine> Session<M> {
                 limit: MAX_PARAM_SETS,
             });
         }
-        let pid = self.params.len() as Pid;
+        let pid = self.params.len() as ParamSetId;
         self.params.push(params.clone());
         self.pids.insert(params, pid);
         Ok(pid)
     }
 
     /// Resource locators as (name, parameter set).
-    fn locate(&mut self, locators: &[ResourceLocator]) -> Result<Vec<(String, Pid)>, SessionError> {
+    fn locate(
+        &mut self,
+        locators: &[ResourceLocator],
+    ) -> Result<Vec<(String, ParamSetId)>, SessionError> {
         locators
             .iter()
             .map(|l| {

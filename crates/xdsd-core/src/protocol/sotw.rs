@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 use super::machine::Machine;
 use super::node::ClientNode;
 use super::subscription::{reset, Core, OlderNonce};
-use super::{Key, Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
+use super::{Key, Nonce, NonceGen, ParamSetId, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::hash::HashSet;
 use crate::store::{Encoding, Resource, TypeSnapshot, View};
 
@@ -117,9 +117,10 @@ pub struct SotwSubscription {
     respond: bool,
     /// Changed names offered since the last response, repeats included (see `mark_changed`).
     offered: usize,
-    /// Every subscribed key may have changed: more names changed than are worth recording one
-    /// by one, and the next response compares what each key was sent with the store.
-    all_dirty: bool,
+    /// Owed: compare every subscribed key with the store. Every key may have changed: more names
+    /// changed than are worth recording one by one, and the next response compares what each key
+    /// was sent with the store.
+    check_all: bool,
     /// The view version of the last wildcard response: a wildcard keeps no per-name state beyond
     /// the explicit names (whose sent resource is in `names`).
     sent_view_version: Option<Arc<str>>,
@@ -152,7 +153,7 @@ impl SotwSubscription {
 
     /// Whether the client was last sent `resource` (this version of it) for the key (`name`,
     /// `pid`).
-    fn was_sent(&self, name: &Arc<str>, pid: Pid, resource: &Resource) -> bool {
+    fn was_sent(&self, name: &Arc<str>, pid: ParamSetId, resource: &Resource) -> bool {
         matches!(self.names.get(name, pid), Some(Some(sent)) if *sent == SentMark::of(resource))
     }
 
@@ -168,13 +169,13 @@ impl SotwSubscription {
     fn clear_dirty(&mut self) {
         reset(&mut self.core.dirty);
         self.offered = 0;
-        self.all_dirty = false;
+        self.check_all = false;
     }
 
     /// Turns "every key may have changed" into the names that did (for the responses that read
     /// `dirty` name by name).
     fn list_dirty(&mut self, views: &Views) {
-        if !std::mem::take(&mut self.all_dirty) {
+        if !std::mem::take(&mut self.check_all) {
             return;
         }
         for (name, pid) in self.names.keys() {
@@ -190,13 +191,13 @@ impl SotwSubscription {
         self.respond
             || !self.core.forced.is_empty()
             || !self.core.dirty.is_empty()
-            || self.all_dirty
+            || self.check_all
     }
 }
 
 /// What a client was last sent of a key: the mark of that resource's version ([`SentMark`]), or
 /// nothing (not sent, or deleted).
-type Sent = Option<SentMark>;
+type LastSent = Option<SentMark>;
 
 /// A resource's version as a subscription records it was sent: 64 bits of the digest of its
 /// name and version. It holds no reference to the resource: a push of a hundred endpoint sets to
@@ -236,7 +237,7 @@ impl Machine for SotwSubscription {
             last_names: None,
             respond: false,
             offered: 0,
-            all_dirty: false,
+            check_all: false,
             sent_view_version: None,
             client_version: None,
             split: None,
@@ -296,7 +297,7 @@ impl Machine for SotwSubscription {
         &mut self,
         request: &SotwRequest,
         subscribe: &Subscribe<'_>,
-        _: &[(String, Pid)],
+        _: &[(String, ParamSetId)],
         current: Option<&Arc<TypeSnapshot>>,
     ) -> (RequestKind, SubscriptionChange) {
         let error = request.error_detail.as_ref().map(|s| s.message.as_str());
@@ -324,7 +325,7 @@ impl Machine for SotwSubscription {
     /// Records names the store changed (added, modified or removed), each counted as offered
     /// (see [`Self::skips_changes`], asked first).
     fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
-        if self.all_dirty {
+        if self.check_all {
             return;
         }
         let Self {
@@ -345,13 +346,13 @@ impl Machine for SotwSubscription {
     /// stream takes the changes of many commits at once (S5 at 2,000 changes a second: some 170
     /// names per response for 100 keys), and looking each up was a quarter of the server's work.
     fn skips_changes(&mut self, count: usize) -> bool {
-        if self.all_dirty {
+        if self.check_all {
             return true;
         }
         let scan = self.core.wildcard.pid().is_none() && !self.full_state;
         let scan_at = self.names.len().max(SCAN_MIN_KEYS).div_ceil(4);
         if scan && self.offered.saturating_add(count) > scan_at {
-            self.all_dirty = true;
+            self.check_all = true;
             reset(&mut self.core.dirty);
             return true;
         }

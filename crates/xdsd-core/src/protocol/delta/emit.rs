@@ -13,7 +13,7 @@ use super::holdings::{Base, Held, PendingBase};
 use super::{DeltaResponse, DeltaSubscription, RemovedVariant};
 use crate::hash::HashSet;
 use crate::params::Constraints;
-use crate::protocol::{Key, NonceGen, Pid, Views};
+use crate::protocol::{Key, NonceGen, ParamSetId, Views};
 use crate::store::{field_len, resource_name, Encoding, Resource};
 
 /// One response as [`DeltaSubscription::emit`] puts it together.
@@ -38,7 +38,7 @@ impl DeltaSubscription {
     /// entry. Every resource of that response was read from that view (it has no aliases, so
     /// `r` is the view's resource of `key`'s name), and they come in its order, so what the base
     /// covers was sent.
-    fn extends_base(&self, key_pid: Pid, r: &Arc<Resource>) -> bool {
+    fn extends_base(&self, key_pid: ParamSetId, r: &Arc<Resource>) -> bool {
         let Some(PendingBase { pid, view, .. }) = &self.pending_base else {
             return false;
         };
@@ -94,7 +94,7 @@ impl DeltaSubscription {
         owed: Vec<Owed>,
         views: &Views,
         nonces: &mut NonceGen,
-        answer: bool,
+        respond: bool,
         oversized: Option<usize>,
     ) -> Option<DeltaResponse> {
         let part = self.record_sends(owed);
@@ -112,7 +112,7 @@ impl DeltaSubscription {
             && part.heartbeats.is_empty()
             && removed.is_empty()
             && removed_variants.is_empty()
-            && !answer
+            && !respond
         {
             return None;
         }

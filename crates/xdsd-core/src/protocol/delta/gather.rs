@@ -9,7 +9,7 @@ use super::holdings::PendingBase;
 use super::DeltaSubscription;
 use crate::hash::HashSet;
 use crate::protocol::subscription::reset;
-use crate::protocol::{Key, KeyLookup, Pid, Views};
+use crate::protocol::{Key, KeyLookup, ParamSetId, Views};
 use crate::store::{Resource, View};
 
 /// A variant in a response: (name, version).
@@ -23,7 +23,7 @@ pub(super) enum Keys {
     /// The one key of the resource's own name with this parameter set, made only when needed:
     /// a resource sent in a view's order and recorded as the view needs none (making it takes a
     /// count on the name, shared with every stream).
-    Own(Pid),
+    Own(ParamSetId),
     Many(Vec<Key>),
 }
 
@@ -144,7 +144,7 @@ impl Gathered {
 #[derive(Debug, Default)]
 struct ViewOrder {
     /// The parameter set of that view (`None`: not read in a view's order).
-    pid: Option<Pid>,
+    pid: Option<ParamSetId>,
     /// How many resources it owes.
     covered: usize,
     /// The view recorded as [`Holdings::base`], if the response sends nothing else.
@@ -307,7 +307,7 @@ impl DeltaSubscription {
     /// The view a first response to most names of `view` records, when every key is owed, none
     /// out of the view (`extra`), to a client that holds nothing by name (see
     /// [`Self::in_view_order`]).
-    fn named_base(&self, view: &Arc<View>, pid: Pid, extra: &[&Key]) -> Option<PendingBase> {
+    fn named_base(&self, view: &Arc<View>, pid: ParamSetId, extra: &[&Key]) -> Option<PendingBase> {
         let first = self.forced_all && extra.is_empty() && self.has.is_empty();
         (first && self.core.wildcard.pid().is_none() && !self.core.encoding.named).then(|| {
             PendingBase {

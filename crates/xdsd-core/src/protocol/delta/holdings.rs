@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::DeltaSubscription;
 use crate::hash::HashMap;
 use crate::params::Constraints;
-use crate::protocol::{Key, Pid};
+use crate::protocol::{Key, ParamSetId};
 use crate::store::{Resource, View};
 
 /// What the client holds for a key: the variant sent, or what a reconnecting client said it has
@@ -88,7 +88,7 @@ impl<'a> HeldRef<'a> {
 /// name up to `last` (all of them once every part of the response went out).
 #[derive(Debug)]
 pub(super) struct Base {
-    pub(super) pid: Pid,
+    pub(super) pid: ParamSetId,
     pub(super) view: Arc<View>,
     pub(super) last: Arc<str>,
 }
@@ -188,7 +188,7 @@ impl Holdings {
 /// A response being sent that records what it sends as [`Holdings::base`].
 #[derive(Debug)]
 pub(super) struct PendingBase {
-    pub(super) pid: Pid,
+    pub(super) pid: ParamSetId,
     pub(super) view: Arc<View>,
     /// The view's names it does not send (not subscribed), in the view's order: each is
     /// recorded as not held (an entry of `over`) once the base reaches past it, so that the

@@ -11,7 +11,8 @@ use crate::hash::HashSet;
 use crate::protocol::machine::Machine;
 use crate::protocol::subscription::{Wildcard, WILDCARD};
 use crate::protocol::{
-    intern_key, request_keys, Key, KeyLookup, Pid, RequestKind, Subscribe, SubscriptionChange,
+    intern_key, request_keys, Key, KeyLookup, ParamSetId, RequestKind, Subscribe,
+    SubscriptionChange,
 };
 use crate::store::{intern, Interner, TypeSnapshot};
 
@@ -34,7 +35,7 @@ impl DeltaSubscription {
         subscribe: &Subscribe<'_>,
         reconnecting: bool,
         current: Option<&Arc<TypeSnapshot>>,
-    ) -> Vec<Pid> {
+    ) -> Vec<ParamSetId> {
         let subscribe_len = request.resource_names_subscribe.len() + subscribe.locators.len();
         if subscribe_len == 0 {
             // (A request that subscribes to nothing, an ACK: shared keys stay shared.)
@@ -111,7 +112,7 @@ impl DeltaSubscription {
         reconnecting: bool,
         parent: Option<u64>,
         current: Option<&Arc<TypeSnapshot>>,
-    ) -> Vec<Pid> {
+    ) -> Vec<ParamSetId> {
         let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
         let mut interner = Interner::new(current.map(|t| &**t));
         // Not collected: a first request names 10,000.
@@ -120,7 +121,7 @@ impl DeltaSubscription {
             subscribe.default,
             subscribe.locators,
         );
-        let mut pids_added: Vec<Pid> = Vec::new();
+        let mut pids_added: Vec<ParamSetId> = Vec::new();
         let names = self.names.keys_mut();
         names.reserve(request.resource_names_subscribe.len() + subscribe.locators.len());
         let mut wildcard = None;
@@ -189,7 +190,7 @@ impl DeltaSubscription {
 
     /// Takes in the keys a request unsubscribes from (`*` turns the wildcard off): whether any
     /// was subscribed.
-    pub(super) fn unsubscribe(&mut self, keys: Vec<(Cow<'_, str>, Pid)>) -> bool {
+    pub(super) fn unsubscribe(&mut self, keys: Vec<(Cow<'_, str>, ParamSetId)>) -> bool {
         let mut unsubscribed = false;
         for (name, pid) in keys {
             if name == WILDCARD {
@@ -218,9 +219,9 @@ impl DeltaSubscription {
 
     /// The distinct parameter sets of the keys, after `added` were added, or counted again when
     /// some key was `unsubscribed`.
-    pub(super) fn update_pids(&mut self, added: Vec<Pid>, unsubscribed: bool) {
+    pub(super) fn update_pids(&mut self, added: Vec<ParamSetId>, unsubscribed: bool) {
         if unsubscribed {
-            let mut pids: Vec<Pid> = Vec::new();
+            let mut pids: Vec<ParamSetId> = Vec::new();
             for (_, p) in self.names.iter() {
                 if !pids.contains(p) {
                     pids.push(*p);

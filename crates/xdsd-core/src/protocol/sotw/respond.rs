@@ -6,10 +6,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::{
-    shared, ResourceList, Sent, SentMark, SotwResources, SotwResponse, SotwSubscription, Subscribed,
+    shared, LastSent, ResourceList, SentMark, SotwResources, SotwResponse, SotwSubscription,
+    Subscribed,
 };
 use crate::protocol::machine::Machine;
-use crate::protocol::{part_len, NonceGen, Pid, Views, PART_OVERHEAD};
+use crate::protocol::{part_len, NonceGen, ParamSetId, Views, PART_OVERHEAD};
 use crate::store::{field_len, Resource};
 
 impl SotwSubscription {
@@ -20,7 +21,7 @@ impl SotwSubscription {
         views: &Views,
         nonces: &mut NonceGen,
     ) -> Option<SotwResponse> {
-        let resources = if self.all_dirty {
+        let resources = if self.check_all {
             self.scan_owed(views)
         } else {
             self.owed_keys(views)
@@ -290,7 +291,7 @@ impl SotwSubscription {
         (!out.is_empty()).then(|| dedup(out))
     }
 
-    /// What [`Self::owed_keys`] gives when every key may have changed (`all_dirty`, no key
+    /// What [`Self::owed_keys`] gives when every key may have changed (`check_all`, no key
     /// forced): each key's resource the client was not sent as it is now, in name order,
     /// recorded as sent. One lookup per key, in the view's order when the keys are most of it.
     fn scan_owed(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
@@ -395,7 +396,7 @@ fn owe(
     names: &mut Subscribed,
     views: &Views,
     name: &Arc<str>,
-    pid: Pid,
+    pid: ParamSetId,
     always: bool,
     out: &mut Vec<Arc<Resource>>,
 ) {
@@ -413,7 +414,7 @@ fn owe(
 }
 
 /// Adds `r` to `out` if the client was not sent it as it is (`sent`), and records it as sent.
-fn record_owed(sent: &mut Sent, r: &Arc<Resource>, out: &mut Vec<Arc<Resource>>) {
+fn record_owed(sent: &mut LastSent, r: &Arc<Resource>, out: &mut Vec<Arc<Resource>>) {
     let mark = Some(SentMark::of(r));
     if *sent != mark {
         *sent = mark;

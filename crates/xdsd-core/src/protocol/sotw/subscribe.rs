@@ -8,7 +8,7 @@ use super::{Names, SotwRequest, SotwSubscription, Subscribed, WILDCARD};
 use crate::protocol::machine::Machine;
 use crate::protocol::subscription::Wildcard;
 use crate::protocol::{
-    intern_key, request_keys, Key, Pid, RequestKind, Subscribe, SubscriptionChange,
+    intern_key, request_keys, Key, ParamSetId, RequestKind, Subscribe, SubscriptionChange,
 };
 use crate::store::{Interner, TypeSnapshot};
 
@@ -108,7 +108,7 @@ impl SotwSubscription {
         current: Option<&Arc<TypeSnapshot>>,
         change: &mut SubscriptionChange,
     ) {
-        let mut pids: Vec<Pid> = names.keys().map(|(_, p)| p).collect();
+        let mut pids: Vec<ParamSetId> = names.keys().map(|(_, p)| p).collect();
         pids.sort_unstable();
         pids.dedup();
         let total = current.map_or(0, |t| t.len());
@@ -153,10 +153,10 @@ impl SotwSubscription {
         &self,
         added: &[Key],
         removed: &[Key],
-        after: (&Subscribed, &[Pid]),
+        after: (&Subscribed, &[ParamSetId]),
         change: &mut SubscriptionChange,
     ) {
-        let has_name = |set: &Subscribed, pids: &[Pid], name: &Arc<str>| {
+        let has_name = |set: &Subscribed, pids: &[ParamSetId], name: &Arc<str>| {
             pids.iter().any(|p| set.contains(name, *p))
         };
         change.added = added

@@ -494,7 +494,7 @@ fn more_changes_than_a_quarter_of_the_keys_are_found_by_looking_at_every_key() {
         offered.extend(["n001", "n003", "n005", "n005", "n001"]);
         h.notify(&offered);
         assert!(
-            h.sub.all_dirty,
+            h.sub.check_all,
             "{subscribed} keys, {} names",
             offered.len()
         );
@@ -505,7 +505,7 @@ fn more_changes_than_a_quarter_of_the_keys_are_found_by_looking_at_every_key() {
         h.expect_none();
         h.set("n007", "2");
         h.notify(&["n007"]);
-        assert!(!h.sub.all_dirty);
+        assert!(!h.sub.check_all);
         assert_eq!(h.expect().0, ["n007"]);
         // The removed name, back as it was sent: sent again (the client was told nothing of it
         // since, but it counts as gone).
@@ -546,7 +546,7 @@ fn a_scan_in_name_order_finds_each_subscribed_name_whatever_the_request_order() 
     }
     let changed: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
     h.notify(&changed);
-    assert!(h.sub.all_dirty);
+    assert!(h.sub.check_all);
     sent = h.expect().0;
     assert_eq!(sent, want, "each subscribed name once, the others not");
     h.notify(&changed);
@@ -568,7 +568,7 @@ fn a_batch_of_changes_past_a_quarter_of_the_keys_is_not_looked_at_name_by_name()
     h.set("n010", "2");
     h.set("n020", "2");
     assert!(h.sub.skips_changes(26));
-    assert!(h.sub.all_dirty && h.sub.core.dirty.is_empty());
+    assert!(h.sub.check_all && h.sub.core.dirty.is_empty());
     assert_eq!(h.expect().0, ["n010", "n020"]);
     assert!(!h.sub.skips_changes(1), "counted afresh after the response");
 }
