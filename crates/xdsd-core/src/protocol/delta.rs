@@ -70,9 +70,9 @@ pub struct DeltaResponse {
     pub control_plane: bool,
 }
 
-/// One type's subscription on an incremental stream.
+/// The delta (incremental) flavor's machine of one type on one stream (see [`Machine`]).
 #[derive(Debug)]
-pub struct DeltaSubscription {
+pub struct DeltaMachine {
     /// The type, the wildcard, the parameter sets of `names`, the latest response (see
     /// [`Core`]). Its encoding names resources by `resource_name` and removals by
     /// `removed_resource_names` for TP2 clients.
@@ -106,7 +106,7 @@ pub struct DeltaSubscription {
     split: VecDeque<Owed>,
 }
 
-impl DeltaSubscription {
+impl DeltaMachine {
     /// Subscribed names (each once, whatever the number of parameter sets).
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
         let mut seen = HashSet::default();
@@ -143,7 +143,7 @@ impl DeltaSubscription {
     }
 }
 
-impl DeltaSubscription {
+impl DeltaMachine {
     /// Whether something was owed since the last response (a request, a store change, a
     /// heartbeat), beyond the rest of a split response.
     fn has_news(&self) -> bool {
@@ -193,14 +193,14 @@ impl DeltaSubscription {
 
 /// The delta flavor's machine, as the session drives it; what the client holds (`has_sent`,
 /// `unsent`) is for the session's make-before-break rules.
-impl Machine for DeltaSubscription {
+impl Machine for DeltaMachine {
     type Request = DeltaRequest;
     type Response = DeltaResponse;
     const NAME: &'static str = "delta";
 
     /// A subscription to `type_url` with nothing subscribed yet.
-    fn new(type_url: Arc<str>) -> DeltaSubscription {
-        DeltaSubscription {
+    fn new(type_url: Arc<str>) -> DeltaMachine {
+        DeltaMachine {
             core: Core::new(type_url),
             names: SubscribedKeys::default(),
             has: Holdings::default(),

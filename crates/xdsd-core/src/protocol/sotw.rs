@@ -94,13 +94,13 @@ impl SotwResponse {
 
 /// A subscription of named keys looks at every key for its next response, rather than at each
 /// changed name, once it was offered more changed names since its last one than a quarter of its
-/// keys, counted as at least this many (`SotwSubscription::skips_changes`).
+/// keys, counted as at least this many (`SotwMachine::skips_changes`).
 const SCAN_MIN_KEYS: usize = 32;
 
-/// One type's subscription on a SotW stream. Subscriptions are keys: a name and the parameter
-/// set its variant is chosen by (see [`Views`]).
+/// The SotW flavor's machine of one type on one stream (see [`Machine`]). Subscriptions are keys:
+/// a name and the parameter set its variant is chosen by (see [`Views`]).
 #[derive(Debug)]
-pub struct SotwSubscription {
+pub struct SotwMachine {
     /// The type, the wildcard, the parameter sets of `names`, the latest response (see
     /// [`Core`]).
     core: Core,
@@ -132,7 +132,7 @@ pub struct SotwSubscription {
     split: Option<Box<Split>>,
 }
 
-impl SotwSubscription {
+impl SotwMachine {
     /// Subscribed names (each once, whatever the number of parameter sets).
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
         let mut seen = HashSet::default();
@@ -222,15 +222,15 @@ impl SentMark {
 
 /// The SotW flavor's machine, as the session drives it; what the client was sent
 /// (`has_sent`, `unsent`) is for the session's make-before-break rules.
-impl Machine for SotwSubscription {
+impl Machine for SotwMachine {
     type Request = SotwRequest;
     type Response = SotwResponse;
     const NAME: &'static str = "SotW";
 
     /// A subscription to `type_url` with nothing subscribed yet.
-    fn new(type_url: Arc<str>) -> SotwSubscription {
+    fn new(type_url: Arc<str>) -> SotwMachine {
         let full_state = crate::types::is_full_state(&type_url);
-        SotwSubscription {
+        SotwMachine {
             core: Core::new(type_url),
             full_state,
             names: Subscribed::default(),

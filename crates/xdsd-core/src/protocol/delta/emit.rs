@@ -10,13 +10,13 @@ use prost::Message as _;
 
 use super::gather::{Keys, Owed};
 use super::holdings::{Base, Held, PendingBase};
-use super::{DeltaResponse, DeltaSubscription, RemovedVariant};
+use super::{DeltaMachine, DeltaResponse, RemovedVariant};
 use crate::hash::HashSet;
 use crate::params::Constraints;
 use crate::protocol::{Key, NonceGen, ParamSetId, Views};
 use crate::store::{field_len, resource_name, Encoding, Resource};
 
-/// One response as [`DeltaSubscription::emit`] puts it together.
+/// One response as [`DeltaMachine::emit`] puts it together.
 #[derive(Debug, Default)]
 struct Part {
     resources: Vec<Arc<Resource>>,
@@ -32,7 +32,7 @@ struct Part {
     of_base: usize,
 }
 
-impl DeltaSubscription {
+impl DeltaMachine {
     /// Whether sending `r` for `key` continues the view a response sends whole (see
     /// `pending_base`): recorded by moving the end of [`Holdings::base`] (see `emit`), not as an
     /// entry. Every resource of that response was read from that view (it has no aliases, so

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::holdings::PendingBase;
-use super::DeltaSubscription;
+use super::DeltaMachine;
 use crate::hash::HashSet;
 use crate::protocol::subscription::reset;
 use crate::protocol::{Key, KeyLookup, ParamSetId, Views};
@@ -73,7 +73,7 @@ pub(super) enum Owed {
     Unresolved(Key),
 }
 
-/// What a response owes, as [`DeltaSubscription::collect`] gathers it. Keys are what the client
+/// What a response owes, as [`DeltaMachine::collect`] gathers it. Keys are what the client
 /// subscribed by (a name or an alias, and a parameter set); the response holds each variant
 /// once, whatever the number of keys that lead to it.
 #[derive(Debug, Default)]
@@ -140,7 +140,7 @@ impl Gathered {
     }
 }
 
-/// How [`DeltaSubscription::in_view_order`] read the forced keys of one view in its order.
+/// How [`DeltaMachine::in_view_order`] read the forced keys of one view in its order.
 #[derive(Debug, Default)]
 struct ViewOrder {
     /// The parameter set of that view (`None`: not read in a view's order).
@@ -151,7 +151,7 @@ struct ViewOrder {
     base: Option<PendingBase>,
 }
 
-impl DeltaSubscription {
+impl DeltaMachine {
     /// Everything owed, in the order it goes out: resources by name, removals, heartbeats.
     pub(super) fn collect(&mut self, views: &Views) -> Vec<Owed> {
         self.pending_base = self.wildcard_base(views);

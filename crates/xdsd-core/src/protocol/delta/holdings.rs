@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::DeltaSubscription;
+use super::DeltaMachine;
 use crate::hash::HashMap;
 use crate::params::Constraints;
 use crate::protocol::{Key, ParamSetId};
@@ -212,7 +212,7 @@ pub(super) fn held(name: &Arc<str>, variants: &[Arc<Resource>], version: &str) -
 }
 
 /// What the client holds.
-impl DeltaSubscription {
+impl DeltaMachine {
     /// Whether the client holds `r` for `key`, at its version.
     pub(super) fn holds(&self, key: &Key, r: &Resource) -> bool {
         self.has.get(key).map(|h| h.version()) == Some(r.version())

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::holdings::held;
-use super::{DeltaRequest, DeltaSubscription};
+use super::{DeltaMachine, DeltaRequest};
 use crate::hash::HashSet;
 use crate::protocol::machine::Machine;
 use crate::protocol::subscription::{Wildcard, WILDCARD};
@@ -16,7 +16,7 @@ use crate::protocol::{
 };
 use crate::store::{intern, Interner, TypeSnapshot};
 
-impl DeltaSubscription {
+impl DeltaMachine {
     /// Takes in a request for this type, subscribed by plain names with parameter set 0.
     pub fn handle_request(
         &mut self,

@@ -6,14 +6,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::{
-    shared, LastSent, ResourceList, SentMark, SotwResources, SotwResponse, SotwSubscription,
-    Subscribed,
+    shared, LastSent, ResourceList, SentMark, SotwMachine, SotwResources, SotwResponse, Subscribed,
 };
 use crate::protocol::machine::Machine;
 use crate::protocol::{part_len, NonceGen, ParamSetId, Views, PART_OVERHEAD};
 use crate::store::{field_len, Resource};
 
-impl SotwSubscription {
+impl SotwMachine {
     /// The response of the store's changes alone (nothing else owed, not a full-state type,
     /// after the first response): the resources the client was not sent as they are now.
     pub(super) fn push_changes(

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Names, SotwRequest, SotwSubscription, Subscribed, WILDCARD};
+use super::{Names, SotwMachine, SotwRequest, Subscribed, WILDCARD};
 use crate::protocol::machine::Machine;
 use crate::protocol::subscription::Wildcard;
 use crate::protocol::{
@@ -12,7 +12,7 @@ use crate::protocol::{
 };
 use crate::store::{Interner, TypeSnapshot};
 
-impl SotwSubscription {
+impl SotwMachine {
     /// Takes in a request for this type, subscribed by plain names only, with parameter set 0.
     /// `current` (the store's resources of the type) only serves to share name allocations.
     pub fn handle_request(

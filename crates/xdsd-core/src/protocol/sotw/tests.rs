@@ -14,7 +14,7 @@ use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 /// A store, one subscription and the stream's nonce generator.
 struct Harness {
     store: Store,
-    sub: SotwSubscription,
+    sub: SotwMachine,
     nonces: NonceGen,
 }
 
@@ -22,7 +22,7 @@ impl Harness {
     fn new(type_url: &str, resources: &[(&str, &str)]) -> Harness {
         Harness {
             store: store_with(type_url, resources),
-            sub: SotwSubscription::new(type_url.into()),
+            sub: SotwMachine::new(type_url.into()),
             nonces: NonceGen::default(),
         }
     }
@@ -207,8 +207,8 @@ fn versions_are_per_type() {
         .replace_all([input(CLUSTER, "c", "1"), input(LISTENER, "l", "1")])
         .unwrap();
     let mut nonces = NonceGen::default();
-    let mut cds = SotwSubscription::new(CLUSTER.into());
-    let mut lds = SotwSubscription::new(LISTENER.into());
+    let mut cds = SotwMachine::new(CLUSTER.into());
+    let mut lds = SotwMachine::new(LISTENER.into());
     let req = |t: &str| DiscoveryRequest {
         type_url: t.into(),
         ..Default::default()
