@@ -141,9 +141,7 @@ impl DeltaMachine {
         }
         keys
     }
-}
 
-impl DeltaMachine {
     /// Whether something was owed since the last response (a request, a store change, a
     /// heartbeat), beyond the rest of a split response.
     fn has_news(&self) -> bool {
@@ -198,7 +196,7 @@ impl Machine for DeltaMachine {
     type Response = DeltaResponse;
     const NAME: &'static str = "delta";
 
-    /// A subscription to `type_url` with nothing subscribed yet.
+    /// A machine for `type_url`, nothing subscribed yet.
     fn new(type_url: Arc<str>) -> DeltaMachine {
         DeltaMachine {
             core: Core::new(type_url),

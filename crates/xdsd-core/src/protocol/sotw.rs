@@ -227,7 +227,7 @@ impl Machine for SotwMachine {
     type Response = SotwResponse;
     const NAME: &'static str = "SotW";
 
-    /// A subscription to `type_url` with nothing subscribed yet.
+    /// A machine for `type_url`, nothing subscribed yet.
     fn new(type_url: Arc<str>) -> SotwMachine {
         let full_state = crate::types::is_full_state(&type_url);
         SotwMachine {
