@@ -357,14 +357,7 @@ impl Machine for DeltaMachine {
 
     /// Whether a response is owed.
     fn has_pending(&self) -> bool {
-        self.respond
-            || self.check_all
-            || !self.core.forced.is_empty()
-            || (self.forced_all && !self.names.is_empty())
-            || !self.recheck.is_empty()
-            || !self.core.dirty.is_empty()
-            || !self.heartbeat.is_empty()
-            || !self.split.is_empty()
+        self.has_news() || !self.split.is_empty()
     }
 
     /// Whether the next response is the rest of one that goes out in parts.
