@@ -1,5 +1,5 @@
 //! What a delta client holds, per key: [`Holdings`], and the view a response being sent records
-//! as its base ([`PendingBase`]); what the session's make-before-break rules ask of it.
+//! as its base ([`PendingBase`]); whether it holds a resource at its version.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
