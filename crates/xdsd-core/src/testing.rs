@@ -18,9 +18,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use futures::FutureExt as _;
 
-use crate::protocol::delta::DeltaSubscription;
+use crate::protocol::delta::DeltaMachine;
 use crate::protocol::session::{Handled, Machine, Session, SessionError};
-use crate::protocol::sotw::SotwSubscription;
+use crate::protocol::sotw::SotwMachine;
 use crate::store::{Store, Watcher};
 
 /// One request, flavor-neutral: what a client asks.
@@ -75,7 +75,7 @@ fn error_detail(nack: &Option<String>) -> Option<RpcStatus> {
     })
 }
 
-impl Flavor for SotwSubscription {
+impl Flavor for SotwMachine {
     const DELTA: bool = false;
 
     fn request(ask: &Ask) -> Self::Request {
@@ -111,7 +111,7 @@ impl Flavor for SotwSubscription {
     }
 }
 
-impl Flavor for DeltaSubscription {
+impl Flavor for DeltaMachine {
     const DELTA: bool = true;
 
     fn request(ask: &Ask) -> Self::Request {

@@ -69,6 +69,7 @@ pub mod delta;
 mod error;
 mod fields;
 pub mod identity;
+mod machine;
 #[cfg(test)]
 mod model_tests;
 mod node;
@@ -93,30 +94,31 @@ use crate::hash::HashSet;
 use crate::params::ParamSet;
 use crate::store::{Interner, Resource, TypeSnapshot, View};
 
-/// A parameter set of a session, by its index in the session's table (see [`session`]): keys are
-/// small and cheap to hash, and streams that use one parameter set (every Envoy) use one index.
-pub type Pid = u32;
+/// The id of a parameter set of a session: its index in the session's table (see [`session`]).
+/// Keys are small and cheap to hash, and streams that use one parameter set (every Envoy) use one
+/// id.
+pub type ParamSetId = u32;
 
 /// What a client subscribes by: a name (or alias) and the parameter set its variant is chosen by.
-pub type Key = (Arc<str>, Pid);
+pub type Key = (Arc<str>, ParamSetId);
 
 /// A key borrowed, to look it up in a map or set of [`Key`]s without making one: making one
 /// takes a count on the name, an atomic shared with every stream that holds that name (a response
 /// of 10,000 names looked each up).
 pub(crate) trait KeyLookup {
-    fn parts(&self) -> (&str, Pid);
+    fn parts(&self) -> (&str, ParamSetId);
 }
 
 impl KeyLookup for Key {
     #[inline]
-    fn parts(&self) -> (&str, Pid) {
+    fn parts(&self) -> (&str, ParamSetId) {
         (&self.0, self.1)
     }
 }
 
-impl KeyLookup for (&str, Pid) {
+impl KeyLookup for (&str, ParamSetId) {
     #[inline]
-    fn parts(&self) -> (&str, Pid) {
+    fn parts(&self) -> (&str, ParamSetId) {
         *self
     }
 }
@@ -147,7 +149,7 @@ impl PartialEq for dyn KeyLookup + '_ {
 impl Eq for dyn KeyLookup + '_ {}
 
 /// What a machine reads the store through: for one type, the view of each of the session's
-/// parameter sets, indexed by [`Pid`].
+/// parameter sets, indexed by [`ParamSetId`].
 #[derive(Debug, Clone)]
 pub struct Views {
     /// Parameter sets 0 and 1 (a session has set 0, and set 1 when its node has metadata: no
@@ -183,7 +185,7 @@ impl Views {
     }
 
     /// The view of one parameter set (out-of-range: the first; sessions never pass one).
-    pub fn view(&self, pid: Pid) -> &Arc<View> {
+    pub fn view(&self, pid: ParamSetId) -> &Arc<View> {
         let found = match pid {
             0 => None,
             1 => self.second.as_ref(),
@@ -193,7 +195,7 @@ impl Views {
     }
 
     /// The resource a key resolves to: the matching variant of that name or alias.
-    pub fn get(&self, name: &str, pid: Pid) -> Option<&Arc<Resource>> {
+    pub fn get(&self, name: &str, pid: ParamSetId) -> Option<&Arc<Resource>> {
         self.view(pid).get(name)
     }
 }
@@ -205,7 +207,7 @@ pub(crate) fn intern_key(
     interner: &mut Interner<'_>,
     held: &impl HeldKeys,
     name: &str,
-    pid: Pid,
+    pid: ParamSetId,
 ) -> Arc<str> {
     interner.intern(name).unwrap_or_else(|| {
         let name: Arc<str> = Arc::from(name);
@@ -339,9 +341,9 @@ pub enum RequestKind {
 #[derive(Debug, Clone, Copy)]
 pub struct Subscribe<'a> {
     /// The parameter set of plain names.
-    pub default: Pid,
+    pub default: ParamSetId,
     /// Resource locators (a name with its own parameter set).
-    pub locators: &'a [(String, Pid)],
+    pub locators: &'a [(String, ParamSetId)],
 }
 
 impl Subscribe<'_> {
@@ -357,9 +359,9 @@ impl Subscribe<'_> {
 /// so that the subscription is what the client sent.
 pub(crate) fn request_keys<'a, const KEY: u8>(
     names: &'a Names<KEY>,
-    default: Pid,
-    locators: &'a [(String, Pid)],
-) -> impl Iterator<Item = (std::borrow::Cow<'a, str>, Pid)> {
+    default: ParamSetId,
+    locators: &'a [(String, ParamSetId)],
+) -> impl Iterator<Item = (std::borrow::Cow<'a, str>, ParamSetId)> {
     let plain = names
         .iter()
         .map(move |n| (String::from_utf8_lossy(n), default));

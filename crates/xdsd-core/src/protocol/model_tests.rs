@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
-use super::delta::DeltaSubscription;
-use super::session::Session;
-use super::sotw::{SotwRequest, SotwSubscription};
+use super::delta::DeltaMachine;
+use super::session::{Machine, Session};
+use super::sotw::{SotwMachine, SotwRequest};
 use super::test_support::{remove, set, views};
 use super::NonceGen;
 use crate::store::Store;
@@ -56,7 +56,7 @@ fn current_versions(store: &Store, type_url: &str) -> BTreeMap<String, String> {
 fn sotw_run(type_url: &str, seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1));
     let store = Store::new();
-    let mut sub = SotwSubscription::new(type_url.into());
+    let mut sub = SotwMachine::new(type_url.into());
     let mut nonces = NonceGen::default();
     let full_state = crate::types::is_full_state(type_url);
     // The client: what it subscribes to (None = legacy wildcard, never named) and what it holds.
@@ -204,7 +204,7 @@ fn delta_run(seed: u64) {
     let type_url = CLUSTER;
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(7));
     let store = Store::new();
-    let mut sub = DeltaSubscription::new(type_url.into());
+    let mut sub = DeltaMachine::new(type_url.into());
     let mut nonces = NonceGen::default();
     let mut names: BTreeSet<String> = BTreeSet::new();
     let mut star = false;
@@ -235,7 +235,7 @@ fn delta_run(seed: u64) {
                 5 => {
                     // Reconnect: a new stream, told everything the client holds and wants. The
                     // store may change while the client is away.
-                    sub = DeltaSubscription::new(type_url.into());
+                    sub = DeltaMachine::new(type_url.into());
                     let _ = change_store(&mut rng, &store, type_url);
                     if star {
                         request.resource_names_subscribe.push("*".into());
@@ -377,13 +377,13 @@ fn session_run<M: Flavor>(seed: u64) {
 #[test]
 fn sotw_session_client_converges_through_the_watcher_contract() {
     for seed in 0..SEEDS {
-        session_run::<SotwSubscription>(seed);
+        session_run::<SotwMachine>(seed);
     }
 }
 
 #[test]
 fn delta_session_client_converges_through_the_watcher_contract() {
     for seed in 0..SEEDS {
-        session_run::<DeltaSubscription>(seed);
+        session_run::<DeltaMachine>(seed);
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::session::{Handled, Session, SessionError};
-use super::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
+use super::sotw::{SotwMachine, SotwRequest, SotwResources, SotwResponse};
 use super::{Nonce, Text};
 use crate::params::ParamSet;
 use crate::store::{Encoding, Resource, Snapshot, View, Watcher};
@@ -27,7 +27,7 @@ use crate::store::{Encoding, Resource, Snapshot, View, Watcher};
 /// A one-shot request the session took, not answered yet: the transport's observers may still
 /// refuse it.
 pub(crate) struct Pending {
-    session: Session<SotwSubscription>,
+    session: Session<SotwMachine>,
     handled: Handled,
 }
 
@@ -36,7 +36,7 @@ impl Pending {
     /// The answer is the whole state for the request, whatever version the client has (a stream
     /// would send nothing to a client that has the current version).
     pub(crate) fn new(
-        mut session: Session<SotwSubscription>,
+        mut session: Session<SotwMachine>,
         request: &SotwRequest,
         snapshot: &Snapshot,
     ) -> Result<Pending, SessionError> {
@@ -51,7 +51,7 @@ impl Pending {
     }
 
     /// The session (its node, for observers and logs).
-    pub(crate) fn session(&self) -> &Session<SotwSubscription> {
+    pub(crate) fn session(&self) -> &Session<SotwMachine> {
         &self.session
     }
 
@@ -91,7 +91,7 @@ impl Pending {
 /// A one-shot answer, and the session that made it (what a held poll watches).
 pub(crate) struct Answer {
     pub(crate) response: SotwResponse,
-    session: Session<SotwSubscription>,
+    session: Session<SotwMachine>,
     handled: Handled,
 }
 

@@ -19,16 +19,15 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 use prost::Message as _;
 
-use super::delta::{DeltaRequest, DeltaResponse, DeltaSubscription};
 pub use super::error::{ErrorKind, SessionError};
 use super::identity::IdentityBinding;
+pub use super::machine::Machine;
 pub(crate) use super::node::check_params;
 pub use super::node::{
     ClientNode, FEATURE_RESOURCE_IN_SOTW, FEATURE_RESOURCE_IN_SOTW_ALT, FEATURE_RESOURCE_TTL,
     MAX_PARAMS, MAX_PARAM_LEN, MAX_TYPES, NODE_CLUSTER_PARAM,
 };
-use super::sotw::{SotwRequest, SotwResources, SotwResponse, SotwSubscription};
-use super::{Nonce, NonceGen, Pid, RequestKind, Subscribe, SubscriptionChange, Views};
+use super::{Nonce, NonceGen, ParamSetId, RequestKind, Subscribe, SubscriptionChange, Views};
 use crate::hash::{HashMap, HashSet};
 use crate::params::ParamSet;
 use crate::store::{Changes, Resource, Snapshot, TypeSnapshot};
@@ -100,276 +99,6 @@ impl Default for SessionOptions {
     }
 }
 
-/// Types whose resources point at clusters without waiting for them to be ready (Envoy does not
-/// warm routes): held until the clusters they newly point at, and their endpoints, were sent.
-const REFERRERS: [&str; 4] = [
-    types::ROUTE_CONFIGURATION,
-    types::VIRTUAL_HOST,
-    types::LISTENER,
-    types::SCOPED_ROUTE_CONFIGURATION,
-];
-/// Types whose removals wait until the client ACKed every referrer type.
-const REFERENCED: [&str; 2] = [types::CLUSTER, types::CLUSTER_LOAD_ASSIGNMENT];
-
-/// What the session needs of a protocol variant's per-type state machine.
-pub trait Machine: Send + 'static {
-    /// The request message it reads.
-    type Request: Send + 'static;
-    /// The response it produces.
-    type Response: Send;
-    /// For logs.
-    const NAME: &'static str;
-
-    /// A machine for `type_url`, nothing subscribed.
-    fn new(type_url: Arc<str>) -> Self;
-    /// Whether resources go out named by `resource_name` (xRFC TP2 clients).
-    fn set_named(&mut self, named: bool);
-    /// Responses larger than this are split where the protocol allows it.
-    fn set_max_response_bytes(&mut self, bytes: usize);
-    /// The size of a response over the size limit that could not be split, the first time.
-    fn oversized(response: &Self::Response) -> Option<usize>;
-    /// Whether resources go out with their TTLs to this client.
-    fn takes_ttl(node: &ClientNode) -> bool;
-    /// Sets whether resources go out with their TTLs.
-    fn set_ttl(&mut self, ttl: bool);
-    /// Whether responses carry TTLs (`set_ttl`).
-    fn ttl(&self) -> bool;
-    /// Renews the TTL of `name` with the next response, if the client holds it.
-    fn heartbeat(&mut self, name: &Arc<str>);
-    /// The request's node as received, encoded (empty without one): decoded only when it
-    /// differs from the session's (Envoy repeats it on every request).
-    fn node(request: &Self::Request) -> &[u8];
-    /// The request's type URL.
-    fn type_url(request: &Self::Request) -> &str;
-    /// (subscribe, unsubscribe) resource locators of a request.
-    fn locators(request: &Self::Request) -> (&[ResourceLocator], &[ResourceLocator]);
-    /// Handles a request: how it relates to the responses sent, and what it changed of the subscription.
-    fn handle(
-        &mut self,
-        request: &Self::Request,
-        subscribe: &Subscribe<'_>,
-        unsubscribe: &[(String, Pid)],
-        current: Option<&Arc<TypeSnapshot>>,
-    ) -> (RequestKind, SubscriptionChange);
-    /// Marks `names` changed in the store: owed to the client if it holds or asks for them.
-    fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>);
-    /// Told that `count` changed names (repeats included) are coming: true when the machine
-    /// does not need them one by one (`mark_changed` is then not called).
-    fn skips_changes(&mut self, _count: usize) -> bool {
-        false
-    }
-    /// Whether a response is owed.
-    fn has_pending(&self) -> bool;
-    /// Whether the next response is the rest of one that goes out in parts.
-    fn in_parts(&self) -> bool;
-    /// How many keys (name and parameter set) are subscribed.
-    fn key_count(&self) -> usize;
-    /// The next response owed, if any, read from `views`.
-    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<Self::Response>;
-    /// (version, resources, removed names, nonce) of a response, for logs.
-    fn describe(response: &Self::Response) -> (&str, usize, usize, Nonce);
-    /// Whether the client was sent `name` as the store holds it now.
-    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool;
-    /// The subscribed resources the client was not sent as the store holds them now.
-    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>>;
-    /// How many resources a reconnecting client says it already has.
-    fn initial_versions(request: &Self::Request) -> usize;
-    /// The resources of a response that are new or changed for the client.
-    fn updated(response: &Self::Response) -> &[Arc<Resource>];
-    /// Every resource a response carries with a TTL (renewals included).
-    fn with_ttl(response: &Self::Response) -> Vec<Arc<Resource>>;
-    /// Sends `name` again with the next response, changed or not, if it is subscribed.
-    fn resend(&mut self, name: &Arc<str>);
-}
-
-impl Machine for SotwSubscription {
-    type Request = SotwRequest;
-    type Response = SotwResponse;
-    const NAME: &'static str = "SotW";
-
-    fn new(type_url: Arc<str>) -> Self {
-        SotwSubscription::new(type_url)
-    }
-    fn set_named(&mut self, named: bool) {
-        SotwSubscription::set_named(self, named)
-    }
-    fn set_max_response_bytes(&mut self, bytes: usize) {
-        SotwSubscription::set_max_response_bytes(self, bytes)
-    }
-    fn oversized(r: &SotwResponse) -> Option<usize> {
-        r.oversized
-    }
-    fn takes_ttl(node: &ClientNode) -> bool {
-        node.takes_ttl() && node.takes_sotw_wrappers()
-    }
-    fn set_ttl(&mut self, ttl: bool) {
-        SotwSubscription::set_ttl(self, ttl)
-    }
-    fn ttl(&self) -> bool {
-        SotwSubscription::ttl(self)
-    }
-    /// SotW renews a TTL by sending the resource again: Envoy's SotW subscription drops a
-    /// resource without a body before it looks at its TTL, and in LDS/CDS a response without the
-    /// resource's body would remove it (see docs/ttl.md).
-    fn heartbeat(&mut self, name: &Arc<str>) {
-        SotwSubscription::resend(self, name)
-    }
-    fn node(request: &SotwRequest) -> &[u8] {
-        &request.node_raw
-    }
-    fn type_url(request: &SotwRequest) -> &str {
-        &request.type_url
-    }
-    fn locators(request: &SotwRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
-        (&request.resource_locators, &[])
-    }
-    fn handle(
-        &mut self,
-        request: &SotwRequest,
-        subscribe: &Subscribe<'_>,
-        _: &[(String, Pid)],
-        current: Option<&Arc<TypeSnapshot>>,
-    ) -> (RequestKind, SubscriptionChange) {
-        SotwSubscription::handle(self, request, subscribe, current)
-    }
-    fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>) {
-        SotwSubscription::mark_changed(self, names)
-    }
-    fn skips_changes(&mut self, count: usize) -> bool {
-        SotwSubscription::skips_changes(self, count)
-    }
-    fn has_pending(&self) -> bool {
-        SotwSubscription::has_pending(self)
-    }
-    fn in_parts(&self) -> bool {
-        SotwSubscription::in_parts(self)
-    }
-    fn key_count(&self) -> usize {
-        SotwSubscription::key_count(self)
-    }
-    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
-        SotwSubscription::poll_response(self, views, nonces)
-    }
-    fn describe(r: &SotwResponse) -> (&str, usize, usize, Nonce) {
-        (&r.version_info, r.len(), 0, r.nonce)
-    }
-    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
-        SotwSubscription::has_sent(self, name, views)
-    }
-    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
-        SotwSubscription::unsent(self, views)
-    }
-    fn initial_versions(_: &SotwRequest) -> usize {
-        0
-    }
-    fn updated(r: &SotwResponse) -> &[Arc<Resource>] {
-        &r.updated
-    }
-    fn with_ttl(r: &SotwResponse) -> Vec<Arc<Resource>> {
-        match &r.resources {
-            SotwResources::All(view) if view.has_ttl() => view.iter().cloned().collect(),
-            SotwResources::All(_) => Vec::new(),
-            SotwResources::Some(list) => list.to_vec(),
-        }
-    }
-    fn resend(&mut self, name: &Arc<str>) {
-        SotwSubscription::resend(self, name)
-    }
-}
-
-impl Machine for DeltaSubscription {
-    type Request = DeltaRequest;
-    type Response = DeltaResponse;
-    const NAME: &'static str = "delta";
-
-    fn new(type_url: Arc<str>) -> Self {
-        DeltaSubscription::new(type_url)
-    }
-    fn set_named(&mut self, named: bool) {
-        DeltaSubscription::set_named(self, named)
-    }
-    fn set_max_response_bytes(&mut self, bytes: usize) {
-        DeltaSubscription::set_max_response_bytes(self, bytes)
-    }
-    fn oversized(r: &DeltaResponse) -> Option<usize> {
-        r.oversized
-    }
-    fn takes_ttl(node: &ClientNode) -> bool {
-        node.takes_ttl()
-    }
-    fn set_ttl(&mut self, ttl: bool) {
-        DeltaSubscription::set_ttl(self, ttl)
-    }
-    fn ttl(&self) -> bool {
-        DeltaSubscription::ttl(self)
-    }
-    fn heartbeat(&mut self, name: &Arc<str>) {
-        DeltaSubscription::heartbeat(self, name)
-    }
-    fn node(request: &DeltaRequest) -> &[u8] {
-        &request.node_raw
-    }
-    fn type_url(request: &DeltaRequest) -> &str {
-        &request.type_url
-    }
-    fn locators(request: &DeltaRequest) -> (&[ResourceLocator], &[ResourceLocator]) {
-        (
-            &request.resource_locators_subscribe,
-            &request.resource_locators_unsubscribe,
-        )
-    }
-    fn handle(
-        &mut self,
-        request: &DeltaRequest,
-        subscribe: &Subscribe<'_>,
-        unsubscribe: &[(String, Pid)],
-        current: Option<&Arc<TypeSnapshot>>,
-    ) -> (RequestKind, SubscriptionChange) {
-        DeltaSubscription::handle(self, request, subscribe, unsubscribe, current)
-    }
-    fn mark_changed<'a>(&mut self, names: impl Iterator<Item = &'a Arc<str>>) {
-        DeltaSubscription::mark_changed(self, names)
-    }
-    fn has_pending(&self) -> bool {
-        DeltaSubscription::has_pending(self)
-    }
-    fn in_parts(&self) -> bool {
-        DeltaSubscription::in_parts(self)
-    }
-    fn key_count(&self) -> usize {
-        DeltaSubscription::key_count(self)
-    }
-    fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<DeltaResponse> {
-        DeltaSubscription::poll_response(self, views, nonces)
-    }
-    fn describe(r: &DeltaResponse) -> (&str, usize, usize, Nonce) {
-        (
-            &r.system_version_info,
-            r.resources.len(),
-            r.removed.len() + r.removed_variants.len(),
-            r.nonce,
-        )
-    }
-    fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
-        DeltaSubscription::has_sent(self, name, views)
-    }
-    fn unsent(&self, views: &Views) -> Vec<Arc<Resource>> {
-        DeltaSubscription::unsent(self, views)
-    }
-    fn initial_versions(request: &DeltaRequest) -> usize {
-        request.initial_resource_versions.len()
-    }
-    fn updated(r: &DeltaResponse) -> &[Arc<Resource>] {
-        &r.resources
-    }
-    fn with_ttl(r: &DeltaResponse) -> Vec<Arc<Resource>> {
-        r.resources.iter().chain(&r.heartbeats).cloned().collect()
-    }
-    fn resend(&mut self, name: &Arc<str>) {
-        DeltaSubscription::resend(self, name)
-    }
-}
-
 /// What one request did, for the transport to act on (watch registrations) and to log.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -393,7 +122,7 @@ struct TypeState<M> {
     machine: M,
     /// The parameter set plain names of this type are subscribed with, as of the session's
     /// `node_epoch` recorded with it.
-    default: Pid,
+    default: ParamSetId,
     node_epoch: u32,
     named: bool,
     /// Resources sent with a TTL, by name, and when their TTLs are next renewed: one deadline per
@@ -427,7 +156,8 @@ impl<M> TypeState<M> {
     }
 }
 
-/// A client's session on one stream. `M` is the protocol variant's per-type machine.
+/// A client's session on one stream. `M` is the per-type machine of its flavor (SotW or delta,
+/// see [`Machine`]).
 pub struct Session<M> {
     options: SessionOptions,
     /// The one type of a per-type service; `None` on ADS.
@@ -447,25 +177,15 @@ pub struct Session<M> {
     /// Boxed: a machine is several hundred bytes, and the list keeps room for more than it
     /// holds, per stream.
     types: TypeMap<Box<TypeState<M>>>,
-    /// The parameter sets this session uses, by [`Pid`].
+    /// The parameter sets this session uses, by [`ParamSetId`].
     params: Vec<ParamSet>,
-    pids: HashMap<ParamSet, Pid>,
+    pids: HashMap<ParamSet, ParamSetId>,
     /// Make-before-break on aggregated streams: for clusters and endpoints, the names the store
     /// may have removed since they were last served, the state last served, and removals held
     /// back.
     changed: TypeMap<HashSet<Arc<str>>>,
     served: TypeMap<Arc<TypeSnapshot>>,
     lingering: TypeMap<Lingering>,
-}
-
-/// Removed resources a client is still served, until what referred to them is ACKed.
-struct Lingering {
-    since: Instant,
-    names: Vec<Arc<str>>,
-    /// The state they were removed from, the store's state, and the two merged.
-    old: Arc<TypeSnapshot>,
-    base: Arc<TypeSnapshot>,
-    merged: Arc<TypeSnapshot>,
 }
 
 impl<M: Machine> Session<M> {
@@ -557,7 +277,7 @@ impl<M: Machine> Session<M> {
                 identity: binding.identity.to_string(),
             });
         }
-        let requested = M::type_url(request);
+        let requested = M::request_type_url(request);
         let type_url: Arc<str> = match &self.fixed {
             Some(t) if requested.is_empty() || requested == &**t => t.clone(),
             Some(t) => {
@@ -708,7 +428,7 @@ impl<M: Machine> Session<M> {
     }
 
     /// The parameter set plain names of `type_url` are subscribed with.
-    fn default_pid(&mut self, type_url: &str) -> Result<Pid, SessionError> {
+    fn default_pid(&mut self, type_url: &str) -> Result<ParamSetId, SessionError> {
         let params = match &self.node {
             Some(node) => node.params_for(type_url).clone(),
             None => ParamSet::new(),
@@ -716,7 +436,7 @@ impl<M: Machine> Session<M> {
         self.pid(params)
     }
 
-    fn pid(&mut self, mut params: ParamSet) -> Result<Pid, SessionError> {
+    fn pid(&mut self, mut params: ParamSet) -> Result<ParamSetId, SessionError> {
         // The verified identity, and never one a client claims.
         params.remove(IDENTITY_PARAM);
         if let Some(binding) = &self.binding {
@@ -731,14 +451,17 @@ impl<M: Machine> Session<M> {
                 limit: MAX_PARAM_SETS,
             });
         }
-        let pid = self.params.len() as Pid;
+        let pid = self.params.len() as ParamSetId;
         self.params.push(params.clone());
         self.pids.insert(params, pid);
         Ok(pid)
     }
 
     /// Resource locators as (name, parameter set).
-    fn locate(&mut self, locators: &[ResourceLocator]) -> Result<Vec<(String, Pid)>, SessionError> {
+    fn locate(
+        &mut self,
+        locators: &[ResourceLocator],
+    ) -> Result<Vec<(String, ParamSetId)>, SessionError> {
         locators
             .iter()
             .map(|l| {
@@ -885,162 +608,6 @@ impl<M: Machine> Session<M> {
     }
 }
 
-/// Make-before-break (spec "Eventual consistency considerations"), on aggregated streams.
-impl<M: Machine> Session<M> {
-    /// Whether this session orders its responses make-before-break: an aggregated stream, with
-    /// [`SessionOptions::make_before_break`] on.
-    fn ordered(&self) -> bool {
-        self.fixed.is_none() && self.options.make_before_break
-    }
-
-    /// The state of a type this client is served: the store's, or for clusters and endpoints
-    /// whose removal waits, the store's with the removed ones still in.
-    fn type_snapshot(&self, type_url: &Arc<str>, snapshot: &Snapshot) -> Option<Arc<TypeSnapshot>> {
-        match self.lingering.get(type_url) {
-            Some(l) => Some(l.merged.clone()),
-            None => snapshot.get(type_url).cloned(),
-        }
-    }
-
-    /// Whether every type that refers to clusters was sent and ACKed: removals may go.
-    fn referrers_settled(&self) -> bool {
-        REFERRERS.iter().all(|t| {
-            self.types
-                .get(t)
-                .is_none_or(|s| !s.machine.has_pending() && s.unacked.is_none())
-        })
-    }
-
-    /// Starts, updates and ends the lingering of removed clusters and endpoints: a removal waits
-    /// until the routes (and listeners) that stopped referring to it are ACKed, or
-    /// [`HOLD_TIMEOUT`].
-    fn update_lingering(&mut self, snapshot: &Snapshot, now: Instant) {
-        let settled = self.referrers_settled();
-        for type_url in REFERENCED {
-            let Some((type_url, _)) = self.types.get_key_value(type_url) else {
-                continue;
-            };
-            let type_url = type_url.clone();
-            let changed = self.changed.remove(&type_url).unwrap_or_default();
-            let Some(new) = snapshot.get(&type_url).cloned() else {
-                self.lingering.remove(&type_url);
-                continue;
-            };
-            if let Some(l) = self.lingering.get_mut(&type_url) {
-                if settled || now >= l.since + HOLD_TIMEOUT {
-                    if let Some(l) = self.lingering.remove(&type_url) {
-                        if let Some(state) = self.types.get_mut(&type_url) {
-                            state.machine.mark_changed(l.names.iter());
-                        }
-                    }
-                } else if !Arc::ptr_eq(&l.base, &new) {
-                    l.names.retain(|n| new.variants(n).is_empty());
-                    l.merged = Arc::new(new.with_lingering(&l.old, &l.names));
-                    l.base = new.clone();
-                }
-            } else if !settled {
-                if let Some(old) = self.served.get(&type_url) {
-                    let names: Vec<Arc<str>> = changed
-                        .into_iter()
-                        .filter(|n| new.variants(n).is_empty() && !old.variants(n).is_empty())
-                        .collect();
-                    if !names.is_empty() {
-                        let merged = Arc::new(new.with_lingering(old, &names));
-                        self.lingering.insert(
-                            type_url.clone(),
-                            Lingering {
-                                since: now,
-                                names,
-                                old: old.clone(),
-                                base: new.clone(),
-                                merged,
-                            },
-                        );
-                    }
-                }
-            }
-            if !self.lingering.contains_key(&type_url) {
-                self.served.insert(type_url, new);
-            }
-        }
-        if self.changed.is_empty() {
-            // Served: an idle stream keeps no table for the next change.
-            self.changed.shrink_to_fit();
-        }
-    }
-
-    /// Whether a response of `type_url` (which refers to clusters) must wait: something it would
-    /// send points at a cluster the client was not sent yet, or at an EDS cluster whose endpoints
-    /// it was not sent yet. At most [`HOLD_TIMEOUT`].
-    fn hold(
-        &mut self,
-        type_url: &Arc<str>,
-        views: &Views,
-        snapshot: &Snapshot,
-        now: Instant,
-    ) -> bool {
-        let blocked = self.waits_for_clusters(type_url, views, snapshot);
-        let Some(state) = self.types.get_mut(type_url) else {
-            return false;
-        };
-        if !blocked {
-            state.held_since = None;
-            return false;
-        }
-        let since = *state.held_since.get_or_insert(now);
-        now < since + HOLD_TIMEOUT
-    }
-
-    fn waits_for_clusters(&self, type_url: &Arc<str>, views: &Views, snapshot: &Snapshot) -> bool {
-        let (Some(state), Some((cds_type, cds))) = (
-            self.types.get(type_url),
-            self.types.get_key_value(types::CLUSTER),
-        ) else {
-            // Clusters do not come from this stream: nothing to order against.
-            return false;
-        };
-        let unsent = state.machine.unsent(views);
-        let targets: Vec<&Arc<str>> = unsent
-            .iter()
-            .flat_map(|r| r.references())
-            .filter(|r| r.type_url == types::CLUSTER)
-            .map(|r| &r.name)
-            .collect();
-        if targets.is_empty() {
-            return false;
-        }
-        let cds_views = Views::new(
-            cds_type,
-            self.type_snapshot(cds_type, snapshot).as_ref(),
-            self.params.iter(),
-        );
-        let eds_type: Arc<str> = Arc::from(types::CLUSTER_LOAD_ASSIGNMENT);
-        let eds = self.types.get(&eds_type);
-        let eds_views = Views::new(
-            &eds_type,
-            self.type_snapshot(&eds_type, snapshot).as_ref(),
-            self.params.iter(),
-        );
-        let eds_pid = eds.map(|s| s.default).unwrap_or(cds.default);
-        targets.into_iter().any(|name| {
-            let Some(cluster) = cds_views.get(name, cds.default) else {
-                return false;
-            };
-            if !cds.machine.has_sent(name, &cds_views) {
-                return true;
-            }
-            cluster
-                .references()
-                .iter()
-                .filter(|r| r.type_url == types::CLUSTER_LOAD_ASSIGNMENT)
-                .any(|r| {
-                    eds_views.get(&r.name, eds_pid).is_some()
-                        && eds.is_none_or(|e| !e.machine.has_sent(&r.name, &eds_views))
-                })
-        })
-    }
-}
-
 /// Records the TTLs a response sent, and schedules their renewal.
 fn track_ttls<M>(state: &mut TypeState<M>, sent: &[Arc<Resource>], now: Instant) {
     for resource in sent {
@@ -1059,5 +626,8 @@ fn track_ttls<M>(state: &mut TypeState<M>, sent: &[Arc<Resource>], now: Instant)
     }
 }
 
+mod make_before_break;
 #[cfg(test)]
 mod tests;
+
+use make_before_break::{Lingering, REFERENCED, REFERRERS};

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::{Key, Nonce, Pid, RequestKind, Text};
+use super::{Key, Nonce, ParamSetId, RequestKind, Text};
 use crate::hash::HashSet;
 use crate::store::Encoding;
 
@@ -36,17 +36,17 @@ pub(crate) enum Wildcard {
     /// The legacy wildcard: no request named anything (in SotW, every list was empty; in delta,
     /// no request subscribed or unsubscribed a name), which means `*`, with the request's
     /// default parameter set (followed when it changes).
-    Legacy(Pid),
+    Legacy(ParamSetId),
     /// Named keys only: a request named something, and `*` is not subscribed.
     Off,
     /// `*` subscribed, resolving names with this parameter set: named explicitly, or the
     /// legacy wildcard kept once a request named something else (delta).
-    Explicit(Pid),
+    Explicit(ParamSetId),
 }
 
 impl Wildcard {
     /// The parameter set of the wildcard, when it is on.
-    pub(crate) fn pid(self) -> Option<Pid> {
+    pub(crate) fn pid(self) -> Option<ParamSetId> {
         match self {
             Wildcard::Legacy(pid) | Wildcard::Explicit(pid) => Some(pid),
             Wildcard::Unrequested | Wildcard::Off => None,
@@ -59,7 +59,7 @@ impl Wildcard {
     }
 
     /// `*` as a request's list of names says: subscribed with `pid`, or not.
-    pub(crate) fn listed(pid: Option<Pid>) -> Wildcard {
+    pub(crate) fn listed(pid: Option<ParamSetId>) -> Wildcard {
         pid.map_or(Wildcard::Off, Wildcard::Explicit)
     }
 
@@ -68,7 +68,7 @@ impl Wildcard {
     /// legacy wildcard (with `default`); a request that names something ends the rule for good,
     /// a legacy wildcard then staying on as if `*` had been subscribed. The request's own `*`
     /// (listed, subscribed or unsubscribed) is read after this.
-    pub(crate) fn legacy_rule(self, names_something: bool, default: Pid) -> Wildcard {
+    pub(crate) fn legacy_rule(self, names_something: bool, default: ParamSetId) -> Wildcard {
         match self {
             Wildcard::Unrequested | Wildcard::Legacy(_) if !names_something => {
                 Wildcard::Legacy(default)
@@ -92,9 +92,11 @@ pub(crate) enum OlderNonce {
     Answers,
 }
 
-/// The state both machines keep (see the module's documentation).
+/// The state both machines keep (see the module's documentation). Public in a private module:
+/// the [`Machine`](super::machine::Machine) trait's provided methods read it, and no type outside
+/// the crate can implement that trait, since none can name it.
 #[derive(Debug)]
-pub(crate) struct Core {
+pub struct Core {
     pub(super) type_url: Arc<str>,
     /// How resources go out: named by `resource_name` (TP2 clients), with their TTLs.
     pub(super) encoding: Encoding,
@@ -103,7 +105,7 @@ pub(crate) struct Core {
     /// [`super::dense`]).
     pub(super) dense: bool,
     /// The distinct parameter sets of the subscribed keys (nearly always one).
-    pub(super) pids: Vec<Pid>,
+    pub(super) pids: Vec<ParamSetId>,
     /// Keys owed their resource with the next response whatever the client was sent or holds:
     /// newly (re)subscribed (the client may have forgotten them), or sent again (see
     /// [`Core::resend`]).
@@ -199,7 +201,7 @@ impl Core {
     pub(crate) fn mark_changed<'a>(
         &mut self,
         names: impl IntoIterator<Item = &'a Arc<str>>,
-        contains: impl Fn(&Arc<str>, Pid) -> bool,
+        contains: impl Fn(&Arc<str>, ParamSetId) -> bool,
     ) {
         let Core {
             dirty,
@@ -217,7 +219,11 @@ impl Core {
     /// subscribes to it (`contains`), and the wildcard's. Called for every dependent of every
     /// resource a response sends (10,000 endpoints after 10,000 clusters): no list of keys is
     /// made.
-    pub(crate) fn resend(&mut self, name: &Arc<str>, contains: impl Fn(&Arc<str>, Pid) -> bool) {
+    pub(crate) fn resend(
+        &mut self,
+        name: &Arc<str>,
+        contains: impl Fn(&Arc<str>, ParamSetId) -> bool,
+    ) {
         for pid in &self.pids {
             if contains(name, *pid) {
                 self.forced.insert((name.clone(), *pid));
@@ -374,7 +380,7 @@ mod tests {
         core.wildcard = Wildcard::Legacy(1);
         core.pids = vec![0, 2, 3];
         core.resend(&name, |_, pid| pid != 3);
-        let mut forced: Vec<Pid> = core.forced.iter().map(|(_, p)| *p).collect();
+        let mut forced: Vec<ParamSetId> = core.forced.iter().map(|(_, p)| *p).collect();
         forced.sort_unstable();
         assert_eq!(forced, [0, 1, 2]);
         let mut core = Core::new("t".into());

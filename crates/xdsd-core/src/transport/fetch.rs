@@ -17,7 +17,7 @@ use super::status::status_of;
 use super::tls::Access;
 use crate::protocol::oneshot::{Answer, Pending};
 use crate::protocol::session::{Session, SessionError};
-use crate::protocol::sotw::{SotwRequest, SotwResponse, SotwSubscription};
+use crate::protocol::sotw::{SotwMachine, SotwRequest, SotwResponse};
 use crate::store::Snapshot;
 
 /// Answers `request` to the per-type service of `type_url` with the store's current state: what
@@ -82,7 +82,7 @@ pub(crate) fn answer(
     snapshot: &Snapshot,
     observers: &[Arc<dyn StreamObserver>],
 ) -> Result<Answer, Refusal> {
-    let mut session: Session<SotwSubscription> =
+    let mut session: Session<SotwMachine> =
         Session::with_options(Some(type_url), ctx.options.session.clone());
     access.apply(&mut session);
     let pending = Pending::new(session, request, snapshot).map_err(Refusal::Session)?;

@@ -41,8 +41,8 @@ use super::status::{self, status_of_read_error};
 use super::stream::{self, Protocol};
 use super::tls::{self, Conn, ConnInfo, TlsError, TlsOptions, TlsState};
 use super::wire::SotwWire;
-use crate::protocol::delta::DeltaSubscription;
-use crate::protocol::sotw::{SotwRequest, SotwSubscription};
+use crate::protocol::delta::DeltaMachine;
+use crate::protocol::sotw::{SotwMachine, SotwRequest};
 use crate::rollout::Rollout;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
@@ -690,8 +690,8 @@ fn fetching(ctx: Arc<ServerContext>, type_url: Arc<str>, req: http::Request<Body
     let req = req.map(|body| Body::new(Metered::new(body, charges, peer)));
     let method = FetchMethod { ctx, type_url };
     Box::pin(async move {
-        let mut grpc = Grpc::new(StreamCodec::<SotwSubscription>(PhantomData))
-            .max_decoding_message_size(limit);
+        let mut grpc =
+            Grpc::new(StreamCodec::<SotwMachine>(PhantomData)).max_decoding_message_size(limit);
         // A unary call, served as client streaming so that reading its request fails the way a
         // stream's does (see `status`), not with tonic's own codes.
         Ok(grpc.client_streaming(method, req).await)
@@ -757,12 +757,8 @@ impl tower_service::Service<http::Request<Body>> for XdsService {
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         match self.route(req.uri().path()) {
-            Some(Method::Sotw(fixed)) => {
-                streaming::<SotwSubscription>(self.ctx.clone(), fixed, req)
-            }
-            Some(Method::Delta(fixed)) => {
-                streaming::<DeltaSubscription>(self.ctx.clone(), fixed, req)
-            }
+            Some(Method::Sotw(fixed)) => streaming::<SotwMachine>(self.ctx.clone(), fixed, req),
+            Some(Method::Delta(fixed)) => streaming::<DeltaMachine>(self.ctx.clone(), fixed, req),
             Some(Method::Fetch(type_url)) => fetching(self.ctx.clone(), type_url, req),
             None => Box::pin(ready(Ok(Status::unimplemented(format!(
                 "xdsd does not implement {}",

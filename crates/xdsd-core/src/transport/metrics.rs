@@ -63,8 +63,8 @@ const RELOAD_RESULTS: [&str; 3] = [
 
 /// The `flavor` label values of the stream metrics (as the transports name them).
 const STREAM_FLAVORS: [&str; 2] = [
-    <crate::protocol::sotw::SotwSubscription as crate::protocol::session::Machine>::NAME,
-    <crate::protocol::delta::DeltaSubscription as crate::protocol::session::Machine>::NAME,
+    <crate::protocol::sotw::SotwMachine as crate::protocol::session::Machine>::NAME,
+    <crate::protocol::delta::DeltaMachine as crate::protocol::session::Machine>::NAME,
 ];
 
 /// A server's metrics. Cheap to clone; the binary counts its source's loads through

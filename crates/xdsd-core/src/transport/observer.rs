@@ -20,9 +20,9 @@ use std::time::Instant;
 
 use tonic::Status;
 
-use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
+use crate::protocol::delta::{DeltaMachine, DeltaResponse};
 use crate::protocol::session::{ClientNode, Machine};
-use crate::protocol::sotw::{SotwResponse, SotwSubscription};
+use crate::protocol::sotw::{SotwMachine, SotwResponse};
 use crate::protocol::RequestKind;
 
 /// Whether a stream is a state-of-the-world or an incremental (delta) one.
@@ -39,8 +39,8 @@ impl Flavor {
     /// "SotW" or "delta", as logs, metrics and the admin API name it.
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Flavor::Sotw => SotwSubscription::NAME,
-            Flavor::Delta => DeltaSubscription::NAME,
+            Flavor::Sotw => SotwMachine::NAME,
+            Flavor::Delta => DeltaMachine::NAME,
         }
     }
 }

@@ -27,9 +27,9 @@ use super::status::{status_of, status_of_read_error};
 use super::tls::Access;
 use super::wire::{Body, DeltaWire, Pieces, SotwWire};
 use crate::logsafe::shown;
-use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
+use crate::protocol::delta::{DeltaMachine, DeltaResponse};
 use crate::protocol::session::{Handled, Machine, Session};
-use crate::protocol::sotw::{SotwResponse, SotwSubscription};
+use crate::protocol::sotw::{SotwMachine, SotwResponse};
 use crate::protocol::RequestKind;
 use crate::store::{Store, Watcher};
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -54,7 +54,7 @@ pub(crate) trait Protocol:
     fn sent(response: &Self::Response) -> Sent<'_>;
 }
 
-impl Protocol for SotwSubscription {
+impl Protocol for SotwMachine {
     const REQUEST: &'static str = "DiscoveryRequest";
     const FLAVOR: Flavor = Flavor::Sotw;
     type Message = crate::protocol::sotw::SotwRequest;
@@ -69,7 +69,7 @@ impl Protocol for SotwSubscription {
     }
 }
 
-impl Protocol for DeltaSubscription {
+impl Protocol for DeltaMachine {
     const REQUEST: &'static str = "DeltaDiscoveryRequest";
     const FLAVOR: Flavor = Flavor::Delta;
     type Message = crate::protocol::delta::DeltaRequest;

@@ -13,9 +13,9 @@ use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 use proptest::prelude::*;
 use prost::Message;
 use xdsd_core::params::Constraints;
-use xdsd_core::protocol::delta::{DeltaRequest, DeltaSubscription};
+use xdsd_core::protocol::delta::{DeltaMachine, DeltaRequest};
 use xdsd_core::protocol::session::Session;
-use xdsd_core::protocol::sotw::{SotwRequest, SotwSubscription};
+use xdsd_core::protocol::sotw::{SotwMachine, SotwRequest};
 use xdsd_core::store::{Change, Store};
 use xdsd_core::testing::{Ask, Flavor, Pair};
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION, SECRET};
@@ -315,14 +315,14 @@ proptest! {
         let store = Store::new();
         store.apply([Change::Set(input(CLUSTER, "r0", b"c"))]).expect("a cluster");
         if let Ok(request) = SotwRequest::decode(bytes.as_slice()) {
-            let mut session: Session<SotwSubscription> = Session::new(None);
+            let mut session: Session<SotwMachine> = Session::new(None);
             let mut watcher = store.watcher();
             if session.handle_request_watched(&request, &store.snapshot(), &mut watcher).is_ok() {
                 while session.poll_response(&store.snapshot(), Instant::now()).is_some() {}
             }
         }
         if let Ok(request) = DeltaRequest::decode(bytes.as_slice()) {
-            let mut session: Session<DeltaSubscription> = Session::new(None);
+            let mut session: Session<DeltaMachine> = Session::new(None);
             let mut watcher = store.watcher();
             if session.handle_request_watched(&request, &store.snapshot(), &mut watcher).is_ok() {
                 while session.poll_response(&store.snapshot(), Instant::now()).is_some() {}
@@ -372,12 +372,12 @@ proptest! {
     /// Hostile request sequences, store changes and time through a SotW session.
     #[test]
     fn hostile_sequences_keep_the_sotw_session_sound(steps in steps()) {
-        run::<SotwSubscription>(&steps)?;
+        run::<SotwMachine>(&steps)?;
     }
 
     /// Hostile request sequences, store changes and time through a delta session.
     #[test]
     fn hostile_sequences_keep_the_delta_session_sound(steps in steps()) {
-        run::<DeltaSubscription>(&steps)?;
+        run::<DeltaMachine>(&steps)?;
     }
 }

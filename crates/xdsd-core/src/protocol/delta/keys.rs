@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::hash::HashSet;
 use crate::protocol::shared::{self, Shelf};
-use crate::protocol::{Key, KeyLookup, Names, Pid};
+use crate::protocol::{Key, KeyLookup, Names, ParamSetId};
 use crate::store::View;
 
 #[derive(Debug, Default)]
@@ -30,7 +30,7 @@ struct Source {
     /// The parent set's digest (0 for none: the first request).
     parent: u64,
     bytes: Box<[u8]>,
-    pid: Pid,
+    pid: ParamSetId,
     /// This set's digest: of the parent's, the bytes and the parameter set.
     digest: u64,
 }
@@ -39,7 +39,7 @@ struct Source {
 struct ViewMemo {
     /// The view asked about: held weakly, its address stays its own while this is kept.
     view: Weak<View>,
-    pid: Pid,
+    pid: ParamSetId,
     in_view: Arc<InView>,
 }
 
@@ -78,7 +78,7 @@ pub(super) struct SubscribedKeys {
 }
 
 /// The digest of a set made of `parent`'s keys and `names` with `pid`.
-fn digest(parent: u64, names: &Names, pid: Pid) -> u64 {
+fn digest(parent: u64, names: &Names, pid: ParamSetId) -> u64 {
     shared::digest((parent, names.encoded(), pid))
 }
 
@@ -94,7 +94,7 @@ impl SubscribedKeys {
 
     /// The keys these and `names` with `pid` make, if another stream that subscribed the same
     /// way has them alive.
-    pub(super) fn with(&self, names: &Names, pid: Pid) -> Option<SubscribedKeys> {
+    pub(super) fn with(&self, names: &Names, pid: ParamSetId) -> Option<SubscribedKeys> {
         let parent = self.digest()?;
         let set = SETS.find(digest(parent, names, pid), |s| {
             s.source.as_ref().is_some_and(|src| {
@@ -107,7 +107,7 @@ impl SubscribedKeys {
     /// Offers these keys to the streams whose keys had digest `parent` (see
     /// [`SubscribedKeys::digest`]) and that subscribe to `names` with `pid` next: these must be
     /// exactly the parent's keys and those of `names`.
-    pub(super) fn share(&mut self, parent: u64, names: &Names, pid: Pid) {
+    pub(super) fn share(&mut self, parent: u64, names: &Names, pid: ParamSetId) {
         let Some(set) = Arc::get_mut(&mut self.set) else {
             return;
         };
@@ -133,7 +133,7 @@ impl SubscribedKeys {
     /// Which names of `view` are keys with parameter set `pid`: found once per view for every
     /// stream sharing these keys (10,000 lookups per stream for a first response of 10,000
     /// names, each a name compared out of the cache).
-    pub(super) fn in_view(&self, view: &Arc<View>, pid: Pid) -> Arc<InView> {
+    pub(super) fn in_view(&self, view: &Arc<View>, pid: ParamSetId) -> Arc<InView> {
         fn memo(set: &KeySet) -> MutexGuard<'_, Option<ViewMemo>> {
             set.in_view.lock().unwrap_or_else(|e| e.into_inner())
         }

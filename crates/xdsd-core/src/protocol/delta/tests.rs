@@ -8,12 +8,14 @@ use envoy_types::pb::google::rpc::Status;
 
 use super::*;
 use crate::protocol::test_support::{remove, set, store_with, views};
+use crate::protocol::RequestKind;
 use crate::store::{Change, ResourceInput, Store};
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
+use prost::Message as _;
 
 struct Harness {
     store: Store,
-    sub: DeltaSubscription,
+    sub: DeltaMachine,
     nonces: NonceGen,
 }
 
@@ -33,7 +35,7 @@ impl Harness {
     fn new(type_url: &str, resources: &[(&str, &str)]) -> Harness {
         Harness {
             store: store_with(type_url, resources),
-            sub: DeltaSubscription::new(type_url.into()),
+            sub: DeltaMachine::new(type_url.into()),
             nonces: NonceGen::default(),
         }
     }
@@ -134,7 +136,7 @@ fn streams_with_the_same_first_subscription_share_its_keys_and_each_changes_only
     assert_eq!(h.expect(), seen(&["shared-x", "shared-y"], &[]));
     let first = std::mem::replace(
         &mut h.sub,
-        DeltaSubscription::new(CLUSTER_LOAD_ASSIGNMENT.into()),
+        DeltaMachine::new(CLUSTER_LOAD_ASSIGNMENT.into()),
     );
     h.request(Req {
         subscribe,
@@ -194,7 +196,7 @@ fn streams_subscribing_in_the_same_steps_share_the_keys_of_each_step() {
     steps(&mut h);
     let first = std::mem::replace(
         &mut h.sub,
-        DeltaSubscription::new(CLUSTER_LOAD_ASSIGNMENT.into()),
+        DeltaMachine::new(CLUSTER_LOAD_ASSIGNMENT.into()),
     );
     steps(&mut h);
     assert!(h.sub.names.is_shared_with(&first.names));
@@ -216,7 +218,7 @@ fn shared_keys_that_covered_a_view_are_checked_again_against_the_next_one() {
     // same list now is sent its names only.
     let first = std::mem::replace(
         &mut h.sub,
-        DeltaSubscription::new(CLUSTER_LOAD_ASSIGNMENT.into()),
+        DeltaMachine::new(CLUSTER_LOAD_ASSIGNMENT.into()),
     );
     set(&h.store, CLUSTER_LOAD_ASSIGNMENT, "covered-extra", "1");
     h.request(Req {

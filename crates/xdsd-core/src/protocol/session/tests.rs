@@ -8,6 +8,8 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
 use super::*;
+use crate::protocol::delta::{DeltaMachine, DeltaResponse};
+use crate::protocol::sotw::{SotwMachine, SotwRequest, SotwResponse};
 use crate::protocol::test_support::input;
 use crate::store::Store;
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
@@ -48,7 +50,7 @@ fn sotw(type_url: &str, names: &[&str], nonce: &str, node: Option<&Node>) -> Sot
         .into()
 }
 
-fn ads() -> Session<SotwSubscription> {
+fn ads() -> Session<SotwMachine> {
     Session::new(None)
 }
 
@@ -99,7 +101,7 @@ fn subscribing_to_more_names_than_the_limit_ends_the_stream_with_resource_exhaus
         max_names: 5,
         ..Default::default()
     };
-    let mut s: Session<DeltaSubscription> = Session::with_options(None, options);
+    let mut s: Session<DeltaMachine> = Session::with_options(None, options);
     let subscribe = |t: &str, names: &[&str]| DeltaDiscoveryRequest {
         type_url: t.into(),
         node: Some(node("n", "c")),
@@ -182,7 +184,7 @@ fn an_aggregated_request_without_a_type_url_is_an_error() {
 
 #[test]
 fn a_per_type_service_serves_only_its_type() {
-    let mut s: Session<SotwSubscription> = Session::new(Some(Arc::from(CLUSTER)));
+    let mut s: Session<SotwMachine> = Session::new(Some(Arc::from(CLUSTER)));
     let snap = Snapshot::default();
     // An empty type URL means the service's type.
     assert_eq!(
@@ -394,13 +396,13 @@ mod tp2 {
     }
 
     /// The SotW response a session owes right now for its one subscribed type.
-    fn sotw_poll(s: &mut Session<SotwSubscription>, store: &Store) -> Option<SotwResponse> {
+    fn sotw_poll(s: &mut Session<SotwMachine>, store: &Store) -> Option<SotwResponse> {
         s.poll_response(&store.snapshot(), Instant::now())
             .map(|(_, r)| r)
     }
 
     /// The next response, ACKed as a client does (the next one waits for it).
-    fn delta_poll(s: &mut Session<DeltaSubscription>, store: &Store) -> Option<DeltaResponse> {
+    fn delta_poll(s: &mut Session<DeltaMachine>, store: &Store) -> Option<DeltaResponse> {
         let (type_url, r) = s.poll_response(&store.snapshot(), Instant::now())?;
         let ack = DeltaDiscoveryRequest {
             type_url: type_url.to_string(),
@@ -499,7 +501,7 @@ mod tp2 {
     fn tp2_env_prod_and_env_test_each_get_their_variant_over_delta() {
         let store = env_store();
         for env in ["prod", "test"] {
-            let mut s: Session<DeltaSubscription> = Session::new(None);
+            let mut s: Session<DeltaMachine> = Session::new(None);
             let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
             req.resource_locators_subscribe = vec![locator("e", &[("env", env)])];
             s.handle_request(&(&req).into(), &store.snapshot()).unwrap();
@@ -633,7 +635,7 @@ mod tp2 {
         let sotw = sotw_poll(&mut s, store)
             .map(|r| contents(&r))
             .unwrap_or_default();
-        let mut d: Session<DeltaSubscription> = Session::new(None);
+        let mut d: Session<DeltaMachine> = Session::new(None);
         let mut req = delta_request(ROUTE_CONFIGURATION, None);
         req.resource_locators_subscribe = vec![locator("r", pairs)];
         d.handle_request(&(&req).into(), &store.snapshot()).unwrap();
@@ -679,7 +681,7 @@ mod tp2 {
     #[test]
     fn a_subscription_matching_nothing_gets_the_variant_once_it_appears() {
         let store = env_store();
-        let mut s: Session<DeltaSubscription> = Session::new(None);
+        let mut s: Session<DeltaMachine> = Session::new(None);
         let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
         req.resource_locators_subscribe = vec![locator("e", &[("env", "qa")])];
         s.handle_request(&(&req).into(), &store.snapshot()).unwrap();
@@ -719,13 +721,13 @@ mod tp2 {
     fn a_variant_that_stops_matching_is_reported_gone() {
         let store = env_store();
         // Delta, TP2 client: the variant is removed by its resource_name.
-        let mut d: Session<DeltaSubscription> = Session::new(None);
+        let mut d: Session<DeltaMachine> = Session::new(None);
         let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
         req.resource_locators_subscribe = vec![locator("e", &[("env", "test")])];
         d.handle_request(&(&req).into(), &store.snapshot()).unwrap();
         delta_poll(&mut d, &store).unwrap();
         // Legacy delta client (metadata): removed by name.
-        let mut l: Session<DeltaSubscription> = Session::new(None);
+        let mut l: Session<DeltaMachine> = Session::new(None);
         let mut req = delta_request(
             CLUSTER_LOAD_ASSIGNMENT,
             Some(&with_metadata(node("n", "c"), &[("env", "test")])),
@@ -757,7 +759,7 @@ mod tp2 {
     #[test]
     fn tp2_transition_sends_the_removal_and_the_new_variant_in_one_response() {
         let store = env_store();
-        let mut d: Session<DeltaSubscription> = Session::new(None);
+        let mut d: Session<DeltaMachine> = Session::new(None);
         let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
         req.resource_locators_subscribe = vec![locator("e", &[("env", "prod"), ("version", "v1")])];
         d.handle_request(&(&req).into(), &store.snapshot()).unwrap();
@@ -817,7 +819,7 @@ mod tp2 {
         let mut got = contents(&sotw_poll(&mut s, &store).unwrap());
         got.sort();
         assert_eq!(got, ["prod", "test"]);
-        let mut d: Session<DeltaSubscription> = Session::new(None);
+        let mut d: Session<DeltaMachine> = Session::new(None);
         let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
         req.resource_locators_subscribe = vec![
             locator("e", &[("env", "prod")]),
@@ -949,14 +951,14 @@ mod tp2 {
             variant(SECRET, "shared", "everyone's", None),
         ]);
         let bound = |identity: &str| {
-            let mut s: Session<SotwSubscription> = Session::new(None);
+            let mut s: Session<SotwMachine> = Session::new(None);
             s.bind_identity(IdentityBinding {
                 identity: identity.into(),
                 rules: Arc::new(NodeIdentityRules::default_rule()),
             });
             s
         };
-        let ask = |s: &mut Session<SotwSubscription>, node: &Node, names: &[&str]| {
+        let ask = |s: &mut Session<SotwMachine>, node: &Node, names: &[&str]| {
             s.handle_request(&sotw(SECRET, names, "", Some(node)), &store.snapshot())
                 .unwrap();
             sotw_poll(s, &store)
@@ -972,11 +974,11 @@ mod tp2 {
         let mut c = bound("spiffe://t/c");
         assert_eq!(ask(&mut c, &node("c", "c"), &[]), ["everyone's"]);
         // No mutual TLS, claiming an identity in the node's metadata: nothing of the keys.
-        let mut plain: Session<SotwSubscription> = Session::new(None);
+        let mut plain: Session<SotwMachine> = Session::new(None);
         let claiming = with_metadata(node("a", "c"), &[(IDENTITY_PARAM, "spiffe://t/a")]);
         assert_eq!(ask(&mut plain, &claiming, &[]), ["everyone's"]);
         // Nor through a dynamic parameter of a delta client.
-        let mut delta: Session<DeltaSubscription> = Session::new(None);
+        let mut delta: Session<DeltaMachine> = Session::new(None);
         let mut dnode = node("a", "c");
         dnode.dynamic_parameters.insert(
             SECRET.into(),
@@ -1073,7 +1075,7 @@ mod ttl {
 
     /// The next delta response as the client decodes it.
     fn delta_next(
-        s: &mut Session<DeltaSubscription>,
+        s: &mut Session<DeltaMachine>,
         store: &Store,
         now: Instant,
     ) -> Option<DeltaDiscoveryResponse> {
@@ -1083,7 +1085,7 @@ mod ttl {
     }
 
     fn sotw_next(
-        s: &mut Session<SotwSubscription>,
+        s: &mut Session<SotwMachine>,
         store: &Store,
         now: Instant,
     ) -> Option<DiscoveryResponse> {
@@ -1098,7 +1100,7 @@ mod ttl {
             .map(|d| Duration::new(d.seconds as u64, d.nanos as u32))
     }
 
-    fn delta_session(node: &Node, store: &Store) -> (Session<DeltaSubscription>, Instant) {
+    fn delta_session(node: &Node, store: &Store) -> (Session<DeltaMachine>, Instant) {
         delta_session_for(node, &["fault", "plain"], store)
     }
 
@@ -1115,15 +1117,15 @@ mod ttl {
         node: &Node,
         names: &[&str],
         store: &Store,
-    ) -> (Session<DeltaSubscription>, Instant) {
-        let mut s: Session<DeltaSubscription> = Session::with_options(None, no_ack_wait());
+    ) -> (Session<DeltaMachine>, Instant) {
+        let mut s: Session<DeltaMachine> = Session::with_options(None, no_ack_wait());
         s.handle_request(&delta_subscribe(node, names).into(), &store.snapshot())
             .unwrap();
         (s, Instant::now())
     }
 
     /// An ADS SotW session of `node` subscribed to `names` of the runtime type.
-    fn sotw_session(node: &Node, names: &[&str], store: &Store) -> Session<SotwSubscription> {
+    fn sotw_session(node: &Node, names: &[&str], store: &Store) -> Session<SotwMachine> {
         let mut s = Session::with_options(None, no_ack_wait());
         s.handle_request(&sotw(RUNTIME, names, "", Some(node)), &store.snapshot())
             .unwrap();
@@ -1299,7 +1301,7 @@ mod ttl {
         store
             .replace_all([input(VIRTUAL_HOST, "rc/vh", "host").with_ttl(Some(TTL))])
             .unwrap();
-        let mut s: Session<DeltaSubscription> = Session::new(None);
+        let mut s: Session<DeltaMachine> = Session::new(None);
         let request = DeltaDiscoveryRequest {
             type_url: VIRTUAL_HOST.into(),
             node: Some(envoy()),
@@ -1472,7 +1474,7 @@ mod make_before_break {
     }
 
     struct Sotw {
-        s: Session<SotwSubscription>,
+        s: Session<SotwMachine>,
         store: Store,
         nonces: HashMap<String, String>,
         eds: Vec<&'static str>,
@@ -1481,7 +1483,7 @@ mod make_before_break {
     impl Sotw {
         /// A client of `s` subscribed to every cluster, X's endpoints and route r1 of `store`,
         /// with everything sent and ACKed.
-        fn synced(s: Session<SotwSubscription>, store: Store) -> Sotw {
+        fn synced(s: Session<SotwMachine>, store: Store) -> Sotw {
             let mut c = Sotw {
                 s,
                 store,
@@ -1584,10 +1586,10 @@ mod make_before_break {
     fn delta_ads_sends_the_new_cluster_and_its_endpoints_before_the_route_and_removes_the_old_cluster_after_the_route_ack(
     ) {
         let store = store();
-        let mut s: Session<DeltaSubscription> = Session::new(None);
+        let mut s: Session<DeltaMachine> = Session::new(None);
         let mut nonces: HashMap<String, String> = HashMap::default();
         let node = node("envoy", "c");
-        let send = |s: &mut Session<DeltaSubscription>,
+        let send = |s: &mut Session<DeltaMachine>,
                     nonces: &HashMap<String, String>,
                     t: &str,
                     subscribe: &[&str],
@@ -1602,7 +1604,7 @@ mod make_before_break {
             };
             s.handle_request(&(&r).into(), &store.snapshot()).unwrap();
         };
-        let poll = |s: &mut Session<DeltaSubscription>, nonces: &mut HashMap<String, String>| {
+        let poll = |s: &mut Session<DeltaMachine>, nonces: &mut HashMap<String, String>| {
             let (t, r) = s.poll_response(&store.snapshot(), Instant::now())?;
             nonces.insert(t.to_string(), r.nonce.to_string());
             Some(delta_seen(&t, &r))
@@ -1774,7 +1776,7 @@ mod ack_wait {
 
     /// A SotW request of `names` answering `nonce` (a NACK with `nack`).
     fn answer(
-        s: &mut Session<SotwSubscription>,
+        s: &mut Session<SotwMachine>,
         store: &Store,
         type_url: &str,
         names: &[&str],
@@ -1800,7 +1802,7 @@ mod ack_wait {
     }
 
     fn next(
-        s: &mut Session<SotwSubscription>,
+        s: &mut Session<SotwMachine>,
         store: &Store,
         now: Instant,
     ) -> Option<(Arc<str>, SotwResponse)> {
@@ -1808,7 +1810,7 @@ mod ack_wait {
     }
 
     /// Sets `name` of `type_url` in the store and tells the session, as the store's watch does.
-    fn change(s: &mut Session<SotwSubscription>, store: &Store, type_url: &str, name: &str) {
+    fn change(s: &mut Session<SotwMachine>, store: &Store, type_url: &str, name: &str) {
         store
             .apply([Change::Set(input(
                 type_url,
@@ -1829,7 +1831,7 @@ mod ack_wait {
 
     /// An ADS session subscribed to `subscribed` of the runtime type (which the store holds),
     /// and its first response, not answered yet.
-    fn started(subscribed: &[&str]) -> (Store, Session<SotwSubscription>, Instant, SotwResponse) {
+    fn started(subscribed: &[&str]) -> (Store, Session<SotwMachine>, Instant, SotwResponse) {
         let resources: Vec<(&str, &str)> = subscribed.iter().map(|n| (*n, "1")).collect();
         let store = store_with(RUNTIME, &resources);
         let mut s = ads();
@@ -1953,7 +1955,7 @@ mod ack_wait {
             max_response_bytes: 400,
             ..SessionOptions::default()
         };
-        let mut s: Session<SotwSubscription> = Session::with_options(None, options);
+        let mut s: Session<SotwMachine> = Session::with_options(None, options);
         let t0 = Instant::now();
         let all: Vec<&str> = resources.iter().map(|(n, _)| *n).collect();
         answer(&mut s, &store, RUNTIME, &all, "", false);
@@ -1974,7 +1976,7 @@ mod ack_wait {
             ack_wait: Duration::ZERO,
             ..SessionOptions::default()
         };
-        let mut s: Session<SotwSubscription> = Session::with_options(None, options);
+        let mut s: Session<SotwMachine> = Session::with_options(None, options);
         let t0 = Instant::now();
         answer(&mut s, &store, RUNTIME, &["a"], "", false);
         assert!(next(&mut s, &store, t0).is_some());

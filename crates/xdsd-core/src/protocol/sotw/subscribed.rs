@@ -2,7 +2,7 @@
 //!
 //! The names of the parameter set that plain request names use (every key of a client without
 //! resource locators) are a [`NameSet`]: the names and an index of their places, shared by every
-//! subscription to the same names, and the stream keeps only one [`Sent`] per place. A fleet of
+//! subscription to the same names, and the stream keeps only one [`LastSent`] per place. A fleet of
 //! clients subscribes to the same names (every Envoy of a deployment asks for the endpoints of
 //! the same clusters): with a map per stream, a subscription of a hundred names was a fifth of an
 //! idle stream's memory, and each of a thousand streams looked a pushed name up in a table of its
@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 
-use super::Sent;
+use super::LastSent;
 use crate::hash::HashMap;
 use crate::protocol::shared::{self, Shelf};
-use crate::protocol::{HeldKeys, Key, Names, Pid};
+use crate::protocol::{HeldKeys, Key, Names, ParamSetId};
 use crate::store::Resource;
 
 /// Names in a fixed order, with the place of each: shared by the subscriptions to these names.
@@ -39,7 +39,7 @@ impl NameSet {
     }
 
     /// Whether this set holds exactly `names` (each once), in any order.
-    fn is(&self, names: &[(Arc<str>, Sent)]) -> bool {
+    fn is(&self, names: &[(Arc<str>, LastSent)]) -> bool {
         if names.len() != self.len() {
             return false;
         }
@@ -70,24 +70,24 @@ static SETS: Shelf<NameSet> = Shelf::new();
 #[derive(Debug, Default)]
 pub(super) struct Subscribed {
     /// The parameter set of `set`.
-    pid: Pid,
+    pid: ParamSetId,
     set: Option<Arc<NameSet>>,
     /// What was sent of each name of `set`, by place.
-    sent: Box<[Sent]>,
+    sent: Box<[LastSent]>,
     /// Keys of other parameter sets (resource locators with parameters of their own).
-    other: HashMap<Key, Sent>,
+    other: HashMap<Key, LastSent>,
 }
 
 /// A subscription being built from a request: [`Subscribed::builder`].
 pub(super) struct Builder {
-    pid: Pid,
-    plain: Vec<(Arc<str>, Sent)>,
-    other: HashMap<Key, Sent>,
+    pid: ParamSetId,
+    plain: Vec<(Arc<str>, LastSent)>,
+    other: HashMap<Key, LastSent>,
 }
 
 impl Builder {
     /// Adds `key`, sent `sent`. A key added twice is held once, with the last `sent`.
-    pub(super) fn insert(&mut self, key: Key, sent: Sent) {
+    pub(super) fn insert(&mut self, key: Key, sent: LastSent) {
         if key.1 == self.pid {
             self.plain.push((key.0, sent));
         } else {
@@ -170,7 +170,7 @@ impl Builder {
 
 impl Subscribed {
     /// A subscription built from about `names` keys, most of parameter set `pid`.
-    pub(super) fn builder(pid: Pid, names: usize) -> Builder {
+    pub(super) fn builder(pid: ParamSetId, names: usize) -> Builder {
         Builder {
             pid,
             plain: Vec::with_capacity(names),
@@ -180,11 +180,15 @@ impl Subscribed {
 
     /// The subscription of a request listing `names` (plain names, parameter set `pid`), if
     /// another stream subscribed with the same list; what was sent is taken from `before`.
-    pub(super) fn of_request(names: &Names, pid: Pid, before: &Subscribed) -> Option<Subscribed> {
+    pub(super) fn of_request(
+        names: &Names,
+        pid: ParamSetId,
+        before: &Subscribed,
+    ) -> Option<Subscribed> {
         let set = SETS.find(request_digest(names), |s| {
             s.source.as_deref() == Some(names.encoded())
         })?;
-        let sent: Box<[Sent]> =
+        let sent: Box<[LastSent]> =
             if before.set.as_ref().is_some_and(|b| Arc::ptr_eq(b, &set)) && before.pid == pid {
                 before.sent.clone()
             } else if before.len() == 0 {
@@ -204,7 +208,7 @@ impl Subscribed {
     }
 
     /// The parameter set of the plain names.
-    pub(super) fn pid(&self) -> Pid {
+    pub(super) fn pid(&self) -> ParamSetId {
         self.pid
     }
 
@@ -222,7 +226,7 @@ impl Subscribed {
             }
     }
 
-    fn place(&self, name: &str, pid: Pid) -> Option<usize> {
+    fn place(&self, name: &str, pid: ParamSetId) -> Option<usize> {
         if pid == self.pid {
             self.set.as_ref()?.place(name)
         } else {
@@ -230,7 +234,7 @@ impl Subscribed {
         }
     }
 
-    pub(super) fn get(&self, name: &Arc<str>, pid: Pid) -> Option<&Sent> {
+    pub(super) fn get(&self, name: &Arc<str>, pid: ParamSetId) -> Option<&LastSent> {
         if pid == self.pid {
             self.sent.get(self.place(name, pid)?)
         } else {
@@ -238,7 +242,7 @@ impl Subscribed {
         }
     }
 
-    pub(super) fn get_mut(&mut self, name: &Arc<str>, pid: Pid) -> Option<&mut Sent> {
+    pub(super) fn get_mut(&mut self, name: &Arc<str>, pid: ParamSetId) -> Option<&mut LastSent> {
         if pid == self.pid {
             let p = self.place(name, pid)?;
             self.sent.get_mut(p)
@@ -253,9 +257,9 @@ impl Subscribed {
     /// name.
     pub(super) fn join_view<'v>(
         &mut self,
-        pid: Pid,
+        pid: ParamSetId,
         view: impl IntoIterator<Item = &'v Arc<Resource>>,
-        mut f: impl FnMut(&mut Sent, &'v Arc<Resource>),
+        mut f: impl FnMut(&mut LastSent, &'v Arc<Resource>),
     ) -> usize {
         let mut found = 0;
         if pid != self.pid {
@@ -296,7 +300,7 @@ impl Subscribed {
         found
     }
 
-    pub(super) fn contains(&self, name: &Arc<str>, pid: Pid) -> bool {
+    pub(super) fn contains(&self, name: &Arc<str>, pid: ParamSetId) -> bool {
         if pid == self.pid {
             self.place(name, pid).is_some()
         } else {
@@ -304,13 +308,15 @@ impl Subscribed {
         }
     }
 
-    pub(super) fn keys(&self) -> impl Iterator<Item = (&Arc<str>, Pid)> {
+    pub(super) fn keys(&self) -> impl Iterator<Item = (&Arc<str>, ParamSetId)> {
         let plain = self.set.iter().flat_map(|s| s.names.iter());
         let plain = plain.map(|n| (n, self.pid));
         plain.chain(self.other.keys().map(|(n, p)| (n, *p)))
     }
 
-    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = ((&Arc<str>, Pid), &mut Sent)> {
+    pub(super) fn iter_mut(
+        &mut self,
+    ) -> impl Iterator<Item = ((&Arc<str>, ParamSetId), &mut LastSent)> {
         let pid = self.pid;
         let names = self.set.iter().flat_map(|s| s.names.iter());
         let plain = names
@@ -335,7 +341,7 @@ impl HeldKeys for Subscribed {
 mod tests {
     use super::*;
 
-    fn build(pid: Pid, names: &[&str]) -> Subscribed {
+    fn build(pid: ParamSetId, names: &[&str]) -> Subscribed {
         let mut b = Subscribed::builder(pid, names.len());
         for n in names {
             b.insert((Arc::from(*n), pid), None);

@@ -7,13 +7,14 @@ use envoy_types::pb::google::rpc::Status;
 
 use super::*;
 use crate::protocol::test_support::{input, remove, set, store_with, views};
+use crate::protocol::{NonceGen, RequestKind, Subscribe};
 use crate::store::{Change, Store};
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 
 /// A store, one subscription and the stream's nonce generator.
 struct Harness {
     store: Store,
-    sub: SotwSubscription,
+    sub: SotwMachine,
     nonces: NonceGen,
 }
 
@@ -21,7 +22,7 @@ impl Harness {
     fn new(type_url: &str, resources: &[(&str, &str)]) -> Harness {
         Harness {
             store: store_with(type_url, resources),
-            sub: SotwSubscription::new(type_url.into()),
+            sub: SotwMachine::new(type_url.into()),
             nonces: NonceGen::default(),
         }
     }
@@ -206,8 +207,8 @@ fn versions_are_per_type() {
         .replace_all([input(CLUSTER, "c", "1"), input(LISTENER, "l", "1")])
         .unwrap();
     let mut nonces = NonceGen::default();
-    let mut cds = SotwSubscription::new(CLUSTER.into());
-    let mut lds = SotwSubscription::new(LISTENER.into());
+    let mut cds = SotwMachine::new(CLUSTER.into());
+    let mut lds = SotwMachine::new(LISTENER.into());
     let req = |t: &str| DiscoveryRequest {
         type_url: t.into(),
         ..Default::default()
@@ -493,7 +494,7 @@ fn more_changes_than_a_quarter_of_the_keys_are_found_by_looking_at_every_key() {
         offered.extend(["n001", "n003", "n005", "n005", "n001"]);
         h.notify(&offered);
         assert!(
-            h.sub.all_dirty,
+            h.sub.check_all,
             "{subscribed} keys, {} names",
             offered.len()
         );
@@ -504,7 +505,7 @@ fn more_changes_than_a_quarter_of_the_keys_are_found_by_looking_at_every_key() {
         h.expect_none();
         h.set("n007", "2");
         h.notify(&["n007"]);
-        assert!(!h.sub.all_dirty);
+        assert!(!h.sub.check_all);
         assert_eq!(h.expect().0, ["n007"]);
         // The removed name, back as it was sent: sent again (the client was told nothing of it
         // since, but it counts as gone).
@@ -545,7 +546,7 @@ fn a_scan_in_name_order_finds_each_subscribed_name_whatever_the_request_order() 
     }
     let changed: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
     h.notify(&changed);
-    assert!(h.sub.all_dirty);
+    assert!(h.sub.check_all);
     sent = h.expect().0;
     assert_eq!(sent, want, "each subscribed name once, the others not");
     h.notify(&changed);
@@ -567,7 +568,7 @@ fn a_batch_of_changes_past_a_quarter_of_the_keys_is_not_looked_at_name_by_name()
     h.set("n010", "2");
     h.set("n020", "2");
     assert!(h.sub.skips_changes(26));
-    assert!(h.sub.all_dirty && h.sub.core.dirty.is_empty());
+    assert!(h.sub.check_all && h.sub.core.dirty.is_empty());
     assert_eq!(h.expect().0, ["n010", "n020"]);
     assert!(!h.sub.skips_changes(1), "counted afresh after the response");
 }
@@ -988,7 +989,7 @@ fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
     };
     let snap = h.store.snapshot();
     let current = snap.get(CLUSTER_LOAD_ASSIGNMENT);
-    let (kind, change) = h.sub.handle(&request(""), &with(&located), current);
+    let (kind, change) = h.sub.handle(&request(""), &with(&located), &[], current);
     assert_eq!(kind, RequestKind::Initial);
     assert_eq!(h.sub.key_count(), 2, "the plain name and the located one");
     assert_eq!(
@@ -1004,7 +1005,7 @@ fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
     assert_eq!(names, ["a"]);
     assert_ne!(nonce, nonce2);
     // The locator goes: the name stays subscribed, and watched, by its plain key.
-    let (_, change) = h.sub.handle(&request(&nonce2), &with(&[]), current);
+    let (_, change) = h.sub.handle(&request(&nonce2), &with(&[]), &[], current);
     assert_eq!(h.sub.key_count(), 1);
     assert!(
         change.removed.is_empty(),
@@ -1012,7 +1013,9 @@ fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
     );
     h.expect_none();
     // Subscribed again under its own set: a new key, sent even though the client has it.
-    let (_, change) = h.sub.handle(&request(&nonce2), &with(&located), current);
+    let (_, change) = h
+        .sub
+        .handle(&request(&nonce2), &with(&located), &[], current);
     assert!(change.added.is_empty(), "the name is watched already");
     assert_eq!(h.sub.key_count(), 2);
     let (names, ..) = h.expect();

@@ -2,17 +2,17 @@
 
 use super::*;
 use crate::protocol::session::DEFAULT_ACK_WAIT;
-use crate::protocol::sotw::SotwSubscription;
+use crate::protocol::sotw::SotwMachine;
 use crate::protocol::test_support::set;
 use crate::store::Store;
 use crate::testing::Pair;
 use crate::types::CLUSTER;
 
 /// A wildcard client of clusters that got its first response and has not answered it.
-fn waiting_pair() -> Pair<SotwSubscription> {
+fn waiting_pair() -> Pair<SotwMachine> {
     let store = Store::new();
     set(&store, CLUSTER, "a", "1");
-    let mut pair: Pair<SotwSubscription> = Pair::new(store, Session::new(None), None);
+    let mut pair: Pair<SotwMachine> = Pair::new(store, Session::new(None), None);
     let ask = pair.client.subscribe(CLUSTER, &[]);
     pair.send(&ask).expect("a subscription");
     assert_eq!(pair.flush().len(), 1);

@@ -1,0 +1,402 @@
+//! What a delta response owes, gathered: the resources, removals, heartbeats and unresolved
+//! aliases of the keys forced, changed, to recheck or to renew, put in the order they go out.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use super::holdings::PendingBase;
+use super::DeltaMachine;
+use crate::hash::HashSet;
+use crate::protocol::subscription::reset;
+use crate::protocol::{Key, KeyLookup, ParamSetId, Views};
+use crate::store::{Resource, View};
+
+/// A variant in a response: (name, version).
+type VariantId = (Arc<str>, Arc<str>);
+
+/// The keys a resource is sent for: nearly always one, held without an allocation (a first
+/// response of 10,000 resources made 10,000 one-key vectors).
+#[derive(Debug)]
+pub(super) enum Keys {
+    One(Key),
+    /// The one key of the resource's own name with this parameter set, made only when needed:
+    /// a resource sent in a view's order and recorded as the view needs none (making it takes a
+    /// count on the name, shared with every stream).
+    Own(ParamSetId),
+    Many(Vec<Key>),
+}
+
+impl Keys {
+    /// Adds `other`'s keys; both are keys of `r`.
+    fn append(&mut self, r: &Arc<Resource>, other: Keys) {
+        if let Keys::Many(keys) = self {
+            keys.extend(other.into_keys(r));
+            return;
+        }
+        let all: Vec<Key> = std::mem::replace(self, Keys::Many(Vec::new()))
+            .into_keys(r)
+            .chain(other.into_keys(r))
+            .collect();
+        *self = Keys::Many(all);
+    }
+
+    /// The keys, of `r`.
+    pub(super) fn iter<'a>(&'a self, r: &Arc<Resource>) -> impl Iterator<Item = Cow<'a, Key>> {
+        let (one, many): (Option<Cow<'a, Key>>, &'a [Key]) = match self {
+            Keys::One(key) => (Some(Cow::Borrowed(key)), &[]),
+            Keys::Own(pid) => (Some(Cow::Owned((r.name().clone(), *pid))), &[]),
+            Keys::Many(keys) => (None, &keys[..]),
+        };
+        one.into_iter().chain(many.iter().map(Cow::Borrowed))
+    }
+
+    /// The keys, of `r`, by value.
+    pub(super) fn into_keys(self, r: &Arc<Resource>) -> impl Iterator<Item = Key> {
+        let (one, many) = match self {
+            Keys::One(key) => (Some(key), Vec::new()),
+            Keys::Own(pid) => (Some((r.name().clone(), pid)), Vec::new()),
+            Keys::Many(keys) => (None, keys),
+        };
+        one.into_iter().chain(many)
+    }
+}
+
+/// One thing a response owes: a resource (for the keys that resolve to it), a removal, a
+/// heartbeat.
+#[derive(Debug)]
+pub(super) enum Owed {
+    Send(Arc<Resource>, Keys),
+    Remove(Key),
+    Beat(Arc<Resource>),
+    /// VHDS: an alias subscribed on demand that names no virtual host.
+    Unresolved(Key),
+}
+
+/// What a response owes, as [`DeltaMachine::collect`] gathers it. Keys are what the client
+/// subscribed by (a name or an alias, and a parameter set); the response holds each variant
+/// once, whatever the number of keys that lead to it.
+#[derive(Debug, Default)]
+struct Gathered {
+    /// Only [`Owed::Send`]s, (resource, keys) pairs put in (name, version) order: the rest of
+    /// what is owed is added to them at the end, so that the response is put together in one
+    /// vector (10,000 resources were copied through three).
+    sends: Vec<Owed>,
+    removed: BTreeSet<Key>,
+    /// VHDS aliases that name no virtual host.
+    unresolved: BTreeSet<Key>,
+    beats: BTreeMap<VariantId, Arc<Resource>>,
+}
+
+impl Gathered {
+    /// Owes `r` to `keys`. Takes the keys: the loops over a view make one each, moved here
+    /// rather than cloned (every clone of a name is an atomic count shared with every other
+    /// stream).
+    fn send(&mut self, keys: Keys, r: &Arc<Resource>) {
+        self.sends.push(Owed::Send(r.clone(), keys));
+    }
+
+    /// Puts the resources in (name, version) order, each variant once for every key that
+    /// leads to it, unless they were all read in a view's order (`only_dense`: then each comes
+    /// once, sorted); drops the heartbeats of the variants sent.
+    fn put_in_order(&mut self, only_dense: bool) {
+        let by_variant = |a: &Owed, b: &Owed| owed_variant(a).cmp(&owed_variant(b));
+        let sends = &mut self.sends;
+        if !only_dense && !sends.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
+            // Stable: of two variants with one name and version, the first found is sent.
+            sends.sort_by(by_variant);
+        }
+        if !only_dense {
+            sends.dedup_by(|later, kept| match (later, kept) {
+                (Owed::Send(r, keys), Owed::Send(first, held))
+                    if first.name() == r.name() && first.version() == r.version() =>
+                {
+                    let keys = std::mem::replace(keys, Keys::Many(Vec::new()));
+                    held.append(r, keys);
+                    true
+                }
+                _ => false,
+            });
+        }
+        self.beats.retain(|(name, version), _| {
+            sends
+                .binary_search_by(|o| match o {
+                    Owed::Send(r, _) => (r.name(), r.version()).cmp(&(name, version)),
+                    _ => std::cmp::Ordering::Less,
+                })
+                .is_err()
+        });
+    }
+
+    /// Everything owed, in the order it goes out: resources by name, removals, heartbeats,
+    /// unresolved aliases.
+    fn into_owed(self) -> Vec<Owed> {
+        let mut owed = self.sends;
+        owed.reserve(self.removed.len() + self.beats.len() + self.unresolved.len());
+        owed.extend(self.removed.into_iter().map(Owed::Remove));
+        owed.extend(self.beats.into_values().map(Owed::Beat));
+        owed.extend(self.unresolved.into_iter().map(Owed::Unresolved));
+        owed
+    }
+}
+
+/// How [`DeltaMachine::in_view_order`] read the forced keys of one view in its order.
+#[derive(Debug, Default)]
+struct ViewOrder {
+    /// The parameter set of that view (`None`: not read in a view's order).
+    pid: Option<ParamSetId>,
+    /// How many resources it owes.
+    covered: usize,
+    /// The view recorded as [`Holdings::base`], if the response sends nothing else.
+    base: Option<PendingBase>,
+}
+
+impl DeltaMachine {
+    /// Everything owed, in the order it goes out: resources by name, removals, heartbeats.
+    pub(super) fn collect(&mut self, views: &Views) -> Vec<Owed> {
+        self.pending_base = self.wildcard_base(views);
+        let (gathered, named_base) = self.gather(views);
+        if named_base.is_some() {
+            self.pending_base = named_base;
+        }
+        reset(&mut self.heartbeat);
+        self.check_all = false;
+        reset(&mut self.core.forced);
+        self.forced_all = false;
+        reset(&mut self.recheck);
+        reset(&mut self.core.dirty);
+        gathered.into_owed()
+    }
+
+    /// A wildcard client that holds nothing is sent the whole view, in its order: recorded as
+    /// the view (see [`Holdings`]). Not for clients that hold variants by `resource_name` (they
+    /// are few), nor for a view with aliases (a key may be an alias).
+    fn wildcard_base(&self, views: &Views) -> Option<PendingBase> {
+        let w = self.core.wildcard.pid().filter(|_| self.check_all)?;
+        let view = views.view(w);
+        (self.has.is_empty() && !self.core.encoding.named && !view.has_aliases()).then(|| {
+            PendingBase {
+                pid: w,
+                view: view.clone(),
+                gaps: VecDeque::new(),
+                run: Some(0),
+            }
+        })
+    }
+
+    /// The keys owed their resource whatever the client holds: `forced`, or with `forced_all`
+    /// every subscribed key and those of `forced` that are not (wildcard keys).
+    fn forced_keys(&self) -> (&HashSet<Key>, Vec<&Key>) {
+        if self.forced_all {
+            let extra = self.core.forced.iter().filter(|k| !self.names.contains(*k));
+            (&self.names, extra.collect())
+        } else {
+            (&self.core.forced, Vec::new())
+        }
+    }
+
+    /// What is owed, gathered in the order it is found, then put in order; and the view a first
+    /// response to most names of a view records (see [`Self::in_view_order`]).
+    fn gather(&self, views: &Views) -> (Gathered, Option<PendingBase>) {
+        let (main, extra) = self.forced_keys();
+        let forced_len = main.len() + extra.len();
+        let mut g = Gathered {
+            sends: Vec::with_capacity(forced_len),
+            ..Gathered::default()
+        };
+        if self.check_all {
+            self.gather_check_all(views, &mut g);
+        }
+        let order = self.in_view_order(views, main, &extra, &mut g);
+        // The keys the view's order did not cover: those of other parameter sets, and names
+        // the view does not have.
+        let rest = main.iter().chain(extra).filter(|key| {
+            order.covered < forced_len
+                && (order.pid != Some(key.1) || views.get(&key.0, key.1).is_none())
+        });
+        self.gather_forced(views, rest, &mut g);
+        self.gather_dirty(views, &mut g);
+        self.gather_recheck(views, &mut g);
+        self.gather_heartbeats(views, &mut g);
+        let only_dense = order.pid.is_some() && g.sends.len() == order.covered;
+        g.put_in_order(only_dense);
+        (g, order.base.filter(|_| only_dense))
+    }
+
+    /// Owed with the wildcard turned on (or a first request): every resource of its view the
+    /// client does not hold (all of them when recorded as the view, as it holds nothing), and
+    /// the removal of every subscribed key it holds that the store does not have.
+    fn gather_check_all(&self, views: &Views, g: &mut Gathered) {
+        if let Some(w) = self.core.wildcard.pid() {
+            let whole = self.pending_base.is_some();
+            for r in views.view(w).iter() {
+                if whole {
+                    g.send(Keys::Own(w), r);
+                    continue;
+                }
+                let key = (r.name().clone(), w);
+                if !self.holds(&key, r) {
+                    g.send(Keys::One(key), r);
+                }
+            }
+        }
+        for (key, _) in self.has.iter() {
+            if self.subscribed(&key) && views.get(&key.0, key.1).is_none() {
+                g.removed.insert(key);
+            }
+        }
+    }
+
+    /// A client that subscribes to most of a view with one parameter set (every cluster's
+    /// endpoints): the forced keys of that view read in its order, so that they come sorted.
+    /// A first response to most names of a view, to a client that holds nothing, sent in the
+    /// view's order, is recorded as the view, with the names it skips (see [`PendingBase`]), if
+    /// it sends nothing else (no key out of the view's order). Not for clients that hold
+    /// variants by `resource_name`, nor with the wildcard on (that one is recorded as the
+    /// wildcard's view).
+    fn in_view_order(
+        &self,
+        views: &Views,
+        main: &HashSet<Key>,
+        extra: &[&Key],
+        g: &mut Gathered,
+    ) -> ViewOrder {
+        let mut order = ViewOrder::default();
+        let [pid] = self.core.pids[..] else {
+            return order;
+        };
+        let view = views.view(pid);
+        if !crate::protocol::in_view_order(view, main.len() + extra.len()) {
+            return order;
+        }
+        order.pid = Some(pid);
+        order.base = self.named_base(view, pid, extra);
+        let extra: HashSet<&Key> = extra.iter().copied().collect();
+        // Which names of the view are subscribed, when every key is owed: found once for the
+        // streams that share the subscription, no name looked up per stream.
+        let in_view = self.forced_all.then(|| self.names.in_view(view, pid));
+        for (i, r) in view.iter().enumerate() {
+            let subscribed = match &in_view {
+                Some(in_view) => in_view.has(i),
+                None => main.contains(&(&**r.name(), pid) as &dyn KeyLookup),
+            };
+            if subscribed {
+                g.send(Keys::Own(pid), r);
+                order.covered += 1;
+                if let Some(base) = order.base.as_mut().filter(|b| !b.gaps.is_empty()) {
+                    // Sent past a name it skips: the parts are not runs of the view.
+                    base.run = None;
+                }
+                continue;
+            }
+            if !extra.is_empty() {
+                let key = (r.name().clone(), pid);
+                if extra.contains(&key) {
+                    g.send(Keys::One(key), r);
+                    order.covered += 1;
+                    continue;
+                }
+            }
+            if let Some(base) = &mut order.base {
+                base.gaps.push_back(r.name().clone());
+            }
+        }
+        order
+    }
+
+    /// The view a first response to most names of `view` records, when every key is owed, none
+    /// out of the view (`extra`), to a client that holds nothing by name (see
+    /// [`Self::in_view_order`]).
+    fn named_base(&self, view: &Arc<View>, pid: ParamSetId, extra: &[&Key]) -> Option<PendingBase> {
+        let first = self.forced_all && extra.is_empty() && self.has.is_empty();
+        (first && self.core.wildcard.pid().is_none() && !self.core.encoding.named).then(|| {
+            PendingBase {
+                pid,
+                view: view.clone(),
+                gaps: VecDeque::new(),
+                run: Some(0),
+            }
+        })
+    }
+
+    /// The forced `keys`: each owed its resource, or, when the store has none, a removal (a
+    /// subscribed name that does not exist is reported at once). VHDS: Envoy asks for the
+    /// virtual host of a domain by alias, and waits for a resource with that alias (and no
+    /// body) when there is none; a removal would leave the request hanging until its stream
+    /// times out.
+    fn gather_forced<'k>(
+        &self,
+        views: &Views,
+        keys: impl Iterator<Item = &'k Key>,
+        g: &mut Gathered,
+    ) {
+        let on_demand = *self.core.type_url == *crate::types::VIRTUAL_HOST;
+        for key in keys {
+            match views.get(&key.0, key.1) {
+                Some(r) => g.send(Keys::One(key.clone()), r),
+                None if on_demand && !self.has.contains_key(key) => {
+                    g.unresolved.insert(key.clone());
+                }
+                None => {
+                    g.removed.insert(key.clone());
+                }
+            }
+        }
+    }
+
+    /// The keys of the names the store changed: their resource if the client does not hold it,
+    /// a removal if the store no longer has what it holds.
+    fn gather_dirty(&self, views: &Views, g: &mut Gathered) {
+        for name in &self.core.dirty {
+            for key in self.keys_of(name) {
+                match views.get(&key.0, key.1) {
+                    Some(r) if !self.holds(&key, r) => g.send(Keys::One(key), r),
+                    Some(_) => {}
+                    None if self.has.contains_key(&key) => {
+                        g.removed.insert(key);
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// The keys to recheck: their resource if still subscribed, else a removal.
+    fn gather_recheck(&self, views: &Views, g: &mut Gathered) {
+        for key in &self.recheck {
+            match views.get(&key.0, key.1) {
+                Some(r) if self.subscribed(key) => g.send(Keys::One(key.clone()), r),
+                _ => {
+                    g.removed.insert(key.clone());
+                }
+            }
+        }
+    }
+
+    /// Heartbeats: the keys whose variant the client holds at its current version (those the
+    /// response sends anyway are dropped later, see [`Gathered::put_in_order`]); a key the
+    /// client holds at another version gets its resource (what it holds is stale), a key now
+    /// gone is removed as any.
+    fn gather_heartbeats(&self, views: &Views, g: &mut Gathered) {
+        for key in &self.heartbeat {
+            match views.get(&key.0, key.1) {
+                Some(r) if self.holds(key, r) => {
+                    g.beats
+                        .insert((r.name().clone(), r.version().clone()), r.clone());
+                }
+                Some(r) => g.send(Keys::One(key.clone()), r),
+                None => {
+                    g.removed.insert(key.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The (name, version) of a resource owed, to put them in order (only resources are compared).
+fn owed_variant(owed: &Owed) -> Option<(&Arc<str>, &Arc<str>)> {
+    match owed {
+        Owed::Send(r, _) => Some((r.name(), r.version())),
+        _ => None,
+    }
+}

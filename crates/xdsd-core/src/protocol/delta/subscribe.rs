@@ -1,0 +1,303 @@
+//! A delta request taken in: the keys it subscribes to and unsubscribes from (shared with the
+//! streams that subscribed with the same requests), the wildcard, what a reconnecting client
+//! says it holds, and what the stream watches after it.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::holdings::held;
+use super::{DeltaMachine, DeltaRequest};
+use crate::hash::HashSet;
+use crate::protocol::machine::Machine;
+use crate::protocol::subscription::{Wildcard, WILDCARD};
+use crate::protocol::{
+    intern_key, request_keys, Key, KeyLookup, ParamSetId, RequestKind, Subscribe,
+    SubscriptionChange,
+};
+use crate::store::{intern, Interner, TypeSnapshot};
+
+impl DeltaMachine {
+    /// Takes in a request for this type, subscribed by plain names with parameter set 0.
+    pub fn handle_request(
+        &mut self,
+        request: &DeltaRequest,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> (RequestKind, SubscriptionChange) {
+        self.handle(request, &Subscribe::PLAIN, &[], current)
+    }
+
+    /// Takes in the keys a request subscribes to (`*` turns the wildcard on): owed their
+    /// resource even if the client seems to have it, unless a reconnecting client says which
+    /// version it has. The parameter sets of the keys added.
+    pub(super) fn subscribe(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        reconnecting: bool,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> Vec<ParamSetId> {
+        let subscribe_len = request.resource_names_subscribe.len() + subscribe.locators.len();
+        if subscribe_len == 0 {
+            // (A request that subscribes to nothing, an ACK: shared keys stay shared.)
+            return Vec::new();
+        }
+        // No key subscribed yet, and none the client says it holds: every key subscribed is new,
+        // owed through `forced_all` rather than one by one.
+        if self.names.is_empty() && !reconnecting {
+            self.forced_all = true;
+        }
+        if !self.forced_all {
+            self.core.forced.reserve(subscribe_len);
+        }
+        // A subscription of plain names only, to keys made by such subscriptions alone: the
+        // keys it makes are those of any other stream that subscribed with the same requests
+        // (`SubscribedKeys`).
+        let plain = !reconnecting && self.recheck.is_empty() && subscribe.locators.is_empty();
+        let parent = plain.then(|| self.names.digest()).flatten();
+        let shared = parent.and_then(|_| {
+            self.names
+                .with(&request.resource_names_subscribe, subscribe.default)
+        });
+        // Either keys another stream made of the same requests, which hold every key subscribed,
+        // or every key subscribed already held (a client asking again for what it may have
+        // forgotten): the keys are taken as they are (still shared, if they are).
+        let mut pids_added = Vec::new();
+        if let Some(keys) = shared {
+            self.names = keys;
+            pids_added.push(subscribe.default);
+        } else if reconnecting || self.adds_keys(&request.resource_names_subscribe, subscribe) {
+            return self.add_keys(request, subscribe, reconnecting, parent, current);
+        }
+        self.force_held_keys(request, subscribe, current);
+        pids_added
+    }
+
+    /// Owes the keys a request subscribes to again, which are all held: even those the client
+    /// seems to have; with `forced_all` every key is owed anyway, and none is looked up unless
+    /// one waits for a recheck.
+    fn force_held_keys(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) {
+        if self.forced_all && self.recheck.is_empty() {
+            return;
+        }
+        let mut interner = Interner::new(current.map(|t| &**t));
+        let keys = request_keys(
+            &request.resource_names_subscribe,
+            subscribe.default,
+            subscribe.locators,
+        );
+        for (name, pid) in keys {
+            let key: Key = (intern_key(&mut interner, &*self.names, &name, pid), pid);
+            if !self.recheck.is_empty() {
+                self.recheck.remove(&key);
+            }
+            if !self.forced_all {
+                self.core.forced.insert(key);
+            }
+        }
+    }
+
+    /// Adds the keys a request subscribes to (some are new, or the client is reconnecting),
+    /// and shares them with the streams that subscribed with the same requests (`parent`: the
+    /// digest of the keys before, when they were made by plain requests alone). The parameter
+    /// sets of the keys added.
+    fn add_keys(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        reconnecting: bool,
+        parent: Option<u64>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> Vec<ParamSetId> {
+        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
+        let mut interner = Interner::new(current.map(|t| &**t));
+        // Not collected: a first request names 10,000.
+        let keys = request_keys(
+            &request.resource_names_subscribe,
+            subscribe.default,
+            subscribe.locators,
+        );
+        let mut pids_added: Vec<ParamSetId> = Vec::new();
+        let names = self.names.keys_mut();
+        names.reserve(request.resource_names_subscribe.len() + subscribe.locators.len());
+        let mut wildcard = None;
+        for (name, pid) in keys {
+            if name == WILDCARD {
+                wildcard = Some(pid);
+                continue;
+            }
+            if !pids_added.contains(&pid) {
+                pids_added.push(pid);
+            }
+            let key: Key = (intern_key(&mut interner, &*names, &name, pid), pid);
+            if !self.recheck.is_empty() {
+                self.recheck.remove(&key);
+            }
+            if reconnecting {
+                if let Some(version) = request.initial_resource_versions.get(&*name) {
+                    names.insert(key.clone());
+                    self.has
+                        .insert(key.clone(), held(&key.0, lookup(&name), version));
+                    // Compared with the store at the next response, like a change.
+                    self.core.dirty.insert(key.0);
+                    continue;
+                }
+            }
+            // Sent even if the client seems to have it: it may have forgotten it. Moved, not
+            // cloned, when every key is owed anyway (a count shared with every stream).
+            if self.forced_all {
+                names.insert(key);
+            } else {
+                names.insert(key.clone());
+                self.core.forced.insert(key);
+            }
+        }
+        if let Some(pid) = wildcard {
+            self.set_wildcard(Wildcard::Explicit(pid));
+        }
+        if let (Some(parent), None) = (parent, wildcard) {
+            if pids_added == [subscribe.default] {
+                self.names
+                    .share(parent, &request.resource_names_subscribe, subscribe.default);
+            }
+        }
+        pids_added
+    }
+
+    /// What a reconnecting wildcard client says it holds (`initial_resource_versions`) of the
+    /// names it did not subscribe to by name: held as the wildcard's keys.
+    pub(super) fn claim_wildcard_keys(
+        &mut self,
+        request: &DeltaRequest,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) {
+        let Some(w) = self.core.wildcard.pid() else {
+            return;
+        };
+        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
+        for (name, version) in &request.initial_resource_versions {
+            let key = (intern(current.map(|t| &**t), name), w);
+            let name_of = key.0.clone();
+            if !self.has.contains_key(&key) {
+                self.has.insert(key, held(&name_of, lookup(name), version));
+            }
+        }
+    }
+
+    /// Takes in the keys a request unsubscribes from (`*` turns the wildcard off): whether any
+    /// was subscribed.
+    pub(super) fn unsubscribe(&mut self, keys: Vec<(Cow<'_, str>, ParamSetId)>) -> bool {
+        let mut unsubscribed = false;
+        for (name, pid) in keys {
+            if name == WILDCARD {
+                self.set_wildcard(Wildcard::Off);
+                continue;
+            }
+            // Phantom unsubscriptions (names not subscribed) are ignored (and leave shared keys
+            // shared).
+            let lookup = &(&*name, pid) as &dyn KeyLookup;
+            if !self.names.contains(lookup) {
+                continue;
+            }
+            let Some(key) = self.names.keys_mut().take(lookup) else {
+                continue;
+            };
+            unsubscribed = true;
+            self.core.forced.remove(&key);
+            if self.core.wildcard.is_on() {
+                self.recheck.insert(key);
+            } else {
+                self.has.remove(&key);
+            }
+        }
+        unsubscribed
+    }
+
+    /// The distinct parameter sets of the keys, after `added` were added, or counted again when
+    /// some key was `unsubscribed`.
+    pub(super) fn update_pids(&mut self, added: Vec<ParamSetId>, unsubscribed: bool) {
+        if unsubscribed {
+            let mut pids: Vec<ParamSetId> = Vec::new();
+            for (_, p) in self.names.iter() {
+                if !pids.contains(p) {
+                    pids.push(*p);
+                }
+            }
+            pids.sort_unstable();
+            self.core.pids = pids;
+        } else if !added.is_empty() {
+            for p in added {
+                if !self.core.pids.contains(&p) {
+                    self.core.pids.push(p);
+                }
+            }
+            self.core.pids.sort_unstable();
+        }
+    }
+
+    /// What a request changed of what the stream watches (`names_before`: the names subscribed
+    /// before it, when it named something and the keys were not dense); what is left of a
+    /// split response is computed again with the change.
+    pub(super) fn change(
+        &mut self,
+        names_something: bool,
+        wildcard_before: bool,
+        names_before: Option<HashSet<Arc<str>>>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> SubscriptionChange {
+        let mut change = SubscriptionChange::default();
+        if self.core.wildcard.is_on() != wildcard_before {
+            change.wildcard = Some(self.core.wildcard.is_on());
+        }
+        if names_something || change.wildcard.is_some() {
+            self.fold_rest();
+        }
+        if names_something {
+            let total = current.map_or(0, |t| t.len());
+            let dense = crate::protocol::dense(self.core.dense, self.names.len(), total);
+            if let (Some(names_before), false) = (names_before, dense) {
+                let names_after: HashSet<Arc<str>> =
+                    self.names.iter().map(|(n, _)| n.clone()).collect();
+                change.added = names_after.difference(&names_before).cloned().collect();
+                change.removed = names_before.difference(&names_after).cloned().collect();
+                change.added.sort();
+                change.removed.sort();
+            }
+            change.set_dense(
+                &mut self.core.dense,
+                dense,
+                self.names.iter().map(|(n, _)| n),
+            );
+        }
+        change
+    }
+
+    /// Whether subscribing to `names` (and `subscribe.locators`) adds a key or the wildcard.
+    fn adds_keys(&self, names: &crate::protocol::Names, subscribe: &Subscribe<'_>) -> bool {
+        request_keys(names, subscribe.default, subscribe.locators).any(|(name, pid)| {
+            name == WILDCARD || !self.names.contains(&(&*name, pid) as &dyn KeyLookup)
+        })
+    }
+
+    /// Takes the wildcard state `to`: a wildcard turned on (or onto another parameter set) is
+    /// owed every resource the client does not hold; one turned off drops what only it gave.
+    pub(super) fn set_wildcard(&mut self, to: Wildcard) {
+        let before = self.core.wildcard.pid();
+        self.core.wildcard = to;
+        if to.pid() == before {
+            return;
+        }
+        if to.is_on() {
+            self.check_all = true;
+        } else {
+            // The client drops what only the wildcard gave it.
+            let names = &self.names;
+            self.has.retain(|k| names.contains(k));
+            self.recheck.clear();
+        }
+    }
+}
