@@ -3,7 +3,9 @@
 //! and counts; `diff` shows the changed field; `rollback` to the first brings Envoy's traffic
 //! back and is itself in the history; an `etcdctl put` is a direct write; a rollback to a state
 //! that fails the reference check is refused and writes nothing; a compacted revision is refused
-//! naming the oldest one left; a directory has no history (exit 2).
+//! naming the oldest one left; a directory has no history (exit 2). With a gated rollout on the
+//! replica, a rollback soaks with the canaries like any change, and `--skip-canary` promotes it at
+//! once.
 
 use std::path::Path;
 use std::process::{Output, Stdio};
@@ -13,12 +15,16 @@ use serde_json::Value;
 use tokio::process::Command;
 use tokio::time::timeout;
 
+use crate::envoy_rollout::{post, wait_rollout};
 use crate::etcd::{etcdctl_put, PREFIX};
 use crate::etcd_support::Etcd;
+use crate::support::ads::{self, AdsStream};
 use crate::support::scenario::{
     basic_resources, dynamic_bootstrap, endpoints_yaml, route_yaml, static_cluster_yaml, Transport,
 };
-use crate::support::{unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, DEADLINE};
+use crate::support::{
+    unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER, DEADLINE,
+};
 
 /// `xdsd COMMAND ARGS... --etcd-endpoints ... --etcd-prefix /xdsd/`, run to the end.
 async fn xdsd(etcd: &Etcd, command: &str, args: &[&str]) -> Output {
@@ -83,6 +89,23 @@ async fn rows(etcd: &Etcd) -> Vec<Value> {
     match serde_json::from_str(&out) {
         Ok(Value::Array(rows)) => rows,
         _ => panic!("not a JSON array: {out}"),
+    }
+}
+
+/// Polls `history --output json` until its rows satisfy `want` (the rollout record is written by
+/// the replicas in the background).
+async fn wait_rows(etcd: &Etcd, what: &str, want: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let now = rows(etcd).await;
+        if want(&now) {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the history never showed {what}: {now:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 
@@ -284,5 +307,93 @@ async fn a_rollback_to_a_state_that_fails_the_checks_or_was_compacted_is_refused
         String::from_utf8_lossy(&output.stderr).contains("git log"),
         "{}",
         text(&output)
+    );
+}
+
+/// A CDS client of `xdsd` for a node of `cluster` that ACKs what it gets: the clusters it holds
+/// after its first response.
+async fn cds_client(xdsd: &Xdsd, cluster: &str) -> (AdsStream, Vec<String>) {
+    let mut stream = AdsStream::open_in(&xdsd.url(), &unique_name(cluster), cluster, CLUSTER, &[])
+        .await
+        .expect("an ADS stream");
+    let names = take(&mut stream).await;
+    (stream, names)
+}
+
+/// The next CDS response, ACKed: its cluster names.
+async fn take(stream: &mut AdsStream) -> Vec<String> {
+    let response = stream.recv().await.expect("a CDS response in time");
+    stream
+        .request(CLUSTER, &[], Some(&response))
+        .await
+        .expect("ACK sent");
+    ads::names(&response)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_gated_rollout_a_rollback_soaks_unless_it_skips_the_canaries() {
+    let etcd = Etcd::start().await;
+    let dir = ResourceDir::new();
+    dir.write("c.yaml", &static_cluster_yaml("v1", 1001));
+    let v1 = push(&etcd, &dir.path(), &["--message", "v1"]).await;
+    let gated = ["--canary", "cluster=canary", "--canary-soak", "600m"];
+    let replica = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &gated).await;
+    let admin = replica.admin_port().await;
+    let (mut canary, has) = cds_client(&replica, "canary").await;
+    assert_eq!(has, ["v1"]);
+    let (mut prod, has) = cds_client(&replica, "prod").await;
+    assert_eq!(has, ["v1"]);
+
+    // v2 soaks with the canary; an operator promotes it.
+    dir.write("c.yaml", &static_cluster_yaml("v2", 1002));
+    let v2 = push(&etcd, &dir.path(), &["--message", "v2"]).await;
+    assert_eq!(take(&mut canary).await, ["v2"]);
+    wait_rollout(admin, "soaking", |r| r["state"] == "soaking").await;
+    let (status, body) = post(admin, "/rollout/promote").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(take(&mut prod).await, ["v2"], "promoted");
+
+    // A rollback to v1 with --skip-canary: prod gets it at once (the soak is 600 minutes).
+    let out = ok(&etcd, "rollback", &[&v1.to_string(), "--skip-canary"]).await;
+    let skipped = revision_in(&out);
+    assert!(out.contains("promoted at once"), "{out}");
+    assert_eq!(take(&mut prod).await, ["v1"], "promoted without a soak");
+    assert_eq!(take(&mut canary).await, ["v1"]);
+    wait_rollout(admin, "promoted", |r| {
+        r["state"] == "idle" && r["stable"]["revision"] == skipped
+    })
+    .await;
+
+    // A rollback to v2 without it is a change like any other: the canary gets it, prod stays on
+    // v1 while it soaks.
+    let out = ok(&etcd, "rollback", &[&v2.to_string()]).await;
+    let soaking = revision_in(&out);
+    assert_eq!(take(&mut canary).await, ["v2"]);
+    wait_rollout(admin, "the rollback soaking", |r| {
+        r["state"] == "soaking" && r["candidate"]["revision"] == soaking
+    })
+    .await;
+    // The replica writes the rollout record as it decides, in the background.
+    let json = wait_rows(&etcd, "the rollbacks' rollout states", |rows| {
+        rows.len() >= 4
+            && rows[0]["rollout"] == "soaking"
+            && rows[1]["rollout"] == "promoted"
+            && rows[2]["rollout"] == "promoted"
+    })
+    .await;
+    let revisions: Vec<&Value> = json.iter().map(|r| &r["revision"]).take(3).collect();
+    assert_eq!(
+        revisions,
+        [&soaking.into(), &skipped.into(), &v2.into()] as [&Value; 3],
+        "{json:#?}"
+    );
+    let history = ok(&etcd, "history", &[]).await;
+    let lines: Vec<&str> = history.lines().collect();
+    assert!(
+        lines[0].contains(&format!("rollback to {v2}"))
+            && lines[0].ends_with("[soaking]")
+            && lines[1].contains(&format!("rollback to {v1}"))
+            && lines[1].ends_with("[promoted]"),
+        "{history}"
     );
 }
