@@ -321,9 +321,9 @@ pub(crate) fn note_names(
     note
 }
 
-/// The longest inputs (lines, each side, after the common head and tail) diffed line by line;
-/// longer ones are shown as all removed then all added.
-const MAX_DIFF_LINES: usize = 4000;
+/// The longest inputs (lines, each side, after the common head and tail) diffed line by line (a
+/// table of at most 2001² counters, 16 MB); longer ones are shown as all removed then all added.
+const MAX_DIFF_LINES: usize = 2000;
 
 /// A unified diff of `old` and `new` (`---`/`+++`, then hunks with `context` lines around each
 /// change), or nothing when they are equal.
@@ -493,5 +493,39 @@ mod tests {
             "\"@type\": \"type.googleapis.com/envoy.config.cluster.v3.Cluster\"\nname: \"web\"\n\
              type: \"STATIC\"\nconnect_timeout: \"1s\"\n"
         );
+    }
+
+    #[test]
+    fn a_push_names_what_it_adds_changes_and_removes_and_a_resource_moved_to_another_key_is_not_a_change(
+    ) {
+        let descriptors = Descriptors::envoy().expect("descriptors");
+        let cluster = |name: &str, timeout: &str| {
+            format!(
+                "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: {name}\n\
+                 connect_timeout: {timeout}\n"
+            )
+        };
+        let keys = |pairs: &[(&str, String)]| -> BTreeMap<String, Bytes> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Bytes::from(v.clone())))
+                .collect()
+        };
+        let current = keys(&[
+            ("a.yaml", cluster("a", "1s")),
+            ("b.yaml", cluster("b", "1s")),
+            ("c.yaml", cluster("c", "1s")),
+            ("same.yaml", cluster("same", "1s")),
+        ]);
+        let desired = keys(&[
+            ("a.yaml", cluster("a", "2s")),
+            ("moved.yaml", cluster("b", "1s")),
+            ("d.yaml", cluster("d", "1s")),
+            ("same.yaml", cluster("same", "1s")),
+        ]);
+        let note = note_names(&descriptors, "/x/", &current, &desired);
+        assert_eq!(note.added.first, ["Cluster/d"]);
+        assert_eq!(note.changed.first, ["Cluster/a"]);
+        assert_eq!(note.removed.first, ["Cluster/c"]);
     }
 }
