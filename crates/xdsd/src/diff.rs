@@ -14,7 +14,7 @@ use xdsd_source::{
 };
 
 use crate::etcd_args::EtcdArgs;
-use crate::history::{directory_has_no_history, etcd_failure, runtime};
+use crate::history::{directory_has_no_history, etcd_failure, runtime, write_out};
 use crate::offline::{descriptors, finish, usage, Failure};
 
 #[derive(clap::Args, Debug)]
@@ -83,26 +83,31 @@ fn run(args: &DiffArgs) -> Result<(), Failure> {
                 eprintln!("warning: at revision {revision}: {error}");
             }
         }
-        println!(
-            "{} revision {} → {}",
+        let mut out = format!(
+            "{} revision {} → {}\n",
             options.prefix(),
             old.revision,
             new.revision
         );
         let changes = compare(&old_set, &new_set);
         if changes.is_empty() {
-            println!("no resource changed");
+            out.push_str("no resource changed\n");
         }
         for change in &changes {
             match change {
-                Compared::Added(id) => println!("added    {}", id.label(&descriptors)),
-                Compared::Removed(id) => println!("removed  {}", id.label(&descriptors)),
+                Compared::Added(id) => {
+                    out.push_str(&format!("added    {}\n", id.label(&descriptors)))
+                }
+                Compared::Removed(id) => {
+                    out.push_str(&format!("removed  {}\n", id.label(&descriptors)))
+                }
                 Compared::Changed(id, old, new) => {
-                    println!("changed  {}", id.label(&descriptors));
-                    print!("{}", unified(old, new, args.context));
+                    out.push_str(&format!("changed  {}\n", id.label(&descriptors)));
+                    out.push_str(&unified(old, new, args.context));
                 }
             }
         }
+        write_out(&out);
         Ok(())
     })
 }

@@ -58,11 +58,11 @@ fn run(args: &HistoryArgs) -> Result<(), Failure> {
         match args.output {
             Output::Json => {
                 let rows = rows(&etcd, limit).await.map_err(etcd_failure)?;
-                println!("{rows:#}");
+                write_out(&format!("{rows:#}\n"));
             }
             Output::Text => {
                 let history = etcd.history(limit).await.map_err(etcd_failure)?;
-                print!("{}", text(&history, limit, options.prefix()));
+                write_out(&text(&history, limit, options.prefix()));
             }
         }
         Ok(())
@@ -218,6 +218,14 @@ fn time(unix_ms: u64) -> String {
         rest % 3600 / 60,
         rest % 60
     )
+}
+
+/// Writes `text` to standard output; a reader that went away (`xdsd history | head`) is no
+/// error.
+pub(crate) fn write_out(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 /// `history`, `diff` and `rollback` on a directory: exit 2, saying to use git.
