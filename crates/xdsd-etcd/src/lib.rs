@@ -9,6 +9,9 @@
 //!   compacted past that revision (the prefix is read again).
 //! - [`Etcd::plan_push`] and [`Etcd::apply_push`]: make the prefix hold exactly a given set of
 //!   keys, in one transaction guarded by the revision read.
+//! - [`Etcd::history`]: the prefix's revisions as etcd keeps them (until compaction), each a push
+//!   with what its marker recorded ([`PushNote`]: author, message, names) or a direct write with
+//!   its keys; [`Etcd::apply_push_noted`] writes such a note with a push.
 //! - [`EtcdSource`]: the prefix as an [`xdsd_core::source::Source`], each key holding what a
 //!   resource file holds.
 //! - [`rollout`]: a gated rollout's state shared by the replicas (`<prefix>.rollout`).
@@ -28,7 +31,9 @@
 #![warn(missing_docs)]
 
 mod error;
+mod history;
 mod keys;
+mod note;
 mod options;
 mod push;
 mod read;
@@ -43,6 +48,10 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use error::EtcdError;
+pub use history::{Change, History, KeyChanges, MAX_HISTORY};
+pub use note::{
+    Names, PushNote, PushRecord, FIRST_NAMES, MAX_AUTHOR_BYTES, MAX_MESSAGE_BYTES, MAX_NAME_BYTES,
+};
 pub use options::{EtcdOptions, DEFAULT_MAX_TXN_OPS, DEFAULT_MAX_VALUE_BYTES};
 pub use push::{PushPlan, PUSH_MARKER};
 pub use source::{parse_value, EtcdSource, StartError};
@@ -291,7 +300,70 @@ impl Etcd {
     /// [`EtcdError::TooManyOperations`] when the plan needs more operations than
     /// [`EtcdOptions::with_max_txn_ops`] (nothing sent).
     pub async fn apply_push(&self, plan: &PushPlan) -> Result<i64, EtcdError> {
-        push::apply(self, plan).await
+        push::apply(self, plan, &PushNote::default()).await
+    }
+
+    /// [`Etcd::plan_push`] against `current`, a read of the prefix made by the caller (whose
+    /// revision guards the push): no read of its own.
+    pub fn plan_push_on(
+        &self,
+        current: &Snapshot,
+        desired: BTreeMap<String, Bytes>,
+    ) -> Result<PushPlan, EtcdError> {
+        push::check(self, &desired)?;
+        Ok(push::diff(current, desired))
+    }
+
+    /// [`Etcd::apply_push`] with `note` (who, why, what) in the marker, for the history. A
+    /// message or author over its limit ([`MAX_MESSAGE_BYTES`], [`MAX_AUTHOR_BYTES`]) is
+    /// refused, nothing sent.
+    pub async fn apply_push_noted(
+        &self,
+        plan: &PushPlan,
+        note: &PushNote,
+    ) -> Result<i64, EtcdError> {
+        push::apply(self, plan, note).await
+    }
+
+    /// The prefix's history up to now, newest first, at most `limit` changes (at most
+    /// [`MAX_HISTORY`]): see [`History`].
+    pub async fn history(&self, limit: usize) -> Result<History, EtcdError> {
+        history::history(self, limit).await
+    }
+
+    /// The oldest revision etcd still has (it compacted the ones before).
+    pub async fn oldest_revision(&self) -> Result<i64, EtcdError> {
+        let current = self.read_revision().await?;
+        history::oldest(self, current).await
+    }
+
+    /// etcd's current revision.
+    async fn read_revision(&self) -> Result<i64, EtcdError> {
+        let inner = &self.inner;
+        let what = || format!("reading prefix {}", inner.options.prefix);
+        let mut kv = inner.kv.clone();
+        let get = etcd_client::GetOptions::new().with_count_only();
+        match self
+            .call(what, kv.get(inner.prefix.clone(), Some(get)))
+            .await?
+        {
+            Ok(response) => Ok(response.header().map(|h| h.revision()).unwrap_or(0)),
+            Err(e) => Err(error::from_client(&inner.options.where_(), &what(), &e)),
+        }
+    }
+
+    /// Records in the gated rollout's shared record (`<prefix>.rollout`) that `revision` is
+    /// promoted: replicas running a gated rollout promote it at once (when its change reaches
+    /// them) rather than soaking it with the canaries. What `xdsd rollback --skip-canary` does
+    /// after its push. Returns whether it was written (not when the record is already about a
+    /// later revision).
+    pub async fn promote_now(&self, revision: i64) -> Result<bool, EtcdError> {
+        use xdsd_core::rollout::{Record, RecordState};
+        rollout::write(
+            self,
+            &Record::new(revision, revision, RecordState::Promoted),
+        )
+        .await
     }
 
     /// Runs one request with the request timeout, mapping its error with `what`.

@@ -9,11 +9,15 @@ use xdsd_core::rollout::RECORD_KEY;
 
 use crate::error::{self, Kind};
 use crate::keys::is_reserved;
-use crate::{Etcd, EtcdError};
+use crate::{Etcd, EtcdError, Snapshot};
+
+use crate::note::PushNote;
 
 /// The key suffix of the marker every push writes under the prefix (`<prefix>.push`): it holds
-/// the revision the push read and when it was written (`{"read_revision":R,"unix_ms":T}`), and,
-/// being modified by every push, makes two concurrent pushes conflict even when one only deletes.
+/// the revision the push read, when it was written, and who pushed what and why
+/// (`{"read_revision":R,"unix_ms":T,"author":…,"message":…,"added":{"count":N,"first":[…]},…}`,
+/// a [`PushRecord`]), and, being modified by every push, makes two concurrent pushes conflict
+/// even when one only deletes.
 pub const PUSH_MARKER: &str = ".push";
 
 /// What a push would write: the difference between the prefix at `revision` and the desired
@@ -46,8 +50,15 @@ pub(crate) async fn plan(
     etcd: &Etcd,
     desired: BTreeMap<String, Bytes>,
 ) -> Result<PushPlan, EtcdError> {
+    check(etcd, &desired)?;
+    let current = etcd.read().await?;
+    Ok(diff(&current, desired))
+}
+
+/// Refuses reserved and empty keys and values over the limit.
+pub(crate) fn check(etcd: &Etcd, desired: &BTreeMap<String, Bytes>) -> Result<(), EtcdError> {
     let options = &etcd.inner.options;
-    for (key, value) in &desired {
+    for (key, value) in desired {
         if key.is_empty() || is_reserved(key) {
             return Err(EtcdError::Options(format!(
                 "key {:?} cannot be pushed: keys must be non-empty and their last segment may not \
@@ -63,7 +74,11 @@ pub(crate) async fn plan(
             });
         }
     }
-    let current = etcd.read().await?;
+    Ok(())
+}
+
+/// What makes `current` hold exactly `desired`.
+pub(crate) fn diff(current: &Snapshot, desired: BTreeMap<String, Bytes>) -> PushPlan {
     let mut plan = PushPlan {
         revision: current.revision,
         ..PushPlan::default()
@@ -82,10 +97,11 @@ pub(crate) async fn plan(
             plan.puts.push((key, value));
         }
     }
-    Ok(plan)
+    plan
 }
 
-pub(crate) async fn apply(etcd: &Etcd, plan: &PushPlan) -> Result<i64, EtcdError> {
+pub(crate) async fn apply(etcd: &Etcd, plan: &PushPlan, note: &PushNote) -> Result<i64, EtcdError> {
+    note.check()?;
     let inner = &etcd.inner;
     let options = &inner.options;
     let operations = plan.operations();
@@ -109,10 +125,7 @@ pub(crate) async fn apply(etcd: &Etcd, plan: &PushPlan) -> Result<i64, EtcdError
         .unwrap_or(0);
     ops.push(TxnOp::put(
         format!("{prefix}{PUSH_MARKER}"),
-        format!(
-            r#"{{"read_revision":{},"unix_ms":{unix_ms}}}"#,
-            plan.revision
-        ),
+        note.marker(plan.revision, unix_ms as u64).to_string(),
         None,
     ));
     // No key in [prefix, prefix end) modified after the revision read (etcd 3.3+ compares over

@@ -28,12 +28,15 @@ use xdsd_source::{Descriptors, DirectorySource, FileFormat};
 
 use files::{FileUpdates, FileWriter};
 
+mod diff;
 mod etcd_args;
 mod files;
+mod history;
 mod load;
 mod memory;
 mod offline;
 mod push;
+mod rollback;
 
 mod admin;
 #[cfg(test)]
@@ -178,6 +181,58 @@ enum Command {
     ///
     /// Exit status: 0 every client synced, 1 not (or an error), 2 usage error.
     Status(status::StatusArgs),
+
+    /// List the changes of an etcd prefix, newest first: who changed what, when and why.
+    ///
+    /// One line per change etcd still keeps (it forgets what it compacts: docs/etcd.md):
+    /// revision, time, author and message (as `xdsd push --author/--message` recorded them),
+    /// the resources added, changed and removed (+a ~c -r), and, when a gated rollout's record
+    /// names the revision, the state it reached (soaking, promoted, halted, aborted). A write
+    /// that did not come through `xdsd push` (etcdctl put) is a "direct write" with its keys
+    /// (counted as keys). --output json prints the same rows as JSON.
+    ///
+    /// A resource directory (--resources) has no history of its own: keep it in git and use
+    /// git log (exit 2).
+    ///
+    /// Exit status: 0 listed, 1 an etcd error, 2 usage error (or a directory).
+    History(Box<history::HistoryArgs>),
+
+    /// Show what changed between two revisions of an etcd prefix, resource by resource.
+    ///
+    /// FROM and TO are etcd revisions (see `xdsd history`); without them, the change before the
+    /// latest one is compared with now, and FROM alone is compared with now. Each resource added,
+    /// removed or changed is listed by type and name; a changed one is followed by a unified diff
+    /// of its YAML as `xdsd render` writes it (proto field names, stable field order), so the
+    /// diff reads as what Envoy gets, not as the keys' bytes. A key that does not parse at
+    /// either revision is a warning naming it. A revision etcd compacted is refused, naming the
+    /// oldest one still available.
+    ///
+    /// A resource directory (--resources) has no history of its own: use git diff (exit 2).
+    ///
+    /// Exit status: 0 shown, 1 an etcd error or a compacted revision, 2 usage error.
+    Diff(Box<diff::DiffArgs>),
+
+    /// Make an etcd prefix hold exactly what it held at revision REV again, as a new push.
+    ///
+    /// The state at REV is read and checked like any push (every key parses, the variant rules,
+    /// the references as --references and --external-name say): a state that no longer passes
+    /// is refused with its errors and nothing is written. Otherwise it is written as `xdsd push`
+    /// writes a directory — one transaction guarded by the revision read, --dry-run and
+    /// --confirm as for push — and recorded in the history as a rollback to REV (with
+    /// --message, --author). A revision etcd compacted is refused, naming the oldest one still
+    /// available.
+    ///
+    /// With a gated rollout running on the replicas, the rollback is a change like any other:
+    /// the canaries get it first and it is promoted after the soak. --skip-canary promotes it at
+    /// once (it writes the rollout record promoting the new revision): for when the canaries
+    /// cannot judge it, e.g. the stable state itself is what is broken.
+    ///
+    /// A resource directory (--resources) has no history of its own: use git revert (exit 2).
+    ///
+    /// Exit status: 0 rolled back (or nothing to do), 1 a state that fails the checks, a
+    /// compacted revision, a conflict with another writer, an etcd error or not confirmed
+    /// (nothing written), 2 usage error.
+    Rollback(Box<rollback::RollbackArgs>),
 }
 
 /// Where the resources come from and the rules they are checked by: shared by `check`,
@@ -883,6 +938,9 @@ fn main() -> ExitCode {
         Command::Render(args) => offline::render(args),
         Command::Push(args) => push::push(*args),
         Command::Status(args) => status::run(args),
+        Command::History(args) => history::history(*args),
+        Command::Diff(args) => diff::diff(*args),
+        Command::Rollback(args) => rollback::rollback(*args),
     }
 }
 

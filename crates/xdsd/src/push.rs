@@ -7,9 +7,11 @@ use std::path::{Component, Path};
 use std::process::ExitCode;
 
 use bytes::Bytes;
-use xdsd_etcd::{Etcd, EtcdError, EtcdOptions};
+use xdsd_etcd::{Etcd, EtcdError, EtcdOptions, PushNote, MAX_AUTHOR_BYTES, MAX_MESSAGE_BYTES};
+use xdsd_source::Descriptors;
 
 use crate::etcd_args::EtcdArgs;
+use crate::history::default_author;
 use crate::offline::{descriptors, finish, load, resources_dir, usage, Failure, INVALID};
 use crate::SourceArgs;
 
@@ -30,6 +32,33 @@ pub(crate) struct PushArgs {
     /// revision read before the question: a change made by anyone meanwhile makes it a conflict.
     #[arg(long)]
     confirm: bool,
+
+    #[command(flatten)]
+    record: RecordArgs,
+}
+
+/// Who pushes and why, recorded with the push for `xdsd history`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct RecordArgs {
+    /// Why: recorded with the push (at most 4096 bytes) and shown by `xdsd history`.
+    #[arg(long, value_name = "TEXT", env = "XDSD_PUSH_MESSAGE")]
+    pub(crate) message: Option<String>,
+
+    /// Who: recorded with the push (at most 256 bytes); by default $USER@hostname.
+    #[arg(long, value_name = "NAME", env = "XDSD_PUSH_AUTHOR")]
+    pub(crate) author: Option<String>,
+}
+
+impl RecordArgs {
+    /// The note of a push, without its names yet.
+    pub(crate) fn note(&self, rollback_to: Option<i64>) -> PushNote {
+        PushNote {
+            author: self.author.clone().unwrap_or_else(default_author),
+            message: self.message.clone().unwrap_or_default(),
+            rollback_to,
+            ..PushNote::default()
+        }
+    }
 }
 
 /// `xdsd push`.
@@ -47,6 +76,8 @@ fn invalid(message: impl Into<String>) -> Failure {
 fn run(args: &PushArgs) -> Result<(), Failure> {
     let max = args.source.rules.max_file_bytes;
     let options = args.etcd.options(max).map_err(usage)?;
+    let note = args.record.note(None);
+    check_note(&note)?;
     let dir = resources_dir(&args.source)?;
     // The bytes pushed are the bytes checked: read before and after the check, compared.
     let before = read_files(dir, max)?;
@@ -63,7 +94,30 @@ fn run(args: &PushArgs) -> Result<(), Failure> {
         .enable_all()
         .build()
         .map_err(|e| invalid(format!("cannot start the async runtime: {e}")))?;
-    runtime.block_on(write(&options, before, args.dry_run, args.confirm))
+    let how = How {
+        dry_run: args.dry_run,
+        confirm: args.confirm,
+        what: "the directory",
+    };
+    runtime
+        .block_on(write(&options, &descriptors, before, &how, note))
+        .map(|_| ())
+}
+
+/// A message or author over its limit: a usage error, before anything is read.
+pub(crate) fn check_note(note: &PushNote) -> Result<(), Failure> {
+    for (flag, text, max) in [
+        ("--message", &note.message, MAX_MESSAGE_BYTES),
+        ("--author", &note.author, MAX_AUTHOR_BYTES),
+    ] {
+        if text.len() > max {
+            return Err(usage(format!(
+                "{flag} is {} bytes, over the limit of {max} bytes",
+                text.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Every resource file of `dir` as key suffix (its relative path, '/'-separated) → bytes. A
@@ -112,7 +166,7 @@ fn key_of(dir: &Path, path: &Path) -> Result<String, Failure> {
     Ok(parts.join("/"))
 }
 
-fn etcd_failure(e: EtcdError) -> Failure {
+pub(crate) fn etcd_failure(e: EtcdError) -> Failure {
     let message = match e {
         EtcdError::Conflict { .. } => format!(
             "{e}. Another push (or another writer of the prefix) got there first; run the push \
@@ -123,15 +177,30 @@ fn etcd_failure(e: EtcdError) -> Failure {
     invalid(message)
 }
 
-async fn write(
+/// How a push writes: `--dry-run`, `--confirm`, and what the prefix is made to hold (for the
+/// messages).
+pub(crate) struct How {
+    pub(crate) dry_run: bool,
+    pub(crate) confirm: bool,
+    pub(crate) what: &'static str,
+}
+
+/// Makes the prefix hold exactly `desired` (read, compare, print, ask, write), `note` recorded
+/// with the names it adds, changes and removes. Returns the revision written, if any.
+pub(crate) async fn write(
     options: &EtcdOptions,
+    descriptors: &Descriptors,
     desired: BTreeMap<String, Bytes>,
-    dry_run: bool,
-    confirm: bool,
-) -> Result<(), Failure> {
+    how: &How,
+    mut note: PushNote,
+) -> Result<Option<i64>, Failure> {
+    let (dry_run, confirm) = (how.dry_run, how.confirm);
     let prefix = options.prefix();
     let etcd = Etcd::connect(options).await.map_err(etcd_failure)?;
-    let plan = etcd.plan_push(desired).await.map_err(etcd_failure)?;
+    let current = etcd.read().await.map_err(etcd_failure)?;
+    let names = crate::diff::note_names(descriptors, prefix, &current.entries, &desired);
+    (note.added, note.changed, note.removed) = (names.added, names.changed, names.removed);
+    let plan = etcd.plan_push_on(&current, desired).map_err(etcd_failure)?;
     let would = if dry_run { "would " } else { "" };
     for (key, _) in &plan.puts {
         println!("{would}put {prefix}{key}");
@@ -150,21 +219,27 @@ async fn write(
             "dry run: {counts} under {prefix} (read at etcd revision {}); nothing written",
             plan.revision
         );
-        return Ok(());
+        return Ok(None);
     }
     if plan.is_empty() {
         println!(
-            "nothing to do: {prefix} already holds the directory ({} keys, etcd revision {})",
-            plan.unchanged, plan.revision
+            "nothing to do: {prefix} already holds {} ({} keys, etcd revision {})",
+            how.what, plan.unchanged, plan.revision
         );
-        return Ok(());
+        return Ok(None);
     }
     if confirm && !confirmed(&counts, prefix) {
         return Err(invalid("not confirmed: nothing was written"));
     }
-    let revision = etcd.apply_push(&plan).await.map_err(etcd_failure)?;
-    println!("pushed: {counts} under {prefix}, at etcd revision {revision}");
-    Ok(())
+    let revision = etcd
+        .apply_push_noted(&plan, &note)
+        .await
+        .map_err(etcd_failure)?;
+    println!(
+        "pushed: {counts} under {prefix}, at etcd revision {revision} (resources: +{} ~{} -{})",
+        note.added.count, note.changed.count, note.removed.count
+    );
+    Ok(Some(revision))
 }
 
 /// Asks on stdout, answers from stdin: y or yes.

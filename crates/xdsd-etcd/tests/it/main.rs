@@ -6,6 +6,7 @@ mod pki;
 mod support;
 
 mod auth;
+mod history;
 mod load;
 mod push;
 mod rollout;

@@ -29,6 +29,7 @@ mod etcd_rollout;
 mod examples_basic;
 mod grpc_proxyless;
 mod harness;
+mod history;
 mod hostile_files;
 mod install;
 mod lifecycle;

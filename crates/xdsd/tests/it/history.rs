@@ -1,0 +1,399 @@
+//! History, diff and rollback on etcd, end to end: real etcd, `xdsd push` with messages, a real
+//! `xdsd serve --etcd-...` replica and a real Envoy. Two pushes are listed with author, message
+//! and counts; `diff` shows the changed field; `rollback` to the first brings Envoy's traffic
+//! back and is itself in the history; an `etcdctl put` is a direct write; a rollback to a state
+//! that fails the reference check is refused and writes nothing; a compacted revision is refused
+//! naming the oldest one left; a directory has no history (exit 2). With a gated rollout on the
+//! replica, a rollback soaks with the canaries like any change, and `--skip-canary` promotes it at
+//! once.
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use etcd_client::GetOptions;
+use serde_json::Value;
+use tokio::process::Command;
+use tokio::time::timeout;
+
+use crate::envoy_rollout::{post, wait_rollout};
+use crate::etcd::{etcdctl_put, PREFIX};
+use crate::etcd_support::Etcd;
+use crate::support::ads::{self, AdsStream};
+use crate::support::scenario::{
+    basic_resources, dynamic_bootstrap, endpoints_yaml, route_yaml, static_cluster_yaml, Transport,
+};
+use crate::support::{
+    unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER, DEADLINE,
+};
+
+/// `xdsd COMMAND ARGS... --etcd-endpoints ... --etcd-prefix /xdsd/`, run to the end.
+async fn xdsd(etcd: &Etcd, command: &str, args: &[&str]) -> Output {
+    let run = Command::new(env!("CARGO_BIN_EXE_xdsd"))
+        .arg(command)
+        .args(args)
+        .args([
+            "--etcd-endpoints",
+            &etcd.endpoint(),
+            "--etcd-prefix",
+            PREFIX,
+        ])
+        .env_remove("XDSD_RESOURCES")
+        .env_remove("XDSD_PUSH_MESSAGE")
+        .env_remove("XDSD_PUSH_AUTHOR")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    timeout(DEADLINE, run)
+        .await
+        .unwrap_or_else(|_| panic!("xdsd {command} ends in time"))
+        .expect("xdsd runs")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs it and returns its stdout; panics unless it exits 0.
+async fn ok(etcd: &Etcd, command: &str, args: &[&str]) -> String {
+    let output = xdsd(etcd, command, args).await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `xdsd push --resources DIR EXTRA...`; returns the revision it wrote.
+async fn push(etcd: &Etcd, dir: &Path, extra: &[&str]) -> i64 {
+    let dir = dir.to_string_lossy().into_owned();
+    let mut args = vec!["--resources", &dir];
+    args.extend_from_slice(extra);
+    let out = ok(etcd, "push", &args).await;
+    revision_in(&out)
+}
+
+/// The revision of `... at etcd revision N ...`.
+fn revision_in(out: &str) -> i64 {
+    out.split("at etcd revision ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no revision written in {out:?}"))
+}
+
+/// The rows of `history --output json`.
+async fn rows(etcd: &Etcd) -> Vec<Value> {
+    let out = ok(etcd, "history", &["--output", "json"]).await;
+    match serde_json::from_str(&out) {
+        Ok(Value::Array(rows)) => rows,
+        _ => panic!("not a JSON array: {out}"),
+    }
+}
+
+/// Polls `history --output json` until its rows satisfy `want` (the rollout record is written by
+/// the replicas in the background).
+async fn wait_rows(etcd: &Etcd, what: &str, want: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let now = rows(etcd).await;
+        if want(&now) {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the history never showed {what}: {now:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// The keys under the prefix with their values.
+async fn contents(etcd: &Etcd) -> Vec<(String, String)> {
+    let mut client = etcd.client().await;
+    let response = client
+        .get(PREFIX, Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("a read of the prefix");
+    response
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                String::from_utf8_lossy(kv.value()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pushes_are_listed_diffed_and_a_rollback_brings_envoy_back() {
+    let etcd = Etcd::start().await;
+    let upstream_a = Upstream::start("upstream-a").await;
+    let upstream_b = Upstream::start("upstream-b").await;
+    let dir = basic_resources(Transport::Ads, upstream_a.port);
+    let first = push(
+        &etcd,
+        &dir.path(),
+        &["--message", "first: to a", "--author", "ana"],
+    )
+    .await;
+
+    let xdsd_replica = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &[]).await;
+    let node_id = unique_name("history-envoy");
+    let envoy = Envoy::start(&dynamic_bootstrap(
+        &node_id,
+        xdsd_replica.port,
+        Transport::Ads,
+    ))
+    .await;
+    let port = envoy.listener_port("listener_0").await;
+    let log = || xdsd_replica.log.text();
+    wait_for_body(port, "upstream-a", log).await;
+
+    dir.write(
+        "endpoints.yaml",
+        &endpoints_yaml("service", upstream_b.port),
+    );
+    let second = push(&etcd, &dir.path(), &["--message", "move to b"]).await;
+    wait_for_body(port, "upstream-b", log).await;
+
+    // The history lists both, newest first, with author, message and counts.
+    let history = ok(&etcd, "history", &[]).await;
+    let lines: Vec<&str> = history.lines().collect();
+    assert!(
+        lines.len() >= 2
+            && lines[0].trim_start().starts_with(&second.to_string())
+            && lines[0].contains("move to b")
+            && lines[0].contains("+0 ~1 -0")
+            && lines[1].trim_start().starts_with(&first.to_string())
+            && lines[1].contains("ana  first: to a")
+            && lines[1].contains("+4 ~0 -0"),
+        "{history}"
+    );
+    let json = rows(&etcd).await;
+    assert_eq!(json[0]["revision"], second, "{json:#?}");
+    assert_eq!(json[0]["kind"], "push");
+    assert_eq!(json[0]["message"], "move to b");
+    assert!(
+        json[0]["author"].as_str().is_some_and(|a| !a.is_empty()),
+        "a default author: {json:#?}"
+    );
+    assert_eq!(
+        json[0]["changed"]["first"][0], "ClusterLoadAssignment/service",
+        "{json:#?}"
+    );
+    assert_eq!(json[1]["author"], "ana");
+    assert_eq!(json[1]["added"]["count"], 4);
+
+    // The diff (the change before the latest, to now) shows the changed field.
+    let diff = ok(&etcd, "diff", &[]).await;
+    let shows = |mark: &str, port: u16| {
+        diff.lines().any(|l| {
+            l.trim_start().starts_with(mark) && l.ends_with(&format!("port_value: {port}"))
+        })
+    };
+    assert!(
+        diff.contains("changed  ClusterLoadAssignment/service")
+            && shows("-", upstream_a.port)
+            && shows("+", upstream_b.port)
+            && !diff.contains("Cluster/service\n"),
+        "{diff}"
+    );
+    assert_eq!(
+        ok(&etcd, "diff", &[&first.to_string(), &second.to_string()]).await,
+        diff
+    );
+
+    // Rollback to the first: Envoy's traffic follows it back, and it is in the history.
+    let out = ok(
+        &etcd,
+        "rollback",
+        &[&first.to_string(), "--message", "b is broken"],
+    )
+    .await;
+    let rolled = revision_in(&out);
+    wait_for_body(port, "upstream-a", log).await;
+    let json = rows(&etcd).await;
+    assert_eq!(json[0]["revision"], rolled, "{json:#?}");
+    assert_eq!(json[0]["kind"], "rollback");
+    assert_eq!(json[0]["rollback_to"], first);
+    assert_eq!(json[0]["changed"]["count"], 1);
+    let history = ok(&etcd, "history", &["--limit", "1"]).await;
+    assert!(
+        history.contains(&format!("rollback to {first}: b is broken")),
+        "{history}"
+    );
+
+    // A direct write is listed as one, with its key.
+    etcdctl_put(
+        &etcd,
+        &format!("{PREFIX}extra.yaml"),
+        &static_cluster_yaml("extra", 1234),
+    )
+    .await;
+    let history = ok(&etcd, "history", &["--limit", "1"]).await;
+    assert!(
+        history.contains("direct write  extra.yaml  +1 ~0 -0"),
+        "{history}"
+    );
+    assert_eq!(rows(&etcd).await[0]["kind"], "direct write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_to_a_state_that_fails_the_checks_or_was_compacted_is_refused() {
+    let etcd = Etcd::start().await;
+    let dir = ResourceDir::new();
+    dir.write("a.yaml", &static_cluster_yaml("a", 1001));
+    let first = push(&etcd, &dir.path(), &[]).await;
+    // Written around `push`'s checks: a route to a cluster that does not exist.
+    etcdctl_put(
+        &etcd,
+        &format!("{PREFIX}route.yaml"),
+        &route_yaml("r", "missing"),
+    )
+    .await;
+    let dangling = rows(&etcd).await[0]["revision"]
+        .as_i64()
+        .expect("a revision");
+    let last = push(&etcd, &dir.path(), &["--message", "drop the route"]).await;
+    let before = contents(&etcd).await;
+
+    let output = xdsd(&etcd, "rollback", &[&dangling.to_string()]).await;
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("missing") && stderr.contains("nothing was written"),
+        "{}",
+        text(&output)
+    );
+    assert_eq!(contents(&etcd).await, before, "etcd untouched");
+
+    // Compacted: refused, naming the oldest revision left.
+    let mut client = etcd.client().await;
+    client.compact(last, None).await.expect("compact");
+    for command in ["rollback", "diff"] {
+        let output = xdsd(&etcd, command, &[&first.to_string()]).await;
+        assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("revision {first} is no longer in etcd's history"))
+                && stderr.contains(&format!("the oldest revision available is {last}")),
+            "{}",
+            text(&output)
+        );
+    }
+    assert_eq!(contents(&etcd).await, before, "etcd untouched");
+    let history = ok(&etcd, "history", &[]).await;
+    assert!(
+        history.contains("drop the route")
+            && history.contains(&format!("compacted the history before revision {last}")),
+        "{history}"
+    );
+
+    // A directory has no history: use git.
+    let dir_arg = dir.path().to_string_lossy().into_owned();
+    let output = Command::new(env!("CARGO_BIN_EXE_xdsd"))
+        .args(["history", "--resources", &dir_arg])
+        .env_remove("XDSD_ETCD_ENDPOINTS")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("xdsd runs");
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("git log"),
+        "{}",
+        text(&output)
+    );
+}
+
+/// A CDS client of `xdsd` for a node of `cluster` that ACKs what it gets: the clusters it holds
+/// after its first response.
+async fn cds_client(xdsd: &Xdsd, cluster: &str) -> (AdsStream, Vec<String>) {
+    let mut stream = AdsStream::open_in(&xdsd.url(), &unique_name(cluster), cluster, CLUSTER, &[])
+        .await
+        .expect("an ADS stream");
+    let names = take(&mut stream).await;
+    (stream, names)
+}
+
+/// The next CDS response, ACKed: its cluster names.
+async fn take(stream: &mut AdsStream) -> Vec<String> {
+    let response = stream.recv().await.expect("a CDS response in time");
+    stream
+        .request(CLUSTER, &[], Some(&response))
+        .await
+        .expect("ACK sent");
+    ads::names(&response)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_gated_rollout_a_rollback_soaks_unless_it_skips_the_canaries() {
+    let etcd = Etcd::start().await;
+    let dir = ResourceDir::new();
+    dir.write("c.yaml", &static_cluster_yaml("v1", 1001));
+    let v1 = push(&etcd, &dir.path(), &["--message", "v1"]).await;
+    let gated = ["--canary", "cluster=canary", "--canary-soak", "600m"];
+    let replica = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &gated).await;
+    let admin = replica.admin_port().await;
+    let (mut canary, has) = cds_client(&replica, "canary").await;
+    assert_eq!(has, ["v1"]);
+    let (mut prod, has) = cds_client(&replica, "prod").await;
+    assert_eq!(has, ["v1"]);
+
+    // v2 soaks with the canary; an operator promotes it.
+    dir.write("c.yaml", &static_cluster_yaml("v2", 1002));
+    let v2 = push(&etcd, &dir.path(), &["--message", "v2"]).await;
+    assert_eq!(take(&mut canary).await, ["v2"]);
+    wait_rollout(admin, "soaking", |r| r["state"] == "soaking").await;
+    let (status, body) = post(admin, "/rollout/promote").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(take(&mut prod).await, ["v2"], "promoted");
+
+    // A rollback to v1 with --skip-canary: prod gets it at once (the soak is 600 minutes).
+    let out = ok(&etcd, "rollback", &[&v1.to_string(), "--skip-canary"]).await;
+    let skipped = revision_in(&out);
+    assert!(out.contains("promoted at once"), "{out}");
+    assert_eq!(take(&mut prod).await, ["v1"], "promoted without a soak");
+    assert_eq!(take(&mut canary).await, ["v1"]);
+    wait_rollout(admin, "promoted", |r| {
+        r["state"] == "idle" && r["stable"]["revision"] == skipped
+    })
+    .await;
+
+    // A rollback to v2 without it is a change like any other: the canary gets it, prod stays on
+    // v1 while it soaks.
+    let out = ok(&etcd, "rollback", &[&v2.to_string()]).await;
+    let soaking = revision_in(&out);
+    assert_eq!(take(&mut canary).await, ["v2"]);
+    wait_rollout(admin, "the rollback soaking", |r| {
+        r["state"] == "soaking" && r["candidate"]["revision"] == soaking
+    })
+    .await;
+    // The replica writes the rollout record as it decides, in the background.
+    let json = wait_rows(&etcd, "the rollbacks' rollout states", |rows| {
+        rows.len() >= 4
+            && rows[0]["rollout"] == "soaking"
+            && rows[1]["rollout"] == "promoted"
+            && rows[2]["rollout"] == "promoted"
+    })
+    .await;
+    let revisions: Vec<&Value> = json.iter().map(|r| &r["revision"]).take(3).collect();
+    assert_eq!(
+        revisions,
+        [&soaking.into(), &skipped.into(), &v2.into()] as [&Value; 3],
+        "{json:#?}"
+    );
+    let history = ok(&etcd, "history", &[]).await;
+    let lines: Vec<&str> = history.lines().collect();
+    assert!(
+        lines[0].contains(&format!("rollback to {v2}"))
+            && lines[0].ends_with("[soaking]")
+            && lines[1].contains(&format!("rollback to {v1}"))
+            && lines[1].ends_with("[promoted]"),
+        "{history}"
+    );
+}
