@@ -270,7 +270,13 @@ async fn run(
             }
             Err(e) => {
                 let reason = format!("cannot connect to {}: {}", options.server, chain(&e));
-                if events.send(Event::Disconnected { reason: reason.clone() }).await.is_err() {
+                if events
+                    .send(Event::Disconnected {
+                        reason: reason.clone(),
+                    })
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 Exit::Lost {
@@ -341,7 +347,15 @@ async fn connection(
                 request.type_url().to_owned()
             };
             if !streams.contains_key(&key) {
-                match open(options, &channel, client, &key, &request, &mut readers, &in_tx) {
+                match open(
+                    options,
+                    &channel,
+                    client,
+                    &key,
+                    &request,
+                    &mut readers,
+                    &in_tx,
+                ) {
                     Ok(out) => {
                         streams.insert(key.clone(), out);
                     }
@@ -435,12 +449,26 @@ fn open(
     Ok(match first {
         Request::Sotw(_) => {
             let (tx, rx) = mpsc::unbounded_channel();
-            readers.spawn(read(channel.clone(), path, max, rx, in_tx.clone(), Incoming::Sotw));
+            readers.spawn(read(
+                channel.clone(),
+                path,
+                max,
+                rx,
+                in_tx.clone(),
+                Incoming::Sotw,
+            ));
             Outbound::Sotw(tx)
         }
         Request::Delta(_) => {
             let (tx, rx) = mpsc::unbounded_channel();
-            readers.spawn(read(channel.clone(), path, max, rx, in_tx.clone(), Incoming::Delta));
+            readers.spawn(read(
+                channel.clone(),
+                path,
+                max,
+                rx,
+                in_tx.clone(),
+                Incoming::Delta,
+            ));
             Outbound::Delta(tx)
         }
     })

@@ -305,9 +305,8 @@ impl TypeState {
         if self.wildcard() != Wildcard::Off {
             return true;
         }
-        self.subs_of(name).any(|key| {
-            key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params))
-        })
+        self.subs_of(name)
+            .any(|key| key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params)))
     }
 
     fn subs_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Key> + 'a {
@@ -903,10 +902,12 @@ impl Client {
         let mut gone: Vec<String> = Vec::new();
         let mut missing: Vec<String> = Vec::new();
         if full_state {
+            // A heartbeat keeps its resource, as the resource itself would.
+            let beating: BTreeSet<&HeldKey> = heartbeats.iter().map(|(k, _, _)| k).collect();
             let leaving: Vec<HeldKey> = state
                 .held
                 .keys()
-                .filter(|k| !updates.contains_key(*k))
+                .filter(|k| !updates.contains_key(*k) && !beating.contains(k))
                 .cloned()
                 .collect();
             for key in leaving {
@@ -915,7 +916,11 @@ impl Client {
                     gone.push(key.0);
                 }
             }
-            let present: BTreeSet<&str> = updates.values().map(|r| r.name.as_str()).collect();
+            let present: BTreeSet<&str> = updates
+                .values()
+                .map(|r| r.name.as_str())
+                .chain(beating.iter().map(|(n, _)| n.as_str()))
+                .collect();
             for (key, sub) in state.subs.iter_mut() {
                 if !present.contains(key.name.as_str()) && !sub.missing {
                     sub.missing = true;
@@ -977,11 +982,12 @@ impl Client {
             match state.held.get_mut(&key) {
                 Some(h) => {
                     h.expires = expires;
-                    if h.resource.body != resource.body || h.resource.version != resource.version
-                    {
-                        self.bytes = self.bytes - h.bytes + bytes;
-                        h.bytes = bytes;
-                        h.resource = resource.clone();
+                    // A SotW resource's version is its response's: only a new body is a change.
+                    let changed = h.resource.body != resource.body;
+                    self.bytes = self.bytes - h.bytes + bytes;
+                    h.bytes = bytes;
+                    h.resource = resource.clone();
+                    if changed {
                         update.changed.push(resource);
                     }
                 }
@@ -1221,7 +1227,9 @@ fn delta_request(type_url: &str, state: &TypeState, node: Option<Node>) -> Delta
                 // The legacy wildcard can only be the first request's: later, it is `*`.
                 Wildcard::Legacy => names.push(WILDCARD.to_owned()),
             }
-        } else if wildcard == Wildcard::Legacy && !names.is_empty() && state.subs.len() == names.len()
+        } else if wildcard == Wildcard::Legacy
+            && !names.is_empty()
+            && state.subs.len() == names.len()
         {
             // The first names of a legacy wildcard subscription: keep the wildcard explicitly.
             names.push(WILDCARD.to_owned());

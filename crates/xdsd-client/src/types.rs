@@ -55,7 +55,10 @@ pub fn resolve(name: &str) -> Option<String> {
         "sds" => "secret",
         "rtds" => "runtime",
         "ecds" => "extension-config",
-        other => other.strip_suffix('s').filter(|s| *s != "endpoint").unwrap_or(other),
+        other => other
+            .strip_suffix('s')
+            .filter(|s| *s != "endpoint")
+            .unwrap_or(other),
     };
     ALIASES
         .iter()
@@ -86,17 +89,55 @@ pub fn push_rank(type_url: &str) -> u8 {
 
 /// The gRPC service that serves one type on its own stream, and its SotW and delta methods
 /// (`None` where the service has no such method).
-pub fn per_type_service(type_url: &str) -> Option<(&'static str, Option<&'static str>, &'static str)> {
+pub fn per_type_service(
+    type_url: &str,
+) -> Option<(&'static str, Option<&'static str>, &'static str)> {
     Some(match type_url {
-        LISTENER => ("envoy.service.listener.v3.ListenerDiscoveryService", Some("StreamListeners"), "DeltaListeners"),
-        ROUTE_CONFIGURATION => ("envoy.service.route.v3.RouteDiscoveryService", Some("StreamRoutes"), "DeltaRoutes"),
-        SCOPED_ROUTE_CONFIGURATION => ("envoy.service.route.v3.ScopedRoutesDiscoveryService", Some("StreamScopedRoutes"), "DeltaScopedRoutes"),
-        VIRTUAL_HOST => ("envoy.service.route.v3.VirtualHostDiscoveryService", None, "DeltaVirtualHosts"),
-        CLUSTER => ("envoy.service.cluster.v3.ClusterDiscoveryService", Some("StreamClusters"), "DeltaClusters"),
-        CLUSTER_LOAD_ASSIGNMENT => ("envoy.service.endpoint.v3.EndpointDiscoveryService", Some("StreamEndpoints"), "DeltaEndpoints"),
-        SECRET => ("envoy.service.secret.v3.SecretDiscoveryService", Some("StreamSecrets"), "DeltaSecrets"),
-        RUNTIME => ("envoy.service.runtime.v3.RuntimeDiscoveryService", Some("StreamRuntime"), "DeltaRuntime"),
-        TYPED_EXTENSION_CONFIG => ("envoy.service.extension.v3.ExtensionConfigDiscoveryService", Some("StreamExtensionConfigs"), "DeltaExtensionConfigs"),
+        LISTENER => (
+            "envoy.service.listener.v3.ListenerDiscoveryService",
+            Some("StreamListeners"),
+            "DeltaListeners",
+        ),
+        ROUTE_CONFIGURATION => (
+            "envoy.service.route.v3.RouteDiscoveryService",
+            Some("StreamRoutes"),
+            "DeltaRoutes",
+        ),
+        SCOPED_ROUTE_CONFIGURATION => (
+            "envoy.service.route.v3.ScopedRoutesDiscoveryService",
+            Some("StreamScopedRoutes"),
+            "DeltaScopedRoutes",
+        ),
+        VIRTUAL_HOST => (
+            "envoy.service.route.v3.VirtualHostDiscoveryService",
+            None,
+            "DeltaVirtualHosts",
+        ),
+        CLUSTER => (
+            "envoy.service.cluster.v3.ClusterDiscoveryService",
+            Some("StreamClusters"),
+            "DeltaClusters",
+        ),
+        CLUSTER_LOAD_ASSIGNMENT => (
+            "envoy.service.endpoint.v3.EndpointDiscoveryService",
+            Some("StreamEndpoints"),
+            "DeltaEndpoints",
+        ),
+        SECRET => (
+            "envoy.service.secret.v3.SecretDiscoveryService",
+            Some("StreamSecrets"),
+            "DeltaSecrets",
+        ),
+        RUNTIME => (
+            "envoy.service.runtime.v3.RuntimeDiscoveryService",
+            Some("StreamRuntime"),
+            "DeltaRuntime",
+        ),
+        TYPED_EXTENSION_CONFIG => (
+            "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
+            Some("StreamExtensionConfigs"),
+            "DeltaExtensionConfigs",
+        ),
         _ => return None,
     })
 }
