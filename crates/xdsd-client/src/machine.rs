@@ -148,7 +148,8 @@ pub enum Event {
         /// Why it ended.
         reason: String,
     },
-    /// A response added or changed resources.
+    /// A response added or changed resources; the first response accepted for a type is
+    /// reported even when it holds nothing (the type's state is then known).
     Update(Update),
     /// Resources the client held are gone: removed by the server, left out of a full-state SotW
     /// response, or expired (their TTL passed without a word from the server).
@@ -289,6 +290,8 @@ struct TypeState {
     removed: BTreeSet<Key>,
     /// Delta: the wildcard changed since the last request.
     wildcard_changed: bool,
+    /// A response was accepted (the first is reported even when it holds nothing).
+    answered: bool,
 }
 
 impl TypeState {
@@ -1005,9 +1008,10 @@ impl Client {
                 }
             }
         }
-        if !update.added.is_empty() || !update.changed.is_empty() {
+        if !update.added.is_empty() || !update.changed.is_empty() || !state.answered {
             self.events.push_back(Event::Update(update));
         }
+        state.answered = true;
         gone.dedup();
         if !gone.is_empty() {
             self.events.push_back(Event::Removed {
