@@ -54,3 +54,8 @@ pub use machine::{
 
 #[cfg(test)]
 mod tests;
+
+/// docs/client.md, whose examples the doc tests compile.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/client.md")]
+pub struct ClientDocs;

@@ -1037,3 +1037,19 @@ fn type_names_resolve_to_type_urls() {
     );
     assert_eq!(types::resolve("clustr"), None);
 }
+
+#[test]
+fn first_response_of_a_type_is_reported_even_when_empty() {
+    let mut p = Pair::sotw();
+    p.client.connected();
+    p.client.subscribe(CLUSTER, ["*"]).expect("subscribed");
+    p.sotw_request();
+    p.sotw_in(sotw(CLUSTER, "v0", "n1", vec![]));
+    match p.news().as_slice() {
+        [Event::Update(u)] => assert!(u.added.is_empty() && u.version == "v0"),
+        other => panic!("one empty update: {other:?}"),
+    }
+    p.sotw_request();
+    p.sotw_in(sotw(CLUSTER, "v0", "n2", vec![]));
+    assert!(p.news().is_empty(), "only the first");
+}
