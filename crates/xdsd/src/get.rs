@@ -205,7 +205,9 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
 
 fn subscribe(client: &XdsClient, type_url: &str, names: &[String], params: &Params) {
     if names.is_empty() {
-        client.subscribe(type_url, vec![xdsd_client::WILDCARD.into()]);
+        // The legacy wildcard (naming nothing): every server knows it; some older ones (such
+        // as rust-control-plane 0.1.2) take an explicit `*` for a name.
+        client.subscribe_legacy_wildcard(type_url);
     } else if params.is_empty() {
         client.subscribe(type_url, names.to_vec());
     } else {

@@ -3,4 +3,5 @@
 
 mod common;
 mod peer;
+mod peer_support;
 mod xdsd;

@@ -244,3 +244,46 @@ async fn get_out_writes_a_directory_that_checks_and_serves_the_same_resources() 
         assert_eq!(a, b, "byte-identical resources for env={env}");
     }
 }
+
+#[tokio::test]
+async fn get_against_rust_control_plane_over_sotw() {
+    use crate::peer_support::{Peer, PEER_NODE};
+    use prost::Message as _;
+    let Some(mut peer) = Peer::start().await else {
+        return;
+    };
+    for (name, timeout) in [("alpha", "1s"), ("beta", "2s")] {
+        let cluster = envoy_types::pb::envoy::config::cluster::v3::Cluster {
+            name: name.into(),
+            connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: timeout.trim_end_matches('s').parse().expect("seconds"),
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        peer.set(types::CLUSTER, name, &cluster.encode_to_vec())
+            .await;
+    }
+    let out = xdsd(&[
+        "get", "--server", &peer.addr, "--node", PEER_NODE, "cluster",
+    ])
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(names(&stdout), vec!["alpha", "beta"], "{stdout}");
+    assert!(stdout.contains("connect_timeout: \"2s\""), "{stdout}");
+    let out = xdsd(&[
+        "get",
+        "--server",
+        &peer.addr,
+        "--node",
+        PEER_NODE,
+        "--timeout",
+        "2s",
+        "cluster",
+        "nope",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cluster \"nope\" does not exist"));
+}

@@ -3,6 +3,8 @@
 
 #[path = "../../../xdsd-etcd/tests/it/support.rs"]
 mod etcd_support;
+#[path = "../../../xdsd-client/tests/it/peer_support.rs"]
+mod peer_support;
 #[path = "../../../xdsd-core/tests/it/common/pki.rs"]
 mod pki;
 mod support;

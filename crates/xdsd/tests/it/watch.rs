@@ -122,3 +122,50 @@ async fn watch_contents_prints_the_resources_after_their_line() {
     watch.line_with("lb_policy: \"RING_HASH\"").await;
     watch.interrupt().await;
 }
+
+#[tokio::test]
+async fn watch_against_rust_control_plane_sees_a_change() {
+    use crate::peer_support::{Peer, PEER_NODE};
+    use prost::Message as _;
+    let Some(mut peer) = Peer::start().await else {
+        return;
+    };
+    let cluster = |seconds: i64| {
+        envoy_types::pb::envoy::config::cluster::v3::Cluster {
+            name: "alpha".into(),
+            connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let cds = xdsd_client::types::CLUSTER;
+    peer.set(cds, "alpha", &cluster(1)).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xdsd"))
+        .args([
+            "watch",
+            "--server",
+            &peer.addr,
+            "--node",
+            PEER_NODE,
+            "--contents",
+            "cluster",
+        ])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("xdsd watch runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut watch = Watch {
+        child,
+        lines: BufReader::new(stdout).lines(),
+    };
+    watch.line_with("added=alpha").await;
+    watch.line_with("connect_timeout: \"1s\"").await;
+    peer.set(cds, "alpha", &cluster(7)).await;
+    watch.line_with("changed=alpha").await;
+    watch.line_with("connect_timeout: \"7s\"").await;
+    watch.interrupt().await;
+}
