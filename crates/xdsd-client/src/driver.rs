@@ -530,3 +530,19 @@ fn status_text(status: &tonic::Status) -> String {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_waits_between_half_and_all_of_the_backoff() {
+        let backoff = Duration::from_secs(8);
+        let waits: Vec<Duration> = (0..64).map(|_| jittered(backoff)).collect();
+        assert!(waits.iter().all(|w| *w >= backoff / 2 && *w <= backoff));
+        assert!(
+            waits.iter().any(|w| *w != waits[0]),
+            "jitter: not every wait the same"
+        );
+    }
+}

@@ -32,9 +32,30 @@ impl Server {
         Server::serve(Store::new(), listener).await
     }
 
+    /// Serves TLS with `tls`.
+    pub async fn start_tls(tls: xdsd_core::TlsOptions) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let store = Store::new();
+        let server = XdsServer::builder(store.clone())
+            .tls(tls)
+            .expect("TLS options load")
+            .build();
+        Server::serve_with(store, listener, server).await
+    }
+
     async fn serve(store: Store, listener: tokio::net::TcpListener) -> Server {
-        let addr = listener.local_addr().expect("local address");
         let server = XdsServer::builder(store.clone()).build();
+        Server::serve_with(store, listener, server).await
+    }
+
+    async fn serve_with(
+        store: Store,
+        listener: tokio::net::TcpListener,
+        server: XdsServer,
+    ) -> Server {
+        let addr = listener.local_addr().expect("local address");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             server

@@ -4,4 +4,7 @@
 mod common;
 mod peer;
 mod peer_support;
+#[path = "../../../xdsd-core/tests/it/common/pki.rs"]
+mod pki;
+mod tls;
 mod xdsd;
