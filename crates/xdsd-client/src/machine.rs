@@ -649,7 +649,7 @@ impl Client {
         let held: BTreeSet<String> = state.held_names().into_iter().map(str::to_owned).collect();
         for (key, sub) in state.subs.iter_mut() {
             if sub.deadline.is_none() && !sub.missing && !held.contains(&key.name) {
-                sub.deadline = Some(now + timeout);
+                sub.deadline = now.checked_add(timeout);
             }
         }
         Some(request)
@@ -967,7 +967,7 @@ impl Client {
         for (key, hb_version, ttl) in heartbeats {
             if let Some(h) = state.held.get_mut(&key) {
                 if h.resource.version == hb_version {
-                    h.expires = ttl.map(|t| now + t);
+                    h.expires = ttl.and_then(|t| now.checked_add(t));
                 }
             }
         }
@@ -981,7 +981,8 @@ impl Client {
                 sub.missing = false;
             }
             let bytes = resource.body.value.len();
-            let expires = resource.ttl.map(|t| now + t);
+            // A TTL past what the clock can count never expires.
+            let expires = resource.ttl.and_then(|t| now.checked_add(t));
             match state.held.get_mut(&key) {
                 Some(h) => {
                     h.expires = expires;

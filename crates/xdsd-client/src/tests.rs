@@ -1053,3 +1053,19 @@ fn first_response_of_a_type_is_reported_even_when_empty() {
     p.sotw_in(sotw(CLUSTER, "v0", "n2", vec![]));
     assert!(p.news().is_empty(), "only the first");
 }
+
+#[test]
+fn ttl_past_what_the_clock_counts_never_expires() {
+    let mut p = Pair::delta();
+    p.client.connected();
+    p.client.subscribe(CLUSTER, ["a"]).expect("subscribed");
+    p.delta_request();
+    let mut r = wire("a", "1", Some(cluster("a", "1")));
+    r.ttl = Some(ProtoDuration {
+        seconds: i64::MAX,
+        nanos: 999_999_999,
+    });
+    p.delta_in(delta(CLUSTER, "n1", vec![r], &[]));
+    assert_eq!(added_names(&p.news()), vec!["a"]);
+    assert_eq!(p.client.poll_timeout(), None);
+}

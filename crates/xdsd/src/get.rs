@@ -103,7 +103,7 @@ pub(crate) struct GetArgs {
     client: ClientArgs,
 
     /// Write one resource file per resource into DIR (created if missing) rather than print
-    /// them: `xdsd check DIR` passes on it and `xdsd serve --resources DIR` serves the same
+    /// them: `xdsd check --resources DIR` passes on it and `xdsd serve --resources DIR` serves the same
     /// resources.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,

@@ -189,8 +189,8 @@ enum Command {
     /// documents: "@type", "@constraints" for a variant, then the message in Envoy's proto3
     /// JSON/YAML (--output yaml: documents separated by ---; json: a list). Works against xdsd,
     /// go-control-plane, Istio, rust-control-plane or any xDS server. With --out DIR, one file
-    /// per resource goes to DIR instead, such that `xdsd check DIR` passes and `xdsd serve
-    /// --resources DIR` serves the same resources: the way to move a control plane's config into
+    /// per resource goes to DIR instead, such that `xdsd check --resources DIR` passes and `xdsd
+    /// serve --resources DIR` serves the same resources: the way to move a control plane's config into
     /// resource files. See docs/client.md.
     ///
     /// Exit status: 0 every resource asked for received; 1 a NAME does not exist (the server
