@@ -258,6 +258,9 @@ struct Sub {
     deadline: Option<Instant>,
     /// Reported as not existing since last received.
     missing: bool,
+    /// On this stream, how many responses of its type had arrived when a request first asked
+    /// for it; `Some(None)`: it was in the stream's first request, which every response follows.
+    asked_at: Option<Option<u64>>,
 }
 
 /// A held resource: its key is the name and its encoded constraints.
@@ -292,6 +295,8 @@ struct TypeState {
     wildcard_changed: bool,
     /// A response was accepted (the first is reported even when it holds nothing).
     answered: bool,
+    /// Responses received on this stream.
+    responses: u64,
 }
 
 impl TypeState {
@@ -589,6 +594,10 @@ impl Client {
             state.removed.clear();
             state.wildcard_changed = false;
             state.owed = state.interested();
+            state.responses = 0;
+            for sub in state.subs.values_mut() {
+                sub.asked_at = None;
+            }
         }
         self.events.push_back(Event::Connected);
     }
@@ -636,6 +645,11 @@ impl Client {
         let timeout = self.config.does_not_exist_timeout;
         let flavor = self.config.flavor;
         let state = self.types.get_mut(&type_url).expect("found above");
+        let asked_at = if state.initial {
+            None
+        } else {
+            Some(state.responses)
+        };
         let request = match flavor {
             Flavor::Sotw => Request::Sotw(sotw_request(&type_url, state, node)),
             Flavor::Delta => Request::Delta(delta_request(&type_url, state, node)),
@@ -651,6 +665,7 @@ impl Client {
             if sub.deadline.is_none() && !sub.missing && !held.contains(&key.name) {
                 sub.deadline = now.checked_add(timeout);
             }
+            sub.asked_at.get_or_insert(asked_at);
         }
         Some(request)
     }
@@ -808,6 +823,7 @@ impl Client {
         };
         state.nonce = nonce.to_owned();
         state.owed = true;
+        state.responses += 1;
         match outcome {
             Ok(()) => state.version = version.to_owned(),
             Err(reason) => {
@@ -924,11 +940,26 @@ impl Client {
                 .map(|r| r.name.as_str())
                 .chain(beating.iter().map(|(n, _)| n.as_str()))
                 .collect();
+            // A name never received is concluded missing only when this response surely
+            // follows the request that asked for it (spec, "Knowing When a Requested Resource
+            // Does Not Exist": a response may answer an earlier request): the stream's first
+            // request, or one sent before an earlier response of this stream. Otherwise its
+            // timer decides.
+            let before = state.responses;
             for (key, sub) in state.subs.iter_mut() {
-                if !present.contains(key.name.as_str()) && !sub.missing {
+                if present.contains(key.name.as_str()) || sub.missing {
+                    continue;
+                }
+                let was_held = gone.contains(&key.name);
+                let follows = match sub.asked_at {
+                    Some(None) => true,
+                    Some(Some(at)) => before > at,
+                    None => false,
+                };
+                if was_held || follows {
                     sub.missing = true;
                     sub.deadline = None;
-                    if !gone.contains(&key.name) {
+                    if !was_held {
                         missing.push(key.name.clone());
                     }
                 }

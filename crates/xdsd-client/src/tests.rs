@@ -1069,3 +1069,23 @@ fn ttl_past_what_the_clock_counts_never_expires() {
     assert_eq!(added_names(&p.news()), vec!["a"]);
     assert_eq!(p.client.poll_timeout(), None);
 }
+
+#[test]
+fn full_state_response_that_may_predate_a_new_name_leaves_it_to_the_timer() {
+    let mut p = Pair::sotw();
+    p.client.connected();
+    p.client.subscribe(CLUSTER, ["a"]).expect("subscribed");
+    p.sotw_request();
+    p.sotw_in(sotw(CLUSTER, "v1", "n1", vec![cluster("a", "1")]));
+    p.sotw_request();
+    p.news();
+    p.client.subscribe(CLUSTER, ["b"]).expect("subscribed");
+    p.sotw_request();
+    // This response may answer the request before b was asked for.
+    p.sotw_in(sotw(CLUSTER, "v2", "n2", vec![cluster("a", "2")]));
+    assert!(missing(&p.news()).is_empty());
+    p.sotw_request();
+    // This one comes after a response that followed the request for b.
+    p.sotw_in(sotw(CLUSTER, "v3", "n3", vec![cluster("a", "3")]));
+    assert_eq!(missing(&p.news()), vec!["b"]);
+}
