@@ -156,6 +156,9 @@ pub enum Event {
     Removed {
         /// The type.
         type_url: String,
+        /// The version of the response that removed them; for expired ones, the type's last
+        /// accepted version.
+        version: String,
         /// The names (a name stands for each of its variants removed).
         names: Vec<String>,
         /// Whether they expired rather than were removed by the server.
@@ -725,6 +728,7 @@ impl Client {
             names.dedup();
             self.events.push_back(Event::Removed {
                 type_url: type_url.clone(),
+                version: state.version.clone(),
                 names,
                 expired: true,
             });
@@ -1048,6 +1052,7 @@ impl Client {
         if !gone.is_empty() {
             self.events.push_back(Event::Removed {
                 type_url: type_url.to_owned(),
+                version: version.to_owned(),
                 names: gone,
                 expired: false,
             });

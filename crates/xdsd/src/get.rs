@@ -492,8 +492,13 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
                 }
                 line
             }
-            Event::Removed { names, expired, .. } => format!(
-                "{kind} {}={}",
+            Event::Removed {
+                names,
+                expired,
+                version,
+                ..
+            } => format!(
+                "{kind} version={version} {}={}",
                 if *expired { "expired" } else { "removed" },
                 names.join(",")
             ),

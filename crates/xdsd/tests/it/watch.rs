@@ -90,14 +90,14 @@ async fn watch_prints_a_line_per_update(extra: &[&str]) {
     let (line, skipped) = watch.line_with("changed=").await;
     assert!(line.contains("changed=alpha"), "{line}");
     // SotW clusters are full state: beta left out is beta removed; delta says so.
-    let removal = if skipped.iter().any(|l| l.contains("removed=beta")) {
-        None
-    } else {
-        Some(watch.line_with("removed=").await.0)
+    let removal = match skipped.iter().find(|l| l.contains("removed=")) {
+        Some(line) => line.clone(),
+        None => watch.line_with("removed=").await.0,
     };
-    if let Some(line) = removal {
-        assert!(line.contains("removed=beta"), "{line}");
-    }
+    assert!(
+        removal.contains("cluster version=") && removal.contains("removed=beta"),
+        "{removal}"
+    );
     watch.interrupt().await;
 }
 
