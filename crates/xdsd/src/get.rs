@@ -23,7 +23,7 @@ pub(crate) struct ClientArgs {
     /// The resource type: listener, route, cluster, endpoints, secret, runtime, scoped-route,
     /// virtual-host, extension-config (or a plural, or lds, rds, cds, eds, sds, rtds, ecds), or a
     /// type URL.
-    #[arg(value_name = "TYPE")]
+    #[arg(value_name = "TYPE", value_parser = type_url)]
     kind: String,
 
     /// The resources to ask for; none: every resource of TYPE (the wildcard).
@@ -119,6 +119,14 @@ pub(crate) struct WatchArgs {
     contents: bool,
 }
 
+/// TYPE as a type URL (a usage error, status 2, when it is none).
+fn type_url(text: &str) -> Result<String, String> {
+    types::resolve(text).ok_or_else(|| {
+        let aliases: Vec<&str> = types::ALIASES.iter().map(|(a, _)| *a).collect();
+        format!("one of {}, or a type URL", aliases.join(", "))
+    })
+}
+
 fn key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
@@ -135,14 +143,8 @@ struct Plan {
 }
 
 fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
-    let type_url = types::resolve(&args.kind).with_context(|| {
-        let aliases: Vec<&str> = types::ALIASES.iter().map(|(a, _)| *a).collect();
-        format!(
-            "unknown TYPE {:?}: one of {}, or a type URL",
-            args.kind,
-            aliases.join(", ")
-        )
-    })?;
+    // Resolved by clap (`type_url`).
+    let type_url = args.kind.clone();
     let params: Params = args.params.iter().cloned().collect();
     let mut node = Node {
         id: args.node.clone(),
@@ -551,6 +553,44 @@ fn rfc3339(time: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<GetArgs, clap::error::ErrorKind> {
+        use clap::Parser as _;
+        let all = ["xdsd", "get"].iter().chain(args);
+        match crate::Cli::try_parse_from(all).map(|cli| cli.command) {
+            Ok(crate::Command::Get(args)) => Ok(*args),
+            Ok(other) => panic!("parsed as another command: {other:?}"),
+            Err(e) => Err(e.kind()),
+        }
+    }
+
+    #[test]
+    fn get_takes_type_aliases_names_and_key_values() {
+        let args = parse(&[
+            "eds",
+            "a",
+            "b",
+            "--param",
+            "env=prod",
+            "--node-metadata",
+            "k=v=w",
+        ])
+        .expect("valid");
+        assert_eq!(args.client.kind, types::CLUSTER_LOAD_ASSIGNMENT);
+        assert_eq!(args.client.names, vec!["a", "b"]);
+        assert_eq!(args.client.params, vec![("env".into(), "prod".into())]);
+        assert_eq!(args.client.node_metadata, vec![("k".into(), "v=w".into())]);
+        assert_eq!(
+            parse(&["clustr"]).err(),
+            Some(clap::error::ErrorKind::ValueValidation)
+        );
+        assert!(parse(&["cluster", "--param", "novalue"]).is_err());
+        assert!(
+            parse(&["cluster", "--tls-cert", "c.pem"]).is_err(),
+            "no key"
+        );
+        assert!(parse(&[]).is_err(), "TYPE is required");
+    }
 
     #[test]
     fn rfc3339_writes_utc() {
