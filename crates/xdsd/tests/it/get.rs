@@ -287,3 +287,44 @@ async fn get_against_rust_control_plane_over_sotw() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cluster \"nope\" does not exist"));
 }
+
+#[tokio::test]
+async fn get_speaks_mutual_tls_as_the_node_its_certificate_names() {
+    use crate::pki::{Id, Pki};
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let client_pair = pki.client("edge-1", Id::Uri("spiffe://xdsd.test/ns/edge/sa/edge-1"));
+    let dir = serving(&[("clusters.yaml", CLUSTERS)]);
+    let path = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_owned();
+    let (cert, key, ca) = (
+        path(&server_pair.cert),
+        path(&server_pair.key),
+        path(&pki.ca),
+    );
+    let server = Xdsd::start_with_args(
+        &dir.path(),
+        &["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca],
+    )
+    .await;
+    let (client_cert, client_key) = (path(&client_pair.cert), path(&client_pair.key));
+    let tls = [
+        "--tls-ca",
+        ca.as_str(),
+        "--tls-cert",
+        client_cert.as_str(),
+        "--tls-key",
+        client_key.as_str(),
+    ];
+    let mut args = tls.to_vec();
+    args.extend(["--node", "edge-1", "cluster", "alpha"]);
+    let out = get(&server, &args).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(names(&text(&out.stdout)), vec!["alpha"]);
+    // A node the certificate may not claim is refused, and get says why.
+    let mut args = tls.to_vec();
+    args.extend(["--node", "someone-else", "--timeout", "3s", "cluster"]);
+    let out = get(&server, &args).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("PermissionDenied"), "{stderr}");
+}
