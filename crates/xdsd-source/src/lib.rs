@@ -36,8 +36,8 @@ pub use dir::{
 pub use error::{Problem, ResourceRef, SourceError};
 pub use parse::{check_duplicates, name_field, parse_file, parse_text, Format};
 pub use render::{
-    discovery_response_bytes, read_discovery_response, render_discovery_response, FileFormat,
-    RenderError, DISCOVERY_RESPONSE,
+    discovery_response_bytes, read_discovery_response, render_discovery_response,
+    render_resource_document, FileFormat, RenderError, DISCOVERY_RESPONSE,
 };
 pub use source::{rejection, resource_inputs, DirectorySource};
 pub use watch::{

@@ -146,6 +146,104 @@ pub fn render_discovery_response(
     }
 }
 
+/// Full name of the message a variant's `"@constraints"` holds.
+const CONSTRAINTS: &str = "envoy.service.discovery.v3.DynamicParameterConstraints";
+
+/// One resource as a resource-file document (docs/resource-files.md), in JSON or YAML: its
+/// `"@type"`, for a variant its `"@constraints"` (the encoded `DynamicParameterConstraints`),
+/// then the message's fields, all through the descriptors. What `xdsd get` prints and writes;
+/// reading it back as a resource file gives the same resource.
+pub fn render_resource_document(
+    descriptors: &Descriptors,
+    format: FileFormat,
+    type_url: &str,
+    value: &[u8],
+    constraints: Option<&[u8]>,
+) -> Result<Vec<u8>, RenderError> {
+    let failed = |e: &dyn std::fmt::Display| RenderError::Serialize {
+        format,
+        message: e.to_string(),
+    };
+    let pool = descriptors.pool();
+    let any_desc = pool
+        .get_message_by_name("google.protobuf.Any")
+        .ok_or(RenderError::MissingDescriptor("google.protobuf.Any"))?;
+    // google.protobuf.Any: type_url = 1, value = 2.
+    let mut any = Vec::new();
+    for (number, bytes) in [(1, type_url.as_bytes()), (2, value)] {
+        encode_key(number, WireType::LengthDelimited, &mut any);
+        encode_varint(bytes.len() as u64, &mut any);
+        any.extend_from_slice(bytes);
+    }
+    let message =
+        DynamicMessage::decode(any_desc, any.as_slice()).map_err(|source| RenderError::Decode {
+            what: "resource",
+            source,
+        })?;
+    let constraints = match constraints {
+        None => None,
+        Some(bytes) => {
+            let desc = pool
+                .get_message_by_name(CONSTRAINTS)
+                .ok_or(RenderError::MissingDescriptor(CONSTRAINTS))?;
+            Some(
+                DynamicMessage::decode(desc, bytes).map_err(|source| RenderError::Decode {
+                    what: "constraints",
+                    source,
+                })?,
+            )
+        }
+    };
+    match format {
+        FileFormat::Json | FileFormat::Pb => {
+            let mut value = message
+                .serialize_with_options(serde_json::value::Serializer, &serialize_options())
+                .map_err(|e| failed(&e))?;
+            if let (Some(c), Some(map)) = (constraints, value.as_object_mut()) {
+                let c = c
+                    .serialize_with_options(serde_json::value::Serializer, &serialize_options())
+                    .map_err(|e| failed(&e))?;
+                map.insert("@constraints".to_owned(), c);
+            }
+            let mut out = serde_json::to_vec_pretty(&value).map_err(|e| failed(&e))?;
+            out.push(b'\n');
+            Ok(out)
+        }
+        FileFormat::Yaml => {
+            let value = message
+                .serialize_with_options(serde_yaml_ng::value::Serializer, &serialize_options())
+                .map_err(|e| failed(&e))?;
+            let value = match (constraints, value) {
+                (Some(c), serde_yaml_ng::Value::Mapping(fields)) => {
+                    let c = c
+                        .serialize_with_options(
+                            serde_yaml_ng::value::Serializer,
+                            &serialize_options(),
+                        )
+                        .map_err(|e| failed(&e))?;
+                    // "@type" first, then "@constraints", then the fields.
+                    let mut map = serde_yaml_ng::Mapping::new();
+                    let mut rest = Vec::new();
+                    for (k, v) in fields {
+                        if k.as_str() == Some("@type") {
+                            map.insert(k, v);
+                        } else {
+                            rest.push((k, v));
+                        }
+                    }
+                    map.insert("@constraints".into(), c);
+                    map.extend(rest);
+                    serde_yaml_ng::Value::Mapping(map)
+                }
+                (_, value) => value,
+            };
+            let mut out = String::new();
+            yaml::document(&mut out, &value);
+            Ok(out.into_bytes())
+        }
+    }
+}
+
 /// Reads a `DiscoveryResponse` file back through the descriptors (unknown fields and unknown
 /// `@type`s are errors) and returns its binary encoding, map entries in canonical order, so that
 /// files of the same content compare equal whatever their format.

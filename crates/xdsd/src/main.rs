@@ -32,6 +32,7 @@ mod diff;
 mod etcd_args;
 mod files;
 mod history;
+mod get;
 mod load;
 mod memory;
 mod offline;
@@ -233,6 +234,36 @@ enum Command {
     /// compacted revision, a conflict with another writer, an etcd error or not confirmed
     /// (nothing written), 2 usage error.
     Rollback(Box<rollback::RollbackArgs>),
+    /// Ask any xDS server what a node would be sent, print it as resource-file documents (or
+    /// write it as a resource directory), then exit.
+    ///
+    /// Connects as --node (with --cluster, --node-metadata, and TP2 dynamic parameters from
+    /// --param) over SotW (or --delta) on the aggregated service (or --per-type), subscribes to
+    /// NAMEs of TYPE (none: the wildcard), and prints what the server sends as resource-file
+    /// documents: "@type", "@constraints" for a variant, then the message in Envoy's proto3
+    /// JSON/YAML (--output yaml: documents separated by ---; json: a list). Works against xdsd,
+    /// go-control-plane, Istio, rust-control-plane or any xDS server. With --out DIR, one file
+    /// per resource goes to DIR instead, such that `xdsd check --resources DIR` passes and `xdsd
+    /// serve --resources DIR` serves the same resources: the way to move a control plane's config into
+    /// resource files. See docs/client.md.
+    ///
+    /// Exit status: 0 every resource asked for received; 1 a NAME does not exist (the server
+    /// said so, or did not send it within --timeout), nothing received within --timeout (the
+    /// message says why: the connection, a rejected response), or another error; 2 usage
+    /// error.
+    Get(Box<get::GetArgs>),
+
+    /// Stay subscribed to an xDS server and print one line per update, until Ctrl-C.
+    ///
+    /// The same options as `get`. Each line starts with the time (UTC), then the type and what
+    /// happened: version=V added=… changed=…, removed=…, expired=… (a TTL passed),
+    /// does-not-exist=NAME, rejected (a response the client NACKed, with why), connected,
+    /// disconnected (it reconnects with backoff, resuming what it holds so nothing is resent).
+    /// With --contents, the resources added or changed follow their line as resource-file
+    /// documents.
+    ///
+    /// Exit status: 0 stopped by Ctrl-C, 1 an error, 2 usage error.
+    Watch(Box<get::WatchArgs>),
 }
 
 /// Where the resources come from and the rules they are checked by: shared by `check`,
@@ -941,6 +972,8 @@ fn main() -> ExitCode {
         Command::History(args) => history::history(*args),
         Command::Diff(args) => diff::diff(*args),
         Command::Rollback(args) => rollback::rollback(*args),
+        Command::Get(args) => get::get(*args),
+        Command::Watch(args) => get::watch(*args),
     }
 }
 

@@ -276,3 +276,37 @@ fn an_any_of_an_unknown_type_is_an_error_not_a_file() {
         assert!(error.to_string().contains("no.such.Message"), "{error}");
     }
 }
+
+/// A resource rendered as a resource-file document (`xdsd get`) and parsed back as a resource
+/// file is the same resource, its constraints too, in YAML and JSON.
+#[test]
+fn resource_document_reads_back_as_the_same_resource() {
+    let d = descriptors();
+    let text = format!(
+        "{RESOURCES}\n---\n\"@type\": {LISTENER}\n\"@match\": {{ env: prod }}\nname: variant\n"
+    );
+    let resources = parse_file(&d, Path::new("in.yaml"), &text).expect("the resources parse");
+    assert!(resources.iter().any(|r| r.constraints.is_some()));
+    for format in [FileFormat::Yaml, FileFormat::Json] {
+        for r in &resources {
+            let doc = render_resource_document(
+                &d,
+                format,
+                &r.type_url,
+                &r.value,
+                r.constraints.as_deref(),
+            )
+            .expect("renders");
+            let doc = String::from_utf8(doc).expect("UTF-8");
+            let path = format!("out.{}", format.extension());
+            let back = parse_file(&d, Path::new(&path), &doc)
+                .unwrap_or_else(|e| panic!("{format}: {e}\n{doc}"));
+            assert_eq!(back.len(), 1, "{doc}");
+            assert_eq!(
+                (&back[0].name, &back[0].value, &back[0].constraints),
+                (&r.name, &r.value, &r.constraints),
+                "{format}: {doc}"
+            );
+        }
+    }
+}

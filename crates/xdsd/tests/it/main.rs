@@ -3,6 +3,8 @@
 
 #[path = "../../../xdsd-etcd/tests/it/support.rs"]
 mod etcd_support;
+#[path = "../../../xdsd-client/tests/it/peer_support.rs"]
+mod peer_support;
 #[path = "../../../xdsd-core/tests/it/common/pki.rs"]
 mod pki;
 mod support;
@@ -27,6 +29,7 @@ mod envoy_vhds;
 mod etcd;
 mod etcd_rollout;
 mod examples_basic;
+mod get;
 mod grpc_proxyless;
 mod harness;
 mod history;
@@ -43,4 +46,5 @@ mod sizes;
 mod slow_clients;
 mod status_cli;
 mod status_page;
+mod watch;
 mod write_files;

@@ -1,0 +1,548 @@
+//! The tokio driver: the machine over one tonic connection, reconnecting with exponential
+//! backoff and jitter, TLS and mutual TLS through rustls, events out as a stream.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher as _, Hasher as _};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::constraints::Params;
+use crate::machine::{Client, Config, Event, Flavor, Request, SubscribeError, Validator};
+use crate::types;
+
+/// The largest response read by default (a big fleet's clusters fit).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// TLS to the server.
+#[derive(Debug, Clone, Default)]
+pub struct Tls {
+    /// PEM CA certificate(s) to verify the server with (else the built-in roots, if any).
+    pub ca_pem: Option<Vec<u8>>,
+    /// Mutual TLS: the client's PEM certificate chain and private key.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to verify the server's certificate against, when not the address's host.
+    pub domain: Option<String>,
+}
+
+/// Where and how the driver connects.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The server: `host:port`, or an `http://` or `https://` URL.
+    pub server: String,
+    /// TLS, when set (an `https://` server without it uses the built-in roots).
+    pub tls: Option<Tls>,
+    /// How long one connection attempt may take.
+    pub connect_timeout: Duration,
+    /// The first wait before reconnecting; doubled after each failure up to `max_backoff`,
+    /// each wait drawn at random between half and all of it (jitter).
+    pub initial_backoff: Duration,
+    /// The longest wait before reconnecting.
+    pub max_backoff: Duration,
+    /// The largest response read: a bigger one ends the stream.
+    pub max_response_bytes: usize,
+}
+
+impl Options {
+    /// Plaintext to `server`, with the default timeouts and bounds.
+    pub fn new(server: impl Into<String>) -> Options {
+        Options {
+            server: server.into(),
+            tls: None,
+            connect_timeout: Duration::from_secs(10),
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+/// Why the driver could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The server is not an address.
+    #[error("{0:?} is not a server address: {1}")]
+    Address(String, String),
+    /// TLS could not be set up.
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+type Command = Box<dyn FnOnce(&mut Client) + Send>;
+
+/// The handle of a running driver: changes its subscriptions; dropping it (and the
+/// [`Events`]) stops the driver.
+#[derive(Clone)]
+pub struct XdsClient {
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl std::fmt::Debug for XdsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdsClient").finish_non_exhaustive()
+    }
+}
+
+/// The driver's events, as a [`futures_core::Stream`](tokio_stream::Stream); it ends when the
+/// driver stops.
+#[derive(Debug)]
+pub struct Events {
+    inner: mpsc::Receiver<Event>,
+}
+
+impl Events {
+    /// The next event; `None` once the driver stopped.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.inner.recv().await
+    }
+}
+
+impl tokio_stream::Stream for Events {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.inner.poll_recv(cx)
+    }
+}
+
+impl XdsClient {
+    /// Starts a driver on the current tokio runtime for a machine set up by `config`, with
+    /// `validator` checking each resource received. Subscribe through the handle (before or after
+    /// the connection is up: subscriptions are sent on every connection).
+    pub fn start(
+        options: Options,
+        config: Config,
+        validator: Option<Validator>,
+    ) -> Result<(XdsClient, Events), StartError> {
+        let endpoint = endpoint(&options)?;
+        let mut client = Client::new(config);
+        if let Some(v) = validator {
+            client.set_validator(v);
+        }
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (event_tx, inner) = mpsc::channel(1024);
+        tokio::spawn(run(options, endpoint, client, command_rx, event_tx));
+        Ok((XdsClient { commands }, Events { inner }))
+    }
+
+    fn send(&self, command: Command) {
+        // A stopped driver has nothing to change.
+        let _ = self.commands.send(command);
+    }
+
+    /// Subscribes to `names` of `type_url` (`*`: the wildcard). Names past the client's limits
+    /// are refused with an [`Event::Rejected`] of version `""`.
+    pub fn subscribe(&self, type_url: &str, names: Vec<String>) {
+        let type_url = type_url.to_owned();
+        self.send(Box::new(move |client: &mut Client| {
+            let result = client.subscribe(&type_url, &names);
+            refused(client, &type_url, result);
+        }));
+    }
+
+    /// Subscribes to every resource of `type_url` the legacy way (naming nothing).
+    pub fn subscribe_legacy_wildcard(&self, type_url: &str) {
+        let type_url = type_url.to_owned();
+        self.send(Box::new(move |client: &mut Client| {
+            let result = client.subscribe_legacy_wildcard(&type_url);
+            refused(client, &type_url, result);
+        }));
+    }
+
+    /// Subscribes to `name` with dynamic parameters (a TP2 resource locator).
+    pub fn subscribe_locator(&self, type_url: &str, name: &str, params: Params) {
+        let (type_url, name) = (type_url.to_owned(), name.to_owned());
+        self.send(Box::new(move |client: &mut Client| {
+            let result = client.subscribe_locator(&type_url, &name, params);
+            refused(client, &type_url, result);
+        }));
+    }
+
+    /// Ends the subscription to `name` (`*`: the wildcard) of `type_url`.
+    pub fn unsubscribe(&self, type_url: &str, name: &str) {
+        let (type_url, name) = (type_url.to_owned(), name.to_owned());
+        self.send(Box::new(move |client: &mut Client| {
+            client.unsubscribe(&type_url, &name)
+        }));
+    }
+}
+
+fn refused(client: &mut Client, type_url: &str, result: Result<(), SubscribeError>) {
+    if let Err(e) = result {
+        client.push_event(Event::Rejected {
+            type_url: type_url.to_owned(),
+            version: String::new(),
+            reason: e.to_string(),
+        });
+    }
+}
+
+fn endpoint(options: &Options) -> Result<Endpoint, StartError> {
+    let tls = options.tls.as_ref();
+    let url = if options.server.contains("://") {
+        options.server.clone()
+    } else if tls.is_some() {
+        format!("https://{}", options.server)
+    } else {
+        format!("http://{}", options.server)
+    };
+    let mut endpoint = Endpoint::from_shared(url.clone())
+        .map_err(|e| StartError::Address(options.server.clone(), e.to_string()))?
+        .connect_timeout(options.connect_timeout)
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20));
+    if tls.is_some() || url.starts_with("https://") {
+        let mut config = ClientTlsConfig::new().with_enabled_roots();
+        if let Some(tls) = tls {
+            if let Some(ca) = &tls.ca_pem {
+                config = config.ca_certificate(Certificate::from_pem(ca));
+            }
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            if let Some(domain) = &tls.domain {
+                config = config.domain_name(domain.clone());
+            }
+        }
+        endpoint = endpoint
+            .tls_config(config)
+            .map_err(|e| StartError::Tls(e.to_string()))?;
+    }
+    Ok(endpoint)
+}
+
+/// A wait drawn at random between half and all of `backoff`.
+fn jittered(backoff: Duration) -> Duration {
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let half = backoff / 2;
+    half + half.mul_f64((random % 10_000) as f64 / 10_000.0)
+}
+
+/// What a stream's reader hands the loop.
+enum Incoming {
+    Sotw(DiscoveryResponse),
+    Delta(DeltaDiscoveryResponse),
+    /// The stream ended, and why.
+    Ended(String),
+}
+
+enum Outbound {
+    Sotw(mpsc::UnboundedSender<DiscoveryRequest>),
+    Delta(mpsc::UnboundedSender<DeltaDiscoveryRequest>),
+}
+
+/// Why one connection's loop returned.
+enum Exit {
+    /// The handle and the events were dropped: stop.
+    Stop,
+    /// The connection ended; `healthy` if a response was received on it.
+    Lost { reason: String, healthy: bool },
+}
+
+async fn run(
+    options: Options,
+    endpoint: Endpoint,
+    mut client: Client,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    events: mpsc::Sender<Event>,
+) {
+    let mut backoff = options.initial_backoff;
+    loop {
+        let exit = match endpoint.connect().await {
+            Ok(channel) => {
+                client.connected();
+                let exit = connection(&options, channel, &mut client, &mut commands, &events).await;
+                if let Exit::Lost { reason, .. } = &exit {
+                    client.disconnected(reason.clone());
+                }
+                exit
+            }
+            Err(e) => {
+                let reason = format!("cannot connect to {}: {}", options.server, chain(&e));
+                if events
+                    .send(Event::Disconnected {
+                        reason: reason.clone(),
+                    })
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                Exit::Lost {
+                    reason,
+                    healthy: false,
+                }
+            }
+        };
+        match exit {
+            Exit::Stop => return,
+            Exit::Lost { healthy, .. } => {
+                if healthy {
+                    backoff = options.initial_backoff;
+                }
+                // Flush the machine's events (Disconnected) before waiting.
+                while let Some(event) = client.poll_event() {
+                    if events.send(event).await.is_err() {
+                        return;
+                    }
+                }
+                let wait = tokio::time::sleep(jittered(backoff));
+                tokio::pin!(wait);
+                // Subscriptions changed while waiting are taken in.
+                loop {
+                    tokio::select! {
+                        _ = &mut wait => break,
+                        command = commands.recv() => match command {
+                            Some(command) => command(&mut client),
+                            None if events.is_closed() => return,
+                            None => {}
+                        },
+                    }
+                }
+                backoff = (backoff * 2).min(options.max_backoff);
+            }
+        }
+    }
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+async fn connection(
+    options: &Options,
+    channel: Channel,
+    client: &mut Client,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    events: &mpsc::Sender<Event>,
+) -> Exit {
+    let (in_tx, mut in_rx) = mpsc::channel::<Incoming>(16);
+    let mut readers = JoinSet::new();
+    let mut streams: HashMap<String, Outbound> = HashMap::new();
+    let mut healthy = false;
+    let mut commands_open = true;
+    loop {
+        while let Some(request) = client.poll_request(std::time::Instant::now()) {
+            let key = if client.config().ads {
+                String::new()
+            } else {
+                request.type_url().to_owned()
+            };
+            if !streams.contains_key(&key) {
+                match open(
+                    options,
+                    &channel,
+                    client,
+                    &key,
+                    &request,
+                    &mut readers,
+                    &in_tx,
+                ) {
+                    Ok(out) => {
+                        streams.insert(key.clone(), out);
+                    }
+                    Err(reason) => {
+                        return Exit::Lost { reason, healthy };
+                    }
+                }
+            }
+            let sent = match (streams.get(&key), request) {
+                (Some(Outbound::Sotw(tx)), Request::Sotw(r)) => tx.send(r).is_ok(),
+                (Some(Outbound::Delta(tx)), Request::Delta(r)) => tx.send(r).is_ok(),
+                _ => false,
+            };
+            if !sent {
+                return Exit::Lost {
+                    reason: "the stream ended".to_owned(),
+                    healthy,
+                };
+            }
+        }
+        while let Some(event) = client.poll_event() {
+            if events.send(event).await.is_err() {
+                return Exit::Stop;
+            }
+        }
+        let deadline = client.poll_timeout().map(Instant::from_std);
+        let timer = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            incoming = in_rx.recv() => match incoming {
+                Some(Incoming::Sotw(r)) => {
+                    healthy = true;
+                    client.handle_sotw(std::time::Instant::now(), r);
+                }
+                Some(Incoming::Delta(r)) => {
+                    healthy = true;
+                    client.handle_delta(std::time::Instant::now(), r);
+                }
+                Some(Incoming::Ended(reason)) => return Exit::Lost { reason, healthy },
+                None => return Exit::Lost { reason: "the streams ended".to_owned(), healthy },
+            },
+            command = commands.recv(), if commands_open => match command {
+                Some(command) => command(client),
+                None => commands_open = false,
+            },
+            _ = events.closed() => return Exit::Stop,
+            _ = timer => client.handle_timeout(std::time::Instant::now()),
+        }
+    }
+}
+
+/// Opens the stream `key` ("" for ADS, else a type URL) for `first`'s flavor: a reader task
+/// makes the call and forwards each response.
+fn open(
+    options: &Options,
+    channel: &Channel,
+    client: &Client,
+    key: &str,
+    first: &Request,
+    readers: &mut JoinSet<()>,
+    in_tx: &mpsc::Sender<Incoming>,
+) -> Result<Outbound, String> {
+    let delta = client.config().flavor == Flavor::Delta;
+    let (service, method) = if key.is_empty() {
+        let method = if delta {
+            "DeltaAggregatedResources"
+        } else {
+            "StreamAggregatedResources"
+        };
+        (types::ADS_SERVICE, method)
+    } else {
+        let Some((service, sotw, delta_method)) = types::per_type_service(key) else {
+            return Err(format!(
+                "{key} has no per-type service: subscribe to it over ADS"
+            ));
+        };
+        let method = if delta {
+            delta_method
+        } else {
+            sotw.ok_or_else(|| format!("{service} has no SotW method: use delta"))?
+        };
+        (service, method)
+    };
+    let path = http::uri::PathAndQuery::from_maybe_shared(format!("/{service}/{method}"))
+        .map_err(|e| format!("gRPC path of {service}: {e}"))?;
+    let max = options.max_response_bytes;
+    Ok(match first {
+        Request::Sotw(_) => {
+            let (tx, rx) = mpsc::unbounded_channel();
+            readers.spawn(read(
+                channel.clone(),
+                path,
+                max,
+                rx,
+                in_tx.clone(),
+                Incoming::Sotw,
+            ));
+            Outbound::Sotw(tx)
+        }
+        Request::Delta(_) => {
+            let (tx, rx) = mpsc::unbounded_channel();
+            readers.spawn(read(
+                channel.clone(),
+                path,
+                max,
+                rx,
+                in_tx.clone(),
+                Incoming::Delta,
+            ));
+            Outbound::Delta(tx)
+        }
+    })
+}
+
+/// One stream: the call, then each response to the loop, then why it ended.
+async fn read<Req, Resp>(
+    channel: Channel,
+    path: http::uri::PathAndQuery,
+    max: usize,
+    requests: mpsc::UnboundedReceiver<Req>,
+    incoming: mpsc::Sender<Incoming>,
+    wrap: fn(Resp) -> Incoming,
+) where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let reason: Result<(), String> = async {
+        let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(max);
+        grpc.ready()
+            .await
+            .map_err(|e| format!("the connection is not ready: {e}"))?;
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        let response = grpc
+            .streaming(
+                tonic::Request::new(UnboundedReceiverStream::new(requests)),
+                path,
+                codec,
+            )
+            .await
+            .map_err(|s| status_text(&s))?;
+        let mut inbound = response.into_inner();
+        loop {
+            match inbound.message().await {
+                Ok(Some(message)) => {
+                    if incoming.send(wrap(message)).await.is_err() {
+                        return Err(String::new());
+                    }
+                }
+                Ok(None) => return Err("the server ended the stream".to_owned()),
+                Err(s) => return Err(status_text(&s)),
+            }
+        }
+    }
+    .await;
+    if let Err(reason) = reason {
+        let _ = incoming.send(Incoming::Ended(reason)).await;
+    }
+}
+
+fn status_text(status: &tonic::Status) -> String {
+    if status.message().is_empty() {
+        format!("the stream ended with {:?}", status.code())
+    } else {
+        format!(
+            "the stream ended with {:?}: {}",
+            status.code(),
+            status.message()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_waits_between_half_and_all_of_the_backoff() {
+        let backoff = Duration::from_secs(8);
+        let waits: Vec<Duration> = (0..64).map(|_| jittered(backoff)).collect();
+        assert!(waits.iter().all(|w| *w >= backoff / 2 && *w <= backoff));
+        assert!(
+            waits.iter().any(|w| *w != waits[0]),
+            "jitter: not every wait the same"
+        );
+    }
+}

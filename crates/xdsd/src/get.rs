@@ -1,0 +1,608 @@
+//! `xdsd get` and `xdsd watch`: an xDS client (the `xdsd-client` crate) that asks any xDS server
+//! what a node would be sent, prints it as resource-file documents (through the directory
+//! source's descriptors, `xdsd_source::render_resource_document`), writes it as a resource
+//! directory (`--out`), or follows it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use envoy_types::pb::xds::core::v3::ContextParams;
+use prost::Message;
+use xdsd_client::{types, Config, Event, Flavor, Options, Params, Resource, Tls, XdsClient};
+use xdsd_source::{render_resource_document, Descriptors, FileFormat};
+
+/// The options `get` and `watch` share.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ClientArgs {
+    /// The resource type: listener, route, cluster, endpoints, secret, runtime, scoped-route,
+    /// virtual-host, extension-config (or a plural, or lds, rds, cds, eds, sds, rtds, ecds), or a
+    /// type URL.
+    #[arg(value_name = "TYPE", value_parser = type_url)]
+    kind: String,
+
+    /// The resources to ask for; none: every resource of TYPE (the wildcard).
+    #[arg(value_name = "NAME")]
+    names: Vec<String>,
+
+    /// The xDS server: host:port, or an http:// or https:// URL.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:18000")]
+    server: String,
+
+    /// The node id to ask as.
+    #[arg(long, value_name = "ID", default_value = "xdsd-get")]
+    node: String,
+
+    /// The node's cluster.
+    #[arg(long, value_name = "CLUSTER", default_value = "")]
+    cluster: String,
+
+    /// A string field of the node's metadata, for servers that choose by it (xdsd matches
+    /// variants against these). Repeatable.
+    #[arg(long = "node-metadata", value_name = "KEY=VALUE", value_parser = key_value)]
+    node_metadata: Vec<(String, String)>,
+
+    /// A dynamic parameter (xRFC TP2): sent in the node's dynamic_parameters for TYPE, and with
+    /// each NAME as a resource locator. Repeatable. A variant comes with its "@constraints".
+    #[arg(long = "param", value_name = "KEY=VALUE", value_parser = key_value)]
+    params: Vec<(String, String)>,
+
+    /// Speak incremental (delta) xDS rather than State of the World.
+    #[arg(long)]
+    delta: bool,
+
+    /// Use TYPE's own service rather than the aggregated one (ADS).
+    #[arg(long)]
+    per_type: bool,
+
+    /// How resources are printed: yaml or json (resource-file documents).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value = "yaml")]
+    output: Output,
+
+    /// get: how long to wait for the resources (a NAME not sent by then does not exist);
+    /// watch: how long a NAME may go unanswered before it is reported as not existing.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::parse_duration)]
+    timeout: Duration,
+
+    /// PEM CA certificate(s) to verify the server's certificate with: connects over TLS.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Output {
+    Yaml,
+    Json,
+}
+
+impl Output {
+    fn format(self) -> FileFormat {
+        match self {
+            Output::Yaml => FileFormat::Yaml,
+            Output::Json => FileFormat::Json,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct GetArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+
+    /// Write one resource file per resource into DIR (created if missing) rather than print
+    /// them: `xdsd check --resources DIR` passes on it and `xdsd serve --resources DIR` serves the same
+    /// resources.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct WatchArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+
+    /// Print the resources added or changed after each update line.
+    #[arg(long)]
+    contents: bool,
+}
+
+/// TYPE as a type URL (a usage error, status 2, when it is none).
+fn type_url(text: &str) -> Result<String, String> {
+    types::resolve(text).ok_or_else(|| {
+        let aliases: Vec<&str> = types::ALIASES.iter().map(|(a, _)| *a).collect();
+        format!("one of {}, or a type URL", aliases.join(", "))
+    })
+}
+
+fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+/// What the commands need from the options.
+struct Plan {
+    type_url: String,
+    options: Options,
+    config: Config,
+    params: Params,
+}
+
+fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
+    // Resolved by clap (`type_url`).
+    let type_url = args.kind.clone();
+    let params: Params = args.params.iter().cloned().collect();
+    let mut node = Node {
+        id: args.node.clone(),
+        cluster: args.cluster.clone(),
+        user_agent_name: "xdsd-get".into(),
+        ..Default::default()
+    };
+    if !args.node_metadata.is_empty() {
+        let fields = args
+            .node_metadata
+            .iter()
+            .map(|(k, v)| {
+                let value = Value {
+                    kind: Some(Kind::StringValue(v.clone())),
+                };
+                (k.clone(), value)
+            })
+            .collect();
+        node.metadata = Some(Struct { fields });
+    }
+    if !params.is_empty() {
+        node.dynamic_parameters.insert(
+            type_url.clone(),
+            ContextParams {
+                params: params.clone().into_iter().collect(),
+            },
+        );
+    }
+    let mut config = Config::new(node);
+    config.flavor = if args.delta {
+        Flavor::Delta
+    } else {
+        Flavor::Sotw
+    };
+    config.ads = !args.per_type;
+    config.does_not_exist_timeout = args.timeout;
+    let mut options = Options::new(args.server.clone());
+    options.connect_timeout = args.timeout.min(Duration::from_secs(10));
+    if args.tls_ca.is_some() || args.tls_cert.is_some() {
+        let read = |flag: &str, path: &Path| {
+            std::fs::read(path)
+                .with_context(|| format!("{flag} {}: cannot read it", path.display()))
+        };
+        let mut tls = Tls::default();
+        if let Some(ca) = &args.tls_ca {
+            tls.ca_pem = Some(read("--tls-ca", ca)?);
+        }
+        if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+            tls.identity = Some((read("--tls-cert", cert)?, read("--tls-key", key)?));
+        }
+        options.tls = Some(tls);
+    }
+    Ok(Plan {
+        type_url,
+        options,
+        config,
+        params,
+    })
+}
+
+fn subscribe(client: &XdsClient, type_url: &str, names: &[String], params: &Params) {
+    if names.is_empty() {
+        // The legacy wildcard (naming nothing): every server knows it; some older ones (such
+        // as rust-control-plane 0.1.2) take an explicit `*` for a name.
+        client.subscribe_legacy_wildcard(type_url);
+    } else if params.is_empty() {
+        client.subscribe(type_url, names.to_vec());
+    } else {
+        for name in names {
+            client.subscribe_locator(type_url, name, params.clone());
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// What the client holds, by name and encoded constraints.
+type Held = BTreeMap<(String, Vec<u8>), Resource>;
+
+fn held_key(r: &Resource) -> (String, Vec<u8>) {
+    (
+        r.name.clone(),
+        r.constraints
+            .as_ref()
+            .map(Message::encode_to_vec)
+            .unwrap_or_default(),
+    )
+}
+
+/// Runs `xdsd get`: 0 with every resource asked for, 1 otherwise.
+pub(crate) fn get(args: GetArgs) -> ExitCode {
+    let result = runtime().and_then(|rt| rt.block_on(run_get(&args)));
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xdsd get: {}", crate::error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
+    let c = &args.client;
+    let plan = plan(c)?;
+    let descriptors = Descriptors::envoy().context("loading the Envoy descriptors")?;
+    let (client, mut events) = XdsClient::start(plan.options, plan.config, None)?;
+    subscribe(&client, &plan.type_url, &c.names, &plan.params);
+    let mut held = Held::new();
+    let mut missing = BTreeSet::new();
+    let mut last_problem: Option<String> = None;
+    let mut answered = false;
+    let mut connected = false;
+    let wanted: BTreeSet<&str> = c.names.iter().map(String::as_str).collect();
+    let deadline = tokio::time::Instant::now() + c.timeout;
+    let done = loop {
+        let resolved = wanted
+            .iter()
+            .all(|n| missing.contains(*n) || held.keys().any(|(name, _)| name == n));
+        if answered && resolved {
+            break true;
+        }
+        let event = match tokio::time::timeout_at(deadline, events.next()).await {
+            Ok(Some(event)) => event,
+            Ok(None) | Err(_) => break false,
+        };
+        match event {
+            Event::Update(u) => {
+                answered = true;
+                for r in u.added.into_iter().chain(u.changed) {
+                    held.insert(held_key(&r), r);
+                }
+            }
+            Event::Removed { names, .. } => held.retain(|(n, _), _| !names.contains(n)),
+            Event::DoesNotExist { name, .. } => {
+                answered = true;
+                missing.insert(name);
+            }
+            Event::Rejected { reason, .. } => {
+                last_problem = Some(format!("a response was rejected: {reason}"));
+            }
+            Event::Disconnected { reason } => last_problem = Some(reason),
+            Event::Connected => connected = true,
+        }
+    };
+    drop(client);
+    // Named resources the server never answered for (a SotW server may say nothing of names
+    // it does not have) do not exist; with nothing asked by name, silence is an error.
+    if !done && !answered && (!connected || wanted.is_empty()) {
+        let mut message = format!("nothing received from {} in {:?}", c.server, c.timeout);
+        if let Some(p) = last_problem {
+            message.push_str(&format!(" ({p})"));
+        }
+        anyhow::bail!(message);
+    }
+    let not_received: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|n| !held.keys().any(|(name, _)| name == n))
+        .collect();
+    match &args.out {
+        Some(dir) => write_dir(&descriptors, c.output.format(), dir, &plan.type_url, &held)?,
+        None => print_resources(&descriptors, c.output.format(), held.values())?,
+    }
+    for name in &not_received {
+        eprintln!(
+            "xdsd get: {} {name:?} does not exist on {}",
+            short_type(&plan.type_url),
+            c.server
+        );
+    }
+    Ok(not_received.is_empty())
+}
+
+/// The resources as one resource file: YAML documents separated by `---`, or a JSON list.
+fn print_resources<'a>(
+    descriptors: &Descriptors,
+    format: FileFormat,
+    resources: impl Iterator<Item = &'a Resource>,
+) -> anyhow::Result<()> {
+    let mut out = Vec::new();
+    let mut documents = Vec::new();
+    for r in resources {
+        documents.push(document(descriptors, format, r)?);
+    }
+    match format {
+        FileFormat::Json => {
+            out.extend_from_slice(b"[\n");
+            for (i, d) in documents.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b",\n");
+                }
+                out.extend_from_slice(d.trim_ascii_end());
+            }
+            out.extend_from_slice(b"\n]\n");
+        }
+        _ => {
+            for (i, d) in documents.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b"---\n");
+                }
+                out.extend_from_slice(d);
+            }
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&out).context("writing to stdout")?;
+    stdout.flush().context("writing to stdout")
+}
+
+fn document(
+    descriptors: &Descriptors,
+    format: FileFormat,
+    r: &Resource,
+) -> anyhow::Result<Vec<u8>> {
+    let constraints = r.constraints.as_ref().map(Message::encode_to_vec);
+    render_resource_document(
+        descriptors,
+        format,
+        &r.body.type_url,
+        &r.body.value,
+        constraints.as_deref(),
+    )
+    .with_context(|| format!("{} {:?}", short_type(&r.type_url), r.name))
+}
+
+/// `cluster` for the Cluster type URL; the message name for a type without an alias.
+fn short_type(type_url: &str) -> &str {
+    types::ALIASES
+        .iter()
+        .find(|(_, url)| *url == type_url)
+        .map(|(alias, _)| *alias)
+        .unwrap_or_else(|| type_url.rsplit('/').next().unwrap_or(type_url))
+}
+
+/// A file name from a resource name: letters, digits, `-`, `_` and `.` kept, anything else `_`.
+fn file_stem(name: &str) -> String {
+    let stem: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    stem.trim_start_matches('.').to_owned()
+}
+
+/// FNV-1a of `bytes`: a stable short tag for a variant's constraints in its file name.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// One file per resource in `dir`: `<type>-<name>.<ext>`, a variant's named by its constraints
+/// too (`<type>-<name>-<8 hex digits>.<ext>`), so that gets with other parameters into the same
+/// directory add their variants; two names that make the same file name are told apart by
+/// `-2`, `-3`, ….
+fn write_dir(
+    descriptors: &Descriptors,
+    format: FileFormat,
+    dir: &Path,
+    type_url: &str,
+    held: &Held,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--out {}", dir.display()))?;
+    let mut used = BTreeSet::new();
+    for r in held.values() {
+        let mut base = format!("{}-{}", short_type(type_url), file_stem(&r.name));
+        if let Some(c) = &r.constraints {
+            base.push_str(&format!("-{:08x}", fnv1a(&c.encode_to_vec())));
+        }
+        let mut stem = base.clone();
+        let mut n = 1;
+        while !used.insert(stem.clone()) {
+            n += 1;
+            stem = format!("{base}-{n}");
+        }
+        let path = dir.join(format!("{stem}.{}", format.extension()));
+        let bytes = document(descriptors, format, r)?;
+        let tmp = dir.join(format!(".{stem}.tmp"));
+        std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    }
+    eprintln!(
+        "xdsd get: wrote {} resource file(s) to {}",
+        held.len(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Runs `xdsd watch` until Ctrl-C: 0 then, 1 on an error.
+pub(crate) fn watch(args: WatchArgs) -> ExitCode {
+    let result = runtime().and_then(|rt| rt.block_on(run_watch(&args)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xdsd watch: {}", crate::error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
+    let c = &args.client;
+    let plan = plan(c)?;
+    let descriptors = Descriptors::envoy().context("loading the Envoy descriptors")?;
+    let (client, mut events) = XdsClient::start(plan.options, plan.config, None)?;
+    subscribe(&client, &plan.type_url, &c.names, &plan.params);
+    let kind = short_type(&plan.type_url).to_owned();
+    loop {
+        let event = tokio::select! {
+            event = events.next() => match event {
+                Some(event) => event,
+                None => anyhow::bail!("the client stopped"),
+            },
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        let line = match &event {
+            Event::Connected => format!("connected to {}", c.server),
+            Event::Disconnected { reason } => format!("disconnected: {reason}"),
+            Event::Update(u) => {
+                let names = |list: &[Resource]| {
+                    list.iter()
+                        .map(|r| r.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                let mut line = format!("{kind} version={}", u.version);
+                if !u.added.is_empty() {
+                    line.push_str(&format!(" added={}", names(&u.added)));
+                }
+                if !u.changed.is_empty() {
+                    line.push_str(&format!(" changed={}", names(&u.changed)));
+                }
+                if u.added.is_empty() && u.changed.is_empty() {
+                    line.push_str(" (no resources)");
+                }
+                line
+            }
+            Event::Removed {
+                names,
+                expired,
+                version,
+                ..
+            } => format!(
+                "{kind} version={version} {}={}",
+                if *expired { "expired" } else { "removed" },
+                names.join(",")
+            ),
+            Event::DoesNotExist { name, .. } => format!("{kind} does-not-exist={name}"),
+            Event::Rejected {
+                version, reason, ..
+            } => format!("{kind} rejected version={version}: {reason}"),
+        };
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{} {line}", rfc3339(SystemTime::now())).context("writing to stdout")?;
+        if args.contents {
+            if let Event::Update(u) = &event {
+                drop(stdout);
+                print_resources(
+                    &descriptors,
+                    c.output.format(),
+                    u.added.iter().chain(&u.changed),
+                )?;
+                stdout = std::io::stdout().lock();
+            }
+        }
+        stdout.flush().context("writing to stdout")?;
+    }
+}
+
+/// `2026-01-02T03:04:05.678Z`.
+fn rfc3339(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<GetArgs, clap::error::ErrorKind> {
+        use clap::Parser as _;
+        let all = ["xdsd", "get"].iter().chain(args);
+        match crate::Cli::try_parse_from(all).map(|cli| cli.command) {
+            Ok(crate::Command::Get(args)) => Ok(*args),
+            Ok(other) => panic!("parsed as another command: {other:?}"),
+            Err(e) => Err(e.kind()),
+        }
+    }
+
+    #[test]
+    fn get_takes_type_aliases_names_and_key_values() {
+        let args = parse(&[
+            "eds",
+            "a",
+            "b",
+            "--param",
+            "env=prod",
+            "--node-metadata",
+            "k=v=w",
+        ])
+        .expect("valid");
+        assert_eq!(args.client.kind, types::CLUSTER_LOAD_ASSIGNMENT);
+        assert_eq!(args.client.names, vec!["a", "b"]);
+        assert_eq!(args.client.params, vec![("env".into(), "prod".into())]);
+        assert_eq!(args.client.node_metadata, vec![("k".into(), "v=w".into())]);
+        assert_eq!(
+            parse(&["clustr"]).err(),
+            Some(clap::error::ErrorKind::ValueValidation)
+        );
+        assert!(parse(&["cluster", "--param", "novalue"]).is_err());
+        assert!(
+            parse(&["cluster", "--tls-cert", "c.pem"]).is_err(),
+            "no key"
+        );
+        assert!(parse(&[]).is_err(), "TYPE is required");
+    }
+
+    #[test]
+    fn rfc3339_writes_utc() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_767_323_045_678);
+        assert_eq!(rfc3339(t), "2026-01-02T03:04:05.678Z");
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn file_stems_keep_safe_characters() {
+        assert_eq!(file_stem("web.prod-1_a"), "web.prod-1_a");
+        assert_eq!(file_stem("../etc/passwd"), "_etc_passwd");
+        assert_eq!(file_stem("a b/c"), "a_b_c");
+    }
+}

@@ -1,0 +1,330 @@
+//! `xdsd get` against a real xdsd (the binary): SotW and delta, the wildcard and names, TP2
+//! variants, a missing name, nothing within --timeout, and `--out DIR` round-tripped through
+//! `xdsd check` and `xdsd serve` with byte-identical resources.
+
+use std::collections::BTreeMap;
+use std::process::Output;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use xdsd_client::{types, Config, Event, Options, XdsClient};
+
+use crate::support::{ResourceDir, Xdsd, DEADLINE};
+
+pub const CLUSTERS: &str = r#"
+"@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+name: alpha
+connect_timeout: 1s
+---
+"@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+name: beta
+connect_timeout: 2s
+lb_policy: RING_HASH
+metadata:
+  filter_metadata:
+    team: { owner: "on", zeta: 1, alpha: [1, "two"] }
+"#;
+
+pub const VARIANTS: &str = r#"
+"@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+"@match": { env: prod }
+name: gamma
+connect_timeout: 3s
+---
+"@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+"@constraints": { constraint: { key: env, value: staging } }
+name: gamma
+connect_timeout: 4s
+"#;
+
+pub async fn xdsd(args: &[&str]) -> Output {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_xdsd"))
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(DEADLINE, run)
+        .await
+        .expect("xdsd returns in time")
+        .expect("xdsd runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub fn serving(files: &[(&str, &str)]) -> ResourceDir {
+    let dir = ResourceDir::new();
+    for (name, contents) in files {
+        dir.write(name, contents);
+    }
+    dir
+}
+
+async fn get(server: &Xdsd, extra: &[&str]) -> Output {
+    let addr = format!("127.0.0.1:{}", server.port);
+    let mut args = vec!["get", "--server", &addr];
+    args.extend_from_slice(extra);
+    xdsd(&args).await
+}
+
+/// Every `name:` at the start of a document's line, in order.
+fn names(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("name: "))
+        .map(|n| n.trim_matches('"').to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn get_prints_the_wildcard_as_resource_documents_over_sotw_and_delta() {
+    let dir = serving(&[("clusters.yaml", CLUSTERS)]);
+    let server = Xdsd::start(&dir.path()).await;
+    for flavor in [&[][..], &["--delta"][..], &["--per-type"][..]] {
+        let mut args = flavor.to_vec();
+        args.push("clusters");
+        let out = get(&server, &args).await;
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{flavor:?}: {}", text(&out.stderr));
+        assert_eq!(
+            names(&stdout),
+            vec!["alpha", "beta"],
+            "{flavor:?}: {stdout}"
+        );
+        assert!(
+            stdout.contains("\"@type\": \"type.googleapis.com/envoy.config.cluster.v3.Cluster\"")
+        );
+        assert_eq!(
+            stdout.matches("\n---\n").count(),
+            1,
+            "two YAML documents: {stdout}"
+        );
+    }
+    let out = get(&server, &["--output", "json", "--delta", "cluster", "beta"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON list");
+    assert_eq!(list.as_array().map(Vec::len), Some(1));
+    assert_eq!(list[0]["name"], "beta");
+    assert_eq!(list[0]["lb_policy"], "RING_HASH");
+}
+
+#[tokio::test]
+async fn get_a_missing_name_exits_1_naming_it() {
+    let dir = serving(&[("clusters.yaml", CLUSTERS)]);
+    let server = Xdsd::start(&dir.path()).await;
+    for flavor in [&[][..], &["--delta"][..]] {
+        let mut args = flavor.to_vec();
+        args.extend(["--timeout", "3s", "cluster", "alpha", "nope"]);
+        let out = get(&server, &args).await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flavor:?}: {stderr}");
+        assert!(
+            stderr.contains("cluster \"nope\" does not exist"),
+            "{stderr}"
+        );
+        assert_eq!(
+            names(&text(&out.stdout)),
+            vec!["alpha"],
+            "what exists is printed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn get_with_nothing_within_the_timeout_exits_1_saying_why() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = xdsd(&["get", "--server", &addr, "--timeout", "1s", "cluster"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing received from"), "{stderr}");
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+}
+
+#[tokio::test]
+async fn get_picks_the_variant_of_its_parameters_and_prints_its_constraints() {
+    let dir = serving(&[("variants.yaml", VARIANTS)]);
+    let server = Xdsd::start(&dir.path()).await;
+    for how in [
+        &["--param", "env=staging"][..],
+        &["--param", "env=staging", "--delta"][..],
+        &["--node-metadata", "env=staging"][..],
+    ] {
+        let mut args = how.to_vec();
+        args.extend(["cluster", "gamma"]);
+        let out = get(&server, &args).await;
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{how:?}: {}", text(&out.stderr));
+        assert!(
+            stdout.contains("connect_timeout: \"4s\""),
+            "{how:?}: {stdout}"
+        );
+        // A client with dynamic parameters speaks TP2: the variant comes with its constraints.
+        // One chosen by its metadata alone is sent as a plain resource.
+        if how.contains(&"--param") {
+            assert!(stdout.contains("\"@constraints\":"), "{how:?}: {stdout}");
+            assert!(stdout.contains("value: \"staging\""), "{how:?}: {stdout}");
+        }
+    }
+}
+
+/// Every resource of `type_url` an xdsd serves to a wildcard subscription with `env` set, by
+/// name and constraints: its encoded body.
+async fn served(port: u16, env: &str) -> BTreeMap<(String, Vec<u8>), Vec<u8>> {
+    let mut node = Node {
+        id: "round-trip".into(),
+        ..Default::default()
+    };
+    node.dynamic_parameters.insert(
+        types::CLUSTER.into(),
+        envoy_types::pb::xds::core::v3::ContextParams {
+            params: [("env".to_string(), env.to_string())].into(),
+        },
+    );
+    let (client, mut events) = XdsClient::start(
+        Options::new(format!("127.0.0.1:{port}")),
+        Config::new(node),
+        None,
+    )
+    .expect("client");
+    client.subscribe(types::CLUSTER, vec!["*".into()]);
+    let update = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match events.next().await {
+                Some(Event::Update(u)) => return u,
+                Some(_) => {}
+                None => panic!("the client stopped"),
+            }
+        }
+    })
+    .await
+    .expect("resources in time");
+    update
+        .added
+        .into_iter()
+        .map(|r| {
+            let constraints = r
+                .constraints
+                .as_ref()
+                .map(prost::Message::encode_to_vec)
+                .unwrap_or_default();
+            ((r.name, constraints), r.body.value)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn get_out_writes_a_directory_that_checks_and_serves_the_same_resources() {
+    let dir = serving(&[("clusters.yaml", CLUSTERS), ("variants.yaml", VARIANTS)]);
+    let first = Xdsd::start(&dir.path()).await;
+    let copy = tempfile::tempdir().expect("a directory");
+    let out_dir = copy.path().join("out");
+    let out_arg = out_dir.to_string_lossy().into_owned();
+    // Each variant is fetched with its parameters, into the same directory.
+    for env in ["prod", "staging"] {
+        let param = format!("env={env}");
+        let out = get(&first, &["--param", &param, "--out", &out_arg, "cluster"]).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let check = xdsd(&["check", "--resources", &out_arg]).await;
+    assert!(
+        check.status.success(),
+        "xdsd check: {}{}",
+        text(&check.stdout),
+        text(&check.stderr)
+    );
+    let second = Xdsd::start(&out_dir).await;
+    for env in ["prod", "staging"] {
+        let a = served(first.port, env).await;
+        let b = served(second.port, env).await;
+        assert_eq!(a.len(), 3, "alpha, beta and a gamma: {:?}", a.keys());
+        assert_eq!(a, b, "byte-identical resources for env={env}");
+    }
+}
+
+#[tokio::test]
+async fn get_against_rust_control_plane_over_sotw() {
+    use crate::peer_support::{Peer, PEER_NODE};
+    use prost::Message as _;
+    let Some(mut peer) = Peer::start().await else {
+        return;
+    };
+    for (name, timeout) in [("alpha", "1s"), ("beta", "2s")] {
+        let cluster = envoy_types::pb::envoy::config::cluster::v3::Cluster {
+            name: name.into(),
+            connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: timeout.trim_end_matches('s').parse().expect("seconds"),
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        peer.set(types::CLUSTER, name, &cluster.encode_to_vec())
+            .await;
+    }
+    let out = xdsd(&[
+        "get", "--server", &peer.addr, "--node", PEER_NODE, "cluster",
+    ])
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(names(&stdout), vec!["alpha", "beta"], "{stdout}");
+    assert!(stdout.contains("connect_timeout: \"2s\""), "{stdout}");
+    let out = xdsd(&[
+        "get",
+        "--server",
+        &peer.addr,
+        "--node",
+        PEER_NODE,
+        "--timeout",
+        "2s",
+        "cluster",
+        "nope",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cluster \"nope\" does not exist"));
+}
+
+#[tokio::test]
+async fn get_speaks_mutual_tls_as_the_node_its_certificate_names() {
+    use crate::pki::{Id, Pki};
+    let pki = Pki::new();
+    let server_pair = pki.server("server", 1);
+    let client_pair = pki.client("edge-1", Id::Uri("spiffe://xdsd.test/ns/edge/sa/edge-1"));
+    let dir = serving(&[("clusters.yaml", CLUSTERS)]);
+    let path = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_owned();
+    let (cert, key, ca) = (
+        path(&server_pair.cert),
+        path(&server_pair.key),
+        path(&pki.ca),
+    );
+    let server = Xdsd::start_with_args(
+        &dir.path(),
+        &["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca],
+    )
+    .await;
+    let (client_cert, client_key) = (path(&client_pair.cert), path(&client_pair.key));
+    let tls = [
+        "--tls-ca",
+        ca.as_str(),
+        "--tls-cert",
+        client_cert.as_str(),
+        "--tls-key",
+        client_key.as_str(),
+    ];
+    let mut args = tls.to_vec();
+    args.extend(["--node", "edge-1", "cluster", "alpha"]);
+    let out = get(&server, &args).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(names(&text(&out.stdout)), vec!["alpha"]);
+    // A node the certificate may not claim is refused, and get says why.
+    let mut args = tls.to_vec();
+    args.extend(["--node", "someone-else", "--timeout", "3s", "cluster"]);
+    let out = get(&server, &args).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("PermissionDenied"), "{stderr}");
+}
