@@ -575,6 +575,11 @@ struct Burst {
     renamed_from: std::collections::HashSet<usize>,
     /// When the burst first had something to apply besides the files held open.
     started: Option<Instant>,
+    /// How many of `writing` are [`Writing::Open`] (each of their paths is in `paths`, unless
+    /// the burst lists the whole tree), and a time no later than the earliest of them opened:
+    /// so that what a burst waits for is told without a walk of its files at every event.
+    open_count: usize,
+    earliest: Option<Instant>,
 }
 
 /// Where a file written in place is.
@@ -590,6 +595,21 @@ enum Writing {
 }
 
 impl Burst {
+    /// Sets (or, with `None`, forgets) where the file at `path` is, keeping the counts.
+    fn set_writing(&mut self, path: &Path, new: Option<Writing>) {
+        let old = match new {
+            Some(writing) => self.writing.insert(path.to_path_buf(), writing),
+            None => self.writing.remove(path),
+        };
+        if matches!(old, Some(Writing::Open(_))) {
+            self.open_count -= 1;
+        }
+        if let Some(Writing::Open(since)) = new {
+            self.open_count += 1;
+            self.earliest = Some(self.earliest.map_or(since, |e| e.min(since)));
+        }
+    }
+
     fn add(&mut self, event: &notify::Result<Event>, dir: &Path) {
         self.add_event(event, dir);
         self.mark_started();
@@ -638,7 +658,7 @@ impl Burst {
             // `rename(from, to)`: what was written at `from` is now whole at `to`.
             EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
                 if let Some(from) = event.paths.first() {
-                    self.writing.remove(from);
+                    self.set_writing(from, None);
                 }
                 if let Some(tracker) = event.attrs.tracker() {
                     self.renamed_from.remove(&tracker);
@@ -649,7 +669,7 @@ impl Burst {
             // when it was renamed within the directory, follows and makes the burst whole.
             EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
                 for path in &event.paths {
-                    self.writing.remove(path);
+                    self.set_writing(path, None);
                 }
                 if let Some(tracker) = event.attrs.tracker() {
                     self.renamed_from.insert(tracker);
@@ -671,9 +691,17 @@ impl Burst {
             EventKind::Remove(kind @ (RemoveKind::File | RemoveKind::Folder | RemoveKind::Any)) => {
                 for path in &event.paths {
                     if kind == RemoveKind::File {
-                        self.writing.remove(path);
+                        self.set_writing(path, None);
                     } else {
-                        self.writing.retain(|p, _| !p.starts_with(path));
+                        let under: Vec<PathBuf> = self
+                            .writing
+                            .keys()
+                            .filter(|p| p.starts_with(path))
+                            .cloned()
+                            .collect();
+                        for p in under {
+                            self.set_writing(&p, None);
+                        }
                     }
                 }
                 // Kubernetes removes its old staging directory after the swap: nothing visible.
@@ -694,7 +722,7 @@ impl Burst {
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
                 for path in &event.paths {
                     if may_be_written(path) {
-                        self.writing.insert(path.clone(), Writing::Closed);
+                        self.set_writing(path, Some(Writing::Closed));
                     }
                 }
             }
@@ -715,14 +743,15 @@ impl Burst {
                         self.whole = true;
                         continue;
                     }
-                    let now = Instant::now();
-                    let writing = self.writing.entry(path.clone()).or_insert(Writing::Closed);
-                    if *writing == Writing::Closed {
-                        *writing = if CLOSE_REPORTED {
-                            Writing::Open(now)
+                    // Open (again) unless it already is, or is read as it is (overdue).
+                    let closed = self.writing.get(path).is_none_or(|w| *w == Writing::Closed);
+                    if closed {
+                        let writing = if CLOSE_REPORTED {
+                            Writing::Open(Instant::now())
                         } else {
                             Writing::Closed
                         };
+                        self.set_writing(path, Some(writing));
                     }
                 }
             }
@@ -735,24 +764,19 @@ impl Burst {
     fn complete(&self) -> bool {
         self.whole
             && self.renamed_from.is_empty()
-            && self.writing.values().all(|w| matches!(w, Writing::Open(_)))
+            && self.writing.len() == self.open_count
             && !self.removed
             && !self.unknown
     }
 
     /// Something to read besides the files held open.
     fn pending(&self) -> bool {
-        self.rescan
-            || self.unknown
-            || self
-                .paths
-                .iter()
-                .any(|p| !matches!(self.writing.get(p), Some(Writing::Open(_))))
+        self.rescan || self.unknown || self.paths.len() > self.open_count
     }
 
     /// A file written in place may still be open for writing.
     fn open(&self) -> bool {
-        self.writing.values().any(|w| matches!(w, Writing::Open(_)))
+        self.open_count > 0
     }
 
     /// The files held open.
@@ -764,23 +788,32 @@ impl Burst {
             .collect()
     }
 
-    /// When the first file held open reaches [`OPEN_WRITE_BOUND`].
+    /// When the first file held open reaches [`OPEN_WRITE_BOUND`] (or a little earlier).
     fn next_bound(&self) -> Option<Instant> {
-        self.writing
-            .values()
-            .filter_map(|w| match w {
-                Writing::Open(since) => Some(*since + OPEN_WRITE_BOUND),
-                _ => None,
-            })
-            .min()
+        if self.open_count == 0 {
+            return None;
+        }
+        self.earliest.map(|e| e + OPEN_WRITE_BOUND)
     }
 
-    /// The files held open past [`OPEN_WRITE_BOUND`] at `now` are read as they are.
+    /// The files held open past [`OPEN_WRITE_BOUND`] at `now` are read as they are. Looks at the
+    /// files only when the earliest may have reached it.
     fn expire(&mut self, now: Instant) {
-        for writing in self.writing.values_mut() {
-            if matches!(writing, Writing::Open(since) if now >= *since + OPEN_WRITE_BOUND) {
-                *writing = Writing::Overdue;
+        if self.next_bound().is_some_and(|bound| now >= bound) {
+            let mut earliest: Option<Instant> = None;
+            let mut expired = 0;
+            for writing in self.writing.values_mut() {
+                if let Writing::Open(since) = *writing {
+                    if now >= since + OPEN_WRITE_BOUND {
+                        *writing = Writing::Overdue;
+                        expired += 1;
+                    } else {
+                        earliest = Some(earliest.map_or(since, |e| e.min(since)));
+                    }
+                }
             }
+            self.open_count -= expired;
+            self.earliest = earliest;
         }
         self.mark_started();
     }
@@ -790,7 +823,7 @@ impl Burst {
         let mut next = Burst::default();
         for (path, writing) in &self.writing {
             if matches!(writing, Writing::Open(_)) {
-                next.writing.insert(path.clone(), *writing);
+                next.set_writing(path, Some(*writing));
                 next.paths.insert(path.clone());
             }
         }
@@ -914,6 +947,49 @@ mod tests {
             dir,
         );
         assert!(burst.complete());
+    }
+
+    fn written(kind: EventKind, path: &str) -> notify::Result<Event> {
+        Ok(Event::new(kind).add_path(path.into()))
+    }
+
+    /// A file its writer holds open is held: alone it is nothing to apply, beside a whole
+    /// change it does not keep that change from being applied at once; once closed, or past
+    /// [`super::OPEN_WRITE_BOUND`], it is to be read.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_file_held_open_holds_back_only_itself() {
+        use notify::event::{AccessKind, AccessMode, DataChange};
+        let dir = std::path::Path::new("/d");
+        let modify = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        let mut burst = Burst::default();
+        burst.add(&written(modify, "/d/c2.yaml"), dir);
+        assert!(burst.open() && !burst.pending(), "nothing to apply yet");
+        burst.add(&rename(RenameMode::To, 3, &["/d/c1.yaml"]), dir);
+        assert!(
+            burst.pending() && burst.complete(),
+            "the rename is applied at once"
+        );
+        assert_eq!(burst.open_paths().len(), 1);
+
+        let mut held = burst.holding_on();
+        assert!(held.open() && !held.pending());
+        let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        held.add(&written(close, "/d/c2.yaml"), dir);
+        assert!(!held.open() && held.pending(), "closed: to be read");
+
+        let mut kept = burst.holding_on();
+        let bound = kept.next_bound().expect("a bound");
+        kept.expire(bound);
+        assert!(
+            !kept.open() && kept.pending(),
+            "past the bound: read as it is"
+        );
+        kept.add(&written(modify, "/d/c2.yaml"), dir);
+        assert!(
+            !kept.open(),
+            "written again past the bound: still read as it is"
+        );
     }
 
     /// A file renamed in from elsewhere has no `From` in the directory: whole at `To`.
