@@ -187,6 +187,112 @@ async fn read_at_or_latest(
     }
 }
 
+/// Keys looked at on either side of the prefix when it holds none.
+const NEIGHBOURS: i64 = 256;
+
+/// Says (at WARN) that the prefix holds no resource: naming it, and, when it holds no key at all
+/// (a typo: `/xds/` for `/xdsd/`), the prefix nearest to it that does ([`nearest_prefix`]).
+async fn warn_empty(etcd: &Etcd) {
+    let prefix = etcd.options().prefix();
+    match nearest_prefix(etcd).await {
+        Some(Nearest::Holds) => tracing::warn!(
+            prefix = %prefix,
+            "the etcd prefix {prefix} holds no resources (`xdsd push` writes a directory there)"
+        ),
+        Some(Nearest::Elsewhere(nearest)) => tracing::warn!(
+            prefix = %prefix,
+            nearest = %nearest,
+            "the etcd prefix {prefix} holds no keys; the nearest prefix that does is {nearest} \
+             (a typo in --etcd-prefix?)"
+        ),
+        Some(Nearest::Nowhere) => tracing::warn!(
+            prefix = %prefix,
+            "the etcd prefix {prefix} holds no keys, and etcd holds none near it (`xdsd push` \
+             writes a directory there)"
+        ),
+        None => tracing::warn!(
+            prefix = %prefix,
+            "the etcd prefix {prefix} holds no resources"
+        ),
+    }
+}
+
+/// Where keys are, for a prefix without resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Nearest {
+    /// The prefix holds keys, none of them a resource (the `.push` marker of a push that
+    /// emptied it, the `.rollout` record).
+    Holds,
+    /// The prefix holds no key; this one (a directory of existing keys: `/xdsd/`, `/a/b/`) is
+    /// the nearest to it that does, by edits (a typo), then by how many keys it holds.
+    Elsewhere(String),
+    /// No key near the prefix (in key order) is under a prefix of its shape.
+    Nowhere,
+}
+
+/// For a prefix that holds no resource: whether it holds keys at all, and if not, the nearest
+/// prefix that does among the directories of the keys next to it in key order ([`NEIGHBOURS`] on
+/// each side: a typo sorts near what it misspells). `None` when etcd could not be read.
+async fn nearest_prefix(etcd: &Etcd) -> Option<Nearest> {
+    use etcd_client::{GetOptions, SortOrder, SortTarget};
+    let inner = &etcd.inner;
+    let prefix = inner.options.prefix.as_str();
+    let what = || format!("looking for keys near prefix {prefix}");
+    let mut kv = inner.kv.clone();
+    let after = GetOptions::new()
+        .with_from_key()
+        .with_keys_only()
+        .with_limit(NEIGHBOURS);
+    let before = GetOptions::new()
+        .with_range(prefix.as_bytes().to_vec())
+        .with_sort(SortTarget::Key, SortOrder::Descend)
+        .with_keys_only()
+        .with_limit(NEIGHBOURS);
+    let after = etcd
+        .call(what, kv.get(prefix, Some(after)))
+        .await
+        .ok()?
+        .ok()?;
+    let before = etcd
+        .call(what, kv.get(vec![0u8], Some(before)))
+        .await
+        .ok()?
+        .ok()?;
+    let keys: Vec<&str> = after
+        .kvs()
+        .iter()
+        .chain(before.kvs())
+        .filter_map(|kv| std::str::from_utf8(kv.key()).ok())
+        .collect();
+    if keys.iter().any(|k| k.starts_with(prefix)) {
+        return Some(Nearest::Holds);
+    }
+    Some(nearest_of(prefix, &keys))
+}
+
+/// The directory of `keys` nearest to `prefix`: fewest edits, then most keys, then first in
+/// key order.
+fn nearest_of(prefix: &str, keys: &[&str]) -> Nearest {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for key in keys {
+        for (i, c) in key.char_indices() {
+            // A directory of the prefix's shape: it ends in `/` when the prefix does.
+            if (c == '/' || !prefix.ends_with('/')) && i + c.len_utf8() < key.len() {
+                *counts.entry(&key[..i + c.len_utf8()]).or_default() += 1;
+            }
+        }
+    }
+    counts
+        .into_iter()
+        .filter(|(candidate, _)| *candidate != prefix && candidate.len() > 1)
+        .min_by_key(|(candidate, count)| {
+            (strsim::osa_distance(prefix, candidate), usize::MAX - count)
+        })
+        .map_or(Nearest::Nowhere, |(candidate, _)| {
+            Nearest::Elsewhere(candidate.to_owned())
+        })
+}
+
 /// Parses a key's value as a resource file named `key`: JSON when the key ends in `.json` (in
 /// any letter case), else YAML (which reads JSON too).
 pub fn parse_value(descriptors: &Descriptors, key: &str, value: &[u8]) -> Parsed {
@@ -237,6 +343,9 @@ impl Source for EtcdSource {
             .await
             .map_err(|e| Rejection::new(vec![e.to_string()]))?;
         let revision = snapshot.revision;
+        if snapshot.entries.is_empty() && snapshot.rejected.is_empty() {
+            warn_empty(&etcd).await;
+        }
         self.replace(snapshot);
         self.watch = Some(etcd.watch(revision));
         self.etcd = Some(etcd);
@@ -263,5 +372,32 @@ impl Source for EtcdSource {
             }
             Event::Health { healthy, reason } => SourceEvent::Health { healthy, reason },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{nearest_of, Nearest};
+
+    /// A prefix with a typo (`/xds/` for `/xdsd/`) is told the prefix it misspells, before a
+    /// prefix farther off that holds more keys.
+    #[test]
+    fn the_nearest_prefix_is_the_one_fewest_edits_away() {
+        let keys = [
+            "/registry/a",
+            "/registry/b",
+            "/registry/c",
+            "/xdsd/clusters.yaml",
+            "/xdsd/sub/routes.yaml",
+        ];
+        assert_eq!(
+            nearest_of("/xds/", &keys),
+            Nearest::Elsewhere("/xdsd/".into())
+        );
+        assert_eq!(
+            nearest_of("/registri/", &keys),
+            Nearest::Elsewhere("/registry/".into())
+        );
+        assert_eq!(nearest_of("/xds/", &[]), Nearest::Nowhere);
     }
 }

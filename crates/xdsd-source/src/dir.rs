@@ -109,6 +109,9 @@ pub struct DirectoryCache {
     /// Files read and files parsed by the last load.
     read: usize,
     parsed: usize,
+    /// Files a writer still holds open ([`DirectoryCache::hold`]): not read; what is cached of
+    /// them is kept, and one never read is left out.
+    held: HashSet<PathBuf>,
 }
 
 /// A resource's type URL and name.
@@ -142,6 +145,7 @@ impl Default for DirectoryCache {
             racy: DEFAULT_RACY_WINDOW,
             read: 0,
             parsed: 0,
+            held: HashSet::new(),
         }
     }
 }
@@ -398,6 +402,9 @@ impl DirectoryCache {
     /// Brings one listed file up to date: read again unless its settled stamp is unchanged,
     /// parsed again only if its content changed.
     fn visit(&mut self, pass: &Pass<'_>, found: Found) {
+        if self.held.contains(&found.path) {
+            return;
+        }
         let stamp = stamp_of(&found.meta);
         if let Some(cached) = self.files.get(found.path.as_path()) {
             if cached.stamp == stamp
@@ -637,6 +644,14 @@ impl DirectoryCache {
     pub fn committed(&mut self) {
         self.dirty.clear();
         self.synced = true;
+    }
+
+    /// The loads that follow do not read the files at `paths` (as the loads name them: under
+    /// `dir` as given), whatever their stamp: what is cached of each is kept (its last good
+    /// content), and one never read is left out, as if it were not there yet. For files whose
+    /// writer still holds them open, possibly half written; an empty set ends the hold.
+    pub fn hold(&mut self, paths: HashSet<PathBuf>) {
+        self.held = paths;
     }
 
     /// Resources of the files that parse.

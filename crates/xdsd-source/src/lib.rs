@@ -34,7 +34,7 @@ pub use dir::{
     Limits, DEFAULT_MAX_FILE_BYTES, DEFAULT_RACY_WINDOW,
 };
 pub use error::{Problem, ResourceRef, SourceError};
-pub use parse::{check_duplicates, name_field, parse_file, parse_text, Format};
+pub use parse::{check_duplicates, declared_names, name_field, parse_file, parse_text, Format};
 pub use render::{
     discovery_response_bytes, read_discovery_response, render_discovery_response,
     render_resource_document, FileFormat, RenderError, DISCOVERY_RESPONSE,

@@ -162,6 +162,61 @@ pub fn parse_text(
     Ok(resources)
 }
 
+/// The (type URL, name) of each resource the text of a resource file declares, read leniently:
+/// what a file that fails to parse (a misspelt field, a bad value) meant to define, as far as its
+/// documents can be read at all. Each resource's `"@type"` (a known one, its canonical URL) and
+/// `name` (`cluster_name` for a ClusterLoadAssignment) are all that is read; a resource without
+/// either is skipped, and so is the rest of a file from a document that is not YAML or JSON.
+pub fn declared_names(descriptors: &Descriptors, path: &Path, text: &str) -> Vec<(String, String)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let budget = Cell::new(crate::budget::MAX_NODES);
+    let mut documents: Vec<Value> = Vec::new();
+    match Format::of(path) {
+        Some(Format::Yaml) => {
+            for document in serde_yaml_ng::Deserializer::from_str(text) {
+                match (crate::budget::Budgeted { left: &budget }).deserialize(document) {
+                    Ok(value) => documents.push(value),
+                    Err(_) => break,
+                }
+            }
+        }
+        Some(Format::Json) => {
+            if let Ok(value) = serde_json::from_str(text) {
+                documents.push(value);
+            }
+        }
+        None => {}
+    }
+    let mut out = Vec::new();
+    let mut resource = |value: &Value| {
+        let Value::Object(map) = value else {
+            return;
+        };
+        let name = ["name", "cluster_name", "clusterName"]
+            .iter()
+            .find_map(|key| map.get(*key).and_then(Value::as_str));
+        let desc = map
+            .get("@type")
+            .and_then(Value::as_str)
+            .and_then(|t| descriptors.message_for_type_url(t));
+        if let (Some(name), Some(desc)) = (name, desc) {
+            out.push((type_url_of(&desc), name.to_owned()));
+        }
+    };
+    for document in &documents {
+        match document {
+            Value::Array(items) => items.iter().for_each(&mut resource),
+            Value::Object(map) if !map.contains_key("@type") => {
+                if let Some(Value::Array(items)) = map.get("resources") {
+                    items.iter().for_each(&mut resource);
+                }
+            }
+            other => resource(other),
+        }
+    }
+    out
+}
+
 /// Runs a decode through serde_path_to_error, prefixing any error with the field path (serde_json
 /// reports only line and column; serde_yaml_ng errors already carry the path).
 fn with_path<'de, D: serde::Deserializer<'de>>(

@@ -14,9 +14,10 @@ pub const DEBOUNCE: Duration = Duration::from_millis(100);
 /// A directory that never stays quiet still gets reloaded this often (unless a file written in
 /// place is still open: see [`OPEN_WRITE_BOUND`]).
 pub const MAX_DELAY: Duration = Duration::from_secs(2);
-/// The longest a change waits for a file written in place to be closed by its writer: a writer
-/// that keeps a file open longer has what it wrote so far applied then (and the rest when it
-/// closes the file or writes again). On Linux the watcher is told when a writer closes a file
+/// The longest a file written in place is held at its last good content while its writer keeps
+/// it open (the rest of the directory is applied meanwhile): a writer that keeps a file open
+/// longer has what it wrote so far applied then (and the rest when it closes the file or writes
+/// again). On Linux the watcher is told when a writer closes a file
 /// it wrote (`IN_CLOSE_WRITE`); elsewhere, in-place writes wait for [`DEBOUNCE`] of quiet only.
 pub const OPEN_WRITE_BOUND: Duration = Duration::from_secs(5);
 
@@ -83,7 +84,11 @@ impl Drop for DirectoryWatch {
 /// Kubernetes' ConfigMap update (files written under a `..`-prefixed directory, then the `..data`
 /// symlink swapped by a rename). A file written in place may be seen half-written, so such a
 /// change waits until its writer closed the file and the directory was quiet for [`DEBOUNCE`]
-/// (at most [`MAX_DELAY`] in all, or [`OPEN_WRITE_BOUND`] while a writer keeps a file open).
+/// (at most [`MAX_DELAY`] in all). While a writer keeps a file open (at most
+/// [`OPEN_WRITE_BOUND`]), that file holds back only itself: the rest of the directory is applied
+/// as it would be without it, the file at its last good content (left out if it is new; with
+/// [`WatchOptions::incremental`] off there is no last content to hold, and the whole change
+/// waits for it). A FIFO, socket or device with a resource file's name holds nothing back.
 /// A removal may be the first of many (`rm -rf`, `rsync --delete`, a branch switch) or be
 /// followed by the file created anew (`git checkout -- file` unlinks the file and writes a new
 /// one): it waits for [`DEBOUNCE`] of quiet too, so that a burst of removals, and a removal
@@ -337,8 +342,12 @@ fn reload_loop(
     // changed. Filled now, while the program makes its own first load, so that the first change
     // is already incremental.
     let mut cache = DirectoryCache::default();
-    // A burst carried over: events that came while the directory was being read.
-    let mut carried: Option<(Burst, Instant)> = None;
+    // A burst carried over: events that came while the directory was being read, and the files
+    // held open by their writers (held at their last good content).
+    let mut carried: Option<Burst> = None;
+    // A file held open is held at what the cache last read of it; without a cache kept between
+    // reloads (not incremental) there is nothing to hold it at: the reload waits for it.
+    let holding = options.incremental;
     if options.incremental && options.cache_from_consumer {
         // The consumer's own load, once it committed it: the events seen meanwhile are the
         // first burst (the files they name may have changed after the consumer read them).
@@ -359,13 +368,13 @@ fn reload_loop(
             }
         }
         if seen {
-            carried = Some((meanwhile, Instant::now()));
+            carried = Some(meanwhile);
         }
     } else if options.incremental {
         let _ = cache.rescan(descriptors, dir, &options.limits);
     }
     loop {
-        let (mut burst, burst_start) = match carried.take() {
+        let mut burst = match carried.take() {
             Some(carried) => carried,
             None => {
                 // Wait for the first relevant event of a burst, checking now and then that the
@@ -383,44 +392,60 @@ fn reload_loop(
                             if watched.recheck(dir, on_load) {
                                 burst.unknown = true;
                                 burst.rescan = true;
+                                burst.mark_started();
                                 break;
                             }
                         }
                         Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
-                (burst, Instant::now())
+                burst
             }
         };
+        // The burst ends when what it changed, besides the files held open, is whole (at once)
+        // or quiet (after DEBOUNCE without an event), or at the latest MAX_DELAY after it
+        // started. A file held open waits for its writer to close it, or for OPEN_WRITE_BOUND;
+        // meanwhile the rest of the directory is applied without it (`holding`).
         let mut quiet_until = Instant::now() + debounce;
         loop {
-            // Events already queued belong to the same burst.
-            let next = if burst.complete() {
+            burst.expire(Instant::now());
+            let ready = burst.pending() && (holding || !burst.open());
+            let next = if ready && burst.complete() {
+                // Events already queued belong to the same burst.
                 match rx.try_recv() {
                     Ok(message) => Ok(message),
                     Err(mpsc::TryRecvError::Empty) => break,
                     Err(mpsc::TryRecvError::Disconnected) => return,
                 }
             } else {
-                // Quiet ends the burst, unless a file written in place is still open: then its
-                // close does (followed by quiet), or the bound.
-                let until = if burst.open() {
-                    burst_start + OPEN_WRITE_BOUND
-                } else {
-                    quiet_until
+                let mut until = if ready { Some(quiet_until) } else { None };
+                if let Some(bound) = burst.next_bound() {
+                    until = Some(until.map_or(bound, |u| u.min(bound)));
+                }
+                let message = match until {
+                    Some(until) => rx.recv_timeout(until.saturating_duration_since(Instant::now())),
+                    // Nothing to apply, nothing held: a burst that came to nothing.
+                    None if !burst.pending() => break,
+                    None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
                 };
-                let wait = until.saturating_duration_since(Instant::now());
-                match rx.recv_timeout(wait) {
+                match message {
                     Ok(message) => Ok(message),
-                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Timeout) => {
+                        burst.expire(Instant::now());
+                        let ready = burst.pending() && (holding || !burst.open());
+                        if ready && Instant::now() >= quiet_until {
+                            break;
+                        }
+                        continue;
+                    }
                     Err(RecvTimeoutError::Disconnected) => return,
                 }
             };
             match next {
                 Ok(Message::Event(event)) if is_relevant(&event) => {
                     burst.add(&event, dir);
-                    let elapsed = burst_start.elapsed();
-                    if elapsed >= OPEN_WRITE_BOUND || (elapsed >= MAX_DELAY && !burst.open()) {
+                    let overdue = burst.started.is_some_and(|s| s.elapsed() >= MAX_DELAY);
+                    if overdue && (holding || !burst.open()) {
                         break;
                     }
                     quiet_until = Instant::now() + debounce;
@@ -430,40 +455,46 @@ fn reload_loop(
                 Err(()) => {}
             }
         }
+        if !burst.pending() {
+            carried = burst.open().then(|| burst.holding_on());
+            continue;
+        }
         if burst.root_gone {
             watched.lost = true;
             // Watch the directory now at `dir` (if any) before reading it: none of its changes
             // are missed.
             watched.recheck(dir, on_load);
         }
+        // Events name paths under the absolute path of the directory; the cache, as a full
+        // load, under `dir` as given.
+        let absolute = std::env::current_dir()
+            .map(|cwd| cwd.join(dir))
+            .unwrap_or_else(|_| dir.to_path_buf());
+        let as_given = |p: &PathBuf| match p.strip_prefix(&absolute) {
+            Ok(relative) if dir.is_relative() => dir.join(relative),
+            _ => p.clone(),
+        };
+        // The files held open keep what the cache last read of them; the rest is read.
+        let held = burst.open_paths();
+        cache.hold(held.iter().map(as_given).collect());
+        burst.paths.retain(|p| !held.contains(p));
         let result = if !options.incremental {
             cache = DirectoryCache::default();
             cache.rescan(descriptors, dir, &options.limits)
         } else if burst.rescan {
             cache.rescan(descriptors, dir, &options.limits)
         } else {
-            // Events name paths under the absolute path of the directory; the cache, as a full
-            // load, under `dir` as given.
-            let absolute = std::env::current_dir()
-                .map(|cwd| cwd.join(dir))
-                .unwrap_or_else(|_| dir.to_path_buf());
-            let paths: Vec<PathBuf> = burst
-                .paths
-                .iter()
-                .map(|p| match p.strip_prefix(&absolute) {
-                    Ok(relative) if dir.is_relative() => dir.join(relative),
-                    _ => p.clone(),
-                })
-                .collect();
+            let paths: Vec<PathBuf> = burst.paths.iter().map(as_given).collect();
             cache.reload_paths(descriptors, dir, &options.limits, &paths)
         };
+        cache.hold(Default::default());
         // A directory is read file by file: one that changed meanwhile may have been read half
         // old, half new (a route from after the change, the cluster it needs from before). Such
         // a read is not applied; the files changed meanwhile are read again (within MAX_DELAY
         // of the burst's start: a directory that never stops changing is still loaded). Changes
         // to other files than those read are taken by the next reload, which starts at once:
-        // what was read is as it was when the read started.
-        let mut during = Burst::default();
+        // what was read is as it was when the read started. The files held open are carried.
+        let mut during = burst.holding_on();
         let mut changed = false;
         loop {
             match rx.try_recv() {
@@ -476,13 +507,17 @@ fn reload_loop(
                 Err(mpsc::TryRecvError::Empty) => break,
             }
         }
-        if changed {
-            if burst.overlaps(&during) && burst_start.elapsed() < MAX_DELAY {
-                tracing::debug!(dir = %dir.display(), "the directory changed while it was read: reading it again");
-                carried = Some((during, burst_start));
-                continue;
-            }
-            carried = Some((during, Instant::now()));
+        if changed
+            && burst.overlaps(&during)
+            && burst.started.is_some_and(|s| s.elapsed() < MAX_DELAY)
+        {
+            tracing::debug!(dir = %dir.display(), "the directory changed while it was read: reading it again");
+            during.started = burst.started;
+            carried = Some(during);
+            continue;
+        }
+        if changed || during.open() {
+            carried = Some(during);
         }
         // The consumer logs the outcome (committed or rejected) once; these are for debugging.
         match &result {
@@ -520,9 +555,8 @@ const MAX_BURST_PATHS: usize = 262_144;
 /// written (applied once its files are closed and the directory is quiet).
 #[derive(Debug, Default)]
 struct Burst {
-    /// Files written in place and not (yet) renamed elsewhere: possibly half-written. True while
-    /// the writer may still have the file open (written, not closed since).
-    writing: std::collections::HashMap<PathBuf, bool>,
+    /// Files written in place and not (yet) renamed elsewhere: possibly half-written.
+    writing: std::collections::HashMap<PathBuf, Writing>,
     /// Resource paths removed (or renamed away): more removals, or the file created anew, may
     /// follow.
     removed: bool,
@@ -536,10 +570,59 @@ struct Burst {
     paths: std::collections::HashSet<PathBuf>,
     /// Events were missed, or cannot be told by their paths: the whole tree is listed.
     rescan: bool,
+    /// The renames seen renamed away from the directory (their trackers): their arrival, seen
+    /// within it, is followed by the rename's own event, which the burst waits for.
+    renamed_from: std::collections::HashSet<usize>,
+    /// When the burst first had something to apply besides the files held open.
+    started: Option<Instant>,
+    /// How many of `writing` are [`Writing::Open`] (each of their paths is in `paths`, unless
+    /// the burst lists the whole tree), and a time no later than the earliest of them opened:
+    /// so that what a burst waits for is told without a walk of its files at every event.
+    open_count: usize,
+    earliest: Option<Instant>,
+}
+
+/// Where a file written in place is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writing {
+    /// Its writer may still have it open (written, not closed since), since then: held at its
+    /// last good content until closed, or for [`OPEN_WRITE_BOUND`].
+    Open(Instant),
+    /// Open past [`OPEN_WRITE_BOUND`]: read as it is (and again when its writer closes it).
+    Overdue,
+    /// Closed by its writer: whole once the directory is quiet.
+    Closed,
 }
 
 impl Burst {
+    /// Sets (or, with `None`, forgets) where the file at `path` is, keeping the counts.
+    fn set_writing(&mut self, path: &Path, new: Option<Writing>) {
+        let old = match new {
+            Some(writing) => self.writing.insert(path.to_path_buf(), writing),
+            None => self.writing.remove(path),
+        };
+        if matches!(old, Some(Writing::Open(_))) {
+            self.open_count -= 1;
+        }
+        if let Some(Writing::Open(since)) = new {
+            self.open_count += 1;
+            self.earliest = Some(self.earliest.map_or(since, |e| e.min(since)));
+        }
+    }
+
     fn add(&mut self, event: &notify::Result<Event>, dir: &Path) {
+        self.add_event(event, dir);
+        self.mark_started();
+    }
+
+    /// Starts the burst's clock once it has something to apply.
+    fn mark_started(&mut self) {
+        if self.started.is_none() && self.pending() {
+            self.started = Some(Instant::now());
+        }
+    }
+
+    fn add_event(&mut self, event: &notify::Result<Event>, dir: &Path) {
         use notify::event::{CreateKind, RemoveKind, RenameMode};
         let Ok(event) = event else {
             self.unknown = true;
@@ -575,7 +658,10 @@ impl Burst {
             // `rename(from, to)`: what was written at `from` is now whole at `to`.
             EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
                 if let Some(from) = event.paths.first() {
-                    self.writing.remove(from);
+                    self.set_writing(from, None);
+                }
+                if let Some(tracker) = event.attrs.tracker() {
+                    self.renamed_from.remove(&tracker);
                 }
                 self.whole = true;
             }
@@ -583,16 +669,39 @@ impl Burst {
             // when it was renamed within the directory, follows and makes the burst whole.
             EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
                 for path in &event.paths {
-                    self.writing.remove(path);
+                    self.set_writing(path, None);
+                }
+                if let Some(tracker) = event.attrs.tracker() {
+                    self.renamed_from.insert(tracker);
+                }
+            }
+            // Renamed into place. Within the directory (its `From` seen: `sed -i`, an editor's
+            // temporary file) the rename's `Both` event follows at once: the burst waits for it,
+            // or it would be a reload of its own that changes nothing. From elsewhere, whole.
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)) => {
+                let within = event
+                    .attrs
+                    .tracker()
+                    .is_some_and(|t| self.renamed_from.contains(&t));
+                if !within {
+                    self.whole = true;
                 }
             }
             EventKind::Modify(ModifyKind::Name(_)) => self.whole = true,
             EventKind::Remove(kind @ (RemoveKind::File | RemoveKind::Folder | RemoveKind::Any)) => {
                 for path in &event.paths {
                     if kind == RemoveKind::File {
-                        self.writing.remove(path);
+                        self.set_writing(path, None);
                     } else {
-                        self.writing.retain(|p, _| !p.starts_with(path));
+                        let under: Vec<PathBuf> = self
+                            .writing
+                            .keys()
+                            .filter(|p| p.starts_with(path))
+                            .cloned()
+                            .collect();
+                        for p in under {
+                            self.set_writing(&p, None);
+                        }
                     }
                 }
                 // Kubernetes removes its old staging directory after the swap: nothing visible.
@@ -613,7 +722,7 @@ impl Burst {
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => {
                 for path in &event.paths {
                     if may_be_written(path) {
-                        self.writing.insert(path.clone(), false);
+                        self.set_writing(path, Some(Writing::Closed));
                     }
                 }
             }
@@ -622,14 +731,27 @@ impl Burst {
                     if !may_be_written(path) {
                         continue;
                     }
-                    // A symbolic link is whole when it appears: no writer closes it.
-                    let link = matches!(event.kind, EventKind::Create(_))
+                    // A symbolic link is whole when it appears: no writer closes it. What is not
+                    // a regular file (a FIFO, a socket, a device) holds nothing to load and is
+                    // never closed by a writer of a file: whole too.
+                    let created = matches!(event.kind, EventKind::Create(_));
+                    let link = created
                         && std::fs::symlink_metadata(path)
                             .is_ok_and(|m| m.file_type().is_symlink());
-                    if link {
+                    let special = std::fs::metadata(path).is_ok_and(|m| !m.is_file());
+                    if link || special {
                         self.whole = true;
-                    } else {
-                        self.writing.insert(path.clone(), CLOSE_REPORTED);
+                        continue;
+                    }
+                    // Open (again) unless it already is, or is read as it is (overdue).
+                    let closed = self.writing.get(path).is_none_or(|w| *w == Writing::Closed);
+                    if closed {
+                        let writing = if CLOSE_REPORTED {
+                            Writing::Open(Instant::now())
+                        } else {
+                            Writing::Closed
+                        };
+                        self.set_writing(path, Some(writing));
                     }
                 }
             }
@@ -638,14 +760,74 @@ impl Burst {
         }
     }
 
-    /// Whole when seen: applied without waiting for quiet.
+    /// Whole when seen, but for the files held open: applied without waiting for quiet.
     fn complete(&self) -> bool {
-        self.whole && self.writing.is_empty() && !self.removed && !self.unknown
+        self.whole
+            && self.renamed_from.is_empty()
+            && self.writing.len() == self.open_count
+            && !self.removed
+            && !self.unknown
+    }
+
+    /// Something to read besides the files held open.
+    fn pending(&self) -> bool {
+        self.rescan || self.unknown || self.paths.len() > self.open_count
     }
 
     /// A file written in place may still be open for writing.
     fn open(&self) -> bool {
-        self.writing.values().any(|open| *open)
+        self.open_count > 0
+    }
+
+    /// The files held open.
+    fn open_paths(&self) -> std::collections::HashSet<PathBuf> {
+        self.writing
+            .iter()
+            .filter(|(_, w)| matches!(w, Writing::Open(_)))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// When the first file held open reaches [`OPEN_WRITE_BOUND`] (or a little earlier).
+    fn next_bound(&self) -> Option<Instant> {
+        if self.open_count == 0 {
+            return None;
+        }
+        self.earliest.map(|e| e + OPEN_WRITE_BOUND)
+    }
+
+    /// The files held open past [`OPEN_WRITE_BOUND`] at `now` are read as they are. Looks at the
+    /// files only when the earliest may have reached it.
+    fn expire(&mut self, now: Instant) {
+        if self.next_bound().is_some_and(|bound| now >= bound) {
+            let mut earliest: Option<Instant> = None;
+            let mut expired = 0;
+            for writing in self.writing.values_mut() {
+                if let Writing::Open(since) = *writing {
+                    if now >= since + OPEN_WRITE_BOUND {
+                        *writing = Writing::Overdue;
+                        expired += 1;
+                    } else {
+                        earliest = Some(earliest.map_or(since, |e| e.min(since)));
+                    }
+                }
+            }
+            self.open_count -= expired;
+            self.earliest = earliest;
+        }
+        self.mark_started();
+    }
+
+    /// The next burst: the files this one held open, still held.
+    fn holding_on(&self) -> Burst {
+        let mut next = Burst::default();
+        for (path, writing) in &self.writing {
+            if matches!(writing, Writing::Open(_)) {
+                next.set_writing(path, Some(*writing));
+                next.paths.insert(path.clone());
+            }
+        }
+        next
     }
 
     /// Whether `later` may have changed what this burst read: a path of one is (under) a path
@@ -732,4 +914,90 @@ fn is_editor_scratch(name: &str) -> bool {
         || name.ends_with(".swp")
         || name.ends_with(".swx")
         || (name.starts_with('#') && name.ends_with('#'))
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{ModifyKind, RenameMode};
+    use notify::{Event, EventKind};
+
+    use super::Burst;
+
+    fn rename(mode: RenameMode, tracker: usize, paths: &[&str]) -> notify::Result<Event> {
+        let mut event = Event::new(EventKind::Modify(ModifyKind::Name(mode))).set_tracker(tracker);
+        for path in paths {
+            event = event.add_path(path.into());
+        }
+        Ok(event)
+    }
+
+    /// A rename within the directory comes as `From`, `To`, then `Both`: the burst is whole
+    /// once `Both` came, not at `To` (a reload between them would be followed by a second one
+    /// for `Both`, which changes nothing).
+    #[test]
+    fn a_rename_within_the_directory_is_whole_at_its_both_event() {
+        let dir = std::path::Path::new("/d");
+        let mut burst = Burst::default();
+        burst.add(&rename(RenameMode::From, 7, &["/d/sedAb12"]), dir);
+        assert!(!burst.complete());
+        burst.add(&rename(RenameMode::To, 7, &["/d/a.yaml"]), dir);
+        assert!(!burst.complete(), "whole before the rename's Both event");
+        burst.add(
+            &rename(RenameMode::Both, 7, &["/d/sedAb12", "/d/a.yaml"]),
+            dir,
+        );
+        assert!(burst.complete());
+    }
+
+    fn written(kind: EventKind, path: &str) -> notify::Result<Event> {
+        Ok(Event::new(kind).add_path(path.into()))
+    }
+
+    /// A file its writer holds open is held: alone it is nothing to apply, beside a whole
+    /// change it does not keep that change from being applied at once; once closed, or past
+    /// [`super::OPEN_WRITE_BOUND`], it is to be read.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_file_held_open_holds_back_only_itself() {
+        use notify::event::{AccessKind, AccessMode, DataChange};
+        let dir = std::path::Path::new("/d");
+        let modify = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        let mut burst = Burst::default();
+        burst.add(&written(modify, "/d/c2.yaml"), dir);
+        assert!(burst.open() && !burst.pending(), "nothing to apply yet");
+        burst.add(&rename(RenameMode::To, 3, &["/d/c1.yaml"]), dir);
+        assert!(
+            burst.pending() && burst.complete(),
+            "the rename is applied at once"
+        );
+        assert_eq!(burst.open_paths().len(), 1);
+
+        let mut held = burst.holding_on();
+        assert!(held.open() && !held.pending());
+        let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        held.add(&written(close, "/d/c2.yaml"), dir);
+        assert!(!held.open() && held.pending(), "closed: to be read");
+
+        let mut kept = burst.holding_on();
+        let bound = kept.next_bound().expect("a bound");
+        kept.expire(bound);
+        assert!(
+            !kept.open() && kept.pending(),
+            "past the bound: read as it is"
+        );
+        kept.add(&written(modify, "/d/c2.yaml"), dir);
+        assert!(
+            !kept.open(),
+            "written again past the bound: still read as it is"
+        );
+    }
+
+    /// A file renamed in from elsewhere has no `From` in the directory: whole at `To`.
+    #[test]
+    fn a_rename_from_elsewhere_is_whole_at_its_to_event() {
+        let dir = std::path::Path::new("/d");
+        let mut burst = Burst::default();
+        burst.add(&rename(RenameMode::To, 9, &["/d/a.yaml"]), dir);
+        assert!(burst.complete());
+    }
 }

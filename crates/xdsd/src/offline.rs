@@ -1,10 +1,10 @@
 //! `xdsd check` and `xdsd render`: load a directory as `serve` does, report, write files, exit.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::process::ExitCode;
 
-use xdsd_core::store::{Store, UpdateSummary, MAX_LISTED};
+use xdsd_core::store::{Dangling, Store, StoreError, UpdateSummary, MAX_LISTED};
 use xdsd_core::types;
 use xdsd_source::{Descriptors, SourceError};
 
@@ -106,6 +106,7 @@ fn invalid(dir: &Path, e: &LoadError) -> Failure {
 /// checked.
 fn check_the_rest(
     source: &SourceArgs,
+    descriptors: &Descriptors,
     dir: &Path,
     cache: &xdsd_source::DirectoryCache,
     error: &SourceError,
@@ -121,10 +122,32 @@ fn check_the_rest(
         .filter(|r| r.constraints.is_some() || seen.insert((r.type_url.clone(), r.name.clone())))
         .collect();
     let count = parsed.len();
+    // What the files in error meant to define: a reference to one of those is not a second error
+    // (the typo is the first), it is said as such.
+    let declared = declared_in(descriptors, &unchecked, &errors, &source.limits());
     let store = Store::with_reference_policy(source.reference_policy());
     let mut hint = None;
+    let mut in_failed = Vec::new();
     match commit(&store, parsed) {
-        Ok(loaded) => print_dangling(&loaded.summary),
+        Ok(mut loaded) => {
+            let (failed, rest) = std::mem::take(&mut loaded.summary.dangling)
+                .into_iter()
+                .partition(|d| declared.contains_key(&target(d)));
+            in_failed = failed;
+            loaded.summary.dangling = rest;
+            print_dangling(&loaded.summary);
+        }
+        Err(LoadError::Store(StoreError::DanglingReferences(list))) => {
+            let (failed, rest): (Vec<Dangling>, Vec<Dangling>) = list
+                .into_iter()
+                .partition(|d| declared.contains_key(&target(d)));
+            in_failed = failed;
+            if !rest.is_empty() {
+                let e = LoadError::Store(StoreError::DanglingReferences(rest));
+                messages.extend(e.messages());
+                hint = e.hint();
+            }
+        }
         Err(e) => {
             messages.extend(e.messages());
             hint = e.hint();
@@ -136,11 +159,30 @@ fn check_the_rest(
     if let Some(hint) = hint {
         eprintln!("hint: {hint}");
     }
+    for d in in_failed.iter().take(MAX_LISTED) {
+        let (type_url, name) = target(d);
+        let file = declared
+            .get(&(type_url.clone(), name.clone()))
+            .map(|f| f.display().to_string())
+            .unwrap_or_default();
+        eprintln!(
+            "note: {} {name:?}, which {} refers to, is in {file}, which failed above: not a \
+             second error",
+            file_stem_of(&type_url),
+            referrer(d),
+        );
+    }
+    if in_failed.len() > MAX_LISTED {
+        eprintln!(
+            "note: {} more references to resources of the files that failed",
+            in_failed.len() - MAX_LISTED
+        );
+    }
     let files: Vec<String> = unchecked.iter().map(|f| f.display().to_string()).collect();
     eprintln!(
         "note: references and variants were checked among the {count} resources of the files that \
-         parsed; the resources of {} could not be checked (a reference to one of them counts as \
-         missing here)",
+         parsed; the resources of {} could not be checked (a reference to one of them is a note \
+         when its name can be read from the file, else it counts as missing here)",
         match files.len() {
             0 => "the files in error".to_owned(),
             _ => files.join(", "),
@@ -157,6 +199,70 @@ fn check_the_rest(
             }
         ),
     }
+}
+
+/// The (type URL, name) a dangling reference names.
+fn target(d: &Dangling) -> (String, String) {
+    (
+        d.reference.type_url.to_owned(),
+        d.reference.name.to_string(),
+    )
+}
+
+/// The message name of a type URL: `Cluster`.
+fn file_stem_of(type_url: &str) -> &str {
+    type_url.rsplit(['.', '/']).next().unwrap_or(type_url)
+}
+
+/// The resource a dangling reference is from, and its field: `routes.yaml (resource #1):
+/// RouteConfiguration "local" field virtual_hosts[0].routes[0].route.cluster`.
+fn referrer(d: &Dangling) -> String {
+    let origin = d
+        .origin
+        .as_deref()
+        .map(|o| format!("{o}: "))
+        .unwrap_or_default();
+    format!(
+        "{origin}{} {:?} field {}",
+        file_stem_of(&d.type_url),
+        &*d.name,
+        d.reference.field
+    )
+}
+
+/// The (type URL, name) of each resource the files in error meant to define, with the file: read
+/// leniently from each file (at most `--max-file-bytes` of it), and from the errors that name
+/// their resource.
+fn declared_in(
+    descriptors: &Descriptors,
+    files: &BTreeSet<&Path>,
+    errors: &[&SourceError],
+    limits: &xdsd_source::Limits,
+) -> HashMap<(String, String), std::path::PathBuf> {
+    let mut out = HashMap::new();
+    for error in errors {
+        if let SourceError::Resource { resource, .. } = error {
+            let type_url = resource
+                .type_url
+                .as_deref()
+                .and_then(|t| descriptors.message_for_type_url(t))
+                .map(|desc| xdsd_source::type_url_of(&desc));
+            if let (Some(type_url), Some(name)) = (type_url, &resource.name) {
+                out.insert((type_url, name.clone()), resource.file.clone());
+            }
+        }
+    }
+    for file in files {
+        let small =
+            std::fs::metadata(file).is_ok_and(|m| m.is_file() && m.len() <= limits.max_file_bytes);
+        let Some(text) = small.then(|| std::fs::read_to_string(file).ok()).flatten() else {
+            continue;
+        };
+        for key in xdsd_source::declared_names(descriptors, file, &text) {
+            out.entry(key).or_insert_with(|| file.to_path_buf());
+        }
+    }
+    out
 }
 
 /// The file an error of the source is about, when it is one file's.
@@ -194,7 +300,7 @@ fn run_check(args: &CheckArgs) -> Result<(), Failure> {
     let store = Store::with_reference_policy(args.source.reference_policy());
     let mut cache = xdsd_source::DirectoryCache::default();
     if let Err(e) = cache.rescan(&descriptors, dir, &args.source.limits()) {
-        return Err(check_the_rest(&args.source, dir, &cache, &e));
+        return Err(check_the_rest(&args.source, &descriptors, dir, &cache, &e));
     }
     let loaded = commit(&store, cache.resources()).map_err(|e| invalid(dir, &e))?;
     print_dangling(&loaded.summary);

@@ -489,6 +489,9 @@ pub struct Dangling {
     pub constraints: Option<Arc<Constraints>>,
     /// What it refers to, from which field.
     pub reference: Reference,
+    /// The existing name of the referenced type nearest to the missing one, when close enough
+    /// to be a typo: `backend` for `backnd`.
+    pub suggestion: Option<Arc<str>>,
 }
 
 /// The message name of a type URL: `Listener` for `type.googleapis.com/envoy...v3.Listener`.
@@ -511,8 +514,26 @@ impl fmt::Display for Dangling {
             self.reference.field,
             short_type(self.reference.type_url),
             &*self.reference.name
-        )
+        )?;
+        if let Some(name) = &self.suggestion {
+            write!(f, " (did you mean {name:?}?)")?;
+        }
+        Ok(())
     }
+}
+
+/// The name of `names` nearest to `missing`, within a third of its length (at least one edit, at
+/// most three; a transposition counts as one), as `did you mean` suggests an unknown field.
+fn nearest<'a>(missing: &str, names: impl Iterator<Item = &'a Arc<str>>) -> Option<Arc<str>> {
+    let length = missing.chars().count();
+    let limit = (length / 3).clamp(1, 3);
+    names
+        // A length further off than the limit is further off in edits too.
+        .filter(|name| name.chars().count().abs_diff(length) <= limit)
+        .map(|name| (strsim::osa_distance(missing, name), name))
+        .filter(|(distance, _)| *distance <= limit)
+        .min()
+        .map(|(_, name)| name.clone())
 }
 
 /// How many dangling references an error message lists; the rest are counted.
@@ -590,7 +611,14 @@ pub(crate) fn dangling_of<'a>(
                 origin: resource.origin().cloned(),
                 constraints: resource.constraints().cloned(),
                 reference: reference.clone(),
+                suggestion: None,
             });
+        }
+    }
+    // Only the listed ones are said: each costs a walk of its type's names.
+    for d in out.iter_mut().take(MAX_LISTED) {
+        if let Some(t) = types.get(d.reference.type_url) {
+            d.suggestion = nearest(&d.reference.name, t.iter().map(|r| r.name()));
         }
     }
     out

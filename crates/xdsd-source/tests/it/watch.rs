@@ -569,3 +569,108 @@ fn a_log_written_in_the_directory_reloads_nothing() {
     let next = rx.recv_timeout(WAIT).expect("a load");
     assert_eq!(names(&next), ["a", "b"], "a load before b's");
 }
+
+/// A FIFO with a resource file's name (`fifo.yaml`): no writer ever closes it, and it holds
+/// nothing to load, so it holds nothing back: a rename of another file is applied at once.
+#[cfg(unix)]
+#[test]
+fn a_fifo_named_like_a_resource_file_holds_nothing_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    write(&dir, "a.yaml", &cluster_yaml("a"));
+    let (_watch, rx) = watch(&dir);
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.join("fifo.yaml"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    write(tmp.path(), "b.yaml", &cluster_yaml("b"));
+    let started = std::time::Instant::now();
+    std::fs::rename(tmp.path().join("b.yaml"), dir.join("b.yaml")).unwrap();
+    wait_for(&rx, "a and b", |l| names(l) == ["a", "b"]).unwrap();
+    assert!(
+        started.elapsed() < xdsd_source::OPEN_WRITE_BOUND / 2,
+        "held back by the FIFO: {:?}",
+        started.elapsed()
+    );
+}
+
+/// A writer holds `c2.yaml` open half written while `c1.yaml` is renamed into place: the rename
+/// is applied at once with `c2.yaml` as it was before its writer opened it (its last good
+/// content), never its half; `c2.yaml` is applied whole when its writer closes it.
+#[test]
+fn a_file_held_open_holds_back_only_itself() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    write(&dir, "c2.yaml", &cluster_yaml("old"));
+    let (_watch, rx) = watch(&dir);
+    // A first change, so that the watch has read the directory before the writer opens c2.yaml.
+    write(tmp.path(), "c0.yaml", &cluster_yaml("c0"));
+    std::fs::rename(tmp.path().join("c0.yaml"), dir.join("c0.yaml")).unwrap();
+    wait_for(&rx, "c0", |l| names(l) == ["c0", "old"]).unwrap();
+
+    let (head, tail) = two_documents("half", "rest");
+    let mut file = std::fs::File::create(dir.join("c2.yaml")).unwrap();
+    file.write_all(head.as_bytes()).unwrap();
+    file.flush().unwrap();
+
+    write(tmp.path(), "c1.yaml", &cluster_yaml("c1"));
+    let renamed = std::time::Instant::now();
+    std::fs::rename(tmp.path().join("c1.yaml"), dir.join("c1.yaml")).unwrap();
+    let load = rx.recv_timeout(WAIT).expect("the rename is applied");
+    assert_eq!(
+        names(&load),
+        ["c0", "c1", "old"],
+        "c1 with c2.yaml's last good content"
+    );
+    assert!(
+        renamed.elapsed() < xdsd_source::OPEN_WRITE_BOUND / 2,
+        "the rename waited for the open file: {:?}",
+        renamed.elapsed()
+    );
+
+    file.write_all(tail.as_bytes()).unwrap();
+    drop(file);
+    let load = rx
+        .recv_timeout(WAIT)
+        .expect("c2.yaml is applied once closed");
+    assert_eq!(names(&load), ["c0", "c1", "half", "rest"]);
+}
+
+/// `sed -i` writes a temporary file beside the one it edits and renames it over it: one edit,
+/// one reload. After each edit the next load is the next change's, not a second one for the
+/// edit (the rename's events come in two parts that a reload must not split).
+#[cfg(unix)]
+#[test]
+fn an_edit_with_sed_in_place_is_one_reload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("resources");
+    write(&dir, "a.yaml", &cluster_yaml("a0"));
+    let (_watch, rx) = watch(&dir);
+    for round in 1..=10 {
+        let sed = std::process::Command::new("sed")
+            .args(["-i", &format!("s/name: a{}/name: a{round}/", round - 1)])
+            .arg(dir.join("a.yaml"))
+            .status()
+            .expect("sed runs");
+        assert!(sed.success());
+        let edited = format!("a{round}");
+        let mut want = vec![edited.clone()];
+        if round > 1 {
+            want.push(format!("m{}", round - 1));
+        }
+        let load = rx.recv_timeout(WAIT).expect("the edit is applied");
+        assert_eq!(names(&load), want, "round {round}");
+        // The next change: the next load is its own, not a second one for sed's edit.
+        let marker = format!("m{round}");
+        write(tmp.path(), "m.yaml", &cluster_yaml(&marker));
+        std::fs::rename(tmp.path().join("m.yaml"), dir.join("m.yaml")).unwrap();
+        let next = rx.recv_timeout(WAIT).expect("a load");
+        assert_eq!(
+            names(&next),
+            [edited.as_str(), marker.as_str()],
+            "round {round}: a second load for the edit"
+        );
+    }
+}

@@ -262,6 +262,51 @@ fn references_are_checked_among_the_files_that_parse_while_others_fail() {
     assert_mentions(&run.stderr, &["2 errors"], "the count");
 }
 
+/// A misspelt field fails its file; the reference to the resource that file holds is not a
+/// second error but a note naming the file. A reference one typo away from an existing name is
+/// an error that suggests it.
+#[test]
+fn one_typo_is_one_error_and_a_near_name_is_suggested() {
+    let dir = ResourceDir::new();
+    dir.write(
+        "cluster.yaml",
+        &format!("\"@type\": {CLUSTER}\nname: backend\ntype: STATIC\nconect_timeout: 1s\n"),
+    );
+    dir.write("route.yaml", &route_yaml("r", "backend"));
+    let run = run(&dir.path(), &[]);
+    assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
+    let errors = error_lines(&run.stderr);
+    assert_eq!(errors.len(), 1, "the typo, once:\n{}", run.stderr);
+    assert_mentions(errors[0], &["cluster.yaml", "conect_timeout"], "the typo");
+    assert_mentions(
+        &run.stderr,
+        &[
+            "note: Cluster \"backend\", which ",
+            "route.yaml (resource #1): RouteConfiguration \"r\"",
+            "cluster.yaml, which failed above: not a second error",
+        ],
+        "the reference to the cluster of the failed file",
+    );
+    assert_mentions(&run.stderr, &["1 error"], "the count");
+    assert!(!run.stderr.contains("2 errors"), "{}", run.stderr);
+
+    dir.write("cluster.yaml", &cluster_yaml("backend"));
+    dir.write("route.yaml", &route_yaml("r", "backnd"));
+    let run = crate::cli_check::run(&dir.path(), &[]);
+    assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
+    let errors = error_lines(&run.stderr);
+    assert_eq!(errors.len(), 1, "{}", run.stderr);
+    assert_mentions(
+        errors[0],
+        &[
+            "Cluster \"backnd\"",
+            "does not exist",
+            "did you mean \"backend\"?",
+        ],
+        "the dangling name",
+    );
+}
+
 #[test]
 fn references_and_external_names_are_the_flags_of_serve() {
     let dir = ResourceDir::new();

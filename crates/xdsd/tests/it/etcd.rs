@@ -535,3 +535,26 @@ async fn write_files_works_with_etcd_as_the_source() {
         sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// An `--etcd-prefix` with a typo (`/xds/` for `/xdsd/`) holds no keys: xdsd says so at start,
+/// naming the prefix and the nearest one that does hold keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_holding_no_keys_is_named_with_the_nearest_that_does() {
+    let etcd = Etcd::start().await;
+    let dir = ResourceDir::new();
+    dir.write("a.yaml", &static_cluster_yaml("a", 1001));
+    push_ok(&dir.path(), &etcd).await;
+    let xdsd = Xdsd::start_etcd(&etcd.endpoint(), "/xds/", &[]).await;
+    let line = xdsd
+        .log
+        .expect_line_since(
+            0,
+            &[
+                "the etcd prefix /xds/ holds no keys",
+                "the nearest prefix that does is /xdsd/",
+            ],
+            "the empty prefix named with the nearest one",
+        )
+        .await;
+    assert!(line.contains("WARN"), "{line}");
+}

@@ -1,11 +1,13 @@
-//! `examples/basic` stays correct: xdsd loads its resources and serves all four over ADS, and
-//! Envoy accepts its bootstrap.
+//! `examples/basic` stays correct: xdsd loads its resources and serves all four over ADS, Envoy
+//! accepts its bootstraps, and the gated-rollout walk-through's `--canary` selector picks the
+//! shipped canary bootstrap's Envoy, and only it.
 
 use std::process::Stdio;
 
 use crate::support::ads::{self, AdsStream};
 use crate::support::{
-    envoy_binary, repo_root, unique_name, Xdsd, CLUSTER, DEADLINE, ENDPOINTS, LISTENER, ROUTE,
+    envoy_binary, repo_root, unique_name, Envoy, Xdsd, CLUSTER, DEADLINE, ENDPOINTS, LISTENER,
+    ROUTE,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,8 +58,9 @@ async fn xdsd_serves_the_four_resources_of_examples_basic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_accepts_the_bootstrap_of_examples_basic() {
-    // And the README's two-replica one (both replicas in its xds_cluster).
-    for file in ["envoy.yaml", "envoy-replicas.yaml"] {
+    // And the README's two-replica one (both replicas in its xds_cluster), and the canary of the
+    // gated-rollout walk-through.
+    for file in ["envoy.yaml", "envoy-replicas.yaml", "envoy-canary.yaml"] {
         validate(&repo_root().join("examples/basic").join(file)).await;
     }
 }
@@ -84,4 +87,85 @@ async fn validate(config: &std::path::Path) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The `node.cluster` of a shipped bootstrap (`  cluster: NAME` under `node:`).
+fn node_cluster(bootstrap: &str) -> String {
+    let node = bootstrap
+        .split("\nnode:\n")
+        .nth(1)
+        .expect("the bootstrap has a node");
+    node.lines()
+        .take_while(|l| l.starts_with("  "))
+        .find_map(|l| l.trim().strip_prefix("cluster: "))
+        .expect("the node has a cluster")
+        .to_owned()
+}
+
+/// A shipped bootstrap as a test runs it: xDS at `port`, admin on port 0.
+fn on_port(bootstrap: &str, port: u16) -> String {
+    bootstrap
+        .replace("port_value: 18000", &format!("port_value: {port}"))
+        .replace("port_value: 9901", "port_value: 0")
+        .replace("port_value: 9902", "port_value: 0")
+}
+
+/// The gated-rollout walk-through (README, docs/rollouts.md) runs `--canary cluster=canary`
+/// with `examples/basic/envoy.yaml` as the stable proxy and `envoy-canary.yaml` as the canary:
+/// every selector the walk-through gives is the canary bootstrap's node cluster and not the
+/// stable one's, and with real Envoys (both on the example's listener port) xdsd's `/rollout`
+/// lists the canary's node as a canary and not the stable one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_canary_walk_through_selects_the_shipped_canary_bootstrap() {
+    let root = repo_root();
+    let stable = std::fs::read_to_string(root.join("examples/basic/envoy.yaml")).expect("read");
+    let canary =
+        std::fs::read_to_string(root.join("examples/basic/envoy-canary.yaml")).expect("read");
+    let want = format!("cluster={}", node_cluster(&canary));
+    assert_ne!(
+        node_cluster(&stable),
+        node_cluster(&canary),
+        "the stable proxy is not a canary"
+    );
+    let mut selectors = Vec::new();
+    for doc in ["README.md", "docs/rollouts.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).expect("read");
+        let walk_through = text
+            .lines()
+            .filter(|l| l.contains("--canary cluster="))
+            .filter(|l| l.contains("xdsd") || l.trim_start().starts_with("--canary"));
+        for line in walk_through {
+            let selector = line
+                .split("--canary ")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .expect("a selector");
+            selectors.push((doc, selector.to_owned()));
+        }
+    }
+    assert!(selectors.len() >= 2, "{selectors:?}");
+    for (doc, selector) in &selectors {
+        assert_eq!(selector, &want, "{doc}'s walk-through selector");
+    }
+
+    let resources = root.join("examples/basic/resources");
+    let xdsd = Xdsd::start_with_args(&resources, &["--canary", &want]).await;
+    xdsd.expect_loaded_since(0).await;
+    let admin = xdsd.admin_port().await;
+    let canary_envoy = Envoy::start(&on_port(&canary, xdsd.port)).await;
+    let stable_envoy = Envoy::start(&on_port(&stable, xdsd.port)).await;
+    // Both took the example's listener (the same port: the walk-through runs them side by side).
+    let (cport, sport) = (
+        canary_envoy.listener_port("listener_0").await,
+        stable_envoy.listener_port("listener_0").await,
+    );
+    assert_eq!((cport, sport), (10000, 10000));
+    let rollout = crate::envoy_rollout::rollout(admin).await;
+    let canaries: Vec<&str> = rollout["canaries"]
+        .as_array()
+        .expect("canaries")
+        .iter()
+        .filter_map(|c| c["node"].as_str())
+        .collect();
+    assert_eq!(canaries, ["canary-envoy"], "{rollout:#}");
 }

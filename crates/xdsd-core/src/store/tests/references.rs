@@ -281,6 +281,24 @@ fn strict_rejects_a_route_to_a_missing_cluster() {
     );
 }
 
+/// A missing name one typo away from an existing one of its type is suggested; one further off
+/// is not.
+#[test]
+fn a_dangling_reference_near_an_existing_name_suggests_it() {
+    assert_rejected(
+        vec![route("r1", "backnd"), static_cluster("backend")],
+        "a reference to a resource that does not exist: routes.yaml (resource #1): \
+         RouteConfiguration \"r1\" field virtual_hosts[0].routes[0].route.cluster refers to \
+         Cluster \"backnd\", which does not exist (did you mean \"backend\"?)",
+    );
+    assert_rejected(
+        vec![route("r1", "frontend"), static_cluster("backend")],
+        "a reference to a resource that does not exist: routes.yaml (resource #1): \
+         RouteConfiguration \"r1\" field virtual_hosts[0].routes[0].route.cluster refers to \
+         Cluster \"frontend\", which does not exist",
+    );
+}
+
 #[test]
 fn strict_rejects_a_listener_whose_rds_route_configuration_is_missing() {
     assert_rejected(
