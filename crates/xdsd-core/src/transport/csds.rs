@@ -214,7 +214,7 @@ fn timestamp(at: SystemTime) -> Timestamp {
 pub(crate) fn resource_status(t: &TypeStatus) -> ClientResourceStatus {
     if t.nacked {
         ClientResourceStatus::Nacked
-    } else if t.last_ack.is_some() {
+    } else if t.last_ack.is_some() || (t.last_sent.is_none() && t.held.is_some()) {
         ClientResourceStatus::Acked
     } else {
         ClientResourceStatus::Requested
@@ -223,7 +223,10 @@ pub(crate) fn resource_status(t: &TypeStatus) -> ClientResourceStatus {
 
 /// The server's side of it.
 fn config_status(t: &TypeStatus) -> ConfigStatus {
-    if t.last_sent.is_none() {
+    if t.last_sent.is_none() && t.held.is_some() && !t.nacked {
+        // A reconnecting client that holds what it is owed: nothing was (re)sent.
+        ConfigStatus::Synced
+    } else if t.last_sent.is_none() {
         ConfigStatus::NotSent
     } else if t.pending {
         ConfigStatus::Stale
@@ -245,9 +248,8 @@ pub(crate) fn nack_details(message: &str, origins: &[Arc<str>]) -> String {
 
 fn generic_configs(t: &TypeStatus, contents: bool) -> Vec<GenericXdsConfig> {
     let acked_version = t
-        .last_ack
-        .as_ref()
-        .map(|a| a.version.to_string())
+        .running_version()
+        .map(|v| v.to_string())
         .unwrap_or_default();
     let error_state = t
         .last_nack
@@ -332,6 +334,46 @@ mod tests {
             &matcher(MatchPattern::Contains("back".into()), true),
             id
         ));
+    }
+
+    fn reconnected(held: &str) -> TypeStatus {
+        let mut t = TypeStatus::new(Arc::from(crate::types::CLUSTER));
+        t.held = Some(super::super::clients::Held {
+            version: Arc::from(held),
+            resources: 0,
+        });
+        t
+    }
+
+    #[test]
+    fn a_reconnecting_client_that_holds_what_it_is_owed_is_synced_at_the_version_it_holds() {
+        let t = reconnected("v1");
+        assert_eq!(config_status(&t), ConfigStatus::Synced);
+        assert_eq!(resource_status(&t), ClientResourceStatus::Acked);
+        let configs = generic_configs(&t, false);
+        assert_eq!(configs[0].version_info, "v1");
+        let fresh = TypeStatus::new(Arc::from(crate::types::CLUSTER));
+        assert_eq!(config_status(&fresh), ConfigStatus::NotSent);
+    }
+
+    #[test]
+    fn a_reconnecting_client_sent_newer_versions_is_stale_until_it_acks() {
+        let mut t = reconnected("v1");
+        t.last_sent = Some(super::super::clients::Sent {
+            version: Arc::from("v2"),
+            nonce: crate::protocol::Nonce::from(1),
+            at: SystemTime::now(),
+            resource_count: 0,
+            removed: 0,
+            resources: super::super::clients::SentResources::list(std::iter::empty()),
+        });
+        t.pending = true;
+        assert_eq!(config_status(&t), ConfigStatus::Stale);
+        assert_eq!(
+            generic_configs(&t, false)[0].version_info,
+            "v1",
+            "it runs v1 until it ACKs"
+        );
     }
 
     #[test]

@@ -126,6 +126,9 @@ fn document(title: &str, body: &str) -> Response {
 fn type_state(t: &TypeStatus) -> TypeState {
     if t.nacked {
         TypeState::Nacked
+    } else if t.last_sent.is_none() && t.held.is_some() {
+        // Reconnected holding what it is owed: nothing was (re)sent.
+        TypeState::Synced
     } else if t.last_sent.is_none() {
         TypeState::NotSent
     } else if t.pending {
@@ -140,9 +143,8 @@ fn type_row(t: &TypeStatus) -> TypeRow {
         type_url: t.type_url.to_string(),
         state: type_state(t),
         version: t
-            .last_ack
-            .as_ref()
-            .map(|a| a.version.to_string())
+            .running_version()
+            .map(|v| v.to_string())
             .unwrap_or_default(),
         nack: t.last_nack.as_ref().filter(|_| t.nacked).map(|n| NackInfo {
             message: n.message.clone(),
@@ -461,6 +463,18 @@ fn client_type(out: &mut String, t: &TypeStatus) {
         escape(sent.map(|s| &*s.version).unwrap_or("-")),
         escape(t.last_ack.as_ref().map(|a| &*a.version).unwrap_or("-"))
     );
+    if let Some(held) = &t.held {
+        let what = if held.version.is_empty() {
+            format!("{} resources", held.resources)
+        } else {
+            format!("version {}", held.version)
+        };
+        let _ = write!(
+            out,
+            "<p class=\"muted\">reconnected holding {}</p>",
+            escape(&what)
+        );
+    }
     if let Some(n) = t.last_nack.as_ref().filter(|_| t.nacked) {
         let names: Vec<String> = n.origins.iter().map(|o| o.to_string()).collect();
         let _ = write!(

@@ -42,4 +42,5 @@ mod sizes;
 mod slow_clients;
 mod status_cli;
 mod status_page;
+mod status_reconnect;
 mod write_files;

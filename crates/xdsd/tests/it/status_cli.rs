@@ -35,11 +35,11 @@ fn status_command(xdsd: &Xdsd, args: &[&str]) -> tokio::process::Command {
     command
 }
 
-fn stdout(output: &Output) -> String {
+pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn describe(output: &Output) -> String {
+pub fn describe(output: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
         output.status.code(),
