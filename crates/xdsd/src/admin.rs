@@ -62,7 +62,7 @@ pub fn start(
         .context("cannot set up TLS for the admin API")?;
     let bound = listener.local_addr().context("reading the admin address")?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    info!("admin API listening on {scheme}://{bound} (/ status page, /healthz, /readyz, /clients, /config, /metrics)");
+    info!("admin API listening on {scheme}://{bound} (/ status page, /healthz, /readyz, /clients, /config, /metrics, /rollout)");
     if tls.is_none() && !bound.ip().is_loopback() {
         warn!(
             addr = %bound,

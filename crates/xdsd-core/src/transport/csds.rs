@@ -24,6 +24,7 @@ use envoy_types::pb::envoy::service::status::v3::{
 use envoy_types::pb::google::protobuf::{Any, Timestamp};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::clients::{ClientStatus, TypeStatus};
@@ -32,6 +33,26 @@ use crate::protocol::session::ClientNode;
 
 #[cfg(doc)]
 use super::clients::MAX_TRACKED_RESOURCES;
+
+/// The response metadata of a `FetchClientStatus` answer that carries a gated rollout's state
+/// (`GET /rollout`'s JSON, the canaries listed up to [`MAX_ROLLOUT_CANARIES`]): CSDS has no
+/// field for it, and `xdsd status` shows it.
+pub(crate) const ROLLOUT_METADATA: &str = "xdsd-rollout-bin";
+
+/// The canaries the rollout metadata lists, at most (their count is `canaries_connected`).
+const MAX_ROLLOUT_CANARIES: usize = 100;
+
+/// The rollout's JSON with its list of canaries cut to [`MAX_ROLLOUT_CANARIES`]: a header is
+/// bounded where a message is not.
+fn rollout_metadata(mut status: serde_json::Value) -> serde_json::Value {
+    if let Some(list) = status
+        .get_mut("canaries")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        list.truncate(MAX_ROLLOUT_CANARIES);
+    }
+    status
+}
 
 /// The largest CSDS request accepted: node matchers are short.
 const MAX_CSDS_REQUEST_BYTES: usize = 64 * 1024;
@@ -84,7 +105,15 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: Request<ClientStatusRequest>,
     ) -> Result<Response<ClientStatusResponse>, Status> {
-        client_status(&self.ctx, request.get_ref()).map(Response::new)
+        let mut response = client_status(&self.ctx, request.get_ref()).map(Response::new)?;
+        if let Some(rollout) = &self.ctx.rollout {
+            let json = rollout_metadata(rollout.status_json());
+            response.metadata_mut().insert_bin(
+                ROLLOUT_METADATA,
+                MetadataValue::from_bytes(json.to_string().as_bytes()),
+            );
+        }
+        Ok(response)
     }
 }
 

@@ -27,7 +27,8 @@ use axum::Router;
 
 use super::clients::{ClientStatus, TypeStatus};
 use super::fleet::{
-    columns, short_type, short_version, ClientRow, NackInfo, Summary, TypeRow, TypeState,
+    columns, short_type, short_version, ClientRow, NackInfo, RolloutView, Summary, TypeRow,
+    TypeState,
 };
 use super::grpc::StatsHandle;
 use crate::store::Snapshot;
@@ -326,12 +327,48 @@ fn server_section(out: &mut String, state: &PageState) {
         let canaries = status["canaries"].as_array().map(Vec::len).unwrap_or(0);
         let _ = write!(
             out,
-            "<tr><td>rollout</td><td id=\"rollout\"><b>{}</b>{}, {} canaries \
-             <details><summary>details</summary><pre>{}</pre></details></td></tr>",
+            "<tr><td>rollout</td><td id=\"rollout\"><b>{}</b>{}, {} canaries",
             escape(name),
             escape(&candidate),
             canaries,
+        );
+        if let Some(view) = RolloutView::from_json(&status) {
+            rollout_notes(out, &view, &rows(&state.handle.clients()));
+        }
+        let _ = write!(
+            out,
+            "<details><summary>details</summary><pre>{}</pre></details></td></tr>",
             escape(&serde_json::to_string_pretty(&status).unwrap_or_default())
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// Under the rollout's state: its halt, an empty cohort, a change held back after an abort, and
+/// which state each client holds (the canaries first; up to [`PAGE_SIZE`] clients).
+fn rollout_notes(out: &mut String, view: &RolloutView, rows: &[ClientRow]) {
+    if let Some((node, type_url, message)) = &view.halt {
+        let _ = write!(
+            out,
+            "<p class=\"NACKED\">halted: {} NACKed {}: {}</p>",
+            escape(node),
+            escape(short_type(type_url)),
+            escape(message)
+        );
+    }
+    for note in view.cohort_empty.iter().chain(&view.held_change) {
+        let _ = write!(out, "<p class=\"STALE\">{}</p>", escape(note));
+    }
+    let mut clients: Vec<&ClientRow> = rows.iter().collect();
+    clients.sort_by_key(|r| !view.is_canary(&r.id));
+    out.push_str("<table class=\"holds\">");
+    for r in clients.into_iter().take(PAGE_SIZE) {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>holds {}</td></tr>",
+            if view.is_canary(&r.id) { "canary" } else { "" },
+            escape(&r.id),
+            view.holds(r).as_str()
         );
     }
     out.push_str("</table>");

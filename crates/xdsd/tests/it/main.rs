@@ -43,4 +43,5 @@ mod slow_clients;
 mod status_cli;
 mod status_page;
 mod status_reconnect;
+mod status_rollout;
 mod write_files;
