@@ -1,4 +1,4 @@
-//! `--admin-listen`: the admin HTTP API (see `xdsd_core::transport::admin`) beside the xDS server.
+//! `--admin-listen`: the admin HTTP API (see `xdsd_core::inspect`) beside the xDS server.
 
 use std::net::SocketAddr;
 
@@ -6,10 +6,9 @@ use anyhow::Context;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
-use xdsd_core::transport::admin::{serve_with_page, AdminTls};
-use xdsd_core::transport::grpc::StatsHandle;
-use xdsd_core::transport::page::PageInfo;
-use xdsd_core::transport::tls::TlsOptions;
+use xdsd_core::inspect::{serve_with_page, AdminTls, PageInfo};
+use xdsd_core::StatsHandle;
+use xdsd_core::TlsOptions;
 
 /// The default `--admin-listen`: loopback only, since the API shows every client's node.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:18001";

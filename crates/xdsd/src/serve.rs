@@ -10,8 +10,7 @@ use tracing::{info, warn};
 use xdsd_core::rollout::Rollout;
 use xdsd_core::source::{ChangeSet, Feed, Rejection, Source, SourceEvent};
 use xdsd_core::store::Store;
-use xdsd_core::transport::grpc::{ServerOptions, XdsServer};
-use xdsd_core::transport::metrics::Metrics;
+use xdsd_core::{Metrics, ServerOptions, XdsServer};
 use xdsd_etcd::{EtcdOptions, EtcdSource};
 use xdsd_source::{Descriptors, DirectorySource};
 
