@@ -333,6 +333,22 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
 /// holds, and what stops it when it is stuck.
 pub(crate) fn rollout_text(rollout: &RolloutView, rows: &[ClientRow]) -> String {
     let mut out = format!("\n{}\n", rollout.line());
+    for (type_url, stable, candidate) in rollout.changed_types() {
+        out.push_str(&format!(
+            "  {}: stable {}, candidate {}\n",
+            short_type(type_url),
+            if stable.is_empty() {
+                "-"
+            } else {
+                short_version(stable)
+            },
+            if candidate.is_empty() {
+                "-"
+            } else {
+                short_version(candidate)
+            }
+        ));
+    }
     if let Some((node, type_url, message)) = &rollout.halt {
         out.push_str(&format!(
             "  halted: {} NACKed {}: {}\n",

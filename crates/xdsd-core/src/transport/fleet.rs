@@ -461,6 +461,29 @@ impl RolloutView {
         self.halt.is_some() || self.held_change.is_some()
     }
 
+    /// The types the candidate changes, each with its stable and candidate versions ("" where
+    /// one has no such type).
+    pub fn changed_types(&self) -> Vec<(&str, &str, &str)> {
+        let mut out: Vec<(&str, &str, &str)> = Vec::new();
+        if self.candidate_generation.is_none() {
+            return out;
+        }
+        let types: std::collections::BTreeSet<&String> = self
+            .stable_versions
+            .keys()
+            .chain(self.candidate_versions.keys())
+            .collect();
+        for t in types {
+            let s = self.stable_versions.get(t).map_or("", String::as_str);
+            let c = self.candidate_versions.get(t).map_or("", String::as_str);
+            if s != c {
+                out.push((t.as_str(), s, c));
+            }
+        }
+        out.sort_by(|a, b| type_rank(a.0).cmp(&type_rank(b.0)));
+        out
+    }
+
     /// Whether `node` is a connected canary.
     pub fn is_canary(&self, node: &str) -> bool {
         self.canaries.iter().any(|c| c == node)
@@ -624,6 +647,7 @@ mod tests {
         assert_eq!(rollout.holds(&row("s1")), Holds::Stable);
         assert_eq!(rollout.holds(&row("zz")), Holds::Mixed);
         assert!(rollout.is_canary("a") && !rollout.is_canary("x"));
+        assert_eq!(rollout.changed_types(), vec![("cds", "s1", "c1")]);
         assert!(!rollout.done() && !rollout.stuck());
         let held = RolloutView::from_json(&json!({
             "state": "idle",

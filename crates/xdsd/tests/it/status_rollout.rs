@@ -90,6 +90,11 @@ async fn status_shows_a_gated_rollout_waits_for_its_promotion_and_fails_at_once_
         text.contains("the change has not reached the whole fleet"),
         "{text}"
     );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  EDS: stable ") && l.contains(", candidate ")),
+        "the changed type with its stable and candidate versions: {text}"
+    );
     let line = holds_line(&text, &canary_id);
     assert!(
         line.contains("canary") && line.ends_with("holds candidate"),
