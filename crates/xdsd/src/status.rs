@@ -166,13 +166,12 @@ async fn connect(args: &StatusArgs) -> anyhow::Result<Channel> {
     match endpoint.connect().await {
         Ok(channel) => Ok(channel),
         Err(e) => {
-            let chain = format!("{:?}", anyhow::Error::from(e));
+            let error = anyhow::Error::from(e);
+            let chain = crate::error_chain(&error);
             if chain.contains("h2 protocol error") || chain.contains("frame with invalid size") {
                 Err(not_grpc(&args.server))
             } else {
-                Err(anyhow::anyhow!(
-                    "cannot connect to the CSDS server at {url}: {chain}"
-                ))
+                Err(error.context(format!("cannot connect to the CSDS server at {url}")))
             }
         }
     }
