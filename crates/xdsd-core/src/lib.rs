@@ -15,6 +15,7 @@ pub mod hash {
     /// A `HashSet` with foldhash.
     pub type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 }
+pub mod inspect;
 pub(crate) mod logsafe;
 pub mod params;
 pub mod protocol;

@@ -1,4 +1,4 @@
-//! `--admin-listen`: the admin HTTP API (see `xdsd_core::transport::admin`) beside the xDS server.
+//! `--admin-listen`: the admin HTTP API (see `xdsd_core::inspect`) beside the xDS server.
 
 use std::net::SocketAddr;
 
@@ -6,10 +6,9 @@ use anyhow::Context;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
-use xdsd_core::transport::admin::{serve_with_page, AdminTls};
-use xdsd_core::transport::grpc::StatsHandle;
-use xdsd_core::transport::page::PageInfo;
-use xdsd_core::transport::tls::TlsOptions;
+use xdsd_core::inspect::{serve_with_page, AdminTls, PageInfo};
+use xdsd_core::StatsHandle;
+use xdsd_core::TlsOptions;
 
 /// The default `--admin-listen`: loopback only, since the API shows every client's node.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:18001";
@@ -62,7 +61,7 @@ pub fn start(
         .context("cannot set up TLS for the admin API")?;
     let bound = listener.local_addr().context("reading the admin address")?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    info!("admin API listening on {scheme}://{bound} (/ status page, /healthz, /readyz, /clients, /config, /metrics)");
+    info!("admin API listening on {scheme}://{bound} (/ status page, /healthz, /readyz, /clients, /config, /metrics, /rollout)");
     if tls.is_none() && !bound.ip().is_loopback() {
         warn!(
             addr = %bound,

@@ -14,10 +14,13 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-use xdsd_core::transport::fleet::{
-    client_rows, columns, row_json, rows_json, short_type, short_version, ClientRow, Summary,
-    TypeState,
+use xdsd_core::inspect::{
+    client_rows, columns, row_json, rows_json, short_type, short_version, ClientRow, RolloutView,
+    Summary, TypeState,
 };
+
+/// The metadata of xdsd's CSDS answer that carries its gated rollout (`GET /rollout`'s JSON).
+const ROLLOUT_METADATA: &str = "xdsd-rollout-bin";
 
 /// The largest CSDS answer read (a fleet of 10,000 clients with their resource names fits).
 const MAX_ANSWER_BYTES: usize = 256 * 1024 * 1024;
@@ -62,8 +65,8 @@ pub(crate) struct StatusArgs {
     )]
     tls_key: Option<PathBuf>,
 
-    /// With NODE: xdsd's admin address (host:port, plaintext), to show each resource's own
-    /// version and the file (or key) it came from, which CSDS does not carry.
+    /// With NODE only (an error without): xdsd's admin address (host:port, plaintext), to show
+    /// each resource's own version and the file (or key) it came from, which CSDS does not carry.
     #[arg(long, value_name = "ADDR", env = "XDSD_STATUS_ADMIN")]
     admin: Option<String>,
 
@@ -77,8 +80,9 @@ pub(crate) struct StatusArgs {
     )]
     output: Output,
 
-    /// Wait until every client is synced (exit 0) or --timeout passes (exit 1, listing the
-    /// clients that are not).
+    /// Wait until every client is synced and a gated rollout promoted (exit 0), or --timeout
+    /// passes (exit 1, listing the clients that are not); at once (exit 1) when the rollout halts
+    /// or a change is held back after an abort.
     #[arg(long, env = "XDSD_STATUS_WAIT")]
     wait: bool,
 
@@ -101,6 +105,13 @@ enum Output {
 
 /// Runs `xdsd status`: 0 when every client shown is synced, 1 otherwise or on an error.
 pub(crate) fn run(args: StatusArgs) -> ExitCode {
+    if args.admin.is_some() && args.node.is_none() {
+        eprintln!(
+            "xdsd status: --admin is read only with NODE (to show that client's resource versions \
+             and files); give NODE, or leave --admin (and XDSD_STATUS_ADMIN) out"
+        );
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -152,17 +163,62 @@ async fn connect(args: &StatusArgs) -> anyhow::Result<Channel> {
             .tls_config(config)
             .context("setting up TLS to the server")?;
     }
-    endpoint
-        .connect()
-        .await
-        .with_context(|| format!("cannot connect to the CSDS server at {url}"))
+    match endpoint.connect().await {
+        Ok(channel) => Ok(channel),
+        Err(e) => {
+            let error = anyhow::Error::from(e);
+            let chain = crate::error_chain(&error);
+            if chain.contains("h2 protocol error") || chain.contains("frame with invalid size") {
+                Err(not_grpc(&args.server))
+            } else {
+                Err(error.context(format!("cannot connect to the CSDS server at {url}")))
+            }
+        }
+    }
+}
+
+/// The error for a `--server` that answered HTTP, not gRPC.
+fn not_grpc(server: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{server} answered as an HTTP endpoint, not xDS gRPC (it is not xdsd's xDS port: the \
+         admin API, or Envoy's admin?): give --server the address xdsd serves xDS on, its --listen"
+    )
+}
+
+/// A CSDS call's error: a status that is not gRPC's says the server is not a gRPC one.
+fn csds_error(server: &str, status: &tonic::Status) -> anyhow::Error {
+    let message = status.message();
+    if message.contains("grpc-status header missing")
+        || message.contains("invalid compression flag")
+        || message.contains("invalid content-type")
+    {
+        not_grpc(server)
+    } else {
+        anyhow::anyhow!("CSDS: {}: {}", status.code(), message)
+    }
+}
+
+/// What one CSDS answer says: the clients, and xdsd's gated rollout when it has one.
+struct Answer {
+    rows: Vec<ClientRow>,
+    /// `GET /rollout`'s JSON, as xdsd's CSDS answer carries it.
+    rollout_json: Option<serde_json::Value>,
+    rollout: Option<RolloutView>,
+}
+
+impl Answer {
+    /// Every client synced, and no rollout left to finish.
+    fn done(&self) -> bool {
+        Summary::of(&self.rows).all_synced() && self.rollout.as_ref().is_none_or(RolloutView::done)
+    }
 }
 
 /// The clients the server reports (only NODE's with a node).
 async fn fetch(
     client: &mut ClientStatusDiscoveryServiceClient<Channel>,
+    server: &str,
     node: Option<&str>,
-) -> anyhow::Result<Vec<ClientRow>> {
+) -> anyhow::Result<Answer> {
     let request = ClientStatusRequest {
         node_matchers: node
             .map(|id| NodeMatcher {
@@ -180,9 +236,18 @@ async fn fetch(
     let answer = client
         .fetch_client_status(request)
         .await
-        .map_err(|s| anyhow::anyhow!("CSDS: {}: {}", s.code(), s.message()))?
-        .into_inner();
-    Ok(client_rows(&answer.config))
+        .map_err(|s| csds_error(server, &s))?;
+    let rollout_json: Option<serde_json::Value> = answer
+        .metadata()
+        .get_bin(ROLLOUT_METADATA)
+        .and_then(|v| v.to_bytes().ok())
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let rollout = rollout_json.as_ref().and_then(RolloutView::from_json);
+    Ok(Answer {
+        rows: client_rows(&answer.get_ref().config),
+        rollout_json,
+        rollout,
+    })
 }
 
 async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
@@ -190,20 +255,41 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
     let mut client = ClientStatusDiscoveryServiceClient::new(channel)
         .max_decoding_message_size(MAX_ANSWER_BYTES);
     let deadline = tokio::time::Instant::now() + args.timeout;
-    let mut rows = fetch(&mut client, args.node.as_deref()).await?;
+    let node = args.node.as_deref();
+    let mut answer = fetch(&mut client, &args.server, node).await?;
     if args.wait {
-        while !Summary::of(&rows).all_synced() && tokio::time::Instant::now() < deadline {
+        // A halted rollout, or a change held back after an abort, moves no further: no wait.
+        while !answer.done()
+            && !answer.rollout.as_ref().is_some_and(RolloutView::stuck)
+            && tokio::time::Instant::now() < deadline
+        {
             tokio::time::sleep(POLL.min(deadline - tokio::time::Instant::now())).await;
-            rows = fetch(&mut client, args.node.as_deref()).await?;
+            answer = fetch(&mut client, &args.server, node).await?;
         }
     }
-    if let (Some(admin), Some(node), Some(row)) = (&args.admin, &args.node, rows.first_mut()) {
-        add_origins(row, &admin_clients(admin, args.timeout).await?, node);
+    let done = answer.done();
+    let Answer {
+        mut rows,
+        rollout_json,
+        rollout,
+    } = answer;
+    if let (Some(admin), Some(node)) = (&args.admin, &args.node) {
+        // Read even when NODE is not connected: a wrong --admin is said, not skipped.
+        let clients = admin_clients(admin, args.timeout).await?;
+        if let Some(row) = rows.first_mut() {
+            add_origins(row, &clients, node);
+        }
     }
     let summary = Summary::of(&rows);
     let mut out = std::io::stdout().lock();
-    let text = match (args.output, &args.node) {
-        (Output::Json, None) => rows_json(&rows).to_string() + "\n",
+    let mut text = match (args.output, &args.node) {
+        (Output::Json, None) => {
+            let mut json = rows_json(&rows);
+            if let Some(r) = &rollout_json {
+                json["rollout"] = r.clone();
+            }
+            json.to_string() + "\n"
+        }
         (Output::Json, Some(_)) => match rows.first() {
             Some(row) => row_json(row).to_string() + "\n",
             None => "null\n".to_owned(),
@@ -214,15 +300,91 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
             None => format!("no client with node id {id:?} is connected\n"),
         },
     };
+    if let (Output::Text, Some(r)) = (args.output, &rollout) {
+        text.push_str(&rollout_text(r, &rows));
+    }
     out.write_all(text.as_bytes())
         .context("writing the answer")?;
-    if args.wait && !summary.all_synced() {
+    if let Some((node, type_url, message)) = rollout.as_ref().and_then(|r| r.halt.as_ref()) {
+        eprintln!(
+            "xdsd status: the rollout halted: {} NACKed {}: {}",
+            clean(node),
+            short_type(type_url),
+            clean(message)
+        );
+    } else if let Some(held) = rollout.as_ref().and_then(|r| r.held_change.as_ref()) {
+        eprintln!("xdsd status: {held}");
+    } else if args.wait && !summary.all_synced() {
         eprintln!(
             "xdsd status: not every client synced within {:?}",
             args.timeout
         );
+    } else if args.wait && !done {
+        eprintln!(
+            "xdsd status: the rollout did not reach the whole fleet within {:?}",
+            args.timeout
+        );
     }
-    Ok(summary.all_synced() && (args.node.is_none() || !rows.is_empty()))
+    Ok(done && (args.node.is_none() || !rows.is_empty()))
+}
+
+/// The rollout under the table: its state, each client (canaries first) with the state it
+/// holds, and what stops it when it is stuck.
+pub(crate) fn rollout_text(rollout: &RolloutView, rows: &[ClientRow]) -> String {
+    let mut out = format!("\n{}\n", rollout.line());
+    for (type_url, stable, candidate) in rollout.changed_types() {
+        out.push_str(&format!(
+            "  {}: stable {}, candidate {}\n",
+            short_type(type_url),
+            if stable.is_empty() {
+                "-"
+            } else {
+                short_version(stable)
+            },
+            if candidate.is_empty() {
+                "-"
+            } else {
+                short_version(candidate)
+            }
+        ));
+    }
+    if let Some((node, type_url, message)) = &rollout.halt {
+        out.push_str(&format!(
+            "  halted: {} NACKed {}: {}\n",
+            clean(node),
+            short_type(type_url),
+            clean(message)
+        ));
+    }
+    if let Some(empty) = &rollout.cohort_empty {
+        out.push_str(&format!("  {}\n", clean(empty)));
+    }
+    if let Some(held) = &rollout.held_change {
+        out.push_str(&format!("  {}\n", clean(held)));
+    }
+    let mut clients: Vec<&ClientRow> = rows.iter().collect();
+    clients.sort_by_key(|r| !rollout.is_canary(&r.id));
+    let width = clients
+        .iter()
+        .map(|r| r.id.chars().count())
+        .max()
+        .unwrap_or(0);
+    for r in clients {
+        let role = if rollout.is_canary(&r.id) {
+            "canary"
+        } else {
+            "      "
+        };
+        out.push_str(&format!(
+            "  {role}  {:<width$}  holds {}\n",
+            clean(&r.id),
+            rollout.holds(r).as_str()
+        ));
+    }
+    if !rollout.done() {
+        out.push_str("the change has not reached the whole fleet\n");
+    }
+    out
 }
 
 /// The largest `/clients` answer read from the admin API.
@@ -255,14 +417,27 @@ async fn admin_clients(addr: &str, within: Duration) -> anyhow::Result<serde_jso
         .map_err(|_| anyhow::anyhow!("--admin {addr}: no answer within {within:?}"))?
         .with_context(|| format!("--admin {addr}: GET /clients"))?;
     let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .with_context(|| format!("--admin {addr}: not an HTTP answer"))?;
+    let not_admin = || {
+        anyhow::anyhow!(
+            "--admin {addr}: GET /clients was not answered by xdsd's admin API (is it the xDS \
+             port?): give --admin the address of xdsd's --admin-listen"
+        )
+    };
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return Err(not_admin());
+    };
     if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
         let status = head.lines().next().unwrap_or_default();
         anyhow::bail!("--admin {addr}: GET /clients answered {status:?}");
     }
-    serde_json::from_str(body).with_context(|| format!("--admin {addr}: /clients is not JSON"))
+    let json = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("content-type: application/json")
+    });
+    match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(clients) if json && clients.is_array() => Ok(clients),
+        _ => Err(not_admin()),
+    }
 }
 
 /// Each resource's own version and origin, from the admin API's `/clients` streams of `node`.
@@ -459,7 +634,7 @@ pub(crate) fn detail(row: &ClientRow, colour: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xdsd_core::transport::fleet::{NackInfo, TypeRow};
+    use xdsd_core::inspect::{NackInfo, TypeRow};
 
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 

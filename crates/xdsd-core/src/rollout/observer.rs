@@ -150,6 +150,8 @@ mod tests {
                 type_url: &Arc::from(CLUSTER),
                 unknown_type: false,
                 kind: &RequestKind::Initial,
+                held_version: "",
+                held_resources: 0,
             },
         );
         state

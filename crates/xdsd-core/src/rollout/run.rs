@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use prost::Message as _;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use super::{Action, ClientId, Cohort, Gate, GateConfig, NackDetail, State};
 use super::{Record, RecordState, SharedState};
@@ -54,6 +54,16 @@ struct Inner {
     /// The shared record found at start ([`Rollout::resume_from`]), applied by
     /// [`Rollout::start_at`].
     resume: Option<Record>,
+    /// A change an operator aborted: the source holds it, no client is served it, until the
+    /// source changes again.
+    aborted: Option<Aborted>,
+}
+
+/// The change of an aborted rollout, which the source still holds.
+struct Aborted {
+    at: SystemTime,
+    generation: Option<u64>,
+    revision: Option<i64>,
 }
 
 impl Rollout {
@@ -74,6 +84,7 @@ impl Rollout {
                 stable_revision: None,
                 canary_revision: None,
                 resume: None,
+                aborted: None,
             }),
             wake: Notify::new(),
             metrics: Mutex::new(None),
@@ -215,6 +226,8 @@ impl Rollout {
     ) -> Result<UpdateSummary, E> {
         let mut inner = self.lock();
         let summary = commit(&self.canary)?;
+        // The source changed again after an abort: what it holds is what it rolls out now.
+        inner.aborted = None;
         if summary.changed == 0 {
             return Ok(summary);
         }
@@ -248,6 +261,13 @@ impl Rollout {
                 min_canaries = inner.gate.config().min_canaries,
                 "rollout: a change goes to the canary cohort first"
             );
+            if inner.gate.canaries().next().is_none() {
+                warn!(
+                    cohort = %self.cohort_text(),
+                    min_canaries = inner.gate.config().min_canaries,
+                    "rollout: no connected client is in the canary cohort: the change waits until one connects and ACKs it (or POST /rollout/promote on the admin API)"
+                );
+            }
             inner.proposed_at = Some(SystemTime::now());
             let actions = inner
                 .gate
@@ -326,9 +346,15 @@ impl Rollout {
             .gate
             .candidate_revision()
             .or(inner.gate.halted_revision());
+        let generation = inner.gate.candidate();
         let actions = inner.gate.abort();
         if was != State::Idle {
-            info!("rollout: aborted by an operator");
+            info!("rollout: aborted by an operator; the source holds a change no client is served: edit what it touched again (or restart xdsd) to roll it out");
+            inner.aborted = Some(Aborted {
+                at: SystemTime::now(),
+                generation,
+                revision: candidate,
+            });
             if let Some(revision) = candidate {
                 self.publish(&inner, revision, RecordState::Aborted);
             }
@@ -413,6 +439,7 @@ impl Rollout {
                         Ok(summary) => {
                             inner.promotions += 1;
                             inner.proposed_at = None;
+                            inner.aborted = None;
                             inner.stable_revision = inner.canary_revision;
                             self.count(|m| m.rollout_promoted());
                             info!(
@@ -468,6 +495,17 @@ impl Rollout {
         }
     }
 
+    /// The cohort's selectors, as `--canary` takes them (comma-separated).
+    fn cohort_text(&self) -> String {
+        let selectors: Vec<String> = self
+            .cohort
+            .selectors()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        selectors.join(",")
+    }
+
     /// The rollout as JSON, for the admin API's `GET /rollout`.
     pub fn status_json(&self) -> Value {
         let inner = self.lock();
@@ -511,6 +549,22 @@ impl Rollout {
         }
         if let State::Soaking { until, .. } = &state {
             out["soak_left_seconds"] = json!(until.saturating_duration_since(now).as_secs_f64());
+        }
+        let connected = inner.gate.canaries().count();
+        out["canaries_connected"] = json!(connected);
+        if connected == 0 {
+            out["cohort_empty"] = json!(format!(
+                "no connected client is in the cohort ({}): a change waits until one connects and ACKs it",
+                self.cohort_text()
+            ));
+        }
+        if let Some(aborted) = &inner.aborted {
+            out["held_change"] = json!({
+                "aborted_at_unix_ms": aborted.at.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as u64),
+                "generation": aborted.generation,
+                "revision": aborted.revision,
+                "message": "aborted by an operator: the source holds a change no client is served; edit what it touched again (or restart xdsd) to roll it out",
+            });
         }
         if let State::Halted(halt) = &state {
             let mut shown = halt.to_json();

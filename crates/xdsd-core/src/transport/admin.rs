@@ -420,10 +420,17 @@ fn type_json(t: &TypeStatus) -> Value {
             "details": nack_details(&n.message, &n.origins),
         })
     });
+    let held = t.held.as_ref().map(|h| {
+        json!({
+            "version": &*h.version,
+            "resources": h.resources,
+        })
+    });
     json!({
         "type_url": &*t.type_url,
         "status": status,
         "pending": t.pending,
+        "held": held,
         "last_sent": last_sent,
         "last_ack": last_ack,
         "last_nack": last_nack,

@@ -64,6 +64,32 @@ pub struct TypeStatus {
     pub nacked: bool,
     /// Whether the last response sent awaits its ACK or NACK.
     pub pending: bool,
+    /// What the client said it holds when it subscribed (a client reconnecting, perhaps from
+    /// another replica: versions are content hashes, the same wherever the same resources are
+    /// served). With nothing sent since, the session found it holds what it is owed: a client
+    /// holding anything else is sent it at once, and is STALE until it ACKs.
+    pub held: Option<Held>,
+}
+
+/// What a reconnecting client said it holds of a type, on its first request for it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Held {
+    /// SotW's `version_info` (empty for delta, whose resources each have theirs).
+    pub version: Arc<str>,
+    /// How many resources a delta client listed in `initial_resource_versions` (0 for SotW).
+    pub resources: usize,
+}
+
+impl TypeStatus {
+    /// The version the client runs: its last ACKed, else the one it said it held.
+    pub fn running_version(&self) -> Option<&Arc<str>> {
+        match (&self.last_ack, &self.held) {
+            (Some(ack), _) => Some(&ack.version),
+            (None, Some(held)) if !held.version.is_empty() => Some(&held.version),
+            _ => None,
+        }
+    }
 }
 
 /// A response as it was sent.
@@ -194,7 +220,7 @@ pub struct Nack {
 }
 
 impl TypeStatus {
-    fn new(type_url: Arc<str>) -> TypeStatus {
+    pub(crate) fn new(type_url: Arc<str>) -> TypeStatus {
         TypeStatus {
             type_url,
             last_sent: None,
@@ -202,6 +228,7 @@ impl TypeStatus {
             last_nack: None,
             nacked: false,
             pending: false,
+            held: None,
         }
     }
 }
@@ -254,9 +281,12 @@ impl Track {
     }
 
     /// The type's record, made on the first request for it; `in_store`: the store had the type
-    /// then.
-    pub(crate) fn requested(&mut self, type_url: &Arc<str>, in_store: bool) {
-        self.track(type_url, in_store);
+    /// then; `held`: what the client said it holds, on its first request for the type.
+    pub(crate) fn requested(&mut self, type_url: &Arc<str>, in_store: bool, held: Option<Held>) {
+        let t = self.track(type_url, in_store);
+        if held.is_some() {
+            t.status.held = held;
+        }
     }
 
     /// The type's record, made if it is the first time.
@@ -464,7 +494,7 @@ mod tests {
     fn the_track_follows_send_nack_send_ack() {
         let mut track = Track::new(Metrics::new());
         let t: Arc<str> = crate::types::CLUSTER.into();
-        track.requested(&t, false);
+        track.requested(&t, false, None);
         let all = [resource("bad", "b.yaml (resource #1)")];
         track.sent(
             &t,

@@ -24,6 +24,7 @@ use envoy_types::pb::envoy::service::status::v3::{
 use envoy_types::pb::google::protobuf::{Any, Timestamp};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::clients::{ClientStatus, TypeStatus};
@@ -32,6 +33,26 @@ use crate::protocol::session::ClientNode;
 
 #[cfg(doc)]
 use super::clients::MAX_TRACKED_RESOURCES;
+
+/// The response metadata of a `FetchClientStatus` answer that carries a gated rollout's state
+/// (`GET /rollout`'s JSON, the canaries listed up to [`MAX_ROLLOUT_CANARIES`]): CSDS has no
+/// field for it, and `xdsd status` shows it.
+pub(crate) const ROLLOUT_METADATA: &str = "xdsd-rollout-bin";
+
+/// The canaries the rollout metadata lists, at most (their count is `canaries_connected`).
+const MAX_ROLLOUT_CANARIES: usize = 100;
+
+/// The rollout's JSON with its list of canaries cut to [`MAX_ROLLOUT_CANARIES`]: a header is
+/// bounded where a message is not.
+fn rollout_metadata(mut status: serde_json::Value) -> serde_json::Value {
+    if let Some(list) = status
+        .get_mut("canaries")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        list.truncate(MAX_ROLLOUT_CANARIES);
+    }
+    status
+}
 
 /// The largest CSDS request accepted: node matchers are short.
 const MAX_CSDS_REQUEST_BYTES: usize = 64 * 1024;
@@ -84,7 +105,15 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: Request<ClientStatusRequest>,
     ) -> Result<Response<ClientStatusResponse>, Status> {
-        client_status(&self.ctx, request.get_ref()).map(Response::new)
+        let mut response = client_status(&self.ctx, request.get_ref()).map(Response::new)?;
+        if let Some(rollout) = &self.ctx.rollout {
+            let json = rollout_metadata(rollout.status_json());
+            response.metadata_mut().insert_bin(
+                ROLLOUT_METADATA,
+                MetadataValue::from_bytes(json.to_string().as_bytes()),
+            );
+        }
+        Ok(response)
     }
 }
 
@@ -214,7 +243,7 @@ fn timestamp(at: SystemTime) -> Timestamp {
 pub(crate) fn resource_status(t: &TypeStatus) -> ClientResourceStatus {
     if t.nacked {
         ClientResourceStatus::Nacked
-    } else if t.last_ack.is_some() {
+    } else if t.last_ack.is_some() || (t.last_sent.is_none() && t.held.is_some()) {
         ClientResourceStatus::Acked
     } else {
         ClientResourceStatus::Requested
@@ -223,7 +252,10 @@ pub(crate) fn resource_status(t: &TypeStatus) -> ClientResourceStatus {
 
 /// The server's side of it.
 fn config_status(t: &TypeStatus) -> ConfigStatus {
-    if t.last_sent.is_none() {
+    if t.last_sent.is_none() && t.held.is_some() && !t.nacked {
+        // A reconnecting client that holds what it is owed: nothing was (re)sent.
+        ConfigStatus::Synced
+    } else if t.last_sent.is_none() {
         ConfigStatus::NotSent
     } else if t.pending {
         ConfigStatus::Stale
@@ -245,9 +277,8 @@ pub(crate) fn nack_details(message: &str, origins: &[Arc<str>]) -> String {
 
 fn generic_configs(t: &TypeStatus, contents: bool) -> Vec<GenericXdsConfig> {
     let acked_version = t
-        .last_ack
-        .as_ref()
-        .map(|a| a.version.to_string())
+        .running_version()
+        .map(|v| v.to_string())
         .unwrap_or_default();
     let error_state = t
         .last_nack
@@ -332,6 +363,46 @@ mod tests {
             &matcher(MatchPattern::Contains("back".into()), true),
             id
         ));
+    }
+
+    fn reconnected(held: &str) -> TypeStatus {
+        let mut t = TypeStatus::new(Arc::from(crate::types::CLUSTER));
+        t.held = Some(super::super::clients::Held {
+            version: Arc::from(held),
+            resources: 0,
+        });
+        t
+    }
+
+    #[test]
+    fn a_reconnecting_client_that_holds_what_it_is_owed_is_synced_at_the_version_it_holds() {
+        let t = reconnected("v1");
+        assert_eq!(config_status(&t), ConfigStatus::Synced);
+        assert_eq!(resource_status(&t), ClientResourceStatus::Acked);
+        let configs = generic_configs(&t, false);
+        assert_eq!(configs[0].version_info, "v1");
+        let fresh = TypeStatus::new(Arc::from(crate::types::CLUSTER));
+        assert_eq!(config_status(&fresh), ConfigStatus::NotSent);
+    }
+
+    #[test]
+    fn a_reconnecting_client_sent_newer_versions_is_stale_until_it_acks() {
+        let mut t = reconnected("v1");
+        t.last_sent = Some(super::super::clients::Sent {
+            version: Arc::from("v2"),
+            nonce: crate::protocol::Nonce::from(1),
+            at: SystemTime::now(),
+            resource_count: 0,
+            removed: 0,
+            resources: super::super::clients::SentResources::list(std::iter::empty()),
+        });
+        t.pending = true;
+        assert_eq!(config_status(&t), ConfigStatus::Stale);
+        assert_eq!(
+            generic_configs(&t, false)[0].version_info,
+            "v1",
+            "it runs v1 until it ACKs"
+        );
     }
 
     #[test]

@@ -93,6 +93,9 @@ pub(crate) fn answer(
         type_url: &pending.handled().type_url,
         unknown_type: pending.handled().unknown_type,
         kind: &pending.handled().kind,
+        // A one-shot answer is the whole state, whatever the client holds.
+        held_version: "",
+        held_resources: 0,
     };
     for observer in observers {
         observer.request(&seen).map_err(Refusal::Observer)?;

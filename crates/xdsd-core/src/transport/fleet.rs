@@ -367,6 +367,172 @@ pub fn row_json(r: &ClientRow) -> Value {
     })
 }
 
+/// A gated rollout as the fleet view reads it: from `GET /rollout`'s JSON, which xdsd's CSDS
+/// also carries in its answer's metadata (`xdsd-rollout-bin`).
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct RolloutView {
+    /// `idle`, `soaking`, `waiting for canaries` or `halted`.
+    pub state: String,
+    /// The stable state's generation.
+    pub stable_generation: u64,
+    /// The candidate's generation, while there is one.
+    pub candidate_generation: Option<u64>,
+    /// The stable state's version of each type.
+    pub stable_versions: std::collections::BTreeMap<String, String>,
+    /// The candidate's version of each type, while there is one.
+    pub candidate_versions: std::collections::BTreeMap<String, String>,
+    /// The node ids of the connected canaries.
+    pub canaries: Vec<String>,
+    /// Seconds of soak left, while soaking.
+    pub soak_left_seconds: Option<f64>,
+    /// The halt, when a canary NACKed the candidate: its node, type URL and message.
+    pub halt: Option<(String, String, String)>,
+    /// Said when no connected client is in the cohort.
+    pub cohort_empty: Option<String>,
+    /// Said after an abort: the source holds a change no client is served.
+    pub held_change: Option<String>,
+}
+
+/// Which state of a gated rollout a client holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Holds {
+    /// Every type the rollout changes at the stable state's version.
+    Stable,
+    /// Every type the rollout changes at the candidate's version.
+    Candidate,
+    /// Some of each, or versions of neither.
+    Mixed,
+}
+
+impl Holds {
+    /// `stable`, `candidate`, `mixed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Holds::Stable => "stable",
+            Holds::Candidate => "candidate",
+            Holds::Mixed => "mixed",
+        }
+    }
+}
+
+impl RolloutView {
+    /// Reads `GET /rollout`'s JSON; `None` when it is not a rollout's.
+    pub fn from_json(json: &Value) -> Option<RolloutView> {
+        let state = json.get("state")?.as_str()?.to_owned();
+        let versions = |v: &Value| -> std::collections::BTreeMap<String, String> {
+            v.as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        };
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        Some(RolloutView {
+            state,
+            stable_generation: json["stable"]["generation"].as_u64().unwrap_or(0),
+            candidate_generation: json["candidate"]["generation"].as_u64(),
+            stable_versions: versions(&json["stable"]["versions"]),
+            candidate_versions: versions(&json["candidate"]["versions"]),
+            canaries: json["canaries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["node"].as_str().map(str::to_owned))
+                .collect(),
+            soak_left_seconds: json["soak_left_seconds"].as_f64(),
+            halt: json
+                .get("halt")
+                .filter(|h| h.is_object())
+                .map(|h| (text(&h["node"]), text(&h["type_url"]), text(&h["message"]))),
+            cohort_empty: json["cohort_empty"].as_str().map(str::to_owned),
+            held_change: json["held_change"]["message"].as_str().map(str::to_owned),
+        })
+    }
+
+    /// The change reached the whole fleet: no candidate, no halt, no change held back.
+    pub fn done(&self) -> bool {
+        self.state == "idle" && self.halt.is_none() && self.held_change.is_none()
+    }
+
+    /// Nothing will move on its own: halted, or a change held back after an abort.
+    pub fn stuck(&self) -> bool {
+        self.halt.is_some() || self.held_change.is_some()
+    }
+
+    /// The types the candidate changes, each with its stable and candidate versions ("" where
+    /// one has no such type).
+    pub fn changed_types(&self) -> Vec<(&str, &str, &str)> {
+        let mut out: Vec<(&str, &str, &str)> = Vec::new();
+        if self.candidate_generation.is_none() {
+            return out;
+        }
+        let types: std::collections::BTreeSet<&String> = self
+            .stable_versions
+            .keys()
+            .chain(self.candidate_versions.keys())
+            .collect();
+        for t in types {
+            let s = self.stable_versions.get(t).map_or("", String::as_str);
+            let c = self.candidate_versions.get(t).map_or("", String::as_str);
+            if s != c {
+                out.push((t.as_str(), s, c));
+            }
+        }
+        out.sort_by(|a, b| type_rank(a.0).cmp(&type_rank(b.0)));
+        out
+    }
+
+    /// Whether `node` is a connected canary.
+    pub fn is_canary(&self, node: &str) -> bool {
+        self.canaries.iter().any(|c| c == node)
+    }
+
+    /// Which state `row` holds, by the versions it runs of the types the candidate changes
+    /// (every type with no candidate).
+    pub fn holds(&self, row: &ClientRow) -> Holds {
+        let (mut stable, mut candidate, mut other) = (0, 0, 0);
+        for t in &row.types {
+            let s = self.stable_versions.get(&t.type_url);
+            let c = self.candidate_versions.get(&t.type_url);
+            if self.candidate_generation.is_some() && c == s {
+                continue;
+            }
+            if c == Some(&t.version) {
+                candidate += 1;
+            } else if s == Some(&t.version) {
+                stable += 1;
+            } else {
+                other += 1;
+            }
+        }
+        match (stable, candidate, other) {
+            (_, 0, 0) => Holds::Stable,
+            (0, _, 0) => Holds::Candidate,
+            _ => Holds::Mixed,
+        }
+    }
+
+    /// One line: `rollout soaking: candidate generation 7 (stable 6), 1 canary, 3s of soak left`.
+    pub fn line(&self) -> String {
+        let mut out = format!("rollout {}", self.state);
+        match self.candidate_generation {
+            Some(c) => out.push_str(&format!(
+                ": candidate generation {c} (stable {})",
+                self.stable_generation
+            )),
+            None => out.push_str(&format!(": stable generation {}", self.stable_generation)),
+        }
+        let n = self.canaries.len();
+        out.push_str(&format!(", {n} canar{}", if n == 1 { "y" } else { "ies" }));
+        if let Some(left) = self.soak_left_seconds {
+            out.push_str(&format!(", {left:.0}s of soak left"));
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,5 +617,43 @@ mod tests {
         assert_eq!(split_details("bad"), ("bad".to_owned(), vec![]));
         assert_eq!(short_version("0123456789"), "01234567");
         assert_eq!(short_type("type.googleapis.com/foo.v1.Thing"), "Thing");
+    }
+
+    #[test]
+    fn a_client_holds_the_candidate_the_stable_state_or_a_mix_by_the_types_the_candidate_changes() {
+        let rollout = RolloutView::from_json(&json!({
+            "state": "soaking",
+            "stable": {"generation": 4, "versions": {"cds": "s1", "lds": "l1"}},
+            "candidate": {"generation": 5, "versions": {"cds": "c1", "lds": "l1"}},
+            "canaries": [{"node": "a"}],
+        }))
+        .expect("a rollout");
+        let row = |cds: &str| ClientRow {
+            id: "x".into(),
+            cluster: String::new(),
+            agent: String::new(),
+            types: [("cds", cds), ("lds", "l1"), ("eds", "e9")]
+                .iter()
+                .map(|(t, v)| TypeRow {
+                    type_url: (*t).into(),
+                    state: TypeState::Synced,
+                    version: (*v).into(),
+                    nack: None,
+                    resources: vec![],
+                })
+                .collect(),
+        };
+        assert_eq!(rollout.holds(&row("c1")), Holds::Candidate);
+        assert_eq!(rollout.holds(&row("s1")), Holds::Stable);
+        assert_eq!(rollout.holds(&row("zz")), Holds::Mixed);
+        assert!(rollout.is_canary("a") && !rollout.is_canary("x"));
+        assert_eq!(rollout.changed_types(), vec![("cds", "s1", "c1")]);
+        assert!(!rollout.done() && !rollout.stuck());
+        let held = RolloutView::from_json(&json!({
+            "state": "idle",
+            "held_change": {"message": "held"},
+        }))
+        .expect("a rollout");
+        assert!(!held.done() && held.stuck());
     }
 }

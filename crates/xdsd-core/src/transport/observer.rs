@@ -80,6 +80,12 @@ pub struct RequestSeen<'a> {
     pub unknown_type: bool,
     /// How the request relates to the responses already sent.
     pub kind: &'a RequestKind,
+    /// On a stream's first request for the type ([`RequestKind::Initial`]), the version a
+    /// reconnecting client says it holds (SotW's `version_info`); empty otherwise, and for delta.
+    pub held_version: &'a str,
+    /// On a stream's first request for the type, how many resources a reconnecting delta client
+    /// says it holds (`initial_resource_versions`); 0 otherwise, and for SotW.
+    pub held_resources: usize,
 }
 
 /// A response written to a stream.

@@ -27,7 +27,8 @@ use axum::Router;
 
 use super::clients::{ClientStatus, TypeStatus};
 use super::fleet::{
-    columns, short_type, short_version, ClientRow, NackInfo, Summary, TypeRow, TypeState,
+    columns, short_type, short_version, ClientRow, NackInfo, RolloutView, Summary, TypeRow,
+    TypeState,
 };
 use super::grpc::StatsHandle;
 use crate::store::Snapshot;
@@ -94,24 +95,44 @@ fn query_value(text: &str) -> String {
     out
 }
 
-const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}\
-h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}h3{font-size:1em;margin:1em 0 .2em}\
-table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}\
-th{background:#f3f3f3}code,.mono{font-family:ui-monospace,monospace}\
-.SYNCED{color:#176b2c}.STALE{color:#8a5a00;background:#fff6d6}\
-.NACKED{color:#fff;background:#c62828;font-weight:bold}.NOT_SENT{color:#777}\
-tr.nack td{background:#fdecea;color:#7f1d1d}.server td:first-child{color:#555}\
-.summary{font-weight:bold;margin:.6em 0}svg text{font:12px ui-monospace,monospace}.muted{color:#777}";
+/// The page's style sheet, a real `.css` file.
+const STYLE: &str = include_str!("page/page.css");
 
-const REFRESH: &str = "<script>if(!/[?&]refresh=0/.test(location.search))\
-setTimeout(function(){location.reload()},5000)</script>";
+/// The page's HTML around its body, a real `.html` file: `{{title}}`, `{{style}}` and `{{body}}`
+/// are filled in (the body and title escaped where they hold outside text), and its script
+/// reloads the page every 5 s unless `?refresh=0`.
+const TEMPLATE: &str = include_str!("page/page.html");
+
+/// [`TEMPLATE`] with its places filled: `title` escaped here, `body` already HTML.
+fn fill(title: &str, body: &str) -> String {
+    let mut out = String::with_capacity(TEMPLATE.len() + STYLE.len() + body.len());
+    let mut rest = TEMPLATE;
+    while let Some(at) = rest.find("{{") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let Some(end) = after.find("}}") else {
+            out.push_str(&rest[at..]);
+            rest = "";
+            break;
+        };
+        match &after[..end] {
+            "title" => out.push_str(&escape(title)),
+            "style" => out.push_str(STYLE),
+            "body" => out.push_str(body),
+            other => {
+                out.push_str("{{");
+                out.push_str(other);
+                out.push_str("}}");
+            }
+        }
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
 
 fn document(title: &str, body: &str) -> Response {
-    let html = format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\
-         <style>{STYLE}</style></head><body>{body}{REFRESH}</body></html>",
-        escape(title)
-    );
+    let html = fill(title, body);
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -126,6 +147,9 @@ fn document(title: &str, body: &str) -> Response {
 fn type_state(t: &TypeStatus) -> TypeState {
     if t.nacked {
         TypeState::Nacked
+    } else if t.last_sent.is_none() && t.held.is_some() {
+        // Reconnected holding what it is owed: nothing was (re)sent.
+        TypeState::Synced
     } else if t.last_sent.is_none() {
         TypeState::NotSent
     } else if t.pending {
@@ -140,9 +164,8 @@ fn type_row(t: &TypeStatus) -> TypeRow {
         type_url: t.type_url.to_string(),
         state: type_state(t),
         version: t
-            .last_ack
-            .as_ref()
-            .map(|a| a.version.to_string())
+            .running_version()
+            .map(|v| v.to_string())
             .unwrap_or_default(),
         nack: t.last_nack.as_ref().filter(|_| t.nacked).map(|n| NackInfo {
             message: n.message.clone(),
@@ -324,12 +347,48 @@ fn server_section(out: &mut String, state: &PageState) {
         let canaries = status["canaries"].as_array().map(Vec::len).unwrap_or(0);
         let _ = write!(
             out,
-            "<tr><td>rollout</td><td id=\"rollout\"><b>{}</b>{}, {} canaries \
-             <details><summary>details</summary><pre>{}</pre></details></td></tr>",
+            "<tr><td>rollout</td><td id=\"rollout\"><b>{}</b>{}, {} canaries",
             escape(name),
             escape(&candidate),
             canaries,
+        );
+        if let Some(view) = RolloutView::from_json(&status) {
+            rollout_notes(out, &view, &rows(&state.handle.clients()));
+        }
+        let _ = write!(
+            out,
+            "<details><summary>details</summary><pre>{}</pre></details></td></tr>",
             escape(&serde_json::to_string_pretty(&status).unwrap_or_default())
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// Under the rollout's state: its halt, an empty cohort, a change held back after an abort, and
+/// which state each client holds (the canaries first; up to [`PAGE_SIZE`] clients).
+fn rollout_notes(out: &mut String, view: &RolloutView, rows: &[ClientRow]) {
+    if let Some((node, type_url, message)) = &view.halt {
+        let _ = write!(
+            out,
+            "<p class=\"NACKED\">halted: {} NACKed {}: {}</p>",
+            escape(node),
+            escape(short_type(type_url)),
+            escape(message)
+        );
+    }
+    for note in view.cohort_empty.iter().chain(&view.held_change) {
+        let _ = write!(out, "<p class=\"STALE\">{}</p>", escape(note));
+    }
+    let mut clients: Vec<&ClientRow> = rows.iter().collect();
+    clients.sort_by_key(|r| !view.is_canary(&r.id));
+    out.push_str("<table class=\"holds\">");
+    for r in clients.into_iter().take(PAGE_SIZE) {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>holds {}</td></tr>",
+            if view.is_canary(&r.id) { "canary" } else { "" },
+            escape(&r.id),
+            view.holds(r).as_str()
         );
     }
     out.push_str("</table>");
@@ -461,6 +520,18 @@ fn client_type(out: &mut String, t: &TypeStatus) {
         escape(sent.map(|s| &*s.version).unwrap_or("-")),
         escape(t.last_ack.as_ref().map(|a| &*a.version).unwrap_or("-"))
     );
+    if let Some(held) = &t.held {
+        let what = if held.version.is_empty() {
+            format!("{} resources", held.resources)
+        } else {
+            format!("version {}", held.version)
+        };
+        let _ = write!(
+            out,
+            "<p class=\"muted\">reconnected holding {}</p>",
+            escape(&what)
+        );
+    }
     if let Some(n) = t.last_nack.as_ref().filter(|_| t.nacked) {
         let names: Vec<String> = n.origins.iter().map(|o| o.to_string()).collect();
         let _ = write!(
@@ -682,6 +753,23 @@ fn graph(out: &mut String, snapshot: &Snapshot) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_page_is_its_html_template_filled_with_an_escaped_title_the_style_and_the_body() {
+        let html = fill("<x>", "<p>{{title}}</p>");
+        assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+        assert!(html.contains("<title>&lt;x&gt;</title>"), "{html}");
+        assert!(html.contains(".NACKED{"), "the style sheet: {html}");
+        assert!(
+            html.contains("<p>{{title}}</p>"),
+            "the body is not a template: {html}"
+        );
+        assert!(html.contains("location.reload()"), "{html}");
+        assert!(
+            !html.contains("{{style}}") && !html.contains("{{body}}"),
+            "{html}"
+        );
+    }
 
     #[test]
     fn markup_in_names_is_escaped() {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
-use super::clients::{self, ClientStatus, Track};
+use super::clients::{self, ClientStatus, Held, Track};
 use super::metrics::Metrics;
 use super::observer::{
     Acked, Nacked, OwnObserver, RequestSeen, ResponseSent, StreamClosed, StreamOpened,
@@ -97,12 +97,13 @@ impl StreamEntry {
         node: Option<&Arc<ClientNode>>,
         type_url: &Arc<str>,
         in_store: bool,
+        held: Option<Held>,
     ) {
         let mut track = self.track();
         if let Some(node) = node {
             track.node = Some(node.clone());
         }
-        track.requested(type_url, in_store);
+        track.requested(type_url, in_store, held);
     }
 
     pub(crate) fn sent(&self, response: &ResponseSent<'_>) {
@@ -282,7 +283,11 @@ impl OwnObserver for StreamRegistry {
 
     fn request(&self, entry: &mut Arc<StreamEntry>, event: &RequestSeen<'_>) {
         let node = event.node.filter(|_| event.identified);
-        entry.requested(node, event.type_url, !event.unknown_type);
+        let held = (!event.held_version.is_empty() || event.held_resources > 0).then(|| Held {
+            version: event.held_version.into(),
+            resources: event.held_resources,
+        });
+        entry.requested(node, event.type_url, !event.unknown_type, held);
     }
 
     fn response_sent(&self, entry: &mut Arc<StreamEntry>, event: &ResponseSent<'_>) {

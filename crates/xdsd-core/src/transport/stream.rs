@@ -52,6 +52,8 @@ pub(crate) trait Protocol:
     fn version(response: &Self::Response) -> &Arc<str>;
     /// The response, as the server's own observers are told it.
     fn sent(response: &Self::Response) -> Sent<'_>;
+    /// The version a request says the client holds (SotW's `version_info`; "" for delta).
+    fn held_version(request: &Self::Message) -> &str;
 }
 
 impl Protocol for SotwMachine {
@@ -67,6 +69,10 @@ impl Protocol for SotwMachine {
     fn sent(response: &SotwResponse) -> Sent<'_> {
         Sent::Sotw(response)
     }
+
+    fn held_version(request: &crate::protocol::sotw::SotwRequest) -> &str {
+        request.version_info.as_str()
+    }
 }
 
 impl Protocol for DeltaMachine {
@@ -81,6 +87,10 @@ impl Protocol for DeltaMachine {
 
     fn sent(response: &DeltaResponse) -> Sent<'_> {
         Sent::Delta(response)
+    }
+
+    fn held_version(_: &crate::protocol::delta::DeltaRequest) -> &str {
+        ""
     }
 }
 
@@ -267,6 +277,14 @@ impl<V: Protocol> Stream<V> {
             type_url: &handled.type_url,
             unknown_type: handled.unknown_type,
             kind: &handled.kind,
+            held_version: match handled.kind {
+                RequestKind::Initial => V::held_version(&request),
+                _ => "",
+            },
+            held_resources: match handled.kind {
+                RequestKind::Initial => handled.initial_versions,
+                _ => 0,
+            },
         };
         self.ctx.observers.request(&mut self.observed, &seen)?;
         self.names.set(self.session.subscribed_names())?;

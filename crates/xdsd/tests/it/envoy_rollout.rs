@@ -58,7 +58,7 @@ pub(crate) async fn wait_rollout(admin: u16, what: &str, want: impl Fn(&Value) -
 }
 
 /// The body of one request through Envoy's listener.
-async fn through(port: u16) -> String {
+pub(crate) async fn through(port: u16) -> String {
     let r = http_get(("127.0.0.1", port), "/", "example.test")
         .await
         .expect("a request through Envoy");
@@ -74,7 +74,7 @@ async fn rejected(envoy: &Envoy) -> u64 {
 }
 
 /// A bootstrap of `transport` whose node is in `cluster`.
-fn bootstrap_in(node: &str, cluster: &str, xds: u16, transport: Transport) -> String {
+pub(crate) fn bootstrap_in(node: &str, cluster: &str, xds: u16, transport: Transport) -> String {
     dynamic_bootstrap(node, xds, transport).replacen(
         "  cluster: xdsd-tests\n",
         &format!("  cluster: {cluster}\n"),

@@ -46,5 +46,7 @@ mod sizes;
 mod slow_clients;
 mod status_cli;
 mod status_page;
+mod status_reconnect;
+mod status_rollout;
 mod watch;
 mod write_files;

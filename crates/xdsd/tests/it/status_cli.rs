@@ -19,12 +19,24 @@ pub async fn xdsd_status(xdsd: &Xdsd, args: &[&str]) -> Output {
         .expect("xdsd status runs")
 }
 
+/// Runs `xdsd status --server SERVER ARGS` with no colours.
+pub async fn status_at(server: &str, args: &[&str]) -> Output {
+    status_command_at(server, args)
+        .output()
+        .await
+        .expect("xdsd status runs")
+}
+
 fn status_command(xdsd: &Xdsd, args: &[&str]) -> tokio::process::Command {
+    status_command_at(&format!("127.0.0.1:{}", xdsd.port), args)
+}
+
+fn status_command_at(server: &str, args: &[&str]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_xdsd"));
     command
         .arg("status")
         .arg("--server")
-        .arg(format!("127.0.0.1:{}", xdsd.port))
+        .arg(server)
         .args(args)
         .env_remove("XDSD_STATUS_SERVER")
         .env_remove("XDSD_STATUS_OUTPUT")
@@ -35,11 +47,11 @@ fn status_command(xdsd: &Xdsd, args: &[&str]) -> tokio::process::Command {
     command
 }
 
-fn stdout(output: &Output) -> String {
+pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn describe(output: &Output) -> String {
+pub fn describe(output: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
         output.status.code(),
@@ -270,4 +282,31 @@ async fn xdsd_status_speaks_mutual_tls_with_the_ca_and_a_client_certificate() {
     // A certificate without its key is a usage error.
     let half = xdsd_status(&xdsd, &["--tls-ca", ca, "--tls-cert", cert]).await;
     assert_eq!(half.status.code(), Some(2), "{}", describe(&half));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_admin_at_the_xds_port_says_so_and_admin_without_node_is_an_error() {
+    let dir = basic_resources(Transport::Ads, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    // The ports swapped: --admin at the xDS port.
+    let xds = format!("127.0.0.1:{}", xdsd.port);
+    let swapped = xdsd_status(&xdsd, &["some-node", "--admin", &xds]).await;
+    let err = String::from_utf8_lossy(&swapped.stderr);
+    assert_eq!(swapped.status.code(), Some(1), "{}", describe(&swapped));
+    assert!(
+        err.contains("not answered by xdsd's admin API") && err.contains("--admin-listen"),
+        "{}",
+        describe(&swapped)
+    );
+    assert!(!err.contains("EOF while parsing"), "{}", describe(&swapped));
+    // --admin without NODE would be ignored: it is an error.
+    let admin = format!("127.0.0.1:{}", xdsd.admin_port().await);
+    let alone = xdsd_status(&xdsd, &["--admin", &admin]).await;
+    assert_eq!(alone.status.code(), Some(2), "{}", describe(&alone));
+    assert!(
+        String::from_utf8_lossy(&alone.stderr).contains("--admin is read only with NODE"),
+        "{}",
+        describe(&alone)
+    );
 }

@@ -1,0 +1,314 @@
+//! `xdsd serve`: the wiring of a source (a directory or an etcd prefix) to the store, the gRPC
+//! server, the admin API, the files written for Envoy and a gated rollout, until a signal.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tracing::{info, warn};
+use xdsd_core::rollout::Rollout;
+use xdsd_core::source::{ChangeSet, Feed, Rejection, Source, SourceEvent};
+use xdsd_core::store::Store;
+use xdsd_core::{Metrics, ServerOptions, XdsServer};
+use xdsd_etcd::{EtcdOptions, EtcdSource};
+use xdsd_source::{Descriptors, DirectorySource};
+
+use crate::cli::*;
+use crate::files::{FileUpdates, FileWriter};
+use crate::{admin, files, memory, rest_json};
+
+/// Where `serve` reads its resources.
+pub(crate) enum ResourcesFrom {
+    Directory(PathBuf),
+    Etcd(Box<EtcdOptions>),
+}
+
+impl ServeArgs {
+    /// The source the arguments name: exactly one of a directory and an etcd prefix.
+    pub(crate) fn from(&self) -> Result<ResourcesFrom, String> {
+        match (&self.resources, self.etcd.given()) {
+            (Some(_), true) => Err(
+                "--resources and --etcd-endpoints are exclusive: serve either a directory or an \
+                 etcd prefix (XDSD_RESOURCES and XDSD_ETCD_ENDPOINTS count too)"
+                    .into(),
+            ),
+            (None, false) => Err(
+                "no resources: give --resources DIR, or --etcd-endpoints URL[,URL...] with \
+                 --etcd-prefix PREFIX"
+                    .into(),
+            ),
+            (Some(dir), false) => {
+                if self.etcd.etcd_prefix.is_some() {
+                    return Err("--etcd-prefix needs --etcd-endpoints".into());
+                }
+                Ok(ResourcesFrom::Directory(dir.clone()))
+            }
+            (None, true) => self
+                .etcd
+                .options(self.rules.max_file_bytes)
+                .map(|options| ResourcesFrom::Etcd(Box::new(options))),
+        }
+    }
+}
+
+/// With replicas on etcd, the rollout's state is shared under the prefix (`<prefix>.rollout`):
+/// a replica starting takes up the rollout in flight (the stable state as the record says, the
+/// source loaded at the record's candidate revision), then shares its decisions and follows the
+/// others'.
+pub(crate) async fn share_rollout(
+    rollout: &Arc<Rollout>,
+    mut source: EtcdSource,
+    options: &EtcdOptions,
+) -> anyhow::Result<EtcdSource> {
+    let etcd = xdsd_etcd::Etcd::connect(options)
+        .await
+        .context("cannot connect to etcd for the rollout's shared state")?;
+    let (resume, after) = xdsd_etcd::rollout::resume(&etcd, &source)
+        .await
+        .context("cannot read the rollout's shared state")?;
+    if let Some(resume) = resume {
+        source = source.starting_at(resume.record.load_revision());
+        rollout
+            .resume_from(resume.record, resume.stable)
+            .context("cannot load the rollout's stable state")?;
+    }
+    // One connection for both: the source reads and watches through it too.
+    let source = source.with_connection(etcd.clone());
+    let shared = xdsd_etcd::rollout::SharedRollout::start(etcd, rollout.clone(), after);
+    rollout.share(Arc::new(shared));
+    Ok(source)
+}
+
+/// The source `serve` follows: a directory or an etcd prefix, behind one serve path.
+pub(crate) enum AnySource {
+    Directory(DirectorySource),
+    Etcd(EtcdSource),
+}
+
+impl Source for AnySource {
+    fn describe(&self) -> String {
+        match self {
+            AnySource::Directory(s) => s.describe(),
+            AnySource::Etcd(s) => s.describe(),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            AnySource::Directory(s) => s.kind(),
+            AnySource::Etcd(s) => s.kind(),
+        }
+    }
+
+    async fn load(&mut self) -> Result<ChangeSet, Rejection> {
+        match self {
+            AnySource::Directory(s) => s.load().await,
+            AnySource::Etcd(s) => s.load().await,
+        }
+    }
+
+    async fn next(&mut self) -> Option<SourceEvent> {
+        match self {
+            AnySource::Directory(s) => s.next().await,
+            AnySource::Etcd(s) => s.next().await,
+        }
+    }
+
+    fn committed(&mut self, ok: bool) {
+        match self {
+            AnySource::Directory(s) => s.committed(ok),
+            AnySource::Etcd(s) => s.committed(ok),
+        }
+    }
+}
+
+pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
+    // Both ports first: a second xdsd with the same flags fails here, before it loads or serves
+    // anything.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| bind_error(e, args.listen, "--listen"))?;
+    let admin_listener = admin::bind(args.admin_listen).await?;
+
+    let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
+    let store = Store::with_reference_policy(args.rules.reference_policy());
+    let mut files = match &args.write_files {
+        Some(out) => {
+            if let ResourcesFrom::Directory(dir) = &from {
+                files::check_outside(out, dir)?;
+            }
+            std::fs::create_dir_all(out)
+                .with_context(|| format!("--write-files {}: cannot create it", out.display()))?;
+            let writer = FileWriter::new(
+                out.clone(),
+                &file_formats(&args.write_format),
+                descriptors.clone(),
+            );
+            let (updates, pending) = files::file_updates();
+            Some((writer, updates, pending))
+        }
+        None => None,
+    };
+    let metrics = Metrics::new();
+    let mut feed = Feed::new(store.clone())
+        .metrics(metrics.clone())
+        .allow_empty(args.allow_empty);
+    let rollout = args.rollout.rollout(&store);
+    if let Some(rollout) = &rollout {
+        feed = feed.rollout(rollout.clone());
+    }
+    if let Some((_, updates, _)) = &files {
+        let updates: FileUpdates = updates.clone();
+        feed = feed.on_applied(move |_| updates.changed());
+    }
+    let mut source = match from {
+        ResourcesFrom::Directory(dir) => AnySource::Directory(
+            DirectorySource::new(descriptors.clone(), dir, args.rules.limits())
+                .incremental(args.reload == ReloadMode::Incremental),
+        ),
+        ResourcesFrom::Etcd(options) => {
+            let mut source = EtcdSource::new(descriptors.clone(), (*options).clone());
+            if let Some(rollout) = &rollout {
+                source = share_rollout(rollout, source, &options).await?;
+            }
+            AnySource::Etcd(source)
+        }
+    };
+    feed.first_load(&mut source)
+        .await
+        .with_context(|| format!("cannot load resources from {}", source.describe()))?;
+    // The first files, before serving; later ones from the writer's thread.
+    if let Some((writer, _, _)) = files.as_mut() {
+        let snapshot = store.snapshot();
+        files::log_round(&writer.write_changed(&snapshot), snapshot.generation());
+    }
+    // What parsing the descriptors and the first load left behind is returned before serving.
+    if args.release_memory == OnOff::On {
+        memory::start();
+    }
+    if let Some((writer, _, pending)) = files {
+        info!(
+            dir = %writer.dir().display(),
+            "writing discovery response files after each change"
+        );
+        pending.start(store.clone(), writer)?;
+    }
+
+    let addr = listener.local_addr().context("reading the bound address")?;
+    info!("xDS gRPC server listening on {addr}");
+    args.tls.log(addr);
+
+    let make_before_break = args.make_before_break == OnOff::On;
+    if !make_before_break {
+        warn!(
+            "make-before-break ordering is off: a change that moves traffic between clusters may \
+             fail requests while clients apply it"
+        );
+    }
+    let options = ServerOptions::default()
+        .max_request_bytes(args.max_request_bytes)
+        .max_response_bytes(args.max_response_bytes)
+        .max_names_per_stream(args.max_names_per_stream)
+        .max_names(args.max_names_per_connection, args.max_names_total)
+        .max_connections(args.max_connections)
+        .max_streams_per_connection(args.max_streams_per_connection)
+        .preface_timeout(args.preface_timeout)
+        .max_connection_age(args.max_connection_age, args.max_connection_age_grace)
+        .max_buffered_request_bytes(
+            args.max_buffered_request_bytes,
+            args.max_buffered_request_bytes_total,
+        )
+        .allow_plaintext_secrets(args.tls.allow_plaintext_secrets)
+        .make_before_break(make_before_break)
+        .ack_wait(args.ack_wait);
+    let options = options
+        .rest_hold(args.rest_hold)
+        .max_held_polls(args.max_held_polls);
+    let rest = rest_json::DescriptorJson::new(&descriptors)?;
+    let mut server = XdsServer::builder(store)
+        .options(options)
+        .metrics(metrics)
+        .rest_json(Arc::new(rest));
+    if let Some(rollout) = rollout {
+        server = server.rollout(rollout.clone());
+        tokio::spawn(rollout.run());
+    }
+    if let Some(tls) = args.tls.options() {
+        server = server.tls(tls).context("cannot set up TLS")?;
+    }
+    let server = server.build();
+    // Ready (gRPC health, /readyz) while the source is healthy.
+    let handle = server.stats_handle();
+    let described = source.describe();
+    tokio::spawn(feed.ready(handle.clone()).follow(source));
+    let admin_tls = match (args.admin_tls, args.tls.options()) {
+        (true, Some(options)) => Some(options),
+        _ => None,
+    };
+    let admin = admin::start(admin_listener, admin_tls, handle, described)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut serving = tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    tokio::select! {
+        result = &mut serving => {
+            return match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e).context("the gRPC server failed"),
+                Err(e) => Err(e).context("the gRPC server task failed"),
+            };
+        }
+        signal = shutdown_signal() => info!("{signal} received: shutting down, ending open streams"),
+    }
+    let _ = stop.send(());
+    // `serve` returns within its grace period (SHUTDOWN_GRACE), also when a client stopped
+    // reading.
+    match serving.await {
+        Ok(Ok(())) => info!("stopped"),
+        Ok(Err(e)) => warn!("the gRPC server ended with an error while stopping: {e}"),
+        Err(e) => warn!("the gRPC server task ended abnormally while stopping: {e}"),
+    }
+    if let Some(admin) = admin {
+        admin.stop().await;
+    }
+    Ok(())
+}
+
+/// A listening address that cannot be bound, with the flag that sets it.
+pub(crate) fn bind_error(e: std::io::Error, addr: SocketAddr, flag: &str) -> anyhow::Error {
+    let why = match e.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            "{addr} is already in use (another xdsd, or another program, listens there): give \
+             {flag} another address, or port 0 for any free port"
+        ),
+        std::io::ErrorKind::AddrNotAvailable => {
+            format!("{addr} is not an address of this machine: give {flag} one of its addresses")
+        }
+        _ => format!("{e}"),
+    };
+    anyhow::anyhow!("cannot listen on {addr} ({flag}): {why}")
+}
+
+pub(crate) async fn shutdown_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+            },
+            Err(e) => {
+                warn!("cannot listen for SIGTERM ({e}); only SIGINT stops xdsd");
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
+}
