@@ -6,18 +6,13 @@
 
 #![warn(missing_docs)]
 
-/// Hash maps keyed by resource names and stream ids, with foldhash: these maps are on the
-/// per-request and per-push paths, where SipHash was a third of the server's instructions.
 #[doc(hidden)]
-pub mod hash {
-    /// A `HashMap` with foldhash.
-    pub type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-    /// A `HashSet` with foldhash.
-    pub type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
-}
+pub mod hash;
 pub(crate) mod logsafe;
+pub mod metrics;
 pub mod params;
 pub mod protocol;
+mod ready;
 pub mod rollout;
 pub mod source;
 pub mod store;
@@ -29,11 +24,12 @@ pub mod testing;
 pub mod transport;
 pub mod types;
 
+pub use metrics::Metrics;
+pub use ready::Readiness;
 pub use rollout::Rollout;
 pub use source::{ChangeSet, Feed, Rejection, Source, SourceEvent};
 pub use store::{Change, ResourceInput, Store, UpdateSummary};
 pub use transport::grpc::{ServerOptions, StatsHandle, XdsServer, XdsServerBuilder};
-pub use transport::metrics::Metrics;
 pub use transport::observer::{
     Acked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamObserver, StreamOpened,
 };

@@ -22,7 +22,7 @@ use xdsd_core::transport::grpc::{
     DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_REST_HOLD, MIN_MAX_REQUEST_BYTES,
     MIN_MAX_RESPONSE_BYTES,
 };
-use xdsd_core::transport::metrics::Metrics;
+use xdsd_core::Metrics;
 use xdsd_etcd::{EtcdOptions, EtcdSource};
 use xdsd_source::{Descriptors, DirectorySource, FileFormat};
 
@@ -1065,13 +1065,13 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
         None => None,
     };
     let metrics = Metrics::new();
-    let mut feed = Feed::new(store.clone())
-        .metrics(metrics.clone())
-        .allow_empty(args.allow_empty);
     let rollout = args.rollout.rollout(&store);
-    if let Some(rollout) = &rollout {
-        feed = feed.rollout(rollout.clone());
+    let mut feed = match &rollout {
+        Some(rollout) => Feed::new(rollout.clone()),
+        None => Feed::new(store.clone()),
     }
+    .metrics(metrics.clone())
+    .allow_empty(args.allow_empty);
     if let Some((_, updates, _)) = &files {
         let updates: FileUpdates = updates.clone();
         feed = feed.on_applied(move |_| updates.changed());
@@ -1145,8 +1145,7 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
         .metrics(metrics)
         .rest_json(Arc::new(rest));
     if let Some(rollout) = rollout {
-        server = server.rollout(rollout.clone());
-        tokio::spawn(rollout.run());
+        server = server.rollout(rollout);
     }
     if let Some(tls) = args.tls.options() {
         server = server.tls(tls).context("cannot set up TLS")?;
@@ -1155,7 +1154,7 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
     // Ready (gRPC health, /readyz) while the source is healthy.
     let handle = server.stats_handle();
     let described = source.describe();
-    tokio::spawn(feed.ready(handle.clone()).follow(source));
+    tokio::spawn(feed.ready(handle.readiness()).follow(source));
     let admin_tls = match (args.admin_tls, args.tls.options()) {
         (true, Some(options)) => Some(options),
         _ => None,

@@ -30,11 +30,11 @@ use super::clients::{ClientStatus, TypeStatus};
 use super::csds::{nack_details, resource_status};
 use super::fetch;
 use super::grpc::StatsHandle;
-use super::metrics::CONTENT_TYPE;
 use super::options::DEFAULT_PREFACE_TIMEOUT;
 use super::page::{self, PageInfo};
 use super::rest::JsonCodec;
 use super::tls::{Listener, TlsError, TlsOptions, TlsState};
+use crate::metrics::CONTENT_TYPE;
 use crate::protocol::sotw::{SotwResources, SotwResponse};
 
 /// The admin API's routes over a server's `handle`.
@@ -110,7 +110,7 @@ pub async fn serve_with(
 
 /// `GET /rollout`: the gated rollout's state (see [`crate::rollout::Rollout::status_json`]).
 async fn rollout(State(handle): State<StatsHandle>) -> Response {
-    match handle.context().rollout.as_ref() {
+    match handle.rollout() {
         Some(r) => json_response(StatusCode::OK, r.status_json()),
         None => not_gated(),
     }
@@ -118,7 +118,7 @@ async fn rollout(State(handle): State<StatsHandle>) -> Response {
 
 /// `POST /rollout/promote`: the candidate goes to every client now.
 async fn rollout_promote(State(handle): State<StatsHandle>) -> Response {
-    let Some(r) = handle.context().rollout.as_ref() else {
+    let Some(r) = handle.rollout() else {
         return not_gated();
     };
     if r.promote() {
@@ -132,7 +132,7 @@ async fn rollout_promote(State(handle): State<StatsHandle>) -> Response {
 
 /// `POST /rollout/abort`: the candidate is dropped, the canaries go back to the stable state.
 async fn rollout_abort(State(handle): State<StatsHandle>) -> Response {
-    let Some(r) = handle.context().rollout.as_ref() else {
+    let Some(r) = handle.rollout() else {
         return not_gated();
     };
     if r.abort() {

@@ -32,8 +32,8 @@ use super::clients::ClientStatus;
 use super::coalesce::Coalesced;
 use super::context::ServerContext;
 use super::fetch;
-use super::metrics::Metrics;
 use super::observer::StreamObserver;
+use super::picker::StorePicker;
 use super::requests::Requests;
 use super::rest::JsonCodec;
 use super::stats::{StreamCounters, StreamStatus};
@@ -41,9 +41,10 @@ use super::status::{self, status_of_read_error};
 use super::stream::{self, Protocol};
 use super::tls::{self, Conn, ConnInfo, TlsError, TlsOptions, TlsState};
 use super::wire::SotwWire;
+use crate::metrics::Metrics;
 use crate::protocol::delta::DeltaSubscription;
 use crate::protocol::sotw::{SotwRequest, SotwSubscription};
-use crate::rollout::Rollout;
+use crate::ready::Readiness;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 
@@ -65,7 +66,7 @@ pub struct XdsServerBuilder {
     metrics: Option<Metrics>,
     rest: Option<Arc<dyn JsonCodec>>,
     tls: Option<Arc<TlsState>>,
-    rollout: Option<Arc<Rollout>>,
+    picker: Option<Arc<dyn StorePicker>>,
     observers: Vec<Arc<dyn StreamObserver>>,
 }
 
@@ -101,11 +102,11 @@ impl XdsServerBuilder {
         Ok(self)
     }
 
-    /// Gates every change through `rollout` (see [`crate::rollout`]): the clients of its cohort
-    /// read its canary store, every other client its stable store, which must be the store this
-    /// server is built with.
-    pub fn rollout(mut self, rollout: Arc<Rollout>) -> Self {
-        self.rollout = Some(rollout);
+    /// Lets `picker` pick the store each client reads (its default store is the server's), and
+    /// observe every stream: what [`XdsServerBuilder::rollout`] gives (`crate::rollout`).
+    pub(crate) fn picker(mut self, picker: Arc<dyn StorePicker>) -> Self {
+        self.store = picker.default_store().clone();
+        self.picker = Some(picker);
         self
     }
 
@@ -127,10 +128,10 @@ impl XdsServerBuilder {
         if let Some(tls) = &self.tls {
             tls.set_metrics(metrics.clone());
         }
-        if let Some(rollout) = &self.rollout {
-            rollout.set_metrics(metrics);
+        if let Some(picker) = &self.picker {
+            picker.set_metrics(metrics);
         }
-        ctx.set_observers(self.rollout, self.observers.into());
+        ctx.set_observers(self.picker, self.observers.into());
         XdsServer {
             ctx: Arc::new(ctx),
             shutdown,
@@ -161,7 +162,7 @@ impl XdsServer {
             metrics: None,
             rest: None,
             tls: None,
-            rollout: None,
+            picker: None,
             observers: Vec::new(),
         }
     }
@@ -586,8 +587,8 @@ impl StatsHandle {
         self.ctx.streams.metrics.encode(&self.ctx.store.snapshot())
     }
 
-    /// Whether the server reports itself serving: ready (see [`StatsHandle::set_ready`]) and not
-    /// shutting down. gRPC health checks and the admin API's `/readyz` answer this.
+    /// Whether the server reports itself serving: ready (see [`StatsHandle::readiness`]) and
+    /// not shutting down. gRPC health checks and the admin API's `/readyz` answer this.
     pub fn serving(&self) -> bool {
         self.ctx.serving()
     }
@@ -597,10 +598,11 @@ impl StatsHandle {
         *self.ctx.shutdown.borrow()
     }
 
-    /// Sets whether the server reports itself ready (it does from the start): a program that
-    /// starts serving before its first load can report NOT_SERVING until then.
-    pub fn set_ready(&self, ready: bool) {
-        self.ctx.ready.send_replace(ready);
+    /// Whether the server reports itself ready (it does from the start), to set: a program that
+    /// starts serving before its first load can report NOT_SERVING until then, and a
+    /// [`crate::Feed::ready`] sets it from its source's health.
+    pub fn readiness(&self) -> Readiness {
+        self.ctx.ready.clone()
     }
 
     /// What each open stream has been sent so far.

@@ -314,7 +314,7 @@ fn server_section(out: &mut String, state: &PageState) {
         "<tr><td>resources</td><td>{}</td></tr>",
         versions.join(", ")
     );
-    if let Some(rollout) = &ctx.rollout {
+    if let Some(rollout) = state.handle.rollout() {
         let status = rollout.status_json();
         let name = status["state"].as_str().unwrap_or("?");
         let candidate = status["candidate"]["generation"]
@@ -770,7 +770,7 @@ mod tests {
         use crate::transport::grpc::XdsServer;
         let store = Store::new();
         let cohort = Cohort::new(vec![Selector::parse("node=canary-*").expect("a selector")]);
-        let rollout = Rollout::new(cohort, GateConfig::default(), store.clone());
+        let rollout = Rollout::unstarted(cohort, GateConfig::default(), store.clone());
         let server = XdsServer::builder(store).rollout(rollout).build();
         let state = PageState {
             handle: server.stats_handle(),

@@ -280,13 +280,13 @@ impl<V: Protocol> Stream<V> {
     /// driver's to choose; what the rollout records of its canaries is its observer's
     /// (`rollout::observer`).
     fn pick_store(&mut self, node: &[u8]) {
-        let Some(rollout) = &self.ctx.rollout else {
+        let Some(picker) = &self.ctx.picker else {
             return;
         };
         if node.is_empty() {
             return;
         }
-        let store = rollout.store_for_raw(node);
+        let store = picker.store_for(node);
         if store.same_as(&self.store) {
             return;
         }

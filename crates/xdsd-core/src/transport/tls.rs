@@ -215,7 +215,7 @@ pub(crate) struct TlsState {
     stamps: Mutex<Vec<Option<Stamp>>>,
     rules: Arc<NodeIdentityRules>,
     /// The server's metrics, which count each reload (set when the server is built).
-    metrics: std::sync::OnceLock<super::metrics::Metrics>,
+    metrics: std::sync::OnceLock<crate::metrics::Metrics>,
 }
 
 /// What tells that a file changed: its modification time, size and inode.
@@ -305,7 +305,7 @@ impl TlsState {
     }
 
     /// Counts each reload in `metrics` from now on.
-    pub(crate) fn set_metrics(&self, metrics: super::metrics::Metrics) {
+    pub(crate) fn set_metrics(&self, metrics: crate::metrics::Metrics) {
         let _ = self.metrics.set(metrics);
     }
 

@@ -88,7 +88,6 @@ async fn gated(first: Vec<ResourceInput>) -> (Arc<Rollout>, Server) {
     let rollout = Rollout::new(Cohort::new(vec![selector]), config, stable.clone());
     rollout.canary_store().replace_all(first).unwrap();
     rollout.start().unwrap();
-    tokio::spawn(rollout.clone().run());
     let server = XdsServer::builder(stable.clone())
         .rollout(rollout.clone())
         .build();
