@@ -27,13 +27,14 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use super::clients::{ClientStatus, TypeStatus};
+use super::conn::Listener;
 use super::csds::{nack_details, resource_status};
 use super::fetch;
 use super::grpc::StatsHandle;
 use super::options::DEFAULT_PREFACE_TIMEOUT;
 use super::page::{self, PageInfo};
 use super::rest::JsonCodec;
-use super::tls::{Listener, TlsError, TlsOptions, TlsState};
+use super::tls::{TlsError, TlsOptions, TlsState};
 use crate::metrics::CONTENT_TYPE;
 use crate::protocol::sotw::{SotwResources, SotwResponse};
 

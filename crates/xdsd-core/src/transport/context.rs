@@ -6,12 +6,12 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::budget::{Budget, Charges, NameCharge};
+use super::conn::ConnInfo;
 use super::observer::StreamObserver;
 use super::observers::Observers;
 use super::options::ServerOptions;
 use super::picker::StorePicker;
 use super::stats::StreamRegistry;
-use super::tls::ConnInfo;
 use crate::metrics::Metrics;
 use crate::ready::Readiness;
 use crate::store::Store;

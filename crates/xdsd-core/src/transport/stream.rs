@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::body;
 use super::budget::{Metered, NameCharge};
+use super::conn::Access;
 use super::context::ServerContext;
 use super::observer::{
     Acked, Flavor, Nacked, RequestSeen, ResponseSent, Sent, StreamClosed, StreamOpened,
@@ -24,7 +25,6 @@ use super::observers::Observed;
 use super::options::SHUTDOWN_GRACE;
 use super::requests::Requests;
 use super::status::{status_of, status_of_read_error};
-use super::tls::Access;
 use super::wire::{Body, DeltaWire, Pieces, SotwWire};
 use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaResponse, DeltaSubscription};
