@@ -66,7 +66,7 @@ async fn main() -> Result<(), Error> {
     tokio::spawn(feed.follow(source));
     let server = XdsServer::builder(store)
         .observer(Arc::new(KnownNodes(HashSet::from(["edge-1".to_string()]))))
-        .build();
+        .build()?;
     let listener = tokio::net::TcpListener::bind(match self_test {
         true => "127.0.0.1:0",
         false => "127.0.0.1:18000",

@@ -1,4 +1,4 @@
-//! `--admin-listen`: the admin HTTP API (see `xdsd_core::transport::admin`) beside the xDS server.
+//! `--admin-listen`: the admin HTTP API (see `xdsd_core::admin`) beside the xDS server.
 
 use std::net::SocketAddr;
 
@@ -6,10 +6,10 @@ use anyhow::Context;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
-use xdsd_core::transport::admin::{serve_with_page, AdminTls};
-use xdsd_core::transport::grpc::StatsHandle;
-use xdsd_core::transport::page::PageInfo;
-use xdsd_core::transport::tls::TlsOptions;
+use xdsd_core::admin::{serve_with_page, AdminTls};
+use xdsd_core::page::PageInfo;
+use xdsd_core::StatsHandle;
+use xdsd_core::TlsOptions;
 
 /// The default `--admin-listen`: loopback only, since the API shows every client's node.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:18001";
@@ -83,7 +83,7 @@ pub fn start(
 impl Admin {
     pub async fn stop(self) {
         let _ = self.stop.send(());
-        match tokio::time::timeout(xdsd_core::transport::grpc::SHUTDOWN_GRACE, self.task).await {
+        match tokio::time::timeout(xdsd_core::defaults::SHUTDOWN_GRACE, self.task).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => warn!("the admin API ended with an error: {e}"),
             Ok(Err(e)) => warn!("the admin API task ended abnormally: {e}"),

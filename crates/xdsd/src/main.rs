@@ -12,17 +12,17 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
-use xdsd_core::protocol::session::{DEFAULT_MAX_NAMES, DEFAULT_MAX_RESPONSE_BYTES};
+use xdsd_core::defaults::{
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS, DEFAULT_MAX_NAMES,
+    DEFAULT_MAX_NAMES_PER_CONNECTION, DEFAULT_MAX_NAMES_TOTAL, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_REST_HOLD,
+    MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
+};
 use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector};
 use xdsd_core::source::{ChangeSet, Feed, Rejection, Source, SourceEvent};
 use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store};
-use xdsd_core::transport::grpc::{
-    ServerOptions, XdsServer, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS,
-    DEFAULT_MAX_NAMES_PER_CONNECTION, DEFAULT_MAX_NAMES_TOTAL, DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_REST_HOLD, MIN_MAX_REQUEST_BYTES,
-    MIN_MAX_RESPONSE_BYTES,
-};
 use xdsd_core::Metrics;
+use xdsd_core::{ServerOptions, XdsServer};
 use xdsd_etcd::{EtcdOptions, EtcdSource};
 use xdsd_source::{Descriptors, DirectorySource, FileFormat};
 
@@ -1148,9 +1148,9 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
         server = server.rollout(rollout);
     }
     if let Some(tls) = args.tls.options() {
-        server = server.tls(tls).context("cannot set up TLS")?;
+        server = server.tls(tls);
     }
-    let server = server.build();
+    let server = server.build().context("cannot set up TLS")?;
     // Ready (gRPC health, /readyz) while the source is healthy.
     let handle = server.stats_handle();
     let described = source.describe();

@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-use xdsd_core::transport::fleet::{
+use xdsd_core::fleet::{
     client_rows, columns, row_json, rows_json, short_type, short_version, ClientRow, Summary,
     TypeState,
 };
@@ -459,7 +459,7 @@ pub(crate) fn detail(row: &ClientRow, colour: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xdsd_core::transport::fleet::{NackInfo, TypeRow};
+    use xdsd_core::fleet::{NackInfo, TypeRow};
 
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 

@@ -62,7 +62,7 @@ pub struct XdsServerBuilder {
     options: ServerOptions,
     metrics: Option<Metrics>,
     rest: Option<Arc<dyn JsonCodec>>,
-    tls: Option<Arc<TlsState>>,
+    tls: Option<TlsOptions>,
     picker: Option<Arc<dyn StorePicker>>,
     observers: Vec<Arc<dyn StreamObserver>>,
 }
@@ -82,7 +82,7 @@ impl XdsServerBuilder {
         self
     }
 
-    /// Serves REST-JSON polling (`POST /v3/discovery:clusters`, …; see [`super::rest`]) beside
+    /// Serves REST-JSON polling (`POST /v3/discovery:clusters`, …; docs/rest.md) beside
     /// the gRPC services, on the same address: HTTP/1.1 and HTTP/2 requests with a JSON body go
     /// to REST, gRPC ones to the gRPC services. `codec` converts the JSON (the binary's uses the
     /// Envoy descriptors); the admin API's `/config?contents=1` writes resources with it too.
@@ -92,11 +92,11 @@ impl XdsServerBuilder {
     }
 
     /// Serves TLS (mutual TLS with a client CA; see [`TlsOptions`]) on the port
-    /// [`XdsServer::serve`] serves: the files are read now, and an error returned if they do
-    /// not load.
-    pub fn tls(mut self, options: TlsOptions) -> Result<Self, TlsError> {
-        self.tls = Some(Arc::new(TlsState::load(options)?));
-        Ok(self)
+    /// [`XdsServer::serve`] serves: the files are read by [`XdsServerBuilder::build`], which
+    /// fails if they do not load.
+    pub fn tls(mut self, options: TlsOptions) -> Self {
+        self.tls = Some(options);
+        self
     }
 
     /// Lets `picker` pick the store each client reads (its default store is the server's), and
@@ -117,24 +117,28 @@ impl XdsServerBuilder {
         self
     }
 
-    /// The server.
-    pub fn build(self) -> XdsServer {
+    /// The server; an error when TLS's files do not load.
+    pub fn build(self) -> Result<XdsServer, TlsError> {
+        let tls = match self.tls {
+            Some(options) => Some(Arc::new(TlsState::load(options)?)),
+            None => None,
+        };
         let (shutdown, rx) = watch::channel(false);
         let metrics = self.metrics.unwrap_or_default();
         let mut ctx = ServerContext::new(self.store, self.options, rx, metrics.clone());
-        if let Some(tls) = &self.tls {
+        if let Some(tls) = &tls {
             tls.set_metrics(metrics.clone());
         }
         if let Some(picker) = &self.picker {
             picker.set_metrics(metrics);
         }
         ctx.set_observers(self.picker, self.observers.into());
-        XdsServer {
+        Ok(XdsServer {
             ctx: Arc::new(ctx),
             shutdown,
             rest: self.rest,
-            tls: self.tls,
-        }
+            tls,
+        })
     }
 }
 

@@ -5,7 +5,7 @@ mod body;
 mod budget;
 pub(crate) mod clients;
 mod coalesce;
-mod conn;
+pub(crate) mod conn;
 mod context;
 mod csds;
 mod fetch;

@@ -771,7 +771,7 @@ mod tests {
         let store = Store::new();
         let cohort = Cohort::new(vec![Selector::parse("node=canary-*").expect("a selector")]);
         let rollout = Rollout::unstarted(cohort, GateConfig::default(), store.clone());
-        let server = XdsServer::builder(store).rollout(rollout).build();
+        let server = XdsServer::builder(store).rollout(rollout).build().unwrap();
         let state = PageState {
             handle: server.stats_handle(),
             info: Arc::new(PageInfo {
@@ -785,7 +785,7 @@ mod tests {
         assert!(out.contains("node=canary-*"), "{out}");
         assert!(out.contains("directory &lt;d&gt;"), "{out}");
         let mut plain = String::new();
-        let server = XdsServer::builder(Store::new()).build();
+        let server = XdsServer::builder(Store::new()).build().unwrap();
         server_section(
             &mut plain,
             &PageState {

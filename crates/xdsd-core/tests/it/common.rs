@@ -17,8 +17,7 @@ use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 use tonic_prost::ProstCodec;
 use xdsd_core::store::{Change, ResourceInput, Store};
-use xdsd_core::transport::grpc::{ServerOptions, StatsHandle, XdsServer};
-use xdsd_core::transport::{StreamCounters, StreamStatus};
+use xdsd_core::{ServerOptions, StatsHandle, StreamCounters, StreamStatus, XdsServer};
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -39,7 +38,10 @@ impl Server {
 
     pub async fn start_with(options: ServerOptions) -> Server {
         let store = Store::new();
-        let server = XdsServer::builder(store.clone()).options(options).build();
+        let server = XdsServer::builder(store.clone())
+            .options(options)
+            .build()
+            .expect("a server without TLS builds");
         Server::serve(store, server).await
     }
 

@@ -13,8 +13,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector};
 use xdsd_core::store::{ResourceInput, Store, UpdateSummary};
-use xdsd_core::transport::grpc::XdsServer;
 use xdsd_core::types::CLUSTER;
+use xdsd_core::XdsServer;
 
 use crate::common::{cds_answer, connect, input, Server, WAIT};
 
@@ -90,7 +90,8 @@ async fn gated(first: Vec<ResourceInput>) -> (Arc<Rollout>, Server) {
     rollout.start().unwrap();
     let server = XdsServer::builder(stable.clone())
         .rollout(rollout.clone())
-        .build();
+        .build()
+        .expect("a server without TLS builds");
     (rollout, Server::serve(stable, server).await)
 }
 

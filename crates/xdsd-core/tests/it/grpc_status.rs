@@ -451,7 +451,7 @@ async fn admin_api_shows_health_clients_and_metrics_that_move() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(xdsd_core::transport::admin::serve(
+    let serving = tokio::spawn(xdsd_core::admin::serve(
         listener,
         server.handle.clone(),
         async move {
@@ -616,7 +616,7 @@ async fn a_delta_client_is_listed_with_its_resource_versions_and_counted_as_delt
         ("c1", &*first.system_version_info)
     );
 
-    let clients = xdsd_core::transport::admin::clients_json(&server.handle.clients());
+    let clients = xdsd_core::admin::clients_json(&server.handle.clients());
     let client = &clients[0];
     assert_eq!(client["flavor"], "delta");
     let sent = &client["types"][0]["last_sent"]["resources"][0];
