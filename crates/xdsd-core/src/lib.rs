@@ -36,7 +36,8 @@ pub use protocol::RequestKind;
 pub use ready::Readiness;
 pub use rollout::{Cohort, GateConfig, Rollout, Selector};
 pub use source::{
-    ChangeSet, CommitError, CommitTarget, Feed, Rejection, Source, SourceEvent, Update,
+    ChangeSet, CommitError, CommitTarget, DynSource, Feed, Rejection, Source, SourceEvent,
+    SourceFuture, Update,
 };
 pub use store::{Change, ResourceInput, Store, UpdateSummary};
 pub use transport::grpc::{ServerOptions, StatsHandle, XdsServer, XdsServerBuilder};

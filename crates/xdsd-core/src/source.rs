@@ -9,6 +9,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tracing::{error, info, warn};
@@ -211,6 +212,71 @@ pub trait Source: Send {
     /// hands out only what changed sends a rejected change's names again with its next change.
     fn committed(&mut self, ok: bool) {
         let _ = ok;
+    }
+}
+
+/// A future a [`DynSource`] hands out.
+pub type SourceFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A [`Source`] as a trait object: every `Source` is a `DynSource`, and a `Box<dyn DynSource>`
+/// is a `Source` again, so a program that picks its source at run time holds one type
+/// (`let source: Box<dyn xdsd_core::DynSource> = Box::new(...)`) and feeds it like any other.
+/// Name it by its path rather than importing it beside [`Source`], so that a call such as
+/// `source.describe()` is `Source`'s, not ambiguous.
+pub trait DynSource: Send {
+    /// [`Source::describe`].
+    fn describe(&self) -> String;
+    /// [`Source::kind`].
+    fn kind(&self) -> &'static str;
+    /// [`Source::load`].
+    fn load(&mut self) -> SourceFuture<'_, Result<ChangeSet, Rejection>>;
+    /// [`Source::next`].
+    fn next(&mut self) -> SourceFuture<'_, Option<SourceEvent>>;
+    /// [`Source::committed`].
+    fn committed(&mut self, ok: bool);
+}
+
+impl<S: Source> DynSource for S {
+    fn describe(&self) -> String {
+        Source::describe(self)
+    }
+
+    fn kind(&self) -> &'static str {
+        Source::kind(self)
+    }
+
+    fn load(&mut self) -> SourceFuture<'_, Result<ChangeSet, Rejection>> {
+        Box::pin(Source::load(self))
+    }
+
+    fn next(&mut self) -> SourceFuture<'_, Option<SourceEvent>> {
+        Box::pin(Source::next(self))
+    }
+
+    fn committed(&mut self, ok: bool) {
+        Source::committed(self, ok)
+    }
+}
+
+impl Source for Box<dyn DynSource> {
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+
+    fn load(&mut self) -> impl Future<Output = Result<ChangeSet, Rejection>> + Send {
+        (**self).load()
+    }
+
+    fn next(&mut self) -> impl Future<Output = Option<SourceEvent>> + Send {
+        (**self).next()
+    }
+
+    fn committed(&mut self, ok: bool) {
+        (**self).committed(ok)
     }
 }
 

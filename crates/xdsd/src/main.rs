@@ -19,7 +19,7 @@ use xdsd_core::defaults::{
     MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
 };
 use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector};
-use xdsd_core::source::{ChangeSet, Feed, Rejection, Source, SourceEvent};
+use xdsd_core::source::{Feed, Source};
 use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store};
 use xdsd_core::Metrics;
 use xdsd_core::{ServerOptions, XdsServer};
@@ -994,49 +994,6 @@ async fn share_rollout(
     Ok(source)
 }
 
-/// The source `serve` follows: a directory or an etcd prefix, behind one serve path.
-enum AnySource {
-    Directory(DirectorySource),
-    Etcd(EtcdSource),
-}
-
-impl Source for AnySource {
-    fn describe(&self) -> String {
-        match self {
-            AnySource::Directory(s) => s.describe(),
-            AnySource::Etcd(s) => s.describe(),
-        }
-    }
-
-    fn kind(&self) -> &'static str {
-        match self {
-            AnySource::Directory(s) => s.kind(),
-            AnySource::Etcd(s) => s.kind(),
-        }
-    }
-
-    async fn load(&mut self) -> Result<ChangeSet, Rejection> {
-        match self {
-            AnySource::Directory(s) => s.load().await,
-            AnySource::Etcd(s) => s.load().await,
-        }
-    }
-
-    async fn next(&mut self) -> Option<SourceEvent> {
-        match self {
-            AnySource::Directory(s) => s.next().await,
-            AnySource::Etcd(s) => s.next().await,
-        }
-    }
-
-    fn committed(&mut self, ok: bool) {
-        match self {
-            AnySource::Directory(s) => s.committed(ok),
-            AnySource::Etcd(s) => s.committed(ok),
-        }
-    }
-}
-
 async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
     // Both ports first: a second xdsd with the same flags fails here, before it loads or serves
     // anything.
@@ -1076,8 +1033,8 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
         let updates: FileUpdates = updates.clone();
         feed = feed.on_applied(move |_| updates.changed());
     }
-    let mut source = match from {
-        ResourcesFrom::Directory(dir) => AnySource::Directory(
+    let mut source: Box<dyn xdsd_core::DynSource> = match from {
+        ResourcesFrom::Directory(dir) => Box::new(
             DirectorySource::new(descriptors.clone(), dir, args.rules.limits())
                 .incremental(args.reload == ReloadMode::Incremental),
         ),
@@ -1086,7 +1043,7 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
             if let Some(rollout) = &rollout {
                 source = share_rollout(rollout, source, &options).await?;
             }
-            AnySource::Etcd(source)
+            Box::new(source)
         }
     };
     feed.first_load(&mut source)
