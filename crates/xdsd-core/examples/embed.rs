@@ -53,7 +53,7 @@ pub async fn server(mut source: Memory, known: HashSet<String>) -> Result<XdsSer
     let server = XdsServer::builder(store)
         .observer(Arc::new(KnownNodes(known)))
         .build()?;
-    tokio::spawn(feed.ready(server.stats_handle().readiness()).follow(source));
+    tokio::spawn(feed.ready(server.handle().readiness()).follow(source));
     Ok(server)
 }
 

@@ -5,7 +5,7 @@
 //! with a [`StreamObserver`]. Gate changes through a canary cohort with a [`Rollout`].
 //!
 //! The types an embedder needs are here at the root; the server's defaults and bounds are in
-//! [`defaults`], a client's record as [`StatsHandle::clients`] gives it in [`clients`], and the
+//! [`defaults`], a client's record as [`ServerHandle::clients`] gives it in [`clients`], and the
 //! sans-I/O session in [`session`], public on purpose (like quinn-proto's `Connection`): a
 //! transport of one's own, or a test, drives it without a server.
 
@@ -40,7 +40,7 @@ pub use source::{
     SourceFuture, Update,
 };
 pub use store::{Change, ResourceInput, Store, UpdateSummary};
-pub use transport::grpc::{ServerOptions, StatsHandle, XdsServer, XdsServerBuilder};
+pub use transport::grpc::{ServerHandle, ServerOptions, XdsServer, XdsServerBuilder};
 pub use transport::observer::{
     Acked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamObserver, StreamOpened,
 };
@@ -68,7 +68,7 @@ pub mod defaults {
     };
 }
 
-/// Each connected client's record, as [`StatsHandle::clients`] gives it: its node, and per type
+/// Each connected client's record, as [`ServerHandle::clients`] gives it: its node, and per type
 /// the last response, ACK and NACK.
 pub mod clients {
     pub use crate::transport::clients::{

@@ -401,7 +401,7 @@ impl Feed {
         self
     }
 
-    /// Reports `readiness` (a server's, [`crate::StatsHandle::readiness`]) ready while the
+    /// Reports `readiness` (a server's, [`crate::ServerHandle::readiness`]) ready while the
     /// source is healthy.
     pub fn ready(mut self, readiness: Readiness) -> Feed {
         self.ready = Some(readiness);

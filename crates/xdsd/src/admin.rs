@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use xdsd_core::admin::{serve_with_page, AdminTls};
 use xdsd_core::page::PageInfo;
-use xdsd_core::StatsHandle;
+use xdsd_core::ServerHandle;
 use xdsd_core::TlsOptions;
 
 /// The default `--admin-listen`: loopback only, since the API shows every client's node.
@@ -50,7 +50,7 @@ pub async fn bind(listen: AdminListen) -> anyhow::Result<Option<tokio::net::TcpL
 pub fn start(
     listener: Option<tokio::net::TcpListener>,
     tls: Option<TlsOptions>,
-    handle: StatsHandle,
+    handle: ServerHandle,
     source: String,
 ) -> anyhow::Result<Option<Admin>> {
     let Some(listener) = listener else {

@@ -1109,7 +1109,7 @@ async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
     }
     let server = server.build().context("cannot set up TLS")?;
     // Ready (gRPC health, /readyz) while the source is healthy.
-    let handle = server.stats_handle();
+    let handle = server.handle();
     let described = source.describe();
     tokio::spawn(feed.ready(handle.readiness()).follow(source));
     let admin_tls = match (args.admin_tls, args.tls.options()) {

@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::protocol::session::ClientNode;
 use crate::source::{CommitTarget, Update};
 use crate::store::{ResourceInput, Snapshot, Store, StoreError, UpdateSummary};
-use crate::transport::grpc::{StatsHandle, XdsServerBuilder};
+use crate::transport::grpc::{ServerHandle, XdsServerBuilder};
 
 /// A gated rollout: see the module [`crate::rollout`]. Shared by the feed of the source (which
 /// commits to [`Rollout::canary_store`] through [`Rollout::commit`]), the streams (which read
@@ -40,7 +40,7 @@ pub struct Rollout {
 enum By {
     /// This replica: the decision is shared, about the candidate of this revision.
     Here(Option<i64>),
-    /// Another replica (a record followed): not shared again.
+    /// Another replica (a record adopted): not shared again.
     Elsewhere,
 }
 
@@ -100,7 +100,7 @@ impl Rollout {
 
     /// Shares every decision taken here through `shared` (replicas on etcd): see
     /// [`crate::rollout::Record`]. What the others decide comes back through
-    /// [`Rollout::follow`].
+    /// [`Rollout::adopt`].
     pub fn share(&self, shared: Arc<dyn SharedState>) {
         *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(shared);
     }
@@ -379,10 +379,10 @@ impl Rollout {
         }
     }
 
-    /// What the other replicas decided (a shared record, as it changes): done here too when it
-    /// is about this replica's candidate, or once that change arrives when it is about one not
-    /// seen yet (see [`Gate::decided_elsewhere`]).
-    pub fn follow(&self, record: Record) {
+    /// Adopts what the other replicas decided (a shared record, as it changes): done here too
+    /// when it is about this replica's candidate, or once that change arrives when it is about
+    /// one not seen yet (see [`Gate::decided_elsewhere`]).
+    pub fn adopt(&self, record: Record) {
         let Some(decision) = record.decision() else {
             return;
         };
@@ -612,7 +612,7 @@ impl XdsServerBuilder {
     }
 }
 
-impl StatsHandle {
+impl ServerHandle {
     /// The gated rollout the server serves, if any ([`XdsServerBuilder::rollout`]).
     pub fn rollout(&self) -> Option<Arc<Rollout>> {
         let picker = self.context().picker.as_ref()?;

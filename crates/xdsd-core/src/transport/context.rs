@@ -7,8 +7,8 @@ use tokio::sync::watch;
 
 use super::budget::{Budget, Charges, NameCharge};
 use super::conn::ConnInfo;
+use super::fanout::Fanout;
 use super::observer::StreamObserver;
-use super::observers::Observers;
 use super::options::ServerOptions;
 use super::picker::StorePicker;
 use super::stats::StreamRegistry;
@@ -37,7 +37,7 @@ pub(crate) struct ServerContext {
     /// cohort's clients read its canary store, the others `store`).
     pub(crate) picker: Option<Arc<dyn StorePicker>>,
     /// Every observer of the streams: the server's own, then the embedder's.
-    pub(crate) observers: Observers,
+    pub(crate) observers: Fanout,
 }
 
 impl ServerContext {
@@ -52,7 +52,7 @@ impl ServerContext {
             store,
             options,
             next_stream: AtomicU64::new(0),
-            observers: Observers::new(streams.clone(), None, Arc::new([])),
+            observers: Fanout::new(streams.clone(), None, Arc::new([])),
             streams,
             shutdown,
             ready: Readiness::default(),
@@ -69,7 +69,7 @@ impl ServerContext {
         picker: Option<Arc<dyn StorePicker>>,
         observers: Arc<[Arc<dyn StreamObserver>]>,
     ) {
-        self.observers = Observers::new(self.streams.clone(), picker.clone(), observers);
+        self.observers = Fanout::new(self.streams.clone(), picker.clone(), observers);
         self.picker = picker;
     }
 

@@ -109,7 +109,7 @@ impl XdsServerBuilder {
 
     /// Adds an observer of every stream (see [`StreamObserver`]); observers are called in the
     /// order they were added, and the first to refuse a request ends its stream. The server's
-    /// own observers (the record of each client that CSDS and [`StatsHandle::clients`] show,
+    /// own observers (the record of each client that CSDS and [`ServerHandle::clients`] show,
     /// the stream metrics, a rollout's canaries) are told each event first, and a request once
     /// every added observer accepted it.
     pub fn observer(mut self, observer: Arc<dyn StreamObserver>) -> Self {
@@ -203,8 +203,8 @@ impl XdsServer {
 
     /// Reads the stream counters, clients, metrics and readiness, also after `serve` took the
     /// server.
-    pub fn stats_handle(&self) -> StatsHandle {
-        StatsHandle {
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
             ctx: self.ctx.clone(),
             json: self.rest.clone(),
         }
@@ -337,14 +337,14 @@ impl XdsServer {
 /// A handle on a server, also after `serve` took it: its stream counters, its clients, its
 /// metrics, and its readiness.
 #[derive(Clone)]
-pub struct StatsHandle {
+pub struct ServerHandle {
     ctx: Arc<ServerContext>,
     /// The server's [`XdsServerBuilder::rest_json`] codec, which the admin API's
     /// `/config?contents=1` writes resources with.
     json: Option<Arc<dyn JsonCodec>>,
 }
 
-impl StatsHandle {
+impl ServerHandle {
     pub(crate) fn context(&self) -> &ServerContext {
         &self.ctx
     }
@@ -369,7 +369,7 @@ impl StatsHandle {
         self.ctx.streams.metrics.encode(&self.ctx.store.snapshot())
     }
 
-    /// Whether the server reports itself serving: ready (see [`StatsHandle::readiness`]) and
+    /// Whether the server reports itself serving: ready (see [`ServerHandle::readiness`]) and
     /// not shutting down. gRPC health checks and the admin API's `/readyz` answer this.
     pub fn serving(&self) -> bool {
         self.ctx.serving()

@@ -29,7 +29,7 @@ use super::clients::{ClientStatus, TypeStatus};
 use super::fleet::{
     columns, short_type, short_version, ClientRow, NackInfo, Summary, TypeRow, TypeState,
 };
-use super::grpc::StatsHandle;
+use super::grpc::ServerHandle;
 use crate::store::Snapshot;
 use crate::types;
 
@@ -50,12 +50,12 @@ pub struct PageInfo {
 
 #[derive(Clone)]
 struct PageState {
-    handle: StatsHandle,
+    handle: ServerHandle,
     info: Arc<PageInfo>,
 }
 
 /// The page's routes (`/`, `/client`), to merge into the admin router.
-pub fn routes(handle: StatsHandle, info: PageInfo) -> Router {
+pub fn routes(handle: ServerHandle, info: PageInfo) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/client", get(client))
@@ -773,7 +773,7 @@ mod tests {
         let rollout = Rollout::unstarted(cohort, GateConfig::default(), store.clone());
         let server = XdsServer::builder(store).rollout(rollout).build().unwrap();
         let state = PageState {
-            handle: server.stats_handle(),
+            handle: server.handle(),
             info: Arc::new(PageInfo {
                 version: "xdsd 9.9".into(),
                 source: "directory <d>".into(),
@@ -789,7 +789,7 @@ mod tests {
         server_section(
             &mut plain,
             &PageState {
-                handle: server.stats_handle(),
+                handle: server.handle(),
                 info: Arc::default(),
             },
         );

@@ -18,10 +18,10 @@ use super::body;
 use super::budget::{Metered, NameCharge};
 use super::conn::Access;
 use super::context::ServerContext;
+use super::fanout::Observed;
 use super::observer::{
     Acked, Flavor, Nacked, RequestSeen, ResponseSent, Sent, StreamClosed, StreamOpened,
 };
-use super::observers::Observed;
 use super::options::SHUTDOWN_GRACE;
 use super::requests::Requests;
 use super::status::{status_of, status_of_read_error};

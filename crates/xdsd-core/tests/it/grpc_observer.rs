@@ -306,7 +306,7 @@ async fn the_record_of_a_client_that_csds_shows_is_what_an_observer_is_told() {
         .observer(Arc::new(Mirror(events_tx)))
         .build()
         .expect("a server without TLS builds");
-    let stats = server.stats_handle();
+    let stats = server.handle();
     let server = Server::serve(store.clone(), server).await;
     let addr = server.addr;
     // The server's own observers are told each event before the embedder's: once this observer

@@ -177,7 +177,7 @@ async fn end_streams_ends_a_stream_blocked_on_a_client_that_stopped_reading() {
         .options(options())
         .build()
         .expect("a server without TLS builds");
-    let stats = xds.stats_handle();
+    let stats = xds.handle();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(

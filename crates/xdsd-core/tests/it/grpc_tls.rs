@@ -54,7 +54,7 @@ impl JsonCodec for Passthrough {
 struct TlsServer {
     store: Store,
     addr: SocketAddr,
-    stats: xdsd_core::StatsHandle,
+    stats: xdsd_core::ServerHandle,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -78,7 +78,7 @@ impl TlsServer {
             server = server.rest_json(Arc::new(Passthrough));
         }
         let server = server.build().expect("the TLS files load");
-        let stats = server.stats_handle();
+        let stats = server.handle();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             server

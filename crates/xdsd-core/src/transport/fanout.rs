@@ -1,8 +1,9 @@
-//! Every observer of a server's streams, as the stream driver tells them its events: the
-//! server's own first (the record of each client with the stream metrics, then the store picker's
-//! (a gated rollout's canaries); static calls, each with its state of the stream), then the embedder's
-//! [`StreamObserver`]s in the order they were added. A request is the exception: the embedder's
-//! may refuse it, so they are asked first, and the server's own record only what was accepted.
+//! The fan-out of a stream's events to every observer of the server's streams, as the stream
+//! driver tells them: the server's own first (the record of each client with the stream metrics,
+//! a static call; then the store picker's, a gated rollout's canaries; each with its state of the
+//! stream), then the embedder's [`StreamObserver`]s in the order they were added. A request is
+//! the exception: the embedder's may refuse it, so they are asked first, and the server's own
+//! record only what was accepted.
 //! The driver knows nothing else of them: the admin API, CSDS and the status page read the
 //! clients' records from [`StreamRegistry`], the rollout's gate is fed by its own observer.
 
@@ -18,7 +19,7 @@ use super::picker::{SentGenerations, StorePicker};
 use super::stats::StreamRegistry;
 
 /// A server's observers (see the module).
-pub(crate) struct Observers {
+pub(crate) struct Fanout {
     clients: Arc<StreamRegistry>,
     picker: Option<Arc<dyn StorePicker>>,
     embedder: Arc<[Arc<dyn StreamObserver>]>,
@@ -30,13 +31,13 @@ pub(crate) struct Observed {
     picked: Option<SentGenerations>,
 }
 
-impl Observers {
+impl Fanout {
     pub(crate) fn new(
         clients: Arc<StreamRegistry>,
         picker: Option<Arc<dyn StorePicker>>,
         embedder: Arc<[Arc<dyn StreamObserver>]>,
-    ) -> Observers {
-        Observers {
+    ) -> Fanout {
+        Fanout {
             clients,
             picker,
             embedder,
