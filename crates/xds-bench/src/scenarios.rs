@@ -643,7 +643,7 @@ fn in_cohort(selector: &str, id: &str) -> bool {
     };
     match (
         xdsd_core::rollout::Selector::parse(selector),
-        xdsd_core::protocol::session::ClientNode::from_node(&node),
+        xdsd_core::ClientNode::from_node(&node),
     ) {
         (Ok(selector), Ok(node)) => selector.matches(&node),
         _ => false,

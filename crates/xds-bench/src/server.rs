@@ -41,7 +41,7 @@ use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 use xdsd_core::params::Constraints;
 use xdsd_core::store::{Change, ResourceInput, Store};
-use xdsd_core::transport::grpc::XdsServer;
+use xdsd_core::XdsServer;
 
 use crate::client::{Kind, DELTA_PATH, SOTW_PATH};
 use crate::config::{read_records, Record, GROUP_KEY};
@@ -185,7 +185,7 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
     let target: Arc<dyn Target + Send + Sync> = match kind {
         ServerKind::Xdsd => {
             let store = Store::new();
-            let server = XdsServer::builder(store.clone()).build();
+            let server = XdsServer::builder(store.clone()).build()?;
             tokio::spawn(async move {
                 // XDS_BENCH_XDSD_NODELAY=1: serve xdsd's routes on sockets with TCP_NODELAY, to
                 // measure what `XdsServer::serve` loses by not setting it (tonic ignores the

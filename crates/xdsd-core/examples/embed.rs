@@ -1,27 +1,24 @@
-//! Embedding xdsd-core: a source of one's own (in memory) fed to the store through a `Feed`, and
-//! an observer that refuses nodes it does not know. `cargo run -p xdsd-core --example embed`
-//! serves on 127.0.0.1:18000 until Ctrl-C; `-- --self-test` serves on a free loopback port, asks
-//! as a known node (served, then sent a change) and as an unknown one (PERMISSION_DENIED), and
-//! exits 0 when both are answered so (`scripts/test` runs it).
+//! Embedding xdsd-core: a source of one's own (in memory) fed to the store through a `Feed`,
+//! readiness that follows the source, and an observer that refuses nodes it does not know.
+//! `cargo run -p xdsd-core --example embed` serves on 127.0.0.1:18000 until Ctrl-C; the tests
+//! (`tests/it/embed.rs`) run the same pieces and ask as a known node (served, then sent a change)
+//! and as an unknown one (PERMISSION_DENIED).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient as Ads;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use prost::Message as _;
 use tokio::sync::mpsc;
-use tonic::{Code, Status, Streaming};
+use tonic::Status;
+use xdsd_core::types::CLUSTER;
 use xdsd_core::{ChangeSet, Feed, Rejection, RequestSeen, ResourceInput, Source, SourceEvent};
 use xdsd_core::{Store, StreamObserver, XdsServer};
 
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// Resources held in memory: a first set, then each change sent on a channel.
-struct Memory(Vec<ResourceInput>, mpsc::Receiver<ChangeSet>);
+pub struct Memory(pub Vec<ResourceInput>, pub mpsc::Receiver<ChangeSet>);
 
 impl Source for Memory {
     fn describe(&self) -> String {
@@ -36,7 +33,7 @@ impl Source for Memory {
 }
 
 /// Serves only the nodes it knows: authorization is an observer's `request`.
-struct KnownNodes(HashSet<String>);
+pub struct KnownNodes(pub HashSet<String>);
 
 impl StreamObserver for KnownNodes {
     fn request(&self, seen: &RequestSeen<'_>) -> Result<(), Status> {
@@ -47,104 +44,35 @@ impl StreamObserver for KnownNodes {
     }
 }
 
-fn cluster(name: &str) -> ResourceInput {
+/// A server of what `source` holds, ready while the source can be read, serving the `known`
+/// nodes only.
+pub async fn server(mut source: Memory, known: HashSet<String>) -> Result<XdsServer, Error> {
+    let store = Store::new();
+    let feed = Feed::new(store.clone());
+    feed.first_load(&mut source).await?;
+    let server = XdsServer::builder(store)
+        .observer(Arc::new(KnownNodes(known)))
+        .build()?;
+    tokio::spawn(feed.ready(server.handle().readiness()).follow(source));
+    Ok(server)
+}
+
+/// A cluster named `name`, as the store takes it.
+pub fn cluster(name: &str) -> ResourceInput {
     let cluster = Cluster {
         name: name.into(),
         ..Default::default()
     };
-    ResourceInput::new(CDS, name, cluster.encode_to_vec().into())
+    ResourceInput::new(CLUSTER, name, cluster.encode_to_vec().into())
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let self_test = std::env::args().any(|a| a == "--self-test");
-    let store = Store::new();
-    let (changes, rx) = mpsc::channel(1);
-    let mut source = Memory(vec![cluster("backend")], rx);
-    let feed = Feed::new(store.clone());
-    feed.first_load(&mut source).await?;
-    tokio::spawn(feed.follow(source));
-    let server = XdsServer::builder(store)
-        .observer(Arc::new(KnownNodes(HashSet::from(["edge-1".to_string()]))))
-        .build();
-    let listener = tokio::net::TcpListener::bind(match self_test {
-        true => "127.0.0.1:0",
-        false => "127.0.0.1:18000",
-    })
-    .await?;
-    let addr = listener.local_addr()?;
-    if !self_test {
-        return Ok(server
-            .serve(listener, async {
-                tokio::signal::ctrl_c().await.unwrap_or(())
-            })
-            .await?);
-    }
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve(listener, async { stopped.await.unwrap_or(()) }));
-    let (tx, mut known) = ask(addr, "edge-1").await?;
-    expect(names(next(&mut known).await?), &["backend"])?;
-    changes
-        .send(ChangeSet::all(vec![cluster("backend"), cluster("canary")]))
-        .await?;
-    expect(names(next(&mut known).await?), &["backend", "canary"])?;
-    let refused = match ask(addr, "intruder").await {
-        Ok((_tx, mut unknown)) => next(&mut unknown).await.err(),
-        Err(status) => Some(status),
-    };
-    if refused.as_ref().map(Status::code) != Some(Code::PermissionDenied) {
-        return Err(format!("an unknown node was not refused: {refused:?}").into());
-    }
-    drop(tx);
-    let _ = stop.send(());
-    serving.await??;
-    println!("self-test passed: edge-1 served, intruder refused");
-    Ok(())
-}
-
-/// An ADS stream to `addr` whose first request asks for every cluster as `node`.
-async fn ask(
-    addr: std::net::SocketAddr,
-    node: &str,
-) -> Result<(mpsc::Sender<DiscoveryRequest>, Streaming<DiscoveryResponse>), Status> {
-    let (tx, rx) = mpsc::channel(1);
-    let node = Some(Node {
-        id: node.into(),
-        ..Default::default()
-    });
-    let request = DiscoveryRequest {
-        node,
-        type_url: CDS.into(),
-        ..Default::default()
-    };
-    tx.try_send(request)
-        .map_err(|e| Status::internal(e.to_string()))?;
-    let connected = Ads::connect(format!("http://{addr}")).await;
-    let mut client = connected.map_err(|e| Status::unavailable(e.to_string()))?;
-    let stream =
-        client.stream_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx));
-    Ok((tx, stream.await?.into_inner()))
-}
-
-async fn next(stream: &mut Streaming<DiscoveryResponse>) -> Result<DiscoveryResponse, Status> {
-    let wait = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message());
-    let answer = wait
-        .await
-        .map_err(|_| Status::deadline_exceeded("no answer in 10 s"))?;
-    answer?.ok_or_else(|| Status::unavailable("the stream ended"))
-}
-
-fn names(response: DiscoveryResponse) -> Vec<String> {
-    let decoded = response
-        .resources
-        .iter()
-        .map(|any| Cluster::decode(&*any.value).map(|c| c.name));
-    decoded.collect::<Result<_, _>>().unwrap_or_default()
-}
-
-fn expect(got: Vec<String>, want: &[&str]) -> Result<(), Error> {
-    match got == want {
-        true => Ok(()),
-        false => Err(format!("got clusters {got:?}, expected {want:?}").into()),
-    }
+    // Changes would be sent on `_changes`.
+    let (_changes, rx) = mpsc::channel(1);
+    let source = Memory(vec![cluster("backend")], rx);
+    let server = server(source, HashSet::from(["edge-1".to_string()])).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:18000").await?;
+    let ctrl_c = async { tokio::signal::ctrl_c().await.unwrap_or(()) };
+    Ok(server.serve(listener, ctrl_c).await?)
 }

@@ -19,7 +19,7 @@
 //!
 //! With several replicas sharing a source that has revisions (etcd), a candidate also carries
 //! the source's revision, and a decision taken elsewhere about a revision
-//! ([`Gate::decided_elsewhere`]) is followed here: promoted, halted or aborted the same way, at
+//! ([`Gate::decided_elsewhere`]) is adopted here: promoted, halted or aborted the same way, at
 //! once when it is about the candidate, or once that revision's change arrives when it is about
 //! one not seen yet.
 

@@ -9,14 +9,14 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tracing::{error, info, warn};
 
-use crate::rollout::Rollout;
+use crate::metrics::{Metrics, Reload};
+use crate::ready::Readiness;
 use crate::store::{ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED};
-use crate::transport::grpc::StatsHandle;
-use crate::transport::metrics::{Metrics, Reload};
 
 /// What a change makes the store hold.
 #[derive(Debug)]
@@ -33,6 +33,63 @@ pub enum Update {
         /// Every resource (variant) those names have now.
         resources: Vec<ResourceInput>,
     },
+}
+
+impl Update {
+    /// Commits it to `store`.
+    pub fn apply(self, store: &Store) -> Result<UpdateSummary, StoreError> {
+        match self {
+            Update::All(resources) => store.replace_all(resources),
+            Update::Names { names, resources } => store.replace_names(names, resources),
+        }
+    }
+}
+
+/// Where a [`Feed`] commits: a [`Store`], or a gated rollout ([`crate::Rollout`]: its canary
+/// store first, the others once promoted).
+pub trait CommitTarget: Send + Sync {
+    /// The store the changes go to (a rollout's canary store).
+    fn store(&self) -> &Store;
+
+    /// Commits a change of the source, at the source's `revision` when it has one.
+    fn commit(&self, update: Update, revision: Option<i64>) -> Result<UpdateSummary, StoreError>;
+
+    /// Commits the source's first load, at `revision` (a rollout's stable store starts with it).
+    fn first_load(
+        &self,
+        update: Update,
+        revision: Option<i64>,
+    ) -> Result<UpdateSummary, StoreError> {
+        self.commit(update, revision)
+    }
+}
+
+impl CommitTarget for Store {
+    fn store(&self) -> &Store {
+        self
+    }
+
+    fn commit(&self, update: Update, _revision: Option<i64>) -> Result<UpdateSummary, StoreError> {
+        update.apply(self)
+    }
+}
+
+impl<T: CommitTarget + ?Sized> CommitTarget for Arc<T> {
+    fn store(&self) -> &Store {
+        (**self).store()
+    }
+
+    fn commit(&self, update: Update, revision: Option<i64>) -> Result<UpdateSummary, StoreError> {
+        (**self).commit(update, revision)
+    }
+
+    fn first_load(
+        &self,
+        update: Update,
+        revision: Option<i64>,
+    ) -> Result<UpdateSummary, StoreError> {
+        (**self).first_load(update, revision)
+    }
 }
 
 /// One change of a source, committed whole or not at all.
@@ -158,6 +215,71 @@ pub trait Source: Send {
     }
 }
 
+/// A future a [`DynSource`] hands out.
+pub type SourceFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A [`Source`] as a trait object: every `Source` is a `DynSource`, and a `Box<dyn DynSource>`
+/// is a `Source` again, so a program that picks its source at run time holds one type
+/// (`let source: Box<dyn xdsd_core::DynSource> = Box::new(...)`) and feeds it like any other.
+/// Name it by its path rather than importing it beside [`Source`], so that a call such as
+/// `source.describe()` is `Source`'s, not ambiguous.
+pub trait DynSource: Send {
+    /// [`Source::describe`].
+    fn describe(&self) -> String;
+    /// [`Source::kind`].
+    fn kind(&self) -> &'static str;
+    /// [`Source::load`].
+    fn load(&mut self) -> SourceFuture<'_, Result<ChangeSet, Rejection>>;
+    /// [`Source::next`].
+    fn next(&mut self) -> SourceFuture<'_, Option<SourceEvent>>;
+    /// [`Source::committed`].
+    fn committed(&mut self, ok: bool);
+}
+
+impl<S: Source> DynSource for S {
+    fn describe(&self) -> String {
+        Source::describe(self)
+    }
+
+    fn kind(&self) -> &'static str {
+        Source::kind(self)
+    }
+
+    fn load(&mut self) -> SourceFuture<'_, Result<ChangeSet, Rejection>> {
+        Box::pin(Source::load(self))
+    }
+
+    fn next(&mut self) -> SourceFuture<'_, Option<SourceEvent>> {
+        Box::pin(Source::next(self))
+    }
+
+    fn committed(&mut self, ok: bool) {
+        Source::committed(self, ok)
+    }
+}
+
+impl Source for Box<dyn DynSource> {
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+
+    fn load(&mut self) -> impl Future<Output = Result<ChangeSet, Rejection>> + Send {
+        (**self).load()
+    }
+
+    fn next(&mut self) -> impl Future<Output = Option<SourceEvent>> + Send {
+        (**self).next()
+    }
+
+    fn committed(&mut self, ok: bool) {
+        (**self).committed(ok)
+    }
+}
+
 /// Why a change was not committed.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -252,34 +374,25 @@ type OnApplied = Box<dyn Fn(&UpdateSummary) + Send + Sync>;
 /// `/readyz`) follows the source's health, [`Metrics`] count each outcome, and each outcome is one
 /// log line (`resources loaded` at INFO, `change rejected` at ERROR).
 pub struct Feed {
-    store: Store,
+    target: Box<dyn CommitTarget>,
     metrics: Option<Metrics>,
-    ready: Option<StatsHandle>,
+    ready: Option<Readiness>,
     allow_empty: bool,
     on_applied: Option<OnApplied>,
-    rollout: Option<Arc<Rollout>>,
 }
 
 impl Feed {
-    /// A feed of `store`.
-    pub fn new(store: Store) -> Feed {
+    /// A feed of `target`: a [`Store`], or a gated rollout (an `Arc<Rollout>`: changes are
+    /// committed to its canary store, and go to the other clients once promoted; see
+    /// [`crate::rollout`]).
+    pub fn new(target: impl CommitTarget + 'static) -> Feed {
         Feed {
-            store,
+            target: Box::new(target),
             metrics: None,
             ready: None,
             allow_empty: false,
             on_applied: None,
-            rollout: None,
         }
-    }
-
-    /// Gates every change through `rollout`: changes are committed to its canary store, and go
-    /// to the other clients once promoted (see [`crate::rollout`]). The feed's store is then the
-    /// canary store; the first load goes to both.
-    pub fn rollout(mut self, rollout: Arc<Rollout>) -> Feed {
-        self.store = rollout.canary_store().clone();
-        self.rollout = Some(rollout);
-        self
     }
 
     /// Counts each outcome and the source's health in `metrics`.
@@ -288,9 +401,10 @@ impl Feed {
         self
     }
 
-    /// Reports the server of `handle` ready while the source is healthy.
-    pub fn ready(mut self, handle: StatsHandle) -> Feed {
-        self.ready = Some(handle);
+    /// Reports `readiness` (a server's, [`crate::ServerHandle::readiness`]) ready while the
+    /// source is healthy.
+    pub fn ready(mut self, readiness: Readiness) -> Feed {
+        self.ready = Some(readiness);
         self
     }
 
@@ -310,17 +424,17 @@ impl Feed {
 
     /// The store it feeds.
     pub fn store(&self) -> &Store {
-        &self.store
+        self.target.store()
     }
 
     /// Commits `change` whole, or nothing (through the rollout's gate, when there is one).
     pub fn commit(&self, change: ChangeSet) -> Result<UpdateSummary, CommitError> {
-        self.commit_with(change, true)
+        self.commit_with(change, false)
     }
 
-    fn commit_with(&self, change: ChangeSet, gated: bool) -> Result<UpdateSummary, CommitError> {
+    fn commit_with(&self, change: ChangeSet, first: bool) -> Result<UpdateSummary, CommitError> {
         let had: usize = self
-            .store
+            .store()
             .snapshot()
             .types()
             .map(|t| t.resource_count())
@@ -328,18 +442,12 @@ impl Feed {
         if change.resources == 0 && had > 0 && !self.allow_empty {
             return Err(CommitError::Empty { had });
         }
-        let revision = change.revision;
-        let apply = |store: &Store| {
-            match change.update {
-                Update::All(resources) => store.replace_all(resources),
-                Update::Names { names, resources } => store.replace_names(names, resources),
-            }
-            .map_err(CommitError::Store)
+        let result = if first {
+            self.target.first_load(change.update, change.revision)
+        } else {
+            self.target.commit(change.update, change.revision)
         };
-        match &self.rollout {
-            Some(rollout) if gated => rollout.commit_at(revision, apply),
-            _ => apply(&self.store),
-        }
+        result.map_err(CommitError::Store)
     }
 
     /// The first load of `source`, committed; an error (a source that cannot be loaded is
@@ -351,15 +459,7 @@ impl Feed {
         let result = match source.load().await {
             Ok(change) => {
                 let resources = change.resources;
-                let revision = change.revision;
-                // Not gated: the stable state starts as the first load (or as the shared record
-                // says, see `Rollout::resume_from`).
-                let mut result = self.commit_with(change, false);
-                if let (Ok(_), Some(rollout)) = (&result, &self.rollout) {
-                    if let Err(e) = rollout.start_at(revision) {
-                        result = Err(CommitError::Store(e));
-                    }
-                }
+                let result = self.commit_with(change, true);
                 if let Ok(summary) = &result {
                     log_dangling(summary);
                     info!(
@@ -403,8 +503,8 @@ impl Feed {
         if let Some(metrics) = &self.metrics {
             metrics.set_source_healthy(healthy);
         }
-        if let Some(handle) = &self.ready {
-            handle.set_ready(healthy);
+        if let Some(readiness) = &self.ready {
+            readiness.set(healthy);
         }
         if healthy {
             info!(source = %source.describe(), "the {} can be read again: ready", source.kind());
@@ -455,7 +555,7 @@ impl Feed {
             }
             Err(e) => {
                 count(Reload::Rejected);
-                let generation = self.store.snapshot().generation();
+                let generation = self.store().snapshot().generation();
                 error!(
                     from,
                     "change rejected: {e}; still serving generation {generation}"

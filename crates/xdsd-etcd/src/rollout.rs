@@ -10,7 +10,7 @@
 //!   one not written yet), in a transaction guarded by the record's mod revision and only when it
 //!   goes further than the record there ([`Record::supersedes`]): a stale replica does not
 //!   overwrite a newer decision. It watches the key and hands every record to
-//!   [`Rollout::follow`].
+//!   [`Rollout::adopt`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -264,7 +264,7 @@ async fn follow_records(etcd: Etcd, rollout: Arc<Rollout>, mut after: i64) {
                     }
                     followed = kv.mod_revision();
                     match Record::parse(kv.value()) {
-                        Ok(record) => rollout.follow(record),
+                        Ok(record) => rollout.adopt(record),
                         Err(why) => {
                             tracing::warn!(key = %key, "the rollout record is ignored: {why}")
                         }
@@ -279,7 +279,7 @@ async fn follow_records(etcd: Etcd, rollout: Arc<Rollout>, mut after: i64) {
                 if let Some(stored) = stored.filter(|s| s.mod_revision > followed) {
                     followed = stored.mod_revision;
                     if let Some(record) = stored.record {
-                        rollout.follow(record);
+                        rollout.adopt(record);
                     }
                 }
                 after = revision;

@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use xdsd_core::inspect::{serve_with_page, AdminTls, PageInfo};
-use xdsd_core::StatsHandle;
+use xdsd_core::ServerHandle;
 use xdsd_core::TlsOptions;
 
 /// The default `--admin-listen`: loopback only, since the API shows every client's node.
@@ -49,7 +49,7 @@ pub async fn bind(listen: AdminListen) -> anyhow::Result<Option<tokio::net::TcpL
 pub fn start(
     listener: Option<tokio::net::TcpListener>,
     tls: Option<TlsOptions>,
-    handle: StatsHandle,
+    handle: ServerHandle,
     source: String,
 ) -> anyhow::Result<Option<Admin>> {
     let Some(listener) = listener else {
@@ -82,7 +82,7 @@ pub fn start(
 impl Admin {
     pub async fn stop(self) {
         let _ = self.stop.send(());
-        match tokio::time::timeout(xdsd_core::transport::grpc::SHUTDOWN_GRACE, self.task).await {
+        match tokio::time::timeout(xdsd_core::defaults::SHUTDOWN_GRACE, self.task).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => warn!("the admin API ended with an error: {e}"),
             Ok(Err(e)) => warn!("the admin API task ended abnormally: {e}"),

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tracing::info;
-use xdsd_core::protocol::session::{DEFAULT_MAX_NAMES, DEFAULT_MAX_RESPONSE_BYTES};
+use xdsd_core::defaults::{
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS, DEFAULT_MAX_NAMES,
+    DEFAULT_MAX_NAMES_PER_CONNECTION, DEFAULT_MAX_NAMES_TOTAL, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_REST_HOLD,
+    MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
+};
 use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector};
 use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store};
-use xdsd_core::transport::grpc::{
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HELD_POLLS, DEFAULT_MAX_NAMES_PER_CONNECTION,
-    DEFAULT_MAX_NAMES_TOTAL, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_STREAMS_PER_CONNECTION,
-    DEFAULT_REST_HOLD, MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES,
-};
 use xdsd_source::FileFormat;
 
 use crate::logs::LogFormat;

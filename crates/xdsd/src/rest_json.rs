@@ -4,7 +4,7 @@
 
 use prost::Message as _;
 use prost_reflect::{DeserializeOptions, DynamicMessage, MessageDescriptor};
-use xdsd_core::transport::rest::JsonCodec;
+use xdsd_core::JsonCodec;
 use xdsd_source::Descriptors;
 
 const REQUEST: &str = "envoy.service.discovery.v3.DiscoveryRequest";

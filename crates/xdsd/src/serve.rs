@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tracing::{info, warn};
 use xdsd_core::rollout::Rollout;
-use xdsd_core::source::{ChangeSet, Feed, Rejection, Source, SourceEvent};
+use xdsd_core::source::{Feed, Source};
 use xdsd_core::store::Store;
 use xdsd_core::{Metrics, ServerOptions, XdsServer};
 use xdsd_etcd::{EtcdOptions, EtcdSource};
@@ -80,49 +80,6 @@ pub(crate) async fn share_rollout(
     Ok(source)
 }
 
-/// The source `serve` follows: a directory or an etcd prefix, behind one serve path.
-pub(crate) enum AnySource {
-    Directory(DirectorySource),
-    Etcd(EtcdSource),
-}
-
-impl Source for AnySource {
-    fn describe(&self) -> String {
-        match self {
-            AnySource::Directory(s) => s.describe(),
-            AnySource::Etcd(s) => s.describe(),
-        }
-    }
-
-    fn kind(&self) -> &'static str {
-        match self {
-            AnySource::Directory(s) => s.kind(),
-            AnySource::Etcd(s) => s.kind(),
-        }
-    }
-
-    async fn load(&mut self) -> Result<ChangeSet, Rejection> {
-        match self {
-            AnySource::Directory(s) => s.load().await,
-            AnySource::Etcd(s) => s.load().await,
-        }
-    }
-
-    async fn next(&mut self) -> Option<SourceEvent> {
-        match self {
-            AnySource::Directory(s) => s.next().await,
-            AnySource::Etcd(s) => s.next().await,
-        }
-    }
-
-    fn committed(&mut self, ok: bool) {
-        match self {
-            AnySource::Directory(s) => s.committed(ok),
-            AnySource::Etcd(s) => s.committed(ok),
-        }
-    }
-}
-
 pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
     // Both ports first: a second xdsd with the same flags fails here, before it loads or serves
     // anything.
@@ -151,19 +108,19 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
         None => None,
     };
     let metrics = Metrics::new();
-    let mut feed = Feed::new(store.clone())
-        .metrics(metrics.clone())
-        .allow_empty(args.allow_empty);
     let rollout = args.rollout.rollout(&store);
-    if let Some(rollout) = &rollout {
-        feed = feed.rollout(rollout.clone());
+    let mut feed = match &rollout {
+        Some(rollout) => Feed::new(rollout.clone()),
+        None => Feed::new(store.clone()),
     }
+    .metrics(metrics.clone())
+    .allow_empty(args.allow_empty);
     if let Some((_, updates, _)) = &files {
         let updates: FileUpdates = updates.clone();
         feed = feed.on_applied(move |_| updates.changed());
     }
-    let mut source = match from {
-        ResourcesFrom::Directory(dir) => AnySource::Directory(
+    let mut source: Box<dyn xdsd_core::DynSource> = match from {
+        ResourcesFrom::Directory(dir) => Box::new(
             DirectorySource::new(descriptors.clone(), dir, args.rules.limits())
                 .incremental(args.reload == ReloadMode::Incremental),
         ),
@@ -172,7 +129,7 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
             if let Some(rollout) = &rollout {
                 source = share_rollout(rollout, source, &options).await?;
             }
-            AnySource::Etcd(source)
+            Box::new(source)
         }
     };
     feed.first_load(&mut source)
@@ -231,17 +188,16 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
         .metrics(metrics)
         .rest_json(Arc::new(rest));
     if let Some(rollout) = rollout {
-        server = server.rollout(rollout.clone());
-        tokio::spawn(rollout.run());
+        server = server.rollout(rollout);
     }
     if let Some(tls) = args.tls.options() {
-        server = server.tls(tls).context("cannot set up TLS")?;
+        server = server.tls(tls);
     }
-    let server = server.build();
+    let server = server.build().context("cannot set up TLS")?;
     // Ready (gRPC health, /readyz) while the source is healthy.
-    let handle = server.stats_handle();
+    let handle = server.handle();
     let described = source.describe();
-    tokio::spawn(feed.ready(handle.clone()).follow(source));
+    tokio::spawn(feed.ready(handle.readiness()).follow(source));
     let admin_tls = match (args.admin_tls, args.tls.options()) {
         (true, Some(options)) => Some(options),
         _ => None,

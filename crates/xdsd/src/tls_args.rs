@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tracing::{info, warn};
-use xdsd_core::protocol::identity::{NodeIdentityRule, NodeIdentityRules};
-use xdsd_core::transport::tls::{IdentityRule, TlsOptions};
+use xdsd_core::{IdentityRule, NodeIdentityRule, NodeIdentityRules, TlsOptions};
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct TlsArgs {
@@ -95,7 +94,7 @@ pub(crate) struct TlsArgs {
         long,
         help_heading = "TLS",
         value_name = "N",
-        default_value_t = xdsd_core::transport::tls::DEFAULT_MAX_HANDSHAKES,
+        default_value_t = xdsd_core::defaults::DEFAULT_MAX_HANDSHAKES,
         env = "XDSD_TLS_MAX_HANDSHAKES"
     )]
     pub tls_max_handshakes: usize,

@@ -40,13 +40,15 @@ impl Server {
         let store = Store::new();
         let server = XdsServer::builder(store.clone())
             .tls(tls)
-            .expect("TLS options load")
-            .build();
+            .build()
+            .expect("TLS options load");
         Server::serve_with(store, listener, server).await
     }
 
     async fn serve(store: Store, listener: tokio::net::TcpListener) -> Server {
-        let server = XdsServer::builder(store.clone()).build();
+        let server = XdsServer::builder(store.clone())
+            .build()
+            .expect("a server without TLS builds");
         Server::serve_with(store, listener, server).await
     }
 

@@ -8,14 +8,16 @@
 //! on the stream's first request with a node, [`Rollout::store_for_raw`]); the observer counts
 //! a stream as a canary by the same rule ([`Rollout::is_canary`]) when the node is identified.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use super::{NackDetail, Rollout};
-use crate::protocol::Nonce;
+use crate::metrics::Metrics;
+use crate::store::Store;
 use crate::transport::observer::{
     Acked, Nacked, OwnObserver, RequestSeen, ResponseSent, StreamClosed, StreamOpened,
 };
-use crate::types::TypeMap;
+use crate::transport::picker::{SentGenerations as CanarySent, StorePicker};
 
 /// The observer of a server's streams for its gated rollout.
 pub(crate) struct Canaries {
@@ -26,18 +28,33 @@ impl Canaries {
     pub(crate) fn new(rollout: Arc<Rollout>) -> Canaries {
         Canaries { rollout }
     }
+
+    /// The rollout it observes for.
+    pub(crate) fn rollout(&self) -> &Arc<Rollout> {
+        &self.rollout
+    }
 }
 
-/// What a canary stream sent last, per type: the nonce, and the canary store's generation the
-/// response was built from (what an ACK or NACK of it is about).
-#[derive(Default)]
-pub(crate) struct CanarySent(TypeMap<(Nonce, u64)>);
+/// The transport asks the rollout which store a client reads, through its observer.
+impl StorePicker for Canaries {
+    fn default_store(&self) -> &Store {
+        self.rollout.stable_store()
+    }
 
-impl CanarySent {
-    /// The generation of the response with `nonce` of `type_url`, when it is the last one sent.
-    fn generation(&self, type_url: &str, nonce: &str) -> Option<u64> {
-        let (sent, generation) = self.0.get(type_url)?;
-        (sent.as_str() == nonce).then_some(*generation)
+    fn store_for(&self, node: &[u8]) -> &Store {
+        self.rollout.store_for_raw(node)
+    }
+
+    fn set_metrics(&self, metrics: Metrics) {
+        self.rollout.set_metrics(metrics);
+    }
+
+    fn status_json(&self) -> serde_json::Value {
+        self.rollout().status_json()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
@@ -66,13 +83,7 @@ impl OwnObserver for Canaries {
         let Some(sent) = canary else {
             return;
         };
-        let nonce = event.response.nonce();
-        match sent.0.get_mut(event.type_url) {
-            Some(last) => *last = (nonce, event.generation),
-            None => sent
-                .0
-                .insert(event.type_url.clone(), (nonce, event.generation)),
-        }
+        sent.sent(event.type_url, event.response.nonce(), event.generation);
     }
 
     fn acked(&self, canary: &mut Option<CanarySent>, event: &Acked<'_>) {
@@ -114,7 +125,7 @@ mod tests {
     use super::*;
     use crate::protocol::session::ClientNode;
     use crate::protocol::sotw::{SotwResources, SotwResponse};
-    use crate::protocol::RequestKind;
+    use crate::protocol::{Nonce, RequestKind};
     use crate::rollout::{Cohort, GateConfig, Selector};
     use crate::store::{ResourceInput, Store};
     use crate::transport::observer::{Flavor, Sent};
@@ -208,7 +219,7 @@ mod tests {
     fn a_canary_s_ack_counts_for_the_generation_its_answered_response_was_built_from() {
         let cohort = Cohort::new(vec![Selector::parse("node=canary-*").unwrap()]);
         let config = GateConfig::default().min_canaries(1).soak(Duration::ZERO);
-        let rollout = Rollout::new(cohort, config, Store::new());
+        let rollout = Rollout::unstarted(cohort, config, Store::new());
         rollout.canary_store().replace_all([cluster(b"1")]).unwrap();
         rollout.start().unwrap();
         let old = rollout.canary_store().snapshot().generation();

@@ -12,11 +12,14 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
+use super::observer::Canaries;
 use super::{Action, ClientId, Cohort, Gate, GateConfig, NackDetail, State};
 use super::{Record, RecordState, SharedState};
+use crate::metrics::Metrics;
 use crate::protocol::session::ClientNode;
+use crate::source::{CommitTarget, Update};
 use crate::store::{ResourceInput, Snapshot, Store, StoreError, UpdateSummary};
-use crate::transport::metrics::Metrics;
+use crate::transport::grpc::{ServerHandle, XdsServerBuilder};
 
 /// A gated rollout: see the module [`crate::rollout`]. Shared by the feed of the source (which
 /// commits to [`Rollout::canary_store`] through [`Rollout::commit`]), the streams (which read
@@ -37,7 +40,7 @@ pub struct Rollout {
 enum By {
     /// This replica: the decision is shared, about the candidate of this revision.
     Here(Option<i64>),
-    /// Another replica (a record followed): not shared again.
+    /// Another replica (a record adopted): not shared again.
     Elsewhere,
 }
 
@@ -68,9 +71,23 @@ struct Aborted {
 
 impl Rollout {
     /// A rollout of the changes committed to its canary store, to the clients `cohort` picks
-    /// first, then to `stable`'s clients. The canary store starts empty: load the source into
-    /// it, then call [`Rollout::start`].
+    /// first, then to `stable`'s clients, running: the task that keeps the gate's time
+    /// (promotes once a soak is over) is started here and runs as long as the program does.
+    /// Feed it with [`Feed::new`](crate::Feed::new) (the feed's first load goes to both stores)
+    /// and serve it with [`XdsServerBuilder::rollout`]. The canary store starts empty.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (its task is spawned on it).
     pub fn new(cohort: Cohort, config: GateConfig, stable: Store) -> Arc<Rollout> {
+        let rollout = Rollout::unstarted(cohort, config, stable);
+        tokio::spawn(rollout.clone().run());
+        rollout
+    }
+
+    /// [`Rollout::new`] without the task that keeps time: the gate soaks until
+    /// [`Rollout::promote`] (for the tests of what does not depend on time).
+    pub(crate) fn unstarted(cohort: Cohort, config: GateConfig, stable: Store) -> Arc<Rollout> {
         let canary = Store::with_reference_policy(stable.reference_policy().clone());
         Arc::new(Rollout {
             cohort,
@@ -94,7 +111,7 @@ impl Rollout {
 
     /// Shares every decision taken here through `shared` (replicas on etcd): see
     /// [`crate::rollout::Record`]. What the others decide comes back through
-    /// [`Rollout::follow`].
+    /// [`Rollout::adopt`].
     pub fn share(&self, shared: Arc<dyn SharedState>) {
         *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(shared);
     }
@@ -364,9 +381,8 @@ impl Rollout {
         was != State::Idle
     }
 
-    /// Keeps time for the gate (promotes once a soak is over): run it for as long as the
-    /// server runs.
-    pub async fn run(self: Arc<Self>) {
+    /// Keeps time for the gate (promotes once a soak is over), for as long as the program runs.
+    async fn run(self: Arc<Self>) {
         loop {
             let next = self.lock().gate.next_tick();
             let woken = self.wake.notified();
@@ -389,10 +405,10 @@ impl Rollout {
         }
     }
 
-    /// What the other replicas decided (a shared record, as it changes): done here too when it
-    /// is about this replica's candidate, or once that change arrives when it is about one not
-    /// seen yet (see [`Gate::decided_elsewhere`]).
-    pub fn follow(&self, record: Record) {
+    /// Adopts what the other replicas decided (a shared record, as it changes): done here too
+    /// when it is about this replica's candidate, or once that change arrives when it is about
+    /// one not seen yet (see [`Gate::decided_elsewhere`]).
+    pub fn adopt(&self, record: Record) {
         let Some(decision) = record.decision() else {
             return;
         };
@@ -615,4 +631,46 @@ fn changed_origins(canary: &Snapshot, stable: &Snapshot, type_url: &str) -> Vec<
         }
     }
     out
+}
+
+/// A [`crate::Feed`] of a rollout commits to its canary store through the gate, and its first
+/// load to both stores.
+impl CommitTarget for Rollout {
+    fn store(&self) -> &Store {
+        &self.canary
+    }
+
+    fn commit(&self, update: Update, revision: Option<i64>) -> Result<UpdateSummary, StoreError> {
+        self.commit_at(revision, |store| update.apply(store))
+    }
+
+    fn first_load(
+        &self,
+        update: Update,
+        revision: Option<i64>,
+    ) -> Result<UpdateSummary, StoreError> {
+        // Not gated: the stable state starts as the first load (or as the shared record says,
+        // see `Rollout::resume_from`).
+        let summary = update.apply(&self.canary)?;
+        self.start_at(revision)?;
+        Ok(summary)
+    }
+}
+
+impl XdsServerBuilder {
+    /// Gates every change through `rollout` (see [`crate::rollout`]): the clients of its cohort
+    /// read its canary store, every other client its stable store, which the server serves in
+    /// place of the store it was built over.
+    pub fn rollout(self, rollout: Arc<Rollout>) -> Self {
+        self.picker(Arc::new(Canaries::new(rollout)))
+    }
+}
+
+impl ServerHandle {
+    /// The gated rollout the server serves, if any ([`XdsServerBuilder::rollout`]).
+    pub fn rollout(&self) -> Option<Arc<Rollout>> {
+        let picker = self.context().picker.as_ref()?;
+        let canaries = picker.as_any().downcast_ref::<Canaries>()?;
+        Some(canaries.rollout().clone())
+    }
 }

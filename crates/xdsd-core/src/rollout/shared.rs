@@ -2,7 +2,7 @@
 //! [`SharedState`] (etcd, under the prefix, for `xdsd serve --etcd-...`; nothing for a
 //! directory, whose rollout is the process's own). The gate stays sans-I/O: the record is written
 //! through the trait and what other replicas wrote comes back through
-//! [`super::Rollout::follow`].
+//! [`super::Rollout::adopt`].
 
 use serde_json::{json, Value};
 
@@ -89,7 +89,7 @@ impl Record {
         self.candidate_revision.max(self.stable_revision)
     }
 
-    /// What a replica following the record does about its candidate (none for a soak).
+    /// What a replica adopting the record does about its candidate (none for a soak).
     pub fn decision(&self) -> Option<Decision> {
         match self.state {
             RecordState::Soaking => None,

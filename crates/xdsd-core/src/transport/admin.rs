@@ -27,23 +27,24 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use super::clients::{ClientStatus, TypeStatus};
+use super::conn::Listener;
 use super::csds::{nack_details, resource_status};
 use super::fetch;
-use super::grpc::StatsHandle;
-use super::metrics::CONTENT_TYPE;
+use super::grpc::ServerHandle;
 use super::options::DEFAULT_PREFACE_TIMEOUT;
 use super::page::{self, PageInfo};
 use super::rest::JsonCodec;
-use super::tls::{Listener, TlsError, TlsOptions, TlsState};
+use super::tls::{TlsError, TlsOptions, TlsState};
+use crate::metrics::CONTENT_TYPE;
 use crate::protocol::sotw::{SotwResources, SotwResponse};
 
 /// The admin API's routes over a server's `handle`.
-pub fn router(handle: StatsHandle) -> Router {
+pub fn router(handle: ServerHandle) -> Router {
     router_with_page(handle, PageInfo::default())
 }
 
 /// The admin API's routes, the status page saying `info` about the program.
-pub fn router_with_page(handle: StatsHandle, info: PageInfo) -> Router {
+pub fn router_with_page(handle: ServerHandle, info: PageInfo) -> Router {
     let page = page::routes(handle.clone(), info);
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -61,7 +62,7 @@ pub fn router_with_page(handle: StatsHandle, info: PageInfo) -> Router {
 /// Serves the admin API on `listener` until `signal` completes.
 pub async fn serve(
     listener: TcpListener,
-    handle: StatsHandle,
+    handle: ServerHandle,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     serve_with(listener, handle, None, signal).await
@@ -70,7 +71,7 @@ pub async fn serve(
 /// Like [`serve_with`], the status page saying `info` about the program.
 pub async fn serve_with_page(
     listener: TcpListener,
-    handle: StatsHandle,
+    handle: ServerHandle,
     tls: Option<AdminTls>,
     info: PageInfo,
     signal: impl Future<Output = ()> + Send + 'static,
@@ -98,7 +99,7 @@ impl AdminTls {
 /// within [`DEFAULT_PREFACE_TIMEOUT`] of connecting (or of its handshake).
 pub async fn serve_with(
     listener: TcpListener,
-    handle: StatsHandle,
+    handle: ServerHandle,
     tls: Option<AdminTls>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -109,16 +110,16 @@ pub async fn serve_with(
 }
 
 /// `GET /rollout`: the gated rollout's state (see [`crate::rollout::Rollout::status_json`]).
-async fn rollout(State(handle): State<StatsHandle>) -> Response {
-    match handle.context().rollout.as_ref() {
+async fn rollout(State(handle): State<ServerHandle>) -> Response {
+    match handle.rollout() {
         Some(r) => json_response(StatusCode::OK, r.status_json()),
         None => not_gated(),
     }
 }
 
 /// `POST /rollout/promote`: the candidate goes to every client now.
-async fn rollout_promote(State(handle): State<StatsHandle>) -> Response {
-    let Some(r) = handle.context().rollout.as_ref() else {
+async fn rollout_promote(State(handle): State<ServerHandle>) -> Response {
+    let Some(r) = handle.rollout() else {
         return not_gated();
     };
     if r.promote() {
@@ -131,8 +132,8 @@ async fn rollout_promote(State(handle): State<StatsHandle>) -> Response {
 }
 
 /// `POST /rollout/abort`: the candidate is dropped, the canaries go back to the stable state.
-async fn rollout_abort(State(handle): State<StatsHandle>) -> Response {
-    let Some(r) = handle.context().rollout.as_ref() else {
+async fn rollout_abort(State(handle): State<ServerHandle>) -> Response {
+    let Some(r) = handle.rollout() else {
         return not_gated();
     };
     if r.abort() {
@@ -160,7 +161,7 @@ fn json_response(status: StatusCode, body: Value) -> Response {
         .into_response()
 }
 
-async fn readyz(State(handle): State<StatsHandle>) -> Response {
+async fn readyz(State(handle): State<ServerHandle>) -> Response {
     if handle.serving() {
         (StatusCode::OK, "ready\n").into_response()
     } else if handle.shutting_down() {
@@ -174,12 +175,12 @@ async fn readyz(State(handle): State<StatsHandle>) -> Response {
     }
 }
 
-async fn clients(State(handle): State<StatsHandle>) -> Response {
+async fn clients(State(handle): State<ServerHandle>) -> Response {
     let body = clients_json(&handle.clients()).to_string();
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn metrics(State(handle): State<StatsHandle>) -> Response {
+async fn metrics(State(handle): State<ServerHandle>) -> Response {
     (
         [(header::CONTENT_TYPE, CONTENT_TYPE)],
         handle.metrics_text(),
@@ -191,7 +192,7 @@ async fn metrics(State(handle): State<StatsHandle>) -> Response {
 /// node would be served, subscribing to everything, of each type (see [`config_json`]), with
 /// `contents=1` each resource's message in proto3 JSON (through the server's REST JSON codec).
 async fn config(
-    State(handle): State<StatsHandle>,
+    State(handle): State<ServerHandle>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     let bad = |message: String| (StatusCode::BAD_REQUEST, message + "\n").into_response();

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::metrics::{Metrics, TypeMetrics};
 use super::observer::Sent as SentResponse;
+use crate::metrics::{Metrics, TypeMetrics};
 use crate::protocol::session::ClientNode;
 use crate::protocol::sotw::{ResourceList, SotwResources};
 use crate::protocol::Nonce;

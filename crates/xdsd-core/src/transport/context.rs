@@ -6,14 +6,14 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::budget::{Budget, Charges, NameCharge};
-use super::metrics::Metrics;
+use super::conn::ConnInfo;
+use super::fanout::Fanout;
 use super::observer::StreamObserver;
-use super::observers::Observers;
 use super::options::ServerOptions;
+use super::picker::StorePicker;
 use super::stats::StreamRegistry;
-use super::tls::ConnInfo;
-use crate::rollout::observer::Canaries;
-use crate::rollout::Rollout;
+use crate::metrics::Metrics;
+use crate::ready::Readiness;
 use crate::store::Store;
 
 pub(crate) struct ServerContext {
@@ -28,15 +28,16 @@ pub(crate) struct ServerContext {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Whether the server reports itself ready (gRPC health, the admin API's /readyz), shutdown
     /// aside.
-    pub(crate) ready: watch::Sender<bool>,
+    pub(crate) ready: Readiness,
     /// The bytes of all connections' unfinished requests (see `budget`).
     pub(crate) request_bytes: Arc<Budget>,
     /// The resource names all streams subscribe to (see `budget`).
     pub(crate) names: Arc<Budget>,
-    /// A gated rollout: the cohort's clients read its canary store, the others `store`.
-    pub(crate) rollout: Option<Arc<Rollout>>,
+    /// Which store each client reads, when they do not all read `store` (a gated rollout: the
+    /// cohort's clients read its canary store, the others `store`).
+    pub(crate) picker: Option<Arc<dyn StorePicker>>,
     /// Every observer of the streams: the server's own, then the embedder's.
-    pub(crate) observers: Observers,
+    pub(crate) observers: Fanout,
 }
 
 impl ServerContext {
@@ -51,40 +52,39 @@ impl ServerContext {
             store,
             options,
             next_stream: AtomicU64::new(0),
-            observers: Observers::new(streams.clone(), None, Arc::new([])),
+            observers: Fanout::new(streams.clone(), None, Arc::new([])),
             streams,
             shutdown,
-            ready: watch::Sender::new(true),
+            ready: Readiness::default(),
             request_bytes: Arc::default(),
             names: Arc::default(),
-            rollout: None,
+            picker: None,
         }
     }
 
-    /// Gates every change through `rollout` and tells `observers` of every stream, after the
-    /// server's own observers.
+    /// Lets `picker` pick the store of each client (and observe every stream), and tells
+    /// `observers` of every stream, after the server's own observers.
     pub(crate) fn set_observers(
         &mut self,
-        rollout: Option<Arc<Rollout>>,
+        picker: Option<Arc<dyn StorePicker>>,
         observers: Arc<[Arc<dyn StreamObserver>]>,
     ) {
-        let canaries = rollout.clone().map(Canaries::new);
-        self.rollout = rollout;
-        self.observers = Observers::new(self.streams.clone(), canaries, observers);
+        self.observers = Fanout::new(self.streams.clone(), picker.clone(), observers);
+        self.picker = picker;
     }
 
-    /// The store a client with the encoded `node` reads: the canary store of a gated rollout
-    /// for a node of its cohort, else the server's.
+    /// The store a client with the encoded `node` reads: the one the picker picks (a gated
+    /// rollout's canary store for a node of its cohort), else the server's.
     pub(crate) fn store_for(&self, node: &[u8]) -> &Store {
-        match &self.rollout {
-            Some(rollout) => rollout.store_for_raw(node),
+        match &self.picker {
+            Some(picker) => picker.store_for(node),
             None => &self.store,
         }
     }
 
     /// Ready, and not shutting down.
     pub(crate) fn serving(&self) -> bool {
-        *self.ready.borrow() && !*self.shutdown.borrow()
+        self.ready.get() && !*self.shutdown.borrow()
     }
 
     /// Where a request of connection `conn` charges its unfinished bytes (a connection of its

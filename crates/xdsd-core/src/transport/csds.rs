@@ -106,8 +106,8 @@ impl ClientStatusDiscoveryService for Csds {
         request: Request<ClientStatusRequest>,
     ) -> Result<Response<ClientStatusResponse>, Status> {
         let mut response = client_status(&self.ctx, request.get_ref()).map(Response::new)?;
-        if let Some(rollout) = &self.ctx.rollout {
-            let json = rollout_metadata(rollout.status_json());
+        if let Some(picker) = &self.ctx.picker {
+            let json = rollout_metadata(picker.status_json());
             response.metadata_mut().insert_bin(
                 ROLLOUT_METADATA,
                 MetadataValue::from_bytes(json.to_string().as_bytes()),

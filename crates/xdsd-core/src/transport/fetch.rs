@@ -11,10 +11,10 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tonic::Status;
 use tracing::{debug, warn};
 
+use super::conn::Access;
 use super::context::ServerContext;
 use super::observer::{RequestSeen, StreamObserver};
 use super::status::status_of;
-use super::tls::Access;
 use crate::protocol::oneshot::{Answer, Pending};
 use crate::protocol::session::{Session, SessionError};
 use crate::protocol::sotw::{SotwMachine, SotwRequest, SotwResponse};

@@ -3,19 +3,16 @@
 
 use std::convert::Infallible;
 use std::future::{ready, Future};
-use std::io;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto::Builder as ConnectionBuilder;
-use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
@@ -29,21 +26,22 @@ use tracing::{debug, warn};
 use super::body::{self, ResponseBody};
 use super::budget::Metered;
 use super::clients::ClientStatus;
-use super::coalesce::Coalesced;
+use super::conn::{self, Closable, ConnInfo, ConnectionAge, WithConnInfo};
 use super::context::ServerContext;
 use super::fetch;
-use super::metrics::Metrics;
 use super::observer::StreamObserver;
+use super::picker::StorePicker;
 use super::requests::Requests;
 use super::rest::JsonCodec;
 use super::stats::{StreamCounters, StreamStatus};
 use super::status::{self, status_of_read_error};
 use super::stream::{self, Protocol};
-use super::tls::{self, Conn, ConnInfo, TlsError, TlsOptions, TlsState};
+use super::tls::{TlsError, TlsOptions, TlsState};
 use super::wire::SotwWire;
+use crate::metrics::Metrics;
 use crate::protocol::delta::DeltaMachine;
 use crate::protocol::sotw::{SotwMachine, SotwRequest};
-use crate::rollout::Rollout;
+use crate::ready::Readiness;
 use crate::store::Store;
 use crate::types::{ADS_SERVICE, PER_TYPE_SERVICES};
 
@@ -54,7 +52,7 @@ pub use super::options::{
     DEFAULT_MAX_STREAMS_PER_CONNECTION, DEFAULT_PREFACE_TIMEOUT, DEFAULT_REST_HOLD,
     MIN_MAX_REQUEST_BYTES, MIN_MAX_RESPONSE_BYTES, SHUTDOWN_GRACE,
 };
-use super::options::{MAX_CONNECTION_AGE_JITTER, MAX_LOCAL_ERROR_RESETS, MAX_PENDING_RESETS};
+use super::options::{MAX_LOCAL_ERROR_RESETS, MAX_PENDING_RESETS};
 
 /// Builds an [`XdsServer`] (see [`XdsServer::builder`]). Every setting may be given in any
 /// order: the server is made once, by [`XdsServerBuilder::build`].
@@ -64,8 +62,8 @@ pub struct XdsServerBuilder {
     options: ServerOptions,
     metrics: Option<Metrics>,
     rest: Option<Arc<dyn JsonCodec>>,
-    tls: Option<Arc<TlsState>>,
-    rollout: Option<Arc<Rollout>>,
+    tls: Option<TlsOptions>,
+    picker: Option<Arc<dyn StorePicker>>,
     observers: Vec<Arc<dyn StreamObserver>>,
 }
 
@@ -84,7 +82,7 @@ impl XdsServerBuilder {
         self
     }
 
-    /// Serves REST-JSON polling (`POST /v3/discovery:clusters`, …; see [`super::rest`]) beside
+    /// Serves REST-JSON polling (`POST /v3/discovery:clusters`, …; docs/rest.md) beside
     /// the gRPC services, on the same address: HTTP/1.1 and HTTP/2 requests with a JSON body go
     /// to REST, gRPC ones to the gRPC services. `codec` converts the JSON (the binary's uses the
     /// Envoy descriptors); the admin API's `/config?contents=1` writes resources with it too.
@@ -94,24 +92,24 @@ impl XdsServerBuilder {
     }
 
     /// Serves TLS (mutual TLS with a client CA; see [`TlsOptions`]) on the port
-    /// [`XdsServer::serve`] serves: the files are read now, and an error returned if they do
-    /// not load.
-    pub fn tls(mut self, options: TlsOptions) -> Result<Self, TlsError> {
-        self.tls = Some(Arc::new(TlsState::load(options)?));
-        Ok(self)
+    /// [`XdsServer::serve`] serves: the files are read by [`XdsServerBuilder::build`], which
+    /// fails if they do not load.
+    pub fn tls(mut self, options: TlsOptions) -> Self {
+        self.tls = Some(options);
+        self
     }
 
-    /// Gates every change through `rollout` (see [`crate::rollout`]): the clients of its cohort
-    /// read its canary store, every other client its stable store, which must be the store this
-    /// server is built with.
-    pub fn rollout(mut self, rollout: Arc<Rollout>) -> Self {
-        self.rollout = Some(rollout);
+    /// Lets `picker` pick the store each client reads (its default store is the server's), and
+    /// observe every stream: what [`XdsServerBuilder::rollout`] gives (`crate::rollout`).
+    pub(crate) fn picker(mut self, picker: Arc<dyn StorePicker>) -> Self {
+        self.store = picker.default_store().clone();
+        self.picker = Some(picker);
         self
     }
 
     /// Adds an observer of every stream (see [`StreamObserver`]); observers are called in the
     /// order they were added, and the first to refuse a request ends its stream. The server's
-    /// own observers (the record of each client that CSDS and [`StatsHandle::clients`] show,
+    /// own observers (the record of each client that CSDS and [`ServerHandle::clients`] show,
     /// the stream metrics, a rollout's canaries) are told each event first, and a request once
     /// every added observer accepted it.
     pub fn observer(mut self, observer: Arc<dyn StreamObserver>) -> Self {
@@ -119,24 +117,28 @@ impl XdsServerBuilder {
         self
     }
 
-    /// The server.
-    pub fn build(self) -> XdsServer {
+    /// The server; an error when TLS's files do not load.
+    pub fn build(self) -> Result<XdsServer, TlsError> {
+        let tls = match self.tls {
+            Some(options) => Some(Arc::new(TlsState::load(options)?)),
+            None => None,
+        };
         let (shutdown, rx) = watch::channel(false);
         let metrics = self.metrics.unwrap_or_default();
         let mut ctx = ServerContext::new(self.store, self.options, rx, metrics.clone());
-        if let Some(tls) = &self.tls {
+        if let Some(tls) = &tls {
             tls.set_metrics(metrics.clone());
         }
-        if let Some(rollout) = &self.rollout {
-            rollout.set_metrics(metrics);
+        if let Some(picker) = &self.picker {
+            picker.set_metrics(metrics);
         }
-        ctx.set_observers(self.rollout, self.observers.into());
-        XdsServer {
+        ctx.set_observers(self.picker, self.observers.into());
+        Ok(XdsServer {
             ctx: Arc::new(ctx),
             shutdown,
             rest: self.rest,
-            tls: self.tls,
-        }
+            tls,
+        })
     }
 }
 
@@ -161,7 +163,7 @@ impl XdsServer {
             metrics: None,
             rest: None,
             tls: None,
-            rollout: None,
+            picker: None,
             observers: Vec::new(),
         }
     }
@@ -201,8 +203,8 @@ impl XdsServer {
 
     /// Reads the stream counters, clients, metrics and readiness, also after `serve` took the
     /// server.
-    pub fn stats_handle(&self) -> StatsHandle {
-        StatsHandle {
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
             ctx: self.ctx.clone(),
             json: self.rest.clone(),
         }
@@ -269,7 +271,7 @@ impl XdsServer {
             grace: options.max_connection_age_grace,
             seed: std::collections::hash_map::RandomState::new(),
         };
-        let incoming = tls::incoming(listener, self.tls.clone(), options.preface_timeout);
+        let incoming = conn::incoming(listener, self.tls.clone(), options.preface_timeout);
         tokio::pin!(signal);
         {
             // Dropped when the loop ends: that closes the listener.
@@ -307,7 +309,7 @@ impl XdsServer {
                     routes: routes.clone(),
                     info: io.connect_info(),
                 };
-                tokio::spawn(serve_connection(
+                tokio::spawn(conn::serve_connection(
                     builder.clone(),
                     io,
                     service,
@@ -332,236 +334,17 @@ impl XdsServer {
     }
 }
 
-/// The age and grace of every connection (see [`ServerOptions::max_connection_age`]).
-struct ConnectionAge {
-    age: Option<Duration>,
-    grace: Duration,
-    /// Random keys, to draw each connection's jitter from.
-    seed: std::collections::hash_map::RandomState,
-}
-
-impl ConnectionAge {
-    /// The age and grace of a new connection: the age drawn within the jitter.
-    fn of(&self) -> Option<(Duration, Duration)> {
-        use std::hash::BuildHasher;
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let age = self.age?;
-        let draw = self
-            .seed
-            .hash_one(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        // Uniform in [-1, 1].
-        let unit = (draw >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-        Some((
-            age.mul_f64(1.0 + MAX_CONNECTION_AGE_JITTER * unit),
-            self.grace,
-        ))
-    }
-}
-
-/// Serves one connection until it ends, or `drain` flips (it is then told to go away and ends
-/// when its streams have; `Closable` closes it after the grace period), or it reaches its `age`:
-/// it is then told to go away, its streams end with UNAVAILABLE the grace later, and it is
-/// closed [`SHUTDOWN_GRACE`] after that if its client has not closed it.
-async fn serve_connection(
-    builder: Arc<ConnectionBuilder<TokioExecutor>>,
-    io: Closable,
-    service: WithConnInfo,
-    mut drain: watch::Receiver<bool>,
-    age: Option<(Duration, Duration)>,
-) {
-    let retire = service.info.retire.clone();
-    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
-    tokio::pin!(conn);
-    let aging = async move {
-        let Some((age, grace)) = age else {
-            return std::future::pending().await;
-        };
-        tokio::time::sleep(age).await;
-        grace
-    };
-    tokio::pin!(aging);
-    // When the connection is closed (past its age, grace and the streams' final wait).
-    let mut deadline: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(std::future::pending());
-    let (mut draining, mut aged) = (false, false);
-    loop {
-        tokio::select! {
-            served = &mut conn => {
-                if let Err(error) = served {
-                    debug!(error = %error, "connection ended");
-                }
-                return;
-            }
-            changed = drain.wait_for(|d| *d), if !draining => {
-                draining = true;
-                if changed.is_ok() {
-                    conn.as_mut().graceful_shutdown();
-                }
-            }
-            grace = &mut aging, if !aged => {
-                aged = true;
-                debug!("connection reached its max age (--max-connection-age): telling it to go away");
-                conn.as_mut().graceful_shutdown();
-                let retire = retire.clone();
-                deadline = Box::pin(async move {
-                    tokio::time::sleep(grace).await;
-                    // Its streams end, as at shutdown.
-                    retire.send_replace(true);
-                    tokio::time::sleep(SHUTDOWN_GRACE).await;
-                });
-            }
-            () = &mut deadline => {
-                debug!("connection past its max age and grace: closed");
-                return;
-            }
-        }
-    }
-}
-
-/// The routes, serving the requests of one connection: each carries its [`ConnInfo`].
-#[derive(Clone)]
-struct WithConnInfo {
-    routes: Routes,
-    info: ConnInfo,
-}
-
-impl<B> tower_service::Service<http::Request<B>> for WithConnInfo
-where
-    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = <Routes as tower_service::Service<http::Request<Body>>>::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        tower_service::Service::<http::Request<Body>>::poll_ready(&mut self.routes, cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let mut req = req.map(Body::new);
-        req.extensions_mut().insert(self.info.clone());
-        self.routes.call(req)
-    }
-}
-
-/// A connection that [`XdsServer::serve`] can close: once `closing` flips (or its sender is
-/// gone), every read and write fails, so that the HTTP/2 connection driving it ends, whatever
-/// state its streams are in.
-struct Closable {
-    io: Coalesced<Conn>,
-    closing: Pin<Box<dyn Future<Output = ()> + Send>>,
-    closed: bool,
-    /// This connection's place under [`ServerOptions::max_connections`], given back on close.
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Closable {
-    fn new(io: Conn, mut closing: watch::Receiver<bool>, permit: OwnedSemaphorePermit) -> Closable {
-        Closable {
-            io: Coalesced::new(io),
-            closing: Box::pin(async move {
-                let _ = closing.wait_for(|close| *close).await;
-            }),
-            closed: false,
-            _permit: permit,
-        }
-    }
-
-    /// Whether the connection is closed; if not, `cx` is woken when it is.
-    fn poll_closed(&mut self, cx: &mut Context<'_>) -> bool {
-        if !self.closed && self.closing.as_mut().poll(cx).is_ready() {
-            self.closed = true;
-        }
-        self.closed
-    }
-
-    fn closed_error() -> io::Error {
-        io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            "xdsd is shutting down: connection closed after the grace period",
-        )
-    }
-}
-
-impl AsyncRead for Closable {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.poll_closed(cx) {
-            return Poll::Ready(Err(Closable::closed_error()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Closable {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.poll_closed(cx) {
-            return Poll::Ready(Err(Closable::closed_error()));
-        }
-        Pin::new(&mut this.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.poll_closed(cx) {
-            return Poll::Ready(Err(Closable::closed_error()));
-        }
-        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.poll_closed(cx) {
-            return Poll::Ready(Err(Closable::closed_error()));
-        }
-        Pin::new(&mut this.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.poll_closed(cx) {
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_shutdown(cx)
-    }
-}
-
-impl Connected for Closable {
-    type ConnectInfo = ConnInfo;
-
-    fn connect_info(&self) -> ConnInfo {
-        self.io.get_ref().connect_info()
-    }
-}
-
 /// A handle on a server, also after `serve` took it: its stream counters, its clients, its
 /// metrics, and its readiness.
 #[derive(Clone)]
-pub struct StatsHandle {
+pub struct ServerHandle {
     ctx: Arc<ServerContext>,
     /// The server's [`XdsServerBuilder::rest_json`] codec, which the admin API's
     /// `/config?contents=1` writes resources with.
     json: Option<Arc<dyn JsonCodec>>,
 }
 
-impl StatsHandle {
+impl ServerHandle {
     pub(crate) fn context(&self) -> &ServerContext {
         &self.ctx
     }
@@ -586,8 +369,8 @@ impl StatsHandle {
         self.ctx.streams.metrics.encode(&self.ctx.store.snapshot())
     }
 
-    /// Whether the server reports itself serving: ready (see [`StatsHandle::set_ready`]) and not
-    /// shutting down. gRPC health checks and the admin API's `/readyz` answer this.
+    /// Whether the server reports itself serving: ready (see [`ServerHandle::readiness`]) and
+    /// not shutting down. gRPC health checks and the admin API's `/readyz` answer this.
     pub fn serving(&self) -> bool {
         self.ctx.serving()
     }
@@ -597,10 +380,11 @@ impl StatsHandle {
         *self.ctx.shutdown.borrow()
     }
 
-    /// Sets whether the server reports itself ready (it does from the start): a program that
-    /// starts serving before its first load can report NOT_SERVING until then.
-    pub fn set_ready(&self, ready: bool) {
-        self.ctx.ready.send_replace(ready);
+    /// Whether the server reports itself ready (it does from the start), to set: a program that
+    /// starts serving before its first load can report NOT_SERVING until then, and a
+    /// [`crate::Feed::ready`] sets it from its source's health.
+    pub fn readiness(&self) -> Readiness {
+        self.ctx.ready.clone()
     }
 
     /// What each open stream has been sent so far.
@@ -665,7 +449,7 @@ fn streaming<V: Protocol>(
     fixed: Option<Arc<str>>,
     req: http::Request<Body>,
 ) -> BoxFuture {
-    let (peer, access) = tls::peer_of_http(req.extensions(), ctx.options.allow_plaintext_secrets);
+    let (peer, access) = conn::peer_of_http(req.extensions(), ctx.options.allow_plaintext_secrets);
     let limit = ctx.options.max_request_bytes;
     let charges = ctx.charges(req.extensions().get::<ConnInfo>());
     let requests = Requests::new(
@@ -782,7 +566,7 @@ impl ClientStreamingService<SotwRequest> for FetchMethod {
     type Future = FetchFuture;
 
     fn call(&mut self, request: Request<Streaming<SotwRequest>>) -> Self::Future {
-        let (peer, access) = tls::peer_of(&request, self.ctx.options.allow_plaintext_secrets);
+        let (peer, access) = conn::peer_of(&request, self.ctx.options.allow_plaintext_secrets);
         let (ctx, type_url) = (self.ctx.clone(), self.type_url.clone());
         Box::pin(async move {
             let limit = ctx.options.max_request_bytes;
@@ -882,31 +666,6 @@ mod tests {
             assert!(names.contains(service), "{service} has no route");
         }
         assert_eq!(Ads::NAME, ADS_SERVICE);
-    }
-
-    #[test]
-    fn each_connection_s_age_is_drawn_within_ten_percent_either_side() {
-        let age = ConnectionAge {
-            age: Some(Duration::from_secs(100)),
-            grace: Duration::from_secs(7),
-            seed: std::collections::hash_map::RandomState::new(),
-        };
-        let drawn: Vec<Duration> = (0..1000).map(|_| age.of().unwrap().0).collect();
-        assert!(drawn
-            .iter()
-            .all(|d| (Duration::from_secs(90)..=Duration::from_secs(110)).contains(d)));
-        // Spread over the whole range, not one value: both tenths at the ends are drawn.
-        assert!(drawn.iter().any(|d| *d < Duration::from_secs(92)));
-        assert!(drawn.iter().any(|d| *d > Duration::from_secs(108)));
-        assert_eq!(age.of().unwrap().1, Duration::from_secs(7));
-        let off = ConnectionAge { age: None, ..age };
-        assert_eq!(off.of(), None);
-        assert_eq!(
-            ServerOptions::default()
-                .max_connection_age(Some(Duration::ZERO), Duration::from_secs(1))
-                .max_connection_age,
-            None
-        );
     }
 
     #[test]

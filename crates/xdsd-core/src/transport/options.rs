@@ -207,7 +207,7 @@ impl ServerOptions {
 
     /// How long a new connection has to send the start of its first request (after its TLS
     /// handshake, if any); see [`DEFAULT_PREFACE_TIMEOUT`] and
-    /// [`PREFACE_BYTES`](super::tls::PREFACE_BYTES).
+    /// [`PREFACE_BYTES`](crate::defaults::PREFACE_BYTES).
     pub fn preface_timeout(mut self, timeout: Duration) -> Self {
         self.preface_timeout = timeout;
         self

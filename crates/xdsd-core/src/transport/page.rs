@@ -30,7 +30,7 @@ use super::fleet::{
     columns, short_type, short_version, ClientRow, NackInfo, RolloutView, Summary, TypeRow,
     TypeState,
 };
-use super::grpc::StatsHandle;
+use super::grpc::ServerHandle;
 use crate::store::Snapshot;
 use crate::types;
 
@@ -51,12 +51,12 @@ pub struct PageInfo {
 
 #[derive(Clone)]
 struct PageState {
-    handle: StatsHandle,
+    handle: ServerHandle,
     info: Arc<PageInfo>,
 }
 
 /// The page's routes (`/`, `/client`), to merge into the admin router.
-pub fn routes(handle: StatsHandle, info: PageInfo) -> Router {
+pub fn routes(handle: ServerHandle, info: PageInfo) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/client", get(client))
@@ -337,7 +337,7 @@ fn server_section(out: &mut String, state: &PageState) {
         "<tr><td>resources</td><td>{}</td></tr>",
         versions.join(", ")
     );
-    if let Some(rollout) = &ctx.rollout {
+    if let Some(rollout) = state.handle.rollout() {
         let status = rollout.status_json();
         let name = status["state"].as_str().unwrap_or("?");
         let candidate = status["candidate"]["generation"]
@@ -858,10 +858,10 @@ mod tests {
         use crate::transport::grpc::XdsServer;
         let store = Store::new();
         let cohort = Cohort::new(vec![Selector::parse("node=canary-*").expect("a selector")]);
-        let rollout = Rollout::new(cohort, GateConfig::default(), store.clone());
-        let server = XdsServer::builder(store).rollout(rollout).build();
+        let rollout = Rollout::unstarted(cohort, GateConfig::default(), store.clone());
+        let server = XdsServer::builder(store).rollout(rollout).build().unwrap();
         let state = PageState {
-            handle: server.stats_handle(),
+            handle: server.handle(),
             info: Arc::new(PageInfo {
                 version: "xdsd 9.9".into(),
                 source: "directory <d>".into(),
@@ -873,11 +873,11 @@ mod tests {
         assert!(out.contains("node=canary-*"), "{out}");
         assert!(out.contains("directory &lt;d&gt;"), "{out}");
         let mut plain = String::new();
-        let server = XdsServer::builder(Store::new()).build();
+        let server = XdsServer::builder(Store::new()).build().unwrap();
         server_section(
             &mut plain,
             &PageState {
-                handle: server.stats_handle(),
+                handle: server.handle(),
                 info: Arc::default(),
             },
         );

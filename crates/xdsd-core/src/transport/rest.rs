@@ -32,10 +32,10 @@ use prost::Message as _;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
+use super::conn::{Access, ConnInfo};
 use super::context::ServerContext;
 use super::fetch::answer;
 use super::status::http_status_of;
-use super::tls::{Access, ConnInfo};
 use super::wire::SotwWire;
 
 use crate::protocol::oneshot::{rest_holds, rest_modified, rest_version, Answer};

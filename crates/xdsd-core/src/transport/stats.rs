@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
 use super::clients::{self, ClientStatus, Held, Track};
-use super::metrics::Metrics;
 use super::observer::{
     Acked, Nacked, OwnObserver, RequestSeen, ResponseSent, StreamClosed, StreamOpened,
 };
+use crate::metrics::Metrics;
 use crate::protocol::session::ClientNode;
 
 /// Counts of one stream, or totals of a server.

@@ -16,15 +16,15 @@ use tracing::{debug, info, warn};
 
 use super::body;
 use super::budget::{Metered, NameCharge};
+use super::conn::Access;
 use super::context::ServerContext;
+use super::fanout::Observed;
 use super::observer::{
     Acked, Flavor, Nacked, RequestSeen, ResponseSent, Sent, StreamClosed, StreamOpened,
 };
-use super::observers::Observed;
 use super::options::SHUTDOWN_GRACE;
 use super::requests::Requests;
 use super::status::{status_of, status_of_read_error};
-use super::tls::Access;
 use super::wire::{Body, DeltaWire, Pieces, SotwWire};
 use crate::logsafe::shown;
 use crate::protocol::delta::{DeltaMachine, DeltaResponse};
@@ -298,13 +298,13 @@ impl<V: Protocol> Stream<V> {
     /// driver's to choose; what the rollout records of its canaries is its observer's
     /// (`rollout::observer`).
     fn pick_store(&mut self, node: &[u8]) {
-        let Some(rollout) = &self.ctx.rollout else {
+        let Some(picker) = &self.ctx.picker else {
             return;
         };
         if node.is_empty() {
             return;
         }
-        let store = rollout.store_for_raw(node);
+        let store = picker.store_for(node);
         if store.same_as(&self.store) {
             return;
         }

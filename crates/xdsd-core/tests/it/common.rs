@@ -17,8 +17,7 @@ use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 use tonic_prost::ProstCodec;
 use xdsd_core::store::{Change, ResourceInput, Store};
-use xdsd_core::transport::grpc::{ServerOptions, StatsHandle, XdsServer};
-use xdsd_core::transport::{StreamCounters, StreamStatus};
+use xdsd_core::{ServerHandle, ServerOptions, StreamCounters, StreamStatus, XdsServer};
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -26,7 +25,7 @@ pub struct Server {
     pub store: Store,
     pub addr: SocketAddr,
     pub channel: Channel,
-    pub handle: StatsHandle,
+    pub handle: ServerHandle,
     streams: Box<dyn Fn() -> (Vec<StreamStatus>, StreamCounters) + Send + Sync>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
@@ -39,7 +38,10 @@ impl Server {
 
     pub async fn start_with(options: ServerOptions) -> Server {
         let store = Store::new();
-        let server = XdsServer::builder(store.clone()).options(options).build();
+        let server = XdsServer::builder(store.clone())
+            .options(options)
+            .build()
+            .expect("a server without TLS builds");
         Server::serve(store, server).await
     }
 
@@ -48,7 +50,7 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let stats = server.stats_handle();
+        let stats = server.handle();
         let handle = stats.clone();
         let task = tokio::spawn(async move {
             server

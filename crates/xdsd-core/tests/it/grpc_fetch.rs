@@ -288,10 +288,8 @@ async fn fetch_with_dynamic_parameters_answers_the_matching_variant() {
 #[tokio::test]
 async fn a_fetch_request_over_the_limit_is_resource_exhausted_like_on_a_stream() {
     let limit = 64 * 1024;
-    let server = Server::start_with(
-        xdsd_core::transport::grpc::ServerOptions::default().max_request_bytes(limit),
-    )
-    .await;
+    let server =
+        Server::start_with(xdsd_core::ServerOptions::default().max_request_bytes(limit)).await;
     let names: Vec<String> = (0..limit / 16).map(|i| format!("cluster-{i:08}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let status = fetch(&server.channel, request(CLUSTER_LOAD_ASSIGNMENT, &names))

@@ -12,8 +12,9 @@ use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
-use xdsd_core::transport::grpc::{ServerOptions, DEFAULT_MAX_REQUEST_BYTES};
+use xdsd_core::defaults::DEFAULT_MAX_REQUEST_BYTES;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
+use xdsd_core::ServerOptions;
 
 use crate::common::{node, raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
 

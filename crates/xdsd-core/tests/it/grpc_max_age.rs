@@ -11,8 +11,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Streaming};
-use xdsd_core::transport::grpc::{ServerOptions, SHUTDOWN_GRACE};
+use xdsd_core::defaults::SHUTDOWN_GRACE;
 use xdsd_core::types::CLUSTER;
+use xdsd_core::ServerOptions;
 
 use crate::common::{Server, WAIT};
 

@@ -12,8 +12,8 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
-use xdsd_core::protocol::RequestKind;
 use xdsd_core::types::CLUSTER;
+use xdsd_core::RequestKind;
 use xdsd_core::{
     Acked, Nacked, RequestSeen, ResponseSent, Store, StreamClosed, StreamObserver, StreamOpened,
     XdsServer,
@@ -116,7 +116,8 @@ async fn observers_see_each_event_of_a_stream_and_a_refusal_ends_it_with_their_s
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let server = XdsServer::builder(store.clone())
         .observer(Arc::new(Recorder(events_tx)))
-        .build();
+        .build()
+        .expect("a server without TLS builds");
     let server = Server::serve(store.clone(), server).await;
     let addr = server.addr;
 
@@ -303,8 +304,9 @@ async fn the_record_of_a_client_that_csds_shows_is_what_an_observer_is_told() {
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let server = XdsServer::builder(store.clone())
         .observer(Arc::new(Mirror(events_tx)))
-        .build();
-    let stats = server.stats_handle();
+        .build()
+        .expect("a server without TLS builds");
+    let stats = server.handle();
     let server = Server::serve(store.clone(), server).await;
     let addr = server.addr;
     // The server's own observers are told each event before the embedder's: once this observer

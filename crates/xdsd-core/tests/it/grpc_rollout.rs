@@ -13,8 +13,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector};
 use xdsd_core::store::{ResourceInput, Store, UpdateSummary};
-use xdsd_core::transport::grpc::XdsServer;
 use xdsd_core::types::CLUSTER;
+use xdsd_core::XdsServer;
 
 use crate::common::{cds_answer, connect, input, Server, WAIT};
 
@@ -88,10 +88,10 @@ async fn gated(first: Vec<ResourceInput>) -> (Arc<Rollout>, Server) {
     let rollout = Rollout::new(Cohort::new(vec![selector]), config, stable.clone());
     rollout.canary_store().replace_all(first).unwrap();
     rollout.start().unwrap();
-    tokio::spawn(rollout.clone().run());
     let server = XdsServer::builder(stable.clone())
         .rollout(rollout.clone())
-        .build();
+        .build()
+        .expect("a server without TLS builds");
     (rollout, Server::serve(stable, server).await)
 }
 

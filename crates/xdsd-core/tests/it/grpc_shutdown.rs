@@ -13,9 +13,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 use xdsd_core::store::{Change, ResourceInput, Store};
-use xdsd_core::transport::grpc::{ServerOptions, XdsServer};
-use xdsd_core::transport::StreamStatus;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
+use xdsd_core::{ServerOptions, StreamStatus, XdsServer};
 
 use crate::common::{connect, Server, WAIT};
 
@@ -174,8 +173,11 @@ async fn end_streams_ends_a_stream_blocked_on_a_client_that_stopped_reading() {
         ))])
         .unwrap();
     big_endpoints(&store);
-    let xds = XdsServer::builder(store).options(options()).build();
-    let stats = xds.stats_handle();
+    let xds = XdsServer::builder(store)
+        .options(options())
+        .build()
+        .expect("a server without TLS builds");
+    let stats = xds.handle();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(

@@ -11,8 +11,8 @@ use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_cl
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use xdsd_core::transport::grpc::ServerOptions;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
+use xdsd_core::ServerOptions;
 
 use crate::common::{node, Server, WAIT};
 

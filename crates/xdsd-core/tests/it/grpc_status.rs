@@ -280,14 +280,14 @@ async fn grpc_health_is_serving_until_shutdown() {
 
     let mut watch = health.watch(check("")).await.unwrap().into_inner();
     assert_eq!(next(&mut watch).await, Some(ServingStatus::Serving as i32));
-    server.handle.set_ready(false);
+    server.handle.readiness().set(false);
     assert_eq!(
         next(&mut watch).await,
         Some(ServingStatus::NotServing as i32)
     );
     let status = health.check(check("")).await.unwrap().into_inner().status;
     assert_eq!(status, ServingStatus::NotServing as i32);
-    server.handle.set_ready(true);
+    server.handle.readiness().set(true);
     assert_eq!(next(&mut watch).await, Some(ServingStatus::Serving as i32));
 
     // Shutting down: NOT_SERVING, then the watch ends.
@@ -451,7 +451,7 @@ async fn admin_api_shows_health_clients_and_metrics_that_move() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(xdsd_core::transport::admin::serve(
+    let serving = tokio::spawn(xdsd_core::admin::serve(
         listener,
         server.handle.clone(),
         async move {
@@ -565,9 +565,9 @@ async fn admin_api_shows_health_clients_and_metrics_that_move() {
     assert_eq!(get(admin, "/clients").await.2, "[]");
 
     // Shutting down: not ready.
-    server.handle.set_ready(false);
+    server.handle.readiness().set(false);
     assert_eq!(get(admin, "/readyz").await.0, 503);
-    server.handle.set_ready(true);
+    server.handle.readiness().set(true);
     let _ = stop.send(());
     tokio::time::timeout(WAIT, serving)
         .await
@@ -616,7 +616,7 @@ async fn a_delta_client_is_listed_with_its_resource_versions_and_counted_as_delt
         ("c1", &*first.system_version_info)
     );
 
-    let clients = xdsd_core::transport::admin::clients_json(&server.handle.clients());
+    let clients = xdsd_core::admin::clients_json(&server.handle.clients());
     let client = &clients[0];
     assert_eq!(client["flavor"], "delta");
     let sent = &client["types"][0]["last_sent"]["resources"][0];

@@ -26,12 +26,12 @@ use tokio_rustls::TlsConnector;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::{Code, Status, Streaming};
-use xdsd_core::protocol::identity::NodeIdentityRules;
 use xdsd_core::store::{Change, Store};
-use xdsd_core::transport::grpc::XdsServer;
-use xdsd_core::transport::rest::JsonCodec;
-use xdsd_core::transport::tls::{identity_of, TlsOptions};
 use xdsd_core::types::CLUSTER;
+use xdsd_core::JsonCodec;
+use xdsd_core::NodeIdentityRules;
+use xdsd_core::XdsServer;
+use xdsd_core::{identity_of, TlsOptions};
 
 use crate::common::pki::{replace, Id, Pair, Pki};
 use crate::common::{input, WAIT};
@@ -54,7 +54,7 @@ impl JsonCodec for Passthrough {
 struct TlsServer {
     store: Store,
     addr: SocketAddr,
-    stats: xdsd_core::transport::grpc::StatsHandle,
+    stats: xdsd_core::ServerHandle,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -73,14 +73,12 @@ impl TlsServer {
             .await
             .expect("a port");
         let addr = listener.local_addr().expect("its address");
-        let mut server = XdsServer::builder(store.clone())
-            .tls(tls)
-            .expect("the TLS files load");
+        let mut server = XdsServer::builder(store.clone()).tls(tls);
         if rest {
             server = server.rest_json(Arc::new(Passthrough));
         }
-        let server = server.build();
-        let stats = server.stats_handle();
+        let server = server.build().expect("the TLS files load");
+        let stats = server.handle();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             server
@@ -641,7 +639,7 @@ async fn a_secret_constrained_on_an_identity_reaches_only_that_identity() {
     };
     use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
     use xdsd_core::params::Constraints;
-    use xdsd_core::protocol::session::IDENTITY_PARAM;
+    use xdsd_core::IDENTITY_PARAM;
     use xdsd_core::types::SECRET;
 
     let pki = Pki::new();
@@ -773,10 +771,10 @@ async fn the_admin_api_serves_over_mutual_tls_only() {
         .await
         .expect("a port");
     let addr = listener.local_addr().expect("its address");
-    let tls = xdsd_core::transport::admin::AdminTls::load(mtls(&pki, &server_pair))
-        .expect("the TLS files load");
+    let tls =
+        xdsd_core::admin::AdminTls::load(mtls(&pki, &server_pair)).expect("the TLS files load");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let admin = tokio::spawn(xdsd_core::transport::admin::serve_with(
+    let admin = tokio::spawn(xdsd_core::admin::serve_with(
         listener,
         server.stats.clone(),
         Some(tls),

@@ -193,7 +193,7 @@ async fn the_admin_api_shows_what_a_node_would_receive() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(xdsd_core::transport::admin::serve(
+    let serving = tokio::spawn(xdsd_core::admin::serve(
         listener,
         server.handle.clone(),
         async move {

@@ -2,6 +2,7 @@
 //! to an in-process xdsd (see `common`).
 
 mod common;
+mod embed;
 mod fuzz;
 mod grpc_delta;
 mod grpc_fetch;

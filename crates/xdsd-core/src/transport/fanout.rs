@@ -1,8 +1,9 @@
-//! Every observer of a server's streams, as the stream driver tells them its events: the
-//! server's own first (the record of each client with the stream metrics, then a gated
-//! rollout's canaries; static calls, each with its state of the stream), then the embedder's
-//! [`StreamObserver`]s in the order they were added. A request is the exception: the embedder's
-//! may refuse it, so they are asked first, and the server's own record only what was accepted.
+//! The fan-out of a stream's events to every observer of the server's streams, as the stream
+//! driver tells them: the server's own first (the record of each client with the stream metrics,
+//! a static call; then the store picker's, a gated rollout's canaries; each with its state of the
+//! stream), then the embedder's [`StreamObserver`]s in the order they were added. A request is
+//! the exception: the embedder's may refuse it, so they are asked first, and the server's own
+//! record only what was accepted.
 //! The driver knows nothing else of them: the admin API, CSDS and the status page read the
 //! clients' records from [`StreamRegistry`], the rollout's gate is fed by its own observer.
 
@@ -14,31 +15,31 @@ use super::observer::{
     Acked, Nacked, OwnObserver, RequestSeen, ResponseSent, StreamClosed, StreamObserver,
     StreamOpened,
 };
+use super::picker::{SentGenerations, StorePicker};
 use super::stats::StreamRegistry;
-use crate::rollout::observer::Canaries;
 
 /// A server's observers (see the module).
-pub(crate) struct Observers {
+pub(crate) struct Fanout {
     clients: Arc<StreamRegistry>,
-    rollout: Option<Canaries>,
+    picker: Option<Arc<dyn StorePicker>>,
     embedder: Arc<[Arc<dyn StreamObserver>]>,
 }
 
 /// What the server's own observers keep of one stream, held by its driver.
 pub(crate) struct Observed {
     client: <StreamRegistry as OwnObserver>::Stream,
-    canary: <Canaries as OwnObserver>::Stream,
+    picked: Option<SentGenerations>,
 }
 
-impl Observers {
+impl Fanout {
     pub(crate) fn new(
         clients: Arc<StreamRegistry>,
-        rollout: Option<Canaries>,
+        picker: Option<Arc<dyn StorePicker>>,
         embedder: Arc<[Arc<dyn StreamObserver>]>,
-    ) -> Observers {
-        Observers {
+    ) -> Fanout {
+        Fanout {
             clients,
-            rollout,
+            picker,
             embedder,
         }
     }
@@ -51,9 +52,9 @@ impl Observers {
     pub(crate) fn stream_opened(&self, event: &StreamOpened<'_>) -> Observed {
         let observed = Observed {
             client: self.clients.stream_opened(event),
-            canary: match &self.rollout {
-                Some(rollout) => rollout.stream_opened(event),
-                None => Default::default(),
+            picked: match &self.picker {
+                Some(picker) => picker.stream_opened(event),
+                None => None,
             },
         };
         for observer in self.embedder.iter() {
@@ -69,16 +70,16 @@ impl Observers {
             observer.request(event)?;
         }
         self.clients.request(&mut o.client, event);
-        if let Some(rollout) = &self.rollout {
-            rollout.request(&mut o.canary, event);
+        if let Some(picker) = &self.picker {
+            picker.request(&mut o.picked, event);
         }
         Ok(())
     }
 
     pub(crate) fn response_sent(&self, o: &mut Observed, event: &ResponseSent<'_>) {
         self.clients.response_sent(&mut o.client, event);
-        if let Some(rollout) = &self.rollout {
-            rollout.response_sent(&mut o.canary, event);
+        if let Some(picker) = &self.picker {
+            picker.response_sent(&mut o.picked, event);
         }
         for observer in self.embedder.iter() {
             observer.response_sent(event);
@@ -87,8 +88,8 @@ impl Observers {
 
     pub(crate) fn acked(&self, o: &mut Observed, event: &Acked<'_>) {
         self.clients.acked(&mut o.client, event);
-        if let Some(rollout) = &self.rollout {
-            rollout.acked(&mut o.canary, event);
+        if let Some(picker) = &self.picker {
+            picker.acked(&mut o.picked, event);
         }
         for observer in self.embedder.iter() {
             observer.acked(event);
@@ -97,8 +98,8 @@ impl Observers {
 
     pub(crate) fn nacked(&self, o: &mut Observed, event: &Nacked<'_>) {
         self.clients.nacked(&mut o.client, event);
-        if let Some(rollout) = &self.rollout {
-            rollout.nacked(&mut o.canary, event);
+        if let Some(picker) = &self.picker {
+            picker.nacked(&mut o.picked, event);
         }
         for observer in self.embedder.iter() {
             observer.nacked(event);
@@ -107,8 +108,8 @@ impl Observers {
 
     pub(crate) fn stream_closed(&self, o: &mut Observed, event: &StreamClosed<'_>) {
         self.clients.stream_closed(&mut o.client, event);
-        if let Some(rollout) = &self.rollout {
-            rollout.stream_closed(&mut o.canary, event);
+        if let Some(picker) = &self.picker {
+            picker.stream_closed(&mut o.picked, event);
         }
         for observer in self.embedder.iter() {
             observer.stream_closed(event);

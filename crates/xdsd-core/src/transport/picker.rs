@@ -1,0 +1,56 @@
+//! Which store each client reads when they do not all read one: a gated rollout's cohort reads
+//! its canary store (see `crate::rollout`). The transport asks, on a stream's first request with
+//! a node (`stream.rs`), and tells the picker's own observer of every stream what it was sent
+//! and what its client answered; the rollout answers and keeps its gate. The transport knows
+//! nothing else of it: this is the seam that keeps the transport below the rollout.
+
+use std::any::Any;
+
+use super::observer::OwnObserver;
+use crate::metrics::Metrics;
+use crate::protocol::Nonce;
+use crate::store::Store;
+use crate::types::TypeMap;
+
+/// Picks the store each client reads (a gated rollout implements it), and observes the streams
+/// with state of its own per stream: `None` for a stream not (yet) known to read a picked store.
+pub(crate) trait StorePicker: OwnObserver<Stream = Option<SentGenerations>> + Any {
+    /// The store every client reads unless picked otherwise (a rollout's stable store): the
+    /// server's store.
+    fn default_store(&self) -> &Store;
+
+    /// The store a client with the encoded `node` reads.
+    fn store_for(&self, node: &[u8]) -> &Store;
+
+    /// Counts into the server's `metrics`.
+    fn set_metrics(&self, metrics: Metrics);
+
+    /// What status tools show of the picking (a gated rollout's `GET /rollout` JSON), carried
+    /// in CSDS answers' metadata.
+    fn status_json(&self) -> serde_json::Value;
+
+    /// Itself, for the layer that made it to find it again (the rollout behind a server's
+    /// handle).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// What a stream that reads a picked store was sent last, per type: the nonce, and the
+/// generation of the store the response was built from (what an ACK or NACK of it is about).
+#[derive(Default)]
+pub(crate) struct SentGenerations(TypeMap<(Nonce, u64)>);
+
+impl SentGenerations {
+    /// Records the response with `nonce` of `type_url`, built from the store at `generation`.
+    pub(crate) fn sent(&mut self, type_url: &std::sync::Arc<str>, nonce: Nonce, generation: u64) {
+        match self.0.get_mut(type_url) {
+            Some(last) => *last = (nonce, generation),
+            None => self.0.insert(type_url.clone(), (nonce, generation)),
+        }
+    }
+
+    /// The generation of the response with `nonce` of `type_url`, when it is the last one sent.
+    pub(crate) fn generation(&self, type_url: &str, nonce: &str) -> Option<u64> {
+        let (sent, generation) = self.0.get(type_url)?;
+        (sent.as_str() == nonce).then_some(*generation)
+    }
+}
