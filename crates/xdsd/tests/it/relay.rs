@@ -1,0 +1,368 @@
+//! `xdsd relay` between a real xdsd and real clients, every process on 127.0.0.1: a gRPC client
+//! of a relay gets the upstream's resources at the upstream's versions and follows its changes;
+//! a real Envoy through one relay and through two chained (SotW and delta ADS); the upstream
+//! killed -9 ends no downstream stream, a fresh client gets the cache, and the upstream back with
+//! a change reaches every client; 40 downstream clients make one upstream stream; two relays
+//! answer the same versions.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse,
+};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::support::ads::{fetch, names, AdsStream};
+use crate::support::scenario::{
+    basic_resources, dynamic_bootstrap, endpoints_yaml, static_cluster_yaml, Transport,
+};
+use crate::support::{
+    http_get, parse_port_after, unique_name, wait_for_body, Envoy, Log, Upstream, Xdsd, CLUSTER,
+    DEADLINE,
+};
+
+/// A running `xdsd relay` with its stderr captured.
+struct Relay {
+    child: Child,
+    port: u16,
+    log: Log,
+}
+
+impl Relay {
+    /// `xdsd relay --upstream UPSTREAM --listen 127.0.0.1:0 --log-level debug EXTRA...`, once
+    /// it logged its "listening" line.
+    async fn start(upstream: &str, extra: &[&str]) -> Relay {
+        let bin = env!("CARGO_BIN_EXE_xdsd");
+        let mut child = Command::new(bin)
+            .args(["relay", "--upstream", upstream, "--listen", "127.0.0.1:0"])
+            .args(["--log-level", "debug", "--linger", "1s"])
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .env("XDSD_ADMIN_LISTEN", "127.0.0.1:0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+        let log = Log::drain(child.stderr.take().expect("stderr is piped"));
+        let marker = "xDS gRPC relay listening on ";
+        let line = match log.wait_for(|l| l.contains(marker), DEADLINE).await {
+            Ok(line) => line,
+            Err(why) => {
+                let _ = child.start_kill();
+                panic!(
+                    "the relay did not log {marker:?} ({why}). Log:\n{}",
+                    log.text()
+                );
+            }
+        };
+        let port = parse_port_after(&line, marker)
+            .unwrap_or_else(|| panic!("cannot parse the port from {line:?}"));
+        Relay { child, port, log }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn authority(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "----- relay stderr -----\n{}\n----- end relay -----",
+                self.log.text()
+            );
+        }
+    }
+}
+
+/// The value of the metric line `series` (name and labels) of `xdsd`'s /metrics.
+async fn metric(xdsd: &Xdsd, series: &str) -> Option<f64> {
+    let admin = xdsd.admin_port().await;
+    let resp = http_get(("127.0.0.1", admin), "/metrics", "localhost")
+        .await
+        .expect("GET /metrics");
+    resp.body.lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.trim().parse().ok())
+    })
+}
+
+/// Waits until `xdsd`'s metric `series` reads `value`.
+async fn wait_metric(xdsd: &Xdsd, series: &str, value: f64) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let now = metric(xdsd, series).await;
+        if now == Some(value) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series} stayed {now:?}, not {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_sotw_client_of_a_relay_gets_the_upstreams_resources_at_the_upstreams_version() {
+    let dir = basic_resources(Transport::Ads, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &[]).await;
+
+    let direct = fetch(&xdsd.url(), "direct", CLUSTER, &[])
+        .await
+        .expect("CDS from xdsd");
+    let mut client = AdsStream::open(&relay.url(), "through", CLUSTER, &[])
+        .await
+        .expect("an ADS stream to the relay");
+    let first = client.recv().await.expect("CDS from the relay");
+    assert_eq!(names(&first), vec!["service"]);
+    assert_eq!(
+        first.version_info, direct.version_info,
+        "the relay's version is derived from content, as the upstream's"
+    );
+
+    // A change upstream reaches the client through the relay.
+    client
+        .request(CLUSTER, &[], Some(&first))
+        .await
+        .expect("ACK");
+    let mark = xdsd.log.mark();
+    dir.write("extra.yaml", &static_cluster_yaml("extra", 9));
+    xdsd.expect_loaded_since(mark).await;
+    let next = client.recv().await.expect("the change through the relay");
+    assert_eq!(names(&next), vec!["extra", "service"]);
+    let direct = fetch(&xdsd.url(), "direct-2", CLUSTER, &[])
+        .await
+        .expect("CDS from xdsd");
+    assert_eq!(next.version_info, direct.version_info);
+}
+
+/// Opens a delta ADS stream to `url` for `type_url`'s wildcard, resuming with
+/// `initial_resource_versions`, and returns the first response (or `Err` if none comes within
+/// `within`) with the stream's request sender kept alive in the result.
+async fn delta_first(
+    url: &str,
+    node_id: &str,
+    type_url: &str,
+    initial: &[(String, String)],
+    within: Duration,
+) -> (
+    Result<DeltaDiscoveryResponse, String>,
+    mpsc::Sender<DeltaDiscoveryRequest>,
+) {
+    let (tx, rx) = mpsc::channel(4);
+    let request = DeltaDiscoveryRequest {
+        node: Some(envoy_types::pb::envoy::config::core::v3::Node {
+            id: node_id.into(),
+            ..Default::default()
+        }),
+        type_url: type_url.into(),
+        resource_names_subscribe: vec!["*".into()],
+        initial_resource_versions: initial.iter().cloned().collect(),
+        ..Default::default()
+    };
+    tx.send(request).await.expect("queue the first request");
+    let mut client = AggregatedDiscoveryServiceClient::connect(url.to_owned())
+        .await
+        .expect("connect");
+    let mut responses = client
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .expect("DeltaAggregatedResources")
+        .into_inner();
+    let first = match timeout(within, responses.message()).await {
+        Ok(Ok(Some(r))) => Ok(r),
+        Ok(Ok(None)) => Err("the stream ended".to_owned()),
+        Ok(Err(s)) => Err(format!("the stream failed: {s}")),
+        Err(_) => Err(format!("no response within {within:?}")),
+    };
+    (first, tx)
+}
+
+#[tokio::test]
+async fn two_relays_answer_the_same_versions_and_a_delta_client_moving_between_them_is_resent_nothing(
+) {
+    let dir = basic_resources(Transport::DeltaAds, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let one = Relay::start(&xdsd.authority(), &[]).await;
+    let two = Relay::start(&xdsd.authority(), &["--upstream-protocol", "sotw"]).await;
+
+    let (first, _keep) = delta_first(&one.url(), "mover", CLUSTER, &[], DEADLINE).await;
+    let first = first.expect("delta CDS from relay one");
+    assert_eq!(first.resources.len(), 1);
+    let held: Vec<(String, String)> = first
+        .resources
+        .iter()
+        .map(|r| (r.name.clone(), r.version.clone()))
+        .collect();
+    let (direct, _keep2) = delta_first(&xdsd.url(), "direct", CLUSTER, &[], DEADLINE).await;
+    let direct = direct.expect("delta CDS from xdsd");
+    assert_eq!(direct.resources[0].version, first.resources[0].version);
+
+    // The client moves to relay two, telling it what it holds: nothing is resent.
+    let (moved, _keep3) =
+        delta_first(&two.url(), "mover", CLUSTER, &held, Duration::from_secs(2)).await;
+    if let Ok(response) = moved {
+        assert!(
+            response.resources.is_empty() && response.removed_resources.is_empty(),
+            "relay two resent {:?} / removed {:?}",
+            response.resources,
+            response.removed_resources
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_upstream_killed_ends_no_downstream_stream_and_its_return_reaches_every_client() {
+    let dir = basic_resources(Transport::Ads, 9);
+    let mut xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let upstream = xdsd.authority();
+    let relay = Relay::start(&upstream, &[]).await;
+
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        let mut client = AdsStream::open(&relay.url(), &format!("kept-{i}"), CLUSTER, &[])
+            .await
+            .expect("an ADS stream to the relay");
+        let first = client.recv().await.expect("CDS from the relay");
+        assert_eq!(names(&first), vec!["service"]);
+        client
+            .request(CLUSTER, &[], Some(&first))
+            .await
+            .expect("ACK");
+        clients.push(client);
+    }
+
+    let mark = relay.log.mark();
+    xdsd.kill9().await;
+    relay
+        .log
+        .expect_line_since(
+            mark,
+            &["upstream unreachable"],
+            "the relay to see the upstream gone",
+        )
+        .await;
+    // No downstream stream ends, and a fresh client is served the cache.
+    for client in &mut clients {
+        match client.recv_within(Duration::from_secs(1)).await {
+            Err(e) if e.starts_with("no response within") => {}
+            other => panic!("a downstream stream saw the upstream die: {other:?}"),
+        }
+    }
+    let fresh = fetch(&relay.url(), "fresh", CLUSTER, &[])
+        .await
+        .expect("CDS from the relay while the upstream is down");
+    assert_eq!(names(&fresh), vec!["service"]);
+
+    // The upstream comes back (same address) with a change made meanwhile.
+    dir.write("extra.yaml", &static_cluster_yaml("extra", 9));
+    let back = Xdsd::start_on(&dir.path(), &upstream, &["--log-level", "debug"]).await;
+    back.expect_loaded_since(0).await;
+    for client in &mut clients {
+        let next = client
+            .recv()
+            .await
+            .expect("the change after the upstream came back");
+        assert_eq!(names(&next), vec!["extra", "service"]);
+    }
+}
+
+#[tokio::test]
+async fn forty_downstream_clients_make_one_upstream_stream() {
+    let dir = basic_resources(Transport::DeltaAds, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &[]).await;
+    let mut clients = Vec::new();
+    for i in 0..40 {
+        let mut client = AdsStream::open(&relay.url(), &format!("fan-{i}"), CLUSTER, &[])
+            .await
+            .expect("an ADS stream to the relay");
+        let first = client.recv().await.expect("CDS from the relay");
+        assert_eq!(names(&first), vec!["service"]);
+        clients.push(client);
+    }
+    wait_metric(
+        &xdsd,
+        r#"xdsd_connected_streams{flavor="delta",service="ads"}"#,
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        metric(
+            &xdsd,
+            r#"xdsd_connected_streams{flavor="sotw",service="ads"}"#
+        )
+        .await,
+        Some(0.0)
+    );
+}
+
+/// Envoy reaches upstream A, then B after the endpoints change upstream, through `relay`.
+async fn envoy_through(xds_port: u16, transport: Transport, dir_upstream_b: impl AsyncFnOnce()) {
+    let node_id = unique_name("relayed-envoy");
+    let envoy = Envoy::start(&dynamic_bootstrap(&node_id, xds_port, transport)).await;
+    let port = envoy.listener_port("listener_0").await;
+    wait_for_body(port, "upstream-a", String::new).await;
+    dir_upstream_b().await;
+    wait_for_body(port, "upstream-b", String::new).await;
+}
+
+async fn envoy_through_relays(transport: Transport, chained: bool) {
+    let a = Upstream::start("upstream-a").await;
+    let b = Upstream::start("upstream-b").await;
+    let dir = basic_resources(transport, a.port);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let first = Relay::start(&xdsd.authority(), &[]).await;
+    let second = if chained {
+        Some(Relay::start(&first.authority(), &[]).await)
+    } else {
+        None
+    };
+    let port = second.as_ref().unwrap_or(&first).port;
+    envoy_through(port, transport, async || {
+        let mark = xdsd.log.mark();
+        dir.write("endpoints.yaml", &endpoints_yaml("service", b.port));
+        xdsd.expect_loaded_since(mark).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn envoy_over_sotw_ads_through_a_relay() {
+    envoy_through_relays(Transport::Ads, false).await;
+}
+
+#[tokio::test]
+async fn envoy_over_delta_ads_through_a_relay() {
+    envoy_through_relays(Transport::DeltaAds, false).await;
+}
+
+#[tokio::test]
+async fn envoy_over_sotw_ads_through_two_chained_relays() {
+    envoy_through_relays(Transport::Ads, true).await;
+}
+
+#[tokio::test]
+async fn envoy_over_delta_ads_through_two_chained_relays() {
+    envoy_through_relays(Transport::DeltaAds, true).await;
+}
