@@ -13,6 +13,7 @@ use tonic::Status;
 use xdsd_core::protocol::session::ClientNode;
 use xdsd_core::{RequestSeen, StreamClosed, StreamObserver};
 
+use crate::answered::Answered;
 use crate::demand::Want;
 use crate::group::{group_of, AggregateBy};
 
@@ -38,6 +39,9 @@ pub(crate) enum Demanded {
 /// ([`xdsd_core::XdsServerBuilder::observer`]).
 pub struct RelayObserver {
     by: AggregateBy,
+    answered: Arc<Answered>,
+    /// How long a first request waits for the upstream's answer.
+    wait: std::time::Duration,
     tx: mpsc::UnboundedSender<Demanded>,
     /// What each stream was seen asking for.
     seen: Mutex<HashMap<u64, BTreeSet<Want>>>,
@@ -52,9 +56,16 @@ impl std::fmt::Debug for RelayObserver {
 }
 
 impl RelayObserver {
-    pub(crate) fn new(by: AggregateBy, tx: mpsc::UnboundedSender<Demanded>) -> RelayObserver {
+    pub(crate) fn new(
+        by: AggregateBy,
+        tx: mpsc::UnboundedSender<Demanded>,
+        answered: Arc<Answered>,
+        wait: std::time::Duration,
+    ) -> RelayObserver {
         RelayObserver {
             by,
+            answered,
+            wait,
             tx,
             seen: Mutex::new(HashMap::new()),
         }
@@ -72,7 +83,11 @@ impl StreamObserver for RelayObserver {
         let group = group_of(self.by, node.as_deref(), event.type_url);
         let want = Want::wildcard(group, &**event.type_url);
         if event.stream == 0 {
-            self.send(Demanded::Touch { want, node });
+            self.send(Demanded::Touch {
+                want: want.clone(),
+                node,
+            });
+            self.answered.wait_in_task(&want, self.wait);
             return Ok(());
         }
         let new = {
@@ -82,9 +97,11 @@ impl StreamObserver for RelayObserver {
         if new {
             self.send(Demanded::Acquire {
                 stream: event.stream,
-                want,
+                want: want.clone(),
                 node,
             });
+            // Answered when the upstream answers, not told first that nothing exists.
+            self.answered.wait_in_task(&want, self.wait);
         }
         Ok(())
     }

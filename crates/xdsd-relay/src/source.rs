@@ -14,6 +14,7 @@ use xdsd_client::{Config, Event, Flavor, XdsClient};
 use xdsd_core::protocol::session::ClientNode;
 use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent};
 
+use crate::answered::Answered;
 use crate::cache::Cache;
 use crate::demand::{Action, Demand, Want, DEFAULT_LINGER};
 use crate::group::{upstream_node, AggregateBy, GroupKey};
@@ -91,11 +92,17 @@ pub struct RelaySource {
     first_nodes: HashMap<GroupKey, Arc<ClientNode>>,
     next_id: u64,
     /// Some upstream stream answered: a cache is held.
-    answered: bool,
+    held: bool,
     /// The health last reported.
     healthy: bool,
     /// Problems to report as a rejection.
     problems: Vec<String>,
+    /// What the upstream answered, shared with the observer.
+    answered: Arc<Answered>,
+    /// Answered since the last change was taken.
+    to_announce: Vec<Want>,
+    /// Answered, in the change being committed.
+    committing: Vec<Want>,
 }
 
 /// A relay: its source (give it to a [`xdsd_core::Feed`]), the observer its server needs
@@ -104,7 +111,13 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
     let (tx, demanded) = mpsc::unbounded_channel();
     let (events_tx, events) = mpsc::channel(1024);
     let metrics = RelayMetrics::new();
-    let observer = RelayObserver::new(options.aggregate_by, tx);
+    let answered = Arc::new(Answered::default());
+    let observer = RelayObserver::new(
+        options.aggregate_by,
+        tx,
+        answered.clone(),
+        options.first_wait,
+    );
     let source = RelaySource {
         demand: Demand::new(options.linger),
         options,
@@ -116,9 +129,12 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
         groups: HashMap::new(),
         first_nodes: HashMap::new(),
         next_id: 0,
-        answered: false,
+        held: false,
         healthy: true,
         problems: Vec::new(),
+        answered,
+        to_announce: Vec::new(),
+        committing: Vec::new(),
     };
     (source, observer, metrics)
 }
@@ -149,6 +165,7 @@ impl RelaySource {
         if let Some(group) = self.groups.get(&want.group) {
             group.client.unsubscribe(&want.type_url, &want.name);
         }
+        self.answered.forget(&want);
         if want.name == xdsd_client::WILDCARD {
             self.cache.drop_type(&want.group, &want.type_url);
         } else {
@@ -256,7 +273,9 @@ impl RelaySource {
             }
             Event::Update(update) => {
                 group.answered.insert(update.type_url.clone());
-                self.answered = true;
+                self.to_announce
+                    .push(Want::wildcard(key.clone(), update.type_url.clone()));
+                self.held = true;
                 for r in update.added.iter().chain(&update.changed) {
                     self.cache.put(&key, r);
                 }
@@ -294,7 +313,7 @@ impl RelaySource {
 
     /// Ready while a cache is held, or while the upstream is up.
     fn health_now(&self) -> bool {
-        self.answered || self.groups.values().any(|g| g.connected)
+        self.held || self.groups.values().any(|g| g.connected)
     }
 
     /// What to hand the feed now, if anything.
@@ -307,8 +326,12 @@ impl RelaySource {
         if let Some((change, problems)) = self.cache.take_change() {
             self.problems = problems;
             self.sizes();
+            // Announced once committed.
+            self.committing.append(&mut self.to_announce);
             return Some(SourceEvent::Change(change));
         }
+        // Answers that changed nothing: the store has them already.
+        self.answered.announce(self.to_announce.drain(..));
         let healthy = self.health_now();
         if healthy != self.healthy {
             self.healthy = healthy;
@@ -368,8 +391,14 @@ impl Source for RelaySource {
             }
             None => ChangeSet::all(Vec::new()),
         };
+        self.committing.append(&mut self.to_announce);
         self.sizes();
         Ok(change)
+    }
+
+    fn committed(&mut self, _ok: bool) {
+        // Committed or refused, the clients waiting for these answers are answered now.
+        self.answered.announce(self.committing.drain(..));
     }
 
     async fn next(&mut self) -> Option<SourceEvent> {

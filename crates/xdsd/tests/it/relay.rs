@@ -8,10 +8,12 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
+use envoy_types::pb::xds::core::v3::ContextParams;
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -165,12 +167,27 @@ async fn delta_first(
     Result<DeltaDiscoveryResponse, String>,
     mpsc::Sender<DeltaDiscoveryRequest>,
 ) {
+    let node = Node {
+        id: node_id.into(),
+        ..Default::default()
+    };
+    delta_first_as(url, node, type_url, initial, within).await
+}
+
+/// [`delta_first`] as `node`.
+async fn delta_first_as(
+    url: &str,
+    node: Node,
+    type_url: &str,
+    initial: &[(String, String)],
+    within: Duration,
+) -> (
+    Result<DeltaDiscoveryResponse, String>,
+    mpsc::Sender<DeltaDiscoveryRequest>,
+) {
     let (tx, rx) = mpsc::channel(4);
     let request = DeltaDiscoveryRequest {
-        node: Some(envoy_types::pb::envoy::config::core::v3::Node {
-            id: node_id.into(),
-            ..Default::default()
-        }),
+        node: Some(node),
         type_url: type_url.into(),
         resource_names_subscribe: vec!["*".into()],
         initial_resource_versions: initial.iter().cloned().collect(),
@@ -224,6 +241,64 @@ async fn two_relays_answer_the_same_versions_and_a_delta_client_moving_between_t
             "relay two resent {:?} / removed {:?}",
             response.resources,
             response.removed_resources
+        );
+    }
+}
+
+/// A node that subscribes to clusters with the dynamic parameter `env`.
+fn node_of_env(id: &str, env: &str) -> Node {
+    let params = ContextParams {
+        params: [("env".to_owned(), env.to_owned())].into(),
+    };
+    Node {
+        id: id.into(),
+        dynamic_parameters: [(CLUSTER.to_owned(), params)].into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn each_client_gets_its_tp2_variant_through_a_relay_with_its_constraints() {
+    let dir = basic_resources(Transport::DeltaAds, 9);
+    dir.write(
+        "variants.yaml",
+        &format!(
+            "\"@match\": {{ env: prod }}\n{}---\n\"@match\": {{ env: staging }}\n{}",
+            static_cluster_yaml("svc", 1001),
+            static_cluster_yaml("svc", 1002)
+        ),
+    );
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &[]).await;
+    for env in ["prod", "staging"] {
+        let id = format!("tp2-{env}");
+        let (direct, _k1) =
+            delta_first_as(&xdsd.url(), node_of_env(&id, env), CLUSTER, &[], DEADLINE).await;
+        let (relayed, _k2) =
+            delta_first_as(&relay.url(), node_of_env(&id, env), CLUSTER, &[], DEADLINE).await;
+        let (direct, relayed) = (direct.expect("from xdsd"), relayed.expect("from the relay"));
+        let svc = |r: &DeltaDiscoveryResponse| {
+            r.resources
+                .iter()
+                .find(|r| {
+                    r.name == "svc" || r.resource_name.as_ref().is_some_and(|n| n.name == "svc")
+                })
+                .cloned()
+                .unwrap_or_else(|| panic!("{env}: no svc in {r:?}"))
+        };
+        let (d, r) = (svc(&direct), svc(&relayed));
+        let constraints = r
+            .resource_name
+            .as_ref()
+            .and_then(|n| n.dynamic_parameter_constraints.as_ref());
+        assert!(
+            constraints.is_some(),
+            "{env}: the relay sends the variant's constraints"
+        );
+        assert_eq!(
+            d, r,
+            "{env}: the relay sends the variant xdsd sends, constraints and version alike"
         );
     }
 }
