@@ -76,6 +76,21 @@ impl Relay {
     fn authority(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+
+    /// The status of `GET /readyz` on the relay's admin API.
+    async fn readyz(&self) -> u16 {
+        let marker = "admin API listening on http://";
+        let line = self
+            .log
+            .expect_line_since(0, &[marker], "the relay to start its admin API")
+            .await;
+        let port = parse_port_after(&line, marker)
+            .unwrap_or_else(|| panic!("cannot parse the admin port from {line:?}"));
+        http_get(("127.0.0.1", port), "/readyz", "localhost")
+            .await
+            .expect("GET /readyz")
+            .status
+    }
 }
 
 impl Drop for Relay {
@@ -346,6 +361,7 @@ async fn the_upstream_killed_ends_no_downstream_stream_and_its_return_reaches_ev
         .await
         .expect("CDS from the relay while the upstream is down");
     assert_eq!(names(&fresh), vec!["service"]);
+    assert_eq!(relay.readyz().await, 200, "ready while it holds a cache");
 
     // The upstream comes back (same address) with a change made meanwhile.
     dir.write("extra.yaml", &static_cluster_yaml("extra", 9));
@@ -440,4 +456,22 @@ async fn envoy_over_sotw_ads_through_two_chained_relays() {
 #[tokio::test]
 async fn envoy_over_delta_ads_through_two_chained_relays() {
     envoy_through_relays(Transport::DeltaAds, true).await;
+}
+
+#[tokio::test]
+async fn a_relay_whose_upstream_never_answered_is_not_ready() {
+    // Nothing listens on port 1 of loopback.
+    let relay = Relay::start("127.0.0.1:1", &["--upstream-wait", "100ms"]).await;
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let status = relay.readyz().await;
+        if status == 503 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz stayed {status} with no cache and no upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
