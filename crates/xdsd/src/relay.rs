@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::Context;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tracing::{info, warn};
-use xdsd_core::protocol::session::DEFAULT_MAX_RESPONSE_BYTES;
 use xdsd_core::source::{Feed, Source};
 use xdsd_core::store::{ReferencePolicy, Store};
 use xdsd_core::transport::grpc::{ServerOptions, XdsServer, DEFAULT_MAX_CONNECTIONS};
@@ -105,7 +104,9 @@ pub(crate) struct RelayArgs {
     prefetch: Vec<String>,
 
     /// How long the relay waits at start for the upstream to answer the prefetched types before
-    /// it serves what it has (not ready, /readyz 503, until the upstream answers).
+    /// it serves what it has (not ready, /readyz 503, until the upstream answers); and how long a
+    /// client's first request for a type the upstream has not answered yet waits for the answer
+    /// (rather than being told first that nothing exists).
     #[arg(
         long,
         value_name = "DURATION",
@@ -171,7 +172,7 @@ pub(crate) struct RelayArgs {
     #[arg(
         long,
         value_name = "BYTES",
-        default_value_t = DEFAULT_MAX_RESPONSE_BYTES,
+        default_value = "1MiB",
         value_parser = response_bytes,
         env = "XDSD_MAX_RESPONSE_BYTES"
     )]
