@@ -66,6 +66,8 @@ struct Group {
     forward: JoinHandle<()>,
     connected: bool,
     ever_connected: bool,
+    /// Its loss was logged (once per loss, not per failed attempt).
+    loss_logged: bool,
     /// The types it was sent a response of.
     answered: BTreeSet<String>,
 }
@@ -218,6 +220,7 @@ impl RelaySource {
                 forward,
                 connected: false,
                 ever_connected: false,
+                loss_logged: false,
                 answered: BTreeSet::new(),
             },
         );
@@ -264,10 +267,12 @@ impl RelaySource {
                 }
                 group.connected = true;
                 group.ever_connected = true;
+                group.loss_logged = false;
             }
             Event::Disconnected { reason } => {
-                if group.connected || !group.ever_connected {
+                if !group.loss_logged {
                     warn!(upstream = %server, stream = %key, "upstream unreachable ({reason}): serving the cache, reconnecting");
+                    group.loss_logged = true;
                 }
                 group.connected = false;
             }

@@ -3,7 +3,9 @@
 //! a real Envoy through one relay and through two chained (SotW and delta ADS); the upstream
 //! killed -9 ends no downstream stream, a fresh client gets the cache, and the upstream back with
 //! a change reaches every client; 40 downstream clients make one upstream stream; two relays
-//! answer the same versions.
+//! answer the same versions; a type first asked is answered with what the upstream sends; the last
+//! client leaving unsubscribes upstream after the linger; a Fetch is answered from the cache; a
+//! relay is ready while it holds a cache and not while its upstream never answered.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -474,4 +476,74 @@ async fn a_relay_whose_upstream_never_answered_is_not_ready() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn a_type_first_asked_is_answered_with_what_the_upstream_sends_not_first_as_empty() {
+    let dir = basic_resources(Transport::Ads, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &["--prefetch", "none"]).await;
+    let first = fetch(&relay.url(), "first", CLUSTER, &[])
+        .await
+        .expect("CDS from the relay");
+    assert_eq!(
+        names(&first),
+        vec!["service"],
+        "the first response is the upstream's answer"
+    );
+}
+
+#[tokio::test]
+async fn the_last_client_leaving_unsubscribes_upstream_after_the_linger() {
+    let dir = basic_resources(Transport::DeltaAds, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    // --linger 1s (Relay::start).
+    let relay = Relay::start(&xdsd.authority(), &["--prefetch", "none"]).await;
+    let series = r#"xdsd_connected_streams{flavor="delta",service="ads"}"#;
+    assert_eq!(metric(&xdsd, series).await, Some(0.0), "nothing asked yet");
+    let mut client = AdsStream::open(&relay.url(), "leaving", CLUSTER, &[])
+        .await
+        .expect("an ADS stream to the relay");
+    client.recv().await.expect("CDS from the relay");
+    wait_metric(&xdsd, series, 1.0).await;
+    let mark = relay.log.mark();
+    drop(client);
+    relay
+        .log
+        .expect_line_since(
+            mark,
+            &["no downstream client left: unsubscribing upstream"],
+            "the relay to unsubscribe after the linger",
+        )
+        .await;
+    // Its only subscription gone, the upstream stream is closed.
+    wait_metric(&xdsd, series, 0.0).await;
+}
+
+#[tokio::test]
+async fn a_fetch_through_a_relay_is_answered_from_its_cache() {
+    use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    let dir = basic_resources(Transport::Ads, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &[]).await;
+    let mut client = ClusterDiscoveryServiceClient::connect(relay.url())
+        .await
+        .expect("connect");
+    let response = client
+        .fetch_clusters(DiscoveryRequest {
+            node: Some(Node {
+                id: "fetcher".into(),
+                ..Default::default()
+            }),
+            type_url: CLUSTER.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("FetchClusters")
+        .into_inner();
+    assert_eq!(names(&response), vec!["service"]);
 }
