@@ -3,7 +3,8 @@
 //! a real Envoy through one relay and through two chained (SotW and delta ADS); the upstream
 //! killed -9 ends no downstream stream, a fresh client gets the cache, and the upstream back with
 //! a change reaches every client; 40 downstream clients make one upstream stream; two relays
-//! answer the same versions; a type first asked is answered with what the upstream sends; the last
+//! answer the same versions; a TP2 variant reaches its client with its constraints and TTL;
+//! `--aggregate-by cluster` makes a stream per cluster; a type first asked is answered with what the upstream sends; the last
 //! client leaving unsubscribes upstream after the linger; a Fetch is answered from the cache; a
 //! relay is ready while it holds a cache and not while its upstream never answered.
 
@@ -262,7 +263,7 @@ async fn two_relays_answer_the_same_versions_and_a_delta_client_moving_between_t
     }
 }
 
-/// A node that subscribes to clusters with the dynamic parameter `env`.
+/// A node that subscribes to clusters with the dynamic parameter `env`, and takes TTLs.
 fn node_of_env(id: &str, env: &str) -> Node {
     let params = ContextParams {
         params: [("env".to_owned(), env.to_owned())].into(),
@@ -270,6 +271,7 @@ fn node_of_env(id: &str, env: &str) -> Node {
     Node {
         id: id.into(),
         dynamic_parameters: [(CLUSTER.to_owned(), params)].into(),
+        client_features: vec!["xds.config.supports-resource-ttl".into()],
         ..Default::default()
     }
 }
@@ -277,10 +279,11 @@ fn node_of_env(id: &str, env: &str) -> Node {
 #[tokio::test]
 async fn each_client_gets_its_tp2_variant_through_a_relay_with_its_constraints() {
     let dir = basic_resources(Transport::DeltaAds, 9);
+    // The staging variant has a TTL: it is relayed too.
     dir.write(
         "variants.yaml",
         &format!(
-            "\"@match\": {{ env: prod }}\n{}---\n\"@match\": {{ env: staging }}\n{}",
+            "\"@match\": {{ env: prod }}\n{}---\n\"@match\": {{ env: staging }}\n\"@ttl\": 300s\n{}",
             static_cluster_yaml("svc", 1001),
             static_cluster_yaml("svc", 1002)
         ),
@@ -315,7 +318,12 @@ async fn each_client_gets_its_tp2_variant_through_a_relay_with_its_constraints()
         );
         assert_eq!(
             d, r,
-            "{env}: the relay sends the variant xdsd sends, constraints and version alike"
+            "{env}: the relay sends the variant xdsd sends, constraints, TTL and version alike"
+        );
+        assert_eq!(
+            r.ttl.is_some(),
+            env == "staging",
+            "{env}: the TTL is relayed"
         );
     }
 }
@@ -376,6 +384,33 @@ async fn the_upstream_killed_ends_no_downstream_stream_and_its_return_reaches_ev
             .expect("the change after the upstream came back");
         assert_eq!(names(&next), vec!["extra", "service"]);
     }
+}
+
+#[tokio::test]
+async fn aggregate_by_cluster_makes_one_upstream_stream_per_node_cluster() {
+    let dir = basic_resources(Transport::DeltaAds, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(
+        &xdsd.authority(),
+        &["--prefetch", "none", "--aggregate-by", "cluster"],
+    )
+    .await;
+    let mut clients = Vec::new();
+    for (id, cluster) in [("e1", "edge"), ("e2", "edge"), ("c1", "core")] {
+        let mut client = AdsStream::open_in(&relay.url(), id, cluster, CLUSTER, &[])
+            .await
+            .expect("an ADS stream to the relay");
+        let first = client.recv().await.expect("CDS from the relay");
+        assert_eq!(names(&first), vec!["service"]);
+        clients.push(client);
+    }
+    wait_metric(
+        &xdsd,
+        r#"xdsd_connected_streams{flavor="delta",service="ads"}"#,
+        2.0,
+    )
+    .await;
 }
 
 #[tokio::test]
