@@ -4,7 +4,8 @@
 //! killed -9 ends no downstream stream, a fresh client gets the cache, and the upstream back with
 //! a change reaches every client; 40 downstream clients make one upstream stream; two relays
 //! answer the same versions; a TP2 variant reaches its client with its constraints and TTL;
-//! `--aggregate-by cluster` makes a stream per cluster; a type first asked is answered with what the upstream sends; the last
+//! `--aggregate-by cluster` makes a stream per cluster; a downstream NACK is in the relay's
+//! `/clients`; a type first asked is answered with what the upstream sends; the last
 //! client leaving unsubscribes upstream after the linger; a Fetch is answered from the cache; a
 //! relay is ready while it holds a cache and not while its upstream never answered.
 
@@ -80,8 +81,8 @@ impl Relay {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// The status of `GET /readyz` on the relay's admin API.
-    async fn readyz(&self) -> u16 {
+    /// `GET path` on the relay's admin API: status and body.
+    async fn admin(&self, path: &str) -> (u16, String) {
         let marker = "admin API listening on http://";
         let line = self
             .log
@@ -89,10 +90,15 @@ impl Relay {
             .await;
         let port = parse_port_after(&line, marker)
             .unwrap_or_else(|| panic!("cannot parse the admin port from {line:?}"));
-        http_get(("127.0.0.1", port), "/readyz", "localhost")
+        let resp = http_get(("127.0.0.1", port), path, "localhost")
             .await
-            .expect("GET /readyz")
-            .status
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        (resp.status, resp.body)
+    }
+
+    /// The status of `GET /readyz` on the relay's admin API.
+    async fn readyz(&self) -> u16 {
+        self.admin("/readyz").await.0
     }
 }
 
@@ -411,6 +417,35 @@ async fn aggregate_by_cluster_makes_one_upstream_stream_per_node_cluster() {
         2.0,
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_downstream_nack_is_recorded_by_the_relay_with_the_client_and_its_message() {
+    let dir = basic_resources(Transport::Ads, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &[]).await;
+    let mut client = AdsStream::open(&relay.url(), "nacker", CLUSTER, &[])
+        .await
+        .expect("an ADS stream to the relay");
+    let first = client.recv().await.expect("CDS from the relay");
+    client
+        .nack(CLUSTER, &first, "refused by the test")
+        .await
+        .expect("NACK");
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let (status, body) = relay.admin("/clients").await;
+        assert_eq!(status, 200);
+        if body.contains("nacker") && body.contains("refused by the test") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay's /clients never showed the NACK: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]
