@@ -126,3 +126,33 @@ impl RelayMetrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metrics_are_encoded_with_help_type_and_value() {
+        let m = RelayMetrics::new();
+        m.set_connected(true);
+        m.reconnected();
+        m.set_sizes(3, 1, 7);
+        let text = m.encode();
+        for line in [
+            "# TYPE xdsd_relay_upstream_connected gauge",
+            "xdsd_relay_upstream_connected 1",
+            "xdsd_relay_upstream_reconnects_total 1",
+            "xdsd_relay_upstream_subscriptions 3",
+            "xdsd_relay_upstream_streams 1",
+            "xdsd_relay_cache_entries 7",
+            "xdsd_relay_upstream_rejected_total 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+        }
+        m.set_connected(false);
+        assert!(m
+            .encode()
+            .lines()
+            .any(|l| l == "xdsd_relay_upstream_connected 0"));
+    }
+}
