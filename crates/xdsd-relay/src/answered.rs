@@ -41,13 +41,16 @@ impl Answered {
         set.contains(want)
     }
 
-    /// Waits until `want` is answered, at most `limit`; whether it is.
+    /// Waits until `want` is answered, at most `limit`; whether it is. A want the wait gave up
+    /// on counts as answered from then on: the next clients are served what the relay has
+    /// without waiting again (an upstream that is down, or that sends nothing of a type).
     pub(crate) fn wait(&self, want: &Want, limit: Duration) -> bool {
         let until = Instant::now() + limit;
         let mut set = self.wants.lock().unwrap_or_else(|p| p.into_inner());
         while !set.contains(want) {
             let now = Instant::now();
             if now >= until {
+                set.insert(want.clone());
                 return false;
             }
             set = match self.changed.wait_timeout(set, until - now) {
@@ -91,14 +94,20 @@ mod tests {
     }
 
     #[test]
-    fn the_wait_for_an_upstream_that_does_not_answer_is_bounded() {
+    fn the_wait_for_an_upstream_that_does_not_answer_is_bounded_and_not_repeated() {
         let answered = Answered::default();
         assert!(!answered.wait(&want(), Duration::from_millis(10)));
+        assert!(
+            answered.wait(&want(), Duration::from_secs(30)),
+            "the next client does not wait"
+        );
+    }
+
+    #[test]
+    fn an_unsubscribed_want_is_waited_for_again() {
+        let answered = Answered::default();
         answered.announce([want()]);
         answered.forget(&want());
-        assert!(
-            !answered.is_answered(&want()),
-            "forgotten when unsubscribed"
-        );
+        assert!(!answered.is_answered(&want()));
     }
 }
