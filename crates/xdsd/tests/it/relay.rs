@@ -2,7 +2,7 @@
 //! of a relay gets the upstream's resources at the upstream's versions and follows its changes;
 //! a real Envoy through one relay and through two chained (SotW and delta ADS); the upstream
 //! killed -9 ends no downstream stream, a fresh client gets the cache, and the upstream back with
-//! a change reaches every client; 40 downstream clients make one upstream stream; two relays
+//! a change reaches every client (a delta client is sent only the change); 40 downstream clients make one upstream stream; two relays
 //! answer the same versions; a TP2 variant reaches its client with its constraints and TTL;
 //! `--aggregate-by cluster` makes a stream per cluster; a downstream NACK is in the relay's
 //! `/clients`; a type first asked is answered with what the upstream sends; the last
@@ -446,6 +446,64 @@ async fn a_downstream_nack_is_recorded_by_the_relay_with_the_client_and_its_mess
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn the_upstream_back_with_a_change_sends_a_delta_client_only_the_change() {
+    let dir = basic_resources(Transport::DeltaAds, 9);
+    let mut xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let upstream = xdsd.authority();
+    let relay = Relay::start(&upstream, &[]).await;
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(Node {
+            id: "delta-kept".into(),
+            ..Default::default()
+        }),
+        type_url: CLUSTER.into(),
+        resource_names_subscribe: vec!["*".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("queue the first request");
+    let mut client = AggregatedDiscoveryServiceClient::connect(relay.url())
+        .await
+        .expect("connect");
+    let mut responses = client
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .expect("DeltaAggregatedResources")
+        .into_inner();
+    let mut next = async || match timeout(DEADLINE, responses.message()).await {
+        Ok(Ok(Some(r))) => r,
+        other => panic!("no delta response: {other:?}"),
+    };
+    let first = next().await;
+    assert_eq!(first.resources.len(), 1);
+    let ack = |r: &DeltaDiscoveryResponse| DeltaDiscoveryRequest {
+        type_url: CLUSTER.into(),
+        response_nonce: r.nonce.clone(),
+        ..Default::default()
+    };
+    tx.send(ack(&first)).await.expect("ACK");
+
+    xdsd.kill9().await;
+    dir.write("extra.yaml", &static_cluster_yaml("extra", 9));
+    let back = Xdsd::start_on(&dir.path(), &upstream, &["--log-level", "debug"]).await;
+    back.expect_loaded_since(0).await;
+    let change = next().await;
+    let sent: Vec<String> = change
+        .resources
+        .iter()
+        .map(|r| {
+            r.resource_name
+                .as_ref()
+                .map_or(r.name.clone(), |n| n.name.clone())
+        })
+        .collect();
+    assert_eq!(sent, vec!["extra"], "only the change, nothing resent");
+    assert!(change.removed_resources.is_empty());
 }
 
 #[tokio::test]
