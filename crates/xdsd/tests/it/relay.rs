@@ -2,12 +2,13 @@
 //! of a relay gets the upstream's resources at the upstream's versions and follows its changes;
 //! a real Envoy through one relay and through two chained (SotW and delta ADS); the upstream
 //! killed -9 ends no downstream stream, a fresh client gets the cache, and the upstream back with
-//! a change reaches every client (a delta client is sent only the change); 40 downstream clients make one upstream stream; two relays
-//! answer the same versions; a TP2 variant reaches its client with its constraints and TTL;
-//! `--aggregate-by cluster` makes a stream per cluster; a downstream NACK is in the relay's
-//! `/clients`; a type first asked is answered with what the upstream sends; the last
-//! client leaving unsubscribes upstream after the linger; a Fetch is answered from the cache; a
-//! relay is ready while it holds a cache and not while its upstream never answered.
+//! a change reaches every client (a delta client is sent only the change); 40 downstream clients
+//! make one upstream stream; two relays answer the same versions; a TP2 variant reaches its
+//! client with its constraints and TTL; `--aggregate-by cluster` makes a stream per cluster; a
+//! downstream NACK is in the relay's `/clients`; a type first asked is answered with what the
+//! upstream sends; the last client leaving unsubscribes upstream after the linger; a Fetch is
+//! answered from the cache; a relay is ready while it holds a cache and not while its upstream
+//! never answered.
 
 use std::process::Stdio;
 use std::time::Duration;
