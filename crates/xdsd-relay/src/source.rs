@@ -89,6 +89,8 @@ pub struct RelaySource {
     events_tx: mpsc::Sender<(u64, Event)>,
     events: mpsc::Receiver<(u64, Event)>,
     groups: HashMap<GroupKey, Group>,
+    /// Each open group by the id its events carry.
+    ids: HashMap<u64, GroupKey>,
     /// The first downstream node seen of each group (the node a `cluster` or `node` group
     /// presents).
     first_nodes: HashMap<GroupKey, Arc<ClientNode>>,
@@ -129,6 +131,7 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
         events_tx,
         events,
         groups: HashMap::new(),
+        ids: HashMap::new(),
         first_nodes: HashMap::new(),
         next_id: 0,
         held: false,
@@ -178,7 +181,9 @@ impl RelaySource {
             );
         }
         if !self.demand.group_used(&want.group) {
-            self.groups.remove(&want.group);
+            if let Some(group) = self.groups.remove(&want.group) {
+                self.ids.remove(&group.id);
+            }
             self.first_nodes.remove(&want.group);
             self.connected_gauge();
         }
@@ -212,6 +217,7 @@ impl RelaySource {
                 }
             }
         });
+        self.ids.insert(id, key.clone());
         self.groups.insert(
             key.clone(),
             Group {
@@ -251,11 +257,13 @@ impl RelaySource {
 
     /// Takes in an event of upstream stream `id`.
     fn upstream(&mut self, id: u64, event: Event) {
-        let Some((key, group)) = self.groups.iter_mut().find(|(_, g)| g.id == id) else {
+        let Some(key) = self.ids.get(&id).cloned() else {
             // A stream since closed.
             return;
         };
-        let key = key.clone();
+        let Some(group) = self.groups.get_mut(&key) else {
+            return;
+        };
         let server = &self.options.upstream.server;
         match event {
             Event::Connected => {

@@ -93,7 +93,8 @@ pub(crate) struct RelayArgs {
     /// `xdsd get` takes them: listeners, clusters, routes, endpoints, secrets, runtime, or type
     /// URLs; comma-separated, or "none"): a client's first request for them is answered from
     /// the cache, not while the relay waits for the upstream. Other types are subscribed when a
-    /// client first asks for them.
+    /// client first asks for them. Only with --aggregate-by none: the other groupings have no
+    /// stream before their first client.
     #[arg(
         long,
         value_name = "TYPES",
@@ -257,7 +258,10 @@ impl RelayArgs {
         };
         options.aggregate_by = self.aggregate_by;
         options.linger = self.linger;
-        options.prefetch = prefetch;
+        // The shared stream serves only --aggregate-by none.
+        if self.aggregate_by == AggregateBy::None {
+            options.prefetch = prefetch;
+        }
         options.first_wait = self.upstream_wait;
         Ok(options)
     }
