@@ -6,9 +6,9 @@
 //! make one upstream stream; two relays answer the same versions; a TP2 variant reaches its
 //! client with its constraints and TTL; `--aggregate-by cluster` makes a stream per cluster; a
 //! downstream NACK is in the relay's `/clients`; a type first asked is answered with what the
-//! upstream sends; the last client leaving unsubscribes upstream after the linger; a Fetch is
-//! answered from the cache; a relay is ready while it holds a cache and not while its upstream
-//! never answered.
+//! upstream sends; the last client leaving unsubscribes upstream after the linger; a Fetch and a
+//! REST poll are answered from the cache; Envoy over per-type gRPC through a relay; a relay is
+//! ready while it holds a cache and not while its upstream never answered.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -675,4 +675,42 @@ async fn a_fetch_through_a_relay_is_answered_from_its_cache() {
         .expect("FetchClusters")
         .into_inner();
     assert_eq!(names(&response), vec!["service"]);
+}
+
+#[tokio::test]
+async fn envoy_over_per_type_grpc_through_a_relay() {
+    envoy_through_relays(Transport::PerType, false).await;
+}
+
+#[tokio::test]
+async fn a_rest_poll_through_a_relay_is_answered_from_its_cache() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = basic_resources(Transport::Ads, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &[]).await;
+    let body = r#"{"node":{"id":"poller"}}"#;
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(relay.authority()).await?;
+        let head = format!(
+            "POST /v3/discovery:clusters HTTP/1.1\r\nhost: relay\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        crate::support::parse_http_response(&raw)
+    };
+    let response = timeout(DEADLINE, exchange)
+        .await
+        .expect("the relay answers in time")
+        .expect("an HTTP answer");
+    assert_eq!(response.status, 200, "{}", response.body);
+    assert!(
+        response.body.contains("\"name\":\"service\""),
+        "{}",
+        response.body
+    );
 }
