@@ -19,7 +19,7 @@ use xdsd_core::store::{ReferenceMode, ReferencePolicy, Store};
 use xdsd_source::FileFormat;
 
 use crate::logs::LogFormat;
-use crate::{admin, diff, etcd_args, get, history, push, rollback, status, tls_args};
+use crate::{admin, diff, etcd_args, get, history, push, relay, rollback, status, tls_args};
 
 /// An xDS management server for Envoy and proxyless gRPC clients.
 ///
@@ -239,6 +239,27 @@ pub(crate) enum Command {
     ///
     /// Exit status: 0 stopped by Ctrl-C, 1 an error, 2 usage error.
     Watch(Box<get::WatchArgs>),
+
+    /// Relay an upstream xDS server to downstream clients: a caching xDS proxy (xRFC TP2).
+    ///
+    /// Downstream, the relay is xdsd: the same server, sessions and rules as `serve` (SotW and
+    /// delta, ADS and per-type, REST and Fetch, TP2 variants, make-before-break, size caps, CSDS,
+    /// the admin API of its own clients). Upstream, it is an xDS client of --upstream (any xDS
+    /// server: xdsd, another relay, another control plane), over delta ADS by default. A type a
+    /// downstream client asks for is subscribed upstream (the wildcard) on first request and
+    /// unsubscribed --linger after its last client left; --prefetch types are subscribed from
+    /// the start. What the upstream sends is cached with its TP2 dynamic parameter constraints
+    /// and TTL, and served with them; versions are derived from content, so two relays of one
+    /// upstream answer the same versions and a client moving between them is resent nothing.
+    /// A resource the relay cannot decode is NACKed upstream and the last good one kept.
+    ///
+    /// While the upstream is unreachable, the relay keeps serving its cache to existing and new
+    /// clients (no downstream stream ends for it) and reconnects with backoff; it is ready
+    /// (/readyz) while it holds a cache: alert on the upstream instead. See docs/relay.md.
+    ///
+    /// Exit status: 0 stopped by a signal, 1 a failure (an address in use, an unusable
+    /// --upstream), 2 usage error.
+    Relay(Box<relay::RelayArgs>),
 }
 
 /// Where the resources come from and the rules they are checked by: shared by `check`,

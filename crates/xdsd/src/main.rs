@@ -1,6 +1,7 @@
 //! `xdsd`: the xDS management server binary. `main` parses the command line (`cli`) and runs
 //! the subcommand: `serve` (`serve`, with `logs`), `check` and `render` (`offline`), `push`,
-//! `status`, `history`, `diff`, `rollback` (etcd's history), `get` and `watch` (an xDS client).
+//! `status`, `history`, `diff`, `rollback` (etcd's history), `get` and `watch` (an xDS client),
+//! `relay` (a caching xDS proxy).
 
 use std::process::ExitCode;
 
@@ -24,6 +25,7 @@ mod load;
 mod memory;
 mod offline;
 mod push;
+mod relay;
 mod rollback;
 
 mod admin;
@@ -89,6 +91,7 @@ fn main() -> ExitCode {
         Command::Rollback(args) => rollback::rollback(*args),
         Command::Get(args) => get::get(*args),
         Command::Watch(args) => get::watch(*args),
+        Command::Relay(args) => relay::main(*args),
     }
 }
 

@@ -39,6 +39,7 @@ mod lifecycle;
 mod max_connection_age;
 mod missing_directory;
 mod references;
+mod relay;
 mod replicas;
 mod rest;
 mod serve_source;

@@ -1,0 +1,264 @@
+//! The relay's cache, sans-I/O: what each upstream stream holds, merged into the store's
+//! change sets.
+//!
+//! A resource is kept per upstream stream (group) by type and name, with its body, its xRFC TP2
+//! dynamic parameter constraints and its TTL as the upstream sent them. The store holds, for each
+//! name, every distinct variant (by constraints) that some group holds: the server then matches
+//! downstream subscriptions against the constraints as it does for its own resources, and sends
+//! the constraints along (TP2's MUSTs for a caching proxy). Versions are the store's, derived from
+//! content, so two relays in front of the same upstream answer the same versions.
+//!
+//! A group's wildcard follows one parameter set, for which the upstream sends one variant of
+//! each name: a group holds one variant per name (the latest sent).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
+use prost::Message;
+use xdsd_core::params::Constraints;
+use xdsd_core::{ChangeSet, ResourceInput};
+
+use crate::group::GroupKey;
+
+/// One variant as received.
+#[derive(Debug, Clone, PartialEq)]
+struct Cached {
+    value: Bytes,
+    constraints: Option<DynamicParameterConstraints>,
+    ttl: Option<Duration>,
+}
+
+type Name = (String, String);
+
+/// The cache. See the module documentation.
+#[derive(Debug, Default)]
+pub struct Cache {
+    entries: BTreeMap<Name, BTreeMap<GroupKey, Cached>>,
+    /// Names changed since the last [`Cache::take_change`].
+    dirty: BTreeSet<Name>,
+    /// Variants in the store after the last change taken.
+    variants: usize,
+}
+
+impl Cache {
+    /// An empty cache.
+    pub fn new() -> Cache {
+        Cache::default()
+    }
+
+    /// `group` was sent `resource` (added or changed).
+    pub fn put(&mut self, group: &GroupKey, resource: &xdsd_client::Resource) {
+        let key = (resource.type_url.clone(), resource.name.clone());
+        let cached = Cached {
+            value: Bytes::from(resource.body.value.clone()),
+            constraints: resource.constraints.clone(),
+            ttl: resource.ttl,
+        };
+        let held = self.entries.entry(key.clone()).or_default();
+        if held.get(group) != Some(&cached) {
+            held.insert(group.clone(), cached);
+            self.dirty.insert(key);
+        }
+    }
+
+    /// `group` no longer holds `names` of `type_url` (removed upstream, expired, or not there).
+    pub fn remove(&mut self, group: &GroupKey, type_url: &str, names: &[String]) {
+        for name in names {
+            let key = (type_url.to_owned(), name.clone());
+            if let Some(held) = self.entries.get_mut(&key) {
+                if held.remove(group).is_some() {
+                    if held.is_empty() {
+                        self.entries.remove(&key);
+                    }
+                    self.dirty.insert(key);
+                }
+            }
+        }
+    }
+
+    /// `group` no longer holds anything of `type_url` (its subscription ended).
+    pub fn drop_type(&mut self, group: &GroupKey, type_url: &str) {
+        let names: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|((t, _), held)| t == type_url && held.contains_key(group))
+            .map(|((_, n), _)| n.clone())
+            .collect();
+        self.remove(group, type_url, &names);
+    }
+
+    /// Whether the cache holds any resource.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The variants in the store after the last change taken.
+    pub fn variants(&self) -> usize {
+        self.variants
+    }
+
+    /// The change for the store since the last one taken: every variant of each changed name
+    /// (distinct by constraints, whichever groups hold it), `None` when nothing changed. A
+    /// variant whose constraints the store cannot take is left out with the reason.
+    pub fn take_change(&mut self) -> Option<(ChangeSet, Vec<String>)> {
+        if self.dirty.is_empty() {
+            return None;
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut resources = Vec::new();
+        let mut problems = Vec::new();
+        for key in &dirty {
+            for input in self.variants_of(key, &mut problems) {
+                resources.push(input);
+            }
+        }
+        self.variants = self
+            .entries
+            .values()
+            .map(|held| held.values().map(encoded).collect::<BTreeSet<_>>().len())
+            .sum();
+        let change = ChangeSet::names(dirty.into_iter().collect(), resources, self.variants);
+        Some((change, problems))
+    }
+
+    fn variants_of(&self, key: &Name, problems: &mut Vec<String>) -> Vec<ResourceInput> {
+        let Some(held) = self.entries.get(key) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (group, cached) in held {
+            // Each distinct variant once, from the first group holding it.
+            if !seen.insert(encoded(cached)) {
+                continue;
+            }
+            let constraints = match &cached.constraints {
+                None => None,
+                Some(proto) => match Constraints::new(proto.clone()) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        problems.push(format!("{} {:?}: constraints: {e}", key.0, key.1));
+                        continue;
+                    }
+                },
+            };
+            out.push(
+                ResourceInput::new(key.0.clone(), key.1.clone(), cached.value.clone())
+                    .with_constraints(constraints)
+                    .with_ttl(cached.ttl)
+                    .with_origin(format!("upstream ({group})")),
+            );
+        }
+        out
+    }
+}
+
+/// A variant's identity among a name's: its encoded constraints.
+fn encoded(cached: &Cached) -> Vec<u8> {
+    cached
+        .constraints
+        .as_ref()
+        .map(|p| p.encode_to_vec())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+        single_constraint::ConstraintType, SingleConstraint, Type,
+    };
+    use envoy_types::pb::google::protobuf::Any;
+    use xdsd_core::source::Update;
+
+    const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+
+    fn resource(name: &str, body: &[u8], env: Option<&str>) -> xdsd_client::Resource {
+        xdsd_client::Resource {
+            type_url: CDS.into(),
+            name: name.into(),
+            version: "1".into(),
+            body: Any {
+                type_url: CDS.into(),
+                value: body.to_vec(),
+            },
+            constraints: env.map(|v| DynamicParameterConstraints {
+                r#type: Some(Type::Constraint(SingleConstraint {
+                    key: "env".into(),
+                    constraint_type: Some(ConstraintType::Value(v.into())),
+                })),
+            }),
+            ttl: None,
+        }
+    }
+
+    fn inputs(change: &ChangeSet) -> (Vec<(String, String)>, Vec<ResourceInput>) {
+        match &change.update {
+            Update::Names { names, resources } => (names.clone(), resources.clone()),
+            other => panic!("a change of names, not {other:?}"),
+        }
+    }
+
+    fn params(env: &str) -> GroupKey {
+        GroupKey::Params([("env".to_owned(), env.to_owned())].into())
+    }
+
+    #[test]
+    fn a_variant_is_stored_with_its_constraints_and_ttl() {
+        let mut cache = Cache::new();
+        let mut r = resource("c", b"\x0a\x01c", Some("prod"));
+        r.ttl = Some(Duration::from_secs(5));
+        cache.put(&params("prod"), &r);
+        let (change, problems) = cache.take_change().expect("a change");
+        assert!(problems.is_empty());
+        let (names, resources) = inputs(&change);
+        assert_eq!(names, vec![(CDS.to_owned(), "c".to_owned())]);
+        assert_eq!(resources.len(), 1);
+        let c = resources[0].constraints.as_ref().expect("constraints kept");
+        assert_eq!(c.proto(), r.constraints.as_ref().expect("sent"));
+        assert_eq!(resources[0].ttl, Some(Duration::from_secs(5)));
+        assert_eq!(change.resources, 1);
+    }
+
+    #[test]
+    fn the_variants_of_two_groups_are_both_stored() {
+        let mut cache = Cache::new();
+        cache.put(&params("prod"), &resource("c", b"p", Some("prod")));
+        cache.put(&params("dev"), &resource("c", b"d", Some("dev")));
+        let (change, _) = cache.take_change().expect("a change");
+        assert_eq!(inputs(&change).1.len(), 2);
+        assert_eq!(cache.variants(), 2);
+    }
+
+    #[test]
+    fn a_variant_held_by_two_groups_is_stored_once_and_stays_until_both_drop_it() {
+        let mut cache = Cache::new();
+        cache.put(&GroupKey::Default, &resource("c", b"x", None));
+        cache.put(&params("prod"), &resource("c", b"x", None));
+        let (change, _) = cache.take_change().expect("a change");
+        assert_eq!(inputs(&change).1.len(), 1);
+        cache.remove(&GroupKey::Default, CDS, &["c".into()]);
+        let (change, _) = cache.take_change().expect("a change");
+        assert_eq!(inputs(&change).1.len(), 1, "still held by the other group");
+        cache.drop_type(&params("prod"), CDS);
+        let (change, _) = cache.take_change().expect("a change");
+        let (names, resources) = inputs(&change);
+        assert_eq!(
+            (names.len(), resources.len()),
+            (1, 0),
+            "the name is removed"
+        );
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn a_resource_sent_again_unchanged_is_no_change() {
+        let mut cache = Cache::new();
+        cache.put(&GroupKey::Default, &resource("c", b"x", None));
+        cache.take_change();
+        cache.put(&GroupKey::Default, &resource("c", b"x", None));
+        assert!(cache.take_change().is_none());
+    }
+}

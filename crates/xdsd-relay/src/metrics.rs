@@ -1,0 +1,158 @@
+//! The relay's own metrics: the upstream connection, its reconnects and NACKs, the upstream
+//! subscriptions and the cache's size. Prometheus text through [`RelayMetrics::encode`].
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The relay's metrics; cheap to clone, shared with whoever serves them.
+#[derive(Debug, Clone, Default)]
+pub struct RelayMetrics {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    connected: AtomicU64,
+    reconnects: AtomicU64,
+    rejected: AtomicU64,
+    subscriptions: AtomicU64,
+    streams: AtomicU64,
+    entries: AtomicU64,
+}
+
+impl RelayMetrics {
+    /// All at zero.
+    pub fn new() -> RelayMetrics {
+        RelayMetrics::default()
+    }
+
+    /// Whether every upstream stream is up (`xdsd_relay_upstream_connected`, 0 or 1).
+    pub fn upstream_connected(&self) -> bool {
+        self.inner.connected.load(Ordering::Relaxed) == 1
+    }
+
+    /// Upstream reconnections so far (`xdsd_relay_upstream_reconnects_total`).
+    pub fn upstream_reconnects(&self) -> u64 {
+        self.inner.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// Upstream subscriptions held (`xdsd_relay_upstream_subscriptions`).
+    pub fn upstream_subscriptions(&self) -> u64 {
+        self.inner.subscriptions.load(Ordering::Relaxed)
+    }
+
+    /// Upstream streams open or being opened (`xdsd_relay_upstream_streams`).
+    pub fn upstream_streams(&self) -> u64 {
+        self.inner.streams.load(Ordering::Relaxed)
+    }
+
+    /// Resource variants cached (`xdsd_relay_cache_entries`).
+    pub fn cache_entries(&self) -> u64 {
+        self.inner.entries.load(Ordering::Relaxed)
+    }
+
+    /// Upstream responses the relay NACKed (`xdsd_relay_upstream_rejected_total`).
+    pub fn upstream_rejected(&self) -> u64 {
+        self.inner.rejected.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_connected(&self, up: bool) {
+        self.inner.connected.store(u64::from(up), Ordering::Relaxed);
+    }
+
+    pub(crate) fn reconnected(&self) {
+        self.inner.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn rejected(&self) {
+        self.inner.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_sizes(&self, subscriptions: usize, streams: usize, entries: usize) {
+        self.inner
+            .subscriptions
+            .store(subscriptions as u64, Ordering::Relaxed);
+        self.inner.streams.store(streams as u64, Ordering::Relaxed);
+        self.inner.entries.store(entries as u64, Ordering::Relaxed);
+    }
+
+    /// The metrics in the Prometheus text format (each with its HELP and TYPE).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let rows: [(&str, &str, &str, u64); 6] = [
+            (
+                "xdsd_relay_upstream_connected",
+                "gauge",
+                "1 while every upstream stream is up, else 0 (the cache keeps being served)",
+                u64::from(self.upstream_connected()),
+            ),
+            (
+                "xdsd_relay_upstream_reconnects_total",
+                "counter",
+                "Upstream streams opened again after a loss",
+                self.upstream_reconnects(),
+            ),
+            (
+                "xdsd_relay_upstream_rejected_total",
+                "counter",
+                "Upstream responses NACKed (a resource the relay cannot decode)",
+                self.upstream_rejected(),
+            ),
+            (
+                "xdsd_relay_upstream_subscriptions",
+                "gauge",
+                "Upstream subscriptions held (type and name or wildcard, per upstream stream)",
+                self.upstream_subscriptions(),
+            ),
+            (
+                "xdsd_relay_upstream_streams",
+                "gauge",
+                "Upstream streams (one per group of downstream clients)",
+                self.upstream_streams(),
+            ),
+            (
+                "xdsd_relay_cache_entries",
+                "gauge",
+                "Resource variants cached and served",
+                self.cache_entries(),
+            ),
+        ];
+        for (name, kind, help, value) in rows {
+            let _ = writeln!(out, "# HELP {name} {help}.");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {value}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metrics_are_encoded_with_help_type_and_value() {
+        let m = RelayMetrics::new();
+        m.set_connected(true);
+        m.reconnected();
+        m.set_sizes(3, 1, 7);
+        let text = m.encode();
+        for line in [
+            "# TYPE xdsd_relay_upstream_connected gauge",
+            "xdsd_relay_upstream_connected 1",
+            "xdsd_relay_upstream_reconnects_total 1",
+            "xdsd_relay_upstream_subscriptions 3",
+            "xdsd_relay_upstream_streams 1",
+            "xdsd_relay_cache_entries 7",
+            "xdsd_relay_upstream_rejected_total 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+        }
+        m.set_connected(false);
+        assert!(m
+            .encode()
+            .lines()
+            .any(|l| l == "xdsd_relay_upstream_connected 0"));
+    }
+}

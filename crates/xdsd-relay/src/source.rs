@@ -1,0 +1,451 @@
+//! The relay as a [`Source`]: the downstream demand (from [`RelayObserver`]) drives upstream
+//! subscriptions over the xDS client, and what the upstream sends is cached and committed to the
+//! store that the relay's own server serves.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+use xdsd_client::{Config, Event, Flavor, XdsClient};
+use xdsd_core::ClientNode;
+use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent};
+
+use crate::answered::Answered;
+use crate::cache::Cache;
+use crate::demand::{Action, Demand, Want, DEFAULT_LINGER};
+use crate::group::{upstream_node, AggregateBy, GroupKey};
+use crate::metrics::RelayMetrics;
+use crate::observer::{Demanded, RelayObserver};
+use crate::validate;
+
+/// How the relay talks to its upstream and follows its downstream.
+#[derive(Debug, Clone)]
+pub struct RelayOptions {
+    /// The upstream server and how to reach it.
+    pub upstream: xdsd_client::Options,
+    /// The node the relay presents upstream (its own).
+    pub node: Node,
+    /// Delta (the default) or SotW, always over ADS.
+    pub flavor: Flavor,
+    /// How downstream clients are grouped into upstream streams.
+    pub aggregate_by: AggregateBy,
+    /// How long an upstream subscription outlives its last downstream client.
+    pub linger: Duration,
+    /// Types subscribed upstream (wildcard, on the shared stream) from the start and for good,
+    /// so that the first downstream client is answered from the cache.
+    pub prefetch: Vec<String>,
+    /// How long the first load waits for the upstream to answer the prefetched types.
+    pub first_wait: Duration,
+}
+
+impl RelayOptions {
+    /// A delta ADS relay of `upstream`, presenting `node`, with the default linger, nothing
+    /// prefetched.
+    pub fn new(upstream: xdsd_client::Options, node: Node) -> RelayOptions {
+        RelayOptions {
+            upstream,
+            node,
+            flavor: Flavor::Delta,
+            aggregate_by: AggregateBy::None,
+            linger: DEFAULT_LINGER,
+            prefetch: Vec::new(),
+            first_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One upstream stream.
+struct Group {
+    /// Tells its events apart from those of an earlier stream of the same group.
+    id: u64,
+    client: XdsClient,
+    forward: JoinHandle<()>,
+    connected: bool,
+    ever_connected: bool,
+    /// Its loss was logged (once per loss, not per failed attempt).
+    loss_logged: bool,
+    /// The types it was sent a response of.
+    answered: BTreeSet<String>,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // Its events dropped with the handle stop the driver.
+        self.forward.abort();
+    }
+}
+
+/// The relay's source. See the module documentation.
+pub struct RelaySource {
+    options: RelayOptions,
+    demand: Demand,
+    cache: Cache,
+    metrics: RelayMetrics,
+    demanded: mpsc::UnboundedReceiver<Demanded>,
+    events_tx: mpsc::Sender<(u64, Event)>,
+    events: mpsc::Receiver<(u64, Event)>,
+    groups: HashMap<GroupKey, Group>,
+    /// Each open group by the id its events carry.
+    ids: HashMap<u64, GroupKey>,
+    /// The first downstream node seen of each group (the node a `cluster` or `node` group
+    /// presents).
+    first_nodes: HashMap<GroupKey, Arc<ClientNode>>,
+    next_id: u64,
+    /// Some upstream stream answered: a cache is held.
+    held: bool,
+    /// The health last reported.
+    healthy: bool,
+    /// Problems to report as a rejection.
+    problems: Vec<String>,
+    /// What the upstream answered, shared with the observer.
+    answered: Arc<Answered>,
+    /// Answered since the last change was taken.
+    to_announce: Vec<Want>,
+    /// Answered, in the change being committed.
+    committing: Vec<Want>,
+}
+
+/// A relay: its source (give it to a [`xdsd_core::Feed`]), the observer its server needs
+/// (give it to [`xdsd_core::XdsServerBuilder::observer`]) and its metrics.
+pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics) {
+    let (tx, demanded) = mpsc::unbounded_channel();
+    let (events_tx, events) = mpsc::channel(1024);
+    let metrics = RelayMetrics::new();
+    let answered = Arc::new(Answered::default());
+    let observer = RelayObserver::new(
+        options.aggregate_by,
+        tx,
+        answered.clone(),
+        options.first_wait,
+    );
+    let source = RelaySource {
+        demand: Demand::new(options.linger),
+        options,
+        cache: Cache::new(),
+        metrics: metrics.clone(),
+        demanded,
+        events_tx,
+        events,
+        groups: HashMap::new(),
+        ids: HashMap::new(),
+        first_nodes: HashMap::new(),
+        next_id: 0,
+        held: false,
+        healthy: true,
+        problems: Vec::new(),
+        answered,
+        to_announce: Vec::new(),
+        committing: Vec::new(),
+    };
+    (source, observer, metrics)
+}
+
+impl RelaySource {
+    /// Does what the demand says upstream.
+    fn act(&mut self) -> Result<(), String> {
+        while let Some(action) = self.demand.poll_action() {
+            match action {
+                Action::Subscribe(want) => {
+                    self.start_group(&want.group)?;
+                    if let Some(group) = self.groups.get(&want.group) {
+                        info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want.name, "subscribing upstream");
+                        group
+                            .client
+                            .subscribe(&want.type_url, vec![want.name.clone()]);
+                    }
+                }
+                Action::Unsubscribe(want) => self.unsubscribe(want),
+            }
+        }
+        self.sizes();
+        Ok(())
+    }
+
+    fn unsubscribe(&mut self, want: Want) {
+        info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want.name, "no downstream client left: unsubscribing upstream");
+        if let Some(group) = self.groups.get(&want.group) {
+            group.client.unsubscribe(&want.type_url, &want.name);
+        }
+        self.answered.forget(&want);
+        if want.name == xdsd_client::WILDCARD {
+            self.cache.drop_type(&want.group, &want.type_url);
+        } else {
+            self.cache.remove(
+                &want.group,
+                &want.type_url,
+                std::slice::from_ref(&want.name),
+            );
+        }
+        if !self.demand.group_used(&want.group) {
+            if let Some(group) = self.groups.remove(&want.group) {
+                self.ids.remove(&group.id);
+            }
+            self.first_nodes.remove(&want.group);
+            self.connected_gauge();
+        }
+    }
+
+    fn start_group(&mut self, key: &GroupKey) -> Result<(), String> {
+        if self.groups.contains_key(key) {
+            return Ok(());
+        }
+        let node = upstream_node(
+            key,
+            &self.options.node,
+            self.first_nodes.get(key).map(|n| &**n),
+        );
+        let mut config = Config::new(node);
+        config.flavor = self.options.flavor;
+        config.ads = true;
+        let (client, mut events) = XdsClient::start(
+            self.options.upstream.clone(),
+            config,
+            Some(validate::validator()),
+        )
+        .map_err(|e| e.to_string())?;
+        self.next_id += 1;
+        let id = self.next_id;
+        let tx = self.events_tx.clone();
+        let forward = tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                if tx.send((id, event)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        self.ids.insert(id, key.clone());
+        self.groups.insert(
+            key.clone(),
+            Group {
+                id,
+                client,
+                forward,
+                connected: false,
+                ever_connected: false,
+                loss_logged: false,
+                answered: BTreeSet::new(),
+            },
+        );
+        self.connected_gauge();
+        Ok(())
+    }
+
+    fn demanded(&mut self, demanded: Demanded) {
+        let now = Instant::now();
+        match demanded {
+            Demanded::Acquire { stream, want, node } => {
+                self.remember_node(&want.group, node);
+                self.demand.acquire(stream, want);
+            }
+            Demanded::Touch { want, node } => {
+                self.remember_node(&want.group, node);
+                self.demand.touch(want, now);
+            }
+            Demanded::Release { stream } => self.demand.release(stream, now),
+        }
+    }
+
+    fn remember_node(&mut self, group: &GroupKey, node: Option<Arc<ClientNode>>) {
+        if let Some(node) = node {
+            self.first_nodes.entry(group.clone()).or_insert(node);
+        }
+    }
+
+    /// Takes in an event of upstream stream `id`.
+    fn upstream(&mut self, id: u64, event: Event) {
+        let Some(key) = self.ids.get(&id).cloned() else {
+            // A stream since closed.
+            return;
+        };
+        let Some(group) = self.groups.get_mut(&key) else {
+            return;
+        };
+        let server = &self.options.upstream.server;
+        match event {
+            Event::Connected => {
+                if group.ever_connected {
+                    self.metrics.reconnected();
+                    info!(upstream = %server, stream = %key, "upstream connected again");
+                } else {
+                    info!(upstream = %server, stream = %key, "upstream connected");
+                }
+                group.connected = true;
+                group.ever_connected = true;
+                group.loss_logged = false;
+            }
+            Event::Disconnected { reason } => {
+                if !group.loss_logged {
+                    warn!(upstream = %server, stream = %key, "upstream unreachable ({reason}): serving the cache, reconnecting");
+                    group.loss_logged = true;
+                }
+                group.connected = false;
+            }
+            Event::Update(update) => {
+                group.answered.insert(update.type_url.clone());
+                self.to_announce
+                    .push(Want::wildcard(key.clone(), update.type_url.clone()));
+                self.held = true;
+                for r in update.added.iter().chain(&update.changed) {
+                    self.cache.put(&key, r);
+                }
+            }
+            Event::Removed {
+                type_url, names, ..
+            } => self.cache.remove(&key, &type_url, &names),
+            Event::DoesNotExist { type_url, name } => {
+                self.cache.remove(&key, &type_url, &[name]);
+            }
+            Event::Rejected {
+                type_url,
+                version,
+                reason,
+            } => {
+                self.metrics.rejected();
+                warn!(upstream = %server, stream = %key, type_url, version, "NACKed an upstream response, keeping the last good resources: {reason}");
+            }
+        }
+        self.connected_gauge();
+    }
+
+    fn connected_gauge(&self) {
+        let up = !self.groups.is_empty() && self.groups.values().all(|g| g.connected);
+        self.metrics.set_connected(up);
+    }
+
+    fn sizes(&self) {
+        self.metrics.set_sizes(
+            self.demand.subscriptions(),
+            self.groups.len(),
+            self.cache.variants(),
+        );
+    }
+
+    /// Ready while a cache is held, or while the upstream is up.
+    fn health_now(&self) -> bool {
+        self.held || self.groups.values().any(|g| g.connected)
+    }
+
+    /// What to hand the feed now, if anything.
+    fn ready_event(&mut self) -> Option<SourceEvent> {
+        if !self.problems.is_empty() {
+            return Some(SourceEvent::Rejected(Rejection::new(std::mem::take(
+                &mut self.problems,
+            ))));
+        }
+        if let Some((change, problems)) = self.cache.take_change() {
+            self.problems = problems;
+            self.sizes();
+            // Announced once committed.
+            self.committing.append(&mut self.to_announce);
+            return Some(SourceEvent::Change(change));
+        }
+        // Answers that changed nothing: the store has them already.
+        self.answered.announce(self.to_announce.drain(..));
+        let healthy = self.health_now();
+        if healthy != self.healthy {
+            self.healthy = healthy;
+            let reason = if healthy {
+                String::new()
+            } else {
+                format!(
+                    "the upstream {} has not answered yet",
+                    self.options.upstream.server
+                )
+            };
+            return Some(SourceEvent::Health { healthy, reason });
+        }
+        None
+    }
+}
+
+impl Source for RelaySource {
+    fn describe(&self) -> String {
+        format!("upstream {}", self.options.upstream.server)
+    }
+
+    fn kind(&self) -> &'static str {
+        "upstream"
+    }
+
+    async fn load(&mut self) -> Result<ChangeSet, Rejection> {
+        for type_url in self.options.prefetch.clone() {
+            self.demand.pin(Want::wildcard(GroupKey::Default, type_url));
+        }
+        self.act().map_err(|e| Rejection::new(vec![e]))?;
+        let deadline = tokio::time::Instant::now() + self.options.first_wait;
+        let prefetch: BTreeSet<String> = self.options.prefetch.iter().cloned().collect();
+        loop {
+            let done = self
+                .groups
+                .get(&GroupKey::Default)
+                .is_none_or(|g| prefetch.is_subset(&g.answered));
+            if done {
+                break;
+            }
+            tokio::select! {
+                event = self.events.recv() => match event {
+                    Some((id, event)) => self.upstream(id, event),
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    warn!(upstream = %self.options.upstream.server, "the upstream did not answer every prefetched type within {:?}: serving what it sent", self.options.first_wait);
+                    break;
+                }
+            }
+        }
+        let change = match self.cache.take_change() {
+            Some((change, problems)) => {
+                self.problems = problems;
+                change
+            }
+            None => ChangeSet::all(Vec::new()),
+        };
+        self.committing.append(&mut self.to_announce);
+        self.sizes();
+        Ok(change)
+    }
+
+    fn committed(&mut self, _ok: bool) {
+        // Committed or refused, the clients waiting for these answers are answered now.
+        self.answered.announce(self.committing.drain(..));
+    }
+
+    async fn next(&mut self) -> Option<SourceEvent> {
+        loop {
+            if let Err(e) = self.act() {
+                self.problems
+                    .push(format!("cannot subscribe upstream: {e}"));
+            }
+            if let Some(event) = self.ready_event() {
+                return Some(event);
+            }
+            let deadline = self
+                .demand
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std);
+            let timer = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                demanded = self.demanded.recv() => match demanded {
+                    Some(demanded) => self.demanded(demanded),
+                    // The observer is gone with its server.
+                    None => return None,
+                },
+                event = self.events.recv() => {
+                    if let Some((id, event)) = event {
+                        self.upstream(id, event);
+                    }
+                }
+                _ = timer => self.demand.handle_timeout(Instant::now()),
+            }
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! `xdsd relay`: a caching xDS proxy in front of any xDS server (the `xdsd-relay` crate as the
+//! source of the store that an ordinary xdsd server serves).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use tracing::{info, warn};
+use xdsd_core::defaults::DEFAULT_MAX_CONNECTIONS;
+use xdsd_core::source::{Feed, Source};
+use xdsd_core::store::{ReferencePolicy, Store};
+use xdsd_core::Metrics;
+use xdsd_core::{ServerOptions, XdsServer};
+use xdsd_relay::{relay, AggregateBy, RelayOptions};
+use xdsd_source::Descriptors;
+
+use crate::{admin, bind_error, parse_duration, request_bytes, response_bytes, OnOff};
+
+/// `xdsd relay`'s arguments.
+#[derive(clap::Args, Debug)]
+pub(crate) struct RelayArgs {
+    /// The upstream xDS server: host:port, http://host:port or https://host:port (TLS with the
+    /// system's roots, or --upstream-tls-ca).
+    #[arg(long, value_name = "ADDR", env = "XDSD_UPSTREAM")]
+    upstream: String,
+
+    /// PEM CA certificate(s) to verify the upstream's certificate with (TLS to the upstream).
+    #[arg(long, value_name = "FILE", env = "XDSD_UPSTREAM_TLS_CA")]
+    upstream_tls_ca: Option<PathBuf>,
+
+    /// PEM certificate chain the relay presents to the upstream (mutual TLS), with
+    /// --upstream-tls-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "upstream_tls_key",
+        env = "XDSD_UPSTREAM_TLS_CERT"
+    )]
+    upstream_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --upstream-tls-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "upstream_tls_cert",
+        env = "XDSD_UPSTREAM_TLS_KEY"
+    )]
+    upstream_tls_key: Option<PathBuf>,
+
+    /// The node id the relay presents upstream (default: xdsd-relay-<hostname>).
+    #[arg(long, value_name = "ID", env = "XDSD_UPSTREAM_NODE_ID")]
+    upstream_node_id: Option<String>,
+
+    /// The protocol spoken upstream, always over ADS: delta (incremental: a change costs what
+    /// changed, a reconnect resends nothing) or sotw, for an upstream that only speaks State of
+    /// the World.
+    #[arg(
+        long,
+        value_name = "delta|sotw",
+        default_value = "delta",
+        env = "XDSD_UPSTREAM_PROTOCOL"
+    )]
+    upstream_protocol: UpstreamProtocol,
+
+    /// How downstream clients share upstream streams. none: one stream for all of them,
+    /// presenting the relay's node (xRFC TP2 selects variants by dynamic parameters, not by
+    /// node), plus one per distinct set of dynamic parameters that clients send in their node.
+    /// cluster (or node): one stream per distinct node cluster (or node id), presenting the
+    /// first such node seen (its cluster, metadata, locality and dynamic parameters), for an
+    /// upstream that varies what it serves by node.
+    #[arg(
+        long,
+        value_name = "none|cluster|node",
+        default_value = "none",
+        env = "XDSD_AGGREGATE_BY"
+    )]
+    aggregate_by: AggregateBy,
+
+    /// How long an upstream subscription outlives its last downstream client (e.g. 30s, 5m),
+    /// so that a client that reconnects or flaps does not churn the upstream.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "30s",
+        value_parser = parse_duration,
+        env = "XDSD_LINGER"
+    )]
+    linger: Duration,
+
+    /// Types subscribed upstream from the start and for good (on the shared stream; names as
+    /// `xdsd get` takes them: listeners, clusters, routes, endpoints, secrets, runtime, or type
+    /// URLs; comma-separated, or "none"): a client's first request for them is answered from
+    /// the cache, not while the relay waits for the upstream. Other types are subscribed when a
+    /// client first asks for them. Only with --aggregate-by none: the other groupings have no
+    /// stream before their first client.
+    #[arg(
+        long,
+        value_name = "TYPES",
+        default_value = "listeners,clusters,routes,endpoints",
+        value_delimiter = ',',
+        env = "XDSD_PREFETCH"
+    )]
+    prefetch: Vec<String>,
+
+    /// How long the relay waits at start for the upstream to answer the prefetched types before
+    /// it serves what it has (not ready, /readyz 503, until the upstream answers); and how long a
+    /// client's first request for a type the upstream has not answered yet waits for the answer
+    /// (rather than being told first that nothing exists).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = parse_duration,
+        env = "XDSD_UPSTREAM_WAIT"
+    )]
+    upstream_wait: Duration,
+
+    /// Address for the downstream xDS gRPC server. Port 0 picks a free port (logged at start).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:18000",
+        env = "XDSD_LISTEN"
+    )]
+    listen: SocketAddr,
+
+    /// Address of the admin HTTP API (the same as `serve`'s: /healthz, /readyz, /clients,
+    /// /config, /metrics, the status page, of the relay's own downstream clients), or "off".
+    #[arg(
+        long,
+        value_name = "ADDR|off",
+        default_value = admin::DEFAULT_ADMIN_LISTEN,
+        value_parser = admin::parse_admin_listen,
+        env = "XDSD_ADMIN_LISTEN"
+    )]
+    admin_listen: admin::AdminListen,
+
+    #[command(flatten)]
+    tls: Box<crate::tls_args::TlsArgs>,
+
+    /// As `serve --ack-wait`.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5s",
+        value_parser = parse_duration,
+        env = "XDSD_ACK_WAIT"
+    )]
+    ack_wait: Duration,
+
+    /// As `serve --make-before-break`.
+    #[arg(
+        long,
+        value_name = "on|off",
+        default_value = "on",
+        env = "XDSD_MAKE_BEFORE_BREAK"
+    )]
+    make_before_break: OnOff,
+
+    /// As `serve --max-request-bytes`.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "32MiB",
+        value_parser = request_bytes,
+        env = "XDSD_MAX_REQUEST_BYTES"
+    )]
+    max_request_bytes: usize,
+
+    /// As `serve --max-response-bytes` (downstream).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value = "1MiB",
+        value_parser = response_bytes,
+        env = "XDSD_MAX_RESPONSE_BYTES"
+    )]
+    max_response_bytes: usize,
+
+    /// As `serve --max-connections`.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_CONNECTIONS,
+        env = "XDSD_MAX_CONNECTIONS"
+    )]
+    max_connections: usize,
+
+    /// Log level, as `serve --log-level`.
+    #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
+    pub(crate) log_level: String,
+
+    /// Log format, as `serve --log-format`.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "text",
+        env = "XDSD_LOG_FORMAT"
+    )]
+    pub(crate) log_format: crate::LogFormat,
+}
+
+/// `--upstream-protocol`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum UpstreamProtocol {
+    Delta,
+    Sotw,
+}
+
+impl RelayArgs {
+    fn options(&self) -> anyhow::Result<RelayOptions> {
+        let mut upstream = xdsd_client::Options::new(self.upstream.clone());
+        if self.upstream_tls_ca.is_some() || self.upstream_tls_cert.is_some() {
+            let read = |p: &PathBuf, flag: &str| {
+                std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
+            };
+            let ca_pem = self
+                .upstream_tls_ca
+                .as_ref()
+                .map(|p| read(p, "--upstream-tls-ca"))
+                .transpose()?;
+            let identity = match (&self.upstream_tls_cert, &self.upstream_tls_key) {
+                (Some(c), Some(k)) => Some((
+                    read(c, "--upstream-tls-cert")?,
+                    read(k, "--upstream-tls-key")?,
+                )),
+                _ => None,
+            };
+            upstream.tls = Some(xdsd_client::Tls {
+                ca_pem,
+                identity,
+                domain: None,
+            });
+        }
+        let node = Node {
+            id: self
+                .upstream_node_id
+                .clone()
+                .unwrap_or_else(|| format!("xdsd-relay-{}", hostname())),
+            user_agent_name: "xdsd-relay".into(),
+            ..Default::default()
+        };
+        let mut prefetch = Vec::new();
+        for name in &self.prefetch {
+            if name.is_empty() || name.eq_ignore_ascii_case("none") {
+                continue;
+            }
+            let url = xdsd_client::types::resolve(name)
+                .with_context(|| format!("--prefetch: {name:?} is not a type"))?;
+            prefetch.push(url);
+        }
+        let mut options = RelayOptions::new(upstream, node);
+        options.flavor = match self.upstream_protocol {
+            UpstreamProtocol::Delta => xdsd_client::Flavor::Delta,
+            UpstreamProtocol::Sotw => xdsd_client::Flavor::Sotw,
+        };
+        options.aggregate_by = self.aggregate_by;
+        options.linger = self.linger;
+        // The shared stream serves only --aggregate-by none.
+        if self.aggregate_by == AggregateBy::None {
+            options.prefetch = prefetch;
+        }
+        options.first_wait = self.upstream_wait;
+        Ok(options)
+    }
+}
+
+/// This machine's name, for the default node id.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// `xdsd relay`: logs, the runtime, the relay; the exit status.
+pub(crate) fn main(args: RelayArgs) -> std::process::ExitCode {
+    if let Err(e) = crate::init_logs(&args.log_level, args.log_format) {
+        eprintln!("xdsd: {e:#}");
+        return std::process::ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{}", crate::error_chain(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the relay until SIGTERM or SIGINT.
+async fn run(args: RelayArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| bind_error(e, args.listen, "--listen"))?;
+    let admin_listener = admin::bind(args.admin_listen).await?;
+    let relay_options = args.options()?;
+
+    // The relay holds what its clients asked for, not a whole graph: references are the
+    // upstream's business.
+    let store = Store::with_reference_policy(ReferencePolicy::off());
+    let metrics = Metrics::new();
+    // An upstream that removes everything is followed: the relay mirrors it.
+    let feed = Feed::new(store.clone())
+        .metrics(metrics.clone())
+        .allow_empty(true);
+    let (mut source, observer, relay_metrics) = relay(relay_options);
+    feed.first_load(&mut source)
+        .await
+        .with_context(|| format!("cannot start the relay of {}", source.describe()))?;
+
+    let addr = listener.local_addr().context("reading the bound address")?;
+    info!(upstream = %args.upstream, "xDS gRPC relay listening on {addr}");
+    args.tls.log(addr);
+    let make_before_break = args.make_before_break == OnOff::On;
+    let options = ServerOptions::default()
+        .max_request_bytes(args.max_request_bytes)
+        .max_response_bytes(args.max_response_bytes)
+        .max_connections(args.max_connections)
+        .allow_plaintext_secrets(args.tls.allow_plaintext_secrets)
+        .make_before_break(make_before_break)
+        .ack_wait(args.ack_wait);
+    let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
+    let rest = crate::rest_json::DescriptorJson::new(&descriptors)?;
+    let mut server = XdsServer::builder(store)
+        .options(options)
+        .metrics(metrics)
+        .rest_json(Arc::new(rest))
+        .observer(Arc::new(observer));
+    if let Some(tls) = args.tls.options() {
+        server = server.tls(tls);
+    }
+    let server = server.build().context("cannot set up TLS")?;
+    let handle = server.handle();
+    let described = source.describe();
+    tokio::spawn(feed.ready(handle.readiness()).follow(source));
+    let admin = admin::start(admin_listener, None, handle, described)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut serving = tokio::spawn(server.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    tokio::select! {
+        result = &mut serving => {
+            return match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e).context("the gRPC server failed"),
+                Err(e) => Err(e).context("the gRPC server task failed"),
+            };
+        }
+        signal = crate::shutdown_signal() => info!("{signal} received: shutting down, ending open streams"),
+    }
+    let _ = stop.send(());
+    if let Err(e) = serving.await {
+        warn!("the gRPC server task ended abnormally while stopping: {e}");
+    }
+    info!(
+        upstream_connected = relay_metrics.upstream_connected(),
+        cache_entries = relay_metrics.cache_entries(),
+        "stopped"
+    );
+    if let Some(admin) = admin {
+        admin.stop().await;
+    }
+    Ok(())
+}
