@@ -24,7 +24,7 @@
 //! let store = Store::with_reference_policy(xdsd_core::store::ReferencePolicy::off());
 //! let feed = Feed::new(store.clone()).allow_empty(true);
 //! feed.first_load(&mut source).await?;
-//! let server = XdsServer::builder(store).observer(std::sync::Arc::new(observer)).build();
+//! let server = XdsServer::builder(store).observer(std::sync::Arc::new(observer)).build()?;
 //! tokio::spawn(feed.follow(source));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:18000").await?;
 //! server.serve(listener, std::future::pending()).await?;
