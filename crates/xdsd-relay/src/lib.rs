@@ -7,11 +7,11 @@
 //! downstream clients ask for. The first downstream stream asking for a name of a type (or its
 //! wildcard) subscribes it upstream, on the upstream stream of the client's group (see
 //! [`group`]); the last one leaving, or no longer asking, unsubscribes it after a linger
-//! ([`demand`]). What the upstream sends is
-//! checked ([`validate`]: a resource the relay cannot decode is NACKed upstream and the last
-//! good one kept), cached with its TP2 constraints and TTL ([`cache`]), and committed to the
-//! store, whose content-derived versions make two relays of one upstream answer alike. While
-//! the upstream is unreachable the cache keeps being served; [`RelayMetrics`] say so.
+//! ([`demand`]). What the upstream sends is checked ([`validate`]: a resource the relay cannot
+//! decode is NACKed upstream and the last good one kept), cached with its TP2 constraints and
+//! TTL ([`cache`]), and committed to the store, whose content-derived versions make two relays
+//! of one upstream answer alike. While the upstream is unreachable the cache keeps being served;
+//! [`RelayMetrics`] say so, on the server's `/metrics`.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,7 +25,7 @@
 //! let store = Store::with_reference_policy(xdsd_core::store::ReferencePolicy::off());
 //! let feed = Feed::new(store.clone()).allow_empty(true);
 //! feed.first_load(&mut source).await?;
-//! let server = XdsServer::builder(store).observer(std::sync::Arc::new(observer)).build();
+//! let server = XdsServer::builder(store).observer(std::sync::Arc::new(observer)).build()?;
 //! tokio::spawn(feed.follow(source));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:18000").await?;
 //! server.serve(listener, std::future::pending()).await?;
