@@ -30,7 +30,7 @@ pub mod testing;
 pub(crate) mod transport;
 pub mod types;
 
-pub use metrics::Metrics;
+pub use metrics::{MetricSeries, Metrics};
 pub use protocol::identity::{Glob, NodeIdentityRule, NodeIdentityRules};
 pub use protocol::session::{ClientNode, IDENTITY_PARAM, NODE_CLUSTER_PARAM};
 pub use protocol::RequestKind;
@@ -43,7 +43,8 @@ pub use source::{
 pub use store::{Change, ResourceInput, Store, UpdateSummary};
 pub use transport::grpc::{ServerHandle, ServerOptions, XdsServer, XdsServerBuilder};
 pub use transport::observer::{
-    Acked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamObserver, StreamOpened,
+    Acked, Asked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamObserver,
+    StreamOpened,
 };
 pub use transport::rest::JsonCodec;
 pub use transport::tls::{identity_of, IdentityRule, PeerTls, TlsError, TlsOptions};

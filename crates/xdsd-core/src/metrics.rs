@@ -3,14 +3,19 @@
 //! type URLs that are well known or in the store (any other type a client names counts as
 //! "other").
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::store::Snapshot;
@@ -75,7 +80,8 @@ pub struct Metrics {
 }
 
 struct Inner {
-    registry: Registry,
+    /// Locked to add an embedder's series ([`Metrics::add_series`]) and to encode.
+    registry: Mutex<Registry>,
     streams: Family<Labels, Gauge>,
     streams_opened: Family<Labels, Counter>,
     responses: Family<Labels, Counter>,
@@ -236,7 +242,7 @@ impl Metrics {
                 rollout_state,
                 rollout_promotions,
                 rollout_halts,
-                registry,
+                registry: Mutex::new(registry),
                 streams,
                 streams_opened,
                 responses,
@@ -313,9 +319,23 @@ impl Metrics {
         i.generation
             .set(i64::try_from(snapshot.generation()).unwrap_or(i64::MAX));
         let mut text = String::new();
+        let registry = i.registry.lock().unwrap_or_else(|p| p.into_inner());
         // Writing to a String does not fail.
-        let _ = encode(&mut text, &i.registry);
+        let _ = encode(&mut text, &registry);
         text
+    }
+
+    /// Adds series of an embedder's (a source's, such as the relay's) to these metrics:
+    /// `collect` is called on each scrape and gives each series' current value. Their names are
+    /// prefixed `xdsd_` as the server's own, and a counter's suffixed `_total`; a name must not
+    /// be one of the server's (nor given twice).
+    pub fn add_series(&self, collect: impl Fn() -> Vec<MetricSeries> + Send + Sync + 'static) {
+        let mut registry = self
+            .inner
+            .registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        registry.register_collector(Box::new(Extra(Box::new(collect))));
     }
 
     fn stream_labels(flavor: &str, ads: bool) -> Labels {
@@ -349,6 +369,81 @@ impl Metrics {
             nacks: i.nacks.get_or_create_owned(&labels),
             ack_latency: i.ack_latency.get_or_create_owned(&labels),
         }
+    }
+}
+
+/// One series an embedder adds to the server's metrics ([`Metrics::add_series`]): a name
+/// (without the `xdsd_` prefix), its help text (written as given: end it with a period as the
+/// server's own) and its value now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricSeries {
+    name: &'static str,
+    help: &'static str,
+    value: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Value {
+    Gauge(i64),
+    Counter(u64),
+}
+
+impl MetricSeries {
+    /// A gauge: a value that goes up and down.
+    pub fn gauge(name: &'static str, help: &'static str, value: i64) -> MetricSeries {
+        MetricSeries {
+            name,
+            help,
+            value: Value::Gauge(value),
+        }
+    }
+
+    /// A counter: a total that only grows (named with `_total`).
+    pub fn counter(name: &'static str, help: &'static str, value: u64) -> MetricSeries {
+        MetricSeries {
+            name,
+            help,
+            value: Value::Counter(value),
+        }
+    }
+}
+
+/// The series an embedder added, read on each scrape.
+struct Extra(Box<dyn Fn() -> Vec<MetricSeries> + Send + Sync>);
+
+impl std::fmt::Debug for Extra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Extra")
+    }
+}
+
+impl Collector for Extra {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for series in (self.0)() {
+            match series.value {
+                Value::Gauge(v) => {
+                    let metric = ConstGauge::new(v);
+                    let e = encoder.encode_descriptor(
+                        series.name,
+                        series.help,
+                        None,
+                        MetricType::Gauge,
+                    )?;
+                    metric.encode(e)?;
+                }
+                Value::Counter(v) => {
+                    let metric = ConstCounter::new(v);
+                    let e = encoder.encode_descriptor(
+                        series.name,
+                        series.help,
+                        None,
+                        MetricType::Counter,
+                    )?;
+                    metric.encode(e)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -405,6 +500,34 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
         }
         assert!(!text.contains("xdsd_nacks_total{"), "no type yet:\n{text}");
+    }
+
+    #[test]
+    fn an_embedder_s_series_are_read_on_each_scrape_with_the_server_s_prefix() {
+        let store = Store::new();
+        let metrics = Metrics::new();
+        let value = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let read = value.clone();
+        metrics.add_series(move || {
+            let v = read.load(std::sync::atomic::Ordering::Relaxed);
+            vec![
+                MetricSeries::gauge("extra_up", "Whether it is up.", v),
+                MetricSeries::counter("extra_events", "Events.", 7),
+            ]
+        });
+        let text = metrics.encode(&store.snapshot());
+        for line in [
+            "# TYPE xdsd_extra_up gauge",
+            "# HELP xdsd_extra_up Whether it is up.",
+            "xdsd_extra_up 0",
+            "xdsd_extra_events_total 7",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+        }
+        assert_eq!(text.lines().last(), Some("# EOF"), "{text}");
+        value.store(1, std::sync::atomic::Ordering::Relaxed);
+        let text = metrics.encode(&store.snapshot());
+        assert!(text.lines().any(|l| l == "xdsd_extra_up 1"), "{text}");
     }
 
     #[test]

@@ -213,6 +213,13 @@ pub trait Source: Send {
     fn committed(&mut self, ok: bool) {
         let _ = ok;
     }
+
+    /// The server's metrics, given once before the first load by a [`Feed`] that counts in
+    /// them ([`Feed::metrics`]): a source with metrics of its own adds them here
+    /// ([`Metrics::add_series`]) so that `/metrics` shows them.
+    fn metrics(&mut self, metrics: &Metrics) {
+        let _ = metrics;
+    }
 }
 
 /// A future a [`DynSource`] hands out.
@@ -234,6 +241,8 @@ pub trait DynSource: Send {
     fn next(&mut self) -> SourceFuture<'_, Option<SourceEvent>>;
     /// [`Source::committed`].
     fn committed(&mut self, ok: bool);
+    /// [`Source::metrics`].
+    fn metrics(&mut self, metrics: &Metrics);
 }
 
 impl<S: Source> DynSource for S {
@@ -256,6 +265,10 @@ impl<S: Source> DynSource for S {
     fn committed(&mut self, ok: bool) {
         Source::committed(self, ok)
     }
+
+    fn metrics(&mut self, metrics: &Metrics) {
+        Source::metrics(self, metrics)
+    }
 }
 
 impl Source for Box<dyn DynSource> {
@@ -277,6 +290,10 @@ impl Source for Box<dyn DynSource> {
 
     fn committed(&mut self, ok: bool) {
         (**self).committed(ok)
+    }
+
+    fn metrics(&mut self, metrics: &Metrics) {
+        (**self).metrics(metrics)
     }
 }
 
@@ -456,6 +473,9 @@ impl Feed {
         &self,
         source: &mut S,
     ) -> Result<UpdateSummary, CommitError> {
+        if let Some(metrics) = &self.metrics {
+            source.metrics(metrics);
+        }
         let result = match source.load().await {
             Ok(change) => {
                 let resources = change.resources;

@@ -78,12 +78,13 @@ impl Cache {
         }
     }
 
-    /// `group` no longer holds anything of `type_url` (its subscription ended).
-    pub fn drop_type(&mut self, group: &GroupKey, type_url: &str) {
+    /// `group` no longer holds anything of `type_url` but the names `keep` keeps (its wildcard
+    /// subscription ended; those names are still subscribed).
+    pub fn drop_type(&mut self, group: &GroupKey, type_url: &str, keep: impl Fn(&str) -> bool) {
         let names: Vec<String> = self
             .entries
             .iter()
-            .filter(|((t, _), held)| t == type_url && held.contains_key(group))
+            .filter(|((t, n), held)| t == type_url && held.contains_key(group) && !keep(n))
             .map(|((_, n), _)| n.clone())
             .collect();
         self.remove(group, type_url, &names);
@@ -242,7 +243,7 @@ mod tests {
         cache.remove(&GroupKey::Default, CDS, &["c".into()]);
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 1, "still held by the other group");
-        cache.drop_type(&params("prod"), CDS);
+        cache.drop_type(&params("prod"), CDS, |_| false);
         let (change, _) = cache.take_change().expect("a change");
         let (names, resources) = inputs(&change);
         assert_eq!(

@@ -27,6 +27,20 @@ pub struct Want {
 }
 
 impl Want {
+    /// The resource `name` of `type_url` in `group`.
+    pub fn named(group: GroupKey, type_url: impl Into<String>, name: impl Into<String>) -> Want {
+        Want {
+            group,
+            type_url: type_url.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Whether it is a type's wildcard.
+    pub fn is_wildcard(&self) -> bool {
+        self.name == xdsd_client::WILDCARD
+    }
+
     /// The wildcard of `type_url` in `group`.
     pub fn wildcard(group: GroupKey, type_url: impl Into<String>) -> Want {
         Want {
@@ -102,6 +116,20 @@ impl Demand {
         }
     }
 
+    /// Downstream stream `stream` no longer asks for `want` (as of `now`): it lingers if nobody
+    /// else holds it.
+    pub fn drop_want(&mut self, stream: u64, want: &Want, now: Instant) {
+        if let Some(held) = self.streams.get_mut(&stream) {
+            held.remove(want);
+        }
+        if let Some(entry) = self.wants.get_mut(want) {
+            entry.holders.remove(&stream);
+            if entry.holders.is_empty() && !entry.pinned {
+                entry.until = Some(now + self.linger);
+            }
+        }
+    }
+
     /// Downstream stream `stream` ended at `now`: what it held lingers if nobody else holds it.
     pub fn release(&mut self, stream: u64, now: Instant) {
         let Some(held) = self.streams.remove(&stream) else {
@@ -146,6 +174,11 @@ impl Demand {
         self.wants.len()
     }
 
+    /// Whether `want` is subscribed.
+    pub fn holds(&self, want: &Want) -> bool {
+        self.wants.contains_key(want)
+    }
+
     /// Whether `group` still has any subscription.
     pub fn group_used(&self, group: &GroupKey) -> bool {
         self.wants.keys().any(|w| &w.group == group)
@@ -180,6 +213,29 @@ mod tests {
         d.acquire(1, cds());
         assert_eq!(actions(&mut d), vec![Action::Subscribe(cds())]);
         assert_eq!(d.subscriptions(), 1);
+    }
+
+    #[test]
+    fn a_name_no_longer_asked_by_its_last_stream_is_unsubscribed_after_the_linger() {
+        let mut d = Demand::new(LINGER);
+        let t0 = Instant::now();
+        let a = Want::named(GroupKey::Default, CDS, "a");
+        let b = Want::named(GroupKey::Default, CDS, "b");
+        d.acquire(1, a.clone());
+        d.acquire(1, b.clone());
+        d.acquire(2, a.clone());
+        actions(&mut d);
+        d.drop_want(1, &a, t0);
+        d.drop_want(1, &b, t0);
+        assert_eq!(d.poll_timeout(), Some(t0 + LINGER), "b lingers, a is held");
+        d.handle_timeout(t0 + LINGER);
+        assert_eq!(actions(&mut d), vec![Action::Unsubscribe(b)]);
+        // Stream 1 ending later releases nothing more.
+        d.release(1, t0 + LINGER);
+        assert_eq!(d.poll_timeout(), None);
+        d.release(2, t0 + LINGER);
+        d.handle_timeout(t0 + LINGER * 2);
+        assert_eq!(actions(&mut d), vec![Action::Unsubscribe(a)]);
     }
 
     #[test]

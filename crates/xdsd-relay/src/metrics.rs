@@ -1,9 +1,10 @@
 //! The relay's own metrics: the upstream connection, its reconnects and NACKs, the upstream
-//! subscriptions and the cache's size. Prometheus text through [`RelayMetrics::encode`].
+//! subscriptions and the cache's size, on the server's `/metrics` ([`RelayMetrics::series`]).
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use xdsd_core::MetricSeries;
 
 /// The relay's metrics; cheap to clone, shared with whoever serves them.
 #[derive(Debug, Clone, Default)]
@@ -77,53 +78,43 @@ impl RelayMetrics {
         self.inner.entries.store(entries as u64, Ordering::Relaxed);
     }
 
-    /// The metrics in the Prometheus text format (each with its HELP and TYPE).
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        let rows: [(&str, &str, &str, u64); 6] = [
-            (
-                "xdsd_relay_upstream_connected",
-                "gauge",
-                "1 while every upstream stream is up, else 0 (the cache keeps being served)",
-                u64::from(self.upstream_connected()),
+    /// The metrics as series of the server's metrics ([`xdsd_core::Metrics::add_series`],
+    /// which prefixes `xdsd_` and suffixes a counter's name `_total`): the relay's source adds
+    /// them to the metrics its feed counts in, so the relay's `/metrics` shows them.
+    pub fn series(&self) -> Vec<MetricSeries> {
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        vec![
+            MetricSeries::gauge(
+                "relay_upstream_connected",
+                "1 while every upstream stream is up, else 0 (the cache keeps being served).",
+                i64::from(self.upstream_connected()),
             ),
-            (
-                "xdsd_relay_upstream_reconnects_total",
-                "counter",
-                "Upstream streams opened again after a loss",
+            MetricSeries::counter(
+                "relay_upstream_reconnects",
+                "Upstream streams opened again after a loss.",
                 self.upstream_reconnects(),
             ),
-            (
-                "xdsd_relay_upstream_rejected_total",
-                "counter",
-                "Upstream responses NACKed (a resource the relay cannot decode)",
+            MetricSeries::counter(
+                "relay_upstream_rejected",
+                "Upstream responses NACKed (a resource the relay cannot decode).",
                 self.upstream_rejected(),
             ),
-            (
-                "xdsd_relay_upstream_subscriptions",
-                "gauge",
-                "Upstream subscriptions held (type and name or wildcard, per upstream stream)",
-                self.upstream_subscriptions(),
+            MetricSeries::gauge(
+                "relay_upstream_subscriptions",
+                "Upstream subscriptions held (type and name or wildcard, per upstream stream).",
+                gauge(self.upstream_subscriptions()),
             ),
-            (
-                "xdsd_relay_upstream_streams",
-                "gauge",
-                "Upstream streams (one per group of downstream clients)",
-                self.upstream_streams(),
+            MetricSeries::gauge(
+                "relay_upstream_streams",
+                "Upstream streams (one per group of downstream clients).",
+                gauge(self.upstream_streams()),
             ),
-            (
-                "xdsd_relay_cache_entries",
-                "gauge",
-                "Resource variants cached and served",
-                self.cache_entries(),
+            MetricSeries::gauge(
+                "relay_cache_entries",
+                "Resource variants cached and served.",
+                gauge(self.cache_entries()),
             ),
-        ];
-        for (name, kind, help, value) in rows {
-            let _ = writeln!(out, "# HELP {name} {help}.");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            let _ = writeln!(out, "{name} {value}");
-        }
-        out
+        ]
     }
 }
 
@@ -132,12 +123,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_metrics_are_encoded_with_help_type_and_value() {
+    fn the_metrics_are_on_the_server_s_metrics_with_help_type_and_value() {
         let m = RelayMetrics::new();
+        let server = xdsd_core::Metrics::new();
+        let read = m.clone();
+        server.add_series(move || read.series());
         m.set_connected(true);
         m.reconnected();
         m.set_sizes(3, 1, 7);
-        let text = m.encode();
+        let store = xdsd_core::Store::new();
+        let text = server.encode(&store.snapshot());
         for line in [
             "# TYPE xdsd_relay_upstream_connected gauge",
             "xdsd_relay_upstream_connected 1",
@@ -150,8 +145,8 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
         }
         m.set_connected(false);
-        assert!(m
-            .encode()
+        assert!(server
+            .encode(&store.snapshot())
             .lines()
             .any(|l| l == "xdsd_relay_upstream_connected 0"));
     }

@@ -1,21 +1,27 @@
 //! The downstream demand, as the server's streams show it: an observer of the relay's own
-//! server that tells the relay's source which type each downstream stream asks for, with the
-//! client's node (its group), and when the stream ends.
+//! server that tells the relay's source what each downstream stream asks for — the wildcard of
+//! a type or names of it, in the group of the client's node — and what it no longer asks for.
 //!
-//! Only a stream's first request for a type (of its group) is passed on, so what the observer
-//! keeps and sends is bounded by the streams the server admits times the types they ask for.
+//! What a request asks is read from the request in place ([`xdsd_core::Asked`]); the observer
+//! keeps per stream and type the wildcard and the names held, so a SotW request that repeats its
+//! list (every ACK) costs a lookup per name and nothing is sent. What it keeps is bounded by what
+//! the server lets a stream subscribe (its limit on names) times the streams it admits.
+//!
+//! A resource locator (a name with dynamic parameters of its own) is asked upstream as the
+//! wildcard of its type for now (see docs/relay.md).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tonic::Status;
 use xdsd_core::ClientNode;
-use xdsd_core::{RequestSeen, StreamClosed, StreamObserver};
+use xdsd_core::{Asked, RequestSeen, StreamClosed, StreamObserver};
 
 use crate::answered::Answered;
 use crate::demand::Want;
-use crate::group::{group_of, AggregateBy};
+use crate::group::{group_of, AggregateBy, GroupKey};
 
 /// What the observer tells the source.
 #[derive(Debug)]
@@ -26,6 +32,8 @@ pub(crate) enum Demanded {
         want: Want,
         node: Option<Arc<ClientNode>>,
     },
+    /// A stream no longer asks for a want.
+    Drop { stream: u64, want: Want },
     /// A one-shot request asked for a want.
     Touch {
         want: Want,
@@ -35,16 +43,97 @@ pub(crate) enum Demanded {
     Release { stream: u64 },
 }
 
+/// What one stream asks of one type.
+#[derive(Debug)]
+struct TypeWants {
+    group: GroupKey,
+    wildcard: bool,
+    /// Resource locators held (delta: subscribed and not unsubscribed), asked as the wildcard.
+    locators: usize,
+    names: BTreeSet<String>,
+}
+
+impl TypeWants {
+    /// The wildcard is asked upstream: by the client, or for its resource locators.
+    fn wants_wildcard(&self) -> bool {
+        self.wildcard || self.locators > 0
+    }
+
+    /// Takes in what a request asks of `type_url`: the wants it adds and those it drops.
+    fn update(&mut self, type_url: &str, asked: &Asked<'_>) -> (Vec<Want>, Vec<Want>) {
+        let (mut added, mut dropped) = (Vec::new(), Vec::new());
+        let had_wildcard = self.wants_wildcard();
+        if let Some(on) = asked.wildcard() {
+            self.wildcard = on;
+        }
+        let names = || asked.names().filter(|n| *n != xdsd_client::WILDCARD);
+        if asked.is_whole() {
+            self.locators = asked.locators().len();
+            // Unchanged (every ACK repeats the list): a lookup per name, nothing made.
+            let mut count = 0;
+            let same = names().all(|n| {
+                count += 1;
+                self.names.contains(n)
+            }) && count == self.names.len();
+            if !same {
+                let new: BTreeSet<&str> = names().collect();
+                for gone in self.names.iter().filter(|n| !new.contains(n.as_str())) {
+                    dropped.push(Want::named(self.group.clone(), type_url, gone.clone()));
+                }
+                self.names.retain(|n| new.contains(n.as_str()));
+                for name in new {
+                    if self.names.insert(name.to_owned()) {
+                        added.push(Want::named(self.group.clone(), type_url, name));
+                    }
+                }
+            }
+        } else {
+            self.locators = (self.locators + asked.locators().len())
+                .saturating_sub(asked.unsubscribed_locators().len());
+            for name in names() {
+                if !self.names.contains(name) {
+                    self.names.insert(name.to_owned());
+                    added.push(Want::named(self.group.clone(), type_url, name));
+                }
+            }
+            for name in asked.unsubscribed_names() {
+                if self.names.remove(name) {
+                    dropped.push(Want::named(self.group.clone(), type_url, name));
+                }
+            }
+        }
+        match (had_wildcard, self.wants_wildcard()) {
+            (false, true) => added.push(Want::wildcard(self.group.clone(), type_url)),
+            (true, false) => dropped.push(Want::wildcard(self.group.clone(), type_url)),
+            _ => {}
+        }
+        (added, dropped)
+    }
+}
+
+/// The wants of a one-shot request (a `Fetch*` call, a REST poll): its names, or the wildcard.
+fn one_shot_wants(group: &GroupKey, type_url: &str, asked: &Asked<'_>) -> Vec<Want> {
+    let mut wants: Vec<Want> = asked
+        .names()
+        .filter(|n| *n != xdsd_client::WILDCARD)
+        .map(|n| Want::named(group.clone(), type_url, n))
+        .collect();
+    if asked.wildcard() == Some(true) || !asked.locators().is_empty() || wants.is_empty() {
+        wants.push(Want::wildcard(group.clone(), type_url));
+    }
+    wants
+}
+
 /// The relay's observer of its downstream streams; give it to the server's builder
 /// ([`xdsd_core::XdsServerBuilder::observer`]).
 pub struct RelayObserver {
     by: AggregateBy,
     answered: Arc<Answered>,
     /// How long a first request waits for the upstream's answer.
-    wait: std::time::Duration,
+    wait: Duration,
     tx: mpsc::UnboundedSender<Demanded>,
-    /// What each stream was seen asking for.
-    seen: Mutex<HashMap<u64, BTreeSet<Want>>>,
+    /// What each stream asks, by type.
+    seen: Mutex<HashMap<u64, HashMap<Arc<str>, TypeWants>>>,
 }
 
 impl std::fmt::Debug for RelayObserver {
@@ -60,7 +149,7 @@ impl RelayObserver {
         by: AggregateBy,
         tx: mpsc::UnboundedSender<Demanded>,
         answered: Arc<Answered>,
-        wait: std::time::Duration,
+        wait: Duration,
     ) -> RelayObserver {
         RelayObserver {
             by,
@@ -75,33 +164,63 @@ impl RelayObserver {
         // A relay whose source stopped has nobody to tell.
         let _ = self.tx.send(demanded);
     }
+
+    /// Waits for the upstream's answer to each of `wants`, all within one wait.
+    fn wait_for(&self, wants: &[Want]) {
+        let until = Instant::now() + self.wait;
+        for want in wants {
+            let left = until.saturating_duration_since(Instant::now());
+            self.answered.wait_in_task(want, left);
+        }
+    }
 }
 
 impl StreamObserver for RelayObserver {
     fn request(&self, event: &RequestSeen<'_>) -> Result<(), Status> {
-        let node = event.node.cloned();
-        let group = group_of(self.by, node.as_deref(), event.type_url);
-        let want = Want::wildcard(group, &**event.type_url);
+        let node = event.node;
+        let type_url = event.type_url;
         if event.stream == 0 {
-            self.send(Demanded::Touch {
-                want: want.clone(),
-                node,
-            });
-            self.answered.wait_in_task(&want, self.wait);
+            let group = group_of(self.by, node.map(|n| &**n), type_url);
+            let wants = one_shot_wants(&group, type_url, &event.asked);
+            for want in &wants {
+                self.send(Demanded::Touch {
+                    want: want.clone(),
+                    node: node.cloned(),
+                });
+            }
+            self.wait_for(&wants);
             return Ok(());
         }
-        let new = {
+        let (added, dropped) = {
             let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            seen.entry(event.stream).or_default().insert(want.clone())
+            let types = seen.entry(event.stream).or_default();
+            let wants = match types.get_mut(type_url) {
+                Some(wants) => wants,
+                None => types.entry(type_url.clone()).or_insert_with(|| TypeWants {
+                    group: group_of(self.by, node.map(|n| &**n), type_url),
+                    wildcard: false,
+                    locators: 0,
+                    names: BTreeSet::new(),
+                }),
+            };
+            wants.update(type_url, &event.asked)
         };
-        if new {
-            self.send(Demanded::Acquire {
+        for want in dropped {
+            self.send(Demanded::Drop {
                 stream: event.stream,
-                want: want.clone(),
-                node,
+                want,
             });
+        }
+        if !added.is_empty() {
+            for want in &added {
+                self.send(Demanded::Acquire {
+                    stream: event.stream,
+                    want: want.clone(),
+                    node: node.cloned(),
+                });
+            }
             // Answered when the upstream answers, not told first that nothing exists.
-            self.answered.wait_in_task(&want, self.wait);
+            self.wait_for(&added);
         }
         Ok(())
     }

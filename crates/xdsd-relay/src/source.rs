@@ -157,6 +157,16 @@ impl RelaySource {
                             .client
                             .subscribe(&want.type_url, vec![want.name.clone()]);
                     }
+                    // A name of a type whose wildcard the group holds, answered and committed,
+                    // is answered already: there or not, the upstream said so (it may send
+                    // nothing again for it).
+                    if !want.is_wildcard()
+                        && self
+                            .answered
+                            .is_answered(&Want::wildcard(want.group.clone(), &want.type_url))
+                    {
+                        self.answered.announce([want]);
+                    }
                 }
                 Action::Unsubscribe(want) => self.unsubscribe(want),
             }
@@ -171,9 +181,16 @@ impl RelaySource {
             group.client.unsubscribe(&want.type_url, &want.name);
         }
         self.answered.forget(&want);
-        if want.name == xdsd_client::WILDCARD {
-            self.cache.drop_type(&want.group, &want.type_url);
-        } else {
+        if want.is_wildcard() {
+            let demand = &self.demand;
+            self.cache.drop_type(&want.group, &want.type_url, |name| {
+                demand.holds(&Want::named(want.group.clone(), &want.type_url, name))
+            });
+        } else if !self
+            .demand
+            .holds(&Want::wildcard(want.group.clone(), &want.type_url))
+        {
+            // Still held through the type's wildcard otherwise.
             self.cache.remove(
                 &want.group,
                 &want.type_url,
@@ -245,6 +262,7 @@ impl RelaySource {
                 self.remember_node(&want.group, node);
                 self.demand.touch(want, now);
             }
+            Demanded::Drop { stream, want } => self.demand.drop_want(stream, &want, now),
             Demanded::Release { stream } => self.demand.release(stream, now),
         }
     }
@@ -291,13 +309,22 @@ impl RelaySource {
                 self.held = true;
                 for r in update.added.iter().chain(&update.changed) {
                     self.cache.put(&key, r);
+                    self.to_announce
+                        .push(Want::named(key.clone(), &r.type_url, &r.name));
                 }
             }
             Event::Removed {
                 type_url, names, ..
-            } => self.cache.remove(&key, &type_url, &names),
+            } => {
+                self.cache.remove(&key, &type_url, &names);
+                self.to_announce
+                    .extend(names.iter().map(|n| Want::named(key.clone(), &type_url, n)));
+            }
             Event::DoesNotExist { type_url, name } => {
-                self.cache.remove(&key, &type_url, &[name]);
+                self.cache
+                    .remove(&key, &type_url, std::slice::from_ref(&name));
+                self.to_announce
+                    .push(Want::named(key.clone(), type_url, name));
             }
             Event::Rejected {
                 type_url,
@@ -407,6 +434,11 @@ impl Source for RelaySource {
         self.committing.append(&mut self.to_announce);
         self.sizes();
         Ok(change)
+    }
+
+    fn metrics(&mut self, metrics: &xdsd_core::Metrics) {
+        let relay = self.metrics.clone();
+        metrics.add_series(move || relay.series());
     }
 
     fn committed(&mut self, _ok: bool) {

@@ -163,6 +163,10 @@ mod tests {
                 kind: &RequestKind::Initial,
                 held_version: "",
                 held_resources: 0,
+                asked: crate::transport::observer::Asked::sotw(
+                    &crate::protocol::sotw::SotwRequest::default(),
+                    Some(true),
+                ),
             },
         );
         state

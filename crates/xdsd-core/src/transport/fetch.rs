@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 
 use super::conn::Access;
 use super::context::ServerContext;
-use super::observer::{RequestSeen, StreamObserver};
+use super::observer::{Asked, RequestSeen, StreamObserver};
 use super::status::status_of;
 use crate::protocol::oneshot::{Answer, Pending};
 use crate::protocol::session::{Session, SessionError};
@@ -96,6 +96,7 @@ pub(crate) fn answer(
         // A one-shot answer is the whole state, whatever the client holds.
         held_version: "",
         held_resources: 0,
+        asked: Asked::sotw(request, pending.handled().change.wildcard),
     };
     for observer in observers {
         observer.request(&seen).map_err(Refusal::Observer)?;

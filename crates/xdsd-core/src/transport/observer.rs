@@ -18,11 +18,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 use tonic::Status;
 
+use crate::protocol::delta::UNSUBSCRIBE_KEY;
 use crate::protocol::delta::{DeltaMachine, DeltaResponse};
 use crate::protocol::session::{ClientNode, Machine};
 use crate::protocol::sotw::{SotwMachine, SotwResponse};
+use crate::protocol::Names;
 use crate::protocol::RequestKind;
 
 /// Whether a stream is a state-of-the-world or an incremental (delta) one.
@@ -86,6 +89,95 @@ pub struct RequestSeen<'a> {
     /// On a stream's first request for the type, how many resources a reconnecting delta client
     /// says it holds (`initial_resource_versions`); 0 otherwise, and for SotW.
     pub held_resources: usize,
+    /// What the request asks of the type: names, resource locators, the wildcard.
+    pub asked: Asked<'a>,
+}
+
+/// What a request asks of its type, read in place from the request: nothing is copied for an
+/// observer that does not look. A SotW request (and a one-shot one) names the whole
+/// subscription of its type ([`Asked::is_whole`]); a delta request names what it adds and
+/// removes. A name that is not UTF-8 names no resource and is left out.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    pub(crate) subscribe: Option<&'a Names>,
+    pub(crate) unsubscribe: Option<&'a Names<UNSUBSCRIBE_KEY>>,
+    pub(crate) locators: &'a [ResourceLocator],
+    pub(crate) unsubscribe_locators: &'a [ResourceLocator],
+    pub(crate) whole: bool,
+    pub(crate) wildcard: Option<bool>,
+}
+
+impl<'a> Asked<'a> {
+    /// Whether [`Asked::names`] and [`Asked::locators`] are the whole subscription of the type
+    /// (SotW), rather than what it adds (delta, whose removals are
+    /// [`Asked::unsubscribed_names`] and [`Asked::unsubscribed_locators`]).
+    pub fn is_whole(&self) -> bool {
+        self.whole
+    }
+
+    /// The plain names asked for (`*`, the explicit wildcard, as the client sent it).
+    pub fn names(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let names = self.subscribe;
+        names
+            .into_iter()
+            .flat_map(|n| n.iter())
+            .filter_map(|n| std::str::from_utf8(n).ok())
+    }
+
+    /// The plain names a delta request unsubscribes from.
+    pub fn unsubscribed_names(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let names = self.unsubscribe;
+        names
+            .into_iter()
+            .flat_map(|n| n.iter())
+            .filter_map(|n| std::str::from_utf8(n).ok())
+    }
+
+    /// The resource locators asked for: names with their own dynamic parameters (xRFC TP2).
+    pub fn locators(&self) -> &'a [ResourceLocator] {
+        self.locators
+    }
+
+    /// The resource locators a delta request unsubscribes from.
+    pub fn unsubscribed_locators(&self) -> &'a [ResourceLocator] {
+        self.unsubscribe_locators
+    }
+
+    /// `Some(on)` when this request turned the wildcard subscription of the type on or off (the
+    /// legacy wildcard of a first request that names nothing included).
+    pub fn wildcard(&self) -> Option<bool> {
+        self.wildcard
+    }
+
+    /// What a SotW request (or a one-shot one) asks.
+    pub(crate) fn sotw(
+        request: &'a crate::protocol::sotw::SotwRequest,
+        wildcard: Option<bool>,
+    ) -> Asked<'a> {
+        Asked {
+            subscribe: Some(&request.resource_names),
+            unsubscribe: None,
+            locators: &request.resource_locators,
+            unsubscribe_locators: &[],
+            whole: true,
+            wildcard,
+        }
+    }
+
+    /// What a delta request asks.
+    pub(crate) fn delta(
+        request: &'a crate::protocol::delta::DeltaRequest,
+        wildcard: Option<bool>,
+    ) -> Asked<'a> {
+        Asked {
+            subscribe: Some(&request.resource_names_subscribe),
+            unsubscribe: Some(&request.resource_names_unsubscribe),
+            locators: &request.resource_locators_subscribe,
+            unsubscribe_locators: &request.resource_locators_unsubscribe,
+            whole: false,
+            wildcard,
+        }
+    }
 }
 
 /// A response written to a stream.

@@ -20,7 +20,7 @@ use super::conn::Access;
 use super::context::ServerContext;
 use super::fanout::Observed;
 use super::observer::{
-    Acked, Flavor, Nacked, RequestSeen, ResponseSent, Sent, StreamClosed, StreamOpened,
+    Acked, Asked, Flavor, Nacked, RequestSeen, ResponseSent, Sent, StreamClosed, StreamOpened,
 };
 use super::options::SHUTDOWN_GRACE;
 use super::requests::Requests;
@@ -54,6 +54,8 @@ pub(crate) trait Protocol:
     fn sent(response: &Self::Response) -> Sent<'_>;
     /// The version a request says the client holds (SotW's `version_info`; "" for delta).
     fn held_version(request: &Self::Message) -> &str;
+    /// What a request asks, as observers are told it; `wildcard` as the session found it.
+    fn asked(request: &Self::Message, wildcard: Option<bool>) -> Asked<'_>;
 }
 
 impl Protocol for SotwMachine {
@@ -73,6 +75,10 @@ impl Protocol for SotwMachine {
     fn held_version(request: &crate::protocol::sotw::SotwRequest) -> &str {
         request.version_info.as_str()
     }
+
+    fn asked(request: &crate::protocol::sotw::SotwRequest, wildcard: Option<bool>) -> Asked<'_> {
+        Asked::sotw(request, wildcard)
+    }
 }
 
 impl Protocol for DeltaMachine {
@@ -91,6 +97,10 @@ impl Protocol for DeltaMachine {
 
     fn held_version(_: &crate::protocol::delta::DeltaRequest) -> &str {
         ""
+    }
+
+    fn asked(request: &crate::protocol::delta::DeltaRequest, wildcard: Option<bool>) -> Asked<'_> {
+        Asked::delta(request, wildcard)
     }
 }
 
@@ -285,6 +295,7 @@ impl<V: Protocol> Stream<V> {
                 RequestKind::Initial => handled.initial_versions,
                 _ => 0,
             },
+            asked: V::asked(&request, handled.change.wildcard),
         };
         self.ctx.observers.request(&mut self.observed, &seen)?;
         self.names.set(self.session.subscribed_names())?;

@@ -2,7 +2,8 @@
 //! (opened, request, response sent, ACK, NACK, closed), and a refused request ends its stream
 //! with the observer's status before anything is sent; a `Fetch*` call is refused the same way.
 //! The server's own record of each client (what CSDS shows) is built from the same events: an
-//! embedder's observer that keeps what it is told ends up with the same record.
+//! embedder's observer that keeps what it is told ends up with the same record. An observer is
+//! told what each request asks (names, locators, the wildcard), SotW and delta.
 
 use std::sync::Arc;
 
@@ -426,5 +427,107 @@ async fn the_record_of_a_client_that_csds_shows_is_what_an_observer_is_told() {
     let totals = stats.totals();
     assert_eq!((totals.responses, totals.acks, totals.nacks), (2, 1, 1));
 
+    server.stop().await;
+}
+
+/// Records what each request asks: `whole names -unsubscribed locators wildcard`.
+struct AskedRecorder(mpsc::UnboundedSender<String>);
+
+impl StreamObserver for AskedRecorder {
+    fn request(&self, e: &RequestSeen<'_>) -> Result<(), Status> {
+        let a = &e.asked;
+        let locators: Vec<String> = a
+            .locators()
+            .iter()
+            .map(|l| {
+                let mut params: Vec<_> = l.dynamic_parameters.iter().collect();
+                params.sort();
+                format!("{}{params:?}", l.name)
+            })
+            .collect();
+        let _ = self.0.send(format!(
+            "whole={} names={:?} unsubscribed={:?} locators={locators:?} wildcard={:?}",
+            a.is_whole(),
+            a.names().collect::<Vec<_>>(),
+            a.unsubscribed_names().collect::<Vec<_>>(),
+            a.wildcard(),
+        ));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_observer_is_told_the_names_locators_and_wildcard_each_request_asks() {
+    use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, ResourceLocator};
+    let store = Store::new();
+    store.replace_all([input(CLUSTER, "c", b"1")]).unwrap();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let server = XdsServer::builder(store.clone())
+        .observer(Arc::new(AskedRecorder(events_tx)))
+        .build()
+        .expect("a server without TLS builds");
+    let server = Server::serve(store.clone(), server).await;
+
+    // SotW: the whole list, each time; a first request naming nothing is the legacy wildcard.
+    let (tx, mut responses) = open(server.addr).await;
+    tx.send(request("alpha", None, None)).await.unwrap();
+    let first = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        next(&mut events).await,
+        "whole=true names=[] unsubscribed=[] locators=[] wildcard=Some(true)"
+    );
+    let mut named = request("alpha", Some(&first), None);
+    named.resource_names = vec!["a".into(), "b".into()];
+    tx.send(named).await.unwrap();
+    assert_eq!(
+        next(&mut events).await,
+        r#"whole=true names=["a", "b"] unsubscribed=[] locators=[] wildcard=Some(false)"#
+    );
+
+    // Delta: what a request adds and removes, with its locators.
+    let (dtx, rx) = mpsc::channel(4);
+    let mut delta = AggregatedDiscoveryServiceClient::new(connect(server.addr).await)
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    dtx.send(DeltaDiscoveryRequest {
+        node: node("beta", ""),
+        type_url: CLUSTER.into(),
+        resource_names_subscribe: vec!["*".into(), "a".into()],
+        resource_locators_subscribe: vec![ResourceLocator {
+            name: "c".into(),
+            dynamic_parameters: [("env".to_owned(), "prod".to_owned())].into(),
+        }],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        next(&mut events).await,
+        r#"whole=false names=["*", "a"] unsubscribed=[] locators=["c[(\"env\", \"prod\")]"] wildcard=Some(true)"#
+    );
+    let sent = tokio::time::timeout(WAIT, delta.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    dtx.send(DeltaDiscoveryRequest {
+        type_url: CLUSTER.into(),
+        response_nonce: sent.nonce,
+        resource_names_unsubscribe: vec!["a".into(), "*".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        next(&mut events).await,
+        r#"whole=false names=[] unsubscribed=["a", "*"] locators=[] wildcard=Some(false)"#
+    );
+    drop((tx, dtx));
     server.stop().await;
 }

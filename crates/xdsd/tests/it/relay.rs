@@ -30,7 +30,7 @@ use crate::support::scenario::{
 };
 use crate::support::{
     http_get, parse_port_after, unique_name, wait_for_body, Envoy, Log, Upstream, Xdsd, CLUSTER,
-    DEADLINE,
+    DEADLINE, ENDPOINTS,
 };
 
 /// A running `xdsd relay` with its stderr captured.
@@ -95,6 +95,33 @@ impl Relay {
             .await
             .unwrap_or_else(|e| panic!("GET {path}: {e}"));
         (resp.status, resp.body)
+    }
+
+    /// The value of the metric line `series` of the relay's `/metrics`.
+    async fn metric(&self, series: &str) -> Option<f64> {
+        let (status, body) = self.admin("/metrics").await;
+        assert_eq!(status, 200, "GET /metrics: {body}");
+        body.lines().find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+    }
+
+    /// Waits until the relay's metric `series` reads `value`.
+    async fn wait_metric(&self, series: &str, value: f64) {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            let now = self.metric(series).await;
+            if now == Some(value) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the relay's {series} stayed {now:?}, not {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The status of `GET /readyz` on the relay's admin API.
@@ -391,6 +418,118 @@ async fn the_upstream_killed_ends_no_downstream_stream_and_its_return_reaches_ev
             .expect("the change after the upstream came back");
         assert_eq!(names(&next), vec!["extra", "service"]);
     }
+}
+
+/// The names of `type_url` the upstream `xdsd` last sent each of its clients, from its
+/// `/clients`.
+async fn upstream_sent(xdsd: &Xdsd, type_url: &str) -> Vec<Vec<String>> {
+    let admin = xdsd.admin_port().await;
+    let resp = http_get(("127.0.0.1", admin), "/clients", "localhost")
+        .await
+        .expect("GET /clients");
+    let clients: serde_json::Value = serde_json::from_str(&resp.body).expect("JSON");
+    let mut sent = Vec::new();
+    for client in clients.as_array().into_iter().flatten() {
+        for t in client["types"].as_array().into_iter().flatten() {
+            if t["type_url"] != type_url {
+                continue;
+            }
+            let names = t["last_sent"]["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                .collect();
+            sent.push(names);
+        }
+    }
+    sent
+}
+
+#[tokio::test]
+async fn a_name_asked_downstream_is_subscribed_upstream_by_name_not_as_the_type_s_wildcard() {
+    let dir = basic_resources(Transport::DeltaAds, 9);
+    dir.write("other.yaml", &endpoints_yaml("other", 9));
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &["--prefetch", "none"]).await;
+    let mut client = AdsStream::open(&relay.url(), "one-name", ENDPOINTS, &["service"])
+        .await
+        .expect("an ADS stream to the relay");
+    let first = client.recv().await.expect("EDS from the relay");
+    assert_eq!(names(&first), vec!["service"]);
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let sent = upstream_sent(&xdsd, ENDPOINTS).await;
+        if !sent.is_empty() && sent.iter().all(|n| !n.is_empty()) {
+            assert_eq!(
+                sent,
+                vec![vec!["service".to_owned()]],
+                "the upstream sent the relay the name asked for, not the type"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the upstream never sent the relay EDS: {sent:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A second name asked on the same stream is subscribed too.
+    client
+        .request(ENDPOINTS, &["service", "other"], Some(&first))
+        .await
+        .expect("ask for a second name");
+    let next = client.recv().await.expect("the second name");
+    assert!(
+        names(&next).iter().any(|n| n == "other"),
+        "the second name is sent: {:?}",
+        names(&next)
+    );
+}
+
+#[tokio::test]
+async fn the_relay_s_metrics_say_the_upstream_is_down_then_back() {
+    let dir = basic_resources(Transport::Ads, 9);
+    let mut xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let upstream = xdsd.authority();
+    let relay = Relay::start(&upstream, &["--prefetch", "none"]).await;
+    let mut client = AdsStream::open(&relay.url(), "kept", CLUSTER, &[])
+        .await
+        .expect("an ADS stream to the relay");
+    let first = client.recv().await.expect("CDS from the relay");
+    assert_eq!(names(&first), vec!["service"]);
+    relay
+        .wait_metric("xdsd_relay_upstream_connected", 1.0)
+        .await;
+    relay.wait_metric("xdsd_relay_cache_entries", 1.0).await;
+    relay
+        .wait_metric("xdsd_relay_upstream_subscriptions", 1.0)
+        .await;
+    assert_eq!(
+        relay.metric("xdsd_relay_upstream_reconnects_total").await,
+        Some(0.0)
+    );
+
+    xdsd.kill9().await;
+    relay
+        .wait_metric("xdsd_relay_upstream_connected", 0.0)
+        .await;
+    assert_eq!(
+        relay.metric("xdsd_relay_cache_entries").await,
+        Some(1.0),
+        "the cache is kept"
+    );
+
+    let back = Xdsd::start_on(&dir.path(), &upstream, &[]).await;
+    back.expect_loaded_since(0).await;
+    relay
+        .wait_metric("xdsd_relay_upstream_connected", 1.0)
+        .await;
+    relay
+        .wait_metric("xdsd_relay_upstream_reconnects_total", 1.0)
+        .await;
 }
 
 #[tokio::test]
