@@ -1,4 +1,12 @@
-//! `--admin-listen`: the admin HTTP API (see `xdsd_core::inspect`) beside the xDS server.
+//! `--admin-listen`: the admin HTTP API beside the xDS server (`api`), its status page
+//! (`page`), and the fleet view of a CSDS answer that the page and `xdsd status` share
+//! (`fleet`). They read the server through the core's public surface: a `ServerHandle`'s
+//! clients, preview, snapshot, metrics and rollout, the `clients` records, and
+//! `xdsd_core::http` for the listener and its TLS.
+
+pub mod api;
+pub mod fleet;
+pub mod page;
 
 use std::net::SocketAddr;
 
@@ -6,7 +14,7 @@ use anyhow::Context;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
-use xdsd_core::inspect::{serve_with_page, AdminTls, PageInfo};
+use xdsd_core::http::HttpTls;
 use xdsd_core::ServerHandle;
 use xdsd_core::TlsOptions;
 
@@ -56,7 +64,7 @@ pub fn start(
         return Ok(None);
     };
     let tls = tls
-        .map(AdminTls::load)
+        .map(HttpTls::load)
         .transpose()
         .context("cannot set up TLS for the admin API")?;
     let bound = listener.local_addr().context("reading the admin address")?;
@@ -69,11 +77,11 @@ pub fn start(
         );
     }
     let (stop, stopped) = oneshot::channel::<()>();
-    let info = PageInfo {
+    let info = page::PageInfo {
         version: format!("xdsd {}", env!("CARGO_PKG_VERSION")),
         source,
     };
-    let task = tokio::spawn(serve_with_page(listener, handle, tls, info, async move {
+    let task = tokio::spawn(api::serve(listener, handle, tls, info, async move {
         let _ = stopped.await;
     }));
     Ok(Some(Admin { stop, task }))

@@ -25,14 +25,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use super::clients::{ClientStatus, TypeStatus};
+use xdsd_core::clients::{ClientStatus, TypeStatus};
+use xdsd_core::store::Snapshot;
+use xdsd_core::{types, ServerHandle};
+
 use super::fleet::{
     columns, short_type, short_version, ClientRow, NackInfo, RolloutView, Summary, TypeRow,
     TypeState,
 };
-use super::grpc::ServerHandle;
-use crate::store::Snapshot;
-use crate::types;
 
 /// Clients shown per page of `GET /`.
 pub const PAGE_SIZE: usize = 100;
@@ -302,8 +302,7 @@ fn clients_table(out: &mut String, rows: &[ClientRow], types: &[String]) {
 }
 
 fn server_section(out: &mut String, state: &PageState) {
-    let ctx = state.handle.context();
-    let snapshot = ctx.store.snapshot();
+    let snapshot = state.handle.snapshot();
     let readiness = if state.handle.serving() {
         "<span class=\"SYNCED\">ready</span>"
     } else if state.handle.shutting_down() {
@@ -404,7 +403,7 @@ async fn index(
     server_section(&mut out, &state);
     clients_section(&mut out, all, &query);
     out.push_str("<h2>Configuration</h2>");
-    graph(&mut out, &state.handle.context().store.snapshot());
+    graph(&mut out, &state.handle.snapshot());
     document("xdsd status", &out)
 }
 
@@ -851,14 +850,13 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_gated_rollout_shows_its_state() {
-        use crate::rollout::{Cohort, GateConfig, Rollout, Selector};
-        use crate::store::Store;
-        use crate::transport::grpc::XdsServer;
+    #[tokio::test]
+    async fn a_gated_rollout_shows_its_state() {
+        use xdsd_core::{Cohort, GateConfig, Rollout, Selector, Store, XdsServer};
         let store = Store::new();
         let cohort = Cohort::new(vec![Selector::parse("node=canary-*").expect("a selector")]);
-        let rollout = Rollout::unstarted(cohort, GateConfig::default(), store.clone());
+        // Nothing is committed: the gate stays idle whatever its clock does.
+        let rollout = Rollout::new(cohort, GateConfig::default(), store.clone());
         let server = XdsServer::builder(store).rollout(rollout).build().unwrap();
         let state = PageState {
             handle: server.handle(),
