@@ -6,11 +6,14 @@
 //! - `GET /config?node=ID`: what a client with that node would be served (see [`config_json`]);
 //!   with `&contents=1`, each resource's message too, in proto3 JSON.
 //! - `GET /metrics`: Prometheus metrics, OpenMetrics text (see `xdsd_core::metrics`).
+//! - `GET /history[?limit=N]`: the etcd prefix's history, as `xdsd history --output json` (see
+//!   `history`); 404 when serving a directory.
 //! - `GET /rollout` (and `POST /rollout/promote`, `/rollout/abort`): a gated rollout's state.
 //! - `GET /` and `GET /client?node=ID`: the status page, HTML (see `page`).
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::extract::{Query, State};
@@ -32,12 +35,13 @@ use xdsd_core::metrics::CONTENT_TYPE;
 use xdsd_core::session::SotwResponse;
 use xdsd_core::{JsonCodec, ServerHandle};
 
+use super::history::HistorySource;
 use super::page::{self, PageInfo};
 
 /// The admin API's routes over a server's `handle`, the status page saying `info` about the
 /// program.
-pub fn router(handle: ServerHandle, info: PageInfo) -> Router {
-    let page = page::routes(handle.clone(), info);
+pub fn router(handle: ServerHandle, info: PageInfo, history: Option<Arc<HistorySource>>) -> Router {
+    let page = page::routes(handle.clone(), info, history.clone());
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -49,6 +53,7 @@ pub fn router(handle: ServerHandle, info: PageInfo) -> Router {
         .route("/rollout/abort", post(rollout_abort))
         .with_state(handle)
         .merge(page)
+        .merge(super::history::routes(history))
 }
 
 /// Serves the admin API on `listener` until `signal` completes, over TLS when `tls` is given
@@ -59,9 +64,10 @@ pub async fn serve(
     handle: ServerHandle,
     tls: Option<HttpTls>,
     info: PageInfo,
+    history: Option<Arc<HistorySource>>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_http1(listener, tls, router(handle, info), signal).await
+    serve_http1(listener, tls, router(handle, info, history), signal).await
 }
 
 /// `GET /rollout`: the gated rollout's state (see `xdsd_core::Rollout::status_json`).

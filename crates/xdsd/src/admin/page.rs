@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use serde_json::Value;
 use xdsd_core::clients::{ClientStatus, TypeStatus};
 use xdsd_core::store::Snapshot;
 use xdsd_core::{types, ServerHandle};
@@ -33,6 +34,7 @@ use super::fleet::{
     columns, short_type, short_version, ClientRow, NackInfo, RolloutView, Summary, TypeRow,
     TypeState,
 };
+use super::history::HistorySource;
 
 /// Clients shown per page of `GET /`.
 pub const PAGE_SIZE: usize = 100;
@@ -53,16 +55,23 @@ pub struct PageInfo {
 struct PageState {
     handle: ServerHandle,
     info: Arc<PageInfo>,
+    /// The etcd prefix's history; None for a directory.
+    history: Option<Arc<HistorySource>>,
 }
 
-/// The page's routes (`/`, `/client`), to merge into the admin router.
-pub fn routes(handle: ServerHandle, info: PageInfo) -> Router {
+/// The changes of the history the page shows.
+pub const HISTORY_ROWS: usize = 10;
+
+/// The page's routes (`/`, `/client`), to merge into the admin router; with `history`, the page
+/// shows the last [`HISTORY_ROWS`] changes of the etcd prefix.
+pub fn routes(handle: ServerHandle, info: PageInfo, history: Option<Arc<HistorySource>>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/client", get(client))
         .with_state(PageState {
             handle,
             info: Arc::new(info),
+            history,
         })
 }
 
@@ -401,10 +410,103 @@ async fn index(
     let mut out = String::with_capacity(16 * 1024);
     out.push_str("<h1>xdsd</h1>");
     server_section(&mut out, &state);
+    if let Some(history) = &state.history {
+        let served = served_revisions(&state.handle);
+        history_section(&mut out, history.rows(HISTORY_ROWS).await, &served);
+    }
     clients_section(&mut out, all, &query);
     out.push_str("<h2>Configuration</h2>");
     graph(&mut out, &state.handle.snapshot());
     document("xdsd status", &out)
+}
+
+/// The revisions served, as a gated rollout's state names them: the stable one, and a candidate's
+/// (shared by every replica through the rollout's record). Empty without a rollout.
+fn served_revisions(handle: &ServerHandle) -> Vec<(i64, &'static str)> {
+    let Some(rollout) = handle.rollout() else {
+        return Vec::new();
+    };
+    let status = rollout.status_json();
+    let mut served = Vec::new();
+    for (key, label) in [("stable", "stable"), ("candidate", "canaries")] {
+        if let Some(revision) = status[key]["revision"].as_i64() {
+            served.push((revision, label));
+        }
+    }
+    served
+}
+
+/// The last changes of the etcd prefix (`GET /history`'s rows): revision, age, author, message,
+/// counts, and which revision is served (`served`, from a gated rollout's state).
+fn history_section(out: &mut String, rows: Result<Value, String>, served: &[(i64, &str)]) {
+    out.push_str("<h2>Recent changes</h2>");
+    let rows = match rows {
+        Ok(Value::Array(rows)) => rows,
+        Ok(_) => Vec::new(),
+        Err(e) => {
+            let _ = write!(out, "<p id=\"history\" class=\"NACKED\">{}</p>", escape(&e));
+            return;
+        }
+    };
+    if rows.is_empty() {
+        out.push_str("<p id=\"history\">no change in etcd's history</p>");
+        return;
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    out.push_str(
+        "<table id=\"history\"><tr><th>revision</th><th>age</th><th>author</th>\
+         <th>message</th><th>changes</th><th>rollout</th><th>served</th></tr>",
+    );
+    for row in &rows {
+        let revision = row["revision"].as_i64().unwrap_or(0);
+        let age = row["unix_ms"]
+            .as_u64()
+            .map(|at| age(now_ms.saturating_sub(at) / 1000))
+            .unwrap_or_else(|| "-".into());
+        let kind = row["kind"].as_str().unwrap_or("");
+        let author = row["author"].as_str().unwrap_or("");
+        let message = match (kind, row["message"].as_str().unwrap_or("")) {
+            ("direct write", _) => "direct write".to_owned(),
+            ("rollback", m) => format!(
+                "rollback to {}{}{m}",
+                row["rollback_to"],
+                if m.is_empty() { "" } else { ": " }
+            ),
+            (_, m) => m.to_owned(),
+        };
+        let count = |key: &str| row[key]["count"].as_u64().unwrap_or(0);
+        let marks: Vec<&str> = served
+            .iter()
+            .filter(|(r, _)| *r == revision)
+            .map(|(_, label)| *label)
+            .collect();
+        let _ = write!(
+            out,
+            "<tr class=\"change\"><td class=\"mono\">{revision}</td><td>{age}</td>\
+             <td>{}</td><td>{}</td><td class=\"mono\">+{} ~{} -{}</td><td>{}</td><td>{}</td></tr>",
+            escape(author),
+            escape(message.lines().next().unwrap_or("")),
+            count("added"),
+            count("changed"),
+            count("removed"),
+            escape(row["rollout"].as_str().unwrap_or("")),
+            marks.join(", "),
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// `seconds` as an age: "42s", "5m", "3h", "2d".
+fn age(seconds: u64) -> String {
+    match seconds {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
 }
 
 /// The summary of every client, then the page `?page=N` of those whose node id contains
@@ -864,6 +966,7 @@ mod tests {
                 version: "xdsd 9.9".into(),
                 source: "directory <d>".into(),
             }),
+            history: None,
         };
         let mut out = String::new();
         server_section(&mut out, &state);
@@ -877,6 +980,7 @@ mod tests {
             &PageState {
                 handle: server.handle(),
                 info: Arc::default(),
+                history: None,
             },
         );
         assert!(!plain.contains("rollout"), "{plain}");
