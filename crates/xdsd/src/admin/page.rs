@@ -985,4 +985,33 @@ mod tests {
         );
         assert!(!plain.contains("rollout"), "{plain}");
     }
+
+    #[test]
+    fn the_history_marks_the_served_revisions_and_escapes_what_a_pusher_wrote() {
+        let rows = serde_json::json!([
+            {"revision": 9, "kind": "rollback", "rollback_to": 7, "author": "bo",
+             "message": "<undo>", "unix_ms": 0,
+             "added": {"count": 0}, "changed": {"count": 2}, "removed": {"count": 1},
+             "rollout": "soaking"},
+            {"revision": 7, "kind": "direct write",
+             "added": {"count": 1}, "changed": {"count": 0}, "removed": {"count": 0}},
+        ]);
+        let mut out = String::new();
+        history_section(&mut out, Ok(rows), &[(7, "stable"), (9, "canaries")]);
+        assert!(out.contains("rollback to 7: &lt;undo&gt;"), "{out}");
+        assert!(
+            out.contains("+0 ~2 -1</td><td>soaking</td><td>canaries</td>"),
+            "{out}"
+        );
+        assert!(out.contains("<td>direct write</td>"), "{out}");
+        assert!(
+            out.contains("+1 ~0 -0</td><td></td><td>stable</td>"),
+            "{out}"
+        );
+        let mut failed = String::new();
+        history_section(&mut failed, Err("etcd <down>".into()), &[]);
+        assert!(failed.contains("etcd &lt;down&gt;"), "{failed}");
+        assert_eq!(age(59), "59s");
+        assert_eq!(age(3 * 3600 + 5), "3h");
+    }
 }
