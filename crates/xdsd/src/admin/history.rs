@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
@@ -27,10 +27,23 @@ const HISTORY_TIMEOUT: Duration = Duration::from_secs(5);
 /// What a directory source answers: it has no history of its own.
 const NO_HISTORY: &str = "no history: xdsd serves a directory (--resources), which has none of its own; keep the directory in git and read git's history";
 
-/// The history of the etcd prefix being served: one connection, made at the first request.
+/// How long an answer is reused: the status page reloads every 5 s, and each read replays the
+/// prefix's revisions in etcd.
+const REUSE: Duration = Duration::from_secs(2);
+
+/// The history of the etcd prefix being served: one connection, made at the first request; one
+/// read at a time, its answer reused for [`REUSE`] (so that clients polling the API or the page
+/// cost etcd one replay every 2 s at most).
 pub struct HistorySource {
     options: EtcdOptions,
-    etcd: Mutex<Option<Etcd>>,
+    state: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    etcd: Option<Etcd>,
+    /// The last answer: when, for which limit.
+    last: Option<(Instant, usize, Value)>,
 }
 
 impl HistorySource {
@@ -38,38 +51,43 @@ impl HistorySource {
     pub fn new(options: EtcdOptions) -> Arc<HistorySource> {
         Arc::new(HistorySource {
             options,
-            etcd: Mutex::new(None),
+            state: Mutex::new(Held::default()),
         })
     }
 
     /// The newest `limit` changes as `xdsd history --output json` prints them, or why not.
     pub async fn rows(&self, limit: usize) -> Result<Value, String> {
+        let mut state = self.state.lock().await;
+        if let Some((at, l, rows)) = &state.last {
+            if *l == limit && at.elapsed() < REUSE {
+                return Ok(rows.clone());
+            }
+        }
         let read = async {
-            let etcd = {
-                let mut slot = self.etcd.lock().await;
-                match &*slot {
-                    Some(etcd) => etcd.clone(),
-                    None => {
-                        let etcd = Etcd::connect(&self.options)
-                            .await
-                            .map_err(|e| format!("cannot connect to etcd: {e}"))?;
-                        *slot = Some(etcd.clone());
-                        etcd
-                    }
+            let etcd = match &state.etcd {
+                Some(etcd) => etcd.clone(),
+                None => {
+                    let etcd = Etcd::connect(&self.options)
+                        .await
+                        .map_err(|e| format!("cannot connect to etcd: {e}"))?;
+                    state.etcd = Some(etcd.clone());
+                    etcd
                 }
             };
             crate::history::rows(&etcd, limit)
                 .await
                 .map_err(|e| format!("cannot read the history: {e}"))
         };
-        tokio::time::timeout(HISTORY_TIMEOUT, read)
+        let rows = tokio::time::timeout(HISTORY_TIMEOUT, read)
             .await
             .unwrap_or_else(|_| {
                 Err(format!(
                     "etcd did not answer within {}s",
                     HISTORY_TIMEOUT.as_secs()
                 ))
-            })
+            })?;
+        state.last = Some((Instant::now(), limit, rows.clone()));
+        Ok(rows)
     }
 }
 
