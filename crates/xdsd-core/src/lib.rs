@@ -13,7 +13,6 @@
 
 #[doc(hidden)]
 pub mod hash;
-pub mod inspect;
 pub(crate) mod logsafe;
 pub mod metrics;
 pub mod params;
@@ -73,10 +72,12 @@ pub mod defaults {
 /// Each connected client's record, as [`ServerHandle::clients`] gives it: its node, and per type
 /// the last response, ACK and NACK.
 pub mod clients {
+    pub use crate::protocol::user_agent_version;
     pub use crate::transport::clients::{
         Ack, ClientStatus, Nack, Sent, SentResources, TypeStatus, MAX_NACK_MESSAGE_BYTES,
         MAX_NACK_ORIGINS, MAX_TRACKED_RESOURCES,
     };
+    pub use crate::transport::csds::{nack_details, resource_status};
 }
 
 /// The sans-I/O xDS session, public on purpose (like quinn-proto's `Connection`): requests and
@@ -102,10 +103,12 @@ pub mod session {
 #[doc(hidden)]
 pub use protocol::session as protocol_session;
 
-/// The admin API, the status page and the fleet view over a server's handle, until they move to
-/// the binary (issue #46): not part of the front door.
-#[doc(hidden)]
-pub use transport::{admin, fleet, page};
+/// An HTTP/1.1 listener for a program's own endpoints beside the xDS server (the `xdsd`
+/// binary's admin API): TLS reloaded as on the xDS port, a handshake and a first request each
+/// within a time limit.
+pub mod http {
+    pub use crate::transport::http::{serve_http1, HttpTls};
+}
 
 /// The README's example, compiled by `cargo test --doc` so that it stays true.
 #[cfg(doctest)]

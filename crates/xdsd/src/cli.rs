@@ -652,7 +652,8 @@ pub(crate) struct ServeArgs {
     pub(crate) allow_empty: bool,
 
     /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /config?node=ID, with
-    /// &contents=1 the resources as proto3 JSON, /metrics; with --canary GET /rollout and POST
+    /// &contents=1 the resources as proto3 JSON, /metrics, on an etcd prefix /history (the rows
+    /// of `xdsd history --output json`); with --canary GET /rollout and POST
     /// /rollout/promote, /rollout/abort; see docs/operating.md), or "off".
     /// Loopback by default: /clients shows every client's node.
     /// Port 0 picks a free port (logged at start).

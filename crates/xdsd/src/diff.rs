@@ -326,125 +326,52 @@ pub(crate) fn note_names(
     note
 }
 
-/// The longest inputs (lines, each side, after the common head and tail) diffed line by line (a
-/// table of at most 2001² counters, 16 MB); longer ones are shown as all removed then all added.
-const MAX_DIFF_LINES: usize = 2000;
+/// How long a diff of one resource may search for the smallest edit (Myers' algorithm, the
+/// `similar` crate); past it, a correct but longer diff is shown.
+const DIFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A unified diff of `old` and `new` (`---`/`+++`, then hunks with `context` lines around each
-/// change), or nothing when they are equal.
+/// change, every line indented two spaces and each hunk's ranges written `start,len`), or nothing
+/// when they are equal.
 pub(crate) fn unified(old: &str, new: &str, context: usize) -> String {
-    let a: Vec<&str> = old.lines().collect();
-    let b: Vec<&str> = new.lines().collect();
-    let ops = line_ops(&a, &b);
-    if ops.iter().all(|op| matches!(op, Op::Same(..))) {
+    use similar::{ChangeTag, TextDiff};
+    let diff = TextDiff::configure()
+        .timeout(DIFF_TIMEOUT)
+        .diff_lines(old, new);
+    let hunks = diff.grouped_ops(context);
+    if hunks.is_empty() {
         return String::new();
     }
     let mut out = String::from("  --- before\n  +++ after\n");
-    // Hunks: runs of ops within `context` of a change.
-    let changed: Vec<usize> = (0..ops.len())
-        .filter(|&i| !matches!(ops[i], Op::Same(..)))
-        .collect();
-    let mut i = 0;
-    while i < changed.len() {
-        let start = changed[i].saturating_sub(context);
-        let mut end = changed[i] + context + 1;
-        while i + 1 < changed.len() && changed[i + 1] <= end + context {
-            i += 1;
-            end = changed[i] + context + 1;
-        }
-        end = end.min(ops.len());
-        let (mut a_start, mut b_start) = (0, 0);
-        for op in &ops[..start] {
-            match op {
-                Op::Same(..) => {
-                    a_start += 1;
-                    b_start += 1;
-                }
-                Op::Del(_) => a_start += 1,
-                Op::Add(_) => b_start += 1,
+    for ops in hunks {
+        let (Some(first), Some(last)) = (ops.first(), ops.last()) else {
+            continue;
+        };
+        let range = |start: usize, end: usize| {
+            let len = end - start;
+            format!("{},{len}", if len == 0 { start } else { start + 1 })
+        };
+        out.push_str(&format!(
+            "  @@ -{} +{} @@\n",
+            range(first.old_range().start, last.old_range().end),
+            range(first.new_range().start, last.new_range().end)
+        ));
+        for op in &ops {
+            for change in diff.iter_changes(op) {
+                let mark = match change.tag() {
+                    ChangeTag::Equal => ' ',
+                    ChangeTag::Delete => '-',
+                    ChangeTag::Insert => '+',
+                };
+                let line = change.value();
+                out.push_str(&format!(
+                    "  {mark}{}\n",
+                    line.strip_suffix('\n').unwrap_or(line)
+                ));
             }
         }
-        let a_len = ops[start..end]
-            .iter()
-            .filter(|op| !matches!(op, Op::Add(_)))
-            .count();
-        let b_len = ops[start..end]
-            .iter()
-            .filter(|op| !matches!(op, Op::Del(_)))
-            .count();
-        let from = |at: usize, len: usize| if len == 0 { at } else { at + 1 };
-        out.push_str(&format!(
-            "  @@ -{},{a_len} +{},{b_len} @@\n",
-            from(a_start, a_len),
-            from(b_start, b_len)
-        ));
-        for op in &ops[start..end] {
-            let (mark, line) = match op {
-                Op::Same(line) => (' ', line),
-                Op::Del(line) => ('-', line),
-                Op::Add(line) => ('+', line),
-            };
-            out.push_str(&format!("  {mark}{line}\n"));
-        }
-        i += 1;
     }
     out
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Op<'a> {
-    Same(&'a str),
-    Del(&'a str),
-    Add(&'a str),
-}
-
-/// The lines of `a` and `b` as kept, deleted and added: the common head and tail, and a longest
-/// common subsequence of the middle.
-fn line_ops<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<Op<'a>> {
-    let head = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-    let tail = a[head..]
-        .iter()
-        .rev()
-        .zip(b[head..].iter().rev())
-        .take_while(|(x, y)| x == y)
-        .count();
-    let (ma, mb) = (&a[head..a.len() - tail], &b[head..b.len() - tail]);
-    let mut ops: Vec<Op<'a>> = a[..head].iter().map(|l| Op::Same(l)).collect();
-    if ma.len() > MAX_DIFF_LINES || mb.len() > MAX_DIFF_LINES {
-        ops.extend(ma.iter().map(|l| Op::Del(l)));
-        ops.extend(mb.iter().map(|l| Op::Add(l)));
-    } else {
-        // lcs[i][j]: the longest common subsequence of ma[i..] and mb[j..].
-        let width = mb.len() + 1;
-        let mut lcs = vec![0u32; (ma.len() + 1) * width];
-        for i in (0..ma.len()).rev() {
-            for j in (0..mb.len()).rev() {
-                lcs[i * width + j] = if ma[i] == mb[j] {
-                    lcs[(i + 1) * width + j + 1] + 1
-                } else {
-                    lcs[(i + 1) * width + j].max(lcs[i * width + j + 1])
-                };
-            }
-        }
-        let (mut i, mut j) = (0, 0);
-        while i < ma.len() || j < mb.len() {
-            if i < ma.len() && j < mb.len() && ma[i] == mb[j] {
-                ops.push(Op::Same(ma[i]));
-                i += 1;
-                j += 1;
-            } else if i < ma.len()
-                && (j == mb.len() || lcs[(i + 1) * width + j] >= lcs[i * width + j + 1])
-            {
-                ops.push(Op::Del(ma[i]));
-                i += 1;
-            } else {
-                ops.push(Op::Add(mb[j]));
-                j += 1;
-            }
-        }
-    }
-    ops.extend(a[a.len() - tail..].iter().map(|l| Op::Same(l)));
-    ops
 }
 
 #[cfg(test)]

@@ -119,6 +119,11 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
         let updates: FileUpdates = updates.clone();
         feed = feed.on_applied(move |_| updates.changed());
     }
+    // The admin API's `/history` reads the etcd prefix being served.
+    let history = match &from {
+        ResourcesFrom::Etcd(options) => Some((**options).clone()),
+        ResourcesFrom::Directory(_) => None,
+    };
     let mut source: Box<dyn xdsd_core::DynSource> = match from {
         ResourcesFrom::Directory(dir) => Box::new(
             DirectorySource::new(descriptors.clone(), dir, args.rules.limits())
@@ -202,7 +207,7 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
         (true, Some(options)) => Some(options),
         _ => None,
     };
-    let admin = admin::start(admin_listener, admin_tls, handle, described)?;
+    let admin = admin::start_with_history(admin_listener, admin_tls, handle, described, history)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(listener, async move {
         let _ = stopped.await;

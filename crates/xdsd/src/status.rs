@@ -8,16 +8,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::admin::fleet::{
+    client_rows, columns, row_json, rows_json, short_type, short_version, ClientRow, RolloutView,
+    Summary, TypeState,
+};
 use anyhow::Context;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-use xdsd_core::inspect::{
-    client_rows, columns, row_json, rows_json, short_type, short_version, ClientRow, RolloutView,
-    Summary, TypeState,
-};
 
 /// The metadata of xdsd's CSDS answer that carries its gated rollout (`GET /rollout`'s JSON).
 const ROLLOUT_METADATA: &str = "xdsd-rollout-bin";
@@ -483,8 +483,6 @@ fn paint(text: &str, state: TypeState, colour: bool) -> String {
         TypeState::Stale => "33",
         TypeState::Nacked => "1;31",
         TypeState::NotSent => "2",
-        // A state this xdsd does not know yet: shown uncoloured.
-        _ => "0",
     };
     format!("\x1b[{code}m{text}\x1b[0m")
 }
@@ -634,7 +632,7 @@ pub(crate) fn detail(row: &ClientRow, colour: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xdsd_core::inspect::{NackInfo, TypeRow};
+    use crate::admin::fleet::{NackInfo, TypeRow};
 
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 

@@ -87,7 +87,7 @@ mod watching;
 use std::sync::Arc;
 
 pub use fields::{names_key, Names};
-pub(crate) use node::user_agent_version;
+pub use node::user_agent_version;
 pub use text::Text;
 
 use crate::hash::HashSet;

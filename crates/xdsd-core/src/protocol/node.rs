@@ -56,7 +56,7 @@ pub struct ClientNode {
 }
 
 /// A node's user agent version, whichever way it gives it ("" when it does not).
-pub(crate) fn user_agent_version(node: &Node) -> String {
+pub fn user_agent_version(node: &Node) -> String {
     use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
     match &node.user_agent_version_type {
         Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),

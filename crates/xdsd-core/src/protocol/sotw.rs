@@ -55,6 +55,16 @@ pub enum SotwResources {
     Some(ResourceList),
 }
 
+impl SotwResources {
+    /// The resources, in the response's order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = &Arc<Resource>> + '_> {
+        match self {
+            SotwResources::All(view) => Box::new(view.iter()),
+            SotwResources::Some(list) => Box::new(list.iter()),
+        }
+    }
+}
+
 /// A list of resources a response, its `updated` and the stream's record of its client share
 /// (one count per resource per stream, not one for each of them: every stream takes counts on
 /// the same resources, and both cores took turns at them).

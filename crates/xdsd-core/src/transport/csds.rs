@@ -239,8 +239,9 @@ fn timestamp(at: SystemTime) -> Timestamp {
     }
 }
 
-/// The client's status with a type, as CSDS says it.
-pub(crate) fn resource_status(t: &TypeStatus) -> ClientResourceStatus {
+/// The client's status with a type, as CSDS says it: NACKED, ACKED (or holding what it is owed
+/// after a reconnection), else REQUESTED.
+pub fn resource_status(t: &TypeStatus) -> ClientResourceStatus {
     if t.nacked {
         ClientResourceStatus::Nacked
     } else if t.last_ack.is_some() || (t.last_sent.is_none() && t.held.is_some()) {
@@ -266,8 +267,9 @@ fn config_status(t: &TypeStatus) -> ConfigStatus {
     }
 }
 
-/// A NACK's details, with the files of the resources it is traced to.
-pub(crate) fn nack_details(message: &str, origins: &[Arc<str>]) -> String {
+/// A NACK's details as CSDS carries them: its message, with the files of the resources it is
+/// traced to (`message [from a.yaml, b.yaml]`).
+pub fn nack_details(message: &str, origins: &[Arc<str>]) -> String {
     if origins.is_empty() {
         return message.to_owned();
     }

@@ -349,8 +349,26 @@ impl ServerHandle {
         &self.ctx
     }
 
-    pub(crate) fn json_codec(&self) -> Option<&dyn JsonCodec> {
+    /// The server's [`XdsServerBuilder::rest_json`] codec, if it was given one: what writes a
+    /// resource in proto3 JSON.
+    pub fn json_codec(&self) -> Option<&dyn JsonCodec> {
         self.json.as_deref()
+    }
+
+    /// The store's current snapshot (with a gated rollout, the stable store's).
+    pub fn snapshot(&self) -> Arc<crate::store::Snapshot> {
+        self.ctx.store.snapshot()
+    }
+
+    /// What a client with `node` would be served, subscribing to everything, of each type but
+    /// virtual hosts (asked for by name only): one State-of-the-World answer per type, in type
+    /// URL order, from the store that node reads (a gated rollout's canary store for its cohort).
+    /// An error for a node the session refuses (its parameters out of bounds).
+    pub fn preview(
+        &self,
+        node: &envoy_types::pb::envoy::config::core::v3::Node,
+    ) -> Result<Vec<crate::protocol::sotw::SotwResponse>, tonic::Status> {
+        super::fetch::preview(&self.ctx, node)
     }
 
     /// Every connected client (one per stream), by stream id: its node, and where it stands

@@ -1,21 +1,19 @@
 //! Thin adapters that carry the protocol sessions over a transport.
 
-pub mod admin;
 mod body;
 mod budget;
 pub(crate) mod clients;
 mod coalesce;
 pub(crate) mod conn;
 mod context;
-mod csds;
+pub(crate) mod csds;
 mod fanout;
-mod fetch;
-pub mod fleet;
+pub(crate) mod fetch;
 pub mod grpc;
 mod health;
+pub(crate) mod http;
 pub mod observer;
 mod options;
-pub mod page;
 pub(crate) mod picker;
 mod requests;
 pub mod rest;

@@ -4,7 +4,6 @@
 //! pushed resources, ACKs, NACKs and goes away.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::admin::v3::ClientResourceStatus;
@@ -20,8 +19,6 @@ use envoy_types::pb::envoy::service::status::v3::{
     ClientStatusRequest, ClientStatusResponse, ConfigStatus,
 };
 use envoy_types::pb::google::rpc;
-use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -308,53 +305,6 @@ async fn next(w: &mut Streaming<tonic_health::pb::HealthCheckResponse>) -> Optio
         .map(|r| r.status)
 }
 
-/// A GET over HTTP/1.1: (status code, content type, body).
-async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    conn.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, conn.read_to_end(&mut raw))
-        .await
-        .expect("an answer in time")
-        .unwrap();
-    let text = String::from_utf8(raw).expect("UTF-8");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .expect("a status line");
-    let content_type = lines
-        .filter_map(|l| l.split_once(": "))
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
-        .map(|(_, v)| v.to_owned())
-        .unwrap_or_default();
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    (status, content_type, body)
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, rest) = body.split_once("\r\n").expect("a chunk size");
-        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.push_str(&rest[..size]);
-        body = &rest[size + 2..];
-    }
-}
-
 /// Samples of an OpenMetrics text exposition, by name and labels; panics on anything the format
 /// does not allow (a sample outside a declared family, a malformed line, no `# EOF` at the end).
 fn parse_metrics(text: &str) -> BTreeMap<(String, String), f64> {
@@ -445,27 +395,12 @@ const CDS_LABEL: &str = "type_url=\"type.googleapis.com/envoy.config.cluster.v3.
 const ADS_SOTW: &str = "flavor=\"sotw\",service=\"ads\"";
 
 #[tokio::test]
-async fn admin_api_shows_health_clients_and_metrics_that_move() {
+async fn a_handle_shows_clients_and_metrics_that_move() {
     let server = Server::start().await;
     set_cluster(&server, b"c1-v1");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(xdsd_core::admin::serve(
-        listener,
-        server.handle.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-
-    assert_eq!(get(admin, "/healthz").await.0, 200);
-    assert_eq!(get(admin, "/readyz").await.0, 200);
-    assert_eq!(get(admin, "/nothing").await.0, 404);
-    let (code, content_type, body) = get(admin, "/clients").await;
-    assert_eq!((code, &*content_type), (200, "application/json"));
-    assert_eq!(body, "[]");
-    let before = parse_metrics(&get(admin, "/metrics").await.2);
+    assert!(server.handle.serving());
+    assert!(server.handle.clients().is_empty());
+    let before = parse_metrics(&server.handle.metrics_text());
     assert_eq!(sample(&before, "xdsd_connected_streams", ADS_SOTW), 0.0);
     assert_eq!(
         sample(&before, "xdsd_resources", CDS_LABEL),
@@ -497,13 +432,7 @@ async fn admin_api_shows_health_clients_and_metrics_that_move() {
     .await;
     csds_until(&server, ClientResourceStatus::Nacked).await;
 
-    let (code, content_type, body) = get(admin, "/metrics").await;
-    assert_eq!(code, 200);
-    assert!(
-        content_type.starts_with("application/openmetrics-text"),
-        "{content_type}"
-    );
-    let after = parse_metrics(&body);
+    let after = parse_metrics(&server.handle.metrics_text());
     assert_eq!(sample(&after, "xdsd_connected_streams", ADS_SOTW), 1.0);
     assert_eq!(sample(&after, "xdsd_streams_opened_total", ADS_SOTW), 1.0);
     assert_eq!(sample(&after, "xdsd_responses_total", CDS_LABEL), 2.0);
@@ -525,33 +454,36 @@ async fn admin_api_shows_health_clients_and_metrics_that_move() {
         "{after:?}"
     );
 
-    let (_, _, body) = get(admin, "/clients").await;
-    let clients: Value = serde_json::from_str(&body).expect("JSON");
+    let clients = server.handle.clients();
     let client = &clients[0];
-    assert_eq!(client["node"]["id"], "envoy-2");
-    assert_eq!(client["flavor"], "SotW");
-    assert_eq!(client["service"], "ADS");
-    assert!(client["peer"]
-        .as_str()
-        .is_some_and(|p| p.starts_with("127.0.0.1:")));
-    let cds = &client["types"][0];
-    assert_eq!(cds["type_url"], CLUSTER);
-    assert_eq!(cds["status"], "NACKED");
-    assert_eq!(cds["last_ack"]["version"], first.version_info.as_str());
-    assert_eq!(cds["last_nack"]["version"], bad.version_info.as_str());
+    assert_eq!(client.node.as_ref().map(|n| &*n.id), Some("envoy-2"));
+    assert_eq!(client.flavor, "SotW");
+    assert!(client.ads);
+    assert!(client.peer.is_some_and(|p| p.ip().is_loopback()));
+    let cds = &client.types[0];
+    assert_eq!(&*cds.type_url, CLUSTER);
     assert_eq!(
-        cds["last_nack"]["message"],
-        "Error adding/updating cluster(s) c1: nope"
+        xdsd_core::clients::resource_status(cds),
+        ClientResourceStatus::Nacked
     );
-    assert_eq!(cds["last_nack"]["origins"][0], ORIGIN);
-    assert_eq!(cds["last_sent"]["resources"][0]["name"], "c1");
-    assert_eq!(cds["last_sent"]["resources"][0]["origin"], ORIGIN);
+    assert_eq!(
+        cds.last_ack.as_ref().map(|a| &*a.version),
+        Some(first.version_info.as_str())
+    );
+    let nack = cds.last_nack.as_ref().expect("the NACK");
+    assert_eq!(nack.version.as_deref(), Some(bad.version_info.as_str()));
+    assert_eq!(nack.message, "Error adding/updating cluster(s) c1: nope");
+    assert_eq!(nack.origins.first().map(|o| &**o), Some(ORIGIN));
+    let sent = cds.last_sent.as_ref().expect("a response");
+    let sent = sent.resources.iter().next().expect("a resource");
+    assert_eq!(&**sent.name(), "c1");
+    assert_eq!(sent.origin().map(|o| &**o), Some(ORIGIN));
 
     // Disconnect: the stream is no longer connected, the counters stay.
     drop(ads);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let m = parse_metrics(&get(admin, "/metrics").await.2);
+        let m = parse_metrics(&server.handle.metrics_text());
         if sample(&m, "xdsd_connected_streams", ADS_SOTW) == 0.0 {
             assert_eq!(sample(&m, "xdsd_nacks_total", CDS_LABEL), 1.0);
             break;
@@ -562,18 +494,12 @@ async fn admin_api_shows_health_clients_and_metrics_that_move() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(get(admin, "/clients").await.2, "[]");
+    assert!(server.handle.clients().is_empty());
 
-    // Shutting down: not ready.
+    // Not ready: not serving.
     server.handle.readiness().set(false);
-    assert_eq!(get(admin, "/readyz").await.0, 503);
+    assert!(!server.handle.serving());
     server.handle.readiness().set(true);
-    let _ = stop.send(());
-    tokio::time::timeout(WAIT, serving)
-        .await
-        .expect("the admin server stops")
-        .unwrap()
-        .unwrap();
     server.stop().await;
 }
 
@@ -616,12 +542,13 @@ async fn a_delta_client_is_listed_with_its_resource_versions_and_counted_as_delt
         ("c1", &*first.system_version_info)
     );
 
-    let clients = xdsd_core::admin::clients_json(&server.handle.clients());
+    let clients = server.handle.clients();
     let client = &clients[0];
-    assert_eq!(client["flavor"], "delta");
-    let sent = &client["types"][0]["last_sent"]["resources"][0];
-    assert_eq!(sent["name"], "c1");
-    assert_eq!(sent["version"], first.resources[0].version.as_str());
+    assert_eq!(client.flavor, "delta");
+    let sent = client.types[0].last_sent.as_ref().expect("a response");
+    let sent = sent.resources.iter().next().expect("a resource");
+    assert_eq!(&**sent.name(), "c1");
+    assert_eq!(&**sent.version(), first.resources[0].version.as_str());
     let metrics = parse_metrics(&server.handle.metrics_text());
     assert_eq!(
         sample(

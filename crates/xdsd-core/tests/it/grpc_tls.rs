@@ -758,10 +758,10 @@ async fn https_get(
         .to_owned())
 }
 
-/// The admin API over (mutual) TLS: a client with a certificate the CA signed reads it; one
-/// without a certificate, or speaking plaintext, gets nothing.
+/// An HTTP/1.1 listener (the binary's admin API) over (mutual) TLS: a client with a certificate
+/// the CA signed reads it; one without a certificate, or speaking plaintext, gets nothing.
 #[tokio::test]
-async fn the_admin_api_serves_over_mutual_tls_only() {
+async fn an_http1_listener_serves_over_mutual_tls_only() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let pki = Pki::new();
     let server_pair = pki.server("server", 1);
@@ -771,13 +771,15 @@ async fn the_admin_api_serves_over_mutual_tls_only() {
         .await
         .expect("a port");
     let addr = listener.local_addr().expect("its address");
-    let tls =
-        xdsd_core::admin::AdminTls::load(mtls(&pki, &server_pair)).expect("the TLS files load");
+    let tls = xdsd_core::http::HttpTls::load(mtls(&pki, &server_pair)).expect("the TLS files load");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let admin = tokio::spawn(xdsd_core::admin::serve_with(
+    let router = axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route("/readyz", axum::routing::get(|| async { "ready\n" }));
+    let admin = tokio::spawn(xdsd_core::http::serve_http1(
         listener,
-        server.stats.clone(),
         Some(tls),
+        router,
         async move {
             let _ = stopped.await;
         },

@@ -163,93 +163,48 @@ async fn delta_locators_get_resource_names_and_removed_resource_names() {
     server.stop().await;
 }
 
-/// `GET path` on `addr` (HTTP/1.1): the status and the body.
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    conn.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, conn.read_to_end(&mut raw))
-        .await
-        .expect("an answer in time")
-        .unwrap();
-    let text = String::from_utf8(raw).expect("UTF-8");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status");
-    (status, body.to_owned())
-}
-
-/// The admin API's `GET /config?node=…&metadata=…`: what a client with that node would be served,
-/// the variant its parameters pick, without connecting one.
+/// `ServerHandle::preview` (the admin API's `GET /config`): what a client with that node would
+/// be served, the variant its parameters pick, without connecting one.
 #[tokio::test]
-async fn the_admin_api_shows_what_a_node_would_receive() {
+async fn a_preview_shows_what_a_node_would_receive() {
+    use envoy_types::pb::envoy::config::core::v3::Node;
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
     let server = server().await;
     server.set(xdsd_core::types::CLUSTER, "c", b"c");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(xdsd_core::admin::serve(
-        listener,
-        server.handle.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    let config = |path: &'static str| async move {
-        let (status, body) = http_get(admin, path).await;
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str::<serde_json::Value>(&body).expect("JSON")
+    let node = |env: Option<&str>| Node {
+        id: "n1".into(),
+        metadata: env.map(|env| Struct {
+            fields: [(
+                "env".to_owned(),
+                Value {
+                    kind: Some(Kind::StringValue(env.into())),
+                },
+            )]
+            .into(),
+        }),
+        ..Default::default()
     };
-    let endpoints = |config: &serde_json::Value| {
-        config["types"]
-            .as_array()
-            .expect("types")
+    let preview = |env: Option<&str>| server.handle.preview(&node(env)).expect("a preview");
+    let of = |types: &[xdsd_core::session::SotwResponse], type_url: &str| {
+        types
             .iter()
-            .find(|t| t["type_url"] == CLUSTER_LOAD_ASSIGNMENT)
-            .map(|t| t["resources"].clone())
-            .expect("the endpoints type")
+            .find(|t| &*t.type_url == type_url)
+            .map(|t| t.resources.iter().cloned().collect::<Vec<_>>())
+            .unwrap_or_else(|| panic!("no {type_url}"))
     };
-    // %7B"env":"prod"%7D
-    let prod = config("/config?node=n1&metadata=%7B%22env%22%3A%22prod%22%7D").await;
-    assert_eq!(prod["node"]["id"], "n1");
-    let e = endpoints(&prod);
-    assert_eq!(e.as_array().map(Vec::len), Some(1), "{prod}");
-    assert_eq!(e[0]["name"], "e");
-    assert!(
-        e[0]["constraints"]
-            .as_str()
-            .is_some_and(|c| c.contains("prod")),
-        "{prod}"
-    );
-    let clusters = prod["types"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["type_url"] == xdsd_core::types::CLUSTER)
-        .expect("clusters");
-    assert_eq!(clusters["resources"][0]["name"], "c");
-    let test = config("/config?node=n1&metadata=%7B%22env%22%3A%22test%22%7D").await;
-    assert!(
-        endpoints(&test)[0]["constraints"]
-            .as_str()
-            .is_some_and(|c| c.contains("test")),
-        "{test}"
-    );
+    let prod = preview(Some("prod"));
+    let e = of(&prod, CLUSTER_LOAD_ASSIGNMENT);
+    assert_eq!(e.len(), 1);
+    assert_eq!(&**e[0].name(), "e");
+    assert!(e[0]
+        .constraints()
+        .is_some_and(|c| c.to_string().contains("prod")));
+    let clusters = of(&prod, xdsd_core::types::CLUSTER);
+    assert_eq!(&**clusters[0].name(), "c");
+    let test = of(&preview(Some("test")), CLUSTER_LOAD_ASSIGNMENT);
+    assert!(test[0]
+        .constraints()
+        .is_some_and(|c| c.to_string().contains("test")));
     // No parameters: no variant matches.
-    let none = config("/config?node=n1").await;
-    assert_eq!(endpoints(&none).as_array().map(Vec::len), Some(0), "{none}");
-    // Bad requests are answered 400.
-    assert_eq!(http_get(admin, "/config").await.0, 400);
-    assert_eq!(
-        http_get(admin, "/config?node=n&metadata=%5B1%5D").await.0,
-        400
-    );
-    assert_eq!(http_get(admin, "/config?node=n&metadata=nope").await.0, 400);
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(WAIT, serving).await;
+    assert!(of(&preview(None), CLUSTER_LOAD_ASSIGNMENT).is_empty());
 }

@@ -100,3 +100,24 @@ async fn config_with_contents_shows_each_resource_as_proto3_json() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("contents"), "{body}");
 }
+
+/// What `GET /config` refuses (moved with the admin API from the core's tests): no node, metadata
+/// that is not a JSON object, a `contents` that is neither 1 nor 0; and a path the API does not
+/// have is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_refuses_a_request_without_a_node_or_with_bad_metadata() {
+    let dir = resources();
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    for path in [
+        "/config",
+        "/config?node=n&metadata=%5B1%5D",
+        "/config?node=n&metadata=nope",
+        "/config?node=n&contents=yes",
+    ] {
+        let (status, body) = get(&xdsd, path).await;
+        assert_eq!(status, 400, "{path}: {body}");
+    }
+    assert_eq!(get(&xdsd, "/nothing").await.0, 404);
+    assert_eq!(get(&xdsd, "/healthz").await.0, 200);
+}

@@ -397,3 +397,64 @@ async fn with_a_gated_rollout_a_rollback_soaks_unless_it_skips_the_canaries() {
         "{history}"
     );
 }
+
+/// GET `path` on a replica's admin API: status and body.
+async fn admin_get(xdsd: &Xdsd, path: &str) -> (u16, String) {
+    let port = xdsd.admin_port().await;
+    let response = crate::support::http_get(("127.0.0.1", port), path, "localhost")
+        .await
+        .expect("the admin API answers");
+    (response.status, response.body)
+}
+
+/// The admin API's `GET /history` answers the rows `xdsd history --output json` prints, and the
+/// status page shows the last changes (revision, author, message, counts); serving a directory,
+/// `/history` is 404 saying there is no history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_and_status_page_show_the_history_of_the_prefix() {
+    let etcd = Etcd::start().await;
+    let dir = basic_resources(Transport::Ads, 9);
+    let first = push(
+        &etcd,
+        &dir.path(),
+        &["--message", "first <one>", "--author", "ana"],
+    )
+    .await;
+    dir.write("endpoints.yaml", &endpoints_yaml("service", 10));
+    let second = push(&etcd, &dir.path(), &["--message", "move", "--author", "bo"]).await;
+    let xdsd_replica = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &[]).await;
+
+    let (status, body) = admin_get(&xdsd_replica, "/history").await;
+    assert_eq!(status, 200, "{body}");
+    let served: Value = serde_json::from_str(&body).expect("JSON");
+    let printed = rows(&etcd).await;
+    assert_eq!(served, Value::Array(printed), "the same rows as the CLI");
+    assert_eq!(served[0]["revision"], second, "{served:#}");
+    assert_eq!(served[0]["author"], "bo", "{served:#}");
+    assert_eq!(served[1]["revision"], first, "{served:#}");
+    assert_eq!(served[1]["message"], "first <one>", "{served:#}");
+    let (status, one) = admin_get(&xdsd_replica, "/history?limit=1").await;
+    assert_eq!(status, 200, "{one}");
+    let one: Value = serde_json::from_str(&one).expect("JSON");
+    assert_eq!(one.as_array().map(Vec::len), Some(1), "{one}");
+    assert_eq!(admin_get(&xdsd_replica, "/history?limit=0").await.0, 400);
+
+    let (status, page) = admin_get(&xdsd_replica, "/?refresh=0").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<table id=\"history\">"), "{page}");
+    assert!(
+        page.contains(&format!("<td class=\"mono\">{second}</td>")),
+        "{page}"
+    );
+    assert!(page.contains("first &lt;one&gt;"), "escaped: {page}");
+    assert!(page.contains("<td>ana</td>"), "{page}");
+    assert!(
+        page.contains("+0 ~1 -0"),
+        "the second push's counts: {page}"
+    );
+
+    let directory = Xdsd::start(&dir.path()).await;
+    let (status, body) = admin_get(&directory, "/history").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("directory"), "{body}");
+}

@@ -1,4 +1,13 @@
-//! `--admin-listen`: the admin HTTP API (see `xdsd_core::inspect`) beside the xDS server.
+//! `--admin-listen`: the admin HTTP API beside the xDS server (`api`), its status page
+//! (`page`), and the fleet view of a CSDS answer that the page and `xdsd status` share
+//! (`fleet`). They read the server through the core's public surface: a `ServerHandle`'s
+//! clients, preview, snapshot, metrics and rollout, the `clients` records, and
+//! `xdsd_core::http` for the listener and its TLS.
+
+pub mod api;
+pub mod fleet;
+pub mod history;
+pub mod page;
 
 use std::net::SocketAddr;
 
@@ -6,9 +15,10 @@ use anyhow::Context;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
-use xdsd_core::inspect::{serve_with_page, AdminTls, PageInfo};
+use xdsd_core::http::HttpTls;
 use xdsd_core::ServerHandle;
 use xdsd_core::TlsOptions;
+use xdsd_etcd::EtcdOptions;
 
 /// The default `--admin-listen`: loopback only, since the API shows every client's node.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:18001";
@@ -45,23 +55,37 @@ pub async fn bind(listen: AdminListen) -> anyhow::Result<Option<tokio::net::TcpL
 }
 
 /// Serves the admin API on `listener` (nothing when it is off), over TLS with `tls`, until
-/// [`Admin::stop`]; its status page says the resources come from `source`.
+/// [`Admin::stop`]; its status page says the resources come from `source`. No history (a
+/// directory, a relay): `/history` answers 404.
 pub fn start(
     listener: Option<tokio::net::TcpListener>,
     tls: Option<TlsOptions>,
     handle: ServerHandle,
     source: String,
 ) -> anyhow::Result<Option<Admin>> {
+    start_with_history(listener, tls, handle, source, None)
+}
+
+/// Serves the admin API on `listener` (nothing when it is off), over TLS with `tls`, until
+/// [`Admin::stop`]; its status page says the resources come from `source`, and with `history`
+/// (an etcd prefix), `/history` and the page read that prefix's history.
+pub fn start_with_history(
+    listener: Option<tokio::net::TcpListener>,
+    tls: Option<TlsOptions>,
+    handle: ServerHandle,
+    source: String,
+    history: Option<EtcdOptions>,
+) -> anyhow::Result<Option<Admin>> {
     let Some(listener) = listener else {
         return Ok(None);
     };
     let tls = tls
-        .map(AdminTls::load)
+        .map(HttpTls::load)
         .transpose()
         .context("cannot set up TLS for the admin API")?;
     let bound = listener.local_addr().context("reading the admin address")?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    info!("admin API listening on {scheme}://{bound} (/ status page, /healthz, /readyz, /clients, /config, /metrics, /rollout)");
+    info!("admin API listening on {scheme}://{bound} (/ status page, /healthz, /readyz, /clients, /config, /metrics, /history, /rollout)");
     if tls.is_none() && !bound.ip().is_loopback() {
         warn!(
             addr = %bound,
@@ -69,13 +93,21 @@ pub fn start(
         );
     }
     let (stop, stopped) = oneshot::channel::<()>();
-    let info = PageInfo {
+    let info = page::PageInfo {
         version: format!("xdsd {}", env!("CARGO_PKG_VERSION")),
         source,
     };
-    let task = tokio::spawn(serve_with_page(listener, handle, tls, info, async move {
-        let _ = stopped.await;
-    }));
+    let history = history.map(history::HistorySource::new);
+    let task = tokio::spawn(api::serve(
+        listener,
+        handle,
+        tls,
+        info,
+        history,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     Ok(Some(Admin { stop, task }))
 }
 

@@ -12,11 +12,10 @@ use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig
 use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
 use serde_json::{json, Value};
 
-use crate::types;
+use xdsd_core::types;
 
 /// Where a client stands with one type, worst last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
 pub enum TypeState {
     /// It ACKed the last response it was sent.
     Synced,
@@ -190,7 +189,7 @@ pub fn split_details(details: &str) -> (String, Vec<String>) {
 /// One client of a CSDS answer as a row.
 pub fn client_row(config: &ClientConfig) -> ClientRow {
     let node = config.node.clone().unwrap_or_default();
-    let version = crate::protocol::user_agent_version(&node);
+    let version = xdsd_core::clients::user_agent_version(&node);
     let agent = [node.user_agent_name.as_str(), version.as_str()]
         .iter()
         .filter(|s| !s.is_empty())
@@ -269,7 +268,6 @@ pub fn columns(rows: &[ClientRow]) -> Vec<String> {
 
 /// How many clients are in each state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct Summary {
     /// Clients counted.
     pub clients: usize,
@@ -370,7 +368,6 @@ pub fn row_json(r: &ClientRow) -> Value {
 /// A gated rollout as the fleet view reads it: from `GET /rollout`'s JSON, which xdsd's CSDS
 /// also carries in its answer's metadata (`xdsd-rollout-bin`).
 #[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
 pub struct RolloutView {
     /// `idle`, `soaking`, `waiting for canaries` or `halted`.
     pub state: String,
@@ -396,7 +393,6 @@ pub struct RolloutView {
 
 /// Which state of a gated rollout a client holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Holds {
     /// Every type the rollout changes at the stable state's version.
     Stable,

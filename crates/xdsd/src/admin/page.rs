@@ -25,14 +25,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use super::clients::{ClientStatus, TypeStatus};
+use serde_json::Value;
+use xdsd_core::clients::{ClientStatus, TypeStatus};
+use xdsd_core::store::Snapshot;
+use xdsd_core::{types, ServerHandle};
+
 use super::fleet::{
     columns, short_type, short_version, ClientRow, NackInfo, RolloutView, Summary, TypeRow,
     TypeState,
 };
-use super::grpc::ServerHandle;
-use crate::store::Snapshot;
-use crate::types;
+use super::history::HistorySource;
 
 /// Clients shown per page of `GET /`.
 pub const PAGE_SIZE: usize = 100;
@@ -53,16 +55,23 @@ pub struct PageInfo {
 struct PageState {
     handle: ServerHandle,
     info: Arc<PageInfo>,
+    /// The etcd prefix's history; None for a directory.
+    history: Option<Arc<HistorySource>>,
 }
 
-/// The page's routes (`/`, `/client`), to merge into the admin router.
-pub fn routes(handle: ServerHandle, info: PageInfo) -> Router {
+/// The changes of the history the page shows.
+pub const HISTORY_ROWS: usize = 10;
+
+/// The page's routes (`/`, `/client`), to merge into the admin router; with `history`, the page
+/// shows the last [`HISTORY_ROWS`] changes of the etcd prefix.
+pub fn routes(handle: ServerHandle, info: PageInfo, history: Option<Arc<HistorySource>>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/client", get(client))
         .with_state(PageState {
             handle,
             info: Arc::new(info),
+            history,
         })
 }
 
@@ -302,8 +311,7 @@ fn clients_table(out: &mut String, rows: &[ClientRow], types: &[String]) {
 }
 
 fn server_section(out: &mut String, state: &PageState) {
-    let ctx = state.handle.context();
-    let snapshot = ctx.store.snapshot();
+    let snapshot = state.handle.snapshot();
     let readiness = if state.handle.serving() {
         "<span class=\"SYNCED\">ready</span>"
     } else if state.handle.shutting_down() {
@@ -402,10 +410,103 @@ async fn index(
     let mut out = String::with_capacity(16 * 1024);
     out.push_str("<h1>xdsd</h1>");
     server_section(&mut out, &state);
+    if let Some(history) = &state.history {
+        let served = served_revisions(&state.handle);
+        history_section(&mut out, history.rows(HISTORY_ROWS).await, &served);
+    }
     clients_section(&mut out, all, &query);
     out.push_str("<h2>Configuration</h2>");
-    graph(&mut out, &state.handle.context().store.snapshot());
+    graph(&mut out, &state.handle.snapshot());
     document("xdsd status", &out)
+}
+
+/// The revisions served, as a gated rollout's state names them: the stable one, and a candidate's
+/// (shared by every replica through the rollout's record). Empty without a rollout.
+fn served_revisions(handle: &ServerHandle) -> Vec<(i64, &'static str)> {
+    let Some(rollout) = handle.rollout() else {
+        return Vec::new();
+    };
+    let status = rollout.status_json();
+    let mut served = Vec::new();
+    for (key, label) in [("stable", "stable"), ("candidate", "canaries")] {
+        if let Some(revision) = status[key]["revision"].as_i64() {
+            served.push((revision, label));
+        }
+    }
+    served
+}
+
+/// The last changes of the etcd prefix (`GET /history`'s rows): revision, age, author, message,
+/// counts, and which revision is served (`served`, from a gated rollout's state).
+fn history_section(out: &mut String, rows: Result<Value, String>, served: &[(i64, &str)]) {
+    out.push_str("<h2>Recent changes</h2>");
+    let rows = match rows {
+        Ok(Value::Array(rows)) => rows,
+        Ok(_) => Vec::new(),
+        Err(e) => {
+            let _ = write!(out, "<p id=\"history\" class=\"NACKED\">{}</p>", escape(&e));
+            return;
+        }
+    };
+    if rows.is_empty() {
+        out.push_str("<p id=\"history\">no change in etcd's history</p>");
+        return;
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    out.push_str(
+        "<table id=\"history\"><tr><th>revision</th><th>age</th><th>author</th>\
+         <th>message</th><th>changes</th><th>rollout</th><th>served</th></tr>",
+    );
+    for row in &rows {
+        let revision = row["revision"].as_i64().unwrap_or(0);
+        let age = row["unix_ms"]
+            .as_u64()
+            .map(|at| age(now_ms.saturating_sub(at) / 1000))
+            .unwrap_or_else(|| "-".into());
+        let kind = row["kind"].as_str().unwrap_or("");
+        let author = row["author"].as_str().unwrap_or("");
+        let message = match (kind, row["message"].as_str().unwrap_or("")) {
+            ("direct write", _) => "direct write".to_owned(),
+            ("rollback", m) => format!(
+                "rollback to {}{}{m}",
+                row["rollback_to"],
+                if m.is_empty() { "" } else { ": " }
+            ),
+            (_, m) => m.to_owned(),
+        };
+        let count = |key: &str| row[key]["count"].as_u64().unwrap_or(0);
+        let marks: Vec<&str> = served
+            .iter()
+            .filter(|(r, _)| *r == revision)
+            .map(|(_, label)| *label)
+            .collect();
+        let _ = write!(
+            out,
+            "<tr class=\"change\"><td class=\"mono\">{revision}</td><td>{age}</td>\
+             <td>{}</td><td>{}</td><td class=\"mono\">+{} ~{} -{}</td><td>{}</td><td>{}</td></tr>",
+            escape(author),
+            escape(message.lines().next().unwrap_or("")),
+            count("added"),
+            count("changed"),
+            count("removed"),
+            escape(row["rollout"].as_str().unwrap_or("")),
+            marks.join(", "),
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// `seconds` as an age: "42s", "5m", "3h", "2d".
+fn age(seconds: u64) -> String {
+    match seconds {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
 }
 
 /// The summary of every client, then the page `?page=N` of those whose node id contains
@@ -851,14 +952,13 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_gated_rollout_shows_its_state() {
-        use crate::rollout::{Cohort, GateConfig, Rollout, Selector};
-        use crate::store::Store;
-        use crate::transport::grpc::XdsServer;
+    #[tokio::test]
+    async fn a_gated_rollout_shows_its_state() {
+        use xdsd_core::{Cohort, GateConfig, Rollout, Selector, Store, XdsServer};
         let store = Store::new();
         let cohort = Cohort::new(vec![Selector::parse("node=canary-*").expect("a selector")]);
-        let rollout = Rollout::unstarted(cohort, GateConfig::default(), store.clone());
+        // Nothing is committed: the gate stays idle whatever its clock does.
+        let rollout = Rollout::new(cohort, GateConfig::default(), store.clone());
         let server = XdsServer::builder(store).rollout(rollout).build().unwrap();
         let state = PageState {
             handle: server.handle(),
@@ -866,6 +966,7 @@ mod tests {
                 version: "xdsd 9.9".into(),
                 source: "directory <d>".into(),
             }),
+            history: None,
         };
         let mut out = String::new();
         server_section(&mut out, &state);
@@ -879,8 +980,38 @@ mod tests {
             &PageState {
                 handle: server.handle(),
                 info: Arc::default(),
+                history: None,
             },
         );
         assert!(!plain.contains("rollout"), "{plain}");
+    }
+
+    #[test]
+    fn the_history_marks_the_served_revisions_and_escapes_what_a_pusher_wrote() {
+        let rows = serde_json::json!([
+            {"revision": 9, "kind": "rollback", "rollback_to": 7, "author": "bo",
+             "message": "<undo>", "unix_ms": 0,
+             "added": {"count": 0}, "changed": {"count": 2}, "removed": {"count": 1},
+             "rollout": "soaking"},
+            {"revision": 7, "kind": "direct write",
+             "added": {"count": 1}, "changed": {"count": 0}, "removed": {"count": 0}},
+        ]);
+        let mut out = String::new();
+        history_section(&mut out, Ok(rows), &[(7, "stable"), (9, "canaries")]);
+        assert!(out.contains("rollback to 7: &lt;undo&gt;"), "{out}");
+        assert!(
+            out.contains("+0 ~2 -1</td><td>soaking</td><td>canaries</td>"),
+            "{out}"
+        );
+        assert!(out.contains("<td>direct write</td>"), "{out}");
+        assert!(
+            out.contains("+1 ~0 -0</td><td></td><td>stable</td>"),
+            "{out}"
+        );
+        let mut failed = String::new();
+        history_section(&mut failed, Err("etcd <down>".into()), &[]);
+        assert!(failed.contains("etcd &lt;down&gt;"), "{failed}");
+        assert_eq!(age(59), "59s");
+        assert_eq!(age(3 * 3600 + 5), "3h");
     }
 }

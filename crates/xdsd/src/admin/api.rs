@@ -5,7 +5,10 @@
 //! - `GET /clients`: the connected clients as JSON (see [`clients_json`]).
 //! - `GET /config?node=ID`: what a client with that node would be served (see [`config_json`]);
 //!   with `&contents=1`, each resource's message too, in proto3 JSON.
-//! - `GET /metrics`: Prometheus metrics, OpenMetrics text (see `metrics`).
+//! - `GET /metrics`: Prometheus metrics, OpenMetrics text (see `xdsd_core::metrics`).
+//! - `GET /history[?limit=N]`: the etcd prefix's history, as `xdsd history --output json` (see
+//!   `history`); 404 when serving a directory.
+//! - `GET /rollout` (and `POST /rollout/promote`, `/rollout/abort`): a gated rollout's state.
 //! - `GET /` and `GET /client?node=ID`: the status page, HTML (see `page`).
 
 use std::collections::HashMap;
@@ -26,26 +29,19 @@ use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as ProtobufValu
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use super::clients::{ClientStatus, TypeStatus};
-use super::conn::Listener;
-use super::csds::{nack_details, resource_status};
-use super::fetch;
-use super::grpc::ServerHandle;
-use super::options::DEFAULT_PREFACE_TIMEOUT;
+use xdsd_core::clients::{nack_details, resource_status, ClientStatus, TypeStatus};
+use xdsd_core::http::{serve_http1, HttpTls};
+use xdsd_core::metrics::CONTENT_TYPE;
+use xdsd_core::session::SotwResponse;
+use xdsd_core::{JsonCodec, ServerHandle};
+
+use super::history::HistorySource;
 use super::page::{self, PageInfo};
-use super::rest::JsonCodec;
-use super::tls::{TlsError, TlsOptions, TlsState};
-use crate::metrics::CONTENT_TYPE;
-use crate::protocol::sotw::{SotwResources, SotwResponse};
 
-/// The admin API's routes over a server's `handle`.
-pub fn router(handle: ServerHandle) -> Router {
-    router_with_page(handle, PageInfo::default())
-}
-
-/// The admin API's routes, the status page saying `info` about the program.
-pub fn router_with_page(handle: ServerHandle, info: PageInfo) -> Router {
-    let page = page::routes(handle.clone(), info);
+/// The admin API's routes over a server's `handle`, the status page saying `info` about the
+/// program.
+pub fn router(handle: ServerHandle, info: PageInfo, history: Option<Arc<HistorySource>>) -> Router {
+    let page = page::routes(handle.clone(), info, history.clone());
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -57,59 +53,24 @@ pub fn router_with_page(handle: ServerHandle, info: PageInfo) -> Router {
         .route("/rollout/abort", post(rollout_abort))
         .with_state(handle)
         .merge(page)
+        .merge(super::history::routes(history))
 }
 
-/// Serves the admin API on `listener` until `signal` completes.
+/// Serves the admin API on `listener` until `signal` completes, over TLS when `tls` is given
+/// (a connection must send its request within the core's preface timeout either way), the status
+/// page saying `info` about the program.
 pub async fn serve(
     listener: TcpListener,
     handle: ServerHandle,
-    signal: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    serve_with(listener, handle, None, signal).await
-}
-
-/// Like [`serve_with`], the status page saying `info` about the program.
-pub async fn serve_with_page(
-    listener: TcpListener,
-    handle: ServerHandle,
-    tls: Option<AdminTls>,
+    tls: Option<HttpTls>,
     info: PageInfo,
+    history: Option<Arc<HistorySource>>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = Listener::new(listener, tls.map(|t| t.0), DEFAULT_PREFACE_TIMEOUT);
-    axum::serve(listener, router_with_page(handle, info))
-        .with_graceful_shutdown(signal)
-        .await
+    serve_http1(listener, tls, router(handle, info, history), signal).await
 }
 
-/// TLS (and with a client CA, mutual TLS) for the admin API: its certificate files are read
-/// again when they change, as on the xDS port. No node is bound to the client's identity here:
-/// with a client CA, any client it signed may read the API.
-#[derive(Clone)]
-pub struct AdminTls(Arc<TlsState>);
-
-impl AdminTls {
-    /// Reads the files; an error if one is missing or wrong.
-    pub fn load(options: TlsOptions) -> Result<AdminTls, TlsError> {
-        TlsState::load_http1(options).map(|state| AdminTls(Arc::new(state)))
-    }
-}
-
-/// Like [`serve`], over TLS when `tls` is given. Either way a connection must send its request
-/// within [`DEFAULT_PREFACE_TIMEOUT`] of connecting (or of its handshake).
-pub async fn serve_with(
-    listener: TcpListener,
-    handle: ServerHandle,
-    tls: Option<AdminTls>,
-    signal: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = Listener::new(listener, tls.map(|t| t.0), DEFAULT_PREFACE_TIMEOUT);
-    axum::serve(listener, router(handle))
-        .with_graceful_shutdown(signal)
-        .await
-}
-
-/// `GET /rollout`: the gated rollout's state (see [`crate::rollout::Rollout::status_json`]).
+/// `GET /rollout`: the gated rollout's state (see `xdsd_core::Rollout::status_json`).
 async fn rollout(State(handle): State<ServerHandle>) -> Response {
     match handle.rollout() {
         Some(r) => json_response(StatusCode::OK, r.status_json()),
@@ -234,7 +195,7 @@ async fn config(
             },
             Some(other) => return bad(format!("contents must be 1 or 0, not {other:?}")),
         };
-    match fetch::preview(handle.context(), &node) {
+    match handle.preview(&node) {
         Ok(types) => {
             let mut body = config_json(&node, &types);
             if let Some(codec) = contents {
@@ -265,10 +226,7 @@ fn add_contents(
         .and_then(Value::as_array_mut)
         .ok_or("no types in the answer")?;
     for (t, listed) in types.iter().zip(listed) {
-        let list: Box<dyn Iterator<Item = &Arc<crate::store::Resource>>> = match &t.resources {
-            SotwResources::All(view) => Box::new(view.iter()),
-            SotwResources::Some(list) => Box::new(list.iter()),
-        };
+        let list = t.resources.iter();
         let response = DiscoveryResponse {
             type_url: t.type_url.to_string(),
             version_info: t.version_info.to_string(),
@@ -322,10 +280,7 @@ pub fn config_json(node: &Node, types: &[SotwResponse]) -> Value {
     let types: Vec<Value> = types
         .iter()
         .map(|t| {
-            let list: Box<dyn Iterator<Item = &Arc<crate::store::Resource>>> = match &t.resources {
-                SotwResources::All(view) => Box::new(view.iter()),
-                SotwResources::Some(list) => Box::new(list.iter()),
-            };
+            let list = t.resources.iter();
             let resources: Vec<Value> = list
                 .map(|r| {
                     json!({

@@ -1,0 +1,135 @@
+//! `GET /history`: the etcd prefix's history as JSON, the same rows as
+//! `xdsd history --output json` (newest first), and the last changes the status page shows. A
+//! directory has no history of its own: 404, saying so.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+use xdsd_etcd::{Etcd, EtcdOptions};
+
+/// Rows `GET /history` answers without `?limit=N`.
+const DEFAULT_LIMIT: usize = crate::history::DEFAULT_LIMIT as usize;
+
+/// The most rows one request may ask for (each is a revision etcd replays).
+pub const MAX_LIMIT: usize = 1000;
+
+/// How long etcd may take to answer a history request.
+const HISTORY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a directory source answers: it has no history of its own.
+const NO_HISTORY: &str = "no history: xdsd serves a directory (--resources), which has none of its own; keep the directory in git and read git's history";
+
+/// How long an answer is reused: the status page reloads every 5 s, and each read replays the
+/// prefix's revisions in etcd.
+const REUSE: Duration = Duration::from_secs(2);
+
+/// The history of the etcd prefix being served: one connection, made at the first request; one
+/// read at a time, its answer reused for [`REUSE`] (so that clients polling the API or the page
+/// cost etcd one replay every 2 s at most).
+pub struct HistorySource {
+    options: EtcdOptions,
+    state: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    etcd: Option<Etcd>,
+    /// The last answer: when, for which limit.
+    last: Option<(Instant, usize, Value)>,
+}
+
+impl HistorySource {
+    /// The history of the prefix `options` name.
+    pub fn new(options: EtcdOptions) -> Arc<HistorySource> {
+        Arc::new(HistorySource {
+            options,
+            state: Mutex::new(Held::default()),
+        })
+    }
+
+    /// The newest `limit` changes as `xdsd history --output json` prints them, or why not.
+    pub async fn rows(&self, limit: usize) -> Result<Value, String> {
+        let mut state = self.state.lock().await;
+        if let Some((at, l, rows)) = &state.last {
+            if *l == limit && at.elapsed() < REUSE {
+                return Ok(rows.clone());
+            }
+        }
+        let read = async {
+            let etcd = match &state.etcd {
+                Some(etcd) => etcd.clone(),
+                None => {
+                    let etcd = Etcd::connect(&self.options)
+                        .await
+                        .map_err(|e| format!("cannot connect to etcd: {e}"))?;
+                    state.etcd = Some(etcd.clone());
+                    etcd
+                }
+            };
+            crate::history::rows(&etcd, limit)
+                .await
+                .map_err(|e| format!("cannot read the history: {e}"))
+        };
+        let rows = tokio::time::timeout(HISTORY_TIMEOUT, read)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "etcd did not answer within {}s",
+                    HISTORY_TIMEOUT.as_secs()
+                ))
+            })?;
+        state.last = Some((Instant::now(), limit, rows.clone()));
+        Ok(rows)
+    }
+}
+
+/// The route `GET /history[?limit=N]`, over the prefix's history (None for a directory).
+pub fn routes(history: Option<Arc<HistorySource>>) -> Router {
+    Router::new()
+        .route("/history", get(history_rows))
+        .with_state(history)
+}
+
+async fn history_rows(
+    State(history): State<Option<Arc<HistorySource>>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(history) = history else {
+        return json_error(StatusCode::NOT_FOUND, NO_HISTORY.into());
+    };
+    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
+        None => DEFAULT_LIMIT,
+        Some(Ok(n)) if (1..=MAX_LIMIT).contains(&n) => n,
+        Some(_) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                format!("limit must be a number from 1 to {MAX_LIMIT}"),
+            )
+        }
+    };
+    match history.rows(limit).await {
+        Ok(rows) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            format!("{rows}\n"),
+        )
+            .into_response(),
+        Err(e) => json_error(StatusCode::BAD_GATEWAY, e),
+    }
+}
+
+fn json_error(status: StatusCode, message: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{}\n", json!({ "error": message })),
+    )
+        .into_response()
+}
