@@ -1,5 +1,6 @@
 //! `xdsd serve`: the wiring of a source (a directory or an etcd prefix) to the store, the gRPC
-//! server, the admin API, the files written for Envoy and a gated rollout, until a signal.
+//! server, the admin API, the files written for Envoy and a gated rollout, until a signal; the
+//! downstream half it shares with `relay` (`serve_downstream`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,12 +11,13 @@ use tracing::{info, warn};
 use xdsd_core::rollout::Rollout;
 use xdsd_core::source::{Feed, Source};
 use xdsd_core::store::Store;
-use xdsd_core::{Metrics, ServerOptions, XdsServer};
+use xdsd_core::{Metrics, ServerOptions, XdsServer, XdsServerBuilder};
 use xdsd_etcd::{EtcdOptions, EtcdSource};
 use xdsd_source::{Descriptors, DirectorySource};
 
 use crate::cli::*;
 use crate::files::{FileUpdates, FileWriter};
+use crate::tls_args::TlsArgs;
 use crate::{admin, files, memory, rest_json};
 
 /// Where `serve` reads its resources.
@@ -182,29 +184,65 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
     let options = options
         .rest_hold(args.rest_hold)
         .max_held_polls(args.max_held_polls);
-    let rest = rest_json::DescriptorJson::new(&descriptors)?;
-    let mut server = XdsServer::builder(store)
-        .options(options)
-        .metrics(metrics)
-        .rest_json(Arc::new(rest));
+    let mut server = XdsServer::builder(store).metrics(metrics);
     if let Some(rollout) = rollout {
         server = server.rollout(rollout);
     }
-    if let Some(tls) = args.tls.options() {
+    let downstream = Downstream {
+        listener,
+        admin_listener,
+        admin_tls: args.admin_tls,
+    };
+    serve_downstream(
+        server,
+        options,
+        &descriptors,
+        &args.tls,
+        downstream,
+        feed,
+        source,
+    )
+    .await
+}
+
+/// Where the downstream side listens: the xDS gRPC server, the admin API (none when off), and
+/// whether the admin API takes the gRPC server's TLS (`--admin-tls`).
+pub(crate) struct Downstream {
+    pub(crate) listener: tokio::net::TcpListener,
+    pub(crate) admin_listener: Option<tokio::net::TcpListener>,
+    pub(crate) admin_tls: bool,
+}
+
+/// What `serve` and `relay` share once their source is loaded: the gRPC server `builder` (its
+/// store, metrics, a rollout or observers set) with `options`, REST's JSON through the Envoy
+/// descriptors and the downstream TLS; `feed` following `source` (ready, gRPC health and
+/// /readyz, while the source is healthy); the admin API; serving until SIGTERM or SIGINT, then
+/// ending open streams within the grace period.
+pub(crate) async fn serve_downstream(
+    builder: XdsServerBuilder,
+    options: ServerOptions,
+    descriptors: &Descriptors,
+    tls: &TlsArgs,
+    downstream: Downstream,
+    feed: Feed,
+    source: Box<dyn xdsd_core::DynSource>,
+) -> anyhow::Result<()> {
+    let rest = rest_json::DescriptorJson::new(descriptors)?;
+    let mut server = builder.options(options).rest_json(Arc::new(rest));
+    if let Some(tls) = tls.options() {
         server = server.tls(tls);
     }
     let server = server.build().context("cannot set up TLS")?;
-    // Ready (gRPC health, /readyz) while the source is healthy.
     let handle = server.handle();
     let described = source.describe();
     tokio::spawn(feed.ready(handle.readiness()).follow(source));
-    let admin_tls = match (args.admin_tls, args.tls.options()) {
+    let admin_tls = match (downstream.admin_tls, tls.options()) {
         (true, Some(options)) => Some(options),
         _ => None,
     };
-    let admin = admin::start(admin_listener, admin_tls, handle, described)?;
+    let admin = admin::start(downstream.admin_listener, admin_tls, handle, described)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut serving = tokio::spawn(server.serve(listener, async move {
+    let mut serving = tokio::spawn(server.serve(downstream.listener, async move {
         let _ = stopped.await;
     }));
     tokio::select! {
