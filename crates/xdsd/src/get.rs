@@ -17,7 +17,8 @@ use prost::Message;
 use xdsd_client::{types, Config, Event, Flavor, Options, Params, Resource, Tls, XdsClient};
 use xdsd_source::{render_resource_document, Descriptors, FileFormat};
 
-/// The options `get` and `watch` share.
+/// The options `get` and `watch` share; each has an environment variable, `XDSD_GET_*` for
+/// both commands (as `status` has `XDSD_STATUS_*`).
 #[derive(clap::Args, Debug)]
 pub(crate) struct ClientArgs {
     /// The resource type: listener, route, cluster, endpoints, secret, runtime, scoped-route,
@@ -31,54 +32,96 @@ pub(crate) struct ClientArgs {
     names: Vec<String>,
 
     /// The xDS server: host:port, or an http:// or https:// URL.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:18000")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:18000",
+        env = "XDSD_GET_SERVER"
+    )]
     server: String,
 
     /// The node id to ask as.
-    #[arg(long, value_name = "ID", default_value = "xdsd-get")]
+    #[arg(
+        long,
+        value_name = "ID",
+        default_value = "xdsd-get",
+        env = "XDSD_GET_NODE"
+    )]
     node: String,
 
     /// The node's cluster.
-    #[arg(long, value_name = "CLUSTER", default_value = "")]
-    cluster: String,
+    #[arg(long, value_name = "CLUSTER", env = "XDSD_GET_CLUSTER")]
+    cluster: Option<String>,
 
     /// A string field of the node's metadata, for servers that choose by it (xdsd matches
-    /// variants against these). Repeatable.
-    #[arg(long = "node-metadata", value_name = "KEY=VALUE", value_parser = key_value)]
+    /// variants against these). Repeatable (the variable holds one).
+    #[arg(
+        long = "node-metadata",
+        value_name = "KEY=VALUE",
+        value_parser = key_value,
+        env = "XDSD_GET_NODE_METADATA"
+    )]
     node_metadata: Vec<(String, String)>,
 
     /// A dynamic parameter (xRFC TP2): sent in the node's dynamic_parameters for TYPE, and with
-    /// each NAME as a resource locator. Repeatable. A variant comes with its "@constraints".
-    #[arg(long = "param", value_name = "KEY=VALUE", value_parser = key_value)]
+    /// each NAME as a resource locator. Repeatable (the variable holds one). A variant comes with its "@constraints".
+    #[arg(
+        long = "param",
+        value_name = "KEY=VALUE",
+        value_parser = key_value,
+        env = "XDSD_GET_PARAM"
+    )]
     params: Vec<(String, String)>,
 
     /// Speak incremental (delta) xDS rather than State of the World.
-    #[arg(long)]
+    #[arg(long, env = "XDSD_GET_DELTA")]
     delta: bool,
 
     /// Use TYPE's own service rather than the aggregated one (ADS).
-    #[arg(long)]
+    #[arg(long, env = "XDSD_GET_PER_TYPE")]
     per_type: bool,
 
     /// How resources are printed: yaml or json (resource-file documents).
-    #[arg(long, value_name = "FORMAT", value_enum, default_value = "yaml")]
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        value_enum,
+        default_value = "yaml",
+        env = "XDSD_GET_OUTPUT"
+    )]
     output: Output,
 
     /// get: how long to wait for the resources (a NAME not sent by then does not exist);
     /// watch: how long a NAME may go unanswered before it is reported as not existing.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::parse_duration)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = crate::parse_duration,
+        env = "XDSD_GET_TIMEOUT"
+    )]
     timeout: Duration,
 
     /// PEM CA certificate(s) to verify the server's certificate with: connects over TLS.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "XDSD_GET_TLS_CA")]
     tls_ca: Option<PathBuf>,
 
     /// PEM client certificate for mutual TLS (with --tls-key).
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        env = "XDSD_GET_TLS_CERT"
+    )]
     tls_cert: Option<PathBuf>,
 
     /// PEM private key of --tls-cert.
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        env = "XDSD_GET_TLS_KEY"
+    )]
     tls_key: Option<PathBuf>,
 }
 
@@ -105,7 +148,7 @@ pub(crate) struct GetArgs {
     /// Write one resource file per resource into DIR (created if missing) rather than print
     /// them: `xdsd check --resources DIR` passes on it and `xdsd serve --resources DIR` serves the same
     /// resources.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", env = "XDSD_GET_OUT")]
     out: Option<PathBuf>,
 }
 
@@ -115,7 +158,7 @@ pub(crate) struct WatchArgs {
     client: ClientArgs,
 
     /// Print the resources added or changed after each update line.
-    #[arg(long)]
+    #[arg(long, env = "XDSD_WATCH_CONTENTS")]
     contents: bool,
 }
 
@@ -148,7 +191,7 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     let params: Params = args.params.iter().cloned().collect();
     let mut node = Node {
         id: args.node.clone(),
-        cluster: args.cluster.clone(),
+        cluster: args.cluster.clone().unwrap_or_default(),
         user_agent_name: "xdsd-get".into(),
         ..Default::default()
     };
