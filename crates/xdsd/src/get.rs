@@ -334,7 +334,15 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
             Event::Rejected { reason, .. } => {
                 last_problem = Some(format!("a response was rejected: {reason}"));
             }
-            Event::Disconnected { reason } => last_problem = Some(reason),
+            Event::Disconnected { reason } => {
+                if let Some(code) = fatal_status(&reason) {
+                    anyhow::bail!(
+                        "{} refused the stream with {code}, which asking again cannot change ({reason})",
+                        c.server
+                    );
+                }
+                last_problem = Some(reason);
+            }
             Event::Connected => connected = true,
         }
     };
@@ -365,6 +373,23 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
         );
     }
     Ok(not_received.is_empty())
+}
+
+/// gRPC statuses that asking again cannot change: the server refused this client (its
+/// credentials, its node) or does not serve this call.
+const FATAL_STATUSES: [&str; 4] = [
+    "PermissionDenied",
+    "Unauthenticated",
+    "Unimplemented",
+    "InvalidArgument",
+];
+
+/// The status a stream ended with, when the client's reason for a disconnection names one of
+/// [`FATAL_STATUSES`] (`the stream ended with PermissionDenied: ...`, as `xdsd_client` says it).
+fn fatal_status(reason: &str) -> Option<&'static str> {
+    let rest = reason.strip_prefix("the stream ended with ")?;
+    let code = rest.split(':').next().unwrap_or(rest).trim();
+    FATAL_STATUSES.into_iter().find(|fatal| *fatal == code)
 }
 
 /// The resources as one resource file: YAML documents separated by `---`, or a JSON list.
@@ -633,6 +658,24 @@ mod tests {
             "no key"
         );
         assert!(parse(&[]).is_err(), "TYPE is required");
+    }
+
+    #[test]
+    fn a_status_that_asking_again_cannot_change_is_fatal_others_are_retried() {
+        assert_eq!(
+            fatal_status("the stream ended with PermissionDenied: node id x is not y"),
+            Some("PermissionDenied")
+        );
+        assert_eq!(
+            fatal_status("the stream ended with Unimplemented"),
+            Some("Unimplemented")
+        );
+        assert_eq!(
+            fatal_status("the stream ended with Unavailable: shutting down"),
+            None
+        );
+        assert_eq!(fatal_status("cannot connect to 127.0.0.1:1: refused"), None);
+        assert_eq!(fatal_status("the server ended the stream"), None);
     }
 
     #[test]
