@@ -327,7 +327,7 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the bound address")?;
     info!(upstream = %args.upstream, "xDS gRPC relay listening on {addr}");
     args.tls.log(addr);
-    let make_before_break = args.make_before_break == OnOff::On;
+    let make_before_break = crate::make_before_break(args.make_before_break);
     let options = ServerOptions::default()
         .max_request_bytes(args.max_request_bytes)
         .max_response_bytes(args.max_response_bytes)

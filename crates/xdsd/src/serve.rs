@@ -158,13 +158,7 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
     info!("xDS gRPC server listening on {addr}");
     args.tls.log(addr);
 
-    let make_before_break = args.make_before_break == OnOff::On;
-    if !make_before_break {
-        warn!(
-            "make-before-break ordering is off: a change that moves traffic between clusters may \
-             fail requests while clients apply it"
-        );
-    }
+    let make_before_break = make_before_break(args.make_before_break);
     let options = ServerOptions::default()
         .max_request_bytes(args.max_request_bytes)
         .max_response_bytes(args.max_response_bytes)
@@ -203,6 +197,18 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
         source,
     )
     .await
+}
+
+/// `--make-before-break` as the server's option, with a warning when it is off (`serve` and
+/// `relay`).
+pub(crate) fn make_before_break(flag: OnOff) -> bool {
+    if flag == OnOff::Off {
+        warn!(
+            "make-before-break ordering is off: a change that moves traffic between clusters may \
+             fail requests while clients apply it"
+        );
+    }
+    flag == OnOff::On
 }
 
 /// Where the downstream side listens: the xDS gRPC server, the admin API (none when off), and
