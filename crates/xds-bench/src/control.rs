@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -20,6 +21,9 @@ pub enum Server {
     XdsdDir,
     /// The xdsd binary serving an etcd prefix, changed by putting a key.
     XdsdEtcd,
+    /// The xdsd binary serving a directory (as `XdsdDir`) with `xdsd relay`s in front of it:
+    /// the clients connect to the relays (S10, S11).
+    XdsdRelay,
     /// The bare-transport limit.
     Limit,
     /// rust-control-plane (bench-peer).
@@ -32,6 +36,7 @@ impl Server {
             Server::Xdsd => "xdsd",
             Server::XdsdDir => "xdsd-dir",
             Server::XdsdEtcd => "xdsd-etcd",
+            Server::XdsdRelay => "xdsd-relay",
             Server::Limit => "limit",
             Server::Peer => "peer",
         }
@@ -41,18 +46,29 @@ impl Server {
             "xdsd" => Server::Xdsd,
             "xdsd-dir" => Server::XdsdDir,
             "xdsd-etcd" => Server::XdsdEtcd,
+            "xdsd-relay" => Server::XdsdRelay,
             "limit" => Server::Limit,
             "peer" => Server::Peer,
-            _ => anyhow::bail!("unknown server {s:?} (xdsd, xdsd-dir, xdsd-etcd, limit, peer)"),
+            _ => anyhow::bail!(
+                "unknown server {s:?} (xdsd, xdsd-dir, xdsd-etcd, xdsd-relay, limit, peer)"
+            ),
         })
     }
     /// Whether it is the xdsd binary behind an adapter (`dirsrc.rs`, `etcdsrc.rs`).
     pub fn runs_the_binary(self) -> bool {
-        matches!(self, Server::XdsdDir | Server::XdsdEtcd)
+        matches!(self, Server::XdsdDir | Server::XdsdEtcd | Server::XdsdRelay)
     }
     pub fn supports_delta(self) -> bool {
         self != Server::Peer
     }
+}
+
+/// How many `xdsd relay`s the next xdsd-relay server starts in front of its xdsd (S11: 10).
+static RELAYS: AtomicUsize = AtomicUsize::new(1);
+
+/// Sets how many relays the next xdsd-relay server starts (the scenarios run one at a time).
+pub fn set_relays(n: usize) {
+    RELAYS.store(n.max(1), Ordering::Relaxed);
 }
 
 pub struct Proc {
@@ -97,6 +113,11 @@ impl Proc {
                     c.arg("--xdsd-bin").arg(bin).arg("--dir").arg(dir);
                     // Extra arguments of `xdsd serve`, for the adapter (see `dirsrc::run`).
                     c.env(crate::dirsrc::XDSD_ARGS_VAR, xdsd_args.join(" "));
+                    // How many relays xdsd-relay starts (`set_relays`).
+                    c.env(
+                        crate::dirsrc::RELAYS_VAR,
+                        RELAYS.load(Ordering::Relaxed).to_string(),
+                    );
                 }
                 c
             }
@@ -177,6 +198,15 @@ impl Proc {
     /// clock just before the request.
     pub async fn promote(&mut self) -> anyhow::Result<u64> {
         self.stdin.write_all(b"promote\n").await?;
+        self.stdin.flush().await?;
+        Ok(self.reply().await?[0])
+    }
+
+    /// The xdsd binary's servers: the bytes of the responses the xdsd that reads the resources
+    /// sent so far (its `xdsd_response_bytes_total`): to its clients directly, or to the relays in
+    /// front of it.
+    pub async fn sent_bytes(&mut self) -> anyhow::Result<u64> {
+        self.stdin.write_all(b"sent\n").await?;
         self.stdin.flush().await?;
         Ok(self.reply().await?[0])
     }

@@ -368,7 +368,23 @@ impl Binary for Adapter {
 /// `--reload full`).
 pub const XDSD_ARGS_VAR: &str = "XDS_BENCH_XDSD_ARGS";
 
-pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
+/// How many relays the xdsd-relay kind starts (set by the harness, `control::set_relays`).
+pub const RELAYS_VAR: &str = "XDS_BENCH_RELAYS";
+
+/// The relays [`RELAYS_VAR`] asks for: 1 when unset or unreadable.
+pub fn relays_wanted() -> usize {
+    std::env::var(RELAYS_VAR)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1usize)
+        .max(1)
+}
+
+/// Serves the directory `dir` with xdsd; with `relays` > 0, starts that many `xdsd relay`s in
+/// front of it (the xdsd-relay kind) and hands the harness their addresses (the clients'
+/// connections go to each in turn) and the first relay's pid (its CPU time and memory are the
+/// row's); `sent` still reads the xdsd that serves the directory, the relays' upstream.
+pub async fn run(xdsd_bin: &Path, dir: &Path, relays: usize) -> anyhow::Result<()> {
     let staging = dir.with_extension("staging");
     for d in [dir, &staging] {
         if d.exists() {
@@ -385,7 +401,22 @@ pub async fn run(xdsd_bin: &Path, dir: &Path) -> anyhow::Result<()> {
         reloads: xdsd.reloads,
         serial: AtomicU64::new(0),
     };
-    serve_commands(&mut adapter, &xdsd.addr, xdsd.pid, &admin).await?;
+    let mut started = Vec::with_capacity(relays);
+    for _ in 0..relays {
+        started.push(start_relay(xdsd_bin, &xdsd.addr).await?);
+    }
+    let (addrs, pid) = match started.first() {
+        Some((_, _, pid)) => {
+            let addrs: Vec<&str> = started.iter().map(|(_, a, _)| a.as_str()).collect();
+            (addrs.join(","), *pid)
+        }
+        None => (xdsd.addr.clone(), xdsd.pid),
+    };
+    serve_commands(&mut adapter, &addrs, pid, &admin).await?;
+    for (mut relay, _, _) in started {
+        let _ = relay.start_kill();
+        let _ = relay.wait().await;
+    }
     let _ = child.start_kill();
     let _ = child.wait().await;
     let _ = std::fs::remove_dir_all(dir);
@@ -445,6 +476,7 @@ pub(crate) async fn serve_commands(
                 format!("ok {now}\n")
             }
             Command::Promote => format!("ok {}\n", promote(admin).await?),
+            Command::Sent => format!("ok {}\n", sent_bytes(admin).await?),
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;
@@ -485,6 +517,79 @@ pub(crate) async fn promote(admin: &str) -> anyhow::Result<u64> {
         "POST /rollout/promote: {status}"
     );
     Ok(at)
+}
+
+/// `GET /metrics` of the admin API at `admin` (`host:port`): the sum of
+/// `xdsd_response_bytes_total` over its types, the bytes of every response xdsd sent.
+pub(crate) async fn sent_bytes(admin: &str) -> anyhow::Result<u64> {
+    use tokio::io::AsyncReadExt;
+    let mut tcp = tokio::net::TcpStream::connect(admin).await?;
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nhost: xdsd\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.lines().next().unwrap_or_default();
+    anyhow::ensure!(status.starts_with("HTTP/1.1 200"), "GET /metrics: {status}");
+    Ok(response_bytes(&answer))
+}
+
+/// The sum of the `xdsd_response_bytes_total` samples of a Prometheus text exposition.
+fn response_bytes(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("xdsd_response_bytes_total"))
+        .filter_map(|l| l.rsplit(' ').next())
+        .filter_map(|v| v.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// Starts `xdsd relay --upstream UPSTREAM --listen 127.0.0.1:0` (its log forwarded to ours) and
+/// waits for its address: its process, address and pid.
+async fn start_relay(
+    xdsd_bin: &Path,
+    upstream: &str,
+) -> anyhow::Result<(tokio::process::Child, String, u32)> {
+    let mut cmd = tokio::process::Command::new(xdsd_bin);
+    cmd.args(["relay", "--upstream", upstream])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "off"])
+        .args(["--log-level", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    die_with_parent(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start {} relay: {e}", xdsd_bin.display()))?;
+    let pid = child.id().ok_or_else(|| anyhow::anyhow!("no pid"))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
+    tokio::spawn(async move {
+        let mut addr_tx = Some(addr_tx);
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("[relay {pid}] {line}");
+            // `xDS gRPC relay listening on ADDR upstream=...`
+            let addr = line
+                .find("listening on ")
+                .and_then(|at| line[at + "listening on ".len()..].split_whitespace().next());
+            if let Some(addr) = addr {
+                if let Some(tx) = addr_tx.take() {
+                    let _ = tx.send(addr.to_owned());
+                }
+            }
+        }
+    });
+    let addr = tokio::time::timeout(Duration::from_secs(60), addr_rx)
+        .await
+        .map_err(|_| anyhow::anyhow!("xdsd relay did not log its address in 60 s"))?
+        .map_err(|_| anyhow::anyhow!("xdsd relay exited at start"))?;
+    Ok((child, addr, pid))
 }
 
 /// A started `xdsd serve`: its process, pid, address, admin API address (`host:port`), and the
@@ -628,6 +733,15 @@ mod tests {
         let j = to_json(cla.type_url, &cla.value).unwrap();
         assert_eq!(j["policy"]["overprovisioning_factor"], 4242);
         assert_eq!(j["cluster_name"], "cluster-00001");
+    }
+
+    #[test]
+    fn response_bytes_sum_every_type() {
+        let metrics = "# HELP xdsd_response_bytes Bytes of the responses sent, by type URL.\n\
+            xdsd_response_bytes_total{type_url=\"a\"} 1200\n\
+            xdsd_response_bytes_total{type_url=\"b\"} 34\n\
+            xdsd_responses_total{type_url=\"a\"} 7\n";
+        assert_eq!(response_bytes(metrics), 1234);
     }
 
     #[test]

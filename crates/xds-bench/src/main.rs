@@ -64,11 +64,13 @@ struct RunArgs {
     /// Small sizes, a few seconds in all (what CI runs).
     #[arg(long)]
     quick: bool,
-    /// Servers to measure, comma-separated: xdsd, xdsd-dir, xdsd-etcd, limit, peer (default:
+    /// Servers to measure, comma-separated: xdsd, xdsd-dir, xdsd-etcd, xdsd-relay, limit, peer (default:
     /// xdsd, limit and, with --peer-bin, peer). xdsd-dir is the xdsd binary serving a directory
     /// of resource files, changed by renaming a file into place; xdsd-etcd the xdsd binary
     /// serving an etcd prefix (an etcd of its own, XDSD_ETCD or /usr/bin/etcd), changed by
-    /// putting a key (both need --xdsd-bin; xdsd-etcd runs two replicas, the connections split between them).
+    /// putting a key; xdsd-relay xdsd-dir with `xdsd relay`s in front of it, the clients connected
+    /// to the relays (S11: ten of them; one otherwise). All three need --xdsd-bin; xdsd-etcd runs
+    /// two replicas, the connections split between them.
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
     /// The bench-peer binary (built from bench-peer/, a separate cargo workspace).
@@ -79,7 +81,10 @@ struct RunArgs {
     xdsd_bin: PathBuf,
     /// Scenarios to run, comma-separated: s1 (with s3, s4), s2, s5, s6, s7 (xdsd-dir only), s8
     /// (S1 through a gated rollout, --canary 10%: the binary's servers only, not by default), s9
-    /// (xdsd-etcd: replica A killed, its clients reconnect to B; not by default).
+    /// (xdsd-etcd: replica A killed, its clients reconnect to B; not by default), s10 (S1
+    /// through one `xdsd relay` against the direct path, with the upstream's bytes per change;
+    /// needs --xdsd-bin; not by default), s11 (--s11-relays relays × --s11-streams streams behind
+    /// one xdsd, a change to every stream; needs --xdsd-bin; not by default).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6,s7")]
     scenarios: Vec<String>,
     /// Where to write results.json, results.md and s1.svg.
@@ -117,6 +122,15 @@ struct RunArgs {
     /// S7 directory sizes in files, comma-separated (xdsd-dir only).
     #[arg(long, value_delimiter = ',')]
     s7_files: Vec<usize>,
+    /// S10 stream counts, comma-separated (default: 1000 and 10000; 20 and 50 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    s10_streams: Vec<usize>,
+    /// S11 relays behind one xdsd.
+    #[arg(long, default_value_t = 10)]
+    s11_relays: usize,
+    /// S11 streams per relay (default: 1000; 10 with --quick).
+    #[arg(long)]
+    s11_streams: Option<usize>,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]
     streams_per_connection: Option<usize>,
@@ -177,6 +191,9 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         s6_streams: or(&a.s6_streams, &[50], &[10_000]),
         s6_groups: a.s6_groups,
         s7_files: or(&a.s7_files, &[200], &[20_000]),
+        s10_streams: or(&a.s10_streams, &[20, 50], &[1000, 10_000]),
+        s11_relays: a.s11_relays,
+        s11_streams: a.s11_streams.unwrap_or(if q { 10 } else { 1000 }),
         sync_timeout_s: if q { 30 } else { 180 },
         change_timeout_s: if q { 15 } else { 60 },
     })
@@ -191,7 +208,11 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             "the peer needs --peer-bin (see scripts/bench)"
         );
     }
-    let xdsd_bin = if plan.servers.iter().any(|s| s.runs_the_binary()) {
+    let relayed = plan
+        .scenarios
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case("s10") || s.eq_ignore_ascii_case("s11"));
+    let xdsd_bin = if relayed || plan.servers.iter().any(|s| s.runs_the_binary()) {
         let bin = std::fs::canonicalize(&a.xdsd_bin).map_err(|e| {
             anyhow::anyhow!(
                 "xdsd-dir needs the xdsd binary at {} ({e}): cargo build --release -p xdsd, or --xdsd-bin",
@@ -259,7 +280,17 @@ fn main() -> anyhow::Result<()> {
             let (Some(bin), Some(dir)) = (xdsd_bin, dir) else {
                 anyhow::bail!("--kind xdsd-dir needs --xdsd-bin and --dir");
             };
-            rt.block_on(dirsrc::run(&bin, &dir))
+            rt.block_on(dirsrc::run(&bin, &dir, 0))
+        }
+        Some(Command::Server {
+            kind: server::ServerKind::XdsdRelay,
+            xdsd_bin,
+            dir,
+        }) => {
+            let (Some(bin), Some(dir)) = (xdsd_bin, dir) else {
+                anyhow::bail!("--kind xdsd-relay needs --xdsd-bin and --dir");
+            };
+            rt.block_on(dirsrc::run(&bin, &dir, dirsrc::relays_wanted()))
         }
         Some(Command::Server {
             kind: server::ServerKind::XdsdEtcd,

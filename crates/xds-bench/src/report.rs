@@ -116,6 +116,38 @@ pub fn markdown(rows: &[Row]) -> String {
         }
         out.push('\n');
     }
+    let relayed: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.scenario == "S10" || r.scenario == "S11")
+        .collect();
+    if !relayed.is_empty() {
+        out.push_str(
+            "### S10, S11 through relays: S1's change, the clients behind `xdsd relay`s
+
+",
+        );
+        out.push_str("Convergence = from the change written to the last client having it, per change (ms); CPU is the first relay's (S10's xdsd-dir: xdsd's), KiB sent what the clients received; the upstream's bytes per change are in the notes.
+
+");
+        out.push_str("| scenario | server | streams | conns | p50 | p90 | p99 | max | changes | CPU ms/change | KiB sent/change | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in &relayed {
+            let [a, b, c, d] = ms(&r.conv_ms);
+            let per = r.changes.max(1) as f64;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {a} | {b} | {c} | {d} | {} | {:.1} | {:.0} | {} |",
+                r.scenario,
+                r.server,
+                r.streams,
+                r.connections,
+                r.changes,
+                r.change_cpu_s * 1e3 / per,
+                r.bytes as f64 / 1024.0 / per,
+                note(r)
+            );
+        }
+        out.push('\n');
+    }
     let s2: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S2").collect();
     if !s2.is_empty() {
         out.push_str("### S2 large state: one Cluster changes; SotW resends every cluster, delta only the changed one\n\n");

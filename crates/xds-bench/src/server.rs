@@ -58,6 +58,8 @@ pub enum ServerKind {
     XdsdDir,
     /// The xdsd binary serving an etcd prefix (see `etcdsrc.rs`).
     XdsdEtcd,
+    /// The xdsd binary serving a directory with relays in front of it (see `dirsrc.rs`).
+    XdsdRelay,
 }
 
 pub fn unhex(s: &str) -> anyhow::Result<Vec<u8>> {
@@ -82,6 +84,8 @@ pub enum Command<'a> {
     Kill(usize),
     /// xdsd's binary: promote the gated rollout's candidate now (S8).
     Promote,
+    /// xdsd's binary: the response bytes it sent so far (S10, S11).
+    Sent,
     Quit,
 }
 
@@ -109,6 +113,7 @@ impl<'a> Command<'a> {
                     .ok_or_else(|| anyhow::anyhow!("kill: no replica number"))?,
             ),
             Some("promote") => Command::Promote,
+            Some("sent") => Command::Sent,
             Some("quit") => Command::Quit,
             _ => anyhow::bail!("unknown command: {line}"),
         })
@@ -210,6 +215,7 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
         }
         ServerKind::XdsdDir => anyhow::bail!("xdsd-dir runs through dirsrc::run"),
         ServerKind::XdsdEtcd => anyhow::bail!("xdsd-etcd runs through etcdsrc::run"),
+        ServerKind::XdsdRelay => anyhow::bail!("xdsd-relay runs through dirsrc::run"),
         ServerKind::Limit => {
             let limit = Arc::new(Limit::new());
             let svc = LimitService(limit.clone());
@@ -289,6 +295,7 @@ pub async fn run(kind: ServerKind) -> anyhow::Result<()> {
             }
             Command::Kill(_) => anyhow::bail!("kill: only xdsd-etcd has replicas"),
             Command::Promote => anyhow::bail!("promote: only xdsd's binary runs a gated rollout"),
+            Command::Sent => anyhow::bail!("sent: only xdsd's binary is counted"),
             Command::Quit => break,
         };
         stdout.write_all(reply.as_bytes()).await?;

@@ -17,7 +17,8 @@ use prost::Message;
 use xdsd_client::{types, Config, Event, Flavor, Options, Params, Resource, Tls, XdsClient};
 use xdsd_source::{render_resource_document, Descriptors, FileFormat};
 
-/// The options `get` and `watch` share.
+/// The options `get` and `watch` share; each has an environment variable, `XDSD_GET_*` for
+/// both commands (as `status` has `XDSD_STATUS_*`).
 #[derive(clap::Args, Debug)]
 pub(crate) struct ClientArgs {
     /// The resource type: listener, route, cluster, endpoints, secret, runtime, scoped-route,
@@ -31,54 +32,96 @@ pub(crate) struct ClientArgs {
     names: Vec<String>,
 
     /// The xDS server: host:port, or an http:// or https:// URL.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:18000")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:18000",
+        env = "XDSD_GET_SERVER"
+    )]
     server: String,
 
     /// The node id to ask as.
-    #[arg(long, value_name = "ID", default_value = "xdsd-get")]
+    #[arg(
+        long,
+        value_name = "ID",
+        default_value = "xdsd-get",
+        env = "XDSD_GET_NODE"
+    )]
     node: String,
 
     /// The node's cluster.
-    #[arg(long, value_name = "CLUSTER", default_value = "")]
-    cluster: String,
+    #[arg(long, value_name = "CLUSTER", env = "XDSD_GET_CLUSTER")]
+    cluster: Option<String>,
 
     /// A string field of the node's metadata, for servers that choose by it (xdsd matches
-    /// variants against these). Repeatable.
-    #[arg(long = "node-metadata", value_name = "KEY=VALUE", value_parser = key_value)]
+    /// variants against these). Repeatable (the variable holds one).
+    #[arg(
+        long = "node-metadata",
+        value_name = "KEY=VALUE",
+        value_parser = key_value,
+        env = "XDSD_GET_NODE_METADATA"
+    )]
     node_metadata: Vec<(String, String)>,
 
     /// A dynamic parameter (xRFC TP2): sent in the node's dynamic_parameters for TYPE, and with
-    /// each NAME as a resource locator. Repeatable. A variant comes with its "@constraints".
-    #[arg(long = "param", value_name = "KEY=VALUE", value_parser = key_value)]
+    /// each NAME as a resource locator. Repeatable (the variable holds one). A variant comes with its "@constraints".
+    #[arg(
+        long = "param",
+        value_name = "KEY=VALUE",
+        value_parser = key_value,
+        env = "XDSD_GET_PARAM"
+    )]
     params: Vec<(String, String)>,
 
     /// Speak incremental (delta) xDS rather than State of the World.
-    #[arg(long)]
+    #[arg(long, env = "XDSD_GET_DELTA")]
     delta: bool,
 
     /// Use TYPE's own service rather than the aggregated one (ADS).
-    #[arg(long)]
+    #[arg(long, env = "XDSD_GET_PER_TYPE")]
     per_type: bool,
 
     /// How resources are printed: yaml or json (resource-file documents).
-    #[arg(long, value_name = "FORMAT", value_enum, default_value = "yaml")]
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        value_enum,
+        default_value = "yaml",
+        env = "XDSD_GET_OUTPUT"
+    )]
     output: Output,
 
     /// get: how long to wait for the resources (a NAME not sent by then does not exist);
     /// watch: how long a NAME may go unanswered before it is reported as not existing.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::parse_duration)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = crate::parse_duration,
+        env = "XDSD_GET_TIMEOUT"
+    )]
     timeout: Duration,
 
     /// PEM CA certificate(s) to verify the server's certificate with: connects over TLS.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "XDSD_GET_TLS_CA")]
     tls_ca: Option<PathBuf>,
 
     /// PEM client certificate for mutual TLS (with --tls-key).
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        env = "XDSD_GET_TLS_CERT"
+    )]
     tls_cert: Option<PathBuf>,
 
     /// PEM private key of --tls-cert.
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        env = "XDSD_GET_TLS_KEY"
+    )]
     tls_key: Option<PathBuf>,
 }
 
@@ -105,7 +148,7 @@ pub(crate) struct GetArgs {
     /// Write one resource file per resource into DIR (created if missing) rather than print
     /// them: `xdsd check --resources DIR` passes on it and `xdsd serve --resources DIR` serves the same
     /// resources.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", env = "XDSD_GET_OUT")]
     out: Option<PathBuf>,
 }
 
@@ -115,7 +158,7 @@ pub(crate) struct WatchArgs {
     client: ClientArgs,
 
     /// Print the resources added or changed after each update line.
-    #[arg(long)]
+    #[arg(long, env = "XDSD_WATCH_CONTENTS")]
     contents: bool,
 }
 
@@ -148,7 +191,7 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     let params: Params = args.params.iter().cloned().collect();
     let mut node = Node {
         id: args.node.clone(),
-        cluster: args.cluster.clone(),
+        cluster: args.cluster.clone().unwrap_or_default(),
         user_agent_name: "xdsd-get".into(),
         ..Default::default()
     };
@@ -291,7 +334,15 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
             Event::Rejected { reason, .. } => {
                 last_problem = Some(format!("a response was rejected: {reason}"));
             }
-            Event::Disconnected { reason } => last_problem = Some(reason),
+            Event::Disconnected { reason } => {
+                if let Some(code) = fatal_status(&reason) {
+                    anyhow::bail!(
+                        "{} refused the stream with {code}, which asking again cannot change ({reason})",
+                        c.server
+                    );
+                }
+                last_problem = Some(reason);
+            }
             Event::Connected => connected = true,
         }
     };
@@ -322,6 +373,23 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
         );
     }
     Ok(not_received.is_empty())
+}
+
+/// gRPC statuses that asking again cannot change: the server refused this client (its
+/// credentials, its node) or does not serve this call.
+const FATAL_STATUSES: [&str; 4] = [
+    "PermissionDenied",
+    "Unauthenticated",
+    "Unimplemented",
+    "InvalidArgument",
+];
+
+/// The status a stream ended with, when the client's reason for a disconnection names one of
+/// [`FATAL_STATUSES`] (`the stream ended with PermissionDenied: ...`, as `xdsd_client` says it).
+fn fatal_status(reason: &str) -> Option<&'static str> {
+    let rest = reason.strip_prefix("the stream ended with ")?;
+    let code = rest.split(':').next().unwrap_or(rest).trim();
+    FATAL_STATUSES.into_iter().find(|fatal| *fatal == code)
 }
 
 /// The resources as one resource file: YAML documents separated by `---`, or a JSON list.
@@ -590,6 +658,24 @@ mod tests {
             "no key"
         );
         assert!(parse(&[]).is_err(), "TYPE is required");
+    }
+
+    #[test]
+    fn a_status_that_asking_again_cannot_change_is_fatal_others_are_retried() {
+        assert_eq!(
+            fatal_status("the stream ended with PermissionDenied: node id x is not y"),
+            Some("PermissionDenied")
+        );
+        assert_eq!(
+            fatal_status("the stream ended with Unimplemented"),
+            Some("Unimplemented")
+        );
+        assert_eq!(
+            fatal_status("the stream ended with Unavailable: shutting down"),
+            None
+        );
+        assert_eq!(fatal_status("cannot connect to 127.0.0.1:1: refused"), None);
+        assert_eq!(fatal_status("the server ended the stream"), None);
     }
 
     #[test]

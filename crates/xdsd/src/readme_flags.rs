@@ -1,7 +1,7 @@
 //! The README's option tables are checked against the CLI definitions: every option of `serve`,
 //! `check` and `render` has a row in the first table naming its flag, its environment variable
-//! and its default, every option of `status` one in the `status` table, and every row names an
-//! option that exists. On a mismatch the test prints the rows it expects
+//! and its default, every option of `status`, of `relay` and of `get` and `watch` (one table for
+//! both) one in its own table, and every row names an option that exists. On a mismatch the test prints the rows it expects
 //! (flag, variable, default), so the table is regenerated from clap's definitions.
 
 use std::collections::BTreeMap;
@@ -108,6 +108,19 @@ fn the_readme_option_table_lists_every_flag_with_its_variable_and_default() {
     check_table(
         &["serve", "check", "render"],
         "| option | variable | default | |",
+    );
+}
+
+#[test]
+fn the_readme_relay_table_lists_every_flag_of_relay_with_its_variable_and_default() {
+    check_table(&["relay"], "| relay option | variable | default | |");
+}
+
+#[test]
+fn the_readme_get_and_watch_table_lists_every_flag_of_both_with_its_variable_and_default() {
+    check_table(
+        &["get", "watch"],
+        "| get / watch option | variable | default | |",
     );
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use envoy_types::pb::envoy::config::core::v3::Node;
-use tracing::{info, warn};
+use tracing::info;
 use xdsd_core::defaults::DEFAULT_MAX_CONNECTIONS;
 use xdsd_core::source::{Feed, Source};
 use xdsd_core::store::{ReferencePolicy, Store};
@@ -17,7 +17,10 @@ use xdsd_core::{ServerOptions, XdsServer};
 use xdsd_relay::{relay, AggregateBy, RelayOptions};
 use xdsd_source::Descriptors;
 
-use crate::{admin, bind_error, parse_duration, request_bytes, response_bytes, OnOff};
+use crate::{
+    admin, bind_error, parse_duration, request_bytes, response_bytes, serve_downstream, Downstream,
+    OnOff,
+};
 
 /// `xdsd relay`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -324,7 +327,7 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the bound address")?;
     info!(upstream = %args.upstream, "xDS gRPC relay listening on {addr}");
     args.tls.log(addr);
-    let make_before_break = args.make_before_break == OnOff::On;
+    let make_before_break = crate::make_before_break(args.make_before_break);
     let options = ServerOptions::default()
         .max_request_bytes(args.max_request_bytes)
         .max_response_bytes(args.max_response_bytes)
@@ -333,45 +336,30 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
         .make_before_break(make_before_break)
         .ack_wait(args.ack_wait);
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
-    let rest = crate::rest_json::DescriptorJson::new(&descriptors)?;
-    let mut server = XdsServer::builder(store)
-        .options(options)
+    let server = XdsServer::builder(store)
         .metrics(metrics)
-        .rest_json(Arc::new(rest))
         .observer(Arc::new(observer));
-    if let Some(tls) = args.tls.options() {
-        server = server.tls(tls);
-    }
-    let server = server.build().context("cannot set up TLS")?;
-    let handle = server.handle();
-    let described = source.describe();
-    tokio::spawn(feed.ready(handle.readiness()).follow(source));
-    let admin = admin::start(admin_listener, None, handle, described)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut serving = tokio::spawn(server.serve(listener, async move {
-        let _ = stopped.await;
-    }));
-    tokio::select! {
-        result = &mut serving => {
-            return match result {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(e).context("the gRPC server failed"),
-                Err(e) => Err(e).context("the gRPC server task failed"),
-            };
-        }
-        signal = crate::shutdown_signal() => info!("{signal} received: shutting down, ending open streams"),
-    }
-    let _ = stop.send(());
-    if let Err(e) = serving.await {
-        warn!("the gRPC server task ended abnormally while stopping: {e}");
-    }
+    let downstream = Downstream {
+        listener,
+        admin_listener,
+        admin_tls: false,
+        history: None,
+    };
+    let source: Box<dyn xdsd_core::DynSource> = Box::new(source);
+    serve_downstream(
+        server,
+        options,
+        &descriptors,
+        &args.tls,
+        downstream,
+        feed,
+        source,
+    )
+    .await?;
     info!(
         upstream_connected = relay_metrics.upstream_connected(),
         cache_entries = relay_metrics.cache_entries(),
         "stopped"
     );
-    if let Some(admin) = admin {
-        admin.stop().await;
-    }
     Ok(())
 }

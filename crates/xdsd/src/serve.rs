@@ -1,5 +1,6 @@
 //! `xdsd serve`: the wiring of a source (a directory or an etcd prefix) to the store, the gRPC
-//! server, the admin API, the files written for Envoy and a gated rollout, until a signal.
+//! server, the admin API, the files written for Envoy and a gated rollout, until a signal; the
+//! downstream half it shares with `relay` (`serve_downstream`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,12 +11,13 @@ use tracing::{info, warn};
 use xdsd_core::rollout::Rollout;
 use xdsd_core::source::{Feed, Source};
 use xdsd_core::store::Store;
-use xdsd_core::{Metrics, ServerOptions, XdsServer};
+use xdsd_core::{Metrics, ServerOptions, XdsServer, XdsServerBuilder};
 use xdsd_etcd::{EtcdOptions, EtcdSource};
 use xdsd_source::{Descriptors, DirectorySource};
 
 use crate::cli::*;
 use crate::files::{FileUpdates, FileWriter};
+use crate::tls_args::TlsArgs;
 use crate::{admin, files, memory, rest_json};
 
 /// Where `serve` reads its resources.
@@ -161,13 +163,7 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
     info!("xDS gRPC server listening on {addr}");
     args.tls.log(addr);
 
-    let make_before_break = args.make_before_break == OnOff::On;
-    if !make_before_break {
-        warn!(
-            "make-before-break ordering is off: a change that moves traffic between clusters may \
-             fail requests while clients apply it"
-        );
-    }
+    let make_before_break = make_before_break(args.make_before_break);
     let options = ServerOptions::default()
         .max_request_bytes(args.max_request_bytes)
         .max_response_bytes(args.max_response_bytes)
@@ -187,29 +183,86 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
     let options = options
         .rest_hold(args.rest_hold)
         .max_held_polls(args.max_held_polls);
-    let rest = rest_json::DescriptorJson::new(&descriptors)?;
-    let mut server = XdsServer::builder(store)
-        .options(options)
-        .metrics(metrics)
-        .rest_json(Arc::new(rest));
+    let mut server = XdsServer::builder(store).metrics(metrics);
     if let Some(rollout) = rollout {
         server = server.rollout(rollout);
     }
-    if let Some(tls) = args.tls.options() {
+    let downstream = Downstream {
+        listener,
+        admin_listener,
+        admin_tls: args.admin_tls,
+        history,
+    };
+    serve_downstream(
+        server,
+        options,
+        &descriptors,
+        &args.tls,
+        downstream,
+        feed,
+        source,
+    )
+    .await
+}
+
+/// `--make-before-break` as the server's option, with a warning when it is off (`serve` and
+/// `relay`).
+pub(crate) fn make_before_break(flag: OnOff) -> bool {
+    if flag == OnOff::Off {
+        warn!(
+            "make-before-break ordering is off: a change that moves traffic between clusters may \
+             fail requests while clients apply it"
+        );
+    }
+    flag == OnOff::On
+}
+
+/// Where the downstream side listens: the xDS gRPC server, the admin API (none when off), and
+/// whether the admin API takes the gRPC server's TLS (`--admin-tls`).
+pub(crate) struct Downstream {
+    pub(crate) listener: tokio::net::TcpListener,
+    pub(crate) admin_listener: Option<tokio::net::TcpListener>,
+    pub(crate) admin_tls: bool,
+    /// The etcd prefix served, whose history `/history` and the status page read.
+    pub(crate) history: Option<xdsd_etcd::EtcdOptions>,
+}
+
+/// What `serve` and `relay` share once their source is loaded: the gRPC server `builder` (its
+/// store, metrics, a rollout or observers set) with `options`, REST's JSON through the Envoy
+/// descriptors and the downstream TLS; `feed` following `source` (ready, gRPC health and
+/// /readyz, while the source is healthy); the admin API; serving until SIGTERM or SIGINT, then
+/// ending open streams within the grace period.
+pub(crate) async fn serve_downstream(
+    builder: XdsServerBuilder,
+    options: ServerOptions,
+    descriptors: &Descriptors,
+    tls: &TlsArgs,
+    downstream: Downstream,
+    feed: Feed,
+    source: Box<dyn xdsd_core::DynSource>,
+) -> anyhow::Result<()> {
+    let rest = rest_json::DescriptorJson::new(descriptors)?;
+    let mut server = builder.options(options).rest_json(Arc::new(rest));
+    if let Some(tls) = tls.options() {
         server = server.tls(tls);
     }
     let server = server.build().context("cannot set up TLS")?;
-    // Ready (gRPC health, /readyz) while the source is healthy.
     let handle = server.handle();
     let described = source.describe();
     tokio::spawn(feed.ready(handle.readiness()).follow(source));
-    let admin_tls = match (args.admin_tls, args.tls.options()) {
+    let admin_tls = match (downstream.admin_tls, tls.options()) {
         (true, Some(options)) => Some(options),
         _ => None,
     };
-    let admin = admin::start_with_history(admin_listener, admin_tls, handle, described, history)?;
+    let admin = admin::start(
+        downstream.admin_listener,
+        admin_tls,
+        handle,
+        described,
+        downstream.history,
+    )?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut serving = tokio::spawn(server.serve(listener, async move {
+    let mut serving = tokio::spawn(server.serve(downstream.listener, async move {
         let _ = stopped.await;
     }));
     tokio::select! {

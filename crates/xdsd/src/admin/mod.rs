@@ -55,21 +55,9 @@ pub async fn bind(listen: AdminListen) -> anyhow::Result<Option<tokio::net::TcpL
 }
 
 /// Serves the admin API on `listener` (nothing when it is off), over TLS with `tls`, until
-/// [`Admin::stop`]; its status page says the resources come from `source`. No history (a
-/// directory, a relay): `/history` answers 404.
-pub fn start(
-    listener: Option<tokio::net::TcpListener>,
-    tls: Option<TlsOptions>,
-    handle: ServerHandle,
-    source: String,
-) -> anyhow::Result<Option<Admin>> {
-    start_with_history(listener, tls, handle, source, None)
-}
-
-/// Serves the admin API on `listener` (nothing when it is off), over TLS with `tls`, until
 /// [`Admin::stop`]; its status page says the resources come from `source`, and with `history`
 /// (an etcd prefix), `/history` and the page read that prefix's history.
-pub fn start_with_history(
+pub fn start(
     listener: Option<tokio::net::TcpListener>,
     tls: Option<TlsOptions>,
     handle: ServerHandle,

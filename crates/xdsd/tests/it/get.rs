@@ -288,8 +288,16 @@ async fn get_against_rust_control_plane_over_sotw() {
     assert!(text(&out.stderr).contains("cluster \"nope\" does not exist"));
 }
 
-#[tokio::test]
-async fn get_speaks_mutual_tls_as_the_node_its_certificate_names() {
+/// An xdsd over mutual TLS serving CLUSTERS, and the TLS arguments of `get` as the client
+/// certificate of node `edge-1` (the PKI and the directory live as long as the server needs).
+struct MutualTls {
+    server: Xdsd,
+    tls: Vec<String>,
+    _pki: crate::pki::Pki,
+    _dir: ResourceDir,
+}
+
+async fn mutual_tls() -> MutualTls {
     use crate::pki::{Id, Pki};
     let pki = Pki::new();
     let server_pair = pki.server("server", 1);
@@ -306,25 +314,57 @@ async fn get_speaks_mutual_tls_as_the_node_its_certificate_names() {
         &["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca],
     )
     .await;
-    let (client_cert, client_key) = (path(&client_pair.cert), path(&client_pair.key));
-    let tls = [
-        "--tls-ca",
-        ca.as_str(),
-        "--tls-cert",
-        client_cert.as_str(),
-        "--tls-key",
-        client_key.as_str(),
+    let tls = vec![
+        "--tls-ca".to_owned(),
+        ca,
+        "--tls-cert".to_owned(),
+        path(&client_pair.cert),
+        "--tls-key".to_owned(),
+        path(&client_pair.key),
     ];
-    let mut args = tls.to_vec();
+    MutualTls {
+        server,
+        tls,
+        _pki: pki,
+        _dir: dir,
+    }
+}
+
+#[tokio::test]
+async fn get_speaks_mutual_tls_as_the_node_its_certificate_names() {
+    let m = mutual_tls().await;
+    let mut args: Vec<&str> = m.tls.iter().map(String::as_str).collect();
     args.extend(["--node", "edge-1", "cluster", "alpha"]);
-    let out = get(&server, &args).await;
+    let out = get(&m.server, &args).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(names(&text(&out.stdout)), vec!["alpha"]);
     // A node the certificate may not claim is refused, and get says why.
-    let mut args = tls.to_vec();
+    let mut args: Vec<&str> = m.tls.iter().map(String::as_str).collect();
     args.extend(["--node", "someone-else", "--timeout", "3s", "cluster"]);
-    let out = get(&server, &args).await;
+    let out = get(&m.server, &args).await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("PermissionDenied"), "{stderr}");
+}
+
+#[tokio::test]
+async fn get_stops_at_once_on_a_status_that_asking_again_cannot_change() {
+    let m = mutual_tls().await;
+    // A node the certificate may not claim: PermissionDenied on every attempt. With a timeout
+    // longer than the test's deadline, only stopping at the first refusal passes.
+    let mut args: Vec<&str> = m.tls.iter().map(String::as_str).collect();
+    args.extend(["--node", "someone-else", "--timeout", "60m", "cluster"]);
+    let started = std::time::Instant::now();
+    let out = get(&m.server, &args).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("refused the stream with PermissionDenied"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < DEADLINE / 2,
+        "stopped after {:?}",
+        started.elapsed()
+    );
 }
