@@ -16,7 +16,7 @@ use xdsd_core::defaults::DEFAULT_MAX_REQUEST_BYTES;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 use xdsd_core::ServerOptions;
 
-use crate::common::{node, raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
+use crate::support::{node, raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
 
 const MIB: usize = 1024 * 1024;
 
@@ -214,7 +214,7 @@ fn six_megabytes(server: &Server) -> Vec<String> {
     server
         .store
         .apply(names.iter().map(|n| {
-            xdsd_core::store::Change::Set(crate::common::input(CLUSTER_LOAD_ASSIGNMENT, n, &body))
+            xdsd_core::store::Change::Set(crate::support::input(CLUSTER_LOAD_ASSIGNMENT, n, &body))
         }))
         .unwrap();
     names
@@ -485,7 +485,7 @@ async fn unfinished_requests_are_bounded_per_connection_and_in_total() {
     )
     .await;
     server.set(CLUSTER, "c", b"c");
-    let first = crate::common::connect(server.addr).await;
+    let first = crate::support::connect(server.addr).await;
     // Three streams each send 1 MiB of a 3.9 MB message and stop: the third would take the
     // connection past 2.5 MiB.
     let mut streams = Vec::new();
@@ -512,7 +512,7 @@ async fn unfinished_requests_are_bounded_per_connection_and_in_total() {
 
     // Another connection: its first 1 MiB fits in the total (2 + 1 MiB held), its second would
     // take the server past 4 MiB.
-    let second = crate::common::connect(server.addr).await;
+    let second = crate::support::connect(server.addr).await;
     let mut more = Vec::new();
     for _ in 0..2 {
         let (tx, response) = raw_body_stream(&second).await;
@@ -543,7 +543,7 @@ async fn unfinished_requests_are_bounded_per_connection_and_in_total() {
     drop(first);
     drop(second);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let third = crate::common::connect(server.addr).await;
+    let third = crate::support::connect(server.addr).await;
     let (tx, response) = raw_body_stream(&third).await;
     tx.send(Ok(http_body::Frame::data(partial_message(
         3_900_000,
@@ -584,7 +584,7 @@ async fn eds_names_on(
 async fn subscribed_names_are_bounded_per_connection_and_in_total() {
     let server = Server::start_with(ServerOptions::default().max_names(5, 8)).await;
     server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"endpoints-of-a");
-    let first = crate::common::connect(server.addr).await;
+    let first = crate::support::connect(server.addr).await;
     let kept = eds_names_on(&first, 3).await.expect("3 names fit");
     let over = eds_names_on(&first, 3)
         .await
@@ -598,7 +598,7 @@ async fn subscribed_names_are_bounded_per_connection_and_in_total() {
     // The refused stream gave its names back: 2 more still fit on the connection.
     let _two = eds_names_on(&first, 2).await.expect("5 on the connection");
     // Another connection: 3 fit (8 in all), one more name is over the total.
-    let second = crate::common::connect(server.addr).await;
+    let second = crate::support::connect(server.addr).await;
     let _three = eds_names_on(&second, 3).await.expect("8 in total");
     let over = eds_names_on(&second, 1).await.expect_err("9 in total");
     assert_eq!(over.code(), Code::ResourceExhausted);

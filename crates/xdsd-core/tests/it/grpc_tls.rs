@@ -33,8 +33,8 @@ use xdsd_core::NodeIdentityRules;
 use xdsd_core::XdsServer;
 use xdsd_core::{identity_of, TlsOptions};
 
-use crate::common::pki::{replace, Id, Pair, Pki};
-use crate::common::{input, WAIT};
+use crate::support::{input, WAIT};
+use xdsd_testsupport::pki::{replace, Id, Pair, Pki};
 
 const SPIFFE_NODE_1: &str = "spiffe://example.org/ns/test/sa/node-1";
 

@@ -11,10 +11,11 @@ use serde_json::Value;
 
 use crate::envoy_rollout::{post, wait_rollout};
 use crate::etcd::{etcdctl_put, PREFIX};
-use crate::etcd_support::Etcd;
 use crate::support::ads::{self, AdsStream};
 use crate::support::scenario::static_cluster_yaml;
 use crate::support::{unique_name, Xdsd, CLUSTER, DEADLINE};
+use xdsd_testsupport::etcd::Etcd;
+use xdsd_testsupport::rollout::{is, RolloutState};
 
 const GATED: &[&str] = &["--canary", "cluster=canary", "--canary-soak", "600m"];
 
@@ -123,7 +124,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         .nack(CLUSTER, &nacked, "v2 is refused by canary-a")
         .await
         .expect("NACK sent");
-    let on_b = wait_rollout(admin_b, "halted", |r| r["state"] == "halted").await;
+    let on_b = wait_rollout(admin_b, "halted", |r| is(r, RolloutState::Halted)).await;
     assert_eq!(on_b["halt"]["node"], canary_a.id.as_str(), "{on_b:#}");
     assert_eq!(
         on_b["halt"]["message"], "v2 is refused by canary-a",
@@ -137,7 +138,11 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         .next_is("v1", "A's canary is rolled back to the stable state")
         .await;
     let halted = record(&etcd).await;
-    assert_eq!(halted["state"], "halted", "{halted:#}");
+    assert_eq!(
+        RolloutState::of(&halted),
+        RolloutState::Halted,
+        "{halted:#}"
+    );
     assert_eq!(halted["halt"]["node"], canary_a.id.as_str(), "{halted:#}");
 
     // 2. A good change, promoted on A by an operator: B promotes it too; its prod client's first
@@ -147,7 +152,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         .next_is("v3", "the next change starts a new rollout")
         .await;
     canary_b.next_is("v3", "on B too").await;
-    wait_rollout(admin_b, "soaking", |r| r["state"] == "soaking").await;
+    wait_rollout(admin_b, "soaking", |r| is(r, RolloutState::Soaking)).await;
     let (status, body) = post(admin_a, "/rollout/promote").await;
     assert_eq!(status, 200, "{body}");
     prod_b
@@ -157,7 +162,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         )
         .await;
     let on_b = wait_rollout(admin_b, "promoted", |r| {
-        r["state"] == "idle" && r["promotions"] == 1
+        is(r, RolloutState::Idle) && r["promotions"] == 1
     })
     .await;
     let promoted = wait_record(&etcd, "promoted", |r| r["state"] == "promoted").await;
@@ -172,7 +177,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
     canary_a.next_is("v4", "a new rollout").await;
     canary_b.next_is("v4", "on B too").await;
     let soaking = wait_record(&etcd, "soaking", |r| {
-        r["state"] == "soaking" && r["candidate_revision"] != promoted["candidate_revision"]
+        is(r, RolloutState::Soaking) && r["candidate_revision"] != promoted["candidate_revision"]
     })
     .await;
     let c = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
@@ -185,7 +190,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
     );
     let canary_c = Client::open(&c, "canary-c", "canary").await;
     assert_eq!(canary_c.has(), ["v4"], "and the candidate to its canaries");
-    let on_c = wait_rollout(admin_c, "soaking", |r| r["state"] == "soaking").await;
+    let on_c = wait_rollout(admin_c, "soaking", |r| is(r, RolloutState::Soaking)).await;
     assert_eq!(
         on_c["candidate"]["revision"], soaking["candidate_revision"],
         "{on_c:#}"
@@ -210,7 +215,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         .await
         .expect("NACK sent");
     let halted = wait_record(&etcd, "halted", |r| {
-        r["state"] == "halted" && r["halt"]["message"] == "v5 is refused too"
+        is(r, RolloutState::Halted) && r["halt"]["message"] == "v5 is refused too"
     })
     .await;
     canary_a.next_is("v4", "rolled back").await;
@@ -221,7 +226,10 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         ["v4"],
         "a replica starting while halted serves the stable state to its canaries"
     );
-    let on_d = wait_rollout(d.admin_port().await, "halted", |r| r["state"] == "halted").await;
+    let on_d = wait_rollout(d.admin_port().await, "halted", |r| {
+        is(r, RolloutState::Halted)
+    })
+    .await;
     assert_eq!(on_d["halt"]["node"], canary_a.id.as_str(), "{on_d:#}");
     assert_eq!(on_d["halt"]["message"], "v5 is refused too", "{on_d:#}");
 
@@ -230,7 +238,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
     etcdctl_put(&etcd, &key, &static_cluster_yaml("v6", 1006)).await;
     canary_a.next_is("v6", "a new rollout").await;
     wait_record(&etcd, "soaking v6", |r| {
-        r["state"] == "soaking" && r["candidate_revision"] != halted["candidate_revision"]
+        is(r, RolloutState::Soaking) && r["candidate_revision"] != halted["candidate_revision"]
     })
     .await;
     let mut client = etcd.client().await;

@@ -247,8 +247,8 @@ async fn get_out_writes_a_directory_that_checks_and_serves_the_same_resources() 
 
 #[tokio::test]
 async fn get_against_rust_control_plane_over_sotw() {
-    use crate::peer_support::{Peer, PEER_NODE};
     use prost::Message as _;
+    use xdsd_testsupport::peer::{Peer, PEER_NODE};
     let Some(mut peer) = Peer::start().await else {
         return;
     };
@@ -290,7 +290,7 @@ async fn get_against_rust_control_plane_over_sotw() {
 
 #[tokio::test]
 async fn get_speaks_mutual_tls_as_the_node_its_certificate_names() {
-    use crate::pki::{Id, Pki};
+    use xdsd_testsupport::pki::{Id, Pki};
     let pki = Pki::new();
     let server_pair = pki.server("server", 1);
     let client_pair = pki.client("edge-1", Id::Uri("spiffe://xdsd.test/ns/edge/sa/edge-1"));
