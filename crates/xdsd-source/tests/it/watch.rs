@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use xdsd_source::{watch_directory, ParsedResource, SourceError};
 
-use crate::descriptors;
+use crate::support::descriptors;
 use crate::directory::{cluster_yaml, write};
 
 // Generous: the machine may be busy building; only ordering is asserted, never timing.
