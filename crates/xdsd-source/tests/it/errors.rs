@@ -315,9 +315,10 @@ fn a_file_over_the_size_limit_is_refused_naming_the_file() {
     )
     .unwrap();
     let limits = xdsd_source::Limits::default().max_file_bytes(1024);
-    let error = xdsd_source::load_directory_with(&crate::support::descriptors(), tmp.path(), &limits)
-        .unwrap_err()
-        .to_string();
+    let error =
+        xdsd_source::load_directory_with(&crate::support::descriptors(), tmp.path(), &limits)
+            .unwrap_err()
+            .to_string();
     assert!(
         error.contains("big.yaml") && error.contains("larger than 1024 bytes"),
         "{error}"
