@@ -712,6 +712,7 @@ async fn connections_wait_while_every_handshake_slot_is_taken() {
     let _second = TcpStream::connect(server.addr).await.expect("connected");
     let config = client_config(&pki.ca, None);
     let waiting = tokio::spawn(handshake(server.addr, config.clone()));
+    // The thing tested: no handshake within half a second while both slots are taken.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         !waiting.is_finished(),

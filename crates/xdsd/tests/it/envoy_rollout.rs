@@ -58,6 +58,17 @@ pub(crate) async fn wait_rollout(admin: u16, what: &str, want: impl Fn(&Value) -
     }
 }
 
+/// Waits out the soak of a change made at `since`: the thing tested is that nothing happens
+/// within it (a halted or aborted change is never promoted), so the wait is the soak the rollout
+/// itself reports (`soak_seconds`), from the change, and a second more.
+async fn past_the_soak(admin: u16, since: tokio::time::Instant) {
+    let r = rollout(admin).await;
+    let soak = r["soak_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no soak_seconds: {r:#}"));
+    tokio::time::sleep_until(since + Duration::from_secs_f64(soak) + Duration::from_secs(1)).await;
+}
+
 /// The body of one request through Envoy's listener.
 pub(crate) async fn through(port: u16) -> String {
     let r = http_get(("127.0.0.1", port), "/", "example.test")
@@ -158,6 +169,7 @@ async fn gated_rollout(transport: Transport) {
     // 2. A change Envoy NACKs: only the canary gets it; the rollout halts, the canary is rolled
     // back, prod never sees it.
     let prod_rejected = rejected(&prod).await;
+    let bad_written = tokio::time::Instant::now();
     dir.write("bad.yaml", &static_cluster_yaml("bad", 70000));
     let halted = wait_rollout(admin, "the halt", |r| is(r, RolloutState::Halted)).await;
     let halt = &halted["halt"];
@@ -179,7 +191,7 @@ async fn gated_rollout(transport: Transport) {
     // The canary is back on the stable state and still serves traffic.
     assert_eq!(through(cport).await, "upstream-b");
     // Past the soak, nothing is promoted and prod never got it.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    past_the_soak(admin, bad_written).await;
     let still = rollout(admin).await;
     assert_eq!(RolloutState::of(&still), RolloutState::Halted, "{still:#}");
     assert_eq!(still["promotions"], 1, "{still:#}");
@@ -211,12 +223,13 @@ async fn gated_rollout(transport: Transport) {
     assert!(body.contains("\"promotions\":3"), "{body}");
     let (status, body) = post(admin, "/rollout/promote").await;
     assert_eq!(status, 409, "nothing left to promote: {body}");
+    let extra2_written = tokio::time::Instant::now();
     dir.write("extra2.yaml", &static_cluster_yaml("extra2", b.port.into()));
     wait_rollout(admin, "soaking", |r| is(r, RolloutState::Soaking)).await;
     let (status, body) = post(admin, "/rollout/abort").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"state\":\"idle\""), "{body}");
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    past_the_soak(admin, extra2_written).await;
     assert!(
         !prod.config_dump().await.contains("\"extra2\""),
         "an aborted change never reaches prod"
