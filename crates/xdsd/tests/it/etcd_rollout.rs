@@ -78,7 +78,8 @@ async fn record(etcd: &Etcd) -> Value {
     }
 }
 
-/// Waits until the record satisfies `want`.
+/// Waits until the record satisfies `want` (the shared record's `state` is its decision,
+/// `soaking`, `promoted` or `halted`: not a `RolloutState`).
 async fn wait_record(etcd: &Etcd, what: &str, want: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
@@ -177,7 +178,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
     canary_a.next_is("v4", "a new rollout").await;
     canary_b.next_is("v4", "on B too").await;
     let soaking = wait_record(&etcd, "soaking", |r| {
-        is(r, RolloutState::Soaking) && r["candidate_revision"] != promoted["candidate_revision"]
+        r["state"] == "soaking" && r["candidate_revision"] != promoted["candidate_revision"]
     })
     .await;
     let c = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
@@ -215,7 +216,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         .await
         .expect("NACK sent");
     let halted = wait_record(&etcd, "halted", |r| {
-        is(r, RolloutState::Halted) && r["halt"]["message"] == "v5 is refused too"
+        r["state"] == "halted" && r["halt"]["message"] == "v5 is refused too"
     })
     .await;
     canary_a.next_is("v4", "rolled back").await;
@@ -238,7 +239,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
     etcdctl_put(&etcd, &key, &static_cluster_yaml("v6", 1006)).await;
     canary_a.next_is("v6", "a new rollout").await;
     wait_record(&etcd, "soaking v6", |r| {
-        is(r, RolloutState::Soaking) && r["candidate_revision"] != halted["candidate_revision"]
+        r["state"] == "soaking" && r["candidate_revision"] != halted["candidate_revision"]
     })
     .await;
     let mut client = etcd.client().await;
