@@ -1,10 +1,6 @@
 //! The client against real servers: an in-process xdsd on 127.0.0.1 (`xdsd.rs`) and
 //! rust-control-plane 0.1.2, the bench peer (`peer.rs`).
 
-mod common;
 mod peer;
-mod peer_support;
-#[path = "../../../xdsd-core/tests/it/common/pki.rs"]
-mod pki;
 mod tls;
 mod xdsd;

@@ -7,8 +7,8 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use xdsd_client::types::CLUSTER;
 use xdsd_client::{Config, Event, Options, XdsClient};
 
-use crate::common::{cluster_bytes, next_news, update_names, wait_for};
-use crate::peer_support::{Peer, PEER_NODE};
+use xdsd_testsupport::peer::{Peer, PEER_NODE};
+use xdsd_testsupport::server::{cluster_bytes, next_news, update_names, wait_for};
 
 #[tokio::test]
 async fn rust_control_plane_sotw_serves_the_client() {

@@ -6,8 +6,8 @@ use xdsd_client::types::CLUSTER;
 use xdsd_client::{Config, Event, Options, Tls, XdsClient};
 use xdsd_core::TlsOptions;
 
-use crate::common::*;
-use crate::pki::{Id, Pki};
+use xdsd_testsupport::pki::{Id, Pki};
+use xdsd_testsupport::server::*;
 
 fn config() -> Config {
     Config::new(Node {

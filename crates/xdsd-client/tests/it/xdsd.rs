@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use xdsd_client::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, RUNTIME};
 use xdsd_client::{Config, Event, Events, Flavor, Options, Params, XdsClient};
 
-use crate::common::*;
+use xdsd_testsupport::server::*;
 
 fn config(flavor: Flavor, ads: bool) -> Config {
     let mut config = Config::new(Node {

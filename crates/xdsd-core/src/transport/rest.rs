@@ -272,6 +272,9 @@ impl Rest {
             let mut shutdown = self.ctx.shutdown.clone();
             // Read again now that changes are watched: none slips between the two.
             current = self.current(&type_url, access, request)?;
+            if !rest_modified(&request.version_info, &current.1) {
+                debug!(node = %crate::logsafe::shown(current.0.node_id()), type_url = %crate::logsafe::shown(&type_url), "REST poll held");
+            }
             while !rest_modified(&request.version_info, &current.1) {
                 tokio::select! {
                     _ = watcher.changed() => {

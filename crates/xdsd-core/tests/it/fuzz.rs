@@ -18,7 +18,7 @@ use xdsd_core::store::{Change, Store};
 use xdsd_core::testing::{Ask, Flavor, Pair};
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION, SECRET};
 
-use crate::common::input;
+use crate::support::input;
 
 fn config() -> ProptestConfig {
     let cases = std::env::var("XDSD_FUZZ_CASES")
@@ -248,7 +248,7 @@ fn run<M: Flavor>(steps: &[Step]) -> Result<(), TestCaseError> {
                 let change = match content {
                     Some(c) => {
                         let constraints = env.as_ref().map(|e| {
-                            Constraints::new(crate::common::env_constraint(e))
+                            Constraints::new(crate::support::env_constraint(e))
                                 .expect("a valid constraint")
                         });
                         ever_set.insert(name.clone());

@@ -14,7 +14,7 @@ use tonic::Streaming;
 use xdsd_core::store::Change;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 
-use crate::common::{input, node, Server, WAIT};
+use crate::support::{input, node, Server, WAIT};
 
 struct Delta {
     node: &'static str,

@@ -28,7 +28,7 @@ use xdsd_core::types::{
     SCOPED_ROUTE_CONFIGURATION, SECRET,
 };
 
-use crate::common::{input, node_with_metadata, Server, WAIT};
+use crate::support::{input, node_with_metadata, Server, WAIT};
 
 /// For each per-type service with a `Fetch*` method: `fetch` calls it, `stream_first` opens its
 /// stream, sends the same request and takes the first response.

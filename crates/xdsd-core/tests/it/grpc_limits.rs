@@ -16,7 +16,7 @@ use xdsd_core::defaults::DEFAULT_MAX_REQUEST_BYTES;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 use xdsd_core::ServerOptions;
 
-use crate::common::{node, raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
+use crate::support::{node, raw_stream, Server, ADS_DELTA, ADS_SOTW, WAIT};
 
 const MIB: usize = 1024 * 1024;
 
@@ -214,7 +214,7 @@ fn six_megabytes(server: &Server) -> Vec<String> {
     server
         .store
         .apply(names.iter().map(|n| {
-            xdsd_core::store::Change::Set(crate::common::input(CLUSTER_LOAD_ASSIGNMENT, n, &body))
+            xdsd_core::store::Change::Set(crate::support::input(CLUSTER_LOAD_ASSIGNMENT, n, &body))
         }))
         .unwrap();
     names
@@ -405,7 +405,13 @@ async fn a_connection_that_does_not_start_a_request_in_time_is_closed_and_the_ot
     // served, also after the timeout.
     let open = cds_on_new_connection(server.addr).await;
     assert!(open.is_ok(), "{:?}", open.err());
-    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    // A silent connection opened after it is closed at its own preface timeout: by then the
+    // timeout of the connection that spoke has passed too.
+    let mut later = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    assert!(
+        closed_by_server(&mut later).await,
+        "a silent connection is closed"
+    );
     let (tx, mut responses) = open.unwrap();
     server.set(CLUSTER, "d", b"d");
     let r = tokio::time::timeout(WAIT, responses.message())
@@ -485,7 +491,7 @@ async fn unfinished_requests_are_bounded_per_connection_and_in_total() {
     )
     .await;
     server.set(CLUSTER, "c", b"c");
-    let first = crate::common::connect(server.addr).await;
+    let first = crate::support::connect(server.addr).await;
     // Three streams each send 1 MiB of a 3.9 MB message and stop: the third would take the
     // connection past 2.5 MiB.
     let mut streams = Vec::new();
@@ -512,7 +518,7 @@ async fn unfinished_requests_are_bounded_per_connection_and_in_total() {
 
     // Another connection: its first 1 MiB fits in the total (2 + 1 MiB held), its second would
     // take the server past 4 MiB.
-    let second = crate::common::connect(server.addr).await;
+    let second = crate::support::connect(server.addr).await;
     let mut more = Vec::new();
     for _ in 0..2 {
         let (tx, response) = raw_body_stream(&second).await;
@@ -542,19 +548,26 @@ async fn unfinished_requests_are_bounded_per_connection_and_in_total() {
     drop(more);
     drop(first);
     drop(second);
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let third = crate::common::connect(server.addr).await;
-    let (tx, response) = raw_body_stream(&third).await;
-    tx.send(Ok(http_body::Frame::data(partial_message(
-        3_900_000,
-        2 * MIB,
-    ))))
-    .await
-    .unwrap();
-    assert!(
-        ended_with(response.await.unwrap()).await.is_none(),
-        "2 MiB fit once the others are gone"
-    );
+    // Their ends are seen only by a new stream being let in: it is refused at once while the
+    // bytes are still held, and tried again on that refusal until it fits.
+    let third = crate::support::connect(server.addr).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let _kept = loop {
+        let (tx, response) = raw_body_stream(&third).await;
+        tx.send(Ok(http_body::Frame::data(partial_message(
+            3_900_000,
+            2 * MIB,
+        ))))
+        .await
+        .unwrap();
+        match ended_with(response.await.unwrap()).await {
+            None => break tx,
+            Some(status) => assert!(
+                status.code() == Code::ResourceExhausted && tokio::time::Instant::now() < deadline,
+                "2 MiB never fit once the others were gone: {status:?}"
+            ),
+        }
+    };
     server.stop().await;
 }
 
@@ -584,7 +597,7 @@ async fn eds_names_on(
 async fn subscribed_names_are_bounded_per_connection_and_in_total() {
     let server = Server::start_with(ServerOptions::default().max_names(5, 8)).await;
     server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"endpoints-of-a");
-    let first = crate::common::connect(server.addr).await;
+    let first = crate::support::connect(server.addr).await;
     let kept = eds_names_on(&first, 3).await.expect("3 names fit");
     let over = eds_names_on(&first, 3)
         .await
@@ -598,7 +611,7 @@ async fn subscribed_names_are_bounded_per_connection_and_in_total() {
     // The refused stream gave its names back: 2 more still fit on the connection.
     let _two = eds_names_on(&first, 2).await.expect("5 on the connection");
     // Another connection: 3 fit (8 in all), one more name is over the total.
-    let second = crate::common::connect(server.addr).await;
+    let second = crate::support::connect(server.addr).await;
     let _three = eds_names_on(&second, 3).await.expect("8 in total");
     let over = eds_names_on(&second, 1).await.expect_err("9 in total");
     assert_eq!(over.code(), Code::ResourceExhausted);
@@ -607,18 +620,18 @@ async fn subscribed_names_are_bounded_per_connection_and_in_total() {
         "{}",
         over.message()
     );
-    // A stream that ends gives its names back.
+    // A stream that ends gives its names back. That is seen only by a new stream being let
+    // in: refused at once while the names are still held, it is tried again on each refusal.
     drop(kept);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         match eds_names_on(&second, 1).await {
             Ok(_) => break,
             Err(status) => assert!(
-                tokio::time::Instant::now() < deadline,
+                status.code() == Code::ResourceExhausted && tokio::time::Instant::now() < deadline,
                 "the names of an ended stream were not given back: {status:?}"
             ),
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     server.stop().await;
 }

@@ -15,7 +15,7 @@ use xdsd_core::defaults::SHUTDOWN_GRACE;
 use xdsd_core::types::CLUSTER;
 use xdsd_core::ServerOptions;
 
-use crate::common::{Server, WAIT};
+use crate::support::{Server, WAIT};
 
 const AGE: Duration = Duration::from_secs(1);
 const GRACE: Duration = Duration::from_secs(1);

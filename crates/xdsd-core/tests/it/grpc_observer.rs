@@ -20,7 +20,7 @@ use xdsd_core::{
     XdsServer,
 };
 
-use crate::common::{cds_answer, connect, input, node, Server, WAIT};
+use crate::support::{cds_answer, connect, input, node, Server, WAIT};
 
 /// Records every event as a line, and refuses the requests of nodes other than `alpha`.
 struct Recorder(mpsc::UnboundedSender<String>);

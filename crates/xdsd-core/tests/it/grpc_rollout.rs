@@ -16,7 +16,8 @@ use xdsd_core::store::{ResourceInput, Store, UpdateSummary};
 use xdsd_core::types::CLUSTER;
 use xdsd_core::XdsServer;
 
-use crate::common::{cds_answer, connect, input, Server, WAIT};
+use crate::support::{cds_answer, connect, input, Server, WAIT};
+use xdsd_testsupport::rollout::RolloutState;
 
 struct Client {
     tx: mpsc::Sender<DiscoveryRequest>,
@@ -67,12 +68,12 @@ fn contents(r: &DiscoveryResponse) -> Vec<Vec<u8>> {
     r.resources.iter().map(|a| a.value.clone()).collect()
 }
 
-async fn wait_state(rollout: &Rollout, state: &str) {
+async fn wait_state(rollout: &Rollout, state: RolloutState) {
     let deadline = tokio::time::Instant::now() + WAIT;
-    while rollout.status_json()["state"] != state {
+    while RolloutState::of(&rollout.status_json()) != state {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "never {state}: {:#}",
+            "never {state:?}: {:#}",
             rollout.status_json()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -123,7 +124,7 @@ async fn a_change_reaches_the_canary_at_once_the_others_once_promoted_and_a_nack
     let c2 = canary.recv().await;
     assert_eq!(contents(&c2), [b"2".to_vec()]);
     canary.send(Some(&c2), None).await;
-    wait_state(&rollout, "soaking").await;
+    wait_state(&rollout, RolloutState::Soaking).await;
     // Promoted: prod gets it.
     assert!(rollout.promote());
     let p2 = prod.recv().await;
@@ -135,7 +136,7 @@ async fn a_change_reaches_the_canary_at_once_the_others_once_promoted_and_a_nack
     let c3 = canary.recv().await;
     assert_eq!(contents(&c3), [b"3".to_vec()]);
     canary.send(Some(&c3), Some("bad cluster")).await;
-    wait_state(&rollout, "halted").await;
+    wait_state(&rollout, RolloutState::Halted).await;
     let back = canary.recv().await;
     assert_eq!(contents(&back), [b"2".to_vec()], "the canary rolled back");
     let halt = rollout.status_json()["halt"].clone();
@@ -170,7 +171,7 @@ async fn after_an_empty_start_the_first_resources_reach_every_client_at_once() {
         .unwrap();
     let first = prod.recv().await;
     assert_eq!(contents(&first), [b"1".to_vec()], "prod at once");
-    assert_eq!(rollout.status_json()["state"], "idle");
+    assert_eq!(RolloutState::of(&rollout.status_json()), RolloutState::Idle);
 
     // The next change is gated: prod keeps the first resources.
     rollout
@@ -180,7 +181,7 @@ async fn after_an_empty_start_the_first_resources_reach_every_client_at_once() {
             },
         )
         .unwrap();
-    wait_state(&rollout, "soaking").await;
+    wait_state(&rollout, RolloutState::Soaking).await;
     assert_eq!(rollout.status_json()["stable"]["generation"], 1);
     server.stop().await;
 }

@@ -16,7 +16,7 @@ use xdsd_core::store::{Change, ResourceInput, Store};
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
 use xdsd_core::{ServerOptions, StreamStatus, XdsServer};
 
-use crate::common::{connect, Server, WAIT};
+use crate::support::{connect, Server, WAIT};
 
 /// Endpoints of this many clusters, [`RESOURCE_BYTES`] each: 18 MB, far more than HTTP/2 flow
 /// control (a 2 MiB stream window by default) and the server's buffers let through to a client

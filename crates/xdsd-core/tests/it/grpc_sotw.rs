@@ -14,7 +14,7 @@ use tonic::Streaming;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 use xdsd_core::ServerOptions;
 
-use crate::common::{node, Server, WAIT};
+use crate::support::{node, Server, WAIT};
 
 async fn ads(server: &Server) -> Stream {
     let (tx, rx) = mpsc::channel(16);

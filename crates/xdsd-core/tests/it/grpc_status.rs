@@ -28,7 +28,7 @@ use tonic_health::pb::HealthCheckRequest;
 use xdsd_core::store::Change;
 use xdsd_core::types::CLUSTER;
 
-use crate::common::{input, Server, WAIT};
+use crate::support::{input, Server, WAIT};
 
 const ORIGIN: &str = "clusters.yaml (resource #1)";
 

@@ -33,8 +33,8 @@ use xdsd_core::NodeIdentityRules;
 use xdsd_core::XdsServer;
 use xdsd_core::{identity_of, TlsOptions};
 
-use crate::common::pki::{replace, Id, Pair, Pki};
-use crate::common::{input, WAIT};
+use crate::support::{input, WAIT};
+use xdsd_testsupport::pki::{replace, Id, Pair, Pki};
 
 const SPIFFE_NODE_1: &str = "spiffe://example.org/ns/test/sa/node-1";
 
@@ -712,6 +712,7 @@ async fn connections_wait_while_every_handshake_slot_is_taken() {
     let _second = TcpStream::connect(server.addr).await.expect("connected");
     let config = client_config(&pki.ca, None);
     let waiting = tokio::spawn(handshake(server.addr, config.clone()));
+    // The thing tested: no handshake within half a second while both slots are taken.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         !waiting.is_finished(),

@@ -13,10 +13,10 @@ use xdsd_core::params::Constraints;
 use xdsd_core::store::{Change, RESOURCE_WRAPPER};
 use xdsd_core::types::CLUSTER_LOAD_ASSIGNMENT;
 
-use crate::common::{input, node_with_metadata, Server, WAIT};
+use crate::support::{input, node_with_metadata, Server, WAIT};
 
 fn env(value: &str) -> DynamicParameterConstraints {
-    crate::common::env_constraint(value)
+    crate::support::env_constraint(value)
 }
 
 /// A server whose ClusterLoadAssignment "e" has a prod and a test variant.

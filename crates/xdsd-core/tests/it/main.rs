@@ -1,7 +1,6 @@
 //! xdsd-core's integration tests: one binary, a module per subject, over real gRPC on loopback
-//! to an in-process xdsd (see `common`).
+//! to an in-process xdsd (see `support`).
 
-mod common;
 mod embed;
 mod fuzz;
 mod grpc_delta;
@@ -15,3 +14,4 @@ mod grpc_sotw;
 mod grpc_status;
 mod grpc_tls;
 mod grpc_variants;
+mod support;

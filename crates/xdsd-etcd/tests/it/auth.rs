@@ -3,7 +3,7 @@
 
 use xdsd_etcd::{load, EtcdError};
 
-use crate::support::{options, Etcd};
+use xdsd_testsupport::etcd::{options, Etcd};
 
 #[tokio::test]
 async fn a_user_is_authenticated_and_refusals_say_what_was_refused() {

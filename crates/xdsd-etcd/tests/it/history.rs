@@ -9,7 +9,7 @@ use bytes::Bytes;
 use etcd_client::CompactionOptions;
 use xdsd_etcd::{Etcd, EtcdError, PushNote};
 
-use crate::support::{options, put, Etcd as EtcdServer};
+use xdsd_testsupport::etcd::{options, put, Etcd as EtcdServer};
 
 fn desired(pairs: &[(&str, &str)]) -> BTreeMap<String, Bytes> {
     pairs

@@ -6,7 +6,7 @@ use std::time::Duration;
 use etcd_client::{Txn, TxnOp};
 use xdsd_etcd::{load, EtcdError};
 
-use crate::support::{options, put, Etcd};
+use xdsd_testsupport::etcd::{options, put, Etcd};
 
 #[tokio::test]
 async fn load_reads_every_key_under_the_prefix_and_ignores_reserved_ones() {

@@ -1,10 +1,6 @@
 //! xdsd-etcd's integration tests, one binary: a real etcd (`XDSD_ETCD`, else `/usr/bin/etcd`)
 //! started per test on 127.0.0.1 with OS-picked ports and its own data directory.
 
-#[path = "../../../xdsd-core/tests/it/common/pki.rs"]
-mod pki;
-mod support;
-
 mod auth;
 mod history;
 mod load;

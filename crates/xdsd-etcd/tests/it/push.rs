@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use xdsd_etcd::{load, EtcdError, PushPlan, PUSH_MARKER};
 
-use crate::support::{changes, next, options, put, Etcd};
+use xdsd_testsupport::etcd::{changes, next, options, put, Etcd};
 
 fn desired(pairs: &[(&str, &str)]) -> BTreeMap<String, Bytes> {
     pairs

@@ -9,7 +9,7 @@ use xdsd_etcd::rollout::{resume, write};
 use xdsd_etcd::{Etcd as Client, EtcdSource};
 use xdsd_source::Descriptors;
 
-use crate::support::{options, put, Etcd};
+use xdsd_testsupport::etcd::{options, put, Etcd};
 
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 

@@ -9,7 +9,7 @@ use xdsd_core::store::Store;
 use xdsd_etcd::EtcdSource;
 use xdsd_source::Descriptors;
 
-use crate::support::{options, put, Etcd, DEADLINE};
+use xdsd_testsupport::etcd::{options, put, Etcd, DEADLINE};
 
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 
@@ -236,7 +236,7 @@ async fn a_compaction_while_etcd_was_out_of_reach_is_read_again_and_committed_as
     ));
     // Changes and a compaction past them, where the source cannot see them.
     let elsewhere = etcd.restart_elsewhere().await;
-    let mut other = crate::support::client_of(&elsewhere).await;
+    let mut other = xdsd_testsupport::etcd::client_of(&elsewhere).await;
     put(&mut other, "/x/a.yaml", &cluster_yaml("a", "2s")).await;
     other.delete("/x/b.yaml", None).await.expect("delete");
     let latest = put(&mut other, "/x/c.yaml", &cluster_yaml("c", "1s")).await;

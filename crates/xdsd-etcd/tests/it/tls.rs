@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use xdsd_etcd::{load, EtcdError};
 
-use crate::pki::{Id, Pki};
-use crate::support::{options, Etcd, ServerTls};
+use xdsd_testsupport::etcd::{options, Etcd, ServerTls};
+use xdsd_testsupport::pki::{Id, Pki};
 
 #[tokio::test]
 async fn an_etcd_with_client_certificates_is_read_with_the_ca_certificate_and_key() {

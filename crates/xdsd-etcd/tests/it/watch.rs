@@ -4,7 +4,7 @@
 use etcd_client::{CompactionOptions, Txn, TxnOp};
 use xdsd_etcd::{load, Event, KeyChange};
 
-use crate::support::{changes, client_of, next, options, put, Etcd};
+use xdsd_testsupport::etcd::{changes, client_of, next, options, put, Etcd};
 
 fn some(s: &str) -> Option<String> {
     Some(s.to_string())

@@ -1,6 +1,4 @@
 //! The relay's source against an in-process xdsd upstream on 127.0.0.1 (the xDS client's test
 //! server): the upstream gone and back, a resource the relay cannot decode.
 
-#[path = "../../../xdsd-client/tests/it/common.rs"]
-mod common;
 mod upstream;

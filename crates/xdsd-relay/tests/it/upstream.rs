@@ -11,7 +11,7 @@ use xdsd_core::store::ReferencePolicy;
 use xdsd_core::{Feed, ResourceInput, Store, XdsServer};
 use xdsd_relay::{relay, RelayMetrics, RelayOptions};
 
-use crate::common::{cluster, cluster_bytes, Server, WAIT};
+use xdsd_testsupport::server::{cluster, cluster_bytes, Server, WAIT};
 
 /// The bytes the relay's store holds for cluster `name`, if any.
 fn held(store: &Store, name: &str) -> Option<Bytes> {

@@ -4,7 +4,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use prost::Message;
 
-use crate::parse;
+use crate::support::parse;
 
 const CLUSTER_WITH_MAPS: &str = r#"
 "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster

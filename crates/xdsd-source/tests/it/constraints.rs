@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints 
 use prost::Message;
 use xdsd_source::check_duplicates;
 
-use crate::{assert_mentions, parse, parse_err};
+use crate::support::{assert_mentions, parse, parse_err};
 
 const CLUSTER: &str = "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n";
 

@@ -3,7 +3,7 @@ use std::path::Path;
 
 use xdsd_source::{load_directory, SourceError};
 
-use crate::{assert_mentions, descriptors};
+use crate::support::{assert_mentions, descriptors};
 
 pub fn cluster_yaml(name: &str) -> String {
     format!("\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: {name}\nconnect_timeout: 1s\n")

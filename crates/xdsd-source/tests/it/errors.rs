@@ -1,6 +1,6 @@
 use xdsd_source::{Problem, SourceError};
 
-use crate::{assert_mentions, parse_err};
+use crate::support::{assert_mentions, parse_err};
 
 fn err_text(path: &str, input: &str) -> String {
     let err = parse_err(path, input);
@@ -210,7 +210,7 @@ fn duplicate_in_one_file_names_both_origins() {
 fn same_name_different_types_is_fine() {
     let yaml = "- \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n  name: a\n\
                 - \"@type\": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment\n  cluster_name: a\n";
-    assert_eq!(crate::parse("c.yaml", yaml).len(), 2);
+    assert_eq!(crate::support::parse("c.yaml", yaml).len(), 2);
 }
 
 #[test]
@@ -295,7 +295,7 @@ fn a_yaml_alias_bomb_is_refused_naming_the_file_without_expanding_it() {
     );
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("bomb.yaml"), &text).unwrap();
-    let error = xdsd_source::load_directory(&crate::descriptors(), tmp.path())
+    let error = xdsd_source::load_directory(&crate::support::descriptors(), tmp.path())
         .unwrap_err()
         .to_string();
     assert!(
@@ -315,9 +315,10 @@ fn a_file_over_the_size_limit_is_refused_naming_the_file() {
     )
     .unwrap();
     let limits = xdsd_source::Limits::default().max_file_bytes(1024);
-    let error = xdsd_source::load_directory_with(&crate::descriptors(), tmp.path(), &limits)
-        .unwrap_err()
-        .to_string();
+    let error =
+        xdsd_source::load_directory_with(&crate::support::descriptors(), tmp.path(), &limits)
+            .unwrap_err()
+            .to_string();
     assert!(
         error.contains("big.yaml") && error.contains("larger than 1024 bytes"),
         "{error}"

@@ -11,7 +11,7 @@ use xdsd_source::{parse_file, Descriptors};
 
 fn descriptors() -> &'static Descriptors {
     static D: OnceLock<Descriptors> = OnceLock::new();
-    D.get_or_init(crate::descriptors)
+    D.get_or_init(crate::support::descriptors)
 }
 
 fn config() -> ProptestConfig {

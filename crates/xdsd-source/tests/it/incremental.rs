@@ -135,7 +135,7 @@ struct Setup {
 fn setup() -> Setup {
     Setup {
         tmp: tempfile::tempdir().expect("a temporary directory"),
-        descriptors: crate::descriptors(),
+        descriptors: crate::support::descriptors(),
         limits: Limits::default(),
         cache: DirectoryCache::with_racy_window(Duration::ZERO),
     }
@@ -350,7 +350,7 @@ fn ops_with_dirs() -> impl Strategy<Value = Vec<Op>> {
 fn a_change_no_event_names_is_found_by_a_rescan() {
     let tmp = tempfile::tempdir().expect("a temporary directory");
     let dir = tmp.path();
-    let descriptors = crate::descriptors();
+    let descriptors = crate::support::descriptors();
     let limits = Limits::default();
     std::fs::write(dir.join("a.yaml"), content(0, 1, "a.yaml")).expect("written");
     let mut cache = DirectoryCache::with_racy_window(Duration::ZERO);

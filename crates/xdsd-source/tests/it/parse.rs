@@ -8,7 +8,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use prost::Message;
 
-use crate::{parse, ParsedResource};
+use crate::support::parse;
+use xdsd_source::ParsedResource;
 
 const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -265,8 +266,8 @@ fn yaml_anchors_aliases_and_merge_keys() {
 
     // Errors in merged documents still name the field.
     let bad = format!("{yaml}  bogus_field: 1\n");
-    let err = crate::parse_err("anchors.yaml", &bad).to_string();
-    crate::assert_mentions(&err, &["anchors.yaml (resource #2", "\"b\"", "bogus_field"]);
+    let err = crate::support::parse_err("anchors.yaml", &bad).to_string();
+    crate::support::assert_mentions(&err, &["anchors.yaml (resource #2", "\"b\"", "bogus_field"]);
 }
 
 #[test]
@@ -337,7 +338,7 @@ fn odd_inputs_do_not_panic() {
         ("a.json", "{\"resources\": 1}".into()),
     ];
     for (path, text) in cases {
-        let descriptors = crate::descriptors();
+        let descriptors = crate::support::descriptors();
         let result = std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .stack_size(2 << 20)

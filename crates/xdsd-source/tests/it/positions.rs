@@ -2,7 +2,7 @@
 //! mapping that holds it), at every depth, in YAML and JSON; an unknown field close to a known
 //! one gets "did you mean".
 
-use crate::parse_err;
+use crate::support::parse_err;
 
 /// The error's text, printed for the test log.
 fn error_text(path: &str, input: &str) -> String {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{assert_mentions, parse, parse_err};
+use crate::support::{assert_mentions, parse, parse_err};
 
 fn runtime(ttl: &str) -> String {
     format!(

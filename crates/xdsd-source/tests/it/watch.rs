@@ -3,8 +3,8 @@ use std::time::Duration;
 
 use xdsd_source::{watch_directory, ParsedResource, SourceError};
 
-use crate::descriptors;
 use crate::directory::{cluster_yaml, write};
+use crate::support::descriptors;
 
 // Generous: the machine may be busy building; only ordering is asserted, never timing.
 const WAIT: Duration = Duration::from_secs(10);

@@ -343,6 +343,12 @@ async fn switch_under_traffic(transport: Transport, make_before_break: bool) -> 
     )
     .await;
     xdsd.expect_loaded_since(0).await;
+    // The warning comes after the first load: waited for when it is due.
+    if !make_before_break {
+        xdsd.log
+            .expect_line_since(0, &["make-before-break ordering is off"], "the warning")
+            .await;
+    }
     let off_warning = xdsd
         .log
         .matching_since(0, |l| l.contains("make-before-break ordering is off"));

@@ -16,6 +16,7 @@ use crate::support::{
     http_get, parse_http_response, unique_name, wait_for_body, Envoy, Upstream, Xdsd, CLUSTER,
     DEADLINE,
 };
+use xdsd_testsupport::rollout::{is, RolloutState};
 
 /// `GET /rollout` on xdsd's admin port, as JSON.
 pub(crate) async fn rollout(admin: u16) -> Value {
@@ -55,6 +56,17 @@ pub(crate) async fn wait_rollout(admin: u16, what: &str, want: impl Fn(&Value) -
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Waits out the soak of a change made at `since`: the thing tested is that nothing happens
+/// within it (a halted or aborted change is never promoted), so the wait is the soak the rollout
+/// itself reports (`soak_seconds`), from the change, and a second more.
+async fn past_the_soak(admin: u16, since: tokio::time::Instant) {
+    let r = rollout(admin).await;
+    let soak = r["soak_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no soak_seconds: {r:#}"));
+    tokio::time::sleep_until(since + Duration::from_secs_f64(soak) + Duration::from_secs(1)).await;
 }
 
 /// The body of one request through Envoy's listener.
@@ -116,7 +128,7 @@ async fn gated_rollout(transport: Transport) {
     let log = || format!("xdsd log:\n{}", xdsd.log.text());
     wait_for_body(cport, "upstream-a", log).await;
     wait_for_body(pport, "upstream-a", log).await;
-    assert_eq!(rollout(admin).await["state"], "idle");
+    assert_eq!(RolloutState::of(&rollout(admin).await), RolloutState::Idle);
 
     // 1. A valid change: the canary at once, prod once promoted.
     let mark = xdsd.log.mark();
@@ -127,7 +139,11 @@ async fn gated_rollout(transport: Transport) {
     xdsd.expect_loaded_since(mark).await;
     wait_for_body(cport, "upstream-b", log).await;
     let soaking = rollout(admin).await;
-    assert_eq!(soaking["state"], "soaking", "{soaking:#}");
+    assert_eq!(
+        RolloutState::of(&soaking),
+        RolloutState::Soaking,
+        "{soaking:#}"
+    );
     assert_eq!(
         through(pport).await,
         "upstream-a",
@@ -143,14 +159,19 @@ async fn gated_rollout(transport: Transport) {
         "only canaries are listed: {soaking:#}"
     );
     let promoted = wait_rollout(admin, "the promotion", |r| r["promotions"] == 1).await;
-    assert_eq!(promoted["state"], "idle", "{promoted:#}");
+    assert_eq!(
+        RolloutState::of(&promoted),
+        RolloutState::Idle,
+        "{promoted:#}"
+    );
     wait_for_body(pport, "upstream-b", log).await;
 
     // 2. A change Envoy NACKs: only the canary gets it; the rollout halts, the canary is rolled
     // back, prod never sees it.
     let prod_rejected = rejected(&prod).await;
+    let bad_written = tokio::time::Instant::now();
     dir.write("bad.yaml", &static_cluster_yaml("bad", 70000));
-    let halted = wait_rollout(admin, "the halt", |r| r["state"] == "halted").await;
+    let halted = wait_rollout(admin, "the halt", |r| is(r, RolloutState::Halted)).await;
     let halt = &halted["halt"];
     assert_eq!(halt["node"], canary_id.as_str(), "{halted:#}");
     assert_eq!(halt["type_url"], CLUSTER, "{halted:#}");
@@ -170,9 +191,9 @@ async fn gated_rollout(transport: Transport) {
     // The canary is back on the stable state and still serves traffic.
     assert_eq!(through(cport).await, "upstream-b");
     // Past the soak, nothing is promoted and prod never got it.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    past_the_soak(admin, bad_written).await;
     let still = rollout(admin).await;
-    assert_eq!(still["state"], "halted", "{still:#}");
+    assert_eq!(RolloutState::of(&still), RolloutState::Halted, "{still:#}");
     assert_eq!(still["promotions"], 1, "{still:#}");
     assert_eq!(rejected(&prod).await, prod_rejected, "prod never NACKed");
     assert!(
@@ -183,7 +204,7 @@ async fn gated_rollout(transport: Transport) {
 
     // 3. The fix rolls out normally: the canary, then prod.
     dir.write("bad.yaml", &static_cluster_yaml("bad", b.port.into()));
-    wait_rollout(admin, "a new rollout", |r| r["state"] == "soaking").await;
+    wait_rollout(admin, "a new rollout", |r| is(r, RolloutState::Soaking)).await;
     wait_rollout(admin, "the fix promoted", |r| r["promotions"] == 2).await;
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while !prod.config_dump().await.contains("\"bad\"") {
@@ -196,18 +217,19 @@ async fn gated_rollout(transport: Transport) {
 
     // 4. The operator's levers: promote now, abort.
     dir.write("extra.yaml", &static_cluster_yaml("extra", b.port.into()));
-    wait_rollout(admin, "soaking", |r| r["state"] == "soaking").await;
+    wait_rollout(admin, "soaking", |r| is(r, RolloutState::Soaking)).await;
     let (status, body) = post(admin, "/rollout/promote").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"promotions\":3"), "{body}");
     let (status, body) = post(admin, "/rollout/promote").await;
     assert_eq!(status, 409, "nothing left to promote: {body}");
+    let extra2_written = tokio::time::Instant::now();
     dir.write("extra2.yaml", &static_cluster_yaml("extra2", b.port.into()));
-    wait_rollout(admin, "soaking", |r| r["state"] == "soaking").await;
+    wait_rollout(admin, "soaking", |r| is(r, RolloutState::Soaking)).await;
     let (status, body) = post(admin, "/rollout/abort").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"state\":\"idle\""), "{body}");
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    past_the_soak(admin, extra2_written).await;
     assert!(
         !prod.config_dump().await.contains("\"extra2\""),
         "an aborted change never reaches prod"

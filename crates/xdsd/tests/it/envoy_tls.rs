@@ -8,9 +8,9 @@
 
 use std::path::Path;
 
-use crate::pki::{Id, Pair, Pki};
 use crate::support::scenario::{basic_resources, dynamic_bootstrap, Transport};
 use crate::support::{unique_name, wait_for_body, Envoy, Upstream, Xdsd, DEADLINE};
+use xdsd_testsupport::pki::{Id, Pair, Pki};
 
 const TRUST_DOMAIN: &str = "spiffe://xdsd.test/ns/tests/sa";
 

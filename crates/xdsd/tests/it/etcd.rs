@@ -20,7 +20,6 @@ use tokio::time::{sleep, timeout, Instant};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 
-use crate::etcd_support::Etcd;
 use crate::support::ads::{self, AdsStream};
 use crate::support::scenario::{
     basic_resources, dynamic_bootstrap, endpoints_yaml, route_yaml, static_cluster_yaml, Transport,
@@ -29,6 +28,7 @@ use crate::support::{
     http_get, names_node, unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER,
     DEADLINE,
 };
+use xdsd_testsupport::etcd::Etcd;
 
 pub(crate) const PREFIX: &str = "/xdsd/";
 

@@ -11,10 +11,11 @@ use serde_json::Value;
 
 use crate::envoy_rollout::{post, wait_rollout};
 use crate::etcd::{etcdctl_put, PREFIX};
-use crate::etcd_support::Etcd;
 use crate::support::ads::{self, AdsStream};
 use crate::support::scenario::static_cluster_yaml;
 use crate::support::{unique_name, Xdsd, CLUSTER, DEADLINE};
+use xdsd_testsupport::etcd::Etcd;
+use xdsd_testsupport::rollout::{is, RolloutState};
 
 const GATED: &[&str] = &["--canary", "cluster=canary", "--canary-soak", "600m"];
 
@@ -77,7 +78,8 @@ async fn record(etcd: &Etcd) -> Value {
     }
 }
 
-/// Waits until the record satisfies `want`.
+/// Waits until the record satisfies `want` (the shared record's `state` is its decision,
+/// `soaking`, `promoted` or `halted`: not a `RolloutState`).
 async fn wait_record(etcd: &Etcd, what: &str, want: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
@@ -123,7 +125,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         .nack(CLUSTER, &nacked, "v2 is refused by canary-a")
         .await
         .expect("NACK sent");
-    let on_b = wait_rollout(admin_b, "halted", |r| r["state"] == "halted").await;
+    let on_b = wait_rollout(admin_b, "halted", |r| is(r, RolloutState::Halted)).await;
     assert_eq!(on_b["halt"]["node"], canary_a.id.as_str(), "{on_b:#}");
     assert_eq!(
         on_b["halt"]["message"], "v2 is refused by canary-a",
@@ -137,7 +139,11 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         .next_is("v1", "A's canary is rolled back to the stable state")
         .await;
     let halted = record(&etcd).await;
-    assert_eq!(halted["state"], "halted", "{halted:#}");
+    assert_eq!(
+        RolloutState::of(&halted),
+        RolloutState::Halted,
+        "{halted:#}"
+    );
     assert_eq!(halted["halt"]["node"], canary_a.id.as_str(), "{halted:#}");
 
     // 2. A good change, promoted on A by an operator: B promotes it too; its prod client's first
@@ -147,7 +153,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         .next_is("v3", "the next change starts a new rollout")
         .await;
     canary_b.next_is("v3", "on B too").await;
-    wait_rollout(admin_b, "soaking", |r| r["state"] == "soaking").await;
+    wait_rollout(admin_b, "soaking", |r| is(r, RolloutState::Soaking)).await;
     let (status, body) = post(admin_a, "/rollout/promote").await;
     assert_eq!(status, 200, "{body}");
     prod_b
@@ -157,7 +163,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         )
         .await;
     let on_b = wait_rollout(admin_b, "promoted", |r| {
-        r["state"] == "idle" && r["promotions"] == 1
+        is(r, RolloutState::Idle) && r["promotions"] == 1
     })
     .await;
     let promoted = wait_record(&etcd, "promoted", |r| r["state"] == "promoted").await;
@@ -185,7 +191,7 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
     );
     let canary_c = Client::open(&c, "canary-c", "canary").await;
     assert_eq!(canary_c.has(), ["v4"], "and the candidate to its canaries");
-    let on_c = wait_rollout(admin_c, "soaking", |r| r["state"] == "soaking").await;
+    let on_c = wait_rollout(admin_c, "soaking", |r| is(r, RolloutState::Soaking)).await;
     assert_eq!(
         on_c["candidate"]["revision"], soaking["candidate_revision"],
         "{on_c:#}"
@@ -221,7 +227,10 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
         ["v4"],
         "a replica starting while halted serves the stable state to its canaries"
     );
-    let on_d = wait_rollout(d.admin_port().await, "halted", |r| r["state"] == "halted").await;
+    let on_d = wait_rollout(d.admin_port().await, "halted", |r| {
+        is(r, RolloutState::Halted)
+    })
+    .await;
     assert_eq!(on_d["halt"]["node"], canary_a.id.as_str(), "{on_d:#}");
     assert_eq!(on_d["halt"]["message"], "v5 is refused too", "{on_d:#}");
 

@@ -247,8 +247,8 @@ async fn get_out_writes_a_directory_that_checks_and_serves_the_same_resources() 
 
 #[tokio::test]
 async fn get_against_rust_control_plane_over_sotw() {
-    use crate::peer_support::{Peer, PEER_NODE};
     use prost::Message as _;
+    use xdsd_testsupport::peer::{Peer, PEER_NODE};
     let Some(mut peer) = Peer::start().await else {
         return;
     };
@@ -293,12 +293,12 @@ async fn get_against_rust_control_plane_over_sotw() {
 struct MutualTls {
     server: Xdsd,
     tls: Vec<String>,
-    _pki: crate::pki::Pki,
+    _pki: xdsd_testsupport::pki::Pki,
     _dir: ResourceDir,
 }
 
 async fn mutual_tls() -> MutualTls {
-    use crate::pki::{Id, Pki};
+    use xdsd_testsupport::pki::{Id, Pki};
     let pki = Pki::new();
     let server_pair = pki.server("server", 1);
     let client_pair = pki.client("edge-1", Id::Uri("spiffe://xdsd.test/ns/edge/sa/edge-1"));

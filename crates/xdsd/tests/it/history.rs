@@ -17,7 +17,6 @@ use tokio::time::timeout;
 
 use crate::envoy_rollout::{post, wait_rollout};
 use crate::etcd::{etcdctl_put, PREFIX};
-use crate::etcd_support::Etcd;
 use crate::support::ads::{self, AdsStream};
 use crate::support::scenario::{
     basic_resources, dynamic_bootstrap, endpoints_yaml, route_yaml, static_cluster_yaml, Transport,
@@ -25,6 +24,8 @@ use crate::support::scenario::{
 use crate::support::{
     unique_name, wait_for_body, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER, DEADLINE,
 };
+use xdsd_testsupport::etcd::Etcd;
+use xdsd_testsupport::rollout::{is, RolloutState};
 
 /// `xdsd COMMAND ARGS... --etcd-endpoints ... --etcd-prefix /xdsd/`, run to the end.
 async fn xdsd(etcd: &Etcd, command: &str, args: &[&str]) -> Output {
@@ -348,7 +349,7 @@ async fn with_a_gated_rollout_a_rollback_soaks_unless_it_skips_the_canaries() {
     dir.write("c.yaml", &static_cluster_yaml("v2", 1002));
     let v2 = push(&etcd, &dir.path(), &["--message", "v2"]).await;
     assert_eq!(take(&mut canary).await, ["v2"]);
-    wait_rollout(admin, "soaking", |r| r["state"] == "soaking").await;
+    wait_rollout(admin, "soaking", |r| is(r, RolloutState::Soaking)).await;
     let (status, body) = post(admin, "/rollout/promote").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(take(&mut prod).await, ["v2"], "promoted");
@@ -360,7 +361,7 @@ async fn with_a_gated_rollout_a_rollback_soaks_unless_it_skips_the_canaries() {
     assert_eq!(take(&mut prod).await, ["v1"], "promoted without a soak");
     assert_eq!(take(&mut canary).await, ["v1"]);
     wait_rollout(admin, "promoted", |r| {
-        r["state"] == "idle" && r["stable"]["revision"] == skipped
+        is(r, RolloutState::Idle) && r["stable"]["revision"] == skipped
     })
     .await;
 
@@ -370,7 +371,7 @@ async fn with_a_gated_rollout_a_rollback_soaks_unless_it_skips_the_canaries() {
     let soaking = revision_in(&out);
     assert_eq!(take(&mut canary).await, ["v2"]);
     wait_rollout(admin, "the rollback soaking", |r| {
-        r["state"] == "soaking" && r["candidate"]["revision"] == soaking
+        is(r, RolloutState::Soaking) && r["candidate"]["revision"] == soaking
     })
     .await;
     // The replica writes the rollout record as it decides, in the background.

@@ -1,12 +1,6 @@
 //! xdsd's integration tests, one binary: the real binary (`CARGO_BIN_EXE_xdsd`), real Envoy 1.40
 //! and real gRPC clients over loopback, a module per subject, the shared harness in `support`.
 
-#[path = "../../../xdsd-etcd/tests/it/support.rs"]
-mod etcd_support;
-#[path = "../../../xdsd-client/tests/it/peer_support.rs"]
-mod peer_support;
-#[path = "../../../xdsd-core/tests/it/common/pki.rs"]
-mod pki;
 mod support;
 
 mod admin_config;

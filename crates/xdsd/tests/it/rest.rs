@@ -116,9 +116,14 @@ async fn a_current_poll_is_held_and_answered_304_when_nothing_it_asks_for_change
 #[tokio::test]
 async fn a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes() {
     let dir = endpoints_dir();
-    let xdsd = Xdsd::start_with_args(&dir.path(), &["--rest-hold", "60s"]).await;
+    let xdsd = Xdsd::start_with_args(
+        &dir.path(),
+        &["--rest-hold", "60s", "--log-level", "info,xdsd_core=debug"],
+    )
+    .await;
     let ask = |version: &str| serde_json::json!({ "versionInfo": version, "resourceNames": ["a"] });
     let first = poll(xdsd.port, "/v3/discovery:endpoints", ask("")).await;
+    let mark = xdsd.log.mark();
     let version = json(&first)["versionInfo"].as_str().unwrap().to_owned();
     let port = xdsd.port;
     let held = tokio::spawn(async move {
@@ -126,7 +131,10 @@ async fn a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes() {
         let r = poll(port, "/v3/discovery:endpoints", ask(&version)).await;
         (r, start.elapsed(), version)
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The change comes once the poll is held, not before it arrived.
+    xdsd.log
+        .expect_line_since(mark, &["REST poll held"], "the poll held")
+        .await;
     dir.write("a.yaml", &endpoints_yaml("a", 3003));
     let (r, took, old) = held.await.unwrap();
     assert_eq!(r.status, 200, "{r:?}");
@@ -278,24 +286,26 @@ fn rest_resources(upstream_port: u16) -> ResourceDir {
 
 /// Waits until each of the 4 types Envoy polls had a poll answered `304 Not Modified` since `mark`.
 async fn held_once_per_type(xdsd: &Xdsd, mark: usize) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let held = xdsd
-            .log
-            .matching_since(mark, |l| l.contains("REST poll: not modified"));
-        let types: std::collections::BTreeSet<String> = held
-            .iter()
-            .filter_map(|l| crate::support::log_field(l, "type_url").map(str::to_owned))
-            .collect();
-        if types.len() >= 4 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "polls of only {types:?} held since line {mark}:\n{}",
+    let held = xdsd
+        .log
+        .wait_until(
+            mark,
+            |lines| {
+                let types: std::collections::BTreeSet<&str> = lines
+                    .iter()
+                    .filter(|l| l.contains("REST poll: not modified"))
+                    .filter_map(|l| crate::support::log_field(l, "type_url"))
+                    .collect();
+                (types.len() >= 4).then_some(())
+            },
+            DEADLINE,
+        )
+        .await;
+    if let Err(why) = held {
+        panic!(
+            "the polls of 4 types were not all held since line {mark} ({why}):\n{}",
             xdsd.log.text()
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -242,7 +242,7 @@ async fn xdsd_status_exits_1_with_a_clear_error_when_no_server_answers() {
 
 #[tokio::test]
 async fn xdsd_status_speaks_mutual_tls_with_the_ca_and_a_client_certificate() {
-    use crate::pki::{Id, Pki};
+    use xdsd_testsupport::pki::{Id, Pki};
     let pki = Pki::new();
     let server = pki.server("server", 1);
     let operator = pki.client("operator", Id::Uri("spiffe://xdsd.test/operator"));

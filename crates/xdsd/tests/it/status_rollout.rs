@@ -9,6 +9,7 @@ use crate::envoy_rollout::{bootstrap_in, post, rollout, through, wait_rollout};
 use crate::status_cli::{describe, stdout, xdsd_status};
 use crate::support::scenario::{basic_resources, endpoints_yaml, static_cluster_yaml, Transport};
 use crate::support::{http_get, unique_name, wait_for_body, Envoy, Upstream, Xdsd, DEADLINE};
+use xdsd_testsupport::rollout::{is, RolloutState};
 
 /// The line of `text` that names `node`, under the rollout's header.
 fn holds_line<'a>(text: &'a str, node: &str) -> &'a str {
@@ -134,7 +135,7 @@ async fn status_shows_a_gated_rollout_waits_for_its_promotion_and_fails_at_once_
     // 3. A change the canary NACKs: --wait fails at once (not after its timeout) with the node
     // and Envoy's message.
     dir.write("bad.yaml", &static_cluster_yaml("bad", 70000));
-    wait_rollout(admin, "the halt", |r| r["state"] == "halted").await;
+    wait_rollout(admin, "the halt", |r| is(r, RolloutState::Halted)).await;
     let halted = tokio::time::timeout(
         DEADLINE,
         xdsd_status(&xdsd, &["--wait", "--timeout", "600s"]),
@@ -159,7 +160,7 @@ async fn status_shows_a_gated_rollout_waits_for_its_promotion_and_fails_at_once_
     let (code, body) = post(admin, "/rollout/abort").await;
     assert_eq!(code, 200, "{body}");
     let after = rollout(admin).await;
-    assert_eq!(after["state"], "idle", "{after:#}");
+    assert_eq!(RolloutState::of(&after), RolloutState::Idle, "{after:#}");
     let held = after["held_change"]["message"].as_str().unwrap_or_default();
     assert!(held.contains("the source holds a change"), "{after:#}");
     let aborted = xdsd_status(&xdsd, &["--wait", "--timeout", "600s"]).await;
@@ -200,7 +201,7 @@ async fn an_empty_cohort_is_said_in_the_log_and_on_rollout() {
             "the empty cohort in the log",
         )
         .await;
-    let r = wait_rollout(admin, "soaking", |r| r["state"] != "idle").await;
+    let r = wait_rollout(admin, "soaking", |r| !is(r, RolloutState::Idle)).await;
     let empty = r["cohort_empty"].as_str().unwrap_or_default();
     assert!(
         empty.contains("no connected client is in the cohort (cluster=nobody)"),

@@ -125,8 +125,8 @@ async fn watch_contents_prints_the_resources_after_their_line() {
 
 #[tokio::test]
 async fn watch_against_rust_control_plane_sees_a_change() {
-    use crate::peer_support::{Peer, PEER_NODE};
     use prost::Message as _;
+    use xdsd_testsupport::peer::{Peer, PEER_NODE};
     let Some(mut peer) = Peer::start().await else {
         return;
     };

@@ -72,6 +72,8 @@ pub fn repo_root() -> PathBuf {
 pub struct Log {
     lines: Arc<Mutex<Vec<String>>>,
     closed: Arc<std::sync::atomic::AtomicBool>,
+    /// Woken at each line and when the pipe closes: what the waits wait on.
+    grew: Arc<tokio::sync::Notify>,
 }
 
 impl Log {
@@ -85,12 +87,14 @@ impl Log {
                 sink.push(line);
             }
             sink.closed.store(true, Ordering::SeqCst);
+            sink.grew.notify_waiters();
         });
         log
     }
 
     fn push(&self, line: String) {
         self.lock().push(line);
+        self.grew.notify_waiters();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
@@ -148,20 +152,51 @@ impl Log {
         pred: impl Fn(&str) -> bool,
         within: Duration,
     ) -> Result<String, String> {
+        self.wait_until(
+            mark,
+            |lines| lines.iter().find(|l| pred(l)).cloned(),
+            within,
+        )
+        .await
+    }
+
+    /// Waits up to `within` for the process to close its output (every line of it read);
+    /// returns whether it did.
+    pub async fn wait_closed(&self, within: Duration) -> bool {
+        let _ = self.wait_until(0, |_| None::<()>, within).await;
+        self.is_closed()
+    }
+
+    /// Waits up to `within` until `seen`, given the lines after `mark`, returns something, and
+    /// returns it: woken by each new line, not polled. The error says why it gave up (deadline
+    /// or closed pipe).
+    pub async fn wait_until<T>(
+        &self,
+        mark: usize,
+        seen: impl Fn(&[String]) -> Option<T>,
+        within: Duration,
+    ) -> Result<T, String> {
         let deadline = Instant::now() + within;
         loop {
+            // Registered before the lines are read, so a line pushed after the read wakes it.
+            let grew = self.grew.notified();
+            tokio::pin!(grew);
+            grew.as_mut().enable();
             // Read `closed` before the lines: a line pushed before the pipe closed is then seen.
             let closed = self.is_closed();
-            if let Some(line) = self.matching_since(mark, &pred).into_iter().next() {
-                return Ok(line);
+            let found = {
+                let lines = self.lock();
+                seen(lines.get(mark..).unwrap_or_default())
+            };
+            if let Some(found) = found {
+                return Ok(found);
             }
             if closed {
                 return Err("the process closed its output".to_string());
             }
-            if Instant::now() >= deadline {
+            if tokio::time::timeout_at(deadline, grew).await.is_err() {
                 return Err(format!("no such line within {within:?}"));
             }
-            sleep(POLL).await;
         }
     }
 
@@ -538,8 +573,8 @@ impl Envoy {
                 break port;
             }
             if let Ok(Some(status)) = child.try_wait() {
-                // Give the drain task a moment to collect the last lines.
-                sleep(Duration::from_millis(200)).await;
+                // Its last lines: read until it closed its output.
+                log.wait_closed(Duration::from_secs(2)).await;
                 panic!("Envoy exited early with {status}. Log:\n{}", log.text());
             }
             if Instant::now() >= deadline {

@@ -3,9 +3,7 @@
 //! 127.0.0.1:0 and driven through its line protocol (`set`, `nodes`; see bench-peer/src/main.rs).
 //! Its clients must be named `xds-bench-<i>` ([`PEER_NODE`] is the first).
 //!
-//! Shared by xdsd-client's and xdsd's tests (`#[path]`).
-
-#![allow(dead_code)]
+//! Used by xdsd-client's and xdsd's tests.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -20,6 +18,7 @@ pub const PEER_NODE: &str = "xds-bench-0";
 /// How long a build of the peer may take (the first one compiles tonic 0.8 and its protos).
 const BUILD: Duration = Duration::from_secs(1800);
 
+/// A running rust-control-plane peer, killed when dropped.
 pub struct Peer {
     child: Child,
     stdin: ChildStdin,

@@ -1,7 +1,5 @@
 //! An in-process xdsd on 127.0.0.1 (port from the OS), and waiting for the client's events.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -17,14 +15,18 @@ use xdsd_core::{Change, ResourceInput, Store, XdsServer};
 /// How long a test waits for an event.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// An xdsd serving a store of its own on 127.0.0.1, stopped by [`Server::stop`] or when dropped.
 pub struct Server {
+    /// The store it serves.
     pub store: Store,
+    /// Where it listens.
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Server {
+    /// Plaintext gRPC on a port from the OS.
     pub async fn start() -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -96,16 +98,19 @@ impl Server {
             .expect("serve task");
     }
 
+    /// Stops the server and waits for its task.
     pub async fn stop(mut self) {
         self.stop_now().await;
     }
 
+    /// Sets one resource.
     pub fn set(&self, input: ResourceInput) {
         self.store
             .apply([Change::Set(input)])
             .expect("store change");
     }
 
+    /// Removes one resource.
     pub fn remove(&self, type_url: &str, name: &str) {
         self.store
             .apply([Change::Remove {
@@ -116,10 +121,12 @@ impl Server {
     }
 }
 
+/// A cluster `name`, its `alt_stat_name` a tag that tells versions apart.
 pub fn cluster(name: &str, tag: &str) -> ResourceInput {
     ResourceInput::new(xdsd_client::types::CLUSTER, name, cluster_bytes(name, tag))
 }
 
+/// The encoded cluster of [`cluster`].
 pub fn cluster_bytes(name: &str, tag: &str) -> Bytes {
     Cluster {
         name: name.into(),
@@ -130,6 +137,7 @@ pub fn cluster_bytes(name: &str, tag: &str) -> Bytes {
     .into()
 }
 
+/// A `ClusterLoadAssignment` for `name`, tagged with one named endpoint `tag`.
 pub fn endpoints(name: &str, tag: &str) -> ResourceInput {
     let mut cla = ClusterLoadAssignment {
         cluster_name: name.into(),
@@ -143,6 +151,7 @@ pub fn endpoints(name: &str, tag: &str) -> ResourceInput {
     )
 }
 
+/// A RTDS `Runtime` layer `name`.
 pub fn runtime(name: &str) -> ResourceInput {
     let runtime = envoy_types::pb::envoy::service::runtime::v3::Runtime {
         name: name.into(),
@@ -155,10 +164,12 @@ pub fn runtime(name: &str) -> ResourceInput {
     )
 }
 
+/// `input` as a TP2 variant with constraints `c`.
 pub fn variant(input: ResourceInput, c: DynamicParameterConstraints) -> ResourceInput {
     input.with_constraints(Some(Constraints::new(c).expect("valid constraints")))
 }
 
+/// The TP2 constraint `env` = `value`.
 pub fn env_is(value: &str) -> DynamicParameterConstraints {
     use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::ConstraintType;
     use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{

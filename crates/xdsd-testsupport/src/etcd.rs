@@ -1,6 +1,5 @@
 //! A real etcd for the tests: started on 127.0.0.1 with ports from the OS and its own temporary
 //! data directory, killed when dropped; its output is printed when a test fails.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -40,8 +39,11 @@ fn free_port() -> u16 {
 /// TLS for etcd's client port: server certificate, key and the CA of client certificates.
 #[derive(Clone)]
 pub struct ServerTls {
+    /// The server certificate (PEM).
     pub cert: PathBuf,
+    /// Its key (PEM).
     pub key: PathBuf,
+    /// The CA that signs the client certificates etcd accepts (PEM).
     pub client_ca: PathBuf,
 }
 
@@ -193,6 +195,7 @@ impl Etcd {
         client_of(&self.endpoint()).await
     }
 
+    /// What etcd has printed so far, one line each.
     pub fn log_text(&self) -> String {
         self.log
             .lock()

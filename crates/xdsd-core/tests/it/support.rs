@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod pki;
-
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::time::Duration;

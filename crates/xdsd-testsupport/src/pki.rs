@@ -1,8 +1,6 @@
 //! A test PKI made with rcgen in a temporary directory: a CA, server certificates for
 //! localhost and 127.0.0.1, and client certificates with a given identity. No key is committed.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 
 use rcgen::{
@@ -10,7 +8,9 @@ use rcgen::{
     KeyUsagePurpose, SanType, SerialNumber,
 };
 
+/// A test CA in a temporary directory, and the certificates it signs there.
 pub struct Pki {
+    /// The directory every file is written to.
     pub dir: tempfile::TempDir,
     /// The CA certificate (PEM).
     pub ca: PathBuf,
@@ -20,18 +20,30 @@ pub struct Pki {
 /// A certificate and its key, as PEM files.
 #[derive(Debug, Clone)]
 pub struct Pair {
+    /// The certificate (PEM).
     pub cert: PathBuf,
+    /// Its key (PEM).
     pub key: PathBuf,
 }
 
 /// What a client certificate names.
 pub enum Id<'a> {
+    /// A URI SAN (e.g. a SPIFFE id).
     Uri(&'a str),
+    /// A DNS SAN.
     Dns(&'a str),
+    /// The subject's common name only.
     Cn(&'a str),
 }
 
+impl Default for Pki {
+    fn default() -> Pki {
+        Pki::new()
+    }
+}
+
 impl Pki {
+    /// A CA named "xdsd test CA".
     pub fn new() -> Pki {
         Pki::named("xdsd test CA")
     }
@@ -58,6 +70,7 @@ impl Pki {
         }
     }
 
+    /// `name` in the PKI's directory.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }

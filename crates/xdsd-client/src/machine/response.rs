@@ -1,0 +1,345 @@
+//! Responses taken in: SotW and delta, each resource decoded and checked, the type's ACK or NACK
+//! queued, and what changed told as events.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse};
+use prost::Message;
+
+use super::wire::{decode_sotw, decode_wrapper, held_key, Received};
+use super::{Client, Event, Held, HeldKey, Resource, Update};
+use crate::types;
+
+impl Client {
+    /// Takes in a SotW response.
+    pub fn handle_sotw(&mut self, now: Instant, response: DiscoveryResponse) {
+        let type_url = response.type_url.clone();
+        let Some(state) = self.types.get(&type_url) else {
+            return;
+        };
+        if !state.interested() {
+            return;
+        }
+        let mut received = Vec::with_capacity(response.resources.len());
+        let mut problem = None;
+        for any in &response.resources {
+            match decode_sotw(&type_url, &response.version_info, any) {
+                Ok(r) => received.push(r),
+                Err(e) => {
+                    problem = Some(e);
+                    break;
+                }
+            }
+        }
+        let full_state = types::is_full_state(&type_url);
+        let outcome = match problem {
+            Some(reason) => Err(reason),
+            None => self.apply(
+                now,
+                (&type_url, &response.version_info),
+                received,
+                Vec::new(),
+                full_state,
+            ),
+        };
+        self.answer(&type_url, &response.version_info, &response.nonce, outcome);
+    }
+
+    /// Takes in a delta response.
+    pub fn handle_delta(&mut self, now: Instant, response: DeltaDiscoveryResponse) {
+        let type_url = response.type_url.clone();
+        if !self.types.contains_key(&type_url) {
+            return;
+        }
+        let mut received = Vec::with_capacity(response.resources.len());
+        let mut problem = None;
+        for wire in &response.resources {
+            match decode_wrapper(&type_url, "", wire.clone()) {
+                Ok(r) => received.push(r),
+                Err(e) => {
+                    problem = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut removed: Vec<(String, Option<Vec<u8>>)> = response
+            .removed_resources
+            .iter()
+            .map(|n| (n.clone(), None))
+            .collect();
+        removed.extend(response.removed_resource_names.iter().map(|n| {
+            (
+                n.name.clone(),
+                Some(
+                    n.dynamic_parameter_constraints
+                        .as_ref()
+                        .map(Message::encode_to_vec)
+                        .unwrap_or_default(),
+                ),
+            )
+        }));
+        let outcome = match problem {
+            Some(reason) => Err(reason),
+            None => self.apply(
+                now,
+                (&type_url, &response.system_version_info),
+                received,
+                removed,
+                false,
+            ),
+        };
+        self.answer(
+            &type_url,
+            &response.system_version_info,
+            &response.nonce,
+            outcome,
+        );
+    }
+
+    /// ACKs or NACKs a response.
+    fn answer(&mut self, type_url: &str, version: &str, nonce: &str, outcome: Result<(), String>) {
+        let Some(state) = self.types.get_mut(type_url) else {
+            return;
+        };
+        state.nonce = nonce.to_owned();
+        state.owed = true;
+        state.responses += 1;
+        match outcome {
+            Ok(()) => state.version = version.to_owned(),
+            Err(reason) => {
+                state.nack = Some(reason.clone());
+                self.events.push_back(Event::Rejected {
+                    type_url: type_url.to_owned(),
+                    version: version.to_owned(),
+                    reason,
+                });
+            }
+        }
+    }
+
+    /// Applies a response's resources and removals, or says why it is rejected (then nothing of
+    /// it is applied).
+    fn apply(
+        &mut self,
+        now: Instant,
+        (type_url, version): (&str, &str),
+        received: Vec<Received>,
+        removed: Vec<(String, Option<Vec<u8>>)>,
+        full_state: bool,
+    ) -> Result<(), String> {
+        let limits = self.config.limits;
+        let state = self.types.get(type_url).expect("checked by the caller");
+        // What the response holds: updates and heartbeats, by key.
+        let mut updates: BTreeMap<HeldKey, Resource> = BTreeMap::new();
+        let mut heartbeats: Vec<(HeldKey, String, Option<Duration>)> = Vec::new();
+        for r in received {
+            match r {
+                Received::Resource(resource) => {
+                    if !state.wants(&resource.name, resource.constraints.as_ref()) {
+                        continue;
+                    }
+                    let key = held_key(&resource);
+                    if updates.contains_key(&key) {
+                        return Err(format!(
+                            "resource {:?} is in the response twice",
+                            resource.name
+                        ));
+                    }
+                    updates.insert(key, resource);
+                }
+                Received::Heartbeat { key, version, ttl } => heartbeats.push((key, version, ttl)),
+            }
+        }
+        if let Some(validator) = self.validator.as_mut() {
+            for resource in updates.values() {
+                validator(resource).map_err(|e| format!("resource {:?}: {e}", resource.name))?;
+            }
+        }
+        // The bounds, before anything changes.
+        let mut names: BTreeSet<&str> = if full_state {
+            BTreeSet::new()
+        } else {
+            state.held_names()
+        };
+        names.extend(updates.values().map(|r| r.name.as_str()));
+        if names.len() > limits.max_names {
+            return Err(format!(
+                "the response would have the client hold {} names of {type_url}, more than its \
+                 limit of {}",
+                names.len(),
+                limits.max_names
+            ));
+        }
+        let replaced: usize = updates
+            .keys()
+            .filter_map(|k| state.held.get(k))
+            .map(|h| h.bytes)
+            .sum();
+        let dropped: usize = if full_state {
+            state.bytes() - replaced
+        } else {
+            0
+        };
+        let new_bytes: usize = updates.values().map(|r| r.body.value.len()).sum();
+        let total = self.bytes - replaced - dropped + new_bytes;
+        if total > limits.max_bytes {
+            return Err(format!(
+                "the response would have the client hold {total} bytes of resources, more than \
+                 its limit of {}",
+                limits.max_bytes
+            ));
+        }
+
+        // Accepted: apply.
+        let state = self.types.get_mut(type_url).expect("checked by the caller");
+        let mut update = Update {
+            type_url: type_url.to_owned(),
+            version: version.to_owned(),
+            added: Vec::new(),
+            changed: Vec::new(),
+        };
+        let mut gone: Vec<String> = Vec::new();
+        let mut missing: Vec<String> = Vec::new();
+        if full_state {
+            // A heartbeat keeps its resource, as the resource itself would.
+            let beating: BTreeSet<&HeldKey> = heartbeats.iter().map(|(k, _, _)| k).collect();
+            let leaving: Vec<HeldKey> = state
+                .held
+                .keys()
+                .filter(|k| !updates.contains_key(*k) && !beating.contains(k))
+                .cloned()
+                .collect();
+            for key in leaving {
+                if let Some(h) = state.held.remove(&key) {
+                    self.bytes -= h.bytes;
+                    gone.push(key.0);
+                }
+            }
+            let present: BTreeSet<&str> = updates
+                .values()
+                .map(|r| r.name.as_str())
+                .chain(beating.iter().map(|(n, _)| n.as_str()))
+                .collect();
+            // A name never received is concluded missing only when this response surely
+            // follows the request that asked for it (spec, "Knowing When a Requested Resource
+            // Does Not Exist": a response may answer an earlier request): the stream's first
+            // request, or one sent before an earlier response of this stream. Otherwise its
+            // timer decides.
+            let before = state.responses;
+            for (key, sub) in state.subs.iter_mut() {
+                if present.contains(key.name.as_str()) || sub.missing {
+                    continue;
+                }
+                let was_held = gone.contains(&key.name);
+                let follows = match sub.asked_at {
+                    Some(None) => true,
+                    Some(Some(at)) => before > at,
+                    None => false,
+                };
+                if was_held || follows {
+                    sub.missing = true;
+                    sub.deadline = None;
+                    if !was_held {
+                        missing.push(key.name.clone());
+                    }
+                }
+            }
+        }
+        for (name, constraints) in removed {
+            let keys: Vec<HeldKey> = match constraints {
+                Some(c) => vec![(name.clone(), c)],
+                None => state
+                    .held
+                    .range((name.clone(), Vec::new())..)
+                    .take_while(|((n, _), _)| *n == name)
+                    .map(|(k, _)| k.clone())
+                    .collect(),
+            };
+            let mut was_held = false;
+            for key in keys {
+                if let Some(h) = state.held.remove(&key) {
+                    self.bytes -= h.bytes;
+                    was_held = true;
+                }
+            }
+            if was_held {
+                gone.push(name.clone());
+            }
+            let mut subscribed = false;
+            for (_, sub) in state.subs.iter_mut().filter(|(k, _)| k.name == name) {
+                subscribed = true;
+                sub.deadline = None;
+                sub.missing = true;
+            }
+            if subscribed && !was_held && !state.holds(&name) {
+                missing.push(name);
+            }
+        }
+        for (key, hb_version, ttl) in heartbeats {
+            if let Some(h) = state.held.get_mut(&key) {
+                if h.resource.version == hb_version {
+                    h.expires = ttl.and_then(|t| now.checked_add(t));
+                }
+            }
+        }
+        for (key, resource) in updates {
+            for (_, sub) in state
+                .subs
+                .iter_mut()
+                .filter(|(k, _)| k.name == resource.name)
+            {
+                sub.deadline = None;
+                sub.missing = false;
+            }
+            let bytes = resource.body.value.len();
+            // A TTL past what the clock can count never expires.
+            let expires = resource.ttl.and_then(|t| now.checked_add(t));
+            match state.held.get_mut(&key) {
+                Some(h) => {
+                    h.expires = expires;
+                    // A SotW resource's version is its response's: only a new body is a change.
+                    let changed = h.resource.body != resource.body;
+                    self.bytes = self.bytes - h.bytes + bytes;
+                    h.bytes = bytes;
+                    h.resource = resource.clone();
+                    if changed {
+                        update.changed.push(resource);
+                    }
+                }
+                None => {
+                    self.bytes += bytes;
+                    state.held.insert(
+                        key,
+                        Held {
+                            resource: resource.clone(),
+                            expires,
+                            bytes,
+                        },
+                    );
+                    update.added.push(resource);
+                }
+            }
+        }
+        if !update.added.is_empty() || !update.changed.is_empty() || !state.answered {
+            self.events.push_back(Event::Update(update));
+        }
+        state.answered = true;
+        gone.dedup();
+        if !gone.is_empty() {
+            self.events.push_back(Event::Removed {
+                type_url: type_url.to_owned(),
+                version: version.to_owned(),
+                names: gone,
+                expired: false,
+            });
+        }
+        for name in missing {
+            self.events.push_back(Event::DoesNotExist {
+                type_url: type_url.to_owned(),
+                name,
+            });
+        }
+        Ok(())
+    }
+}
