@@ -394,8 +394,16 @@ impl Machine for DeltaMachine {
             owed.iter().map(|o| self.owed_len(o)),
             self.core.max_response_bytes.saturating_sub(overhead),
         );
-        let part: Vec<Owed> = owed.drain(..count).collect();
-        self.split = owed;
+        // Nearly every response goes out whole: it is what was gathered, taken as it is (no
+        // copy), and the machine keeps no room for a rest (the room of a first response of
+        // 10,000 resources, kept until the next response, was 400 KiB per stream and type).
+        let part: Vec<Owed> = if count == owed.len() {
+            Vec::from(owed)
+        } else {
+            let part = owed.drain(..count).collect();
+            self.split = owed;
+            part
+        };
         let oversized = self.core.warn_once(oversized);
         self.emit(part, views, nonces, respond, oversized)
     }

@@ -131,6 +131,10 @@ impl Gathered {
     /// Everything owed, in the order it goes out: resources by name, removals, heartbeats,
     /// unresolved aliases.
     fn into_owed(self) -> Vec<Owed> {
+        // Most responses owe resources and nothing else (a changed name): no other list to walk.
+        if self.removed.is_empty() && self.beats.is_empty() && self.unresolved.is_empty() {
+            return self.sends;
+        }
         let mut owed = self.sends;
         owed.reserve(self.removed.len() + self.beats.len() + self.unresolved.len());
         owed.extend(self.removed.into_iter().map(Owed::Remove));
