@@ -297,8 +297,7 @@ impl DeltaMachine {
             Some(names) => names.contains(n),
             None => self
                 .keys_of(n)
-                .iter()
-                .any(|k| self.has.get(k).is_some_and(|h| h.name() == n)),
+                .any(|k| self.has.get(&k).is_some_and(|h| h.name() == n)),
         };
         let mut names: Vec<Arc<str>> = dropped
             .into_iter()
