@@ -252,6 +252,31 @@ impl Proc {
         Ok(self.reply().await?[0])
     }
 
+    /// Runs the command of `XDS_BENCH_PHASE_HOOK`, if set, with `phase` and the server's pid as
+    /// its last two arguments, and waits for it: with a server under callgrind
+    /// (`XDS_BENCH_SERVER_WRAPPER`), `callgrind_control -d` there dumps the counts at the edges of
+    /// a scenario's changes, so that a profile counts the changes alone (BENCHMARKS.md, stop 37).
+    /// A hook that fails is reported, and the run goes on.
+    pub async fn phase(&self, phase: &str) {
+        let Ok(hook) = std::env::var("XDS_BENCH_PHASE_HOOK") else {
+            return;
+        };
+        let mut words = hook.split_whitespace();
+        let Some(program) = words.next() else {
+            return;
+        };
+        let status = Command::new(program)
+            .args(words)
+            .arg(phase)
+            .arg(self.pid.to_string())
+            .stdin(Stdio::null())
+            .status()
+            .await;
+        if !matches!(&status, Ok(s) if s.success()) {
+            eprintln!("[xds-bench] phase hook {hook:?} {phase}: {status:?}");
+        }
+    }
+
     /// CPU seconds (user + system) the server process used so far.
     pub fn cpu_seconds(&self) -> f64 {
         cpu_seconds(self.pid).unwrap_or(0.0)

@@ -93,6 +93,11 @@ struct RunArgs {
     /// S1 (and S3/S4) stream counts, comma-separated.
     #[arg(long, value_delimiter = ',')]
     s1_streams: Vec<usize>,
+    /// S1's (and S3/S4's) modes, comma-separated, run in this order at each stream count: sotw
+    /// (every stream SotW ADS), delta (every stream delta ADS; the limit pushes in its delta
+    /// mode).
+    #[arg(long, value_delimiter = ',', default_value = "sotw,delta")]
+    s1_modes: Vec<String>,
     /// Changes per S1 (and S6) measurement: 30 by default, 3 with --quick (S2 and S7 take at
     /// most 5). Each point's percentiles are of these changes: with 10, the p50 of the same
     /// point moved by 20 % between runs.
@@ -168,6 +173,15 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         streams_per_connection: a.streams_per_connection.unwrap_or(if q { 10 } else { 100 }),
         seed: a.seed,
         s1_streams: or(&a.s1_streams, &[20, 50], &[1000, 2500, 5000, 10_000]),
+        s1_delta: a
+            .s1_modes
+            .iter()
+            .map(|m| match m.as_str() {
+                "sotw" => Ok(false),
+                "delta" => Ok(true),
+                other => anyhow::bail!("unknown S1 mode {other:?} (sotw, delta)"),
+            })
+            .collect::<anyhow::Result<_>>()?,
         s1_config: ConfigSpec {
             clusters: if q { 10 } else { 100 },
             endpoints: if q { 2 } else { 4 },

@@ -55,6 +55,12 @@ fn find_rate<'a>(rows: &'a [Row], server: &str, rate: u32) -> Option<&'a Row> {
         .find(|r| r.scenario == "S5" && r.server == server && r.rate == Some(rate))
 }
 
+/// Whether the row's server process was started with its clients (not a row that says "not
+/// supported" or "not run"): S3 and S4 have nothing to show of the others.
+fn opened(r: &Row) -> bool {
+    r.rss_base_kib > 0 || r.synced > 0
+}
+
 fn p50(r: Option<&Row>) -> Option<f64> {
     r.and_then(|r| r.conv_ms.map(|p| p.p50))
 }
@@ -88,18 +94,18 @@ pub fn markdown(rows: &[Row]) -> String {
         out.push_str(
             "### S1 fan-out: one ClusterLoadAssignment changes, every stream watches it\n\n",
         );
-        out.push_str("Convergence = from the server accepting the change to the last client having it, per change (ms).\n\n");
-        out.push_str("| server | streams | conns | p50 | p90 | p99 | max | changes | CPU ms/change | KiB sent/change | xdsd ÷ limit (p50) | peer ÷ xdsd (p50) | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        out.push_str("Convergence = from the server accepting the change to the last client having it, per change (ms). Mode: every stream SotW ADS, or every stream delta ADS (the limit in its delta mode); ratios are to the limit in the same mode.\n\n");
+        out.push_str("| server | mode | streams | conns | p50 | p90 | p99 | max | changes | CPU ms/change | KiB sent/change | xdsd ÷ limit (p50) | peer ÷ xdsd (p50) | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &s1 {
             let [a, b, c, d] = ms(&r.conv_ms);
             let (vs_limit, vs_peer) = if r.server.starts_with("xdsd") {
                 (
                     ratio(
                         p50(Some(r)),
-                        p50(find(rows, "S1", "limit", "sotw", r.streams)),
+                        p50(find(rows, "S1", "limit", &r.mode, r.streams)),
                     ),
                     ratio(
-                        p50(find(rows, "S1", "peer", "sotw", r.streams)),
+                        p50(find(rows, "S1", "peer", &r.mode, r.streams)),
                         p50(Some(r)),
                     ),
                 )
@@ -109,8 +115,8 @@ pub fn markdown(rows: &[Row]) -> String {
             let per = r.changes.max(1) as f64;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {a} | {b} | {c} | {d} | {} | {:.1} | {:.0} | {vs_limit} | {vs_peer} | {} |",
-                r.server, r.streams, r.connections, r.changes,
+                "| {} | {} | {} | {} | {a} | {b} | {c} | {d} | {} | {:.1} | {:.0} | {vs_limit} | {vs_peer} | {} |",
+                r.server, r.mode, r.streams, r.connections, r.changes,
                 r.change_cpu_s * 1e3 / per, r.bytes as f64 / 1024.0 / per, note(r)
             );
         }
@@ -182,18 +188,19 @@ pub fn markdown(rows: &[Row]) -> String {
     }
     if !s1.is_empty() {
         out.push_str("### S3 idle memory: server RSS per connected, synced, idle stream (S1 configuration)\n\n");
-        out.push_str("| server | streams | RSS loaded (MiB) | RSS with streams (MiB) | KiB per stream | xdsd ÷ limit |\n|---|---|---|---|---|---|\n");
-        for r in &s1 {
+        out.push_str("| server | mode | streams | RSS loaded (MiB) | RSS with streams (MiB) | KiB per stream | xdsd ÷ limit |\n|---|---|---|---|---|---|---|\n");
+        for r in s1.iter().filter(|r| opened(r)) {
             let vs = if r.server.starts_with("xdsd") {
-                let l = find(rows, "S1", "limit", "sotw", r.streams).map(|l| l.rss_per_stream_kib);
+                let l = find(rows, "S1", "limit", &r.mode, r.streams).map(|l| l.rss_per_stream_kib);
                 ratio(Some(r.rss_per_stream_kib), l)
             } else {
                 String::new()
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {:.1} | {vs} |",
+                "| {} | {} | {} | {} | {} | {:.1} | {vs} |",
                 r.server,
+                r.mode,
                 r.streams,
                 mib(r.rss_base_kib),
                 mib(r.rss_idle_kib),
@@ -202,25 +209,28 @@ pub fn markdown(rows: &[Row]) -> String {
         }
         out.push('\n');
         out.push_str("### S4 connect storm: every client connects at once; time from the first connect to each client's complete initial sync (ms)\n\n");
-        out.push_str("| server | streams | synced | p50 | p90 | p99 | max | errors | server CPU s | KiB received/stream | peak RSS (MiB) | xdsd ÷ limit (max) | peer ÷ xdsd (max) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-        for r in &s1 {
+        out.push_str("| server | mode | streams | synced | p50 | p90 | p99 | max | errors | server CPU s | KiB received/stream | peak RSS (MiB) | xdsd ÷ limit (max) | peer ÷ xdsd (max) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for r in s1.iter().filter(|r| opened(r)) {
             let [a, b, c, d] = ms(&r.sync_ms);
             let mx = |r: Option<&Row>| r.and_then(|r| r.sync_ms.map(|p| p.max));
             let (vs_limit, vs_peer) = if r.server.starts_with("xdsd") {
                 (
                     ratio(
                         mx(Some(r)),
-                        mx(find(rows, "S1", "limit", "sotw", r.streams)),
+                        mx(find(rows, "S1", "limit", &r.mode, r.streams)),
                     ),
-                    ratio(mx(find(rows, "S1", "peer", "sotw", r.streams)), mx(Some(r))),
+                    ratio(
+                        mx(find(rows, "S1", "peer", &r.mode, r.streams)),
+                        mx(Some(r)),
+                    ),
                 )
             } else {
                 ("".into(), "".into())
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {}/{} | {a} | {b} | {c} | {d} | {} | {:.2} | {:.1} | {} | {vs_limit} | {vs_peer} |",
-                r.server, r.streams, r.synced, r.streams, r.errors, r.sync_cpu_s,
+                "| {} | {} | {} | {}/{} | {a} | {b} | {c} | {d} | {} | {:.2} | {:.1} | {} | {vs_limit} | {vs_peer} |",
+                r.server, r.mode, r.streams, r.synced, r.streams, r.errors, r.sync_cpu_s,
                 r.sync_bytes as f64 / 1024.0 / r.streams.max(1) as f64, mib(r.rss_peak_kib)
             );
         }
@@ -349,7 +359,7 @@ pub fn svg(rows: &[Row]) -> String {
     .map(|(name, color)| {
         let mut pts: Vec<(f64, f64)> = rows
             .iter()
-            .filter(|r| r.scenario == "S1" && r.server == name)
+            .filter(|r| r.scenario == "S1" && r.mode == "sotw" && r.server == name)
             .filter_map(|r| r.conv_ms.map(|p| (r.streams as f64, p.p50)))
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -490,6 +500,45 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    fn s1(server: &str, mode: &str, p50: f64) -> Row {
+        Row {
+            scenario: "S1".into(),
+            server: server.into(),
+            mode: mode.into(),
+            streams: 1000,
+            synced: 1000,
+            conv_ms: Some(Pct {
+                n: 1,
+                p50,
+                p90: p50,
+                p99: p50,
+                max: p50,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_s1_delta_ratio_is_to_the_limit_s_delta_row() {
+        let rows = [
+            s1("xdsd", "sotw", 30.0),
+            s1("limit", "sotw", 20.0),
+            s1("xdsd", "delta", 40.0),
+            s1("limit", "delta", 50.0),
+        ];
+        let md = markdown(&rows);
+        let line = md
+            .lines()
+            .find(|l| l.starts_with("| xdsd | delta | 1000 |"))
+            .expect("the xdsd delta row");
+        assert!(line.contains("| 0.80× |"), "{line}");
+        let line = md
+            .lines()
+            .find(|l| l.starts_with("| xdsd | sotw | 1000 |"))
+            .expect("the xdsd SotW row");
+        assert!(line.contains("| 1.50× |"), "{line}");
     }
 
     #[test]

@@ -126,20 +126,23 @@ impl DeltaMachine {
     }
 
     /// The keys of a name: one per parameter set it is subscribed with, and the wildcard's.
-    fn keys_of(&self, name: &Arc<str>) -> Vec<Key> {
-        let mut keys: Vec<Key> = self
+    /// Made as they are taken, no list: every changed name of every stream goes through here,
+    /// nearly always with one key.
+    fn keys_of<'a>(&'a self, name: &'a Arc<str>) -> impl Iterator<Item = Key> + 'a {
+        let subscribed =
+            move |pid: ParamSetId| self.names.contains(&(&**name, pid) as &dyn KeyLookup);
+        let wildcard = self
             .core
+            .wildcard
+            .pid()
+            .filter(move |w| !(self.core.pids.contains(w) && subscribed(*w)));
+        self.core
             .pids
             .iter()
-            .map(|pid| (name.clone(), *pid))
-            .filter(|key| self.names.contains(key))
-            .collect();
-        if let Some(w) = self.core.wildcard.pid() {
-            if !keys.iter().any(|(_, p)| *p == w) {
-                keys.push((name.clone(), w));
-            }
-        }
-        keys
+            .copied()
+            .filter(move |pid| subscribed(*pid))
+            .chain(wildcard)
+            .map(move |pid| (name.clone(), pid))
     }
 
     /// Whether something was owed since the last response (a request, a store change, a
@@ -339,10 +342,10 @@ impl Machine for DeltaMachine {
     /// (it reads a body-less virtual host as an unresolved alias): virtual hosts are renewed by
     /// sending them again.
     fn heartbeat(&mut self, name: &Arc<str>) {
-        let keys = self
+        let keys: Vec<Key> = self
             .keys_of(name)
-            .into_iter()
-            .filter(|k| self.has.contains_key(k));
+            .filter(|k| self.has.contains_key(k))
+            .collect();
         if *self.core.type_url == *crate::types::VIRTUAL_HOST {
             self.core.forced.extend(keys);
         } else {
@@ -394,17 +397,27 @@ impl Machine for DeltaMachine {
             owed.iter().map(|o| self.owed_len(o)),
             self.core.max_response_bytes.saturating_sub(overhead),
         );
-        let part: Vec<Owed> = owed.drain(..count).collect();
-        self.split = owed;
+        // Nearly every response goes out whole: it is what was gathered, taken as it is (no
+        // copy), and the machine keeps no room for a rest (the room of a first response of
+        // 10,000 resources, kept until the next response, was 400 KiB per stream and type).
+        let part: Vec<Owed> = if count == owed.len() {
+            Vec::from(owed)
+        } else {
+            let part = owed.drain(..count).collect();
+            self.split = owed;
+            part
+        };
         let oversized = self.core.warn_once(oversized);
         self.emit(part, views, nonces, respond, oversized)
     }
 
     /// Whether the client holds `name` as the store holds it now.
     fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool {
-        self.keys_of(name)
-            .iter()
-            .any(|key| views.get(&key.0, key.1).is_some_and(|r| self.holds(key, r)))
+        self.keys_of(name).any(|key| {
+            views
+                .get(&key.0, key.1)
+                .is_some_and(|r| self.holds(&key, r))
+        })
     }
 
     /// The subscribed resources the client does not hold as the store holds them now.

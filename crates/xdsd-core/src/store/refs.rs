@@ -51,6 +51,7 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 use super::TypeSnapshot;
+use crate::hash::HashMap as FastMap;
 use crate::params::Constraints;
 use crate::types::{
     CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION, SCOPED_ROUTE_CONFIGURATION,
@@ -572,7 +573,7 @@ pub(crate) fn describe(dangling: &[Dangling]) -> String {
 /// Cost: one lookup per reference of the whole state (a tree lookup in the names, then a hash
 /// lookup in the aliases).
 pub(crate) fn dangling(
-    types: &HashMap<Arc<str>, Arc<TypeSnapshot>>,
+    types: &FastMap<Arc<str>, Arc<TypeSnapshot>>,
     policy: &ReferencePolicy,
 ) -> Vec<Dangling> {
     if policy.mode == ReferenceMode::Off {
@@ -589,7 +590,7 @@ pub(crate) fn dangling(
 /// The references of `resources` (each with its type URL, in the order given) to resources
 /// that do not exist in `types`.
 pub(crate) fn dangling_of<'a>(
-    types: &HashMap<Arc<str>, Arc<TypeSnapshot>>,
+    types: &FastMap<Arc<str>, Arc<TypeSnapshot>>,
     resources: impl Iterator<Item = (&'a Arc<str>, &'a Arc<super::Resource>)>,
     policy: &ReferencePolicy,
 ) -> Vec<Dangling> {

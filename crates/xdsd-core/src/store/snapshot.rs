@@ -902,15 +902,20 @@ pub(crate) fn string_len(value: &str) -> usize {
     }
 }
 
+/// A snapshot's types by type URL. foldhash: every response a stream builds looks its type up
+/// here (a few times: make-before-break reads clusters and endpoints), and SipHash of a type URL
+/// was 5 % of the instructions of a delta fan-out (BENCHMARKS.md, stop 37).
+pub(crate) type TypeTable = FastMap<Arc<str>, Arc<TypeSnapshot>>;
+
 /// Everything the store holds at one moment.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     generation: u64,
-    types: HashMap<Arc<str>, Arc<TypeSnapshot>>,
+    types: TypeTable,
 }
 
 impl Snapshot {
-    pub(crate) fn new(generation: u64, types: HashMap<Arc<str>, Arc<TypeSnapshot>>) -> Snapshot {
+    pub(crate) fn new(generation: u64, types: TypeTable) -> Snapshot {
         Snapshot { generation, types }
     }
 
@@ -934,7 +939,7 @@ impl Snapshot {
         self.types.values()
     }
 
-    pub(crate) fn type_map(&self) -> &HashMap<Arc<str>, Arc<TypeSnapshot>> {
+    pub(crate) fn type_map(&self) -> &TypeTable {
         &self.types
     }
 

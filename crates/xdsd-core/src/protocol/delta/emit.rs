@@ -144,9 +144,10 @@ impl DeltaMachine {
             resources: Vec::with_capacity(sends),
             ..Part::default()
         };
-        if self.pending_base.is_none() {
-            self.has.reserve(sends);
-        }
+        // What a re-sent key held before matters only to clients that hold variants apart (TP2,
+        // `resource_name`): the others hold one per name, replaced in place, so it is not looked
+        // up for them (a lookup by name in the map and in the base's view, per resource sent).
+        let named = self.core.encoding.named;
         for item in owed {
             match item {
                 Owed::Send(r, keys) => {
@@ -162,6 +163,10 @@ impl DeltaMachine {
                         if self.extends_base(key.1, &r) {
                             debug_assert!(key.0 == *r.name());
                             part.base_last = Some(part.resources.len());
+                            continue;
+                        }
+                        if !named {
+                            self.has.put(key, Held::of(&r));
                             continue;
                         }
                         if let Some(before) = self.has.insert(key, Held::of(&r)) {
@@ -292,8 +297,7 @@ impl DeltaMachine {
             Some(names) => names.contains(n),
             None => self
                 .keys_of(n)
-                .iter()
-                .any(|k| self.has.get(k).is_some_and(|h| h.name() == n)),
+                .any(|k| self.has.get(&k).is_some_and(|h| h.name() == n)),
         };
         let mut names: Vec<Arc<str>> = dropped
             .into_iter()

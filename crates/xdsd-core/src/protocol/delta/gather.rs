@@ -131,6 +131,10 @@ impl Gathered {
     /// Everything owed, in the order it goes out: resources by name, removals, heartbeats,
     /// unresolved aliases.
     fn into_owed(self) -> Vec<Owed> {
+        // Most responses owe resources and nothing else (a changed name): no other list to walk.
+        if self.removed.is_empty() && self.beats.is_empty() && self.unresolved.is_empty() {
+            return self.sends;
+        }
         let mut owed = self.sends;
         owed.reserve(self.removed.len() + self.beats.len() + self.unresolved.len());
         owed.extend(self.removed.into_iter().map(Owed::Remove));
@@ -159,12 +163,19 @@ impl DeltaMachine {
         if named_base.is_some() {
             self.pending_base = named_base;
         }
-        reset(&mut self.heartbeat);
+        // Nearly always one or two of these held anything: an empty set is left as it is,
+        // unless it keeps the room of a large one (which `reset` lets go of).
+        fn done<T>(set: &mut HashSet<T>) {
+            if !set.is_empty() || set.capacity() > 64 {
+                reset(set);
+            }
+        }
+        done(&mut self.heartbeat);
+        done(&mut self.core.forced);
+        done(&mut self.recheck);
+        done(&mut self.core.dirty);
         self.check_all = false;
-        reset(&mut self.core.forced);
         self.forced_all = false;
-        reset(&mut self.recheck);
-        reset(&mut self.core.dirty);
         gathered.into_owed()
     }
 
@@ -201,7 +212,8 @@ impl DeltaMachine {
         let (main, extra) = self.forced_keys();
         let forced_len = main.len() + extra.len();
         let mut g = Gathered {
-            sends: Vec::with_capacity(forced_len),
+            // Room for the changed names too: a change alone is the response of most pushes.
+            sends: Vec::with_capacity(forced_len + self.core.dirty.len()),
             ..Gathered::default()
         };
         if self.check_all {

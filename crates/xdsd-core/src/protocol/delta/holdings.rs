@@ -139,6 +139,11 @@ impl Holdings {
         before
     }
 
+    /// Records that the client holds `held` for `key`, whatever it held before.
+    pub(super) fn put(&mut self, key: Key, held: Held) {
+        self.over.insert(key, Some(held));
+    }
+
     /// Records that the client holds nothing for `key`; what it held before.
     pub(super) fn remove(&mut self, key: &Key) -> Option<Held> {
         let before = self.get(key).map(HeldRef::to_held);

@@ -955,6 +955,39 @@ mod split {
         assert_eq!(again.resources.len(), 1);
         assert_eq!(again.oversized, None, "reported once per stream and type");
     }
+
+    #[test]
+    fn a_response_sent_whole_or_to_its_last_part_leaves_no_room_for_a_rest() {
+        // Whole: no size limit.
+        let mut h = harness(CLUSTER, 100);
+        h.sub.set_max_response_bytes(usize::MAX);
+        h.request(Req::default());
+        let whole = h.poll().expect("the whole view");
+        assert!(h.poll().is_none(), "in one response");
+        assert_eq!(names(&[whole]), all(100));
+        assert_eq!(
+            h.sub.split.capacity(),
+            0,
+            "what a response owed is not kept once it went out whole"
+        );
+        // In parts: room for the rest while there is one, none after the last part.
+        let mut h = harness(CLUSTER, 100);
+        h.request(Req::default());
+        let first = h.poll().expect("a first part");
+        assert!(!h.sub.split.is_empty(), "the rest is owed");
+        let rest = drain(&mut h);
+        assert_eq!(names(&[vec![first], rest].concat()), all(100));
+        assert_eq!(
+            h.sub.split.capacity(),
+            0,
+            "nothing kept after the last part"
+        );
+        // A change then goes out whole, and keeps nothing either.
+        h.set("r050", "changed");
+        let change = drain(&mut h);
+        assert_eq!(names(&change), ["r050"]);
+        assert_eq!(h.sub.split.capacity(), 0);
+    }
 }
 
 /// A first subscription owes every key it names without listing them apart (`forced_all`): what
