@@ -1,8 +1,8 @@
 //! The resource store: resources by type URL and name, each encoded once; immutable snapshots
 //! swapped atomically; change notifications indexed by name.
 
-mod refs;
 mod error;
+mod refs;
 mod resource;
 mod snapshot;
 mod vhds;

@@ -1,0 +1,161 @@
+use super::*;
+
+#[test]
+fn the_page_is_its_html_template_filled_with_an_escaped_title_the_style_and_the_body() {
+    let html = fill("<x>", "<p>{{title}}</p>");
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+    assert!(html.contains("<title>&lt;x&gt;</title>"), "{html}");
+    assert!(html.contains(".NACKED{"), "the style sheet: {html}");
+    assert!(
+        html.contains("<p>{{title}}</p>"),
+        "the body is not a template: {html}"
+    );
+    assert!(html.contains("location.reload()"), "{html}");
+    assert!(
+        !html.contains("{{style}}") && !html.contains("{{body}}"),
+        "{html}"
+    );
+}
+
+#[test]
+fn markup_in_names_is_escaped() {
+    assert_eq!(
+        escape("<script>alert('x')</script>&\""),
+        "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"
+    );
+    assert_eq!(query_value("a b&c<"), "a%20b%26c%3C");
+}
+
+fn client(id: String, state: TypeState) -> ClientRow {
+    ClientRow {
+        id,
+        cluster: "c".into(),
+        agent: String::new(),
+        types: vec![TypeRow {
+            type_url: types::CLUSTER.into(),
+            state,
+            version: "v".into(),
+            nack: None,
+            resources: Vec::new(),
+        }],
+    }
+}
+
+/// 10,000 clients, 3 of them NACKED, sorted as `rows` sorts them.
+fn fleet() -> Vec<ClientRow> {
+    let mut all: Vec<ClientRow> = (0..10_000)
+        .map(|i| {
+            let state = if i % 4000 == 7 {
+                TypeState::Nacked
+            } else {
+                TypeState::Synced
+            };
+            client(format!("envoy-{i:05}"), state)
+        })
+        .collect();
+    all.sort_by(|a, b| b.state().cmp(&a.state()).then_with(|| a.id.cmp(&b.id)));
+    all
+}
+
+fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn ten_thousand_clients_are_summed_up_and_shown_a_page_at_a_time_problems_first() {
+    let mut out = String::new();
+    clients_section(&mut out, fleet(), &HashMap::new());
+    assert!(
+        out.contains("10000 clients: 9997 synced, 3 NACKED"),
+        "{out}"
+    );
+    assert_eq!(out.matches("<tr class=\"client\">").count(), PAGE_SIZE);
+    assert!(out.contains("page 1 of 100 (10000 clients, <a href=\"/?page=2&amp;q=\">next</a>)"));
+    let first = out.find("envoy-00007").expect("a NACKED client on page 1");
+    let synced = out.find("envoy-00000").expect("then the synced ones");
+    assert!(first < synced);
+
+    let mut last = String::new();
+    clients_section(&mut last, fleet(), &query(&[("page", "100")]));
+    assert!(last.contains("page 100 of 100"), "{last}");
+    assert!(last.contains("envoy-09999"), "{last}");
+
+    let mut filtered = String::new();
+    clients_section(
+        &mut filtered,
+        fleet(),
+        &query(&[("q", "envoy-0999"), ("page", "7")]),
+    );
+    assert_eq!(filtered.matches("<tr class=\"client\">").count(), 10);
+    assert!(!filtered.contains("id=\"pages\""), "one page: {filtered}");
+    assert!(
+        filtered.contains("10000 clients"),
+        "the summary counts all: {filtered}"
+    );
+}
+
+#[tokio::test]
+async fn a_gated_rollout_shows_its_state() {
+    use xdsd_core::{Cohort, GateConfig, Rollout, Selector, Store, XdsServer};
+    let store = Store::new();
+    let cohort = Cohort::new(vec![Selector::parse("node=canary-*").expect("a selector")]);
+    // Nothing is committed: the gate stays idle whatever its clock does.
+    let rollout = Rollout::new(cohort, GateConfig::default(), store.clone());
+    let server = XdsServer::builder(store).rollout(rollout).build().unwrap();
+    let state = PageState {
+        handle: server.handle(),
+        info: Arc::new(PageInfo {
+            version: "xdsd 9.9".into(),
+            source: "directory <d>".into(),
+        }),
+        history: None,
+    };
+    let mut out = String::new();
+    server_section(&mut out, &state);
+    assert!(out.contains("<td id=\"rollout\"><b>idle</b>"), "{out}");
+    assert!(out.contains("node=canary-*"), "{out}");
+    assert!(out.contains("directory &lt;d&gt;"), "{out}");
+    let mut plain = String::new();
+    let server = XdsServer::builder(Store::new()).build().unwrap();
+    server_section(
+        &mut plain,
+        &PageState {
+            handle: server.handle(),
+            info: Arc::default(),
+            history: None,
+        },
+    );
+    assert!(!plain.contains("rollout"), "{plain}");
+}
+
+#[test]
+fn the_history_marks_the_served_revisions_and_escapes_what_a_pusher_wrote() {
+    let rows = serde_json::json!([
+        {"revision": 9, "kind": "rollback", "rollback_to": 7, "author": "bo",
+         "message": "<undo>", "unix_ms": 0,
+         "added": {"count": 0}, "changed": {"count": 2}, "removed": {"count": 1},
+         "rollout": "soaking"},
+        {"revision": 7, "kind": "direct write",
+         "added": {"count": 1}, "changed": {"count": 0}, "removed": {"count": 0}},
+    ]);
+    let mut out = String::new();
+    history_section(&mut out, Ok(rows), &[(7, "stable"), (9, "canaries")]);
+    assert!(out.contains("rollback to 7: &lt;undo&gt;"), "{out}");
+    assert!(
+        out.contains("+0 ~2 -1</td><td>soaking</td><td>canaries</td>"),
+        "{out}"
+    );
+    assert!(out.contains("<td>direct write</td>"), "{out}");
+    assert!(
+        out.contains("+1 ~0 -0</td><td></td><td>stable</td>"),
+        "{out}"
+    );
+    let mut failed = String::new();
+    history_section(&mut failed, Err("etcd <down>".into()), &[]);
+    assert!(failed.contains("etcd &lt;down&gt;"), "{failed}");
+    assert_eq!(age(59), "59s");
+    assert_eq!(age(3 * 3600 + 5), "3h");
+}
