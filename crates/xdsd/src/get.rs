@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -578,7 +578,12 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
             } => format!("{kind} rejected version={version}: {reason}"),
         };
         let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{} {line}", rfc3339(SystemTime::now())).context("writing to stdout")?;
+        writeln!(
+            stdout,
+            "{} {line}",
+            crate::utc::rfc3339_millis(SystemTime::now())
+        )
+        .context("writing to stdout")?;
         if args.contents {
             if let Event::Update(u) = &event {
                 drop(stdout);
@@ -592,30 +597,6 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
         }
         stdout.flush().context("writing to stdout")?;
     }
-}
-
-/// `2026-01-02T03:04:05.678Z`.
-fn rfc3339(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        since.subsec_millis()
-    )
 }
 
 #[cfg(test)]
@@ -676,13 +657,6 @@ mod tests {
         );
         assert_eq!(fatal_status("cannot connect to 127.0.0.1:1: refused"), None);
         assert_eq!(fatal_status("the server ended the stream"), None);
-    }
-
-    #[test]
-    fn rfc3339_writes_utc() {
-        let t = UNIX_EPOCH + Duration::from_millis(1_767_323_045_678);
-        assert_eq!(rfc3339(t), "2026-01-02T03:04:05.678Z");
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
     }
 
     #[test]

@@ -147,7 +147,7 @@ fn text(history: &History, limit: usize, prefix: &str) -> String {
                 .push
                 .as_ref()
                 .filter(|p| p.unix_ms > 0)
-                .map(|p| time(p.unix_ms))
+                .map(|p| crate::utc::seconds_of_unix_ms(p.unix_ms))
                 .unwrap_or_else(|| "-".into()),
         );
         let what = match &change.push {
@@ -195,29 +195,6 @@ fn text(history: &History, limit: usize, prefix: &str) -> String {
 
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or("")
-}
-
-/// `2026-11-28 06:10:00Z` of milliseconds since the Unix epoch (UTC).
-fn time(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rest = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
 }
 
 /// Writes `text` to standard output; a reader that went away (`xdsd history | head`) is no
@@ -282,17 +259,5 @@ pub(crate) fn default_author() -> String {
         (false, true) => user,
         (true, false) => format!("@{host}"),
         (true, true) => "unknown".into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_are_written_in_utc() {
-        assert_eq!(time(0), "1970-01-01 00:00:00Z");
-        assert_eq!(time(1_795_846_200_000), "2026-11-28 06:10:00Z");
-        assert_eq!(time(951_782_400_000), "2000-02-29 00:00:00Z");
     }
 }

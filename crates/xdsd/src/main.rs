@@ -34,6 +34,7 @@ mod readme_flags;
 mod rest_json;
 mod status;
 mod tls_args;
+mod utc;
 
 /// An error and its causes, one after the other, each said once: a cause whose message already
 /// ends the text (an error that shows its source in its own message) is not repeated.
