@@ -545,6 +545,28 @@ fn response_bytes(metrics: &str) -> u64 {
         .sum()
 }
 
+/// Spawns `cmd` (`what`, for the error) with its stderr piped for its log, killed with the
+/// bench: its process, pid and stderr.
+fn spawn_logged(
+    mut cmd: tokio::process::Command,
+    what: &str,
+) -> anyhow::Result<(tokio::process::Child, u32, tokio::process::ChildStderr)> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    die_with_parent(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start {what}: {e}"))?;
+    let pid = child.id().ok_or_else(|| anyhow::anyhow!("no pid"))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+    Ok((child, pid, stderr))
+}
+
 /// Starts `xdsd relay --upstream UPSTREAM --listen 127.0.0.1:0` (its log forwarded to ours) and
 /// waits for its address: its process, address and pid.
 async fn start_relay(
@@ -554,20 +576,8 @@ async fn start_relay(
     let mut cmd = tokio::process::Command::new(xdsd_bin);
     cmd.args(["relay", "--upstream", upstream])
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "off"])
-        .args(["--log-level", "info"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    die_with_parent(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("cannot start {} relay: {e}", xdsd_bin.display()))?;
-    let pid = child.id().ok_or_else(|| anyhow::anyhow!("no pid"))?;
-    let stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+        .args(["--log-level", "info"]);
+    let (child, pid, stderr) = spawn_logged(cmd, &format!("{} relay", xdsd_bin.display()))?;
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
     tokio::spawn(async move {
         let mut addr_tx = Some(addr_tx);
@@ -636,20 +646,8 @@ pub(crate) async fn start_xdsd(
             std::env::var(XDSD_ARGS_VAR)
                 .unwrap_or_default()
                 .split_whitespace(),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    die_with_parent(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", xdsd_bin.display()))?;
-    let pid = child.id().ok_or_else(|| anyhow::anyhow!("no pid"))?;
-    let stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+        );
+    let (child, pid, stderr) = spawn_logged(cmd, &xdsd_bin.display().to_string())?;
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
     let (admin_tx, admin_rx) = tokio::sync::oneshot::channel::<String>();
     let (reload_tx, reload_rx) = watch::channel(Reloads::default());
