@@ -92,6 +92,11 @@ async fn each_change_is_one_log_line_and_a_resource_edited_counts_once() {
     dir.write("d.yaml", &cluster("d", "1s"));
     let xdsd = Xdsd::start_with_args(&dir.path(), &["--log-level", "info"]).await;
     xdsd.expect_loaded_since(0).await;
+    // The admin API logs its address after the first load: wait for it, so that it is not
+    // counted among the lines of the changes below.
+    xdsd.log
+        .expect_line_since(0, &["admin API listening"], "the admin API")
+        .await;
 
     let mark = xdsd.log.mark();
     dir.write("c.yaml", &cluster("c", "2s"));
