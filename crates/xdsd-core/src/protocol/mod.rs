@@ -90,6 +90,8 @@ pub use fields::{names_key, Names};
 pub use node::user_agent_version;
 pub use text::Text;
 
+pub(crate) use shared::digest;
+
 use crate::hash::HashSet;
 use crate::params::ParamSet;
 use crate::store::{Interner, Resource, TypeSnapshot, View};

@@ -149,6 +149,26 @@ impl<'a> Asked<'a> {
         self.wildcard
     }
 
+    /// A digest of what this request states: its names and locators as sent, the ones it
+    /// unsubscribes from, and the wildcard flag. Two requests that state the same lists in the
+    /// same order have the same digest, so an observer that keeps it tells a SotW request that
+    /// repeats its stream's subscription (as every ACK does) from one that changes it without
+    /// reading the names, as the session itself does.
+    pub fn digest(&self) -> u64 {
+        use prost::Message;
+        let locators = |list: &[ResourceLocator]| -> Vec<Vec<u8>> {
+            list.iter().map(|l| l.encode_to_vec()).collect()
+        };
+        crate::protocol::digest((
+            self.subscribe,
+            self.unsubscribe,
+            locators(self.locators),
+            locators(self.unsubscribe_locators),
+            self.whole,
+            self.wildcard,
+        ))
+    }
+
     /// What a SotW request (or a one-shot one) asks.
     pub(crate) fn sotw(
         request: &'a crate::protocol::sotw::SotwRequest,
@@ -338,4 +358,49 @@ pub(crate) trait OwnObserver: Send + Sync {
 
     /// The stream ended (its state is dropped with it).
     fn stream_closed(&self, _stream: &mut Self::Stream, _event: &StreamClosed<'_>) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::sotw::SotwRequest;
+
+    fn request(names: &[&str], version: &str) -> SotwRequest {
+        let mut request = SotwRequest {
+            version_info: version.into(),
+            ..Default::default()
+        };
+        for name in names {
+            request.resource_names.push(name.as_bytes());
+        }
+        request
+    }
+
+    #[test]
+    fn a_request_that_repeats_the_subscription_has_its_digest_whatever_else_it_carries() {
+        let first = request(&["a", "b"], "");
+        let ack = request(&["a", "b"], "v1");
+        assert_eq!(
+            Asked::sotw(&first, None).digest(),
+            Asked::sotw(&ack, None).digest()
+        );
+        let changed = request(&["a", "c"], "v1");
+        assert_ne!(
+            Asked::sotw(&first, None).digest(),
+            Asked::sotw(&changed, None).digest()
+        );
+        assert_ne!(
+            Asked::sotw(&first, None).digest(),
+            Asked::sotw(&first, Some(true)).digest()
+        );
+        let mut located = request(&["a", "b"], "v1");
+        located.resource_locators.push(ResourceLocator {
+            name: "c".into(),
+            ..Default::default()
+        });
+        assert_ne!(
+            Asked::sotw(&first, None).digest(),
+            Asked::sotw(&located, None).digest()
+        );
+    }
 }
