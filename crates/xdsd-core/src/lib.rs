@@ -80,6 +80,13 @@ pub mod clients {
     pub use crate::transport::csds::{nack_details, resource_status};
 }
 
+/// What xdsd's CSDS `FetchClientStatus` answers carry beyond CSDS, in their response metadata:
+/// what the server serves ([`csds::Served`] in [`csds::SERVED_METADATA`], also
+/// [`ServerHandle::served`]) and a gated rollout's state ([`csds::ROLLOUT_METADATA`]).
+pub mod csds {
+    pub use crate::transport::csds::{Served, ROLLOUT_METADATA, SERVED_METADATA};
+}
+
 /// The sans-I/O xDS session, public on purpose (like quinn-proto's `Connection`): requests and
 /// time in, responses and what to watch in the store out, one state machine per type (State of
 /// the World or incremental). [`XdsServer`] drives one per stream; a transport of one's own, a

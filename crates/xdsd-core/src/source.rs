@@ -69,9 +69,25 @@ impl CommitTarget for Store {
         self
     }
 
-    fn commit(&self, update: Update, _revision: Option<i64>) -> Result<UpdateSummary, StoreError> {
-        update.apply(self)
+    /// Commits `update`; once committed, the store serves the source's `revision`
+    /// ([`Store::source_revision`]).
+    fn commit(&self, update: Update, revision: Option<i64>) -> Result<UpdateSummary, StoreError> {
+        commit_at_revision(self, update, revision)
     }
+}
+
+/// Commits `update` to `store`, which then serves the source's `revision` (kept as it was when
+/// the change is refused, or when the source has no revisions).
+fn commit_at_revision(
+    store: &Store,
+    update: Update,
+    revision: Option<i64>,
+) -> Result<UpdateSummary, StoreError> {
+    let summary = update.apply(store)?;
+    if revision.is_some() {
+        store.set_source_revision(revision);
+    }
+    Ok(summary)
 }
 
 impl<T: CommitTarget + ?Sized> CommitTarget for Arc<T> {
@@ -479,6 +495,7 @@ impl Feed {
         let result = match source.load().await {
             Ok(change) => {
                 let resources = change.resources;
+                let revision = change.revision;
                 let result = self.commit_with(change, true);
                 if let Ok(summary) = &result {
                     log_dangling(summary);
@@ -486,6 +503,7 @@ impl Feed {
                         source = %source.describe(),
                         resources,
                         generation = summary.generation,
+                        revision,
                         "resources loaded"
                     );
                     if resources == 0 {
@@ -506,14 +524,21 @@ impl Feed {
             match event {
                 SourceEvent::Health { healthy, reason } => self.health(&source, healthy, &reason),
                 SourceEvent::Rejected(rejection) => {
-                    self.outcome(&source, Err(CommitError::Source(rejection)), &[], None);
+                    self.outcome(
+                        &source,
+                        Err(CommitError::Source(rejection)),
+                        &[],
+                        None,
+                        None,
+                    );
                 }
                 SourceEvent::Change(mut change) => {
                     let resources = change.resources;
+                    let revision = change.revision;
                     let origins = std::mem::take(&mut change.origins);
                     let result = self.commit(change);
                     source.committed(result.is_ok());
-                    self.outcome(&source, result, &origins, Some(resources));
+                    self.outcome(&source, result, &origins, Some(resources), revision);
                 }
             }
         }
@@ -533,13 +558,15 @@ impl Feed {
         }
     }
 
-    /// The one log line (and count) of a change's outcome.
+    /// The one log line (and count) of a change's outcome; an applied change's line names the
+    /// source `revision` it serves now, when the source has revisions.
     fn outcome<S: Source>(
         &self,
         source: &S,
         result: Result<UpdateSummary, CommitError>,
         origins: &[String],
         resources: Option<usize>,
+        revision: Option<i64>,
     ) {
         let count = |reload| {
             if let Some(metrics) = &self.metrics {
@@ -554,6 +581,7 @@ impl Feed {
                 info!(
                     resources = resources.unwrap_or(summary.total),
                     from,
+                    revision,
                     "{} changed, resources unchanged",
                     source.kind()
                 );
@@ -567,6 +595,7 @@ impl Feed {
                     what = %what_changed(&summary),
                     from,
                     generation = summary.generation,
+                    revision,
                     "resources loaded"
                 );
                 if let Some(hook) = &self.on_applied {

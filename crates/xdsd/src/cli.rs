@@ -673,6 +673,15 @@ pub(crate) struct ServeArgs {
     #[arg(long, requires = "tls_cert", env = "XDSD_ADMIN_TLS")]
     pub(crate) admin_tls: bool,
 
+    /// With an etcd prefix: the xDS addresses (host:port) of the other replicas, separated by
+    /// commas (this replica may be among them: it is recognised). A host name stands for each of
+    /// its addresses (a Kubernetes headless Service names every pod). The status page and GET
+    /// /history ask each over CSDS which etcd revision it serves, and mark each change with the
+    /// replicas serving it, those behind the latest change marked as such. Plaintext, or TLS
+    /// verified with the system's roots for an https:// URL.
+    #[arg(long, value_name = "ADDR", env = "XDSD_PEERS", value_delimiter = ',')]
+    pub(crate) peers: Vec<String>,
+
     /// How a change of the directory is loaded. incremental: only the paths the watcher's events
     /// name are looked at, only files whose size, times or inode changed are read again, only
     /// those whose content changed are parsed again, and only the names they held are committed

@@ -344,6 +344,7 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
         admin_listener,
         admin_tls: false,
         history: None,
+        peers: Vec::new(),
     };
     let source: Box<dyn xdsd_core::DynSource> = Box::new(source);
     serve_downstream(

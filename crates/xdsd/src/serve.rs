@@ -192,6 +192,7 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
         admin_listener,
         admin_tls: args.admin_tls,
         history,
+        peers: args.peers.clone(),
     };
     serve_downstream(
         server,
@@ -225,6 +226,8 @@ pub(crate) struct Downstream {
     pub(crate) admin_tls: bool,
     /// The etcd prefix served, whose history `/history` and the status page read.
     pub(crate) history: Option<xdsd_etcd::EtcdOptions>,
+    /// The other replicas (`--peers`), whose served revisions the status page shows.
+    pub(crate) peers: Vec<String>,
 }
 
 /// What `serve` and `relay` share once their source is loaded: the gRPC server `builder` (its
@@ -260,6 +263,7 @@ pub(crate) async fn serve_downstream(
         handle,
         described,
         downstream.history,
+        downstream.peers,
     )?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(server.serve(downstream.listener, async move {

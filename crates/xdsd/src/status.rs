@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::admin::fleet::{
-    client_rows, columns, row_json, rows_json, short_type, short_version, ClientRow, RolloutView,
-    Summary, TypeState,
+    behind, client_rows, columns, row_json, rows_json, short_type, short_version, ClientRow,
+    ReplicaView, RolloutView, Summary, TypeState,
 };
 use anyhow::Context;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
@@ -18,9 +18,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-
-/// The metadata of xdsd's CSDS answer that carries its gated rollout (`GET /rollout`'s JSON).
-const ROLLOUT_METADATA: &str = "xdsd-rollout-bin";
+use xdsd_core::csds::{Served, ROLLOUT_METADATA, SERVED_METADATA};
 
 /// The largest CSDS answer read (a fleet of 10,000 clients with their resource names fits).
 const MAX_ANSWER_BYTES: usize = 256 * 1024 * 1024;
@@ -35,13 +33,16 @@ pub(crate) struct StatusArgs {
     node: Option<String>,
 
     /// The CSDS server: xdsd's --listen address (host:port, or an http:// or https:// URL).
+    /// Repeat it (or separate addresses by commas) for several replicas: their clients are
+    /// listed together, with the etcd revision each replica serves and those behind marked.
     #[arg(
         long,
         value_name = "ADDR",
         env = "XDSD_STATUS_SERVER",
-        default_value = "127.0.0.1:18000"
+        default_value = "127.0.0.1:18000",
+        value_delimiter = ','
     )]
-    server: String,
+    server: Vec<String>,
 
     /// PEM CA certificate(s) to verify the server's certificate with: connects over TLS.
     #[arg(long, value_name = "FILE", env = "XDSD_STATUS_TLS_CA")]
@@ -80,9 +81,9 @@ pub(crate) struct StatusArgs {
     )]
     output: Output,
 
-    /// Wait until every client is synced and a gated rollout promoted (exit 0), or --timeout
-    /// passes (exit 1, listing the clients that are not); at once (exit 1) when the rollout halts
-    /// or a change is held back after an abort.
+    /// Wait until every client is synced, a gated rollout promoted and no replica behind (exit
+    /// 0), or --timeout passes (exit 1, listing the clients that are not); at once (exit 1) when
+    /// the rollout halts or a change is held back after an abort.
     #[arg(long, env = "XDSD_STATUS_WAIT")]
     wait: bool,
 
@@ -132,27 +133,41 @@ pub(crate) fn run(args: StatusArgs) -> ExitCode {
     }
 }
 
-async fn connect(args: &StatusArgs) -> anyhow::Result<Channel> {
-    let tls = args.tls_ca.is_some() || args.tls_cert.is_some();
-    let url = if args.server.contains("://") {
-        args.server.clone()
+/// The TLS files `connect` presents: a CA to verify the server with, and a client certificate
+/// with its key.
+#[derive(Default)]
+pub(crate) struct ClientTls<'a> {
+    pub(crate) ca: Option<&'a std::path::Path>,
+    pub(crate) cert_key: Option<(&'a std::path::Path, &'a std::path::Path)>,
+}
+
+/// A gRPC channel to `server` (host:port, or an http:// or https:// URL): over TLS for an
+/// https:// URL or with `tls` files, each request within `timeout`.
+pub(crate) async fn connect(
+    server: &str,
+    tls_files: &ClientTls<'_>,
+    timeout: Duration,
+) -> anyhow::Result<Channel> {
+    let tls = tls_files.ca.is_some() || tls_files.cert_key.is_some();
+    let url = if server.contains("://") {
+        server.to_owned()
     } else if tls {
-        format!("https://{}", args.server)
+        format!("https://{server}")
     } else {
-        format!("http://{}", args.server)
+        format!("http://{server}")
     };
     let mut endpoint = Endpoint::from_shared(url.clone())
-        .with_context(|| format!("--server {:?} is not an address", args.server))?
-        .connect_timeout(args.timeout.min(Duration::from_secs(10)))
-        .timeout(args.timeout);
+        .with_context(|| format!("--server {server:?} is not an address"))?
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .timeout(timeout);
     if tls || url.starts_with("https://") {
         let mut config = ClientTlsConfig::new().with_enabled_roots();
-        if let Some(ca) = &args.tls_ca {
+        if let Some(ca) = tls_files.ca {
             let pem = std::fs::read(ca)
                 .with_context(|| format!("--tls-ca {}: cannot read it", ca.display()))?;
             config = config.ca_certificate(Certificate::from_pem(pem));
         }
-        if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        if let Some((cert, key)) = tls_files.cert_key {
             let cert = std::fs::read(cert)
                 .with_context(|| format!("--tls-cert {}: cannot read it", cert.display()))?;
             let key = std::fs::read(key)
@@ -169,7 +184,7 @@ async fn connect(args: &StatusArgs) -> anyhow::Result<Channel> {
             let error = anyhow::Error::from(e);
             let chain = crate::error_chain(&error);
             if chain.contains("h2 protocol error") || chain.contains("frame with invalid size") {
-                Err(not_grpc(&args.server))
+                Err(not_grpc(server))
             } else {
                 Err(error.context(format!("cannot connect to the CSDS server at {url}")))
             }
@@ -198,28 +213,29 @@ fn csds_error(server: &str, status: &tonic::Status) -> anyhow::Error {
     }
 }
 
-/// What one CSDS answer says: the clients, and xdsd's gated rollout when it has one.
+/// What the CSDS answers say: the clients (of every server), xdsd's gated rollout when it has
+/// one (the first server's that does), and what each server serves.
 struct Answer {
     rows: Vec<ClientRow>,
     /// `GET /rollout`'s JSON, as xdsd's CSDS answer carries it.
     rollout_json: Option<serde_json::Value>,
     rollout: Option<RolloutView>,
+    /// Each server asked, in order, with what it serves (none from a server that is not xdsd).
+    replicas: Vec<ReplicaView>,
 }
 
 impl Answer {
-    /// Every client synced, and no rollout left to finish.
+    /// Every client synced, no rollout left to finish, and no replica behind.
     fn done(&self) -> bool {
-        Summary::of(&self.rows).all_synced() && self.rollout.as_ref().is_none_or(RolloutView::done)
+        Summary::of(&self.rows).all_synced()
+            && self.rollout.as_ref().is_none_or(RolloutView::done)
+            && !behind(&self.replicas).contains(&true)
     }
 }
 
-/// The clients the server reports (only NODE's with a node).
-async fn fetch(
-    client: &mut ClientStatusDiscoveryServiceClient<Channel>,
-    server: &str,
-    node: Option<&str>,
-) -> anyhow::Result<Answer> {
-    let request = ClientStatusRequest {
+/// The request for the clients (only NODE's with a node).
+fn request(node: Option<&str>) -> ClientStatusRequest {
+    ClientStatusRequest {
         node_matchers: node
             .map(|id| NodeMatcher {
                 node_id: Some(StringMatcher {
@@ -232,31 +248,73 @@ async fn fetch(
             .collect(),
         exclude_resource_contents: true,
         ..Default::default()
-    };
-    let answer = client
-        .fetch_client_status(request)
-        .await
-        .map_err(|s| csds_error(server, &s))?;
-    let rollout_json: Option<serde_json::Value> = answer
+    }
+}
+
+/// What an xdsd's CSDS answer says it serves ([`SERVED_METADATA`]); `None` from another server.
+pub(crate) fn served_of<T>(answer: &tonic::Response<T>) -> Option<Served> {
+    answer
         .metadata()
-        .get_bin(ROLLOUT_METADATA)
+        .get_bin(SERVED_METADATA)
         .and_then(|v| v.to_bytes().ok())
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    let rollout = rollout_json.as_ref().and_then(RolloutView::from_json);
-    Ok(Answer {
-        rows: client_rows(&answer.get_ref().config),
-        rollout_json,
-        rollout,
-    })
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|json| Served::from_json(&json))
+}
+
+/// The clients every server reports (only NODE's with a node), and what each serves.
+async fn fetch(
+    clients: &mut [(String, ClientStatusDiscoveryServiceClient<Channel>)],
+    node: Option<&str>,
+) -> anyhow::Result<Answer> {
+    let mut out = Answer {
+        rows: Vec::new(),
+        rollout_json: None,
+        rollout: None,
+        replicas: Vec::new(),
+    };
+    let mut configs = Vec::new();
+    let several = clients.len() > 1;
+    for (server, client) in clients.iter_mut() {
+        let answer = match client.fetch_client_status(request(node)).await {
+            Ok(answer) => answer,
+            Err(status) if several => {
+                return Err(csds_error(server, &status).context(format!("--server {server}")))
+            }
+            Err(status) => return Err(csds_error(server, &status)),
+        };
+        if out.rollout_json.is_none() {
+            out.rollout_json = answer
+                .metadata()
+                .get_bin(ROLLOUT_METADATA)
+                .and_then(|v| v.to_bytes().ok())
+                .and_then(|b| serde_json::from_slice(&b).ok());
+        }
+        out.replicas.push(ReplicaView {
+            name: server.clone(),
+            served: served_of(&answer),
+        });
+        configs.extend(answer.into_inner().config);
+    }
+    out.rows = client_rows(&configs);
+    out.rollout = out.rollout_json.as_ref().and_then(RolloutView::from_json);
+    Ok(out)
 }
 
 async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
-    let channel = connect(args).await?;
-    let mut client = ClientStatusDiscoveryServiceClient::new(channel)
-        .max_decoding_message_size(MAX_ANSWER_BYTES);
+    let tls = ClientTls {
+        ca: args.tls_ca.as_deref(),
+        cert_key: args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+    };
+    let mut clients = Vec::new();
+    for server in &args.server {
+        let channel = connect(server, &tls, args.timeout).await?;
+        let client = ClientStatusDiscoveryServiceClient::new(channel)
+            .max_decoding_message_size(MAX_ANSWER_BYTES);
+        clients.push((server.clone(), client));
+    }
     let deadline = tokio::time::Instant::now() + args.timeout;
     let node = args.node.as_deref();
-    let mut answer = fetch(&mut client, &args.server, node).await?;
+    let mut answer = fetch(&mut clients, node).await?;
     if args.wait {
         // A halted rollout, or a change held back after an abort, moves no further: no wait.
         while !answer.done()
@@ -264,7 +322,7 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
             && tokio::time::Instant::now() < deadline
         {
             tokio::time::sleep(POLL.min(deadline - tokio::time::Instant::now())).await;
-            answer = fetch(&mut client, &args.server, node).await?;
+            answer = fetch(&mut clients, node).await?;
         }
     }
     let done = answer.done();
@@ -272,6 +330,7 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
         mut rows,
         rollout_json,
         rollout,
+        replicas,
     } = answer;
     if let (Some(admin), Some(node)) = (&args.admin, &args.node) {
         // Read even when NODE is not connected: a wrong --admin is said, not skipped.
@@ -281,6 +340,7 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
         }
     }
     let summary = Summary::of(&rows);
+    let lagging = behind(&replicas);
     let mut out = std::io::stdout().lock();
     let mut text = match (args.output, &args.node) {
         (Output::Json, None) => {
@@ -288,13 +348,16 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
             if let Some(r) = &rollout_json {
                 json["rollout"] = r.clone();
             }
+            if replicas.iter().any(|r| r.served.is_some()) {
+                json["replicas"] = replicas_json(&replicas, &lagging);
+            }
             json.to_string() + "\n"
         }
         (Output::Json, Some(_)) => match rows.first() {
             Some(row) => row_json(row).to_string() + "\n",
             None => "null\n".to_owned(),
         },
-        (Output::Text, None) => table(&rows, colours()),
+        (Output::Text, None) => table(&rows, colours()) + &replicas_text(&replicas, &lagging),
         (Output::Text, Some(id)) => match rows.first() {
             Some(row) => detail(row, colours()),
             None => format!("no client with node id {id:?} is connected\n"),
@@ -319,6 +382,11 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
             "xdsd status: not every client synced within {:?}",
             args.timeout
         );
+    } else if args.wait && lagging.contains(&true) {
+        eprintln!(
+            "xdsd status: a replica still serves an older state after {:?}",
+            args.timeout
+        );
     } else if args.wait && !done {
         eprintln!(
             "xdsd status: the rollout did not reach the whole fleet within {:?}",
@@ -326,6 +394,59 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
         );
     }
     Ok(done && (args.node.is_none() || !rows.is_empty()))
+}
+
+/// Each replica that says what it serves, one line each: `replica ADDR serves etcd revision
+/// 42`, and `: BEHIND ...` when another serves a later state.
+pub(crate) fn replicas_text(replicas: &[ReplicaView], lagging: &[bool]) -> String {
+    let latest = replicas
+        .iter()
+        .filter_map(|r| r.served.as_ref()?.revision)
+        .max();
+    let mut out = String::new();
+    for (r, behind) in replicas.iter().zip(lagging) {
+        let Some(revision) = r.served.as_ref().and_then(|s| s.revision) else {
+            continue;
+        };
+        if out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "replica {} serves etcd revision {revision}",
+            clean(&r.name)
+        ));
+        if let Some(candidate) = r.served.as_ref().and_then(|s| s.candidate_revision) {
+            out.push_str(&format!(" (its canaries {candidate})"));
+        }
+        if *behind {
+            out.push_str(&format!(
+                ": BEHIND (revision {} is served elsewhere, with other resources)",
+                latest.unwrap_or(revision)
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The replicas as `--output json` lists them.
+fn replicas_json(replicas: &[ReplicaView], lagging: &[bool]) -> serde_json::Value {
+    serde_json::Value::Array(
+        replicas
+            .iter()
+            .zip(lagging)
+            .map(|(r, behind)| {
+                let mut json = r
+                    .served
+                    .as_ref()
+                    .map(Served::to_json)
+                    .unwrap_or_else(|| serde_json::json!({}));
+                json["address"] = serde_json::json!(r.name);
+                json["behind"] = serde_json::json!(behind);
+                json
+            })
+            .collect(),
+    )
 }
 
 /// The rollout under the table: its state, each client (canaries first) with the state it

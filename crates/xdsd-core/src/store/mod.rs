@@ -4,6 +4,7 @@
 mod error;
 mod refs;
 mod resource;
+mod revision;
 mod snapshot;
 mod vhds;
 mod warming;
@@ -173,6 +174,8 @@ struct Inner {
     writer: Mutex<()>,
     /// How references between resources are checked at commit.
     policy: ReferencePolicy,
+    /// The source revision of the state served (see `revision.rs`).
+    source_revision: Mutex<Option<i64>>,
 }
 
 /// The variants of each name of one type, while an update is built (none: the name is removed).

@@ -35,9 +35,122 @@ use crate::protocol::session::ClientNode;
 use super::clients::MAX_TRACKED_RESOURCES;
 
 /// The response metadata of a `FetchClientStatus` answer that carries a gated rollout's state
-/// (`GET /rollout`'s JSON, the canaries listed up to [`MAX_ROLLOUT_CANARIES`]): CSDS has no
-/// field for it, and `xdsd status` shows it.
-pub(crate) const ROLLOUT_METADATA: &str = "xdsd-rollout-bin";
+/// (`GET /rollout`'s JSON, the canaries listed up to 100): CSDS has no field for it, and
+/// `xdsd status` shows it. Only with a rollout.
+pub const ROLLOUT_METADATA: &str = "xdsd-rollout-bin";
+
+/// The response metadata of every `FetchClientStatus` answer that says what the server serves:
+/// [`Served`] as JSON (its source revision, so that `xdsd status` and the status page show which
+/// revision each replica serves). CSDS has no field for it.
+pub const SERVED_METADATA: &str = "xdsd-served-bin";
+
+/// What a server serves, as its CSDS answers carry it ([`SERVED_METADATA`]) and
+/// [`crate::ServerHandle::served`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Served {
+    /// The source revision (etcd's) of the state served to every client (a gated rollout's
+    /// stable state): see [`crate::Store::source_revision`]. `None` for a source without
+    /// revisions (a directory), or before the first load.
+    pub revision: Option<i64>,
+    /// With a gated rollout, the source revision of the candidate its canaries are served.
+    pub candidate_revision: Option<i64>,
+    /// The generation of the state served (this server's own count of commits: not comparable
+    /// between servers).
+    pub generation: u64,
+    /// A digest of the state served (of each type's version, which is a hash of its content):
+    /// the same on every server that serves the same resources, whatever their revisions.
+    pub digest: String,
+    /// This server process, as its answers name it (random at start): one replica reached at
+    /// two addresses is told by it.
+    pub server: String,
+}
+
+impl Served {
+    /// It as JSON: `{"revision":42,"candidate_revision":null,"generation":7,"digest":"…",
+    /// "server":"…"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "revision": self.revision,
+            "candidate_revision": self.candidate_revision,
+            "generation": self.generation,
+            "digest": self.digest,
+            "server": self.server,
+        })
+    }
+
+    /// Reads [`Served::to_json`]'s JSON (from another server's answer); `None` when it is not
+    /// an object.
+    pub fn from_json(json: &serde_json::Value) -> Option<Served> {
+        json.as_object()?;
+        let text = |key: &str| json[key].as_str().unwrap_or_default().to_owned();
+        Some(Served {
+            revision: json["revision"].as_i64(),
+            candidate_revision: json["candidate_revision"].as_i64(),
+            generation: json["generation"].as_u64().unwrap_or(0),
+            digest: text("digest"),
+            server: text("server"),
+        })
+    }
+}
+
+/// What the server of `ctx` serves; `rollout` is its picker's status JSON when already read.
+pub(crate) fn served(ctx: &ServerContext, rollout: Option<&serde_json::Value>) -> Served {
+    let read;
+    let rollout = match (rollout, &ctx.picker) {
+        (Some(json), _) => Some(json),
+        (None, Some(picker)) => {
+            read = picker.status_json();
+            Some(&read)
+        }
+        (None, None) => None,
+    };
+    let snapshot = ctx.store.snapshot();
+    let revision = rollout
+        .and_then(|r| r["stable"]["revision"].as_i64())
+        .or_else(|| ctx.store.source_revision());
+    Served {
+        revision,
+        candidate_revision: rollout.and_then(|r| r["candidate"]["revision"].as_i64()),
+        generation: snapshot.generation(),
+        digest: state_digest(&snapshot),
+        server: server_id().to_owned(),
+    }
+}
+
+/// A digest of each non-empty type's URL and version, in URL order (16 hex digits).
+fn state_digest(snapshot: &crate::store::Snapshot) -> String {
+    use sha2::{Digest, Sha256};
+    let mut types: Vec<(&str, &str)> = snapshot
+        .types()
+        .filter(|t| !t.is_empty())
+        .map(|t| (&**t.type_url(), &**t.version()))
+        .collect();
+    types.sort_unstable();
+    let mut hash = Sha256::new();
+    for (type_url, version) in types {
+        hash.update(type_url.as_bytes());
+        hash.update([0]);
+        hash.update(version.as_bytes());
+        hash.update([b'\n']);
+    }
+    hash.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// This process, for [`Served::server`]: its id and start time, fixed at the first call.
+fn server_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        format!("{:x}-{:x}", std::process::id(), nanos)
+    })
+}
 
 /// The canaries the rollout metadata lists, at most (their count is `canaries_connected`).
 const MAX_ROLLOUT_CANARIES: usize = 100;
@@ -106,8 +219,14 @@ impl ClientStatusDiscoveryService for Csds {
         request: Request<ClientStatusRequest>,
     ) -> Result<Response<ClientStatusResponse>, Status> {
         let mut response = client_status(&self.ctx, request.get_ref()).map(Response::new)?;
-        if let Some(picker) = &self.ctx.picker {
-            let json = rollout_metadata(picker.status_json());
+        let rollout = self.ctx.picker.as_ref().map(|p| p.status_json());
+        let served = served(&self.ctx, rollout.as_ref());
+        response.metadata_mut().insert_bin(
+            SERVED_METADATA,
+            MetadataValue::from_bytes(served.to_json().to_string().as_bytes()),
+        );
+        if let Some(json) = rollout {
+            let json = rollout_metadata(json);
             response.metadata_mut().insert_bin(
                 ROLLOUT_METADATA,
                 MetadataValue::from_bytes(json.to_string().as_bytes()),
@@ -405,6 +524,38 @@ mod tests {
             "v1",
             "it runs v1 until it ACKs"
         );
+    }
+
+    #[test]
+    fn the_state_digest_is_the_same_for_the_same_resources_whatever_the_generation_or_order() {
+        use crate::store::{ResourceInput, Store};
+        let cluster = |name: &str| {
+            let mut value = vec![0x0a, name.len() as u8];
+            value.extend_from_slice(name.as_bytes());
+            ResourceInput::new(crate::types::CLUSTER, name, bytes::Bytes::from(value))
+        };
+        let one = Store::new();
+        one.replace_all([cluster("a"), cluster("b")])
+            .expect("committed");
+        let two = Store::new();
+        two.replace_all([cluster("b")]).expect("committed");
+        two.replace_all([cluster("b"), cluster("a")])
+            .expect("committed");
+        assert_ne!(one.snapshot().generation(), two.snapshot().generation());
+        let (a, b) = (state_digest(&one.snapshot()), state_digest(&two.snapshot()));
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 16);
+        two.replace_all([cluster("b")]).expect("committed");
+        assert_ne!(state_digest(&two.snapshot()), a);
+        let served = Served {
+            revision: Some(42),
+            candidate_revision: None,
+            generation: 3,
+            digest: a,
+            server: server_id().to_owned(),
+        };
+        assert_eq!(Served::from_json(&served.to_json()), Some(served));
+        assert_eq!(Served::from_json(&serde_json::json!("x")), None);
     }
 
     #[test]

@@ -377,6 +377,13 @@ impl ServerHandle {
         self.ctx.streams.clients()
     }
 
+    /// What the server serves: the source revision of its state (a gated rollout's stable and
+    /// candidate revisions), a digest of it, as its CSDS answers carry it
+    /// ([`crate::csds::SERVED_METADATA`]).
+    pub fn served(&self) -> super::csds::Served {
+        super::csds::served(&self.ctx, None)
+    }
+
     /// The server's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.ctx.streams.metrics

@@ -365,6 +365,38 @@ pub fn row_json(r: &ClientRow) -> Value {
     })
 }
 
+/// One replica (a server asked) and what it says it serves (its CSDS answer's
+/// `xdsd_core::csds::SERVED_METADATA`; `None` from a server that is not xdsd).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaView {
+    /// How it was reached: the address asked.
+    pub name: String,
+    /// What it serves.
+    pub served: Option<xdsd_core::csds::Served>,
+}
+
+/// Which of `replicas` are behind: they serve an earlier revision than the latest any of them
+/// serves, and other resources (replicas that loaded at different revisions of etcd but hold
+/// the same resources are not behind: their states' digests are equal). A replica that says no
+/// revision is never behind.
+pub fn behind(replicas: &[ReplicaView]) -> Vec<bool> {
+    let latest = replicas
+        .iter()
+        .filter_map(|r| r.served.as_ref())
+        .filter(|s| s.revision.is_some())
+        .max_by_key(|s| s.revision);
+    replicas
+        .iter()
+        .map(|r| match (r.served.as_ref(), latest) {
+            (Some(s), Some(latest)) => {
+                s.revision.is_some_and(|rev| Some(rev) < latest.revision)
+                    && (s.digest.is_empty() || s.digest != latest.digest)
+            }
+            _ => false,
+        })
+        .collect()
+}
+
 /// A gated rollout as the fleet view reads it: from `GET /rollout`'s JSON, which xdsd's CSDS
 /// also carries in its answer's metadata (`xdsd-rollout-bin`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -606,6 +638,31 @@ mod tests {
         assert_eq!(summary.line(), "3 clients: 1 synced, 1 NACKED, 1 STALE");
         assert!(!summary.all_synced());
         assert_eq!(columns(&rows), [types::LISTENER, types::CLUSTER]);
+    }
+
+    fn replica(name: &str, revision: Option<i64>, digest: &str) -> ReplicaView {
+        ReplicaView {
+            name: name.into(),
+            served: xdsd_core::csds::Served::from_json(&json!({
+                "revision": revision, "generation": 1, "digest": digest, "server": name,
+            })),
+        }
+    }
+
+    #[test]
+    fn a_replica_is_behind_when_it_serves_an_earlier_revision_with_other_resources() {
+        let replicas = [
+            replica("a", Some(42), "d2"),
+            replica("b", Some(40), "d1"),
+            replica("c", Some(41), "d2"),
+            replica("d", None, ""),
+            ReplicaView {
+                name: "not xdsd".into(),
+                served: None,
+            },
+        ];
+        assert_eq!(behind(&replicas), [false, true, false, false, false]);
+        assert_eq!(behind(&replicas[3..]), [false, false]);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `GET /history`: the etcd prefix's history as JSON, the same rows as
-//! `xdsd history --output json` (newest first), and the last changes the status page shows. A
-//! directory has no history of its own: 404, saying so.
+//! `xdsd history --output json` (newest first) with each one's `served`: the replicas that serve
+//! it (see `served`); and the last changes the status page shows. A directory has no history of
+//! its own: 404, saying so.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,6 +15,8 @@ use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use xdsd_etcd::{Etcd, EtcdOptions};
+
+use super::served::{marks, with_served, Replicas};
 
 /// Rows `GET /history` answers without `?limit=N`.
 const DEFAULT_LIMIT: usize = crate::history::DEFAULT_LIMIT as usize;
@@ -37,29 +40,39 @@ const REUSE: Duration = Duration::from_secs(2);
 pub struct HistorySource {
     options: EtcdOptions,
     state: Mutex<Held>,
+    /// This replica and its peers: which revision each serves.
+    replicas: Replicas,
 }
 
 #[derive(Default)]
 struct Held {
     etcd: Option<Etcd>,
-    /// The last answer: when, for which limit.
-    last: Option<(Instant, usize, Value)>,
+    /// The last answer: when, for which limit, at which revision this replica served.
+    last: Option<(Instant, usize, Option<i64>, Value)>,
 }
 
 impl HistorySource {
-    /// The history of the prefix `options` name.
-    pub fn new(options: EtcdOptions) -> Arc<HistorySource> {
+    /// The history of the prefix `options` name, served by `replicas`.
+    pub fn new(options: EtcdOptions, replicas: Replicas) -> Arc<HistorySource> {
         Arc::new(HistorySource {
             options,
             state: Mutex::new(Held::default()),
+            replicas,
         })
     }
 
-    /// The newest `limit` changes as `xdsd history --output json` prints them, or why not.
+    /// This replica and its peers.
+    pub fn replicas(&self) -> &Replicas {
+        &self.replicas
+    }
+
+    /// The newest `limit` changes as `xdsd history --output json` prints them, or why not. (An
+    /// answer is reused for [`REUSE`], unless this replica applied a change since.)
     pub async fn rows(&self, limit: usize) -> Result<Value, String> {
         let mut state = self.state.lock().await;
-        if let Some((at, l, rows)) = &state.last {
-            if *l == limit && at.elapsed() < REUSE {
+        let serving = self.replicas.this_revision();
+        if let Some((at, l, revision, rows)) = &state.last {
+            if *l == limit && *revision == serving && at.elapsed() < REUSE {
                 return Ok(rows.clone());
             }
         }
@@ -86,7 +99,7 @@ impl HistorySource {
                     HISTORY_TIMEOUT.as_secs()
                 ))
             })?;
-        state.last = Some((Instant::now(), limit, rows.clone()));
+        state.last = Some((Instant::now(), limit, serving, rows.clone()));
         Ok(rows)
     }
 }
@@ -116,11 +129,14 @@ async fn history_rows(
         }
     };
     match history.rows(limit).await {
-        Ok(rows) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            format!("{rows}\n"),
-        )
-            .into_response(),
+        Ok(rows) => {
+            let rows = with_served(rows, &marks(&history.replicas.all().await));
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                format!("{rows}\n"),
+            )
+                .into_response()
+        }
         Err(e) => json_error(StatusCode::BAD_GATEWAY, e),
     }
 }

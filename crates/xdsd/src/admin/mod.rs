@@ -8,6 +8,7 @@ pub mod api;
 pub mod fleet;
 pub mod history;
 pub mod page;
+pub mod served;
 
 use std::net::SocketAddr;
 
@@ -56,13 +57,15 @@ pub async fn bind(listen: AdminListen) -> anyhow::Result<Option<tokio::net::TcpL
 
 /// Serves the admin API on `listener` (nothing when it is off), over TLS with `tls`, until
 /// [`Admin::stop`]; its status page says the resources come from `source`, and with `history`
-/// (an etcd prefix), `/history` and the page read that prefix's history.
+/// (an etcd prefix), `/history` and the page read that prefix's history, and show which
+/// revision this replica and its `peers` (`--peers`) serve.
 pub fn start(
     listener: Option<tokio::net::TcpListener>,
     tls: Option<TlsOptions>,
     handle: ServerHandle,
     source: String,
     history: Option<EtcdOptions>,
+    peers: Vec<String>,
 ) -> anyhow::Result<Option<Admin>> {
     let Some(listener) = listener else {
         return Ok(None);
@@ -85,7 +88,9 @@ pub fn start(
         version: format!("xdsd {}", env!("CARGO_PKG_VERSION")),
         source,
     };
-    let history = history.map(history::HistorySource::new);
+    let history = history.map(|options| {
+        history::HistorySource::new(options, served::Replicas::new(handle.clone(), peers))
+    });
     let task = tokio::spawn(api::serve(
         listener,
         handle,

@@ -35,6 +35,7 @@ use super::fleet::{
     TypeState,
 };
 use super::history::HistorySource;
+use super::served::{self as served, marks, row_of, Replica};
 
 /// Clients shown per page of `GET /`.
 pub const PAGE_SIZE: usize = 100;
@@ -411,8 +412,8 @@ async fn index(
     out.push_str("<h1>xdsd</h1>");
     server_section(&mut out, &state);
     if let Some(history) = &state.history {
-        let served = served_revisions(&state.handle);
-        history_section(&mut out, history.rows(HISTORY_ROWS).await, &served);
+        let replicas = history.replicas().all().await;
+        history_section(&mut out, history.rows(HISTORY_ROWS).await, &replicas);
     }
     clients_section(&mut out, all, &query);
     out.push_str("<h2>Configuration</h2>");
@@ -420,47 +421,37 @@ async fn index(
     document("xdsd status", &out)
 }
 
-/// The revisions served, as a gated rollout's state names them: the stable one, and a candidate's
-/// (shared by every replica through the rollout's record). Empty without a rollout.
-fn served_revisions(handle: &ServerHandle) -> Vec<(i64, &'static str)> {
-    let Some(rollout) = handle.rollout() else {
-        return Vec::new();
-    };
-    let status = rollout.status_json();
-    let mut served = Vec::new();
-    for (key, label) in [("stable", "stable"), ("candidate", "canaries")] {
-        if let Some(revision) = status[key]["revision"].as_i64() {
-            served.push((revision, label));
-        }
-    }
-    served
-}
-
 /// The last changes of the etcd prefix (`GET /history`'s rows): revision, age, author, message,
-/// counts, and which revision is served (`served`, from a gated rollout's state).
-fn history_section(out: &mut String, rows: Result<Value, String>, served: &[(i64, &str)]) {
+/// counts, and which replicas serve each (`replicas`: this one and its peers, a gated rollout's
+/// canaries apart), a replica behind the latest change marked; then the replicas, each with the
+/// change it serves.
+fn history_section(out: &mut String, rows: Result<Value, String>, replicas: &[Replica]) {
     out.push_str("<h2>Recent changes</h2>");
     let rows = match rows {
         Ok(Value::Array(rows)) => rows,
         Ok(_) => Vec::new(),
         Err(e) => {
             let _ = write!(out, "<p id=\"history\" class=\"NACKED\">{}</p>", escape(&e));
+            replicas_table(out, replicas, &[]);
             return;
         }
     };
     if rows.is_empty() {
         out.push_str("<p id=\"history\">no change in etcd's history</p>");
+        replicas_table(out, replicas, &rows);
         return;
     }
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
+    let marks = marks(replicas);
+    let at: Vec<Option<usize>> = marks.iter().map(|m| row_of(&rows, m)).collect();
     out.push_str(
         "<table id=\"history\"><tr><th>revision</th><th>age</th><th>author</th>\
-         <th>message</th><th>changes</th><th>rollout</th><th>served</th></tr>",
+         <th>message</th><th>changes</th><th>rollout</th><th>served by</th></tr>",
     );
-    for row in &rows {
+    for (i, row) in rows.iter().enumerate() {
         let revision = row["revision"].as_i64().unwrap_or(0);
         let age = row["unix_ms"]
             .as_u64()
@@ -478,10 +469,20 @@ fn history_section(out: &mut String, rows: Result<Value, String>, served: &[(i64
             (_, m) => m.to_owned(),
         };
         let count = |key: &str| row[key]["count"].as_u64().unwrap_or(0);
-        let marks: Vec<&str> = served
+        let served: Vec<String> = marks
             .iter()
-            .filter(|(r, _)| *r == revision)
-            .map(|(_, label)| *label)
+            .zip(&at)
+            .filter(|(_, at)| **at == Some(i))
+            .map(|(m, _)| {
+                if m.lags && i > 0 {
+                    format!(
+                        "<span class=\"served STALE\">{} (behind)</span>",
+                        escape(&m.label)
+                    )
+                } else {
+                    format!("<span class=\"served\">{}</span>", escape(&m.label))
+                }
+            })
             .collect();
         let _ = write!(
             out,
@@ -493,7 +494,75 @@ fn history_section(out: &mut String, rows: Result<Value, String>, served: &[(i64
             count("changed"),
             count("removed"),
             escape(row["rollout"].as_str().unwrap_or("")),
-            marks.join(", "),
+            served.join(", "),
+        );
+    }
+    out.push_str("</table>");
+    replicas_table(out, replicas, &rows);
+}
+
+/// The replicas under the page's last changes: each with the revision it serves, the change
+/// that is, and whether it is behind the latest change (or could not be asked).
+pub fn replicas_table(out: &mut String, replicas: &[Replica], rows: &[Value]) {
+    out.push_str(
+        "<table id=\"replicas\"><tr><th>replica</th><th>revision</th><th>serves</th></tr>",
+    );
+    let latest = rows.first().and_then(|r| r["revision"].as_i64());
+    for r in replicas {
+        let (revision, serves, class) = match &r.served {
+            Err(e) => ("-".to_owned(), format!("not known: {e}"), "NACKED"),
+            Ok(s) => match s.revision {
+                None => (
+                    "-".to_owned(),
+                    "no revision (not loaded yet?)".to_owned(),
+                    "STALE",
+                ),
+                Some(revision) => {
+                    let mark = served::Mark {
+                        revision,
+                        label: String::new(),
+                        lags: true,
+                    };
+                    let change = row_of(rows, &mark).and_then(|i| rows[i]["revision"].as_i64());
+                    let lags = s.candidate_revision.is_none();
+                    match (change, latest) {
+                        (Some(c), Some(l)) if c == l => (
+                            revision.to_string(),
+                            format!("the latest change, {c}"),
+                            "SYNCED",
+                        ),
+                        (Some(c), Some(l)) if lags => (
+                            revision.to_string(),
+                            format!("change {c}: behind, the latest change is {l}"),
+                            "STALE",
+                        ),
+                        (Some(c), _) => (revision.to_string(), format!("change {c}"), ""),
+                        (None, Some(l)) => (
+                            revision.to_string(),
+                            format!(
+                                "a change older than those shown: behind, the latest change is \
+                                 {l}"
+                            ),
+                            "STALE",
+                        ),
+                        (None, None) => (revision.to_string(), String::new(), ""),
+                    }
+                }
+            },
+        };
+        let candidate = r
+            .served
+            .as_ref()
+            .ok()
+            .and_then(|s| s.candidate_revision)
+            .map(|c| format!(" (canaries: {c})"))
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "<tr class=\"replica\"><td>{}</td><td class=\"mono\">{revision}{candidate}</td>\
+             <td class=\"{class}\">{}</td></tr>",
+            escape(&r.name),
+            escape(&serves)
         );
     }
     out.push_str("</table>");

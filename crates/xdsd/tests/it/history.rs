@@ -427,7 +427,17 @@ async fn the_admin_api_and_status_page_show_the_history_of_the_prefix() {
 
     let (status, body) = admin_get(&xdsd_replica, "/history").await;
     assert_eq!(status, 200, "{body}");
-    let served: Value = serde_json::from_str(&body).expect("JSON");
+    let mut served: Value = serde_json::from_str(&body).expect("JSON");
+    // Each row says which replicas serve it: this one serves the latest.
+    assert_eq!(
+        served[0]["served"],
+        serde_json::json!(["this replica"]),
+        "{served:#}"
+    );
+    assert_eq!(served[1]["served"], serde_json::json!([]), "{served:#}");
+    for row in served.as_array_mut().expect("an array") {
+        row.as_object_mut().expect("an object").remove("served");
+    }
     let printed = rows(&etcd).await;
     assert_eq!(served, Value::Array(printed), "the same rows as the CLI");
     assert_eq!(served[0]["revision"], second, "{served:#}");
@@ -458,4 +468,191 @@ async fn the_admin_api_and_status_page_show_the_history_of_the_prefix() {
     let (status, body) = admin_get(&directory, "/history").await;
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("directory"), "{body}");
+}
+
+/// `xdsd status --output json --server A,B`: its exit status and its JSON.
+async fn status_json(servers: &[&Xdsd]) -> (Option<i32>, Value) {
+    let servers: Vec<String> = servers.iter().map(|x| x.authority()).collect();
+    let run = Command::new(env!("CARGO_BIN_EXE_xdsd"))
+        .args(["status", "--output", "json", "--server", &servers.join(",")])
+        .env_remove("XDSD_STATUS_SERVER")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = timeout(DEADLINE, run)
+        .await
+        .expect("xdsd status ends in time")
+        .expect("xdsd status runs");
+    let json = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("not JSON: {}", text(&output)));
+    (output.status.code(), json)
+}
+
+/// `xdsd status --server A --server B` as text.
+async fn status_text(servers: &[&Xdsd]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xdsd"));
+    command.arg("status");
+    for x in servers {
+        command.args(["--server", &x.authority()]);
+    }
+    let run = command
+        .env_remove("XDSD_STATUS_SERVER")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = timeout(DEADLINE, run)
+        .await
+        .expect("xdsd status ends in time")
+        .expect("xdsd status runs");
+    text(&output)
+}
+
+/// Waits for `replica`'s log line of a change applied at `revision` (after `mark`).
+async fn applied(replica: &Xdsd, mark: usize, revision: i64) {
+    replica
+        .log
+        .expect_line_since(
+            mark,
+            &["resources loaded", &format!("revision={revision}")],
+            "the replica to apply the change",
+        )
+        .await;
+}
+
+/// The row of the page's last changes for `revision` (its `<tr>` ... `</tr>`).
+fn change_row(page: &str, revision: i64) -> &str {
+    let cell = format!("<td class=\"mono\">{revision}</td>");
+    let at = page
+        .find(&cell)
+        .unwrap_or_else(|| panic!("no change {revision} on the page: {page}"));
+    let start = page[..at].rfind("<tr").expect("its row");
+    let end = at + page[at..].find("</tr>").expect("its row's end");
+    &page[start..end]
+}
+
+/// Two replicas on one prefix, one checking references strictly and the other warning: after a
+/// push both serve its revision, as `xdsd status` over both, `GET /history`'s `served` and the
+/// status page in Chromium (its change marked with both) show; a direct write of a dangling
+/// reference, which only the warning one applies, leaves the strict one behind, shown so by all
+/// three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_replica_reports_the_revision_it_serves_and_one_behind_shows_as_such() {
+    let etcd = Etcd::start().await;
+    let dir = ResourceDir::new();
+    dir.write("a.yaml", &static_cluster_yaml("a", 1001));
+    push(&etcd, &dir.path(), &["--message", "first"]).await;
+    let strict = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, &["--references", "strict"]).await;
+    let peers = strict.authority();
+    let lenient = Xdsd::start_etcd(
+        &etcd.endpoint(),
+        PREFIX,
+        &["--references", "warn", "--peers", &peers],
+    )
+    .await;
+    let admin = lenient.admin_port().await;
+
+    // A push: both replicas apply it, and say so.
+    let (mark_strict, mark_lenient) = (strict.log.mark(), lenient.log.mark());
+    dir.write("a.yaml", &static_cluster_yaml("a", 1002));
+    let second = push(
+        &etcd,
+        &dir.path(),
+        &["--message", "second", "--author", "ana"],
+    )
+    .await;
+    applied(&strict, mark_strict, second).await;
+    applied(&lenient, mark_lenient, second).await;
+    let (code, json) = status_json(&[&strict, &lenient]).await;
+    assert_eq!(code, Some(0), "{json:#}");
+    let replicas = json["replicas"].as_array().expect("the replicas");
+    assert_eq!(replicas.len(), 2, "{json:#}");
+    for (replica, x) in replicas.iter().zip([&strict, &lenient]) {
+        assert_eq!(replica["address"], x.authority(), "{json:#}");
+        assert_eq!(replica["revision"], second, "{json:#}");
+        assert_eq!(replica["behind"], false, "{json:#}");
+    }
+    let out = status_text(&[&strict, &lenient]).await;
+    for x in [&strict, &lenient] {
+        assert!(
+            out.contains(&format!(
+                "replica {} serves etcd revision {second}\n",
+                x.authority()
+            )),
+            "{out}"
+        );
+    }
+    let (status, body) = admin_get(&lenient, "/history").await;
+    assert_eq!(status, 200, "{body}");
+    let rows: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(rows[0]["revision"], second, "{rows:#}");
+    assert_eq!(
+        rows[0]["served"],
+        serde_json::json!(["this replica", peers]),
+        "{rows:#}"
+    );
+    let url = format!("http://127.0.0.1:{admin}/?refresh=0");
+    let page = crate::status_page::dump_dom(&url).await;
+    let row = change_row(&page, second);
+    assert!(
+        row.contains("ana")
+            && row.contains("<span class=\"served\">this replica</span>")
+            && row.contains(&format!("<span class=\"served\">{peers}</span>")),
+        "both replicas beside the change: {row}"
+    );
+
+    // A dangling reference written directly: the strict replica refuses it and stays behind.
+    let (mark_strict, mark_lenient) = (strict.log.mark(), lenient.log.mark());
+    etcdctl_put(
+        &etcd,
+        &format!("{PREFIX}route.yaml"),
+        &route_yaml("r", "missing"),
+    )
+    .await;
+    strict
+        .log
+        .expect_line_since(
+            mark_strict,
+            &["change rejected"],
+            "the strict replica to refuse it",
+        )
+        .await;
+    let third = rows_now(&etcd).await;
+    applied(&lenient, mark_lenient, third).await;
+    let (code, json) = status_json(&[&strict, &lenient]).await;
+    assert_eq!(code, Some(1), "a replica behind: {json:#}");
+    assert_eq!(json["replicas"][0]["revision"], second, "{json:#}");
+    assert_eq!(json["replicas"][0]["behind"], true, "{json:#}");
+    assert_eq!(json["replicas"][1]["revision"], third, "{json:#}");
+    assert_eq!(json["replicas"][1]["behind"], false, "{json:#}");
+    let out = status_text(&[&strict, &lenient]).await;
+    assert!(
+        out.contains(&format!(
+            "replica {peers} serves etcd revision {second}: BEHIND"
+        )),
+        "{out}"
+    );
+    let page = crate::status_page::dump_dom(&url).await;
+    assert!(
+        change_row(&page, third).contains("<span class=\"served\">this replica</span>"),
+        "{page}"
+    );
+    assert!(
+        change_row(&page, second).contains(&format!(
+            "<span class=\"served STALE\">{peers} (behind)</span>"
+        )),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!(
+            "change {second}: behind, the latest change is {third}"
+        )),
+        "{page}"
+    );
+}
+
+/// The revision of the latest change in the history.
+async fn rows_now(etcd: &Etcd) -> i64 {
+    rows(etcd).await[0]["revision"]
+        .as_i64()
+        .expect("a revision")
 }

@@ -66,7 +66,7 @@ async fn headless(profile: &Path, args: &[String]) -> String {
 }
 
 /// The DOM of `url` after its scripts ran.
-async fn dump_dom(url: &str) -> String {
+pub(crate) async fn dump_dom(url: &str) -> String {
     let profile = tempfile::tempdir().expect("a profile directory");
     headless(profile.path(), &["--dump-dom".into(), url.into()]).await
 }

@@ -131,8 +131,20 @@ async fn a_gated_rollout_shows_its_state() {
     assert!(!plain.contains("rollout"), "{plain}");
 }
 
+/// A replica serving `revision` (and a candidate to its canaries).
+fn replica(name: &str, revision: i64, candidate: Option<i64>) -> Replica {
+    Replica {
+        name: name.into(),
+        served: xdsd_core::csds::Served::from_json(&serde_json::json!({
+            "revision": revision, "candidate_revision": candidate, "generation": 1,
+            "digest": "d", "server": name,
+        }))
+        .ok_or_else(String::new),
+    }
+}
+
 #[test]
-fn the_history_marks_the_served_revisions_and_escapes_what_a_pusher_wrote() {
+fn the_history_marks_the_replicas_serving_each_change_and_escapes_what_a_pusher_wrote() {
     let rows = serde_json::json!([
         {"revision": 9, "kind": "rollback", "rollback_to": 7, "author": "bo",
          "message": "<undo>", "unix_ms": 0,
@@ -141,20 +153,39 @@ fn the_history_marks_the_served_revisions_and_escapes_what_a_pusher_wrote() {
         {"revision": 7, "kind": "direct write",
          "added": {"count": 1}, "changed": {"count": 0}, "removed": {"count": 0}},
     ]);
+    let replicas = [
+        // A gated rollout: the stable state at 7 (not behind), its canaries at 9.
+        replica("this replica", 7, Some(9)),
+        // A peer that loaded at a later revision than the last change: it serves 9.
+        replica("10.0.0.2:18000", 11, None),
+        // A peer that refused 9: behind.
+        replica("10.0.0.3:<18000>", 8, None),
+    ];
     let mut out = String::new();
-    history_section(&mut out, Ok(rows), &[(7, "stable"), (9, "canaries")]);
+    history_section(&mut out, Ok(rows), &replicas);
     assert!(out.contains("rollback to 7: &lt;undo&gt;"), "{out}");
     assert!(
-        out.contains("+0 ~2 -1</td><td>soaking</td><td>canaries</td>"),
+        out.contains(
+            "+0 ~2 -1</td><td>soaking</td><td><span class=\"served\">this replica: canaries</span>, \
+             <span class=\"served\">10.0.0.2:18000</span></td>"
+        ),
         "{out}"
     );
     assert!(out.contains("<td>direct write</td>"), "{out}");
     assert!(
-        out.contains("+1 ~0 -0</td><td></td><td>stable</td>"),
+        out.contains(
+            "+1 ~0 -0</td><td></td><td><span class=\"served\">this replica</span>, \
+             <span class=\"served STALE\">10.0.0.3:&lt;18000&gt; (behind)</span></td>"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("<table id=\"replicas\">"), "{out}");
+    assert!(
+        out.contains("change 7: behind, the latest change is 9"),
         "{out}"
     );
     let mut failed = String::new();
-    history_section(&mut failed, Err("etcd <down>".into()), &[]);
+    history_section(&mut failed, Err("etcd <down>".into()), &replicas);
     assert!(failed.contains("etcd &lt;down&gt;"), "{failed}");
     assert_eq!(age(59), "59s");
     assert_eq!(age(3 * 3600 + 5), "3h");
