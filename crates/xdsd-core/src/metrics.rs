@@ -95,6 +95,7 @@ struct Inner {
     resources: Family<Labels, Gauge>,
     generation: Gauge,
     source_healthy: Gauge,
+    source_revision: Gauge,
     rollout_state: Family<Labels, Gauge>,
     rollout_promotions: Counter,
     rollout_halts: Counter,
@@ -133,6 +134,12 @@ impl Metrics {
             "source_healthy",
             "1 while the source can be read and watched (the last load, good or rejected, read it), 0 while it cannot",
             source_healthy.clone(),
+        );
+        let source_revision = Gauge::default();
+        registry.register(
+            "source_revision",
+            "The source's revision (etcd's) of the last change applied (0: none yet, or a source without revisions)",
+            source_revision.clone(),
         );
         let build = Family::<Labels, Gauge>::default();
         build
@@ -256,6 +263,7 @@ impl Metrics {
                 resources,
                 generation,
                 source_healthy,
+                source_revision,
             }),
         }
     }
@@ -302,6 +310,11 @@ impl Metrics {
     /// Sets whether the source can be read and watched.
     pub fn set_source_healthy(&self, healthy: bool) {
         self.inner.source_healthy.set(i64::from(healthy));
+    }
+
+    /// Sets the source's revision of the last change applied (an etcd revision).
+    pub fn set_source_revision(&self, revision: i64) {
+        self.inner.source_revision.set(revision);
     }
 
     /// The metrics in the OpenMetrics text format ([`CONTENT_TYPE`]), with the store's

@@ -575,6 +575,9 @@ impl Feed {
         };
         let from = origins_text(origins);
         let from = from.as_deref();
+        if let (Ok(_), Some(revision), Some(metrics)) = (&result, revision, &self.metrics) {
+            metrics.set_source_revision(revision);
+        }
         match result {
             Ok(summary) if summary.changed == 0 => {
                 count(Reload::Unchanged);

@@ -581,6 +581,12 @@ async fn each_replica_reports_the_revision_it_serves_and_one_behind_shows_as_suc
             "{out}"
         );
     }
+    let (status, metrics) = admin_get(&lenient, "/metrics").await;
+    assert_eq!(status, 200, "{metrics}");
+    assert!(
+        metrics.contains(&format!("\nxdsd_source_revision {second}\n")),
+        "the served revision is a metric too:\n{metrics}"
+    );
     let (status, body) = admin_get(&lenient, "/history").await;
     assert_eq!(status, 200, "{body}");
     let rows: Value = serde_json::from_str(&body).expect("JSON");
