@@ -16,7 +16,7 @@ use tracing::{error, info, warn};
 
 use crate::metrics::{Metrics, Reload};
 use crate::ready::Readiness;
-use crate::store::{ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED};
+use crate::store::{PendingNames, ResourceInput, Store, StoreError, UpdateSummary, MAX_LISTED};
 
 /// What a change makes the store hold.
 #[derive(Debug)]
@@ -236,6 +236,14 @@ pub trait Source: Send {
     fn metrics(&mut self, metrics: &Metrics) {
         let _ = metrics;
     }
+
+    /// The store's pending names, given once before the first load by a [`Feed`]: a source that
+    /// asks for names elsewhere (a relay's upstream) declares there the names asked for and not
+    /// answered yet, so that clients are not told they do not exist, and resolves them once
+    /// answered (see [`PendingNames`]).
+    fn pending(&mut self, pending: PendingNames) {
+        let _ = pending;
+    }
 }
 
 /// A future a [`DynSource`] hands out.
@@ -259,6 +267,8 @@ pub trait DynSource: Send {
     fn committed(&mut self, ok: bool);
     /// [`Source::metrics`].
     fn metrics(&mut self, metrics: &Metrics);
+    /// [`Source::pending`].
+    fn pending(&mut self, pending: PendingNames);
 }
 
 impl<S: Source> DynSource for S {
@@ -285,6 +295,10 @@ impl<S: Source> DynSource for S {
     fn metrics(&mut self, metrics: &Metrics) {
         Source::metrics(self, metrics)
     }
+
+    fn pending(&mut self, pending: PendingNames) {
+        Source::pending(self, pending)
+    }
 }
 
 impl Source for Box<dyn DynSource> {
@@ -310,6 +324,10 @@ impl Source for Box<dyn DynSource> {
 
     fn metrics(&mut self, metrics: &Metrics) {
         (**self).metrics(metrics)
+    }
+
+    fn pending(&mut self, pending: PendingNames) {
+        (**self).pending(pending)
     }
 }
 
@@ -492,6 +510,7 @@ impl Feed {
         if let Some(metrics) = &self.metrics {
             source.metrics(metrics);
         }
+        source.pending(self.store().pending_names());
         let result = match source.load().await {
             Ok(change) => {
                 let resources = change.resources;

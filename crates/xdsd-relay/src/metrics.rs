@@ -1,5 +1,6 @@
 //! The relay's own metrics: the upstream connection, its reconnects and NACKs, the upstream
-//! subscriptions and the cache's size, on the server's `/metrics` ([`RelayMetrics::series`]).
+//! subscriptions, the cache's size and the names held pending for the upstream's answer, on the
+//! server's `/metrics` ([`RelayMetrics::series`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,6 +21,8 @@ struct Inner {
     subscriptions: AtomicU64,
     streams: AtomicU64,
     entries: AtomicU64,
+    pending: AtomicU64,
+    expired: AtomicU64,
 }
 
 impl RelayMetrics {
@@ -56,6 +59,27 @@ impl RelayMetrics {
     /// Upstream responses the relay NACKed (`xdsd_relay_upstream_rejected_total`).
     pub fn upstream_rejected(&self) -> u64 {
         self.inner.rejected.load(Ordering::Relaxed)
+    }
+
+    /// Names (or types) held pending for the upstream's answer now (`xdsd_relay_pending`).
+    pub fn pending(&self) -> u64 {
+        self.inner.pending.load(Ordering::Relaxed)
+    }
+
+    /// Names (or types) given up after `--upstream-wait` without the upstream's answer
+    /// (`xdsd_relay_pending_expired_total`).
+    pub fn pending_expired(&self) -> u64 {
+        self.inner.expired.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_pending(&self, pending: usize) {
+        self.inner.pending.store(pending as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn expired(&self, count: usize) {
+        self.inner
+            .expired
+            .fetch_add(count as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn set_connected(&self, up: bool) {
@@ -114,6 +138,16 @@ impl RelayMetrics {
                 "Resource variants cached and served.",
                 gauge(self.cache_entries()),
             ),
+            MetricSeries::gauge(
+                "relay_pending",
+                "Names (or types) downstream clients asked for, held pending for the upstream's answer.",
+                gauge(self.pending()),
+            ),
+            MetricSeries::counter(
+                "relay_pending_expired",
+                "Names (or types) the upstream did not answer within --upstream-wait: answered with what the relay has.",
+                self.pending_expired(),
+            ),
         ]
     }
 }
@@ -141,6 +175,8 @@ mod tests {
             "xdsd_relay_upstream_streams 1",
             "xdsd_relay_cache_entries 7",
             "xdsd_relay_upstream_rejected_total 0",
+            "xdsd_relay_pending 0",
+            "xdsd_relay_pending_expired_total 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
         }

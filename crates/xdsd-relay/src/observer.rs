@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -142,9 +142,8 @@ const SHARDS: usize = 16;
 /// ([`xdsd_core::XdsServerBuilder::observer`]).
 pub struct RelayObserver {
     by: AggregateBy,
+    /// What the upstream answered: a want asked before its answer is pending in the store.
     answered: Arc<Answered>,
-    /// How long a first request waits for the upstream's answer.
-    wait: Duration,
     tx: mpsc::UnboundedSender<Demanded>,
     /// What each stream asks, by type.
     seen: Box<[Mutex<Streams>]>,
@@ -163,12 +162,10 @@ impl RelayObserver {
         by: AggregateBy,
         tx: mpsc::UnboundedSender<Demanded>,
         answered: Arc<Answered>,
-        wait: Duration,
     ) -> RelayObserver {
         RelayObserver {
             by,
             answered,
-            wait,
             tx,
             seen: (0..SHARDS).map(|_| Mutex::default()).collect(),
         }
@@ -184,12 +181,13 @@ impl RelayObserver {
         let _ = self.tx.send(demanded);
     }
 
-    /// Waits for the upstream's answer to each of `wants`, all within one wait.
-    fn wait_for(&self, wants: &[Want]) {
-        let until = Instant::now() + self.wait;
+    /// Declares `wants` pending in the store unless the upstream answered them: the request is
+    /// answered by the server once the upstream answers (see `answered`), not told first that
+    /// nothing exists. Nothing waits here.
+    fn hold_for(&self, wants: &[Want]) {
+        let now = Instant::now();
         for want in wants {
-            let left = until.saturating_duration_since(Instant::now());
-            self.answered.wait_in_task(want, left);
+            self.answered.ask(want, now);
         }
     }
 }
@@ -207,7 +205,7 @@ impl StreamObserver for RelayObserver {
                     node: node.cloned(),
                 });
             }
-            self.wait_for(&wants);
+            self.hold_for(&wants);
             return Ok(());
         }
         let (added, dropped) = {
@@ -235,6 +233,9 @@ impl StreamObserver for RelayObserver {
             });
         }
         if !added.is_empty() {
+            // Answered when the upstream answers, not told first that nothing exists: pending
+            // before the server answers this request.
+            self.hold_for(&added);
             for want in &added {
                 self.send(Demanded::Acquire {
                     stream: event.stream,
@@ -242,8 +243,6 @@ impl StreamObserver for RelayObserver {
                     node: node.cloned(),
                 });
             }
-            // Answered when the upstream answers, not told first that nothing exists.
-            self.wait_for(&added);
         }
         Ok(())
     }

@@ -38,8 +38,13 @@ pub struct RelayOptions {
     /// Types subscribed upstream (wildcard, on the shared stream) from the start and for good,
     /// so that the first downstream client is answered from the cache.
     pub prefetch: Vec<String>,
-    /// How long the first load waits for the upstream to answer the prefetched types.
+    /// How long the first load waits for the upstream to answer the prefetched types; and how
+    /// long a name (or type) a downstream client asks for stays pending in the store, its
+    /// clients not told it does not exist, while the upstream has not answered it.
     pub first_wait: Duration,
+    /// How many names may be pending at once (past it, a name is answered as if the relay had
+    /// asked nothing; see [`xdsd_core::store::PendingNames`]).
+    pub max_pending: usize,
 }
 
 impl RelayOptions {
@@ -54,6 +59,7 @@ impl RelayOptions {
             linger: DEFAULT_LINGER,
             prefetch: Vec::new(),
             first_wait: Duration::from_secs(10),
+            max_pending: xdsd_core::store::DEFAULT_MAX_PENDING,
         }
     }
 }
@@ -115,13 +121,8 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
     let (tx, demanded) = mpsc::unbounded_channel();
     let (events_tx, events) = mpsc::channel(1024);
     let metrics = RelayMetrics::new();
-    let answered = Arc::new(Answered::default());
-    let observer = RelayObserver::new(
-        options.aggregate_by,
-        tx,
-        answered.clone(),
-        options.first_wait,
-    );
+    let answered = Arc::new(Answered::new(options.first_wait, metrics.clone()));
+    let observer = RelayObserver::new(options.aggregate_by, tx, answered.clone());
     let source = RelaySource {
         demand: Demand::new(options.linger),
         options,
@@ -304,8 +305,12 @@ impl RelaySource {
             }
             Event::Update(update) => {
                 group.answered.insert(update.type_url.clone());
-                self.to_announce
-                    .push(Want::wildcard(key.clone(), update.type_url.clone()));
+                // The type's wildcard is answered only if it is what the group subscribes to:
+                // an answer to names says nothing of the names not asked yet.
+                let wildcard = Want::wildcard(key.clone(), update.type_url.clone());
+                if self.demand.holds(&wildcard) {
+                    self.to_announce.push(wildcard);
+                }
                 self.held = true;
                 for r in update.added.iter().chain(&update.changed) {
                     self.cache.put(&key, r);
@@ -441,6 +446,10 @@ impl Source for RelaySource {
         metrics.add_series(move || relay.series());
     }
 
+    fn pending(&mut self, pending: xdsd_core::store::PendingNames) {
+        self.answered.attach(pending, self.options.max_pending);
+    }
+
     fn committed(&mut self, _ok: bool) {
         // Committed or refused, the clients waiting for these answers are answered now.
         self.answered.announce(self.committing.drain(..));
@@ -455,9 +464,11 @@ impl Source for RelaySource {
             if let Some(event) = self.ready_event() {
                 return Some(event);
             }
-            let deadline = self
-                .demand
-                .poll_timeout()
+            // The demand's linger, and the time a pending want is given up at.
+            let deadline = [self.demand.poll_timeout(), self.answered.next_expiry()]
+                .into_iter()
+                .flatten()
+                .min()
                 .map(tokio::time::Instant::from_std);
             let timer = async {
                 match deadline {
@@ -476,7 +487,11 @@ impl Source for RelaySource {
                         self.upstream(id, event);
                     }
                 }
-                _ = timer => self.demand.handle_timeout(Instant::now()),
+                _ = timer => {
+                    let now = Instant::now();
+                    self.demand.handle_timeout(now);
+                    self.answered.expire(now);
+                }
             }
         }
     }

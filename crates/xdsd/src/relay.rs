@@ -110,8 +110,9 @@ pub(crate) struct RelayArgs {
 
     /// How long the relay waits at start for the upstream to answer the prefetched types before
     /// it serves what it has (not ready, /readyz 503, until the upstream answers); and how long a
-    /// client's first request for a type the upstream has not answered yet waits for the answer
-    /// (rather than being told first that nothing exists).
+    /// name or type a client asks for that the upstream has not answered yet is held pending,
+    /// its clients not told that it does not exist, before they are answered with what the
+    /// relay has.
     #[arg(
         long,
         value_name = "DURATION",

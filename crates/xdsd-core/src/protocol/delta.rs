@@ -376,9 +376,20 @@ impl Machine for DeltaMachine {
         if !self.has_pending() {
             return None;
         }
+        if self.check_all
+            && self
+                .core
+                .wildcard
+                .pid()
+                .is_some_and(|w| views.type_pending(w))
+        {
+            // The wildcard's first answer waits while its whole type is pending.
+            return None;
+        }
         if !self.split.is_empty() && self.has_news() {
             self.fold_rest();
         }
+        let waited = self.core.waiting.len();
         let mut owed = if self.split.is_empty() {
             let owed = self.collect(views);
             // Room for what every part of the response will record, taken at once: grown part
@@ -391,7 +402,8 @@ impl Machine for DeltaMachine {
         } else {
             std::mem::take(&mut self.split)
         };
-        let respond = std::mem::take(&mut self.respond);
+        // A key that waits for a pending name is answered later: no empty response for it now.
+        let respond = std::mem::take(&mut self.respond) && self.core.waiting.len() == waited;
         let overhead = self.core.type_url.len() + self.version(views).len() + PART_OVERHEAD;
         let (count, oversized) = part_len(
             owed.iter().map(|o| self.owed_len(o)),

@@ -74,6 +74,8 @@ mod machine;
 mod model_tests;
 mod node;
 pub(crate) mod oneshot;
+#[cfg(test)]
+mod pending_tests;
 pub mod session;
 mod shared;
 #[doc(hidden)]
@@ -94,7 +96,7 @@ pub(crate) use shared::digest;
 
 use crate::hash::HashSet;
 use crate::params::ParamSet;
-use crate::store::{Interner, Resource, TypeSnapshot, View};
+use crate::store::{Interner, Resource, Snapshot, TypePending, TypeSnapshot, View};
 
 /// The id of a parameter set of a session: its index in the session's table (see [`session`]).
 /// Keys are small and cheap to hash, and streams that use one parameter set (every Envoy) use one
@@ -159,6 +161,9 @@ pub struct Views {
     first: Arc<View>,
     second: Option<Arc<View>>,
     rest: Vec<Arc<View>>,
+    /// The type's pending names and the parameter sets they are read with, when the type has
+    /// any (see [`Views::with_pending`]).
+    pending: Option<Box<(Arc<TypePending>, Vec<ParamSet>)>>,
 }
 
 impl Views {
@@ -183,7 +188,45 @@ impl Views {
             first,
             second: views.next(),
             rest: views.collect(),
+            pending: None,
         }
+    }
+
+    /// These views with the names of their type that `snapshot` has pending (asked for
+    /// elsewhere by the source, not answered yet), read with `params` (the parameter sets, by
+    /// [`ParamSetId`]): the machines then hold back what would tell a client such a name does
+    /// not exist. Nothing is kept when the type has none pending.
+    pub(crate) fn with_pending(mut self, snapshot: &Snapshot, params: &[ParamSet]) -> Views {
+        self.pending = snapshot
+            .pending(self.first.type_url())
+            .map(|p| Box::new((p.clone(), params.to_vec())));
+        self
+    }
+
+    /// Whether `name` is pending for the parameter set `pid` (whether the store has it or not).
+    pub(crate) fn pending(&self, name: &str, pid: ParamSetId) -> bool {
+        self.pending.as_ref().is_some_and(|p| {
+            let empty = ParamSet::new();
+            let params = p.1.get(pid as usize).unwrap_or(&empty);
+            p.0.is_pending(name, params)
+        })
+    }
+
+    /// Whether `name` is pending for `pid` and the store has nothing of it for `pid`: not known
+    /// yet, rather than missing.
+    pub(crate) fn unknown_yet(&self, name: &str, pid: ParamSetId) -> bool {
+        self.pending.is_some() && self.get(name, pid).is_none() && self.pending(name, pid)
+    }
+
+    /// Whether the whole type is pending for `pid` (its wildcard is not answered yet).
+    pub(crate) fn type_pending(&self, pid: ParamSetId) -> bool {
+        self.pending(crate::store::WHOLE_TYPE, pid)
+    }
+
+    /// The names pending for some parameter set ([`crate::store::WHOLE_TYPE`] among them, if
+    /// the whole type is); none when the type has none.
+    pub(crate) fn pending_names(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.pending.iter().flat_map(|p| p.0.names())
     }
 
     /// The view of one parameter set (out-of-range: the first; sessions never pass one).

@@ -60,6 +60,46 @@ impl Pending {
         &self.handled
     }
 
+    /// Until when the answer waits for names the request asks for that `snapshot` has pending
+    /// and does not have (or for the whole type, asked by the wildcard): the latest time those
+    /// are given up at; `None` when it waits for nothing. A one-shot answer is not told that a
+    /// name does not exist before the source knows (see `store::pending`).
+    pub(crate) fn waits_until(&self, snapshot: &Snapshot) -> Option<Instant> {
+        let type_url = &self.handled.type_url;
+        let pending = snapshot.pending(type_url)?;
+        let wildcard = self.handled.change.wildcard == Some(true);
+        let names = self
+            .handled
+            .change
+            .added
+            .iter()
+            .map(|n| &**n)
+            .chain(wildcard.then_some(crate::store::WHOLE_TYPE));
+        let mut until: Option<Instant> = None;
+        for name in names {
+            for params in self.session.param_sets() {
+                let Some(at) = pending.until(name, params) else {
+                    continue;
+                };
+                let held = name != crate::store::WHOLE_TYPE
+                    && snapshot
+                        .get(type_url)
+                        .is_some_and(|t| t.view(params).get(name).is_some());
+                if !held {
+                    until = until.max(Some(at));
+                }
+            }
+        }
+        until
+    }
+
+    /// Tells `watcher` what the request subscribes to (the watcher contract, as a stream's):
+    /// what an answer that waits for pending names watches.
+    pub(crate) fn watch(&self, watcher: &mut Watcher) {
+        self.session
+            .register(watcher, &self.handled.type_url, &self.handled.change);
+    }
+
     /// The answer, given the store's state `snapshot`: every part the session owes, as one
     /// response; or an empty one at the type's version when it owes nothing.
     pub(crate) fn answer(mut self, snapshot: &Snapshot) -> Answer {

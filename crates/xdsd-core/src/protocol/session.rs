@@ -570,7 +570,8 @@ impl<M: Machine> Session<M> {
                 &type_url,
                 self.type_snapshot(&type_url, snapshot).as_ref(),
                 self.params.iter(),
-            );
+            )
+            .with_pending(snapshot, &self.params);
             if ads && REFERRERS.contains(&&*type_url) && self.hold(&type_url, &views, snapshot, now)
             {
                 continue;

@@ -196,6 +196,30 @@ impl SotwMachine {
         }
     }
 
+    /// Whether the response owed waits for a name pending in the store (not known yet, see
+    /// `store::pending`): a wildcard's first answer while its whole type is pending; a
+    /// full-state type's (listeners, clusters) while a name it subscribes to is pending and
+    /// absent, since a response without it would tell the client it does not exist. Other
+    /// types send what there is: a missing name of theirs tells a client nothing.
+    fn waits_for_pending(&self, views: &Views) -> bool {
+        let mut pending = views.pending_names().peekable();
+        if pending.peek().is_none() {
+            return false;
+        }
+        if let Some(w) = self.core.wildcard.pid() {
+            if self.respond && views.type_pending(w) {
+                return true;
+            }
+        }
+        self.full_state
+            && pending.any(|name| {
+                self.core
+                    .pids
+                    .iter()
+                    .any(|pid| self.names.contains(name, *pid) && views.unknown_yet(name, *pid))
+            })
+    }
+
     /// Whether something was owed since the last response, beyond the rest of a split response.
     fn has_news(&self) -> bool {
         self.respond
@@ -406,7 +430,7 @@ impl Machine for SotwMachine {
     /// The rest is sent as computed unless something changes in between (then it is computed
     /// again with the change).
     fn poll_response(&mut self, views: &Views, nonces: &mut NonceGen) -> Option<SotwResponse> {
-        if !self.has_pending() {
+        if !self.has_pending() || self.waits_for_pending(views) {
             return None;
         }
         if let Some(split) = self.split.take() {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::{Key, Nonce, ParamSetId, RequestKind, Text};
-use crate::hash::HashSet;
+use crate::hash::{HashMap, HashSet};
 use crate::store::Encoding;
 
 /// The special resource name that subscribes to every resource of a type.
@@ -112,6 +112,11 @@ pub struct Core {
     pub(super) forced: HashSet<Key>,
     /// Names the store changed since the last response, of those the subscription watches.
     pub(super) dirty: HashSet<Arc<str>>,
+    /// Keys whose answer waits for a name pending in the store (not known yet, see
+    /// `store::pending`): owed again (`true`: forced; `false`: as a changed name) once the
+    /// store tells the name changed, which it does when the name resolves. Not owed meanwhile:
+    /// nothing is sent for them until then.
+    pub(super) waiting: HashMap<Key, bool>,
     /// Nonce and version of the latest response sent.
     pub(super) last_nonce: Option<Nonce>,
     pub(super) last_version: Option<Arc<str>>,
@@ -132,6 +137,7 @@ impl Core {
             pids: Vec::new(),
             forced: HashSet::default(),
             dirty: HashSet::default(),
+            waiting: HashMap::default(),
             last_nonce: None,
             last_version: None,
             max_response_bytes: usize::MAX,
@@ -207,11 +213,30 @@ impl Core {
             dirty,
             wildcard,
             pids,
+            forced,
+            waiting,
             ..
         } = self;
-        let wildcard = wildcard.is_on();
+        let w = wildcard.pid();
+        if !waiting.is_empty() {
+            // A name that waited resolved (or changed): its keys are owed again.
+            let names = names.into_iter().inspect(|name| {
+                for pid in pids.iter().copied().chain(w) {
+                    let key = (*name).clone();
+                    if let Some(force) = waiting.remove(&(key.clone(), pid)) {
+                        if force && (w == Some(pid) || contains(name, pid)) {
+                            forced.insert((key, pid));
+                        }
+                    }
+                }
+            });
+            super::mark_dirty(dirty, names, |name| {
+                w.is_some() || pids.iter().any(|p| contains(name, *p))
+            });
+            return;
+        }
         super::mark_dirty(dirty, names, |name| {
-            wildcard || pids.iter().any(|p| contains(name, *p))
+            w.is_some() || pids.iter().any(|p| contains(name, *p))
         });
     }
 

@@ -2,6 +2,7 @@
 //! swapped atomically; change notifications indexed by name.
 
 mod error;
+mod pending;
 mod refs;
 mod resource;
 mod revision;
@@ -18,6 +19,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use error::{StoreError, VariantRule};
+pub use pending::{PendingError, PendingName, PendingNames, DEFAULT_MAX_PENDING, WHOLE_TYPE};
+pub(crate) use pending::{PendingTable, TypePending};
 pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{field_len, intern, put_length_delimited, string_field, string_len};
@@ -176,6 +179,8 @@ struct Inner {
     policy: ReferencePolicy,
     /// The source revision of the state served (see `revision.rs`).
     source_revision: Mutex<Option<i64>>,
+    /// The names pending (`pending`): a commit keeps them as they are.
+    pending: Mutex<pending::PendingState>,
 }
 
 /// The variants of each name of one type, while an update is built (none: the name is removed).
@@ -701,12 +706,7 @@ impl Store {
         }
         let generation = current.generation() + u64::from(count > 0);
         if count > 0 || refreshed {
-            let snapshot = Arc::new(Snapshot::new(generation, types));
-            *self
-                .inner
-                .current
-                .write()
-                .unwrap_or_else(|e| e.into_inner()) = snapshot;
+            self.swap_in(Snapshot::new(generation, types));
             // Notify after the swap: a stream woken by this sees the new state.
             lock_index(&self.inner.index).notify(&changed);
         }
@@ -719,6 +719,20 @@ impl Store {
             dangling,
             names: listed,
         })
+    }
+}
+
+impl Store {
+    /// Makes `snapshot` the current state, with the pending names of the state it replaces
+    /// (they are the source's, not the commit's: see `pending`).
+    fn swap_in(&self, mut snapshot: Snapshot) {
+        let mut current = self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        snapshot.pending = current.pending.clone();
+        *current = Arc::new(snapshot);
     }
 }
 

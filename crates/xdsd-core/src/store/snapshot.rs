@@ -8,7 +8,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
 use super::resource::hex8;
-use super::{Encoding, Resource};
+use super::{Encoding, PendingTable, Resource, TypePending};
 use crate::hash::HashMap as FastMap;
 use crate::params::ParamSet;
 
@@ -908,15 +908,27 @@ pub(crate) fn string_len(value: &str) -> usize {
 pub(crate) type TypeTable = FastMap<Arc<str>, Arc<TypeSnapshot>>;
 
 /// Everything the store holds at one moment.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     generation: u64,
     types: TypeTable,
+    /// The names pending at that moment (see `store::pending`), by type URL.
+    pub(super) pending: Option<Arc<PendingTable>>,
 }
 
 impl Snapshot {
     pub(crate) fn new(generation: u64, types: TypeTable) -> Snapshot {
-        Snapshot { generation, types }
+        Snapshot {
+            generation,
+            types,
+            pending: None,
+        }
+    }
+
+    /// The names of `type_url` pending at that moment (asked for elsewhere by the source, not
+    /// answered yet), if any.
+    pub(crate) fn pending(&self, type_url: &str) -> Option<&Arc<TypePending>> {
+        self.pending.as_ref()?.get(type_url)
     }
 
     /// Counts the updates applied since the store was created; for logs.

@@ -24,16 +24,16 @@ use crate::store::Snapshot;
 /// a stream of that service would send first for the same request (same resources, same
 /// version). When that is nothing (no name asked for exists), an empty response with the version
 /// of the type as the client sees it.
-pub(crate) fn fetch(
+pub(crate) async fn fetch(
     ctx: &ServerContext,
     type_url: Arc<str>,
     peer: Option<SocketAddr>,
     access: &Access,
     request: &SotwRequest,
 ) -> Result<SotwResponse, Status> {
-    let snapshot = ctx.store_for(&request.node_raw).snapshot();
     let observers = ctx.observers.embedder();
-    let answer = answer(ctx, type_url, access, request, &snapshot, observers).map_err(|e| {
+    let answer = settled_answer(ctx, type_url, access, request, observers).await;
+    let answer = answer.map_err(|e| {
         let status = e.status();
         if status.code() == tonic::Code::PermissionDenied {
             warn!(peer = ?peer, error = %crate::logsafe::shown(status.message()), "fetch refused");
@@ -82,6 +82,60 @@ pub(crate) fn answer(
     snapshot: &Snapshot,
     observers: &[Arc<dyn StreamObserver>],
 ) -> Result<Answer, Refusal> {
+    Ok(take(ctx, type_url, access, request, snapshot, observers)?.answer(snapshot))
+}
+
+/// [`answer`] from the store the client reads, once the names it asks for that the store has
+/// pending (asked for elsewhere by the source, a relay's upstream, not answered yet) resolved,
+/// or their time passed: a one-shot client is not told first that such a name does not exist.
+/// The state is read again after the observers were told the request (a relay's declares its
+/// names pending then).
+pub(crate) async fn settled_answer(
+    ctx: &ServerContext,
+    type_url: Arc<str>,
+    access: &Access,
+    request: &SotwRequest,
+    observers: &[Arc<dyn StreamObserver>],
+) -> Result<Answer, Refusal> {
+    let store = ctx.store_for(&request.node_raw);
+    let taken = take(ctx, type_url, access, request, &store.snapshot(), observers)?;
+    let mut snapshot = store.snapshot();
+    if taken.waits_until(&snapshot).is_none() {
+        return Ok(taken.answer(&snapshot));
+    }
+    let mut watcher = store.watcher();
+    taken.watch(&mut watcher);
+    let mut shutdown = ctx.shutdown.clone();
+    loop {
+        // Read again once changes are watched: none slips between the two.
+        snapshot = store.snapshot();
+        let Some(until) = taken.waits_until(&snapshot) else {
+            break;
+        };
+        tokio::select! {
+            _ = watcher.changed() => {
+                watcher.take_changes();
+            }
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => {
+                snapshot = store.snapshot();
+                break;
+            }
+            _ = shutdown.wait_for(|down| *down) => break,
+        }
+    }
+    Ok(taken.answer(&snapshot))
+}
+
+/// A fresh per-type session's take of `request` (under the client's `access`), given the
+/// store's state `snapshot`, once `observers` were told it (and did not refuse it).
+fn take(
+    ctx: &ServerContext,
+    type_url: Arc<str>,
+    access: &Access,
+    request: &SotwRequest,
+    snapshot: &Snapshot,
+    observers: &[Arc<dyn StreamObserver>],
+) -> Result<Pending, Refusal> {
     let mut session: Session<SotwMachine> =
         Session::with_options(Some(type_url), ctx.options.session.clone());
     access.apply(&mut session);
@@ -101,7 +155,7 @@ pub(crate) fn answer(
     for observer in observers {
         observer.request(&seen).map_err(Refusal::Observer)?;
     }
-    Ok(pending.answer(snapshot))
+    Ok(pending)
 }
 
 /// What a client with `node` would be served of each type the store holds, subscribing to

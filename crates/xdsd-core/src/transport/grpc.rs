@@ -600,7 +600,9 @@ impl ClientStreamingService<SotwRequest> for FetchMethod {
                 Ok(None) => return Err(status::no_request()),
                 Err(error) => return Err(status_of_read_error(&error, limit).unwrap_or(error)),
             };
-            fetch::fetch(&ctx, type_url, peer, &access, &request).map(|r| Response::new(r.into()))
+            fetch::fetch(&ctx, type_url, peer, &access, &request)
+                .await
+                .map(|r| Response::new(r.into()))
         })
     }
 }

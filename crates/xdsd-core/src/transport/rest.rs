@@ -34,7 +34,7 @@ use tracing::{debug, warn};
 
 use super::conn::{Access, ConnInfo};
 use super::context::ServerContext;
-use super::fetch::answer;
+use super::fetch::settled_answer;
 use super::status::http_status_of;
 use super::wire::SotwWire;
 
@@ -258,7 +258,7 @@ impl Rest {
         request: &SotwRequest,
     ) -> Result<Reply, RestError> {
         let started = Instant::now();
-        let mut current = self.current(&type_url, access, request)?;
+        let mut current = self.current(&type_url, access, request).await?;
         let hold = self.ctx.options.rest_hold;
         let permit = if rest_holds(&request.version_info, &current.1, hold) {
             self.held.try_acquire().ok()
@@ -271,19 +271,23 @@ impl Rest {
             current.0.watch(&mut watcher);
             let mut shutdown = self.ctx.shutdown.clone();
             // Read again now that changes are watched: none slips between the two.
-            current = self.current(&type_url, access, request)?;
+            current = self.current(&type_url, access, request).await?;
             if !rest_modified(&request.version_info, &current.1) {
                 debug!(node = %crate::logsafe::shown(current.0.node_id()), type_url = %crate::logsafe::shown(&type_url), "REST poll held");
             }
             while !rest_modified(&request.version_info, &current.1) {
-                tokio::select! {
-                    _ = watcher.changed() => {
-                        watcher.take_changes();
-                        current = self.current(&type_url, access, request)?;
-                    }
-                    _ = tokio::time::sleep_until(deadline) => break,
-                    _ = shutdown.wait_for(|down| *down) => break,
+                // (Read again after the `select!`: what it holds of the shutdown signal is not
+                // `Send` across an await.)
+                let changed = tokio::select! {
+                    _ = watcher.changed() => true,
+                    _ = tokio::time::sleep_until(deadline) => false,
+                    _ = shutdown.wait_for(|down| *down) => false,
+                };
+                if !changed {
+                    break;
                 }
+                watcher.take_changes();
+                current = self.current(&type_url, access, request).await?;
             }
         }
         let (answer, version) = current;
@@ -313,21 +317,22 @@ impl Rest {
     }
 
     /// The answer to `request` now, and its REST version.
-    fn current(
+    ///
+    /// Names the store has pending are waited for (see `fetch::settled_answer`).
+    async fn current(
         &self,
         type_url: &Arc<str>,
         access: &Access,
         request: &SotwRequest,
     ) -> Result<(Answer, String), RestError> {
-        let snapshot = self.ctx.store_for(&request.node_raw).snapshot();
-        let answer = answer(
+        let answer = settled_answer(
             &self.ctx,
             type_url.clone(),
             access,
             request,
-            &snapshot,
             self.ctx.observers.embedder(),
         )
+        .await
         .map_err(|e| rejected(&e.status()))?;
         let version = rest_version(&answer.response);
         Ok((answer, version))

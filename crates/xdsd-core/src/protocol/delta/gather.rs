@@ -86,6 +86,8 @@ struct Gathered {
     /// VHDS aliases that name no virtual host.
     unresolved: BTreeSet<Key>,
     beats: BTreeMap<VariantId, Arc<Resource>>,
+    /// Keys not answered: their name is pending (see `Core::waiting`).
+    waiting: Vec<(Key, bool)>,
 }
 
 impl Gathered {
@@ -159,10 +161,13 @@ impl DeltaMachine {
     /// Everything owed, in the order it goes out: resources by name, removals, heartbeats.
     pub(super) fn collect(&mut self, views: &Views) -> Vec<Owed> {
         self.pending_base = self.wildcard_base(views);
-        let (gathered, named_base) = self.gather(views);
+        let (mut gathered, named_base) = self.gather(views);
         if named_base.is_some() {
             self.pending_base = named_base;
         }
+        self.core
+            .waiting
+            .extend(std::mem::take(&mut gathered.waiting));
         // Nearly always one or two of these held anything: an empty set is left as it is,
         // unless it keeps the room of a large one (which `reset` lets go of).
         fn done<T>(set: &mut HashSet<T>) {
@@ -254,6 +259,11 @@ impl DeltaMachine {
         }
         for (key, _) in self.has.iter() {
             if self.subscribed(&key) && views.get(&key.0, key.1).is_none() {
+                if views.pending(&key.0, key.1) {
+                    // Not known yet: what the client holds stands until the name resolves.
+                    g.waiting.push((key, false));
+                    continue;
+                }
                 g.removed.insert(key);
             }
         }
@@ -346,6 +356,8 @@ impl DeltaMachine {
         for key in keys {
             match views.get(&key.0, key.1) {
                 Some(r) => g.send(Keys::One(key.clone()), r),
+                // Not known yet (pending): answered once the name resolves.
+                None if views.pending(&key.0, key.1) => g.waiting.push((key.clone(), true)),
                 None if on_demand && !self.has.contains_key(key) => {
                     g.unresolved.insert(key.clone());
                 }
@@ -364,6 +376,10 @@ impl DeltaMachine {
                 match views.get(&key.0, key.1) {
                     Some(r) if !self.holds(&key, r) => g.send(Keys::One(key), r),
                     Some(_) => {}
+                    // Not known yet: what the client holds stands until the name resolves.
+                    None if self.has.contains_key(&key) && views.pending(&key.0, key.1) => {
+                        g.waiting.push((key, false));
+                    }
                     None if self.has.contains_key(&key) => {
                         g.removed.insert(key);
                     }

@@ -151,3 +151,38 @@ fn a_held_poll_watches_what_its_request_subscribes_to() {
         ["a"]
     );
 }
+
+#[test]
+fn a_one_shot_answer_waits_for_an_asked_name_pending_and_absent_until_its_time() {
+    use crate::store::{PendingName, WHOLE_TYPE};
+    let store = store_with(CLUSTER_LOAD_ASSIGNMENT, &[("b", "1")]);
+    let until = Instant::now() + Duration::from_secs(10);
+    let pending = store.pending_names();
+    for name in ["a", "b", WHOLE_TYPE] {
+        pending
+            .declare(PendingName::new(CLUSTER_LOAD_ASSIGNMENT, name), until)
+            .expect("room");
+    }
+    let taken = |names: &[&str]| {
+        let session = Session::new(Some(CLUSTER_LOAD_ASSIGNMENT.into()));
+        Pending::new(
+            session,
+            &request(CLUSTER_LOAD_ASSIGNMENT, names, ""),
+            &store.snapshot(),
+        )
+        .expect("a valid request")
+    };
+    assert_eq!(taken(&["a"]).waits_until(&store.snapshot()), Some(until));
+    assert_eq!(
+        taken(&["b"]).waits_until(&store.snapshot()),
+        None,
+        "the store has it"
+    );
+    assert_eq!(
+        taken(&[]).waits_until(&store.snapshot()),
+        Some(until),
+        "the wildcard waits for the whole type"
+    );
+    pending.resolve([&PendingName::new(CLUSTER_LOAD_ASSIGNMENT, "a")]);
+    assert_eq!(taken(&["a"]).waits_until(&store.snapshot()), None);
+}

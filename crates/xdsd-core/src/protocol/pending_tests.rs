@@ -1,0 +1,198 @@
+//! Pending names (`store::pending`) as the machines answer them, one test per rule, in the
+//! in-memory harness: a name pending is not known yet, neither sent nor told missing, until the
+//! source resolves it (committed, or absent) or it expires; then the watch path wakes the
+//! stream and the normal rules answer.
+
+use std::time::{Duration, Instant};
+
+use crate::protocol::delta::DeltaMachine;
+use crate::protocol::session::Session;
+use crate::protocol::sotw::SotwMachine;
+use crate::protocol::test_support::set;
+use crate::store::{PendingName, PendingNames, Store, WHOLE_TYPE};
+use crate::testing::{Flavor, Pair, Received};
+use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A client of `store` (with no node) that subscribed to `names` of `type_url` (none: the
+/// wildcard), and what it was sent at once.
+fn subscribed<M: Flavor>(
+    store: &Store,
+    type_url: &str,
+    names: &[&str],
+) -> (Pair<M>, Vec<Received>) {
+    let mut pair: Pair<M> = Pair::new(store.clone(), Session::new(None), None);
+    let ask = pair.client.subscribe(type_url, names);
+    pair.send(&ask).expect("a subscription");
+    let sent = flushed(&mut pair);
+    (pair, sent)
+}
+
+/// What the client is sent now, after taking the store's changes.
+fn flushed<M: Flavor>(pair: &mut Pair<M>) -> Vec<Received> {
+    pair.wake();
+    pair.flush()
+        .iter()
+        .map(|(_, response)| M::received(response))
+        .collect()
+}
+
+fn names(received: &Received) -> Vec<&str> {
+    received.resources.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+fn declare(store: &Store, type_url: &str, name: &str) -> PendingNames {
+    let pending = store.pending_names();
+    pending
+        .declare(PendingName::new(type_url, name), Instant::now() + WAIT)
+        .expect("room for it");
+    pending
+}
+
+#[test]
+fn a_pending_name_is_not_removed_in_delta() {
+    let store = Store::new();
+    declare(&store, CLUSTER, "a");
+    let (_, sent) = subscribed::<DeltaMachine>(&store, CLUSTER, &["a"]);
+    assert!(sent.is_empty(), "no response for it at all: {sent:?}");
+}
+
+#[test]
+fn a_pending_name_resolved_absent_is_removed() {
+    let store = Store::new();
+    let pending = declare(&store, CLUSTER, "a");
+    let (mut pair, _) = subscribed::<DeltaMachine>(&store, CLUSTER, &["a"]);
+    pending.resolve([&PendingName::new(CLUSTER, "a")]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].removed, ["a"]);
+}
+
+#[test]
+fn a_pending_name_committed_then_resolved_is_sent_once_and_never_removed() {
+    let store = Store::new();
+    let pending = declare(&store, CLUSTER, "a");
+    let (mut pair, _) = subscribed::<DeltaMachine>(&store, CLUSTER, &["a"]);
+    // The source commits the answer, then resolves the name.
+    set(&store, CLUSTER, "a", "1");
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1);
+    assert_eq!((names(&sent[0]), sent[0].removed.len()), (vec!["a"], 0));
+    let ack = pair.client.ack(CLUSTER);
+    pair.send(&ack).expect("an ACK");
+    pending.resolve([&PendingName::new(CLUSTER, "a")]);
+    assert!(flushed(&mut pair).is_empty(), "sent once");
+}
+
+#[test]
+fn a_pending_name_that_expires_is_answered_as_the_store_has_it() {
+    let store = Store::new();
+    let pending = store.pending_names();
+    let t0 = Instant::now();
+    let name = PendingName::new(CLUSTER, "a");
+    pending.declare(name.clone(), t0 + WAIT).expect("room");
+    let (mut pair, _) = subscribed::<DeltaMachine>(&store, CLUSTER, &["a"]);
+    assert_eq!(pending.next_expiry(), Some(t0 + WAIT));
+    assert!(pending.expire(t0 + WAIT / 2).is_empty());
+    assert!(flushed(&mut pair).is_empty());
+    assert_eq!(pending.expire(t0 + WAIT), vec![name]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].removed, ["a"]);
+}
+
+#[test]
+fn a_name_pending_for_other_parameters_is_removed_at_once() {
+    let store = Store::new();
+    store
+        .pending_names()
+        .declare(
+            PendingName::new(CLUSTER, "a").with_params([("env", "prod")].into_iter().collect()),
+            Instant::now() + WAIT,
+        )
+        .expect("room");
+    let (_, sent) = subscribed::<DeltaMachine>(&store, CLUSTER, &["a"]);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].removed, ["a"], "pending for other clients only");
+}
+
+#[test]
+fn a_delta_wildcard_waits_while_its_type_is_pending() {
+    let store = Store::new();
+    let pending = declare(&store, CLUSTER, WHOLE_TYPE);
+    let (mut pair, sent) = subscribed::<DeltaMachine>(&store, CLUSTER, &[]);
+    assert!(sent.is_empty(), "no first answer yet: {sent:?}");
+    set(&store, CLUSTER, "a", "1");
+    assert!(flushed(&mut pair).is_empty(), "the type is still pending");
+    pending.resolve([&PendingName::new(CLUSTER, WHOLE_TYPE)]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(names(&sent[0]), ["a"]);
+}
+
+#[test]
+fn a_sotw_full_state_response_waits_for_a_pending_name() {
+    let store = Store::new();
+    set(&store, CLUSTER, "b", "1");
+    let pending = declare(&store, CLUSTER, "a");
+    let (mut pair, sent) = subscribed::<SotwMachine>(&store, CLUSTER, &["a", "b"]);
+    assert!(sent.is_empty(), "no response without it: {sent:?}");
+    set(&store, CLUSTER, "a", "1");
+    pending.resolve([&PendingName::new(CLUSTER, "a")]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(names(&sent[0]), ["a", "b"]);
+}
+
+#[test]
+fn a_sotw_full_state_response_goes_without_a_pending_name_resolved_absent() {
+    let store = Store::new();
+    set(&store, CLUSTER, "b", "1");
+    let pending = declare(&store, CLUSTER, "a");
+    let (mut pair, _) = subscribed::<SotwMachine>(&store, CLUSTER, &["a", "b"]);
+    pending.resolve([&PendingName::new(CLUSTER, "a")]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(names(&sent[0]), ["b"]);
+}
+
+#[test]
+fn a_sotw_wildcard_waits_while_its_type_is_pending() {
+    let store = Store::new();
+    let pending = declare(&store, CLUSTER, WHOLE_TYPE);
+    let (mut pair, sent) = subscribed::<SotwMachine>(&store, CLUSTER, &[]);
+    assert!(sent.is_empty(), "not first answered empty: {sent:?}");
+    set(&store, CLUSTER, "a", "1");
+    pending.resolve([&PendingName::new(CLUSTER, WHOLE_TYPE)]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(names(&sent[0]), ["a"]);
+}
+
+#[test]
+fn a_sotw_type_but_the_full_state_ones_sends_what_there_is() {
+    let store = Store::new();
+    set(&store, CLUSTER_LOAD_ASSIGNMENT, "b", "1");
+    declare(&store, CLUSTER_LOAD_ASSIGNMENT, "a");
+    let (_, sent) = subscribed::<SotwMachine>(&store, CLUSTER_LOAD_ASSIGNMENT, &["a", "b"]);
+    assert_eq!(sent.len(), 1, "a missing endpoint tells a client nothing");
+    assert_eq!(names(&sent[0]), ["b"]);
+}
+
+#[test]
+fn a_reconnecting_delta_client_is_not_told_a_pending_name_it_holds_is_removed() {
+    let store = Store::new();
+    let pending = declare(&store, CLUSTER, "r0");
+    let mut pair: Pair<DeltaMachine> = Pair::new(store.clone(), Session::new(None), None);
+    // The harness's client says it holds `r0` (from another server: a relay it moved from).
+    let mut ask = pair.client.subscribe(CLUSTER, &["r0"]);
+    ask.version = Some("elsewhere".into());
+    pair.send(&ask).expect("a subscription");
+    assert!(flushed(&mut pair).is_empty(), "what it holds stands");
+    set(&store, CLUSTER, "r0", "1");
+    pending.resolve([&PendingName::new(CLUSTER, "r0")]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1);
+    assert_eq!((names(&sent[0]), sent[0].removed.len()), (vec!["r0"], 0));
+}

@@ -1,0 +1,316 @@
+//! Pending names: names a source asked for elsewhere (a relay's upstream) and has no answer of
+//! yet. The protocol treats a pending name as *not known yet* rather than as missing: a delta
+//! stream is not told it is removed, a SotW stream is not sent a full-state response without it
+//! (nor a wildcard's first response while its whole type is pending), a one-shot answer waits
+//! for it. When the source resolves it — its resource committed, or the source learned that it
+//! does not exist — or when it expires, the streams that watch it are woken through the normal
+//! watch path and answered by the normal rules.
+//!
+//! A pending name is a type, a name ([`WHOLE_TYPE`] for the type's wildcard answer) and a
+//! parameter set: it is pending for the clients whose parameter set holds every one of its
+//! parameters (the empty set: every client). The set is bounded ([`PendingNames::set_limit`],
+//! [`DEFAULT_MAX_PENDING`]): past it, a name is refused ([`PendingError::Full`]) and answered as
+//! any missing name. Each name carries the time it is given up at; the source that declares
+//! names expires them ([`PendingNames::expire`] when [`PendingNames::next_expiry`] passes), and
+//! a one-shot answer waits at most until then.
+//!
+//! The set is the store's, beside its snapshots: declaring or resolving swaps in the current
+//! snapshot with the new set (same resources, same generation), so that a stream reads a state
+//! and its pending names at once. A commit keeps the set as it is.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, MutexGuard};
+use std::time::Instant;
+
+use super::watch::{lock_index, ChangedNames, TypeChange, Wake};
+use super::Store;
+use crate::hash::HashMap as FastMap;
+use crate::params::ParamSet;
+
+/// The name that stands for a whole type: pending, a subscription to the type's wildcard is
+/// not answered yet.
+pub const WHOLE_TYPE: &str = "*";
+
+/// How many names may be pending at once by default (see [`PendingNames::set_limit`]).
+pub const DEFAULT_MAX_PENDING: usize = 10_000;
+
+/// One pending name: a name of a type (or [`WHOLE_TYPE`]), for the clients whose parameter set
+/// holds every parameter of `params` (empty: every client).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PendingName {
+    /// The type URL.
+    pub type_url: String,
+    /// The resource name, or [`WHOLE_TYPE`].
+    pub name: String,
+    /// The parameters a client must have for the name to be pending for it.
+    pub params: ParamSet,
+}
+
+impl PendingName {
+    /// `name` of `type_url`, pending for every client.
+    pub fn new(type_url: impl Into<String>, name: impl Into<String>) -> PendingName {
+        PendingName {
+            type_url: type_url.into(),
+            name: name.into(),
+            params: ParamSet::new(),
+        }
+    }
+
+    /// Pending only for the clients whose parameter set holds every parameter of `params`.
+    pub fn with_params(mut self, params: ParamSet) -> PendingName {
+        self.params = params;
+        self
+    }
+}
+
+/// Why a name cannot be declared pending.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PendingError {
+    /// The set is full: the name is answered as any name the store does not have.
+    #[error("{limit} names are pending already (the limit): answered as missing")]
+    Full {
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// The pending names of one type, as a snapshot holds them (see the module documentation).
+#[derive(Debug, Default)]
+pub(crate) struct TypePending {
+    /// Each name with its parameter sets and the time each is given up at.
+    names: FastMap<Arc<str>, Vec<(ParamSet, Instant)>>,
+}
+
+impl TypePending {
+    /// Whether `name` is pending for a client that resolves names with `params`.
+    pub fn is_pending(&self, name: &str, params: &ParamSet) -> bool {
+        self.until(name, params).is_some()
+    }
+
+    /// When `name` stops being pending for a client with `params` at the latest (`None`: it is
+    /// not pending for it).
+    pub fn until(&self, name: &str, params: &ParamSet) -> Option<Instant> {
+        self.names
+            .get(name)?
+            .iter()
+            .filter(|(p, _)| p.iter().all(|(k, v)| params.get(k) == Some(v)))
+            .map(|(_, until)| *until)
+            .max()
+    }
+
+    /// The names pending for some client ([`WHOLE_TYPE`] among them, if the type is).
+    pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.names.keys()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// The pending names of every type, as a snapshot holds them.
+pub(crate) type PendingTable = FastMap<Arc<str>, Arc<TypePending>>;
+
+/// The store's pending names with the time each is given up at, and the limit.
+#[derive(Debug)]
+pub(crate) struct PendingState {
+    entries: BTreeMap<PendingName, Instant>,
+    limit: usize,
+}
+
+impl Default for PendingState {
+    fn default() -> PendingState {
+        PendingState {
+            entries: BTreeMap::new(),
+            limit: DEFAULT_MAX_PENDING,
+        }
+    }
+}
+
+impl PendingState {
+    /// The snapshot's table of `type_url`'s pending names, from the entries.
+    fn type_pending(&self, type_url: &str) -> TypePending {
+        let mut names: FastMap<Arc<str>, Vec<(ParamSet, Instant)>> = FastMap::default();
+        for (name, until) in self
+            .entries
+            .range(PendingName::new(type_url, "")..)
+            .take_while(|(n, _)| n.type_url == type_url)
+        {
+            names
+                .entry(Arc::from(name.name.as_str()))
+                .or_default()
+                .push((name.params.clone(), *until));
+        }
+        TypePending { names }
+    }
+}
+
+/// A handle on a store's pending names, for the source that asks for names elsewhere: a
+/// [`crate::Feed`] hands it to its source ([`crate::Source::pending`]). Cheap to clone.
+#[derive(Clone)]
+pub struct PendingNames {
+    store: Store,
+}
+
+impl std::fmt::Debug for PendingNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingNames")
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// The store's pending names (see [`PendingNames`]).
+    pub fn pending_names(&self) -> PendingNames {
+        PendingNames {
+            store: self.clone(),
+        }
+    }
+}
+
+impl PendingNames {
+    fn state(&self) -> MutexGuard<'_, PendingState> {
+        self.store
+            .inner
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Declares `name` pending until `until` at the latest: `Ok(true)` when it is new, `Ok(false)`
+    /// when it was pending already (its time is kept: a name is given up a bound after it was
+    /// first asked for). Wakes no one: a pending name only holds answers back.
+    pub fn declare(&self, name: PendingName, until: Instant) -> Result<bool, PendingError> {
+        let mut state = self.state();
+        if state.entries.contains_key(&name) {
+            return Ok(false);
+        }
+        if state.entries.len() >= state.limit {
+            return Err(PendingError::Full { limit: state.limit });
+        }
+        let type_url = name.type_url.clone();
+        state.entries.insert(name, until);
+        self.publish(&state, [type_url.as_str()]);
+        Ok(true)
+    }
+
+    /// Resolves `names` (their resource was committed, or the source learned that they do not
+    /// exist): the streams that watch them are woken and answered by the normal rules. How many
+    /// were pending.
+    pub fn resolve<'a>(&self, names: impl IntoIterator<Item = &'a PendingName>) -> usize {
+        let mut state = self.state();
+        let gone: Vec<PendingName> = names
+            .into_iter()
+            .filter(|n| state.entries.remove(*n).is_some())
+            .cloned()
+            .collect();
+        self.settle(&state, &gone);
+        gone.len()
+    }
+
+    /// Gives up the names whose time passed as of `now` (answered as the store has them: the
+    /// streams that watch them are woken); those names.
+    pub fn expire(&self, now: Instant) -> Vec<PendingName> {
+        let mut state = self.state();
+        let gone: Vec<PendingName> = state
+            .entries
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in &gone {
+            state.entries.remove(name);
+        }
+        self.settle(&state, &gone);
+        gone
+    }
+
+    /// When [`PendingNames::expire`] is next due.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.state().entries.values().min().copied()
+    }
+
+    /// Whether `name` is pending.
+    pub fn is_pending(&self, name: &PendingName) -> bool {
+        self.state().entries.contains_key(name)
+    }
+
+    /// How many names are pending.
+    pub fn len(&self) -> usize {
+        self.state().entries.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many names may be pending at once (see [`DEFAULT_MAX_PENDING`]).
+    pub fn limit(&self) -> usize {
+        self.state().limit
+    }
+
+    /// Sets how many names may be pending at once; those pending stay.
+    pub fn set_limit(&self, limit: usize) {
+        self.state().limit = limit;
+    }
+
+    /// After `gone` left the set: the snapshot's table updated, then their watchers woken.
+    fn settle(&self, state: &PendingState, gone: &[PendingName]) {
+        if gone.is_empty() {
+            return;
+        }
+        let mut types: Vec<&str> = gone.iter().map(|n| n.type_url.as_str()).collect();
+        types.sort_unstable();
+        types.dedup();
+        self.publish(state, types.iter().copied());
+        // Woken after the swap: a stream woken by this reads the set without them.
+        let mut changed: Vec<Arc<TypeChange>> = Vec::new();
+        let snapshot = self.store.snapshot();
+        for type_url in types {
+            let type_url: Arc<str> = snapshot
+                .intern_type(type_url)
+                .unwrap_or_else(|| Arc::from(type_url));
+            let mut names: ChangedNames = gone
+                .iter()
+                .filter(|n| *n.type_url == *type_url)
+                .map(|n| (Arc::from(n.name.as_str()), Wake::All))
+                .collect();
+            names.sort_by(|a, b| a.0.cmp(&b.0));
+            names.dedup_by(|a, b| a.0 == b.0);
+            changed.push(Arc::new(TypeChange::new(type_url, names, false)));
+        }
+        lock_index(&self.store.inner.index).notify(&changed);
+    }
+
+    /// Swaps in the current snapshot with the pending names of `types` as `state` has them.
+    fn publish<'a>(&self, state: &PendingState, types: impl IntoIterator<Item = &'a str>) {
+        let mut current = self
+            .store
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut table: PendingTable = current.pending.as_deref().cloned().unwrap_or_default();
+        for type_url in types {
+            let pending = state.type_pending(type_url);
+            if pending.is_empty() {
+                table.remove(type_url);
+            } else {
+                let key = current
+                    .intern_type(type_url)
+                    .unwrap_or_else(|| Arc::from(type_url));
+                table.insert(key, Arc::new(pending));
+            }
+        }
+        let mut next = (**current).clone();
+        next.pending = (!table.is_empty()).then(|| Arc::new(table));
+        *current = Arc::new(next);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,174 @@
+//! A name first asked through a relay that its upstream answers late: the downstream client is
+//! answered once, with the resource, and never told first that it does not exist (delta: no
+//! `removed_resources`; SotW: no full-state response without it). The upstream is an
+//! in-process xdsd that holds the name pending itself (the same core feature) until the test
+//! gives it the resource.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use prost::Message;
+use tokio::time::timeout;
+use tokio_stream::wrappers::ReceiverStream;
+use xdsd_client::types::CLUSTER;
+use xdsd_core::store::{PendingName, ReferencePolicy};
+use xdsd_core::{Feed, Store, XdsServer};
+use xdsd_relay::{relay, RelayMetrics, RelayOptions};
+
+use xdsd_testsupport::server::{cluster, Server, WAIT};
+
+/// How long the upstream keeps the relay waiting: a pause that is the thing tested (nothing
+/// reaches the downstream client meanwhile).
+const LATE: Duration = Duration::from_millis(500);
+
+/// A relay of `upstream` (nothing prefetched) serving on 127.0.0.1: its address and metrics.
+async fn start_relay(upstream: SocketAddr) -> (SocketAddr, RelayMetrics) {
+    let node = Node {
+        id: "relay-test".into(),
+        ..Default::default()
+    };
+    let mut options = RelayOptions::new(xdsd_client::Options::new(upstream.to_string()), node);
+    options.first_wait = WAIT;
+    let (mut source, observer, metrics) = relay(options);
+    let store = Store::with_reference_policy(ReferencePolicy::off());
+    let feed = Feed::new(store.clone()).allow_empty(true);
+    feed.first_load(&mut source).await.expect("first load");
+    tokio::spawn(feed.follow(source));
+    let server = XdsServer::builder(store)
+        .observer(Arc::new(observer))
+        .build()
+        .expect("a server without TLS builds");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("local address");
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    (addr, metrics)
+}
+
+/// An upstream that holds cluster `late` pending, and a relay in front of it.
+async fn late_upstream() -> (Server, SocketAddr, RelayMetrics) {
+    let upstream = Server::start().await;
+    upstream
+        .store
+        .pending_names()
+        .declare(PendingName::new(CLUSTER, "late"), Instant::now() + WAIT)
+        .expect("room");
+    let (relay, metrics) = start_relay(upstream.addr).await;
+    (upstream, relay, metrics)
+}
+
+/// Waits until the relay subscribed upstream (its observer saw the request), then the pause,
+/// then gives the upstream the resource.
+async fn answer_late(upstream: &Server, metrics: &RelayMetrics) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metrics.upstream_subscriptions() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay never subscribed upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(LATE).await;
+    upstream.set(cluster("late", "1"));
+    upstream
+        .store
+        .pending_names()
+        .resolve([&PendingName::new(CLUSTER, "late")]);
+}
+
+fn node() -> Option<Node> {
+    Some(Node {
+        id: "downstream".into(),
+        ..Default::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_client_of_a_name_the_upstream_answers_late_gets_it_once_and_no_removal() {
+    let (upstream, relay, metrics) = late_upstream().await;
+    let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{relay}"))
+        .await
+        .expect("connect to the relay");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(DeltaDiscoveryRequest {
+        node: node(),
+        type_url: CLUSTER.into(),
+        resource_names_subscribe: vec!["late".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("queue the request");
+    let mut responses = client
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .expect("a delta ADS stream")
+        .into_inner();
+    let first = tokio::join!(
+        answer_late(&upstream, &metrics),
+        timeout(WAIT, responses.message())
+    )
+    .1
+    .expect("an answer in time")
+    .expect("a response")
+    .expect("not the end of the stream");
+    assert!(
+        first.removed_resources.is_empty(),
+        "told it is missing: {first:?}"
+    );
+    let names: Vec<&str> = first.resources.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["late"],
+        "the first response is the upstream's answer"
+    );
+    drop(tx);
+    upstream.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sotw_client_of_a_cluster_the_upstream_answers_late_gets_no_response_without_it() {
+    let (upstream, relay, metrics) = late_upstream().await;
+    let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{relay}"))
+        .await
+        .expect("connect to the relay");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(DiscoveryRequest {
+        node: node(),
+        type_url: CLUSTER.into(),
+        resource_names: vec!["late".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("queue the request");
+    let mut responses = client
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .expect("a SotW ADS stream")
+        .into_inner();
+    let first = tokio::join!(
+        answer_late(&upstream, &metrics),
+        timeout(WAIT, responses.message())
+    )
+    .1
+    .expect("an answer in time")
+    .expect("a response")
+    .expect("not the end of the stream");
+    let names: Vec<String> = first
+        .resources
+        .iter()
+        .map(|any| Cluster::decode(&*any.value).expect("a cluster").name)
+        .collect();
+    assert_eq!(
+        names,
+        ["late"],
+        "the first full-state response holds the name"
+    );
+    drop(tx);
+    upstream.stop().await;
+}
