@@ -71,8 +71,9 @@ impl Refusal {
 }
 
 /// The answer of a fresh per-type session to `request` (under the client's `access`), given the
-/// store's state `snapshot`; `observers` may refuse the request (they are told it as a request
-/// of stream 0: a one-shot request has no stream). The answer's rules are
+/// store's state `snapshot` (with `observers`, the state once they took the request);
+/// `observers` may refuse the request (they are told it as a request of stream 0: a one-shot
+/// request has no stream). The answer's rules are
 /// `protocol::oneshot`'s.
 pub(crate) fn answer(
     ctx: &ServerContext,
@@ -101,7 +102,14 @@ pub(crate) fn answer(
     for observer in observers {
         observer.request(&seen).map_err(Refusal::Observer)?;
     }
-    Ok(pending.answer(snapshot))
+    if observers.is_empty() {
+        return Ok(pending.answer(snapshot));
+    }
+    // An observer may have waited for the store to take what the request asks (a relay's first
+    // request for a name waits for its upstream's answer): the answer is the store's state after
+    // the observers, not before.
+    let after = ctx.store_for(&request.node_raw).snapshot();
+    Ok(pending.answer(&after))
 }
 
 /// What a client with `node` would be served of each type the store holds, subscribing to

@@ -1,4 +1,6 @@
 //! The relay's source against an in-process xdsd upstream on 127.0.0.1 (the xDS client's test
-//! server): the upstream gone and back, a resource the relay cannot decode.
+//! server): the upstream gone and back, a resource the relay cannot decode, TP2 resource
+//! locators subscribed upstream as locators.
 
+mod locators;
 mod upstream;
