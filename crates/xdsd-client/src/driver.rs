@@ -174,6 +174,16 @@ impl XdsClient {
             client.unsubscribe(&type_url, &name)
         }));
     }
+
+    /// Ends the subscription to `name` with dynamic parameters `params` (a TP2 resource
+    /// locator, as [`XdsClient::subscribe_locator`] made it); the other locators and the plain
+    /// name of `name` stay subscribed.
+    pub fn unsubscribe_locator(&self, type_url: &str, name: &str, params: Params) {
+        let (type_url, name) = (type_url.to_owned(), name.to_owned());
+        self.send(Box::new(move |client: &mut Client| {
+            client.unsubscribe_locator(&type_url, &name, params)
+        }));
+    }
 }
 
 fn refused(client: &mut Client, type_url: &str, result: Result<(), SubscribeError>) {

@@ -163,6 +163,9 @@ pub enum Event {
         version: String,
         /// The names (a name stands for each of its variants removed).
         names: Vec<String>,
+        /// Each variant removed, by name and constraints (`None`: a plain resource): what a
+        /// cache of several variants of a name (a caching proxy) drops, and no other.
+        variants: Vec<(String, Option<DynamicParameterConstraints>)>,
         /// Whether they expired rather than were removed by the server.
         expired: bool,
     },
@@ -721,9 +724,11 @@ impl Client {
                 continue;
             }
             let mut names = Vec::new();
+            let mut variants = Vec::new();
             for key in expired {
                 if let Some(h) = state.held.remove(&key) {
                     self.bytes -= h.bytes;
+                    variants.push((key.0.clone(), h.resource.constraints));
                     names.push(key.0);
                 }
             }
@@ -732,6 +737,7 @@ impl Client {
                 type_url: type_url.clone(),
                 version: state.version.clone(),
                 names,
+                variants,
                 expired: true,
             });
         }

@@ -696,6 +696,62 @@ fn delta_removal_of_a_variant_keeps_the_others() {
 }
 
 #[test]
+fn a_removal_names_each_variant_removed_with_its_constraints() {
+    let mut p = Pair::delta();
+    p.client.connected();
+    p.client.subscribe(CLUSTER, ["*"]).expect("subscribed");
+    p.delta_request();
+    p.delta_in(delta(
+        CLUSTER,
+        "n1",
+        vec![
+            variant("a", "1", cluster("a", "prod"), env_is("prod")),
+            variant("a", "1", cluster("a", "test"), env_is("test")),
+        ],
+        &[],
+    ));
+    p.delta_request();
+    p.events();
+    let mut response = delta(CLUSTER, "n2", vec![], &[]);
+    response.removed_resource_names.push(ResourceName {
+        name: "a".into(),
+        dynamic_parameter_constraints: Some(env_is("test")),
+    });
+    p.delta_in(response);
+    let variants: Vec<_> = p
+        .news()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Removed { variants, .. } => Some(variants),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(variants, vec![("a".to_owned(), Some(env_is("test")))]);
+}
+
+#[test]
+fn unsubscribing_a_locator_keeps_the_other_locators_of_its_name() {
+    let mut p = Pair::delta();
+    p.client.connected();
+    for env in ["prod", "test"] {
+        p.client
+            .subscribe_locator(CLUSTER, "a", params(&[("env", env)]))
+            .expect("subscribed");
+    }
+    p.delta_request();
+    p.client
+        .unsubscribe_locator(CLUSTER, "a", params(&[("env", "test")]));
+    let request = p.delta_request();
+    assert_eq!(request.resource_locators_unsubscribe.len(), 1);
+    assert_eq!(
+        request.resource_locators_unsubscribe[0].dynamic_parameters["env"],
+        "test"
+    );
+    assert!(request.resource_locators_subscribe.is_empty());
+}
+
+#[test]
 fn sotw_resume_sends_the_last_version_so_nothing_is_resent() {
     let mut p = Pair::sotw();
     p.client.connected();

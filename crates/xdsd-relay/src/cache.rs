@@ -8,8 +8,13 @@
 //! the constraints along (TP2's MUSTs for a caching proxy). Versions are the store's, derived from
 //! content, so two relays in front of the same upstream answer the same versions.
 //!
-//! A group's wildcard follows one parameter set, for which the upstream sends one variant of
-//! each name: a group holds one variant per name (the latest sent).
+//! A group holds each variant it was sent by its constraints (the cache's key is the type, the
+//! name and the constraints, per group): its wildcard and plain names follow the group's one
+//! parameter set, but its resource locators each bring the variant of their own parameters, so
+//! one stream may hold several variants of a name. A variant leaves when the upstream removes
+//! that variant ([`Cache::remove_variants`]), when its name leaves the group
+//! ([`Cache::remove`]), or when no subscription of the group still wants it
+//! ([`Cache::retain`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -32,10 +37,13 @@ struct Cached {
 
 type Name = (String, String);
 
+/// A variant held by a group: the group, and the variant's encoded constraints (empty: none).
+type Held = (GroupKey, Vec<u8>);
+
 /// The cache. See the module documentation.
 #[derive(Debug, Default)]
 pub struct Cache {
-    entries: BTreeMap<Name, BTreeMap<GroupKey, Cached>>,
+    entries: BTreeMap<Name, BTreeMap<Held, Cached>>,
     /// Names changed since the last [`Cache::take_change`].
     dirty: BTreeSet<Name>,
     /// Variants in the store after the last change taken.
@@ -56,25 +64,61 @@ impl Cache {
             constraints: resource.constraints.clone(),
             ttl: resource.ttl,
         };
+        let variant = (group.clone(), encoded(&cached));
         let held = self.entries.entry(key.clone()).or_default();
-        if held.get(group) != Some(&cached) {
-            held.insert(group.clone(), cached);
+        if held.get(&variant) != Some(&cached) {
+            held.insert(variant, cached);
             self.dirty.insert(key);
         }
     }
 
-    /// `group` no longer holds `names` of `type_url` (removed upstream, expired, or not there).
+    /// `group` no longer holds `names` of `type_url`, any variant (removed upstream, expired, or
+    /// not there).
     pub fn remove(&mut self, group: &GroupKey, type_url: &str, names: &[String]) {
         for name in names {
-            let key = (type_url.to_owned(), name.clone());
-            if let Some(held) = self.entries.get_mut(&key) {
-                if held.remove(group).is_some() {
-                    if held.is_empty() {
-                        self.entries.remove(&key);
-                    }
-                    self.dirty.insert(key);
-                }
+            self.retain(group, type_url, name, |_| false);
+        }
+    }
+
+    /// `group` no longer holds these variants of `type_url`, each a name and its constraints
+    /// (`None`: the plain resource).
+    pub fn remove_variants(
+        &mut self,
+        group: &GroupKey,
+        type_url: &str,
+        variants: &[(String, Option<DynamicParameterConstraints>)],
+    ) {
+        for (name, constraints) in variants {
+            let gone = constraints
+                .as_ref()
+                .map(|c| c.encode_to_vec())
+                .unwrap_or_default();
+            self.retain(group, type_url, name, |c| {
+                c.map(|c| c.encode_to_vec()).unwrap_or_default() != gone
+            });
+        }
+    }
+
+    /// `group` keeps of resource `name` of `type_url` the variants for whose constraints
+    /// (`None`: unconstrained) `keep` says so, and no others.
+    pub fn retain(
+        &mut self,
+        group: &GroupKey,
+        type_url: &str,
+        name: &str,
+        keep: impl Fn(Option<&DynamicParameterConstraints>) -> bool,
+    ) {
+        let key = (type_url.to_owned(), name.to_owned());
+        let Some(held) = self.entries.get_mut(&key) else {
+            return;
+        };
+        let before = held.len();
+        held.retain(|(g, _), cached| g != group || keep(cached.constraints.as_ref()));
+        if held.len() != before {
+            if held.is_empty() {
+                self.entries.remove(&key);
             }
+            self.dirty.insert(key);
         }
     }
 
@@ -84,7 +128,9 @@ impl Cache {
         let names: Vec<String> = self
             .entries
             .iter()
-            .filter(|((t, n), held)| t == type_url && held.contains_key(group) && !keep(n))
+            .filter(|((t, n), held)| {
+                t == type_url && held.keys().any(|(g, _)| g == group) && !keep(n)
+            })
             .map(|((_, n), _)| n.clone())
             .collect();
         self.remove(group, type_url, &names);
@@ -130,7 +176,7 @@ impl Cache {
         };
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
-        for (group, cached) in held {
+        for ((group, _), cached) in held {
             // Each distinct variant once, from the first group holding it.
             if !seen.insert(encoded(cached)) {
                 continue;
@@ -252,6 +298,21 @@ mod tests {
             "the name is removed"
         );
         assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn one_group_holds_a_variant_per_constraints_and_loses_only_the_one_removed() {
+        let mut cache = Cache::new();
+        cache.put(&GroupKey::Default, &resource("c", b"p", Some("prod")));
+        cache.put(&GroupKey::Default, &resource("c", b"t", Some("test")));
+        let (change, _) = cache.take_change().expect("a change");
+        assert_eq!(inputs(&change).1.len(), 2, "both locators' variants");
+        let test = resource("c", b"t", Some("test")).constraints;
+        cache.remove_variants(&GroupKey::Default, CDS, &[("c".to_owned(), test)]);
+        let (change, _) = cache.take_change().expect("a change");
+        let (_, resources) = inputs(&change);
+        assert_eq!(resources.len(), 1);
+        assert_eq!(&resources[0].value[..], b"p");
     }
 
     #[test]

@@ -15,7 +15,8 @@ use crate::group::GroupKey;
 /// The default linger: how long an upstream subscription outlives its last downstream client.
 pub const DEFAULT_LINGER: Duration = Duration::from_secs(30);
 
-/// One upstream subscription: in a group's stream, a type and a name (`*`: the wildcard).
+/// One upstream subscription: in a group's stream, a type and a name (`*`: the wildcard), with
+/// the dynamic parameters of a resource locator (xRFC TP2), subscribed upstream as that locator.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Want {
     /// The upstream stream (group) it is subscribed on.
@@ -24,6 +25,8 @@ pub struct Want {
     pub type_url: String,
     /// The name, or `*` for every resource of the type.
     pub name: String,
+    /// A resource locator's dynamic parameters; empty for a plain name and the wildcard.
+    pub params: xdsd_client::Params,
 }
 
 impl Want {
@@ -33,6 +36,21 @@ impl Want {
             group,
             type_url: type_url.into(),
             name: name.into(),
+            params: xdsd_client::Params::new(),
+        }
+    }
+
+    /// The resource locator of `name` of `type_url` with dynamic parameters `params`, in
+    /// `group` (no parameters: the plain name).
+    pub fn locator(
+        group: GroupKey,
+        type_url: impl Into<String>,
+        name: impl Into<String>,
+        params: xdsd_client::Params,
+    ) -> Want {
+        Want {
+            params,
+            ..Want::named(group, type_url, name)
         }
     }
 
@@ -41,13 +59,31 @@ impl Want {
         self.name == xdsd_client::WILDCARD
     }
 
+    /// Whether it is a resource locator (a name with dynamic parameters of its own).
+    pub fn is_locator(&self) -> bool {
+        !self.params.is_empty()
+    }
+
     /// The wildcard of `type_url` in `group`.
     pub fn wildcard(group: GroupKey, type_url: impl Into<String>) -> Want {
-        Want {
-            group,
-            type_url: type_url.into(),
-            name: xdsd_client::WILDCARD.to_owned(),
+        Want::named(group, type_url, xdsd_client::WILDCARD)
+    }
+}
+
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)?;
+        if self.is_locator() {
+            f.write_str("{")?;
+            for (i, (k, v)) in self.params.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{k}={v}")?;
+            }
+            f.write_str("}")?;
         }
+        Ok(())
     }
 }
 
@@ -182,6 +218,23 @@ impl Demand {
     /// Whether `group` still has any subscription.
     pub fn group_used(&self, group: &GroupKey) -> bool {
         self.wants.keys().any(|w| &w.group == group)
+    }
+
+    /// The subscriptions of resource `name` of `type_url` in `group`: its plain name and its
+    /// resource locators (not the type's wildcard).
+    pub fn wants_of<'a>(
+        &'a self,
+        group: &GroupKey,
+        type_url: &str,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a Want> + 'a {
+        let start = Want::named(group.clone(), type_url, name);
+        self.wants
+            .range(start.clone()..)
+            .map(|(w, _)| w)
+            .take_while(move |w| {
+                w.group == start.group && w.type_url == start.type_url && w.name == start.name
+            })
     }
 
     fn entry(&mut self, want: Want) -> &mut Entry {
@@ -322,6 +375,27 @@ mod tests {
         d.acquire(1, cds());
         d.touch(cds(), t0);
         assert_eq!(d.poll_timeout(), None);
+    }
+
+    #[test]
+    fn locators_of_one_name_are_subscribed_apart_and_found_with_its_plain_name() {
+        let mut d = Demand::new(LINGER);
+        let params = |env: &str| [("env".to_owned(), env.to_owned())].into();
+        let prod = Want::locator(GroupKey::Default, CDS, "a", params("prod"));
+        let test = Want::locator(GroupKey::Default, CDS, "a", params("test"));
+        let plain = Want::named(GroupKey::Default, CDS, "a");
+        d.acquire(1, prod.clone());
+        d.acquire(2, test.clone());
+        d.acquire(2, plain.clone());
+        d.acquire(2, Want::named(GroupKey::Default, CDS, "b"));
+        assert_eq!(actions(&mut d).len(), 4, "each a subscription of its own");
+        let of: Vec<&Want> = d.wants_of(&GroupKey::Default, CDS, "a").collect();
+        assert_eq!(of, vec![&plain, &prod, &test]);
+        let t0 = Instant::now();
+        d.drop_want(2, &test, t0);
+        d.handle_timeout(t0 + LINGER);
+        assert_eq!(actions(&mut d), vec![Action::Unsubscribe(test)]);
+        assert!(d.holds(&prod));
     }
 
     #[test]

@@ -3,17 +3,18 @@
 //!
 //! The relay is xdsd downstream and an xDS client upstream, with no second server: its
 //! [`RelaySource`] feeds the store that an ordinary [`xdsd_core::XdsServer`] serves, and its
-//! [`RelayObserver`], an observer of that server's streams, tells the source what the
-//! downstream clients ask for. The first downstream stream asking for a name of a type (or its
-//! wildcard) subscribes it upstream, on the upstream stream of the client's group (see
-//! [`group`]); the last one leaving, or no longer asking, unsubscribes it after a linger
-//! ([`demand`]); until the upstream answers it, the name is pending in the store
-//! ([`xdsd_core::store::PendingNames`]), so that its clients are answered with the upstream's
-//! answer, never told first that it does not exist. What the upstream sends is checked ([`validate`]: a resource the relay cannot
-//! decode is NACKed upstream and the last good one kept), cached with its TP2 constraints and
-//! TTL ([`cache`]), and committed to the store, whose content-derived versions make two relays
-//! of one upstream answer alike. While the upstream is unreachable the cache keeps being served;
-//! [`RelayMetrics`] say so, on the server's `/metrics`.
+//! [`RelayObserver`], an observer of that server's streams, tells the source what the downstream
+//! clients ask for. The first downstream stream asking for a name of a type (its wildcard, or a TP2
+//! resource locator, subscribed upstream as a locator) subscribes it upstream, on the upstream
+//! stream of the client's group (see [`group`]); the last one leaving, or no longer asking,
+//! unsubscribes it after a linger ([`demand`]); until the upstream answers it, the name is
+//! pending in the store ([`xdsd_core::store::PendingNames`]), so that its clients are answered
+//! with the upstream's answer, never told first that it does not exist. What the upstream sends
+//! is checked ([`validate`]: a resource the relay cannot decode is NACKed upstream and the last
+//! good one kept), cached with its TP2 constraints and TTL ([`cache`]), and committed to the
+//! store, whose content-derived versions make two relays of one upstream answer alike. While the
+//! upstream is unreachable the cache keeps being served; [`RelayMetrics`] say so, on the
+//! server's `/metrics`.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {

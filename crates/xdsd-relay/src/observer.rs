@@ -7,13 +7,14 @@
 //! list (every ACK) costs a lookup per name and nothing is sent. What it keeps is bounded by what
 //! the server lets a stream subscribe (its limit on names) times the streams it admits.
 //!
-//! A resource locator (a name with dynamic parameters of its own) is asked upstream as the
-//! wildcard of its type for now (see docs/relay.md).
+//! A resource locator (a name with dynamic parameters of its own, xRFC TP2) is asked upstream
+//! as that locator, a want of its own ([`Want::locator`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 use tokio::sync::mpsc;
 use tonic::Status;
 use xdsd_core::ClientNode;
@@ -48,18 +49,34 @@ pub(crate) enum Demanded {
 struct TypeWants {
     group: GroupKey,
     wildcard: bool,
-    /// Resource locators held (delta: subscribed and not unsubscribed), asked as the wildcard.
-    locators: usize,
+    /// Resource locators held (delta: subscribed and not unsubscribed).
+    locators: BTreeSet<Locator>,
     names: BTreeSet<String>,
     /// The digest of the last request that stated the whole subscription (SotW): a request
     /// with the same one (every ACK) changes nothing and is not read name by name.
     last: Option<u64>,
 }
 
+/// A resource locator: a name and its dynamic parameters.
+type Locator = (String, xdsd_client::Params);
+
+fn locator(l: &ResourceLocator) -> Locator {
+    (
+        l.name.clone(),
+        l.dynamic_parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
+}
+
 impl TypeWants {
-    /// The wildcard is asked upstream: by the client, or for its resource locators.
     fn wants_wildcard(&self) -> bool {
-        self.wildcard || self.locators > 0
+        self.wildcard
+    }
+
+    fn locator_want(&self, type_url: &str, (name, params): Locator) -> Want {
+        Want::locator(self.group.clone(), type_url, name, params)
     }
 
     /// Takes in what a request asks of `type_url`: the wants it adds and those it drops.
@@ -75,7 +92,23 @@ impl TypeWants {
             if self.last.replace(digest) == Some(digest) {
                 return (added, dropped);
             }
-            self.locators = asked.locators().len();
+            // No locators before or now (the common case): nothing made. Otherwise the set
+            // compared, as the request's own decoding already made its locators.
+            let none = asked.locators().is_empty() && self.locators.is_empty();
+            let locators: BTreeSet<Locator> = if none {
+                BTreeSet::new()
+            } else {
+                asked.locators().iter().map(locator).collect()
+            };
+            if !none && locators != self.locators {
+                let old = std::mem::replace(&mut self.locators, locators);
+                for gone in old.difference(&self.locators) {
+                    dropped.push(self.locator_want(type_url, gone.clone()));
+                }
+                for new in self.locators.difference(&old) {
+                    added.push(self.locator_want(type_url, new.clone()));
+                }
+            }
             // Unchanged (every ACK repeats the list): a lookup per name, nothing made.
             let mut count = 0;
             let same = names().all(|n| {
@@ -95,8 +128,16 @@ impl TypeWants {
                 }
             }
         } else {
-            self.locators = (self.locators + asked.locators().len())
-                .saturating_sub(asked.unsubscribed_locators().len());
+            for l in asked.locators().iter().map(locator) {
+                if self.locators.insert(l.clone()) {
+                    added.push(self.locator_want(type_url, l));
+                }
+            }
+            for l in asked.unsubscribed_locators().iter().map(locator) {
+                if self.locators.remove(&l) {
+                    dropped.push(self.locator_want(type_url, l));
+                }
+            }
             for name in names() {
                 if !self.names.contains(name) {
                     self.names.insert(name.to_owned());
@@ -118,14 +159,19 @@ impl TypeWants {
     }
 }
 
-/// The wants of a one-shot request (a `Fetch*` call, a REST poll): its names, or the wildcard.
+/// The wants of a one-shot request (a `Fetch*` call, a REST poll): its names and locators, or
+/// the wildcard.
 fn one_shot_wants(group: &GroupKey, type_url: &str, asked: &Asked<'_>) -> Vec<Want> {
     let mut wants: Vec<Want> = asked
         .names()
         .filter(|n| *n != xdsd_client::WILDCARD)
         .map(|n| Want::named(group.clone(), type_url, n))
         .collect();
-    if asked.wildcard() == Some(true) || !asked.locators().is_empty() || wants.is_empty() {
+    wants.extend(asked.locators().iter().map(|l| {
+        let (name, params) = locator(l);
+        Want::locator(group.clone(), type_url, name, params)
+    }));
+    if asked.wildcard() == Some(true) || wants.is_empty() {
         wants.push(Want::wildcard(group.clone(), type_url));
     }
     wants
@@ -219,7 +265,7 @@ impl StreamObserver for RelayObserver {
                 None => types.entry(type_url.clone()).or_insert_with(|| TypeWants {
                     group: group_of(self.by, node.map(|n| &**n), type_url),
                     wildcard: false,
-                    locators: 0,
+                    locators: BTreeSet::new(),
                     names: BTreeSet::new(),
                     last: None,
                 }),

@@ -153,15 +153,25 @@ impl RelaySource {
                 Action::Subscribe(want) => {
                     self.start_group(&want.group)?;
                     if let Some(group) = self.groups.get(&want.group) {
-                        info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want.name, "subscribing upstream");
-                        group
-                            .client
-                            .subscribe(&want.type_url, vec![want.name.clone()]);
+                        info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want, "subscribing upstream");
+                        if want.is_locator() {
+                            group.client.subscribe_locator(
+                                &want.type_url,
+                                &want.name,
+                                want.params.clone(),
+                            );
+                        } else {
+                            group
+                                .client
+                                .subscribe(&want.type_url, vec![want.name.clone()]);
+                        }
                     }
                     // A name of a type whose wildcard the group holds, answered and committed,
                     // is answered already: there or not, the upstream said so (it may send
-                    // nothing again for it).
+                    // nothing again for it). Not a locator: the wildcard follows the group's
+                    // parameters, not the locator's.
                     if !want.is_wildcard()
+                        && !want.is_locator()
                         && self
                             .answered
                             .is_answered(&Want::wildcard(want.group.clone(), &want.type_url))
@@ -177,26 +187,40 @@ impl RelaySource {
     }
 
     fn unsubscribe(&mut self, want: Want) {
-        info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want.name, "no downstream client left: unsubscribing upstream");
+        info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want, "no downstream client left: unsubscribing upstream");
         if let Some(group) = self.groups.get(&want.group) {
-            group.client.unsubscribe(&want.type_url, &want.name);
+            if want.is_locator() {
+                group
+                    .client
+                    .unsubscribe_locator(&want.type_url, &want.name, want.params.clone());
+            } else {
+                group.client.unsubscribe(&want.type_url, &want.name);
+            }
         }
         self.answered.forget(&want);
+        let demand = &self.demand;
         if want.is_wildcard() {
-            let demand = &self.demand;
             self.cache.drop_type(&want.group, &want.type_url, |name| {
-                demand.holds(&Want::named(want.group.clone(), &want.type_url, name))
+                demand
+                    .wants_of(&want.group, &want.type_url, name)
+                    .next()
+                    .is_some()
             });
-        } else if !self
-            .demand
-            .holds(&Want::wildcard(want.group.clone(), &want.type_url))
-        {
-            // Still held through the type's wildcard otherwise.
-            self.cache.remove(
-                &want.group,
-                &want.type_url,
-                std::slice::from_ref(&want.name),
-            );
+        } else if !demand.holds(&Want::wildcard(want.group.clone(), &want.type_url)) {
+            // (Still held through the type's wildcard otherwise.) The variants of the name that
+            // a subscription left still wants stay: any, while its plain name is subscribed
+            // (it follows the group's parameters); those a locator left matches.
+            let left: Vec<&Want> = demand
+                .wants_of(&want.group, &want.type_url, &want.name)
+                .collect();
+            let plain = left.iter().any(|w| !w.is_locator());
+            self.cache
+                .retain(&want.group, &want.type_url, &want.name, |constraints| {
+                    plain
+                        || left
+                            .iter()
+                            .any(|w| constraints.is_none_or(|c| xdsd_client::matches(c, &w.params)))
+                });
         }
         if !self.demand.group_used(&want.group) {
             if let Some(group) = self.groups.remove(&want.group) {
@@ -316,18 +340,31 @@ impl RelaySource {
                     self.cache.put(&key, r);
                     self.to_announce
                         .push(Want::named(key.clone(), &r.type_url, &r.name));
+                    // The resource locators of the name this variant answers.
+                    let locators = self
+                        .demand
+                        .wants_of(&key, &r.type_url, &r.name)
+                        .filter(|w| w.is_locator() && r.matches(&w.params));
+                    self.to_announce.extend(locators.cloned());
                 }
             }
             Event::Removed {
-                type_url, names, ..
+                type_url,
+                names,
+                variants,
+                ..
             } => {
-                self.cache.remove(&key, &type_url, &names);
-                self.to_announce
-                    .extend(names.iter().map(|n| Want::named(key.clone(), &type_url, n)));
+                self.cache.remove_variants(&key, &type_url, &variants);
+                for name in &names {
+                    self.to_announce
+                        .extend(self.demand.wants_of(&key, &type_url, name).cloned());
+                }
             }
             Event::DoesNotExist { type_url, name } => {
                 self.cache
                     .remove(&key, &type_url, std::slice::from_ref(&name));
+                self.to_announce
+                    .extend(self.demand.wants_of(&key, &type_url, &name).cloned());
                 self.to_announce
                     .push(Want::named(key.clone(), type_url, name));
             }

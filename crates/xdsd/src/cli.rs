@@ -244,11 +244,13 @@ pub(crate) enum Command {
     ///
     /// Downstream, the relay is xdsd: the same server, sessions and rules as `serve` (SotW and
     /// delta, ADS and per-type, REST and Fetch, TP2 variants, make-before-break, size caps, CSDS,
-    /// the admin API of its own clients). Upstream, it is an xDS client of --upstream (any xDS
-    /// server: xdsd, another relay, another control plane), over delta ADS by default. A type a
-    /// downstream client asks for is subscribed upstream (the wildcard) on first request and
-    /// unsubscribed --linger after its last client left; --prefetch types are subscribed from
-    /// the start. What the upstream sends is cached with its TP2 dynamic parameter constraints
+    /// the admin API of its own clients), with `serve`'s downstream options (the address, TLS
+    /// and mutual TLS with node identity, limits, connection age, --ack-wait, REST polling, the
+    /// admin API). Upstream, it is an xDS client of --upstream (any xDS server: xdsd, another
+    /// relay, another control plane), over delta ADS by default. What a downstream client asks
+    /// for (a type's wildcard, a name, a TP2 resource locator with its parameters) is subscribed
+    /// upstream as such on first request and unsubscribed --linger after its last client left;
+    /// --prefetch types are subscribed from the start. What the upstream sends is cached with its TP2 dynamic parameter constraints
     /// and TTL, and served with them; versions are derived from content, so two relays of one
     /// upstream answer the same versions and a client moving between them is resent nothing.
     /// A resource the relay cannot decode is NACKed upstream and the last good one kept.
@@ -375,19 +377,10 @@ pub(crate) struct ServeArgs {
     pub(crate) etcd: etcd_args::EtcdArgs,
 
     #[command(flatten)]
-    pub(crate) tls: Box<tls_args::TlsArgs>,
-
-    #[command(flatten)]
     pub(crate) rollout: RolloutArgs,
 
-    /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "0.0.0.0:18000",
-        env = "XDSD_LISTEN"
-    )]
-    pub(crate) listen: SocketAddr,
+    #[command(flatten)]
+    pub(crate) downstream: DownstreamArgs,
 
     /// Log level (error, warn, info, debug, trace) or a tracing filter such as
     /// "info,xdsd_core=debug". Pushes and ACKs are logged at debug, NACKs at warn.
@@ -426,6 +419,56 @@ pub(crate) struct ServeArgs {
         requires = "write_files"
     )]
     pub(crate) write_format: Vec<OutputFormat>,
+
+    /// Apply a change that leaves no resources at all where some were served. Off by default:
+    /// such a change is far more often a directory being deleted or replaced (rm -rf, a branch
+    /// switch, an unpacked archive, rsync --delete) than an empty configuration meant for the
+    /// fleet, so it is rejected like any bad change (the last good state kept, logged at ERROR)
+    /// and xdsd stays ready. A source that is empty at start is served as it is, with a warning.
+    #[arg(long, env = "XDSD_ALLOW_EMPTY")]
+    pub(crate) allow_empty: bool,
+
+    /// How a change of the directory is loaded. incremental: only the paths the watcher's events
+    /// name are looked at, only files whose size, times or inode changed are read again, only
+    /// those whose content changed are parsed again, and only the names they held are committed
+    /// (duplicates and references decided as a full load would); after missed events the whole
+    /// directory is listed again. full: every file is read, parsed and committed on every
+    /// change, as a fallback or to compare.
+    #[arg(
+        long,
+        value_name = "incremental|full",
+        default_value = "incremental",
+        env = "XDSD_RELOAD"
+    )]
+    pub(crate) reload: ReloadMode,
+
+    /// With an etcd prefix: the xDS addresses (host:port) of the other replicas, separated by
+    /// commas (this replica may be among them: it is recognised). A host name stands for each of
+    /// its addresses (a Kubernetes headless Service names every pod). The status page and GET
+    /// /history ask each over CSDS which etcd revision it serves, and mark each change with the
+    /// replicas serving it, those behind the latest change marked as such. Plaintext, or TLS
+    /// verified with the system's roots for an https:// URL.
+    #[arg(long, value_name = "ADDR", env = "XDSD_PEERS", value_delimiter = ',')]
+    pub(crate) peers: Vec<String>,
+}
+
+/// What a server of xDS clients takes, `serve` and `relay` alike: where it listens, TLS and
+/// mutual TLS with the node bound to the client's identity, the limits on what clients may make
+/// it hold, connection age, the push order and pacing, REST polling, the allocator's release of
+/// a burst's memory, and the admin API.
+#[derive(clap::Args, Debug)]
+pub(crate) struct DownstreamArgs {
+    /// Address for the xDS gRPC server. Port 0 picks a free port (logged at start).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:18000",
+        env = "XDSD_LISTEN"
+    )]
+    pub(crate) listen: SocketAddr,
+
+    #[command(flatten)]
+    pub(crate) tls: Box<tls_args::TlsArgs>,
 
     /// The largest request xdsd accepts, in bytes (or with a KiB/MiB suffix). A larger request
     /// ends its stream with RESOURCE_EXHAUSTED. The default, 32 MiB, holds an Envoy's request
@@ -643,18 +686,11 @@ pub(crate) struct ServeArgs {
     )]
     pub(crate) max_held_polls: usize,
 
-    /// Apply a change that leaves no resources at all where some were served. Off by default:
-    /// such a change is far more often a directory being deleted or replaced (rm -rf, a branch
-    /// switch, an unpacked archive, rsync --delete) than an empty configuration meant for the
-    /// fleet, so it is rejected like any bad change (the last good state kept, logged at ERROR)
-    /// and xdsd stays ready. A source that is empty at start is served as it is, with a warning.
-    #[arg(long, env = "XDSD_ALLOW_EMPTY")]
-    pub(crate) allow_empty: bool,
-
     /// Address of the admin HTTP API (GET /healthz, /readyz, /clients, /config?node=ID, with
     /// &contents=1 the resources as proto3 JSON, /metrics, on an etcd prefix /history (the rows
     /// of `xdsd history --output json`); with --canary GET /rollout and POST
-    /// /rollout/promote, /rollout/abort; see docs/operating.md), or "off".
+    /// /rollout/promote, /rollout/abort; see docs/operating.md), or "off". A relay's is that of
+    /// its own downstream clients.
     /// Loopback by default: /clients shows every client's node.
     /// Port 0 picks a free port (logged at start).
     #[arg(
@@ -672,29 +708,6 @@ pub(crate) struct ServeArgs {
     /// non-loopback --admin-listen logs a warning.
     #[arg(long, requires = "tls_cert", env = "XDSD_ADMIN_TLS")]
     pub(crate) admin_tls: bool,
-
-    /// With an etcd prefix: the xDS addresses (host:port) of the other replicas, separated by
-    /// commas (this replica may be among them: it is recognised). A host name stands for each of
-    /// its addresses (a Kubernetes headless Service names every pod). The status page and GET
-    /// /history ask each over CSDS which etcd revision it serves, and mark each change with the
-    /// replicas serving it, those behind the latest change marked as such. Plaintext, or TLS
-    /// verified with the system's roots for an https:// URL.
-    #[arg(long, value_name = "ADDR", env = "XDSD_PEERS", value_delimiter = ',')]
-    pub(crate) peers: Vec<String>,
-
-    /// How a change of the directory is loaded. incremental: only the paths the watcher's events
-    /// name are looked at, only files whose size, times or inode changed are read again, only
-    /// those whose content changed are parsed again, and only the names they held are committed
-    /// (duplicates and references decided as a full load would); after missed events the whole
-    /// directory is listed again. full: every file is read, parsed and committed on every
-    /// change, as a fallback or to compare.
-    #[arg(
-        long,
-        value_name = "incremental|full",
-        default_value = "incremental",
-        env = "XDSD_RELOAD"
-    )]
-    pub(crate) reload: ReloadMode,
 }
 
 /// Gated rollouts: `--canary`, `--canary-min`, `--canary-soak`.

@@ -184,10 +184,10 @@ mod tests {
             (
                 "--make-before-break",
                 "XDSD_MAKE_BEFORE_BREAK",
-                (|a: &ServeArgs| a.make_before_break) as fn(&ServeArgs) -> OnOff,
+                (|a: &ServeArgs| a.downstream.make_before_break) as fn(&ServeArgs) -> OnOff,
             ),
             ("--release-memory", "XDSD_RELEASE_MEMORY", |a| {
-                a.release_memory
+                a.downstream.release_memory
             }),
         ] {
             let serve = |extra: &[&str]| {

@@ -1,7 +1,6 @@
 //! `xdsd relay`: a caching xDS proxy in front of any xDS server (the `xdsd-relay` crate as the
 //! source of the store that an ordinary xdsd server serves).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,18 +8,14 @@ use std::time::Duration;
 use anyhow::Context;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tracing::info;
-use xdsd_core::defaults::DEFAULT_MAX_CONNECTIONS;
 use xdsd_core::source::{Feed, Source};
 use xdsd_core::store::{ReferencePolicy, Store};
 use xdsd_core::Metrics;
-use xdsd_core::{ServerOptions, XdsServer};
+use xdsd_core::XdsServer;
 use xdsd_relay::{relay, AggregateBy, RelayOptions};
 use xdsd_source::Descriptors;
 
-use crate::{
-    admin, bind_error, parse_duration, request_bytes, response_bytes, serve_downstream, Downstream,
-    OnOff,
-};
+use crate::{parse_duration, serve_downstream};
 
 /// `xdsd relay`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -122,76 +117,10 @@ pub(crate) struct RelayArgs {
     )]
     upstream_wait: Duration,
 
-    /// Address for the downstream xDS gRPC server. Port 0 picks a free port (logged at start).
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "0.0.0.0:18000",
-        env = "XDSD_LISTEN"
-    )]
-    listen: SocketAddr,
-
-    /// Address of the admin HTTP API (the same as `serve`'s: /healthz, /readyz, /clients,
-    /// /config, /metrics, the status page, of the relay's own downstream clients), or "off".
-    #[arg(
-        long,
-        value_name = "ADDR|off",
-        default_value = admin::DEFAULT_ADMIN_LISTEN,
-        value_parser = admin::parse_admin_listen,
-        env = "XDSD_ADMIN_LISTEN"
-    )]
-    admin_listen: admin::AdminListen,
-
+    // The downstream side, `serve`'s own options: the xDS address, TLS, limits, pacing, REST
+    // polling, the admin API (of the relay's own downstream clients).
     #[command(flatten)]
-    tls: Box<crate::tls_args::TlsArgs>,
-
-    /// As `serve --ack-wait`.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "5s",
-        value_parser = parse_duration,
-        env = "XDSD_ACK_WAIT"
-    )]
-    ack_wait: Duration,
-
-    /// As `serve --make-before-break`.
-    #[arg(
-        long,
-        value_name = "on|off",
-        default_value = "on",
-        env = "XDSD_MAKE_BEFORE_BREAK"
-    )]
-    make_before_break: OnOff,
-
-    /// As `serve --max-request-bytes`.
-    #[arg(
-        long,
-        value_name = "BYTES",
-        default_value = "32MiB",
-        value_parser = request_bytes,
-        env = "XDSD_MAX_REQUEST_BYTES"
-    )]
-    max_request_bytes: usize,
-
-    /// As `serve --max-response-bytes` (downstream).
-    #[arg(
-        long,
-        value_name = "BYTES",
-        default_value = "1MiB",
-        value_parser = response_bytes,
-        env = "XDSD_MAX_RESPONSE_BYTES"
-    )]
-    max_response_bytes: usize,
-
-    /// As `serve --max-connections`.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = DEFAULT_MAX_CONNECTIONS,
-        env = "XDSD_MAX_CONNECTIONS"
-    )]
-    max_connections: usize,
+    downstream: crate::DownstreamArgs,
 
     /// Log level, as `serve --log-level`.
     #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
@@ -306,10 +235,7 @@ pub(crate) fn main(args: RelayArgs) -> std::process::ExitCode {
 
 /// Runs the relay until SIGTERM or SIGINT.
 async fn run(args: RelayArgs) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| bind_error(e, args.listen, "--listen"))?;
-    let admin_listener = admin::bind(args.admin_listen).await?;
+    let listeners = args.downstream.bind().await?;
     let relay_options = args.options()?;
 
     // The relay holds what its clients asked for, not a whole graph: references are the
@@ -324,35 +250,26 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
     feed.first_load(&mut source)
         .await
         .with_context(|| format!("cannot start the relay of {}", source.describe()))?;
+    args.downstream.start_releasing_memory();
 
-    let addr = listener.local_addr().context("reading the bound address")?;
+    let addr = listeners
+        .0
+        .local_addr()
+        .context("reading the bound address")?;
     info!(upstream = %args.upstream, "xDS gRPC relay listening on {addr}");
-    args.tls.log(addr);
-    let make_before_break = crate::make_before_break(args.make_before_break);
-    let options = ServerOptions::default()
-        .max_request_bytes(args.max_request_bytes)
-        .max_response_bytes(args.max_response_bytes)
-        .max_connections(args.max_connections)
-        .allow_plaintext_secrets(args.tls.allow_plaintext_secrets)
-        .make_before_break(make_before_break)
-        .ack_wait(args.ack_wait);
+    args.downstream.tls.log(addr);
+    let options = args.downstream.server_options();
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
     let server = XdsServer::builder(store)
         .metrics(metrics)
         .observer(Arc::new(observer));
-    let downstream = Downstream {
-        listener,
-        admin_listener,
-        admin_tls: false,
-        history: None,
-        peers: Vec::new(),
-    };
+    let downstream = args.downstream.downstream(listeners, None, Vec::new());
     let source: Box<dyn xdsd_core::DynSource> = Box::new(source);
     serve_downstream(
         server,
         options,
         &descriptors,
-        &args.tls,
+        &args.downstream.tls,
         downstream,
         feed,
         source,
@@ -364,4 +281,99 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
         "stopped"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use crate::{Cli, Command, OnOff};
+
+    /// `serve`'s downstream options, each with a value other than its default.
+    const DOWNSTREAM: &[&str] = &[
+        "--listen",
+        "127.0.0.1:0",
+        "--max-names-per-stream",
+        "7",
+        "--max-names-per-connection",
+        "8",
+        "--max-names-total",
+        "9",
+        "--max-streams-per-connection",
+        "10",
+        "--max-connection-age",
+        "30m",
+        "--max-connection-age-grace",
+        "3s",
+        "--preface-timeout",
+        "2s",
+        "--max-buffered-request-bytes",
+        "1MiB",
+        "--rest-hold",
+        "1s",
+        "--max-held-polls",
+        "11",
+        "--ack-wait",
+        "0",
+        "--make-before-break",
+        "off",
+        "--release-memory",
+        "off",
+    ];
+
+    #[test]
+    fn relay_takes_every_downstream_option_of_serve_through_the_same_struct() {
+        let parse = |command: &[&str]| {
+            let args = command.iter().chain(DOWNSTREAM);
+            match Cli::try_parse_from(args).map(|cli| cli.command) {
+                Ok(Command::Relay(relay)) => relay.downstream,
+                Ok(Command::Serve(serve)) => serve.downstream,
+                Ok(other) => panic!("parsed as another command: {other:?}"),
+                Err(e) => panic!("{command:?} does not parse: {e}"),
+            }
+        };
+        let relay = parse(&["xdsd", "relay", "--upstream", "127.0.0.1:1"]);
+        let serve = parse(&["xdsd", "serve", "--resources", "dir"]);
+        for args in [relay, serve] {
+            assert_eq!(args.max_names_per_stream, 7);
+            assert_eq!(args.max_names_per_connection, 8);
+            assert_eq!(args.max_names_total, 9);
+            assert_eq!(args.max_streams_per_connection, 10);
+            assert_eq!(args.max_connection_age, Some(Duration::from_secs(1800)));
+            assert_eq!(args.max_connection_age_grace, Duration::from_secs(3));
+            assert_eq!(args.preface_timeout, Duration::from_secs(2));
+            assert_eq!(args.max_buffered_request_bytes, 1024 * 1024);
+            assert_eq!(args.rest_hold, Duration::from_secs(1));
+            assert_eq!(args.max_held_polls, 11);
+            assert_eq!(args.ack_wait, Duration::ZERO);
+            assert_eq!(args.make_before_break, OnOff::Off);
+            assert_eq!(args.release_memory, OnOff::Off);
+        }
+    }
+
+    #[test]
+    fn relay_takes_downstream_tls_with_node_identity_and_the_admin_api_over_tls() {
+        let args = [
+            "xdsd",
+            "relay",
+            "--upstream",
+            "127.0.0.1:1",
+            "--tls-cert",
+            "cert.pem",
+            "--tls-key",
+            "key.pem",
+            "--client-ca",
+            "ca.pem",
+            "--node-identity",
+            "spiffe://example/*=cluster:edge",
+            "--admin-tls",
+        ];
+        let Ok(Command::Relay(relay)) = Cli::try_parse_from(args).map(|cli| cli.command) else {
+            panic!("relay parses");
+        };
+        assert!(relay.downstream.admin_tls);
+        assert!(relay.downstream.tls.client_ca.is_some());
+    }
 }

@@ -82,13 +82,72 @@ pub(crate) async fn share_rollout(
     Ok(source)
 }
 
+impl DownstreamArgs {
+    /// Binds the xDS port and the admin API's (none when off), before anything is loaded: a
+    /// second process with the same flags fails here.
+    pub(crate) async fn bind(
+        &self,
+    ) -> anyhow::Result<(tokio::net::TcpListener, Option<tokio::net::TcpListener>)> {
+        let listener = tokio::net::TcpListener::bind(self.listen)
+            .await
+            .map_err(|e| bind_error(e, self.listen, "--listen"))?;
+        let admin_listener = admin::bind(self.admin_listen).await?;
+        Ok((listener, admin_listener))
+    }
+
+    /// The server's options these arguments set (a warning logged when make-before-break is
+    /// off).
+    pub(crate) fn server_options(&self) -> ServerOptions {
+        ServerOptions::default()
+            .max_request_bytes(self.max_request_bytes)
+            .max_response_bytes(self.max_response_bytes)
+            .max_names_per_stream(self.max_names_per_stream)
+            .max_names(self.max_names_per_connection, self.max_names_total)
+            .max_connections(self.max_connections)
+            .max_streams_per_connection(self.max_streams_per_connection)
+            .preface_timeout(self.preface_timeout)
+            .max_connection_age(self.max_connection_age, self.max_connection_age_grace)
+            .max_buffered_request_bytes(
+                self.max_buffered_request_bytes,
+                self.max_buffered_request_bytes_total,
+            )
+            .allow_plaintext_secrets(self.tls.allow_plaintext_secrets)
+            .make_before_break(make_before_break(self.make_before_break))
+            .ack_wait(self.ack_wait)
+            .rest_hold(self.rest_hold)
+            .max_held_polls(self.max_held_polls)
+    }
+
+    /// Where the server listens, from the listeners [`DownstreamArgs::bind`] made; `history`
+    /// is the etcd prefix served, if any, and `peers` the other replicas of it (`--peers`).
+    pub(crate) fn downstream(
+        &self,
+        (listener, admin_listener): (tokio::net::TcpListener, Option<tokio::net::TcpListener>),
+        history: Option<xdsd_etcd::EtcdOptions>,
+        peers: Vec<String>,
+    ) -> Downstream {
+        Downstream {
+            listener,
+            admin_listener,
+            admin_tls: self.admin_tls,
+            history,
+            peers,
+        }
+    }
+
+    /// Returns a burst's freed memory to the system from now on, when asked to
+    /// (`--release-memory`): after the first load, whose leftovers go first.
+    pub(crate) fn start_releasing_memory(&self) {
+        if self.release_memory == OnOff::On {
+            memory::start();
+        }
+    }
+}
+
 pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Result<()> {
     // Both ports first: a second xdsd with the same flags fails here, before it loads or serves
     // anything.
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| bind_error(e, args.listen, "--listen"))?;
-    let admin_listener = admin::bind(args.admin_listen).await?;
+    let listeners = args.downstream.bind().await?;
 
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
     let store = Store::with_reference_policy(args.rules.reference_policy());
@@ -148,9 +207,7 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
         files::log_round(&writer.write_changed(&snapshot), snapshot.generation());
     }
     // What parsing the descriptors and the first load left behind is returned before serving.
-    if args.release_memory == OnOff::On {
-        memory::start();
-    }
+    args.downstream.start_releasing_memory();
     if let Some((writer, _, pending)) = files {
         info!(
             dir = %writer.dir().display(),
@@ -159,46 +216,26 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
         pending.start(store.clone(), writer)?;
     }
 
-    let addr = listener.local_addr().context("reading the bound address")?;
+    let addr = listeners
+        .0
+        .local_addr()
+        .context("reading the bound address")?;
     info!("xDS gRPC server listening on {addr}");
-    args.tls.log(addr);
+    args.downstream.tls.log(addr);
 
-    let make_before_break = make_before_break(args.make_before_break);
-    let options = ServerOptions::default()
-        .max_request_bytes(args.max_request_bytes)
-        .max_response_bytes(args.max_response_bytes)
-        .max_names_per_stream(args.max_names_per_stream)
-        .max_names(args.max_names_per_connection, args.max_names_total)
-        .max_connections(args.max_connections)
-        .max_streams_per_connection(args.max_streams_per_connection)
-        .preface_timeout(args.preface_timeout)
-        .max_connection_age(args.max_connection_age, args.max_connection_age_grace)
-        .max_buffered_request_bytes(
-            args.max_buffered_request_bytes,
-            args.max_buffered_request_bytes_total,
-        )
-        .allow_plaintext_secrets(args.tls.allow_plaintext_secrets)
-        .make_before_break(make_before_break)
-        .ack_wait(args.ack_wait);
-    let options = options
-        .rest_hold(args.rest_hold)
-        .max_held_polls(args.max_held_polls);
+    let options = args.downstream.server_options();
     let mut server = XdsServer::builder(store).metrics(metrics);
     if let Some(rollout) = rollout {
         server = server.rollout(rollout);
     }
-    let downstream = Downstream {
-        listener,
-        admin_listener,
-        admin_tls: args.admin_tls,
-        history,
-        peers: args.peers.clone(),
-    };
+    let downstream = args
+        .downstream
+        .downstream(listeners, history, args.peers.clone());
     serve_downstream(
         server,
         options,
         &descriptors,
-        &args.tls,
+        &args.downstream.tls,
         downstream,
         feed,
         source,

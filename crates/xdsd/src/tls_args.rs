@@ -163,7 +163,7 @@ mod tests {
     fn serve(extra: &[&str]) -> Result<super::TlsArgs, clap::error::ErrorKind> {
         let args = ["xdsd", "serve", "--resources", "dir"].iter().chain(extra);
         match Cli::try_parse_from(args).map(|cli| cli.command) {
-            Ok(Command::Serve(args)) => Ok(*args.tls),
+            Ok(Command::Serve(args)) => Ok(*args.downstream.tls),
             Ok(other) => panic!("parsed as another command: {other:?}"),
             Err(e) => Err(e.kind()),
         }

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryResponse, DiscoveryResponse, DynamicParameterConstraints,
+};
 use prost::Message;
 
 use super::wire::{decode_sotw, decode_wrapper, held_key, Received};
@@ -200,6 +202,7 @@ impl Client {
             changed: Vec::new(),
         };
         let mut gone: Vec<String> = Vec::new();
+        let mut gone_variants: Vec<(String, Option<DynamicParameterConstraints>)> = Vec::new();
         let mut missing: Vec<String> = Vec::new();
         if full_state {
             // A heartbeat keeps its resource, as the resource itself would.
@@ -213,6 +216,7 @@ impl Client {
             for key in leaving {
                 if let Some(h) = state.held.remove(&key) {
                     self.bytes -= h.bytes;
+                    gone_variants.push((key.0.clone(), h.resource.constraints));
                     gone.push(key.0);
                 }
             }
@@ -260,6 +264,7 @@ impl Client {
             for key in keys {
                 if let Some(h) = state.held.remove(&key) {
                     self.bytes -= h.bytes;
+                    gone_variants.push((name.clone(), h.resource.constraints));
                     was_held = true;
                 }
             }
@@ -331,6 +336,7 @@ impl Client {
                 type_url: type_url.to_owned(),
                 version: version.to_owned(),
                 names: gone,
+                variants: gone_variants,
                 expired: false,
             });
         }

@@ -71,8 +71,9 @@ impl Refusal {
 }
 
 /// The answer of a fresh per-type session to `request` (under the client's `access`), given the
-/// store's state `snapshot`; `observers` may refuse the request (they are told it as a request
-/// of stream 0: a one-shot request has no stream). The answer's rules are
+/// store's state `snapshot` (with `observers`, the state once they took the request);
+/// `observers` may refuse the request (they are told it as a request of stream 0: a one-shot
+/// request has no stream). The answer's rules are
 /// `protocol::oneshot`'s.
 pub(crate) fn answer(
     ctx: &ServerContext,

@@ -28,7 +28,9 @@ use xdsd_core::types::{
     SCOPED_ROUTE_CONFIGURATION, SECRET,
 };
 
-use crate::support::{input, node_with_metadata, Server, WAIT};
+use crate::support::{
+    body, input, label, labelled, node_with_metadata, protocol_tests, Mode, Server, WAIT,
+};
 
 /// For each per-type service with a `Fetch*` method: `fetch` calls it, `stream_first` opens its
 /// stream, sends the same request and takes the first response.
@@ -94,15 +96,15 @@ fn request(type_url: &str, names: &[&str]) -> DiscoveryRequest {
     }
 }
 
-/// The content of resource `name` of a type: unique across types.
+/// The content of resource `name` of a type: labelled uniquely across types.
 fn content(type_url: &str, name: &str) -> Vec<u8> {
     let short = type_url.rsplit('.').next().unwrap_or(type_url);
-    format!("{short}-{name}").into_bytes()
+    body(&format!("{short}-{name}"))
 }
 
 /// A server with resources a, b and c of every type that has a `Fetch*` method.
-async fn server() -> Server {
-    let server = Server::start().await;
+async fn server(mode: Mode) -> Server {
+    let server = Server::start_in(mode).await;
     server
         .store
         .replace_all(
@@ -124,9 +126,8 @@ fn assert_same(fetched: &DiscoveryResponse, streamed: &DiscoveryResponse) {
     assert_eq!(fetched.resources, streamed.resources);
 }
 
-#[tokio::test]
-async fn fetch_answers_every_resource_like_a_stream_of_its_service() {
-    let server = server().await;
+async fn fetch_answers_every_resource_like_a_stream_of_its_service(mode: Mode) {
+    let server = server(mode).await;
     for type_url in TYPES {
         let fetched = fetch(&server.channel, request(type_url, &[]))
             .await
@@ -145,9 +146,8 @@ async fn fetch_answers_every_resource_like_a_stream_of_its_service() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn fetch_of_named_resources_answers_those_like_a_stream() {
-    let server = server().await;
+async fn fetch_of_named_resources_answers_those_like_a_stream(mode: Mode) {
+    let server = server(mode).await;
     for type_url in TYPES {
         let fetched = fetch(&server.channel, request(type_url, &["c", "a"]))
             .await
@@ -160,9 +160,8 @@ async fn fetch_of_named_resources_answers_those_like_a_stream() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn fetch_of_unknown_names_answers_no_resources_at_the_current_version() {
-    let server = server().await;
+async fn fetch_of_unknown_names_answers_no_resources_at_the_current_version(mode: Mode) {
+    let server = server(mode).await;
     for type_url in TYPES {
         let everything = fetch(&server.channel, request(type_url, &[]))
             .await
@@ -185,9 +184,8 @@ async fn fetch_of_unknown_names_answers_no_resources_at_the_current_version() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn fetch_answers_the_state_of_the_moment() {
-    let server = server().await;
+async fn fetch_answers_the_state_of_the_moment(mode: Mode) {
+    let server = server(mode).await;
     let before = fetch(&server.channel, request(CLUSTER_LOAD_ASSIGNMENT, &["a"]))
         .await
         .unwrap();
@@ -198,18 +196,19 @@ async fn fetch_answers_the_state_of_the_moment() {
     assert_eq!(before.version_info, again.version_info);
     assert_eq!(before.resources, again.resources);
 
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"new-a");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "a", "new-a");
+    // The moment is that of the server the client asks: with a relay, once it has the change.
+    server.relayed(CLUSTER_LOAD_ASSIGNMENT, "a").await;
     let after = fetch(&server.channel, request(CLUSTER_LOAD_ASSIGNMENT, &["a"]))
         .await
         .unwrap();
     assert_ne!(after.version_info, before.version_info);
-    assert_eq!(values(&after), [b"new-a".as_slice()]);
+    assert_eq!(values(&after), [body("new-a").as_slice()]);
     server.stop().await;
 }
 
-#[tokio::test]
-async fn fetch_of_another_type_is_invalid_argument() {
-    let server = server().await;
+async fn fetch_of_another_type_is_invalid_argument(mode: Mode) {
+    let server = server(mode).await;
     let mut wrong = request(CLUSTER, &[]);
     let status = ClusterDiscoveryServiceClient::new(server.channel.clone())
         .fetch_clusters({
@@ -243,13 +242,12 @@ fn env(value: &str) -> DynamicParameterConstraints {
     }
 }
 
-#[tokio::test]
-async fn fetch_with_dynamic_parameters_answers_the_matching_variant() {
-    let server = Server::start().await;
+async fn fetch_with_dynamic_parameters_answers_the_matching_variant(mode: Mode) {
+    let server = Server::start_in(mode).await;
     server
         .store
         .replace_all(["prod", "test"].map(|v| {
-            input(CLUSTER_LOAD_ASSIGNMENT, "e", v.as_bytes())
+            labelled(CLUSTER_LOAD_ASSIGNMENT, "e", v)
                 .with_constraints(Some(Constraints::new(env(v)).unwrap()))
         }))
         .unwrap();
@@ -272,7 +270,7 @@ async fn fetch_with_dynamic_parameters_answers_the_matching_variant() {
     let name = wrapped.resource_name.unwrap();
     assert_eq!(name.name, "e");
     assert_eq!(name.dynamic_parameter_constraints, Some(env("test")));
-    assert_eq!(wrapped.resource.unwrap().value, b"test");
+    assert_eq!(label(&wrapped.resource.unwrap().value), "test");
 
     // A legacy client: the variant of its node's metadata, plain.
     let legacy = DiscoveryRequest {
@@ -281,15 +279,17 @@ async fn fetch_with_dynamic_parameters_answers_the_matching_variant() {
     };
     let fetched = fetch(&server.channel, legacy.clone()).await.unwrap();
     assert_same(&fetched, &stream_first(&server.channel, legacy).await);
-    assert_eq!(values(&fetched), [b"prod".as_slice()]);
+    assert_eq!(values(&fetched), [body("prod").as_slice()]);
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_fetch_request_over_the_limit_is_resource_exhausted_like_on_a_stream() {
+async fn a_fetch_request_over_the_limit_is_resource_exhausted_like_on_a_stream(mode: Mode) {
     let limit = 64 * 1024;
-    let server =
-        Server::start_with(xdsd_core::ServerOptions::default().max_request_bytes(limit)).await;
+    let server = Server::start_with_in(
+        xdsd_core::ServerOptions::default().max_request_bytes(limit),
+        mode,
+    )
+    .await;
     let names: Vec<String> = (0..limit / 16).map(|i| format!("cluster-{i:08}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let status = fetch(&server.channel, request(CLUSTER_LOAD_ASSIGNMENT, &names))
@@ -301,4 +301,19 @@ async fn a_fetch_request_over_the_limit_is_resource_exhausted_like_on_a_stream()
         "{status:?}"
     );
     server.stop().await;
+}
+
+protocol_tests! {
+    through_a_relay: [
+        fetch_answers_every_resource_like_a_stream_of_its_service,
+        fetch_of_named_resources_answers_those_like_a_stream,
+        fetch_of_unknown_names_answers_no_resources_at_the_current_version,
+        fetch_answers_the_state_of_the_moment,
+        fetch_of_another_type_is_invalid_argument,
+        a_fetch_request_over_the_limit_is_resource_exhausted_like_on_a_stream,
+    ],
+    // One node id asking as a TP2 client and as a legacy client with metadata: a relay
+    // presents a legacy client's metadata upstream only per node (--aggregate-by node), and
+    // then as the node first seen. The locator half runs through a relay in grpc_variants.
+    direct_only: [fetch_with_dynamic_parameters_answers_the_matching_variant],
 }

@@ -14,7 +14,7 @@ use tonic::Streaming;
 use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER};
 use xdsd_core::ServerOptions;
 
-use crate::support::{node, Server, WAIT};
+use crate::support::{label, node, protocol_tests, Mode, Server, WAIT};
 
 async fn ads(server: &Server) -> Stream {
     let (tx, rx) = mpsc::channel(16);
@@ -73,20 +73,16 @@ impl Stream {
     }
 }
 
-/// The resources here are opaque bytes: each is named by the content `set` gave it.
+/// Each resource here is named by the label `put` gave it.
 fn names(r: &DiscoveryResponse) -> Vec<String> {
-    r.resources
-        .iter()
-        .map(|any| String::from_utf8_lossy(&any.value).into_owned())
-        .collect()
+    r.resources.iter().map(|any| label(&any.value)).collect()
 }
 
-#[tokio::test]
-async fn ads_wildcard_cds_then_named_eds_and_pushes_on_change() {
-    let server = Server::start().await;
-    server.set(CLUSTER, "c1", b"c1-v1");
-    server.set(CLUSTER, "c2", b"c2-v1");
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "c1", b"e1-v1");
+async fn ads_wildcard_cds_then_named_eds_and_pushes_on_change(mode: Mode) {
+    let server = Server::start_in(mode).await;
+    server.put(CLUSTER, "c1", "c1-v1");
+    server.put(CLUSTER, "c2", "c2-v1");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "c1", "e1-v1");
     let mut s = ads(&server).await;
 
     s.send(CLUSTER, &[], "").await;
@@ -106,11 +102,11 @@ async fn ads_wildcard_cds_then_named_eds_and_pushes_on_change() {
     s.expect_silence().await;
 
     // c2's endpoints spring into existence: only they are sent.
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "c2", b"e2-v1");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "c2", "e2-v1");
     let eds2 = s.recv().await;
     assert_eq!(names(&eds2), ["e2-v1"]);
     // One cluster changes: CDS resends the full state.
-    server.set(CLUSTER, "c2", b"c2-v2");
+    server.put(CLUSTER, "c2", "c2-v2");
     let cds2 = s.recv().await;
     assert_eq!(cds2.type_url, CLUSTER);
     assert_eq!(names(&cds2), ["c1-v1", "c2-v2"]);
@@ -118,19 +114,17 @@ async fn ads_wildcard_cds_then_named_eds_and_pushes_on_change() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn empty_type_url_on_ads_ends_the_stream_with_invalid_argument() {
-    let server = Server::start().await;
+async fn empty_type_url_on_ads_ends_the_stream_with_invalid_argument(mode: Mode) {
+    let server = Server::start_in(mode).await;
     let mut s = ads(&server).await;
     s.send("", &[], "").await;
     assert_eq!(s.recv_status().await.code(), tonic::Code::InvalidArgument);
     server.stop().await;
 }
 
-#[tokio::test]
-async fn unknown_type_url_on_ads_is_an_empty_type_and_the_stream_stays_up() {
-    let server = Server::start().await;
-    server.set(CLUSTER, "c1", b"c1");
+async fn unknown_type_url_on_ads_is_an_empty_type_and_the_stream_stays_up(mode: Mode) {
+    let server = Server::start_in(mode).await;
+    server.put(CLUSTER, "c1", "c1");
     let mut s = ads(&server).await;
     s.send("type.googleapis.com/example.v1.Unknown", &[], "")
         .await;
@@ -148,10 +142,9 @@ async fn unknown_type_url_on_ads_is_an_empty_type_and_the_stream_stays_up() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_different_node_mid_stream_ends_it_with_invalid_argument() {
-    let server = Server::start().await;
-    server.set(CLUSTER, "c1", b"c1");
+async fn a_different_node_mid_stream_ends_it_with_invalid_argument(mode: Mode) {
+    let server = Server::start_in(mode).await;
+    server.put(CLUSTER, "c1", "c1");
     let mut s = ads(&server).await;
     s.send(CLUSTER, &[], "").await;
     let r = s.recv().await;
@@ -176,11 +169,10 @@ async fn a_different_node_mid_stream_ends_it_with_invalid_argument() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn per_type_services_serve_their_type_and_reject_others() {
-    let server = Server::start().await;
-    server.set(CLUSTER, "c1", b"c1");
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "c1", b"e1");
+async fn per_type_services_serve_their_type_and_reject_others(mode: Mode) {
+    let server = Server::start_in(mode).await;
+    server.put(CLUSTER, "c1", "c1");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "c1", "e1");
 
     let (tx, rx) = mpsc::channel(4);
     let mut cds = ClusterDiscoveryServiceClient::new(server.channel.clone())
@@ -224,9 +216,8 @@ async fn per_type_services_serve_their_type_and_reject_others() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn shutdown_ends_open_streams() {
-    let server = Server::start().await;
+async fn shutdown_ends_open_streams(mode: Mode) {
+    let server = Server::start_in(mode).await;
     let mut s = ads(&server).await;
     s.send(CLUSTER, &[], "").await;
     s.recv().await;
@@ -255,12 +246,11 @@ fn eds_cluster(name: &str, timeout_secs: i64) -> Vec<u8> {
     .encode_to_vec()
 }
 
-#[tokio::test]
-async fn an_updated_eds_cluster_gets_its_unchanged_endpoints_again_to_finish_warming() {
-    let server = Server::start().await;
+async fn an_updated_eds_cluster_gets_its_unchanged_endpoints_again_to_finish_warming(mode: Mode) {
+    let server = Server::start_in(mode).await;
     // Endpoints first: the store rejects an EDS cluster whose endpoints do not exist.
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "web", b"endpoints-of-web");
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "other", b"endpoints-of-other");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "web", "endpoints-of-web");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "other", "endpoints-of-other");
     server.set(CLUSTER, "web", &eds_cluster("web", 1));
     server.set(CLUSTER, "other", &eds_cluster("other", 1));
     let mut s = ads(&server).await;
@@ -287,9 +277,10 @@ async fn an_updated_eds_cluster_gets_its_unchanged_endpoints_again_to_finish_war
     server.stop().await;
 }
 
-#[tokio::test]
-async fn streams_subscribed_to_the_same_names_each_keep_their_own_subscription_and_sends() {
-    let server = Server::start().await;
+async fn streams_subscribed_to_the_same_names_each_keep_their_own_subscription_and_sends(
+    mode: Mode,
+) {
+    let server = Server::start_in(mode).await;
     let all = server.set_named(CLUSTER_LOAD_ASSIGNMENT, "same", 100);
     let list: Vec<&str> = all.iter().map(|n| n.as_str()).collect();
     let mut streams = Vec::new();
@@ -306,7 +297,7 @@ async fn streams_subscribed_to_the_same_names_each_keep_their_own_subscription_a
     fewer.reverse();
     streams[1].send(CLUSTER_LOAD_ASSIGNMENT, &fewer, "").await;
     streams[1].expect_silence().await;
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "same-000", b"same-000 v2");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "same-000", "same-000 v2");
     for (i, s) in streams.iter_mut().enumerate() {
         if i == 1 {
             s.expect_silence().await;
@@ -314,7 +305,7 @@ async fn streams_subscribed_to_the_same_names_each_keep_their_own_subscription_a
             assert_eq!(names(&s.recv().await), ["same-000 v2"]);
         }
     }
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "same-001", b"same-001 v2");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "same-001", "same-001 v2");
     for s in &mut streams {
         assert_eq!(
             names(&s.recv().await),
@@ -328,18 +319,20 @@ async fn streams_subscribed_to_the_same_names_each_keep_their_own_subscription_a
 /// One response in flight per type (`ServerOptions::ack_wait`): changes made while the client
 /// has not answered the last response go out together once it does, and without an answer
 /// after the wait.
-#[tokio::test]
-async fn changes_wait_for_the_answer_to_the_last_response_and_go_out_together() {
-    let server =
-        Server::start_with(ServerOptions::default().ack_wait(Duration::from_millis(1500))).await;
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"a-v1");
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "b", b"b-v1");
+async fn changes_wait_for_the_answer_to_the_last_response_and_go_out_together(mode: Mode) {
+    let server = Server::start_with_in(
+        ServerOptions::default().ack_wait(Duration::from_millis(1500)),
+        mode,
+    )
+    .await;
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "a", "a-v1");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "b", "b-v1");
     let mut s = ads(&server).await;
     s.send(CLUSTER_LOAD_ASSIGNMENT, &["a", "b"], "").await;
     let first = s.recv().await;
     assert_eq!(names(&first), ["a-v1", "b-v1"]);
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"a-v2");
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "b", b"b-v2");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "a", "a-v2");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "b", "b-v2");
     s.expect_silence().await;
     s.send(CLUSTER_LOAD_ASSIGNMENT, &["a", "b"], &first.nonce)
         .await;
@@ -347,7 +340,7 @@ async fn changes_wait_for_the_answer_to_the_last_response_and_go_out_together() 
     assert_eq!(names(&second), ["a-v2", "b-v2"], "both in one response");
     // Not answered: the next change goes out after the wait all the same.
     let before = std::time::Instant::now();
-    server.set(CLUSTER_LOAD_ASSIGNMENT, "a", b"a-v3");
+    server.put(CLUSTER_LOAD_ASSIGNMENT, "a", "a-v3");
     let third = s.recv().await;
     assert_eq!(names(&third), ["a-v3"]);
     assert!(
@@ -356,4 +349,19 @@ async fn changes_wait_for_the_answer_to_the_last_response_and_go_out_together() 
         before.elapsed()
     );
     server.stop().await;
+}
+
+protocol_tests! {
+    through_a_relay: [
+        ads_wildcard_cds_then_named_eds_and_pushes_on_change,
+        empty_type_url_on_ads_ends_the_stream_with_invalid_argument,
+        unknown_type_url_on_ads_is_an_empty_type_and_the_stream_stays_up,
+        a_different_node_mid_stream_ends_it_with_invalid_argument,
+        per_type_services_serve_their_type_and_reject_others,
+        shutdown_ends_open_streams,
+        an_updated_eds_cluster_gets_its_unchanged_endpoints_again_to_finish_warming,
+        streams_subscribed_to_the_same_names_each_keep_their_own_subscription_and_sends,
+        changes_wait_for_the_answer_to_the_last_response_and_go_out_together,
+    ],
+    direct_only: [],
 }

@@ -28,15 +28,16 @@ use tonic_health::pb::HealthCheckRequest;
 use xdsd_core::store::Change;
 use xdsd_core::types::CLUSTER;
 
-use crate::support::{input, Server, WAIT};
+use crate::support::{label, labelled, protocol_tests, Mode, Server, WAIT};
 
 const ORIGIN: &str = "clusters.yaml (resource #1)";
 
-fn set_cluster(server: &Server, content: &[u8]) {
+/// Sets cluster "c1", labelled `label`, from [`ORIGIN`].
+fn set_cluster(server: &Server, label: &str) {
     server
         .store
         .apply([Change::Set(
-            input(CLUSTER, "c1", content).with_origin(ORIGIN),
+            labelled(CLUSTER, "c1", label).with_origin(ORIGIN),
         )])
         .unwrap();
 }
@@ -146,10 +147,11 @@ fn node_id_matcher(pattern: MatchPattern) -> ClientStatusRequest {
     }
 }
 
-#[tokio::test]
-async fn csds_follows_a_client_through_ack_nack_and_fix() {
-    let server = Server::start().await;
-    set_cluster(&server, b"c1-v1");
+/// Through a relay, the relay's own CSDS records its clients: where a NACKed resource came from
+/// is the relay's upstream.
+async fn csds_follows_a_client_through_ack_nack_and_fix(mode: Mode) {
+    let server = Server::start_in(mode).await;
+    set_cluster(&server, "c1-v1");
     let mut ads = Ads::open(&server, "envoy-1").await;
     let first = ads.recv().await;
 
@@ -165,7 +167,7 @@ async fn csds_follows_a_client_through_ack_nack_and_fix() {
     assert_eq!((&*cds.type_url, &*cds.name), (CLUSTER, "c1"));
     assert_eq!(cds.config_status, ConfigStatus::Stale as i32);
     let any = cds.xds_config.as_ref().expect("the resource's content");
-    assert_eq!(any.value, b"c1-v1");
+    assert_eq!(label(&any.value), "c1-v1");
 
     ads.ack(&first).await;
     let r = csds_until(&server, ClientResourceStatus::Acked).await;
@@ -175,7 +177,7 @@ async fn csds_follows_a_client_through_ack_nack_and_fix() {
     assert!(cds.error_state.is_none());
 
     // A change the client rejects.
-    set_cluster(&server, b"c1-v2");
+    set_cluster(&server, "c1-v2");
     let bad = ads.recv().await;
     ads.nack(
         &bad,
@@ -193,7 +195,11 @@ async fn csds_follows_a_client_through_ack_nack_and_fix() {
     let error = cds.error_state.as_ref().expect("the NACK's details");
     assert_eq!(error.version_info, bad.version_info);
     assert!(error.details.contains("c1: no way"), "{error:?}");
-    assert!(error.details.contains(ORIGIN), "{error:?}");
+    let origin = match mode {
+        Mode::Direct => ORIGIN,
+        Mode::Relay | Mode::RelayByNode => "upstream",
+    };
+    assert!(error.details.contains(origin), "{error:?}");
     assert!(error.last_update_attempt.is_some());
 
     // Streamed CSDS answers each request, with the same view.
@@ -215,7 +221,7 @@ async fn csds_follows_a_client_through_ack_nack_and_fix() {
     );
 
     // Fixed: ACKed again, the error gone.
-    set_cluster(&server, b"c1-v3");
+    set_cluster(&server, "c1-v3");
     let fixed = ads.recv().await;
     ads.ack(&fixed).await;
     let r = csds_until(&server, ClientResourceStatus::Acked).await;
@@ -397,7 +403,7 @@ const ADS_SOTW: &str = "flavor=\"sotw\",service=\"ads\"";
 #[tokio::test]
 async fn a_handle_shows_clients_and_metrics_that_move() {
     let server = Server::start().await;
-    set_cluster(&server, b"c1-v1");
+    set_cluster(&server, "c1-v1");
     assert!(server.handle.serving());
     assert!(server.handle.clients().is_empty());
     let before = parse_metrics(&server.handle.metrics_text());
@@ -422,7 +428,7 @@ async fn a_handle_shows_clients_and_metrics_that_move() {
     ads.ack(&first).await;
     // (Once the ACK is in: an ACK that crosses the next push is stale.)
     csds_until(&server, ClientResourceStatus::Acked).await;
-    set_cluster(&server, b"c1-v2");
+    set_cluster(&server, "c1-v2");
     let bad = ads.recv().await;
     ads.nack(
         &bad,
@@ -506,7 +512,7 @@ async fn a_handle_shows_clients_and_metrics_that_move() {
 #[tokio::test]
 async fn a_delta_client_is_listed_with_its_resource_versions_and_counted_as_delta() {
     let server = Server::start().await;
-    set_cluster(&server, b"c1-v1");
+    set_cluster(&server, "c1-v1");
     let (tx, rx) = mpsc::channel(4);
     let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
         .delta_aggregated_resources(ReceiverStream::new(rx))
@@ -561,4 +567,12 @@ async fn a_delta_client_is_listed_with_its_resource_versions_and_counted_as_delt
     assert_eq!(sample(&metrics, "xdsd_acks_total", CDS_LABEL), 1.0);
     drop(tx);
     server.stop().await;
+}
+
+protocol_tests! {
+    through_a_relay: [csds_follows_a_client_through_ack_nack_and_fix],
+    // The others (gRPC health, the handle's records and metrics, a delta client's record) are
+    // about the server's own bookkeeping, not rules a client sees, and run directly only
+    // (plain tests above).
+    direct_only: [],
 }

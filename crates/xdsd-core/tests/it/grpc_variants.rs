@@ -13,19 +13,19 @@ use xdsd_core::params::Constraints;
 use xdsd_core::store::{Change, RESOURCE_WRAPPER};
 use xdsd_core::types::CLUSTER_LOAD_ASSIGNMENT;
 
-use crate::support::{input, node_with_metadata, Server, WAIT};
+use crate::support::{label, labelled, node_with_metadata, protocol_tests, Mode, Server, WAIT};
 
 fn env(value: &str) -> DynamicParameterConstraints {
     crate::support::env_constraint(value)
 }
 
-/// A server whose ClusterLoadAssignment "e" has a prod and a test variant.
-async fn server() -> Server {
-    let server = Server::start().await;
+/// A server whose ClusterLoadAssignment "e" has a prod and a test variant (labelled so).
+async fn server(mode: Mode) -> Server {
+    let server = Server::start_in(mode).await;
     server
         .store
         .replace_all(["prod", "test"].map(|v| {
-            input(CLUSTER_LOAD_ASSIGNMENT, "e", v.as_bytes())
+            labelled(CLUSTER_LOAD_ASSIGNMENT, "e", v)
                 .with_constraints(Some(Constraints::new(env(v)).unwrap()))
         }))
         .unwrap();
@@ -39,9 +39,8 @@ fn locator(env: &str) -> ResourceLocator {
     }
 }
 
-#[tokio::test]
-async fn sotw_locators_get_resources_wrapped_with_their_constraints() {
-    let server = server().await;
+async fn sotw_locators_get_resources_wrapped_with_their_constraints(mode: Mode) {
+    let server = server(mode).await;
     let (tx, rx) = mpsc::channel(4);
     let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
         .stream_aggregated_resources(ReceiverStream::new(rx))
@@ -72,14 +71,13 @@ async fn sotw_locators_get_resources_wrapped_with_their_constraints() {
     assert_eq!(name.dynamic_parameter_constraints, Some(env("test")));
     let inner = wrapped.resource.unwrap();
     assert_eq!(inner.type_url, CLUSTER_LOAD_ASSIGNMENT);
-    assert_eq!(inner.value, b"test");
+    assert_eq!(label(&inner.value), "test");
     drop(tx);
     server.stop().await;
 }
 
-#[tokio::test]
-async fn sotw_legacy_client_gets_the_plain_variant_of_its_metadata() {
-    let server = server().await;
+async fn sotw_legacy_client_gets_the_plain_variant_of_its_metadata(mode: Mode) {
+    let server = server(mode).await;
     let (tx, rx) = mpsc::channel(4);
     let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
         .stream_aggregated_resources(ReceiverStream::new(rx))
@@ -101,14 +99,13 @@ async fn sotw_legacy_client_gets_the_plain_variant_of_its_metadata() {
         .unwrap();
     assert_eq!(r.resources.len(), 1);
     assert_eq!(r.resources[0].type_url, CLUSTER_LOAD_ASSIGNMENT);
-    assert_eq!(r.resources[0].value, b"prod");
+    assert_eq!(label(&r.resources[0].value), "prod");
     drop(tx);
     server.stop().await;
 }
 
-#[tokio::test]
-async fn delta_locators_get_resource_names_and_removed_resource_names() {
-    let server = server().await;
+async fn delta_locators_get_resource_names_and_removed_resource_names(mode: Mode) {
+    let server = server(mode).await;
     let (tx, rx) = mpsc::channel(4);
     let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
         .delta_aggregated_resources(ReceiverStream::new(rx))
@@ -165,12 +162,11 @@ async fn delta_locators_get_resource_names_and_removed_resource_names() {
 
 /// `ServerHandle::preview` (the admin API's `GET /config`): what a client with that node would
 /// be served, the variant its parameters pick, without connecting one.
-#[tokio::test]
-async fn a_preview_shows_what_a_node_would_receive() {
+async fn a_preview_shows_what_a_node_would_receive(mode: Mode) {
     use envoy_types::pb::envoy::config::core::v3::Node;
     use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
-    let server = server().await;
-    server.set(xdsd_core::types::CLUSTER, "c", b"c");
+    let server = server(mode).await;
+    server.put(xdsd_core::types::CLUSTER, "c", "c");
     let node = |env: Option<&str>| Node {
         id: "n1".into(),
         metadata: env.map(|env| Struct {
@@ -207,4 +203,16 @@ async fn a_preview_shows_what_a_node_would_receive() {
         .is_some_and(|c| c.to_string().contains("test")));
     // No parameters: no variant matches.
     assert!(of(&preview(None), CLUSTER_LOAD_ASSIGNMENT).is_empty());
+}
+
+protocol_tests! {
+    through_a_relay: [
+        sotw_locators_get_resources_wrapped_with_their_constraints,
+        delta_locators_get_resource_names_and_removed_resource_names,
+    ],
+    // What the server the client reaches holds, not a rule of the protocol.
+    direct_only: [a_preview_shows_what_a_node_would_receive],
+    // A legacy client's variant is chosen by its node's metadata, which a relay presents
+    // upstream only with --aggregate-by cluster or node (docs/relay.md).
+    relay_by_node: [sotw_legacy_client_gets_the_plain_variant_of_its_metadata],
 }

@@ -1,10 +1,17 @@
 //! An in-process xdsd on 127.0.0.1 (port chosen by the OS), a tonic channel to it, and a raw
 //! gRPC client that sends any bytes as a request.
+//!
+//! The protocol suites whose rules a client sees (SotW, delta, TP2 variants, Fetch) run each
+//! test twice ([`protocol_tests!`]): against the server alone ([`Mode::Direct`]) and through an
+//! in-process `xdsd relay` in front of it ([`Mode::Relay`]: upstream xdsd -> relay -> the test's
+//! client), with the same body. A test changes the upstream's store ([`Server::store`],
+//! [`Server::set`]) and talks to the server its clients reach ([`Server::channel`]).
 
 #![allow(dead_code)]
 
 use std::marker::PhantomData;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes};
@@ -14,20 +21,84 @@ use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 use tonic_prost::ProstCodec;
-use xdsd_core::store::{Change, ResourceInput, Store};
-use xdsd_core::{ServerHandle, ServerOptions, StreamCounters, StreamStatus, XdsServer};
+use xdsd_core::store::{Change, ReferencePolicy, ResourceInput, Store};
+use xdsd_core::{Feed, ServerHandle, ServerOptions, StreamCounters, StreamStatus, XdsServer};
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// How a protocol test reaches the server whose rules it checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The test's client talks to the server.
+    Direct,
+    /// The test's client talks to a relay of the server (`xdsd relay`'s source and observer in
+    /// front of an ordinary server, as the binary wires them), which subscribes upstream what
+    /// its clients ask for, on one upstream stream, nothing prefetched.
+    Relay,
+    /// As [`Mode::Relay`] with `--aggregate-by node`: an upstream stream per downstream node,
+    /// presenting that node (its metadata, for an upstream that selects by it).
+    RelayByNode,
+}
+
+/// Runs protocol tests written as `async fn name(mode: Mode)`, one `#[tokio::test]` each
+/// (multi-threaded: a relay's first request may wait in place for its upstream's answer), in
+/// modules named after the mode: `direct::name` for every test; `relay::name` for those listed
+/// `through_a_relay` (so `cargo test -p xdsd-core --test it relay::` runs every suite through
+/// a relay); `relay_by_node::name` for those listed there. A test left out of `relay` says why
+/// where it is listed.
+macro_rules! protocol_tests {
+    (
+        through_a_relay: [$($both:ident),* $(,)?],
+        direct_only: [$($direct:ident),* $(,)?]
+        $(, relay_by_node: [$($by_node:ident),* $(,)?])? $(,)?
+    ) => {
+        mod direct {
+            $($crate::support::protocol_tests!(@test Direct $both);)*
+            $($crate::support::protocol_tests!(@test Direct $direct);)*
+            $($($crate::support::protocol_tests!(@test Direct $by_node);)*)?
+        }
+        mod relay {
+            $($crate::support::protocol_tests!(@test Relay $both);)*
+        }
+        $(mod relay_by_node {
+            $($crate::support::protocol_tests!(@test RelayByNode $by_node);)*
+        })?
+    };
+    (@test $mode:ident $name:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            super::$name($crate::support::Mode::$mode).await
+        }
+    };
+}
+pub(crate) use protocol_tests;
+
+/// A relay's own parts while it serves (absent for [`Mode::Direct`]).
+struct Relayed {
+    /// The relay's store: what it serves downstream.
+    store: Store,
+    upstream_stop: Option<tokio::sync::oneshot::Sender<()>>,
+    upstream_task: tokio::task::JoinHandle<()>,
+    feed: tokio::task::JoinHandle<()>,
+}
+
 pub struct Server {
+    /// The store whose content the test's clients are served: the server's, or with a relay,
+    /// its upstream's.
     pub store: Store,
+    /// Where the test's clients connect: the server, or the relay.
     pub addr: SocketAddr,
     pub channel: Channel,
+    /// The handle of the server the clients reach (with a relay, the relay's own server).
     pub handle: ServerHandle,
     streams: Box<dyn Fn() -> (Vec<StreamStatus>, StreamCounters) + Send + Sync>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
+    relayed: Option<Relayed>,
 }
+
+/// How long a relay's first request waits for its upstream's answer in these tests.
+const RELAY_UPSTREAM_WAIT: Duration = Duration::from_secs(10);
 
 impl Server {
     pub async fn start() -> Server {
@@ -43,21 +114,65 @@ impl Server {
         Server::serve(store, server).await
     }
 
+    /// A server reached as `mode` says.
+    pub async fn start_in(mode: Mode) -> Server {
+        Server::start_with_in(ServerOptions::default(), mode).await
+    }
+
+    /// A server reached as `mode` says; `options` are those of the server the clients reach
+    /// (with a relay, the relay's downstream options; its upstream has the defaults).
+    pub async fn start_with_in(options: ServerOptions, mode: Mode) -> Server {
+        let by = match mode {
+            Mode::Direct => return Server::start_with(options).await,
+            Mode::Relay => xdsd_relay::AggregateBy::None,
+            Mode::RelayByNode => xdsd_relay::AggregateBy::Node,
+        };
+        let upstream_store = Store::new();
+        let upstream = XdsServer::builder(upstream_store.clone())
+            .build()
+            .expect("a server without TLS builds");
+        let (upstream_addr, upstream_stop, upstream_task) = spawn_serve(upstream).await;
+
+        let node = envoy_types::pb::envoy::config::core::v3::Node {
+            id: "relay-under-test".into(),
+            ..Default::default()
+        };
+        let mut relay = xdsd_relay::RelayOptions::new(
+            xdsd_client::Options::new(upstream_addr.to_string()),
+            node,
+        );
+        relay.aggregate_by = by;
+        relay.first_wait = RELAY_UPSTREAM_WAIT;
+        relay.upstream.initial_backoff = Duration::from_millis(50);
+        relay.upstream.max_backoff = Duration::from_millis(500);
+        let (mut source, observer, _metrics) = xdsd_relay::relay(relay);
+        // As `xdsd relay` sets it up: no reference checks, an upstream emptied is followed.
+        let relay_store = Store::with_reference_policy(ReferencePolicy::off());
+        let feed = Feed::new(relay_store.clone()).allow_empty(true);
+        feed.first_load(&mut source)
+            .await
+            .expect("the relay's first load");
+        let feed = tokio::spawn(feed.follow(source));
+        let server = XdsServer::builder(relay_store.clone())
+            .options(options)
+            .observer(Arc::new(observer))
+            .build()
+            .expect("a server without TLS builds");
+        let mut server = Server::serve(upstream_store, server).await;
+        server.relayed = Some(Relayed {
+            store: relay_store,
+            upstream_stop: Some(upstream_stop),
+            upstream_task,
+            feed,
+        });
+        server
+    }
+
     /// Serves `server` (built on `store`) on a loopback port the OS picks, until [`Server::stop`].
     pub async fn serve(store: Store, server: XdsServer) -> Server {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let stats = server.handle();
         let handle = stats.clone();
-        let task = tokio::spawn(async move {
-            server
-                .serve(listener, async move {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-        });
+        let (addr, stop, task) = spawn_serve(server).await;
         let channel = connect(addr).await;
         Server {
             store,
@@ -67,6 +182,36 @@ impl Server {
             streams: Box::new(move || (stats.streams(), stats.totals())),
             stop: Some(stop),
             task,
+            relayed: None,
+        }
+    }
+
+    /// Waits until the server the clients reach holds what [`Server::store`] holds of resource
+    /// `name` of `type_url` (every variant; absent from both counts): at once without a relay.
+    /// For a rule about the state of the moment (a one-shot answer), not for pushes, which the
+    /// test waits for as they come.
+    pub async fn relayed(&self, type_url: &str, name: &str) {
+        let Some(relayed) = &self.relayed else {
+            return;
+        };
+        let held = |store: &Store| -> Vec<Bytes> {
+            let snapshot = store.snapshot();
+            let mut values: Vec<Bytes> = snapshot
+                .types()
+                .find(|t| &**t.type_url() == type_url)
+                .map(|t| t.variants(name).iter().map(|r| r.value()).collect())
+                .unwrap_or_default();
+            values.sort();
+            values
+        };
+        // The store has no change notice for a caller outside a session: polled.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while held(&relayed.store) != held(&self.store) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{type_url} {name:?} not relayed within {WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -76,12 +221,17 @@ impl Server {
             .unwrap();
     }
 
-    /// Sets `count` resources of `type_url` named `<prefix>-000`, ... (each its name as
-    /// content); returns their names in order.
+    /// Sets resource `name` of `type_url` to the [`body`] of `label`.
+    pub fn put(&self, type_url: &str, name: &str, label: &str) {
+        self.set(type_url, name, &body(label));
+    }
+
+    /// Sets `count` resources of `type_url` named `<prefix>-000`, ... (each labelled with its
+    /// name, [`body`]); returns their names in order.
     pub fn set_named(&self, type_url: &str, prefix: &str, count: usize) -> Vec<String> {
         let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i:03}")).collect();
         for n in &names {
-            self.set(type_url, n, n.as_bytes());
+            self.put(type_url, n, n);
         }
         names
     }
@@ -102,7 +252,64 @@ impl Server {
             .await
             .expect("serve returns in time after its shutdown signal")
             .unwrap();
+        if let Some(mut relayed) = self.relayed.take() {
+            relayed.feed.abort();
+            if let Some(stop) = relayed.upstream_stop.take() {
+                let _ = stop.send(());
+            }
+            tokio::time::timeout(WAIT, relayed.upstream_task)
+                .await
+                .expect("the upstream returns in time after its shutdown signal")
+                .unwrap();
+        }
     }
+}
+
+/// Serves `server` on a loopback port the OS picks: its address, its stop signal and its task.
+async fn spawn_serve(
+    server: XdsServer,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server
+            .serve(listener, async move {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+    });
+    (addr, stop, task)
+}
+
+/// A resource body that holds `label` in field 1, a string in every Envoy type these tests
+/// serve (a name): it decodes as any of them, as a relay, which decodes what it caches,
+/// requires, and [`label`] reads it back.
+pub fn body(label: &str) -> Vec<u8> {
+    use prost::Message;
+    envoy_types::pb::envoy::config::cluster::v3::Cluster {
+        name: label.into(),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// The label of a [`body`].
+pub fn label(body: &[u8]) -> String {
+    use prost::Message;
+    envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(body)
+        .map(|c| c.name)
+        .unwrap_or_else(|e| panic!("not a labelled body ({e}): {body:?}"))
+}
+
+/// Resource `name` of `type_url` with the [`body`] of `label`.
+pub fn labelled(type_url: &str, name: &str, label: &str) -> ResourceInput {
+    input(type_url, name, &body(label))
 }
 
 /// A channel over a connection of its own to `addr`.

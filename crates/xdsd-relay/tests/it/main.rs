@@ -1,6 +1,8 @@
 //! The relay's source against an in-process xdsd upstream on 127.0.0.1 (the xDS client's test
 //! server): the upstream gone and back, a resource the relay cannot decode; a name the upstream
-//! answers late, answered downstream once and never told missing.
+//! answers late, answered downstream once and never told missing; TP2 resource locators
+//! subscribed upstream as locators.
 
+mod locators;
 mod pending;
 mod upstream;

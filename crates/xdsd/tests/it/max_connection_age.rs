@@ -1,12 +1,14 @@
 //! `xdsd serve --max-connection-age`: a real Envoy on ADS is moved to a new connection again and
 //! again (GOAWAY at the age, its stream ended with UNAVAILABLE after the grace) while traffic
 //! flows through its listener: no request fails, and on each reconnect it is resent nothing
-//! (its `version_info` is current, so xdsd does not answer until something changes).
+//! (its `version_info` is current, so xdsd does not answer until something changes). The same
+//! through `xdsd relay --max-connection-age` (`relay::`): the relay's downstream option.
 
 use std::time::{Duration, Instant};
 
+use crate::support::relay::{direct_and_relayed, Mode, Served};
 use crate::support::scenario::{basic_resources, dynamic_bootstrap, move_endpoints_to, Transport};
-use crate::support::{http_get, unique_name, wait_for_body, Envoy, Upstream, Xdsd, DEADLINE};
+use crate::support::{http_get, unique_name, wait_for_body, Envoy, Upstream, DEADLINE};
 
 /// The sum of the samples of `metric` (every label set) in xdsd's `/metrics`.
 async fn metric(admin: u16, metric: &str) -> u64 {
@@ -45,34 +47,35 @@ async fn updates(envoy: &Envoy) -> Vec<(String, u64)> {
     all
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_moved_to_new_connections_by_max_connection_age_loses_no_request_and_is_resent_nothing(
+    mode: Mode,
 ) {
     let upstream = Upstream::start("upstream-a").await;
     let dir = basic_resources(Transport::Ads, upstream.port);
-    let xdsd = Xdsd::start_with_args(
+    let served = Served::start(
         &dir.path(),
         &[
-            "--log-level",
-            "debug",
             "--max-connection-age",
             "2s",
             "--max-connection-age-grace",
             "1s",
         ],
+        mode,
     )
     .await;
+    let xdsd = &served.xdsd;
     xdsd.expect_loaded_since(0).await;
-    let admin = xdsd.admin_port().await;
+    // The server Envoy talks to: xdsd, or the relay.
+    let admin = served.admin_port().await;
     let envoy = Envoy::start(&dynamic_bootstrap(
         &unique_name("aged-envoy"),
-        xdsd.port,
+        served.port(),
         Transport::Ads,
     ))
     .await;
     let port = envoy.listener_port("listener_0").await;
     wait_for_body(port, "upstream-a", || {
-        format!("xdsd log:\n{}", xdsd.log.text())
+        format!("log:\n{}", served.log().text())
     })
     .await;
 
@@ -97,8 +100,8 @@ async fn envoy_moved_to_new_connections_by_max_connection_age_loses_no_request_a
         }
         assert!(
             started.elapsed() < DEADLINE + Duration::from_secs(20),
-            "Envoy was not moved {MOVES} times in time. xdsd log:\n{}",
-            xdsd.log.text()
+            "Envoy was not moved {MOVES} times in time. Log:\n{}",
+            served.log().text()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -130,5 +133,9 @@ async fn envoy_moved_to_new_connections_by_max_connection_age_loses_no_request_a
 
     // A change still reaches it, on whichever connection it is now.
     let upstream_b = Upstream::start("upstream-b").await;
-    move_endpoints_to(&dir, &xdsd, port, &upstream_b).await;
+    move_endpoints_to(&dir, xdsd, port, &upstream_b).await;
 }
+
+direct_and_relayed!(
+    envoy_moved_to_new_connections_by_max_connection_age_loses_no_request_and_is_resent_nothing,
+);

@@ -10,7 +10,6 @@
 //! REST poll are answered from the cache; Envoy over per-type gRPC through a relay; a relay is
 //! ready while it holds a cache and not while its upstream never answered.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -19,128 +18,18 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
 use envoy_types::pb::xds::core::v3::ContextParams;
-use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::support::ads::{fetch, names, AdsStream};
+use crate::support::relay::Relay;
 use crate::support::scenario::{
     basic_resources, dynamic_bootstrap, endpoints_yaml, static_cluster_yaml, Transport,
 };
 use crate::support::{
-    http_get, parse_port_after, unique_name, wait_for_body, Envoy, Log, Upstream, Xdsd, CLUSTER,
-    DEADLINE, ENDPOINTS,
+    http_get, unique_name, wait_for_body, Envoy, Upstream, Xdsd, CLUSTER, DEADLINE, ENDPOINTS,
 };
-
-/// A running `xdsd relay` with its stderr captured.
-struct Relay {
-    child: Child,
-    port: u16,
-    log: Log,
-}
-
-impl Relay {
-    /// `xdsd relay --upstream UPSTREAM --listen 127.0.0.1:0 --log-level debug EXTRA...`, once
-    /// it logged its "listening" line.
-    async fn start(upstream: &str, extra: &[&str]) -> Relay {
-        let bin = env!("CARGO_BIN_EXE_xdsd");
-        let mut child = Command::new(bin)
-            .args(["relay", "--upstream", upstream, "--listen", "127.0.0.1:0"])
-            .args(["--log-level", "debug", "--linger", "1s"])
-            .args(extra)
-            .env("NO_COLOR", "1")
-            .env("XDSD_ADMIN_LISTEN", "127.0.0.1:0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-        let log = Log::drain(child.stderr.take().expect("stderr is piped"));
-        let marker = "xDS gRPC relay listening on ";
-        let line = match log.wait_for(|l| l.contains(marker), DEADLINE).await {
-            Ok(line) => line,
-            Err(why) => {
-                let _ = child.start_kill();
-                panic!(
-                    "the relay did not log {marker:?} ({why}). Log:\n{}",
-                    log.text()
-                );
-            }
-        };
-        let port = parse_port_after(&line, marker)
-            .unwrap_or_else(|| panic!("cannot parse the port from {line:?}"));
-        Relay { child, port, log }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn authority(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// `GET path` on the relay's admin API: status and body.
-    async fn admin(&self, path: &str) -> (u16, String) {
-        let marker = "admin API listening on http://";
-        let line = self
-            .log
-            .expect_line_since(0, &[marker], "the relay to start its admin API")
-            .await;
-        let port = parse_port_after(&line, marker)
-            .unwrap_or_else(|| panic!("cannot parse the admin port from {line:?}"));
-        let resp = http_get(("127.0.0.1", port), path, "localhost")
-            .await
-            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-        (resp.status, resp.body)
-    }
-
-    /// The value of the metric line `series` of the relay's `/metrics`.
-    async fn metric(&self, series: &str) -> Option<f64> {
-        let (status, body) = self.admin("/metrics").await;
-        assert_eq!(status, 200, "GET /metrics: {body}");
-        body.lines().find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.strip_prefix(' '))
-                .and_then(|rest| rest.trim().parse().ok())
-        })
-    }
-
-    /// Waits until the relay's metric `series` reads `value`.
-    async fn wait_metric(&self, series: &str, value: f64) {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        loop {
-            let now = self.metric(series).await;
-            if now == Some(value) {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the relay's {series} stayed {now:?}, not {value}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// The status of `GET /readyz` on the relay's admin API.
-    async fn readyz(&self) -> u16 {
-        self.admin("/readyz").await.0
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-        if std::thread::panicking() {
-            eprintln!(
-                "----- relay stderr -----\n{}\n----- end relay -----",
-                self.log.text()
-            );
-        }
-    }
-}
 
 /// The value of the metric line `series` (name and labels) of `xdsd`'s /metrics.
 async fn metric(xdsd: &Xdsd, series: &str) -> Option<f64> {

@@ -1,15 +1,17 @@
 //! REST-JSON polling on xdsd's --listen address: answers, long polling (held until a change,
 //! else 304 Not Modified), bad input as 4xx with a JSON body, and a real Envoy 1.40 with
-//! `api_type: REST` for LDS, RDS, CDS and EDS.
+//! `api_type: REST` for LDS, RDS, CDS and EDS. Each test runs against `xdsd serve` and again
+//! through an `xdsd relay` of it (`direct::` and `relay::`).
 
 use std::time::{Duration, Instant};
 
+use crate::support::relay::{direct_and_relayed, Mode, Served};
 use crate::support::scenario::{
     eds_cluster_yaml_from, endpoints_yaml, listener_yaml_from, route_yaml, ADMIN,
 };
 use crate::support::{
-    parse_http_response, unique_name, wait_for_body, Envoy, HttpResponse, ResourceDir, Upstream,
-    Xdsd, DEADLINE, ENDPOINTS,
+    parse_http_response, unique_name, wait_for_body, Envoy, HttpResponse, Log, ResourceDir,
+    Upstream, DEADLINE, ENDPOINTS,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -56,12 +58,11 @@ fn endpoints_dir() -> ResourceDir {
     dir
 }
 
-#[tokio::test]
-async fn a_poll_is_answered_with_the_resources_as_proto3_json() {
+async fn a_poll_is_answered_with_the_resources_as_proto3_json(mode: Mode) {
     let dir = endpoints_dir();
-    let xdsd = Xdsd::start(&dir.path()).await;
+    let served = Served::start(&dir.path(), &[], mode).await;
     let r = poll(
-        xdsd.port,
+        served.port(),
         "/v3/discovery:endpoints",
         serde_json::json!({ "node": { "id": "rest" }, "resourceNames": ["a"] }),
     )
@@ -82,7 +83,7 @@ async fn a_poll_is_answered_with_the_resources_as_proto3_json() {
     );
     // The generic path serves the type the request names.
     let r = poll(
-        xdsd.port,
+        served.port(),
         "/v3/discovery:resources",
         serde_json::json!({ "typeUrl": ENDPOINTS, "resourceNames": ["b"] }),
     )
@@ -90,20 +91,19 @@ async fn a_poll_is_answered_with_the_resources_as_proto3_json() {
     assert_eq!(json(&r)["resources"][0]["clusterName"], "b", "{r:?}");
 }
 
-#[tokio::test]
-async fn a_current_poll_is_held_and_answered_304_when_nothing_it_asks_for_changes() {
+async fn a_current_poll_is_held_and_answered_304_when_nothing_it_asks_for_changes(mode: Mode) {
     let dir = endpoints_dir();
-    let xdsd = Xdsd::start_with_args(&dir.path(), &["--rest-hold", "1s"]).await;
+    let served = Served::start(&dir.path(), &["--rest-hold", "1s"], mode).await;
     let ask = |version: &str| serde_json::json!({ "versionInfo": version, "resourceNames": ["a"] });
-    let first = poll(xdsd.port, "/v3/discovery:endpoints", ask("")).await;
+    let first = poll(served.port(), "/v3/discovery:endpoints", ask("")).await;
     let version = json(&first)["versionInfo"].as_str().unwrap().to_owned();
 
     // A change to another resource of the type does not make "a" new.
-    let mark = xdsd.log.mark();
+    let mark = served.xdsd.log.mark();
     dir.write("b.yaml", &endpoints_yaml("b", 2002));
-    xdsd.expect_loaded_since(mark).await;
+    served.xdsd.expect_loaded_since(mark).await;
     let start = Instant::now();
-    let r = poll(xdsd.port, "/v3/discovery:endpoints", ask(&version)).await;
+    let r = poll(served.port(), "/v3/discovery:endpoints", ask(&version)).await;
     let held = start.elapsed();
     assert_eq!(r.status, 304, "{r:?}");
     assert!(r.body.is_empty());
@@ -113,26 +113,27 @@ async fn a_current_poll_is_held_and_answered_304_when_nothing_it_asks_for_change
     );
 }
 
-#[tokio::test]
-async fn a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes() {
+async fn a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes(mode: Mode) {
     let dir = endpoints_dir();
-    let xdsd = Xdsd::start_with_args(
+    let served = Served::start(
         &dir.path(),
         &["--rest-hold", "60s", "--log-level", "info,xdsd_core=debug"],
+        mode,
     )
     .await;
     let ask = |version: &str| serde_json::json!({ "versionInfo": version, "resourceNames": ["a"] });
-    let first = poll(xdsd.port, "/v3/discovery:endpoints", ask("")).await;
-    let mark = xdsd.log.mark();
+    let first = poll(served.port(), "/v3/discovery:endpoints", ask("")).await;
+    let mark = served.log().mark();
     let version = json(&first)["versionInfo"].as_str().unwrap().to_owned();
-    let port = xdsd.port;
+    let port = served.port();
     let held = tokio::spawn(async move {
         let start = Instant::now();
         let r = poll(port, "/v3/discovery:endpoints", ask(&version)).await;
         (r, start.elapsed(), version)
     });
     // The change comes once the poll is held, not before it arrived.
-    xdsd.log
+    served
+        .log()
         .expect_line_since(mark, &["REST poll held"], "the poll held")
         .await;
     dir.write("a.yaml", &endpoints_yaml("a", 3003));
@@ -151,11 +152,10 @@ async fn a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes() {
     );
 }
 
-#[tokio::test]
-async fn bad_rest_input_is_a_4xx_with_a_json_error() {
+async fn bad_rest_input_is_a_4xx_with_a_json_error(mode: Mode) {
     let dir = endpoints_dir();
-    let xdsd = Xdsd::start_with_args(&dir.path(), &["--max-request-bytes", "64KiB"]).await;
-    let port = xdsd.port;
+    let served = Served::start(&dir.path(), &["--max-request-bytes", "64KiB"], mode).await;
+    let port = served.port();
     let cases: Vec<(&str, u16, HttpResponse)> = vec![
         (
             "malformed JSON",
@@ -215,12 +215,11 @@ async fn bad_rest_input_is_a_4xx_with_a_json_error() {
 
 /// A misspelled field (`resourceName` for `resourceNames`) would make a named poll a wildcard
 /// one: it is a 400 naming the field, and the same poll spelled right is answered.
-#[tokio::test]
-async fn an_unknown_request_field_is_a_400_naming_it() {
+async fn an_unknown_request_field_is_a_400_naming_it(mode: Mode) {
     let dir = endpoints_dir();
-    let xdsd = Xdsd::start(&dir.path()).await;
+    let served = Served::start(&dir.path(), &[], mode).await;
     let typo = serde_json::json!({ "resourceName": ["a"] });
-    let r = poll(xdsd.port, "/v3/discovery:endpoints", typo).await;
+    let r = poll(served.port(), "/v3/discovery:endpoints", typo).await;
     assert_eq!(r.status, 400, "{r:?}");
     let body = json(&r);
     let message = body["message"].as_str().unwrap_or_default();
@@ -229,7 +228,7 @@ async fn an_unknown_request_field_is_a_400_naming_it() {
         "the error names the field: {body}"
     );
     let right = serde_json::json!({ "resourceNames": ["a"] });
-    let r = poll(xdsd.port, "/v3/discovery:endpoints", right).await;
+    let r = poll(served.port(), "/v3/discovery:endpoints", right).await;
     assert_eq!(r.status, 200, "{r:?}");
     let resources = json(&r)["resources"]
         .as_array()
@@ -284,10 +283,10 @@ fn rest_resources(upstream_port: u16) -> ResourceDir {
     dir
 }
 
-/// Waits until each of the 4 types Envoy polls had a poll answered `304 Not Modified` since `mark`.
-async fn held_once_per_type(xdsd: &Xdsd, mark: usize) {
-    let held = xdsd
-        .log
+/// Waits until each of the 4 types Envoy polls had a poll answered `304 Not Modified` since `mark`
+/// (`log` of the server Envoy polls).
+async fn held_once_per_type(log: &Log, mark: usize) {
+    let held = log
         .wait_until(
             mark,
             |lines| {
@@ -304,39 +303,37 @@ async fn held_once_per_type(xdsd: &Xdsd, mark: usize) {
     if let Err(why) = held {
         panic!(
             "the polls of 4 types were not all held since line {mark} ({why}):\n{}",
-            xdsd.log.text()
+            log.text()
         );
     }
 }
 
-#[tokio::test]
-async fn envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_while_nothing_changes()
-{
+async fn envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_while_nothing_changes(
+    mode: Mode,
+) {
     let a = Upstream::start("rest-a").await;
     let b = Upstream::start("rest-b").await;
     let dir = rest_resources(a.port);
-    let xdsd = Xdsd::start_with_args(
+    let served = Served::start(
         &dir.path(),
         &["--rest-hold", "2s", "--log-level", "info,xdsd_core=debug"],
+        mode,
     )
     .await;
-    let envoy = Envoy::start(&rest_bootstrap(&unique_name("rest"), xdsd.port)).await;
+    let envoy = Envoy::start(&rest_bootstrap(&unique_name("rest"), served.port())).await;
     let port = envoy.listener_port("rest_listener").await;
-    let log = || format!("xdsd log:\n{}", xdsd.log.text());
+    let xdsd = served.log();
+    let log = || format!("log of the server Envoy polls:\n{}", xdsd.text());
     wait_for_body(port, "rest-a", log).await;
 
     // Nothing changes: Envoy keeps polling, every poll is held and answered 304; no answer
     // carries resources. Once each of the 4 types had a poll answered 304 (Envoy has everything),
     // each has another one held: no answer in between carries resources.
-    held_once_per_type(&xdsd, 0).await;
-    let mark = xdsd.log.mark();
-    held_once_per_type(&xdsd, mark).await;
-    let answered = xdsd
-        .log
-        .matching_since(mark, |l| l.contains("REST poll answered"));
-    let held = xdsd
-        .log
-        .matching_since(mark, |l| l.contains("REST poll: not modified"));
+    held_once_per_type(xdsd, 0).await;
+    let mark = xdsd.mark();
+    held_once_per_type(xdsd, mark).await;
+    let answered = xdsd.matching_since(mark, |l| l.contains("REST poll answered"));
+    let held = xdsd.matching_since(mark, |l| l.contains("REST poll: not modified"));
     assert!(
         answered.is_empty(),
         "no unchanged resources go out while nothing changes: {answered:#?}"
@@ -366,3 +363,12 @@ async fn envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_whi
         start.elapsed()
     );
 }
+
+direct_and_relayed!(
+    a_poll_is_answered_with_the_resources_as_proto3_json,
+    a_current_poll_is_held_and_answered_304_when_nothing_it_asks_for_changes,
+    a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes,
+    bad_rest_input_is_a_4xx_with_a_json_error,
+    an_unknown_request_field_is_a_400_naming_it,
+    envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_while_nothing_changes,
+);

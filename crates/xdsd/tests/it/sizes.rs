@@ -1,28 +1,24 @@
-//! The size flags of `xdsd serve`: `--max-request-bytes` is the largest request a stream takes;
-//! `--release-memory` returns what bursts freed.
+//! The size flags of `xdsd serve`: `--max-request-bytes` is the largest request a stream takes
+//! (and a relay's, `relay::`); `--release-memory` returns what bursts freed.
 
 use crate::support::ads::AdsStream;
+use crate::support::relay::{direct_and_relayed, Mode, Served};
 use crate::support::{log_field, unique_name, ResourceDir, Xdsd, CLUSTER, ENDPOINTS};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_request_bytes_ends_a_larger_request_with_resource_exhausted() {
+async fn max_request_bytes_ends_a_larger_request_with_resource_exhausted(mode: Mode) {
     let dir = ResourceDir::new();
     dir.write(
         "c.yaml",
         &format!("\"@type\": {CLUSTER}\nname: c\ntype: STATIC\nconnect_timeout: 1s\n"),
     );
-    let xdsd = Xdsd::start_with_args(
-        &dir.path(),
-        &["--log-level", "debug", "--max-request-bytes", "64KiB"],
-    )
-    .await;
-    xdsd.expect_loaded_since(0).await;
+    let served = Served::start(&dir.path(), &["--max-request-bytes", "64KiB"], mode).await;
+    served.xdsd.expect_loaded_since(0).await;
 
     // 2,000 names of 40 bytes: about 84 KB.
     let names: Vec<String> = (0..2000).map(|i| format!("endpoints-{i:030}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let node = unique_name("big-request");
-    let mut big = AdsStream::open(&xdsd.url(), &node, ENDPOINTS, &names)
+    let mut big = AdsStream::open(&served.url(), &node, ENDPOINTS, &names)
         .await
         .expect("an ADS stream to xdsd");
     let error = big.recv().await.expect_err("the stream ends");
@@ -30,8 +26,8 @@ async fn max_request_bytes_ends_a_larger_request_with_resource_exhausted() {
         error.contains("Some resource has been exhausted") && error.contains("65536 bytes"),
         "RESOURCE_EXHAUSTED naming the limit: {error}"
     );
-    let ending = xdsd
-        .log
+    let ending = served
+        .log()
         .expect_line_since(0, &["ending stream"], "xdsd to log why it ended the stream")
         .await;
     assert_eq!(
@@ -41,11 +37,13 @@ async fn max_request_bytes_ends_a_larger_request_with_resource_exhausted() {
     );
 
     // A request under the limit is served.
-    let mut small = AdsStream::open(&xdsd.url(), &node, CLUSTER, &[])
+    let mut small = AdsStream::open(&served.url(), &node, CLUSTER, &[])
         .await
         .expect("an ADS stream to xdsd");
     small.recv().await.expect("a CDS response");
 }
+
+direct_and_relayed!(max_request_bytes_ends_a_larger_request_with_resource_exhausted);
 
 /// Client-supplied text in logs: a newline in a node id cannot forge a log line, and a 100 KB node
 /// id is cut.

@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod ads;
+pub mod relay;
 pub mod scenario;
 
 use std::fmt::Write as _;
