@@ -120,6 +120,9 @@ pub struct Handled {
 /// One machine per type, and what it was told about its client.
 struct TypeState<M> {
     machine: M,
+    /// The type's place in push order (`types::push_rank`), taken once: every response orders
+    /// the pending types by it, and make-before-break tells the types it orders by it.
+    rank: u8,
     /// The parameter set plain names of this type are subscribed with, as of the session's
     /// `node_epoch` recorded with it.
     default: ParamSetId,
@@ -186,6 +189,10 @@ pub struct Session<M> {
     changed: TypeMap<HashSet<Arc<str>>>,
     served: TypeMap<Arc<TypeSnapshot>>,
     lingering: TypeMap<Lingering>,
+    /// Something happened since `update_lingering` last ran that it must look at (a request, a
+    /// change of clusters or endpoints): it runs at the next response only then, or while
+    /// anything lingers or waits in `changed`.
+    lingering_due: bool,
 }
 
 impl<M: Machine> Session<M> {
@@ -212,6 +219,7 @@ impl<M: Machine> Session<M> {
             changed: TypeMap::default(),
             served: TypeMap::default(),
             lingering: TypeMap::default(),
+            lingering_due: false,
         }
     }
 
@@ -271,6 +279,8 @@ impl<M: Machine> Session<M> {
         request: &M::Request,
         snapshot: &Snapshot,
     ) -> Result<Handled, SessionError> {
+        // What the client is subscribed to, and so what it is served, may change.
+        self.lingering_due = true;
         let identified = self.take_node(M::node(request))?;
         if let (Some(binding), None) = (&self.binding, &self.node) {
             return Err(SessionError::NodeRequired {
@@ -324,6 +334,7 @@ impl<M: Machine> Session<M> {
                     m.set_max_response_bytes(max_response_bytes);
                     m
                 },
+                rank: types::push_rank(&type_url),
                 default,
                 node_epoch: self.node_epoch,
                 named: false,
@@ -478,6 +489,11 @@ impl<M: Machine> Session<M> {
 
     /// Records names the store changed.
     pub(crate) fn handle_changes(&mut self, changes: Changes) {
+        // Nearly every request of a stream that waits for an ACK takes the changes held back
+        // for it: none, most of the time.
+        if changes.is_empty() {
+            return;
+        }
         let ordered = self.ordered();
         for type_url in changes.types() {
             let Some(state) = self.types.get_mut(type_url) else {
@@ -486,7 +502,9 @@ impl<M: Machine> Session<M> {
             if !state.machine.skips_changes(changes.count(type_url)) {
                 state.machine.mark_changed(changes.names(type_url));
             }
-            if ordered && REFERENCED.contains(&&**type_url) {
+            if ordered && referenced(state.rank) {
+                // What the client is served of it changes.
+                self.lingering_due = true;
                 // Kept to find the removals that must wait (`update_lingering`).
                 let mut gone = changes.maybe_removed(type_url).peekable();
                 if gone.peek().is_some() {
@@ -500,14 +518,28 @@ impl<M: Machine> Session<M> {
 
     /// The next moment the session has something to do (`handle_timeout`), if any.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let beats = self.types.values().filter_map(|s| s.next_heartbeat);
-        let holds = self.types.values().filter_map(|s| s.held_since);
-        let lingering = self.lingering.values().map(|l| l.since);
-        let waits = self.types.values().filter_map(|s| s.waiting_since);
-        beats
-            .chain(holds.chain(lingering).map(|since| since + HOLD_TIMEOUT))
-            .chain(waits.map(|since| since + self.options.ack_wait))
-            .min()
+        // One pass over the types (the stream driver asks at every turn of its loop).
+        let mut next: Option<Instant> = None;
+        let mut at = |t: Instant| {
+            if next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        };
+        for s in self.types.values() {
+            if let Some(due) = s.next_heartbeat {
+                at(due);
+            }
+            if let Some(since) = s.held_since {
+                at(since + HOLD_TIMEOUT);
+            }
+            if let Some(since) = s.waiting_since {
+                at(since + self.options.ack_wait);
+            }
+        }
+        for l in self.lingering.values() {
+            at(l.since + HOLD_TIMEOUT);
+        }
+        next
     }
 
     /// Takes in the time: renews the TTLs due by `now` (heartbeats, spec "TTL"). Every resource
@@ -548,32 +580,30 @@ impl<M: Machine> Session<M> {
         now: Instant,
     ) -> Option<(Arc<str>, M::Response)> {
         let ads = self.ordered();
-        if ads {
+        if ads && (self.lingering_due || !self.changed.is_empty() || !self.lingering.is_empty()) {
             self.update_lingering(snapshot, now);
         }
         // The pending types in push order, the next one found after the last each time (a
         // stream has a few types; no list is made for every response).
-        let mut last: Option<Arc<str>> = None;
+        let mut last: Option<(u8, Arc<str>)> = None;
         loop {
-            let after = last.as_ref().map(|t| (types::push_rank(t), t));
-            let type_url = self
+            let after = last.as_ref().map(|(rank, t)| (*rank, t));
+            let (rank, type_url) = self
                 .types
                 .iter()
                 .filter(|(_, s)| s.machine.has_pending() && !s.waits())
-                .map(|(t, _)| (types::push_rank(t), t))
+                .map(|(t, s)| (s.rank, t))
                 .filter(|k| after.is_none_or(|a| *k > a))
-                .min()?
-                .1
-                .clone();
-            last = Some(type_url.clone());
+                .min()?;
+            let type_url = type_url.clone();
+            last = Some((rank, type_url.clone()));
             let views = Views::new(
                 &type_url,
                 self.type_snapshot(&type_url, snapshot).as_ref(),
                 self.params.iter(),
             )
             .with_pending(snapshot, &self.params);
-            if ads && REFERRERS.contains(&&*type_url) && self.hold(&type_url, &views, snapshot, now)
-            {
+            if ads && refers(rank) && self.hold(&type_url, &views, snapshot, now) {
                 continue;
             }
             let Some(state) = self.types.get_mut(&type_url) else {
@@ -631,4 +661,4 @@ mod make_before_break;
 #[cfg(test)]
 mod tests;
 
-use make_before_break::{Lingering, REFERENCED, REFERRERS};
+use make_before_break::{referenced, refers, Lingering};

@@ -166,12 +166,13 @@ pub(crate) fn carried(response: SentResponse<'_>) -> SentResources {
     }
 }
 
-/// The resources of a response new or changed for the client, as the record keeps them.
-pub(crate) fn updated(response: SentResponse<'_>) -> ResourceList {
+/// The resources of a response new or changed for the client, as the record keeps them; `None`
+/// when they are the resources it carries (a delta response carries only what is new or
+/// changed): the record keeps those once.
+pub(crate) fn updated(response: SentResponse<'_>) -> Option<ResourceList> {
     match response {
-        SentResponse::Sotw(r) => capped(&r.updated),
-        // A delta response carries only what is new or changed.
-        SentResponse::Delta(r) => capped_list(r.resources.iter()),
+        SentResponse::Sotw(r) => Some(capped(&r.updated)),
+        SentResponse::Delta(_) => None,
     }
 }
 
@@ -242,8 +243,8 @@ struct TypeTrack {
     metrics: TypeMetrics,
     sent_instant: Option<Instant>,
     /// The new or changed resources of the last response (capped; the response's own list
-    /// when short enough).
-    updated: ResourceList,
+    /// when short enough); `None`: the resources it carried, as `last_sent` keeps them.
+    updated: Option<ResourceList>,
 }
 
 /// The record of one stream.
@@ -297,7 +298,7 @@ impl Track {
                 status: TypeStatus::new(type_url.clone()),
                 metrics: metrics.for_type(label(type_url, in_store)),
                 sent_instant: None,
-                updated: ResourceList::default(),
+                updated: None,
             })
         })
     }
@@ -312,7 +313,7 @@ impl Track {
         resources: SentResources,
         resource_count: usize,
         removed: usize,
-        updated: ResourceList,
+        updated: Option<ResourceList>,
         bytes: usize,
         now: Instant,
     ) {
@@ -377,7 +378,14 @@ impl Track {
             }
             Some((version, message)) => {
                 let origins = latest
-                    .map(|s| origins(&s.resources, &t.updated, message))
+                    .map(|s| {
+                        let updated: &[Arc<Resource>] = match (&t.updated, &s.resources) {
+                            (Some(updated), _) => &updated[..],
+                            (None, SentResources::List(list)) => &list[..],
+                            (None, SentResources::View(_)) => &[],
+                        };
+                        origins(&s.resources, updated, message)
+                    })
                     .unwrap_or_default();
                 t.status.last_nack = Some(Box::new(Nack {
                     nonce: nonce.to_owned(),
@@ -503,7 +511,7 @@ mod tests {
             SentResources::list(all.iter()),
             1,
             0,
-            all.iter().cloned().collect(),
+            Some(all.iter().cloned().collect()),
             10,
             Instant::now(),
         );
@@ -526,7 +534,7 @@ mod tests {
             SentResources::list(all.iter()),
             1,
             0,
-            all.iter().cloned().collect(),
+            Some(all.iter().cloned().collect()),
             10,
             Instant::now(),
         );

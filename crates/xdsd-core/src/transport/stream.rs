@@ -6,10 +6,13 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use tokio_stream::StreamExt;
+use futures::task::AtomicWaker;
+use tokio_stream::Stream as _;
 use tonic::body::Body as RequestBody;
 use tonic::Status;
 use tracing::{debug, info, warn};
@@ -128,6 +131,106 @@ fn shutting_down(ctx: &ServerContext) -> Status {
 /// all the same.
 const FINAL_STATUS_WAIT: Duration = SHUTDOWN_GRACE;
 
+/// The deadline a stream's timer is made with, before its session has one: never reached (the
+/// timer is polled only while the session has a deadline).
+const IDLE_TIMER: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// What woke a stream's loop.
+enum Event<M> {
+    /// The server shuts down, or the connection is past its max age.
+    Down,
+    /// The client's next request; `None` when it ended its side.
+    Request(Option<Result<M, Status>>),
+    /// The store changed something the stream watches.
+    Changed,
+    /// The session's deadline (`Session::poll_timeout`) came.
+    Timeout,
+}
+
+/// One thing a stream's loop waits on, polled only when it may be ready: through a waker of its
+/// own, which records that it fired before it wakes the stream's task. A wake-up of the task
+/// polls what woke it rather than everything the stream waits on (a poll of the shutdown's two
+/// watches takes two locks, a read of the request body the HTTP/2 connection's).
+struct Gate {
+    state: Arc<GateState>,
+    /// `state` as a waker, made once.
+    waker: Waker,
+}
+
+struct GateState {
+    /// Its waker fired since it was last polled (or it was never polled).
+    fired: AtomicBool,
+    /// The stream's task, woken when it fires.
+    task: AtomicWaker,
+}
+
+impl Wake for GateState {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl Gate {
+    fn new() -> Gate {
+        let state = Arc::new(GateState {
+            fired: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
+        let waker = Waker::from(state.clone());
+        Gate { state, waker }
+    }
+
+    /// `poll`, with the gate's own waker, if it fired since the last poll (or was opened);
+    /// else pending. Either way the task (`cx`) is woken when it fires.
+    fn poll<T>(
+        &self,
+        cx: &mut Context<'_>,
+        poll: impl FnOnce(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        // Registered before the flag is read: a wake in between is not lost.
+        self.state.task.register(cx.waker());
+        if !self.state.fired.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        poll(&mut Context::from_waker(&self.waker))
+    }
+
+    /// The next `poll` polls, fired or not (what it gates may be ready without waking anyone).
+    fn open(&self) {
+        self.state.fired.store(true, Ordering::Release);
+    }
+}
+
+/// A future polled only once its waker fired (see [`Gate`]).
+struct Gated<F> {
+    gate: Gate,
+    future: F,
+}
+
+impl<F> Gated<F> {
+    fn new(future: F) -> Gated<F> {
+        Gated {
+            gate: Gate::new(),
+            future,
+        }
+    }
+}
+
+impl<F: Future + Unpin> Future for Gated<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let future = &mut this.future;
+        this.gate.poll(cx, |cx| Pin::new(future).poll(cx))
+    }
+}
+
 struct Stream<V> {
     id: u64,
     /// Its subscribed names, charged to its connection and the server.
@@ -186,6 +289,7 @@ pub(crate) fn run<V: Protocol>(
         // every turn of the loop and at every response cost as much as the rest of the turn's
         // bookkeeping). Once it is ready the stream ends: it is never polled again.
         // Or its connection's end, past its max age (see `ServerOptions::max_connection_age`).
+        // Polled only once it fired (`Gated`): a poll of the two watches takes two locks.
         let down = async move {
             let retiring = async move {
                 let gone = match retired.as_mut() {
@@ -202,35 +306,86 @@ pub(crate) fn run<V: Protocol>(
             }
         };
         tokio::pin!(down);
+        let mut down = Gated::new(down);
+        // The client's requests, read when its body's waker fired (a read takes the HTTP/2
+        // connection's lock) or while they keep coming.
+        let reading = Gate::new();
+        // One timer for the stream's life, moved to the session's next deadline when it changes
+        // (to a later one, as after each response, it only updates the timer's entry: a timer
+        // made at each turn was registered and deregistered with the runtime's timers each
+        // time). Polled only while the session has a deadline.
+        let timer = tokio::time::sleep_until(tokio::time::Instant::now() + IDLE_TIMER);
+        tokio::pin!(timer);
+        // Which of requests and changes is looked at first, taking turns (as `select!` draws
+        // its first branch): neither a client that keeps writing nor a store that keeps
+        // changing holds the other back.
+        let mut requests_first = false;
         let ending: Result<(), Status> = loop {
-            let deadline = s.session.poll_timeout();
-            let timer = async move {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
-                    None => std::future::pending().await,
+            let deadline = s.session.poll_timeout().map(tokio::time::Instant::from_std);
+            if let Some(at) = deadline {
+                if timer.deadline() != at {
+                    timer.as_mut().reset(at);
                 }
+            }
+            requests_first = !requests_first;
+            let event = {
+                let changed = s.watcher.changed();
+                tokio::pin!(changed);
+                std::future::poll_fn(|cx| {
+                    if Pin::new(&mut down).poll(cx).is_ready() {
+                        return Poll::Ready(Event::Down);
+                    }
+                    let mut read = |cx: &mut Context<'_>| {
+                        let polled = reading.poll(cx, |cx| Pin::new(&mut requests).poll_next(cx));
+                        if polled.is_ready() {
+                            // More may be there already: read again next time.
+                            reading.open();
+                        }
+                        polled.map(Event::Request)
+                    };
+                    if requests_first {
+                        if let Poll::Ready(event) = read(cx) {
+                            return Poll::Ready(event);
+                        }
+                    }
+                    if changed.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Event::Changed);
+                    }
+                    if !requests_first {
+                        if let Poll::Ready(event) = read(cx) {
+                            return Poll::Ready(event);
+                        }
+                    }
+                    if deadline.is_some() && timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Event::Timeout);
+                    }
+                    Poll::Pending
+                })
+                .await
             };
-            tokio::select! {
-                _ = &mut down => break Err(shutting_down(&ctx)),
-                request = requests.next() => match request {
+            match event {
+                Event::Down => break Err(shutting_down(&ctx)),
+                Event::Request(request) => match request {
                     Some(Ok(request)) => {
                         if let Err(status) = s.on_request(request) {
                             break Err(status);
                         }
                     }
-                    Some(Err(error)) => match status_of_read_error(&error, ctx.options.max_request_bytes) {
-                        Some(status) => break Err(status),
-                        None => {
-                            debug!(stream = s.id, node = %shown(s.session.node_id()), %error, "stream read failed");
-                            break Ok(());
+                    Some(Err(error)) => {
+                        match status_of_read_error(&error, ctx.options.max_request_bytes) {
+                            Some(status) => break Err(status),
+                            None => {
+                                debug!(stream = s.id, node = %shown(s.session.node_id()), %error, "stream read failed");
+                                break Ok(());
+                            }
                         }
-                    },
+                    }
                     None => break Ok(()),
                 },
-                _ = s.watcher.changed() => s.session.take_changes_from(&s.watcher),
-                _ = timer => s.session.handle_timeout_watched(Instant::now(), &s.watcher),
+                Event::Changed => s.session.take_changes_from(&s.watcher),
+                Event::Timeout => s.session.handle_timeout_watched(Instant::now(), &s.watcher),
             }
-            match s.flush(&mut tx, down.as_mut()).await {
+            match s.flush(&mut tx, &mut down).await {
                 Ok(()) => {}
                 Err(Halt::Gone) => break Ok(()),
                 Err(Halt::ShuttingDown) => break Err(shutting_down(&ctx)),
@@ -410,7 +565,7 @@ impl<V: Protocol> Stream<V> {
     async fn flush(
         &mut self,
         tx: &mut Sender<V>,
-        mut down: Pin<&mut impl Future>,
+        down: &mut (impl Future + Unpin),
     ) -> Result<(), Halt> {
         if !self.session.has_pending() {
             return Ok(());
@@ -458,10 +613,111 @@ impl<V: Protocol> Stream<V> {
             self.ctx.observers.response_sent(&mut self.observed, &sent);
             tokio::select! {
                 biased;
-                _ = &mut down => return Err(Halt::ShuttingDown),
+                _ = &mut *down => return Err(Halt::ShuttingDown),
                 sent = body::send(tx, Box::new(Ok(response))) => sent.map_err(|_| Halt::Gone)?,
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A future that counts its polls, keeps the last waker it was given and is ready once
+    /// `ready` is set.
+    #[derive(Default)]
+    struct Probe {
+        polls: AtomicUsize,
+        ready: AtomicBool,
+        waker: Mutex<Option<Waker>>,
+    }
+
+    impl Probe {
+        fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            *self.waker.lock().unwrap() = Some(cx.waker().clone());
+            if self.ready.load(Ordering::Relaxed) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        }
+
+        fn fire(&self) {
+            self.ready.store(true, Ordering::Relaxed);
+            if let Some(waker) = self.waker.lock().unwrap().take() {
+                waker.wake();
+            }
+        }
+
+        fn polls(&self) -> usize {
+            self.polls.load(Ordering::Relaxed)
+        }
+    }
+
+    /// A waker that counts its wakes.
+    #[derive(Default)]
+    struct Task(AtomicUsize);
+
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_gate_polls_what_it_gates_once_at_first_then_only_when_it_fired_or_was_opened() {
+        let task = Arc::new(Task::default());
+        let waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&waker);
+        let probe = Probe::default();
+        let gate = Gate::new();
+        assert!(gate.poll(&mut cx, |cx| probe.poll(cx)).is_pending());
+        assert_eq!(probe.polls(), 1, "polled once, to register its waker");
+        for _ in 0..3 {
+            assert!(gate.poll(&mut cx, |cx| probe.poll(cx)).is_pending());
+        }
+        assert_eq!(probe.polls(), 1, "not polled again before it fired");
+        gate.open();
+        assert!(gate.poll(&mut cx, |cx| probe.poll(cx)).is_pending());
+        assert_eq!(probe.polls(), 2, "polled once opened");
+        probe.fire();
+        assert_eq!(
+            task.0.load(Ordering::Relaxed),
+            1,
+            "its firing woke the task"
+        );
+        assert!(gate.poll(&mut cx, |cx| probe.poll(cx)).is_ready());
+        assert_eq!(probe.polls(), 3);
+    }
+
+    #[test]
+    fn a_gated_future_wakes_the_task_that_polled_it_last() {
+        let (first, second) = (Arc::new(Task::default()), Arc::new(Task::default()));
+        let probe = Arc::new(Probe::default());
+        let mut gated = Gated::new(Box::pin({
+            let probe = probe.clone();
+            std::future::poll_fn(move |cx| probe.poll(cx))
+        }));
+        let waker = Waker::from(first.clone());
+        assert!(Pin::new(&mut gated)
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        let waker = Waker::from(second.clone());
+        assert!(Pin::new(&mut gated)
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        assert_eq!(probe.polls(), 1);
+        probe.fire();
+        assert_eq!(first.0.load(Ordering::Relaxed), 0);
+        assert_eq!(second.0.load(Ordering::Relaxed), 1);
+        assert!(Pin::new(&mut gated)
+            .poll(&mut Context::from_waker(&waker))
+            .is_ready());
     }
 }

@@ -11,16 +11,20 @@ use crate::protocol::Views;
 use crate::store::{Snapshot, TypeSnapshot};
 use crate::types;
 
-/// Types whose resources point at clusters without waiting for them to be ready (Envoy does not
-/// warm routes): held until the clusters they newly point at, and their endpoints, were sent.
-pub(super) const REFERRERS: [&str; 4] = [
-    types::ROUTE_CONFIGURATION,
-    types::VIRTUAL_HOST,
-    types::LISTENER,
-    types::SCOPED_ROUTE_CONFIGURATION,
-];
-/// Types whose removals wait until the client ACKed every referrer type.
-pub(super) const REFERENCED: [&str; 2] = [types::CLUSTER, types::CLUSTER_LOAD_ASSIGNMENT];
+/// Whether a type of push rank `rank` (`types::push_rank`) is one whose resources point at
+/// clusters without waiting for them to be ready (Envoy does not warm routes): listeners, routes,
+/// scoped routes, virtual hosts. They are held until the clusters they newly point at, and their
+/// endpoints, were sent. The session tells its types by the rank each took once, not by their
+/// type URLs' text.
+pub(super) fn refers(rank: u8) -> bool {
+    (3..=6).contains(&rank)
+}
+
+/// Whether a type of push rank `rank` is one whose removals wait until the client ACKed every
+/// type that [`refers`] to it: clusters (rank 1) and endpoints (rank 2).
+pub(super) fn referenced(rank: u8) -> bool {
+    rank == 1 || rank == 2
+}
 
 /// Removed resources a client is still served, until what referred to them is ACKed.
 pub(super) struct Lingering {
@@ -55,23 +59,26 @@ impl<M: Machine> Session<M> {
 
     /// Whether every type that refers to clusters was sent and ACKed: removals may go.
     fn referrers_settled(&self) -> bool {
-        REFERRERS.iter().all(|t| {
-            self.types
-                .get(t)
-                .is_none_or(|s| !s.machine.has_pending() && s.unacked.is_none())
-        })
+        self.types
+            .values()
+            .filter(|s| refers(s.rank))
+            .all(|s| !s.machine.has_pending() && s.unacked.is_none())
     }
 
     /// Starts, updates and ends the lingering of removed clusters and endpoints: a removal waits
     /// until the routes (and listeners) that stopped referring to it are ACKed, or
     /// [`HOLD_TIMEOUT`].
     pub(super) fn update_lingering(&mut self, snapshot: &Snapshot, now: Instant) {
+        self.lingering_due = false;
         let settled = self.referrers_settled();
-        for type_url in REFERENCED {
-            let Some((type_url, _)) = self.types.get_key_value(type_url) else {
-                continue;
-            };
-            let type_url = type_url.clone();
+        // Clusters, then endpoints.
+        let mut found: [Option<Arc<str>>; 2] = [None, None];
+        for (type_url, state) in self.types.iter() {
+            if referenced(state.rank) {
+                found[usize::from(state.rank - 1)] = Some(type_url.clone());
+            }
+        }
+        for type_url in found.into_iter().flatten() {
             let changed = self.changed.remove(&type_url).unwrap_or_default();
             let Some(new) = snapshot.get(&type_url).cloned() else {
                 self.lingering.remove(&type_url);
@@ -189,5 +196,40 @@ impl<M: Machine> Session<M> {
                         && eds.is_none_or(|e| !e.machine.has_sent(&r.name, &eds_views))
                 })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REFERRERS: [&str; 4] = [
+        types::ROUTE_CONFIGURATION,
+        types::VIRTUAL_HOST,
+        types::LISTENER,
+        types::SCOPED_ROUTE_CONFIGURATION,
+    ];
+    const REFERENCED: [&str; 2] = [types::CLUSTER, types::CLUSTER_LOAD_ASSIGNMENT];
+
+    #[test]
+    fn the_ranks_tell_the_same_types_as_the_lists() {
+        for t in REFERRERS {
+            assert!(refers(types::push_rank(t)), "{t}");
+            assert!(!referenced(types::push_rank(t)), "{t}");
+        }
+        for t in REFERENCED {
+            assert!(referenced(types::push_rank(t)), "{t}");
+            assert!(!refers(types::push_rank(t)), "{t}");
+        }
+        for t in [
+            types::SECRET,
+            types::RUNTIME,
+            "type.googleapis.com/made.up.Type",
+        ] {
+            assert!(
+                !refers(types::push_rank(t)) && !referenced(types::push_rank(t)),
+                "{t}"
+            );
+        }
     }
 }

@@ -1641,6 +1641,70 @@ mod make_before_break {
         assert_eq!(poll(&mut s, &mut nonces), None);
     }
 
+    /// Cluster `name` as `cluster` makes it, changed (another stat name).
+    fn changed_cluster(name: &str) -> ResourceInput {
+        let mut c = Cluster::decode(cluster(name).value).unwrap();
+        c.alt_stat_name = "changed".into();
+        ResourceInput::new(CLUSTER, name, c.encode_to_vec().into())
+    }
+
+    #[test]
+    fn a_cluster_changed_then_removed_lingers_as_the_client_was_last_sent_it() {
+        let store = store();
+        let mut s: Session<DeltaMachine> = Session::new(None);
+        let mut nonces: HashMap<String, String> = HashMap::default();
+        let node = node("envoy", "c");
+        let send = |s: &mut Session<DeltaMachine>,
+                    nonces: &HashMap<String, String>,
+                    t: &str,
+                    subscribe: &[&str]| {
+            let r = DeltaDiscoveryRequest {
+                type_url: t.into(),
+                node: Some(node.clone()),
+                response_nonce: nonces.get(t).cloned().unwrap_or_default(),
+                resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
+                ..Default::default()
+            };
+            s.handle_request(&(&r).into(), &store.snapshot()).unwrap();
+        };
+        // Every response owed, each ACKed.
+        let settle = |s: &mut Session<DeltaMachine>, nonces: &mut HashMap<String, String>| {
+            let mut seen = Vec::new();
+            while let Some((t, r)) = s.poll_response(&store.snapshot(), Instant::now()) {
+                nonces.insert(t.to_string(), r.nonce.to_string());
+                seen.push(delta_seen(&t, &r));
+            }
+            for (t, _, _) in &seen {
+                let t = match t.as_str() {
+                    "CDS" => CLUSTER,
+                    "EDS" => CLUSTER_LOAD_ASSIGNMENT,
+                    _ => ROUTE_CONFIGURATION,
+                };
+                send(s, nonces, t, &[]);
+            }
+            seen
+        };
+        send(&mut s, &nonces, CLUSTER, &[]);
+        send(&mut s, &nonces, CLUSTER_LOAD_ASSIGNMENT, &["x"]);
+        send(&mut s, &nonces, ROUTE_CONFIGURATION, &["r1"]);
+        settle(&mut s, &mut nonces);
+        assert_eq!(settle(&mut s, &mut nonces), Vec::<Seen>::new());
+
+        // X changes, and the client is sent it.
+        let mut watcher = store.watcher();
+        watcher.set_wildcard(&Arc::from(CLUSTER), true);
+        store.apply([Change::Set(changed_cluster("x"))]).unwrap();
+        s.handle_changes(watcher.take_changes());
+        let sent = settle(&mut s, &mut nonces);
+        assert_eq!(sent.first(), Some(&seen("CDS", &["x"], &[])), "{sent:?}");
+
+        // Then X is removed while the route still points at it: X lingers as the client holds
+        // it (changed), so nothing of X goes out before the route's ACK.
+        s.handle_changes(switch(&store));
+        let (t, r) = s.poll_response(&store.snapshot(), Instant::now()).unwrap();
+        assert_eq!(delta_seen(&t, &r), seen("CDS", &["y"], &[]));
+    }
+
     /// A ClusterLoadAssignment of about 1 KiB.
     fn big_endpoints(name: &str) -> ResourceInput {
         use envoy_types::pb::envoy::config::core::v3::Locality;
