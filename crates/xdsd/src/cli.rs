@@ -382,20 +382,8 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub(crate) downstream: DownstreamArgs,
 
-    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
-    /// "info,xdsd_core=debug". Pushes and ACKs are logged at debug, NACKs at warn.
-    #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
-    pub(crate) log_level: String,
-
-    /// Log format: "text" (one line per event) or "json" (one JSON object per line, with the
-    /// event's fields, for log collectors).
-    #[arg(
-        long,
-        value_name = "FORMAT",
-        default_value = "text",
-        env = "XDSD_LOG_FORMAT"
-    )]
-    pub(crate) log_format: LogFormat,
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
 
     /// Also write the resources as DiscoveryResponse files for Envoy's filesystem subscriptions
     /// into DIR (as `xdsd render` does): at start, then after each change, only the files of
@@ -450,6 +438,32 @@ pub(crate) struct ServeArgs {
     /// verified with the system's roots for an https:// URL.
     #[arg(long, value_name = "ADDR", env = "XDSD_PEERS", value_delimiter = ',')]
     pub(crate) peers: Vec<String>,
+}
+
+/// How a long-running command (`serve`, `relay`) logs.
+#[derive(clap::Args, Debug)]
+pub(crate) struct LogArgs {
+    /// Log level (error, warn, info, debug, trace) or a tracing filter such as
+    /// "info,xdsd_core=debug". Pushes and ACKs are logged at debug, NACKs at warn.
+    #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
+    pub(crate) log_level: String,
+
+    /// Log format: "text" (one line per event) or "json" (one JSON object per line, with the
+    /// event's fields, for log collectors).
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "text",
+        env = "XDSD_LOG_FORMAT"
+    )]
+    pub(crate) log_format: LogFormat,
+}
+
+impl LogArgs {
+    /// Starts logging as asked.
+    pub(crate) fn init(&self) -> anyhow::Result<()> {
+        crate::init_logs(&self.log_level, self.log_format)
+    }
 }
 
 /// What a server of xDS clients takes, `serve` and `relay` alike: where it listens, TLS and

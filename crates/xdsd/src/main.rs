@@ -64,7 +64,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            if let Err(e) = init_logs(&args.log_level, args.log_format) {
+            if let Err(e) = args.log.init() {
                 eprintln!("xdsd: {e:#}");
                 return ExitCode::from(2);
             }

@@ -122,18 +122,9 @@ pub(crate) struct RelayArgs {
     #[command(flatten)]
     downstream: crate::DownstreamArgs,
 
-    /// Log level, as `serve --log-level`.
-    #[arg(long, value_name = "LEVEL", default_value = "info", env = "XDSD_LOG")]
-    pub(crate) log_level: String,
-
-    /// Log format, as `serve --log-format`.
-    #[arg(
-        long,
-        value_name = "FORMAT",
-        default_value = "text",
-        env = "XDSD_LOG_FORMAT"
-    )]
-    pub(crate) log_format: crate::LogFormat,
+    // Logging, as `serve`'s.
+    #[command(flatten)]
+    pub(crate) log: crate::LogArgs,
 }
 
 /// `--upstream-protocol`.
@@ -213,7 +204,7 @@ fn hostname() -> String {
 
 /// `xdsd relay`: logs, the runtime, the relay; the exit status.
 pub(crate) fn main(args: RelayArgs) -> std::process::ExitCode {
-    if let Err(e) = crate::init_logs(&args.log_level, args.log_format) {
+    if let Err(e) = args.log.init() {
         eprintln!("xdsd: {e:#}");
         return std::process::ExitCode::from(2);
     }
