@@ -412,7 +412,14 @@ async fn connection(
                 None => return Exit::Lost { reason: "the streams ended".to_owned(), healthy },
             },
             command = commands.recv(), if commands_open => match command {
-                Some(command) => command(client),
+                Some(command) => {
+                    command(client);
+                    // The others already sent, before anything is sent: subscriptions made
+                    // together go out in one request (and are answered in one response).
+                    while let Ok(command) = commands.try_recv() {
+                        command(client);
+                    }
+                }
                 None => commands_open = false,
             },
             _ = events.closed() => return Exit::Stop,

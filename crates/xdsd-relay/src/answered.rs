@@ -126,6 +126,33 @@ impl Answered {
         }
     }
 
+    /// `wants` are answered by the change about to be committed: what they answer is resolved
+    /// in the commit's own swap, so that a downstream stream reads the upstream's answer whole
+    /// (its resources and the names it says do not exist) in one response. [`Answered::announce`]
+    /// once committed (or refused) settles the rest.
+    pub(crate) fn stage(&self, wants: &[Want]) {
+        let Some(store) = self.store.get() else {
+            return;
+        };
+        let state = self.state();
+        let mut resolved: Vec<PendingName> = Vec::new();
+        for want in wants {
+            if want.is_wildcard() {
+                resolved.extend(
+                    state
+                        .declared
+                        .iter()
+                        .filter(|w| w.group == want.group && w.type_url == want.type_url)
+                        .map(pending_name),
+                );
+            }
+            if state.declared.contains(want) {
+                resolved.push(pending_name(want));
+            }
+        }
+        store.resolve_with_next_commit(&resolved);
+    }
+
     /// `wants` are answered and their answer is in the store: no longer pending (a wildcard's
     /// answer answers the names of its type in its group too).
     pub(crate) fn announce(&self, wants: impl IntoIterator<Item = Want>) {

@@ -27,10 +27,11 @@ use crate::group::{group_of, AggregateBy, GroupKey};
 /// What the observer tells the source.
 #[derive(Debug)]
 pub(crate) enum Demanded {
-    /// A stream asks for a want.
+    /// A stream asks for wants: all those of one request at once, so that they are subscribed
+    /// upstream in one request and answered in one response (and so downstream in one).
     Acquire {
         stream: u64,
-        want: Want,
+        wants: Vec<Want>,
         node: Option<Arc<ClientNode>>,
     },
     /// A stream no longer asks for a want.
@@ -282,13 +283,11 @@ impl StreamObserver for RelayObserver {
             // Answered when the upstream answers, not told first that nothing exists: pending
             // before the server answers this request.
             self.hold_for(&added);
-            for want in &added {
-                self.send(Demanded::Acquire {
-                    stream: event.stream,
-                    want: want.clone(),
-                    node: node.cloned(),
-                });
-            }
+            self.send(Demanded::Acquire {
+                stream: event.stream,
+                wants: added,
+                node: node.cloned(),
+            });
         }
         Ok(())
     }

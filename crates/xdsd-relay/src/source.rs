@@ -279,9 +279,15 @@ impl RelaySource {
     fn demanded(&mut self, demanded: Demanded) {
         let now = Instant::now();
         match demanded {
-            Demanded::Acquire { stream, want, node } => {
-                self.remember_node(&want.group, node);
-                self.demand.acquire(stream, want);
+            Demanded::Acquire {
+                stream,
+                wants,
+                node,
+            } => {
+                for want in wants {
+                    self.remember_node(&want.group, node.clone());
+                    self.demand.acquire(stream, want);
+                }
             }
             Demanded::Touch { want, node } => {
                 self.remember_node(&want.group, node);
@@ -408,7 +414,8 @@ impl RelaySource {
         if let Some((change, problems)) = self.cache.take_change() {
             self.problems = problems;
             self.sizes();
-            // Announced once committed.
+            // Resolved in the commit's swap, announced once committed.
+            self.answered.stage(&self.to_announce);
             self.committing.append(&mut self.to_announce);
             return Some(SourceEvent::Change(change));
         }
@@ -473,6 +480,7 @@ impl Source for RelaySource {
             }
             None => ChangeSet::all(Vec::new()),
         };
+        self.answered.stage(&self.to_announce);
         self.committing.append(&mut self.to_announce);
         self.sizes();
         Ok(change)
@@ -515,7 +523,14 @@ impl Source for RelaySource {
             };
             tokio::select! {
                 demanded = self.demanded.recv() => match demanded {
-                    Some(demanded) => self.demanded(demanded),
+                    Some(demanded) => {
+                        self.demanded(demanded);
+                        // What else the streams asked meanwhile, before acting: subscribed
+                        // upstream together.
+                        while let Ok(more) = self.demanded.try_recv() {
+                            self.demanded(more);
+                        }
+                    }
                     // The observer is gone with its server.
                     None => return None,
                 },

@@ -196,3 +196,42 @@ fn a_reconnecting_delta_client_is_not_told_a_pending_name_it_holds_is_removed() 
     assert_eq!(sent.len(), 1);
     assert_eq!((names(&sent[0]), sent[0].removed.len()), (vec!["r0"], 0));
 }
+
+#[test]
+fn names_resolved_with_a_commit_are_answered_with_its_resources_in_one_response() {
+    let store = Store::new();
+    let pending = declare(&store, CLUSTER_LOAD_ASSIGNMENT, "a");
+    let a = PendingName::new(CLUSTER_LOAD_ASSIGNMENT, "a");
+    let ghost = PendingName::new(CLUSTER_LOAD_ASSIGNMENT, "ghost");
+    pending
+        .declare(ghost.clone(), Instant::now() + WAIT)
+        .expect("room for it");
+    let (mut pair, sent) =
+        subscribed::<DeltaMachine>(&store, CLUSTER_LOAD_ASSIGNMENT, &["a", "ghost"]);
+    assert!(sent.is_empty(), "{sent:?}");
+    // The upstream answered both at once: "a" with its resource, "ghost" as missing. Resolved in
+    // the commit's own swap, a stream woken by the commit reads both answers.
+    pending.resolve_with_next_commit([&a, &ghost]);
+    set(&store, CLUSTER_LOAD_ASSIGNMENT, "a", "1");
+    assert!(!pending.is_pending(&a) && !pending.is_pending(&ghost));
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1, "one response: {sent:?}");
+    assert_eq!(names(&sent[0]), ["a"]);
+    assert_eq!(sent[0].removed, ["ghost"]);
+}
+
+#[test]
+fn a_name_staged_for_a_commit_that_never_came_is_not_resolved_by_a_later_one() {
+    let store = Store::new();
+    let pending = declare(&store, CLUSTER_LOAD_ASSIGNMENT, "a");
+    let a = PendingName::new(CLUSTER_LOAD_ASSIGNMENT, "a");
+    pending.resolve_with_next_commit([&a]);
+    // The source's change was refused: it resolves the name itself. Asked again later, the
+    // name is pending anew, and the next commit leaves it so.
+    pending.resolve([&a]);
+    pending
+        .declare(a.clone(), Instant::now() + WAIT)
+        .expect("room for it");
+    set(&store, CLUSTER_LOAD_ASSIGNMENT, "b", "1");
+    assert!(pending.is_pending(&a));
+}

@@ -706,7 +706,15 @@ impl Store {
         }
         let generation = current.generation() + u64::from(count > 0);
         if count > 0 || refreshed {
-            self.swap_in(Snapshot::new(generation, types));
+            let resolved = self.swap_in(Snapshot::new(generation, types));
+            if !resolved.is_empty() {
+                let snapshot = self.snapshot();
+                pending::wake_with(&mut changed, &resolved, |type_url| {
+                    snapshot
+                        .intern_type(type_url)
+                        .unwrap_or_else(|| Arc::from(type_url))
+                });
+            }
             // Notify after the swap: a stream woken by this sees the new state.
             lock_index(&self.inner.index).notify(&changed);
         }
@@ -724,15 +732,28 @@ impl Store {
 
 impl Store {
     /// Makes `snapshot` the current state, with the pending names of the state it replaces
-    /// (they are the source's, not the commit's: see `pending`).
-    fn swap_in(&self, mut snapshot: Snapshot) {
+    /// (they are the source's, not the commit's: see `pending`) but those staged to resolve
+    /// with this commit, which are taken out in the same swap; those names.
+    fn swap_in(&self, mut snapshot: Snapshot) -> Vec<PendingName> {
+        let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let resolved = pending.take_staged();
         let mut current = self
             .inner
             .current
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        snapshot.pending = current.pending.clone();
+        snapshot.pending = if resolved.is_empty() {
+            current.pending.clone()
+        } else {
+            let types = resolved.iter().map(|n| n.type_url.as_str());
+            pending.table_with(current.pending.as_deref(), types, |type_url| {
+                snapshot
+                    .intern_type(type_url)
+                    .unwrap_or_else(|| Arc::from(type_url))
+            })
+        };
         *current = Arc::new(snapshot);
+        resolved
     }
 }
 

@@ -118,6 +118,9 @@ pub(crate) type PendingTable = FastMap<Arc<str>, Arc<TypePending>>;
 pub(crate) struct PendingState {
     entries: BTreeMap<PendingName, Instant>,
     limit: usize,
+    /// Names to resolve with the next commit that changes something
+    /// ([`PendingNames::resolve_with_next_commit`]).
+    staged: Vec<PendingName>,
 }
 
 impl Default for PendingState {
@@ -125,11 +128,42 @@ impl Default for PendingState {
         PendingState {
             entries: BTreeMap::new(),
             limit: DEFAULT_MAX_PENDING,
+            staged: Vec::new(),
         }
     }
 }
 
 impl PendingState {
+    /// Takes the names staged to resolve with this commit out of the set: those of them still
+    /// pending.
+    pub(super) fn take_staged(&mut self) -> Vec<PendingName> {
+        let staged = std::mem::take(&mut self.staged);
+        staged
+            .into_iter()
+            .filter(|n| self.entries.remove(n).is_some())
+            .collect()
+    }
+
+    /// `table` (a snapshot's pending names) with those of `types` as the set holds them now;
+    /// `intern` gives a type URL's shared key.
+    pub(super) fn table_with<'a>(
+        &self,
+        table: Option<&PendingTable>,
+        types: impl IntoIterator<Item = &'a str>,
+        intern: impl Fn(&str) -> Arc<str>,
+    ) -> Option<Arc<PendingTable>> {
+        let mut table: PendingTable = table.cloned().unwrap_or_default();
+        for type_url in types {
+            let pending = self.type_pending(type_url);
+            if pending.is_empty() {
+                table.remove(type_url);
+            } else {
+                table.insert(intern(type_url), Arc::new(pending));
+            }
+        }
+        (!table.is_empty()).then(|| Arc::new(table))
+    }
+
     /// The snapshot's table of `type_url`'s pending names, from the entries.
     fn type_pending(&self, type_url: &str) -> TypePending {
         let mut names: FastMap<Arc<str>, Vec<(ParamSet, Instant)>> = FastMap::default();
@@ -207,8 +241,25 @@ impl PendingNames {
             .filter(|n| state.entries.remove(*n).is_some())
             .cloned()
             .collect();
+        state.staged.retain(|n| !gone.contains(n));
         self.settle(&state, &gone);
         gone.len()
+    }
+
+    /// Resolves `names` with the store's next commit that changes something, in the same swap as
+    /// its resources, their streams woken with its changes: a stream reads the commit's
+    /// resources and these names' resolution at once (a relay's upstream answers some names
+    /// and says others do not exist: one response downstream, as from the upstream). Names not
+    /// pending are left out. A source whose change is refused, or changes nothing, resolves them
+    /// with [`PendingNames::resolve`].
+    pub fn resolve_with_next_commit<'a>(&self, names: impl IntoIterator<Item = &'a PendingName>) {
+        let mut state = self.state();
+        let staged: Vec<PendingName> = names
+            .into_iter()
+            .filter(|n| state.entries.contains_key(*n) && !state.staged.contains(*n))
+            .cloned()
+            .collect();
+        state.staged.extend(staged);
     }
 
     /// Gives up the names whose time passed as of `now` (answered as the store has them: the
@@ -224,6 +275,7 @@ impl PendingNames {
         for name in &gone {
             state.entries.remove(name);
         }
+        state.staged.retain(|n| !gone.contains(n));
         self.settle(&state, &gone);
         gone
     }
@@ -294,21 +346,36 @@ impl PendingNames {
             .current
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        let mut table: PendingTable = current.pending.as_deref().cloned().unwrap_or_default();
-        for type_url in types {
-            let pending = state.type_pending(type_url);
-            if pending.is_empty() {
-                table.remove(type_url);
-            } else {
-                let key = current
-                    .intern_type(type_url)
-                    .unwrap_or_else(|| Arc::from(type_url));
-                table.insert(key, Arc::new(pending));
-            }
-        }
+        let pending = state.table_with(current.pending.as_deref(), types, |type_url| {
+            current
+                .intern_type(type_url)
+                .unwrap_or_else(|| Arc::from(type_url))
+        });
         let mut next = (**current).clone();
-        next.pending = (!table.is_empty()).then(|| Arc::new(table));
+        next.pending = pending;
         *current = Arc::new(next);
+    }
+}
+
+/// `resolved`'s names woken with `changed` (a commit's changes), each type's in its entry.
+pub(super) fn wake_with(
+    changed: &mut Vec<Arc<TypeChange>>,
+    resolved: &[PendingName],
+    intern: impl Fn(&str) -> Arc<str>,
+) {
+    let mut types: Vec<&str> = resolved.iter().map(|n| n.type_url.as_str()).collect();
+    types.sort_unstable();
+    types.dedup();
+    for type_url in types {
+        let names: ChangedNames = resolved
+            .iter()
+            .filter(|n| n.type_url == type_url)
+            .map(|n| (Arc::from(n.name.as_str()), Wake::All))
+            .collect();
+        match changed.iter_mut().find(|c| &**c.type_url() == type_url) {
+            Some(entry) => *entry = Arc::new(entry.with_names(names)),
+            None => changed.push(Arc::new(TypeChange::new(intern(type_url), names, false))),
+        }
     }
 }
 

@@ -91,6 +91,27 @@ impl TypeChange {
             removes,
         }
     }
+
+    /// The type URL.
+    pub(crate) fn type_url(&self) -> &Arc<str> {
+        &self.type_url
+    }
+
+    /// This change with `more` names, waking all (sorted, one entry per name, as `new` takes
+    /// them).
+    pub(crate) fn with_names(&self, more: ChangedNames) -> TypeChange {
+        let mut names = self.names.clone();
+        names.extend(more);
+        names.sort_by(|a, b| a.0.cmp(&b.0));
+        names.dedup_by(|later, first| {
+            let same = later.0 == first.0;
+            if same {
+                first.1.merge(std::mem::replace(&mut later.1, Wake::All));
+            }
+            same
+        });
+        TypeChange::new(self.type_url.clone(), names, self.removes)
+    }
 }
 
 /// Changed names per type URL.
