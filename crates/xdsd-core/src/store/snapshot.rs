@@ -955,6 +955,13 @@ impl Snapshot {
         &self.types
     }
 
+    /// This state with no name pending: what the store holds, as a preview shows it.
+    pub(crate) fn without_pending(&self) -> Snapshot {
+        let mut snapshot = self.clone();
+        snapshot.pending = None;
+        snapshot
+    }
+
     /// The type URL as the store holds it (shared allocation), if the store has that type.
     pub fn intern_type(&self, type_url: &str) -> Option<Arc<str>> {
         self.types.get_key_value(type_url).map(|(k, _)| k.clone())

@@ -163,9 +163,11 @@ fn take(
 /// everything (wildcard): per type, the version and the resources (the variants its parameters
 /// pick). For the admin API's `GET /config`.
 pub(crate) fn preview(ctx: &ServerContext, node: &Node) -> Result<Vec<SotwResponse>, Status> {
+    // What the store holds: a name pending (a relay's, asked upstream) holds back no type here.
     let snapshot = ctx
         .store_for(&prost::Message::encode_to_vec(node))
-        .snapshot();
+        .snapshot()
+        .without_pending();
     let mut types: Vec<Arc<str>> = snapshot.types().map(|t| t.type_url().clone()).collect();
     types.sort();
     let mut answers = Vec::with_capacity(types.len());

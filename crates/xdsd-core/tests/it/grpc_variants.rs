@@ -203,6 +203,25 @@ async fn a_preview_shows_what_a_node_would_receive(mode: Mode) {
         .is_some_and(|c| c.to_string().contains("test")));
     // No parameters: no variant matches.
     assert!(of(&preview(None), CLUSTER_LOAD_ASSIGNMENT).is_empty());
+    // A type pending whole (a relay's wildcard, asked upstream and not answered yet) holds back a client's
+    // clusters, not the preview of what the store holds.
+    server
+        .store
+        .pending_names()
+        .declare(
+            xdsd_core::store::PendingName::new(
+                xdsd_core::types::CLUSTER,
+                xdsd_core::store::WHOLE_TYPE,
+            ),
+            std::time::Instant::now() + std::time::Duration::from_secs(60),
+        )
+        .expect("room for it");
+    let clusters = of(&preview(Some("prod")), xdsd_core::types::CLUSTER);
+    assert_eq!(
+        clusters.len(),
+        1,
+        "the store's clusters, pending name or not"
+    );
 }
 
 protocol_tests! {
