@@ -96,13 +96,38 @@ impl std::fmt::Debug for XdsClient {
 /// driver stops.
 #[derive(Debug)]
 pub struct Events {
-    inner: mpsc::Receiver<Event>,
+    inner: mpsc::Receiver<Vec<Event>>,
+    /// What is left of the last batch taken.
+    batch: std::collections::VecDeque<Event>,
 }
 
 impl Events {
     /// The next event; `None` once the driver stopped.
     pub async fn next(&mut self) -> Option<Event> {
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    /// The next events that came together — a response's updates, removals and the names it
+    /// says do not exist, or a connection's change —, whole: a cache that applies them at once
+    /// never holds a response half applied. `None` once the driver stopped.
+    pub async fn next_batch(&mut self) -> Option<Vec<Event>> {
+        if !self.batch.is_empty() {
+            return Some(self.batch.drain(..).collect());
+        }
         self.inner.recv().await
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        loop {
+            if let Some(event) = self.batch.pop_front() {
+                return Poll::Ready(Some(event));
+            }
+            match self.inner.poll_recv(cx) {
+                Poll::Ready(Some(batch)) => self.batch.extend(batch),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -110,8 +135,15 @@ impl tokio_stream::Stream for Events {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.inner.poll_recv(cx)
+        self.poll_event(cx)
     }
+}
+
+/// Sends what the machine has to tell, in one batch; whether the events' receiver is still
+/// there.
+async fn flush_events(client: &mut Client, events: &mpsc::Sender<Vec<Event>>) -> bool {
+    let batch: Vec<Event> = std::iter::from_fn(|| client.poll_event()).collect();
+    batch.is_empty() || events.send(batch).await.is_ok()
 }
 
 impl XdsClient {
@@ -131,7 +163,13 @@ impl XdsClient {
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (event_tx, inner) = mpsc::channel(1024);
         tokio::spawn(run(options, endpoint, client, command_rx, event_tx));
-        Ok((XdsClient { commands }, Events { inner }))
+        Ok((
+            XdsClient { commands },
+            Events {
+                inner,
+                batch: std::collections::VecDeque::new(),
+            },
+        ))
     }
 
     fn send(&self, command: Command) {
@@ -265,7 +303,7 @@ async fn run(
     endpoint: Endpoint,
     mut client: Client,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    events: mpsc::Sender<Event>,
+    events: mpsc::Sender<Vec<Event>>,
 ) {
     let mut backoff = options.initial_backoff;
     loop {
@@ -281,9 +319,9 @@ async fn run(
             Err(e) => {
                 let reason = format!("cannot connect to {}: {}", options.server, chain(&e));
                 if events
-                    .send(Event::Disconnected {
+                    .send(vec![Event::Disconnected {
                         reason: reason.clone(),
-                    })
+                    }])
                     .await
                     .is_err()
                 {
@@ -302,10 +340,8 @@ async fn run(
                     backoff = options.initial_backoff;
                 }
                 // Flush the machine's events (Disconnected) before waiting.
-                while let Some(event) = client.poll_event() {
-                    if events.send(event).await.is_err() {
-                        return;
-                    }
+                if !flush_events(&mut client, &events).await {
+                    return;
                 }
                 let wait = tokio::time::sleep(jittered(backoff));
                 tokio::pin!(wait);
@@ -342,7 +378,7 @@ async fn connection(
     channel: Channel,
     client: &mut Client,
     commands: &mut mpsc::UnboundedReceiver<Command>,
-    events: &mpsc::Sender<Event>,
+    events: &mpsc::Sender<Vec<Event>>,
 ) -> Exit {
     let (in_tx, mut in_rx) = mpsc::channel::<Incoming>(16);
     let mut readers = JoinSet::new();
@@ -386,10 +422,8 @@ async fn connection(
                 };
             }
         }
-        while let Some(event) = client.poll_event() {
-            if events.send(event).await.is_err() {
-                return Exit::Stop;
-            }
+        if !flush_events(client, events).await {
+            return Exit::Stop;
         }
         let deadline = client.poll_timeout().map(Instant::from_std);
         let timer = async {

@@ -2,6 +2,7 @@
 //! subscriptions over the xDS client, and what the upstream sends is cached and committed to the
 //! store that the relay's own server serves.
 
+use std::collections::BTreeMap;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,8 +93,8 @@ pub struct RelaySource {
     cache: Cache,
     metrics: RelayMetrics,
     demanded: mpsc::UnboundedReceiver<Demanded>,
-    events_tx: mpsc::Sender<(u64, Event)>,
-    events: mpsc::Receiver<(u64, Event)>,
+    events_tx: mpsc::Sender<(u64, Vec<Event>)>,
+    events: mpsc::Receiver<(u64, Vec<Event>)>,
     groups: HashMap<GroupKey, Group>,
     /// Each open group by the id its events carry.
     ids: HashMap<u64, GroupKey>,
@@ -148,6 +149,8 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
 impl RelaySource {
     /// Does what the demand says upstream.
     fn act(&mut self) -> Result<(), String> {
+        // Plain names by group and type: subscribed upstream in one request each.
+        let mut names: BTreeMap<(GroupKey, String), Vec<String>> = BTreeMap::new();
         while let Some(action) = self.demand.poll_action() {
             match action {
                 Action::Subscribe(want) => {
@@ -161,9 +164,10 @@ impl RelaySource {
                                 want.params.clone(),
                             );
                         } else {
-                            group
-                                .client
-                                .subscribe(&want.type_url, vec![want.name.clone()]);
+                            names
+                                .entry((want.group.clone(), want.type_url.clone()))
+                                .or_default()
+                                .push(want.name.clone());
                         }
                     }
                     // A name of a type whose wildcard the group holds, answered and committed,
@@ -180,6 +184,11 @@ impl RelaySource {
                     }
                 }
                 Action::Unsubscribe(want) => self.unsubscribe(want),
+            }
+        }
+        for ((key, type_url), names) in names {
+            if let Some(group) = self.groups.get(&key) {
+                group.client.subscribe(&type_url, names);
             }
         }
         self.sizes();
@@ -253,8 +262,9 @@ impl RelaySource {
         let id = self.next_id;
         let tx = self.events_tx.clone();
         let forward = tokio::spawn(async move {
-            while let Some(event) = events.next().await {
-                if tx.send((id, event)).await.is_err() {
+            // A response's events together: applied at once, never half.
+            while let Some(batch) = events.next_batch().await {
+                if tx.send((id, batch)).await.is_err() {
                     return;
                 }
             }
@@ -274,6 +284,13 @@ impl RelaySource {
         );
         self.connected_gauge();
         Ok(())
+    }
+
+    /// Takes in the events of group stream `id` that came together (one response's).
+    fn upstream_batch(&mut self, id: u64, batch: Vec<Event>) {
+        for event in batch {
+            self.upstream(id, event);
+        }
     }
 
     fn demanded(&mut self, demanded: Demanded) {
@@ -464,7 +481,7 @@ impl Source for RelaySource {
             }
             tokio::select! {
                 event = self.events.recv() => match event {
-                    Some((id, event)) => self.upstream(id, event),
+                    Some((id, batch)) => self.upstream_batch(id, batch),
                     None => break,
                 },
                 _ = tokio::time::sleep_until(deadline) => {
@@ -535,8 +552,8 @@ impl Source for RelaySource {
                     None => return None,
                 },
                 event = self.events.recv() => {
-                    if let Some((id, event)) = event {
-                        self.upstream(id, event);
+                    if let Some((id, batch)) = event {
+                        self.upstream_batch(id, batch);
                     }
                 }
                 _ = timer => {
