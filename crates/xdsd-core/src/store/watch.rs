@@ -8,9 +8,11 @@ use crate::hash::{HashMap, HashSet};
 use crate::params::{Constraints, ParamSet};
 use crate::types::TypeMap;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 
-use tokio::sync::Notify;
+use futures::task::AtomicWaker;
 
 /// Which watchers of a changed name to wake.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,7 +229,12 @@ impl FromIterator<(Arc<str>, HashSet<Arc<str>>)> for Changes {
 /// the stream watches, whatever the update rate.
 #[derive(Default)]
 pub(crate) struct Signal {
-    notify: Notify,
+    /// A change came that wakes the stream, since it last looked ([`Watcher::poll_changed`]).
+    fired: AtomicBool,
+    /// The stream's task, woken when it fires. A flag and a waker rather than a `Notify`: the
+    /// stream polls it at every turn of its loop, without a future made (and dropped) each time
+    /// or a lock taken, and a commit wakes it without one either.
+    task: AtomicWaker,
     dirty: Mutex<Pending>,
     /// The watcher's group (`Store::watcher_in`).
     group: u64,
@@ -255,6 +262,12 @@ impl Signal {
         // A poisoned lock only means another thread panicked while holding it; the map itself is
         // still a valid set of names.
         self.dirty.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the stream (a wake with no one waiting is kept for its next look).
+    fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        self.task.wake();
     }
 }
 
@@ -467,7 +480,7 @@ impl WatchIndex {
             }
             drop(pending);
             if wake {
-                signal.notify.notify_one();
+                signal.fire();
             }
         }
     }
@@ -686,7 +699,20 @@ impl Watcher {
 
     /// Waits until a watched resource changed since the last `take_changes`.
     pub async fn changed(&self) {
-        self.signal.notify.notified().await
+        std::future::poll_fn(|cx| self.poll_changed(cx)).await
+    }
+
+    /// Ready once a watched resource changed since the last time it was ready (or a muted type
+    /// was let go while its changes waited); else pending, and `cx` is woken when one does.
+    /// What [`Watcher::changed`] awaits, for a driver that polls it at every turn of its loop.
+    pub fn poll_changed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        // Registered before the flag is read: a wake in between is not lost.
+        self.signal.task.register(cx.waker());
+        if self.signal.fired.swap(false, Ordering::AcqRel) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 
     /// The names that changed since the last call, per type; empty if none.
@@ -747,15 +773,18 @@ impl Watcher {
         if types.clone().eq(self.muted.iter()) {
             return;
         }
-        let before = std::mem::replace(&mut self.muted, types.cloned().collect());
-        let let_go = before.iter().any(|t| !self.muted.contains(t));
+        // The lists are refilled in place: their room is kept from one change to the next (a
+        // stream mutes and lets go of a type or two at every change).
+        let let_go = self.muted.iter().any(|t| !types.clone().any(|n| n == t));
+        self.muted.clear();
+        self.muted.extend(types.cloned());
         let mut pending = self.signal.dirty();
-        pending.muted = self.muted.clone();
+        pending.muted.clone_from(&self.muted);
         // (Taken with the others, held changes end the hold.)
         let wake = let_go && pending.held;
         drop(pending);
         if wake {
-            self.signal.notify.notify_one();
+            self.signal.fire();
         }
     }
 

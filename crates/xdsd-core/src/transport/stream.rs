@@ -329,8 +329,7 @@ pub(crate) fn run<V: Protocol>(
             }
             requests_first = !requests_first;
             let event = {
-                let changed = s.watcher.changed();
-                tokio::pin!(changed);
+                let watcher = &s.watcher;
                 std::future::poll_fn(|cx| {
                     if Pin::new(&mut down).poll(cx).is_ready() {
                         return Poll::Ready(Event::Down);
@@ -348,7 +347,7 @@ pub(crate) fn run<V: Protocol>(
                             return Poll::Ready(event);
                         }
                     }
-                    if changed.as_mut().poll(cx).is_ready() {
+                    if watcher.poll_changed(cx).is_ready() {
                         return Poll::Ready(Event::Changed);
                     }
                     if !requests_first {
