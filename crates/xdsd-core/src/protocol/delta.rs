@@ -235,7 +235,7 @@ impl Machine for DeltaMachine {
         &request.node_raw
     }
 
-    fn request_type_url(request: &DeltaRequest) -> &str {
+    fn request_type_url(request: &DeltaRequest) -> &super::Text {
         &request.type_url
     }
 
@@ -288,12 +288,18 @@ impl Machine for DeltaMachine {
             self.respond = true;
         }
         let wildcard_before = self.core.wildcard.is_on();
-        let unsubscribe_keys: Vec<(Cow<'_, str>, ParamSetId)> = request_keys(
-            &request.resource_names_unsubscribe,
-            subscribe.default,
-            unsubscribe_locators,
-        )
-        .collect();
+        // (Most requests are ACKs, which unsubscribe from nothing: no list made.)
+        let unsubscribe_keys: Vec<(Cow<'_, str>, ParamSetId)> =
+            if request.resource_names_unsubscribe.is_empty() && unsubscribe_locators.is_empty() {
+                Vec::new()
+            } else {
+                request_keys(
+                    &request.resource_names_unsubscribe,
+                    subscribe.default,
+                    unsubscribe_locators,
+                )
+                .collect()
+            };
         let names_something = request.resource_names_subscribe.len() + subscribe.locators.len() > 0
             || !unsubscribe_keys.is_empty();
         // The names subscribed before, to tell what to (un)watch: only for a request that names

@@ -10,7 +10,9 @@ use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 
 use super::node::ClientNode;
 use super::subscription::Core;
-use super::{Nonce, NonceGen, ParamSetId, RequestKind, Subscribe, SubscriptionChange, Views};
+use super::{
+    Nonce, NonceGen, ParamSetId, RequestKind, Subscribe, SubscriptionChange, Text, Views,
+};
 use crate::store::{Resource, TypeSnapshot};
 
 /// What the session needs of a flavor's per-type state machine.
@@ -72,7 +74,7 @@ pub trait Machine: Send + 'static {
     /// differs from the session's (Envoy repeats it on every request).
     fn node(request: &Self::Request) -> &[u8];
     /// The request's type URL.
-    fn request_type_url(request: &Self::Request) -> &str;
+    fn request_type_url(request: &Self::Request) -> &Text;
     /// (subscribe, unsubscribe) resource locators of a request.
     fn locators(request: &Self::Request) -> (&[ResourceLocator], &[ResourceLocator]);
     /// How many resources a reconnecting client says it already has.

@@ -326,13 +326,26 @@ pub struct Nonce {
 
 impl From<u64> for Nonce {
     fn from(n: u64) -> Nonce {
-        use std::io::Write as _;
+        // The digits written from the last (one per response: `fmt`'s machinery cost more than
+        // the rest of the nonce's uses together). u64::MAX has 20 digits: they always fit.
+        let mut end = [0u8; 20];
+        let mut at = end.len();
+        let mut rest = n;
+        loop {
+            at -= 1;
+            end[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let len = end.len() - at;
         let mut digits = [0u8; 20];
-        let mut rest = &mut digits[..];
-        // u64::MAX has 20 digits: the write always fits.
-        let _ = write!(rest, "{n}");
-        let len = (20 - rest.len()) as u8;
-        Nonce { digits, len }
+        digits[..len].copy_from_slice(&end[at..]);
+        Nonce {
+            digits,
+            len: len as u8,
+        }
     }
 }
 
@@ -340,15 +353,22 @@ impl Nonce {
     /// The nonce as text.
     pub fn as_str(&self) -> &str {
         // Only ASCII digits are ever written (`From<u64>`).
-        std::str::from_utf8(&self.digits[..usize::from(self.len)]).unwrap_or_default()
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+
+    /// The nonce's digits.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.digits[..usize::from(self.len)]
     }
 }
 
 str_like!(Nonce);
 
+/// Compared as bytes: a request's nonce is matched against the last one sent at every ACK, and
+/// neither needs its UTF-8 checked for it (a nonce that is not UTF-8 is no nonce xdsd sent).
 impl PartialEq<Text> for Nonce {
     fn eq(&self, other: &Text) -> bool {
-        self.as_str() == other.as_str()
+        self.as_bytes() == &other.as_bytes()[..]
     }
 }
 

@@ -287,21 +287,27 @@ impl<M: Machine> Session<M> {
                 identity: binding.identity.to_string(),
             });
         }
+        // The type URL is matched as bytes (every ACK names it): its text is read, with its
+        // UTF-8 check, only for a type the session does not have yet.
         let requested = M::request_type_url(request);
+        let bytes = &requested.as_bytes()[..];
         let type_url: Arc<str> = match &self.fixed {
-            Some(t) if requested.is_empty() || requested == &**t => t.clone(),
+            Some(t) if bytes.is_empty() || bytes == t.as_bytes() => t.clone(),
             Some(t) => {
                 return Err(SessionError::WrongType {
                     serves: t.to_string(),
-                    requested: requested.to_owned(),
+                    requested: requested.to_string(),
                 })
             }
-            None if requested.is_empty() => return Err(SessionError::MissingTypeUrl),
-            None => match self.types.get_key_value(requested) {
+            None if bytes.is_empty() => return Err(SessionError::MissingTypeUrl),
+            None => match self.types.iter().find(|(t, _)| t.as_bytes() == bytes) {
                 Some((t, _)) => t.clone(),
-                None => snapshot
-                    .intern_type(requested)
-                    .unwrap_or_else(|| requested.into()),
+                None => {
+                    let requested = requested.as_str();
+                    snapshot
+                        .intern_type(requested)
+                        .unwrap_or_else(|| requested.into())
+                }
             },
         };
         if self.refuse_secrets && *type_url == *types::SECRET {
@@ -473,6 +479,10 @@ impl<M: Machine> Session<M> {
         &mut self,
         locators: &[ResourceLocator],
     ) -> Result<Vec<(String, ParamSetId)>, SessionError> {
+        // (Nearly every request names none: no fallible collect for nothing.)
+        if locators.is_empty() {
+            return Ok(Vec::new());
+        }
         locators
             .iter()
             .map(|l| {

@@ -298,7 +298,7 @@ impl Machine for SotwMachine {
         &request.node_raw
     }
 
-    fn request_type_url(request: &SotwRequest) -> &str {
+    fn request_type_url(request: &SotwRequest) -> &super::Text {
         &request.type_url
     }
 

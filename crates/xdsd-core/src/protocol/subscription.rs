@@ -163,7 +163,7 @@ impl Core {
         if !self.requested() {
             return RequestKind::Initial;
         }
-        if nonce.is_empty() {
+        if nonce.as_bytes().is_empty() {
             return RequestKind::Update;
         }
         let latest = self.last_nonce.is_some_and(|last| last == *nonce);

@@ -342,7 +342,11 @@ impl Track {
         now: Instant,
     ) -> Option<Duration> {
         let t = self.track(type_url, true);
-        let latest = t.status.last_sent.as_ref().filter(|s| s.nonce == nonce);
+        let latest = t
+            .status
+            .last_sent
+            .as_ref()
+            .filter(|s| s.nonce.as_bytes() == nonce.as_bytes());
         let latency = match (latest, t.sent_instant) {
             (Some(_), Some(at)) if t.status.pending => Some(now.saturating_duration_since(at)),
             _ => None,

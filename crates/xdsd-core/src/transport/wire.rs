@@ -132,8 +132,18 @@ impl Body for SotwResponse {
         string_len(&self.version_info)
             + resources
             + string_len(&self.type_url)
-            + string_len(&self.nonce)
+            + bytes_len(self.nonce.as_bytes())
             + control_plane_len(self.control_plane)
+    }
+}
+
+/// Encoded length of a string field of these bytes (left out when empty, as `string_len`): a
+/// nonce's digits are read as bytes, with no UTF-8 check.
+fn bytes_len(value: &[u8]) -> usize {
+    if value.is_empty() {
+        0
+    } else {
+        field_len(value.len())
     }
 }
 
@@ -222,7 +232,7 @@ impl Body for DeltaResponse {
                 .map(|n| field_len(n.len()))
                 .sum::<usize>()
             + string_len(&self.type_url)
-            + string_len(&self.nonce)
+            + bytes_len(self.nonce.as_bytes())
             + control_plane_len(self.control_plane)
             + self
                 .removed
@@ -234,8 +244,9 @@ impl Body for DeltaResponse {
 
 /// One piece of a response on the wire, in order (see [`Pieces`]).
 pub(crate) enum Piece<'a> {
-    /// A string field, left out when empty (proto3).
-    Str(u32, &'a str),
+    /// A string field, left out when empty (proto3); its bytes (a nonce's are not checked as
+    /// UTF-8 to be written).
+    Str(u32, &'a [u8]),
     /// A length-delimited field of this stream's (copied).
     Field(u32, &'a [u8]),
     /// A length-delimited field computed for this response.
@@ -262,7 +273,7 @@ impl Pieces for SotwResponse {
             SotwResources::Some(list) => list.len(),
         };
         Some(match i {
-            0 => Piece::Str(VERSION_INFO, &self.version_info),
+            0 => Piece::Str(VERSION_INFO, self.version_info.as_bytes()),
             i if i <= resources => match &self.resources {
                 SotwResources::All(t) => Piece::Raw(t.sotw_body(self.encoding)),
                 SotwResources::Some(list) => {
@@ -270,8 +281,8 @@ impl Pieces for SotwResponse {
                 }
             },
             i => match i - resources {
-                1 => Piece::Str(TYPE_URL, &self.type_url),
-                2 => Piece::Str(NONCE, &self.nonce),
+                1 => Piece::Str(TYPE_URL, self.type_url.as_bytes()),
+                2 => Piece::Str(NONCE, self.nonce.as_bytes()),
                 3 if self.control_plane => Piece::Field(CONTROL_PLANE_FIELD, &CONTROL_PLANE),
                 _ => return None,
             },
@@ -293,7 +304,7 @@ impl Pieces for DeltaResponse {
             }
         };
         if part(1).is_some() {
-            return Some(Piece::Str(SYSTEM_VERSION_INFO, &self.system_version_info));
+            return Some(Piece::Str(SYSTEM_VERSION_INFO, self.system_version_info.as_bytes()));
         }
         if let Some(whole) = &self.whole {
             if part(1).is_some() {
@@ -312,10 +323,10 @@ impl Pieces for DeltaResponse {
             return Some(Piece::Owned(DELTA_RESOURCES, entry));
         }
         if part(1).is_some() {
-            return Some(Piece::Str(DELTA_TYPE_URL, &self.type_url));
+            return Some(Piece::Str(DELTA_TYPE_URL, self.type_url.as_bytes()));
         }
         if part(1).is_some() {
-            return Some(Piece::Str(DELTA_NONCE, &self.nonce));
+            return Some(Piece::Str(DELTA_NONCE, self.nonce.as_bytes()));
         }
         if let Some(k) = part(self.removed.len()) {
             return Some(Piece::Field(REMOVED_RESOURCES, self.removed[k].as_bytes()));
@@ -397,7 +408,11 @@ impl<R: Pieces> Chunks<R> {
             };
             self.next += 1;
             match piece {
-                Piece::Str(tag, value) => string_field(tag, value, &mut buf),
+                Piece::Str(tag, value) => {
+                    if !value.is_empty() {
+                        put_length_delimited(&mut buf, tag, value)
+                    }
+                }
                 Piece::Field(tag, value) => put_length_delimited(&mut buf, tag, value),
                 Piece::Owned(tag, value) => put_length_delimited(&mut buf, tag, &value),
                 Piece::Shared(tag, value) if value.len() < COPY_BELOW => {
