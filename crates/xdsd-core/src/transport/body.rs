@@ -19,20 +19,24 @@ use super::wire::{Chunks, Pieces};
 /// What a stream's driver hands to its body: a response, or the status the stream ends with.
 /// Boxed, so that the channel's node for the one in flight is small.
 pub(crate) type Item<R> = Box<Result<R, Status>>;
-/// The driver's end of the channel to its body. The channel holds one item (the driver hands
-/// over the next response once the body took the last); it is futures' rather than tokio's,
-/// whose idle channel keeps a block of 32 slots, about 800 bytes per stream against 250.
+/// The driver's end of the channel to its body. The channel holds two items (the driver hands
+/// over a third response once the body took the first); it is futures' rather than tokio's,
+/// whose idle channel keeps a block of 32 slots, about 800 bytes per stream against 250 (futures'
+/// keeps no slots: a node per item queued).
 pub(crate) type Sender<R> = mpsc::Sender<Item<R>>;
 
-/// A channel from a stream's driver to its body, holding one item: the next response is
-/// computed only when the previous one was taken, so a slow client holds at most one computed
-/// response plus its coalesced dirty names.
+/// A channel from a stream's driver to its body, holding two items: a change that owes two
+/// responses (a Cluster, and the endpoints Envoy warms it with) hands both over in one turn of
+/// the driver (with one, the second waited for the body to take the first: one more wake-up of
+/// the stream per change). Beyond them the next response is computed only when one was taken,
+/// so a slow client holds at most the one being written and two computed responses plus its
+/// coalesced dirty names (and one response in flight per type waits for its ACK anyway).
 pub(crate) fn channel<R>() -> (Sender<R>, mpsc::Receiver<Item<R>>) {
-    // Room for `0 + the number of senders` (one) items.
-    mpsc::channel(0)
+    // Room for `1 + the number of senders` (one) items.
+    mpsc::channel(1)
 }
 
-/// Hands `item` to the body once it took the last one; `Err` when the body is gone. Does not
+/// Hands `item` to the body once the channel has room; `Err` when the body is gone. Does not
 /// wait for the body to take `item` itself (a sink's `send` would, waking the driver once more
 /// per response).
 pub(crate) async fn send<R>(tx: &mut Sender<R>, item: Item<R>) -> Result<(), mpsc::SendError> {
@@ -198,26 +202,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_driver_hands_over_a_response_only_once_the_body_took_the_last() {
+    async fn the_driver_hands_over_two_responses_and_a_third_once_the_body_took_one() {
         use futures::FutureExt as _;
         let (mut tx, rx) = channel::<SotwResponse>();
-        let first = Box::new(Ok(sotw(SotwResources::Some(Default::default()), 1)));
+        let response = |n| Box::new(Ok(sotw(SotwResources::Some(Default::default()), n)));
         assert!(
-            send(&mut tx, first).now_or_never().is_some(),
+            send(&mut tx, response(1)).now_or_never().is_some(),
             "the first goes at once"
         );
-        let second = Box::new(Ok(sotw(SotwResources::Some(Default::default()), 2)));
-        let mut pending = Box::pin(send(&mut tx, second));
+        assert!(
+            send(&mut tx, response(2)).now_or_never().is_some(),
+            "so does the second (a Cluster and the endpoints that warm it, in one turn)"
+        );
+        let mut pending = Box::pin(send(&mut tx, response(3)));
         assert!(
             (&mut pending).now_or_never().is_none(),
-            "the second waits for the body"
+            "the third waits for the body"
         );
         let mut body = ResponseBody::new(rx);
         let frame = body.frame().await.expect("a frame").expect("data");
         assert!(frame.is_data(), "the first response is written");
         assert!(
             pending.now_or_never().expect("taken").is_ok(),
-            "then the second goes"
+            "then the third goes"
         );
     }
 
