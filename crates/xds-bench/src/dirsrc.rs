@@ -567,13 +567,36 @@ fn spawn_logged(
     Ok((child, pid, stderr))
 }
 
+/// A command to run the relays under (`valgrind --tool=callgrind`, BENCHMARKS.md stop 39), as
+/// `XDS_BENCH_SERVER_WRAPPER` runs the bench's own server processes.
+pub const RELAY_WRAPPER_VAR: &str = "XDS_BENCH_RELAY_WRAPPER";
+
+/// A command to run the `xdsd serve` an adapter starts under (xdsd-dir, xdsd-etcd, the relays'
+/// upstream).
+pub const XDSD_WRAPPER_VAR: &str = "XDS_BENCH_XDSD_WRAPPER";
+
+/// `bin`, run under the command of the environment variable `var` when it is set (its words:
+/// the program, then its arguments, then `bin`).
+fn wrapped(var: &str, bin: &Path) -> tokio::process::Command {
+    let wrapper = std::env::var(var).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(words).arg(bin);
+            cmd
+        }
+        None => tokio::process::Command::new(bin),
+    }
+}
+
 /// Starts `xdsd relay --upstream UPSTREAM --listen 127.0.0.1:0` (its log forwarded to ours) and
 /// waits for its address: its process, address and pid.
 async fn start_relay(
     xdsd_bin: &Path,
     upstream: &str,
 ) -> anyhow::Result<(tokio::process::Child, String, u32)> {
-    let mut cmd = tokio::process::Command::new(xdsd_bin);
+    let mut cmd = wrapped(RELAY_WRAPPER_VAR, xdsd_bin);
     cmd.args(["relay", "--upstream", upstream])
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "off"])
         .args(["--log-level", "info"]);
@@ -636,7 +659,7 @@ pub(crate) async fn start_xdsd(
     xdsd_bin: &Path,
     source: &[&std::ffi::OsStr],
 ) -> anyhow::Result<Started> {
-    let mut cmd = tokio::process::Command::new(xdsd_bin);
+    let mut cmd = wrapped(XDSD_WRAPPER_VAR, xdsd_bin);
     cmd.arg("serve")
         .args(source)
         .args(["--listen", "127.0.0.1:0", "--log-level", "info"])

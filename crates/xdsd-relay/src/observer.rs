@@ -3,8 +3,9 @@
 //! a type or names of it, in the group of the client's node — and what it no longer asks for.
 //!
 //! What a request asks is read from the request in place ([`xdsd_core::Asked`]); the observer
-//! keeps per stream and type the wildcard and the names held, so a SotW request that repeats its
-//! list (every ACK) costs a lookup per name and nothing is sent. What it keeps is bounded by what
+//! keeps per stream and type the wildcard and the names held. A SotW request that repeats its
+//! stream's list (every ACK) is passed over untouched when the session says so
+//! ([`xdsd_core::Asked::repeats`]), else known by its digest; nothing is sent for it. What it keeps is bounded by what
 //! the server lets a stream subscribe (its limit on names) times the streams it admits.
 //!
 //! A resource locator (a name with dynamic parameters of its own, xRFC TP2) is asked upstream
@@ -253,6 +254,12 @@ impl StreamObserver for RelayObserver {
                 });
             }
             self.hold_for(&wants);
+            return Ok(());
+        }
+        if event.asked.repeats() {
+            // The session found the stream's last list of the type again (every SotW ACK):
+            // what the stream asks is what it asked, and nothing is looked up (S10: the relay's
+            // costliest work of its own per change, a request per stream).
             return Ok(());
         }
         let (added, dropped) = {

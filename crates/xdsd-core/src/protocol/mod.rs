@@ -451,6 +451,9 @@ pub struct SubscriptionChange {
     /// empty (nothing is watched by name); when it stops, `added` holds every subscribed name, to
     /// be watched by name again.
     pub dense: Option<bool>,
+    /// The request stated the same list as the type's last one (a SotW ACK that repeats its
+    /// subscription): nothing changed, and an observer of the streams need not read it again.
+    pub repeated: bool,
 }
 
 /// Whether a subscription to `names` names (keys) of a type the store holds `total` names of is

@@ -105,6 +105,7 @@ pub struct Asked<'a> {
     pub(crate) unsubscribe_locators: &'a [ResourceLocator],
     pub(crate) whole: bool,
     pub(crate) wildcard: Option<bool>,
+    pub(crate) repeats: bool,
 }
 
 impl<'a> Asked<'a> {
@@ -149,6 +150,15 @@ impl<'a> Asked<'a> {
         self.wildcard
     }
 
+    /// Whether the stream's session found that this request states what the stream's last
+    /// request of the type stated (a SotW ACK that repeats its subscription, as nearly every
+    /// one does): an observer that keeps the stream's subscription has nothing to read, not
+    /// even [`Asked::digest`]. `false` says nothing (a delta request, a one-shot request, a
+    /// stream's first request of the type, a stale one).
+    pub fn repeats(&self) -> bool {
+        self.repeats
+    }
+
     /// A digest of what this request states: its names and locators as sent, the ones it
     /// unsubscribes from, and the wildcard flag. Two requests that state the same lists in the
     /// same order have the same digest, so an observer that keeps it tells a SotW request that
@@ -181,6 +191,7 @@ impl<'a> Asked<'a> {
             unsubscribe_locators: &[],
             whole: true,
             wildcard,
+            repeats: false,
         }
     }
 
@@ -196,6 +207,7 @@ impl<'a> Asked<'a> {
             unsubscribe_locators: &request.resource_locators_unsubscribe,
             whole: false,
             wildcard,
+            repeats: false,
         }
     }
 }

@@ -449,7 +449,10 @@ impl<V: Protocol> Stream<V> {
                 RequestKind::Initial => handled.initial_versions,
                 _ => 0,
             },
-            asked: V::asked(&request, handled.change.wildcard),
+            asked: Asked {
+                repeats: handled.change.repeated,
+                ..V::asked(&request, handled.change.wildcard)
+            },
         };
         self.ctx.observers.request(&mut self.observed, &seen)?;
         self.names.set(self.session.subscribed_names())?;

@@ -430,7 +430,7 @@ async fn the_record_of_a_client_that_csds_shows_is_what_an_observer_is_told() {
     server.stop().await;
 }
 
-/// Records what each request asks: `whole names -unsubscribed locators wildcard`.
+/// Records what each request asks: `whole names -unsubscribed locators wildcard repeats`.
 struct AskedRecorder(mpsc::UnboundedSender<String>);
 
 impl StreamObserver for AskedRecorder {
@@ -446,11 +446,12 @@ impl StreamObserver for AskedRecorder {
             })
             .collect();
         let _ = self.0.send(format!(
-            "whole={} names={:?} unsubscribed={:?} locators={locators:?} wildcard={:?}",
+            "whole={} names={:?} unsubscribed={:?} locators={locators:?} wildcard={:?} repeats={}",
             a.is_whole(),
             a.names().collect::<Vec<_>>(),
             a.unsubscribed_names().collect::<Vec<_>>(),
             a.wildcard(),
+            a.repeats(),
         ));
         Ok(())
     }
@@ -478,14 +479,34 @@ async fn an_observer_is_told_the_names_locators_and_wildcard_each_request_asks()
         .unwrap();
     assert_eq!(
         next(&mut events).await,
-        "whole=true names=[] unsubscribed=[] locators=[] wildcard=Some(true)"
+        "whole=true names=[] unsubscribed=[] locators=[] wildcard=Some(true) repeats=false"
     );
     let mut named = request("alpha", Some(&first), None);
     named.resource_names = vec!["a".into(), "b".into()];
+    tx.send(named.clone()).await.unwrap();
+    assert_eq!(
+        next(&mut events).await,
+        r#"whole=true names=["a", "b"] unsubscribed=[] locators=[] wildcard=Some(false) repeats=false"#
+    );
+    // The ACK of its answer states the same list: the session says it repeats (an observer
+    // that keeps the stream's subscription has nothing to read); a list changed again does not.
+    let answer = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    named.version_info = answer.version_info.clone();
+    named.response_nonce = answer.nonce.clone();
+    tx.send(named.clone()).await.unwrap();
+    assert_eq!(
+        next(&mut events).await,
+        r#"whole=true names=["a", "b"] unsubscribed=[] locators=[] wildcard=None repeats=true"#
+    );
+    named.resource_names = vec!["a".into()];
     tx.send(named).await.unwrap();
     assert_eq!(
         next(&mut events).await,
-        r#"whole=true names=["a", "b"] unsubscribed=[] locators=[] wildcard=Some(false)"#
+        r#"whole=true names=["a"] unsubscribed=[] locators=[] wildcard=None repeats=false"#
     );
 
     // Delta: what a request adds and removes, with its locators.
@@ -509,7 +530,7 @@ async fn an_observer_is_told_the_names_locators_and_wildcard_each_request_asks()
     .unwrap();
     assert_eq!(
         next(&mut events).await,
-        r#"whole=false names=["*", "a"] unsubscribed=[] locators=["c[(\"env\", \"prod\")]"] wildcard=Some(true)"#
+        r#"whole=false names=["*", "a"] unsubscribed=[] locators=["c[(\"env\", \"prod\")]"] wildcard=Some(true) repeats=false"#
     );
     let sent = tokio::time::timeout(WAIT, delta.message())
         .await
@@ -526,7 +547,7 @@ async fn an_observer_is_told_the_names_locators_and_wildcard_each_request_asks()
     .unwrap();
     assert_eq!(
         next(&mut events).await,
-        r#"whole=false names=[] unsubscribed=["a", "*"] locators=[] wildcard=Some(false)"#
+        r#"whole=false names=[] unsubscribed=["a", "*"] locators=[] wildcard=Some(false) repeats=false"#
     );
     drop((tx, dtx));
     server.stop().await;

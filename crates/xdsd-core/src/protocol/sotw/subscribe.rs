@@ -33,7 +33,10 @@ impl SotwMachine {
     ) -> SubscriptionChange {
         let digest = names_digest(requested, subscribe);
         if self.last_names == Some(digest) {
-            return SubscriptionChange::default();
+            return SubscriptionChange {
+                repeated: true,
+                ..SubscriptionChange::default()
+            };
         }
         self.last_names = Some(digest);
         let (wildcard, names) = self.listed(requested, subscribe, current);
