@@ -353,7 +353,10 @@ impl TypeState {
 
     /// The names and aliases of what is held: the subscriptions it answers.
     fn held_names_and_aliases(&self) -> BTreeSet<&str> {
-        self.held.values().flat_map(|h| h.resource.names()).collect()
+        self.held
+            .values()
+            .flat_map(|h| h.resource.names())
+            .collect()
     }
 
     fn holds(&self, name: &str) -> bool {

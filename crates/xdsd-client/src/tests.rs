@@ -1200,7 +1200,8 @@ fn a_resource_is_taken_for_a_subscription_to_one_of_its_aliases() {
     p.advance(DEFAULT_DOES_NOT_EXIST_TIMEOUT * 2);
     assert!(missing(&p.news()).is_empty());
     // The alias unsubscribed: the resource is no longer wanted.
-    p.client.unsubscribe(types::VIRTUAL_HOST, "rc/backend.example");
+    p.client
+        .unsubscribe(types::VIRTUAL_HOST, "rc/backend.example");
     assert!(p.names(types::VIRTUAL_HOST).is_empty());
 }
 

@@ -48,6 +48,9 @@ pub struct ResourceInput {
     pub origin: Option<String>,
     /// How long a client may keep it without hearing from xdsd (spec "TTL"); `None`: forever.
     pub ttl: Option<Duration>,
+    /// Other names delta clients may ask for it by (VHDS: a virtual host's
+    /// `ROUTE_CONFIG/DOMAIN`), sent with it in `aliases`: what a relay's upstream said.
+    pub aliases: Vec<String>,
 }
 
 impl ResourceInput {
@@ -60,6 +63,7 @@ impl ResourceInput {
             constraints: None,
             origin: None,
             ttl: None,
+            aliases: Vec::new(),
         }
     }
 
@@ -79,6 +83,13 @@ impl ResourceInput {
     /// `ttl`; xdsd sends heartbeats while it runs.
     pub fn with_ttl(mut self, ttl: Option<Duration>) -> Self {
         self.ttl = ttl;
+        self
+    }
+
+    /// Delta clients may also ask for it by `aliases` (VHDS's `ROUTE_CONFIG/DOMAIN` of a virtual
+    /// host taken from an upstream that derived it).
+    pub fn with_aliases(mut self, aliases: Vec<String>) -> Self {
+        self.aliases = aliases;
         self
     }
 }
@@ -940,7 +951,7 @@ fn build_all(
         build(
             current,
             type_url,
-            parts(input.name, Vec::new(), None, input.value),
+            parts(input.name, input.aliases, None, input.value),
         )?,
     )])
 }
