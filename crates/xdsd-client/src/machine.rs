@@ -109,6 +109,10 @@ pub struct Resource {
     pub type_url: String,
     /// Its name.
     pub name: String,
+    /// Other names it is known by (delta `aliases`: VHDS answers a virtual host asked by
+    /// `ROUTE_CONFIG/DOMAIN` under its own name, with that alias); a subscription to an alias
+    /// is a subscription to the resource.
+    pub aliases: Vec<String>,
     /// Its version: the resource's own (delta, or a SotW `Resource` wrapper), else the
     /// response's.
     pub version: String,
@@ -121,6 +125,11 @@ pub struct Resource {
 }
 
 impl Resource {
+    /// Its name, then its aliases: each name a subscription to it may use.
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        std::iter::once(self.name.as_str()).chain(self.aliases.iter().map(String::as_str))
+    }
+
     /// Whether this variant is the one for `params`: unconstrained, or its constraints match.
     pub fn matches(&self, params: &Params) -> bool {
         self.constraints.as_ref().is_none_or(|c| matches(c, params))
@@ -170,7 +179,8 @@ pub enum Event {
         expired: bool,
     },
     /// A name subscribed to does not exist: the server said so (delta `removed_resources`, a
-    /// full-state SotW response without it) or did not send it within the timeout.
+    /// full-state SotW response without it, a resource without a body that names it among its
+    /// aliases) or did not send it within the timeout.
     DoesNotExist {
         /// The type.
         type_url: String,
@@ -316,13 +326,18 @@ impl TypeState {
         self.wildcard() != Wildcard::Off || !self.subs.is_empty()
     }
 
-    /// Whether a received resource is one the client asked for.
-    fn wants(&self, name: &str, constraints: Option<&DynamicParameterConstraints>) -> bool {
+    /// Whether a received resource is one the client asked for: by its name or by one of its
+    /// aliases.
+    fn wants(&self, resource: &Resource) -> bool {
         if self.wildcard() != Wildcard::Off {
             return true;
         }
-        self.subs_of(name)
-            .any(|key| key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params)))
+        let constraints = resource.constraints.as_ref();
+        resource.names().any(|name| {
+            self.subs_of(name).any(|key| {
+                key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params))
+            })
+        })
     }
 
     fn subs_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Key> + 'a {
@@ -334,6 +349,14 @@ impl TypeState {
 
     fn held_names(&self) -> BTreeSet<&str> {
         self.held.keys().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// The names and aliases of what is held: the subscriptions it answers.
+    fn held_names_and_aliases(&self) -> BTreeSet<&str> {
+        self.held
+            .values()
+            .flat_map(|h| h.resource.names())
+            .collect()
     }
 
     fn holds(&self, name: &str) -> bool {
@@ -558,7 +581,7 @@ impl Client {
         let unwanted: Vec<HeldKey> = state
             .held
             .iter()
-            .filter(|(_, h)| !state.wants(&h.resource.name, h.resource.constraints.as_ref()))
+            .filter(|(_, h)| !state.wants(&h.resource))
             .map(|(k, _)| k.clone())
             .collect();
         for key in unwanted {
@@ -668,7 +691,11 @@ impl Client {
         state.added.clear();
         state.removed.clear();
         state.wildcard_changed = false;
-        let held: BTreeSet<String> = state.held_names().into_iter().map(str::to_owned).collect();
+        let held: BTreeSet<String> = state
+            .held_names_and_aliases()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         for (key, sub) in state.subs.iter_mut() {
             if sub.deadline.is_none() && !sub.missing && !held.contains(&key.name) {
                 sub.deadline = now.checked_add(timeout);

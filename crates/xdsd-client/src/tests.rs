@@ -1145,3 +1145,91 @@ fn full_state_response_that_may_predate_a_new_name_leaves_it_to_the_timer() {
     p.sotw_in(sotw(CLUSTER, "v3", "n3", vec![cluster("a", "3")]));
     assert_eq!(missing(&p.news()), vec!["b"]);
 }
+
+/// A VirtualHost body named `name`.
+fn virtual_host(name: &str) -> Any {
+    use envoy_types::pb::envoy::config::route::v3::VirtualHost;
+    Any {
+        type_url: types::VIRTUAL_HOST.into(),
+        value: VirtualHost {
+            name: name.into(),
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    }
+}
+
+fn aliased(name: &str, aliases: &[&str], body: Option<Any>) -> WireResource {
+    WireResource {
+        aliases: aliases.iter().map(|a| a.to_string()).collect(),
+        ..wire(name, "1", body)
+    }
+}
+
+#[test]
+fn a_resource_is_taken_for_a_subscription_to_one_of_its_aliases() {
+    let mut p = Pair::delta();
+    p.client.connected();
+    p.client
+        .subscribe(types::VIRTUAL_HOST, ["rc/backend.example"])
+        .expect("subscribed");
+    p.delta_request();
+    p.delta_in(delta(
+        types::VIRTUAL_HOST,
+        "n1",
+        vec![aliased(
+            "rc/backend",
+            &["rc/backend.example"],
+            Some(virtual_host("rc/backend")),
+        )],
+        &[],
+    ));
+    let events = p.news();
+    assert_eq!(added_names(&events), ["rc/backend"], "{events:?}");
+    let Some(Event::Update(update)) = events.first() else {
+        panic!("an update: {events:?}");
+    };
+    assert_eq!(update.added[0].aliases, ["rc/backend.example"], "reported");
+    assert_eq!(p.names(types::VIRTUAL_HOST), ["rc/backend"]);
+    // Answered: its does-not-exist timer is stopped, and a reconnect starts none.
+    assert_eq!(p.client.poll_timeout(), None);
+    p.client.disconnected("gone");
+    p.client.connected();
+    p.delta_request();
+    assert_eq!(p.client.poll_timeout(), None);
+    p.advance(DEFAULT_DOES_NOT_EXIST_TIMEOUT * 2);
+    assert!(missing(&p.news()).is_empty());
+    // The alias unsubscribed: the resource is no longer wanted.
+    p.client
+        .unsubscribe(types::VIRTUAL_HOST, "rc/backend.example");
+    assert!(p.names(types::VIRTUAL_HOST).is_empty());
+}
+
+#[test]
+fn a_resource_without_a_body_naming_an_alias_says_the_alias_does_not_exist() {
+    let mut p = Pair::delta();
+    p.client.connected();
+    p.client
+        .subscribe(types::VIRTUAL_HOST, ["rc/nope.example"])
+        .expect("subscribed");
+    p.delta_request();
+    p.delta_in(delta(
+        types::VIRTUAL_HOST,
+        "n1",
+        vec![aliased("rc/nope.example", &["rc/nope.example"], None)],
+        &[],
+    ));
+    let events = p.news();
+    assert_eq!(missing(&events), ["rc/nope.example"], "{events:?}");
+    assert!(p.names(types::VIRTUAL_HOST).is_empty());
+    assert_eq!(p.client.poll_timeout(), None, "no timer left");
+    // Said again: not reported twice.
+    p.delta_request();
+    p.delta_in(delta(
+        types::VIRTUAL_HOST,
+        "n2",
+        vec![aliased("rc/nope.example", &["rc/nope.example"], None)],
+        &[],
+    ));
+    assert!(missing(&p.news()).is_empty());
+}

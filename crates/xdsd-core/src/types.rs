@@ -26,6 +26,21 @@ pub const RUNTIME: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime"
 pub const TYPED_EXTENSION_CONFIG: &str =
     "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
 
+/// The well-known xDS types, in the order people read them (listeners, routes, virtual hosts,
+/// clusters, endpoints, secrets, runtime, extension configs): the order the admin API lists a
+/// client's types in, and the types a relay presents its dynamic parameters for.
+pub const WELL_KNOWN: [&str; 9] = [
+    LISTENER,
+    ROUTE_CONFIGURATION,
+    SCOPED_ROUTE_CONFIGURATION,
+    VIRTUAL_HOST,
+    CLUSTER,
+    CLUSTER_LOAD_ASSIGNMENT,
+    SECRET,
+    RUNTIME,
+    TYPED_EXTENSION_CONFIG,
+];
+
 /// SotW responses for these types carry the complete state of the world: a resource left out of a
 /// response is deleted by the client. The spec names Listener and Cluster; Envoy also applies a
 /// SotW ScopedRouteConfiguration response as the complete set of scopes (it removes scopes missing

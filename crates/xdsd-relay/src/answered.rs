@@ -17,13 +17,14 @@
 //! it is not answered: an answer announced at the same moment is never missed (a name declared
 //! after its answer was resolved would wait for nothing until it expired).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 use xdsd_core::params::ParamSet;
 use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
+use xdsd_core::{ClientNode, NODE_CLUSTER_PARAM};
 
 use crate::demand::Want;
 use crate::group::GroupKey;
@@ -44,30 +45,68 @@ pub(crate) struct Answered {
 #[derive(Debug, Default)]
 struct State {
     answered: HashSet<Want>,
-    /// Declared pending in the store, not resolved yet.
-    declared: HashSet<Want>,
+    /// Declared pending in the store, not resolved yet: each want with the pending names it was
+    /// declared as (one per scope of the clients that asked it, see [`scope`]).
+    declared: HashMap<Want, Vec<PendingName>>,
     /// A refusal by the store's limit was logged (again only once the set had room).
     full_logged: bool,
 }
 
+impl State {
+    /// The pending names declared, all wants together.
+    fn pending(&self) -> usize {
+        self.declared.values().map(Vec::len).sum()
+    }
+}
+
+/// The clients a want asked by a client of `node` is pending for, as the parameters their
+/// parameter set must hold (the store matches a pending name so: [`PendingName::with_params`]).
+/// Only the clients of the group that asked are held, as closely as parameters can say it: a
+/// resource locator's own parameters; a parameters group's parameters; a `cluster` group's
+/// cluster (`xds.node.cluster`, which the parameter set of a client without dynamic parameters
+/// for the type holds); else (a client with dynamic parameters in a `cluster` group, a `node`
+/// group: no parameter names a node) the asking client's own parameter set for the type. The
+/// shared group's wants hold every client (nothing tells its clients apart from a parameters
+/// group's).
+fn scope(want: &Want, node: Option<&ClientNode>) -> ParamSet {
+    if want.is_locator() {
+        return want
+            .params
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+    }
+    match (&want.group, node) {
+        (GroupKey::Default, _) | (GroupKey::Cluster(_) | GroupKey::Node(_), None) => {
+            ParamSet::new()
+        }
+        (GroupKey::Params(params), _) => params
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect(),
+        (GroupKey::Cluster(cluster), Some(node)) => {
+            let set = node.params_for(&want.type_url);
+            if set.get(NODE_CLUSTER_PARAM) == Some(cluster.as_str()) {
+                [(NODE_CLUSTER_PARAM, cluster.as_str())]
+                    .into_iter()
+                    .collect()
+            } else {
+                set.clone()
+            }
+        }
+        (GroupKey::Node(_), Some(node)) => node.params_for(&want.type_url).clone(),
+    }
+}
+
 /// The pending name a want stands for: its type and name (its wildcard: the whole type), for
-/// the clients of its group (with parameters of their own: those; else every client).
-fn pending_name(want: &Want) -> PendingName {
+/// the clients of `scope`.
+fn pending_name(want: &Want, scope: ParamSet) -> PendingName {
     let name = if want.is_wildcard() {
         WHOLE_TYPE
     } else {
         want.name.as_str()
     };
-    let name = PendingName::new(want.type_url.clone(), name);
-    match &want.group {
-        GroupKey::Params(params) => name.with_params(
-            params
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<ParamSet>(),
-        ),
-        GroupKey::Default | GroupKey::Cluster(_) | GroupKey::Node(_) => name,
-    }
+    PendingName::new(want.type_url.clone(), name).with_params(scope)
 }
 
 impl Answered {
@@ -102,21 +141,26 @@ impl Answered {
                     .contains(&Want::wildcard(want.group.clone(), &want.type_url)))
     }
 
-    /// A downstream client asks for `want` at `now`: unless it is answered, it is pending in the
-    /// store until the upstream answers or `wait` passes.
-    pub(crate) fn ask(&self, want: &Want, now: Instant) {
+    /// A downstream client (of `node`, when it sent one) asks for `want` at `now`: unless it is
+    /// answered, it is pending in the store for the clients of its group (see [`scope`]) until
+    /// the upstream answers or `wait` passes.
+    pub(crate) fn ask(&self, want: &Want, node: Option<&ClientNode>, now: Instant) {
         let Some(store) = self.store.get() else {
             return;
         };
         let mut state = self.state();
-        if Self::answered_in(&state, want) || state.declared.contains(want) {
+        if Self::answered_in(&state, want) {
             return;
         }
-        match store.declare(pending_name(want), now + self.wait) {
+        let name = pending_name(want, scope(want, node));
+        if state.declared.get(want).is_some_and(|n| n.contains(&name)) {
+            return;
+        }
+        match store.declare(name.clone(), now + self.wait) {
             Ok(_) => {
-                state.declared.insert(want.clone());
+                state.declared.entry(want.clone()).or_default().push(name);
                 state.full_logged = false;
-                self.metrics.set_pending(state.declared.len());
+                self.metrics.set_pending(state.pending());
             }
             Err(e) => {
                 if !std::mem::replace(&mut state.full_logged, true) {
@@ -124,6 +168,20 @@ impl Answered {
                 }
             }
         }
+    }
+
+    /// The wants declared that `want`'s answer answers: itself, and for a wildcard the names of
+    /// its type in its group.
+    fn answered_by(state: &State, want: &Want) -> Vec<Want> {
+        state
+            .declared
+            .keys()
+            .filter(|w| {
+                *w == want
+                    || (want.is_wildcard() && w.group == want.group && w.type_url == want.type_url)
+            })
+            .cloned()
+            .collect()
     }
 
     /// `wants` are answered by the change about to be committed: what they answer is resolved
@@ -135,22 +193,13 @@ impl Answered {
             return;
         };
         let state = self.state();
-        let mut resolved: Vec<PendingName> = Vec::new();
-        for want in wants {
-            if want.is_wildcard() {
-                resolved.extend(
-                    state
-                        .declared
-                        .iter()
-                        .filter(|w| w.group == want.group && w.type_url == want.type_url)
-                        .map(pending_name),
-                );
-            }
-            if state.declared.contains(want) {
-                resolved.push(pending_name(want));
-            }
-        }
-        store.resolve_with_next_commit(&resolved);
+        let resolved: Vec<&PendingName> = wants
+            .iter()
+            .flat_map(|want| Self::answered_by(&state, want))
+            .filter_map(|w| state.declared.get(&w))
+            .flatten()
+            .collect();
+        store.resolve_with_next_commit(resolved);
     }
 
     /// `wants` are answered and their answer is in the store: no longer pending (a wildcard's
@@ -159,26 +208,14 @@ impl Answered {
         let mut state = self.state();
         let mut resolved: Vec<PendingName> = Vec::new();
         for want in wants {
-            if want.is_wildcard() {
-                let names: Vec<Want> = state
-                    .declared
-                    .iter()
-                    .filter(|w| w.group == want.group && w.type_url == want.type_url)
-                    .cloned()
-                    .collect();
-                for name in names {
-                    state.declared.remove(&name);
-                    resolved.push(pending_name(&name));
-                }
-            }
-            if state.declared.remove(&want) {
-                resolved.push(pending_name(&want));
+            for w in Self::answered_by(&state, &want) {
+                resolved.extend(state.declared.remove(&w).unwrap_or_default());
             }
             state.answered.insert(want);
         }
         if let (Some(store), false) = (self.store.get(), resolved.is_empty()) {
             store.resolve(&resolved);
-            self.metrics.set_pending(state.declared.len());
+            self.metrics.set_pending(state.pending());
         }
     }
 
@@ -186,11 +223,11 @@ impl Answered {
     pub(crate) fn forget(&self, want: &Want) {
         let mut state = self.state();
         state.answered.remove(want);
-        if state.declared.remove(want) {
+        if let Some(names) = state.declared.remove(want) {
             if let Some(store) = self.store.get() {
-                store.resolve([&pending_name(want)]);
+                store.resolve(&names);
             }
-            self.metrics.set_pending(state.declared.len());
+            self.metrics.set_pending(state.pending());
         }
     }
 
@@ -216,19 +253,21 @@ impl Answered {
         if expired.is_empty() {
             return Vec::new();
         }
-        let gone: Vec<Want> = state
-            .declared
-            .iter()
-            .filter(|w| expired.contains(&pending_name(w)))
-            .cloned()
-            .collect();
+        // A want is given up once every scope it was declared for is.
+        let mut gone: Vec<Want> = Vec::new();
+        state.declared.retain(|want, names| {
+            names.retain(|n| !expired.contains(n));
+            if names.is_empty() {
+                gone.push(want.clone());
+            }
+            !names.is_empty()
+        });
         for want in &gone {
-            state.declared.remove(want);
             state.answered.insert(want.clone());
             info!(stream = %want.group, type_url = %want.type_url, name = %want.name, "the upstream did not answer within {:?}: answered with what the relay has", self.wait);
         }
         self.metrics.expired(gone.len());
-        self.metrics.set_pending(state.declared.len());
+        self.metrics.set_pending(state.pending());
         gone
     }
 }
@@ -255,12 +294,12 @@ mod tests {
     fn a_want_asked_before_its_answer_is_pending_until_announced() {
         let store = Store::new();
         let answered = attached(&store);
-        answered.ask(&named("a"), Instant::now());
+        answered.ask(&named("a"), None, Instant::now());
         let pending = store.pending_names();
         assert!(pending.is_pending(&PendingName::new(CDS, "a")));
         answered.announce([named("a")]);
         assert!(pending.is_empty());
-        answered.ask(&named("a"), Instant::now());
+        answered.ask(&named("a"), None, Instant::now());
         assert!(pending.is_empty(), "answered: not pending again");
     }
 
@@ -269,13 +308,13 @@ mod tests {
         let store = Store::new();
         let answered = attached(&store);
         let wildcard = Want::wildcard(GroupKey::Default, CDS);
-        answered.ask(&wildcard, Instant::now());
-        answered.ask(&named("a"), Instant::now());
+        answered.ask(&wildcard, None, Instant::now());
+        answered.ask(&named("a"), None, Instant::now());
         let pending = store.pending_names();
         assert!(pending.is_pending(&PendingName::new(CDS, WHOLE_TYPE)));
         answered.announce([wildcard]);
         assert!(pending.is_empty(), "the name is answered with the type");
-        answered.ask(&named("b"), Instant::now());
+        answered.ask(&named("b"), None, Instant::now());
         assert!(pending.is_empty(), "a name of an answered wildcard");
     }
 
@@ -284,7 +323,7 @@ mod tests {
         let store = Store::new();
         let answered = attached(&store);
         let group = GroupKey::Params([("env".to_owned(), "prod".to_owned())].into());
-        answered.ask(&Want::named(group, CDS, "a"), Instant::now());
+        answered.ask(&Want::named(group, CDS, "a"), None, Instant::now());
         let pending = store.pending_names();
         let prod: ParamSet = [("env", "prod")].into_iter().collect();
         assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(prod)));
@@ -296,7 +335,7 @@ mod tests {
         let store = Store::new();
         let answered = attached(&store);
         let t0 = Instant::now();
-        answered.ask(&named("a"), t0);
+        answered.ask(&named("a"), None, t0);
         assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
         assert!(answered.expire(t0 + WAIT / 2).is_empty());
         assert_eq!(answered.metrics.pending(), 1);
@@ -309,7 +348,7 @@ mod tests {
             ),
             (0, 1)
         );
-        answered.ask(&named("a"), t0 + WAIT);
+        answered.ask(&named("a"), None, t0 + WAIT);
         assert!(store.pending_names().is_empty());
     }
 
@@ -317,13 +356,13 @@ mod tests {
     fn an_unsubscribed_want_is_no_longer_pending_and_is_waited_for_again() {
         let store = Store::new();
         let answered = attached(&store);
-        answered.ask(&named("a"), Instant::now());
+        answered.ask(&named("a"), None, Instant::now());
         answered.forget(&named("a"));
         assert!(store.pending_names().is_empty());
         answered.announce([named("b")]);
         answered.forget(&named("b"));
         assert!(!answered.is_answered(&named("b")));
-        answered.ask(&named("b"), Instant::now());
+        answered.ask(&named("b"), None, Instant::now());
         assert_eq!(store.pending_names().len(), 1);
     }
 
@@ -332,10 +371,69 @@ mod tests {
         let store = Store::new();
         let answered = Answered::new(WAIT, RelayMetrics::new());
         answered.attach(store.pending_names(), 1);
-        answered.ask(&named("a"), Instant::now());
-        answered.ask(&named("b"), Instant::now());
+        answered.ask(&named("a"), None, Instant::now());
+        answered.ask(&named("b"), None, Instant::now());
         let pending = store.pending_names();
         assert_eq!(pending.len(), 1);
         assert!(!pending.is_pending(&PendingName::new(CDS, "b")));
+    }
+
+    fn client(id: &str, cluster: &str) -> ClientNode {
+        let node = envoy_types::pb::envoy::config::core::v3::Node {
+            id: id.into(),
+            cluster: cluster.into(),
+            ..Default::default()
+        };
+        ClientNode::from_node(&node).expect("a valid node")
+    }
+
+    #[test]
+    fn a_want_of_a_cluster_group_is_pending_for_the_clients_of_that_cluster_only() {
+        let store = Store::new();
+        let answered = attached(&store);
+        let group = GroupKey::Cluster("edge".into());
+        let want = Want::named(group, CDS, "a");
+        answered.ask(&want, Some(&client("n1", "edge")), Instant::now());
+        let edge: ParamSet = [(NODE_CLUSTER_PARAM, "edge")].into_iter().collect();
+        let pending = store.pending_names();
+        assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(edge)));
+        assert!(
+            !pending.is_pending(&PendingName::new(CDS, "a")),
+            "not for every client"
+        );
+        // Another client of the cluster: the same scope, declared once.
+        answered.ask(&want, Some(&client("n2", "edge")), Instant::now());
+        assert_eq!(pending.len(), 1);
+        answered.announce([want]);
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_want_of_a_node_group_is_pending_for_the_parameters_of_the_client_that_asked() {
+        let store = Store::new();
+        let answered = attached(&store);
+        let want = Want::named(GroupKey::Node("n1".into()), CDS, "a");
+        let node = client("n1", "edge");
+        answered.ask(&want, Some(&node), Instant::now());
+        let pending = store.pending_names();
+        let own = node.params_for(CDS).clone();
+        assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(own)));
+        assert!(!pending.is_pending(&PendingName::new(CDS, "a")));
+        answered.forget(&want);
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_want_given_up_for_every_scope_it_was_declared_for_is_answered() {
+        let store = Store::new();
+        let answered = attached(&store);
+        let want = Want::named(GroupKey::Node("n1".into()), CDS, "a");
+        let t0 = Instant::now();
+        answered.ask(&want, Some(&client("n1", "edge")), t0);
+        answered.ask(&want, Some(&client("n1", "other")), t0 + WAIT / 2);
+        assert!(answered.expire(t0 + WAIT).is_empty(), "one scope left");
+        assert!(!answered.is_answered(&want));
+        assert_eq!(answered.expire(t0 + WAIT * 2), vec![want.clone()]);
+        assert!(answered.is_answered(&want));
     }
 }

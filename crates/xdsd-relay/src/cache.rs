@@ -33,6 +33,8 @@ struct Cached {
     value: Bytes,
     constraints: Option<DynamicParameterConstraints>,
     ttl: Option<Duration>,
+    /// Its aliases (VHDS: the `ROUTE_CONFIG/DOMAIN`s of a virtual host), stored with it.
+    aliases: Vec<String>,
 }
 
 type Name = (String, String);
@@ -63,6 +65,7 @@ impl Cache {
             value: Bytes::from(resource.body.value.clone()),
             constraints: resource.constraints.clone(),
             ttl: resource.ttl,
+            aliases: resource.aliases.clone(),
         };
         let variant = (group.clone(), encoded(&cached));
         let held = self.entries.entry(key.clone()).or_default();
@@ -120,6 +123,35 @@ impl Cache {
             }
             self.dirty.insert(key);
         }
+    }
+
+    /// The names of the resources of `type_url` that `group` holds under the alias `alias`.
+    pub fn aliased(&self, group: &GroupKey, type_url: &str, alias: &str) -> Vec<String> {
+        let from = (type_url.to_owned(), String::new());
+        self.entries
+            .range(from..)
+            .take_while(|((t, _), _)| t == type_url)
+            .filter(|(_, held)| {
+                held.iter()
+                    .any(|((g, _), c)| g == group && c.aliases.iter().any(|a| a == alias))
+            })
+            .map(|((_, n), _)| n.clone())
+            .collect()
+    }
+
+    /// The aliases `group` holds resource `name` of `type_url` under.
+    pub fn aliases_of(&self, group: &GroupKey, type_url: &str, name: &str) -> Vec<String> {
+        let key = (type_url.to_owned(), name.to_owned());
+        let mut out: Vec<String> = self
+            .entries
+            .get(&key)
+            .into_iter()
+            .flat_map(|held| held.iter().filter(|((g, _), _)| g == group))
+            .flat_map(|(_, c)| c.aliases.iter().cloned())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     /// `group` no longer holds anything of `type_url` but the names `keep` keeps (its wildcard
@@ -195,6 +227,7 @@ impl Cache {
                 ResourceInput::new(key.0.clone(), key.1.clone(), cached.value.clone())
                     .with_constraints(constraints)
                     .with_ttl(cached.ttl)
+                    .with_aliases(cached.aliases.clone())
                     .with_origin(format!("upstream ({group})")),
             );
         }
@@ -231,6 +264,7 @@ mod tests {
                 type_url: CDS.into(),
                 value: body.to_vec(),
             },
+            aliases: Vec::new(),
             constraints: env.map(|v| DynamicParameterConstraints {
                 r#type: Some(Type::Constraint(SingleConstraint {
                     key: "env".into(),
@@ -322,5 +356,29 @@ mod tests {
         cache.take_change();
         cache.put(&GroupKey::Default, &resource("c", b"x", None));
         assert!(cache.take_change().is_none());
+    }
+
+    #[test]
+    fn a_virtual_host_is_stored_with_its_aliases_and_found_by_them() {
+        const VHDS: &str = "type.googleapis.com/envoy.config.route.v3.VirtualHost";
+        let mut cache = Cache::new();
+        let mut r = resource("rc/backend", b"\x0a\x0arc/backend", None);
+        r.type_url = VHDS.into();
+        r.aliases = vec!["rc/backend.example".into()];
+        cache.put(&GroupKey::Default, &r);
+        let (change, _) = cache.take_change().expect("a change");
+        let (_, resources) = inputs(&change);
+        assert_eq!(resources[0].aliases, ["rc/backend.example"]);
+        assert_eq!(
+            cache.aliased(&GroupKey::Default, VHDS, "rc/backend.example"),
+            ["rc/backend"]
+        );
+        assert_eq!(
+            cache.aliases_of(&GroupKey::Default, VHDS, "rc/backend"),
+            ["rc/backend.example"]
+        );
+        assert!(cache
+            .aliased(&params("prod"), VHDS, "rc/backend.example")
+            .is_empty());
     }
 }

@@ -24,19 +24,6 @@ pub type Params = BTreeMap<String, String>;
 /// The node parameter a node's cluster is matched by (xdsd's derived parameters).
 const NODE_CLUSTER_PARAM: &str = "xds.node.cluster";
 
-/// The types a parameters group presents its set for.
-const KNOWN_TYPES: [&str; 9] = [
-    types::LISTENER,
-    types::ROUTE_CONFIGURATION,
-    types::SCOPED_ROUTE_CONFIGURATION,
-    types::VIRTUAL_HOST,
-    types::CLUSTER,
-    types::CLUSTER_LOAD_ASSIGNMENT,
-    types::SECRET,
-    types::RUNTIME,
-    types::TYPED_EXTENSION_CONFIG,
-];
-
 /// How downstream clients are grouped into upstream streams (`--aggregate-by`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AggregateBy {
@@ -126,7 +113,7 @@ pub fn upstream_node(group: &GroupKey, relay: &Node, first: Option<&ClientNode>)
             };
             // The set for every type: a stream of this group carries only the types its
             // clients asked with it.
-            node.dynamic_parameters = KNOWN_TYPES
+            node.dynamic_parameters = types::WELL_KNOWN
                 .iter()
                 .map(|t| ((*t).to_owned(), dynamic.clone()))
                 .collect();

@@ -232,10 +232,10 @@ impl RelayObserver {
     /// Declares `wants` pending in the store unless the upstream answered them: the request is
     /// answered by the server once the upstream answers (see `answered`), not told first that
     /// nothing exists. Nothing waits here.
-    fn hold_for(&self, wants: &[Want]) {
+    fn hold_for(&self, wants: &[Want], node: Option<&ClientNode>) {
         let now = Instant::now();
         for want in wants {
-            self.answered.ask(want, now);
+            self.answered.ask(want, node, now);
         }
     }
 }
@@ -253,7 +253,7 @@ impl StreamObserver for RelayObserver {
                     node: node.cloned(),
                 });
             }
-            self.hold_for(&wants);
+            self.hold_for(&wants, node.map(|n| &**n));
             return Ok(());
         }
         if event.asked.repeats() {
@@ -289,7 +289,7 @@ impl StreamObserver for RelayObserver {
         if !added.is_empty() {
             // Answered when the upstream answers, not told first that nothing exists: pending
             // before the server answers this request.
-            self.hold_for(&added);
+            self.hold_for(&added, node.map(|n| &**n));
             self.send(Demanded::Acquire {
                 stream: event.stream,
                 wants: added,

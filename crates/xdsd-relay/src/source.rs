@@ -230,6 +230,21 @@ impl RelaySource {
                             .iter()
                             .any(|w| constraints.is_none_or(|c| xdsd_client::matches(c, &w.params)))
                 });
+            // A name that was an alias (VHDS): what is held under it leaves with it, unless a
+            // subscription still names it or another of its aliases.
+            for name in self.cache.aliased(&want.group, &want.type_url, &want.name) {
+                let mut names = self.cache.aliases_of(&want.group, &want.type_url, &name);
+                names.push(name.clone());
+                let named = names.iter().any(|n| {
+                    demand
+                        .wants_of(&want.group, &want.type_url, n)
+                        .next()
+                        .is_some()
+                });
+                if !named {
+                    self.cache.remove(&want.group, &want.type_url, &[name]);
+                }
+            }
         }
         if !self.demand.group_used(&want.group) {
             if let Some(group) = self.groups.remove(&want.group) {
@@ -361,14 +376,17 @@ impl RelaySource {
                 self.held = true;
                 for r in update.added.iter().chain(&update.changed) {
                     self.cache.put(&key, r);
-                    self.to_announce
-                        .push(Want::named(key.clone(), &r.type_url, &r.name));
-                    // The resource locators of the name this variant answers.
-                    let locators = self
-                        .demand
-                        .wants_of(&key, &r.type_url, &r.name)
-                        .filter(|w| w.is_locator() && r.matches(&w.params));
-                    self.to_announce.extend(locators.cloned());
+                    // Its name and its aliases (VHDS: asked as `ROUTE_CONFIG/DOMAIN`).
+                    for name in r.names() {
+                        self.to_announce
+                            .push(Want::named(key.clone(), &r.type_url, name));
+                        // The resource locators of the name this variant answers.
+                        let locators = self
+                            .demand
+                            .wants_of(&key, &r.type_url, name)
+                            .filter(|w| w.is_locator() && r.matches(&w.params));
+                        self.to_announce.extend(locators.cloned());
+                    }
                 }
             }
             Event::Removed {
@@ -377,8 +395,12 @@ impl RelaySource {
                 variants,
                 ..
             } => {
+                let aliases: Vec<String> = names
+                    .iter()
+                    .flat_map(|n| self.cache.aliases_of(&key, &type_url, n))
+                    .collect();
                 self.cache.remove_variants(&key, &type_url, &variants);
-                for name in &names {
+                for name in names.iter().chain(&aliases) {
                     self.to_announce
                         .extend(self.demand.wants_of(&key, &type_url, name).cloned());
                 }

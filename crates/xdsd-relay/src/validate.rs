@@ -61,6 +61,7 @@ mod tests {
         xdsd_client::Resource {
             type_url: type_url.into(),
             name: "c".into(),
+            aliases: Vec::new(),
             version: "1".into(),
             body: Any {
                 type_url: body_type.into(),

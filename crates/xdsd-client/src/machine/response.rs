@@ -135,10 +135,11 @@ impl Client {
         // What the response holds: updates and heartbeats, by key.
         let mut updates: BTreeMap<HeldKey, Resource> = BTreeMap::new();
         let mut heartbeats: Vec<(HeldKey, String, Option<Duration>)> = Vec::new();
+        let mut absent: Vec<String> = Vec::new();
         for r in received {
             match r {
                 Received::Resource(resource) => {
-                    if !state.wants(&resource.name, resource.constraints.as_ref()) {
+                    if !state.wants(&resource) {
                         continue;
                     }
                     let key = held_key(&resource);
@@ -151,6 +152,7 @@ impl Client {
                     updates.insert(key, resource);
                 }
                 Received::Heartbeat { key, version, ttl } => heartbeats.push((key, version, ttl)),
+                Received::Absent { names } => absent.extend(names),
             }
         }
         if let Some(validator) = self.validator.as_mut() {
@@ -281,6 +283,19 @@ impl Client {
                 missing.push(name);
             }
         }
+        // Names asked by alias that no resource has: each subscribed one does not exist (once
+        // until it is received, as a timer's).
+        for name in absent {
+            let mut newly = false;
+            for (_, sub) in state.subs.iter_mut().filter(|(k, _)| k.name == name) {
+                newly |= !sub.missing;
+                sub.deadline = None;
+                sub.missing = true;
+            }
+            if newly && !missing.contains(&name) {
+                missing.push(name);
+            }
+        }
         for (key, hb_version, ttl) in heartbeats {
             if let Some(h) = state.held.get_mut(&key) {
                 if h.resource.version == hb_version {
@@ -289,10 +304,11 @@ impl Client {
             }
         }
         for (key, resource) in updates {
+            // Its subscriptions, by its name or an alias.
             for (_, sub) in state
                 .subs
                 .iter_mut()
-                .filter(|(k, _)| k.name == resource.name)
+                .filter(|(k, _)| resource.names().any(|n| n == k.name))
             {
                 sub.deadline = None;
                 sub.missing = false;

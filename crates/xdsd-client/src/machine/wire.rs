@@ -25,9 +25,14 @@ pub(super) fn held_key(resource: &Resource) -> HeldKey {
     )
 }
 
-/// A resource, or a heartbeat of one (no body: renews the TTL of the version named).
+/// A resource, or a heartbeat of one (no body: renews the TTL of the version named), or the
+/// answer to names asked by alias that no resource has (no body, the aliases set: on-demand
+/// VHDS's "not found", which Envoy waits for).
 pub(super) enum Received {
     Resource(Resource),
+    Absent {
+        names: Vec<String>,
+    },
     Heartbeat {
         key: HeldKey,
         version: String,
@@ -64,6 +69,7 @@ pub(super) fn decode_sotw(type_url: &str, version: &str, any: &Any) -> Result<Re
     Ok(Received::Resource(Resource {
         type_url: type_url.to_owned(),
         name,
+        aliases: Vec::new(),
         version: version.to_owned(),
         body: any.clone(),
         constraints: None,
@@ -94,6 +100,13 @@ pub(super) fn decode_wrapper(
         wire.version
     };
     let Some(body) = wire.resource else {
+        if !wire.aliases.is_empty() {
+            let mut names = wire.aliases;
+            if !name.is_empty() && !names.contains(&name) {
+                names.push(name);
+            }
+            return Ok(Received::Absent { names });
+        }
         if name.is_empty() {
             return Err("a heartbeat names no resource".to_owned());
         }
@@ -129,6 +142,7 @@ pub(super) fn decode_wrapper(
     Ok(Received::Resource(Resource {
         type_url: type_url.to_owned(),
         name,
+        aliases: wire.aliases,
         version: resource_version,
         body,
         constraints,

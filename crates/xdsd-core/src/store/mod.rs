@@ -48,6 +48,9 @@ pub struct ResourceInput {
     pub origin: Option<String>,
     /// How long a client may keep it without hearing from xdsd (spec "TTL"); `None`: forever.
     pub ttl: Option<Duration>,
+    /// Other names delta clients may ask for it by (VHDS: a virtual host's
+    /// `ROUTE_CONFIG/DOMAIN`), sent with it in `aliases`: what a relay's upstream said.
+    pub aliases: Vec<String>,
 }
 
 impl ResourceInput {
@@ -60,6 +63,7 @@ impl ResourceInput {
             constraints: None,
             origin: None,
             ttl: None,
+            aliases: Vec::new(),
         }
     }
 
@@ -79,6 +83,13 @@ impl ResourceInput {
     /// `ttl`; xdsd sends heartbeats while it runs.
     pub fn with_ttl(mut self, ttl: Option<Duration>) -> Self {
         self.ttl = ttl;
+        self
+    }
+
+    /// Delta clients may also ask for it by `aliases` (VHDS's `ROUTE_CONFIG/DOMAIN` of a virtual
+    /// host taken from an upstream that derived it).
+    pub fn with_aliases(mut self, aliases: Vec<String>) -> Self {
+        self.aliases = aliases;
         self
     }
 }
@@ -706,13 +717,10 @@ impl Store {
         }
         let generation = current.generation() + u64::from(count > 0);
         if count > 0 || refreshed {
-            let resolved = self.swap_in(Snapshot::new(generation, types));
+            let (resolved, swapped) = self.swap_in(Snapshot::new(generation, types));
             if !resolved.is_empty() {
-                let snapshot = self.snapshot();
                 pending::wake_with(&mut changed, &resolved, |type_url| {
-                    snapshot
-                        .intern_type(type_url)
-                        .unwrap_or_else(|| Arc::from(type_url))
+                    swapped.type_key(type_url)
                 });
             }
             // Notify after the swap: a stream woken by this sees the new state.
@@ -733,8 +741,9 @@ impl Store {
 impl Store {
     /// Makes `snapshot` the current state, with the pending names of the state it replaces
     /// (they are the source's, not the commit's: see `pending`) but those staged to resolve
-    /// with this commit, which are taken out in the same swap; those names.
-    fn swap_in(&self, mut snapshot: Snapshot) -> Vec<PendingName> {
+    /// with this commit, which are taken out in the same swap; those names, and the snapshot
+    /// swapped in.
+    fn swap_in(&self, mut snapshot: Snapshot) -> (Vec<PendingName>, Arc<Snapshot>) {
         let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
         let resolved = pending.take_staged();
         let mut current = self
@@ -747,13 +756,11 @@ impl Store {
         } else {
             let types = resolved.iter().map(|n| n.type_url.as_str());
             pending.table_with(current.pending.as_deref(), types, |type_url| {
-                snapshot
-                    .intern_type(type_url)
-                    .unwrap_or_else(|| Arc::from(type_url))
+                snapshot.type_key(type_url)
             })
         };
         *current = Arc::new(snapshot);
-        resolved
+        (resolved, current.clone())
     }
 }
 
@@ -829,9 +836,7 @@ fn intern_type(current: &Snapshot, type_url: &str) -> Result<Arc<str>, StoreErro
             type_url: type_url.to_owned(),
         });
     }
-    Ok(current
-        .intern_type(type_url)
-        .unwrap_or_else(|| type_url.into()))
+    Ok(current.type_key(type_url))
 }
 
 /// What one resource is made of, before it is encoded.
@@ -940,7 +945,7 @@ fn build_all(
         build(
             current,
             type_url,
-            parts(input.name, Vec::new(), None, input.value),
+            parts(input.name, input.aliases, None, input.value),
         )?,
     )])
 }

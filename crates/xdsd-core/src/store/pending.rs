@@ -323,9 +323,7 @@ impl PendingNames {
         let mut changed: Vec<Arc<TypeChange>> = Vec::new();
         let snapshot = self.store.snapshot();
         for type_url in types {
-            let type_url: Arc<str> = snapshot
-                .intern_type(type_url)
-                .unwrap_or_else(|| Arc::from(type_url));
+            let type_url = snapshot.type_key(type_url);
             let mut names: ChangedNames = gone
                 .iter()
                 .filter(|n| *n.type_url == *type_url)
@@ -347,9 +345,7 @@ impl PendingNames {
             .write()
             .unwrap_or_else(|e| e.into_inner());
         let pending = state.table_with(current.pending.as_deref(), types, |type_url| {
-            current
-                .intern_type(type_url)
-                .unwrap_or_else(|| Arc::from(type_url))
+            current.type_key(type_url)
         });
         let mut next = (**current).clone();
         next.pending = pending;

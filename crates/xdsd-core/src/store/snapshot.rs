@@ -966,4 +966,11 @@ impl Snapshot {
     pub fn intern_type(&self, type_url: &str) -> Option<Arc<str>> {
         self.types.get_key_value(type_url).map(|(k, _)| k.clone())
     }
+
+    /// The type URL as the store holds it (shared allocation), or a new one for a type the
+    /// store does not have: the key of a change or of pending names of that type.
+    pub(crate) fn type_key(&self, type_url: &str) -> Arc<str> {
+        self.intern_type(type_url)
+            .unwrap_or_else(|| Arc::from(type_url))
+    }
 }

@@ -512,6 +512,27 @@ mod vhds {
     }
 
     #[test]
+    fn a_virtual_host_from_a_source_is_served_with_the_aliases_it_came_with() {
+        let store = Store::new();
+        let host = VirtualHost {
+            name: "rc/web".into(),
+            domains: vec!["a.example".into()],
+            ..Default::default()
+        };
+        store
+            .replace_all([
+                ResourceInput::new(VIRTUAL_HOST, "rc/web", host.encode_to_vec().into())
+                    .with_aliases(vec!["rc/a.example".into()]),
+            ])
+            .unwrap();
+        let snap = store.snapshot();
+        let by_name = snap.resource(VIRTUAL_HOST, "rc/web").unwrap();
+        assert_eq!(by_name.aliases().len(), 1);
+        let by_alias = snap.resource(VIRTUAL_HOST, "rc/a.example").unwrap();
+        assert!(Arc::ptr_eq(by_name, by_alias), "found by its alias");
+    }
+
+    #[test]
     fn setting_route_configuration_a_keeps_the_virtual_hosts_of_route_configuration_a_slash_b() {
         let store = Store::new();
         store

@@ -411,15 +411,11 @@ protocol_tests! {
         one_changed_cluster_of_10000_sends_one_resource_on_delta_and_all_on_sotw,
         reconnect_with_initial_resource_versions_resends_only_what_changed,
         delta_streams_with_the_same_first_subscription_each_change_only_their_own,
+        vhds_delta_virtual_hosts_serves_a_virtual_host_by_domain_alias,
     ],
     direct_only: [
         // How the server's own transport treats a client that stops reading: the relay's
         // downstream is that same server, and a relay coalesces the upstream's changes anyway.
         a_client_that_never_reads_neither_stalls_others_nor_queues_without_bound,
-        // Fails through a relay (a relay gap, docs/relay.md): VHDS virtual hosts asked by
-        // alias are neither matched by the xDS client (it ignores a resource's aliases) nor
-        // cacheable as such (the store makes virtual hosts only from route configurations, and
-        // an xdsd upstream serves those without them).
-        vhds_delta_virtual_hosts_serves_a_virtual_host_by_domain_alias,
     ],
 }

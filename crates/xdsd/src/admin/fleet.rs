@@ -145,21 +145,10 @@ pub fn short_type(type_url: &str) -> &str {
 
 /// The order types are shown in: the well-known ones in xDS order, then the others by URL.
 fn type_rank(type_url: &str) -> (usize, &str) {
-    const ORDER: [&str; 9] = [
-        types::LISTENER,
-        types::ROUTE_CONFIGURATION,
-        types::SCOPED_ROUTE_CONFIGURATION,
-        types::VIRTUAL_HOST,
-        types::CLUSTER,
-        types::CLUSTER_LOAD_ASSIGNMENT,
-        types::SECRET,
-        types::RUNTIME,
-        types::TYPED_EXTENSION_CONFIG,
-    ];
-    let rank = ORDER
+    let rank = types::WELL_KNOWN
         .iter()
         .position(|t| *t == type_url)
-        .unwrap_or(ORDER.len());
+        .unwrap_or(types::WELL_KNOWN.len());
     (rank, type_url)
 }
 

@@ -3,10 +3,12 @@
 //! has not seen by alias (`<route config>/<domain>`): a known domain is routed, a domain that
 //! names no virtual host is answered with a 404 at once (xdsd answers the alias with a body-less
 //! resource carrying it, which is what Envoy waits for), and a domain added later is routed once
-//! the resources directory says so.
+//! the resources directory says so. The same through an `xdsd relay` (the relay asks its
+//! upstream for the alias and caches the virtual host with its aliases).
 
 use std::time::{Duration, Instant};
 
+use crate::support::relay::Relay;
 use crate::support::scenario::{dynamic_bootstrap, Transport};
 use crate::support::{
     http_get, unique_name, Envoy, ResourceDir, Upstream, Xdsd, CLUSTER, LISTENER, ROUTE,
@@ -107,6 +109,17 @@ async fn wait_routed(port: u16, host: &str, body: &str, xdsd: &Xdsd) {
 
 #[tokio::test]
 async fn on_demand_vhds_routes_known_domains_and_answers_an_unknown_domain_with_404_at_once() {
+    on_demand_vhds(false).await;
+}
+
+#[tokio::test]
+async fn on_demand_vhds_through_a_relay_routes_known_domains_and_answers_an_unknown_domain_with_404_at_once(
+) {
+    on_demand_vhds(true).await;
+}
+
+/// Envoy connected to xdsd, or (`relayed`) to a relay of it.
+async fn on_demand_vhds(relayed: bool) {
     let upstream = Upstream::start("vhds-backend").await;
     let dir = ResourceDir::new();
     dir.write("listener.yaml", &listener());
@@ -114,9 +127,14 @@ async fn on_demand_vhds_routes_known_domains_and_answers_an_unknown_domain_with_
     dir.write("route.yaml", &route(&["known.example"]));
     let xdsd = Xdsd::start(&dir.path()).await;
     xdsd.expect_loaded_since(0).await;
+    let relay = match relayed {
+        true => Some(Relay::start(&xdsd.authority(), &[]).await),
+        false => None,
+    };
+    let xds_port = relay.as_ref().map_or(xdsd.port, |r| r.port);
     let envoy = Envoy::start(&dynamic_bootstrap(
         &unique_name("vhds"),
-        xdsd.port,
+        xds_port,
         Transport::DeltaAds,
     ))
     .await;
