@@ -10,9 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 
 use super::node::ClientNode;
 use super::subscription::Core;
-use super::{
-    Nonce, NonceGen, ParamSetId, RequestKind, Subscribe, SubscriptionChange, Text, Views,
-};
+use super::{Nonce, NonceGen, ParamSetId, RequestKind, Subscribe, SubscriptionChange, Text, Views};
 use crate::store::{Resource, TypeSnapshot};
 
 /// What the session needs of a flavor's per-type state machine.

@@ -304,7 +304,10 @@ impl Pieces for DeltaResponse {
             }
         };
         if part(1).is_some() {
-            return Some(Piece::Str(SYSTEM_VERSION_INFO, self.system_version_info.as_bytes()));
+            return Some(Piece::Str(
+                SYSTEM_VERSION_INFO,
+                self.system_version_info.as_bytes(),
+            ));
         }
         if let Some(whole) = &self.whole {
             if part(1).is_some() {
