@@ -69,21 +69,20 @@ impl State {
 /// shared group's wants hold every client (nothing tells its clients apart from a parameters
 /// group's).
 fn scope(want: &Want, node: Option<&ClientNode>) -> ParamSet {
-    if want.is_locator() {
-        return want
-            .params
+    let own = match &want.group {
+        _ if want.is_locator() => Some(&want.params),
+        GroupKey::Params(params) => Some(params),
+        _ => None,
+    };
+    if let Some(params) = own {
+        return params
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
     }
     match (&want.group, node) {
-        (GroupKey::Default, _) | (GroupKey::Cluster(_) | GroupKey::Node(_), None) => {
-            ParamSet::new()
-        }
-        (GroupKey::Params(params), _) => params
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect(),
+        (GroupKey::Default | GroupKey::Params(_), _)
+        | (GroupKey::Cluster(_) | GroupKey::Node(_), None) => ParamSet::new(),
         (GroupKey::Cluster(cluster), Some(node)) => {
             let set = node.params_for(&want.type_url);
             if set.get(NODE_CLUSTER_PARAM) == Some(cluster.as_str()) {

@@ -5,8 +5,9 @@
 //! What a request asks is read from the request in place ([`xdsd_core::Asked`]); the observer
 //! keeps per stream and type the wildcard and the names held. A SotW request that repeats its
 //! stream's list (every ACK) is passed over untouched when the session says so
-//! ([`xdsd_core::Asked::repeats`]), else known by its digest; nothing is sent for it. What it keeps is bounded by what
-//! the server lets a stream subscribe (its limit on names) times the streams it admits.
+//! ([`xdsd_core::Asked::repeats`]), else known by its digest; nothing is sent for it. What it
+//! keeps is bounded by what the server lets a stream subscribe (its limit on names) times the
+//! streams it admits.
 //!
 //! A resource locator (a name with dynamic parameters of its own, xRFC TP2) is asked upstream
 //! as that locator, a want of its own ([`Want::locator`]).

@@ -2,8 +2,7 @@
 //! subscriptions over the xDS client, and what the upstream sends is cached and committed to the
 //! store that the relay's own server serves.
 
-use std::collections::BTreeMap;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -301,6 +300,13 @@ impl RelaySource {
         Ok(())
     }
 
+    /// What is to announce goes with the change about to be committed: resolved in the commit's
+    /// swap, announced once committed.
+    fn stage_for_commit(&mut self) {
+        self.answered.stage(&self.to_announce);
+        self.committing.append(&mut self.to_announce);
+    }
+
     /// Takes in the events of group stream `id` that came together (one response's).
     fn upstream_batch(&mut self, id: u64, batch: Vec<Event>) {
         for event in batch {
@@ -453,9 +459,7 @@ impl RelaySource {
         if let Some((change, problems)) = self.cache.take_change() {
             self.problems = problems;
             self.sizes();
-            // Resolved in the commit's swap, announced once committed.
-            self.answered.stage(&self.to_announce);
-            self.committing.append(&mut self.to_announce);
+            self.stage_for_commit();
             return Some(SourceEvent::Change(change));
         }
         // Answers that changed nothing: the store has them already.
@@ -519,8 +523,7 @@ impl Source for RelaySource {
             }
             None => ChangeSet::all(Vec::new()),
         };
-        self.answered.stage(&self.to_announce);
-        self.committing.append(&mut self.to_announce);
+        self.stage_for_commit();
         self.sizes();
         Ok(change)
     }

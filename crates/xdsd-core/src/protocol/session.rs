@@ -302,12 +302,7 @@ impl<M: Machine> Session<M> {
             None if bytes.is_empty() => return Err(SessionError::MissingTypeUrl),
             None => match self.types.iter().find(|(t, _)| t.as_bytes() == bytes) {
                 Some((t, _)) => t.clone(),
-                None => {
-                    let requested = requested.as_str();
-                    snapshot
-                        .intern_type(requested)
-                        .unwrap_or_else(|| requested.into())
-                }
+                None => snapshot.type_key(requested.as_str()),
             },
         };
         if self.refuse_secrets && *type_url == *types::SECRET {

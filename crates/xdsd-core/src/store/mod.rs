@@ -23,9 +23,11 @@ pub use pending::{PendingError, PendingName, PendingNames, DEFAULT_MAX_PENDING, 
 pub(crate) use pending::{PendingTable, TypePending};
 pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
-pub(crate) use snapshot::{field_len, intern, put_length_delimited, string_field, string_len};
+pub(crate) use snapshot::{
+    bytes_field, bytes_len, field_len, intern, put_length_delimited, string_field, string_len,
+};
 pub use snapshot::{Interner, Snapshot, TypeSnapshot, View};
-use watch::{lock_index, ChangedNames, TypeChange, Wake, WatchIndex};
+use watch::{lock_index, merge_names, ChangedNames, TypeChange, Wake, WatchIndex};
 
 use crate::params::{self, Constraints, VariantError};
 use crate::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};
@@ -669,15 +671,8 @@ impl Store {
                 let wake = Wake::of(differ.map(|r| r.constraints()));
                 mark(&mut variants.iter().chain(before), wake);
             }
-            names.sort_by(|a, b| a.0.cmp(&b.0));
             // One entry per name, waking whom any of its entries wakes.
-            names.dedup_by(|later, first| {
-                let same = later.0 == first.0;
-                if same {
-                    first.1.merge(std::mem::replace(&mut later.1, Wake::All));
-                }
-                same
-            });
+            merge_names(&mut names);
             if names.is_empty() && !refresh {
                 continue;
             }

@@ -888,13 +888,23 @@ pub(crate) fn put_length_delimited(buf: &mut impl BufMut, tag: u32, bytes: &[u8]
 
 /// Writes a string field (`tag` < 16), left out when empty (proto3).
 pub(crate) fn string_field(tag: u32, value: &str, buf: &mut impl BufMut) {
+    bytes_field(tag, value.as_bytes(), buf)
+}
+
+/// A string field given as its bytes (a nonce's digits: no UTF-8 check), as [`string_field`].
+pub(crate) fn bytes_field(tag: u32, value: &[u8], buf: &mut impl BufMut) {
     if !value.is_empty() {
-        put_length_delimited(buf, tag, value.as_bytes());
+        put_length_delimited(buf, tag, value);
     }
 }
 
 /// Encoded length of a string field written by [`string_field`].
 pub(crate) fn string_len(value: &str) -> usize {
+    bytes_len(value.as_bytes())
+}
+
+/// Encoded length of a field written by [`bytes_field`].
+pub(crate) fn bytes_len(value: &[u8]) -> usize {
     if value.is_empty() {
         0
     } else {

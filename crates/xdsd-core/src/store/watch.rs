@@ -104,16 +104,22 @@ impl TypeChange {
     pub(crate) fn with_names(&self, more: ChangedNames) -> TypeChange {
         let mut names = self.names.clone();
         names.extend(more);
-        names.sort_by(|a, b| a.0.cmp(&b.0));
-        names.dedup_by(|later, first| {
-            let same = later.0 == first.0;
-            if same {
-                first.1.merge(std::mem::replace(&mut later.1, Wake::All));
-            }
-            same
-        });
+        merge_names(&mut names);
         TypeChange::new(self.type_url.clone(), names, self.removes)
     }
+}
+
+/// Sorts `names` by name and keeps one entry per name, waking whom any of its entries wakes (as
+/// [`TypeChange::new`] takes them).
+pub(crate) fn merge_names(names: &mut ChangedNames) {
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    names.dedup_by(|later, first| {
+        let same = later.0 == first.0;
+        if same {
+            first.1.merge(std::mem::replace(&mut later.1, Wake::All));
+        }
+        same
+    });
 }
 
 /// Changed names per type URL.

@@ -9,7 +9,10 @@ use prost::{DecodeError, Message};
 
 use crate::protocol::delta::{unresolved_entry, DeltaResponse};
 use crate::protocol::sotw::{SotwResources, SotwResponse};
-use crate::store::{field_len, put_length_delimited, resource_name, string_field, string_len};
+use crate::store::{
+    bytes_field, bytes_len, field_len, put_length_delimited, resource_name, string_field,
+    string_len,
+};
 
 /// A response body that can write itself from pre-encoded pieces.
 pub trait Body: std::fmt::Debug + Send + Sync {
@@ -134,16 +137,6 @@ impl Body for SotwResponse {
             + string_len(&self.type_url)
             + bytes_len(self.nonce.as_bytes())
             + control_plane_len(self.control_plane)
-    }
-}
-
-/// Encoded length of a string field of these bytes (left out when empty, as `string_len`): a
-/// nonce's digits are read as bytes, with no UTF-8 check.
-fn bytes_len(value: &[u8]) -> usize {
-    if value.is_empty() {
-        0
-    } else {
-        field_len(value.len())
     }
 }
 
@@ -411,11 +404,7 @@ impl<R: Pieces> Chunks<R> {
             };
             self.next += 1;
             match piece {
-                Piece::Str(tag, value) => {
-                    if !value.is_empty() {
-                        put_length_delimited(&mut buf, tag, value)
-                    }
-                }
+                Piece::Str(tag, value) => bytes_field(tag, value, &mut buf),
                 Piece::Field(tag, value) => put_length_delimited(&mut buf, tag, value),
                 Piece::Owned(tag, value) => put_length_delimited(&mut buf, tag, &value),
                 Piece::Shared(tag, value) if value.len() < COPY_BELOW => {
