@@ -403,3 +403,19 @@ fn main() -> anyhow::Result<()> {
         None => rt.block_on(run(cli.run)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("3m"), Ok(Duration::from_secs(180)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("3 weeks").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+}

@@ -1282,3 +1282,85 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
     }
     Ok(result)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_by_range() {
+        assert_eq!(Marker::of(1), Marker::Good);
+        assert_eq!(Marker::of(REFUSED_BASE - 1), Marker::Good);
+        assert_eq!(Marker::of(REFUSED_BASE + 7), Marker::Refused);
+        assert_eq!(Marker::of(POISON_BASE + 7), Marker::Poison);
+    }
+
+    #[test]
+    fn metric_sums_a_name_not_its_prefix() {
+        let text = "# HELP x\nxdsd_relay_pending 2\nxdsd_relay_pending_expired_total 9\n\
+            xdsd_relay_upstream_streams{kind=\"a\"} 1\nxdsd_relay_upstream_streams{kind=\"b\"} 2\n";
+        assert_eq!(metric(text, "xdsd_relay_pending"), 2.0);
+        assert_eq!(metric(text, "xdsd_relay_upstream_streams"), 3.0);
+        assert_eq!(metric(text, "xdsd_nothing"), 0.0);
+    }
+
+    #[test]
+    fn slope_of_a_line_and_of_nothing() {
+        let xs = [0.0, 1.0, 2.0, 3.0];
+        let ys = [10.0, 12.0, 14.0, 16.0];
+        assert_eq!(slope(&xs, &ys), Some(2.0));
+        assert_eq!(slope(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0]), None);
+        assert_eq!(slope(&[1.0], &[1.0]), None);
+    }
+
+    #[test]
+    fn percentiles_of_latencies() {
+        let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let p = percentiles(&mut v);
+        assert_eq!(p["n"], 100);
+        assert_eq!(p["max_ms"], 100.0);
+        assert!(percentiles(&mut []).is_null());
+    }
+
+    /// The link the soak cuts: connections through it are closed at the cut, refused while it is
+    /// cut, and pass again once it is restored.
+    #[tokio::test]
+    async fn proxy_cuts_and_restores() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = echo.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = echo.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let proxy = Proxy::start(&target).await.unwrap();
+        let roundtrip = |mut s: tokio::net::TcpStream| async move {
+            s.write_all(b"ping").await.ok()?;
+            let mut buf = [0u8; 4];
+            s.read_exact(&mut buf).await.ok()?;
+            Some((buf, s))
+        };
+        let s = tokio::net::TcpStream::connect(&proxy.addr).await.unwrap();
+        let (got, mut s) = roundtrip(s).await.expect("through the proxy");
+        assert_eq!(&got, b"ping");
+        proxy.cut();
+        let mut buf = [0u8; 4];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the cut closes the connection");
+        assert!(matches!(n, Ok(0) | Err(_)), "closed by the cut");
+        let s = tokio::net::TcpStream::connect(&proxy.addr).await.unwrap();
+        assert!(roundtrip(s).await.is_none(), "refused while cut");
+        proxy.restore();
+        let s = tokio::net::TcpStream::connect(&proxy.addr).await.unwrap();
+        assert!(roundtrip(s).await.is_some(), "passes once restored");
+    }
+}
