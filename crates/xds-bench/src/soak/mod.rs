@@ -814,8 +814,21 @@ impl Soak {
                 continue;
             };
             let base_at = warmup_s.max(first.0 + PROC_WARMUP.as_secs_f64());
-            let base = mine.iter().find(|s| s.0 >= base_at);
-            let end = mine.last();
+            // Each value is the median of a few samples (one every 2 s), so that a client
+            // caught between its old and new connection does not count: over 10 s from the
+            // warm-up's end, and over the settle's last 20 s (every client home, no churn).
+            let window = |from: f64, to: f64| {
+                let w: Vec<&(f64, u32, Sample)> = mine
+                    .iter()
+                    .copied()
+                    .filter(|s| s.0 >= from && s.0 < to)
+                    .collect();
+                let at = w.first().map(|s| s.0)?;
+                Some((at, 0u32, median(&w)))
+            };
+            let settle_s = self.secs(self.settle_start);
+            let base = window(base_at, base_at + 10.0);
+            let end = window(settle_s + 10.0, f64::MAX).or_else(|| mine.last().map(|s| **s));
             let (Some(base), Some(end)) = (base, end) else {
                 out.insert(
                     name.clone(),
@@ -876,6 +889,20 @@ impl Soak {
             );
         }
         Value::Object(out)
+    }
+}
+
+/// Each field's median over the samples.
+fn median(samples: &[&(f64, u32, Sample)]) -> Sample {
+    let mid = |f: fn(&Sample) -> u64| {
+        let mut v: Vec<u64> = samples.iter().map(|s| f(&s.2)).collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    };
+    Sample {
+        rss: mid(|s| s.rss),
+        fds: mid(|s| s.fds),
+        threads: mid(|s| s.threads),
     }
 }
 
@@ -1203,8 +1230,8 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
             );
         }
     }
-    soak.sample_all();
     let counts = soak.check_counts().await;
+    soak.sample_all();
     let leaks = soak.leaks();
     for c in &soak.clients {
         c.leave.store(true, Ordering::Relaxed);
