@@ -95,6 +95,9 @@ const REPLICAS: usize = 2;
 const RELAYS: usize = 2;
 /// A restarted process's own warm-up before its baseline is read.
 const PROC_WARMUP: Duration = Duration::from_secs(20);
+/// The replica and the relay the faults kill (the others live the whole run, so that their leak
+/// figures span it: a restarted process is only held from its own warm-up on).
+const KILLED: usize = 0;
 /// How long after a fault is restored its clients may still be reconnecting.
 const GRACE: Duration = Duration::from_secs(10);
 
@@ -574,7 +577,8 @@ impl Soak {
         let mut explains = Vec::new();
         let (target, after) = match kind {
             FaultKind::ReplicaKill => {
-                let i = round % REPLICAS;
+                // Always replica-0: replica-1 lives the whole run, its leak figures over all of it.
+                let i = KILLED;
                 self.replicas[i].kill9().await?;
                 explains.push((Via::Replica, i));
                 (
@@ -604,7 +608,8 @@ impl Soak {
                 )
             }
             FaultKind::RelayKill => {
-                let j = round % RELAYS;
+                // Always relay-0: relay-1 lives the whole run (its link is cut in turn with relay-0's).
+                let j = KILLED;
                 self.relays[j].kill9().await?;
                 explains.push((Via::Relay, j));
                 (
