@@ -362,12 +362,27 @@ async fn run(
     }
 }
 
+/// An error and its causes, `: `-separated, each said once: a cause whose text its error
+/// already ends with (hyper's `tcp connect error` under tonic's, an I/O error repeated) is
+/// left out.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
+        let text = s.to_string();
+        let parts: Vec<&str> = text.split(": ").collect();
+        // The most leading parts of the cause that `out` already ends with.
+        let said = (1..=parts.len())
+            .rev()
+            .find(|&k| {
+                let head = parts[..k].join(": ");
+                out == head || out.ends_with(&format!(": {head}"))
+            })
+            .unwrap_or(0);
+        for part in &parts[said..] {
+            out.push_str(": ");
+            out.push_str(part);
+        }
         source = s.source();
     }
     out
@@ -595,5 +610,44 @@ mod tests {
             waits.iter().any(|w| *w != waits[0]),
             "jitter: not every wait the same"
         );
+    }
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    fn layers(texts: &[&'static str]) -> Layer {
+        texts
+            .iter()
+            .rev()
+            .fold(None, |below, text| Some(Layer(text, below.map(Box::new))))
+            .expect("a layer")
+    }
+
+    #[test]
+    fn an_error_chain_says_each_cause_once() {
+        let repeated = layers(&[
+            "transport error",
+            "tcp connect error",
+            "tcp connect error: Connection refused",
+            "Connection refused",
+        ]);
+        assert_eq!(
+            chain(&repeated),
+            "transport error: tcp connect error: Connection refused"
+        );
+        let distinct = layers(&["a", "b: c", "d"]);
+        assert_eq!(chain(&distinct), "a: b: c: d");
     }
 }

@@ -165,6 +165,11 @@ impl RelayArgs {
                 .clone()
                 .unwrap_or_else(|| format!("xdsd-relay-{}", hostname())),
             user_agent_name: "xdsd-relay".into(),
+            user_agent_version_type: Some(
+                envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType::UserAgentVersion(
+                    env!("CARGO_PKG_VERSION").into(),
+                ),
+            ),
             ..Default::default()
         };
         let mut prefetch = Vec::new();

@@ -21,7 +21,9 @@ use bytes::Bytes;
 pub use error::{StoreError, VariantRule};
 pub use pending::{PendingError, PendingName, PendingNames, DEFAULT_MAX_PENDING, WHOLE_TYPE};
 pub(crate) use pending::{PendingTable, TypePending};
-pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
+pub use refs::{
+    nearest, references, Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED,
+};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{
     bytes_field, bytes_len, field_len, intern, put_length_delimited, string_field, string_len,

@@ -78,8 +78,10 @@ pub struct Reference {
 }
 
 /// The resources a resource of `type_url` encoded as `value` refers to: each referenced
-/// (type, name) once, with the first field that names it, in field order.
-pub(crate) fn references(type_url: &str, value: &[u8]) -> Vec<Reference> {
+/// (type, name) once, with the first field that names it, in field order. The one walk of the
+/// resource graph: the store's reference check, the status page's graph and `xdsd get`'s
+/// fetch of what the wildcards reference all follow it.
+pub fn references(type_url: &str, value: &[u8]) -> Vec<Reference> {
     let mut out = Refs::default();
     match type_url {
         LISTENER => {
@@ -525,7 +527,7 @@ impl fmt::Display for Dangling {
 
 /// The name of `names` nearest to `missing`, within a third of its length (at least one edit, at
 /// most three; a transposition counts as one), as `did you mean` suggests an unknown field.
-fn nearest<'a>(missing: &str, names: impl Iterator<Item = &'a Arc<str>>) -> Option<Arc<str>> {
+pub fn nearest<'a>(missing: &str, names: impl Iterator<Item = &'a Arc<str>>) -> Option<Arc<str>> {
     let length = missing.chars().count();
     let limit = (length / 3).clamp(1, 3);
     names
