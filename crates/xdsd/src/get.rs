@@ -31,14 +31,17 @@ pub(crate) struct ClientArgs {
     #[arg(value_name = "NAME")]
     names: Vec<String>,
 
-    /// The xDS server: host:port, or an http:// or https:// URL.
+    /// The xDS server: host:port, or an http:// or https:// URL. Several, comma-separated or
+    /// repeated: replicas of one control plane, the next tried when one cannot be reached or is
+    /// lost (resuming without a resend).
     #[arg(
         long,
         value_name = "ADDR",
         default_value = "127.0.0.1:18000",
-        env = "XDSD_GET_SERVER"
+        env = "XDSD_GET_SERVER",
+        value_delimiter = ','
     )]
-    server: String,
+    server: Vec<String>,
 
     /// The node id to ask as.
     #[arg(
@@ -224,7 +227,8 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     };
     config.ads = !args.per_type;
     config.does_not_exist_timeout = args.timeout;
-    let mut options = Options::new(args.server.clone());
+    let mut options =
+        Options::with_servers(args.server.iter().cloned()).context("--server names no server")?;
     options.connect_timeout = args.timeout.min(Duration::from_secs(10));
     if args.tls_ca.is_some() || args.tls_cert.is_some() {
         let read = |flag: &str, path: &Path| {
@@ -338,7 +342,7 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
                 if let Some(code) = fatal_status(&reason) {
                     anyhow::bail!(
                         "{} refused the stream with {code}, which asking again cannot change ({reason})",
-                        c.server
+                        c.server.join(",")
                     );
                 }
                 last_problem = Some(reason);
@@ -350,7 +354,11 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
     // Named resources the server never answered for (a SotW server may say nothing of names
     // it does not have) do not exist; with nothing asked by name, silence is an error.
     if !done && !answered && (!connected || wanted.is_empty()) {
-        let mut message = format!("nothing received from {} in {:?}", c.server, c.timeout);
+        let mut message = format!(
+            "nothing received from {} in {:?}",
+            c.server.join(","),
+            c.timeout
+        );
         if let Some(p) = last_problem {
             message.push_str(&format!(" ({p})"));
         }
@@ -369,7 +377,7 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
         eprintln!(
             "xdsd get: {} {name:?} does not exist on {}",
             short_type(&plan.type_url),
-            c.server
+            c.server.join(",")
         );
     }
     Ok(not_received.is_empty())
@@ -541,7 +549,10 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
         let line = match &event {
-            Event::Connected => format!("connected to {}", c.server),
+            Event::Connected => match c.server.as_slice() {
+                [one] => format!("connected to {one}"),
+                several => format!("connected to one of {}", several.join(",")),
+            },
             Event::Disconnected { reason } => format!("disconnected: {reason}"),
             Event::Update(u) => {
                 let names = |list: &[Resource]| {
