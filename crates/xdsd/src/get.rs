@@ -34,14 +34,17 @@ pub(crate) struct ClientArgs {
     #[arg(value_name = "NAME")]
     names: Vec<String>,
 
-    /// The xDS server: host:port, or an http:// or https:// URL.
+    /// The xDS server: host:port, or an http:// or https:// URL. Several, comma-separated or
+    /// repeated: replicas of one control plane, the next tried when one cannot be reached or is
+    /// lost (resuming without a resend).
     #[arg(
         long,
         value_name = "ADDR",
         default_value = "127.0.0.1:18000",
-        env = "XDSD_GET_SERVER"
+        env = "XDSD_GET_SERVER",
+        value_delimiter = ','
     )]
-    server: String,
+    server: Vec<String>,
 
     /// The node id to ask as.
     #[arg(
@@ -265,7 +268,8 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     };
     config.ads = !args.per_type;
     config.does_not_exist_timeout = args.timeout;
-    let mut options = Options::new(args.server.clone());
+    let mut options =
+        Options::with_servers(args.server.iter().cloned()).context("--server names no server")?;
     options.connect_timeout = args.timeout.min(Duration::from_secs(10));
     if args.tls_ca.is_some() || args.tls_cert.is_some() {
         let read = |flag: &str, path: &Path| {
@@ -448,6 +452,9 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
     let mut held = Held::new();
     let mut last_problem: Option<String> = None;
     let mut connected = false;
+    // Servers that could not be reached before any connection: once each of them has failed,
+    // waiting out the timeout would not change it.
+    let mut unreachable = 0;
     let deadline = tokio::time::Instant::now() + c.timeout;
     let done = loop {
         if !asked.answered.is_empty() && asked.resolved(&held) {
@@ -484,14 +491,20 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
             }
             Event::Disconnected { reason } => {
                 // Before any connection: the server cannot be reached (refused, no route, a
-                // TLS handshake that failed). Waiting out the timeout would not change it.
+                // TLS handshake that failed). Once every server has failed so, waiting out the
+                // timeout would not change it.
                 if !connected {
-                    anyhow::bail!(reason);
+                    unreachable += 1;
+                    if unreachable >= c.server.len() {
+                        anyhow::bail!(reason);
+                    }
+                    last_problem = Some(reason);
+                    continue;
                 }
                 if let Some(code) = fatal_status(&reason) {
                     anyhow::bail!(
                         "{} refused the stream with {code}, which asking again cannot change ({reason})",
-                        c.server
+                        c.server.join(",")
                     );
                 }
                 last_problem = Some(reason);
@@ -504,7 +517,11 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
     // it does not have) do not exist; with nothing asked by name, silence is an error.
     let answered = !asked.answered.is_empty();
     if !done && !answered && (!connected || asked.names.is_empty()) {
-        let mut message = format!("nothing received from {} in {:?}", c.server, c.timeout);
+        let mut message = format!(
+            "nothing received from {} in {:?}",
+            c.server.join(","),
+            c.timeout
+        );
         if let Some(p) = last_problem {
             message.push_str(&format!(" ({p})"));
         }
@@ -526,7 +543,7 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
         if !held.keys().any(|(t, _, _)| t == type_url) {
             eprintln!(
                 "xdsd get: {} sent no {} resource (it has none for node {:?})",
-                c.server,
+                c.server.join(","),
                 short_type(type_url),
                 c.node
             );
@@ -537,7 +554,7 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
         eprintln!(
             "xdsd get: {} {name:?}{referenced} does not exist on {}",
             short_type(type_url),
-            c.server
+            c.server.join(",")
         );
     }
     Ok(not_received.is_empty())
@@ -724,7 +741,10 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
         let line = match &event {
-            Event::Connected => format!("connected to {}", c.server),
+            Event::Connected => match c.server.as_slice() {
+                [one] => format!("connected to {one}"),
+                several => format!("connected to one of {}", several.join(",")),
+            },
             Event::Disconnected { reason } => format!("disconnected: {reason}"),
             Event::Update(u) => {
                 let names = |list: &[Resource]| {

@@ -487,3 +487,18 @@ async fn get_stops_at_once_on_a_status_that_asking_again_cannot_change() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn get_with_several_servers_goes_on_to_the_next_when_one_cannot_be_reached() {
+    let dir = serving(&[("clusters.yaml", CLUSTERS)]);
+    let server = Xdsd::start(&dir.path()).await;
+    // A port nothing listens on, first.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let servers = format!("127.0.0.1:{port},127.0.0.1:{}", server.port);
+    let out = xdsd(&["get", "--server", &servers, "--timeout", "10s", "clusters"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(names(&text(&out.stdout)), vec!["alpha", "beta"]);
+}
