@@ -12,8 +12,9 @@ use crate::canonical::canonical;
 use crate::de::DocSeed;
 use crate::descriptors::type_url_of;
 use crate::error::{Problem, ResourceRef};
-use crate::plan::{DocPlan, Layout, ResourcePlan, CONSTRAINTS_KEY, MATCH_KEY, TTL_KEY};
+use crate::plan::{DocPlan, Layout, ResourcePlan, CONSTRAINTS_KEY, MATCH_KEY, NAME_KEY, TTL_KEY};
 use crate::{Descriptors, ParsedResource, SourceError};
+use xdsd_core::xdstp::{self, XdstpName};
 
 /// File formats, chosen by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,7 +193,7 @@ pub fn declared_names(descriptors: &Descriptors, path: &Path, text: &str) -> Vec
         let Value::Object(map) = value else {
             return;
         };
-        let name = ["name", "cluster_name", "clusterName"]
+        let name = [NAME_KEY, "name", "cluster_name", "clusterName"]
             .iter()
             .find_map(|key| map.get(*key).and_then(Value::as_str));
         let desc = map
@@ -200,7 +201,9 @@ pub fn declared_names(descriptors: &Descriptors, path: &Path, text: &str) -> Vec
             .and_then(Value::as_str)
             .and_then(|t| descriptors.message_for_type_url(t));
         if let (Some(name), Some(desc)) = (name, desc) {
-            out.push((type_url_of(&desc), name.to_owned()));
+            let type_url = type_url_of(&desc);
+            let name = canonical_name(name, &type_url).unwrap_or_else(|_| name.to_owned());
+            out.push((type_url, name));
         }
     };
     for document in &documents {
@@ -281,23 +284,52 @@ fn decode_document<'p>(
 }
 
 fn finish(plan: &ResourcePlan, message: &DynamicMessage) -> Result<ParsedResource, SourceError> {
-    let name = message
-        .get_field(&plan.name_field)
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let field = match plan.name_field.name() {
-        "name" => "name",
-        _ => "cluster_name",
+    let fail = |problem| SourceError::Resource {
+        resource: plan.reference.clone(),
+        problem,
     };
-    if name.is_empty() {
-        return Err(SourceError::Resource {
-            resource: plan.reference.clone(),
-            problem: Problem::EmptyName(field),
-        });
+    let type_url = type_url_of(&plan.desc);
+    let field_name = plan.name_field.as_ref().map(|field| {
+        let name = message
+            .get_field(field)
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let key = match field.name() {
+            "name" => "name",
+            _ => "cluster_name",
+        };
+        (key, name)
+    });
+    let name = match (field_name, &plan.at_name) {
+        (None, Some(at_name)) => at_name.clone(),
+        (Some((key, name)), Some(at_name)) => {
+            // Both: the field may be left out (then `@name` fills it), else it is the same
+            // resource's name.
+            if !name.is_empty() && canonical_name(&name, &type_url).as_deref() != Ok(at_name) {
+                return Err(fail(Problem::Name(format!(
+                    "\"@name\" {at_name:?} is not the resource's `{key}` {name:?}"
+                ))));
+            }
+            at_name.clone()
+        }
+        (Some((key, name)), None) => {
+            if name.is_empty() {
+                return Err(fail(Problem::EmptyName(key)));
+            }
+            canonical_name(&name, &type_url).map_err(|e| fail(Problem::Name(e)))?
+        }
+        (None, None) => {
+            return Err(fail(Problem::Unnamed(plan.desc.full_name().to_owned())));
+        }
+    };
+    let mut message = message.clone();
+    if let (Some(field), Some(at_name)) = (&plan.name_field, &plan.at_name) {
+        // The served message names itself as `@name` does.
+        message.set_field(field, prost_reflect::Value::String(at_name.clone()));
     }
     Ok(ParsedResource {
-        type_url: type_url_of(&plan.desc),
+        type_url,
         name,
         constraints: plan.constraints.clone(),
         ttl: plan.ttl,
@@ -313,6 +345,17 @@ fn finish(plan: &ResourcePlan, message: &DynamicMessage) -> Result<ParsedResourc
             plan.reference.index
         ),
     })
+}
+
+/// `name` as the store keeps it: an `xdstp://` name checked (well formed, of `type_url`, not a
+/// glob) and canonical; any other name as it is.
+pub fn canonical_name(name: &str, type_url: &str) -> Result<String, String> {
+    if !xdstp::is_xdstp(name) {
+        return Ok(name.to_owned());
+    }
+    XdstpName::parse_resource(name, type_url)
+        .map(|n| n.to_string())
+        .map_err(|e| format!("malformed xdstp name {name:?}: {e}"))
 }
 
 /// Rejects two resources with the same type URL and name, naming both origins, unless they are
@@ -439,10 +482,34 @@ impl Planner<'_> {
         let Some(desc) = self.descriptors.message_for_type_url(&type_url) else {
             return Err(fail(reference, Problem::UnknownType(type_url)));
         };
-        let Some(name_field) = name_field(&desc) else {
+        let at_name = match map.get(NAME_KEY) {
+            None => None,
+            Some(Value::String(n)) if xdstp::is_xdstp(n) => {
+                match canonical_name(n, &type_url_of(&desc)) {
+                    Ok(n) => Some(n),
+                    Err(message) => return Err(fail(reference, Problem::Name(message))),
+                }
+            }
+            Some(other) => {
+                let message = format!(
+                    "\"@name\" must be an xdstp:// name (xdstp://AUTHORITY/{}/ID), found {}",
+                    desc.full_name(),
+                    match other {
+                        Value::String(s) => format!("{s:?}"),
+                        other => kind_of(other).to_owned(),
+                    }
+                );
+                return Err(fail(reference, Problem::Name(message)));
+            }
+        };
+        if let Some(n) = &at_name {
+            reference.name = Some(n.clone());
+        }
+        let name_field = name_field(&desc);
+        if name_field.is_none() && at_name.is_none() {
             let full_name = desc.full_name().to_owned();
             return Err(fail(reference, Problem::Unnamed(full_name)));
-        };
+        }
         let constraints = match constraints_of(self.descriptors, map) {
             Ok(c) => c,
             Err(message) => return Err(fail(reference, Problem::Constraints(message))),
@@ -455,6 +522,7 @@ impl Planner<'_> {
             reference,
             desc,
             name_field,
+            at_name,
             constraints,
             ttl,
         })

@@ -122,15 +122,24 @@ impl DeltaMachine {
     }
 
     fn subscribed(&self, key: &Key) -> bool {
-        self.core.wildcard.pid() == Some(key.1) || self.names.contains(key)
+        self.core.wildcard.pid() == Some(key.1)
+            || self.names.contains(key)
+            || self.in_glob(&key.0, key.1)
     }
 
-    /// The keys of a name: one per parameter set it is subscribed with, and the wildcard's.
-    /// Made as they are taken, no list: every changed name of every stream goes through here,
-    /// nearly always with one key.
+    /// Whether `name` is a member of a glob collection (xRFC TP1) subscribed with `pid`. Only
+    /// xdstp names pay for the look.
+    fn in_glob(&self, name: &str, pid: ParamSetId) -> bool {
+        in_glob(&self.names, name, pid)
+    }
+
+    /// The keys of a name: one per parameter set it is subscribed with (by name, or by a glob
+    /// collection it is a member of), and the wildcard's. Made as they are taken, no list:
+    /// every changed name of every stream goes through here, nearly always with one key.
     fn keys_of<'a>(&'a self, name: &'a Arc<str>) -> impl Iterator<Item = Key> + 'a {
-        let subscribed =
-            move |pid: ParamSetId| self.names.contains(&(&**name, pid) as &dyn KeyLookup);
+        let subscribed = move |pid: ParamSetId| {
+            self.names.contains(&(&**name, pid) as &dyn KeyLookup) || self.in_glob(name, pid)
+        };
         let wildcard = self
             .core
             .wildcard
@@ -171,7 +180,9 @@ impl DeltaMachine {
                     for key in keys.into_keys(&r) {
                         if self.names.contains(&key) {
                             self.core.forced.insert(key);
-                        } else if self.core.wildcard.pid() == Some(key.1) {
+                        } else if self.core.wildcard.pid() == Some(key.1)
+                            || self.in_glob(&key.0, key.1)
+                        {
                             self.core.dirty.insert(key.0);
                         }
                     }
@@ -190,6 +201,19 @@ impl DeltaMachine {
             }
         }
     }
+}
+
+/// Whether `name` is a member of a glob collection (xRFC TP1) `names` subscribes to with `pid`.
+/// Only xdstp names pay for the look.
+fn in_glob(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
+    crate::xdstp::is_xdstp(name)
+        && crate::xdstp::collection_of(name)
+            .is_some_and(|c| c != name && names.contains(&(&*c, pid) as &dyn KeyLookup))
+}
+
+/// Whether `names` subscribes to `name` with `pid`, by name or by a glob collection.
+fn covers(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
+    names.contains(&(name, pid) as &dyn KeyLookup) || in_glob(names, name, pid)
 }
 
 /// The delta flavor's machine, as the session drives it; what the client holds (`has_sent`,
@@ -330,17 +354,14 @@ impl Machine for DeltaMachine {
     /// Records names the store changed (added, modified or removed).
     fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         let subscribed = &self.names;
-        self.core.mark_changed(names, |name, pid| {
-            subscribed.contains(&(&**name, pid) as &dyn KeyLookup)
-        });
+        self.core
+            .mark_changed(names, |name, pid| covers(subscribed, name, pid));
     }
 
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     fn resend(&mut self, name: &Arc<str>) {
         let names = &self.names;
-        self.core.resend(name, |name, pid| {
-            names.contains(&(&**name, pid) as &dyn KeyLookup)
-        });
+        self.core.resend(name, |name, pid| covers(names, name, pid));
     }
 
     /// Renews the TTL of `name` with the next response, if the client holds it: a heartbeat when
