@@ -135,7 +135,9 @@ pub fn parse_text(
                 };
                 decode_document(plan, &options, &mut decoded, value, |seed| {
                     match &plan.merged {
-                        None => seed.deserialize(document).map_err(|e| e.to_string()),
+                        None => seed
+                            .deserialize(document)
+                            .map_err(|e| at_the_key(text, e.to_string())),
                         Some(merged) => {
                             with_path(|tracked| seed.deserialize(tracked), merged.clone())
                         }
@@ -172,12 +174,16 @@ pub fn declared_names(descriptors: &Descriptors, path: &Path, text: &str) -> Vec
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let budget = Cell::new(crate::budget::MAX_NODES);
     let mut documents: Vec<Value> = Vec::new();
+    let mut malformed = false;
     match Format::of(path) {
         Some(Format::Yaml) => {
             for document in serde_yaml_ng::Deserializer::from_str(text) {
                 match (crate::budget::Budgeted { left: &budget }).deserialize(document) {
                     Ok(value) => documents.push(value),
-                    Err(_) => break,
+                    Err(_) => {
+                        malformed = true;
+                        break;
+                    }
                 }
             }
         }
@@ -217,7 +223,116 @@ pub fn declared_names(descriptors: &Descriptors, path: &Path, text: &str) -> Vec
             other => resource(other),
         }
     }
+    if malformed {
+        // Malformed YAML (a bracket left open): the keys each resource starts with are often
+        // still readable line by line.
+        for (type_url, name) in scan_names(text) {
+            let Some(desc) = descriptors.message_for_type_url(&type_url) else {
+                continue;
+            };
+            let key = (type_url_of(&desc), name);
+            if !out.contains(&key) {
+                out.push(key);
+            }
+        }
+    }
     out
+}
+
+/// The `"@type"` and `name` (or `cluster_name`) of each resource of YAML text read line by line,
+/// for text the parser gives up on: keys at the start of a line (a document's) or right after a
+/// top-level `- ` and at its indentation (a list's items). Each `---` or `- ` starts a resource.
+fn scan_names(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut current: (Option<String>, Option<String>) = (None, None);
+    let mut flush = |current: &mut (Option<String>, Option<String>)| {
+        if let (Some(t), Some(n)) = std::mem::take(current) {
+            out.push((t, n));
+        }
+    };
+    let mut item_indent = None;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line == "---" || line.starts_with("--- ") || line == "..." {
+            flush(&mut current);
+            item_indent = None;
+            continue;
+        }
+        let key_line = if let Some(rest) = line.strip_prefix("- ") {
+            flush(&mut current);
+            item_indent = Some(2);
+            Some(rest)
+        } else if let Some(indent) = item_indent {
+            let spaces = line.len() - line.trim_start().len();
+            (spaces == indent).then(|| line.trim_start())
+        } else {
+            (!line.starts_with([' ', '\t', '#'])).then_some(line)
+        };
+        let Some((key, value)) = key_line.and_then(|l| l.split_once(':')) else {
+            continue;
+        };
+        let unquote = |v: &str| {
+            let v = v.trim();
+            let v = v.split(" #").next().unwrap_or(v).trim();
+            v.trim_matches(|c| c == '"' || c == '\'').to_owned()
+        };
+        let key = unquote(key);
+        let value = unquote(value);
+        if value.is_empty() {
+            continue;
+        }
+        match key.as_str() {
+            "@type" if current.0.is_none() => current.0 = Some(value),
+            "name" | "cluster_name" | "clusterName" if current.1.is_none() => {
+                current.1 = Some(value)
+            }
+            _ => {}
+        }
+    }
+    flush(&mut current);
+    out
+}
+
+/// An unknown field's error put at the key's column: the YAML parser gives the position of the
+/// value it was about to read (`conect_timeout: 1s` at line 3 column 17), the key is where the
+/// mistake is (column 1). Any other error is returned as it is.
+fn at_the_key(text: &str, error: String) -> String {
+    let Some(field) = error
+        .split("unrecognized field name '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+    else {
+        return error;
+    };
+    let Some((head, tail)) = error.split_once(" at line ") else {
+        return error;
+    };
+    let mut numbers = tail.splitn(2, " column ");
+    let line: Option<usize> = numbers.next().and_then(|l| l.trim().parse().ok());
+    let rest = numbers.next().unwrap_or("");
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    let column: Option<usize> = rest[..digits].parse().ok();
+    let (Some(line), Some(column)) = (line, column) else {
+        return error;
+    };
+    let Some(text_line) = text.lines().nth(line.saturating_sub(1)) else {
+        return error;
+    };
+    // The last mention of the key before the value's column.
+    let before: String = text_line.chars().take(column.saturating_sub(1)).collect();
+    let Some(at) = before.rfind(field) else {
+        return error;
+    };
+    let key_column = before[..at].chars().count() + 1;
+    // A quoted key starts at its quote.
+    let key_column = match before[..at].chars().last() {
+        Some('"' | '\'') => key_column - 1,
+        _ => key_column,
+    };
+    format!(
+        "{head} at line {line} column {key_column}{}",
+        &rest[digits..]
+    )
 }
 
 /// Runs a decode through serde_path_to_error, prefixing any error with the field path (serde_json
@@ -675,4 +790,37 @@ fn match_to_constraints(value: &Value) -> Result<Value, String> {
         1 => all.remove(0),
         _ => serde_json::json!({"and_constraints": {"constraints": all}}),
     })
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::{at_the_key, scan_names};
+
+    #[test]
+    fn an_unknown_field_is_reported_at_its_key() {
+        let text = "name: a\n  \"conect_timeout\": 1s\n";
+        assert_eq!(
+            at_the_key(
+                text,
+                "conect_timeout: unrecognized field name 'conect_timeout' at line 2 column 21"
+                    .into()
+            ),
+            "conect_timeout: unrecognized field name 'conect_timeout' at line 2 column 3"
+        );
+        let other = "name: invalid type at line 1 column 7".to_owned();
+        assert_eq!(at_the_key(text, other.clone()), other);
+    }
+
+    #[test]
+    fn names_are_read_line_by_line_from_text_the_parser_gives_up_on() {
+        let text = "\"@type\": t/A\ncluster_name: one # a comment\nendpoints: [ {\n---\n\
+                    - name: two\n  '@type': t/B\n  nested:\n    name: not-this\n";
+        assert_eq!(
+            scan_names(text),
+            vec![
+                ("t/A".to_owned(), "one".to_owned()),
+                ("t/B".to_owned(), "two".to_owned())
+            ]
+        );
+    }
 }

@@ -154,6 +154,31 @@ async fn the_admin_api_lists_what_it_serves_and_its_json_ends_with_a_newline() {
         );
     }
     let port = xdsd.admin_port().await;
+    // The relay, a client of xdsd, says its version as Envoy does (`status`'s AGENT).
+    let deadline = tokio::time::Instant::now() + crate::support::DEADLINE;
+    loop {
+        let (_, body) = get(&xdsd, "/clients").await;
+        let clients: Value = serde_json::from_str(&body).expect("JSON");
+        let relay_node = clients
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| &c["node"])
+            .find(|n| n["user_agent_name"] == "xdsd-relay");
+        if let Some(node) = relay_node {
+            assert_eq!(
+                node["user_agent_version"],
+                env!("CARGO_PKG_VERSION"),
+                "{node}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay never connected upstream: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     for (what, answer) in [
         ("serve", get(&xdsd, "/history").await),
         ("relay", relay.admin("/history").await),

@@ -405,6 +405,72 @@ async fn get_against_rust_control_plane_over_sotw() {
     .await;
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cluster \"nope\" does not exist"));
+
+    // With no TYPE, the endpoints an EDS cluster names are fetched too, from another server: the
+    // directory passes `check`.
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+        ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
+    };
+    use envoy_types::pb::envoy::config::core::v3::{
+        config_source::ConfigSourceSpecifier, AggregatedConfigSource, ConfigSource,
+    };
+    let eds = envoy_types::pb::envoy::config::cluster::v3::Cluster {
+        name: "gamma".into(),
+        connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+        eds_cluster_config: Some(EdsClusterConfig {
+            eds_config: Some(ConfigSource {
+                config_source_specifier: Some(ConfigSourceSpecifier::Ads(
+                    AggregatedConfigSource {},
+                )),
+                ..Default::default()
+            }),
+            service_name: String::new(),
+        }),
+        ..Default::default()
+    };
+    peer.set(types::CLUSTER, "gamma", &eds.encode_to_vec())
+        .await;
+    let endpoints = envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment {
+        cluster_name: "gamma".into(),
+        ..Default::default()
+    };
+    peer.set(
+        types::CLUSTER_LOAD_ASSIGNMENT,
+        "gamma",
+        &endpoints.encode_to_vec(),
+    )
+    .await;
+    let copy = tempfile::tempdir().expect("a directory");
+    let out_arg = copy.path().join("out").to_string_lossy().into_owned();
+    let out = xdsd(&[
+        "get",
+        "--server",
+        &peer.addr,
+        "--node",
+        PEER_NODE,
+        "--timeout",
+        "3s",
+        "--out",
+        &out_arg,
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        copy.path().join("out/endpoints-gamma.yaml").is_file(),
+        "{}",
+        text(&out.stderr)
+    );
+    let check = xdsd(&["check", "--resources", &out_arg]).await;
+    assert!(
+        check.status.success(),
+        "xdsd check: {}{}",
+        text(&check.stdout),
+        text(&check.stderr)
+    );
 }
 
 /// An xdsd over mutual TLS serving CLUSTERS, and the TLS arguments of `get` as the client
