@@ -155,7 +155,9 @@ impl Refs {
         if name.is_empty() {
             return;
         }
-        let name: Arc<str> = name.into();
+        // An xdstp name refers to its resource whatever its spelling (the store keeps the
+        // canonical one).
+        let name: Arc<str> = crate::xdstp::canonical(name).unwrap_or_else(|| name.into());
         if self.seen.insert((type_url, name.clone())) {
             self.list.push(Reference {
                 type_url,

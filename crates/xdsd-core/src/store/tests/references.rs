@@ -762,3 +762,18 @@ mod leds {
         }
     }
 }
+
+#[test]
+fn an_xdstp_reference_resolves_whatever_the_order_of_its_parameters() {
+    let route_name = "xdstp://a/envoy.config.route.v3.RouteConfiguration/r?b=2&a=1";
+    Store::new()
+        .replace_all([
+            listener("l", route_name),
+            route(
+                "xdstp://a/envoy.config.route.v3.RouteConfiguration/r?a=1&b=2",
+                "c",
+            ),
+            static_cluster("c"),
+        ])
+        .unwrap();
+}
