@@ -9,6 +9,7 @@ mod etcdsrc;
 mod report;
 mod scenarios;
 mod server;
+mod soak;
 mod wire;
 
 use std::path::PathBuf;
@@ -86,7 +87,9 @@ struct RunArgs {
     /// needs --xdsd-bin; not by default), s11 (--s11-relays relays × --s11-streams streams behind
     /// one xdsd, a change to every stream; needs --xdsd-bin; not by default), s12 (a relay
     /// holding --s12-names EDS names on one upstream stream, --s12-streams delta streams behind
-    /// it, against the direct path; needs --xdsd-bin; not by default).
+    /// it, against the direct path; needs --xdsd-bin; not by default), soak (3 etcd, 2
+    /// replicas, 2 relays, churn and faults for --soak-duration, checked all along; needs
+    /// --xdsd-bin and etcd; exits 1 when an invariant broke; not by default).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6,s7")]
     scenarios: Vec<String>,
     /// Where to write results.json, results.md and s1.svg.
@@ -150,6 +153,43 @@ struct RunArgs {
     streams_per_connection: Option<usize>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// The soak's length (e.g. 3m, 60m, 1h; at least 2m): warm-up, faults, then 30 s of settle.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    soak_duration: std::time::Duration,
+    /// The soak's streams (half direct to the replicas, half through the relays).
+    #[arg(long, default_value_t = 160)]
+    soak_streams: usize,
+    /// The soak's convergence bound: a live stream behind the last accepted change longer fails.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    soak_bound: std::time::Duration,
+    /// The soak's churn: the fraction of the streams replaced per minute.
+    #[arg(long, default_value_t = 0.05)]
+    soak_churn: f64,
+    /// The soak's interval between changes.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    soak_push_interval: std::time::Duration,
+    /// Test only: start the replicas with xdsd's leak switch (every closed stream's record kept),
+    /// to show the soak's checks fail.
+    #[arg(long, hide = true)]
+    soak_leak: bool,
+}
+
+/// `90s`, `3m`, `1h`, or seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (n, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let n: f64 = n
+        .parse()
+        .map_err(|_| format!("not a duration: {s:?} (e.g. 90s, 3m, 1h)"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("not a duration: {s:?} (e.g. 90s, 3m, 1h)")),
+    };
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
@@ -233,11 +273,16 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             "the peer needs --peer-bin (see scripts/bench)"
         );
     }
-    let relayed = plan.scenarios.iter().any(|s| {
-        ["s10", "s11", "s12"]
-            .iter()
-            .any(|x| s.eq_ignore_ascii_case(x))
-    });
+    let soaks = plan
+        .scenarios
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case("soak"));
+    let relayed = soaks
+        || plan.scenarios.iter().any(|s| {
+            ["s10", "s11", "s12"]
+                .iter()
+                .any(|x| s.eq_ignore_ascii_case(x))
+        });
     let xdsd_bin = if relayed || plan.servers.iter().any(|s| s.runs_the_binary()) {
         let bin = std::fs::canonicalize(&a.xdsd_bin).map_err(|e| {
             anyhow::anyhow!(
@@ -258,11 +303,34 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let t0 = std::time::Instant::now();
-    let mut ctx = Ctx::new(plan.clone(), a.peer_bin.clone(), xdsd_bin, scratch);
+    let mut ctx = Ctx::new(plan.clone(), a.peer_bin.clone(), xdsd_bin.clone(), scratch);
     let rows = scenarios::run_all(&mut ctx).await;
+    let soak = match (soaks, xdsd_bin) {
+        (true, Some(bin)) => {
+            anyhow::ensure!(
+                a.soak_duration >= std::time::Duration::from_secs(120),
+                "--soak-duration must be at least 2m (warm-up, faults, settle)"
+            );
+            Some(
+                soak::run(soak::SoakOptions {
+                    duration: a.soak_duration,
+                    streams: a.soak_streams.max(8),
+                    bound: a.soak_bound,
+                    churn_per_minute: a.soak_churn,
+                    push_every: a.soak_push_interval,
+                    leak: a.soak_leak,
+                    xdsd_bin: bin,
+                    out: a.out.clone(),
+                    seed: a.seed,
+                })
+                .await?,
+            )
+        }
+        _ => None,
+    };
     let table = report::markdown(&rows);
     let command: Vec<String> = std::env::args().collect();
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
         "started_unix": started,
         "seconds": t0.elapsed().as_secs_f64(),
         "command": command.join(" "),
@@ -270,6 +338,11 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         "plan": plan,
         "rows": rows,
     });
+    if let Some(s) = &soak {
+        json["faults_injected"] = s["faults_injected"].clone();
+        json["invariants_broken"] = s["invariants_broken"].clone();
+        json["soak"] = s.clone();
+    }
     std::fs::write(
         a.out.join("results.json"),
         serde_json::to_string_pretty(&json)?,
@@ -289,6 +362,16 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         "[xds-bench] wrote {}/results.json, results.md, s1.svg",
         a.out.display()
     );
+    if let Some(s) = &soak {
+        println!("{}", soak::summary(s));
+        if s["passed"] != serde_json::Value::Bool(true) {
+            anyhow::bail!(
+                "the soak failed: {} invariant(s) broken (listed above and in {}/results.json)",
+                s["invariants_broken"]["count"],
+                a.out.display()
+            );
+        }
+    }
     Ok(())
 }
 
