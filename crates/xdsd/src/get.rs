@@ -411,6 +411,14 @@ fn dangling_in_wildcards(asked: &Asked, held: &Held) -> BTreeSet<(String, String
 
 /// Runs `xdsd get`: 0 with every resource asked for, 1 otherwise.
 pub(crate) fn get(args: GetArgs) -> ExitCode {
+    if args.client.kind.as_deref().is_none_or(|k| k == ALL) && !args.client.names.is_empty() {
+        eprintln!(
+            "xdsd get: NAME {:?} needs a TYPE: without one (or with all) every listener and \
+             cluster is fetched, with what they reference",
+            args.client.names[0]
+        );
+        return ExitCode::from(2);
+    }
     let result = runtime().and_then(|rt| rt.block_on(run_get(&args)));
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -712,6 +720,10 @@ fn count(n: usize, one: &str, many: &str) -> String {
 
 /// Runs `xdsd watch` until Ctrl-C: 0 then, 1 on an error.
 pub(crate) fn watch(args: WatchArgs) -> ExitCode {
+    if args.client.kind.as_deref().is_none_or(|k| k == ALL) {
+        eprintln!("xdsd watch: give a TYPE to watch (no TYPE, or all, is for get)");
+        return ExitCode::from(2);
+    }
     let result = runtime().and_then(|rt| rt.block_on(run_watch(&args)));
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -727,7 +739,7 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
     let plan = plan(c)?;
     let descriptors = Descriptors::envoy().context("loading the Envoy descriptors")?;
     let Some(type_url) = plan.type_url else {
-        anyhow::bail!("watch needs a TYPE (all is for get)");
+        anyhow::bail!("give a TYPE to watch");
     };
     let (client, mut events) = XdsClient::start(plan.options, plan.config, None)?;
     subscribe(&client, &type_url, &c.names, &plan.params);

@@ -323,12 +323,16 @@ async fn get_out_with_no_type_writes_what_the_listeners_and_clusters_reference()
     }
     // A NAME needs its TYPE.
     let out = get(&server, &["all", "backend"]).await;
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("needs a TYPE"),
         "{}",
         text(&out.stderr)
     );
+    // watch follows one type.
+    let addr = format!("127.0.0.1:{}", server.port);
+    let out = xdsd(&["watch", "--server", &addr]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
 
 /// A type the server has none of: an empty JSON list (`[]`), and a word on stderr; a list's
