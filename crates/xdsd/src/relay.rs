@@ -90,12 +90,13 @@ pub(crate) struct RelayArgs {
     )]
     linger: Duration,
 
-    /// Types subscribed upstream from the start and for good (on the shared stream; names as
-    /// `xdsd get` takes them: listeners, clusters, routes, endpoints, secrets, runtime, or type
-    /// URLs; comma-separated, or "none"): a client's first request for them is answered from
-    /// the cache, not while the relay waits for the upstream. Other types are subscribed when a
-    /// client first asks for them. Only with --aggregate-by none: the other groupings have no
-    /// stream before their first client.
+    /// Types subscribed upstream from the start and for good (on the shared stream of clients
+    /// without parameters — no string metadata, no cluster; names as `xdsd get` takes them:
+    /// listeners, clusters, routes, endpoints, secrets, runtime, or type URLs; comma-separated,
+    /// or "none"): such a client's first request for them is answered from the cache, not while
+    /// the relay waits for the upstream, and the relay is ready once the upstream answered them.
+    /// Other types, and clients with parameters, are subscribed when a client first asks. Only
+    /// with --aggregate-by none: the other groupings have no stream before their first client.
     #[arg(
         long,
         value_name = "TYPES",
