@@ -50,6 +50,9 @@ pub struct Cache {
     dirty: BTreeSet<Name>,
     /// Variants in the store after the last change taken.
     variants: usize,
+    /// The distinct variants of each name in the store after the last change taken (what
+    /// `variants` sums), so that a change recounts only the names it changes.
+    counted: BTreeMap<Name, usize>,
 }
 
 impl Cache {
@@ -63,7 +66,8 @@ impl Cache {
         let key = (resource.type_url.clone(), resource.name.clone());
         let cached = Cached {
             value: Bytes::from(resource.body.value.clone()),
-            constraints: resource.constraints.clone(),
+            // A TP2 server names an unconstrained variant with empty constraints: none.
+            constraints: resource.constraints.clone().filter(|c| c.r#type.is_some()),
             ttl: resource.ttl,
             aliases: resource.aliases.clone(),
         };
@@ -192,12 +196,17 @@ impl Cache {
             for input in self.variants_of(key, &mut problems) {
                 resources.push(input);
             }
+            // Recounted for the names changed only.
+            let now = self.entries.get(key).map_or(0, |held| {
+                held.values().map(encoded).collect::<BTreeSet<_>>().len()
+            });
+            let before = if now == 0 {
+                self.counted.remove(key).unwrap_or(0)
+            } else {
+                self.counted.insert(key.clone(), now).unwrap_or(0)
+            };
+            self.variants = self.variants + now - before;
         }
-        self.variants = self
-            .entries
-            .values()
-            .map(|held| held.values().map(encoded).collect::<BTreeSet<_>>().len())
-            .sum();
         let change = ChangeSet::names(dirty.into_iter().collect(), resources, self.variants);
         Some((change, problems))
     }
@@ -283,7 +292,7 @@ mod tests {
     }
 
     fn params(env: &str) -> GroupKey {
-        GroupKey::Params([("env".to_owned(), env.to_owned())].into())
+        GroupKey::shared().with_params([("env".to_owned(), env.to_owned())].into())
     }
 
     #[test]
@@ -316,11 +325,11 @@ mod tests {
     #[test]
     fn a_variant_held_by_two_groups_is_stored_once_and_stays_until_both_drop_it() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::Default, &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
         cache.put(&params("prod"), &resource("c", b"x", None));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 1);
-        cache.remove(&GroupKey::Default, CDS, &["c".into()]);
+        cache.remove(&GroupKey::shared(), CDS, &["c".into()]);
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 1, "still held by the other group");
         cache.drop_type(&params("prod"), CDS, |_| false);
@@ -337,12 +346,12 @@ mod tests {
     #[test]
     fn one_group_holds_a_variant_per_constraints_and_loses_only_the_one_removed() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::Default, &resource("c", b"p", Some("prod")));
-        cache.put(&GroupKey::Default, &resource("c", b"t", Some("test")));
+        cache.put(&GroupKey::shared(), &resource("c", b"p", Some("prod")));
+        cache.put(&GroupKey::shared(), &resource("c", b"t", Some("test")));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 2, "both locators' variants");
         let test = resource("c", b"t", Some("test")).constraints;
-        cache.remove_variants(&GroupKey::Default, CDS, &[("c".to_owned(), test)]);
+        cache.remove_variants(&GroupKey::shared(), CDS, &[("c".to_owned(), test)]);
         let (change, _) = cache.take_change().expect("a change");
         let (_, resources) = inputs(&change);
         assert_eq!(resources.len(), 1);
@@ -350,11 +359,38 @@ mod tests {
     }
 
     #[test]
+    fn the_variants_counted_follow_each_change() {
+        let mut cache = Cache::new();
+        cache.put(&params("prod"), &resource("c", b"p", Some("prod")));
+        cache.put(&params("dev"), &resource("c", b"d", Some("dev")));
+        cache.put(&GroupKey::shared(), &resource("d", b"x", None));
+        cache.take_change();
+        assert_eq!(cache.variants(), 3);
+        cache.remove(&params("dev"), CDS, &["c".into()]);
+        cache.take_change();
+        assert_eq!(cache.variants(), 2);
+        cache.remove(&GroupKey::shared(), CDS, &["d".into()]);
+        cache.put(&params("prod"), &resource("c", b"p2", Some("prod")));
+        cache.take_change();
+        assert_eq!(cache.variants(), 1);
+    }
+
+    #[test]
+    fn a_variant_named_with_empty_constraints_is_unconstrained() {
+        let mut cache = Cache::new();
+        let mut r = resource("c", b"x", None);
+        r.constraints = Some(DynamicParameterConstraints::default());
+        cache.put(&GroupKey::shared(), &r);
+        let (change, _) = cache.take_change().expect("a change");
+        assert!(inputs(&change).1[0].constraints.is_none());
+    }
+
+    #[test]
     fn a_resource_sent_again_unchanged_is_no_change() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::Default, &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
         cache.take_change();
-        cache.put(&GroupKey::Default, &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
         assert!(cache.take_change().is_none());
     }
 
@@ -365,16 +401,16 @@ mod tests {
         let mut r = resource("rc/backend", b"\x0a\x0arc/backend", None);
         r.type_url = VHDS.into();
         r.aliases = vec!["rc/backend.example".into()];
-        cache.put(&GroupKey::Default, &r);
+        cache.put(&GroupKey::shared(), &r);
         let (change, _) = cache.take_change().expect("a change");
         let (_, resources) = inputs(&change);
         assert_eq!(resources[0].aliases, ["rc/backend.example"]);
         assert_eq!(
-            cache.aliased(&GroupKey::Default, VHDS, "rc/backend.example"),
+            cache.aliased(&GroupKey::shared(), VHDS, "rc/backend.example"),
             ["rc/backend"]
         );
         assert_eq!(
-            cache.aliases_of(&GroupKey::Default, VHDS, "rc/backend"),
+            cache.aliases_of(&GroupKey::shared(), VHDS, "rc/backend"),
             ["rc/backend.example"]
         );
         assert!(cache

@@ -70,12 +70,14 @@ pub(crate) struct RelayArgs {
     )]
     upstream_protocol: UpstreamProtocol,
 
-    /// How downstream clients share upstream streams. none: one stream for all of them,
-    /// presenting the relay's node (xRFC TP2 selects variants by dynamic parameters, not by
-    /// node), plus one per distinct set of dynamic parameters that clients send in their node.
-    /// cluster (or node): one stream per distinct node cluster (or node id), presenting the
-    /// first such node seen (its cluster, metadata, locality and dynamic parameters), for an
-    /// upstream that varies what it serves by node.
+    /// How downstream clients share upstream streams. Every upstream stream presents one
+    /// parameter set as its node's dynamic_parameters (xRFC TP2), derived from the clients as
+    /// the server derives it (their dynamic parameters for the type, else the top-level string
+    /// fields of their metadata and their cluster), so that each client gets the variants its
+    /// parameters select. none: one stream per distinct parameter set, presenting the relay's
+    /// node. cluster (or node): one per distinct node cluster (or node id) and parameter set,
+    /// presenting the first such node seen (its cluster, metadata, locality), for an upstream
+    /// that varies what it serves by node without TP2 constraints.
     #[arg(
         long,
         value_name = "none|cluster|node",
@@ -95,12 +97,13 @@ pub(crate) struct RelayArgs {
     )]
     linger: Duration,
 
-    /// Types subscribed upstream from the start and for good (on the shared stream; names as
-    /// `xdsd get` takes them: listeners, clusters, routes, endpoints, secrets, runtime, or type
-    /// URLs; comma-separated, or "none"): a client's first request for them is answered from
-    /// the cache, not while the relay waits for the upstream. Other types are subscribed when a
-    /// client first asks for them. Only with --aggregate-by none: the other groupings have no
-    /// stream before their first client.
+    /// Types subscribed upstream from the start and for good (on the shared stream of clients
+    /// without parameters — no string metadata, no cluster; names as `xdsd get` takes them:
+    /// listeners, clusters, routes, endpoints, secrets, runtime, or type URLs; comma-separated,
+    /// or "none"): such a client's first request for them is answered from the cache, not while
+    /// the relay waits for the upstream, and the relay is ready once the upstream answered them.
+    /// Other types, and clients with parameters, are subscribed when a client first asks. Only
+    /// with --aggregate-by none: the other groupings have no stream before their first client.
     #[arg(
         long,
         value_name = "TYPES",
@@ -123,6 +126,18 @@ pub(crate) struct RelayArgs {
         env = "XDSD_UPSTREAM_WAIT"
     )]
     upstream_wait: Duration,
+
+    /// How many names (or types) the relay may hold pending at once, its clients waiting for
+    /// the upstream's answer rather than told the names do not exist: past it, a name a client
+    /// asks for is answered as if the relay had asked nothing (logged at WARN). Each costs a
+    /// few hundred bytes while it waits; raise it for clients that subscribe more names at once.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = xdsd_relay::DEFAULT_MAX_PENDING,
+        env = "XDSD_MAX_PENDING"
+    )]
+    max_pending: usize,
 
     // The downstream side, `serve`'s own options: the xDS address, TLS, limits, pacing, REST
     // polling, the admin API (of the relay's own downstream clients).
@@ -201,6 +216,7 @@ impl RelayArgs {
             options.prefetch = prefetch;
         }
         options.first_wait = self.upstream_wait;
+        options.max_pending = self.max_pending;
         Ok(options)
     }
 }
