@@ -104,6 +104,9 @@ pub struct DeltaMachine {
     /// The rest of a response that went out in parts (to stay under the core's size limit),
     /// in order.
     split: VecDeque<Owed>,
+    /// The members the subscribed glob collections (xRFC TP1) had when the subscription last
+    /// changed: they count against the stream's names budget ([`Machine::key_count`]).
+    glob_members: usize,
 }
 
 impl DeltaMachine {
@@ -203,6 +206,28 @@ impl DeltaMachine {
     }
 }
 
+impl DeltaMachine {
+    /// The members the store has of the glob collections subscribed (a walk of the names under
+    /// each glob's path), for the names budget. Made on a request that names something, which
+    /// already walks the subscribed names.
+    fn count_glob_members(&self, current: Option<&Arc<TypeSnapshot>>) -> usize {
+        let Some(current) = current else {
+            return 0;
+        };
+        self.names
+            .iter()
+            .filter_map(|(n, _)| crate::xdstp::glob_parts(n))
+            .map(|(prefix, query)| {
+                current
+                    .entries_from(prefix)
+                    .take_while(|(name, _)| name.starts_with(prefix))
+                    .filter(|(name, _)| crate::xdstp::is_member(prefix, query, name))
+                    .count()
+            })
+            .sum()
+    }
+}
+
 /// Whether `name` is a member of a glob collection (xRFC TP1) `names` subscribes to with `pid`.
 /// Only xdstp names pay for the look.
 fn in_glob(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
@@ -236,6 +261,7 @@ impl Machine for DeltaMachine {
             recheck: HashSet::default(),
             heartbeat: HashSet::default(),
             split: VecDeque::new(),
+            glob_members: 0,
         }
     }
 
@@ -347,6 +373,9 @@ impl Machine for DeltaMachine {
         }
         let unsubscribed = self.unsubscribe(unsubscribe_keys);
         self.update_pids(pids_added, unsubscribed);
+        if names_something {
+            self.glob_members = self.count_glob_members(current);
+        }
         let change = self.change(names_something, wildcard_before, names_before, current);
         (kind, change)
     }
@@ -380,9 +409,10 @@ impl Machine for DeltaMachine {
         }
     }
 
-    /// How many keys (name and parameter set) are subscribed.
+    /// How many keys (name and parameter set) are subscribed, each member of a glob collection
+    /// counted as one (as the collection was when the subscription last changed).
     fn key_count(&self) -> usize {
-        self.names.len()
+        self.names.len() + self.glob_members
     }
 
     /// Whether a response is owed.
