@@ -708,8 +708,8 @@ impl Soak {
         loop {
             report.clear();
             let mut all_equal = true;
-            let mut relay_upstream = vec![0usize; RELAYS];
-            let mut relay_pending = vec![0f64; RELAYS];
+            let mut relay_upstream = [0usize; RELAYS];
+            let mut relay_pending = [0f64; RELAYS];
             for (j, r) in self.relays.iter().enumerate() {
                 if let Some(admin) = &r.admin {
                     if let Ok(m) = http_get(admin, "/metrics").await {
