@@ -9,6 +9,7 @@ mod etcdsrc;
 mod report;
 mod scenarios;
 mod server;
+mod soak;
 mod wire;
 
 use std::path::PathBuf;
@@ -84,7 +85,11 @@ struct RunArgs {
     /// (xdsd-etcd: replica A killed, its clients reconnect to B; not by default), s10 (S1
     /// through one `xdsd relay` against the direct path, with the upstream's bytes per change;
     /// needs --xdsd-bin; not by default), s11 (--s11-relays relays × --s11-streams streams behind
-    /// one xdsd, a change to every stream; needs --xdsd-bin; not by default).
+    /// one xdsd, a change to every stream; needs --xdsd-bin; not by default), s12 (a relay
+    /// holding --s12-names EDS names on one upstream stream, --s12-streams delta streams behind
+    /// it, against the direct path; needs --xdsd-bin; not by default), soak (3 etcd, 2
+    /// replicas, 2 relays, churn and faults for --soak-duration, checked all along; needs
+    /// --xdsd-bin and etcd; exits 1 when an invariant broke; not by default).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6,s7")]
     scenarios: Vec<String>,
     /// Where to write results.json, results.md and s1.svg.
@@ -136,11 +141,55 @@ struct RunArgs {
     /// S11 streams per relay (default: 1000; 10 with --quick).
     #[arg(long)]
     s11_streams: Option<usize>,
+    /// S12 names (clusters, each with its EDS), comma-separated (default: 100000; 2000 with
+    /// --quick).
+    #[arg(long, value_delimiter = ',')]
+    s12_names: Vec<usize>,
+    /// S12 delta streams behind the relay (and on the direct path).
+    #[arg(long, default_value_t = 10)]
+    s12_streams: usize,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]
     streams_per_connection: Option<usize>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// The soak's length (e.g. 3m, 60m, 1h; at least 2m): warm-up, faults, then 30 s of settle.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    soak_duration: std::time::Duration,
+    /// The soak's streams (half direct to the replicas, half through the relays).
+    #[arg(long, default_value_t = 160)]
+    soak_streams: usize,
+    /// The soak's convergence bound: a live stream behind the last accepted change longer fails.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    soak_bound: std::time::Duration,
+    /// The soak's churn: the fraction of the streams replaced per minute.
+    #[arg(long, default_value_t = 0.05)]
+    soak_churn: f64,
+    /// The soak's interval between changes.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    soak_push_interval: std::time::Duration,
+    /// Test only: start the replicas with xdsd's leak switch (every closed stream's record kept),
+    /// to show the soak's checks fail.
+    #[arg(long, hide = true)]
+    soak_leak: bool,
+}
+
+/// `90s`, `3m`, `1h`, or seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (n, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let n: f64 = n
+        .parse()
+        .map_err(|_| format!("not a duration: {s:?} (e.g. 90s, 3m, 1h)"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("not a duration: {s:?} (e.g. 90s, 3m, 1h)")),
+    };
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
@@ -208,6 +257,8 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         s10_streams: or(&a.s10_streams, &[20, 50], &[1000, 10_000]),
         s11_relays: a.s11_relays,
         s11_streams: a.s11_streams.unwrap_or(if q { 10 } else { 1000 }),
+        s12_names: or(&a.s12_names, &[2000], &[100_000]),
+        s12_streams: a.s12_streams,
         sync_timeout_s: if q { 30 } else { 180 },
         change_timeout_s: if q { 15 } else { 60 },
     })
@@ -222,10 +273,16 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             "the peer needs --peer-bin (see scripts/bench)"
         );
     }
-    let relayed = plan
+    let soaks = plan
         .scenarios
         .iter()
-        .any(|s| s.eq_ignore_ascii_case("s10") || s.eq_ignore_ascii_case("s11"));
+        .any(|s| s.eq_ignore_ascii_case("soak"));
+    let relayed = soaks
+        || plan.scenarios.iter().any(|s| {
+            ["s10", "s11", "s12"]
+                .iter()
+                .any(|x| s.eq_ignore_ascii_case(x))
+        });
     let xdsd_bin = if relayed || plan.servers.iter().any(|s| s.runs_the_binary()) {
         let bin = std::fs::canonicalize(&a.xdsd_bin).map_err(|e| {
             anyhow::anyhow!(
@@ -246,11 +303,34 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let t0 = std::time::Instant::now();
-    let mut ctx = Ctx::new(plan.clone(), a.peer_bin.clone(), xdsd_bin, scratch);
+    let mut ctx = Ctx::new(plan.clone(), a.peer_bin.clone(), xdsd_bin.clone(), scratch);
     let rows = scenarios::run_all(&mut ctx).await;
+    let soak = match (soaks, xdsd_bin) {
+        (true, Some(bin)) => {
+            anyhow::ensure!(
+                a.soak_duration >= std::time::Duration::from_secs(120),
+                "--soak-duration must be at least 2m (warm-up, faults, settle)"
+            );
+            Some(
+                soak::run(soak::SoakOptions {
+                    duration: a.soak_duration,
+                    streams: a.soak_streams.max(8),
+                    bound: a.soak_bound,
+                    churn_per_minute: a.soak_churn,
+                    push_every: a.soak_push_interval,
+                    leak: a.soak_leak,
+                    xdsd_bin: bin,
+                    out: a.out.clone(),
+                    seed: a.seed,
+                })
+                .await?,
+            )
+        }
+        _ => None,
+    };
     let table = report::markdown(&rows);
     let command: Vec<String> = std::env::args().collect();
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
         "started_unix": started,
         "seconds": t0.elapsed().as_secs_f64(),
         "command": command.join(" "),
@@ -258,6 +338,11 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         "plan": plan,
         "rows": rows,
     });
+    if let Some(s) = &soak {
+        json["faults_injected"] = s["faults_injected"].clone();
+        json["invariants_broken"] = s["invariants_broken"].clone();
+        json["soak"] = s.clone();
+    }
     std::fs::write(
         a.out.join("results.json"),
         serde_json::to_string_pretty(&json)?,
@@ -277,6 +362,16 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         "[xds-bench] wrote {}/results.json, results.md, s1.svg",
         a.out.display()
     );
+    if let Some(s) = &soak {
+        println!("{}", soak::summary(s));
+        if s["passed"] != serde_json::Value::Bool(true) {
+            anyhow::bail!(
+                "the soak failed: {} invariant(s) broken (listed above and in {}/results.json)",
+                s["invariants_broken"]["count"],
+                a.out.display()
+            );
+        }
+    }
     Ok(())
 }
 

@@ -21,9 +21,16 @@ use crate::{parse_duration, serve_downstream};
 #[derive(clap::Args, Debug)]
 pub(crate) struct RelayArgs {
     /// The upstream xDS server: host:port, http://host:port or https://host:port (TLS with the
-    /// system's roots, or --upstream-tls-ca).
-    #[arg(long, value_name = "ADDR", env = "XDSD_UPSTREAM")]
-    upstream: String,
+    /// system's roots, or --upstream-tls-ca). Several, comma-separated or repeated: replicas of
+    /// one control plane, the next tried when one is lost, resuming without a resend.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "XDSD_UPSTREAM",
+        value_delimiter = ',',
+        required = true
+    )]
+    upstream: Vec<String>,
 
     /// PEM CA certificate(s) to verify the upstream's certificate with (TLS to the upstream).
     #[arg(long, value_name = "FILE", env = "XDSD_UPSTREAM_TLS_CA")]
@@ -151,7 +158,8 @@ enum UpstreamProtocol {
 
 impl RelayArgs {
     fn options(&self) -> anyhow::Result<RelayOptions> {
-        let mut upstream = xdsd_client::Options::new(self.upstream.clone());
+        let mut upstream = xdsd_client::Options::with_servers(self.upstream.iter().cloned())
+            .context("--upstream names no server")?;
         if self.upstream_tls_ca.is_some() || self.upstream_tls_cert.is_some() {
             let read = |p: &PathBuf, flag: &str| {
                 std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
@@ -180,6 +188,11 @@ impl RelayArgs {
                 .clone()
                 .unwrap_or_else(|| format!("xdsd-relay-{}", hostname())),
             user_agent_name: "xdsd-relay".into(),
+            user_agent_version_type: Some(
+                envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType::UserAgentVersion(
+                    env!("CARGO_PKG_VERSION").into(),
+                ),
+            ),
             ..Default::default()
         };
         let mut prefetch = Vec::new();
@@ -263,7 +276,7 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
         .0
         .local_addr()
         .context("reading the bound address")?;
-    info!(upstream = %args.upstream, "xDS gRPC relay listening on {addr}");
+    info!(upstream = %args.upstream.join(","), "xDS gRPC relay listening on {addr}");
     args.downstream.tls.log(addr);
     let options = args.downstream.server_options();
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
@@ -358,6 +371,26 @@ mod tests {
             assert_eq!(args.make_before_break, OnOff::Off);
             assert_eq!(args.release_memory, OnOff::Off);
         }
+    }
+
+    #[test]
+    fn relay_takes_several_upstreams_tried_in_turn() {
+        let Ok(Command::Relay(relay)) = Cli::try_parse_from([
+            "xdsd",
+            "relay",
+            "--upstream",
+            "10.0.0.1:18000,10.0.0.2:18000",
+            "--upstream",
+            "10.0.0.3:18000",
+        ])
+        .map(|cli| cli.command) else {
+            panic!("parses as relay");
+        };
+        let upstream = relay.options().expect("options").upstream;
+        assert_eq!(
+            upstream.servers().collect::<Vec<_>>(),
+            ["10.0.0.1:18000", "10.0.0.2:18000", "10.0.0.3:18000"]
+        );
     }
 
     #[test]

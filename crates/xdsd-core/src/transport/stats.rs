@@ -181,12 +181,20 @@ pub(crate) struct StreamRegistry {
     /// at (four per response and ACK of every stream).
     open: Mutex<Open>,
     pub(crate) metrics: Metrics,
+    /// Test only: closed streams' records are kept, a leak on purpose ([`KEEP_CLOSED_VAR`]).
+    keep_closed: bool,
 }
+
+/// Test only: with this variable set to 1, every closed stream's record is kept (a leak on
+/// purpose, the stream still counted as connected), so that the soak (crates/xds-bench, see
+/// BENCHMARKS.md) can show that its checks catch a leak. Never set it in production.
+pub const KEEP_CLOSED_VAR: &str = "XDSD_TEST_KEEP_CLOSED_STREAMS";
 
 impl StreamRegistry {
     pub(crate) fn new(metrics: Metrics) -> StreamRegistry {
         StreamRegistry {
             metrics,
+            keep_closed: std::env::var_os(KEEP_CLOSED_VAR).is_some_and(|v| v == "1"),
             ..StreamRegistry::default()
         }
     }
@@ -213,6 +221,9 @@ impl StreamRegistry {
     }
 
     pub(crate) fn close(&self, id: u64) {
+        if self.keep_closed {
+            return;
+        }
         let mut open = self.lock();
         if let Some(entry) = open.streams.remove(&id) {
             // Under the lock: a total read meanwhile counts the stream once.

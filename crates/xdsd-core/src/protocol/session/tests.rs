@@ -133,6 +133,36 @@ fn subscribing_to_more_names_than_the_limit_ends_the_stream_with_resource_exhaus
 }
 
 #[test]
+fn glob_collection_members_count_against_the_names_limit() {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    const EP: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+    let store = Store::new();
+    store
+        .replace_all((0..4).map(|i| input(EP, &format!("{c1}/e{i}"), "1")))
+        .unwrap();
+    let options = SessionOptions {
+        max_names: 5,
+        ..Default::default()
+    };
+    let mut s: Session<DeltaMachine> = Session::with_options(None, options);
+    let subscribe = |names: &[&str]| DeltaDiscoveryRequest {
+        type_url: EP.into(),
+        node: Some(node("n", "c")),
+        resource_names_subscribe: names.iter().map(|n| n.to_string()).collect(),
+        ..Default::default()
+    };
+    // The glob and its four members: five.
+    let glob = format!("{c1}/*");
+    s.handle_request(&subscribe(&[&glob]).into(), &store.snapshot())
+        .unwrap();
+    let err = s
+        .handle_request(&subscribe(&["other"]).into(), &store.snapshot())
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+}
+
+#[test]
 fn node_identity_is_taken_from_the_first_request() {
     let mut s = ads();
     let handled = s
