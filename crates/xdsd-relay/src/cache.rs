@@ -53,6 +53,8 @@ pub struct Cache {
     /// The distinct variants of each name in the store after the last change taken (what
     /// `variants` sums), so that a change recounts only the names it changes.
     counted: BTreeMap<Name, usize>,
+    /// The names each group holds under each alias of a type (VHDS): found without a scan.
+    aliased: BTreeMap<(GroupKey, String, String), BTreeSet<String>>,
 }
 
 impl Cache {
@@ -74,8 +76,30 @@ impl Cache {
         let variant = (group.clone(), encoded(&cached));
         let held = self.entries.entry(key.clone()).or_default();
         if held.get(&variant) != Some(&cached) {
-            held.insert(variant, cached);
+            let aliases = cached.aliases.clone();
+            if let Some(old) = held.insert(variant, cached) {
+                self.unindex(group, &key, &old.aliases);
+            }
+            for alias in aliases {
+                self.aliased
+                    .entry((group.clone(), key.0.clone(), alias))
+                    .or_default()
+                    .insert(key.1.clone());
+            }
             self.dirty.insert(key);
+        }
+    }
+
+    /// `group` no longer holds `key` under `aliases`.
+    fn unindex(&mut self, group: &GroupKey, key: &Name, aliases: &[String]) {
+        for alias in aliases {
+            let at = (group.clone(), key.0.clone(), alias.clone());
+            if let Some(names) = self.aliased.get_mut(&at) {
+                names.remove(&key.1);
+                if names.is_empty() {
+                    self.aliased.remove(&at);
+                }
+            }
         }
     }
 
@@ -119,28 +143,33 @@ impl Cache {
         let Some(held) = self.entries.get_mut(&key) else {
             return;
         };
-        let before = held.len();
-        held.retain(|(g, _), cached| g != group || keep(cached.constraints.as_ref()));
-        if held.len() != before {
-            if held.is_empty() {
-                self.entries.remove(&key);
-            }
-            self.dirty.insert(key);
+        let gone: Vec<Held> = held
+            .iter()
+            .filter(|((g, _), cached)| g == group && !keep(cached.constraints.as_ref()))
+            .map(|(variant, _)| variant.clone())
+            .collect();
+        if gone.is_empty() {
+            return;
         }
+        let mut aliases = Vec::new();
+        for variant in &gone {
+            if let Some(cached) = held.remove(variant) {
+                aliases.extend(cached.aliases);
+            }
+        }
+        if held.is_empty() {
+            self.entries.remove(&key);
+        }
+        self.unindex(group, &key, &aliases);
+        self.dirty.insert(key);
     }
 
     /// The names of the resources of `type_url` that `group` holds under the alias `alias`.
     pub fn aliased(&self, group: &GroupKey, type_url: &str, alias: &str) -> Vec<String> {
-        let from = (type_url.to_owned(), String::new());
-        self.entries
-            .range(from..)
-            .take_while(|((t, _), _)| t == type_url)
-            .filter(|(_, held)| {
-                held.iter()
-                    .any(|((g, _), c)| g == group && c.aliases.iter().any(|a| a == alias))
-            })
-            .map(|((_, n), _)| n.clone())
-            .collect()
+        self.aliased
+            .get(&(group.clone(), type_url.to_owned(), alias.to_owned()))
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The aliases `group` holds resource `name` of `type_url` under.
@@ -416,5 +445,20 @@ mod tests {
         assert!(cache
             .aliased(&params("prod"), VHDS, "rc/backend.example")
             .is_empty());
+        // Sent again without the alias, then removed: no longer found by it.
+        r.aliases = vec!["rc/other.example".into()];
+        cache.put(&GroupKey::shared(), &r);
+        assert!(cache
+            .aliased(&GroupKey::shared(), VHDS, "rc/backend.example")
+            .is_empty());
+        assert_eq!(
+            cache.aliased(&GroupKey::shared(), VHDS, "rc/other.example"),
+            ["rc/backend"]
+        );
+        cache.remove(&GroupKey::shared(), VHDS, &["rc/backend".into()]);
+        assert!(cache
+            .aliased(&GroupKey::shared(), VHDS, "rc/other.example")
+            .is_empty());
+        assert!(cache.aliased.is_empty(), "nothing kept of what left");
     }
 }

@@ -21,17 +21,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use envoy_types::pb::envoy::config::core::v3::{Locality, Node};
-use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use envoy_types::pb::google::protobuf::Struct;
 use envoy_types::pb::xds::core::v3::ContextParams as DynamicParameters;
+use prost::Message;
 use xdsd_core::params::ParamSet;
 use xdsd_core::types;
 use xdsd_core::ClientNode;
 
 /// Dynamic parameters, as the xDS client takes them.
 pub type Params = BTreeMap<String, String>;
-
-/// The node parameter a node's cluster is matched by (xdsd's derived parameters).
-const NODE_CLUSTER_PARAM: &str = "xds.node.cluster";
 
 /// How downstream clients are grouped into upstream streams (`--aggregate-by`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -167,21 +165,14 @@ pub fn upstream_node(group: &GroupKey, relay: &Node, first: Option<&ClientNode>)
             node.id = first.id.clone();
         }
         node.cluster = first.cluster.clone();
-        node.metadata = Some(Struct {
-            fields: first
-                .derived
-                .iter()
-                .filter(|(k, _)| *k != NODE_CLUSTER_PARAM)
-                .map(|(k, v)| {
-                    (
-                        k.to_owned(),
-                        Value {
-                            kind: Some(Kind::StringValue(v.to_owned())),
-                        },
-                    )
-                })
-                .collect(),
-        });
+        // Its metadata as it sent it, nested fields included (what an upstream that varies
+        // content by node may read); read back from the session's copy, which the session
+        // decoded once already.
+        node.metadata = if first.metadata.is_empty() {
+            None
+        } else {
+            Struct::decode(first.metadata.as_slice()).ok()
+        };
         node.locality = first
             .locality
             .as_ref()
@@ -207,6 +198,7 @@ pub fn upstream_node(group: &GroupKey, relay: &Node, first: Option<&ClientNode>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envoy_types::pb::google::protobuf::{value::Kind, Value};
     use envoy_types::pb::xds::core::v3::ContextParams as DynamicParameters;
 
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -277,7 +269,7 @@ mod tests {
         );
         assert_eq!(
             group_of(AggregateBy::None, Some(&p), types::LISTENER).params,
-            [(NODE_CLUSTER_PARAM.to_owned(), "edge".to_owned())].into()
+            [(xdsd_core::NODE_CLUSTER_PARAM.to_owned(), "edge".to_owned())].into()
         );
     }
 
@@ -306,6 +298,54 @@ mod tests {
         assert_eq!(g.type_url.as_deref(), Some(OTHER));
         let node = upstream_node(&g, &Node::default(), None);
         assert!(node.dynamic_parameters.contains_key(OTHER));
+    }
+
+    #[test]
+    fn aggregate_by_cluster_presents_the_first_nodes_metadata_nested_fields_included() {
+        let nested = Value {
+            kind: Some(Kind::StructValue(Struct {
+                fields: [(
+                    "sha".to_owned(),
+                    Value {
+                        kind: Some(Kind::StringValue("abc".into())),
+                    },
+                )]
+                .into(),
+            })),
+        };
+        let metadata = Struct {
+            fields: [
+                (
+                    "env".to_owned(),
+                    Value {
+                        kind: Some(Kind::StringValue("prod".into())),
+                    },
+                ),
+                ("build".to_owned(), nested),
+                (
+                    "replicas".to_owned(),
+                    Value {
+                        kind: Some(Kind::NumberValue(3.0)),
+                    },
+                ),
+            ]
+            .into(),
+        };
+        let sent = Node {
+            id: "a".into(),
+            cluster: "edge".into(),
+            metadata: Some(metadata.clone()),
+            ..Default::default()
+        };
+        let a = ClientNode::from_node(&sent).expect("a valid node");
+        for by in [AggregateBy::Cluster, AggregateBy::Node] {
+            let g = group_of(by, Some(&a), CDS);
+            let node = upstream_node(&g, &Node::default(), Some(&a));
+            assert_eq!(node.metadata.as_ref(), Some(&metadata), "{by:?}");
+        }
+        // The shared stream presents the relay's own node, not a client's.
+        let node = upstream_node(&GroupKey::shared(), &Node::default(), Some(&a));
+        assert_eq!(node.metadata, None);
     }
 
     #[test]

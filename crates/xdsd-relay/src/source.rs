@@ -252,6 +252,11 @@ impl RelaySource {
         let mut config = Config::new(node);
         config.flavor = self.options.flavor;
         config.ads = true;
+        // A name the upstream has not answered is given up in one place, after one time: the
+        // relay's pending window (`--upstream-wait`). The client's own does-not-exist timer
+        // (15 s by default) would otherwise tell the relay's clients that a name does not exist
+        // while the upstream is still sending a large answer (100,000 names by name).
+        config.does_not_exist_timeout = self.options.first_wait;
         let (client, mut events) = XdsClient::start(
             self.options.upstream.clone(),
             config,
