@@ -85,7 +85,9 @@ struct RunArgs {
     /// (xdsd-etcd: replica A killed, its clients reconnect to B; not by default), s10 (S1
     /// through one `xdsd relay` against the direct path, with the upstream's bytes per change;
     /// needs --xdsd-bin; not by default), s11 (--s11-relays relays × --s11-streams streams behind
-    /// one xdsd, a change to every stream; needs --xdsd-bin; not by default), soak (3 etcd, 2
+    /// one xdsd, a change to every stream; needs --xdsd-bin; not by default), s12 (a relay
+    /// holding --s12-names EDS names on one upstream stream, --s12-streams delta streams behind
+    /// it, against the direct path; needs --xdsd-bin; not by default), soak (3 etcd, 2
     /// replicas, 2 relays, churn and faults for --soak-duration, checked all along; needs
     /// --xdsd-bin and etcd; exits 1 when an invariant broke; not by default).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6,s7")]
@@ -139,6 +141,13 @@ struct RunArgs {
     /// S11 streams per relay (default: 1000; 10 with --quick).
     #[arg(long)]
     s11_streams: Option<usize>,
+    /// S12 names (clusters, each with its EDS), comma-separated (default: 100000; 2000 with
+    /// --quick).
+    #[arg(long, value_delimiter = ',')]
+    s12_names: Vec<usize>,
+    /// S12 delta streams behind the relay (and on the direct path).
+    #[arg(long, default_value_t = 10)]
+    s12_streams: usize,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]
     streams_per_connection: Option<usize>,
@@ -248,6 +257,8 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         s10_streams: or(&a.s10_streams, &[20, 50], &[1000, 10_000]),
         s11_relays: a.s11_relays,
         s11_streams: a.s11_streams.unwrap_or(if q { 10 } else { 1000 }),
+        s12_names: or(&a.s12_names, &[2000], &[100_000]),
+        s12_streams: a.s12_streams,
         sync_timeout_s: if q { 30 } else { 180 },
         change_timeout_s: if q { 15 } else { 60 },
     })
@@ -267,10 +278,11 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         .iter()
         .any(|s| s.eq_ignore_ascii_case("soak"));
     let relayed = soaks
-        || plan
-            .scenarios
-            .iter()
-            .any(|s| s.eq_ignore_ascii_case("s10") || s.eq_ignore_ascii_case("s11"));
+        || plan.scenarios.iter().any(|s| {
+            ["s10", "s11", "s12"]
+                .iter()
+                .any(|x| s.eq_ignore_ascii_case(x))
+        });
     let xdsd_bin = if relayed || plan.servers.iter().any(|s| s.runs_the_binary()) {
         let bin = std::fs::canonicalize(&a.xdsd_bin).map_err(|e| {
             anyhow::anyhow!(

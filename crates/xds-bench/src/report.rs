@@ -124,11 +124,11 @@ pub fn markdown(rows: &[Row]) -> String {
     }
     let relayed: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.scenario == "S10" || r.scenario == "S11")
+        .filter(|r| ["S10", "S11", "S12"].contains(&r.scenario.as_str()))
         .collect();
     if !relayed.is_empty() {
         out.push_str(
-            "### S10, S11 through relays: S1's change, the clients behind `xdsd relay`s
+            "### S10, S11, S12 through relays: S1's change, the clients behind `xdsd relay`s (S12: a relay holding N EDS names, the first sync and the ratios to the direct path in its notes)
 
 ",
         );

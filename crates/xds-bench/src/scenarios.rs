@@ -16,10 +16,12 @@ use crate::server::hex;
 
 mod gated;
 mod relay;
+mod relay_scale;
 #[cfg(test)]
 use gated::in_cohort;
 pub use gated::{s8, s9};
 pub use relay::{s10, s11};
+pub use relay_scale::s12;
 
 /// Percentiles in milliseconds.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -126,6 +128,9 @@ pub struct Plan {
     /// S11: relays, and streams per relay.
     pub s11_relays: usize,
     pub s11_streams: usize,
+    /// S12: names the relay holds, and the streams behind it.
+    pub s12_names: Vec<usize>,
+    pub s12_streams: usize,
     pub sync_timeout_s: u64,
     pub change_timeout_s: u64,
 }
@@ -905,6 +910,11 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
     }
     if wants("s11") {
         rows.push(s11(ctx).await);
+    }
+    if wants("s12") {
+        for &n in &plan.s12_names {
+            rows.extend(s12(ctx, n).await);
+        }
     }
     if wants("s7") && plan.servers.contains(&Server::XdsdDir) {
         for &files in &plan.s7_files {

@@ -39,6 +39,12 @@ pub struct Tls {
 pub struct Options {
     /// The server: `host:port`, or an `http://` or `https://` URL.
     pub server: String,
+    /// More servers of the same content (replicas of one control plane), each as `server`:
+    /// when a connection is lost or cannot be made, the next one is tried (after `server`, the
+    /// first of these; after the last, `server` again), after the same backoff. The client
+    /// resumes on it as on a reconnect (`version_info`, `initial_resource_versions`), so what
+    /// it holds is not sent again when the server's versions are the same. Empty by default.
+    pub fallback_servers: Vec<String>,
     /// TLS, when set (an `https://` server without it uses the built-in roots).
     pub tls: Option<Tls>,
     /// How long one connection attempt may take.
@@ -57,12 +63,28 @@ impl Options {
     pub fn new(server: impl Into<String>) -> Options {
         Options {
             server: server.into(),
+            fallback_servers: Vec::new(),
             tls: None,
             connect_timeout: Duration::from_secs(10),
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
+    }
+
+    /// Plaintext to the first of `servers`, then each of the others in turn when a connection
+    /// is lost ([`Options::fallback_servers`]); `None` when `servers` is empty.
+    pub fn with_servers<S: Into<String>>(servers: impl IntoIterator<Item = S>) -> Option<Options> {
+        let mut servers = servers.into_iter().map(Into::into);
+        let mut options = Options::new(servers.next()?);
+        options.fallback_servers = servers.collect();
+        Some(options)
+    }
+
+    /// Every server, in the order they are tried: `server`, then the fallbacks.
+    pub fn servers(&self) -> impl Iterator<Item = &str> + '_ {
+        std::iter::once(self.server.as_str())
+            .chain(self.fallback_servers.iter().map(String::as_str))
     }
 }
 
@@ -155,14 +177,17 @@ impl XdsClient {
         config: Config,
         validator: Option<Validator>,
     ) -> Result<(XdsClient, Events), StartError> {
-        let endpoint = endpoint(&options)?;
+        let endpoints = options
+            .servers()
+            .map(|server| Ok((server.to_owned(), endpoint(&options, server)?)))
+            .collect::<Result<Vec<_>, StartError>>()?;
         let mut client = Client::new(config);
         if let Some(v) = validator {
             client.set_validator(v);
         }
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (event_tx, inner) = mpsc::channel(1024);
-        tokio::spawn(run(options, endpoint, client, command_rx, event_tx));
+        tokio::spawn(run(options, endpoints, client, command_rx, event_tx));
         Ok((
             XdsClient { commands },
             Events {
@@ -234,17 +259,17 @@ fn refused(client: &mut Client, type_url: &str, result: Result<(), SubscribeErro
     }
 }
 
-fn endpoint(options: &Options) -> Result<Endpoint, StartError> {
+fn endpoint(options: &Options, server: &str) -> Result<Endpoint, StartError> {
     let tls = options.tls.as_ref();
-    let url = if options.server.contains("://") {
-        options.server.clone()
+    let url = if server.contains("://") {
+        server.to_owned()
     } else if tls.is_some() {
-        format!("https://{}", options.server)
+        format!("https://{server}")
     } else {
-        format!("http://{}", options.server)
+        format!("http://{server}")
     };
     let mut endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|e| StartError::Address(options.server.clone(), e.to_string()))?
+        .map_err(|e| StartError::Address(server.to_owned(), e.to_string()))?
         .connect_timeout(options.connect_timeout)
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(20));
@@ -279,6 +304,8 @@ fn jittered(backoff: Duration) -> Duration {
 
 /// What a stream's reader hands the loop.
 enum Incoming {
+    /// The server accepted the stream (its response headers).
+    Accepted,
     Sotw(DiscoveryResponse),
     Delta(DeltaDiscoveryResponse),
     /// The stream ended, and why.
@@ -300,16 +327,22 @@ enum Exit {
 
 async fn run(
     options: Options,
-    endpoint: Endpoint,
+    endpoints: Vec<(String, Endpoint)>,
     mut client: Client,
     mut commands: mpsc::UnboundedReceiver<Command>,
     events: mpsc::Sender<Vec<Event>>,
 ) {
     let mut backoff = options.initial_backoff;
+    // The server tried next: the first, then each in turn after a loss.
+    let mut next = 0;
     loop {
+        let Some((server, endpoint)) = endpoints.get(next) else {
+            return;
+        };
+        next = (next + 1) % endpoints.len();
         let exit = match endpoint.connect().await {
             Ok(channel) => {
-                client.connected();
+                client.stream_up();
                 let exit = connection(&options, channel, &mut client, &mut commands, &events).await;
                 if let Exit::Lost { reason, .. } = &exit {
                     client.disconnected(reason.clone());
@@ -317,7 +350,7 @@ async fn run(
                 exit
             }
             Err(e) => {
-                let reason = format!("cannot connect to {}: {}", options.server, chain(&e));
+                let reason = format!("cannot connect to {server}: {}", chain(&e));
                 if events
                     .send(vec![Event::Disconnected {
                         reason: reason.clone(),
@@ -343,18 +376,9 @@ async fn run(
                 if !flush_events(&mut client, &events).await {
                     return;
                 }
-                let wait = tokio::time::sleep(jittered(backoff));
-                tokio::pin!(wait);
-                // Subscriptions changed while waiting are taken in.
-                loop {
-                    tokio::select! {
-                        _ = &mut wait => break,
-                        command = commands.recv() => match command {
-                            Some(command) => command(&mut client),
-                            None if events.is_closed() => return,
-                            None => {}
-                        },
-                    }
+                if !wait_to_reconnect(jittered(backoff), &mut client, &mut commands, &events).await
+                {
+                    return;
                 }
                 backoff = (backoff * 2).min(options.max_backoff);
             }
@@ -362,12 +386,52 @@ async fn run(
     }
 }
 
+/// Waits `wait` before the next connection attempt, taking in the subscriptions changed
+/// meanwhile. Whether to go on: not once the handle and the events are both dropped.
+async fn wait_to_reconnect(
+    wait: Duration,
+    client: &mut Client,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    events: &mpsc::Sender<Vec<Event>>,
+) -> bool {
+    let wait = tokio::time::sleep(wait);
+    tokio::pin!(wait);
+    // A closed channel of commands is ready at once, every time: once the handle is gone it
+    // is not polled again (polling it in a loop spun until the wait's end).
+    let mut commands_open = true;
+    loop {
+        tokio::select! {
+            _ = &mut wait => return true,
+            command = commands.recv(), if commands_open => match command {
+                Some(command) => command(client),
+                None => commands_open = false,
+            },
+            _ = events.closed() => return false,
+        }
+    }
+}
+
+/// An error and its causes, `: `-separated, each said once: a cause whose text its error
+/// already ends with (hyper's `tcp connect error` under tonic's, an I/O error repeated) is
+/// left out.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
+        let text = s.to_string();
+        let parts: Vec<&str> = text.split(": ").collect();
+        // The most leading parts of the cause that `out` already ends with.
+        let said = (1..=parts.len())
+            .rev()
+            .find(|&k| {
+                let head = parts[..k].join(": ");
+                out == head || out.ends_with(&format!(": {head}"))
+            })
+            .unwrap_or(0);
+        for part in &parts[said..] {
+            out.push_str(": ");
+            out.push_str(part);
+        }
         source = s.source();
     }
     out
@@ -384,6 +448,7 @@ async fn connection(
     let mut readers = JoinSet::new();
     let mut streams: HashMap<String, Outbound> = HashMap::new();
     let mut healthy = false;
+    let mut accepted = false;
     let mut commands_open = true;
     loop {
         while let Some(request) = client.poll_request(std::time::Instant::now()) {
@@ -434,6 +499,12 @@ async fn connection(
         };
         tokio::select! {
             incoming = in_rx.recv() => match incoming {
+                Some(Incoming::Accepted) => {
+                    if !accepted {
+                        accepted = true;
+                        client.push_event(Event::Connected);
+                    }
+                }
                 Some(Incoming::Sotw(r)) => {
                     healthy = true;
                     client.handle_sotw(std::time::Instant::now(), r);
@@ -551,6 +622,9 @@ async fn read<Req, Resp>(
             )
             .await
             .map_err(|s| status_text(&s))?;
+        if incoming.send(Incoming::Accepted).await.is_err() {
+            return Err(String::new());
+        }
         let mut inbound = response.into_inner();
         loop {
             match inbound.message().await {
@@ -595,5 +669,74 @@ mod tests {
             waits.iter().any(|w| *w != waits[0]),
             "jitter: not every wait the same"
         );
+    }
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    fn layers(texts: &[&'static str]) -> Layer {
+        texts
+            .iter()
+            .rev()
+            .fold(None, |below, text| Some(Layer(text, below.map(Box::new))))
+            .expect("a layer")
+    }
+
+    #[test]
+    fn an_error_chain_says_each_cause_once() {
+        let repeated = layers(&[
+            "transport error",
+            "tcp connect error",
+            "tcp connect error: Connection refused",
+            "Connection refused",
+        ]);
+        assert_eq!(
+            chain(&repeated),
+            "transport error: tcp connect error: Connection refused"
+        );
+        let distinct = layers(&["a", "b: c", "d"]);
+        assert_eq!(chain(&distinct), "a: b: c: d");
+    }
+
+    /// The handle dropped while the events are read: the wait before reconnecting sleeps (it
+    /// is polled when its timer fires, not in a loop on the closed channel of commands).
+    #[tokio::test]
+    async fn wait_to_reconnect_sleeps_once_the_handle_is_dropped() {
+        use envoy_types::pb::envoy::config::core::v3::Node;
+        let mut client = Client::new(Config::new(Node::default()));
+        let (handle, mut commands) = mpsc::unbounded_channel::<Command>();
+        drop(handle);
+        let (events, _kept) = mpsc::channel(1);
+        let wait = wait_to_reconnect(
+            Duration::from_millis(50),
+            &mut client,
+            &mut commands,
+            &events,
+        );
+        tokio::pin!(wait);
+        let mut polls = 0;
+        let outcome = std::future::poll_fn(|cx| {
+            polls += 1;
+            if polls > 100 {
+                // Spinning: a sleeping wait is polled when its timer fires.
+                return Poll::Ready(None);
+            }
+            std::future::Future::poll(wait.as_mut(), cx).map(Some)
+        })
+        .await;
+        assert_eq!(outcome, Some(true), "the wait spun: polled {polls} times");
+        assert!(polls <= 3, "polled {polls} times");
     }
 }

@@ -53,6 +53,8 @@ pub use machine::{
 };
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
 
 /// docs/client.md, whose examples the doc tests compile.

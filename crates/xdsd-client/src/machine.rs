@@ -152,7 +152,11 @@ pub struct Update {
 /// What the client tells its user.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// The stream is up: requests go out.
+    /// The stream is up: requests go out. From [`XdsClient`](crate::XdsClient): the server
+    /// accepted the connection's first stream (its response headers came with an OK status;
+    /// some servers send them only with their first response). It says nothing of what the
+    /// server holds: a type's first response is its [`Event::Update`], reported even when
+    /// empty. From a [`Client`] driven by hand: [`Client::connected`] was called.
     Connected,
     /// The stream is down, and why. What the client holds is kept.
     Disconnected {
@@ -295,7 +299,19 @@ type HeldKey = (String, Vec<u8>);
 struct TypeState {
     wildcard: Option<Wildcard>,
     subs: BTreeMap<Key, Sub>,
+    /// What is held. Changed only through [`TypeState::put_held`] and
+    /// [`TypeState::take_held`], which keep the indexes below in step with it.
     held: BTreeMap<HeldKey, Held>,
+    /// The held resources that carry each alias (only resources with aliases are here).
+    aliased: BTreeMap<String, BTreeSet<HeldKey>>,
+    /// Distinct names held.
+    held_names: usize,
+    /// Bytes of the bodies held.
+    held_bytes: usize,
+    /// The subscriptions whose does-not-exist timer runs, by deadline (each `Sub::deadline`).
+    deadlines: BTreeSet<(Instant, Key)>,
+    /// The held resources with a TTL, by expiry (each `Held::expires`).
+    expiries: BTreeSet<(Instant, HeldKey)>,
     /// The last accepted version.
     version: String,
     /// The nonce of the last response on this stream.
@@ -306,7 +322,8 @@ struct TypeState {
     owed: bool,
     /// The next request is the stream's first for this type.
     initial: bool,
-    /// Delta: subscriptions added and removed since the last request.
+    /// Delta: subscriptions added and removed since the last request. (Both flavors: the
+    /// subscriptions added since the last request, whose does-not-exist timers it starts.)
     added: BTreeSet<Key>,
     removed: BTreeSet<Key>,
     /// Delta: the wildcard changed since the last request.
@@ -315,6 +332,13 @@ struct TypeState {
     answered: bool,
     /// Responses received on this stream.
     responses: u64,
+}
+
+/// Whether `held` holds a variant of `name` (under its own name).
+fn holds_name(held: &BTreeMap<HeldKey, Held>, name: &str) -> bool {
+    held.range((name.to_owned(), Vec::new())..)
+        .next()
+        .is_some_and(|((n, _), _)| n == name)
 }
 
 impl TypeState {
@@ -347,27 +371,168 @@ impl TypeState {
             .take_while(move |k| k.name == name)
     }
 
-    fn held_names(&self) -> BTreeSet<&str> {
-        self.held.keys().map(|(n, _)| n.as_str()).collect()
-    }
-
-    /// The names and aliases of what is held: the subscriptions it answers.
-    fn held_names_and_aliases(&self) -> BTreeSet<&str> {
-        self.held
-            .values()
-            .flat_map(|h| h.resource.names())
-            .collect()
-    }
-
+    /// Whether a variant of `name` is held under its own name.
     fn holds(&self, name: &str) -> bool {
-        self.held
-            .range((name.to_owned(), Vec::new())..)
-            .next()
-            .is_some_and(|((n, _), _)| n == name)
+        holds_name(&self.held, name)
     }
 
-    fn bytes(&self) -> usize {
-        self.held.values().map(|h| h.bytes).sum()
+    /// Whether a held resource answers a subscription to `name`: by its name or an alias.
+    #[cfg(test)]
+    fn provides(&self, name: &str) -> bool {
+        self.holds(name) || self.aliased.contains_key(name)
+    }
+
+    /// The held resources a subscription to `name` may hold: of that name, or with that alias.
+    fn held_for(&self, name: &str) -> Vec<HeldKey> {
+        let mut keys: Vec<HeldKey> = self
+            .held
+            .range((name.to_owned(), Vec::new())..)
+            .take_while(|((n, _), _)| n == name)
+            .map(|(k, _)| k.clone())
+            .collect();
+        if let Some(aliased) = self.aliased.get(name) {
+            keys.extend(aliased.iter().cloned());
+        }
+        keys
+    }
+
+    /// Holds `held` under `key`, in place of what was (returned).
+    fn put_held(&mut self, key: HeldKey, held: Held) -> Option<Held> {
+        let old = self.take_held(&key);
+        if !self.holds(&key.0) {
+            self.held_names += 1;
+        }
+        self.held_bytes += held.bytes;
+        if let Some(e) = held.expires {
+            self.expiries.insert((e, key.clone()));
+        }
+        for alias in &held.resource.aliases {
+            self.aliased
+                .entry(alias.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.held.insert(key, held);
+        old
+    }
+
+    /// Drops what is held under `key`.
+    fn take_held(&mut self, key: &HeldKey) -> Option<Held> {
+        let held = self.held.remove(key)?;
+        self.held_bytes -= held.bytes;
+        if let Some(e) = held.expires {
+            self.expiries.remove(&(e, key.clone()));
+        }
+        for alias in &held.resource.aliases {
+            if let Some(keys) = self.aliased.get_mut(alias) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.aliased.remove(alias);
+                }
+            }
+        }
+        if !self.holds(&key.0) {
+            self.held_names -= 1;
+        }
+        Some(held)
+    }
+
+    /// Sets when the resource held under `key` expires.
+    fn set_expiry(&mut self, key: &HeldKey, expires: Option<Instant>) {
+        let Some(held) = self.held.get_mut(key) else {
+            return;
+        };
+        if let Some(e) = held.expires {
+            self.expiries.remove(&(e, key.clone()));
+        }
+        held.expires = expires;
+        if let Some(e) = expires {
+            self.expiries.insert((e, key.clone()));
+        }
+    }
+
+    /// Every subscription to `name` is settled: received (`missing` false) or known not to
+    /// exist (`missing` true), its timer stopped. Returns whether `name` is subscribed, and
+    /// whether a subscription to it was newly found missing.
+    fn settle(&mut self, name: &str, missing: bool) -> (bool, bool) {
+        let (mut subscribed, mut newly) = (false, false);
+        for (key, sub) in self
+            .subs
+            .range_mut(Key::plain(name)..)
+            .take_while(|(k, _)| k.name == name)
+        {
+            subscribed = true;
+            newly |= missing && !sub.missing;
+            if let Some(d) = sub.deadline.take() {
+                self.deadlines.remove(&(d, key.clone()));
+            }
+            sub.missing = missing;
+        }
+        (subscribed, newly)
+    }
+
+    /// Ends subscription `key`: its timer too.
+    fn remove_sub(&mut self, key: &Key) -> bool {
+        let Some(sub) = self.subs.remove(key) else {
+            return false;
+        };
+        if let Some(d) = sub.deadline {
+            self.deadlines.remove(&(d, key.clone()));
+        }
+        true
+    }
+
+    /// A request asked for the subscriptions `keys` (every one when `None`): each one neither
+    /// held nor known missing gets its does-not-exist timer, and the count of responses before
+    /// it is noted.
+    fn asked(&mut self, keys: Option<Vec<Key>>, deadline: Option<Instant>, at: Option<u64>) {
+        let TypeState {
+            subs,
+            deadlines,
+            held,
+            aliased,
+            ..
+        } = self;
+        let mut ask = |key: &Key, sub: &mut Sub| {
+            let provided = holds_name(held, &key.name) || aliased.contains_key(&key.name);
+            if sub.deadline.is_none() && !sub.missing && !provided {
+                if let Some(d) = deadline {
+                    sub.deadline = Some(d);
+                    deadlines.insert((d, key.clone()));
+                }
+            }
+            sub.asked_at.get_or_insert(at);
+        };
+        match keys {
+            None => subs.iter_mut().for_each(|(k, s)| ask(k, s)),
+            Some(keys) => {
+                for key in keys {
+                    if let Some(sub) = subs.get_mut(&key) {
+                        ask(&key, sub);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next instant something is due: a timer or an expiry.
+    fn next_due(&self) -> Option<Instant> {
+        let deadline = self.deadlines.first().map(|(d, _)| *d);
+        let expiry = self.expiries.first().map(|(e, _)| *e);
+        deadline.into_iter().chain(expiry).min()
+    }
+}
+
+/// Drops the resources of `candidates` no subscription wants any more.
+fn drop_unwanted(state: &mut TypeState, candidates: Vec<HeldKey>) {
+    for key in candidates {
+        if state
+            .held
+            .get(&key)
+            .is_some_and(|h| !state.wants(&h.resource))
+        {
+            state.take_held(&key);
+        }
     }
 }
 
@@ -381,8 +546,6 @@ pub struct Client {
     node_sent: BTreeSet<String>,
     requests: VecDeque<Request>,
     events: VecDeque<Event>,
-    /// Bytes of resource bodies held, all types.
-    bytes: usize,
 }
 
 impl std::fmt::Debug for Client {
@@ -412,7 +575,6 @@ impl Client {
             node_sent: BTreeSet::new(),
             requests: VecDeque::new(),
             events: VecDeque::new(),
-            bytes: 0,
         }
     }
 
@@ -551,13 +713,14 @@ impl Client {
         let Some(state) = self.types.get_mut(type_url) else {
             return;
         };
-        if state.subs.remove(&key).is_none() {
+        if !state.remove_sub(&key) {
             return;
         }
         state.added.remove(&key);
+        let candidates = state.held_for(&key.name);
         state.removed.insert(key);
         state.owed = true;
-        self.drop_unwanted(type_url);
+        drop_unwanted(state, candidates);
     }
 
     /// Ends the wildcard subscription of `type_url`.
@@ -571,24 +734,14 @@ impl Client {
         state.wildcard = Some(Wildcard::Off);
         state.wildcard_changed = true;
         state.owed = true;
-        self.drop_unwanted(type_url);
+        // What the wildcard held may be anything held.
+        let candidates = state.held.keys().cloned().collect();
+        drop_unwanted(state, candidates);
     }
 
-    fn drop_unwanted(&mut self, type_url: &str) {
-        let Some(state) = self.types.get_mut(type_url) else {
-            return;
-        };
-        let unwanted: Vec<HeldKey> = state
-            .held
-            .iter()
-            .filter(|(_, h)| !state.wants(&h.resource))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in unwanted {
-            if let Some(h) = state.held.remove(&key) {
-                self.bytes -= h.bytes;
-            }
-        }
+    /// Bytes of resource bodies held, all types.
+    fn bytes(&self) -> usize {
+        self.types.values().map(|s| s.held_bytes).sum()
     }
 
     /// The resources of `type_url` held, in name order (variants of a name together).
@@ -602,8 +755,12 @@ impl Client {
     /// The variant of `name` of `type_url` held for `params` (TP2 variants are matched by their
     /// constraints; a resource without constraints is every client's).
     pub fn resource(&self, type_url: &str, name: &str, params: &Params) -> Option<&Resource> {
-        self.resources(type_url)
-            .filter(|r| r.name == name)
+        let state = self.types.get(type_url)?;
+        state
+            .held
+            .range((name.to_owned(), Vec::new())..)
+            .take_while(|((n, _), _)| n == name)
+            .map(|(_, h)| &h.resource)
             .find(|r| r.matches(params))
     }
 
@@ -615,6 +772,13 @@ impl Client {
     /// The stream (or streams) are up: requests for every subscription go out, resuming what
     /// is held (SotW `version_info`, delta `initial_resource_versions`) so nothing is resent.
     pub fn connected(&mut self) {
+        self.stream_up();
+        self.events.push_back(Event::Connected);
+    }
+
+    /// As [`Client::connected`], without the event: the driver reports [`Event::Connected`]
+    /// itself, once the server accepts a stream.
+    pub(crate) fn stream_up(&mut self) {
         self.connected = true;
         self.node_sent.clear();
         for state in self.types.values_mut() {
@@ -630,7 +794,6 @@ impl Client {
                 sub.asked_at = None;
             }
         }
-        self.events.push_back(Event::Connected);
     }
 
     /// The stream is down: what is held is kept; the does-not-exist timers of names not received
@@ -642,8 +805,10 @@ impl Client {
         self.connected = false;
         self.requests.clear();
         for state in self.types.values_mut() {
-            for sub in state.subs.values_mut() {
-                sub.deadline = None;
+            for (_, key) in std::mem::take(&mut state.deadlines) {
+                if let Some(sub) = state.subs.get_mut(&key) {
+                    sub.deadline = None;
+                }
             }
         }
         self.events.push_back(Event::Disconnected {
@@ -685,23 +850,17 @@ impl Client {
             Flavor::Sotw => Request::Sotw(sotw_request(&type_url, state, node)),
             Flavor::Delta => Request::Delta(delta_request(&type_url, state, node)),
         };
+        // The timers of what it asks for start: every subscription on the stream's first
+        // request of the type, else those added since the last one.
+        let asked =
+            (!state.initial).then(|| std::mem::take(&mut state.added).into_iter().collect());
         state.owed = false;
         state.initial = false;
         state.nack = None;
         state.added.clear();
         state.removed.clear();
         state.wildcard_changed = false;
-        let held: BTreeSet<String> = state
-            .held_names_and_aliases()
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-        for (key, sub) in state.subs.iter_mut() {
-            if sub.deadline.is_none() && !sub.missing && !held.contains(&key.name) {
-                sub.deadline = now.checked_add(timeout);
-            }
-            sub.asked_at.get_or_insert(asked_at);
-        }
+        state.asked(asked, now.checked_add(timeout), asked_at);
         Some(request)
     }
 
@@ -717,44 +876,51 @@ impl Client {
 
     /// When [`Client::handle_timeout`] is next due: a does-not-exist timer or a TTL.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.types
-            .values()
-            .flat_map(|s| {
-                let deadlines = s.subs.values().filter_map(|sub| sub.deadline);
-                let expiries = s.held.values().filter_map(|h| h.expires);
-                deadlines.chain(expiries)
-            })
-            .min()
+        self.types.values().filter_map(TypeState::next_due).min()
     }
 
     /// Time passed: names not received by their deadline are reported as not existing,
     /// resources whose TTL passed are dropped.
     pub fn handle_timeout(&mut self, now: Instant) {
         for (type_url, state) in self.types.iter_mut() {
-            for (key, sub) in state.subs.iter_mut() {
-                if sub.deadline.is_some_and(|d| d <= now) {
+            let mut due = Vec::new();
+            while let Some((d, _)) = state.deadlines.first() {
+                if *d > now {
+                    break;
+                }
+                if let Some((_, key)) = state.deadlines.pop_first() {
+                    due.push(key);
+                }
+            }
+            // In the order of the subscriptions.
+            due.sort();
+            for key in due {
+                if let Some(sub) = state.subs.get_mut(&key) {
                     sub.deadline = None;
                     sub.missing = true;
                     self.events.push_back(Event::DoesNotExist {
                         type_url: type_url.clone(),
-                        name: key.name.clone(),
+                        name: key.name,
                     });
                 }
             }
-            let expired: Vec<HeldKey> = state
-                .held
-                .iter()
-                .filter(|(_, h)| h.expires.is_some_and(|e| e <= now))
-                .map(|(k, _)| k.clone())
-                .collect();
+            let mut expired = Vec::new();
+            while let Some((e, key)) = state.expiries.first() {
+                if *e > now {
+                    break;
+                }
+                expired.push(key.clone());
+                state.expiries.pop_first();
+            }
             if expired.is_empty() {
                 continue;
             }
+            // In the order of what is held: a name's variants together.
+            expired.sort();
             let mut names = Vec::new();
             let mut variants = Vec::new();
             for key in expired {
-                if let Some(h) = state.held.remove(&key) {
-                    self.bytes -= h.bytes;
+                if let Some(h) = state.take_held(&key) {
                     variants.push((key.0.clone(), h.resource.constraints));
                     names.push(key.0);
                 }
@@ -768,5 +934,106 @@ impl Client {
                 expired: true,
             });
         }
+    }
+}
+
+#[cfg(test)]
+impl Client {
+    /// Whether the machine keeps state for `type_url`.
+    pub(crate) fn knows_type(&self, type_url: &str) -> bool {
+        self.types.contains_key(type_url)
+    }
+
+    /// The machine's invariants, for the tests and the fuzz targets: every index agrees with
+    /// what it indexes, what is held is wanted and keyed by itself, and the bounds hold.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        let limits = self.config.limits;
+        if self.types.len() > limits.max_types {
+            return Err(format!("{} types held", self.types.len()));
+        }
+        if self.bytes() > limits.max_bytes {
+            return Err(format!("{} bytes held", self.bytes()));
+        }
+        for (type_url, state) in &self.types {
+            let names: BTreeSet<&str> = state.held.keys().map(|(n, _)| n.as_str()).collect();
+            if names.len() != state.held_names {
+                return Err(format!(
+                    "{type_url}: {} names held, counted {}",
+                    names.len(),
+                    state.held_names
+                ));
+            }
+            if names.len() > limits.max_names {
+                return Err(format!("{type_url}: {} names held", names.len()));
+            }
+            if state.subs.len() > limits.max_names {
+                return Err(format!("{type_url}: {} subscriptions", state.subs.len()));
+            }
+            let bytes: usize = state.held.values().map(|h| h.bytes).sum();
+            if bytes != state.held_bytes {
+                return Err(format!(
+                    "{type_url}: {bytes} bytes held, counted {}",
+                    state.held_bytes
+                ));
+            }
+            let mut aliased: BTreeMap<String, BTreeSet<HeldKey>> = BTreeMap::new();
+            let mut expiries = BTreeSet::new();
+            for (key, held) in &state.held {
+                let r = &held.resource;
+                if *key != wire::held_key(r) {
+                    return Err(format!("{type_url}: {key:?} holds {:?}", r.name));
+                }
+                if r.type_url != *type_url || r.body.type_url != *type_url {
+                    return Err(format!(
+                        "{type_url}: {:?} is of {}",
+                        r.name, r.body.type_url
+                    ));
+                }
+                if held.bytes != r.body.value.len() {
+                    return Err(format!("{type_url}: {:?}'s bytes miscounted", r.name));
+                }
+                if !state.wants(r) {
+                    return Err(format!("{type_url}: {:?} held, not wanted", r.name));
+                }
+                for alias in &r.aliases {
+                    aliased
+                        .entry(alias.clone())
+                        .or_default()
+                        .insert(key.clone());
+                }
+                if let Some(e) = held.expires {
+                    expiries.insert((e, key.clone()));
+                }
+            }
+            if aliased != state.aliased {
+                return Err(format!("{type_url}: the alias index is out of step"));
+            }
+            if expiries != state.expiries {
+                return Err(format!("{type_url}: the expiry index is out of step"));
+            }
+            let deadlines: BTreeSet<(Instant, Key)> = state
+                .subs
+                .iter()
+                .filter_map(|(k, s)| s.deadline.map(|d| (d, k.clone())))
+                .collect();
+            if deadlines != state.deadlines {
+                return Err(format!("{type_url}: the timer index is out of step"));
+            }
+            for (key, sub) in &state.subs {
+                if sub.deadline.is_some() && (sub.missing || !self.connected) {
+                    return Err(format!(
+                        "{type_url}: {:?} has a timer while missing or disconnected",
+                        key.name
+                    ));
+                }
+                if sub.deadline.is_some() && state.provides(&key.name) {
+                    return Err(format!("{type_url}: {:?} has a timer while held", key.name));
+                }
+            }
+            if !self.connected && !self.requests.is_empty() {
+                return Err("requests queued while disconnected".to_owned());
+            }
+        }
+        Ok(())
     }
 }

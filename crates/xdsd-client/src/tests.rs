@@ -1233,3 +1233,49 @@ fn a_resource_without_a_body_naming_an_alias_says_the_alias_does_not_exist() {
     ));
     assert!(missing(&p.news()).is_empty());
 }
+
+#[test]
+fn sotw_response_of_a_type_no_longer_subscribed_still_sets_the_nonce() {
+    let mut p = Pair::sotw();
+    p.client.connected();
+    p.client.subscribe(CLUSTER, ["a"]).expect("subscribed");
+    p.sotw_request();
+    p.sotw_in(sotw(CLUSTER, "v1", "n1", vec![cluster("a", "1")]));
+    p.sotw_request();
+    p.client.unsubscribe(CLUSTER, "a");
+    p.sotw_request();
+    // The server answers the unsubscription; the client holds nothing of the type.
+    p.sotw_in(sotw(CLUSTER, "v2", "n2", vec![]));
+    p.client.subscribe(CLUSTER, ["b"]).expect("subscribed");
+    let request = p.sotw_request();
+    // A server ignores a request with a stale nonce (spec, "When to send an update").
+    assert_eq!(request.response_nonce, "n2", "{request:?}");
+    assert_eq!(request.resource_names, ["b"]);
+}
+
+#[test]
+fn costs_follow_the_change_timers_and_indexes_stay_in_step() {
+    // A first load by name, an ACK, then a change: the indexes the machine keeps (names
+    // held, bytes, timers) agree with what it holds.
+    let mut p = Pair::delta();
+    p.client.connected();
+    let names: Vec<String> = (0..50).map(|i| format!("e{i}")).collect();
+    p.client
+        .subscribe(CLUSTER_LOAD_ASSIGNMENT, &names)
+        .expect("subscribed");
+    p.delta_request();
+    let half: Vec<WireResource> = names[..25]
+        .iter()
+        .map(|n| wire(n, "1", Some(endpoints(n))))
+        .collect();
+    p.delta_in(delta(CLUSTER_LOAD_ASSIGNMENT, "n1", half, &[]));
+    p.delta_request();
+    p.client.check_invariants().expect("invariants");
+    // The names not received keep their timers: they fire once.
+    p.advance(DEFAULT_DOES_NOT_EXIST_TIMEOUT);
+    assert_eq!(missing(&p.news()).len(), 25);
+    assert_eq!(p.client.poll_timeout(), None);
+    p.client.unsubscribe(CLUSTER_LOAD_ASSIGNMENT, "e0");
+    p.client.check_invariants().expect("invariants");
+    assert_eq!(p.names(CLUSTER_LOAD_ASSIGNMENT).len(), 24);
+}

@@ -28,6 +28,7 @@ mod test_rng;
 pub mod testing;
 pub(crate) mod transport;
 pub mod types;
+pub mod xdstp;
 
 pub use metrics::{MetricSeries, Metrics};
 pub use protocol::identity::{Glob, NodeIdentityRule, NodeIdentityRules};

@@ -18,6 +18,8 @@ pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 /// Cluster load assignments: endpoints (EDS).
 pub const CLUSTER_LOAD_ASSIGNMENT: &str =
     "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+/// Endpoints one by one, the members of a LEDS collection (xRFC TP1 glob collections).
+pub const LB_ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
 /// Secrets (SDS).
 pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 /// Runtime layers (RTDS).

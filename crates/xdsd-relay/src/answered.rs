@@ -17,17 +17,16 @@
 //! it is not answered: an answer announced at the same moment is never missed (a name declared
 //! after its answer was resolved would wait for nothing until it expired).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 use xdsd_core::params::ParamSet;
 use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
-use xdsd_core::{ClientNode, NODE_CLUSTER_PARAM};
+use xdsd_core::ClientNode;
 
 use crate::demand::Want;
-use crate::group::GroupKey;
 use crate::metrics::RelayMetrics;
 
 /// The subscriptions answered, and those pending in the store. See the module documentation.
@@ -44,57 +43,33 @@ pub(crate) struct Answered {
 
 #[derive(Debug, Default)]
 struct State {
+    /// The wants asked for (declared) and answered since, until they are unsubscribed: nothing
+    /// is kept of an answer nobody asked for (a resource a wildcard brings), so the set is
+    /// bounded by the subscriptions and never outlives them.
     answered: HashSet<Want>,
-    /// Declared pending in the store, not resolved yet: each want with the pending names it was
-    /// declared as (one per scope of the clients that asked it, see [`scope`]).
-    declared: HashMap<Want, Vec<PendingName>>,
+    /// Declared pending in the store, not resolved yet: each want with the pending name it was
+    /// declared as (see [`scope`]), ordered so that a wildcard finds the names of its type in
+    /// its group without a scan.
+    declared: BTreeMap<Want, PendingName>,
     /// A refusal by the store's limit was logged (again only once the set had room).
     full_logged: bool,
 }
 
 impl State {
-    /// The pending names declared, all wants together.
+    /// The pending names declared.
     fn pending(&self) -> usize {
-        self.declared.values().map(Vec::len).sum()
+        self.declared.len()
     }
 }
 
-/// The clients a want asked by a client of `node` is pending for, as the parameters their
-/// parameter set must hold (the store matches a pending name so: [`PendingName::with_params`]).
-/// Only the clients of the group that asked are held, as closely as parameters can say it: a
-/// resource locator's own parameters; a parameters group's parameters; a `cluster` group's
-/// cluster (`xds.node.cluster`, which the parameter set of a client without dynamic parameters
-/// for the type holds); else (a client with dynamic parameters in a `cluster` group, a `node`
-/// group: no parameter names a node) the asking client's own parameter set for the type. The
-/// shared group's wants hold every client (nothing tells its clients apart from a parameters
-/// group's).
-fn scope(want: &Want, node: Option<&ClientNode>) -> ParamSet {
-    let own = match &want.group {
-        _ if want.is_locator() => Some(&want.params),
-        GroupKey::Params(params) => Some(params),
-        _ => None,
-    };
-    if let Some(params) = own {
-        return params
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-    }
-    match (&want.group, node) {
-        (GroupKey::Default | GroupKey::Params(_), _)
-        | (GroupKey::Cluster(_) | GroupKey::Node(_), None) => ParamSet::new(),
-        (GroupKey::Cluster(cluster), Some(node)) => {
-            let set = node.params_for(&want.type_url);
-            if set.get(NODE_CLUSTER_PARAM) == Some(cluster.as_str()) {
-                [(NODE_CLUSTER_PARAM, cluster.as_str())]
-                    .into_iter()
-                    .collect()
-            } else {
-                set.clone()
-            }
-        }
-        (GroupKey::Node(_), Some(node)) => node.params_for(&want.type_url).clone(),
-    }
+/// The clients a want is pending for, as the parameters their parameter set must hold (the
+/// store matches a pending name so: [`PendingName::with_params`]): the parameters its group
+/// presents upstream, which are those of every client whose demand goes to that group (a
+/// client's parameters for the type as the server derives them, or a resource locator's own).
+/// A group of a node cluster or a node id holds, too, the clients of other nodes with the same
+/// parameters, for as long as the upstream takes to answer: no parameter names a node id.
+fn scope(want: &Want, _node: Option<&ClientNode>) -> ParamSet {
+    want.group.param_set()
 }
 
 /// The pending name a want stands for: its type and name (its wildcard: the whole type), for
@@ -143,42 +118,61 @@ impl Answered {
     /// A downstream client (of `node`, when it sent one) asks for `want` at `now`: unless it is
     /// answered, it is pending in the store for the clients of its group (see [`scope`]) until
     /// the upstream answers or `wait` passes.
+    #[cfg(test)]
     pub(crate) fn ask(&self, want: &Want, node: Option<&ClientNode>, now: Instant) {
+        self.ask_all(std::slice::from_ref(want), node, now);
+    }
+
+    /// [`Answered::ask`] for each of `wants` (those of one request), declared in one swap of the
+    /// store's state: it costs what it declares.
+    pub(crate) fn ask_all(&self, wants: &[Want], node: Option<&ClientNode>, now: Instant) {
         let Some(store) = self.store.get() else {
             return;
         };
         let mut state = self.state();
-        if Self::answered_in(&state, want) {
+        let asked: Vec<(&Want, PendingName)> = wants
+            .iter()
+            .filter(|want| !Self::answered_in(&state, want) && !state.declared.contains_key(*want))
+            .map(|want| (want, pending_name(want, scope(want, node))))
+            .collect();
+        if asked.is_empty() {
             return;
         }
-        let name = pending_name(want, scope(want, node));
-        if state.declared.get(want).is_some_and(|n| n.contains(&name)) {
-            return;
-        }
-        match store.declare(name.clone(), now + self.wait) {
-            Ok(_) => {
-                state.declared.entry(want.clone()).or_default().push(name);
-                state.full_logged = false;
-                self.metrics.set_pending(state.pending());
-            }
-            Err(e) => {
-                if !std::mem::replace(&mut state.full_logged, true) {
-                    warn!(stream = %want.group, type_url = %want.type_url, name = %want.name, "not held for the upstream's answer: {e}");
+        let results =
+            store.declare_all(asked.iter().map(|(_, name)| name.clone()), now + self.wait);
+        for ((want, name), result) in asked.into_iter().zip(results) {
+            match result {
+                Ok(_) => {
+                    state.declared.insert(want.clone(), name);
+                    state.full_logged = false;
+                }
+                Err(e) => {
+                    if !std::mem::replace(&mut state.full_logged, true) {
+                        warn!(stream = %want.group, type_url = %want.type_url, name = %want.name, "not held for the upstream's answer: {e}");
+                    }
                 }
             }
         }
+        self.metrics.set_pending(state.pending());
     }
 
     /// The wants declared that `want`'s answer answers: itself, and for a wildcard the names of
-    /// its type in its group.
+    /// its type in its group (a range of the ordered declarations, not a scan).
     fn answered_by(state: &State, want: &Want) -> Vec<Want> {
+        if !want.is_wildcard() {
+            return state
+                .declared
+                .get_key_value(want)
+                .map(|(w, _)| w.clone())
+                .into_iter()
+                .collect();
+        }
+        let from = Want::named(want.group.clone(), &want.type_url, "");
         state
             .declared
-            .keys()
-            .filter(|w| {
-                *w == want
-                    || (want.is_wildcard() && w.group == want.group && w.type_url == want.type_url)
-            })
+            .range(from..)
+            .map(|(w, _)| w)
+            .take_while(|w| w.group == want.group && w.type_url == want.type_url)
             .cloned()
             .collect()
     }
@@ -196,7 +190,6 @@ impl Answered {
             .iter()
             .flat_map(|want| Self::answered_by(&state, want))
             .filter_map(|w| state.declared.get(&w))
-            .flatten()
             .collect();
         store.resolve_with_next_commit(resolved);
     }
@@ -207,10 +200,16 @@ impl Answered {
         let mut state = self.state();
         let mut resolved: Vec<PendingName> = Vec::new();
         for want in wants {
+            let mut asked = false;
             for w in Self::answered_by(&state, &want) {
-                resolved.extend(state.declared.remove(&w).unwrap_or_default());
+                asked |= w == want;
+                resolved.extend(state.declared.remove(&w));
             }
-            state.answered.insert(want);
+            // Kept only for what was asked (a want answered before it was declared, a
+            // wildcard's): an answer nobody asked for is nothing to remember.
+            if asked || want.is_wildcard() {
+                state.answered.insert(want);
+            }
         }
         if let (Some(store), false) = (self.store.get(), resolved.is_empty()) {
             store.resolve(&resolved);
@@ -222,9 +221,9 @@ impl Answered {
     pub(crate) fn forget(&self, want: &Want) {
         let mut state = self.state();
         state.answered.remove(want);
-        if let Some(names) = state.declared.remove(want) {
+        if let Some(name) = state.declared.remove(want) {
             if let Some(store) = self.store.get() {
-                store.resolve(&names);
+                store.resolve([&name]);
             }
             self.metrics.set_pending(state.pending());
         }
@@ -252,14 +251,13 @@ impl Answered {
         if expired.is_empty() {
             return Vec::new();
         }
-        // A want is given up once every scope it was declared for is.
         let mut gone: Vec<Want> = Vec::new();
-        state.declared.retain(|want, names| {
-            names.retain(|n| !expired.contains(n));
-            if names.is_empty() {
+        state.declared.retain(|want, name| {
+            let expired = expired.contains(name);
+            if expired {
                 gone.push(want.clone());
             }
-            !names.is_empty()
+            !expired
         });
         for want in &gone {
             state.answered.insert(want.clone());
@@ -274,6 +272,7 @@ impl Answered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::group::GroupKey;
     use xdsd_core::Store;
 
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -286,7 +285,7 @@ mod tests {
     }
 
     fn named(name: &str) -> Want {
-        Want::named(GroupKey::Default, CDS, name)
+        Want::named(GroupKey::shared(), CDS, name)
     }
 
     #[test]
@@ -306,7 +305,7 @@ mod tests {
     fn a_types_wildcard_is_pending_as_the_whole_type_and_its_answer_answers_its_names() {
         let store = Store::new();
         let answered = attached(&store);
-        let wildcard = Want::wildcard(GroupKey::Default, CDS);
+        let wildcard = Want::wildcard(GroupKey::shared(), CDS);
         answered.ask(&wildcard, None, Instant::now());
         answered.ask(&named("a"), None, Instant::now());
         let pending = store.pending_names();
@@ -321,7 +320,7 @@ mod tests {
     fn a_want_of_a_parameters_group_is_pending_for_its_parameters_only() {
         let store = Store::new();
         let answered = attached(&store);
-        let group = GroupKey::Params([("env".to_owned(), "prod".to_owned())].into());
+        let group = GroupKey::shared().with_params([("env".to_owned(), "prod".to_owned())].into());
         answered.ask(&Want::named(group, CDS, "a"), None, Instant::now());
         let pending = store.pending_names();
         let prod: ParamSet = [("env", "prod")].into_iter().collect();
@@ -366,6 +365,43 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_nobody_asked_for_is_not_kept() {
+        // A wildcard's resources are announced name by name; once the wildcard lingered out
+        // (forgotten), a later client of one of those names waits for the upstream's answer
+        // again rather than being told at once that it does not exist.
+        let store = Store::new();
+        let answered = attached(&store);
+        let wildcard = Want::wildcard(GroupKey::shared(), CDS);
+        answered.ask(&wildcard, None, Instant::now());
+        answered.announce([wildcard.clone(), named("a"), named("b")]);
+        answered.forget(&wildcard);
+        assert_eq!(answered.state().answered.len(), 0, "nothing kept");
+        answered.ask(&named("a"), None, Instant::now());
+        assert!(store
+            .pending_names()
+            .is_pending(&PendingName::new(CDS, "a")));
+    }
+
+    #[test]
+    fn a_locator_is_not_answered_by_the_wildcard_of_its_clients_group() {
+        // The wildcard follows its group's parameters; a locator brings its own, so it is the
+        // name in the group of those, which that wildcard does not answer.
+        let store = Store::new();
+        let answered = attached(&store);
+        let wildcard = Want::wildcard(GroupKey::shared(), CDS);
+        answered.ask(&wildcard, None, Instant::now());
+        answered.announce([wildcard]);
+        let prod = GroupKey::shared().with_params([("env".to_owned(), "prod".to_owned())].into());
+        let locator = Want::named(prod, CDS, "a");
+        answered.ask(&locator, None, Instant::now());
+        assert!(!answered.is_answered(&locator));
+        let prod: ParamSet = [("env", "prod")].into_iter().collect();
+        assert!(store
+            .pending_names()
+            .is_pending(&PendingName::new(CDS, "a").with_params(prod)));
+    }
+
+    #[test]
     fn past_the_limit_a_want_is_not_held() {
         let store = Store::new();
         let answered = Answered::new(WAIT, RelayMetrics::new());
@@ -386,14 +422,20 @@ mod tests {
         ClientNode::from_node(&node).expect("a valid node")
     }
 
+    fn group_of(by: crate::AggregateBy, node: &ClientNode) -> GroupKey {
+        crate::group::group_of(by, Some(node), CDS)
+    }
+
     #[test]
     fn a_want_of_a_cluster_group_is_pending_for_the_clients_of_that_cluster_only() {
         let store = Store::new();
         let answered = attached(&store);
-        let group = GroupKey::Cluster("edge".into());
-        let want = Want::named(group, CDS, "a");
-        answered.ask(&want, Some(&client("n1", "edge")), Instant::now());
-        let edge: ParamSet = [(NODE_CLUSTER_PARAM, "edge")].into_iter().collect();
+        let node = client("n1", "edge");
+        let want = Want::named(group_of(crate::AggregateBy::Cluster, &node), CDS, "a");
+        answered.ask(&want, Some(&node), Instant::now());
+        let edge: ParamSet = [(xdsd_core::NODE_CLUSTER_PARAM, "edge")]
+            .into_iter()
+            .collect();
         let pending = store.pending_names();
         assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(edge)));
         assert!(
@@ -411,8 +453,8 @@ mod tests {
     fn a_want_of_a_node_group_is_pending_for_the_parameters_of_the_client_that_asked() {
         let store = Store::new();
         let answered = attached(&store);
-        let want = Want::named(GroupKey::Node("n1".into()), CDS, "a");
         let node = client("n1", "edge");
+        let want = Want::named(group_of(crate::AggregateBy::Node, &node), CDS, "a");
         answered.ask(&want, Some(&node), Instant::now());
         let pending = store.pending_names();
         let own = node.params_for(CDS).clone();
@@ -426,13 +468,12 @@ mod tests {
     fn a_want_given_up_for_every_scope_it_was_declared_for_is_answered() {
         let store = Store::new();
         let answered = attached(&store);
-        let want = Want::named(GroupKey::Node("n1".into()), CDS, "a");
+        let want = Want::named(GroupKey::shared(), CDS, "a");
         let t0 = Instant::now();
         answered.ask(&want, Some(&client("n1", "edge")), t0);
-        answered.ask(&want, Some(&client("n1", "other")), t0 + WAIT / 2);
-        assert!(answered.expire(t0 + WAIT).is_empty(), "one scope left");
+        assert!(answered.expire(t0 + WAIT / 2).is_empty());
         assert!(!answered.is_answered(&want));
-        assert_eq!(answered.expire(t0 + WAIT * 2), vec![want.clone()]);
+        assert_eq!(answered.expire(t0 + WAIT), vec![want.clone()]);
         assert!(answered.is_answered(&want));
     }
 }

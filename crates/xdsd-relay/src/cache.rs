@@ -50,6 +50,11 @@ pub struct Cache {
     dirty: BTreeSet<Name>,
     /// Variants in the store after the last change taken.
     variants: usize,
+    /// The distinct variants of each name in the store after the last change taken (what
+    /// `variants` sums), so that a change recounts only the names it changes.
+    counted: BTreeMap<Name, usize>,
+    /// The names each group holds under each alias of a type (VHDS): found without a scan.
+    aliased: BTreeMap<(GroupKey, String, String), BTreeSet<String>>,
 }
 
 impl Cache {
@@ -63,15 +68,38 @@ impl Cache {
         let key = (resource.type_url.clone(), resource.name.clone());
         let cached = Cached {
             value: Bytes::from(resource.body.value.clone()),
-            constraints: resource.constraints.clone(),
+            // A TP2 server names an unconstrained variant with empty constraints: none.
+            constraints: resource.constraints.clone().filter(|c| c.r#type.is_some()),
             ttl: resource.ttl,
             aliases: resource.aliases.clone(),
         };
         let variant = (group.clone(), encoded(&cached));
         let held = self.entries.entry(key.clone()).or_default();
         if held.get(&variant) != Some(&cached) {
-            held.insert(variant, cached);
+            let aliases = cached.aliases.clone();
+            if let Some(old) = held.insert(variant, cached) {
+                self.unindex(group, &key, &old.aliases);
+            }
+            for alias in aliases {
+                self.aliased
+                    .entry((group.clone(), key.0.clone(), alias))
+                    .or_default()
+                    .insert(key.1.clone());
+            }
             self.dirty.insert(key);
+        }
+    }
+
+    /// `group` no longer holds `key` under `aliases`.
+    fn unindex(&mut self, group: &GroupKey, key: &Name, aliases: &[String]) {
+        for alias in aliases {
+            let at = (group.clone(), key.0.clone(), alias.clone());
+            if let Some(names) = self.aliased.get_mut(&at) {
+                names.remove(&key.1);
+                if names.is_empty() {
+                    self.aliased.remove(&at);
+                }
+            }
         }
     }
 
@@ -115,28 +143,33 @@ impl Cache {
         let Some(held) = self.entries.get_mut(&key) else {
             return;
         };
-        let before = held.len();
-        held.retain(|(g, _), cached| g != group || keep(cached.constraints.as_ref()));
-        if held.len() != before {
-            if held.is_empty() {
-                self.entries.remove(&key);
-            }
-            self.dirty.insert(key);
+        let gone: Vec<Held> = held
+            .iter()
+            .filter(|((g, _), cached)| g == group && !keep(cached.constraints.as_ref()))
+            .map(|(variant, _)| variant.clone())
+            .collect();
+        if gone.is_empty() {
+            return;
         }
+        let mut aliases = Vec::new();
+        for variant in &gone {
+            if let Some(cached) = held.remove(variant) {
+                aliases.extend(cached.aliases);
+            }
+        }
+        if held.is_empty() {
+            self.entries.remove(&key);
+        }
+        self.unindex(group, &key, &aliases);
+        self.dirty.insert(key);
     }
 
     /// The names of the resources of `type_url` that `group` holds under the alias `alias`.
     pub fn aliased(&self, group: &GroupKey, type_url: &str, alias: &str) -> Vec<String> {
-        let from = (type_url.to_owned(), String::new());
-        self.entries
-            .range(from..)
-            .take_while(|((t, _), _)| t == type_url)
-            .filter(|(_, held)| {
-                held.iter()
-                    .any(|((g, _), c)| g == group && c.aliases.iter().any(|a| a == alias))
-            })
-            .map(|((_, n), _)| n.clone())
-            .collect()
+        self.aliased
+            .get(&(group.clone(), type_url.to_owned(), alias.to_owned()))
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The aliases `group` holds resource `name` of `type_url` under.
@@ -192,12 +225,17 @@ impl Cache {
             for input in self.variants_of(key, &mut problems) {
                 resources.push(input);
             }
+            // Recounted for the names changed only.
+            let now = self.entries.get(key).map_or(0, |held| {
+                held.values().map(encoded).collect::<BTreeSet<_>>().len()
+            });
+            let before = if now == 0 {
+                self.counted.remove(key).unwrap_or(0)
+            } else {
+                self.counted.insert(key.clone(), now).unwrap_or(0)
+            };
+            self.variants = self.variants + now - before;
         }
-        self.variants = self
-            .entries
-            .values()
-            .map(|held| held.values().map(encoded).collect::<BTreeSet<_>>().len())
-            .sum();
         let change = ChangeSet::names(dirty.into_iter().collect(), resources, self.variants);
         Some((change, problems))
     }
@@ -283,7 +321,7 @@ mod tests {
     }
 
     fn params(env: &str) -> GroupKey {
-        GroupKey::Params([("env".to_owned(), env.to_owned())].into())
+        GroupKey::shared().with_params([("env".to_owned(), env.to_owned())].into())
     }
 
     #[test]
@@ -316,11 +354,11 @@ mod tests {
     #[test]
     fn a_variant_held_by_two_groups_is_stored_once_and_stays_until_both_drop_it() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::Default, &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
         cache.put(&params("prod"), &resource("c", b"x", None));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 1);
-        cache.remove(&GroupKey::Default, CDS, &["c".into()]);
+        cache.remove(&GroupKey::shared(), CDS, &["c".into()]);
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 1, "still held by the other group");
         cache.drop_type(&params("prod"), CDS, |_| false);
@@ -337,12 +375,12 @@ mod tests {
     #[test]
     fn one_group_holds_a_variant_per_constraints_and_loses_only_the_one_removed() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::Default, &resource("c", b"p", Some("prod")));
-        cache.put(&GroupKey::Default, &resource("c", b"t", Some("test")));
+        cache.put(&GroupKey::shared(), &resource("c", b"p", Some("prod")));
+        cache.put(&GroupKey::shared(), &resource("c", b"t", Some("test")));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 2, "both locators' variants");
         let test = resource("c", b"t", Some("test")).constraints;
-        cache.remove_variants(&GroupKey::Default, CDS, &[("c".to_owned(), test)]);
+        cache.remove_variants(&GroupKey::shared(), CDS, &[("c".to_owned(), test)]);
         let (change, _) = cache.take_change().expect("a change");
         let (_, resources) = inputs(&change);
         assert_eq!(resources.len(), 1);
@@ -350,11 +388,38 @@ mod tests {
     }
 
     #[test]
+    fn the_variants_counted_follow_each_change() {
+        let mut cache = Cache::new();
+        cache.put(&params("prod"), &resource("c", b"p", Some("prod")));
+        cache.put(&params("dev"), &resource("c", b"d", Some("dev")));
+        cache.put(&GroupKey::shared(), &resource("d", b"x", None));
+        cache.take_change();
+        assert_eq!(cache.variants(), 3);
+        cache.remove(&params("dev"), CDS, &["c".into()]);
+        cache.take_change();
+        assert_eq!(cache.variants(), 2);
+        cache.remove(&GroupKey::shared(), CDS, &["d".into()]);
+        cache.put(&params("prod"), &resource("c", b"p2", Some("prod")));
+        cache.take_change();
+        assert_eq!(cache.variants(), 1);
+    }
+
+    #[test]
+    fn a_variant_named_with_empty_constraints_is_unconstrained() {
+        let mut cache = Cache::new();
+        let mut r = resource("c", b"x", None);
+        r.constraints = Some(DynamicParameterConstraints::default());
+        cache.put(&GroupKey::shared(), &r);
+        let (change, _) = cache.take_change().expect("a change");
+        assert!(inputs(&change).1[0].constraints.is_none());
+    }
+
+    #[test]
     fn a_resource_sent_again_unchanged_is_no_change() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::Default, &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
         cache.take_change();
-        cache.put(&GroupKey::Default, &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
         assert!(cache.take_change().is_none());
     }
 
@@ -365,20 +430,35 @@ mod tests {
         let mut r = resource("rc/backend", b"\x0a\x0arc/backend", None);
         r.type_url = VHDS.into();
         r.aliases = vec!["rc/backend.example".into()];
-        cache.put(&GroupKey::Default, &r);
+        cache.put(&GroupKey::shared(), &r);
         let (change, _) = cache.take_change().expect("a change");
         let (_, resources) = inputs(&change);
         assert_eq!(resources[0].aliases, ["rc/backend.example"]);
         assert_eq!(
-            cache.aliased(&GroupKey::Default, VHDS, "rc/backend.example"),
+            cache.aliased(&GroupKey::shared(), VHDS, "rc/backend.example"),
             ["rc/backend"]
         );
         assert_eq!(
-            cache.aliases_of(&GroupKey::Default, VHDS, "rc/backend"),
+            cache.aliases_of(&GroupKey::shared(), VHDS, "rc/backend"),
             ["rc/backend.example"]
         );
         assert!(cache
             .aliased(&params("prod"), VHDS, "rc/backend.example")
             .is_empty());
+        // Sent again without the alias, then removed: no longer found by it.
+        r.aliases = vec!["rc/other.example".into()];
+        cache.put(&GroupKey::shared(), &r);
+        assert!(cache
+            .aliased(&GroupKey::shared(), VHDS, "rc/backend.example")
+            .is_empty());
+        assert_eq!(
+            cache.aliased(&GroupKey::shared(), VHDS, "rc/other.example"),
+            ["rc/backend"]
+        );
+        cache.remove(&GroupKey::shared(), VHDS, &["rc/backend".into()]);
+        assert!(cache
+            .aliased(&GroupKey::shared(), VHDS, "rc/other.example")
+            .is_empty());
+        assert!(cache.aliased.is_empty(), "nothing kept of what left");
     }
 }

@@ -15,8 +15,9 @@ use crate::group::GroupKey;
 /// The default linger: how long an upstream subscription outlives its last downstream client.
 pub const DEFAULT_LINGER: Duration = Duration::from_secs(30);
 
-/// One upstream subscription: in a group's stream, a type and a name (`*`: the wildcard), with
-/// the dynamic parameters of a resource locator (xRFC TP2), subscribed upstream as that locator.
+/// One upstream subscription: in a group's stream, a type and a name (`*`: the wildcard). A
+/// downstream resource locator is the plain name in the stream of the locator's parameters
+/// ([`GroupKey::with_params`]): upstream the relay subscribes names only.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Want {
     /// The upstream stream (group) it is subscribed on.
@@ -25,8 +26,6 @@ pub struct Want {
     pub type_url: String,
     /// The name, or `*` for every resource of the type.
     pub name: String,
-    /// A resource locator's dynamic parameters; empty for a plain name and the wildcard.
-    pub params: xdsd_client::Params,
 }
 
 impl Want {
@@ -36,32 +35,12 @@ impl Want {
             group,
             type_url: type_url.into(),
             name: name.into(),
-            params: xdsd_client::Params::new(),
-        }
-    }
-
-    /// The resource locator of `name` of `type_url` with dynamic parameters `params`, in
-    /// `group` (no parameters: the plain name).
-    pub fn locator(
-        group: GroupKey,
-        type_url: impl Into<String>,
-        name: impl Into<String>,
-        params: xdsd_client::Params,
-    ) -> Want {
-        Want {
-            params,
-            ..Want::named(group, type_url, name)
         }
     }
 
     /// Whether it is a type's wildcard.
     pub fn is_wildcard(&self) -> bool {
         self.name == xdsd_client::WILDCARD
-    }
-
-    /// Whether it is a resource locator (a name with dynamic parameters of its own).
-    pub fn is_locator(&self) -> bool {
-        !self.params.is_empty()
     }
 
     /// The wildcard of `type_url` in `group`.
@@ -72,18 +51,7 @@ impl Want {
 
 impl std::fmt::Display for Want {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.name)?;
-        if self.is_locator() {
-            f.write_str("{")?;
-            for (i, (k, v)) in self.params.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(", ")?;
-                }
-                write!(f, "{k}={v}")?;
-            }
-            f.write_str("}")?;
-        }
-        Ok(())
+        f.write_str(&self.name)
     }
 }
 
@@ -111,6 +79,11 @@ struct Entry {
 pub struct Demand {
     linger: Duration,
     wants: BTreeMap<Want, Entry>,
+    /// The wants held by nobody, by the time each is unsubscribed at: what is due next, found
+    /// without a scan of what is held.
+    lingering: BTreeSet<(Instant, Want)>,
+    /// How many wants each group holds.
+    groups: HashMap<GroupKey, usize>,
     /// What each stream holds.
     streams: HashMap<u64, BTreeSet<Want>>,
     actions: VecDeque<Action>,
@@ -122,33 +95,61 @@ impl Demand {
         Demand {
             linger,
             wants: BTreeMap::new(),
+            lingering: BTreeSet::new(),
+            groups: HashMap::new(),
             streams: HashMap::new(),
             actions: VecDeque::new(),
         }
     }
 
+    /// Sets when `want` (held) is unsubscribed, `None` for never.
+    fn set_until(&mut self, want: &Want, until: Option<Instant>) {
+        let Some(entry) = self.wants.get_mut(want) else {
+            return;
+        };
+        if entry.until == until {
+            return;
+        }
+        if let Some(old) = entry.until.take() {
+            self.lingering.remove(&(old, want.clone()));
+        }
+        if let Some(new) = until {
+            self.lingering.insert((new, want.clone()));
+        }
+        entry.until = until;
+    }
+
     /// Subscribes `want` for good (never unsubscribed).
     pub fn pin(&mut self, want: Want) {
-        let entry = self.entry(want);
-        entry.pinned = true;
-        entry.until = None;
+        self.entry(want.clone()).pinned = true;
+        self.set_until(&want, None);
     }
 
     /// Downstream stream `stream` asks for `want`.
     pub fn acquire(&mut self, stream: u64, want: Want) {
         self.streams.entry(stream).or_default().insert(want.clone());
-        let entry = self.entry(want);
-        entry.holders.insert(stream);
-        entry.until = None;
+        self.entry(want.clone()).holders.insert(stream);
+        self.set_until(&want, None);
     }
 
     /// A one-shot request asked for `want` at `now`: held for the linger.
     pub fn touch(&mut self, want: Want, now: Instant) {
-        let linger = self.linger;
-        let entry = self.entry(want);
+        let until = now + self.linger;
+        let entry = self.entry(want.clone());
         if entry.holders.is_empty() && !entry.pinned {
-            let until = now + linger;
-            entry.until = Some(entry.until.map_or(until, |u| u.max(until)));
+            let until = Some(entry.until.map_or(until, |u| u.max(until)));
+            self.set_until(&want, until);
+        }
+    }
+
+    /// `stream` no longer holds `want` (as of `now`): it lingers if nobody else holds it.
+    fn let_go(&mut self, stream: u64, want: &Want, now: Instant) {
+        if let Some(entry) = self.wants.get_mut(want) {
+            entry.holders.remove(&stream);
+            if entry.holders.is_empty() && !entry.pinned {
+                let until = now + self.linger;
+                self.set_until(want, Some(until));
+            }
         }
     }
 
@@ -158,12 +159,7 @@ impl Demand {
         if let Some(held) = self.streams.get_mut(&stream) {
             held.remove(want);
         }
-        if let Some(entry) = self.wants.get_mut(want) {
-            entry.holders.remove(&stream);
-            if entry.holders.is_empty() && !entry.pinned {
-                entry.until = Some(now + self.linger);
-            }
-        }
+        self.let_go(stream, want, now);
     }
 
     /// Downstream stream `stream` ended at `now`: what it held lingers if nobody else holds it.
@@ -172,30 +168,31 @@ impl Demand {
             return;
         };
         for want in held {
-            if let Some(entry) = self.wants.get_mut(&want) {
-                entry.holders.remove(&stream);
-                if entry.holders.is_empty() && !entry.pinned {
-                    entry.until = Some(now + self.linger);
-                }
-            }
+            self.let_go(stream, &want, now);
         }
     }
 
     /// When [`Demand::handle_timeout`] is next due.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.wants.values().filter_map(|e| e.until).min()
+        self.lingering.first().map(|(until, _)| *until)
     }
 
     /// Unsubscribes what nobody held for the linger, as of `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let expired: Vec<Want> = self
-            .wants
-            .iter()
-            .filter(|(_, e)| e.until.is_some_and(|u| u <= now))
-            .map(|(w, _)| w.clone())
-            .collect();
-        for want in expired {
+        while let Some((until, _)) = self.lingering.first() {
+            if *until > now {
+                break;
+            }
+            let Some((_, want)) = self.lingering.pop_first() else {
+                break;
+            };
             self.wants.remove(&want);
+            if let Some(count) = self.groups.get_mut(&want.group) {
+                *count -= 1;
+                if *count == 0 {
+                    self.groups.remove(&want.group);
+                }
+            }
             self.actions.push_back(Action::Unsubscribe(want));
         }
     }
@@ -217,11 +214,11 @@ impl Demand {
 
     /// Whether `group` still has any subscription.
     pub fn group_used(&self, group: &GroupKey) -> bool {
-        self.wants.keys().any(|w| &w.group == group)
+        self.groups.contains_key(group)
     }
 
-    /// The subscriptions of resource `name` of `type_url` in `group`: its plain name and its
-    /// resource locators (not the type's wildcard).
+    /// The subscription of resource `name` of `type_url` in `group` (not the type's wildcard),
+    /// if held.
     pub fn wants_of<'a>(
         &'a self,
         group: &GroupKey,
@@ -240,6 +237,7 @@ impl Demand {
     fn entry(&mut self, want: Want) -> &mut Entry {
         if !self.wants.contains_key(&want) {
             self.actions.push_back(Action::Subscribe(want.clone()));
+            *self.groups.entry(want.group.clone()).or_default() += 1;
         }
         self.wants.entry(want).or_default()
     }
@@ -252,8 +250,16 @@ mod tests {
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
     const LINGER: Duration = Duration::from_secs(30);
 
+    fn edge() -> GroupKey {
+        GroupKey::of(
+            crate::group::Partition::Cluster("edge".into()),
+            Default::default(),
+            CDS,
+        )
+    }
+
     fn cds() -> Want {
-        Want::wildcard(GroupKey::Default, CDS)
+        Want::wildcard(GroupKey::shared(), CDS)
     }
 
     fn actions(d: &mut Demand) -> Vec<Action> {
@@ -272,8 +278,8 @@ mod tests {
     fn a_name_no_longer_asked_by_its_last_stream_is_unsubscribed_after_the_linger() {
         let mut d = Demand::new(LINGER);
         let t0 = Instant::now();
-        let a = Want::named(GroupKey::Default, CDS, "a");
-        let b = Want::named(GroupKey::Default, CDS, "b");
+        let a = Want::named(GroupKey::shared(), CDS, "a");
+        let b = Want::named(GroupKey::shared(), CDS, "b");
         d.acquire(1, a.clone());
         d.acquire(1, b.clone());
         d.acquire(2, a.clone());
@@ -314,7 +320,7 @@ mod tests {
         d.handle_timeout(t0 + LINGER);
         assert_eq!(actions(&mut d), vec![Action::Unsubscribe(cds())]);
         assert_eq!(d.subscriptions(), 0);
-        assert!(!d.group_used(&GroupKey::Default));
+        assert!(!d.group_used(&GroupKey::shared()));
     }
 
     #[test]
@@ -378,19 +384,18 @@ mod tests {
     }
 
     #[test]
-    fn locators_of_one_name_are_subscribed_apart_and_found_with_its_plain_name() {
+    fn a_locators_want_is_its_plain_name_in_the_stream_of_its_parameters() {
         let mut d = Demand::new(LINGER);
         let params = |env: &str| [("env".to_owned(), env.to_owned())].into();
-        let prod = Want::locator(GroupKey::Default, CDS, "a", params("prod"));
-        let test = Want::locator(GroupKey::Default, CDS, "a", params("test"));
-        let plain = Want::named(GroupKey::Default, CDS, "a");
+        let prod = Want::named(GroupKey::shared().with_params(params("prod")), CDS, "a");
+        let test = Want::named(GroupKey::shared().with_params(params("test")), CDS, "a");
+        let plain = Want::named(GroupKey::shared(), CDS, "a");
         d.acquire(1, prod.clone());
         d.acquire(2, test.clone());
         d.acquire(2, plain.clone());
-        d.acquire(2, Want::named(GroupKey::Default, CDS, "b"));
-        assert_eq!(actions(&mut d).len(), 4, "each a subscription of its own");
-        let of: Vec<&Want> = d.wants_of(&GroupKey::Default, CDS, "a").collect();
-        assert_eq!(of, vec![&plain, &prod, &test]);
+        assert_eq!(actions(&mut d).len(), 3, "each a subscription of its own");
+        let of: Vec<&Want> = d.wants_of(&prod.group, CDS, "a").collect();
+        assert_eq!(of, vec![&prod]);
         let t0 = Instant::now();
         d.drop_want(2, &test, t0);
         d.handle_timeout(t0 + LINGER);
@@ -401,7 +406,7 @@ mod tests {
     #[test]
     fn wants_of_different_groups_are_apart() {
         let mut d = Demand::new(LINGER);
-        let other = Want::wildcard(GroupKey::Cluster("edge".into()), CDS);
+        let other = Want::wildcard(edge(), CDS);
         d.acquire(1, cds());
         d.acquire(2, other.clone());
         assert_eq!(
@@ -410,7 +415,7 @@ mod tests {
         );
         d.release(2, Instant::now());
         d.handle_timeout(Instant::now() + LINGER);
-        assert!(d.group_used(&GroupKey::Default));
-        assert!(!d.group_used(&GroupKey::Cluster("edge".into())));
+        assert!(d.group_used(&GroupKey::shared()));
+        assert!(!d.group_used(&edge()));
     }
 }

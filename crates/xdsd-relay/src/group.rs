@@ -1,38 +1,45 @@
 //! Which upstream stream a downstream client's demand goes to, and the node that stream
 //! presents.
 //!
-//! By default every downstream client shares one upstream stream, presenting the relay's own
-//! node: xRFC TP2 selects variants by dynamic parameters, not by node. A client that subscribes
-//! with dynamic parameters of its own (its node's `dynamic_parameters` for a type) has them
-//! presented upstream on a stream of their own, one per distinct set, so that the upstream
-//! selects the variants it needs (a wildcard follows one set of parameters). With
-//! `--aggregate-by cluster` (or `node`) there is one upstream stream per distinct node cluster
-//! (or node id), presenting the first such node seen, for upstreams that vary contents by node.
+//! Upstream the relay is always an xRFC TP2 client: each upstream stream presents one set of
+//! dynamic parameters (`node.dynamic_parameters`, for every type it carries) and subscribes
+//! plain names, so that a TP2 server selects each name's variant by those parameters and names
+//! it with its constraints (which the relay caches and passes on), and a server without TP2
+//! ignores the parameters and answers the names. A downstream client's parameters for a type
+//! are derived exactly as the server derives them ([`ClientNode::params_for`]: its dynamic
+//! parameters for the type, else the top-level string fields of its metadata and its cluster),
+//! and its demand goes to the stream of that parameter set; a resource locator's demand goes to
+//! the stream of the locator's own parameters, as a plain name. So the relay fetches what each
+//! client's parameters select, whatever way the client gives them.
+//!
+//! By default the streams are shared by every client of a parameter set, presenting the
+//! relay's own node. With `--aggregate-by cluster` (or `node`) the streams are per distinct
+//! node cluster (or node id) and parameter set, presenting the first such node seen, for
+//! upstreams that vary contents by node.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use envoy_types::pb::envoy::config::core::v3::{Locality, Node};
-use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use envoy_types::pb::google::protobuf::Struct;
 use envoy_types::pb::xds::core::v3::ContextParams as DynamicParameters;
+use prost::Message;
+use xdsd_core::params::ParamSet;
 use xdsd_core::types;
 use xdsd_core::ClientNode;
 
 /// Dynamic parameters, as the xDS client takes them.
 pub type Params = BTreeMap<String, String>;
 
-/// The node parameter a node's cluster is matched by (xdsd's derived parameters).
-const NODE_CLUSTER_PARAM: &str = "xds.node.cluster";
-
 /// How downstream clients are grouped into upstream streams (`--aggregate-by`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AggregateBy {
-    /// One stream for all (plus one per distinct set of explicit dynamic parameters).
+    /// One stream per distinct parameter set.
     #[default]
     None,
-    /// One stream per node cluster.
+    /// One stream per node cluster and parameter set.
     Cluster,
-    /// One stream per node id.
+    /// One stream per node id and parameter set.
     Node,
 }
 
@@ -49,130 +56,149 @@ impl std::str::FromStr for AggregateBy {
     }
 }
 
-/// One upstream stream.
+/// The nodes a stream is shared by.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum GroupKey {
-    /// The shared stream, presenting the relay's node.
-    Default,
-    /// The stream of clients that subscribe with these dynamic parameters.
-    Params(Params),
-    /// The stream of one node cluster.
+pub enum Partition {
+    /// Every node (the stream presents the relay's own node).
+    All,
+    /// The nodes of one cluster.
     Cluster(String),
-    /// The stream of one node id.
+    /// One node id.
     Node(String),
+}
+
+/// One upstream stream: the nodes it serves, the dynamic parameters it presents, and, for a
+/// type the relay does not know to present parameters for ahead of time (not one of
+/// [`types::WELL_KNOWN`]), that one type.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupKey {
+    /// The nodes it serves.
+    pub partition: Partition,
+    /// The dynamic parameters it presents for every type it carries.
+    pub params: Params,
+    /// The one type it carries, when that is not a well-known type.
+    pub type_url: Option<String>,
+}
+
+impl GroupKey {
+    /// The stream of every node with no parameters (the one `--prefetch` subscribes on).
+    pub fn shared() -> GroupKey {
+        GroupKey::of(Partition::All, Params::new(), types::CLUSTER)
+    }
+
+    /// The stream of `partition` presenting `params` for `type_url`.
+    pub fn of(partition: Partition, params: Params, type_url: &str) -> GroupKey {
+        GroupKey {
+            partition,
+            params,
+            type_url: (!types::WELL_KNOWN.contains(&type_url)).then(|| type_url.to_owned()),
+        }
+    }
+
+    /// The stream of the same nodes presenting `params` instead (a resource locator's).
+    pub fn with_params(&self, params: Params) -> GroupKey {
+        GroupKey {
+            params,
+            ..self.clone()
+        }
+    }
+
+    /// The parameters it presents, as the store's parameter set.
+    pub fn param_set(&self) -> ParamSet {
+        self.params
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
 }
 
 impl fmt::Display for GroupKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GroupKey::Default => f.write_str("shared"),
-            GroupKey::Params(p) => {
-                f.write_str("parameters {")?;
-                for (i, (k, v)) in p.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{k}={v}")?;
-                }
-                f.write_str("}")
-            }
-            GroupKey::Cluster(c) => write!(f, "cluster {c:?}"),
-            GroupKey::Node(n) => write!(f, "node {n:?}"),
+        match &self.partition {
+            Partition::All => f.write_str("shared")?,
+            Partition::Cluster(c) => write!(f, "cluster {c:?}")?,
+            Partition::Node(n) => write!(f, "node {n:?}")?,
         }
+        f.write_str(" {")?;
+        for (i, (k, v)) in self.params.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{k}={v}")?;
+        }
+        f.write_str("}")?;
+        if let Some(t) = &self.type_url {
+            write!(f, " for {t}")?;
+        }
+        Ok(())
     }
+}
+
+/// The parameters of `node` for `type_url`, as the server derives them.
+pub fn params_of(node: &ClientNode, type_url: &str) -> Params {
+    node.params_for(type_url)
+        .iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
 /// The group of a downstream request for `type_url` from `node` (none yet: the shared one).
 pub fn group_of(by: AggregateBy, node: Option<&ClientNode>, type_url: &str) -> GroupKey {
     let Some(node) = node else {
-        return GroupKey::Default;
+        return GroupKey::of(Partition::All, Params::new(), type_url);
     };
-    match by {
-        AggregateBy::Cluster => GroupKey::Cluster(node.cluster.clone()),
-        AggregateBy::Node => GroupKey::Node(node.id.clone()),
-        AggregateBy::None => match node.dynamic_parameters.get(type_url) {
-            Some(set) if !set.is_empty() => GroupKey::Params(
-                set.iter()
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .collect(),
-            ),
-            _ => GroupKey::Default,
-        },
-    }
+    let partition = match by {
+        AggregateBy::Cluster => Partition::Cluster(node.cluster.clone()),
+        AggregateBy::Node => Partition::Node(node.id.clone()),
+        AggregateBy::None => Partition::All,
+    };
+    GroupKey::of(partition, params_of(node, type_url), type_url)
 }
 
 /// The node a group's upstream stream presents. `relay` is the relay's own node; `first` the
-/// first downstream node seen of the group (for `cluster` and `node` groups).
+/// first downstream node seen of the group (for `cluster` and `node` groups). Its dynamic
+/// parameters are the group's, for every type the stream may carry.
 pub fn upstream_node(group: &GroupKey, relay: &Node, first: Option<&ClientNode>) -> Node {
-    match group {
-        GroupKey::Default => relay.clone(),
-        GroupKey::Params(params) => {
-            let mut node = relay.clone();
-            let dynamic = DynamicParameters {
-                params: params.clone().into_iter().collect(),
-            };
-            // The set for every type: a stream of this group carries only the types its
-            // clients asked with it.
-            node.dynamic_parameters = types::WELL_KNOWN
-                .iter()
-                .map(|t| ((*t).to_owned(), dynamic.clone()))
-                .collect();
-            node
+    let mut node = relay.clone();
+    if let (Partition::Cluster(_) | Partition::Node(_), Some(first)) = (&group.partition, first) {
+        if matches!(group.partition, Partition::Node(_)) {
+            node.id = first.id.clone();
         }
-        GroupKey::Cluster(_) | GroupKey::Node(_) => {
-            let mut node = relay.clone();
-            if let Some(first) = first {
-                if matches!(group, GroupKey::Node(_)) {
-                    node.id = first.id.clone();
-                }
-                node.cluster = first.cluster.clone();
-                node.metadata = Some(Struct {
-                    fields: first
-                        .derived
-                        .iter()
-                        .filter(|(k, _)| *k != NODE_CLUSTER_PARAM)
-                        .map(|(k, v)| {
-                            (
-                                k.to_owned(),
-                                Value {
-                                    kind: Some(Kind::StringValue(v.to_owned())),
-                                },
-                            )
-                        })
-                        .collect(),
-                });
-                node.locality = first
-                    .locality
-                    .as_ref()
-                    .map(|(region, zone, sub_zone)| Locality {
-                        region: region.clone(),
-                        zone: zone.clone(),
-                        sub_zone: sub_zone.clone(),
-                    });
-                node.dynamic_parameters = first
-                    .dynamic_parameters
-                    .iter()
-                    .map(|(t, set)| {
-                        (
-                            t.clone(),
-                            DynamicParameters {
-                                params: set
-                                    .iter()
-                                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                                    .collect(),
-                            },
-                        )
-                    })
-                    .collect();
-            }
-            node
-        }
+        node.cluster = first.cluster.clone();
+        // Its metadata as it sent it, nested fields included (what an upstream that varies
+        // content by node may read); read back from the session's copy, which the session
+        // decoded once already.
+        node.metadata = if first.metadata.is_empty() {
+            None
+        } else {
+            Struct::decode(first.metadata.as_slice()).ok()
+        };
+        node.locality = first
+            .locality
+            .as_ref()
+            .map(|(region, zone, sub_zone)| Locality {
+                region: region.clone(),
+                zone: zone.clone(),
+                sub_zone: sub_zone.clone(),
+            });
     }
+    let dynamic = DynamicParameters {
+        params: group.params.clone().into_iter().collect(),
+    };
+    node.dynamic_parameters = match &group.type_url {
+        Some(t) => [(t.clone(), dynamic)].into(),
+        None => types::WELL_KNOWN
+            .iter()
+            .map(|t| ((*t).to_owned(), dynamic.clone()))
+            .collect(),
+    };
+    node
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envoy_types::pb::google::protobuf::{value::Kind, Value};
     use envoy_types::pb::xds::core::v3::ContextParams as DynamicParameters;
 
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -197,19 +223,54 @@ mod tests {
         ClientNode::from_node(&node).expect("a valid node")
     }
 
+    fn with_metadata(id: &str, pairs: &[(&str, &str)]) -> ClientNode {
+        let node = Node {
+            id: id.into(),
+            metadata: Some(Struct {
+                fields: pairs
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            (*k).to_owned(),
+                            Value {
+                                kind: Some(Kind::StringValue((*v).to_owned())),
+                            },
+                        )
+                    })
+                    .collect(),
+            }),
+            ..Default::default()
+        };
+        ClientNode::from_node(&node).expect("a valid node")
+    }
+
     #[test]
-    fn clients_without_dynamic_parameters_share_one_upstream_stream() {
-        let a = client("a", "edge", &[]);
-        let b = client("b", "core", &[]);
+    fn clients_with_the_same_parameters_share_one_upstream_stream() {
+        let a = client("a", "", &[]);
+        let b = client("b", "", &[]);
         assert_eq!(
             group_of(AggregateBy::None, Some(&a), CDS),
-            GroupKey::Default
+            group_of(AggregateBy::None, Some(&b), CDS)
+        );
+        assert_eq!(group_of(AggregateBy::None, None, CDS), GroupKey::shared());
+    }
+
+    #[test]
+    fn a_clients_parameters_are_derived_as_the_server_derives_them() {
+        // Metadata only: its top-level strings and its cluster.
+        let m = with_metadata("m", &[("env", "prod")]);
+        let g = group_of(AggregateBy::None, Some(&m), CDS);
+        assert_eq!(g.params, [("env".to_owned(), "prod".to_owned())].into());
+        // Dynamic parameters for the type win over metadata; another type keeps the metadata's.
+        let p = client("p", "edge", &[("env", "test")]);
+        assert_eq!(
+            group_of(AggregateBy::None, Some(&p), CDS).params,
+            [("env".to_owned(), "test".to_owned())].into()
         );
         assert_eq!(
-            group_of(AggregateBy::None, Some(&b), CDS),
-            GroupKey::Default
+            group_of(AggregateBy::None, Some(&p), types::LISTENER).params,
+            [(xdsd_core::NODE_CLUSTER_PARAM.to_owned(), "edge".to_owned())].into()
         );
-        assert_eq!(group_of(AggregateBy::None, None, CDS), GroupKey::Default);
     }
 
     #[test]
@@ -225,10 +286,73 @@ mod tests {
     }
 
     #[test]
+    fn every_stream_presents_its_parameters_for_every_type_it_carries() {
+        // Even the parameter set of none: the stream is a TP2 client, sent the constraints.
+        let node = upstream_node(&GroupKey::shared(), &Node::default(), None);
+        for t in types::WELL_KNOWN {
+            assert!(node.dynamic_parameters[t].params.is_empty());
+        }
+        // A type the relay does not know has a stream of its own, presenting it.
+        const OTHER: &str = "type.googleapis.com/example.Thing";
+        let g = group_of(AggregateBy::None, Some(&client("a", "", &[])), OTHER);
+        assert_eq!(g.type_url.as_deref(), Some(OTHER));
+        let node = upstream_node(&g, &Node::default(), None);
+        assert!(node.dynamic_parameters.contains_key(OTHER));
+    }
+
+    #[test]
+    fn aggregate_by_cluster_presents_the_first_nodes_metadata_nested_fields_included() {
+        let nested = Value {
+            kind: Some(Kind::StructValue(Struct {
+                fields: [(
+                    "sha".to_owned(),
+                    Value {
+                        kind: Some(Kind::StringValue("abc".into())),
+                    },
+                )]
+                .into(),
+            })),
+        };
+        let metadata = Struct {
+            fields: [
+                (
+                    "env".to_owned(),
+                    Value {
+                        kind: Some(Kind::StringValue("prod".into())),
+                    },
+                ),
+                ("build".to_owned(), nested),
+                (
+                    "replicas".to_owned(),
+                    Value {
+                        kind: Some(Kind::NumberValue(3.0)),
+                    },
+                ),
+            ]
+            .into(),
+        };
+        let sent = Node {
+            id: "a".into(),
+            cluster: "edge".into(),
+            metadata: Some(metadata.clone()),
+            ..Default::default()
+        };
+        let a = ClientNode::from_node(&sent).expect("a valid node");
+        for by in [AggregateBy::Cluster, AggregateBy::Node] {
+            let g = group_of(by, Some(&a), CDS);
+            let node = upstream_node(&g, &Node::default(), Some(&a));
+            assert_eq!(node.metadata.as_ref(), Some(&metadata), "{by:?}");
+        }
+        // The shared stream presents the relay's own node, not a client's.
+        let node = upstream_node(&GroupKey::shared(), &Node::default(), Some(&a));
+        assert_eq!(node.metadata, None);
+    }
+
+    #[test]
     fn aggregate_by_cluster_presents_the_clusters_node() {
         let a = client("a", "edge", &[]);
         let g = group_of(AggregateBy::Cluster, Some(&a), CDS);
-        assert_eq!(g, GroupKey::Cluster("edge".into()));
+        assert_eq!(g.partition, Partition::Cluster("edge".into()));
         let relay = Node {
             id: "relay".into(),
             ..Default::default()

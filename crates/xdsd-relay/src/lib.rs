@@ -52,4 +52,4 @@ pub use demand::DEFAULT_LINGER;
 pub use group::{AggregateBy, GroupKey};
 pub use metrics::RelayMetrics;
 pub use observer::RelayObserver;
-pub use source::{relay, RelayOptions, RelaySource};
+pub use source::{relay, RelayOptions, RelaySource, DEFAULT_MAX_PENDING};

@@ -10,7 +10,7 @@
 //! streams it admits.
 //!
 //! A resource locator (a name with dynamic parameters of its own, xRFC TP2) is asked upstream
-//! as that locator, a want of its own ([`Want::locator`]).
+//! as its plain name on the stream of its parameters ([`crate::group::GroupKey::with_params`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -79,7 +79,7 @@ impl TypeWants {
     }
 
     fn locator_want(&self, type_url: &str, (name, params): Locator) -> Want {
-        Want::locator(self.group.clone(), type_url, name, params)
+        Want::named(self.group.with_params(params), type_url, name)
     }
 
     /// Takes in what a request asks of `type_url`: the wants it adds and those it drops.
@@ -172,7 +172,7 @@ fn one_shot_wants(group: &GroupKey, type_url: &str, asked: &Asked<'_>) -> Vec<Wa
         .collect();
     wants.extend(asked.locators().iter().map(|l| {
         let (name, params) = locator(l);
-        Want::locator(group.clone(), type_url, name, params)
+        Want::named(group.with_params(params), type_url, name)
     }));
     if asked.wildcard() == Some(true) || wants.is_empty() {
         wants.push(Want::wildcard(group.clone(), type_url));
@@ -234,10 +234,7 @@ impl RelayObserver {
     /// answered by the server once the upstream answers (see `answered`), not told first that
     /// nothing exists. Nothing waits here.
     fn hold_for(&self, wants: &[Want], node: Option<&ClientNode>) {
-        let now = Instant::now();
-        for want in wants {
-            self.answered.ask(want, node, now);
-        }
+        self.answered.ask_all(wants, node, Instant::now());
     }
 }
 

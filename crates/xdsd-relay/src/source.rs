@@ -17,10 +17,14 @@ use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent};
 use crate::answered::Answered;
 use crate::cache::Cache;
 use crate::demand::{Action, Demand, Want, DEFAULT_LINGER};
-use crate::group::{upstream_node, AggregateBy, GroupKey};
+use crate::group::{upstream_node, AggregateBy, GroupKey, Params, Partition};
 use crate::metrics::RelayMetrics;
 use crate::observer::{Demanded, RelayObserver};
 use crate::validate;
+
+/// How many names may be pending at once by default: a client subscribing 100,000 names by
+/// name at once is answered from the upstream.
+pub const DEFAULT_MAX_PENDING: usize = 200_000;
 
 /// How the relay talks to its upstream and follows its downstream.
 #[derive(Debug, Clone)]
@@ -43,7 +47,8 @@ pub struct RelayOptions {
     /// clients not told it does not exist, while the upstream has not answered it.
     pub first_wait: Duration,
     /// How many names may be pending at once (past it, a name is answered as if the relay had
-    /// asked nothing; see [`xdsd_core::store::PendingNames`]).
+    /// asked nothing; see [`xdsd_core::store::PendingNames`]); [`DEFAULT_MAX_PENDING`] by
+    /// default.
     pub max_pending: usize,
 }
 
@@ -59,7 +64,7 @@ impl RelayOptions {
             linger: DEFAULT_LINGER,
             prefetch: Vec::new(),
             first_wait: Duration::from_secs(10),
-            max_pending: xdsd_core::store::DEFAULT_MAX_PENDING,
+            max_pending: DEFAULT_MAX_PENDING,
         }
     }
 }
@@ -101,8 +106,11 @@ pub struct RelaySource {
     /// presents).
     first_nodes: HashMap<GroupKey, Arc<ClientNode>>,
     next_id: u64,
-    /// Some upstream stream answered: a cache is held.
+    /// The upstream answered every prefetched type (with nothing prefetched, it answered
+    /// something): a cache is held, the relay is ready from then on.
     held: bool,
+    /// The prefetched types' wildcards.
+    prefetch: Vec<Want>,
     /// The health last reported.
     healthy: bool,
     /// Problems to report as a rejection.
@@ -136,6 +144,7 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
         first_nodes: HashMap::new(),
         next_id: 0,
         held: false,
+        prefetch: Vec::new(),
         healthy: true,
         problems: Vec::new(),
         answered,
@@ -154,27 +163,17 @@ impl RelaySource {
             match action {
                 Action::Subscribe(want) => {
                     self.start_group(&want.group)?;
-                    if let Some(group) = self.groups.get(&want.group) {
+                    if self.groups.contains_key(&want.group) {
                         info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want, "subscribing upstream");
-                        if want.is_locator() {
-                            group.client.subscribe_locator(
-                                &want.type_url,
-                                &want.name,
-                                want.params.clone(),
-                            );
-                        } else {
-                            names
-                                .entry((want.group.clone(), want.type_url.clone()))
-                                .or_default()
-                                .push(want.name.clone());
-                        }
+                        names
+                            .entry((want.group.clone(), want.type_url.clone()))
+                            .or_default()
+                            .push(want.name.clone());
                     }
                     // A name of a type whose wildcard the group holds, answered and committed,
                     // is answered already: there or not, the upstream said so (it may send
-                    // nothing again for it). Not a locator: the wildcard follows the group's
-                    // parameters, not the locator's.
+                    // nothing again for it).
                     if !want.is_wildcard()
-                        && !want.is_locator()
                         && self
                             .answered
                             .is_answered(&Want::wildcard(want.group.clone(), &want.type_url))
@@ -197,13 +196,7 @@ impl RelaySource {
     fn unsubscribe(&mut self, want: Want) {
         info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want, "no downstream client left: unsubscribing upstream");
         if let Some(group) = self.groups.get(&want.group) {
-            if want.is_locator() {
-                group
-                    .client
-                    .unsubscribe_locator(&want.type_url, &want.name, want.params.clone());
-            } else {
-                group.client.unsubscribe(&want.type_url, &want.name);
-            }
+            group.client.unsubscribe(&want.type_url, &want.name);
         }
         self.answered.forget(&want);
         let demand = &self.demand;
@@ -215,20 +208,13 @@ impl RelaySource {
                     .is_some()
             });
         } else if !demand.holds(&Want::wildcard(want.group.clone(), &want.type_url)) {
-            // (Still held through the type's wildcard otherwise.) The variants of the name that
-            // a subscription left still wants stay: any, while its plain name is subscribed
-            // (it follows the group's parameters); those a locator left matches.
-            let left: Vec<&Want> = demand
-                .wants_of(&want.group, &want.type_url, &want.name)
-                .collect();
-            let plain = left.iter().any(|w| !w.is_locator());
-            self.cache
-                .retain(&want.group, &want.type_url, &want.name, |constraints| {
-                    plain
-                        || left
-                            .iter()
-                            .any(|w| constraints.is_none_or(|c| xdsd_client::matches(c, &w.params)))
-                });
+            // (Still held through the type's wildcard otherwise.) The group holds nothing of
+            // the name any more.
+            self.cache.remove(
+                &want.group,
+                &want.type_url,
+                std::slice::from_ref(&want.name),
+            );
             // A name that was an alias (VHDS): what is held under it leaves with it, unless a
             // subscription still names it or another of its aliases.
             for name in self.cache.aliased(&want.group, &want.type_url, &want.name) {
@@ -266,6 +252,11 @@ impl RelaySource {
         let mut config = Config::new(node);
         config.flavor = self.options.flavor;
         config.ads = true;
+        // A name the upstream has not answered is given up in one place, after one time: the
+        // relay's pending window (`--upstream-wait`). The client's own does-not-exist timer
+        // (15 s by default) would otherwise tell the relay's clients that a name does not exist
+        // while the upstream is still sending a large answer (100,000 names by name).
+        config.does_not_exist_timeout = self.options.first_wait;
         let (client, mut events) = XdsClient::start(
             self.options.upstream.clone(),
             config,
@@ -309,9 +300,22 @@ impl RelaySource {
 
     /// Takes in the events of group stream `id` that came together (one response's).
     fn upstream_batch(&mut self, id: u64, batch: Vec<Event>) {
+        let answer = batch.iter().any(|e| matches!(e, Event::Update(_)));
         for event in batch {
             self.upstream(id, event);
         }
+        if answer && !self.held {
+            self.held = self.prefetch_answered();
+        }
+    }
+
+    /// Whether the upstream answered every prefetched type.
+    fn prefetch_answered(&self) -> bool {
+        self.prefetch.iter().all(|want| {
+            self.groups
+                .get(&want.group)
+                .is_some_and(|g| g.answered.contains(&want.type_url))
+        })
     }
 
     fn demanded(&mut self, demanded: Demanded) {
@@ -379,19 +383,12 @@ impl RelaySource {
                 if self.demand.holds(&wildcard) {
                     self.to_announce.push(wildcard);
                 }
-                self.held = true;
                 for r in update.added.iter().chain(&update.changed) {
                     self.cache.put(&key, r);
                     // Its name and its aliases (VHDS: asked as `ROUTE_CONFIG/DOMAIN`).
                     for name in r.names() {
                         self.to_announce
                             .push(Want::named(key.clone(), &r.type_url, name));
-                        // The resource locators of the name this variant answers.
-                        let locators = self
-                            .demand
-                            .wants_of(&key, &r.type_url, name)
-                            .filter(|w| w.is_locator() && r.matches(&w.params));
-                        self.to_announce.extend(locators.cloned());
                     }
                 }
             }
@@ -444,9 +441,10 @@ impl RelaySource {
         );
     }
 
-    /// Ready while a cache is held, or while the upstream is up.
+    /// Ready once the upstream answered (every prefetched type; with nothing prefetched, its
+    /// first response), then while that cache is held: connected is not answered.
     fn health_now(&self) -> bool {
-        self.held || self.groups.values().any(|g| g.connected)
+        self.held
     }
 
     /// What to hand the feed now, if anything.
@@ -491,18 +489,19 @@ impl Source for RelaySource {
     }
 
     async fn load(&mut self) -> Result<ChangeSet, Rejection> {
-        for type_url in self.options.prefetch.clone() {
-            self.demand.pin(Want::wildcard(GroupKey::Default, type_url));
+        self.prefetch = self
+            .options
+            .prefetch
+            .iter()
+            .map(|t| Want::wildcard(GroupKey::of(Partition::All, Params::new(), t), t))
+            .collect();
+        for want in &self.prefetch {
+            self.demand.pin(want.clone());
         }
         self.act().map_err(|e| Rejection::new(vec![e]))?;
         let deadline = tokio::time::Instant::now() + self.options.first_wait;
-        let prefetch: BTreeSet<String> = self.options.prefetch.iter().cloned().collect();
         loop {
-            let done = self
-                .groups
-                .get(&GroupKey::Default)
-                .is_none_or(|g| prefetch.is_subset(&g.answered));
-            if done {
+            if self.prefetch.is_empty() || self.held {
                 break;
             }
             tokio::select! {

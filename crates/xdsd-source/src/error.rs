@@ -44,6 +44,9 @@ pub enum Problem {
     Unnamed(String),
     /// The name field (`name` or `cluster_name`) is empty.
     EmptyName(&'static str),
+    /// An `xdstp://` name (in `@name` or the name field) that is malformed, or not of the
+    /// resource's type, or `@name` that is not an xdstp name or differs from the name field.
+    Name(String),
     /// `"@constraints"` or `"@match"` is not a valid set of constraints.
     Constraints(String),
     /// `"@ttl"` is not a proto3 JSON duration of at least [`crate::MIN_TTL`].
@@ -76,11 +79,12 @@ impl fmt::Display for Problem {
             ),
             Problem::Unnamed(t) => write!(
                 f,
-                "{t} has no string `name` or `cluster_name` field, so it cannot be served as a named resource"
+                "{t} has no string `name` or `cluster_name` field: name it with \"@name\": xdstp://AUTHORITY/{t}/ID beside \"@type\""
             ),
             Problem::EmptyName(field) => write!(f, "empty name: `{field}` must be set"),
             Problem::Constraints(message) => f.write_str(message),
             Problem::Ttl(message) => write!(f, "\"@ttl\": {message}"),
+            Problem::Name(message) => f.write_str(message),
             Problem::Invalid(message) => f.write_str(message),
         }
     }

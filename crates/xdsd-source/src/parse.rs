@@ -12,8 +12,9 @@ use crate::canonical::canonical;
 use crate::de::DocSeed;
 use crate::descriptors::type_url_of;
 use crate::error::{Problem, ResourceRef};
-use crate::plan::{DocPlan, Layout, ResourcePlan, CONSTRAINTS_KEY, MATCH_KEY, TTL_KEY};
+use crate::plan::{DocPlan, Layout, ResourcePlan, CONSTRAINTS_KEY, MATCH_KEY, NAME_KEY, TTL_KEY};
 use crate::{Descriptors, ParsedResource, SourceError};
+use xdsd_core::xdstp::{self, XdstpName};
 
 /// File formats, chosen by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +135,9 @@ pub fn parse_text(
                 };
                 decode_document(plan, &options, &mut decoded, value, |seed| {
                     match &plan.merged {
-                        None => seed.deserialize(document).map_err(|e| e.to_string()),
+                        None => seed
+                            .deserialize(document)
+                            .map_err(|e| at_the_key(text, e.to_string())),
                         Some(merged) => {
                             with_path(|tracked| seed.deserialize(tracked), merged.clone())
                         }
@@ -171,12 +174,16 @@ pub fn declared_names(descriptors: &Descriptors, path: &Path, text: &str) -> Vec
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let budget = Cell::new(crate::budget::MAX_NODES);
     let mut documents: Vec<Value> = Vec::new();
+    let mut malformed = false;
     match Format::of(path) {
         Some(Format::Yaml) => {
             for document in serde_yaml_ng::Deserializer::from_str(text) {
                 match (crate::budget::Budgeted { left: &budget }).deserialize(document) {
                     Ok(value) => documents.push(value),
-                    Err(_) => break,
+                    Err(_) => {
+                        malformed = true;
+                        break;
+                    }
                 }
             }
         }
@@ -192,7 +199,7 @@ pub fn declared_names(descriptors: &Descriptors, path: &Path, text: &str) -> Vec
         let Value::Object(map) = value else {
             return;
         };
-        let name = ["name", "cluster_name", "clusterName"]
+        let name = [NAME_KEY, "name", "cluster_name", "clusterName"]
             .iter()
             .find_map(|key| map.get(*key).and_then(Value::as_str));
         let desc = map
@@ -200,7 +207,9 @@ pub fn declared_names(descriptors: &Descriptors, path: &Path, text: &str) -> Vec
             .and_then(Value::as_str)
             .and_then(|t| descriptors.message_for_type_url(t));
         if let (Some(name), Some(desc)) = (name, desc) {
-            out.push((type_url_of(&desc), name.to_owned()));
+            let type_url = type_url_of(&desc);
+            let name = canonical_name(name, &type_url).unwrap_or_else(|_| name.to_owned());
+            out.push((type_url, name));
         }
     };
     for document in &documents {
@@ -214,7 +223,116 @@ pub fn declared_names(descriptors: &Descriptors, path: &Path, text: &str) -> Vec
             other => resource(other),
         }
     }
+    if malformed {
+        // Malformed YAML (a bracket left open): the keys each resource starts with are often
+        // still readable line by line.
+        for (type_url, name) in scan_names(text) {
+            let Some(desc) = descriptors.message_for_type_url(&type_url) else {
+                continue;
+            };
+            let key = (type_url_of(&desc), name);
+            if !out.contains(&key) {
+                out.push(key);
+            }
+        }
+    }
     out
+}
+
+/// The `"@type"` and `name` (or `cluster_name`) of each resource of YAML text read line by line,
+/// for text the parser gives up on: keys at the start of a line (a document's) or right after a
+/// top-level `- ` and at its indentation (a list's items). Each `---` or `- ` starts a resource.
+fn scan_names(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut current: (Option<String>, Option<String>) = (None, None);
+    let mut flush = |current: &mut (Option<String>, Option<String>)| {
+        if let (Some(t), Some(n)) = std::mem::take(current) {
+            out.push((t, n));
+        }
+    };
+    let mut item_indent = None;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line == "---" || line.starts_with("--- ") || line == "..." {
+            flush(&mut current);
+            item_indent = None;
+            continue;
+        }
+        let key_line = if let Some(rest) = line.strip_prefix("- ") {
+            flush(&mut current);
+            item_indent = Some(2);
+            Some(rest)
+        } else if let Some(indent) = item_indent {
+            let spaces = line.len() - line.trim_start().len();
+            (spaces == indent).then(|| line.trim_start())
+        } else {
+            (!line.starts_with([' ', '\t', '#'])).then_some(line)
+        };
+        let Some((key, value)) = key_line.and_then(|l| l.split_once(':')) else {
+            continue;
+        };
+        let unquote = |v: &str| {
+            let v = v.trim();
+            let v = v.split(" #").next().unwrap_or(v).trim();
+            v.trim_matches(|c| c == '"' || c == '\'').to_owned()
+        };
+        let key = unquote(key);
+        let value = unquote(value);
+        if value.is_empty() {
+            continue;
+        }
+        match key.as_str() {
+            "@type" if current.0.is_none() => current.0 = Some(value),
+            "name" | "cluster_name" | "clusterName" if current.1.is_none() => {
+                current.1 = Some(value)
+            }
+            _ => {}
+        }
+    }
+    flush(&mut current);
+    out
+}
+
+/// An unknown field's error put at the key's column: the YAML parser gives the position of the
+/// value it was about to read (`conect_timeout: 1s` at line 3 column 17), the key is where the
+/// mistake is (column 1). Any other error is returned as it is.
+fn at_the_key(text: &str, error: String) -> String {
+    let Some(field) = error
+        .split("unrecognized field name '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+    else {
+        return error;
+    };
+    let Some((head, tail)) = error.split_once(" at line ") else {
+        return error;
+    };
+    let mut numbers = tail.splitn(2, " column ");
+    let line: Option<usize> = numbers.next().and_then(|l| l.trim().parse().ok());
+    let rest = numbers.next().unwrap_or("");
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    let column: Option<usize> = rest[..digits].parse().ok();
+    let (Some(line), Some(column)) = (line, column) else {
+        return error;
+    };
+    let Some(text_line) = text.lines().nth(line.saturating_sub(1)) else {
+        return error;
+    };
+    // The last mention of the key before the value's column.
+    let before: String = text_line.chars().take(column.saturating_sub(1)).collect();
+    let Some(at) = before.rfind(field) else {
+        return error;
+    };
+    let key_column = before[..at].chars().count() + 1;
+    // A quoted key starts at its quote.
+    let key_column = match before[..at].chars().last() {
+        Some('"' | '\'') => key_column - 1,
+        _ => key_column,
+    };
+    format!(
+        "{head} at line {line} column {key_column}{}",
+        &rest[digits..]
+    )
 }
 
 /// Runs a decode through serde_path_to_error, prefixing any error with the field path (serde_json
@@ -281,23 +399,52 @@ fn decode_document<'p>(
 }
 
 fn finish(plan: &ResourcePlan, message: &DynamicMessage) -> Result<ParsedResource, SourceError> {
-    let name = message
-        .get_field(&plan.name_field)
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let field = match plan.name_field.name() {
-        "name" => "name",
-        _ => "cluster_name",
+    let fail = |problem| SourceError::Resource {
+        resource: plan.reference.clone(),
+        problem,
     };
-    if name.is_empty() {
-        return Err(SourceError::Resource {
-            resource: plan.reference.clone(),
-            problem: Problem::EmptyName(field),
-        });
+    let type_url = type_url_of(&plan.desc);
+    let field_name = plan.name_field.as_ref().map(|field| {
+        let name = message
+            .get_field(field)
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let key = match field.name() {
+            "name" => "name",
+            _ => "cluster_name",
+        };
+        (key, name)
+    });
+    let name = match (field_name, &plan.at_name) {
+        (None, Some(at_name)) => at_name.clone(),
+        (Some((key, name)), Some(at_name)) => {
+            // Both: the field may be left out (then `@name` fills it), else it is the same
+            // resource's name.
+            if !name.is_empty() && canonical_name(&name, &type_url).as_deref() != Ok(at_name) {
+                return Err(fail(Problem::Name(format!(
+                    "\"@name\" {at_name:?} is not the resource's `{key}` {name:?}"
+                ))));
+            }
+            at_name.clone()
+        }
+        (Some((key, name)), None) => {
+            if name.is_empty() {
+                return Err(fail(Problem::EmptyName(key)));
+            }
+            canonical_name(&name, &type_url).map_err(|e| fail(Problem::Name(e)))?
+        }
+        (None, None) => {
+            return Err(fail(Problem::Unnamed(plan.desc.full_name().to_owned())));
+        }
+    };
+    let mut message = message.clone();
+    if let (Some(field), Some(at_name)) = (&plan.name_field, &plan.at_name) {
+        // The served message names itself as `@name` does.
+        message.set_field(field, prost_reflect::Value::String(at_name.clone()));
     }
     Ok(ParsedResource {
-        type_url: type_url_of(&plan.desc),
+        type_url,
         name,
         constraints: plan.constraints.clone(),
         ttl: plan.ttl,
@@ -313,6 +460,17 @@ fn finish(plan: &ResourcePlan, message: &DynamicMessage) -> Result<ParsedResourc
             plan.reference.index
         ),
     })
+}
+
+/// `name` as the store keeps it: an `xdstp://` name checked (well formed, of `type_url`, not a
+/// glob) and canonical; any other name as it is.
+pub fn canonical_name(name: &str, type_url: &str) -> Result<String, String> {
+    if !xdstp::is_xdstp(name) {
+        return Ok(name.to_owned());
+    }
+    XdstpName::parse_resource(name, type_url)
+        .map(|n| n.to_string())
+        .map_err(|e| format!("malformed xdstp name {name:?}: {e}"))
 }
 
 /// Rejects two resources with the same type URL and name, naming both origins, unless they are
@@ -439,10 +597,34 @@ impl Planner<'_> {
         let Some(desc) = self.descriptors.message_for_type_url(&type_url) else {
             return Err(fail(reference, Problem::UnknownType(type_url)));
         };
-        let Some(name_field) = name_field(&desc) else {
+        let at_name = match map.get(NAME_KEY) {
+            None => None,
+            Some(Value::String(n)) if xdstp::is_xdstp(n) => {
+                match canonical_name(n, &type_url_of(&desc)) {
+                    Ok(n) => Some(n),
+                    Err(message) => return Err(fail(reference, Problem::Name(message))),
+                }
+            }
+            Some(other) => {
+                let message = format!(
+                    "\"@name\" must be an xdstp:// name (xdstp://AUTHORITY/{}/ID), found {}",
+                    desc.full_name(),
+                    match other {
+                        Value::String(s) => format!("{s:?}"),
+                        other => kind_of(other).to_owned(),
+                    }
+                );
+                return Err(fail(reference, Problem::Name(message)));
+            }
+        };
+        if let Some(n) = &at_name {
+            reference.name = Some(n.clone());
+        }
+        let name_field = name_field(&desc);
+        if name_field.is_none() && at_name.is_none() {
             let full_name = desc.full_name().to_owned();
             return Err(fail(reference, Problem::Unnamed(full_name)));
-        };
+        }
         let constraints = match constraints_of(self.descriptors, map) {
             Ok(c) => c,
             Err(message) => return Err(fail(reference, Problem::Constraints(message))),
@@ -455,6 +637,7 @@ impl Planner<'_> {
             reference,
             desc,
             name_field,
+            at_name,
             constraints,
             ttl,
         })
@@ -607,4 +790,37 @@ fn match_to_constraints(value: &Value) -> Result<Value, String> {
         1 => all.remove(0),
         _ => serde_json::json!({"and_constraints": {"constraints": all}}),
     })
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::{at_the_key, scan_names};
+
+    #[test]
+    fn an_unknown_field_is_reported_at_its_key() {
+        let text = "name: a\n  \"conect_timeout\": 1s\n";
+        assert_eq!(
+            at_the_key(
+                text,
+                "conect_timeout: unrecognized field name 'conect_timeout' at line 2 column 21"
+                    .into()
+            ),
+            "conect_timeout: unrecognized field name 'conect_timeout' at line 2 column 3"
+        );
+        let other = "name: invalid type at line 1 column 7".to_owned();
+        assert_eq!(at_the_key(text, other.clone()), other);
+    }
+
+    #[test]
+    fn names_are_read_line_by_line_from_text_the_parser_gives_up_on() {
+        let text = "\"@type\": t/A\ncluster_name: one # a comment\nendpoints: [ {\n---\n\
+                    - name: two\n  '@type': t/B\n  nested:\n    name: not-this\n";
+        assert_eq!(
+            scan_names(text),
+            vec![
+                ("t/A".to_owned(), "one".to_owned()),
+                ("t/B".to_owned(), "two".to_owned())
+            ]
+        );
+    }
 }

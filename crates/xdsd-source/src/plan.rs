@@ -7,8 +7,12 @@ use prost_reflect::{FieldDescriptor, MessageDescriptor};
 
 use crate::error::ResourceRef;
 
-/// Document keys that are not fields of the message: its type, a variant's constraints, its TTL.
-pub(crate) const META_KEYS: [&str; 4] = ["@type", CONSTRAINTS_KEY, MATCH_KEY, TTL_KEY];
+/// Document keys that are not fields of the message: its type, its xdstp name, a variant's
+/// constraints, its TTL.
+pub(crate) const META_KEYS: [&str; 5] = ["@type", NAME_KEY, CONSTRAINTS_KEY, MATCH_KEY, TTL_KEY];
+/// `"@name": xdstp://...`: the name of a resource whose type has no name field (`LbEndpoint`), or
+/// the xdstp name of one that has (then equal to it).
+pub(crate) const NAME_KEY: &str = "@name";
 pub(crate) const CONSTRAINTS_KEY: &str = "@constraints";
 pub(crate) const MATCH_KEY: &str = "@match";
 pub(crate) const TTL_KEY: &str = "@ttl";
@@ -36,7 +40,10 @@ pub(crate) struct DocPlan {
 pub(crate) struct ResourcePlan {
     pub reference: ResourceRef,
     pub desc: MessageDescriptor,
-    pub name_field: FieldDescriptor,
+    /// The field the resource is named by (`name`, `cluster_name`); `None`: named by `@name`.
+    pub name_field: Option<FieldDescriptor>,
+    /// `@name`, canonical (checked in the first pass).
+    pub at_name: Option<String>,
     /// The encoded `DynamicParameterConstraints` of a variant (`@constraints` or `@match`).
     pub constraints: Option<Bytes>,
     /// `@ttl`: how long a client may keep the resource without hearing from xdsd.

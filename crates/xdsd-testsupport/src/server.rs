@@ -34,6 +34,15 @@ impl Server {
         Server::serve(Store::new(), listener).await
     }
 
+    /// Plaintext gRPC on a port from the OS, serving `store` (another server's, for a second
+    /// replica of the same content).
+    pub async fn start_with(store: Store) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        Server::serve(store, listener).await
+    }
+
     /// Serves TLS with `tls`.
     pub async fn start_tls(tls: xdsd_core::TlsOptions) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

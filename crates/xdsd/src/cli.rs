@@ -155,7 +155,12 @@ pub(crate) enum Command {
     /// With --wait, asks again until every client is synced or --timeout passes: what a deploy
     /// pipeline runs after a change. Colours only on a terminal (and not with NO_COLOR).
     ///
-    /// Exit status: 0 every client synced, 1 not (or an error), 2 usage error.
+    /// With several --server, a replica that does not answer is listed UNREACHABLE with why,
+    /// under what the others report.
+    ///
+    /// Exit status: 0 every server answered and every client synced, 1 not (a client not synced,
+    /// a server unreachable while others answer, an error), 2 no server answered or a usage
+    /// error.
     Status(status::StatusArgs),
 
     /// List the changes of an etcd prefix, newest first: who changed what, when and why.

@@ -133,7 +133,31 @@ pub(crate) async fn read_at(etcd: &Etcd, revision: i64) -> Result<Snapshot, Fail
                 ),
             })
         }
-        Err(e) => Err(etcd_failure(e)),
+        Err(e) => match etcd.history(1).await {
+            // A revision etcd has not reached: said so, with where the prefix and etcd are.
+            Ok(history) if revision > history.current => {
+                let last = match history.changes.first() {
+                    Some(change) => format!(
+                        "the prefix {} last changed at revision {}",
+                        etcd.options().prefix(),
+                        change.revision
+                    ),
+                    None => format!(
+                        "the prefix {} has no change in etcd's history",
+                        etcd.options().prefix()
+                    ),
+                };
+                Err(Failure {
+                    status: crate::offline::INVALID,
+                    message: format!(
+                        "revision {revision} does not exist yet: {last}, and etcd's current \
+                         revision is {} (`xdsd history` lists the changes)",
+                        history.current
+                    ),
+                })
+            }
+            _ => Err(etcd_failure(e)),
+        },
     }
 }
 

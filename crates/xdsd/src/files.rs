@@ -181,11 +181,28 @@ impl FileWriter {
                 std::thread::sleep(self.settle);
                 settled = true;
             }
-            let response = discovery_response_bytes(
-                &version,
-                &type_url,
-                view.iter().map(|r| r.any_bytes().as_ref()),
-            );
+            // A type without a name field (LEDS's LbEndpoint, named by `"@name": xdstp://...`):
+            // each resource in the `Resource` wrapper, which carries its name.
+            let unnamed = self
+                .descriptors
+                .message_for_type_url(&type_url)
+                .is_some_and(|d| xdsd_source::name_field(&d).is_none());
+            let wrapped: Vec<Vec<u8>> = if unnamed {
+                view.iter()
+                    .map(|r| wrapped_entry(r.delta_bytes()))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let response = if unnamed {
+                discovery_response_bytes(&version, &type_url, wrapped.iter().map(Vec::as_slice))
+            } else {
+                discovery_response_bytes(
+                    &version,
+                    &type_url,
+                    view.iter().map(|r| r.any_bytes().as_ref()),
+                )
+            };
             let mut files = Vec::new();
             let mut failed = false;
             for &format in &self.formats {
@@ -342,6 +359,20 @@ fn resolve(path: &Path) -> anyhow::Result<PathBuf> {
                 _ => return Err(e).with_context(|| format!("cannot resolve {}", path.display())),
             },
         }
+    }
+}
+
+/// A `google.protobuf.Any` holding `resource`, an encoded `envoy.service.discovery.v3.Resource`
+/// (a `DiscoveryResponse.resources` entry that names its resource).
+fn wrapped_entry(resource: &[u8]) -> Vec<u8> {
+    use prost::Message as _;
+    prost_types_any(xdsd_core::store::RESOURCE_WRAPPER, resource).encode_to_vec()
+}
+
+fn prost_types_any(type_url: &str, value: &[u8]) -> envoy_types::pb::google::protobuf::Any {
+    envoy_types::pb::google::protobuf::Any {
+        type_url: type_url.to_owned(),
+        value: value.to_vec(),
     }
 }
 

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
+use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 use envoy_types::pb::xds::core::v3::ContextParams;
@@ -23,22 +24,27 @@ use xdsd_source::{render_resource_document, Descriptors, FileFormat};
 pub(crate) struct ClientArgs {
     /// The resource type: listener, route, cluster, endpoints, secret, runtime, scoped-route,
     /// virtual-host, extension-config (or a plural, or lds, rds, cds, eds, sds, rtds, ecds), or a
-    /// type URL.
+    /// type URL. get: `all` or none for every listener and cluster and what they reference
+    /// (routes, endpoints, secrets, transitively): what `--out DIR` needs for `xdsd check` to
+    /// pass on DIR.
     #[arg(value_name = "TYPE", value_parser = type_url)]
-    kind: String,
+    kind: Option<String>,
 
     /// The resources to ask for; none: every resource of TYPE (the wildcard).
     #[arg(value_name = "NAME")]
     names: Vec<String>,
 
-    /// The xDS server: host:port, or an http:// or https:// URL.
+    /// The xDS server: host:port, or an http:// or https:// URL. Several, comma-separated or
+    /// repeated: replicas of one control plane, the next tried when one cannot be reached or is
+    /// lost (resuming without a resend).
     #[arg(
         long,
         value_name = "ADDR",
         default_value = "127.0.0.1:18000",
-        env = "XDSD_GET_SERVER"
+        env = "XDSD_GET_SERVER",
+        value_delimiter = ','
     )]
-    server: String,
+    server: Vec<String>,
 
     /// The node id to ask as.
     #[arg(
@@ -91,8 +97,9 @@ pub(crate) struct ClientArgs {
     )]
     output: Output,
 
-    /// get: how long to wait for the resources (a NAME not sent by then does not exist);
-    /// watch: how long a NAME may go unanswered before it is reported as not existing.
+    /// get: how long to wait for the resources (a NAME not sent by then does not exist; a server
+    /// that cannot be connected to fails at once); watch: how long a NAME may go unanswered
+    /// before it is reported as not existing (watch keeps reconnecting).
     #[arg(
         long,
         value_name = "DURATION",
@@ -146,7 +153,8 @@ pub(crate) struct GetArgs {
     client: ClientArgs,
 
     /// Write one resource file per resource into DIR (created if missing) rather than print
-    /// them: `xdsd check --resources DIR` passes on it and `xdsd serve --resources DIR` serves the same
+    /// them. With no TYPE (or all): every listener and cluster and what they reference, so that
+    /// `xdsd check --resources DIR` passes on it and `xdsd serve --resources DIR` serves the same
     /// resources.
     #[arg(long, value_name = "DIR", env = "XDSD_GET_OUT")]
     out: Option<PathBuf>,
@@ -162,13 +170,32 @@ pub(crate) struct WatchArgs {
     contents: bool,
 }
 
-/// TYPE as a type URL (a usage error, status 2, when it is none).
+/// TYPE `all`: the listeners and clusters and what they reference.
+const ALL: &str = "all";
+
+/// TYPE as a type URL, or [`ALL`] (a usage error, status 2, when it is neither).
 fn type_url(text: &str) -> Result<String, String> {
+    if text.eq_ignore_ascii_case(ALL) {
+        return Ok(ALL.to_owned());
+    }
     types::resolve(text).ok_or_else(|| {
         let aliases: Vec<&str> = types::ALIASES.iter().map(|(a, _)| *a).collect();
-        format!("one of {}, or a type URL", aliases.join(", "))
+        format!("one of {}, or a type URL (get: or all)", aliases.join(", "))
     })
 }
+
+/// The types `get` with no TYPE (or `all`) subscribes to by wildcard; the others are fetched by
+/// name as the resources held reference them.
+const ROOTS: [&str; 2] = [types::LISTENER, types::CLUSTER];
+
+/// The types a walk from [`ROOTS`] may reach (as `xdsd_core::store::references` finds them).
+const REACHED: [&str; 5] = [
+    types::LISTENER,
+    types::ROUTE_CONFIGURATION,
+    types::CLUSTER,
+    types::CLUSTER_LOAD_ASSIGNMENT,
+    types::SECRET,
+];
 
 fn key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -179,7 +206,8 @@ fn key_value(text: &str) -> Result<(String, String), String> {
 
 /// What the commands need from the options.
 struct Plan {
-    type_url: String,
+    /// The type asked for; `None` for every listener and cluster and what they reference.
+    type_url: Option<String>,
     options: Options,
     config: Config,
     params: Params,
@@ -187,12 +215,22 @@ struct Plan {
 
 fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     // Resolved by clap (`type_url`).
-    let type_url = args.kind.clone();
+    let type_url = args.kind.clone().filter(|k| k != ALL);
+    if type_url.is_none() && !args.names.is_empty() {
+        anyhow::bail!(
+            "NAME {:?} needs a TYPE: without one (or with all) every listener and cluster is \
+             fetched, with what they reference",
+            args.names[0]
+        );
+    }
     let params: Params = args.params.iter().cloned().collect();
     let mut node = Node {
         id: args.node.clone(),
         cluster: args.cluster.clone().unwrap_or_default(),
         user_agent_name: "xdsd-get".into(),
+        user_agent_version_type: Some(UserAgentVersionType::UserAgentVersion(
+            env!("CARGO_PKG_VERSION").into(),
+        )),
         ..Default::default()
     };
     if !args.node_metadata.is_empty() {
@@ -209,12 +247,18 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
         node.metadata = Some(Struct { fields });
     }
     if !params.is_empty() {
-        node.dynamic_parameters.insert(
-            type_url.clone(),
-            ContextParams {
-                params: params.clone().into_iter().collect(),
-            },
-        );
+        let fetched = match &type_url {
+            Some(type_url) => vec![type_url.as_str()],
+            None => REACHED.to_vec(),
+        };
+        for type_url in fetched {
+            node.dynamic_parameters.insert(
+                type_url.to_owned(),
+                ContextParams {
+                    params: params.clone().into_iter().collect(),
+                },
+            );
+        }
     }
     let mut config = Config::new(node);
     config.flavor = if args.delta {
@@ -224,7 +268,8 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     };
     config.ads = !args.per_type;
     config.does_not_exist_timeout = args.timeout;
-    let mut options = Options::new(args.server.clone());
+    let mut options =
+        Options::with_servers(args.server.iter().cloned()).context("--server names no server")?;
     options.connect_timeout = args.timeout.min(Duration::from_secs(10));
     if args.tls_ca.is_some() || args.tls_cert.is_some() {
         let read = |flag: &str, path: &Path| {
@@ -269,11 +314,12 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// What the client holds, by name and encoded constraints.
-type Held = BTreeMap<(String, Vec<u8>), Resource>;
+/// What the client holds, by type URL, name and encoded constraints.
+type Held = BTreeMap<(String, String, Vec<u8>), Resource>;
 
-fn held_key(r: &Resource) -> (String, Vec<u8>) {
+fn held_key(r: &Resource) -> (String, String, Vec<u8>) {
     (
+        r.type_url.clone(),
         r.name.clone(),
         r.constraints
             .as_ref()
@@ -282,8 +328,97 @@ fn held_key(r: &Resource) -> (String, Vec<u8>) {
     )
 }
 
+/// Whether `held` has a resource of `type_url` that a subscription to `name` gets (its name or
+/// an alias).
+fn holds(held: &Held, type_url: &str, name: &str) -> bool {
+    held.iter()
+        .any(|((t, _, _), r)| t == type_url && r.names().any(|n| n == name))
+}
+
+/// What `get` asks for: types by wildcard, and names by type (those given, or those the
+/// resources held reference); and what the server said.
+#[derive(Default)]
+struct Asked {
+    wildcards: BTreeSet<String>,
+    names: BTreeMap<String, BTreeSet<String>>,
+    /// The types the server answered (a response, or a name that does not exist).
+    answered: BTreeSet<String>,
+    /// (type URL, name) the server said do not exist.
+    missing: BTreeSet<(String, String)>,
+}
+
+impl Asked {
+    /// Every wildcard answered, every name held or said not to exist.
+    fn resolved(&self, held: &Held) -> bool {
+        self.wildcards.iter().all(|t| self.answered.contains(t))
+            && self.names.iter().all(|(t, names)| {
+                names
+                    .iter()
+                    .all(|n| holds(held, t, n) || self.missing.contains(&(t.clone(), n.clone())))
+            })
+    }
+
+    /// The names asked for that the server did not send, by type.
+    fn not_received<'a>(&'a self, held: &'a Held) -> Vec<(&'a str, &'a str)> {
+        self.names
+            .iter()
+            .flat_map(|(t, names)| names.iter().map(move |n| (t.as_str(), n.as_str())))
+            .filter(|(t, n)| !holds(held, t, n))
+            .collect()
+    }
+}
+
+/// The names `resources` reference (the walk of `xdsd_core::store::references`) that are
+/// neither asked for nor of a type subscribed by wildcard: what to subscribe to next.
+fn new_references<'a>(
+    asked: &Asked,
+    resources: impl Iterator<Item = &'a Resource>,
+) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in resources {
+        for reference in xdsd_core::store::references(&r.type_url, &r.body.value) {
+            let type_url = reference.type_url;
+            if asked.wildcards.contains(type_url)
+                || asked
+                    .names
+                    .get(type_url)
+                    .is_some_and(|n| n.contains(&*reference.name))
+            {
+                continue;
+            }
+            out.entry(type_url.to_owned())
+                .or_default()
+                .insert(reference.name.to_string());
+        }
+    }
+    out
+}
+
+/// The references of `held` to names of a wildcard type that the server did not send: a
+/// listener's route to a cluster that does not exist.
+fn dangling_in_wildcards(asked: &Asked, held: &Held) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for r in held.values() {
+        for reference in xdsd_core::store::references(&r.type_url, &r.body.value) {
+            let type_url = reference.type_url;
+            if asked.wildcards.contains(type_url) && !holds(held, type_url, &reference.name) {
+                out.insert((type_url.to_owned(), reference.name.to_string()));
+            }
+        }
+    }
+    out
+}
+
 /// Runs `xdsd get`: 0 with every resource asked for, 1 otherwise.
 pub(crate) fn get(args: GetArgs) -> ExitCode {
+    if args.client.kind.as_deref().is_none_or(|k| k == ALL) && !args.client.names.is_empty() {
+        eprintln!(
+            "xdsd get: NAME {:?} needs a TYPE: without one (or with all) every listener and \
+             cluster is fetched, with what they reference",
+            args.client.names[0]
+        );
+        return ExitCode::from(2);
+    }
     let result = runtime().and_then(|rt| rt.block_on(run_get(&args)));
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -300,19 +435,37 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
     let plan = plan(c)?;
     let descriptors = Descriptors::envoy().context("loading the Envoy descriptors")?;
     let (client, mut events) = XdsClient::start(plan.options, plan.config, None)?;
-    subscribe(&client, &plan.type_url, &c.names, &plan.params);
+    // With a TYPE: it, by wildcard or by NAME. Without: the roots by wildcard, then what they
+    // reference, transitively.
+    let walk = plan.type_url.is_none();
+    let mut asked = Asked::default();
+    match &plan.type_url {
+        Some(type_url) if c.names.is_empty() => {
+            asked.wildcards.insert(type_url.clone());
+        }
+        Some(type_url) => {
+            asked
+                .names
+                .insert(type_url.clone(), c.names.iter().cloned().collect());
+        }
+        None => asked.wildcards.extend(ROOTS.map(str::to_owned)),
+    }
+    for type_url in &asked.wildcards {
+        subscribe(&client, type_url, &[], &plan.params);
+    }
+    for (type_url, names) in &asked.names {
+        let names: Vec<String> = names.iter().cloned().collect();
+        subscribe(&client, type_url, &names, &plan.params);
+    }
     let mut held = Held::new();
-    let mut missing = BTreeSet::new();
     let mut last_problem: Option<String> = None;
-    let mut answered = false;
     let mut connected = false;
-    let wanted: BTreeSet<&str> = c.names.iter().map(String::as_str).collect();
+    // Servers that could not be reached before any connection: once each of them has failed,
+    // waiting out the timeout would not change it.
+    let mut unreachable = 0;
     let deadline = tokio::time::Instant::now() + c.timeout;
     let done = loop {
-        let resolved = wanted
-            .iter()
-            .all(|n| missing.contains(*n) || held.keys().any(|(name, _)| name == n));
-        if answered && resolved {
+        if !asked.answered.is_empty() && asked.resolved(&held) {
             break true;
         }
         let event = match tokio::time::timeout_at(deadline, events.next()).await {
@@ -321,24 +474,45 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
         };
         match event {
             Event::Update(u) => {
-                answered = true;
-                for r in u.added.into_iter().chain(u.changed) {
+                asked.answered.insert(u.type_url.clone());
+                let fresh: Vec<Resource> = u.added.into_iter().chain(u.changed).collect();
+                if walk {
+                    for (type_url, names) in new_references(&asked, fresh.iter()) {
+                        let list: Vec<String> = names.iter().cloned().collect();
+                        subscribe(&client, &type_url, &list, &plan.params);
+                        asked.names.entry(type_url).or_default().extend(names);
+                    }
+                }
+                for r in fresh {
                     held.insert(held_key(&r), r);
                 }
             }
-            Event::Removed { names, .. } => held.retain(|(n, _), _| !names.contains(n)),
-            Event::DoesNotExist { name, .. } => {
-                answered = true;
-                missing.insert(name);
+            Event::Removed {
+                type_url, names, ..
+            } => held.retain(|(t, n, _), _| *t != type_url || !names.contains(n)),
+            Event::DoesNotExist { type_url, name } => {
+                asked.answered.insert(type_url.clone());
+                asked.missing.insert((type_url, name));
             }
             Event::Rejected { reason, .. } => {
                 last_problem = Some(format!("a response was rejected: {reason}"));
             }
             Event::Disconnected { reason } => {
+                // Before any connection: the server cannot be reached (refused, no route, a
+                // TLS handshake that failed). Once every server has failed so, waiting out the
+                // timeout would not change it.
+                if !connected {
+                    unreachable += 1;
+                    if unreachable >= c.server.len() {
+                        anyhow::bail!(reason);
+                    }
+                    last_problem = Some(reason);
+                    continue;
+                }
                 if let Some(code) = fatal_status(&reason) {
                     anyhow::bail!(
                         "{} refused the stream with {code}, which asking again cannot change ({reason})",
-                        c.server
+                        c.server.join(",")
                     );
                 }
                 last_problem = Some(reason);
@@ -349,27 +523,46 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
     drop(client);
     // Named resources the server never answered for (a SotW server may say nothing of names
     // it does not have) do not exist; with nothing asked by name, silence is an error.
-    if !done && !answered && (!connected || wanted.is_empty()) {
-        let mut message = format!("nothing received from {} in {:?}", c.server, c.timeout);
+    let answered = !asked.answered.is_empty();
+    if !done && !answered && (!connected || asked.names.is_empty()) {
+        let mut message = format!(
+            "nothing received from {} in {:?}",
+            c.server.join(","),
+            c.timeout
+        );
         if let Some(p) = last_problem {
             message.push_str(&format!(" ({p})"));
         }
         anyhow::bail!(message);
     }
-    let not_received: Vec<&str> = wanted
-        .iter()
-        .copied()
-        .filter(|n| !held.keys().any(|(name, _)| name == n))
+    let mut not_received: BTreeSet<(String, String)> = asked
+        .not_received(&held)
+        .into_iter()
+        .map(|(t, n)| (t.to_owned(), n.to_owned()))
         .collect();
+    if walk {
+        not_received.extend(dangling_in_wildcards(&asked, &held));
+    }
     match &args.out {
-        Some(dir) => write_dir(&descriptors, c.output.format(), dir, &plan.type_url, &held)?,
+        Some(dir) => write_dir(&descriptors, c.output.format(), dir, &held)?,
         None => print_resources(&descriptors, c.output.format(), held.values())?,
     }
-    for name in &not_received {
+    for type_url in &asked.wildcards {
+        if !held.keys().any(|(t, _, _)| t == type_url) {
+            eprintln!(
+                "xdsd get: {} sent no {} resource (it has none for node {:?})",
+                c.server.join(","),
+                short_type(type_url),
+                c.node
+            );
+        }
+    }
+    for (type_url, name) in &not_received {
+        let referenced = if walk { ", which is referenced," } else { "" };
         eprintln!(
-            "xdsd get: {} {name:?} does not exist on {}",
-            short_type(&plan.type_url),
-            c.server
+            "xdsd get: {} {name:?}{referenced} does not exist on {}",
+            short_type(type_url),
+            c.server.join(",")
         );
     }
     Ok(not_received.is_empty())
@@ -404,13 +597,21 @@ fn print_resources<'a>(
         documents.push(document(descriptors, format, r)?);
     }
     match format {
+        FileFormat::Json if documents.is_empty() => out.extend_from_slice(b"[]\n"),
         FileFormat::Json => {
+            // A list of the documents, each indented one level as a list element is.
             out.extend_from_slice(b"[\n");
             for (i, d) in documents.iter().enumerate() {
                 if i > 0 {
                     out.extend_from_slice(b",\n");
                 }
-                out.extend_from_slice(d.trim_ascii_end());
+                for (j, line) in d.trim_ascii_end().split(|b| *b == b'\n').enumerate() {
+                    if j > 0 {
+                        out.push(b'\n');
+                    }
+                    out.extend_from_slice(b"  ");
+                    out.extend_from_slice(line);
+                }
             }
             out.extend_from_slice(b"\n]\n");
         }
@@ -483,13 +684,12 @@ fn write_dir(
     descriptors: &Descriptors,
     format: FileFormat,
     dir: &Path,
-    type_url: &str,
     held: &Held,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("--out {}", dir.display()))?;
     let mut used = BTreeSet::new();
     for r in held.values() {
-        let mut base = format!("{}-{}", short_type(type_url), file_stem(&r.name));
+        let mut base = format!("{}-{}", short_type(&r.type_url), file_stem(&r.name));
         if let Some(c) = &r.constraints {
             base.push_str(&format!("-{:08x}", fnv1a(&c.encode_to_vec())));
         }
@@ -506,15 +706,24 @@ fn write_dir(
         std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
     }
     eprintln!(
-        "xdsd get: wrote {} resource file(s) to {}",
-        held.len(),
+        "xdsd get: wrote {} to {}",
+        count(held.len(), "resource file", "resource files"),
         dir.display()
     );
     Ok(())
 }
 
+/// `1 resource file`, `2 resource files`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Runs `xdsd watch` until Ctrl-C: 0 then, 1 on an error.
 pub(crate) fn watch(args: WatchArgs) -> ExitCode {
+    if args.client.kind.as_deref().is_none_or(|k| k == ALL) {
+        eprintln!("xdsd watch: give a TYPE to watch (no TYPE, or all, is for get)");
+        return ExitCode::from(2);
+    }
     let result = runtime().and_then(|rt| rt.block_on(run_watch(&args)));
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -529,9 +738,12 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
     let c = &args.client;
     let plan = plan(c)?;
     let descriptors = Descriptors::envoy().context("loading the Envoy descriptors")?;
+    let Some(type_url) = plan.type_url else {
+        anyhow::bail!("give a TYPE to watch");
+    };
     let (client, mut events) = XdsClient::start(plan.options, plan.config, None)?;
-    subscribe(&client, &plan.type_url, &c.names, &plan.params);
-    let kind = short_type(&plan.type_url).to_owned();
+    subscribe(&client, &type_url, &c.names, &plan.params);
+    let kind = short_type(&type_url).to_owned();
     loop {
         let event = tokio::select! {
             event = events.next() => match event {
@@ -541,7 +753,10 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
         let line = match &event {
-            Event::Connected => format!("connected to {}", c.server),
+            Event::Connected => match c.server.as_slice() {
+                [one] => format!("connected to {one}"),
+                several => format!("connected to one of {}", several.join(",")),
+            },
             Event::Disconnected { reason } => format!("disconnected: {reason}"),
             Event::Update(u) => {
                 let names = |list: &[Resource]| {
@@ -625,7 +840,10 @@ mod tests {
             "k=v=w",
         ])
         .expect("valid");
-        assert_eq!(args.client.kind, types::CLUSTER_LOAD_ASSIGNMENT);
+        assert_eq!(
+            args.client.kind.as_deref(),
+            Some(types::CLUSTER_LOAD_ASSIGNMENT)
+        );
         assert_eq!(args.client.names, vec!["a", "b"]);
         assert_eq!(args.client.params, vec![("env".into(), "prod".into())]);
         assert_eq!(args.client.node_metadata, vec![("k".into(), "v=w".into())]);
@@ -638,7 +856,11 @@ mod tests {
             parse(&["cluster", "--tls-cert", "c.pem"]).is_err(),
             "no key"
         );
-        assert!(parse(&[]).is_err(), "TYPE is required");
+        assert_eq!(parse(&[]).expect("no TYPE: all").client.kind, None);
+        assert_eq!(
+            parse(&["all"]).expect("all").client.kind.as_deref(),
+            Some(ALL)
+        );
     }
 
     #[test]

@@ -130,6 +130,8 @@ fn counts(change: &Change) -> (&Names, &Names, &Names) {
     }
 }
 
+/// The history as a table: a header, then one row per change, newest first. The message is
+/// the last column (its width varies most), then the rollout state when any change has one.
 fn text(history: &History, limit: usize, prefix: &str) -> String {
     let mut out = String::new();
     if history.changes.is_empty() {
@@ -138,50 +140,61 @@ fn text(history: &History, limit: usize, prefix: &str) -> String {
             history.oldest, history.current
         ));
     }
+    let rollouts = history.changes.iter().any(|c| c.rollout.is_some());
+    let mut header: Vec<String> = ["REVISION", "TIME (UTC)", "AUTHOR", "CHANGES", "MESSAGE"]
+        .map(String::from)
+        .into();
+    if rollouts {
+        header.push("ROLLOUT".into());
+    }
+    let mut rows = vec![header];
     for change in &history.changes {
         let (added, changed, removed) = counts(change);
-        let mut line = format!(
-            "{:>8}  {:<20}  ",
-            change.revision,
-            change
-                .push
-                .as_ref()
-                .filter(|p| p.unix_ms > 0)
-                .map(|p| crate::utc::seconds_of_unix_ms(p.unix_ms))
-                .unwrap_or_else(|| "-".into()),
-        );
-        let what = match &change.push {
+        let time = change
+            .push
+            .as_ref()
+            .filter(|p| p.unix_ms > 0)
+            .map(|p| crate::utc::seconds_of_unix_ms(p.unix_ms))
+            .unwrap_or_else(|| "-".into());
+        let (author, message) = match &change.push {
             None => {
                 let keys: Vec<&str> = [added, changed, removed]
                     .iter()
                     .flat_map(|n| n.first.iter().map(String::as_str))
                     .collect();
-                format!("direct write  {}", keys.join(", "))
+                (
+                    "-".to_string(),
+                    format!("direct write: {}", keys.join(", ")),
+                )
             }
             Some(push) => {
                 let author = if push.note.author.is_empty() {
-                    "-"
+                    "-".to_string()
                 } else {
-                    &push.note.author
+                    first_line(&push.note.author).to_string()
                 };
                 let message = match (push.note.rollback_to, push.note.message.as_str()) {
                     (Some(to), "") => format!("rollback to {to}"),
-                    (Some(to), m) => format!("rollback to {to}: {m}"),
-                    (None, m) => m.to_string(),
+                    (Some(to), m) => format!("rollback to {to}: {}", first_line(m)),
+                    (None, m) => first_line(m).to_string(),
                 };
-                format!("{author}  {}", first_line(&message))
+                (author, message)
             }
         };
-        line.push_str(&what);
-        line.push_str(&format!(
-            "  +{} ~{} -{}",
-            added.count, changed.count, removed.count
-        ));
-        if let Some(state) = change.rollout {
-            line.push_str(&format!("  [{state}]"));
+        let mut row = vec![
+            change.revision.to_string(),
+            time,
+            author,
+            format!("+{} ~{} -{}", added.count, changed.count, removed.count),
+            message,
+        ];
+        if rollouts {
+            row.push(change.rollout.map(|s| s.to_string()).unwrap_or_default());
         }
-        out.push_str(&line);
-        out.push('\n');
+        rows.push(row);
+    }
+    if !history.changes.is_empty() {
+        out.push_str(&table(&rows));
     }
     if !history.more && history.changes.len() < limit && history.oldest > 1 {
         out.push_str(&format!(
@@ -189,6 +202,39 @@ fn text(history: &History, limit: usize, prefix: &str) -> String {
              docs/etcd.md to keep more)\n",
             history.oldest
         ));
+    }
+    out
+}
+
+/// `rows` as aligned columns two spaces apart, the first right-aligned (a number), each line
+/// without trailing spaces.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, &width))| {
+                if i == 0 {
+                    format!("{cell:>width$}")
+                } else {
+                    format!("{cell:<width$}")
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
     }
     out
 }
@@ -241,10 +287,14 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         })
 }
 
-/// `$USER@hostname` (either part left out when unknown): who a push is by, by default.
+/// `$USER@hostname` (either part left out when unknown): who a push is by, by default. Without
+/// `USER` and `LOGNAME` (containers, CI, systemd units), the system's name of the effective user.
 pub(crate) fn default_author() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(system_user)
         .unwrap_or_default();
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at most that much.
@@ -260,4 +310,30 @@ pub(crate) fn default_author() -> String {
         (true, false) => format!("@{host}"),
         (true, true) => "unknown".into(),
     }
+}
+
+/// The name the system's user database gives the effective user, if any.
+fn system_user() -> Option<String> {
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: an all-zero passwd is a valid value for getpwuid_r to fill in.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; getpwuid_r writes at most buf.len() bytes
+    // into buf and points pwd's strings into it.
+    let status = unsafe {
+        libc::getpwuid_r(
+            libc::geteuid(),
+            &mut pwd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if status != 0 || found.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points at a NUL-terminated string inside buf.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    let name = name.to_string_lossy().into_owned();
+    (!name.is_empty()).then_some(name)
 }

@@ -143,6 +143,7 @@ fn check_the_rest(
                 .partition(|d| declared.contains_key(&target(d)));
             in_failed = failed;
             if !rest.is_empty() {
+                let rest = suggest_from(rest, &declared);
                 let e = LoadError::Store(StoreError::DanglingReferences(rest));
                 messages.extend(e.messages());
                 hint = e.hint();
@@ -199,6 +200,26 @@ fn check_the_rest(
             }
         ),
     }
+}
+
+/// `dangling` with a name the files in error declare suggested where the store had none near
+/// (`backnd` when `backend` is in a file that failed): the name can be read, so it is said.
+fn suggest_from(
+    mut dangling: Vec<Dangling>,
+    declared: &HashMap<(String, String), std::path::PathBuf>,
+) -> Vec<Dangling> {
+    for d in dangling.iter_mut().take(MAX_LISTED) {
+        if d.suggestion.is_some() {
+            continue;
+        }
+        let names: Vec<std::sync::Arc<str>> = declared
+            .keys()
+            .filter(|(type_url, _)| type_url == d.reference.type_url)
+            .map(|(_, name)| std::sync::Arc::from(name.as_str()))
+            .collect();
+        d.suggestion = xdsd_core::store::nearest(&d.reference.name, names.iter());
+    }
+    dangling
 }
 
 /// The (type URL, name) a dangling reference names.

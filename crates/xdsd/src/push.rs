@@ -44,7 +44,8 @@ pub(crate) struct RecordArgs {
     #[arg(long, value_name = "TEXT", env = "XDSD_PUSH_MESSAGE")]
     pub(crate) message: Option<String>,
 
-    /// Who: recorded with the push (at most 256 bytes); by default $USER@hostname.
+    /// Who: recorded with the push (at most 256 bytes); by default $USER@hostname (the system's
+    /// user name when USER and LOGNAME are unset).
     #[arg(long, value_name = "NAME", env = "XDSD_PUSH_AUTHOR")]
     pub(crate) author: Option<String>,
 }

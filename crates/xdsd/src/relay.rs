@@ -21,9 +21,16 @@ use crate::{parse_duration, serve_downstream};
 #[derive(clap::Args, Debug)]
 pub(crate) struct RelayArgs {
     /// The upstream xDS server: host:port, http://host:port or https://host:port (TLS with the
-    /// system's roots, or --upstream-tls-ca).
-    #[arg(long, value_name = "ADDR", env = "XDSD_UPSTREAM")]
-    upstream: String,
+    /// system's roots, or --upstream-tls-ca). Several, comma-separated or repeated: replicas of
+    /// one control plane, the next tried when one is lost, resuming without a resend.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "XDSD_UPSTREAM",
+        value_delimiter = ',',
+        required = true
+    )]
+    upstream: Vec<String>,
 
     /// PEM CA certificate(s) to verify the upstream's certificate with (TLS to the upstream).
     #[arg(long, value_name = "FILE", env = "XDSD_UPSTREAM_TLS_CA")]
@@ -63,12 +70,14 @@ pub(crate) struct RelayArgs {
     )]
     upstream_protocol: UpstreamProtocol,
 
-    /// How downstream clients share upstream streams. none: one stream for all of them,
-    /// presenting the relay's node (xRFC TP2 selects variants by dynamic parameters, not by
-    /// node), plus one per distinct set of dynamic parameters that clients send in their node.
-    /// cluster (or node): one stream per distinct node cluster (or node id), presenting the
-    /// first such node seen (its cluster, metadata, locality and dynamic parameters), for an
-    /// upstream that varies what it serves by node.
+    /// How downstream clients share upstream streams. Every upstream stream presents one
+    /// parameter set as its node's dynamic_parameters (xRFC TP2), derived from the clients as
+    /// the server derives it (their dynamic parameters for the type, else the top-level string
+    /// fields of their metadata and their cluster), so that each client gets the variants its
+    /// parameters select. none: one stream per distinct parameter set, presenting the relay's
+    /// node. cluster (or node): one per distinct node cluster (or node id) and parameter set,
+    /// presenting the first such node seen (its cluster, metadata, locality), for an upstream
+    /// that varies what it serves by node without TP2 constraints.
     #[arg(
         long,
         value_name = "none|cluster|node",
@@ -88,12 +97,13 @@ pub(crate) struct RelayArgs {
     )]
     linger: Duration,
 
-    /// Types subscribed upstream from the start and for good (on the shared stream; names as
-    /// `xdsd get` takes them: listeners, clusters, routes, endpoints, secrets, runtime, or type
-    /// URLs; comma-separated, or "none"): a client's first request for them is answered from
-    /// the cache, not while the relay waits for the upstream. Other types are subscribed when a
-    /// client first asks for them. Only with --aggregate-by none: the other groupings have no
-    /// stream before their first client.
+    /// Types subscribed upstream from the start and for good (on the shared stream of clients
+    /// without parameters — no string metadata, no cluster; names as `xdsd get` takes them:
+    /// listeners, clusters, routes, endpoints, secrets, runtime, or type URLs; comma-separated,
+    /// or "none"): such a client's first request for them is answered from the cache, not while
+    /// the relay waits for the upstream, and the relay is ready once the upstream answered them.
+    /// Other types, and clients with parameters, are subscribed when a client first asks. Only
+    /// with --aggregate-by none: the other groupings have no stream before their first client.
     #[arg(
         long,
         value_name = "TYPES",
@@ -107,7 +117,7 @@ pub(crate) struct RelayArgs {
     /// it serves what it has (not ready, /readyz 503, until the upstream answers); and how long a
     /// name or type a client asks for that the upstream has not answered yet is held pending,
     /// its clients not told that it does not exist, before they are answered with what the
-    /// relay has.
+    /// relay has (the upstream streams' does-not-exist timer too).
     #[arg(
         long,
         value_name = "DURATION",
@@ -116,6 +126,18 @@ pub(crate) struct RelayArgs {
         env = "XDSD_UPSTREAM_WAIT"
     )]
     upstream_wait: Duration,
+
+    /// How many names (or types) the relay may hold pending at once, its clients waiting for
+    /// the upstream's answer rather than told the names do not exist: past it, a name a client
+    /// asks for is answered as if the relay had asked nothing (logged at WARN). Each costs a
+    /// few hundred bytes while it waits; raise it for clients that subscribe more names at once.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = xdsd_relay::DEFAULT_MAX_PENDING,
+        env = "XDSD_MAX_PENDING"
+    )]
+    max_pending: usize,
 
     // The downstream side, `serve`'s own options: the xDS address, TLS, limits, pacing, REST
     // polling, the admin API (of the relay's own downstream clients).
@@ -136,7 +158,8 @@ enum UpstreamProtocol {
 
 impl RelayArgs {
     fn options(&self) -> anyhow::Result<RelayOptions> {
-        let mut upstream = xdsd_client::Options::new(self.upstream.clone());
+        let mut upstream = xdsd_client::Options::with_servers(self.upstream.iter().cloned())
+            .context("--upstream names no server")?;
         if self.upstream_tls_ca.is_some() || self.upstream_tls_cert.is_some() {
             let read = |p: &PathBuf, flag: &str| {
                 std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
@@ -165,6 +188,11 @@ impl RelayArgs {
                 .clone()
                 .unwrap_or_else(|| format!("xdsd-relay-{}", hostname())),
             user_agent_name: "xdsd-relay".into(),
+            user_agent_version_type: Some(
+                envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType::UserAgentVersion(
+                    env!("CARGO_PKG_VERSION").into(),
+                ),
+            ),
             ..Default::default()
         };
         let mut prefetch = Vec::new();
@@ -188,6 +216,7 @@ impl RelayArgs {
             options.prefetch = prefetch;
         }
         options.first_wait = self.upstream_wait;
+        options.max_pending = self.max_pending;
         Ok(options)
     }
 }
@@ -247,7 +276,7 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
         .0
         .local_addr()
         .context("reading the bound address")?;
-    info!(upstream = %args.upstream, "xDS gRPC relay listening on {addr}");
+    info!(upstream = %args.upstream.join(","), "xDS gRPC relay listening on {addr}");
     args.downstream.tls.log(addr);
     let options = args.downstream.server_options();
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
@@ -342,6 +371,26 @@ mod tests {
             assert_eq!(args.make_before_break, OnOff::Off);
             assert_eq!(args.release_memory, OnOff::Off);
         }
+    }
+
+    #[test]
+    fn relay_takes_several_upstreams_tried_in_turn() {
+        let Ok(Command::Relay(relay)) = Cli::try_parse_from([
+            "xdsd",
+            "relay",
+            "--upstream",
+            "10.0.0.1:18000,10.0.0.2:18000",
+            "--upstream",
+            "10.0.0.3:18000",
+        ])
+        .map(|cli| cli.command) else {
+            panic!("parses as relay");
+        };
+        let upstream = relay.options().expect("options").upstream;
+        assert_eq!(
+            upstream.servers().collect::<Vec<_>>(),
+            ["10.0.0.1:18000", "10.0.0.2:18000", "10.0.0.3:18000"]
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::admin::fleet::{
     behind, client_rows, columns, row_json, rows_json, short_type, short_version, ClientRow,
-    ReplicaView, RolloutView, Summary, TypeState,
+    ReplicaView, RolloutView, Summary, TypeRow, TypeState,
 };
 use anyhow::Context;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
@@ -34,7 +34,8 @@ pub(crate) struct StatusArgs {
 
     /// The CSDS server: xdsd's --listen address (host:port, or an http:// or https:// URL).
     /// Repeat it (or separate addresses by commas) for several replicas: their clients are
-    /// listed together, with the etcd revision each replica serves and those behind marked.
+    /// listed together, with the etcd revision each replica serves and those behind marked; a
+    /// replica that does not answer is listed UNREACHABLE with why (exit 1; 2 when none answers).
     #[arg(
         long,
         value_name = "ADDR",
@@ -104,7 +105,9 @@ enum Output {
     Json,
 }
 
-/// Runs `xdsd status`: 0 when every client shown is synced, 1 otherwise or on an error.
+/// Runs `xdsd status`: 0 when every server answered and every client shown is synced; 2 when no
+/// server answered; 1 otherwise (a server unreachable among others, a client not synced) or on
+/// an error.
 pub(crate) fn run(args: StatusArgs) -> ExitCode {
     if args.admin.is_some() && args.node.is_none() {
         eprintln!(
@@ -124,8 +127,7 @@ pub(crate) fn run(args: StatusArgs) -> ExitCode {
         }
     };
     match runtime.block_on(status(&args)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
+        Ok(outcome) => outcome.code(),
         Err(e) => {
             eprintln!("xdsd status: {}", crate::error_chain(&e));
             ExitCode::FAILURE
@@ -148,6 +150,17 @@ pub(crate) async fn connect(
     tls_files: &ClientTls<'_>,
     timeout: Duration,
 ) -> anyhow::Result<Channel> {
+    let (endpoint, url) = endpoint(server, tls_files, timeout)?;
+    dial(server, &url, &endpoint).await
+}
+
+/// The endpoint of `server` and its URL: an error here (not an address, a TLS file that cannot
+/// be read) is the command's, not the server's.
+fn endpoint(
+    server: &str,
+    tls_files: &ClientTls<'_>,
+    timeout: Duration,
+) -> anyhow::Result<(Endpoint, String)> {
     let tls = tls_files.ca.is_some() || tls_files.cert_key.is_some();
     let url = if server.contains("://") {
         server.to_owned()
@@ -178,6 +191,11 @@ pub(crate) async fn connect(
             .tls_config(config)
             .context("setting up TLS to the server")?;
     }
+    Ok((endpoint, url))
+}
+
+/// Connects to `endpoint` (`server`, at `url`).
+async fn dial(server: &str, url: &str, endpoint: &Endpoint) -> anyhow::Result<Channel> {
     match endpoint.connect().await {
         Ok(channel) => Ok(channel),
         Err(e) => {
@@ -220,16 +238,45 @@ struct Answer {
     /// `GET /rollout`'s JSON, as xdsd's CSDS answer carries it.
     rollout_json: Option<serde_json::Value>,
     rollout: Option<RolloutView>,
-    /// Each server asked, in order, with what it serves (none from a server that is not xdsd).
+    /// Each server that answered, in order, with what it serves (none from a server that is not
+    /// xdsd).
     replicas: Vec<ReplicaView>,
+    /// Each server that did not answer, in order, and why.
+    unreachable: Vec<(String, String)>,
 }
 
 impl Answer {
-    /// Every client synced, no rollout left to finish, and no replica behind.
+    /// Every server answered, every client synced, no rollout left to finish, and no replica
+    /// behind.
     fn done(&self) -> bool {
-        Summary::of(&self.rows).all_synced()
+        self.unreachable.is_empty()
+            && Summary::of(&self.rows).all_synced()
             && self.rollout.as_ref().is_none_or(RolloutView::done)
             && !behind(&self.replicas).contains(&true)
+    }
+}
+
+/// One `--server`: where it is, and its CSDS client once connected.
+struct Server {
+    name: String,
+    url: String,
+    endpoint: Endpoint,
+    client: Option<ClientStatusDiscoveryServiceClient<Channel>>,
+}
+
+impl Server {
+    /// Its client, connecting first when it has none (again after a failure).
+    async fn client(&mut self) -> anyhow::Result<&mut ClientStatusDiscoveryServiceClient<Channel>> {
+        if self.client.is_none() {
+            let channel = dial(&self.name, &self.url, &self.endpoint).await?;
+            self.client = Some(
+                ClientStatusDiscoveryServiceClient::new(channel)
+                    .max_decoding_message_size(MAX_ANSWER_BYTES),
+            );
+        }
+        self.client
+            .as_mut()
+            .ok_or_else(|| anyhow::anyhow!("no client"))
     }
 }
 
@@ -261,27 +308,36 @@ pub(crate) fn served_of<T>(answer: &tonic::Response<T>) -> Option<Served> {
         .and_then(|json| Served::from_json(&json))
 }
 
-/// The clients every server reports (only NODE's with a node), and what each serves.
-async fn fetch(
-    clients: &mut [(String, ClientStatusDiscoveryServiceClient<Channel>)],
-    node: Option<&str>,
-) -> anyhow::Result<Answer> {
+/// The clients every server that answers reports (only NODE's with a node), what each serves,
+/// and which did not answer and why.
+async fn fetch(servers: &mut [Server], node: Option<&str>) -> Answer {
     let mut out = Answer {
         rows: Vec::new(),
         rollout_json: None,
         rollout: None,
         replicas: Vec::new(),
+        unreachable: Vec::new(),
     };
     let mut configs = Vec::new();
-    let several = clients.len() > 1;
-    for (server, client) in clients.iter_mut() {
-        let answer = match client.fetch_client_status(request(node)).await {
-            Ok(answer) => answer,
-            Err(status) if several => {
-                return Err(csds_error(server, &status).context(format!("--server {server}")))
-            }
-            Err(status) => return Err(csds_error(server, &status)),
+    for server in servers.iter_mut() {
+        let asked = match server.client().await {
+            Ok(client) => client
+                .fetch_client_status(request(node))
+                .await
+                .map_err(|status| csds_error(&server.name, &status)),
+            Err(e) => Err(e),
         };
+        let answer = match asked {
+            Ok(answer) => answer,
+            Err(e) => {
+                // Connected anew at the next ask.
+                server.client = None;
+                out.unreachable
+                    .push((server.name.clone(), crate::error_chain(&e)));
+                continue;
+            }
+        };
+        let server = &server.name;
         if out.rollout_json.is_none() {
             out.rollout_json = answer
                 .metadata()
@@ -297,24 +353,49 @@ async fn fetch(
     }
     out.rows = client_rows(&configs);
     out.rollout = out.rollout_json.as_ref().and_then(RolloutView::from_json);
-    Ok(out)
+    out
 }
 
-async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
+/// How `status` ended: every client synced (and the rest `--wait` waits for), or not; and how
+/// many of the servers did not answer.
+pub(crate) struct Outcome {
+    done: bool,
+    unreachable: usize,
+    servers: usize,
+}
+
+impl Outcome {
+    /// 0 when done; 2 when no server answered; 1 otherwise (a server unreachable among others
+    /// that answered, a client not synced).
+    fn code(&self) -> ExitCode {
+        if self.unreachable > 0 && self.unreachable == self.servers {
+            ExitCode::from(2)
+        } else if self.done && self.unreachable == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn status(args: &StatusArgs) -> anyhow::Result<Outcome> {
     let tls = ClientTls {
         ca: args.tls_ca.as_deref(),
         cert_key: args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
     };
-    let mut clients = Vec::new();
+    let mut servers = Vec::new();
     for server in &args.server {
-        let channel = connect(server, &tls, args.timeout).await?;
-        let client = ClientStatusDiscoveryServiceClient::new(channel)
-            .max_decoding_message_size(MAX_ANSWER_BYTES);
-        clients.push((server.clone(), client));
+        let (endpoint, url) = endpoint(server, &tls, args.timeout)?;
+        servers.push(Server {
+            name: server.clone(),
+            url,
+            endpoint,
+            client: None,
+        });
     }
     let deadline = tokio::time::Instant::now() + args.timeout;
     let node = args.node.as_deref();
-    let mut answer = fetch(&mut clients, node).await?;
+    let mut answer = fetch(&mut servers, node).await;
     if args.wait {
         // A halted rollout, or a change held back after an abort, moves no further: no wait.
         while !answer.done()
@@ -322,7 +403,7 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
             && tokio::time::Instant::now() < deadline
         {
             tokio::time::sleep(POLL.min(deadline - tokio::time::Instant::now())).await;
-            answer = fetch(&mut clients, node).await?;
+            answer = fetch(&mut servers, node).await;
         }
     }
     let done = answer.done();
@@ -331,7 +412,20 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
         rollout_json,
         rollout,
         replicas,
+        unreachable,
     } = answer;
+    let outcome = |done: bool| Outcome {
+        done,
+        unreachable: unreachable.len(),
+        servers: servers.len(),
+    };
+    for (server, why) in &unreachable {
+        eprintln!("xdsd status: {server} is unreachable: {}", clean(why));
+    }
+    if unreachable.len() == servers.len() {
+        // Nothing to show: no server answered.
+        return Ok(outcome(false));
+    }
     if let (Some(admin), Some(node)) = (&args.admin, &args.node) {
         // Read even when NODE is not connected: a wrong --admin is said, not skipped.
         let clients = admin_clients(admin, args.timeout).await?;
@@ -348,8 +442,8 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
             if let Some(r) = &rollout_json {
                 json["rollout"] = r.clone();
             }
-            if replicas.iter().any(|r| r.served.is_some()) {
-                json["replicas"] = replicas_json(&replicas, &lagging);
+            if replicas.iter().any(|r| r.served.is_some()) || !unreachable.is_empty() {
+                json["replicas"] = replicas_json(&replicas, &lagging, &unreachable);
             }
             json.to_string() + "\n"
         }
@@ -357,7 +451,11 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
             Some(row) => row_json(row).to_string() + "\n",
             None => "null\n".to_owned(),
         },
-        (Output::Text, None) => table(&rows, colours()) + &replicas_text(&replicas, &lagging),
+        (Output::Text, None) => {
+            table(&rows, colours())
+                + &replicas_text(&replicas, &lagging)
+                + &unreachable_text(&unreachable)
+        }
         (Output::Text, Some(id)) => match rows.first() {
             Some(row) => detail(row, colours()),
             None => format!("no client with node id {id:?} is connected\n"),
@@ -387,13 +485,34 @@ async fn status(args: &StatusArgs) -> anyhow::Result<bool> {
             "xdsd status: a replica still serves an older state after {:?}",
             args.timeout
         );
+    } else if args.wait && !unreachable.is_empty() {
+        eprintln!(
+            "xdsd status: a server was still unreachable after {:?}",
+            args.timeout
+        );
     } else if args.wait && !done {
         eprintln!(
             "xdsd status: the rollout did not reach the whole fleet within {:?}",
             args.timeout
         );
     }
-    Ok(done && (args.node.is_none() || !rows.is_empty()))
+    Ok(outcome(done && (args.node.is_none() || !rows.is_empty())))
+}
+
+/// The servers that did not answer, one line each, under the table.
+fn unreachable_text(unreachable: &[(String, String)]) -> String {
+    let mut out = String::new();
+    for (i, (server, why)) in unreachable.iter().enumerate() {
+        if i == 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "replica {} UNREACHABLE: {}\n",
+            clean(server),
+            clean(why)
+        ));
+    }
+    out
 }
 
 /// Each replica that says what it serves, one line each: `replica ADDR serves etcd revision
@@ -429,24 +548,27 @@ pub(crate) fn replicas_text(replicas: &[ReplicaView], lagging: &[bool]) -> Strin
     out
 }
 
-/// The replicas as `--output json` lists them.
-fn replicas_json(replicas: &[ReplicaView], lagging: &[bool]) -> serde_json::Value {
-    serde_json::Value::Array(
-        replicas
-            .iter()
-            .zip(lagging)
-            .map(|(r, behind)| {
-                let mut json = r
-                    .served
-                    .as_ref()
-                    .map(Served::to_json)
-                    .unwrap_or_else(|| serde_json::json!({}));
-                json["address"] = serde_json::json!(r.name);
-                json["behind"] = serde_json::json!(behind);
-                json
-            })
-            .collect(),
-    )
+/// The replicas as `--output json` lists them: those that answered, then those that did not
+/// (`address` and `unreachable`, why).
+fn replicas_json(
+    replicas: &[ReplicaView],
+    lagging: &[bool],
+    unreachable: &[(String, String)],
+) -> serde_json::Value {
+    let answered = replicas.iter().zip(lagging).map(|(r, behind)| {
+        let mut json = r
+            .served
+            .as_ref()
+            .map(Served::to_json)
+            .unwrap_or_else(|| serde_json::json!({}));
+        json["address"] = serde_json::json!(r.name);
+        json["behind"] = serde_json::json!(behind);
+        json
+    });
+    let silent = unreachable
+        .iter()
+        .map(|(server, why)| serde_json::json!({"address": server, "unreachable": why}));
+    serde_json::Value::Array(answered.chain(silent).collect())
 }
 
 /// The rollout under the table: its state, each client (canaries first) with the state it
@@ -580,6 +702,7 @@ fn add_origins(row: &mut ClientRow, clients: &serde_json::Value, node: &str) {
                 if let Some(r) = row_type.resources.iter_mut().find(|r| r.name == name) {
                     if let Some(version) = sent["version"].as_str() {
                         r.version = version.to_owned();
+                        r.own_version = true;
                     }
                     if let Some(origin) = sent["origin"].as_str() {
                         r.origin = origin.to_owned();
@@ -608,12 +731,14 @@ fn paint(text: &str, state: TypeState, colour: bool) -> String {
     format!("\x1b[{code}m{text}\x1b[0m")
 }
 
-/// A cell as `xdsd status` prints it: `SYNCED 0123abcd`.
-fn cell(state: TypeState, version: &str) -> String {
-    if version.is_empty() {
-        state.as_str().to_owned()
+/// A cell as `xdsd status` prints it: `SYNCED 0123abcd`, `NACKED rejected fedcba98, accepted
+/// 0123abcd`.
+fn cell(t: &TypeRow) -> String {
+    let versions = t.versions(true);
+    if versions.is_empty() {
+        t.state.as_str().to_owned()
     } else {
-        format!("{} {}", state.as_str(), short_version(version))
+        format!("{} {versions}", t.state.as_str())
     }
 }
 
@@ -647,7 +772,7 @@ pub(crate) fn table(rows: &[ClientRow], colour: bool) -> String {
         ];
         for t in &types {
             line.push(match r.type_row(t) {
-                Some(x) => (cell(x.state, &x.version), Some(x.state)),
+                Some(x) => (cell(x), Some(x.state)),
                 None => ("-".into(), None),
             });
         }
@@ -714,10 +839,12 @@ pub(crate) fn detail(row: &ClientRow, colour: bool) -> String {
             "\n{} {}  {}\n",
             short_type(&t.type_url),
             paint(t.state.as_str(), t.state, colour),
-            if t.version.is_empty() {
+            if t.versions(false).is_empty() {
                 "(no version ACKed)".to_owned()
+            } else if t.nack.is_some() {
+                clean(&t.versions(false))
             } else {
-                format!("version {}", clean(&t.version))
+                format!("accepted {}", clean(&t.versions(false)))
             }
         ));
         if let Some(n) = &t.nack {
@@ -740,7 +867,7 @@ pub(crate) fn detail(row: &ClientRow, colour: bool) -> String {
             let line = format!(
                 "  {:<width$}  {}  {}",
                 clean(&r.name),
-                short_version(&r.version),
+                clean(&r.version_text(true)),
                 clean(&r.origin)
             );
             out.push_str(line.trim_end());
@@ -787,7 +914,7 @@ mod tests {
         assert_eq!(
             text,
             "NODE     CLUSTER  AGENT         CDS\n\
-             b-envoy  front    envoy 1.40.0  NACKED 01234567\n\
+             b-envoy  front    envoy 1.40.0  NACKED rejected fedcba98, accepted 01234567\n\
              a        front    envoy 1.40.0  SYNCED 01234567\n\
              \n\
              b-envoy CDS NACKED: bad\\u{1b}[2Jport\n  from c.yaml (resource #1)\n\
@@ -796,11 +923,11 @@ mod tests {
         );
         let coloured = table(&rows, true);
         assert!(
-            coloured.contains("\x1b[1;31mNACKED 01234567\x1b[0m"),
+            coloured.contains("\x1b[1;31mNACKED rejected fedcba98, accepted 01234567\x1b[0m"),
             "{coloured:?}"
         );
         assert!(
-            coloured.contains("\x1b[32mSYNCED 01234567\x1b[0m"),
+            coloured.contains("\x1b[32mSYNCED 01234567 "),
             "{coloured:?}"
         );
     }

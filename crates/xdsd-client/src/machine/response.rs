@@ -16,17 +16,28 @@ use crate::types;
 impl Client {
     /// Takes in a SotW response.
     pub fn handle_sotw(&mut self, now: Instant, response: DiscoveryResponse) {
-        let type_url = response.type_url.clone();
-        let Some(state) = self.types.get(&type_url) else {
+        let DiscoveryResponse {
+            version_info,
+            resources,
+            type_url,
+            nonce,
+            ..
+        } = response;
+        let Some(state) = self.types.get_mut(&type_url) else {
             return;
         };
         if !state.interested() {
+            // Nothing of the type is asked for any more, so nothing is taken; but the nonce is
+            // the stream's latest of the type, which its next request must carry (a server
+            // ignores a request with an older one). No ACK: a SotW request naming nothing would
+            // be read as the legacy wildcard.
+            state.nonce = nonce;
             return;
         }
-        let mut received = Vec::with_capacity(response.resources.len());
+        let mut received = Vec::with_capacity(resources.len());
         let mut problem = None;
-        for any in &response.resources {
-            match decode_sotw(&type_url, &response.version_info, any) {
+        for any in resources {
+            match decode_sotw(&type_url, &version_info, any) {
                 Ok(r) => received.push(r),
                 Err(e) => {
                     problem = Some(e);
@@ -39,25 +50,33 @@ impl Client {
             Some(reason) => Err(reason),
             None => self.apply(
                 now,
-                (&type_url, &response.version_info),
+                (&type_url, &version_info),
                 received,
                 Vec::new(),
                 full_state,
             ),
         };
-        self.answer(&type_url, &response.version_info, &response.nonce, outcome);
+        self.answer(&type_url, &version_info, &nonce, outcome);
     }
 
     /// Takes in a delta response.
     pub fn handle_delta(&mut self, now: Instant, response: DeltaDiscoveryResponse) {
-        let type_url = response.type_url.clone();
+        let DeltaDiscoveryResponse {
+            system_version_info,
+            resources,
+            type_url,
+            removed_resources,
+            removed_resource_names,
+            nonce,
+            ..
+        } = response;
         if !self.types.contains_key(&type_url) {
             return;
         }
-        let mut received = Vec::with_capacity(response.resources.len());
+        let mut received = Vec::with_capacity(resources.len());
         let mut problem = None;
-        for wire in &response.resources {
-            match decode_wrapper(&type_url, "", wire.clone()) {
+        for wire in resources {
+            match decode_wrapper(&type_url, "", wire) {
                 Ok(r) => received.push(r),
                 Err(e) => {
                     problem = Some(e);
@@ -65,38 +84,27 @@ impl Client {
                 }
             }
         }
-        let mut removed: Vec<(String, Option<Vec<u8>>)> = response
-            .removed_resources
-            .iter()
-            .map(|n| (n.clone(), None))
-            .collect();
-        removed.extend(response.removed_resource_names.iter().map(|n| {
-            (
-                n.name.clone(),
-                Some(
-                    n.dynamic_parameter_constraints
-                        .as_ref()
-                        .map(Message::encode_to_vec)
-                        .unwrap_or_default(),
-                ),
-            )
+        let mut removed: Vec<(String, Option<Vec<u8>>)> =
+            removed_resources.into_iter().map(|n| (n, None)).collect();
+        removed.extend(removed_resource_names.into_iter().map(|n| {
+            let constraints = n
+                .dynamic_parameter_constraints
+                .as_ref()
+                .map(Message::encode_to_vec)
+                .unwrap_or_default();
+            (n.name, Some(constraints))
         }));
         let outcome = match problem {
             Some(reason) => Err(reason),
             None => self.apply(
                 now,
-                (&type_url, &response.system_version_info),
+                (&type_url, &system_version_info),
                 received,
                 removed,
                 false,
             ),
         };
-        self.answer(
-            &type_url,
-            &response.system_version_info,
-            &response.nonce,
-            outcome,
-        );
+        self.answer(&type_url, &system_version_info, &nonce, outcome);
     }
 
     /// ACKs or NACKs a response.
@@ -160,18 +168,20 @@ impl Client {
                 validator(resource).map_err(|e| format!("resource {:?}: {e}", resource.name))?;
             }
         }
-        // The bounds, before anything changes.
-        let mut names: BTreeSet<&str> = if full_state {
-            BTreeSet::new()
-        } else {
-            state.held_names()
-        };
-        names.extend(updates.values().map(|r| r.name.as_str()));
-        if names.len() > limits.max_names {
+        // The bounds, before anything changes: the names held after it (a full state replaces
+        // them), counted from what the response holds.
+        let mut names = if full_state { 0 } else { state.held_names };
+        let mut last: Option<&str> = None;
+        for (name, _) in updates.keys() {
+            if last != Some(name.as_str()) && (full_state || !state.holds(name)) {
+                names += 1;
+            }
+            last = Some(name);
+        }
+        if names > limits.max_names {
             return Err(format!(
-                "the response would have the client hold {} names of {type_url}, more than its \
-                 limit of {}",
-                names.len(),
+                "the response would have the client hold {names} names of {type_url}, more than \
+                 its limit of {}",
                 limits.max_names
             ));
         }
@@ -181,12 +191,12 @@ impl Client {
             .map(|h| h.bytes)
             .sum();
         let dropped: usize = if full_state {
-            state.bytes() - replaced
+            state.held_bytes - replaced
         } else {
             0
         };
         let new_bytes: usize = updates.values().map(|r| r.body.value.len()).sum();
-        let total = self.bytes - replaced - dropped + new_bytes;
+        let total = self.bytes() - replaced - dropped + new_bytes;
         if total > limits.max_bytes {
             return Err(format!(
                 "the response would have the client hold {total} bytes of resources, more than \
@@ -206,6 +216,7 @@ impl Client {
         let mut gone: Vec<String> = Vec::new();
         let mut gone_variants: Vec<(String, Option<DynamicParameterConstraints>)> = Vec::new();
         let mut missing: Vec<String> = Vec::new();
+        let mut missing_set: BTreeSet<String> = BTreeSet::new();
         if full_state {
             // A heartbeat keeps its resource, as the resource itself would.
             let beating: BTreeSet<&HeldKey> = heartbeats.iter().map(|(k, _, _)| k).collect();
@@ -216,12 +227,12 @@ impl Client {
                 .cloned()
                 .collect();
             for key in leaving {
-                if let Some(h) = state.held.remove(&key) {
-                    self.bytes -= h.bytes;
+                if let Some(h) = state.take_held(&key) {
                     gone_variants.push((key.0.clone(), h.resource.constraints));
                     gone.push(key.0);
                 }
             }
+            let gone_set: BTreeSet<&str> = gone.iter().map(String::as_str).collect();
             let present: BTreeSet<&str> = updates
                 .values()
                 .map(|r| r.name.as_str())
@@ -237,7 +248,7 @@ impl Client {
                 if present.contains(key.name.as_str()) || sub.missing {
                     continue;
                 }
-                let was_held = gone.contains(&key.name);
+                let was_held = gone_set.contains(key.name.as_str());
                 let follows = match sub.asked_at {
                     Some(None) => true,
                     Some(Some(at)) => before > at,
@@ -245,8 +256,10 @@ impl Client {
                 };
                 if was_held || follows {
                     sub.missing = true;
-                    sub.deadline = None;
-                    if !was_held {
+                    if let Some(d) = sub.deadline.take() {
+                        state.deadlines.remove(&(d, key.clone()));
+                    }
+                    if !was_held && missing_set.insert(key.name.clone()) {
                         missing.push(key.name.clone());
                     }
                 }
@@ -264,8 +277,7 @@ impl Client {
             };
             let mut was_held = false;
             for key in keys {
-                if let Some(h) = state.held.remove(&key) {
-                    self.bytes -= h.bytes;
+                if let Some(h) = state.take_held(&key) {
                     gone_variants.push((name.clone(), h.resource.constraints));
                     was_held = true;
                 }
@@ -273,73 +285,49 @@ impl Client {
             if was_held {
                 gone.push(name.clone());
             }
-            let mut subscribed = false;
-            for (_, sub) in state.subs.iter_mut().filter(|(k, _)| k.name == name) {
-                subscribed = true;
-                sub.deadline = None;
-                sub.missing = true;
-            }
-            if subscribed && !was_held && !state.holds(&name) {
+            let (subscribed, _) = state.settle(&name, true);
+            if subscribed && !was_held && !state.holds(&name) && missing_set.insert(name.clone()) {
                 missing.push(name);
             }
         }
         // Names asked by alias that no resource has: each subscribed one does not exist (once
         // until it is received, as a timer's).
         for name in absent {
-            let mut newly = false;
-            for (_, sub) in state.subs.iter_mut().filter(|(k, _)| k.name == name) {
-                newly |= !sub.missing;
-                sub.deadline = None;
-                sub.missing = true;
-            }
-            if newly && !missing.contains(&name) {
+            let (_, newly) = state.settle(&name, true);
+            if newly && missing_set.insert(name.clone()) {
                 missing.push(name);
             }
         }
         for (key, hb_version, ttl) in heartbeats {
-            if let Some(h) = state.held.get_mut(&key) {
-                if h.resource.version == hb_version {
-                    h.expires = ttl.and_then(|t| now.checked_add(t));
-                }
+            if state
+                .held
+                .get(&key)
+                .is_some_and(|h| h.resource.version == hb_version)
+            {
+                state.set_expiry(&key, ttl.and_then(|t| now.checked_add(t)));
             }
         }
         for (key, resource) in updates {
             // Its subscriptions, by its name or an alias.
-            for (_, sub) in state
-                .subs
-                .iter_mut()
-                .filter(|(k, _)| resource.names().any(|n| n == k.name))
-            {
-                sub.deadline = None;
-                sub.missing = false;
+            for name in resource.names() {
+                state.settle(name, false);
             }
             let bytes = resource.body.value.len();
             // A TTL past what the clock can count never expires.
             let expires = resource.ttl.and_then(|t| now.checked_add(t));
-            match state.held.get_mut(&key) {
-                Some(h) => {
-                    h.expires = expires;
-                    // A SotW resource's version is its response's: only a new body is a change.
-                    let changed = h.resource.body != resource.body;
-                    self.bytes = self.bytes - h.bytes + bytes;
-                    h.bytes = bytes;
-                    h.resource = resource.clone();
-                    if changed {
+            let held = Held {
+                resource: resource.clone(),
+                expires,
+                bytes,
+            };
+            match state.put_held(key, held) {
+                // A SotW resource's version is its response's: only a new body is a change.
+                Some(old) => {
+                    if old.resource.body != resource.body {
                         update.changed.push(resource);
                     }
                 }
-                None => {
-                    self.bytes += bytes;
-                    state.held.insert(
-                        key,
-                        Held {
-                            resource: resource.clone(),
-                            expires,
-                            bytes,
-                        },
-                    );
-                    update.added.push(resource);
-                }
+                None => update.added.push(resource),
             }
         }
         if !update.added.is_empty() || !update.changed.is_empty() || !state.answered {

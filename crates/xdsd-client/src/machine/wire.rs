@@ -48,7 +48,7 @@ struct Named {
     name: String,
 }
 
-pub(super) fn decode_sotw(type_url: &str, version: &str, any: &Any) -> Result<Received, String> {
+pub(super) fn decode_sotw(type_url: &str, version: &str, any: Any) -> Result<Received, String> {
     if any.type_url == RESOURCE_WRAPPER {
         let wire = WireResource::decode(any.value.as_slice())
             .map_err(|e| format!("a Resource wrapper does not decode: {e}"))?;
@@ -71,7 +71,7 @@ pub(super) fn decode_sotw(type_url: &str, version: &str, any: &Any) -> Result<Re
         name,
         aliases: Vec::new(),
         version: version.to_owned(),
-        body: any.clone(),
+        body: any,
         constraints: None,
         ttl: None,
     }))

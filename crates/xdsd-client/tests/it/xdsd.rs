@@ -184,3 +184,94 @@ async fn sotw_reconnect_resends_nothing() {
 async fn delta_reconnect_resends_nothing() {
     reconnect_resends_nothing(Flavor::Delta).await;
 }
+
+/// `Connected` means the server accepted a stream: a server that answers every call with
+/// UNIMPLEMENTED is never reported connected, only lost, with the status.
+#[tokio::test]
+async fn connected_is_not_reported_for_a_server_that_refuses_the_stream() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_routes(tonic::service::Routes::default())
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let (client, mut events) = XdsClient::start(
+        Options::new(addr.to_string()),
+        config(Flavor::Delta, true),
+        None,
+    )
+    .expect("started");
+    client.subscribe(CLUSTER, vec!["*".into()]);
+    let first = tokio::time::timeout(WAIT, events.next())
+        .await
+        .expect("an event in time");
+    match first {
+        Some(Event::Disconnected { reason }) => {
+            assert!(reason.contains("Unimplemented"), "{reason}")
+        }
+        other => panic!("lost, not connected: {other:?}"),
+    }
+    drop(client);
+    server.abort();
+}
+
+/// Two servers of the same content: the first lost, the client goes on with the second,
+/// resuming (SotW `version_info`, delta `initial_resource_versions`): the validator sees only
+/// what is new.
+async fn fails_over_to_the_next_server_and_resends_nothing(flavor: Flavor) {
+    let first = Server::start().await;
+    let second = Server::start_with(first.store.clone()).await;
+    first.set(endpoints("a", "1"));
+    first.set(endpoints("b", "1"));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let mut options = Options::with_servers([first.addr.to_string(), second.addr.to_string()])
+        .expect("two servers");
+    options.initial_backoff = std::time::Duration::from_millis(20);
+    let (client, mut events) = XdsClient::start(
+        options,
+        config(flavor, true),
+        Some(Box::new(move |_: &xdsd_client::Resource| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })),
+    )
+    .expect("started");
+    client.subscribe(CLUSTER_LOAD_ASSIGNMENT, vec!["a".into(), "b".into()]);
+    let got = next_news(&mut events).await;
+    assert_eq!(update_names(&got).0.len(), 2);
+    first.set(runtime("rt"));
+    first.stop().await;
+    wait_for(&mut events, |e| {
+        matches!(e, Event::Disconnected { .. }).then_some(())
+    })
+    .await;
+    wait_for(&mut events, |e| matches!(e, Event::Connected).then_some(())).await;
+    // A barrier, as in reconnect_resends_nothing: a type asked after the resumed one.
+    client.subscribe(RUNTIME, vec!["rt".into()]);
+    let barrier = next_news(&mut events).await;
+    assert_eq!(update_names(&barrier), (vec!["rt".into()], vec![]));
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        3,
+        "nothing resent by the second"
+    );
+    second.set(endpoints("b", "2"));
+    let next = next_news(&mut events).await;
+    assert_eq!(update_names(&next), (vec![], vec!["b".into()]));
+    drop(client);
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_fails_over_to_the_next_server_and_resends_nothing() {
+    fails_over_to_the_next_server_and_resends_nothing(Flavor::Sotw).await;
+}
+
+#[tokio::test]
+async fn delta_fails_over_to_the_next_server_and_resends_nothing() {
+    fails_over_to_the_next_server_and_resends_nothing(Flavor::Delta).await;
+}

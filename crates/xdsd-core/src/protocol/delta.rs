@@ -104,6 +104,9 @@ pub struct DeltaMachine {
     /// The rest of a response that went out in parts (to stay under the core's size limit),
     /// in order.
     split: VecDeque<Owed>,
+    /// The members the subscribed glob collections (xRFC TP1) had when the subscription last
+    /// changed: they count against the stream's names budget ([`Machine::key_count`]).
+    glob_members: usize,
 }
 
 impl DeltaMachine {
@@ -122,15 +125,24 @@ impl DeltaMachine {
     }
 
     fn subscribed(&self, key: &Key) -> bool {
-        self.core.wildcard.pid() == Some(key.1) || self.names.contains(key)
+        self.core.wildcard.pid() == Some(key.1)
+            || self.names.contains(key)
+            || self.in_glob(&key.0, key.1)
     }
 
-    /// The keys of a name: one per parameter set it is subscribed with, and the wildcard's.
-    /// Made as they are taken, no list: every changed name of every stream goes through here,
-    /// nearly always with one key.
+    /// Whether `name` is a member of a glob collection (xRFC TP1) subscribed with `pid`. Only
+    /// xdstp names pay for the look.
+    fn in_glob(&self, name: &str, pid: ParamSetId) -> bool {
+        in_glob(&self.names, name, pid)
+    }
+
+    /// The keys of a name: one per parameter set it is subscribed with (by name, or by a glob
+    /// collection it is a member of), and the wildcard's. Made as they are taken, no list:
+    /// every changed name of every stream goes through here, nearly always with one key.
     fn keys_of<'a>(&'a self, name: &'a Arc<str>) -> impl Iterator<Item = Key> + 'a {
-        let subscribed =
-            move |pid: ParamSetId| self.names.contains(&(&**name, pid) as &dyn KeyLookup);
+        let subscribed = move |pid: ParamSetId| {
+            self.names.contains(&(&**name, pid) as &dyn KeyLookup) || self.in_glob(name, pid)
+        };
         let wildcard = self
             .core
             .wildcard
@@ -171,7 +183,9 @@ impl DeltaMachine {
                     for key in keys.into_keys(&r) {
                         if self.names.contains(&key) {
                             self.core.forced.insert(key);
-                        } else if self.core.wildcard.pid() == Some(key.1) {
+                        } else if self.core.wildcard.pid() == Some(key.1)
+                            || self.in_glob(&key.0, key.1)
+                        {
                             self.core.dirty.insert(key.0);
                         }
                     }
@@ -190,6 +204,41 @@ impl DeltaMachine {
             }
         }
     }
+}
+
+impl DeltaMachine {
+    /// The members the store has of the glob collections subscribed (a walk of the names under
+    /// each glob's path), for the names budget. Made on a request that names something, which
+    /// already walks the subscribed names.
+    fn count_glob_members(&self, current: Option<&Arc<TypeSnapshot>>) -> usize {
+        let Some(current) = current else {
+            return 0;
+        };
+        self.names
+            .iter()
+            .filter_map(|(n, _)| crate::xdstp::glob_parts(n))
+            .map(|(prefix, query)| {
+                current
+                    .entries_from(prefix)
+                    .take_while(|(name, _)| name.starts_with(prefix))
+                    .filter(|(name, _)| crate::xdstp::is_member(prefix, query, name))
+                    .count()
+            })
+            .sum()
+    }
+}
+
+/// Whether `name` is a member of a glob collection (xRFC TP1) `names` subscribes to with `pid`.
+/// Only xdstp names pay for the look.
+fn in_glob(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
+    crate::xdstp::is_xdstp(name)
+        && crate::xdstp::collection_of(name)
+            .is_some_and(|c| c != name && names.contains(&(&*c, pid) as &dyn KeyLookup))
+}
+
+/// Whether `names` subscribes to `name` with `pid`, by name or by a glob collection.
+fn covers(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
+    names.contains(&(name, pid) as &dyn KeyLookup) || in_glob(names, name, pid)
 }
 
 /// The delta flavor's machine, as the session drives it; what the client holds (`has_sent`,
@@ -212,6 +261,7 @@ impl Machine for DeltaMachine {
             recheck: HashSet::default(),
             heartbeat: HashSet::default(),
             split: VecDeque::new(),
+            glob_members: 0,
         }
     }
 
@@ -323,6 +373,9 @@ impl Machine for DeltaMachine {
         }
         let unsubscribed = self.unsubscribe(unsubscribe_keys);
         self.update_pids(pids_added, unsubscribed);
+        if names_something {
+            self.glob_members = self.count_glob_members(current);
+        }
         let change = self.change(names_something, wildcard_before, names_before, current);
         (kind, change)
     }
@@ -330,17 +383,14 @@ impl Machine for DeltaMachine {
     /// Records names the store changed (added, modified or removed).
     fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         let subscribed = &self.names;
-        self.core.mark_changed(names, |name, pid| {
-            subscribed.contains(&(&**name, pid) as &dyn KeyLookup)
-        });
+        self.core
+            .mark_changed(names, |name, pid| covers(subscribed, name, pid));
     }
 
     /// Sends `name` again with the next response, changed or not, if it is subscribed.
     fn resend(&mut self, name: &Arc<str>) {
         let names = &self.names;
-        self.core.resend(name, |name, pid| {
-            names.contains(&(&**name, pid) as &dyn KeyLookup)
-        });
+        self.core.resend(name, |name, pid| covers(names, name, pid));
     }
 
     /// Renews the TTL of `name` with the next response, if the client holds it: a heartbeat when
@@ -359,9 +409,10 @@ impl Machine for DeltaMachine {
         }
     }
 
-    /// How many keys (name and parameter set) are subscribed.
+    /// How many keys (name and parameter set) are subscribed, each member of a glob collection
+    /// counted as one (as the collection was when the subscription last changed).
     fn key_count(&self) -> usize {
-        self.names.len()
+        self.names.len() + self.glob_members
     }
 
     /// Whether a response is owed.

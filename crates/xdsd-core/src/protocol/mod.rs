@@ -429,11 +429,26 @@ pub(crate) fn request_keys<'a, const KEY: u8>(
 ) -> impl Iterator<Item = (std::borrow::Cow<'a, str>, ParamSetId)> {
     let plain = names
         .iter()
-        .map(move |n| (String::from_utf8_lossy(n), default));
+        .map(move |n| (glob_key(String::from_utf8_lossy(n)), default));
     let located = locators
         .iter()
-        .map(|(n, pid)| (std::borrow::Cow::Borrowed(n.as_str()), *pid));
+        .map(|(n, pid)| (glob_key(std::borrow::Cow::Borrowed(n.as_str())), *pid));
     plain.chain(located)
+}
+
+/// A requested name as a key: a glob collection (xRFC TP1) canonical, so that its members are
+/// matched whatever the order of its context parameters; any other name as it is (no cost but
+/// a comparison of six bytes for names that are not xdstp).
+fn glob_key(name: std::borrow::Cow<'_, str>) -> std::borrow::Cow<'_, str> {
+    if !crate::xdstp::is_xdstp(&name) {
+        return name;
+    }
+    match crate::xdstp::XdstpName::parse(&name) {
+        Ok(parsed) if parsed.is_glob() && parsed.as_str() != name => {
+            std::borrow::Cow::Owned(parsed.to_string())
+        }
+        _ => name,
+    }
 }
 
 /// How a request changed what the stream watches, for the transport to pass on to the store.

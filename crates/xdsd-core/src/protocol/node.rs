@@ -53,6 +53,9 @@ pub struct ClientNode {
     pub derived: ParamSet,
     /// `dynamic_parameters`: per type URL.
     pub dynamic_parameters: BTreeMap<String, ParamSet>,
+    /// The node's `metadata` as sent, encoded (empty when none): nested fields included, for a
+    /// relay that presents a client's node upstream (`--aggregate-by cluster|node`).
+    pub metadata: Vec<u8>,
 }
 
 /// A node's user agent version, whichever way it gives it ("" when it does not).
@@ -115,6 +118,11 @@ impl ClientNode {
                 .map(|l| (l.region.clone(), l.zone.clone(), l.sub_zone.clone())),
             derived,
             dynamic_parameters,
+            metadata: node
+                .metadata
+                .as_ref()
+                .map(prost::Message::encode_to_vec)
+                .unwrap_or_default(),
         })
     }
 

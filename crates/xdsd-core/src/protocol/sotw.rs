@@ -140,6 +140,10 @@ pub struct SotwMachine {
     /// machine per type). Responses of types but the full-state ones are split to stay under
     /// the core's size limit.
     split: Option<Box<Split>>,
+    /// The subscribed keys that are glob collections (xRFC TP1), found when the subscription
+    /// changes; and what the client was last sent of each of their members.
+    globs: Vec<Key>,
+    members: crate::hash::HashMap<Key, SentMark>,
 }
 
 impl SotwMachine {
@@ -152,13 +156,69 @@ impl SotwMachine {
             .filter(move |n| seen.insert(*n))
     }
 
-    /// The keys of a name: one per parameter set it is subscribed with.
+    /// The keys of a name: one per parameter set it is subscribed with (by name, or by a glob
+    /// collection it is a member of).
     fn keys_of<'a>(&'a self, name: &'a Arc<str>) -> impl Iterator<Item = Key> + 'a {
         self.core
             .pids
             .iter()
-            .filter(|pid| self.names.contains(name, **pid))
+            .filter(|pid| self.names.contains(name, **pid) || self.in_glob(name, **pid))
             .map(move |pid| (name.clone(), *pid))
+    }
+
+    /// Whether `name` is a member of a glob collection subscribed with `pid`.
+    fn in_glob(&self, name: &str, pid: ParamSetId) -> bool {
+        in_glob(&self.globs, name, pid)
+    }
+
+    /// The glob collections among the subscribed keys (after the subscription changed); the
+    /// members sent of the others are forgotten.
+    fn find_globs(&mut self) {
+        self.globs = self
+            .names
+            .keys()
+            .filter(|(n, _)| crate::xdstp::is_glob(n))
+            .map(|(n, p)| (n.clone(), p))
+            .collect();
+        let globs = &self.globs;
+        self.members.retain(|(n, p), _| in_glob(globs, n, *p));
+    }
+
+    /// The members of the glob keys forced or first owed, recorded as sent, into `out`.
+    fn owe_members<'k>(
+        &mut self,
+        views: &Views,
+        keys: impl Iterator<Item = &'k Key>,
+        out: &mut Vec<Arc<Resource>>,
+    ) {
+        for (glob, pid) in keys {
+            for r in views.view(*pid).members(glob) {
+                self.members
+                    .insert((r.name().clone(), *pid), SentMark::of(r));
+                out.push(r.clone());
+            }
+        }
+    }
+
+    /// A changed member of a subscribed glob: into `out` unless the client was sent it as it is.
+    fn owe_member(
+        &mut self,
+        views: &Views,
+        name: &Arc<str>,
+        pid: ParamSetId,
+        out: &mut Vec<Arc<Resource>>,
+    ) {
+        match views.get(name, pid) {
+            Some(r) => {
+                let mark = SentMark::of(r);
+                if self.members.insert((name.clone(), pid), mark) != Some(mark) {
+                    out.push(r.clone());
+                }
+            }
+            None => {
+                self.members.remove(&(name.clone(), pid));
+            }
+        }
     }
 
     /// Whether the client was last sent `resource` (this version of it) for the key (`name`,
@@ -229,6 +289,14 @@ impl SotwMachine {
     }
 }
 
+/// Whether `name` is a member of one of the glob collections `globs` with `pid`.
+fn in_glob(globs: &[Key], name: &str, pid: ParamSetId) -> bool {
+    !globs.is_empty()
+        && crate::xdstp::is_xdstp(name)
+        && crate::xdstp::collection_of(name)
+            .is_some_and(|c| c != name && globs.iter().any(|(g, p)| *p == pid && **g == *c))
+}
+
 /// What a client was last sent of a key: the mark of that resource's version ([`SentMark`]), or
 /// nothing (not sent, or deleted).
 type LastSent = Option<SentMark>;
@@ -275,6 +343,8 @@ impl Machine for SotwMachine {
             sent_view_version: None,
             client_version: None,
             split: None,
+            globs: Vec::new(),
+            members: Default::default(),
         }
     }
 
@@ -369,7 +439,10 @@ impl Machine for SotwMachine {
             ..
         } = self;
         let names = names.into_iter().inspect(|_| *offered += 1);
-        core.mark_changed(names, |name, pid| subscribed.contains(name, pid));
+        let globs = &self.globs;
+        core.mark_changed(names, |name, pid| {
+            subscribed.contains(name, pid) || in_glob(globs, name, pid)
+        });
     }
 
     /// Told that `count` changed names (repeats included) are coming, before
@@ -383,7 +456,8 @@ impl Machine for SotwMachine {
         if self.check_all {
             return true;
         }
-        let scan = self.core.wildcard.pid().is_none() && !self.full_state;
+        // (Not with glob collections: their members are not keys a scan reads.)
+        let scan = self.core.wildcard.pid().is_none() && !self.full_state && self.globs.is_empty();
         let scan_at = self.names.len().max(SCAN_MIN_KEYS).div_ceil(4);
         if scan && self.offered.saturating_add(count) > scan_at {
             self.check_all = true;

@@ -25,6 +25,18 @@ pub enum StoreError {
         /// Its type URL.
         type_url: String,
     },
+    /// A malformed `xdstp://` name (xRFC TP1), or one whose type segment is not its type.
+    #[error("{type_url} {name:?}{}: {error}", origin.as_deref().map(|o| format!(" ({o})")).unwrap_or_default())]
+    BadName {
+        /// Its type URL.
+        type_url: String,
+        /// The name as given.
+        name: String,
+        /// Where it came from, when known.
+        origin: Option<String>,
+        /// What is wrong with it.
+        error: crate::xdstp::XdstpError,
+    },
     /// A type URL that is not `type.googleapis.com/<package>.<Message>`.
     #[error("{type_url:?} is not a type URL (expected type.googleapis.com/<package>.<Message>)")]
     BadTypeUrl {

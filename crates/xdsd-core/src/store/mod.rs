@@ -21,7 +21,9 @@ use bytes::Bytes;
 pub use error::{StoreError, VariantRule};
 pub use pending::{PendingError, PendingName, PendingNames, DEFAULT_MAX_PENDING, WHOLE_TYPE};
 pub(crate) use pending::{PendingTable, TypePending};
-pub use refs::{Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED};
+pub use refs::{
+    nearest, references, Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED,
+};
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{
     bytes_field, bytes_len, field_len, intern, put_length_delimited, string_field, string_len,
@@ -31,6 +33,7 @@ use watch::{lock_index, merge_names, ChangedNames, TypeChange, Wake, WatchIndex}
 
 use crate::params::{self, Constraints, VariantError};
 use crate::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};
+use crate::xdstp;
 pub use watch::{Changes, Watcher};
 
 /// One resource handed to the store: its type URL, its name and its encoded message; for a
@@ -490,6 +493,7 @@ impl Store {
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
         for (type_url, name) in names {
             let type_url = intern_type(&current, &type_url)?;
+            let name = lookup_name(name);
             let name = intern(current.get(&type_url).map(|t| &**t), &name);
             // What the inputs of the name made: its own variants (not the virtual hosts of a
             // route configuration, which are its route configuration's). Every name touched is
@@ -517,10 +521,13 @@ impl Store {
         let hosts_type: Arc<str> = intern_type(&current, VIRTUAL_HOST)?;
         for change in changes {
             let (type_url, name) = match &change {
-                Change::Set(input) => (intern_type(&current, &input.type_url)?, input.name.clone()),
+                Change::Set(input) => (
+                    intern_type(&current, &input.type_url)?,
+                    lookup_name(input.name.clone()),
+                ),
                 Change::Remove { type_url, name }
                 | Change::RemoveVariant { type_url, name, .. } => {
-                    (intern_type(&current, type_url)?, name.clone())
+                    (intern_type(&current, type_url)?, lookup_name(name.clone()))
                 }
             };
             if *type_url == *ROUTE_CONFIGURATION {
@@ -847,6 +854,33 @@ struct Parts {
 }
 
 /// Encodes a resource, reusing the current one (and its bytes) when the content is unchanged.
+/// The name the store keeps for `name` of `type_url`: an `xdstp://` name checked (well formed,
+/// of its type, not a glob) and canonical; any other name as it is (opaque bytes, no cost).
+fn store_name(type_url: &str, name: String, origin: Option<&str>) -> Result<String, StoreError> {
+    if !xdstp::is_xdstp(&name) {
+        return Ok(name);
+    }
+    match xdstp::XdstpName::parse_resource(&name, type_url) {
+        Ok(parsed) if parsed.as_str() == name => Ok(name),
+        Ok(parsed) => Ok(parsed.to_string()),
+        Err(error) => Err(StoreError::BadName {
+            type_url: type_url.to_owned(),
+            name,
+            origin: origin.map(str::to_owned),
+            error,
+        }),
+    }
+}
+
+/// `name` as the store keeps it when it is well formed (a removal of a name the store cannot
+/// hold removes nothing).
+fn lookup_name(name: String) -> String {
+    match xdstp::canonical(&name) {
+        Some(canonical) => canonical.to_string(),
+        None => name,
+    }
+}
+
 fn build(
     current: &Snapshot,
     type_url: &Arc<str>,
@@ -856,6 +890,10 @@ fn build(
         return Err(StoreError::EmptyName {
             type_url: type_url.to_string(),
         });
+    }
+    let mut parts = parts;
+    if parts.parent.is_none() {
+        parts.name = store_name(type_url, parts.name, parts.origin.as_deref())?;
     }
     let aliases: Vec<Arc<str>> = parts.aliases.into_iter().map(Arc::from).collect();
     let version = Resource::version_of(

@@ -18,7 +18,7 @@
 //! snapshot with the new set (same resources, same generation), so that a stream reads a state
 //! and its pending names at once. A commit keeps the set as it is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, MutexGuard};
 use std::time::Instant;
 
@@ -75,11 +75,39 @@ pub enum PendingError {
     },
 }
 
+/// How many shards a type's pending names are split in: a declaration copies the one shard it
+/// changes (and the list of shards), not the type's whole table, when a snapshot shares it.
+const SHARDS: usize = 32;
+
+/// One shard of a type's pending names: each name with its parameter sets and the time each is
+/// given up at.
+type Shard = FastMap<Arc<str>, Vec<(ParamSet, Instant)>>;
+
 /// The pending names of one type, as a snapshot holds them (see the module documentation).
-#[derive(Debug, Default)]
+/// Kept up to date name by name (copy on write, shard by shard): a declaration or a resolution
+/// costs what it changes, not what is pending.
+#[derive(Debug, Clone)]
 pub(crate) struct TypePending {
-    /// Each name with its parameter sets and the time each is given up at.
-    names: FastMap<Arc<str>, Vec<(ParamSet, Instant)>>,
+    shards: Box<[Arc<Shard>]>,
+    /// How many (name, parameter set) entries it holds.
+    len: usize,
+}
+
+impl Default for TypePending {
+    fn default() -> TypePending {
+        TypePending {
+            shards: (0..SHARDS).map(|_| Arc::new(Shard::default())).collect(),
+            len: 0,
+        }
+    }
+}
+
+fn shard_of(name: &str) -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    // A fixed seed: the shard of a name must not change between calls.
+    let mut h = foldhash::fast::FixedState::with_seed(0x5eed).build_hasher();
+    h.write(name.as_bytes());
+    (h.finish() % SHARDS as u64) as usize
 }
 
 impl TypePending {
@@ -91,7 +119,7 @@ impl TypePending {
     /// When `name` stops being pending for a client with `params` at the latest (`None`: it is
     /// not pending for it).
     pub fn until(&self, name: &str, params: &ParamSet) -> Option<Instant> {
-        self.names
+        self.shards[shard_of(name)]
             .get(name)?
             .iter()
             .filter(|(p, _)| p.iter().all(|(k, v)| params.get(k) == Some(v)))
@@ -101,12 +129,37 @@ impl TypePending {
 
     /// The names pending for some client ([`WHOLE_TYPE`] among them, if the type is).
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.names.keys()
+        self.shards.iter().flat_map(|s| s.keys())
     }
 
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        self.len == 0
+    }
+
+    fn insert(&mut self, name: &PendingName, until: Instant) {
+        let shard = Arc::make_mut(&mut self.shards[shard_of(&name.name)]);
+        shard
+            .entry(Arc::from(name.name.as_str()))
+            .or_default()
+            .push((name.params.clone(), until));
+        self.len += 1;
+    }
+
+    fn remove(&mut self, name: &PendingName) {
+        let i = shard_of(&name.name);
+        if !self.shards[i].contains_key(name.name.as_str()) {
+            return;
+        }
+        let shard = Arc::make_mut(&mut self.shards[i]);
+        if let Some(sets) = shard.get_mut(name.name.as_str()) {
+            let before = sets.len();
+            sets.retain(|(p, _)| *p != name.params);
+            self.len -= before - sets.len();
+            if sets.is_empty() {
+                shard.remove(name.name.as_str());
+            }
+        }
     }
 }
 
@@ -117,31 +170,57 @@ pub(crate) type PendingTable = FastMap<Arc<str>, Arc<TypePending>>;
 #[derive(Debug)]
 pub(crate) struct PendingState {
     entries: BTreeMap<PendingName, Instant>,
+    /// The entries by the time each is given up at: what expires next, found without a scan.
+    by_time: BTreeSet<(Instant, PendingName)>,
+    /// Each type's table as the snapshots get it, kept up to date with the entries.
+    tables: FastMap<String, Arc<TypePending>>,
     limit: usize,
     /// Names to resolve with the next commit that changes something
     /// ([`PendingNames::resolve_with_next_commit`]).
-    staged: Vec<PendingName>,
+    staged: BTreeSet<PendingName>,
 }
 
 impl Default for PendingState {
     fn default() -> PendingState {
         PendingState {
             entries: BTreeMap::new(),
+            by_time: BTreeSet::new(),
+            tables: FastMap::default(),
             limit: DEFAULT_MAX_PENDING,
-            staged: Vec::new(),
+            staged: BTreeSet::new(),
         }
     }
 }
 
 impl PendingState {
+    /// Adds `name`, pending until `until` (not pending yet).
+    fn insert(&mut self, name: PendingName, until: Instant) {
+        Arc::make_mut(self.tables.entry(name.type_url.clone()).or_default()).insert(&name, until);
+        self.by_time.insert((until, name.clone()));
+        self.entries.insert(name, until);
+    }
+
+    /// Takes `name` out; whether it was pending.
+    fn remove(&mut self, name: &PendingName) -> bool {
+        let Some(until) = self.entries.remove(name) else {
+            return false;
+        };
+        self.by_time.remove(&(until, name.clone()));
+        if let Some(table) = self.tables.get_mut(&name.type_url) {
+            Arc::make_mut(table).remove(name);
+            if table.is_empty() {
+                self.tables.remove(&name.type_url);
+            }
+        }
+        self.staged.remove(name);
+        true
+    }
+
     /// Takes the names staged to resolve with this commit out of the set: those of them still
     /// pending.
     pub(super) fn take_staged(&mut self) -> Vec<PendingName> {
         let staged = std::mem::take(&mut self.staged);
-        staged
-            .into_iter()
-            .filter(|n| self.entries.remove(n).is_some())
-            .collect()
+        staged.into_iter().filter(|n| self.remove(n)).collect()
     }
 
     /// `table` (a snapshot's pending names) with those of `types` as the set holds them now;
@@ -154,30 +233,16 @@ impl PendingState {
     ) -> Option<Arc<PendingTable>> {
         let mut table: PendingTable = table.cloned().unwrap_or_default();
         for type_url in types {
-            let pending = self.type_pending(type_url);
-            if pending.is_empty() {
-                table.remove(type_url);
-            } else {
-                table.insert(intern(type_url), Arc::new(pending));
+            match self.tables.get(type_url) {
+                Some(pending) => {
+                    table.insert(intern(type_url), pending.clone());
+                }
+                None => {
+                    table.remove(type_url);
+                }
             }
         }
         (!table.is_empty()).then(|| Arc::new(table))
-    }
-
-    /// The snapshot's table of `type_url`'s pending names, from the entries.
-    fn type_pending(&self, type_url: &str) -> TypePending {
-        let mut names: FastMap<Arc<str>, Vec<(ParamSet, Instant)>> = FastMap::default();
-        for (name, until) in self
-            .entries
-            .range(PendingName::new(type_url, "")..)
-            .take_while(|(n, _)| n.type_url == type_url)
-        {
-            names
-                .entry(Arc::from(name.name.as_str()))
-                .or_default()
-                .push((name.params.clone(), *until));
-        }
-        TypePending { names }
     }
 }
 
@@ -226,9 +291,41 @@ impl PendingNames {
             return Err(PendingError::Full { limit: state.limit });
         }
         let type_url = name.type_url.clone();
-        state.entries.insert(name, until);
+        state.insert(name, until);
         self.publish(&state, [type_url.as_str()]);
         Ok(true)
+    }
+
+    /// Declares each of `names` pending until `until` at the latest, as [`PendingNames::declare`]
+    /// does one, in one swap of the snapshot: for each name, `Ok(true)` when it is new,
+    /// `Ok(false)` when it was pending already, `Err` past the limit. Costs what it declares.
+    pub fn declare_all(
+        &self,
+        names: impl IntoIterator<Item = PendingName>,
+        until: Instant,
+    ) -> Vec<Result<bool, PendingError>> {
+        let mut state = self.state();
+        let mut types: Vec<String> = Vec::new();
+        let out = names
+            .into_iter()
+            .map(|name| {
+                if state.entries.contains_key(&name) {
+                    return Ok(false);
+                }
+                if state.entries.len() >= state.limit {
+                    return Err(PendingError::Full { limit: state.limit });
+                }
+                if !types.contains(&name.type_url) {
+                    types.push(name.type_url.clone());
+                }
+                state.insert(name, until);
+                Ok(true)
+            })
+            .collect();
+        if !types.is_empty() {
+            self.publish(&state, types.iter().map(String::as_str));
+        }
+        out
     }
 
     /// Resolves `names` (their resource was committed, or the source learned that they do not
@@ -238,10 +335,9 @@ impl PendingNames {
         let mut state = self.state();
         let gone: Vec<PendingName> = names
             .into_iter()
-            .filter(|n| state.entries.remove(*n).is_some())
+            .filter(|n| state.remove(n))
             .cloned()
             .collect();
-        state.staged.retain(|n| !gone.contains(n));
         self.settle(&state, &gone);
         gone.len()
     }
@@ -254,12 +350,11 @@ impl PendingNames {
     /// with [`PendingNames::resolve`].
     pub fn resolve_with_next_commit<'a>(&self, names: impl IntoIterator<Item = &'a PendingName>) {
         let mut state = self.state();
-        let staged: Vec<PendingName> = names
-            .into_iter()
-            .filter(|n| state.entries.contains_key(*n) && !state.staged.contains(*n))
-            .cloned()
-            .collect();
-        state.staged.extend(staged);
+        for name in names {
+            if state.entries.contains_key(name) && !state.staged.contains(name) {
+                state.staged.insert(name.clone());
+            }
+        }
     }
 
     /// Gives up the names whose time passed as of `now` (answered as the store has them: the
@@ -267,22 +362,21 @@ impl PendingNames {
     pub fn expire(&self, now: Instant) -> Vec<PendingName> {
         let mut state = self.state();
         let gone: Vec<PendingName> = state
-            .entries
+            .by_time
             .iter()
-            .filter(|(_, until)| **until <= now)
-            .map(|(n, _)| n.clone())
+            .take_while(|(until, _)| *until <= now)
+            .map(|(_, n)| n.clone())
             .collect();
         for name in &gone {
-            state.entries.remove(name);
+            state.remove(name);
         }
-        state.staged.retain(|n| !gone.contains(n));
         self.settle(&state, &gone);
         gone
     }
 
     /// When [`PendingNames::expire`] is next due.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.state().entries.values().min().copied()
+        self.state().by_time.first().map(|(until, _)| *until)
     }
 
     /// Whether `name` is pending.

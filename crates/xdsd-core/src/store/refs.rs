@@ -13,6 +13,9 @@
 //!   checked and is not an edge.
 //! - Cluster (type EDS, with an `eds_config`) → ClusterLoadAssignment:
 //!   `eds_cluster_config.service_name`, else the cluster's name.
+//! - ClusterLoadAssignment → LbEndpoint: a locality's `leds_cluster_locality_config`, a
+//!   reference to a glob collection (xRFC TP1), which a collection with no members satisfies;
+//!   a `leds_collection_name` that is not an xdstp glob of LbEndpoint is an error.
 //! - Listener (filter chain TLS) and Cluster (`transport_socket`, `transport_socket_matches`) →
 //!   Secret: the SDS secret configs of the TLS context.
 //!
@@ -32,6 +35,8 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType,
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
 use envoy_types::pb::envoy::config::core::v3::{transport_socket, ConfigSource, TransportSocket};
+use envoy_types::pb::envoy::config::endpoint::v3::locality_lb_endpoints::LbConfig;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain, Listener};
 use envoy_types::pb::envoy::config::route::v3::route::Action;
 use envoy_types::pb::envoy::config::route::v3::route_action::{
@@ -54,8 +59,8 @@ use super::TypeSnapshot;
 use crate::hash::HashMap as FastMap;
 use crate::params::Constraints;
 use crate::types::{
-    CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION, SCOPED_ROUTE_CONFIGURATION,
-    SECRET, VIRTUAL_HOST,
+    CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LB_ENDPOINT, LISTENER, ROUTE_CONFIGURATION,
+    SCOPED_ROUTE_CONFIGURATION, SECRET, VIRTUAL_HOST,
 };
 
 const HTTP_CONNECTION_MANAGER: &str =
@@ -75,11 +80,16 @@ pub struct Reference {
     /// Where in the referring resource, e.g.
     /// `filter_chains[0].filters[0].typed_config.rds.route_config_name`.
     pub field: Box<str>,
+    /// A glob collection (LEDS), not one resource: any well-formed glob of the type resolves,
+    /// members or none.
+    pub collection: bool,
 }
 
 /// The resources a resource of `type_url` encoded as `value` refers to: each referenced
-/// (type, name) once, with the first field that names it, in field order.
-pub(crate) fn references(type_url: &str, value: &[u8]) -> Vec<Reference> {
+/// (type, name) once, with the first field that names it, in field order. The one walk of the
+/// resource graph: the store's reference check, the status page's graph and `xdsd get`'s
+/// fetch of what the wildcards reference all follow it.
+pub fn references(type_url: &str, value: &[u8]) -> Vec<Reference> {
     let mut out = Refs::default();
     match type_url {
         LISTENER => {
@@ -107,6 +117,25 @@ pub(crate) fn references(type_url: &str, value: &[u8]) -> Vec<Reference> {
                 cluster_refs(&cluster, &mut out);
             }
         }
+        CLUSTER_LOAD_ASSIGNMENT => {
+            if let Ok(cla) = ClusterLoadAssignment::decode(value) {
+                for (i, locality) in cla.endpoints.iter().enumerate() {
+                    let Some(LbConfig::LedsClusterLocalityConfig(leds)) = &locality.lb_config
+                    else {
+                        continue;
+                    };
+                    if from_server(leds.leds_config.as_ref()) {
+                        out.add_collection(
+                            LB_ENDPOINT,
+                            &leds.leds_collection_name,
+                            &format!(
+                                "endpoints[{i}].leds_cluster_locality_config.leds_collection_name"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
         _ => {}
     }
     out.list
@@ -126,14 +155,28 @@ impl Refs {
         if name.is_empty() {
             return;
         }
-        let name: Arc<str> = name.into();
+        // An xdstp name refers to its resource whatever its spelling (the store keeps the
+        // canonical one).
+        let name: Arc<str> = crate::xdstp::canonical(name).unwrap_or_else(|| name.into());
         if self.seen.insert((type_url, name.clone())) {
             self.list.push(Reference {
                 type_url,
                 name,
                 field: format!("{prefix}{field}").into(),
+                collection: false,
             });
         }
+    }
+
+    /// Adds a reference to the glob collection `name` held by `field` (an empty one too: a
+    /// LEDS locality must name its collection).
+    fn add_collection(&mut self, type_url: &'static str, name: &str, field: &str) {
+        self.list.push(Reference {
+            type_url,
+            name: name.into(),
+            field: field.into(),
+            collection: true,
+        });
     }
 }
 
@@ -509,6 +552,21 @@ impl fmt::Display for Dangling {
         if let (None, Some(c)) = (&self.origin, &self.constraints) {
             write!(f, " (the variant for {c})")?;
         }
+        if self.reference.collection {
+            let type_name = self
+                .reference
+                .type_url
+                .strip_prefix(crate::types::TYPE_URL_PREFIX)
+                .unwrap_or(self.reference.type_url);
+            return write!(
+                f,
+                " field {} is {:?}, which is not a glob collection \
+                 (xdstp://AUTHORITY/{type_name}/PATH/*): {}",
+                self.reference.field,
+                &*self.reference.name,
+                collection_fault(&self.reference).unwrap_or_default()
+            );
+        }
         write!(
             f,
             " field {} refers to {} {:?}, which does not exist",
@@ -525,7 +583,7 @@ impl fmt::Display for Dangling {
 
 /// The name of `names` nearest to `missing`, within a third of its length (at least one edit, at
 /// most three; a transposition counts as one), as `did you mean` suggests an unknown field.
-fn nearest<'a>(missing: &str, names: impl Iterator<Item = &'a Arc<str>>) -> Option<Arc<str>> {
+pub fn nearest<'a>(missing: &str, names: impl Iterator<Item = &'a Arc<str>>) -> Option<Arc<str>> {
     let length = missing.chars().count();
     let limit = (length / 3).clamp(1, 3);
     names
@@ -535,6 +593,22 @@ fn nearest<'a>(missing: &str, names: impl Iterator<Item = &'a Arc<str>>) -> Opti
         .filter(|(distance, _)| *distance <= limit)
         .min()
         .map(|(_, name)| name.clone())
+}
+
+/// What is wrong with a collection reference: `None` when it is a well-formed glob collection of
+/// its type (with members or none).
+fn collection_fault(reference: &Reference) -> Option<String> {
+    if reference.name.is_empty() {
+        return Some("it is empty".into());
+    }
+    match crate::xdstp::XdstpName::parse(&reference.name) {
+        Err(e) => Some(e.to_string()),
+        Ok(name) => match name.check_type(reference.type_url) {
+            Err(e) => Some(e.to_string()),
+            Ok(()) if !name.is_glob() => Some("its last path segment is not *".into()),
+            Ok(()) => None,
+        },
+    }
 }
 
 /// How many dangling references an error message lists; the rest are counted.
@@ -600,9 +674,13 @@ pub(crate) fn dangling_of<'a>(
     let mut out = Vec::new();
     for (url, resource) in resources {
         for reference in resource.references() {
-            let exists = types
-                .get(reference.type_url)
-                .is_some_and(|t| t.intern(&reference.name).is_some());
+            let exists = if reference.collection {
+                collection_fault(reference).is_none()
+            } else {
+                types
+                    .get(reference.type_url)
+                    .is_some_and(|t| t.intern(&reference.name).is_some())
+            };
             if exists || policy.is_external(reference.type_url, &reference.name) {
                 continue;
             }
@@ -617,7 +695,11 @@ pub(crate) fn dangling_of<'a>(
         }
     }
     // Only the listed ones are said: each costs a walk of its type's names.
-    for d in out.iter_mut().take(MAX_LISTED) {
+    for d in out
+        .iter_mut()
+        .take(MAX_LISTED)
+        .filter(|d| !d.reference.collection)
+    {
         if let Some(t) = types.get(d.reference.type_url) {
             d.suggestion = nearest(&d.reference.name, t.iter().map(|r| r.name()));
         }

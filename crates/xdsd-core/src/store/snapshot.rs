@@ -784,6 +784,28 @@ impl View {
         }
     }
 
+    /// The members of the glob collection `glob` (canonical; see [`crate::xdstp`]), in name
+    /// order: a walk of the names under its path, not of the view.
+    pub fn members<'a>(&'a self, glob: &'a str) -> impl Iterator<Item = &'a Arc<Resource>> + 'a {
+        let (prefix, query) = crate::xdstp::glob_parts(glob).unwrap_or(("\u{0}", ""));
+        let from: Box<dyn Iterator<Item = &'a Arc<Resource>> + 'a> = match &self.data {
+            ViewData::Plain(t) => Box::new(
+                t.entries_from(prefix)
+                    .take_while(move |e| e.name.starts_with(prefix))
+                    .filter_map(|e| e.variants.first()),
+            ),
+            ViewData::Resolved { resources, .. } => {
+                let start = resources.partition_point(|r| &**r.name() < prefix);
+                Box::new(
+                    resources[start..]
+                        .iter()
+                        .take_while(move |r| r.name().starts_with(prefix)),
+                )
+            }
+        };
+        from.filter(move |r| crate::xdstp::is_member(prefix, query, r.name()))
+    }
+
     /// Resources in name order.
     pub fn iter(&self) -> ViewIter<'_> {
         ViewIter(match &self.data {

@@ -659,6 +659,7 @@ fn an_eds_cluster_depends_on_its_cluster_load_assignment() {
 mod references;
 mod table;
 mod wake;
+mod xdstp;
 
 #[test]
 fn an_update_summary_names_what_was_added_changed_and_removed() {

@@ -433,7 +433,15 @@ impl WatchIndex {
             let (type_url, names) = (&change.type_url, &change.names);
             if let Some(by_name) = by_type.get(type_url) {
                 for (name, wake) in names {
-                    for (id, signal) in by_name.get(name).into_iter().flatten() {
+                    // A member of a glob collection (xRFC TP1) also wakes the watchers of its
+                    // collection, told the member's name: one lookup more per changed xdstp
+                    // name, no scan.
+                    let collection = crate::xdstp::is_xdstp(name)
+                        .then(|| crate::xdstp::collection_of(name))
+                        .flatten()
+                        .and_then(|c| by_name.get(c.as_str()));
+                    let watchers = by_name.get(name).into_iter().chain(collection);
+                    for (id, signal) in watchers.flatten() {
                         if wake.wakes(params.get(id).map(|p| &**p)) {
                             marks.push((
                                 (signal.group, *id),

@@ -224,6 +224,449 @@ async fn a_preview_shows_what_a_node_would_receive(mode: Mode) {
     );
 }
 
+// ---- Every way a client names its parameters, as the server derives them (TP2), each checked
+// directly and through a relay in each grouping: a relay is transparent.
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+    ConstraintList, Type as ConstraintKind,
+};
+use envoy_types::pb::google::protobuf::{value::Kind, Any, Struct, Value};
+use envoy_types::pb::xds::core::v3::ContextParams;
+use xdsd_core::store::ResourceInput;
+use xdsd_core::types::{CLUSTER, ROUTE_CONFIGURATION};
+
+fn not(c: DynamicParameterConstraints) -> DynamicParameterConstraints {
+    DynamicParameterConstraints {
+        r#type: Some(ConstraintKind::NotConstraints(Box::new(c))),
+    }
+}
+
+fn and(cs: Vec<DynamicParameterConstraints>) -> DynamicParameterConstraints {
+    DynamicParameterConstraints {
+        r#type: Some(ConstraintKind::AndConstraints(ConstraintList {
+            constraints: cs,
+        })),
+    }
+}
+
+fn eq(key: &str, value: &str) -> DynamicParameterConstraints {
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::single_constraint::ConstraintType;
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::SingleConstraint;
+    DynamicParameterConstraints {
+        r#type: Some(ConstraintKind::Constraint(SingleConstraint {
+            key: key.into(),
+            constraint_type: Some(ConstraintType::Value(value.into())),
+        })),
+    }
+}
+
+/// A variant of RouteConfiguration `name` labelled `label` (its virtual host's name).
+fn route(name: &str, label: &str, c: Option<DynamicParameterConstraints>) -> ResourceInput {
+    let body = RouteConfiguration {
+        name: name.into(),
+        virtual_hosts: vec![VirtualHost {
+            name: label.into(),
+            domains: vec!["*".into()],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    ResourceInput::new(ROUTE_CONFIGURATION, name, body.encode_to_vec().into())
+        .with_constraints(c.map(|c| Constraints::new(c).unwrap()))
+}
+
+/// A variant of Cluster `name` labelled `label` (its `alt_stat_name`).
+fn cluster(name: &str, label: &str, c: Option<DynamicParameterConstraints>) -> ResourceInput {
+    let body = Cluster {
+        name: name.into(),
+        alt_stat_name: label.into(),
+        ..Default::default()
+    };
+    ResourceInput::new(CLUSTER, name, body.encode_to_vec().into())
+        .with_constraints(c.map(|c| Constraints::new(c).unwrap()))
+}
+
+/// The label of a body of [`route`] or [`cluster`], and its name.
+fn read(type_url: &str, body: &[u8]) -> (String, String) {
+    if type_url == ROUTE_CONFIGURATION {
+        let r = RouteConfiguration::decode(body).unwrap();
+        (r.name, r.virtual_hosts[0].name.clone())
+    } else {
+        let c = Cluster::decode(body).unwrap();
+        (c.name, c.alt_stat_name)
+    }
+}
+
+/// What a client saw of one resource: its name, its variant's label, and the constraints it
+/// was named with (none for a plain resource).
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    name: String,
+    label: String,
+    constraints: Option<DynamicParameterConstraints>,
+}
+
+fn seen_any(any: &Any) -> Seen {
+    if any.type_url == RESOURCE_WRAPPER {
+        let wrapped = Resource::decode(any.value.as_slice()).unwrap();
+        seen_resource(&wrapped)
+    } else {
+        let (name, label) = read(&any.type_url, &any.value);
+        Seen {
+            name,
+            label,
+            constraints: None,
+        }
+    }
+}
+
+fn seen_resource(r: &Resource) -> Seen {
+    let inner = r.resource.as_ref().expect("a body");
+    let (body_name, label) = read(&inner.type_url, &inner.value);
+    let (name, constraints) = match &r.resource_name {
+        // An unconstrained variant may be named with empty constraints: none.
+        Some(n) => (
+            n.name.clone(),
+            n.dynamic_parameter_constraints
+                .clone()
+                .filter(|c| c.r#type.is_some()),
+        ),
+        None => (r.name.clone(), None),
+    };
+    assert_eq!(name, body_name, "a resource's name is its body's");
+    Seen {
+        name,
+        label,
+        constraints,
+    }
+}
+
+fn sorted(mut seen: Vec<Seen>) -> Vec<Seen> {
+    seen.sort_by(|a, b| a.name.cmp(&b.name));
+    seen
+}
+
+/// The first SotW response to `request` on a stream of its own.
+async fn sotw_first(server: &Server, request: DiscoveryRequest) -> Vec<Seen> {
+    let (tx, rx) = mpsc::channel(4);
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(request).await.unwrap();
+    let r = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("answered in time")
+        .unwrap()
+        .expect("a response");
+    sorted(r.resources.iter().map(seen_any).collect())
+}
+
+/// The first delta response to `request` on a stream of its own, and the names it removed.
+async fn delta_first(server: &Server, request: DeltaDiscoveryRequest) -> (Vec<Seen>, Vec<String>) {
+    let (tx, rx) = mpsc::channel(4);
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(request).await.unwrap();
+    let r = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("answered in time")
+        .unwrap()
+        .expect("a response");
+    let mut removed = r.removed_resources.clone();
+    removed.extend(r.removed_resource_names.iter().map(|n| n.name.clone()));
+    (
+        sorted(r.resources.iter().map(seen_resource).collect()),
+        removed,
+    )
+}
+
+/// A node that names its parameters only by metadata, as every Envoy does: `pairs` as
+/// top-level strings, plus a nested struct (which is no parameter) and a number.
+fn metadata_node(id: &str, pairs: &[(&str, &str)]) -> Option<Node> {
+    let string = |s: &str| Value {
+        kind: Some(Kind::StringValue(s.into())),
+    };
+    let mut fields: std::collections::HashMap<String, Value> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), string(v)))
+        .collect();
+    fields.insert(
+        "build".into(),
+        Value {
+            kind: Some(Kind::StructValue(Struct {
+                fields: [("sha".to_owned(), string("abc"))].into(),
+            })),
+        },
+    );
+    fields.insert(
+        "replicas".into(),
+        Value {
+            kind: Some(Kind::NumberValue(3.0)),
+        },
+    );
+    Some(Node {
+        id: id.into(),
+        metadata: Some(Struct { fields }),
+        ..Default::default()
+    })
+}
+
+/// A node with dynamic parameters `pairs` for `type_url`.
+fn params_node(id: &str, type_url: &str, pairs: &[(&str, &str)]) -> Option<Node> {
+    Some(Node {
+        id: id.into(),
+        dynamic_parameters: [(
+            type_url.to_owned(),
+            ContextParams {
+                params: pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            },
+        )]
+        .into(),
+        ..Default::default()
+    })
+}
+
+/// The four variants of TP2's "Example": `rt` over `env` and `version`.
+fn rt_variants() -> [(&'static str, DynamicParameterConstraints); 4] {
+    let p = || eq("env", "prod");
+    let v1 = || eq("version", "v1");
+    [
+        ("neither", and(vec![not(p()), not(v1())])),
+        ("prod", and(vec![p(), not(v1())])),
+        ("v1", and(vec![not(p()), v1()])),
+        ("prod+v1", and(vec![p(), v1()])),
+    ]
+}
+
+/// A server with `rt`'s four variants, `r1`'s prod and test variants, and clusters of which
+/// some are for one `env` only.
+async fn tp2_server(mode: Mode) -> Server {
+    let server = Server::start_in(mode).await;
+    let mut inputs: Vec<ResourceInput> = rt_variants()
+        .into_iter()
+        .map(|(label, c)| route("rt", label, Some(c)))
+        .collect();
+    for env in ["prod", "test"] {
+        inputs.push(route("r1", env, Some(eq("env", env))));
+        inputs.push(cluster(&format!("only-{env}"), env, Some(eq("env", env))));
+        inputs.push(cluster("svc", env, Some(eq("env", env))));
+    }
+    inputs.push(cluster("shared", "shared", None));
+    server.store.replace_all(inputs).unwrap();
+    server
+}
+
+fn plain(name: &str, label: &str) -> Seen {
+    Seen {
+        name: name.into(),
+        label: label.into(),
+        constraints: None,
+    }
+}
+
+fn named(name: &str, label: &str, c: DynamicParameterConstraints) -> Seen {
+    Seen {
+        name: name.into(),
+        label: label.into(),
+        constraints: Some(c),
+    }
+}
+
+/// TP2 "Migrating From Node Metadata": a client without dynamic parameters is served by the
+/// top-level string fields of its metadata, over SotW and delta, as plain resources.
+async fn a_metadata_only_client_gets_the_variant_of_its_metadata(mode: Mode) {
+    let server = tp2_server(mode).await;
+    let metadata = [("env", "prod"), ("team", "payments")];
+    let got = sotw_first(
+        &server,
+        DiscoveryRequest {
+            node: metadata_node("metadata-sotw", &metadata),
+            type_url: ROUTE_CONFIGURATION.into(),
+            resource_names: vec!["r1".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(got, vec![plain("r1", "prod")]);
+    let (got, removed) = delta_first(
+        &server,
+        DeltaDiscoveryRequest {
+            node: metadata_node("metadata-delta", &[("env", "test"), ("team", "payments")]),
+            type_url: ROUTE_CONFIGURATION.into(),
+            resource_names_subscribe: vec!["r1".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(got, vec![plain("r1", "test")]);
+    assert!(removed.is_empty(), "r1 exists for env=test: {removed:?}");
+    server.stop().await;
+}
+
+/// TP2's "Example": each of 18 parameter sets (env and version each set or not, given as
+/// dynamic parameters or as metadata) gets the one variant of `rt` its parameters select.
+async fn each_parameter_set_gets_its_variant_of_the_four_variant_example(mode: Mode) {
+    let server = tp2_server(mode).await;
+    let variants = rt_variants();
+    let mut checked = 0;
+    for env in [None, Some("prod"), Some("test")] {
+        for version in [None, Some("v1"), Some("v2")] {
+            let pairs: Vec<(&str, &str)> =
+                [env.map(|e| ("env", e)), version.map(|v| ("version", v))]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+            let label = match (env == Some("prod"), version == Some("v1")) {
+                (false, false) => "neither",
+                (true, false) => "prod",
+                (false, true) => "v1",
+                (true, true) => "prod+v1",
+            };
+            let constraints = variants
+                .iter()
+                .find(|(l, _)| *l == label)
+                .map(|(_, c)| c.clone())
+                .unwrap();
+            for by_metadata in [false, true] {
+                let id = format!("rt-{env:?}-{version:?}-{by_metadata}");
+                let node = if by_metadata {
+                    metadata_node(&id, &pairs)
+                } else {
+                    params_node(&id, ROUTE_CONFIGURATION, &pairs)
+                };
+                let got = sotw_first(
+                    &server,
+                    DiscoveryRequest {
+                        node,
+                        type_url: ROUTE_CONFIGURATION.into(),
+                        resource_names: vec!["rt".into()],
+                        ..Default::default()
+                    },
+                )
+                .await;
+                // A client with dynamic parameters is sent the constraints (TP2); a legacy
+                // client, plain resources.
+                let want = if by_metadata {
+                    plain("rt", label)
+                } else {
+                    named("rt", label, constraints.clone())
+                };
+                assert_eq!(got, vec![want], "{pairs:?}, by metadata: {by_metadata}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 18);
+    server.stop().await;
+}
+
+/// A wildcard follows its client's parameters name by name: the names for its parameters,
+/// each one's variant for them, the unconstrained ones.
+async fn a_wildcard_gets_the_variant_of_each_name_for_its_parameters(mode: Mode) {
+    let server = tp2_server(mode).await;
+    let got = sotw_first(
+        &server,
+        DiscoveryRequest {
+            node: metadata_node("wildcard-prod", &[("env", "prod")]),
+            type_url: CLUSTER.into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        got,
+        vec![
+            plain("only-prod", "prod"),
+            plain("shared", "shared"),
+            plain("svc", "prod")
+        ]
+    );
+    let (got, removed) = delta_first(
+        &server,
+        DeltaDiscoveryRequest {
+            node: params_node("wildcard-test", CLUSTER, &[("env", "test")]),
+            type_url: CLUSTER.into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        got,
+        vec![
+            named("only-test", "test", eq("env", "test")),
+            Seen {
+                name: "shared".into(),
+                label: "shared".into(),
+                constraints: None
+            },
+            named("svc", "test", eq("env", "test")),
+        ]
+    );
+    assert!(removed.is_empty());
+    let got = sotw_first(
+        &server,
+        DiscoveryRequest {
+            node: metadata_node("wildcard-none", &[]),
+            type_url: CLUSTER.into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(got, vec![plain("shared", "shared")]);
+    server.stop().await;
+}
+
+/// A resource locator gets the variant its parameters select, with that variant's
+/// constraints (TP2: a caching proxy MUST send them).
+async fn a_locator_gets_its_variant_with_its_constraints(mode: Mode) {
+    let server = tp2_server(mode).await;
+    let variants = rt_variants();
+    let got = sotw_first(
+        &server,
+        DiscoveryRequest {
+            node: metadata_node("locator-canary", &[("env", "prod")]),
+            type_url: ROUTE_CONFIGURATION.into(),
+            resource_locators: vec![ResourceLocator {
+                name: "rt".into(),
+                dynamic_parameters: [("env".to_owned(), "canary".to_owned())].into(),
+            }],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(got, vec![named("rt", "neither", variants[0].1.clone())]);
+    let (got, _) = delta_first(
+        &server,
+        DeltaDiscoveryRequest {
+            node: metadata_node("locator-prod-v1", &[]),
+            type_url: ROUTE_CONFIGURATION.into(),
+            resource_locators_subscribe: vec![ResourceLocator {
+                name: "rt".into(),
+                dynamic_parameters: [
+                    ("env".to_owned(), "prod".to_owned()),
+                    ("version".to_owned(), "v1".to_owned()),
+                ]
+                .into(),
+            }],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(got, vec![named("rt", "prod+v1", variants[3].1.clone())]);
+    server.stop().await;
+}
+
 protocol_tests! {
     through_a_relay: [
         sotw_locators_get_resources_wrapped_with_their_constraints,
@@ -231,7 +674,14 @@ protocol_tests! {
     ],
     // What the server the client reaches holds, not a rule of the protocol.
     direct_only: [a_preview_shows_what_a_node_would_receive],
-    // A legacy client's variant is chosen by its node's metadata, which a relay presents
-    // upstream only with --aggregate-by cluster or node (docs/relay.md).
-    relay_by_node: [sotw_legacy_client_gets_the_plain_variant_of_its_metadata],
+    relay_by_node: [],
+    // A client's variant is chosen by its parameters as the server derives them, whatever
+    // grouping the relay uses.
+    through_both_relays: [
+        sotw_legacy_client_gets_the_plain_variant_of_its_metadata,
+        a_metadata_only_client_gets_the_variant_of_its_metadata,
+        each_parameter_set_gets_its_variant_of_the_four_variant_example,
+        a_wildcard_gets_the_variant_of_each_name_for_its_parameters,
+        a_locator_gets_its_variant_with_its_constraints,
+    ],
 }

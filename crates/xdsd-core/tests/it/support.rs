@@ -43,26 +43,31 @@ pub enum Mode {
 /// Runs protocol tests written as `async fn name(mode: Mode)`, one `#[tokio::test]` each
 /// (multi-threaded: a relay's first request may wait in place for its upstream's answer), in
 /// modules named after the mode: `direct::name` for every test; `relay::name` for those listed
-/// `through_a_relay` (so `cargo test -p xdsd-core --test it relay::` runs every suite through
-/// a relay); `relay_by_node::name` for those listed there. A test left out of `relay` says why
-/// where it is listed.
+/// `through_a_relay` or `through_both_relays` (so `cargo test -p xdsd-core --test it relay`
+/// runs every suite through a relay); `relay_by_node::name` for those listed `relay_by_node` or
+/// `through_both_relays` (a relay with `--aggregate-by node`, which must be as transparent). A
+/// test left out of `relay` says why where it is listed.
 macro_rules! protocol_tests {
     (
         through_a_relay: [$($both:ident),* $(,)?],
         direct_only: [$($direct:ident),* $(,)?]
-        $(, relay_by_node: [$($by_node:ident),* $(,)?])? $(,)?
+        $(, relay_by_node: [$($by_node:ident),* $(,)?])?
+        $(, through_both_relays: [$($all:ident),* $(,)?])? $(,)?
     ) => {
         mod direct {
             $($crate::support::protocol_tests!(@test Direct $both);)*
             $($crate::support::protocol_tests!(@test Direct $direct);)*
             $($($crate::support::protocol_tests!(@test Direct $by_node);)*)?
+            $($($crate::support::protocol_tests!(@test Direct $all);)*)?
         }
         mod relay {
             $($crate::support::protocol_tests!(@test Relay $both);)*
+            $($($crate::support::protocol_tests!(@test Relay $all);)*)?
         }
-        $(mod relay_by_node {
-            $($crate::support::protocol_tests!(@test RelayByNode $by_node);)*
-        })?
+        mod relay_by_node {
+            $($($crate::support::protocol_tests!(@test RelayByNode $by_node);)*)?
+            $($($crate::support::protocol_tests!(@test RelayByNode $all);)*)?
+        }
     };
     (@test $mode:ident $name:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

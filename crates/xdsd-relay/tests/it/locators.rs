@@ -1,7 +1,7 @@
 //! xRFC TP2 resource locators through a relay: each downstream locator is subscribed upstream as
-//! that locator (not as its type's wildcard), the variants of two locators of one name are
-//! cached apart on one upstream stream, and a locator no client asks for any more leaves the
-//! cache while the other stays and follows the upstream.
+//! its plain name on the stream of its parameters (not as its type's wildcard), the variants of
+//! two locators of one name are cached apart, and a locator no client asks for any more leaves
+//! the cache while the other stays and follows the upstream.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

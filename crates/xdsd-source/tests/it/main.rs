@@ -12,3 +12,4 @@ mod positions;
 mod support;
 mod ttl;
 mod watch;
+mod xdstp;

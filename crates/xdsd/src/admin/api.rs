@@ -41,6 +41,7 @@ use super::page::{self, PageInfo};
 /// The admin API's routes over a server's `handle`, the status page saying `info` about the
 /// program.
 pub fn router(handle: ServerHandle, info: PageInfo, history: Option<Arc<HistorySource>>) -> Router {
+    let info_source = info.source.clone();
     let page = page::routes(handle.clone(), info, history.clone());
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -53,7 +54,7 @@ pub fn router(handle: ServerHandle, info: PageInfo, history: Option<Arc<HistoryS
         .route("/rollout/abort", post(rollout_abort))
         .with_state(handle)
         .merge(page)
-        .merge(super::history::routes(history))
+        .merge(super::history::routes(history, &info_source))
 }
 
 /// Serves the admin API on `listener` until `signal` completes, over TLS when `tls` is given
@@ -109,7 +110,7 @@ async fn rollout_abort(State(handle): State<ServerHandle>) -> Response {
 fn not_gated() -> Response {
     json_response(
         StatusCode::NOT_FOUND,
-        json!({"error": "no gated rollout: xdsd runs without --canary, every change goes to every client at once"}),
+        json!({"error": "no gated rollout on this server: every change goes to every client at once (`xdsd serve --canary` runs one)"}),
     )
 }
 
@@ -137,7 +138,7 @@ async fn readyz(State(handle): State<ServerHandle>) -> Response {
 }
 
 async fn clients(State(handle): State<ServerHandle>) -> Response {
-    let body = clients_json(&handle.clients()).to_string();
+    let body = clients_json(&handle.clients()).to_string() + "\n";
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
@@ -205,7 +206,7 @@ async fn config(
             }
             (
                 [(header::CONTENT_TYPE, "application/json")],
-                body.to_string(),
+                body.to_string() + "\n",
             )
                 .into_response()
         }

@@ -77,10 +77,29 @@ pub struct ResourceRow {
     /// version when known (CSDS has no field for it: `xdsd status --admin` reads it from xdsd's
     /// admin API).
     pub version: String,
+    /// Whether `version` is the resource's own (read from the admin API), not its response's.
+    pub own_version: bool,
     /// The client's state for it.
     pub state: TypeState,
     /// The file (or key) it came from, when known (from xdsd's admin API, as the version).
     pub origin: String,
+}
+
+impl ResourceRow {
+    /// Its version, labelled: `version V` (its own) or `in response V` (the response's, all
+    /// CSDS says), cut to 8 characters when `short`.
+    pub fn version_text(&self, short: bool) -> String {
+        let version = if short {
+            short_version(&self.version)
+        } else {
+            &self.version
+        };
+        match (self.version.is_empty(), self.own_version) {
+            (true, _) => String::new(),
+            (false, true) => format!("version {version}"),
+            (false, false) => format!("in response {version}"),
+        }
+    }
 }
 
 /// One type of one client.
@@ -96,6 +115,32 @@ pub struct TypeRow {
     pub nack: Option<NackInfo>,
     /// The resources it was sent.
     pub resources: Vec<ResourceRow>,
+}
+
+impl TypeRow {
+    /// The versions of the type, labelled, as every view shows them: the one the client runs
+    /// (`01234567`); with a NACK standing, the one rejected and the one still run (`rejected
+    /// fedcba98, accepted 01234567`, or `, none accepted`). Cut to 8 characters when `short`.
+    pub fn versions(&self, short: bool) -> String {
+        let cut = |v: &'_ str| -> String {
+            if short {
+                short_version(v).to_owned()
+            } else {
+                v.to_owned()
+            }
+        };
+        match self.nack.as_ref().filter(|n| !n.version.is_empty()) {
+            Some(n) if self.version.is_empty() => {
+                format!("rejected {}, none accepted", cut(&n.version))
+            }
+            Some(n) => format!(
+                "rejected {}, accepted {}",
+                cut(&n.version),
+                cut(&self.version)
+            ),
+            None => cut(&self.version),
+        }
+    }
 }
 
 /// One client.
@@ -220,6 +265,7 @@ pub fn client_row(config: &ClientConfig) -> ClientRow {
             t.resources.push(ResourceRow {
                 name: g.name.clone(),
                 version: g.version_info.clone(),
+                own_version: false,
                 state,
                 origin: String::new(),
             });

@@ -1,7 +1,7 @@
 //! `GET /history`: the etcd prefix's history as JSON, the same rows as
 //! `xdsd history --output json` (newest first) with each one's `served`: the replicas that serve
-//! it (see `served`); and the last changes the status page shows. A directory has no history of
-//! its own: 404, saying so.
+//! it (see `served`); and the last changes the status page shows. A directory or an upstream has
+//! no history of its own: 404, saying so.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,8 +27,14 @@ pub const MAX_LIMIT: usize = 1000;
 /// How long etcd may take to answer a history request.
 const HISTORY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What a directory source answers: it has no history of its own.
-const NO_HISTORY: &str = "no history: xdsd serves a directory (--resources), which has none of its own; keep the directory in git and read git's history";
+/// What a server whose resources come from `source` (a directory, an upstream) answers: only
+/// an etcd prefix has a history.
+fn no_history(source: &str) -> String {
+    format!(
+        "no history: the resources come from {source}, which keeps none (only an etcd prefix has \
+         one, served by `xdsd serve --etcd-endpoints`); a directory kept in git has git's history"
+    )
+}
 
 /// How long an answer is reused: the status page reloads every 5 s, and each read replays the
 /// prefix's revisions in etcd.
@@ -104,19 +110,22 @@ impl HistorySource {
     }
 }
 
-/// The route `GET /history[?limit=N]`, over the prefix's history (None for a directory).
-pub fn routes(history: Option<Arc<HistorySource>>) -> Router {
+/// The route `GET /history[?limit=N]`, over the prefix's history (None for a directory or an
+/// upstream: 404, saying that `source` keeps none).
+pub fn routes(history: Option<Arc<HistorySource>>, source: &str) -> Router {
+    let history = history.ok_or_else(|| Arc::new(no_history(source)));
     Router::new()
         .route("/history", get(history_rows))
         .with_state(history)
 }
 
 async fn history_rows(
-    State(history): State<Option<Arc<HistorySource>>>,
+    State(history): State<Result<Arc<HistorySource>, Arc<String>>>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let Some(history) = history else {
-        return json_error(StatusCode::NOT_FOUND, NO_HISTORY.into());
+    let history = match history {
+        Ok(history) => history,
+        Err(none) => return json_error(StatusCode::NOT_FOUND, none.to_string()),
     };
     let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
         None => DEFAULT_LIMIT,

@@ -76,7 +76,10 @@ pub fn start(
         .context("cannot set up TLS for the admin API")?;
     let bound = listener.local_addr().context("reading the admin address")?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    info!("admin API listening on {scheme}://{bound} (/ status page, /healthz, /readyz, /clients, /config, /metrics, /history, /rollout)");
+    info!(
+        "admin API listening on {scheme}://{bound} ({})",
+        served_paths(history.is_some(), handle.rollout().is_some())
+    );
     if tls.is_none() && !bound.ip().is_loopback() {
         warn!(
             addr = %bound,
@@ -102,6 +105,19 @@ pub fn start(
         },
     ));
     Ok(Some(Admin { stop, task }))
+}
+
+/// The paths the admin API serves, as its start line lists them: `/history` only on an etcd
+/// prefix, `/rollout` only with a gated rollout (both are 404, saying why, otherwise).
+fn served_paths(history: bool, rollout: bool) -> String {
+    let mut paths = String::from("/ status page, /healthz, /readyz, /clients, /config, /metrics");
+    if history {
+        paths.push_str(", /history");
+    }
+    if rollout {
+        paths.push_str(", /rollout");
+    }
+    paths
 }
 
 impl Admin {

@@ -282,7 +282,7 @@ fn clients_table(out: &mut String, rows: &[ClientRow], types: &[String]) {
                         "<td class=\"{}\">{} <span class=\"mono\">{}</span></td>",
                         state_class(x.state),
                         x.state.as_str(),
-                        escape(short_version(&x.version))
+                        escape(&x.versions(true))
                     );
                 }
                 None => out.push_str("<td class=\"muted\">-</td>"),

@@ -121,3 +121,100 @@ async fn config_refuses_a_request_without_a_node_or_with_bad_metadata() {
     assert_eq!(get(&xdsd, "/nothing").await.0, 404);
     assert_eq!(get(&xdsd, "/healthz").await.0, 200);
 }
+
+/// The admin API's start line lists the paths it serves, no more: serving a directory without
+/// `--canary`, and relaying, there is no `/history` and no `/rollout`, and each answers 404
+/// saying why in the words of that server (the relay has no `--resources` and no `--canary`).
+/// Every JSON answer ends with a newline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_lists_what_it_serves_and_its_json_ends_with_a_newline() {
+    use crate::support::relay::Relay;
+    let dir = resources();
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &[]).await;
+    let started = |log: &crate::support::Log| {
+        log.lines()
+            .into_iter()
+            .find(|l| l.contains("admin API listening on http://"))
+            .expect("the admin API's start line")
+    };
+    for (what, line) in [
+        ("serve", started(&xdsd.log)),
+        ("relay", {
+            relay.admin_port().await;
+            started(&relay.log)
+        }),
+    ] {
+        assert!(
+            line.contains("/clients, /config, /metrics")
+                && !line.contains("/history")
+                && !line.contains("/rollout"),
+            "{what}: {line}"
+        );
+    }
+    let port = xdsd.admin_port().await;
+    // The relay, a client of xdsd, says its version as Envoy does (`status`'s AGENT).
+    let deadline = tokio::time::Instant::now() + crate::support::DEADLINE;
+    loop {
+        let (_, body) = get(&xdsd, "/clients").await;
+        let clients: Value = serde_json::from_str(&body).expect("JSON");
+        let relay_node = clients
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| &c["node"])
+            .find(|n| n["user_agent_name"] == "xdsd-relay");
+        if let Some(node) = relay_node {
+            assert_eq!(
+                node["user_agent_version"],
+                env!("CARGO_PKG_VERSION"),
+                "{node}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay never connected upstream: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for (what, answer) in [
+        ("serve", get(&xdsd, "/history").await),
+        ("relay", relay.admin("/history").await),
+    ] {
+        assert_eq!(answer.0, 404, "{what}: {}", answer.1);
+        assert!(answer.1.contains("no history"), "{what}: {}", answer.1);
+        assert!(answer.1.ends_with("}\n"), "{what}: {:?}", answer.1);
+        if what == "relay" {
+            assert!(
+                !answer.1.contains("--resources") && answer.1.contains("upstream"),
+                "{what}: {}",
+                answer.1
+            );
+        }
+    }
+    for (what, answer) in [
+        ("serve", get(&xdsd, "/rollout").await),
+        ("relay", relay.admin("/rollout").await),
+    ] {
+        assert_eq!(answer.0, 404, "{what}: {}", answer.1);
+        assert!(
+            answer.1.contains("no gated rollout on this server")
+                && !answer.1.contains("runs without --canary"),
+            "{what}: {}",
+            answer.1
+        );
+    }
+    for path in [
+        "/clients",
+        "/config?node=n",
+        "/config?node=n&contents=1",
+        "/rollout",
+    ] {
+        let response = crate::support::http_get(("127.0.0.1", port), path, "localhost")
+            .await
+            .expect("the admin API answers");
+        assert!(response.body.ends_with('\n'), "{path}: {:?}", response.body);
+    }
+}

@@ -277,7 +277,12 @@ fn one_typo_is_one_error_and_a_near_name_is_suggested() {
     assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
     let errors = error_lines(&run.stderr);
     assert_eq!(errors.len(), 1, "the typo, once:\n{}", run.stderr);
-    assert_mentions(errors[0], &["cluster.yaml", "conect_timeout"], "the typo");
+    // At the key's column, not its value's.
+    assert_mentions(
+        errors[0],
+        &["cluster.yaml", "conect_timeout", "at line 4 column 1;"],
+        "the typo",
+    );
     assert_mentions(
         &run.stderr,
         &[
@@ -365,4 +370,58 @@ fn error_lines(stderr: &str) -> Vec<&str> {
         .lines()
         .filter(|l| l.starts_with("error: "))
         .collect()
+}
+
+/// A file the YAML parser gives up on (a bracket left open) still says what it meant to
+/// define where its lines can be read: a cluster's reference to the endpoints of that file is a
+/// note, not a second error; a route's near miss of a cluster in it is suggested.
+#[test]
+fn a_malformed_file_is_one_error_and_its_readable_names_still_count() {
+    let eds_cluster = format!(
+        "\"@type\": {CLUSTER}\nname: backend\ntype: EDS\nconnect_timeout: 1s\n\
+         eds_cluster_config: {{ eds_config: {{ ads: {{}} }} }}\n"
+    );
+    let dir = ResourceDir::new();
+    dir.write("cluster.yaml", &eds_cluster);
+    dir.write(
+        "endpoints.yaml",
+        &format!(
+            "\"@type\": {}\ncluster_name: backend\nendpoints:\n- lb_endpoints:\n  - endpoint: \
+             {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 80 }}\n",
+            crate::support::ENDPOINTS
+        ),
+    );
+    let run = run(&dir.path(), &[]);
+    assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
+    let errors = error_lines(&run.stderr);
+    assert_eq!(errors.len(), 1, "the malformed file, once:\n{}", run.stderr);
+    assert_mentions(errors[0], &["endpoints.yaml", "malformed YAML"], "the file");
+    assert_mentions(
+        &run.stderr,
+        &[
+            "note: ClusterLoadAssignment \"backend\", which ",
+            "endpoints.yaml, which failed above: not a second error",
+            "1 error",
+        ],
+        "the knock-on reference",
+    );
+
+    let dir = ResourceDir::new();
+    dir.write(
+        "cluster.yaml",
+        &format!(
+            "{}load_assignment: {{ cluster_name: backend\n",
+            cluster_yaml("backend")
+        ),
+    );
+    dir.write("route.yaml", &route_yaml("r", "backnd"));
+    let run = crate::cli_check::run(&dir.path(), &[]);
+    assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
+    let errors = error_lines(&run.stderr);
+    assert_eq!(errors.len(), 2, "{}", run.stderr);
+    assert_mentions(
+        errors[1],
+        &["Cluster \"backnd\"", "did you mean \"backend\"?"],
+        "the near miss of a name in the malformed file",
+    );
 }

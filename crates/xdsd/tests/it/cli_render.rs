@@ -210,3 +210,27 @@ fn an_output_inside_the_resources_is_refused() {
     let bad_format = render(&dir.path(), &dir.path().join("../o"), &["--format", "xml"]);
     assert_eq!(bad_format.status.code(), Some(2));
 }
+
+/// A type without a name field (LEDS's LbEndpoint, named by `"@name": xdstp://...`): each
+/// resource is written in the `Resource` wrapper, which carries its xdstp name (#57).
+#[test]
+fn render_names_lb_endpoints_by_their_xdstp_names() {
+    let out = tempfile::tempdir().expect("a temporary directory");
+    let leds = crate::support::repo_root().join("examples/leds/resources");
+    let run = render(&leds, out.path(), &["--format", "yaml"]);
+    assert!(run.status.success(), "{run:?}");
+    let file = out.path().join("envoy.config.endpoint.v3.LbEndpoint.yaml");
+    let text = std::fs::read_to_string(&file).expect("the LbEndpoint file");
+    for id in ["backend-1", "backend-2"] {
+        assert!(
+            text.contains(&format!(
+                "name: \"xdstp://xdsd.example/envoy.config.endpoint.v3.LbEndpoint/backend/{id}\""
+            )),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("envoy.service.discovery.v3.Resource"),
+        "{text}"
+    );
+}

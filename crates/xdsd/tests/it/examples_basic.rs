@@ -60,9 +60,133 @@ async fn xdsd_serves_the_four_resources_of_examples_basic() {
 async fn envoy_accepts_the_bootstrap_of_examples_basic() {
     // And the README's two-replica one (both replicas in its xds_cluster), and the canary of the
     // gated-rollout walk-through.
-    for file in ["envoy.yaml", "envoy-replicas.yaml", "envoy-canary.yaml"] {
+    for file in BOOTSTRAPS {
         validate(&repo_root().join("examples/basic").join(file)).await;
     }
+}
+
+/// The shipped Envoy bootstraps: the basic one, the two-replica one, the canary of the
+/// gated-rollout walk-through, and the relay walk-through's.
+const BOOTSTRAPS: [&str; 4] = [
+    "envoy.yaml",
+    "envoy-replicas.yaml",
+    "envoy-canary.yaml",
+    "envoy-relay.yaml",
+];
+
+/// Every `port_value: N` of a file, in order.
+fn port_values(text: &str) -> Vec<u32> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("port_value: "))
+        .map(|n| n.parse().expect("a port number"))
+        .collect()
+}
+
+/// `examples/basic/shift-ports OFFSET DIR` writes the example with every port moved by OFFSET:
+/// each bootstrap and resource file's ports (and no old one left), a directory `xdsd check`
+/// passes, bootstraps Envoy accepts; and it prints the etcd flags for the moved port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shift_ports_moves_every_port_of_the_example() {
+    let basic = repo_root().join("examples/basic");
+    let out = tempfile::tempdir().expect("a directory");
+    let run = std::process::Command::new(basic.join("shift-ports"))
+        .arg("1000")
+        .arg(out.path())
+        .output()
+        .expect("shift-ports runs");
+    let printed = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        printed.contains("--listen 127.0.0.1:19000")
+            && printed.contains("--listen-client-urls http://127.0.0.1:3379"),
+        "{printed}"
+    );
+    let resources: Vec<String> = ["cluster", "endpoints", "listener", "route"]
+        .iter()
+        .map(|r| format!("resources/{r}.yaml"))
+        .collect();
+    let files = BOOTSTRAPS
+        .iter()
+        .map(|f| f.to_string())
+        .chain(resources.iter().cloned());
+    for file in files {
+        let before = std::fs::read_to_string(basic.join(&file)).expect("read");
+        let after = std::fs::read_to_string(out.path().join(&file)).expect("written");
+        let moved: Vec<u32> = port_values(&before).iter().map(|p| p + 1000).collect();
+        assert_eq!(port_values(&after), moved, "{file}:\n{after}");
+        for port in port_values(&before) {
+            assert!(
+                !after.contains(&format!("127.0.0.1:{port}")),
+                "{file} still names port {port}:\n{after}"
+            );
+        }
+    }
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_xdsd"))
+        .args(["check", "--resources"])
+        .arg(out.path().join("resources"))
+        .output()
+        .expect("xdsd check runs");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    for file in BOOTSTRAPS {
+        validate(&out.path().join(file)).await;
+    }
+    let usage = std::process::Command::new(basic.join("shift-ports"))
+        .arg("60000")
+        .arg(out.path())
+        .output()
+        .expect("shift-ports runs");
+    assert_eq!(usage.status.code(), Some(2), "a port over 65535");
+}
+
+/// The README's relay walk-through runs the shipped relay bootstrap, which points at the relay's
+/// `--listen` port, with the same `$XDSD` and `$ENVOY` as the sections before it.
+#[test]
+fn the_relay_walk_through_runs_the_shipped_relay_bootstrap() {
+    let root = repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("read");
+    let section = readme
+        .split("### A relay tier")
+        .nth(1)
+        .and_then(|s| s.split("```sh\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("the relay walk-through's commands");
+    let commands: Vec<&str> = section.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        commands
+            .iter()
+            .all(|l| l.starts_with("$XDSD ") || l.starts_with("$ENVOY ")),
+        "{section}"
+    );
+    let relay = commands
+        .iter()
+        .find(|l| l.starts_with("$XDSD relay"))
+        .expect("the relay's command");
+    let listen = relay
+        .split("--listen 127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse::<u32>().ok())
+        .expect("the relay's --listen port");
+    assert!(
+        commands
+            .iter()
+            .any(|l| l.starts_with("$ENVOY -c examples/basic/envoy-relay.yaml")),
+        "{section}"
+    );
+    let bootstrap =
+        std::fs::read_to_string(root.join("examples/basic/envoy-relay.yaml")).expect("read");
+    assert!(
+        port_values(&bootstrap).contains(&listen),
+        "envoy-relay.yaml points at the relay's {listen}:\n{bootstrap}"
+    );
 }
 
 async fn validate(config: &std::path::Path) {

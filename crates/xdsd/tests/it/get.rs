@@ -130,18 +130,47 @@ async fn get_a_missing_name_exits_1_naming_it() {
 }
 
 #[tokio::test]
-async fn get_with_nothing_within_the_timeout_exits_1_saying_why() {
+async fn get_at_a_refused_port_fails_at_once_saying_the_cause_once() {
     // A port nothing listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
     let addr = format!("127.0.0.1:{port}");
+    // A timeout far longer than the test's deadline: waiting it out would fail the test.
+    let out = xdsd(&["get", "--server", &addr, "--timeout", "600s", "cluster"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot connect to {addr}")),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("tcp connect error").count(),
+        1,
+        "the cause said once: {stderr}"
+    );
+    assert!(stderr.contains("Connection refused"), "{stderr}");
+}
+
+#[tokio::test]
+async fn get_with_nothing_within_the_timeout_exits_1_saying_why() {
+    // A server that accepts the connection and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("its address").to_string();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
     let out = xdsd(&["get", "--server", &addr, "--timeout", "1s", "cluster"]).await;
+    held.abort();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("nothing received from"), "{stderr}");
-    assert!(stderr.contains("cannot connect"), "{stderr}");
 }
 
 #[tokio::test]
@@ -245,6 +274,100 @@ async fn get_out_writes_a_directory_that_checks_and_serves_the_same_resources() 
     }
 }
 
+/// With no TYPE, `get --out DIR` takes the listener and cluster wildcards and what they
+/// reference (the route, the endpoints), so that `xdsd check` passes on DIR at once; `all` is
+/// the same.
+#[tokio::test]
+async fn get_out_with_no_type_writes_what_the_listeners_and_clusters_reference() {
+    let server = Xdsd::start(&crate::support::repo_root().join("examples/basic/resources")).await;
+    for how in [&[][..], &["all"][..], &["--delta"][..]] {
+        let copy = tempfile::tempdir().expect("a directory");
+        let out_dir = copy.path().join("out");
+        let out_arg = out_dir.to_string_lossy().into_owned();
+        let mut args = vec!["--out", out_arg.as_str()];
+        args.extend_from_slice(how);
+        let out = get(&server, &args).await;
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{how:?}: {stderr}");
+        assert!(
+            stderr.contains("wrote 4 resource files"),
+            "{how:?}: {stderr}"
+        );
+        let mut files: Vec<String> = std::fs::read_dir(&out_dir)
+            .expect("the directory")
+            .map(|e| {
+                e.expect("an entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        files.sort();
+        assert_eq!(
+            files,
+            [
+                "cluster-backend.yaml",
+                "endpoints-backend.yaml",
+                "listener-listener_0.yaml",
+                "route-local_route.yaml"
+            ],
+            "{how:?}"
+        );
+        let check = xdsd(&["check", "--resources", &out_arg]).await;
+        assert!(
+            check.status.success(),
+            "{how:?}: xdsd check: {}{}",
+            text(&check.stdout),
+            text(&check.stderr)
+        );
+    }
+    // A NAME needs its TYPE.
+    let out = get(&server, &["all", "backend"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("needs a TYPE"),
+        "{}",
+        text(&out.stderr)
+    );
+    // watch follows one type.
+    let addr = format!("127.0.0.1:{}", server.port);
+    let out = xdsd(&["watch", "--server", &addr]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+/// A type the server has none of: an empty JSON list (`[]`), and a word on stderr; a list's
+/// elements are indented.
+#[tokio::test]
+async fn get_of_a_type_with_none_says_so_and_json_lists_are_indented() {
+    let dir = serving(&[("clusters.yaml", CLUSTERS)]);
+    let server = Xdsd::start(&dir.path()).await;
+    for format in ["yaml", "json"] {
+        let out = get(&server, &["--output", format, "secret"]).await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{format}: {stderr}");
+        assert!(
+            stderr.contains("sent no secret resource"),
+            "{format}: {stderr}"
+        );
+        let expected = if format == "json" { "[]\n" } else { "" };
+        assert_eq!(text(&out.stdout), expected, "{format}");
+    }
+    let out = get(&server, &["--output", "json", "cluster"]).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"["), "{stdout}");
+    assert_eq!(lines.last(), Some(&"]"), "{stdout}");
+    assert!(
+        lines[1..lines.len() - 1]
+            .iter()
+            .all(|l| l.starts_with("  ") && !l.trim().is_empty()),
+        "each element indented, no blank line: {stdout}"
+    );
+    let list: serde_json::Value = serde_json::from_str(&stdout).expect("a JSON list");
+    assert_eq!(list.as_array().map(Vec::len), Some(2), "{stdout}");
+}
+
 #[tokio::test]
 async fn get_against_rust_control_plane_over_sotw() {
     use prost::Message as _;
@@ -286,6 +409,72 @@ async fn get_against_rust_control_plane_over_sotw() {
     .await;
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cluster \"nope\" does not exist"));
+
+    // With no TYPE, the endpoints an EDS cluster names are fetched too, from another server: the
+    // directory passes `check`.
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+        ClusterDiscoveryType, DiscoveryType, EdsClusterConfig,
+    };
+    use envoy_types::pb::envoy::config::core::v3::{
+        config_source::ConfigSourceSpecifier, AggregatedConfigSource, ConfigSource,
+    };
+    let eds = envoy_types::pb::envoy::config::cluster::v3::Cluster {
+        name: "gamma".into(),
+        connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+        eds_cluster_config: Some(EdsClusterConfig {
+            eds_config: Some(ConfigSource {
+                config_source_specifier: Some(ConfigSourceSpecifier::Ads(
+                    AggregatedConfigSource {},
+                )),
+                ..Default::default()
+            }),
+            service_name: String::new(),
+        }),
+        ..Default::default()
+    };
+    peer.set(types::CLUSTER, "gamma", &eds.encode_to_vec())
+        .await;
+    let endpoints = envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment {
+        cluster_name: "gamma".into(),
+        ..Default::default()
+    };
+    peer.set(
+        types::CLUSTER_LOAD_ASSIGNMENT,
+        "gamma",
+        &endpoints.encode_to_vec(),
+    )
+    .await;
+    let copy = tempfile::tempdir().expect("a directory");
+    let out_arg = copy.path().join("out").to_string_lossy().into_owned();
+    let out = xdsd(&[
+        "get",
+        "--server",
+        &peer.addr,
+        "--node",
+        PEER_NODE,
+        "--timeout",
+        "3s",
+        "--out",
+        &out_arg,
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        copy.path().join("out/endpoints-gamma.yaml").is_file(),
+        "{}",
+        text(&out.stderr)
+    );
+    let check = xdsd(&["check", "--resources", &out_arg]).await;
+    assert!(
+        check.status.success(),
+        "xdsd check: {}{}",
+        text(&check.stdout),
+        text(&check.stderr)
+    );
 }
 
 /// An xdsd over mutual TLS serving CLUSTERS, and the TLS arguments of `get` as the client
@@ -367,4 +556,19 @@ async fn get_stops_at_once_on_a_status_that_asking_again_cannot_change() {
         "stopped after {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test]
+async fn get_with_several_servers_goes_on_to_the_next_when_one_cannot_be_reached() {
+    let dir = serving(&[("clusters.yaml", CLUSTERS)]);
+    let server = Xdsd::start(&dir.path()).await;
+    // A port nothing listens on, first.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let servers = format!("127.0.0.1:{port},127.0.0.1:{}", server.port);
+    let out = xdsd(&["get", "--server", &servers, "--timeout", "10s", "clusters"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(names(&text(&out.stdout)), vec!["alpha", "beta"]);
 }

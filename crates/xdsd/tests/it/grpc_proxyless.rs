@@ -164,3 +164,126 @@ async fn grpcio_xds_resolver_reaches_the_server_named_by_xdsd() {
     assert_client_ok(&out, &xdsd, "server-b");
     assert_eq!(server_b.calls().len(), 2, "server B served both calls");
 }
+
+/// xRFC TP1 / gRFC A47 (#57): grpcio with an authority in its bootstrap whose listener name
+/// template is an `xdstp://` name, target `xds://xdsd.test/echo.test`: it asks xdsd for the
+/// listener `xdstp://xdsd.test/envoy.config.listener.v3.Listener/echo.test`, whose route, cluster
+/// and endpoints are xdstp names too (a file writes the route's with its parameters out of
+/// order: xdsd serves it under the canonical name), and reaches the server they name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_with_an_authority_takes_xdstp_names_from_xdsd() {
+    const AUTHORITY: &str = "xdsd.test";
+    let listener = format!("xdstp://{AUTHORITY}/envoy.config.listener.v3.Listener/{TARGET_NAME}");
+    let route =
+        format!("xdstp://{AUTHORITY}/envoy.config.route.v3.RouteConfiguration/echo?b=2&a=1");
+    let cluster = format!("xdstp://{AUTHORITY}/envoy.config.cluster.v3.Cluster/echo");
+    let endpoints =
+        format!("xdstp://{AUTHORITY}/envoy.config.endpoint.v3.ClusterLoadAssignment/echo");
+    let server = PyGrpcServer::start("server-x").await;
+    let dir = ResourceDir::new();
+    dir.write(
+        "resources.yaml",
+        &format!(
+            "\"@type\": {LISTENER}
+name: {listener}
+api_listener:
+  api_listener:
+    \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+    stat_prefix: grpc
+    rds:
+      route_config_name: \"{route}\"
+      config_source: {{ ads: {{}}, resource_api_version: V3 }}
+    http_filters:
+    - name: envoy.filters.http.router
+      typed_config:
+        \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+---
+\"@type\": {ROUTE}
+name: \"{route}\"
+virtual_hosts:
+- name: echo
+  domains: [\"{TARGET_NAME}\"]
+  routes:
+  - match: {{ prefix: \"\" }}
+    route: {{ cluster: \"{cluster}\" }}
+---
+\"@type\": {CLUSTER}
+name: \"{cluster}\"
+type: EDS
+lb_policy: ROUND_ROBIN
+eds_cluster_config:
+  service_name: \"{endpoints}\"
+  eds_config: {{ ads: {{}}, resource_api_version: V3 }}
+---
+\"@type\": {ENDPOINTS}
+cluster_name: \"{endpoints}\"
+endpoints:
+- locality: {{ region: local, zone: a }}
+  load_balancing_weight: 1
+  lb_endpoints:
+  - endpoint:
+      address:
+        socket_address: {{ address: 127.0.0.1, port_value: {port} }}
+",
+            port = server.port
+        ),
+    );
+    let xdsd = Xdsd::start_with_args(&dir.path(), &["--log-level", "debug"]).await;
+    xdsd.expect_loaded_since(0).await;
+
+    let scratch = tempfile::tempdir().expect("cannot create a temporary directory");
+    let servers = serde_json::json!([{
+        "server_uri": xdsd.authority(),
+        "channel_creds": [{ "type": "insecure" }],
+        "server_features": ["xds_v3"],
+    }]);
+    let bootstrap = serde_json::json!({
+        "xds_servers": servers,
+        "node": { "id": unique_name("grpc-xdstp"), "cluster": "xdsd-tests", "locality": { "region": "local" } },
+        "authorities": {
+            AUTHORITY: {
+                "xds_servers": servers,
+                "client_listener_resource_name_template":
+                    format!("xdstp://{AUTHORITY}/envoy.config.listener.v3.Listener/%s"),
+            }
+        },
+    });
+    let path = scratch.path().join("grpc-bootstrap.json");
+    std::fs::write(&path, bootstrap.to_string()).expect("cannot write the gRPC bootstrap");
+    let path = path.to_string_lossy().into_owned();
+    let out = run_python_client(
+        &[
+            "--target",
+            &format!("xds://{AUTHORITY}/{TARGET_NAME}"),
+            "--calls",
+            "2",
+            "--expect",
+            "server-x",
+        ],
+        &[
+            ("GRPC_XDS_BOOTSTRAP", &path),
+            ("GRPC_EXPERIMENTAL_XDS_FEDERATION", "true"),
+        ],
+    )
+    .await;
+    assert_client_ok(&out, &xdsd, "server-x");
+    assert_eq!(
+        server.calls().len(),
+        2,
+        "the server named by xdsd served both calls"
+    );
+    // grpcio asks for the listener by its xdstp name only (the template's), and for the route
+    // by the canonical name: xdsd pushed one resource of each of the four types.
+    for type_url in [LISTENER, ROUTE, CLUSTER, ENDPOINTS] {
+        let pushed = xdsd.log.matching_since(0, |l| {
+            l.contains(" push ") && l.contains(type_url) && l.contains("resources=1")
+        });
+        assert!(
+            !pushed.is_empty(),
+            "xdsd pushed grpcio its {type_url}:\n{}",
+            xdsd.log.text()
+        );
+    }
+    let nacks = xdsd.log.matching_since(0, |l| l.contains("NACK"));
+    assert!(nacks.is_empty(), "grpcio NACKed: {nacks:#?}");
+}

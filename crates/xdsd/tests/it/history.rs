@@ -165,15 +165,25 @@ async fn two_pushes_are_listed_diffed_and_a_rollback_brings_envoy_back() {
     let history = ok(&etcd, "history", &[]).await;
     let lines: Vec<&str> = history.lines().collect();
     assert!(
-        lines.len() >= 2
-            && lines[0].trim_start().starts_with(&second.to_string())
-            && lines[0].contains("move to b")
-            && lines[0].contains("+0 ~1 -0")
-            && lines[1].trim_start().starts_with(&first.to_string())
-            && lines[1].contains("ana  first: to a")
-            && lines[1].contains("+4 ~0 -0"),
+        lines.len() >= 3
+            && lines[0].trim_start().starts_with("REVISION  TIME (UTC)")
+            && lines[1].trim_start().starts_with(&second.to_string())
+            && lines[1].ends_with("+0 ~1 -0  move to b")
+            && lines[2].trim_start().starts_with(&first.to_string())
+            && lines[2].contains("  ana ")
+            && lines[2].ends_with("+4 ~0 -0  first: to a"),
         "{history}"
     );
+    // The columns line up under the header.
+    for column in ["AUTHOR", "CHANGES", "MESSAGE"] {
+        let at = lines[0].find(column).expect("a header column");
+        assert!(
+            lines[1..3]
+                .iter()
+                .all(|l| l.chars().nth(at - 2) == Some(' ') && l.chars().nth(at) != Some(' ')),
+            "{column} is not aligned:\n{history}"
+        );
+    }
     let json = rows(&etcd).await;
     assert_eq!(json[0]["revision"], second, "{json:#?}");
     assert_eq!(json[0]["kind"], "push");
@@ -237,7 +247,7 @@ async fn two_pushes_are_listed_diffed_and_a_rollback_brings_envoy_back() {
     .await;
     let history = ok(&etcd, "history", &["--limit", "1"]).await;
     assert!(
-        history.contains("direct write  extra.yaml  +1 ~0 -0"),
+        history.contains("+1 ~0 -0  direct write: extra.yaml"),
         "{history}"
     );
     assert_eq!(rows(&etcd).await[0]["kind"], "direct write");
@@ -391,10 +401,11 @@ async fn with_a_gated_rollout_a_rollback_soaks_unless_it_skips_the_canaries() {
     let history = ok(&etcd, "history", &[]).await;
     let lines: Vec<&str> = history.lines().collect();
     assert!(
-        lines[0].contains(&format!("rollback to {v2}"))
-            && lines[0].ends_with("[soaking]")
-            && lines[1].contains(&format!("rollback to {v1}"))
-            && lines[1].ends_with("[promoted]"),
+        lines[0].ends_with("ROLLOUT")
+            && lines[1].contains(&format!("rollback to {v2}"))
+            && lines[1].ends_with("soaking")
+            && lines[2].contains(&format!("rollback to {v1}"))
+            && lines[2].ends_with("promoted"),
         "{history}"
     );
 }
@@ -661,4 +672,66 @@ async fn rows_now(etcd: &Etcd) -> i64 {
     rows(etcd).await[0]["revision"]
         .as_i64()
         .expect("a revision")
+}
+
+/// A push run without `USER` and `LOGNAME` (a container, CI, a systemd unit) is by the system's
+/// name of the user; a rollback (and a diff) to a revision etcd has not reached says so, with the
+/// prefix's last change and etcd's current revision, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_without_user_is_by_the_system_user_and_a_future_revision_is_said_to_not_exist() {
+    let etcd = Etcd::start().await;
+    let dir = ResourceDir::new();
+    dir.write("a.yaml", &static_cluster_yaml("a", 1001));
+    let path = dir.path().to_string_lossy().into_owned();
+    let run = Command::new(env!("CARGO_BIN_EXE_xdsd"))
+        .args(["push", "--resources", &path])
+        .args([
+            "--etcd-endpoints",
+            &etcd.endpoint(),
+            "--etcd-prefix",
+            PREFIX,
+        ])
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .env_remove("XDSD_PUSH_AUTHOR")
+        .env_remove("XDSD_PUSH_MESSAGE")
+        .stdin(Stdio::null())
+        .output();
+    let output = timeout(DEADLINE, run)
+        .await
+        .expect("xdsd push ends in time")
+        .expect("xdsd push runs");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let pushed = revision_in(&String::from_utf8_lossy(&output.stdout));
+    let id = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .expect("id runs");
+    let user = String::from_utf8_lossy(&id.stdout).trim().to_owned();
+    assert!(!user.is_empty(), "id -un names the user");
+    let json = rows(&etcd).await;
+    let author = json[0]["author"].as_str().unwrap_or_default();
+    assert!(
+        author.starts_with(&format!("{user}@")) && author.len() > user.len() + 1,
+        "the author is {user}@hostname: {json:#?}"
+    );
+
+    let before = contents(&etcd).await;
+    let future = pushed + 1000;
+    for command in ["rollback", "diff"] {
+        let output = xdsd(&etcd, command, &[&future.to_string()]).await;
+        assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("revision {future} does not exist yet"))
+                && stderr.contains(&format!(
+                    "the prefix {PREFIX} last changed at revision {pushed}"
+                ))
+                && stderr.contains(&format!("etcd's current revision is {pushed}"))
+                && !stderr.contains("mvcc"),
+            "{}",
+            text(&output)
+        );
+    }
+    assert_eq!(contents(&etcd).await, before, "etcd untouched");
 }

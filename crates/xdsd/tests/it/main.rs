@@ -13,6 +13,7 @@ mod envoy_csds;
 mod envoy_delta;
 mod envoy_files;
 mod envoy_git;
+mod envoy_leds;
 mod envoy_mbb;
 mod envoy_per_type;
 mod envoy_rollout;

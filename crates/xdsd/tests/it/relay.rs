@@ -8,7 +8,8 @@
 //! downstream NACK is in the relay's `/clients`; a type first asked is answered with what the
 //! upstream sends; the last client leaving unsubscribes upstream after the linger; a Fetch and a
 //! REST poll are answered from the cache; Envoy over per-type gRPC through a relay; a relay is
-//! ready while it holds a cache and not while its upstream never answered.
+//! ready while it holds a cache and not while its upstream never answered (unreachable, or
+//! accepting the stream and silent).
 
 use std::time::Duration;
 
@@ -540,7 +541,10 @@ async fn forty_downstream_clients_make_one_upstream_stream() {
     let dir = basic_resources(Transport::DeltaAds, 9);
     let xdsd = Xdsd::start(&dir.path()).await;
     xdsd.expect_loaded_since(0).await;
-    let relay = Relay::start(&xdsd.authority(), &[]).await;
+    // Nothing prefetched: the prefetched types are subscribed on the stream of clients without
+    // parameters, and these clients have a cluster (`xds.node.cluster`): one parameter set, one
+    // stream of their own.
+    let relay = Relay::start(&xdsd.authority(), &["--prefetch", "none"]).await;
     let mut clients = Vec::new();
     for i in 0..40 {
         let mut client = AdsStream::open(&relay.url(), &format!("fan-{i}"), CLUSTER, &[])
@@ -633,6 +637,77 @@ async fn a_relay_whose_upstream_never_answered_is_not_ready() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// An ADS server that accepts every stream, reads its requests and never answers; the
+/// requests it read are counted.
+struct Silent(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+type Never<T> =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, tonic::Status>> + Send>>;
+
+impl Silent {
+    fn keep_reading<T: Send + 'static>(&self, mut requests: tonic::Streaming<T>) {
+        let seen = self.0.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(_)) = requests.message().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+    }
+}
+
+#[tonic::async_trait]
+impl envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService for Silent {
+    type StreamAggregatedResourcesStream =
+        Never<envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = Never<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: tonic::Request<
+            tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest>,
+        >,
+    ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, tonic::Status> {
+        self.keep_reading(request.into_inner());
+        Ok(tonic::Response::new(Box::pin(tokio_stream::pending())))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: tonic::Request<tonic::Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::DeltaAggregatedResourcesStream>, tonic::Status> {
+        self.keep_reading(request.into_inner());
+        Ok(tonic::Response::new(Box::pin(tokio_stream::pending())))
+    }
+}
+
+#[tokio::test]
+async fn a_relay_whose_upstream_accepts_the_stream_and_never_answers_is_not_ready() {
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("an address");
+    let server = tonic::transport::Server::builder()
+        .add_service(AggregatedDiscoveryServiceServer::new(Silent(seen.clone())))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+    let upstream = tokio::spawn(server);
+    let relay = Relay::start(&addr.to_string(), &["--upstream-wait", "100ms"]).await;
+    // The relay's stream is up and asked for the prefetched types: connected, not answered.
+    relay
+        .wait_metric("xdsd_relay_upstream_connected", 1.0)
+        .await;
+    assert!(seen.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    for _ in 0..3 {
+        assert_eq!(
+            relay.readyz().await,
+            503,
+            "ready with nothing answered: the upstream only accepted the stream"
+        );
+    }
+    upstream.abort();
 }
 
 #[tokio::test]

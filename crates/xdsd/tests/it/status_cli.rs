@@ -152,6 +152,7 @@ async fn xdsd_status_shows_envoys_nack_with_its_message_and_file_and_wait_exits_
     }
     assert_eq!(one.status.code(), Some(1), "{}", describe(&one));
     let text = stdout(&one);
+    let text_one = text.clone();
     assert!(text.contains("CDS NACKED"), "{text}");
     assert!(text.contains("NACK of version "), "{text}");
     assert!(text.contains("broken.yaml (resource #1)"), "{text}");
@@ -176,6 +177,39 @@ async fn xdsd_status_shows_envoys_nack_with_its_message_and_file_and_wait_exits_
     assert!(
         cds["nack"]["origins"].to_string().contains("broken.yaml"),
         "{cds}"
+    );
+    // The version rejected and the one still run, labelled, in the table and for the client.
+    let rejected = cds["nack"]["version"].as_str().unwrap_or_default();
+    let accepted = cds["version"].as_str().unwrap_or_default();
+    assert!(
+        !rejected.is_empty() && !accepted.is_empty() && rejected != accepted,
+        "{cds}"
+    );
+    assert!(
+        row.contains(&format!(
+            "NACKED rejected {}, accepted {}",
+            &rejected[..8.min(rejected.len())],
+            &accepted[..8.min(accepted.len())]
+        )),
+        "the CDS cell: {row}"
+    );
+    assert!(
+        text_one.contains(&format!(
+            "CDS NACKED  rejected {rejected}, accepted {accepted}"
+        )),
+        "{text_one}"
+    );
+    // Each resource's version says whose it is: the response's (CSDS), its own (--admin).
+    let service = |text: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with("service "))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("service: {text}"))
+    };
+    assert!(service(&text_one).contains(" in response "), "{text_one}");
+    assert!(
+        service(&files).contains(" version ") && !service(&files).contains("in response"),
+        "{files}"
     );
 
     // --wait gives up while the NACK stands, listing who is not synced.
@@ -209,7 +243,7 @@ async fn xdsd_status_shows_envoys_nack_with_its_message_and_file_and_wait_exits_
 }
 
 #[tokio::test]
-async fn xdsd_status_exits_1_with_a_clear_error_when_no_server_answers() {
+async fn xdsd_status_exits_2_with_a_clear_error_when_no_server_answers() {
     // A port that was free a moment ago: nothing listens there.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -226,7 +260,7 @@ async fn xdsd_status_exits_1_with_a_clear_error_when_no_server_answers() {
         .output()
         .await
         .expect("xdsd status runs");
-    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("cannot connect to the CSDS server"),
         "{}",
@@ -276,9 +310,9 @@ async fn xdsd_status_speaks_mutual_tls_with_the_ca_and_a_client_certificate() {
 
     // Without a client certificate the server refuses the handshake; in plaintext, too.
     let no_cert = xdsd_status(&xdsd, &["--tls-ca", ca, "--timeout", "5s"]).await;
-    assert_eq!(no_cert.status.code(), Some(1), "{}", describe(&no_cert));
+    assert_eq!(no_cert.status.code(), Some(2), "{}", describe(&no_cert));
     let plaintext = xdsd_status(&xdsd, &["--timeout", "5s"]).await;
-    assert_eq!(plaintext.status.code(), Some(1), "{}", describe(&plaintext));
+    assert_eq!(plaintext.status.code(), Some(2), "{}", describe(&plaintext));
     // A certificate without its key is a usage error.
     let half = xdsd_status(&xdsd, &["--tls-ca", ca, "--tls-cert", cert]).await;
     assert_eq!(half.status.code(), Some(2), "{}", describe(&half));
@@ -309,4 +343,55 @@ async fn status_admin_at_the_xds_port_says_so_and_admin_without_node_is_an_error
         "{}",
         describe(&alone)
     );
+}
+
+/// `--server LIVE,DEAD`: what the live replica reports is printed, the dead one is listed
+/// UNREACHABLE with why, and the exit status is 1 (2 only when none answers); the same in JSON.
+#[tokio::test]
+async fn status_of_several_servers_with_one_down_shows_the_others_and_marks_it_unreachable() {
+    let dir = basic_resources(Transport::Ads, 9);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let dead = format!("127.0.0.1:{port}");
+    let servers = format!("{dead},{}", xdsd.authority());
+    let output = status_at(&servers, &["--timeout", "5s"]).await;
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("0 clients: 0 synced"),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("replica {dead} UNREACHABLE: "))
+                && l.contains("cannot connect")),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(&format!("{dead} is unreachable")),
+        "{}",
+        describe(&output)
+    );
+
+    let json = status_at(&servers, &["--timeout", "5s", "--output", "json"]).await;
+    assert_eq!(json.status.code(), Some(1), "{}", describe(&json));
+    let value: serde_json::Value = serde_json::from_str(&stdout(&json)).expect("JSON");
+    let down: Vec<&serde_json::Value> = value["replicas"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["unreachable"].is_string())
+        .collect();
+    assert_eq!(down.len(), 1, "{value:#}");
+    assert_eq!(down[0]["address"], dead.as_str(), "{value:#}");
+
+    // Both down: nothing to show, exit 2.
+    let both = status_at(&format!("{dead},{dead}"), &["--timeout", "5s"]).await;
+    assert_eq!(both.status.code(), Some(2), "{}", describe(&both));
 }

@@ -152,6 +152,18 @@ async fn the_status_page_in_chromium_shows_clients_nacks_the_graph_and_markup_as
         .nth(1)
         .unwrap_or_else(|| panic!("a NACK row: {dom}"));
     assert!(nack_row.contains("CDS NACKED"), "{nack_row}");
+    // The cell says the version rejected, as the NACK's row does, and the one still run.
+    let rejected = nack_row
+        .split("NACKED version ")
+        .nth(1)
+        .and_then(|r| r.split(':').next())
+        .unwrap_or_else(|| panic!("the rejected version: {nack_row}"));
+    assert!(
+        dom.contains(&format!(
+            "NACKED <span class=\"mono\">rejected {rejected}, accepted "
+        )),
+        "{dom}"
+    );
     assert!(nack_row.contains("broken"), "Envoy's message: {nack_row}");
     assert!(nack_row.contains("broken.yaml"), "the file: {nack_row}");
     // NACKED first.

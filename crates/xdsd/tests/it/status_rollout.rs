@@ -64,7 +64,7 @@ async fn status_shows_a_gated_rollout_waits_for_its_promotion_and_fails_at_once_
         let err = String::from_utf8_lossy(&output.stderr);
         assert_eq!(
             output.status.code(),
-            Some(1),
+            Some(2),
             "{what}: {}",
             describe(&output)
         );

@@ -354,6 +354,18 @@ impl DeltaMachine {
     ) {
         let on_demand = *self.core.type_url == *crate::types::VIRTUAL_HOST;
         for key in keys {
+            if crate::xdstp::is_glob(&key.0) {
+                // A glob collection (xRFC TP1): its members, each under its own name; with
+                // none, the glob's own name in `removed_resources` (TP1, "Glob").
+                let mut members = views.view(key.1).members(&key.0).peekable();
+                if members.peek().is_none() {
+                    g.removed.insert(key.clone());
+                }
+                for r in members {
+                    g.send(Keys::One((r.name().clone(), key.1)), r);
+                }
+                continue;
+            }
             match views.get(&key.0, key.1) {
                 Some(r) => g.send(Keys::One(key.clone()), r),
                 // Not known yet (pending): answered once the name resolves.

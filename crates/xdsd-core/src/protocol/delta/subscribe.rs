@@ -208,7 +208,21 @@ impl DeltaMachine {
             };
             unsubscribed = true;
             self.core.forced.remove(&key);
-            if self.core.wildcard.is_on() {
+            if crate::xdstp::is_glob(&key.0) {
+                // The client drops the members only the glob gave it (as for the wildcard).
+                let (pid, names, wildcard) = (key.1, &self.names, self.core.wildcard.pid());
+                if let Some((prefix, query)) = crate::xdstp::glob_parts(&key.0) {
+                    self.has.retain(|k| {
+                        k.1 != pid
+                            || !crate::xdstp::is_member(prefix, query, &k.0)
+                            || names.contains(k)
+                            || wildcard == Some(pid)
+                    });
+                }
+            } else if self.core.wildcard.is_on() || self.in_glob(&key.0, key.1) {
+                // Still covered by the wildcard or a glob, or not: the client cannot tell,
+                // so it is owed the resource or its removal (the spec's rule for `*` with a
+                // name, "Unsubscribing", applied to a glob with one of its members).
                 self.recheck.insert(key);
             } else {
                 self.has.remove(&key);

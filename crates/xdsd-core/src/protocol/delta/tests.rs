@@ -1613,3 +1613,136 @@ fn a_name_that_is_not_utf8_subscribes_to_nothing_and_is_reported_as_not_there() 
     assert_eq!(names, ["a"]);
     assert_eq!(removed, ["\u{fffd}\u{fffd}"]);
 }
+
+/// Glob collections (xRFC TP1), delta: the rules of #57.
+mod glob {
+    use super::*;
+
+    const T: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    const C1: &str = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+
+    fn n(id: &str) -> String {
+        format!("{C1}/{id}")
+    }
+
+    fn harness(members: &[&str]) -> Harness {
+        let names: Vec<String> = members.iter().map(|m| n(m)).collect();
+        let resources: Vec<(&str, &str)> = names.iter().map(|m| (m.as_str(), "1")).collect();
+        Harness::new(T, &resources)
+    }
+
+    #[test]
+    fn glob_sends_the_members_directly_under_its_path_not_below() {
+        let mut h = harness(&["e1", "e2", "sub/e3"]);
+        set(
+            &h.store,
+            T,
+            "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c10/e4",
+            "1",
+        );
+        let glob = n("*");
+        h.request(Req {
+            subscribe: &[&glob],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e1"), &n("e2")], &[]));
+    }
+
+    #[test]
+    fn glob_with_parameters_matches_members_with_equal_parameters() {
+        let mut h = harness(&["e1", "e2?k=v", "e3?k=v&z=1", "e4?k=w"]);
+        let glob = n("*?k=v");
+        h.request(Req {
+            subscribe: &[&glob],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e2?k=v")], &[]));
+    }
+
+    #[test]
+    fn glob_parameters_are_matched_in_any_order() {
+        // The store keeps names canonical (parameters sorted): a file's `?z=1&k=v` is
+        // `?k=v&z=1`, and a glob subscribed as `?z=1&k=v` finds it.
+        let mut h = harness(&[]);
+        set(&h.store, T, &n("e1?z=1&k=v"), "1");
+        let glob = n("*?z=1&k=v");
+        h.request(Req {
+            subscribe: &[&glob],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e1?k=v&z=1")], &[]));
+    }
+
+    #[test]
+    fn empty_glob_is_answered_with_its_name_in_removed_resources() {
+        let mut h = harness(&["e1"]);
+        let glob = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c2/*";
+        h.request(Req {
+            subscribe: &[glob],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[], &[glob]));
+    }
+
+    #[test]
+    fn glob_members_added_changed_and_removed_are_sent() {
+        let mut h = harness(&["e1"]);
+        let glob = n("*");
+        h.request(Req {
+            subscribe: &[&glob],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e1")], &[]));
+        h.set(&n("e2"), "1");
+        assert_eq!(h.expect(), seen(&[&n("e2")], &[]));
+        h.set(&n("e1"), "2");
+        assert_eq!(h.expect(), seen(&[&n("e1")], &[]));
+        h.remove(&n("e1"));
+        assert_eq!(h.expect(), seen(&[], &[&n("e1")]));
+        // Not a member: nothing.
+        h.set(&n("sub/e9"), "1");
+        h.expect_none();
+    }
+
+    #[test]
+    fn unsubscribing_a_glob_forgets_its_members() {
+        let mut h = harness(&["e1", "e2"]);
+        let glob = n("*");
+        h.request(Req {
+            subscribe: &[&glob, &n("e2")],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e1"), &n("e2")], &[]));
+        h.request(Req {
+            unsubscribe: &[&glob],
+            ..Default::default()
+        });
+        h.expect_none();
+        // e1 is no longer watched; e2 still is, by name.
+        h.set(&n("e1"), "2");
+        h.expect_none();
+        h.set(&n("e2"), "2");
+        assert_eq!(h.expect(), seen(&[&n("e2")], &[]));
+    }
+
+    #[test]
+    fn glob_and_singleton_overlap_follow_the_wildcard_rule() {
+        // Subscribed by the glob and by name; the name unsubscribed: the client cannot tell
+        // whether the glob still covers it, so it is sent again (it is still a member).
+        let mut h = harness(&["e1"]);
+        let glob = n("*");
+        h.request(Req {
+            subscribe: &[&glob, &n("e1")],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e1")], &[]));
+        h.request(Req {
+            unsubscribe: &[&n("e1")],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e1")], &[]));
+        // And still followed through the glob.
+        h.set(&n("e1"), "2");
+        assert_eq!(h.expect(), seen(&[&n("e1")], &[]));
+    }
+}

@@ -186,3 +186,14 @@ fn a_one_shot_answer_waits_for_an_asked_name_pending_and_absent_until_its_time()
     pending.resolve([&PendingName::new(CLUSTER_LOAD_ASSIGNMENT, "a")]);
     assert_eq!(taken(&["a"]).waits_until(&store.snapshot()), None);
 }
+
+#[test]
+fn a_one_shot_answer_to_a_glob_collection_is_its_members() {
+    const T: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+    let (e1, e2, deeper) = (format!("{c1}/e1"), format!("{c1}/e2"), format!("{c1}/x/e3"));
+    let store = store_with(T, &[(&e1, "1"), (&e2, "1"), (&deeper, "1")]);
+    let glob = format!("{c1}/*");
+    let answer = answer(&store, T, &[&glob], "");
+    assert_eq!(names(&answer.response), [e1, e2]);
+}

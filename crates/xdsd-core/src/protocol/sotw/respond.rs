@@ -9,7 +9,7 @@ use super::{
     shared, LastSent, ResourceList, SentMark, SotwMachine, SotwResources, SotwResponse, Subscribed,
 };
 use crate::protocol::machine::Machine;
-use crate::protocol::{part_len, NonceGen, ParamSetId, Views, PART_OVERHEAD};
+use crate::protocol::{part_len, Key, NonceGen, ParamSetId, Views, PART_OVERHEAD};
 use crate::store::{field_len, Resource};
 
 impl SotwMachine {
@@ -225,7 +225,11 @@ impl SotwMachine {
                 .flat_map(|n| self.keys_of(n))
                 .any(|k| {
                     let now = views.get(&k.0, k.1).map(|r| SentMark::of(r));
-                    let sent = self.names.get(&k.0, k.1).copied().flatten();
+                    let sent = match self.names.get(&k.0, k.1) {
+                        Some(sent) => *sent,
+                        // A member of a glob collection.
+                        None => self.members.get(&k).copied(),
+                    };
                     now != sent
                 }),
         };
@@ -255,6 +259,12 @@ impl SotwMachine {
                 out.push(r.clone());
             }
         }
+        if !self.globs.is_empty() {
+            // Every member of each glob collection (a full-state response holds them all).
+            self.members.clear();
+            let globs = self.globs.clone();
+            self.owe_members(views, globs.iter(), &mut out);
+        }
         Some(SotwResources::Some(shared(dedup(out))))
     }
 
@@ -265,6 +275,9 @@ impl SotwMachine {
     fn owed_keys(&mut self, views: &Views) -> Option<Vec<Arc<Resource>>> {
         let mut out: Vec<Arc<Resource>> =
             Vec::with_capacity(self.core.forced.len() + self.core.dirty.len());
+        if !self.globs.is_empty() {
+            self.owe_glob_changes(views, &mut out);
+        }
         let (names, pids, wildcard) = (&mut self.names, &self.core.pids, self.core.wildcard.pid());
         for (name, pid) in &self.core.forced {
             // Still subscribed: a request may have dropped it since it was forced.
@@ -288,6 +301,33 @@ impl SotwMachine {
             }
         }
         (!out.is_empty()).then(|| dedup(out))
+    }
+
+    /// The members owed of the glob collections subscribed: every member of a glob forced (newly
+    /// subscribed), and the changed members the client was not sent as they are now.
+    fn owe_glob_changes(&mut self, views: &Views, out: &mut Vec<Arc<Resource>>) {
+        let forced: Vec<Key> = self
+            .globs
+            .iter()
+            .filter(|k| self.core.forced.contains(*k))
+            .cloned()
+            .collect();
+        self.owe_members(views, forced.iter(), out);
+        let changed: Vec<Key> = self
+            .core
+            .dirty
+            .iter()
+            .flat_map(|n| {
+                self.core
+                    .pids
+                    .iter()
+                    .filter(|p| self.in_glob(n, **p))
+                    .map(move |p| (n.clone(), *p))
+            })
+            .collect();
+        for (name, pid) in changed {
+            self.owe_member(views, &name, pid, out);
+        }
     }
 
     /// What [`Self::owed_keys`] gives when every key may have changed (`check_all`, no key
@@ -349,6 +389,18 @@ impl SotwMachine {
     /// endpoints) is read in the view's order: each resource is looked up once, and comes out
     /// sorted.
     fn all_subscribed(&mut self, views: &Views) -> Option<SotwResources> {
+        if !self.globs.is_empty() {
+            // With glob collections: every key's resource, and every member of each glob.
+            self.record_all_sent(views);
+            let mut out: Vec<Arc<Resource>> = self
+                .names
+                .keys()
+                .filter_map(|(name, pid)| views.get(name, pid).cloned())
+                .collect();
+            let globs = self.globs.clone();
+            self.owe_members(views, globs.iter(), &mut out);
+            return (!out.is_empty()).then(|| SotwResources::Some(shared(dedup(out))));
+        }
         if let [pid] = self.core.pids[..] {
             let view = views.view(pid);
             if crate::protocol::in_view_order(view, self.names.len()) {

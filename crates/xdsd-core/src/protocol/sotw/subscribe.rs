@@ -138,6 +138,9 @@ impl SotwMachine {
         }
         self.core.pids = pids;
         self.names = names;
+        if !added.is_empty() || !removed.is_empty() {
+            self.find_globs();
+        }
         if !added.is_empty() || !removed.is_empty() || change.wildcard.is_some() {
             // What is left of a split response is owed to the new subscription.
             self.fold_rest();

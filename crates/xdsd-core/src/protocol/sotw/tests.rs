@@ -1037,3 +1037,64 @@ fn the_control_plane_is_named_in_the_first_response_of_the_type_only() {
     let push = h.poll().expect("a push");
     assert!(!push.control_plane, "a later one does not repeat it");
 }
+
+/// Glob collections (xRFC TP1), SotW: the rules of #57.
+mod glob {
+    use super::*;
+
+    const T: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    const C1: &str = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+
+    fn n(id: &str) -> String {
+        format!("{C1}/{id}")
+    }
+
+    fn harness(members: &[&str]) -> Harness {
+        let names: Vec<String> = members.iter().map(|m| n(m)).collect();
+        let resources: Vec<(&str, &str)> = names.iter().map(|m| (m.as_str(), "1")).collect();
+        Harness::new(T, &resources)
+    }
+
+    #[test]
+    fn sotw_glob_sends_the_members_directly_under_its_path_with_equal_parameters() {
+        let mut h = harness(&["e1", "e2", "sub/e3", "e4?k=v"]);
+        let glob = n("*");
+        h.request(&[&glob], "", "");
+        assert_eq!(h.expect().0, [n("e1"), n("e2")]);
+    }
+
+    #[test]
+    fn sotw_glob_members_added_and_changed_are_sent() {
+        let mut h = harness(&["e1"]);
+        let glob = n("*");
+        h.request(&[&glob], "", "");
+        let (names, version, nonce) = h.expect();
+        assert_eq!(names, [n("e1")]);
+        h.request(&[&glob], &nonce, &version);
+        h.set(&n("e2"), "1");
+        h.notify(&[&n("e2")]);
+        assert_eq!(h.expect().0, [n("e2")]);
+        h.set(&n("e1"), "2");
+        h.notify(&[&n("e1")]);
+        assert_eq!(h.expect().0, [n("e1")]);
+        // Not a member: nothing.
+        h.set(&n("sub/e9"), "1");
+        h.notify(&[&n("sub/e9")]);
+        assert!(h.poll().is_none());
+    }
+
+    #[test]
+    fn sotw_full_state_glob_response_holds_every_member_and_drops_a_removed_one() {
+        let l1 = "xdstp://a/envoy.config.listener.v3.Listener/in/l1";
+        let l2 = "xdstp://a/envoy.config.listener.v3.Listener/in/l2";
+        let mut h = Harness::new(LISTENER, &[(l1, "1"), (l2, "1")]);
+        let glob = "xdstp://a/envoy.config.listener.v3.Listener/in/*";
+        h.request(&[glob], "", "");
+        let (names, version, nonce) = h.expect();
+        assert_eq!(names, [l1, l2]);
+        h.request(&[glob], &nonce, &version);
+        h.remove(l2);
+        h.notify(&[l2]);
+        assert_eq!(h.expect().0, [l1]);
+    }
+}

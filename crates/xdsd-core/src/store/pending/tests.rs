@@ -138,3 +138,66 @@ fn a_name_expires_at_its_time_and_wakes_its_watchers() {
     assert!(!of_type.is_pending("a", &ParamSet::new()));
     assert!(of_type.is_pending("b", &ParamSet::new()));
 }
+
+#[test]
+fn names_declared_together_are_declared_in_one_swap_up_to_the_limit() {
+    let store = Store::new();
+    let pending = store.pending_names();
+    pending.set_limit(3);
+    let until = Instant::now() + WAIT;
+    pending.declare(name("a"), until).expect("room");
+    let results = pending.declare_all(["a", "b", "c", "d"].map(name), until);
+    assert_eq!(
+        results,
+        vec![
+            Ok(false),
+            Ok(true),
+            Ok(true),
+            Err(PendingError::Full { limit: 3 })
+        ]
+    );
+    let snapshot = store.snapshot();
+    let of_type = snapshot.pending(CLUSTER).expect("pending names");
+    for n in ["a", "b", "c"] {
+        assert!(of_type.is_pending(n, &ParamSet::new()), "{n}");
+    }
+    assert!(!of_type.is_pending("d", &ParamSet::new()));
+}
+
+#[test]
+fn a_declaration_copies_only_what_it_changes_of_the_names_pending() {
+    let store = Store::new();
+    let pending = store.pending_names();
+    pending.set_limit(100_000);
+    let until = Instant::now() + WAIT;
+    let many: Vec<PendingName> = (0..10_000).map(|i| name(&format!("n{i}"))).collect();
+    pending.declare_all(many, until);
+    let before = store.snapshot();
+    pending.declare(name("one-more"), until).expect("room");
+    let after = store.snapshot();
+    let (a, b) = (
+        before.pending(CLUSTER).expect("pending"),
+        after.pending(CLUSTER).expect("pending"),
+    );
+    let shared = a
+        .shards
+        .iter()
+        .zip(b.shards.iter())
+        .filter(|(x, y)| Arc::ptr_eq(x, y))
+        .count();
+    assert_eq!(shared, SHARDS - 1, "one shard copied, the others shared");
+    assert!(!a.is_pending("one-more", &ParamSet::new()));
+    assert!(b.is_pending("one-more", &ParamSet::new()));
+    // Resolving one copies one shard too.
+    pending.resolve([&name("n7")]);
+    let resolved = store.snapshot();
+    let c = resolved.pending(CLUSTER).expect("pending");
+    let shared = b
+        .shards
+        .iter()
+        .zip(c.shards.iter())
+        .filter(|(x, y)| Arc::ptr_eq(x, y))
+        .count();
+    assert_eq!(shared, SHARDS - 1);
+    assert!(!c.is_pending("n7", &ParamSet::new()));
+}

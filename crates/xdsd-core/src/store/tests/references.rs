@@ -699,3 +699,81 @@ mod replace_names {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// LEDS collection references (xRFC TP1 glob collections).
+
+mod leds {
+    use super::*;
+    use envoy_types::pb::envoy::config::endpoint::v3::locality_lb_endpoints::LbConfig;
+    use envoy_types::pb::envoy::config::endpoint::v3::{
+        ClusterLoadAssignment, LedsClusterLocalityConfig, LocalityLbEndpoints,
+    };
+
+    fn cla(collection: &str) -> ResourceInput {
+        let cla = ClusterLoadAssignment {
+            cluster_name: "backend".into(),
+            endpoints: vec![LocalityLbEndpoints {
+                lb_config: Some(LbConfig::LedsClusterLocalityConfig(
+                    LedsClusterLocalityConfig {
+                        leds_config: ads(),
+                        leds_collection_name: collection.into(),
+                    },
+                )),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        from("endpoints.yaml", CLUSTER_LOAD_ASSIGNMENT, "backend", cla)
+    }
+
+    #[test]
+    fn a_leds_collection_with_no_members_is_not_dangling() {
+        let store = Store::new();
+        store
+            .replace_all([cla(
+                "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/backend/*",
+            )])
+            .unwrap();
+    }
+
+    #[test]
+    fn a_leds_collection_name_that_is_not_a_glob_is_an_error() {
+        for (name, fault) in [
+            (
+                "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/backend/ep1",
+                "its last path segment is not *",
+            ),
+            ("backend-endpoints", "begins with"),
+            (
+                "xdstp://a/envoy.config.cluster.v3.Cluster/backend/*",
+                "not the resource's type",
+            ),
+        ] {
+            let err = Store::new().replace_all([cla(name)]).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("endpoints.yaml (resource #1)")
+                    && text.contains("leds_collection_name")
+                    && text.contains("not a glob collection")
+                    && text.contains(fault),
+                "{name}: {text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_xdstp_reference_resolves_whatever_the_order_of_its_parameters() {
+    let route_name = "xdstp://a/envoy.config.route.v3.RouteConfiguration/r?b=2&a=1";
+    Store::new()
+        .replace_all([
+            listener("l", route_name),
+            route(
+                "xdstp://a/envoy.config.route.v3.RouteConfiguration/r?a=1&b=2",
+                "c",
+            ),
+            static_cluster("c"),
+        ])
+        .unwrap();
+}
