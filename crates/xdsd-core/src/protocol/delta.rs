@@ -21,7 +21,7 @@ use super::{
     part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, ParamSetId, RequestKind, Subscribe,
     SubscriptionChange, Views, PART_OVERHEAD,
 };
-use crate::hash::HashSet;
+use crate::hash::{HashMap, HashSet};
 use crate::params::Constraints;
 use crate::store::{Encoding, Resource, TypeSnapshot};
 use gather::Owed;
@@ -107,6 +107,10 @@ pub struct DeltaMachine {
     /// The members the subscribed glob collections (xRFC TP1) had when the subscription last
     /// changed: they count against the stream's names budget ([`Machine::key_count`]).
     glob_members: usize,
+    /// The client's spelling of the xdstp names it subscribed to non-canonically (`?b=2&a=1`),
+    /// by canonical name: they are subscribed canonically and answered under the client's
+    /// spelling. Empty for every other client: opaque and canonical names never look here.
+    spelled: HashMap<Arc<str>, Arc<str>>,
 }
 
 impl DeltaMachine {
@@ -207,6 +211,64 @@ impl DeltaMachine {
 }
 
 impl DeltaMachine {
+    /// Records the spellings of the xdstp names a request subscribes to non-canonically, and
+    /// forgets those it unsubscribes from. Only names that start with `xdstp:` are looked at
+    /// past six bytes; a request names only what it changes.
+    fn respell(&mut self, request: &DeltaRequest) {
+        for name in request.resource_names_unsubscribe.iter() {
+            if let Some(c) = std::str::from_utf8(name)
+                .ok()
+                .and_then(crate::xdstp::canonical)
+            {
+                self.spelled.remove(&c);
+            }
+        }
+        for name in request.resource_names_subscribe.iter() {
+            let Ok(name) = std::str::from_utf8(name) else {
+                continue;
+            };
+            if let Some(c) = crate::xdstp::canonical(name) {
+                self.spelled.insert(c, Arc::from(name));
+            } else if !self.spelled.is_empty() && crate::xdstp::is_xdstp(name) {
+                // Subscribed by its canonical name now: answered under it.
+                self.spelled.remove(name);
+            }
+        }
+    }
+
+    /// A response with the resources and removals of names the client spelled
+    /// non-canonically under its spelling. Nothing to do (no lookup) for every other client.
+    fn spell(&self, mut response: DeltaResponse) -> DeltaResponse {
+        if self.spelled.is_empty() {
+            return response;
+        }
+        let mut renamed = false;
+        for r in response
+            .resources
+            .iter_mut()
+            .chain(&mut response.heartbeats)
+        {
+            if let Some(spelling) = self.spelled.get(r.name()) {
+                *r = Arc::new(r.renamed(spelling.clone()));
+                renamed = true;
+            }
+        }
+        for name in response
+            .removed
+            .iter_mut()
+            .chain(response.removed_variants.iter_mut().map(|(n, _)| n))
+        {
+            if let Some(spelling) = self.spelled.get(name) {
+                *name = spelling.clone();
+            }
+        }
+        if renamed {
+            // The run shared by other streams names the resources canonically.
+            response.whole = None;
+        }
+        response
+    }
+
     /// The members the store has of the glob collections subscribed (a walk of the names under
     /// each glob's path), for the names budget. Made on a request that names something, which
     /// already walks the subscribed names.
@@ -262,6 +324,7 @@ impl Machine for DeltaMachine {
             heartbeat: HashSet::default(),
             split: VecDeque::new(),
             glob_members: 0,
+            spelled: HashMap::default(),
         }
     }
 
@@ -347,6 +410,7 @@ impl Machine for DeltaMachine {
                     &request.resource_names_unsubscribe,
                     subscribe.default,
                     unsubscribe_locators,
+                    true,
                 )
                 .collect()
             };
@@ -367,6 +431,9 @@ impl Machine for DeltaMachine {
         self.set_wildcard(wildcard);
         // A reconnecting client tells what it already has: only differences are sent.
         let reconnecting = initial && !request.initial_resource_versions.is_empty();
+        if names_something {
+            self.respell(request);
+        }
         let pids_added = self.subscribe(request, subscribe, reconnecting, current);
         if initial {
             self.claim_wildcard_keys(request, current);
@@ -477,7 +544,8 @@ impl Machine for DeltaMachine {
             part
         };
         let oversized = self.core.warn_once(oversized);
-        self.emit(part, views, nonces, respond, oversized)
+        let response = self.emit(part, views, nonces, respond, oversized)?;
+        Some(self.spell(response))
     }
 
     /// Whether the client holds `name` as the store holds it now.
