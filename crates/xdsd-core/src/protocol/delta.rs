@@ -107,6 +107,11 @@ pub struct DeltaMachine {
     /// The members the subscribed glob collections (xRFC TP1) had when the subscription last
     /// changed: they count against the stream's names budget ([`Machine::key_count`]).
     glob_members: usize,
+    /// The members of glob collections the client holds that no name of `names` subscribes to,
+    /// counted as they are sent and removed (a look only at xdstp names): with `glob_members`,
+    /// a member added to a collection after the subscription counts too, at the cost of that
+    /// change.
+    held_members: usize,
     /// The client's spelling of the xdstp names it subscribed to non-canonically (`?b=2&a=1`),
     /// by canonical name: they are subscribed canonically and answered under the client's
     /// spelling. Empty for every other client: opaque and canonical names never look here.
@@ -298,6 +303,12 @@ fn in_glob(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
             .is_some_and(|c| c != name && names.contains(&(&*c, pid) as &dyn KeyLookup))
 }
 
+/// Whether `key` is subscribed by a glob collection of `names` and not by its own name: a
+/// member that counts apart against the names budget. Only xdstp names pay for the look.
+fn glob_only(names: &SubscribedKeys, key: &Key) -> bool {
+    crate::xdstp::is_xdstp(&key.0) && !names.contains(key) && in_glob(names, &key.0, key.1)
+}
+
 /// Whether `names` subscribes to `name` with `pid`, by name or by a glob collection.
 fn covers(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
     names.contains(&(name, pid) as &dyn KeyLookup) || in_glob(names, name, pid)
@@ -324,6 +335,7 @@ impl Machine for DeltaMachine {
             heartbeat: HashSet::default(),
             split: VecDeque::new(),
             glob_members: 0,
+            held_members: 0,
             spelled: HashMap::default(),
         }
     }
@@ -442,6 +454,12 @@ impl Machine for DeltaMachine {
         self.update_pids(pids_added, unsubscribed);
         if names_something {
             self.glob_members = self.count_glob_members(current);
+            if self.glob_members > 0 || self.held_members > 0 {
+                // The subscription changed (a glob unsubscribed forgets its members): counted
+                // again from what the client holds, as the names were walked.
+                let (names, has) = (&self.names, &self.has);
+                self.held_members = has.iter().filter(|(k, _)| glob_only(names, k)).count();
+            }
         }
         let change = self.change(names_something, wildcard_before, names_before, current);
         (kind, change)
@@ -479,7 +497,7 @@ impl Machine for DeltaMachine {
     /// How many keys (name and parameter set) are subscribed, each member of a glob collection
     /// counted as one (as the collection was when the subscription last changed).
     fn key_count(&self) -> usize {
-        self.names.len() + self.glob_members
+        self.names.len() + self.glob_members.max(self.held_members)
     }
 
     /// Whether a response is owed.
