@@ -87,7 +87,10 @@ struct RunArgs {
     /// needs --xdsd-bin; not by default), s11 (--s11-relays relays × --s11-streams streams behind
     /// one xdsd, a change to every stream; needs --xdsd-bin; not by default), s12 (a relay
     /// holding --s12-names EDS names on one upstream stream, --s12-streams delta streams behind
-    /// it, against the direct path; needs --xdsd-bin; not by default), soak (3 etcd, 2
+    /// it, against the direct path; needs --xdsd-bin; not by default), s13 (LEDS: a cluster of
+    /// --s13-endpoints endpoints held by --s13-streams delta streams, one endpoint added, as a
+    /// glob collection against one ClusterLoadAssignment and a one-endpoint one's change; xdsd
+    /// in process; not by default), soak (3 etcd, 2
     /// replicas, 2 relays, churn and faults for --soak-duration, checked all along; needs
     /// --xdsd-bin and etcd; exits 1 when an invariant broke; not by default).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6,s7")]
@@ -148,6 +151,12 @@ struct RunArgs {
     /// S12 delta streams behind the relay (and on the direct path).
     #[arg(long, default_value_t = 10)]
     s12_streams: usize,
+    /// S13 (LEDS) delta streams (default: 1000; 50 with --quick).
+    #[arg(long)]
+    s13_streams: Option<usize>,
+    /// S13 endpoints of the cluster every stream holds.
+    #[arg(long, default_value_t = 10_000)]
+    s13_endpoints: usize,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]
     streams_per_connection: Option<usize>,
@@ -259,6 +268,8 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         s11_streams: a.s11_streams.unwrap_or(if q { 10 } else { 1000 }),
         s12_names: or(&a.s12_names, &[2000], &[100_000]),
         s12_streams: a.s12_streams,
+        s13_streams: a.s13_streams.unwrap_or(if q { 50 } else { 1000 }),
+        s13_endpoints: a.s13_endpoints,
         sync_timeout_s: if q { 30 } else { 180 },
         change_timeout_s: if q { 15 } else { 60 },
     })

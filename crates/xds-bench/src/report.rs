@@ -154,6 +154,24 @@ pub fn markdown(rows: &[Row]) -> String {
         }
         out.push('\n');
     }
+    let s13: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S13").collect();
+    if !s13.is_empty() {
+        out.push_str("### S13 LEDS: one endpoint added to a cluster every stream holds, as a glob collection (leds), as one ClusterLoadAssignment (eds) and as a one-endpoint ClusterLoadAssignment's change (eds-1)\n\nConvergence = from the commit to the last stream having it (ms); bytes what the streams received for the change; the ratios in leds's notes.\n\n");
+        out.push_str("| mode | streams | convergence ms | client p50 | client p99 | KiB sent | notes |\n|---|---|---|---|---|---|---|\n");
+        for r in &s13 {
+            let [_, _, _, conv] = ms(&r.conv_ms);
+            let [p50, _, p99, _] = ms(&r.client_ms);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {conv} | {p50} | {p99} | {:.1} | {} |",
+                r.mode,
+                r.streams,
+                r.bytes as f64 / 1024.0,
+                note(r)
+            );
+        }
+        out.push('\n');
+    }
     let s2: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S2").collect();
     if !s2.is_empty() {
         out.push_str("### S2 large state: one Cluster changes; SotW resends every cluster, delta only the changed one\n\n");

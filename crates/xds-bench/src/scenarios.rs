@@ -15,11 +15,13 @@ use crate::control::{parse_ok, self_cpu_seconds, Proc, Server};
 use crate::server::hex;
 
 mod gated;
+mod leds;
 mod relay;
 mod relay_scale;
 #[cfg(test)]
 use gated::in_cohort;
 pub use gated::{s8, s9};
+pub use leds::s13;
 pub use relay::{s10, s11};
 pub use relay_scale::s12;
 
@@ -131,6 +133,9 @@ pub struct Plan {
     /// S12: names the relay holds, and the streams behind it.
     pub s12_names: Vec<usize>,
     pub s12_streams: usize,
+    /// S13 (LEDS): delta streams, and endpoints of the cluster.
+    pub s13_streams: usize,
+    pub s13_endpoints: usize,
     pub sync_timeout_s: u64,
     pub change_timeout_s: u64,
 }
@@ -915,6 +920,9 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
         for &n in &plan.s12_names {
             rows.extend(s12(ctx, n).await);
         }
+    }
+    if wants("s13") {
+        rows.extend(s13(ctx).await);
     }
     if wants("s7") && plan.servers.contains(&Server::XdsdDir) {
         for &files in &plan.s7_files {

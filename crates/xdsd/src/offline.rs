@@ -347,11 +347,40 @@ fn run_check(args: &CheckArgs) -> Result<(), Failure> {
             format!(" ({names} names)")
         };
         println!(
-            "  {:<18} {resources:>6}{variants}  {type_url}",
-            file_stem(type_url)
+            "  {:<18} {resources:>6}{variants}{}  {type_url}",
+            type_label(type_url),
+            in_collections(&snapshot, type_url)
         );
     }
     Ok(())
+}
+
+/// A type's label in `check`'s summary: its file name (`clusters`), `lb_endpoints` for LEDS's
+/// `LbEndpoint` (its full message name would not fit the column).
+fn type_label(type_url: &str) -> String {
+    if type_url == types::LB_ENDPOINT {
+        "lb_endpoints".to_owned()
+    } else {
+        file_stem(type_url)
+    }
+}
+
+/// For LEDS's `LbEndpoint`: in how many glob collections its resources are (" in 2
+/// collections"); nothing for other types.
+fn in_collections(snapshot: &xdsd_core::store::Snapshot, type_url: &str) -> String {
+    if type_url != types::LB_ENDPOINT {
+        return String::new();
+    }
+    let collections: std::collections::BTreeSet<String> = snapshot
+        .get(type_url)
+        .into_iter()
+        .flat_map(|t| t.iter())
+        .filter_map(|r| xdsd_core::xdstp::collection_of(r.name()))
+        .collect();
+    match collections.len() {
+        1 => " in 1 collection".to_owned(),
+        n => format!(" in {n} collections"),
+    }
 }
 
 /// `xdsd render`.

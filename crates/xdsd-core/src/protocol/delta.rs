@@ -21,7 +21,7 @@ use super::{
     part_len, request_keys, Key, KeyLookup, Nonce, NonceGen, ParamSetId, RequestKind, Subscribe,
     SubscriptionChange, Views, PART_OVERHEAD,
 };
-use crate::hash::HashSet;
+use crate::hash::{HashMap, HashSet};
 use crate::params::Constraints;
 use crate::store::{Encoding, Resource, TypeSnapshot};
 use gather::Owed;
@@ -107,6 +107,15 @@ pub struct DeltaMachine {
     /// The members the subscribed glob collections (xRFC TP1) had when the subscription last
     /// changed: they count against the stream's names budget ([`Machine::key_count`]).
     glob_members: usize,
+    /// The members of glob collections the client holds that no name of `names` subscribes to,
+    /// counted as they are sent and removed (a look only at xdstp names): with `glob_members`,
+    /// a member added to a collection after the subscription counts too, at the cost of that
+    /// change.
+    held_members: usize,
+    /// The client's spelling of the xdstp names it subscribed to non-canonically (`?b=2&a=1`),
+    /// by canonical name: they are subscribed canonically and answered under the client's
+    /// spelling. Empty for every other client: opaque and canonical names never look here.
+    spelled: HashMap<Arc<str>, Arc<str>>,
 }
 
 impl DeltaMachine {
@@ -207,6 +216,64 @@ impl DeltaMachine {
 }
 
 impl DeltaMachine {
+    /// Records the spellings of the xdstp names a request subscribes to non-canonically, and
+    /// forgets those it unsubscribes from. Only names that start with `xdstp:` are looked at
+    /// past six bytes; a request names only what it changes.
+    fn respell(&mut self, request: &DeltaRequest) {
+        for name in request.resource_names_unsubscribe.iter() {
+            if let Some(c) = std::str::from_utf8(name)
+                .ok()
+                .and_then(crate::xdstp::canonical)
+            {
+                self.spelled.remove(&c);
+            }
+        }
+        for name in request.resource_names_subscribe.iter() {
+            let Ok(name) = std::str::from_utf8(name) else {
+                continue;
+            };
+            if let Some(c) = crate::xdstp::canonical(name) {
+                self.spelled.insert(c, Arc::from(name));
+            } else if !self.spelled.is_empty() && crate::xdstp::is_xdstp(name) {
+                // Subscribed by its canonical name now: answered under it.
+                self.spelled.remove(name);
+            }
+        }
+    }
+
+    /// A response with the resources and removals of names the client spelled
+    /// non-canonically under its spelling. Nothing to do (no lookup) for every other client.
+    fn spell(&self, mut response: DeltaResponse) -> DeltaResponse {
+        if self.spelled.is_empty() {
+            return response;
+        }
+        let mut renamed = false;
+        for r in response
+            .resources
+            .iter_mut()
+            .chain(&mut response.heartbeats)
+        {
+            if let Some(spelling) = self.spelled.get(r.name()) {
+                *r = Arc::new(r.renamed(spelling.clone()));
+                renamed = true;
+            }
+        }
+        for name in response
+            .removed
+            .iter_mut()
+            .chain(response.removed_variants.iter_mut().map(|(n, _)| n))
+        {
+            if let Some(spelling) = self.spelled.get(name) {
+                *name = spelling.clone();
+            }
+        }
+        if renamed {
+            // The run shared by other streams names the resources canonically.
+            response.whole = None;
+        }
+        response
+    }
+
     /// The members the store has of the glob collections subscribed (a walk of the names under
     /// each glob's path), for the names budget. Made on a request that names something, which
     /// already walks the subscribed names.
@@ -236,6 +303,12 @@ fn in_glob(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
             .is_some_and(|c| c != name && names.contains(&(&*c, pid) as &dyn KeyLookup))
 }
 
+/// Whether `key` is subscribed by a glob collection of `names` and not by its own name: a
+/// member that counts apart against the names budget. Only xdstp names pay for the look.
+fn glob_only(names: &SubscribedKeys, key: &Key) -> bool {
+    crate::xdstp::is_xdstp(&key.0) && !names.contains(key) && in_glob(names, &key.0, key.1)
+}
+
 /// Whether `names` subscribes to `name` with `pid`, by name or by a glob collection.
 fn covers(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
     names.contains(&(name, pid) as &dyn KeyLookup) || in_glob(names, name, pid)
@@ -262,6 +335,8 @@ impl Machine for DeltaMachine {
             heartbeat: HashSet::default(),
             split: VecDeque::new(),
             glob_members: 0,
+            held_members: 0,
+            spelled: HashMap::default(),
         }
     }
 
@@ -347,6 +422,7 @@ impl Machine for DeltaMachine {
                     &request.resource_names_unsubscribe,
                     subscribe.default,
                     unsubscribe_locators,
+                    true,
                 )
                 .collect()
             };
@@ -367,6 +443,9 @@ impl Machine for DeltaMachine {
         self.set_wildcard(wildcard);
         // A reconnecting client tells what it already has: only differences are sent.
         let reconnecting = initial && !request.initial_resource_versions.is_empty();
+        if names_something {
+            self.respell(request);
+        }
         let pids_added = self.subscribe(request, subscribe, reconnecting, current);
         if initial {
             self.claim_wildcard_keys(request, current);
@@ -375,6 +454,12 @@ impl Machine for DeltaMachine {
         self.update_pids(pids_added, unsubscribed);
         if names_something {
             self.glob_members = self.count_glob_members(current);
+            if self.glob_members > 0 || self.held_members > 0 {
+                // The subscription changed (a glob unsubscribed forgets its members): counted
+                // again from what the client holds, as the names were walked.
+                let (names, has) = (&self.names, &self.has);
+                self.held_members = has.iter().filter(|(k, _)| glob_only(names, k)).count();
+            }
         }
         let change = self.change(names_something, wildcard_before, names_before, current);
         (kind, change)
@@ -412,7 +497,7 @@ impl Machine for DeltaMachine {
     /// How many keys (name and parameter set) are subscribed, each member of a glob collection
     /// counted as one (as the collection was when the subscription last changed).
     fn key_count(&self) -> usize {
-        self.names.len() + self.glob_members
+        self.names.len() + self.glob_members.max(self.held_members)
     }
 
     /// Whether a response is owed.
@@ -477,7 +562,8 @@ impl Machine for DeltaMachine {
             part
         };
         let oversized = self.core.warn_once(oversized);
-        self.emit(part, views, nonces, respond, oversized)
+        let response = self.emit(part, views, nonces, respond, oversized)?;
+        Some(self.spell(response))
     }
 
     /// Whether the client holds `name` as the store holds it now.

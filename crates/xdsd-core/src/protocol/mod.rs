@@ -422,14 +422,25 @@ impl Subscribe<'_> {
 /// The keys a request names: its plain `names` with parameter set `default`, then `locators`
 /// with their own. A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
 /// so that the subscription is what the client sent.
+///
+/// With `singletons`, a plain name that is an xdstp name spelled non-canonically (`?b=2&a=1`)
+/// is its canonical key too (delta: the machine answers it under the client's spelling, see
+/// `DeltaMachine::spelled`); without, only globs are.
 pub(crate) fn request_keys<'a, const KEY: u8>(
     names: &'a Names<KEY>,
     default: ParamSetId,
     locators: &'a [(String, ParamSetId)],
+    singletons: bool,
 ) -> impl Iterator<Item = (std::borrow::Cow<'a, str>, ParamSetId)> {
-    let plain = names
-        .iter()
-        .map(move |n| (glob_key(String::from_utf8_lossy(n)), default));
+    let plain = names.iter().map(move |n| {
+        let name = String::from_utf8_lossy(n);
+        let key = if singletons {
+            canonical_key(name)
+        } else {
+            glob_key(name)
+        };
+        (key, default)
+    });
     let located = locators
         .iter()
         .map(|(n, pid)| (glob_key(std::borrow::Cow::Borrowed(n.as_str())), *pid));
@@ -448,6 +459,15 @@ fn glob_key(name: std::borrow::Cow<'_, str>) -> std::borrow::Cow<'_, str> {
             std::borrow::Cow::Owned(parsed.to_string())
         }
         _ => name,
+    }
+}
+
+/// A requested name as a key: any xdstp name canonical (a glob, or one resource); any other
+/// name as it is (a comparison of six bytes).
+fn canonical_key(name: std::borrow::Cow<'_, str>) -> std::borrow::Cow<'_, str> {
+    match crate::xdstp::canonical(&name) {
+        Some(c) => std::borrow::Cow::Owned(c.to_string()),
+        None => name,
     }
 }
 

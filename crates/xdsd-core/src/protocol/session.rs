@@ -193,6 +193,9 @@ pub struct Session<M> {
     /// change of clusters or endpoints): it runs at the next response only then, or while
     /// anything lingers or waits in `changed`.
     lingering_due: bool,
+    /// A limit the stream broke outside a request (a glob collection's member added past
+    /// `max_names`), for the transport to end the stream with ([`Session::take_breach`]).
+    breach: Option<SessionError>,
 }
 
 impl<M: Machine> Session<M> {
@@ -220,6 +223,7 @@ impl<M: Machine> Session<M> {
             served: TypeMap::default(),
             lingering: TypeMap::default(),
             lingering_due: false,
+            breach: None,
         }
     }
 
@@ -639,8 +643,28 @@ impl<M: Machine> Session<M> {
                     state.machine.resend(dep_name);
                 }
             }
+            // A glob collection's members may have grown past the names budget: the response
+            // that would carry them is not sent, and the stream ends ([`Session::take_breach`]).
+            if let Some(state) = self.types.get_mut(&type_url) {
+                let keys = state.machine.key_count();
+                let grew = keys > state.keys;
+                state.keys = keys;
+                if grew && self.subscribed_names() > self.options.max_names {
+                    self.breach = Some(SessionError::Limit {
+                        what: "subscribed resource names",
+                        limit: self.options.max_names,
+                    });
+                    return None;
+                }
+            }
             return Some((type_url, response));
         }
+    }
+
+    /// The limit the stream broke outside a request, if any: the transport ends the stream
+    /// with it (a client error, as when a request breaks it).
+    pub fn take_breach(&mut self) -> Option<SessionError> {
+        self.breach.take()
     }
 }
 

@@ -322,6 +322,26 @@ impl Resource {
         }
     }
 
+    /// This variant under another name (the spelling a client subscribed to an xdstp name by),
+    /// with the same content, constraints, TTL and version: built per stream that needs it,
+    /// only for such names.
+    pub(crate) fn renamed(&self, name: Arc<str>) -> Resource {
+        let (type_url, value) = match Any::decode(self.any.clone()) {
+            Ok(any) => (any.type_url, Bytes::from(any.value)),
+            Err(_) => (String::new(), Bytes::new()),
+        };
+        Resource::build(
+            &type_url,
+            name,
+            self.aliases.clone(),
+            self.constraints.clone(),
+            self.ttl,
+            value,
+        )
+        .with_origin(self.origin.clone())
+        .with_parent(self.parent.clone())
+    }
+
     /// The encoded message itself (the `value` of the Any), decoded back from the Any on demand:
     /// only tools and tests need it, so it is not kept twice.
     pub fn value(&self) -> Bytes {

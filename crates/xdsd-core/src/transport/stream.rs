@@ -389,6 +389,10 @@ pub(crate) fn run<V: Protocol>(
                 Err(Halt::Gone) => break Ok(()),
                 Err(Halt::ShuttingDown) => break Err(shutting_down(&ctx)),
             }
+            // A limit broken by a change (a glob collection grown past the names budget).
+            if let Some(error) = s.session.take_breach() {
+                break Err(status_of(&error));
+            }
             // Types whose response waits for the client's answer: their changes wait without
             // waking the stream, until the answer (or the wait's end) comes.
             s.session.mute_waiting(&mut s.watcher);

@@ -635,3 +635,57 @@ async fn subscribed_names_are_bounded_per_connection_and_in_total() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_glob_member_added_past_the_names_limit_ends_the_delta_stream_with_resource_exhausted() {
+    // Three names a stream: the glob and two members fit; a third member added later does not.
+    const EP: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+    let server = Server::start_with(ServerOptions::default().max_names_per_stream(3)).await;
+    server.set(EP, &format!("{c1}/e0"), b"e0");
+    let mut s = raw_stream::<DeltaDiscoveryResponse>(&server.channel, ADS_DELTA).await;
+    async fn next(
+        s: &mut crate::support::RawStream<DeltaDiscoveryResponse>,
+    ) -> DeltaDiscoveryResponse {
+        tokio::time::timeout(WAIT, s.responses.message())
+            .await
+            .expect("a response in time")
+            .expect("a response, not an error")
+            .expect("an open stream")
+    }
+    s.send(
+        DeltaDiscoveryRequest {
+            type_url: EP.into(),
+            node: node("n", "c"),
+            resource_names_subscribe: vec![format!("{c1}/*")],
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    )
+    .await;
+    let mut nonce = next(&mut s).await.nonce;
+    for id in ["e1", "e2"] {
+        s.send(
+            DeltaDiscoveryRequest {
+                type_url: EP.into(),
+                response_nonce: nonce.clone(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+        .await;
+        server.set(EP, &format!("{c1}/{id}"), id.as_bytes());
+        if id == "e1" {
+            let r = next(&mut s).await;
+            assert_eq!(r.resources[0].name, format!("{c1}/e1"));
+            nonce = r.nonce;
+        }
+    }
+    let status = s.recv_status().await;
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("subscribed resource names"),
+        "{status:?}"
+    );
+    server.stop().await;
+}

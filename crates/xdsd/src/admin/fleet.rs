@@ -181,6 +181,7 @@ pub fn short_type(type_url: &str) -> &str {
         types::VIRTUAL_HOST => "VHDS",
         types::CLUSTER => "CDS",
         types::CLUSTER_LOAD_ASSIGNMENT => "EDS",
+        types::LB_ENDPOINT => "LEDS",
         types::SECRET => "SDS",
         types::RUNTIME => "RTDS",
         types::TYPED_EXTENSION_CONFIG => "ECDS",

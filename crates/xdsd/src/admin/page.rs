@@ -4,8 +4,8 @@
 //! - `GET /`: the server (version, source, generation, readiness, a gated rollout's state), the
 //!   clients as `xdsd status` prints them — NACKED and STALE first, each NACK's message and
 //!   origins under its row — and the configuration graph (listeners -> routes -> clusters ->
-//!   endpoints, from the store's reference index) as inline SVG, dangling references and unused
-//!   resources marked.
+//!   endpoints -> LEDS collections, from the store's reference index) as inline SVG, dangling
+//!   references and unused resources marked.
 //! - `GET /client?node=ID`: one client's streams, and per type its state, versions, NACK and
 //!   the resources it was sent (name, version, origin).
 //!
@@ -737,13 +737,18 @@ fn client_type(out: &mut String, t: &TypeStatus) {
     }
 }
 
-/// The graph's columns: listeners, routes, clusters, endpoints.
-const GRAPH_TYPES: [&str; 4] = [
+/// The graph's columns: listeners, routes, clusters, endpoints, LEDS collections.
+const GRAPH_TYPES: [&str; 5] = [
     types::LISTENER,
     types::ROUTE_CONFIGURATION,
     types::CLUSTER,
     types::CLUSTER_LOAD_ASSIGNMENT,
+    types::LB_ENDPOINT,
 ];
+
+/// The column of LEDS: its nodes are glob collections of `LbEndpoint` (xRFC TP1), each with
+/// its count of members, not the members one by one (a cluster may have 10,000).
+const LEDS_COLUMN: usize = 4;
 
 const COLUMN: usize = 250;
 const NODE_W: usize = 200;
@@ -751,8 +756,15 @@ const ROW: usize = 26;
 const TOP: usize = 30;
 const LABEL_CHARS: usize = 26;
 
-/// A name cut to fit a node's box.
+/// A name cut to fit a node's box. An xdstp name shows its id (and context parameters): its
+/// scheme, authority and type fill the box and say less (the full name is the node's title).
 fn label(name: &str) -> String {
+    let name = match xdsd_core::xdstp::XdstpName::parse(name) {
+        Ok(x) if x.query().is_empty() => x.id().to_owned(),
+        Ok(x) => format!("{}?{}", x.id(), x.query()),
+        Err(_) => name.to_owned(),
+    };
+    let name = name.as_str();
     if name.chars().count() <= LABEL_CHARS {
         name.to_owned()
     } else {
@@ -771,7 +783,9 @@ enum Mark {
 /// The configuration graph as inline SVG: one column per type, an edge per reference between
 /// them; a reference to a resource the store does not have is drawn to a red dashed node
 /// ("missing"), a route, cluster or endpoint resource nothing refers to is grey and dashed
-/// ("unused").
+/// ("unused"). LEDS is drawn as collections: a ClusterLoadAssignment's edge goes to the glob
+/// collection it names, shown with its count of members; a collection with no members is not
+/// missing (it is not dangling), one nothing refers to is unused.
 fn graph(out: &mut String, snapshot: &Snapshot) {
     let mut referenced: BTreeSet<(usize, String)> = BTreeSet::new();
     let mut edges: Vec<((usize, String), (usize, String))> = Vec::new();
@@ -784,9 +798,10 @@ fn graph(out: &mut String, snapshot: &Snapshot) {
                     continue;
                 };
                 referenced.insert((to, reference.name.to_string()));
-                if snapshot
-                    .resource(reference.type_url, &reference.name)
-                    .is_none()
+                if !reference.collection
+                    && snapshot
+                        .resource(reference.type_url, &reference.name)
+                        .is_none()
                 {
                     missing
                         .entry(to)
@@ -800,15 +815,21 @@ fn graph(out: &mut String, snapshot: &Snapshot) {
             }
         }
     }
+    // Each node: its name, what its title says after it (its file, or a collection's members),
+    // its mark.
     let mut columns: Vec<Vec<(String, String, Mark)>> = vec![Vec::new(); GRAPH_TYPES.len()];
-    let mut hidden = [0usize; 4];
+    let mut hidden = [0usize; GRAPH_TYPES.len()];
     for (col, t) in GRAPH_TYPES.iter().enumerate() {
         let mut names: BTreeMap<String, (String, Mark)> = BTreeMap::new();
+        if col == LEDS_COLUMN {
+            columns[col] = collections(snapshot, &referenced, &mut hidden[col]);
+            continue;
+        }
         if let Some(ts) = snapshot.get(t) {
             for r in ts.iter() {
                 let used = col == 0 || referenced.contains(&(col, r.name().to_string()));
                 names.entry(r.name().to_string()).or_insert((
-                    r.origin().map(|o| o.to_string()).unwrap_or_default(),
+                    r.origin().map(|o| format!("from {o}")).unwrap_or_default(),
                     if used { Mark::Used } else { Mark::Unused },
                 ));
             }
@@ -895,7 +916,7 @@ fn graph(out: &mut String, snapshot: &Snapshot) {
             let title = if origin.is_empty() {
                 format!("{name}{note}")
             } else {
-                format!("{name}{note} from {origin}")
+                format!("{name}{note} {origin}")
             };
             let _ = write!(
                 out,
@@ -918,6 +939,46 @@ fn graph(out: &mut String, snapshot: &Snapshot) {
         "</svg><p class=\"muted\">Red dashed: referenced but missing; grey dashed: nothing \
          refers to it. Hover a resource for its full name and file.</p>",
     );
+}
+
+/// The LEDS column: the glob collections of `LbEndpoint` the store has members of or a
+/// ClusterLoadAssignment refers to, each with its count of members ("2 members"); problems
+/// (unused) first, at most [`MAX_GRAPH_NODES`] (the others counted in `hidden`).
+fn collections(
+    snapshot: &Snapshot,
+    referenced: &BTreeSet<(usize, String)>,
+    hidden: &mut usize,
+) -> Vec<(String, String, Mark)> {
+    let mut members: BTreeMap<String, usize> = BTreeMap::new();
+    for r in snapshot
+        .get(types::LB_ENDPOINT)
+        .into_iter()
+        .flat_map(|t| t.iter())
+    {
+        if let Some(c) = xdsd_core::xdstp::collection_of(r.name()) {
+            *members.entry(c).or_default() += 1;
+        }
+    }
+    for (_, glob) in referenced.range((LEDS_COLUMN, String::new())..) {
+        members.entry(glob.clone()).or_default();
+    }
+    let mut list: Vec<(String, String, Mark)> = members
+        .into_iter()
+        .map(|(glob, n)| {
+            let used = referenced.contains(&(LEDS_COLUMN, glob.clone()));
+            let count = if n == 1 {
+                "1 member".to_owned()
+            } else {
+                format!("{n} members")
+            };
+            let mark = if used { Mark::Used } else { Mark::Unused };
+            (glob, count, mark)
+        })
+        .collect();
+    list.sort_by_key(|(_, _, m)| *m == Mark::Used);
+    *hidden = list.len().saturating_sub(MAX_GRAPH_NODES);
+    list.truncate(MAX_GRAPH_NODES);
+    list
 }
 
 #[cfg(test)]

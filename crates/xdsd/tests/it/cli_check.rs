@@ -85,6 +85,26 @@ fn a_valid_directory_exits_zero_with_counts_per_type() {
     }
 }
 
+#[test]
+fn lb_endpoints_are_labelled_and_counted_by_collection() {
+    // examples/leds: two LbEndpoint members of one LEDS collection.
+    let dir = repo_root().join("examples/leds/resources");
+    let run = run(&dir, &[]);
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    let lb = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.contains(lb))
+        .unwrap_or_else(|| panic!("a line for {lb} in:\n{}", run.stdout));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        words,
+        ["lb_endpoints", "2", "in", "1", "collection", lb],
+        "{line}"
+    );
+}
+
 /// One invalid directory: its files, and what stderr must name.
 struct BadCase {
     what: &'static str,

@@ -165,6 +165,9 @@ impl DeltaMachine {
                             part.base_last = Some(part.resources.len());
                             continue;
                         }
+                        if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
+                            self.held_members += 1;
+                        }
                         if !named {
                             self.has.put(key, Held::of(&r));
                             continue;
@@ -244,6 +247,9 @@ impl DeltaMachine {
         for key in removed {
             match self.has.remove(key) {
                 Some(before) => {
+                    if super::glob_only(&self.names, key) {
+                        self.held_members = self.held_members.saturating_sub(1);
+                    }
                     dropped.push((before.name().clone(), before.constraints().cloned()))
                 }
                 None => unknown.push(key.0.clone()),

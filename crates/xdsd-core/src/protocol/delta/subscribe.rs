@@ -89,6 +89,7 @@ impl DeltaMachine {
             &request.resource_names_subscribe,
             subscribe.default,
             subscribe.locators,
+            true,
         );
         for (name, pid) in keys {
             let key: Key = (intern_key(&mut interner, &*self.names, &name, pid), pid);
@@ -120,6 +121,7 @@ impl DeltaMachine {
             &request.resource_names_subscribe,
             subscribe.default,
             subscribe.locators,
+            true,
         );
         let mut pids_added: Vec<ParamSetId> = Vec::new();
         let names = self.names.keys_mut();
@@ -292,7 +294,7 @@ impl DeltaMachine {
 
     /// Whether subscribing to `names` (and `subscribe.locators`) adds a key or the wildcard.
     fn adds_keys(&self, names: &crate::protocol::Names, subscribe: &Subscribe<'_>) -> bool {
-        request_keys(names, subscribe.default, subscribe.locators).any(|(name, pid)| {
+        request_keys(names, subscribe.default, subscribe.locators, true).any(|(name, pid)| {
             name == WILDCARD || !self.names.contains(&(&*name, pid) as &dyn KeyLookup)
         })
     }

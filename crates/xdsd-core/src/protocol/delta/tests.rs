@@ -1745,4 +1745,73 @@ mod glob {
         h.set(&n("e1"), "2");
         assert_eq!(h.expect(), seen(&[&n("e1")], &[]));
     }
+
+    #[test]
+    fn singleton_spelled_non_canonically_is_answered_under_the_clients_spelling() {
+        // The store has `?a=1&b=2`; the client asks for `?b=2&a=1`: it is sent the resource
+        // under `?b=2&a=1`, its changes and its removal too, until it unsubscribes by that
+        // spelling.
+        let mut h = harness(&["e1?a=1&b=2"]);
+        let spelled = n("e1?b=2&a=1");
+        h.request(Req {
+            subscribe: &[&spelled],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&spelled], &[]));
+        h.set(&n("e1?a=1&b=2"), "2");
+        assert_eq!(h.expect(), seen(&[&spelled], &[]));
+        h.remove(&n("e1?a=1&b=2"));
+        assert_eq!(h.expect(), seen(&[], &[&spelled]));
+        h.set(&n("e1?a=1&b=2"), "3");
+        assert_eq!(h.expect(), seen(&[&spelled], &[]));
+        h.request(Req {
+            unsubscribe: &[&spelled],
+            ..Default::default()
+        });
+        h.expect_none();
+        h.set(&n("e1?a=1&b=2"), "4");
+        h.expect_none();
+    }
+
+    #[test]
+    fn singleton_with_lower_case_percent_encoding_is_answered_under_the_clients_spelling() {
+        // `%3a` is `%3A`; `%7E` is `~` (unreserved, decoded): one resource.
+        let mut h = harness(&["e%3A1~"]);
+        let spelled = n("e%3a1%7E");
+        h.request(Req {
+            subscribe: &[&spelled],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&spelled], &[]));
+    }
+
+    #[test]
+    fn glob_spelled_non_canonically_is_answered_under_the_clients_spelling() {
+        // An empty glob's removal names the glob as the client spelled it.
+        let mut h = harness(&["e1?k=v&z=1"]);
+        let empty = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c2/*?z=1&k=v";
+        h.request(Req {
+            subscribe: &[empty],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[], &[empty]));
+        // Its members keep their own (canonical) names.
+        let glob = n("*?z=1&k=v");
+        h.request(Req {
+            subscribe: &[&glob],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e1?k=v&z=1")], &[]));
+    }
+
+    #[test]
+    fn opaque_names_are_not_respelled() {
+        // A name that is not xdstp is bytes: `b?y=2&x=1` is not `b?x=1&y=2`.
+        let mut h = Harness::new(T, &[("b?x=1&y=2", "1")]);
+        h.request(Req {
+            subscribe: &["b?y=2&x=1"],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[], &["b?y=2&x=1"]));
+    }
 }

@@ -163,6 +163,70 @@ fn glob_collection_members_count_against_the_names_limit() {
 }
 
 #[test]
+fn a_glob_member_added_after_the_subscription_counts_against_the_names_limit() {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    const EP: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+    let store = Store::new();
+    store
+        .replace_all((0..3).map(|i| input(EP, &format!("{c1}/e{i}"), "1")))
+        .unwrap();
+    let options = SessionOptions {
+        max_names: 5,
+        ..Default::default()
+    };
+    let mut s: Session<DeltaMachine> = Session::with_options(None, options);
+    let request = DeltaDiscoveryRequest {
+        type_url: EP.into(),
+        node: Some(node("n", "c")),
+        resource_names_subscribe: vec![format!("{c1}/*")],
+        ..Default::default()
+    };
+    // The glob and its three members: four, within five.
+    s.handle_request(&request.into(), &store.snapshot())
+        .unwrap();
+    let now = Instant::now();
+    let (_, first) = s
+        .poll_response(&store.snapshot(), now)
+        .expect("the members");
+    assert_eq!(first.resources.len(), 3);
+    assert!(s.take_breach().is_none());
+    let ack = |s: &mut Session<DeltaMachine>, r: &DeltaResponse| {
+        let request = DeltaDiscoveryRequest {
+            type_url: EP.into(),
+            response_nonce: r.nonce.as_str().to_string(),
+            ..Default::default()
+        };
+        s.handle_request(&request.into(), &store.snapshot())
+            .unwrap();
+    };
+    ack(&mut s, &first);
+    let add = |s: &mut Session<DeltaMachine>, id: &str| {
+        let name = format!("{c1}/{id}");
+        store
+            .apply([crate::store::Change::Set(input(EP, &name, "1"))])
+            .unwrap();
+        s.handle_changes(
+            [(
+                Arc::from(EP),
+                [Arc::from(name.as_str())].into_iter().collect(),
+            )]
+            .into_iter()
+            .collect(),
+        );
+        s.poll_response(&store.snapshot(), now)
+    };
+    // A fourth member: five, sent.
+    let (_, fourth) = add(&mut s, "e3").expect("the fourth member");
+    assert!(s.take_breach().is_none());
+    ack(&mut s, &fourth);
+    // A fifth: six, past the limit: not sent, and the stream's error is a client one.
+    assert!(add(&mut s, "e4").is_none());
+    let err = s.take_breach().expect("the breach");
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+}
+
+#[test]
 fn node_identity_is_taken_from_the_first_request() {
     let mut s = ads();
     let handled = s

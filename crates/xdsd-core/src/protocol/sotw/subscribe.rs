@@ -71,7 +71,7 @@ impl SotwMachine {
         let mut wildcard = None;
         let mut names = Subscribed::builder(subscribe.default, requested.len());
         let mut interner = Interner::new(current.map(|t| &**t));
-        for (name, pid) in request_keys(requested, subscribe.default, subscribe.locators) {
+        for (name, pid) in request_keys(requested, subscribe.default, subscribe.locators, false) {
             if name == WILDCARD {
                 wildcard = Some(pid);
                 continue;

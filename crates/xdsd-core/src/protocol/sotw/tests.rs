@@ -1097,4 +1097,19 @@ mod glob {
         h.notify(&[l2]);
         assert_eq!(h.expect().0, [l1]);
     }
+
+    #[test]
+    fn sotw_glob_parameters_are_matched_in_any_order() {
+        // The glob subscribed as `?z=1&k=v` is the glob `?k=v&z=1`: its member is sent, under
+        // its own (canonical) name; an ACK that repeats the list changes nothing.
+        let mut h = harness(&["e1?k=v&z=1", "e2?k=v"]);
+        let glob = n("*?z=1&k=v");
+        h.request(&[&glob], "", "");
+        let (names, version, nonce) = h.expect();
+        assert_eq!(names, [n("e1?k=v&z=1")]);
+        h.request(&[&glob], &nonce, &version);
+        h.set(&n("e3?k=v&z=1"), "1");
+        h.notify(&[&n("e3?k=v&z=1")]);
+        assert_eq!(h.expect().0, [n("e3?k=v&z=1")]);
+    }
 }

@@ -190,3 +190,90 @@ fn the_history_marks_the_replicas_serving_each_change_and_escapes_what_a_pusher_
     assert_eq!(age(59), "59s");
     assert_eq!(age(3 * 3600 + 5), "3h");
 }
+
+#[test]
+fn leds_collections_are_one_node_each_with_their_members_counted_never_missing() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        config_source, AggregatedConfigSource, ConfigSource,
+    };
+    use envoy_types::pb::envoy::config::endpoint::v3::locality_lb_endpoints::LbConfig;
+    use envoy_types::pb::envoy::config::endpoint::v3::{
+        ClusterLoadAssignment, LbEndpoint, LedsClusterLocalityConfig, LocalityLbEndpoints,
+    };
+    use prost::Message;
+    use xdsd_core::{ResourceInput, Store};
+    const LB: &str = "xdstp://xdsd.example/envoy.config.endpoint.v3.LbEndpoint";
+    let cla = |cluster: &str| {
+        let value = ClusterLoadAssignment {
+            cluster_name: cluster.into(),
+            endpoints: vec![LocalityLbEndpoints {
+                lb_config: Some(LbConfig::LedsClusterLocalityConfig(
+                    LedsClusterLocalityConfig {
+                        leds_config: Some(ConfigSource {
+                            config_source_specifier: Some(
+                                config_source::ConfigSourceSpecifier::Ads(
+                                    AggregatedConfigSource {},
+                                ),
+                            ),
+                            ..Default::default()
+                        }),
+                        leds_collection_name: format!("{LB}/{cluster}/*"),
+                    },
+                )),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        ResourceInput::new(
+            types::CLUSTER_LOAD_ASSIGNMENT,
+            cluster,
+            value.encode_to_vec().into(),
+        )
+    };
+    let member = |name: String| {
+        ResourceInput::new(
+            types::LB_ENDPOINT,
+            name,
+            LbEndpoint::default().encode_to_vec().into(),
+        )
+    };
+    let store = Store::new();
+    store
+        .replace_all([
+            // "full" has two members, "empty" none; "stray" is a collection nothing refers to.
+            cla("full"),
+            cla("empty"),
+            member(format!("{LB}/full/ep1")),
+            member(format!("{LB}/full/ep2")),
+            member(format!("{LB}/stray/ep1")),
+        ])
+        .unwrap();
+    let mut out = String::new();
+    graph(&mut out, &store.snapshot());
+    let node = |glob: &str| {
+        let title = format!("<title>{}", escape(glob));
+        out.split("<g class=")
+            .find(|g| g.contains(&title))
+            .unwrap_or_else(|| panic!("a node for {glob}: {out}"))
+            .to_owned()
+    };
+    let full = node(&format!("{LB}/full/*"));
+    assert!(
+        full.starts_with("\"resource\" data-type=\"LEDS\""),
+        "{full}"
+    );
+    assert!(full.contains("full/* 2 members"), "{full}");
+    assert!(
+        full.contains(">full/*</text>"),
+        "the label is the id: {full}"
+    );
+    let empty = node(&format!("{LB}/empty/*"));
+    assert!(empty.starts_with("\"resource\" "), "not missing: {empty}");
+    assert!(empty.contains("0 members"), "{empty}");
+    let stray = node(&format!("{LB}/stray/*"));
+    assert!(stray.starts_with("\"resource unused\""), "{stray}");
+    assert!(!out.contains("resource missing"), "{out}");
+    // No member is a node of its own.
+    assert!(!out.contains("full/ep1"), "{out}");
+    assert!(out.contains(">LEDS</text>"), "the column's title: {out}");
+}
