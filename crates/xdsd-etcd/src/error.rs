@@ -161,6 +161,18 @@ pub(crate) fn kind(error: &etcd_client::Error) -> Kind {
     }
 }
 
+/// Whether etcd did not take the request: no connection (a listed endpoint down) or
+/// `Unavailable` (e.g. `etcdserver: leader changed`, a proposal dropped by an election). Sending it
+/// again is safe for a read, and for a transaction guarded by a revision (were it applied after
+/// all, the retry finds the prefix changed and writes nothing).
+pub(crate) fn unavailable(error: &etcd_client::Error) -> bool {
+    match error {
+        etcd_client::Error::GRpcStatus(status) => status.code() == tonic::Code::Unavailable,
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
 /// The error for a failed call doing `what` against `endpoints`.
 pub(crate) fn from_client(endpoints: &str, what: &str, error: &etcd_client::Error) -> EtcdError {
     let endpoints = endpoints.to_string();

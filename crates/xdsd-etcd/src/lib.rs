@@ -57,6 +57,11 @@ pub use push::{PushPlan, PUSH_MARKER};
 pub use source::{parse_value, EtcdSource, StartError};
 pub use watch::Watch;
 
+/// How many times a read or a push's transaction is sent when etcd answers `Unavailable` (the
+/// client sent it to a listed endpoint that is down, or an election is under way): the client
+/// balances over the endpoints, so a later attempt reaches a live one.
+pub(crate) const UNAVAILABLE_ATTEMPTS: u32 = 5;
+
 /// The contents of the prefix at one revision.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
@@ -364,6 +369,24 @@ impl Etcd {
             &Record::new(revision, revision, RecordState::Promoted),
         )
         .await
+    }
+
+    /// Waits before attempt `attempt` (1, 2, …) of a request etcd answered `Unavailable` (a
+    /// listed endpoint that is down, an election under way): the backoff's minimum, doubled per
+    /// attempt, capped at its maximum; logged with what is retried and why.
+    pub(crate) async fn unavailable_pause(&self, attempt: u32, what: &str, reason: &str) {
+        let (min, max) = self.inner.options.backoff;
+        let delay = min
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+            .min(max);
+        tracing::warn!(
+            endpoints = %self.inner.options.where_(),
+            attempt,
+            of = UNAVAILABLE_ATTEMPTS,
+            ?delay,
+            "{what}: etcd unavailable ({reason}); retrying"
+        );
+        tokio::time::sleep(delay).await;
     }
 
     /// Runs one request with the request timeout, mapping its error with `what`.

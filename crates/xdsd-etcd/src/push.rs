@@ -138,24 +138,36 @@ pub(crate) async fn apply(etcd: &Etcd, plan: &PushPlan, note: &PushNote) -> Resu
     let unchanged = |from: Vec<u8>, to: Vec<u8>| {
         Compare::mod_revision(from, CompareOp::Less, plan.revision.saturating_add(1)).with_range(to)
     };
-    let txn = Txn::new()
-        .when([
-            unchanged(inner.prefix.clone(), record),
-            unchanged(after_record, inner.end.clone()),
-        ])
-        .and_then(ops);
+    let txn = || {
+        Txn::new()
+            .when([
+                unchanged(inner.prefix.clone(), record.clone()),
+                unchanged(after_record.clone(), inner.end.clone()),
+            ])
+            .and_then(ops.clone())
+    };
     let what = || format!("the push transaction on prefix {prefix}");
     let mut kv = inner.kv.clone();
-    let response = match etcd.call(what, kv.txn(txn)).await? {
-        Ok(response) => response,
-        Err(e) => {
-            return Err(match error::kind(&e) {
-                Kind::TooManyOps => EtcdError::TooManyOperations {
-                    operations,
-                    limit: None,
-                },
-                _ => error::from_client(&options.where_(), &what(), &e),
-            })
+    let mut attempt = 1;
+    let response = loop {
+        match etcd.call(what, kv.txn(txn())).await? {
+            Ok(response) => break response,
+            // Not taken (an endpoint down, an election): guarded by the revision, so safe to
+            // send again.
+            Err(e) if error::unavailable(&e) && attempt < crate::UNAVAILABLE_ATTEMPTS => {
+                etcd.unavailable_pause(attempt, &what(), &error::reason(&e))
+                    .await;
+                attempt += 1;
+            }
+            Err(e) => {
+                return Err(match error::kind(&e) {
+                    Kind::TooManyOps => EtcdError::TooManyOperations {
+                        operations,
+                        limit: None,
+                    },
+                    _ => error::from_client(&options.where_(), &what(), &e),
+                })
+            }
         }
     };
     if !response.succeeded() {

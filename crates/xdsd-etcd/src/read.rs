@@ -26,8 +26,19 @@ pub(crate) async fn read_at(etcd: &Etcd, revision: i64) -> Result<Snapshot, Etcd
 
 pub(crate) async fn read(etcd: &Etcd) -> Result<Snapshot, EtcdError> {
     let mut attempt = 0;
+    let mut unavailable = 1;
     loop {
-        match read_once(etcd, 0).await? {
+        let once = match read_once(etcd, 0).await {
+            Err(EtcdError::Unreachable { what, reason, .. })
+                if unavailable < crate::UNAVAILABLE_ATTEMPTS =>
+            {
+                etcd.unavailable_pause(unavailable, &what, &reason).await;
+                unavailable += 1;
+                continue;
+            }
+            once => once?,
+        };
+        match once {
             Some(snapshot) => return Ok(snapshot),
             None if attempt < COMPACTED_RETRIES => attempt += 1,
             None => {

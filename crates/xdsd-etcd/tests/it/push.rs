@@ -250,3 +250,30 @@ async fn the_rollout_record_written_meanwhile_does_not_make_a_push_conflict_but_
         );
     }
 }
+
+/// `xdsd push --etcd-endpoints DEAD,LIVE`: the client may send the read or the transaction to
+/// the dead endpoint (`Unavailable: … Connection refused`); the push retries (bounded) and lands.
+#[tokio::test]
+async fn a_push_lands_when_a_listed_endpoint_is_down() {
+    let etcd = Etcd::start().await;
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}", listener.local_addr().expect("addr"))
+    };
+    let options = xdsd_etcd::EtcdOptions::new([dead, etcd.endpoint()], "/p/")
+        .with_backoff(
+            std::time::Duration::from_millis(50),
+            std::time::Duration::from_millis(500),
+        )
+        .with_request_timeout(std::time::Duration::from_secs(10));
+    let source = xdsd_etcd::Etcd::connect(&options).await.expect("connect");
+    for round in 0..8 {
+        let current = source.read().await.expect("read");
+        let value = round.to_string();
+        let plan = source
+            .plan_push_on(&current, desired(&[("a.yaml", value.as_str())]))
+            .expect("plan");
+        let written = source.apply_push(&plan).await.expect("apply");
+        assert!(written > current.revision);
+    }
+}

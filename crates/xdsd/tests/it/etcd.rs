@@ -558,3 +558,40 @@ async fn a_prefix_holding_no_keys_is_named_with_the_nearest_that_does() {
         .await;
     assert!(line.contains("WARN"), "{line}");
 }
+
+/// `xdsd push --etcd-endpoints DEAD,LIVE`: the etcd client may send the read or the transaction
+/// to the endpoint that is down (`Unavailable: … Connection refused`); the push retries and lands.
+#[tokio::test]
+async fn a_push_lands_when_the_first_listed_etcd_endpoint_is_down() {
+    let etcd = Etcd::start().await;
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}", listener.local_addr().expect("addr"))
+    };
+    let endpoints = format!("{dead},{}", etcd.endpoint());
+    let dir = ResourceDir::new();
+    for port in 1001..1007 {
+        dir.write("a.yaml", &static_cluster_yaml("a", port));
+        let output = Command::new(env!("CARGO_BIN_EXE_xdsd"))
+            .arg("push")
+            .arg("--resources")
+            .arg(dir.path())
+            .args(["--etcd-endpoints", &endpoints, "--etcd-prefix", PREFIX])
+            .env_remove("XDSD_RESOURCES")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let output = timeout(DEADLINE, output)
+            .await
+            .expect("xdsd push ends in time")
+            .expect("xdsd push runs");
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+        let (_, kvs) = contents(&etcd).await;
+        let value = &kvs
+            .iter()
+            .find(|(k, _)| k == "/xdsd/a.yaml")
+            .expect("a.yaml pushed")
+            .1;
+        assert_eq!(value, &static_cluster_yaml("a", port));
+    }
+}
