@@ -281,6 +281,7 @@ pub(crate) async fn serve_downstream(
     feed: Feed,
     source: Box<dyn xdsd_core::DynSource>,
 ) -> anyhow::Result<()> {
+    let shutdown = ShutdownSignal::listen();
     let rest = rest_json::DescriptorJson::new(descriptors)?;
     let mut server = builder.options(options).rest_json(Arc::new(rest));
     if let Some(tls) = tls.options() {
@@ -314,7 +315,7 @@ pub(crate) async fn serve_downstream(
                 Err(e) => Err(e).context("the gRPC server task failed"),
             };
         }
-        signal = shutdown_signal() => info!("{signal} received: shutting down, ending open streams"),
+        signal = shutdown.recv() => info!("{signal} received: shutting down, ending open streams"),
     }
     let _ = stop.send(());
     // `serve` returns within its grace period (SHUTDOWN_GRACE), also when a client stopped
@@ -345,25 +346,56 @@ pub(crate) fn bind_error(e: std::io::Error, addr: SocketAddr, flag: &str) -> any
     anyhow::anyhow!("cannot listen on {addr} ({flag}): {why}")
 }
 
-pub(crate) async fn shutdown_signal() -> &'static str {
+/// SIGTERM and SIGINT, listened for from the moment it is made: made before the server starts,
+/// so that a signal that arrives while the server starts (or while the first stream is served)
+/// stops it cleanly rather than killing the process (the default action until a handler is
+/// registered, which tokio does on the first poll of `ctrl_c` or `signal`).
+struct ShutdownSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = tokio::signal::ctrl_c() => "SIGINT",
-            },
-            Err(e) => {
-                warn!("cannot listen for SIGTERM ({e}); only SIGINT stops xdsd");
-                let _ = tokio::signal::ctrl_c().await;
-                "SIGINT"
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignal {
+    fn listen() -> ShutdownSignal {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let term = signal(SignalKind::terminate())
+                .map_err(|e| warn!("cannot listen for SIGTERM ({e}); only SIGINT stops xdsd"))
+                .ok();
+            let int = signal(SignalKind::interrupt())
+                .map_err(|e| warn!("cannot listen for SIGINT ({e})"))
+                .ok();
+            ShutdownSignal { term, int }
+        }
+        #[cfg(not(unix))]
+        ShutdownSignal {}
+    }
+
+    /// The name of the first signal received.
+    async fn recv(self) -> &'static str {
+        #[cfg(unix)]
+        {
+            let ShutdownSignal { term, int } = self;
+            async fn next(signal: Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                _ = next(term) => "SIGTERM",
+                _ = next(int) => "SIGINT",
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        "SIGINT"
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
     }
 }

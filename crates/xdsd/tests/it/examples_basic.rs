@@ -190,10 +190,9 @@ fn the_relay_walk_through_runs_the_shipped_relay_bootstrap() {
 }
 
 async fn validate(config: &std::path::Path) {
-    let base_id = (std::process::id() % 4_000_000) * 64 + 63;
     let run = tokio::process::Command::new(envoy_binary())
         .args(["--mode", "validate", "--concurrency", "1"])
-        .args(["--base-id", &base_id.to_string()])
+        .arg("--use-dynamic-base-id")
         .arg("-c")
         .arg(config)
         .stdin(Stdio::null())

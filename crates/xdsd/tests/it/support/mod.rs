@@ -544,13 +544,14 @@ impl Envoy {
         let config = dir.path().join("envoy.yaml");
         std::fs::write(&config, bootstrap).expect("cannot write the Envoy bootstrap");
         let admin_path = dir.path().join("admin-address");
-        // Shared memory of hot restart is keyed by the base id: one per Envoy on this machine.
-        let base_id = (std::process::id() % 4_000_000) * 64 + next_counter() % 64;
+        // Shared memory and the domain socket of hot restart are keyed by the base id, one per
+        // Envoy on this machine: Envoy picks a free one (a counted one wrapped after 64 Envoys
+        // in one test binary and met one still running: "unable to bind domain socket").
         let bin = envoy_binary();
         let mut child = Command::new(&bin)
             .arg("-c")
             .arg(&config)
-            .args(["--base-id", &base_id.to_string()])
+            .arg("--use-dynamic-base-id")
             .args(["--concurrency", "1"])
             .arg("--admin-address-path")
             .arg(&admin_path)
