@@ -29,18 +29,6 @@ use prost::Message;
 use crate::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, VIRTUAL_HOST};
 use crate::*;
 
-fn config() -> ProptestConfig {
-    let cases = std::env::var("XDSD_FUZZ_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(256);
-    ProptestConfig {
-        cases,
-        max_shrink_iters: 256,
-        ..ProptestConfig::default()
-    }
-}
-
 const TYPES: [&str; 5] = [
     CLUSTER,
     CLUSTER_LOAD_ASSIGNMENT,
@@ -429,7 +417,7 @@ fn run(flavor: Flavor, ads: bool, steps: &[Step]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(xdsd_testsupport::fuzz::config())]
 
     #[test]
     fn arbitrary_bytes_as_responses_never_panic_the_client(

@@ -5,12 +5,15 @@
 //! - [`etcd`]: a real etcd per test on 127.0.0.1 with OS-picked ports;
 //! - [`peer`]: rust-control-plane 0.1.2 (`bench-peer/`) as a server nobody here wrote;
 //! - [`rollout`]: a gated rollout's state, typed, from its JSON;
+//! - [`fuzz`]: the fuzz targets' shared proptest budget;
 //! - [`server`]: an in-process xdsd for the xDS client's tests (and the relay's upstream).
 
 #![warn(missing_docs)]
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 #[cfg(feature = "peer")]
 pub mod peer;
 #[cfg(feature = "pki")]

@@ -20,19 +20,6 @@ use xdsd_core::types::{CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGU
 
 use crate::support::input;
 
-fn config() -> ProptestConfig {
-    let cases = std::env::var("XDSD_FUZZ_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(256);
-    ProptestConfig {
-        cases,
-        // Shrinking a long sequence takes long; the failing case is printed either way.
-        max_shrink_iters: 256,
-        ..ProptestConfig::default()
-    }
-}
-
 const TYPES: [&str; 7] = [
     CLUSTER,
     CLUSTER_LOAD_ASSIGNMENT,
@@ -304,7 +291,7 @@ fn run<M: Flavor>(steps: &[Step]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(xdsd_testsupport::fuzz::config())]
 
     /// Any bytes through the request decoders the server uses, then into a session: an error or
     /// a request, never a panic.

@@ -14,18 +14,6 @@ fn descriptors() -> &'static Descriptors {
     D.get_or_init(crate::support::descriptors)
 }
 
-fn config() -> ProptestConfig {
-    let cases = std::env::var("XDSD_FUZZ_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(256);
-    ProptestConfig {
-        cases,
-        max_shrink_iters: 256,
-        ..ProptestConfig::default()
-    }
-}
-
 /// Valid files to mutate.
 const SEEDS: [&str; 4] = [
     "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: c\ntype: STATIC\nconnect_timeout: 1s\nload_assignment:\n  cluster_name: c\n  endpoints:\n  - lb_endpoints:\n    - endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 8080 } } }\n",
@@ -59,7 +47,7 @@ fn path() -> impl Strategy<Value = &'static str> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(xdsd_testsupport::fuzz::config())]
 
     /// Any text: parsed or an error naming the file, never a panic.
     #[test]
