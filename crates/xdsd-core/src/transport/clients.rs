@@ -119,6 +119,9 @@ pub enum SentResources {
     View(Arc<View>),
     /// A selection: its first [`MAX_TRACKED_RESOURCES`].
     List(ResourceList),
+    /// A response of one resource (nearly every delta push): the resource itself, no list made
+    /// for it (and none freed when the next response's record replaces it).
+    One(Arc<Resource>),
 }
 
 impl SentResources {
@@ -135,10 +138,11 @@ impl SentResources {
     /// The resources kept: at most [`MAX_TRACKED_RESOURCES`], in the response's order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Resource>> {
         let (view, list) = match self {
-            SentResources::View(view) => (Some(view.iter().take(MAX_TRACKED_RESOURCES)), None),
-            SentResources::List(list) => (None, Some(list.iter())),
+            SentResources::View(view) => (Some(view.iter().take(MAX_TRACKED_RESOURCES)), &[][..]),
+            SentResources::List(list) => (None, &list[..]),
+            SentResources::One(r) => (None, std::slice::from_ref(r)),
         };
-        view.into_iter().flatten().chain(list.into_iter().flatten())
+        view.into_iter().flatten().chain(list.iter())
     }
 
     /// How many resources are kept.
@@ -146,6 +150,7 @@ impl SentResources {
         match self {
             SentResources::View(view) => view.len().min(MAX_TRACKED_RESOURCES),
             SentResources::List(list) => list.len(),
+            SentResources::One(_) => 1,
         }
     }
 
@@ -162,7 +167,10 @@ pub(crate) fn carried(response: SentResponse<'_>) -> SentResources {
             SotwResources::All(view) => SentResources::View(view.clone()),
             SotwResources::Some(list) => SentResources::shared(list),
         },
-        SentResponse::Delta(r) => SentResources::list(r.resources.iter()),
+        SentResponse::Delta(r) => match &r.resources[..] {
+            [one] => SentResources::One(one.clone()),
+            all => SentResources::list(all.iter()),
+        },
     }
 }
 
@@ -386,6 +394,7 @@ impl Track {
                         let updated: &[Arc<Resource>] = match (&t.updated, &s.resources) {
                             (Some(updated), _) => &updated[..],
                             (None, SentResources::List(list)) => &list[..],
+                            (None, SentResources::One(r)) => std::slice::from_ref(r),
                             (None, SentResources::View(_)) => &[],
                         };
                         origins(&s.resources, updated, message)

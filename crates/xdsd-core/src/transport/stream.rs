@@ -323,7 +323,11 @@ pub(crate) fn run<V: Protocol>(
         let ending: Result<(), Status> = loop {
             let deadline = s.session.poll_timeout().map(tokio::time::Instant::from_std);
             if let Some(at) = deadline {
-                if timer.deadline() != at {
+                // Moved only to an earlier deadline, or once it fired: each response moves the
+                // session's to a later one (its ACK wait), and a timer's move takes the runtime's
+                // timer lock. A timer that fires before the session's deadline wakes the loop
+                // once for nothing (`handle_timeout` does only what is due), then moves.
+                if at < timer.deadline() || (at != timer.deadline() && timer.is_elapsed()) {
                     timer.as_mut().reset(at);
                 }
             }

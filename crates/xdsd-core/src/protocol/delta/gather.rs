@@ -165,9 +165,11 @@ impl DeltaMachine {
         if named_base.is_some() {
             self.pending_base = named_base;
         }
-        self.core
-            .waiting
-            .extend(std::mem::take(&mut gathered.waiting));
+        if !gathered.waiting.is_empty() {
+            self.core
+                .waiting
+                .extend(std::mem::take(&mut gathered.waiting));
+        }
         // Nearly always one or two of these held anything: an empty set is left as it is,
         // unless it keeps the room of a large one (which `reset` lets go of).
         fn done<T>(set: &mut HashSet<T>) {

@@ -93,6 +93,10 @@ pub(super) struct Base {
     pub(super) last: Arc<str>,
 }
 
+/// The keys [`Holdings::over`] has room for when it first holds one: a hash table's smallest
+/// but one (8 buckets, some 350 bytes per stream and type that was sent a change).
+const OVER_ROOM: usize = 7;
+
 /// What the client holds, per key. A wildcard client's first response sends a whole view: that is
 /// recorded as the view itself (one pointer for 10,000 keys, no per-key entry, no count taken on
 /// each resource), and what the client holds otherwise since (a key sent again, removed) in
@@ -155,8 +159,19 @@ impl Holdings {
         before
     }
 
+    /// Room for `additional` more keys in `over`. A map that starts to hold keys besides the
+    /// base (the first change sent to a client that holds a whole view) starts with room for
+    /// [`OVER_ROOM`]: grown one key at a time from empty, it was rehashed at its first and its
+    /// fourth key (two of every five changes, some 800 instructions each).
     pub(super) fn reserve(&mut self, additional: usize) {
-        self.over.reserve(additional);
+        if additional == 0 {
+            return;
+        }
+        if self.over.capacity() == 0 {
+            self.over.reserve(additional.max(OVER_ROOM));
+        } else {
+            self.over.reserve(additional);
+        }
     }
 
     /// Every key held, with what it holds.
