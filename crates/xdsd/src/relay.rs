@@ -280,9 +280,13 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
     args.downstream.tls.log(addr);
     let options = args.downstream.server_options();
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
+    // The observer also picks each client's store: with `--aggregate-by cluster|node`, its
+    // group's own.
+    let observer = Arc::new(observer);
     let server = XdsServer::builder(store)
         .metrics(metrics)
-        .observer(Arc::new(observer));
+        .observer(observer.clone())
+        .store_picker(observer);
     let downstream = args.downstream.downstream(listeners, None, Vec::new());
     let source: Box<dyn xdsd_core::DynSource> = Box::new(source);
     serve_downstream(

@@ -117,8 +117,10 @@ async fn start_relay(upstream: SocketAddr, by: AggregateBy) -> SocketAddr {
     let feed = Feed::new(store.clone()).allow_empty(true);
     feed.first_load(&mut source).await.expect("first load");
     tokio::spawn(feed.follow(source));
+    let observer = Arc::new(observer);
     let server = XdsServer::builder(store)
-        .observer(Arc::new(observer))
+        .observer(observer.clone())
+        .store_picker(observer)
         .build()
         .expect("a server without TLS builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -172,17 +174,12 @@ async fn each_group_gets_its_own_body(by: AggregateBy) {
     );
 }
 
-// Not fixed yet: the relay's one store holds one body per (name, constraints), and two groups'
-// unconstrained bodies of `web` are merged (docs/relay.md, "Not done yet"); each group needs a
-// store of its own (the transport's store picker made public, as gated rollouts use it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a group's content is that group's: not done yet (#56)"]
 async fn with_aggregate_by_cluster_a_client_gets_its_clusters_body_of_a_name() {
     each_group_gets_its_own_body(AggregateBy::Cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a group's content is that group's: not done yet (#56)"]
 async fn with_aggregate_by_node_a_client_gets_its_nodes_body_of_a_name() {
     each_group_gets_its_own_body(AggregateBy::Node).await;
 }
