@@ -20,7 +20,7 @@
 //! it is not answered: an answer announced at the same moment is never missed (a name declared
 //! after its answer was resolved would wait for nothing until it expired).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,12 @@ struct State {
     /// declared as (see [`scope`]), ordered so that a wildcard finds the names of its type in
     /// its group without a scan.
     declared: BTreeMap<Want, PendingName>,
+    /// Each declaration by its store's partition and pending name: what a store gives up is
+    /// found without a scan of the declarations.
+    by_pending: HashMap<(Partition, PendingName), Want>,
+    /// How many declarations each partition's store holds: only those stores are looked at for
+    /// what expires.
+    partitions: HashMap<Partition, usize>,
     /// A refusal by the store's limit was logged (again only once the set had room).
     full_logged: bool,
 }
@@ -67,6 +73,30 @@ impl State {
     /// The pending names declared.
     fn pending(&self) -> usize {
         self.declared.len()
+    }
+
+    fn declare(&mut self, want: Want, name: PendingName) {
+        let partition = want.group.partition.clone();
+        if let Some(old) = self.declared.insert(want.clone(), name.clone()) {
+            // (Not reached: a want is declared only while it is not.)
+            self.by_pending.remove(&(partition.clone(), old));
+        } else {
+            *self.partitions.entry(partition.clone()).or_default() += 1;
+        }
+        self.by_pending.insert((partition, name), want);
+    }
+
+    fn undeclare(&mut self, want: &Want) -> Option<PendingName> {
+        let name = self.declared.remove(want)?;
+        let partition = &want.group.partition;
+        self.by_pending.remove(&(partition.clone(), name.clone()));
+        if let Some(count) = self.partitions.get_mut(partition) {
+            *count -= 1;
+            if *count == 0 {
+                self.partitions.remove(partition);
+            }
+        }
+        Some(name)
     }
 }
 
@@ -194,7 +224,7 @@ impl Answered {
         for ((want, name), result) in asked.into_iter().zip(results) {
             match result {
                 Ok(_) => {
-                    state.declared.insert(want.clone(), name);
+                    state.declare(want.clone(), name);
                     state.full_logged = false;
                 }
                 Err(e) => {
@@ -253,7 +283,7 @@ impl Answered {
             let mut asked = false;
             for w in Self::answered_by(&state, &want) {
                 asked |= w == want;
-                if let Some(name) = state.declared.remove(&w) {
+                if let Some(name) = state.undeclare(&w) {
                     resolved.push((w.group.partition, name));
                 }
             }
@@ -273,7 +303,7 @@ impl Answered {
     pub(crate) fn forget(&self, want: &Want) {
         let mut state = self.state();
         state.answered.remove(want);
-        if let Some(name) = state.declared.remove(want) {
+        if let Some(name) = state.undeclare(want) {
             self.resolve(vec![(&want.group.partition, &name)], false);
             self.metrics.set_pending(state.pending());
         }
@@ -285,12 +315,13 @@ impl Answered {
     }
 
     /// When [`Answered::expire`] is next due.
+    /// (The stores with declarations are looked at, not every partition's.)
     pub(crate) fn next_expiry(&self) -> Option<Instant> {
-        let shared = self.store.get().and_then(|s| s.next_expiry());
-        let others = self.stores.all_pending().into_iter();
-        shared
-            .into_iter()
-            .chain(others.filter_map(|(_, s)| s.next_expiry()))
+        let state = self.state();
+        state
+            .partitions
+            .keys()
+            .filter_map(|p| self.pending_of(p, false)?.next_expiry())
             .min()
     }
 
@@ -299,23 +330,23 @@ impl Answered {
     /// that is down, or that sends nothing of a type); those wants.
     pub(crate) fn expire(&self, now: Instant) -> Vec<Want> {
         let mut state = self.state();
-        let mut stores = self.stores.all_pending();
-        stores.extend(self.store.get().map(|s| (Partition::All, s.clone())));
-        let expired: HashSet<(Partition, PendingName)> = stores
-            .into_iter()
-            .flat_map(|(p, s)| s.expire(now).into_iter().map(move |n| (p.clone(), n)))
-            .collect();
-        if expired.is_empty() {
+        let partitions: Vec<Partition> = state.partitions.keys().cloned().collect();
+        let mut gone: Vec<Want> = Vec::new();
+        for partition in partitions {
+            let Some(store) = self.pending_of(&partition, false) else {
+                continue;
+            };
+            for name in store.expire(now) {
+                let want = state.by_pending.get(&(partition.clone(), name)).cloned();
+                if let Some(want) = want {
+                    state.undeclare(&want);
+                    gone.push(want);
+                }
+            }
+        }
+        if gone.is_empty() {
             return Vec::new();
         }
-        let mut gone: Vec<Want> = Vec::new();
-        state.declared.retain(|want, name| {
-            let expired = expired.contains(&(want.group.partition.clone(), name.clone()));
-            if expired {
-                gone.push(want.clone());
-            }
-            !expired
-        });
         for want in &gone {
             state.answered.insert(want.clone());
             info!(stream = %want.group, type_url = %want.type_url, name = %want.name, "the upstream did not answer within {:?}: answered with what the relay has", self.wait);
@@ -553,6 +584,31 @@ mod tests {
         assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
         assert_eq!(answered.expire(t0 + WAIT), vec![want.clone()]);
         assert!(answered.is_answered(&want));
+    }
+
+    #[test]
+    fn a_want_expires_in_its_partitions_store_only_and_nothing_else_is_given_up() {
+        let store = Store::new();
+        let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
+        let (na, nb) = (client("n1", "a"), client("n2", "b"));
+        let wa = Want::named(group_of(crate::AggregateBy::Cluster, &na), CDS, "x");
+        let wb = Want::named(group_of(crate::AggregateBy::Cluster, &nb), CDS, "x");
+        let (sa, sb) = (
+            stores.store(&wa.group.partition).expect("a's store"),
+            stores.store(&wb.group.partition).expect("b's store"),
+        );
+        let t0 = Instant::now();
+        answered.ask(&wa, Some(&na), t0);
+        answered.ask(&wb, Some(&nb), t0 + WAIT / 2);
+        assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
+        assert_eq!(answered.expire(t0 + WAIT), vec![wa.clone()]);
+        assert!(sa.pending_names().is_empty());
+        assert_eq!(sb.pending_names().len(), 1, "b's still pending");
+        assert_eq!(answered.next_expiry(), Some(t0 + WAIT + WAIT / 2));
+        answered.announce([wb.clone()]);
+        assert_eq!(answered.next_expiry(), None, "nothing declared");
+        assert!(answered.state().by_pending.is_empty());
+        assert!(answered.state().partitions.is_empty());
     }
 
     #[test]

@@ -109,16 +109,6 @@ impl Stores {
         Some(store.pending_names())
     }
 
-    /// The pending names of every store something holds, with their partitions.
-    pub(crate) fn all_pending(&self) -> Vec<(Partition, PendingNames)> {
-        let registry = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        registry
-            .stores
-            .iter()
-            .filter_map(|(p, s)| Some((p.clone(), s.upgrade()?.pending_names())))
-            .collect()
-    }
-
     /// How many partitions' stores are registered (some may be held by nothing any more).
     #[cfg(test)]
     fn registered(&self) -> usize {
