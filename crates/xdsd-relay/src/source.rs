@@ -140,6 +140,8 @@ pub struct RelaySource {
     events_tx: mpsc::Sender<(u64, Vec<Event>)>,
     events: mpsc::Receiver<(u64, Vec<Event>)>,
     groups: HashMap<GroupKey, Group>,
+    /// How many of `groups` are not connected: the gauge is read without a scan of the groups.
+    disconnected: usize,
     /// Each open group by the id its events carry.
     ids: HashMap<u64, GroupKey>,
     /// The first downstream node seen of each group (the node a `cluster` or `node` group
@@ -188,6 +190,7 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
         events_tx,
         events,
         groups: HashMap::new(),
+        disconnected: 0,
         ids: HashMap::new(),
         first_nodes: HashMap::new(),
         next_id: 0,
@@ -288,6 +291,9 @@ impl RelaySource {
         if !self.demand.group_used(&want.group) {
             if let Some(group) = self.groups.remove(&want.group) {
                 self.ids.remove(&group.id);
+                if !group.connected {
+                    self.disconnected -= 1;
+                }
             }
             self.first_nodes.remove(&want.group);
             self.connected_gauge();
@@ -341,6 +347,7 @@ impl RelaySource {
                 answered: BTreeSet::new(),
             },
         );
+        self.disconnected += 1;
         self.connected_gauge();
         Ok(())
     }
@@ -418,6 +425,9 @@ impl RelaySource {
                 } else {
                     info!(upstream = %server, stream = %key, "upstream connected");
                 }
+                if !group.connected {
+                    self.disconnected -= 1;
+                }
                 group.connected = true;
                 group.ever_connected = true;
                 group.loss_logged = false;
@@ -426,6 +436,9 @@ impl RelaySource {
                 if !group.loss_logged {
                     warn!(upstream = %server, stream = %key, "upstream unreachable ({reason}): serving the cache, reconnecting");
                     group.loss_logged = true;
+                }
+                if group.connected {
+                    self.disconnected += 1;
                 }
                 group.connected = false;
             }
@@ -500,7 +513,7 @@ impl RelaySource {
     }
 
     fn connected_gauge(&self) {
-        let up = !self.groups.is_empty() && self.groups.values().all(|g| g.connected);
+        let up = !self.groups.is_empty() && self.disconnected == 0;
         self.metrics.set_connected(up);
     }
 
