@@ -75,8 +75,12 @@ impl Stores {
             return None;
         }
         // A node that does not decode is refused by the session; it reads the server's store
-        // meanwhile.
+        // meanwhile. No node, or one with neither id nor cluster (which the session takes as
+        // none): the shared partition, as the observer groups it.
         let node = Node::decode(node).ok()?;
+        if node.id.is_empty() && node.cluster.is_empty() {
+            return None;
+        }
         self.store(&self.partition_of(&node))
     }
 
@@ -148,6 +152,14 @@ mod tests {
         assert!(a.same_as(&a2), "one store per cluster");
         assert!(!a.same_as(&b), "clusters do not share a store");
         assert_eq!(a.pending_names().limit(), 10);
+    }
+
+    #[test]
+    fn a_client_without_a_node_reads_the_servers_store() {
+        let stores = Stores::new(AggregateBy::Cluster, 10);
+        assert!(stores.pick(&[]).is_none(), "no node");
+        assert!(stores.pick(&node("", "")).is_none(), "neither id nor cluster");
+        assert!(stores.pick(&node("n", "")).is_some(), "an id: its cluster \"\"");
     }
 
     #[test]
