@@ -77,7 +77,8 @@ pub(crate) struct RelayArgs {
     /// parameters select. none: one stream per distinct parameter set, presenting the relay's
     /// node. cluster (or node): one per distinct node cluster (or node id) and parameter set,
     /// presenting the first such node seen (its cluster, metadata, locality), for an upstream
-    /// that varies what it serves by node without TP2 constraints.
+    /// that varies what it serves by node without TP2 constraints; each cluster (or node) is
+    /// then served from a store of its own, never another's content.
     #[arg(
         long,
         value_name = "none|cluster|node",
