@@ -601,10 +601,17 @@ impl RelaySource {
         }
         self.commit_partitions();
         if let Some((change, problems)) = self.take_change(&Partition::All) {
-            self.problems = problems;
+            // Reported with the next event, with any of the partitions' own.
+            self.problems.extend(problems);
             self.sizes();
             self.stage_for_commit();
             return Some(SourceEvent::Change(change));
+        }
+        if !self.problems.is_empty() {
+            // A partition's change the relay or its store refused.
+            return Some(SourceEvent::Rejected(Rejection::new(std::mem::take(
+                &mut self.problems,
+            ))));
         }
         // Answers that changed nothing: the store has them already.
         self.answered.announce(self.to_announce.drain(..));

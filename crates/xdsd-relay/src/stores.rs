@@ -158,8 +158,14 @@ mod tests {
     fn a_client_without_a_node_reads_the_servers_store() {
         let stores = Stores::new(AggregateBy::Cluster, 10);
         assert!(stores.pick(&[]).is_none(), "no node");
-        assert!(stores.pick(&node("", "")).is_none(), "neither id nor cluster");
-        assert!(stores.pick(&node("n", "")).is_some(), "an id: its cluster \"\"");
+        assert!(
+            stores.pick(&node("", "")).is_none(),
+            "neither id nor cluster"
+        );
+        assert!(
+            stores.pick(&node("n", "")).is_some(),
+            "an id: its cluster \"\""
+        );
     }
 
     #[test]
