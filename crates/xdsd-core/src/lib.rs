@@ -40,12 +40,13 @@ pub use source::{
     ChangeSet, CommitError, CommitTarget, DynSource, Feed, Rejection, Source, SourceEvent,
     SourceFuture, Update,
 };
-pub use store::{Change, ResourceInput, Store, UpdateSummary};
+pub use store::{Change, ResourceInput, Store, UpdateSummary, WeakStore};
 pub use transport::grpc::{ServerHandle, ServerOptions, XdsServer, XdsServerBuilder};
 pub use transport::observer::{
     Acked, Asked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamObserver,
     StreamOpened,
 };
+pub use transport::picker::PickStore;
 pub use transport::rest::JsonCodec;
 pub use transport::tls::{identity_of, IdentityRule, PeerTls, TlsError, TlsOptions};
 pub use transport::{ConnInfo, StreamCounters, StreamStatus};

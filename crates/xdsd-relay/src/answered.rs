@@ -8,6 +8,9 @@
 //! request, and the answer is resolved by the source once it is committed, which wakes the
 //! streams that wait for it through the store's watch path.
 //!
+//! A want is declared in the store its clients read: the server's (the shared partition), or
+//! its partition's own with `--aggregate-by cluster|node` ([`crate::stores`]).
+//!
 //! Bounded: a want the upstream does not answer within `--upstream-wait` is given up (the
 //! source expires it: the clients are served what the relay has, and the next ones do not wait
 //! again), and past the store's limit of pending names a want is not declared (logged: its
@@ -17,8 +20,8 @@
 //! it is not answered: an answer announced at the same moment is never missed (a name declared
 //! after its answer was resolved would wait for nothing until it expired).
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -27,14 +30,19 @@ use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
 use xdsd_core::ClientNode;
 
 use crate::demand::Want;
+use crate::group::Partition;
 use crate::metrics::RelayMetrics;
+use crate::stores::Stores;
 
 /// The subscriptions answered, and those pending in the store. See the module documentation.
 #[derive(Debug)]
 pub(crate) struct Answered {
     state: Mutex<State>,
-    /// The store's pending names, once the feed handed them to the source.
+    /// The server's store's pending names (the shared partition's), once the feed handed them
+    /// to the source.
     store: OnceLock<PendingNames>,
+    /// The other partitions' stores.
+    stores: Arc<Stores>,
     /// How long a want waits for the upstream's answer (`--upstream-wait`).
     wait: Duration,
     /// Counts the wants pending and those given up.
@@ -51,6 +59,12 @@ struct State {
     /// declared as (see [`scope`]), ordered so that a wildcard finds the names of its type in
     /// its group without a scan.
     declared: BTreeMap<Want, PendingName>,
+    /// Each declaration by its store's partition and pending name: what a store gives up is
+    /// found without a scan of the declarations.
+    by_pending: HashMap<(Partition, PendingName), Want>,
+    /// How many declarations each partition's store holds: only those stores are looked at for
+    /// what expires.
+    partitions: HashMap<Partition, usize>,
     /// A refusal by the store's limit was logged (again only once the set had room).
     full_logged: bool,
 }
@@ -59,6 +73,30 @@ impl State {
     /// The pending names declared.
     fn pending(&self) -> usize {
         self.declared.len()
+    }
+
+    fn declare(&mut self, want: Want, name: PendingName) {
+        let partition = want.group.partition.clone();
+        if let Some(old) = self.declared.insert(want.clone(), name.clone()) {
+            // (Not reached: a want is declared only while it is not.)
+            self.by_pending.remove(&(partition.clone(), old));
+        } else {
+            *self.partitions.entry(partition.clone()).or_default() += 1;
+        }
+        self.by_pending.insert((partition, name), want);
+    }
+
+    fn undeclare(&mut self, want: &Want) -> Option<PendingName> {
+        let name = self.declared.remove(want)?;
+        let partition = &want.group.partition;
+        self.by_pending.remove(&(partition.clone(), name.clone()));
+        if let Some(count) = self.partitions.get_mut(partition) {
+            *count -= 1;
+            if *count == 0 {
+                self.partitions.remove(partition);
+            }
+        }
+        Some(name)
     }
 }
 
@@ -86,10 +124,11 @@ fn pending_name(want: &Want, scope: ParamSet) -> PendingName {
 impl Answered {
     /// Nothing answered; a want waits at most `wait` for the upstream's answer; counted in
     /// `metrics`.
-    pub(crate) fn new(wait: Duration, metrics: RelayMetrics) -> Answered {
+    pub(crate) fn new(wait: Duration, metrics: RelayMetrics, stores: Arc<Stores>) -> Answered {
         Answered {
             state: Mutex::new(State::default()),
             store: OnceLock::new(),
+            stores,
             wait,
             metrics,
         }
@@ -103,6 +142,34 @@ impl Answered {
     pub(crate) fn attach(&self, pending: PendingNames, limit: usize) {
         pending.set_limit(limit);
         let _ = self.store.set(pending);
+    }
+
+    /// The pending names of the store `partition`'s clients read; with `make`, that store made
+    /// if nothing holds it (a client asking holds it already: the same store).
+    fn pending_of(&self, partition: &Partition, make: bool) -> Option<PendingNames> {
+        match partition {
+            Partition::All => self.store.get().cloned(),
+            _ if make => self.stores.store(partition).map(|s| s.pending_names()),
+            _ => self.stores.pending_if_held(partition),
+        }
+    }
+
+    /// Resolves `names`, each in its partition's store, now (`staged`: with that store's next
+    /// commit).
+    fn resolve(&self, names: Vec<(&Partition, &PendingName)>, staged: bool) {
+        let mut by: BTreeMap<&Partition, Vec<&PendingName>> = BTreeMap::new();
+        for (partition, name) in names {
+            by.entry(partition).or_default().push(name);
+        }
+        for (partition, names) in by {
+            if let Some(pending) = self.pending_of(partition, false) {
+                if staged {
+                    pending.resolve_with_next_commit(names);
+                } else {
+                    pending.resolve(names);
+                }
+            }
+        }
     }
 
     /// Whether `want` is answered (its own answer, or for a name, its type's wildcard's in its
@@ -126,24 +193,38 @@ impl Answered {
     /// [`Answered::ask`] for each of `wants` (those of one request), declared in one swap of the
     /// store's state: it costs what it declares.
     pub(crate) fn ask_all(&self, wants: &[Want], node: Option<&ClientNode>, now: Instant) {
-        let Some(store) = self.store.get() else {
-            return;
-        };
         let mut state = self.state();
-        let asked: Vec<(&Want, PendingName)> = wants
-            .iter()
-            .filter(|want| !Self::answered_in(&state, want) && !state.declared.contains_key(*want))
-            .map(|want| (want, pending_name(want, scope(want, node))))
-            .collect();
-        if asked.is_empty() {
-            return;
+        // By the store each want's clients read (one, but for a locator's partition: the same).
+        let mut by: BTreeMap<&Partition, Vec<(&Want, PendingName)>> = BTreeMap::new();
+        for want in wants {
+            if !Self::answered_in(&state, want) && !state.declared.contains_key(want) {
+                by.entry(&want.group.partition)
+                    .or_default()
+                    .push((want, pending_name(want, scope(want, node))));
+            }
         }
+        for (partition, asked) in by {
+            let Some(store) = self.pending_of(partition, true) else {
+                continue;
+            };
+            self.declare(&mut state, &store, asked, now);
+        }
+        self.metrics.set_pending(state.pending());
+    }
+
+    fn declare(
+        &self,
+        state: &mut State,
+        store: &PendingNames,
+        asked: Vec<(&Want, PendingName)>,
+        now: Instant,
+    ) {
         let results =
             store.declare_all(asked.iter().map(|(_, name)| name.clone()), now + self.wait);
         for ((want, name), result) in asked.into_iter().zip(results) {
             match result {
                 Ok(_) => {
-                    state.declared.insert(want.clone(), name);
+                    state.declare(want.clone(), name);
                     state.full_logged = false;
                 }
                 Err(e) => {
@@ -153,7 +234,6 @@ impl Answered {
                 }
             }
         }
-        self.metrics.set_pending(state.pending());
     }
 
     /// The wants declared that `want`'s answer answers: itself, and for a wildcard the names of
@@ -182,28 +262,30 @@ impl Answered {
     /// (its resources and the names it says do not exist) in one response. [`Answered::announce`]
     /// once committed (or refused) settles the rest.
     pub(crate) fn stage(&self, wants: &[Want]) {
-        let Some(store) = self.store.get() else {
-            return;
-        };
         let state = self.state();
-        let resolved: Vec<&PendingName> = wants
+        let answered: Vec<Want> = wants
             .iter()
             .flat_map(|want| Self::answered_by(&state, want))
-            .filter_map(|w| state.declared.get(&w))
             .collect();
-        store.resolve_with_next_commit(resolved);
+        let resolved: Vec<(&Partition, &PendingName)> = answered
+            .iter()
+            .filter_map(|w| Some((&w.group.partition, state.declared.get(w)?)))
+            .collect();
+        self.resolve(resolved, true);
     }
 
     /// `wants` are answered and their answer is in the store: no longer pending (a wildcard's
     /// answer answers the names of its type in its group too).
     pub(crate) fn announce(&self, wants: impl IntoIterator<Item = Want>) {
         let mut state = self.state();
-        let mut resolved: Vec<PendingName> = Vec::new();
+        let mut resolved: Vec<(Partition, PendingName)> = Vec::new();
         for want in wants {
             let mut asked = false;
             for w in Self::answered_by(&state, &want) {
                 asked |= w == want;
-                resolved.extend(state.declared.remove(&w));
+                if let Some(name) = state.undeclare(&w) {
+                    resolved.push((w.group.partition, name));
+                }
             }
             // Kept only for what was asked (a want answered before it was declared, a
             // wildcard's): an answer nobody asked for is nothing to remember.
@@ -211,8 +293,8 @@ impl Answered {
                 state.answered.insert(want);
             }
         }
-        if let (Some(store), false) = (self.store.get(), resolved.is_empty()) {
-            store.resolve(&resolved);
+        if !resolved.is_empty() {
+            self.resolve(resolved.iter().map(|(p, n)| (p, n)).collect(), false);
             self.metrics.set_pending(state.pending());
         }
     }
@@ -221,10 +303,8 @@ impl Answered {
     pub(crate) fn forget(&self, want: &Want) {
         let mut state = self.state();
         state.answered.remove(want);
-        if let Some(name) = state.declared.remove(want) {
-            if let Some(store) = self.store.get() {
-                store.resolve([&name]);
-            }
+        if let Some(name) = state.undeclare(want) {
+            self.resolve(vec![(&want.group.partition, &name)], false);
             self.metrics.set_pending(state.pending());
         }
     }
@@ -235,30 +315,38 @@ impl Answered {
     }
 
     /// When [`Answered::expire`] is next due.
+    /// (The stores with declarations are looked at, not every partition's.)
     pub(crate) fn next_expiry(&self) -> Option<Instant> {
-        self.store.get()?.next_expiry()
+        let state = self.state();
+        state
+            .partitions
+            .keys()
+            .filter_map(|p| self.pending_of(p, false)?.next_expiry())
+            .min()
     }
 
     /// Gives up, as of `now`, the wants whose wait passed: the clients are served what the
     /// relay has, and they count as answered (the next clients do not wait again: an upstream
     /// that is down, or that sends nothing of a type); those wants.
     pub(crate) fn expire(&self, now: Instant) -> Vec<Want> {
-        let Some(store) = self.store.get() else {
-            return Vec::new();
-        };
         let mut state = self.state();
-        let expired: HashSet<PendingName> = store.expire(now).into_iter().collect();
-        if expired.is_empty() {
+        let partitions: Vec<Partition> = state.partitions.keys().cloned().collect();
+        let mut gone: Vec<Want> = Vec::new();
+        for partition in partitions {
+            let Some(store) = self.pending_of(&partition, false) else {
+                continue;
+            };
+            for name in store.expire(now) {
+                let want = state.by_pending.get(&(partition.clone(), name)).cloned();
+                if let Some(want) = want {
+                    state.undeclare(&want);
+                    gone.push(want);
+                }
+            }
+        }
+        if gone.is_empty() {
             return Vec::new();
         }
-        let mut gone: Vec<Want> = Vec::new();
-        state.declared.retain(|want, name| {
-            let expired = expired.contains(name);
-            if expired {
-                gone.push(want.clone());
-            }
-            !expired
-        });
         for want in &gone {
             state.answered.insert(want.clone());
             info!(stream = %want.group, type_url = %want.type_url, name = %want.name, "the upstream did not answer within {:?}: answered with what the relay has", self.wait);
@@ -279,9 +367,13 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(10);
 
     fn attached(store: &Store) -> Answered {
-        let answered = Answered::new(WAIT, RelayMetrics::new());
+        let answered = Answered::new(WAIT, RelayMetrics::new(), shared_stores());
         answered.attach(store.pending_names(), 100);
         answered
+    }
+
+    fn shared_stores() -> Arc<Stores> {
+        Arc::new(Stores::new(crate::AggregateBy::None, 100))
     }
 
     fn named(name: &str) -> Want {
@@ -404,7 +496,7 @@ mod tests {
     #[test]
     fn past_the_limit_a_want_is_not_held() {
         let store = Store::new();
-        let answered = Answered::new(WAIT, RelayMetrics::new());
+        let answered = Answered::new(WAIT, RelayMetrics::new(), shared_stores());
         answered.attach(store.pending_names(), 1);
         answered.ask(&named("a"), None, Instant::now());
         answered.ask(&named("b"), None, Instant::now());
@@ -426,22 +518,35 @@ mod tests {
         crate::group::group_of(by, Some(node), CDS)
     }
 
+    /// An `Answered` of the server's `store` and the partitions' stores grouped `by`.
+    fn grouped(store: &Store, by: crate::AggregateBy) -> (Answered, Arc<Stores>) {
+        let stores = Arc::new(Stores::new(by, 100));
+        let answered = Answered::new(WAIT, RelayMetrics::new(), stores.clone());
+        answered.attach(store.pending_names(), 100);
+        (answered, stores)
+    }
+
     #[test]
-    fn a_want_of_a_cluster_group_is_pending_for_the_clients_of_that_cluster_only() {
+    fn a_want_of_a_cluster_group_is_pending_in_its_clusters_store_for_its_clients_only() {
         let store = Store::new();
-        let answered = attached(&store);
+        let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
         let node = client("n1", "edge");
         let want = Want::named(group_of(crate::AggregateBy::Cluster, &node), CDS, "a");
+        // The client's stream holds its store (the server's picker gave it).
+        let edge_store = stores
+            .store(&want.group.partition)
+            .expect("the cluster's store");
         answered.ask(&want, Some(&node), Instant::now());
         let edge: ParamSet = [(xdsd_core::NODE_CLUSTER_PARAM, "edge")]
             .into_iter()
             .collect();
-        let pending = store.pending_names();
+        let pending = edge_store.pending_names();
         assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(edge)));
         assert!(
             !pending.is_pending(&PendingName::new(CDS, "a")),
             "not for every client"
         );
+        assert!(store.pending_names().is_empty(), "not in the shared store");
         // Another client of the cluster: the same scope, declared once.
         answered.ask(&want, Some(&client("n2", "edge")), Instant::now());
         assert_eq!(pending.len(), 1);
@@ -450,18 +555,60 @@ mod tests {
     }
 
     #[test]
-    fn a_want_of_a_node_group_is_pending_for_the_parameters_of_the_client_that_asked() {
+    fn a_want_of_a_node_group_is_pending_in_its_nodes_store_for_its_parameters() {
         let store = Store::new();
-        let answered = attached(&store);
+        let (answered, stores) = grouped(&store, crate::AggregateBy::Node);
         let node = client("n1", "edge");
         let want = Want::named(group_of(crate::AggregateBy::Node, &node), CDS, "a");
+        let own_store = stores
+            .store(&want.group.partition)
+            .expect("the node's store");
         answered.ask(&want, Some(&node), Instant::now());
-        let pending = store.pending_names();
+        let pending = own_store.pending_names();
         let own = node.params_for(CDS).clone();
         assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(own)));
         assert!(!pending.is_pending(&PendingName::new(CDS, "a")));
         answered.forget(&want);
         assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_want_of_a_partitions_store_expires_there() {
+        let store = Store::new();
+        let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
+        let node = client("n1", "edge");
+        let want = Want::named(group_of(crate::AggregateBy::Cluster, &node), CDS, "a");
+        let _held = stores.store(&want.group.partition);
+        let t0 = Instant::now();
+        answered.ask(&want, Some(&node), t0);
+        assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
+        assert_eq!(answered.expire(t0 + WAIT), vec![want.clone()]);
+        assert!(answered.is_answered(&want));
+    }
+
+    #[test]
+    fn a_want_expires_in_its_partitions_store_only_and_nothing_else_is_given_up() {
+        let store = Store::new();
+        let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
+        let (na, nb) = (client("n1", "a"), client("n2", "b"));
+        let wa = Want::named(group_of(crate::AggregateBy::Cluster, &na), CDS, "x");
+        let wb = Want::named(group_of(crate::AggregateBy::Cluster, &nb), CDS, "x");
+        let (sa, sb) = (
+            stores.store(&wa.group.partition).expect("a's store"),
+            stores.store(&wb.group.partition).expect("b's store"),
+        );
+        let t0 = Instant::now();
+        answered.ask(&wa, Some(&na), t0);
+        answered.ask(&wb, Some(&nb), t0 + WAIT / 2);
+        assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
+        assert_eq!(answered.expire(t0 + WAIT), vec![wa.clone()]);
+        assert!(sa.pending_names().is_empty());
+        assert_eq!(sb.pending_names().len(), 1, "b's still pending");
+        assert_eq!(answered.next_expiry(), Some(t0 + WAIT + WAIT / 2));
+        answered.announce([wb.clone()]);
+        assert_eq!(answered.next_expiry(), None, "nothing declared");
+        assert!(answered.state().by_pending.is_empty());
+        assert!(answered.state().partitions.is_empty());
     }
 
     #[test]

@@ -55,6 +55,12 @@ pub struct Cache {
     counted: BTreeMap<Name, usize>,
     /// The names each group holds under each alias of a type (VHDS): found without a scan.
     aliased: BTreeMap<(GroupKey, String, String), BTreeSet<String>>,
+    /// The names each group holds of each type, with how many variants of each: a group's
+    /// wildcard leaving costs the names it held, not a scan of the cache.
+    by_group: BTreeMap<(GroupKey, String), BTreeMap<String, usize>>,
+    /// Names looked at by [`Cache::drop_type`] (what its cost is measured by in the tests).
+    #[cfg(test)]
+    looked_at: usize,
 }
 
 impl Cache {
@@ -77,8 +83,16 @@ impl Cache {
         let held = self.entries.entry(key.clone()).or_default();
         if held.get(&variant) != Some(&cached) {
             let aliases = cached.aliases.clone();
-            if let Some(old) = held.insert(variant, cached) {
-                self.unindex(group, &key, &old.aliases);
+            match held.insert(variant, cached) {
+                Some(old) => self.unindex(group, &key, &old.aliases),
+                None => {
+                    *self
+                        .by_group
+                        .entry((group.clone(), key.0.clone()))
+                        .or_default()
+                        .entry(key.1.clone())
+                        .or_default() += 1;
+                }
             }
             for alias in aliases {
                 self.aliased
@@ -160,6 +174,18 @@ impl Cache {
         if held.is_empty() {
             self.entries.remove(&key);
         }
+        let at = (group.clone(), key.0.clone());
+        if let Some(names) = self.by_group.get_mut(&at) {
+            if let Some(count) = names.get_mut(&key.1) {
+                *count = count.saturating_sub(gone.len());
+                if *count == 0 {
+                    names.remove(&key.1);
+                }
+            }
+            if names.is_empty() {
+                self.by_group.remove(&at);
+            }
+        }
         self.unindex(group, &key, &aliases);
         self.dirty.insert(key);
     }
@@ -189,15 +215,16 @@ impl Cache {
 
     /// `group` no longer holds anything of `type_url` but the names `keep` keeps (its wildcard
     /// subscription ended; those names are still subscribed).
+    /// Costs the names the group holds of the type (an index), not a scan of the cache.
     pub fn drop_type(&mut self, group: &GroupKey, type_url: &str, keep: impl Fn(&str) -> bool) {
-        let names: Vec<String> = self
-            .entries
-            .iter()
-            .filter(|((t, n), held)| {
-                t == type_url && held.keys().any(|(g, _)| g == group) && !keep(n)
-            })
-            .map(|((_, n), _)| n.clone())
-            .collect();
+        let Some(held) = self.by_group.get(&(group.clone(), type_url.to_owned())) else {
+            return;
+        };
+        #[cfg(test)]
+        {
+            self.looked_at += held.len();
+        }
+        let names: Vec<String> = held.keys().filter(|n| !keep(n)).cloned().collect();
         self.remove(group, type_url, &names);
     }
 
@@ -349,6 +376,31 @@ mod tests {
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 2);
         assert_eq!(cache.variants(), 2);
+    }
+
+    #[test]
+    fn a_groups_wildcard_leaving_costs_the_names_that_group_holds_of_the_type() {
+        let mut cache = Cache::new();
+        for i in 0..100 {
+            cache.put(&GroupKey::shared(), &resource(&format!("c{i}"), b"x", None));
+        }
+        cache.put(&params("prod"), &resource("p1", b"x", Some("prod")));
+        cache.put(&params("prod"), &resource("p2", b"y", Some("prod")));
+        cache.put(&params("prod"), &resource("c0", b"x", Some("prod")));
+        cache.take_change();
+        cache.drop_type(&params("prod"), CDS, |n| n == "p2");
+        assert_eq!(
+            cache.looked_at, 3,
+            "the group's three names, not the cache's 103"
+        );
+        let (change, _) = cache.take_change().expect("a change");
+        let (names, _) = inputs(&change);
+        assert_eq!(names.len(), 2, "p1 and c0's prod variant: {names:?}");
+        assert_eq!(cache.variants(), 101, "c0..c99 and p2");
+        cache.drop_type(&params("prod"), CDS, |_| false);
+        assert!(!cache
+            .by_group
+            .contains_key(&(params("prod"), CDS.to_owned())));
     }
 
     #[test]

@@ -28,7 +28,12 @@
 //! let store = Store::with_reference_policy(xdsd_core::store::ReferencePolicy::off());
 //! let feed = Feed::new(store.clone()).allow_empty(true);
 //! feed.first_load(&mut source).await?;
-//! let server = XdsServer::builder(store).observer(std::sync::Arc::new(observer)).build()?;
+//! let observer = std::sync::Arc::new(observer);
+//! // The observer picks each client's store too (`--aggregate-by`: a store per group).
+//! let server = XdsServer::builder(store)
+//!     .observer(observer.clone())
+//!     .store_picker(observer)
+//!     .build()?;
 //! tokio::spawn(feed.follow(source));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:18000").await?;
 //! server.serve(listener, std::future::pending()).await?;
@@ -46,6 +51,7 @@ pub mod group;
 mod metrics;
 mod observer;
 mod source;
+mod stores;
 pub mod validate;
 
 pub use demand::DEFAULT_LINGER;

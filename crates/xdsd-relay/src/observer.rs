@@ -20,11 +20,12 @@ use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 use tokio::sync::mpsc;
 use tonic::Status;
 use xdsd_core::ClientNode;
-use xdsd_core::{Asked, RequestSeen, StreamClosed, StreamObserver};
+use xdsd_core::{Asked, PickStore, RequestSeen, Store, StreamClosed, StreamObserver};
 
 use crate::answered::Answered;
 use crate::demand::Want;
 use crate::group::{group_of, AggregateBy, GroupKey};
+use crate::stores::Stores;
 
 /// What the observer tells the source.
 #[derive(Debug)]
@@ -188,9 +189,13 @@ type Streams = HashMap<u64, HashMap<Arc<str>, TypeWants>>;
 const SHARDS: usize = 16;
 
 /// The relay's observer of its downstream streams; give it to the server's builder
-/// ([`xdsd_core::XdsServerBuilder::observer`]).
+/// ([`xdsd_core::XdsServerBuilder::observer`]), and as its store picker
+/// ([`xdsd_core::XdsServerBuilder::store_picker`]): with `--aggregate-by cluster|node` each
+/// group of nodes reads a store of its own ([`crate::stores`]).
 pub struct RelayObserver {
     by: AggregateBy,
+    /// The partitions' stores.
+    stores: Arc<Stores>,
     /// What the upstream answered: a want asked before its answer is pending in the store.
     answered: Arc<Answered>,
     tx: mpsc::UnboundedSender<Demanded>,
@@ -211,9 +216,11 @@ impl RelayObserver {
         by: AggregateBy,
         tx: mpsc::UnboundedSender<Demanded>,
         answered: Arc<Answered>,
+        stores: Arc<Stores>,
     ) -> RelayObserver {
         RelayObserver {
             by,
+            stores,
             answered,
             tx,
             seen: (0..SHARDS).map(|_| Mutex::default()).collect(),
@@ -235,6 +242,13 @@ impl RelayObserver {
     /// nothing exists. Nothing waits here.
     fn hold_for(&self, wants: &[Want], node: Option<&ClientNode>) {
         self.answered.ask_all(wants, node, Instant::now());
+    }
+}
+
+/// The store a client reads: its partition's (`None`: the server's, the shared partition's).
+impl PickStore for RelayObserver {
+    fn store_for(&self, node: &[u8]) -> Option<Store> {
+        self.stores.pick(node)
     }
 }
 

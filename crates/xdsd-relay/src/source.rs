@@ -3,6 +3,7 @@
 //! store that the relay's own server serves.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::mem;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use xdsd_client::{Config, Event, Flavor, XdsClient};
 use xdsd_core::ClientNode;
-use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent};
+use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent, Store};
 
 use crate::answered::Answered;
 use crate::cache::Cache;
@@ -20,6 +21,7 @@ use crate::demand::{Action, Demand, Want, DEFAULT_LINGER};
 use crate::group::{upstream_node, AggregateBy, GroupKey, Params, Partition};
 use crate::metrics::RelayMetrics;
 use crate::observer::{Demanded, RelayObserver};
+use crate::stores::Stores;
 use crate::validate;
 
 /// How many names may be pending at once by default: a client subscribing 100,000 names by
@@ -90,16 +92,56 @@ impl Drop for Group {
     }
 }
 
+/// What the relay holds of one partition of the nodes (see [`crate::stores`]).
+#[derive(Default)]
+struct Part {
+    /// What its upstream streams were sent.
+    cache: Cache,
+    /// The store its clients read, held while it holds anything (`None` for the shared
+    /// partition: the server's store, which the feed commits to).
+    store: Option<Store>,
+}
+
+/// The cache of `partition` (made if there is none), marked as maybe changed.
+fn cache_of<'a>(
+    parts: &'a mut HashMap<Partition, Part>,
+    touched: &mut BTreeSet<Partition>,
+    stores: &Stores,
+    partition: &Partition,
+) -> &'a mut Cache {
+    if *partition != Partition::All {
+        touched.insert(partition.clone());
+    }
+    &mut parts
+        .entry(partition.clone())
+        .or_insert_with(|| Part {
+            cache: Cache::new(),
+            store: stores.store(partition),
+        })
+        .cache
+}
+
 /// The relay's source. See the module documentation.
 pub struct RelaySource {
     options: RelayOptions,
     demand: Demand,
-    cache: Cache,
+    /// What the relay holds, by partition of the nodes: each partition's is committed to the
+    /// store its clients read (the shared partition's through the feed).
+    parts: HashMap<Partition, Part>,
+    /// The partitions (not the shared one) whose cache may have changed since their last
+    /// commit: committed without a scan of the others.
+    touched: BTreeSet<Partition>,
+    /// The partitions' stores, shared with the observer (the server's store picker).
+    stores: Arc<Stores>,
+    /// The variants held in all the stores after the last changes taken.
+    variants: usize,
     metrics: RelayMetrics,
     demanded: mpsc::UnboundedReceiver<Demanded>,
     events_tx: mpsc::Sender<(u64, Vec<Event>)>,
     events: mpsc::Receiver<(u64, Vec<Event>)>,
     groups: HashMap<GroupKey, Group>,
+    /// How many of `groups` are not connected: the gauge is read without a scan of the groups.
+    disconnected: usize,
     /// Each open group by the id its events carry.
     ids: HashMap<u64, GroupKey>,
     /// The first downstream node seen of each group (the node a `cluster` or `node` group
@@ -129,17 +171,26 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
     let (tx, demanded) = mpsc::unbounded_channel();
     let (events_tx, events) = mpsc::channel(1024);
     let metrics = RelayMetrics::new();
-    let answered = Arc::new(Answered::new(options.first_wait, metrics.clone()));
-    let observer = RelayObserver::new(options.aggregate_by, tx, answered.clone());
+    let stores = Arc::new(Stores::new(options.aggregate_by, options.max_pending));
+    let answered = Arc::new(Answered::new(
+        options.first_wait,
+        metrics.clone(),
+        stores.clone(),
+    ));
+    let observer = RelayObserver::new(options.aggregate_by, tx, answered.clone(), stores.clone());
     let source = RelaySource {
         demand: Demand::new(options.linger),
         options,
-        cache: Cache::new(),
+        parts: HashMap::new(),
+        touched: BTreeSet::new(),
+        stores,
+        variants: 0,
         metrics: metrics.clone(),
         demanded,
         events_tx,
         events,
         groups: HashMap::new(),
+        disconnected: 0,
         ids: HashMap::new(),
         first_nodes: HashMap::new(),
         next_id: 0,
@@ -200,8 +251,14 @@ impl RelaySource {
         }
         self.answered.forget(&want);
         let demand = &self.demand;
+        let cache = cache_of(
+            &mut self.parts,
+            &mut self.touched,
+            &self.stores,
+            &want.group.partition,
+        );
         if want.is_wildcard() {
-            self.cache.drop_type(&want.group, &want.type_url, |name| {
+            cache.drop_type(&want.group, &want.type_url, |name| {
                 demand
                     .wants_of(&want.group, &want.type_url, name)
                     .next()
@@ -210,15 +267,15 @@ impl RelaySource {
         } else if !demand.holds(&Want::wildcard(want.group.clone(), &want.type_url)) {
             // (Still held through the type's wildcard otherwise.) The group holds nothing of
             // the name any more.
-            self.cache.remove(
+            cache.remove(
                 &want.group,
                 &want.type_url,
                 std::slice::from_ref(&want.name),
             );
             // A name that was an alias (VHDS): what is held under it leaves with it, unless a
             // subscription still names it or another of its aliases.
-            for name in self.cache.aliased(&want.group, &want.type_url, &want.name) {
-                let mut names = self.cache.aliases_of(&want.group, &want.type_url, &name);
+            for name in cache.aliased(&want.group, &want.type_url, &want.name) {
+                let mut names = cache.aliases_of(&want.group, &want.type_url, &name);
                 names.push(name.clone());
                 let named = names.iter().any(|n| {
                     demand
@@ -227,13 +284,16 @@ impl RelaySource {
                         .is_some()
                 });
                 if !named {
-                    self.cache.remove(&want.group, &want.type_url, &[name]);
+                    cache.remove(&want.group, &want.type_url, &[name]);
                 }
             }
         }
         if !self.demand.group_used(&want.group) {
             if let Some(group) = self.groups.remove(&want.group) {
                 self.ids.remove(&group.id);
+                if !group.connected {
+                    self.disconnected -= 1;
+                }
             }
             self.first_nodes.remove(&want.group);
             self.connected_gauge();
@@ -287,6 +347,7 @@ impl RelaySource {
                 answered: BTreeSet::new(),
             },
         );
+        self.disconnected += 1;
         self.connected_gauge();
         Ok(())
     }
@@ -364,6 +425,9 @@ impl RelaySource {
                 } else {
                     info!(upstream = %server, stream = %key, "upstream connected");
                 }
+                if !group.connected {
+                    self.disconnected -= 1;
+                }
                 group.connected = true;
                 group.ever_connected = true;
                 group.loss_logged = false;
@@ -373,10 +437,19 @@ impl RelaySource {
                     warn!(upstream = %server, stream = %key, "upstream unreachable ({reason}): serving the cache, reconnecting");
                     group.loss_logged = true;
                 }
+                if group.connected {
+                    self.disconnected += 1;
+                }
                 group.connected = false;
             }
             Event::Update(update) => {
                 group.answered.insert(update.type_url.clone());
+                let cache = cache_of(
+                    &mut self.parts,
+                    &mut self.touched,
+                    &self.stores,
+                    &key.partition,
+                );
                 // The type's wildcard is answered only if it is what the group subscribes to:
                 // an answer to names says nothing of the names not asked yet.
                 let wildcard = Want::wildcard(key.clone(), update.type_url.clone());
@@ -384,7 +457,7 @@ impl RelaySource {
                     self.to_announce.push(wildcard);
                 }
                 for r in update.added.iter().chain(&update.changed) {
-                    self.cache.put(&key, r);
+                    cache.put(&key, r);
                     // Its name and its aliases (VHDS: asked as `ROUTE_CONFIG/DOMAIN`).
                     for name in r.names() {
                         self.to_announce
@@ -398,19 +471,30 @@ impl RelaySource {
                 variants,
                 ..
             } => {
+                let cache = cache_of(
+                    &mut self.parts,
+                    &mut self.touched,
+                    &self.stores,
+                    &key.partition,
+                );
                 let aliases: Vec<String> = names
                     .iter()
-                    .flat_map(|n| self.cache.aliases_of(&key, &type_url, n))
+                    .flat_map(|n| cache.aliases_of(&key, &type_url, n))
                     .collect();
-                self.cache.remove_variants(&key, &type_url, &variants);
+                cache.remove_variants(&key, &type_url, &variants);
                 for name in names.iter().chain(&aliases) {
                     self.to_announce
                         .extend(self.demand.wants_of(&key, &type_url, name).cloned());
                 }
             }
             Event::DoesNotExist { type_url, name } => {
-                self.cache
-                    .remove(&key, &type_url, std::slice::from_ref(&name));
+                cache_of(
+                    &mut self.parts,
+                    &mut self.touched,
+                    &self.stores,
+                    &key.partition,
+                )
+                .remove(&key, &type_url, std::slice::from_ref(&name));
                 self.to_announce
                     .extend(self.demand.wants_of(&key, &type_url, &name).cloned());
                 self.to_announce
@@ -429,7 +513,7 @@ impl RelaySource {
     }
 
     fn connected_gauge(&self) {
-        let up = !self.groups.is_empty() && self.groups.values().all(|g| g.connected);
+        let up = !self.groups.is_empty() && self.disconnected == 0;
         self.metrics.set_connected(up);
     }
 
@@ -437,7 +521,7 @@ impl RelaySource {
         self.metrics.set_sizes(
             self.demand.subscriptions(),
             self.groups.len(),
-            self.cache.variants(),
+            self.variants,
         );
     }
 
@@ -447,6 +531,67 @@ impl RelaySource {
         self.held
     }
 
+    /// The change of `partition`'s cache since its last, if any.
+    fn take_change(&mut self, partition: &Partition) -> Option<(ChangeSet, Vec<String>)> {
+        let part = self.parts.get_mut(partition)?;
+        let before = part.cache.variants();
+        let taken = part.cache.take_change();
+        self.variants = self.variants + part.cache.variants() - before;
+        taken
+    }
+
+    /// Commits what changed in the partitions other than the shared one to their own stores,
+    /// each with the answers it brings (the shared partition's go through the feed); a
+    /// partition that holds nothing any more lets go of its store.
+    fn commit_partitions(&mut self) {
+        if self.touched.is_empty() && self.to_announce.is_empty() {
+            return;
+        }
+        let mut answers: BTreeMap<Partition, Vec<Want>> = BTreeMap::new();
+        let (shared, others): (Vec<Want>, Vec<Want>) = mem::take(&mut self.to_announce)
+            .into_iter()
+            .partition(|w| w.group.partition == Partition::All);
+        self.to_announce = shared;
+        for want in others {
+            answers
+                .entry(want.group.partition.clone())
+                .or_default()
+                .push(want);
+        }
+        let touched = mem::take(&mut self.touched);
+        let partitions: BTreeSet<Partition> =
+            touched.into_iter().chain(answers.keys().cloned()).collect();
+        for partition in partitions {
+            let wants = answers.remove(&partition).unwrap_or_default();
+            if let Some((change, problems)) = self.take_change(&partition) {
+                self.problems.extend(problems);
+                let store = self.parts.get(&partition).and_then(|p| p.store.clone());
+                if let Some(store) = store {
+                    // Resolved in the commit's own swap, as the feed's commits are.
+                    self.answered.stage(&wants);
+                    match change.update.apply(&store) {
+                        Ok(summary) => {
+                            info!(upstream = %self.options.upstream.server, partition = ?partition, "{}", xdsd_core::source::what_changed(&summary));
+                        }
+                        Err(e) => {
+                            warn!(upstream = %self.options.upstream.server, partition = ?partition, "change rejected: {e}");
+                            self.problems.push(format!("{partition:?}: {e}"));
+                        }
+                    }
+                }
+            }
+            self.answered.announce(wants);
+            if self
+                .parts
+                .get(&partition)
+                .is_some_and(|p| p.cache.is_empty())
+            {
+                self.parts.remove(&partition);
+            }
+        }
+        self.sizes();
+    }
+
     /// What to hand the feed now, if anything.
     fn ready_event(&mut self) -> Option<SourceEvent> {
         if !self.problems.is_empty() {
@@ -454,11 +599,19 @@ impl RelaySource {
                 &mut self.problems,
             ))));
         }
-        if let Some((change, problems)) = self.cache.take_change() {
-            self.problems = problems;
+        self.commit_partitions();
+        if let Some((change, problems)) = self.take_change(&Partition::All) {
+            // Reported with the next event, with any of the partitions' own.
+            self.problems.extend(problems);
             self.sizes();
             self.stage_for_commit();
             return Some(SourceEvent::Change(change));
+        }
+        if !self.problems.is_empty() {
+            // A partition's change the relay or its store refused.
+            return Some(SourceEvent::Rejected(Rejection::new(std::mem::take(
+                &mut self.problems,
+            ))));
         }
         // Answers that changed nothing: the store has them already.
         self.answered.announce(self.to_announce.drain(..));
@@ -515,7 +668,7 @@ impl Source for RelaySource {
                 }
             }
         }
-        let change = match self.cache.take_change() {
+        let change = match self.take_change(&Partition::All) {
             Some((change, problems)) => {
                 self.problems = problems;
                 change

@@ -77,7 +77,8 @@ pub(crate) struct RelayArgs {
     /// parameters select. none: one stream per distinct parameter set, presenting the relay's
     /// node. cluster (or node): one per distinct node cluster (or node id) and parameter set,
     /// presenting the first such node seen (its cluster, metadata, locality), for an upstream
-    /// that varies what it serves by node without TP2 constraints.
+    /// that varies what it serves by node without TP2 constraints; each cluster (or node) is
+    /// then served from a store of its own, never another's content.
     #[arg(
         long,
         value_name = "none|cluster|node",
@@ -280,9 +281,13 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
     args.downstream.tls.log(addr);
     let options = args.downstream.server_options();
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
+    // The observer also picks each client's store: with `--aggregate-by cluster|node`, its
+    // group's own.
+    let observer = Arc::new(observer);
     let server = XdsServer::builder(store)
         .metrics(metrics)
-        .observer(Arc::new(observer));
+        .observer(observer.clone())
+        .store_picker(observer);
     let downstream = args.downstream.downstream(listeners, None, Vec::new());
     let source: Box<dyn xdsd_core::DynSource> = Box::new(source);
     serve_downstream(

@@ -321,6 +321,12 @@ impl Machine for DeltaMachine {
     type Response = DeltaResponse;
     const NAME: &'static str = "delta";
 
+    /// What the client holds and the keys to check again (read only when the session is at its
+    /// limit of parameter sets).
+    fn holds_param_set(&self, pid: ParamSetId) -> bool {
+        self.has.iter().any(|(k, _)| k.1 == pid) || self.recheck.iter().any(|k| k.1 == pid)
+    }
+
     /// A machine for `type_url`, nothing subscribed yet.
     fn new(type_url: Arc<str>) -> DeltaMachine {
         DeltaMachine {

@@ -118,4 +118,23 @@ pub trait Machine: Send + 'static {
     fn has_sent(&self, name: &Arc<str>, views: &Views) -> bool;
     /// The subscribed resources the client was not sent as the store holds them now.
     fn unsent(&self, views: &Views) -> Vec<Arc<Resource>>;
+
+    /// Whether anything it keeps is keyed by parameter set `pid`: its subscription (names,
+    /// wildcard, keys owed or waiting) or the flavor's own record ([`Machine::holds_param_set`]).
+    /// A parameter set no machine of a session uses is reclaimed by the session.
+    fn uses_param_set(&self, pid: ParamSetId) -> bool {
+        let core = self.core();
+        core.pids.contains(&pid)
+            || core.wildcard.pid() == Some(pid)
+            || core.forced.iter().any(|k| k.1 == pid)
+            || core.waiting.keys().any(|k| k.1 == pid)
+            // A response going out in parts is read with the sets it began with.
+            || self.in_parts()
+            || self.holds_param_set(pid)
+    }
+    /// Whether the flavor's own record (what the client holds, keys to check again) has a key
+    /// of parameter set `pid`, beyond the subscription core.
+    fn holds_param_set(&self, _pid: ParamSetId) -> bool {
+        false
+    }
 }

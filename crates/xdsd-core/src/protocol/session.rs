@@ -41,6 +41,8 @@ pub const IDENTITY_PARAM: &str = "xds.identity";
 
 /// Distinct parameter sets one session may use (a caching proxy uses one per client group).
 pub const MAX_PARAM_SETS: usize = 64;
+// A request's parameter sets are pinned a bit each (`Session::params_pinned`).
+const _: () = assert!(MAX_PARAM_SETS <= 64);
 /// Resource names one session may subscribe to, all types together, by default: twice an Envoy
 /// with 100,000 EDS clusters (each subscribed by name to its endpoints). Each takes about 100
 /// bytes of the session's memory.
@@ -183,6 +185,12 @@ pub struct Session<M> {
     /// The parameter sets this session uses, by [`ParamSetId`].
     params: Vec<ParamSet>,
     pids: HashMap<ParamSet, ParamSetId>,
+    /// How many times a parameter set no machine used was reclaimed for another (its id given
+    /// to the new set): the list changed without growing.
+    params_reused: u64,
+    /// The parameter sets the request being handled resolved (a bit per id): not reclaimed for
+    /// another of its sets before its machine holds them.
+    params_pinned: u64,
     /// Make-before-break on aggregated streams: for clusters and endpoints, the names the store
     /// may have removed since they were last served, the state last served, and removals held
     /// back.
@@ -219,6 +227,8 @@ impl<M: Machine> Session<M> {
             // Parameter set 0: the empty set, until the node says otherwise.
             params: vec![ParamSet::new()],
             pids: [(ParamSet::new(), 0)].into_iter().collect(),
+            params_reused: 0,
+            params_pinned: 0,
             changed: TypeMap::default(),
             served: TypeMap::default(),
             lingering: TypeMap::default(),
@@ -261,10 +271,16 @@ impl<M: Machine> Session<M> {
         self.refuse_secrets = true;
     }
 
-    /// Every parameter set this session resolved or resolves names with, of every type. The list
-    /// only grows (at most 64), so its length tells whether it changed.
+    /// Every parameter set this session resolved or resolves names with, of every type (at most
+    /// 64). The list grows, and at its limit a set no subscription uses any more is replaced by
+    /// a new one: its length and [`Session::param_sets_reused`] together tell whether it changed.
     pub fn param_sets(&self) -> &[ParamSet] {
         &self.params
+    }
+
+    /// How many times a parameter set of [`Session::param_sets`] was replaced by another.
+    pub fn param_sets_reused(&self) -> u64 {
+        self.params_reused
     }
 
     /// The resource names this session is subscribed to, all types together.
@@ -285,6 +301,7 @@ impl<M: Machine> Session<M> {
     ) -> Result<Handled, SessionError> {
         // What the client is subscribed to, and so what it is served, may change.
         self.lingering_due = true;
+        self.params_pinned = 0;
         let identified = self.take_node(M::node(request))?;
         if let (Some(binding), None) = (&self.binding, &self.node) {
             return Err(SessionError::NodeRequired {
@@ -459,18 +476,41 @@ impl<M: Machine> Session<M> {
             params.insert(IDENTITY_PARAM, &*binding.identity);
         }
         if let Some(pid) = self.pids.get(&params) {
+            self.params_pinned |= 1 << *pid;
             return Ok(*pid);
         }
         if self.params.len() >= MAX_PARAM_SETS {
-            return Err(SessionError::Limit {
-                what: "distinct dynamic parameter sets",
-                limit: MAX_PARAM_SETS,
-            });
+            // At the limit: a set no subscription uses any more (read only here) is reclaimed.
+            let Some(pid) = self.unused_pid() else {
+                return Err(SessionError::Limit {
+                    what: "distinct dynamic parameter sets",
+                    limit: MAX_PARAM_SETS,
+                });
+            };
+            let old = std::mem::replace(&mut self.params[pid as usize], params.clone());
+            self.pids.remove(&old);
+            self.pids.insert(params, pid);
+            self.params_reused += 1;
+            self.params_pinned |= 1 << pid;
+            return Ok(pid);
         }
         let pid = self.params.len() as ParamSetId;
+        self.params_pinned |= 1 << pid;
         self.params.push(params.clone());
         self.pids.insert(params, pid);
         Ok(pid)
+    }
+
+    /// A parameter set (not set 0, the node's first) that no type uses: not its plain names'
+    /// set, and nothing its machine keeps is keyed by it.
+    fn unused_pid(&self) -> Option<ParamSetId> {
+        (1..self.params.len() as ParamSetId).find(|pid| {
+            self.params_pinned & (1 << *pid) == 0
+                && !self
+                    .types
+                    .values()
+                    .any(|t| t.default == *pid || t.machine.uses_param_set(*pid))
+        })
     }
 
     /// Resource locators as (name, parameter set).

@@ -329,6 +329,12 @@ impl Machine for SotwMachine {
     type Response = SotwResponse;
     const NAME: &'static str = "SotW";
 
+    /// Its glob collections and their members sent (read only when the session is at its
+    /// limit of parameter sets).
+    fn holds_param_set(&self, pid: ParamSetId) -> bool {
+        self.globs.iter().any(|k| k.1 == pid) || self.members.keys().any(|k| k.1 == pid)
+    }
+
     /// A machine for `type_url`, nothing subscribed yet.
     fn new(type_url: Arc<str>) -> SotwMachine {
         let full_state = crate::types::is_full_state(&type_url);

@@ -46,9 +46,12 @@ impl<M: Machine> Session<M> {
         change: &SubscriptionChange,
     ) {
         let params = self.param_sets();
-        // The list only grows: its length tells whether it changed.
-        if watcher.params_len() != Some(params.len()) {
+        // The list grows, or at its limit a set is replaced: its length and the replacements
+        // tell whether it changed.
+        let reused = self.param_sets_reused();
+        if watcher.params_len() != Some(params.len()) || watcher.params_reused() != reused {
             watcher.set_params(params);
+            watcher.set_params_reused(reused);
         }
         if let Some(on) = change.wildcard {
             watcher.set_wildcard(type_url, on);

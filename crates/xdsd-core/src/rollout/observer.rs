@@ -41,8 +41,8 @@ impl StorePicker for Canaries {
         self.rollout.stable_store()
     }
 
-    fn store_for(&self, node: &[u8]) -> &Store {
-        self.rollout.store_for_raw(node)
+    fn store_for(&self, node: &[u8]) -> Store {
+        self.rollout.store_for_raw(node).clone()
     }
 
     fn set_metrics(&self, metrics: Metrics) {

@@ -184,6 +184,20 @@ pub struct Store {
     inner: Arc<Inner>,
 }
 
+/// A store handle that does not keep the store alive ([`Store::downgrade`]): a registry of
+/// stores made on the fly keeps these, and finds a store again while anything still reads it.
+#[derive(Clone, Default)]
+pub struct WeakStore {
+    inner: std::sync::Weak<Inner>,
+}
+
+impl WeakStore {
+    /// The store, while a [`Store`] handle of it is held anywhere.
+    pub fn upgrade(&self) -> Option<Store> {
+        self.inner.upgrade().map(|inner| Store { inner })
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     current: RwLock<Arc<Snapshot>>,
@@ -405,6 +419,13 @@ impl Store {
     /// How the store checks references between resources (see [`Store::with_reference_policy`]).
     pub fn reference_policy(&self) -> &ReferencePolicy {
         &self.inner.policy
+    }
+
+    /// A handle that does not keep the store alive (see [`WeakStore`]).
+    pub fn downgrade(&self) -> WeakStore {
+        WeakStore {
+            inner: Arc::downgrade(&self.inner),
+        }
     }
 
     /// Whether `other` is this store (a clone of it), not another with the same content.

@@ -583,6 +583,8 @@ pub struct Watcher {
     registered: TypeMap<Registered>,
     /// How many parameter sets were last registered (`set_params`).
     params: Option<usize>,
+    /// Its stream's parameter sets replaced by others as of the last `set_params`.
+    params_reused: u64,
     /// The types last muted (`mute`).
     muted: Vec<Arc<str>>,
 }
@@ -598,6 +600,7 @@ impl Watcher {
             }),
             registered: TypeMap::default(),
             params: None,
+            params_reused: 0,
             muted: Vec::new(),
         }
     }
@@ -617,6 +620,17 @@ impl Watcher {
     /// How many parameter sets `set_params` last registered; `None` before the first call.
     pub fn params_len(&self) -> Option<usize> {
         self.params
+    }
+
+    /// Records how many of its stream's parameter sets had been replaced by others when
+    /// `set_params` was last called (`Session::param_sets_reused`).
+    pub fn set_params_reused(&mut self, reused: u64) {
+        self.params_reused = reused;
+    }
+
+    /// What [`Watcher::set_params_reused`] last recorded (0 before).
+    pub fn params_reused(&self) -> u64 {
+        self.params_reused
     }
 
     /// Watches (or stops watching) every resource of `type_url`, present and future.

@@ -75,10 +75,10 @@ impl ServerContext {
 
     /// The store a client with the encoded `node` reads: the one the picker picks (a gated
     /// rollout's canary store for a node of its cohort), else the server's.
-    pub(crate) fn store_for(&self, node: &[u8]) -> &Store {
+    pub(crate) fn store_for(&self, node: &[u8]) -> Store {
         match &self.picker {
             Some(picker) => picker.store_for(node),
-            None => &self.store,
+            None => self.store.clone(),
         }
     }
 

@@ -101,7 +101,7 @@ pub(crate) fn served(ctx: &ServerContext, rollout: Option<&serde_json::Value>) -
         (Some(json), _) => Some(json),
         (None, Some(picker)) => {
             read = picker.status_json();
-            Some(&read)
+            (!read.is_null()).then_some(&read)
         }
         (None, None) => None,
     };
@@ -219,7 +219,10 @@ impl ClientStatusDiscoveryService for Csds {
         request: Request<ClientStatusRequest>,
     ) -> Result<Response<ClientStatusResponse>, Status> {
         let mut response = client_status(&self.ctx, request.get_ref()).map(Response::new)?;
-        let rollout = self.ctx.picker.as_ref().map(|p| p.status_json());
+        // A store picker without a rollout shows nothing (null).
+        let rollout = (self.ctx.picker.as_ref())
+            .map(|p| p.status_json())
+            .filter(|json| !json.is_null());
         let served = served(&self.ctx, rollout.as_ref());
         response.metadata_mut().insert_bin(
             SERVED_METADATA,

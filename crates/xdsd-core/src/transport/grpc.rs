@@ -30,7 +30,7 @@ use super::conn::{self, Closable, ConnInfo, ConnectionAge, WithConnInfo};
 use super::context::ServerContext;
 use super::fetch;
 use super::observer::StreamObserver;
-use super::picker::StorePicker;
+use super::picker::{PickStore, Picked, StorePicker};
 use super::requests::Requests;
 use super::rest::JsonCodec;
 use super::stats::{StreamCounters, StreamStatus};
@@ -104,6 +104,19 @@ impl XdsServerBuilder {
     pub(crate) fn picker(mut self, picker: Arc<dyn StorePicker>) -> Self {
         self.store = picker.default_store().clone();
         self.picker = Some(picker);
+        self
+    }
+
+    /// Lets `picker` pick the store each client reads (`None`: this server's store), for a
+    /// program that serves groups of clients from stores of their own (`xdsd relay
+    /// --aggregate-by`). A stream reads the store picked at its first request with a node; a
+    /// one-shot request (`Fetch*`, REST), the one picked by its node. Not with a gated rollout,
+    /// which picks its canaries' store: the last of the two given is used.
+    pub fn store_picker(mut self, picker: Arc<dyn PickStore>) -> Self {
+        self.picker = Some(Arc::new(Picked {
+            default: self.store.clone(),
+            picker,
+        }));
         self
     }
 

@@ -5,8 +5,9 @@
 //! nothing else of it: this is the seam that keeps the transport below the rollout.
 
 use std::any::Any;
+use std::sync::Arc;
 
-use super::observer::OwnObserver;
+use super::observer::{OwnObserver, StreamOpened};
 use crate::metrics::Metrics;
 use crate::protocol::Nonce;
 use crate::store::Store;
@@ -20,7 +21,7 @@ pub(crate) trait StorePicker: OwnObserver<Stream = Option<SentGenerations>> + An
     fn default_store(&self) -> &Store;
 
     /// The store a client with the encoded `node` reads.
-    fn store_for(&self, node: &[u8]) -> &Store;
+    fn store_for(&self, node: &[u8]) -> Store;
 
     /// Counts into the server's `metrics`.
     fn set_metrics(&self, metrics: Metrics);
@@ -52,5 +53,53 @@ impl SentGenerations {
     pub(crate) fn generation(&self, type_url: &str, nonce: &str) -> Option<u64> {
         let (sent, generation) = self.0.get(type_url)?;
         (sent.as_str() == nonce).then_some(*generation)
+    }
+}
+
+/// Picks the store each client reads, for a program that serves different clients different
+/// states from stores of its own (`xdsd relay --aggregate-by`: each group of clients reads its
+/// group's store): give it to [`crate::XdsServerBuilder::store_picker`]. The server asks on a
+/// stream's first request with a node (and on each one-shot request, by its node); the stream
+/// reads and watches that store from then on.
+pub trait PickStore: Send + Sync + 'static {
+    /// The store a client with the encoded `node` reads; `None`: the server's own.
+    fn store_for(&self, node: &[u8]) -> Option<Store>;
+}
+
+/// A [`PickStore`] as the transport's picker: it observes nothing.
+pub(crate) struct Picked {
+    /// The server's store.
+    pub(crate) default: Store,
+    pub(crate) picker: Arc<dyn PickStore>,
+}
+
+impl OwnObserver for Picked {
+    type Stream = Option<SentGenerations>;
+
+    fn stream_opened(&self, _event: &StreamOpened<'_>) -> Option<SentGenerations> {
+        None
+    }
+}
+
+impl StorePicker for Picked {
+    fn default_store(&self) -> &Store {
+        &self.default
+    }
+
+    fn store_for(&self, node: &[u8]) -> Store {
+        self.picker
+            .store_for(node)
+            .unwrap_or_else(|| self.default.clone())
+    }
+
+    fn set_metrics(&self, _metrics: Metrics) {}
+
+    /// Nothing to show: no rollout.
+    fn status_json(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }

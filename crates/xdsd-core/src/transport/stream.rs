@@ -484,10 +484,10 @@ impl<V: Protocol> Stream<V> {
         if store.same_as(&self.store) {
             return;
         }
-        self.store = store.clone();
+        self.store = store;
         self.watcher = self.store.watcher_in(self.connection);
         let id = Node::decode(node).map(|n| n.id).unwrap_or_default();
-        info!(stream = self.id, node = %shown(&id), "canary of the gated rollout: served the canary state");
+        info!(stream = self.id, node = %shown(&id), "served the store picked for its node (a gated rollout's canary state, or a store picker's)");
     }
 
     fn log(&self, handled: &Handled) {

@@ -8,6 +8,7 @@ mod grpc_fetch;
 mod grpc_limits;
 mod grpc_max_age;
 mod grpc_observer;
+mod grpc_picker;
 mod grpc_rollout;
 mod grpc_shutdown;
 mod grpc_sotw;

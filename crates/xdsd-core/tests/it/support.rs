@@ -158,9 +158,11 @@ impl Server {
             .await
             .expect("the relay's first load");
         let feed = tokio::spawn(feed.follow(source));
+        let observer = Arc::new(observer);
         let server = XdsServer::builder(relay_store.clone())
             .options(options)
-            .observer(Arc::new(observer))
+            .observer(observer.clone())
+            .store_picker(observer)
             .build()
             .expect("a server without TLS builds");
         let mut server = Server::serve(upstream_store, server).await;

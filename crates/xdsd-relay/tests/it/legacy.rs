@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -117,8 +118,10 @@ async fn start_relay(upstream: SocketAddr, by: AggregateBy) -> SocketAddr {
     let feed = Feed::new(store.clone()).allow_empty(true);
     feed.first_load(&mut source).await.expect("first load");
     tokio::spawn(feed.follow(source));
+    let observer = Arc::new(observer);
     let server = XdsServer::builder(store)
-        .observer(Arc::new(observer))
+        .observer(observer.clone())
+        .store_picker(observer)
         .build()
         .expect("a server without TLS builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -162,6 +165,32 @@ async fn web_timeout(relay: SocketAddr, id: &str, cluster: &str) -> i64 {
     web.connect_timeout.expect("a connect timeout").seconds
 }
 
+/// The connect timeout (seconds) of `web` as the relay answers a one-shot `FetchClusters` of a
+/// node of `cluster`.
+async fn fetched_web_timeout(relay: SocketAddr, id: &str, cluster: &str) -> i64 {
+    let mut client = ClusterDiscoveryServiceClient::connect(format!("http://{relay}"))
+        .await
+        .expect("connect to the relay");
+    let request = DiscoveryRequest {
+        node: Some(Node {
+            id: id.into(),
+            cluster: cluster.into(),
+            ..Default::default()
+        }),
+        type_url: CLUSTER.into(),
+        resource_names: vec!["web".into()],
+        ..Default::default()
+    };
+    let r = timeout(WAIT, client.fetch_clusters(request))
+        .await
+        .expect("an answer in time")
+        .expect("a response")
+        .into_inner();
+    assert_eq!(r.resources.len(), 1, "{r:?}");
+    let web = Cluster::decode(r.resources[0].value.as_slice()).expect("a cluster");
+    web.connect_timeout.expect("a connect timeout").seconds
+}
+
 async fn each_group_gets_its_own_body(by: AggregateBy) {
     let relay = start_relay(start_legacy().await, by).await;
     assert_eq!(web_timeout(relay, "n-a", "a").await, 1);
@@ -172,17 +201,24 @@ async fn each_group_gets_its_own_body(by: AggregateBy) {
     );
 }
 
-// Not fixed yet: the relay's one store holds one body per (name, constraints), and two groups'
-// unconstrained bodies of `web` are merged (docs/relay.md, "Not done yet"); each group needs a
-// store of its own (the transport's store picker made public, as gated rollouts use it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a group's content is that group's: not done yet (#56)"]
 async fn with_aggregate_by_cluster_a_client_gets_its_clusters_body_of_a_name() {
     each_group_gets_its_own_body(AggregateBy::Cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a group's content is that group's: not done yet (#56)"]
 async fn with_aggregate_by_node_a_client_gets_its_nodes_body_of_a_name() {
     each_group_gets_its_own_body(AggregateBy::Node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_aggregate_by_cluster_a_one_shot_fetch_gets_its_clusters_body_of_a_name() {
+    let relay = start_relay(start_legacy().await, AggregateBy::Cluster).await;
+    assert_eq!(web_timeout(relay, "n-a", "a").await, 1);
+    assert_eq!(
+        fetched_web_timeout(relay, "n-b", "b").await,
+        2,
+        "a fetch of cluster b is answered with cluster a's body of web"
+    );
+    assert_eq!(fetched_web_timeout(relay, "n-a2", "a").await, 1);
 }

@@ -352,7 +352,6 @@ fn too_many_distinct_parameter_sets_is_a_resource_limit() {
 }
 
 #[test]
-#[ignore = "the server does not reclaim parameter sets no subscription uses yet (#56)"]
 fn parameter_sets_no_subscription_uses_are_reclaimed() {
     // One locator at a time, each SotW request replacing the last: the stream never uses more
     // than one parameter set at once, however many it has used.
@@ -533,6 +532,40 @@ mod tp2 {
             node: node.cloned(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_reclaimed_parameter_set_is_served_the_variant_its_new_parameters_select() {
+        let store = store(vec![
+            variant(CLUSTER, "r", "rx", Some(eq("k", "x"))),
+            variant(CLUSTER, "r", "ry", Some(eq("k", "y"))),
+        ]);
+        let snap = store.snapshot();
+        let mut s = ads();
+        // Every id used once, one locator at a time; then `x` and `y` on reclaimed ids.
+        let sets: Vec<String> = (0..MAX_PARAM_SETS)
+            .map(|i| i.to_string())
+            .chain(["x".into(), "y".into()])
+            .collect();
+        let mut last: Option<SotwResponse> = None;
+        for k in &sets {
+            // Each request ACKs the last response (the next one waits for that).
+            let nonce = last.as_ref().map(|r| r.nonce.as_str().to_owned());
+            let mut request = sotw(CLUSTER, &[], nonce.as_deref().unwrap_or(""), None);
+            request.resource_locators = vec![locator("r", &[("k", k)])];
+            s.handle_request(&request, &snap)
+                .unwrap_or_else(|e| panic!("the request with k={k}: {e}"));
+            while let Some((_, r)) = s.poll_response(&snap, Instant::now()) {
+                last = Some(r);
+            }
+            if k == "x" {
+                let r = last.as_ref().expect("a response for k=x");
+                assert_eq!(contents(r), ["rx"]);
+            }
+        }
+        assert!(s.param_sets_reused() >= 2, "{}", s.param_sets_reused());
+        let r = last.expect("a response for k=y");
+        assert_eq!(contents(&r), ["ry"]);
     }
 
     /// The RouteConfiguration table of TP2's "Example": four variants over `env` and `version`.
