@@ -56,6 +56,12 @@ pub struct Options {
     pub max_backoff: Duration,
     /// The largest response read: a bigger one ends the stream.
     pub max_response_bytes: usize,
+    /// Federation (xRFC TP1 authorities, gRFC A47): the servers of each authority, the first
+    /// tried first and the others as `fallback_servers`. A name `xdstp://AUTHORITY/...` whose
+    /// authority is here is subscribed on a connection to that authority's servers; every other
+    /// name (other authorities, names that are not xdstp, the wildcard) on `server`. Empty by
+    /// default: one connection. See [`Options::with_authority`].
+    pub authorities: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Options {
@@ -69,7 +75,35 @@ impl Options {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            authorities: Default::default(),
         }
+    }
+
+    /// These options with `authority`'s names served by `servers` (the first, then the others
+    /// in turn as fallbacks): see [`Options::authorities`]. `servers` empty: the authority is
+    /// served by `server`, as any other.
+    pub fn with_authority<S: Into<String>>(
+        mut self,
+        authority: impl Into<String>,
+        servers: impl IntoIterator<Item = S>,
+    ) -> Options {
+        let servers: Vec<String> = servers.into_iter().map(Into::into).collect();
+        let authority = authority.into();
+        if servers.is_empty() {
+            self.authorities.remove(&authority);
+        } else {
+            self.authorities.insert(authority, servers);
+        }
+        self
+    }
+
+    /// The options of one authority's connection: these, with its servers.
+    fn for_servers(&self, servers: &[String]) -> Options {
+        let mut options = self.clone();
+        options.server = servers[0].clone();
+        options.fallback_servers = servers[1..].to_vec();
+        options.authorities.clear();
+        options
     }
 
     /// Plaintext to the first of `servers`, then each of the others in turn when a connection
@@ -102,10 +136,14 @@ pub enum StartError {
 type Command = Box<dyn FnOnce(&mut Client) + Send>;
 
 /// The handle of a running driver: changes its subscriptions; dropping it (and the
-/// [`Events`]) stops the driver.
+/// [`Events`]) stops the driver. With [`Options::authorities`], one connection (and machine)
+/// per authority's servers besides the default's: each name is subscribed on its authority's,
+/// and the events of all of them come out of the one [`Events`].
 #[derive(Clone)]
 pub struct XdsClient {
     commands: mpsc::UnboundedSender<Command>,
+    /// The connections of the authorities with servers of their own.
+    authorities: std::sync::Arc<std::collections::BTreeMap<String, mpsc::UnboundedSender<Command>>>,
 }
 
 impl std::fmt::Debug for XdsClient {
@@ -177,19 +215,62 @@ impl XdsClient {
         config: Config,
         validator: Option<Validator>,
     ) -> Result<(XdsClient, Events), StartError> {
-        let endpoints = options
-            .servers()
-            .map(|server| Ok((server.to_owned(), endpoint(&options, server)?)))
-            .collect::<Result<Vec<_>, StartError>>()?;
-        let mut client = Client::new(config);
-        if let Some(v) = validator {
-            client.set_validator(v);
+        // Every connection's endpoints first: an address that is not one fails the start.
+        let mut connections = vec![(None, options.clone())];
+        for (authority, servers) in &options.authorities {
+            connections.push((Some(authority.clone()), options.for_servers(servers)));
         }
-        let (commands, command_rx) = mpsc::unbounded_channel();
+        let mut planned = Vec::with_capacity(connections.len());
+        for (authority, options) in connections {
+            let endpoints = options
+                .servers()
+                .map(|server| Ok((server.to_owned(), endpoint(&options, server)?)))
+                .collect::<Result<Vec<_>, StartError>>()?;
+            planned.push((authority, options, endpoints));
+        }
         let (event_tx, inner) = mpsc::channel(1024);
-        tokio::spawn(run(options, endpoints, client, command_rx, event_tx));
+        let mut commands = None;
+        let mut authorities = std::collections::BTreeMap::new();
+        // One validator for every connection's machine.
+        let mut validator = validator;
+        let shared = match (&validator, planned.len()) {
+            (Some(_), 2..) => validator
+                .take()
+                .map(|v| std::sync::Arc::new(std::sync::Mutex::new(v))),
+            _ => None,
+        };
+        for (authority, options, endpoints) in planned {
+            let mut client = Client::new(config.clone());
+            if let Some(v) = validator.take() {
+                client.set_validator(v);
+            } else if let Some(shared) = &shared {
+                let shared = shared.clone();
+                client.set_validator(Box::new(move |r| match shared.lock() {
+                    Ok(mut v) => v(r),
+                    Err(_) => Err("the validator panicked".to_owned()),
+                }));
+            }
+            let (tx, command_rx) = mpsc::unbounded_channel();
+            tokio::spawn(run(
+                options,
+                endpoints,
+                client,
+                command_rx,
+                event_tx.clone(),
+            ));
+            match authority {
+                Some(authority) => {
+                    authorities.insert(authority, tx);
+                }
+                None => commands = Some(tx),
+            }
+        }
+        let commands = commands.expect("the default connection is planned first");
         Ok((
-            XdsClient { commands },
+            XdsClient {
+                commands,
+                authorities: std::sync::Arc::new(authorities),
+            },
             Events {
                 inner,
                 batch: std::collections::VecDeque::new(),
@@ -202,14 +283,36 @@ impl XdsClient {
         let _ = self.commands.send(command);
     }
 
+    /// The connection that serves `name`: its authority's, or the default.
+    fn route(&self, name: &str) -> &mpsc::UnboundedSender<Command> {
+        if self.authorities.is_empty() {
+            return &self.commands;
+        }
+        crate::authority::of(name)
+            .and_then(|a| self.authorities.get(a))
+            .unwrap_or(&self.commands)
+    }
+
     /// Subscribes to `names` of `type_url` (`*`: the wildcard). Names past the client's limits
-    /// are refused with an [`Event::Rejected`] of version `""`.
+    /// are refused with an [`Event::Rejected`] of version `""`. Each name goes to its
+    /// authority's connection ([`Options::authorities`]).
     pub fn subscribe(&self, type_url: &str, names: Vec<String>) {
-        let type_url = type_url.to_owned();
-        self.send(Box::new(move |client: &mut Client| {
-            let result = client.subscribe(&type_url, &names);
-            refused(client, &type_url, result);
-        }));
+        let mut by_route: Vec<(&mpsc::UnboundedSender<Command>, Vec<String>)> = Vec::new();
+        for name in names {
+            let route = self.route(&name);
+            match by_route.iter_mut().find(|(r, _)| r.same_channel(route)) {
+                Some((_, list)) => list.push(name),
+                None => by_route.push((route, vec![name])),
+            }
+        }
+        for (route, names) in by_route {
+            let type_url = type_url.to_owned();
+            // A stopped driver has nothing to change.
+            let _ = route.send(Box::new(move |client: &mut Client| {
+                let result = client.subscribe(&type_url, &names);
+                refused(client, &type_url, result);
+            }));
+        }
     }
 
     /// Subscribes to every resource of `type_url` the legacy way (naming nothing).
@@ -223,8 +326,9 @@ impl XdsClient {
 
     /// Subscribes to `name` with dynamic parameters (a TP2 resource locator).
     pub fn subscribe_locator(&self, type_url: &str, name: &str, params: Params) {
+        let route = self.route(name);
         let (type_url, name) = (type_url.to_owned(), name.to_owned());
-        self.send(Box::new(move |client: &mut Client| {
+        let _ = route.send(Box::new(move |client: &mut Client| {
             let result = client.subscribe_locator(&type_url, &name, params);
             refused(client, &type_url, result);
         }));
@@ -232,8 +336,9 @@ impl XdsClient {
 
     /// Ends the subscription to `name` (`*`: the wildcard) of `type_url`.
     pub fn unsubscribe(&self, type_url: &str, name: &str) {
+        let route = self.route(name);
         let (type_url, name) = (type_url.to_owned(), name.to_owned());
-        self.send(Box::new(move |client: &mut Client| {
+        let _ = route.send(Box::new(move |client: &mut Client| {
             client.unsubscribe(&type_url, &name)
         }));
     }
@@ -242,8 +347,9 @@ impl XdsClient {
     /// locator, as [`XdsClient::subscribe_locator`] made it); the other locators and the plain
     /// name of `name` stay subscribed.
     pub fn unsubscribe_locator(&self, type_url: &str, name: &str, params: Params) {
+        let route = self.route(name);
         let (type_url, name) = (type_url.to_owned(), name.to_owned());
-        self.send(Box::new(move |client: &mut Client| {
+        let _ = route.send(Box::new(move |client: &mut Client| {
             client.unsubscribe_locator(&type_url, &name, params)
         }));
     }

@@ -39,6 +39,7 @@
 
 #![warn(missing_docs)]
 
+mod authority;
 mod constraints;
 mod driver;
 mod machine;

@@ -18,6 +18,7 @@ use envoy_types::pb::google::protobuf::Any;
 use crate::constraints::{matches, Params};
 use crate::types;
 
+mod glob;
 mod response;
 mod wire;
 
@@ -334,6 +335,34 @@ struct TypeState {
     responses: u64,
 }
 
+/// Whether a held resource answers a subscription to `name`: by its name or an alias, or a
+/// member of the glob collection `name`.
+fn provided(
+    held: &BTreeMap<HeldKey, Held>,
+    aliased: &BTreeMap<String, BTreeSet<HeldKey>>,
+    name: &str,
+) -> bool {
+    holds_name(held, name)
+        || aliased.contains_key(name)
+        || members_held(held, name).next().is_some()
+}
+
+/// The held members of the glob collection `name` (none when `name` is not a glob): a walk of
+/// the names under its path, not of everything held.
+fn members_held<'a>(
+    held: &'a BTreeMap<HeldKey, Held>,
+    name: &str,
+) -> impl Iterator<Item = &'a HeldKey> + 'a {
+    let parts = glob::glob_parts(name).map(|(p, q)| (p.to_owned(), q.to_owned()));
+    parts.into_iter().flat_map(move |(prefix, query)| {
+        let under = prefix.clone();
+        held.range((prefix.clone(), Vec::new())..)
+            .map(|(k, _)| k)
+            .take_while(move |(n, _)| n.starts_with(&under))
+            .filter(move |(n, _)| glob::is_member(&prefix, &query, n))
+    })
+}
+
 /// Whether `held` holds a variant of `name` (under its own name).
 fn holds_name(held: &BTreeMap<HeldKey, Held>, name: &str) -> bool {
     held.range((name.to_owned(), Vec::new())..)
@@ -357,11 +386,11 @@ impl TypeState {
             return true;
         }
         let constraints = resource.constraints.as_ref();
-        resource.names().any(|name| {
-            self.subs_of(name).any(|key| {
-                key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params))
-            })
-        })
+        let takes = |key: &Key| {
+            key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params))
+        };
+        resource.names().any(|name| self.subs_of(name).any(&takes))
+            || glob::collection_of(&resource.name).is_some_and(|c| self.subs_of(&c).any(takes))
     }
 
     fn subs_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Key> + 'a {
@@ -376,10 +405,11 @@ impl TypeState {
         holds_name(&self.held, name)
     }
 
-    /// Whether a held resource answers a subscription to `name`: by its name or an alias.
+    /// Whether a held resource answers a subscription to `name`: by its name or an alias, or a
+    /// member of the glob collection `name`.
     #[cfg(test)]
     fn provides(&self, name: &str) -> bool {
-        self.holds(name) || self.aliased.contains_key(name)
+        provided(&self.held, &self.aliased, name)
     }
 
     /// The held resources a subscription to `name` may hold: of that name, or with that alias.
@@ -393,6 +423,7 @@ impl TypeState {
         if let Some(aliased) = self.aliased.get(name) {
             keys.extend(aliased.iter().cloned());
         }
+        keys.extend(members_held(&self.held, name).cloned());
         keys
     }
 
@@ -494,7 +525,7 @@ impl TypeState {
             ..
         } = self;
         let mut ask = |key: &Key, sub: &mut Sub| {
-            let provided = holds_name(held, &key.name) || aliased.contains_key(&key.name);
+            let provided = provided(held, aliased, &key.name);
             if sub.deadline.is_none() && !sub.missing && !provided {
                 if let Some(d) = deadline {
                     sub.deadline = Some(d);

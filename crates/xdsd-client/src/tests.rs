@@ -1279,3 +1279,156 @@ fn costs_follow_the_change_timers_and_indexes_stay_in_step() {
     p.client.check_invariants().expect("invariants");
     assert_eq!(p.names(CLUSTER_LOAD_ASSIGNMENT).len(), 24);
 }
+
+/// Glob collections (xRFC TP1): a glob subscription takes the members the server sends, each
+/// held under its own name.
+mod glob {
+    use super::*;
+
+    const IN: &str = "xdstp://a/envoy.config.cluster.v3.Cluster/in";
+
+    fn n(id: &str) -> String {
+        format!("{IN}/{id}")
+    }
+
+    fn member(id: &str, version: &str) -> WireResource {
+        wire(&n(id), version, Some(cluster(&n(id), version)))
+    }
+
+    #[test]
+    fn glob_members_are_taken_and_held_each_under_its_own_name() {
+        let mut p = Pair::delta();
+        p.client.connected();
+        p.client.subscribe(CLUSTER, [n("*")]).expect("subscribed");
+        p.delta_request();
+        // Members, and what is not one: below the path, another path, other parameters.
+        p.delta_in(delta(
+            CLUSTER,
+            "n1",
+            vec![
+                member("c1", "1"),
+                member("c2", "1"),
+                member("sub/c3", "1"),
+                member("c4?k=v", "1"),
+                wire(
+                    "xdstp://a/envoy.config.cluster.v3.Cluster/other/c5",
+                    "1",
+                    Some(cluster("c5", "1")),
+                ),
+            ],
+            &[],
+        ));
+        assert_eq!(added_names(&p.news()), [n("c1"), n("c2")]);
+        assert_eq!(p.names(CLUSTER), [n("c1"), n("c2")]);
+        // A member added, one removed.
+        p.delta_request();
+        p.delta_in(delta(CLUSTER, "n2", vec![member("c9", "1")], &[&n("c1")]));
+        let news = p.news();
+        assert_eq!(added_names(&news), [n("c9")]);
+        assert_eq!(removed(&news), [(vec![n("c1")], false)]);
+        assert!(missing(&news).is_empty(), "{news:?}");
+        assert_eq!(p.names(CLUSTER), [n("c2"), n("c9")]);
+        p.client.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn glob_with_context_parameters_takes_the_members_with_equal_parameters() {
+        let mut p = Pair::delta();
+        p.client
+            .subscribe(CLUSTER, [n("*?k=v")])
+            .expect("subscribed");
+        p.client.connected();
+        p.delta_request();
+        p.delta_in(delta(
+            CLUSTER,
+            "n1",
+            vec![
+                member("c1?k=v", "1"),
+                member("c2", "1"),
+                member("c3?k=w", "1"),
+            ],
+            &[],
+        ));
+        assert_eq!(p.names(CLUSTER), [n("c1?k=v")]);
+    }
+
+    #[test]
+    fn a_member_received_stops_the_globs_does_not_exist_timer() {
+        let mut p = Pair::delta();
+        p.client.connected();
+        p.client.subscribe(CLUSTER, [n("*")]).expect("subscribed");
+        p.delta_request();
+        p.delta_in(delta(CLUSTER, "n1", vec![member("c1", "1")], &[]));
+        p.news();
+        p.client.check_invariants().unwrap();
+        p.advance(DEFAULT_DOES_NOT_EXIST_TIMEOUT * 2);
+        assert!(missing(&p.news()).is_empty());
+    }
+
+    #[test]
+    fn an_empty_glob_answered_by_its_name_in_removed_resources_does_not_exist_until_a_member_comes()
+    {
+        let mut p = Pair::delta();
+        p.client.connected();
+        p.client.subscribe(CLUSTER, [n("*")]).expect("subscribed");
+        p.delta_request();
+        p.delta_in(delta(CLUSTER, "n1", vec![], &[&n("*")]));
+        assert_eq!(missing(&p.news()), [n("*")]);
+        p.delta_request();
+        p.delta_in(delta(CLUSTER, "n2", vec![member("c1", "1")], &[]));
+        assert_eq!(added_names(&p.news()), [n("c1")]);
+        p.client.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn sotw_full_state_glob_holds_its_members_and_a_member_left_out_is_removed() {
+        let mut p = Pair::sotw();
+        p.client.connected();
+        p.client.subscribe(CLUSTER, [n("*")]).expect("subscribed");
+        p.sotw_request();
+        p.sotw_in(sotw(
+            CLUSTER,
+            "v1",
+            "n1",
+            vec![cluster(&n("c1"), "1"), cluster(&n("c2"), "1")],
+        ));
+        let news = p.news();
+        assert_eq!(added_names(&news), [n("c1"), n("c2")]);
+        assert!(missing(&news).is_empty(), "the glob has members: {news:?}");
+        p.sotw_request();
+        p.sotw_in(sotw(CLUSTER, "v2", "n2", vec![cluster(&n("c1"), "1")]));
+        assert_eq!(removed(&p.news()), [(vec![n("c2")], false)]);
+        assert_eq!(p.names(CLUSTER), [n("c1")]);
+        p.client.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn sotw_full_state_glob_without_members_does_not_exist() {
+        let mut p = Pair::sotw();
+        p.client.connected();
+        p.client.subscribe(CLUSTER, [n("*")]).expect("subscribed");
+        p.sotw_request();
+        p.sotw_in(sotw(CLUSTER, "v1", "n1", vec![]));
+        assert_eq!(missing(&p.news()), [n("*")]);
+    }
+
+    #[test]
+    fn unsubscribing_a_glob_drops_the_members_only_it_wanted() {
+        let mut p = Pair::delta();
+        p.client.connected();
+        p.client
+            .subscribe(CLUSTER, [n("*"), n("c2")])
+            .expect("subscribed");
+        p.delta_request();
+        p.delta_in(delta(
+            CLUSTER,
+            "n1",
+            vec![member("c1", "1"), member("c2", "1")],
+            &[],
+        ));
+        assert_eq!(p.names(CLUSTER), [n("c1"), n("c2")]);
+        p.client.unsubscribe(CLUSTER, &n("*"));
+        assert_eq!(p.names(CLUSTER), [n("c2")]);
+        p.client.check_invariants().unwrap();
+    }
+}

@@ -150,13 +150,15 @@ pub fn render_discovery_response(
 const CONSTRAINTS: &str = "envoy.service.discovery.v3.DynamicParameterConstraints";
 
 /// One resource as a resource-file document (docs/resource-files.md), in JSON or YAML: its
-/// `"@type"`, for a variant its `"@constraints"` (the encoded `DynamicParameterConstraints`),
-/// then the message's fields, all through the descriptors. What `xdsd get` prints and writes;
-/// reading it back as a resource file gives the same resource.
+/// `"@type"`, its `"@name"` when its type has no name field (an `LbEndpoint` of a LEDS
+/// collection, named `xdstp://...`), for a variant its `"@constraints"` (the encoded
+/// `DynamicParameterConstraints`), then the message's fields, all through the descriptors. What
+/// `xdsd get` prints and writes; reading it back as a resource file gives the same resource.
 pub fn render_resource_document(
     descriptors: &Descriptors,
     format: FileFormat,
     type_url: &str,
+    name: &str,
     value: &[u8],
     constraints: Option<&[u8]>,
 ) -> Result<Vec<u8>, RenderError> {
@@ -180,6 +182,11 @@ pub fn render_resource_document(
             what: "resource",
             source,
         })?;
+    // A type without a name field is named by "@name" (only an xdstp name can be one).
+    let at_name = pool
+        .get_message_by_name(type_url.rsplit('/').next().unwrap_or(type_url))
+        .filter(|desc| crate::parse::name_field(desc).is_none())
+        .and(Some(name).filter(|n| !n.is_empty()));
     let constraints = match constraints {
         None => None,
         Some(bytes) => {
@@ -205,6 +212,9 @@ pub fn render_resource_document(
                     .map_err(|e| failed(&e))?;
                 map.insert("@constraints".to_owned(), c);
             }
+            if let (Some(name), Some(map)) = (at_name, value.as_object_mut()) {
+                map.insert("@name".to_owned(), name.into());
+            }
             let mut out = serde_json::to_vec_pretty(&value).map_err(|e| failed(&e))?;
             out.push(b'\n');
             Ok(out)
@@ -214,14 +224,17 @@ pub fn render_resource_document(
                 .serialize_with_options(serde_yaml_ng::value::Serializer, &serialize_options())
                 .map_err(|e| failed(&e))?;
             let value = match (constraints, value) {
-                (Some(c), serde_yaml_ng::Value::Mapping(fields)) => {
+                (c, serde_yaml_ng::Value::Mapping(fields)) if c.is_some() || at_name.is_some() => {
                     let c = c
-                        .serialize_with_options(
-                            serde_yaml_ng::value::Serializer,
-                            &serialize_options(),
-                        )
+                        .map(|c| {
+                            c.serialize_with_options(
+                                serde_yaml_ng::value::Serializer,
+                                &serialize_options(),
+                            )
+                        })
+                        .transpose()
                         .map_err(|e| failed(&e))?;
-                    // "@type" first, then "@constraints", then the fields.
+                    // "@type" first, then "@name", "@constraints", then the fields.
                     let mut map = serde_yaml_ng::Mapping::new();
                     let mut rest = Vec::new();
                     for (k, v) in fields {
@@ -231,7 +244,12 @@ pub fn render_resource_document(
                             rest.push((k, v));
                         }
                     }
-                    map.insert("@constraints".into(), c);
+                    if let Some(name) = at_name {
+                        map.insert("@name".into(), name.into());
+                    }
+                    if let Some(c) = c {
+                        map.insert("@constraints".into(), c);
+                    }
                     map.extend(rest);
                     serde_yaml_ng::Value::Mapping(map)
                 }

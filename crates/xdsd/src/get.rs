@@ -16,6 +16,7 @@ use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 use envoy_types::pb::xds::core::v3::ContextParams;
 use prost::Message;
 use xdsd_client::{types, Config, Event, Flavor, Options, Params, Resource, Tls, XdsClient};
+use xdsd_core::xdstp::{self, XdstpName};
 use xdsd_source::{render_resource_document, Descriptors, FileFormat};
 
 /// The options `get` and `watch` share; each has an environment variable, `XDSD_GET_*` for
@@ -45,6 +46,19 @@ pub(crate) struct ClientArgs {
         value_delimiter = ','
     )]
     server: Vec<String>,
+
+    /// Federation (xRFC TP1 authorities): the names `xdstp://AUTHORITY/...` (and glob
+    /// collections) of AUTHORITY are asked of ADDR, every other name (and the wildcard) of
+    /// --server. Repeatable, comma-separated in the variable; an AUTHORITY given several ADDRs
+    /// has them as replicas, tried in turn. AUTHORITY is compared as the name writes it.
+    #[arg(
+        long = "server-for",
+        value_name = "AUTHORITY=ADDR",
+        value_parser = key_value,
+        env = "XDSD_GET_SERVER_FOR",
+        value_delimiter = ','
+    )]
+    server_for: Vec<(String, String)>,
 
     /// The node id to ask as.
     #[arg(
@@ -208,6 +222,8 @@ fn key_value(text: &str) -> Result<(String, String), String> {
 struct Plan {
     /// The type asked for; `None` for every listener and cluster and what they reference.
     type_url: Option<String>,
+    /// The names asked for, xdstp names (and glob collections) canonical.
+    names: Vec<String>,
     options: Options,
     config: Config,
     params: Params,
@@ -223,6 +239,11 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
             args.names[0]
         );
     }
+    let names = args
+        .names
+        .iter()
+        .map(|name| canonical_name(type_url.as_deref(), name))
+        .collect::<anyhow::Result<Vec<String>>>()?;
     let params: Params = args.params.iter().cloned().collect();
     let mut node = Node {
         id: args.node.clone(),
@@ -270,6 +291,16 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     config.does_not_exist_timeout = args.timeout;
     let mut options =
         Options::with_servers(args.server.iter().cloned()).context("--server names no server")?;
+    let mut authorities: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (authority, addr) in &args.server_for {
+        authorities
+            .entry(authority.as_str())
+            .or_default()
+            .push(addr.clone());
+    }
+    for (authority, servers) in authorities {
+        options = options.with_authority(authority, servers);
+    }
     options.connect_timeout = args.timeout.min(Duration::from_secs(10));
     if args.tls_ca.is_some() || args.tls_cert.is_some() {
         let read = |flag: &str, path: &Path| {
@@ -287,10 +318,26 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     }
     Ok(Plan {
         type_url,
+        names,
         options,
         config,
         params,
     })
+}
+
+/// A NAME as it is asked for: an xdstp name (or glob collection) checked and canonical, its
+/// type segment TYPE's; any other name as it is.
+fn canonical_name(type_url: Option<&str>, name: &str) -> anyhow::Result<String> {
+    if !xdstp::is_xdstp(name) {
+        return Ok(name.to_owned());
+    }
+    let parsed = XdstpName::parse(name)
+        .and_then(|n| match type_url {
+            Some(t) => n.check_type(t).map(|()| n),
+            None => Ok(n),
+        })
+        .map_err(|e| anyhow::anyhow!("NAME {name:?} is a malformed xdstp name: {e}"))?;
+    Ok(parsed.as_str().to_owned())
 }
 
 fn subscribe(client: &XdsClient, type_url: &str, names: &[String], params: &Params) {
@@ -329,10 +376,14 @@ fn held_key(r: &Resource) -> (String, String, Vec<u8>) {
 }
 
 /// Whether `held` has a resource of `type_url` that a subscription to `name` gets (its name or
-/// an alias).
+/// an alias, or a member of the glob collection `name`).
 fn holds(held: &Held, type_url: &str, name: &str) -> bool {
-    held.iter()
-        .any(|((t, _, _), r)| t == type_url && r.names().any(|n| n == name))
+    let glob = xdstp::glob_parts(name);
+    held.iter().any(|((t, _, _), r)| {
+        t == type_url
+            && (r.names().any(|n| n == name)
+                || glob.is_some_and(|(prefix, query)| xdstp::is_member(prefix, query, &r.name)))
+    })
 }
 
 /// What `get` asks for: types by wildcard, and names by type (those given, or those the
@@ -348,22 +399,36 @@ struct Asked {
 }
 
 impl Asked {
-    /// Every wildcard answered, every name held or said not to exist.
+    /// Every wildcard answered, every name held or said not to exist, every glob collection
+    /// answered (the server sends its members with the type's first response; in delta, an
+    /// empty one by its name in `removed_resources`).
     fn resolved(&self, held: &Held) -> bool {
         self.wildcards.iter().all(|t| self.answered.contains(t))
             && self.names.iter().all(|(t, names)| {
-                names
-                    .iter()
-                    .all(|n| holds(held, t, n) || self.missing.contains(&(t.clone(), n.clone())))
+                names.iter().all(|n| {
+                    holds(held, t, n)
+                        || self.missing.contains(&(t.clone(), n.clone()))
+                        || (xdstp::is_glob(n) && self.answered.contains(t))
+                })
             })
     }
 
-    /// The names asked for that the server did not send, by type.
+    /// The names asked for that the server did not send, by type (a glob collection without
+    /// members is not one: [`Self::empty_globs`]).
     fn not_received<'a>(&'a self, held: &'a Held) -> Vec<(&'a str, &'a str)> {
         self.names
             .iter()
             .flat_map(|(t, names)| names.iter().map(move |n| (t.as_str(), n.as_str())))
-            .filter(|(t, n)| !holds(held, t, n))
+            .filter(|(t, n)| !xdstp::is_glob(n) && !holds(held, t, n))
+            .collect()
+    }
+
+    /// The glob collections asked for of which nothing is held.
+    fn empty_globs<'a>(&'a self, held: &'a Held) -> Vec<(&'a str, &'a str)> {
+        self.names
+            .iter()
+            .flat_map(|(t, names)| names.iter().map(move |n| (t.as_str(), n.as_str())))
+            .filter(|(t, n)| xdstp::is_glob(n) && !holds(held, t, n))
             .collect()
     }
 }
@@ -440,13 +505,13 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
     let walk = plan.type_url.is_none();
     let mut asked = Asked::default();
     match &plan.type_url {
-        Some(type_url) if c.names.is_empty() => {
+        Some(type_url) if plan.names.is_empty() => {
             asked.wildcards.insert(type_url.clone());
         }
         Some(type_url) => {
             asked
                 .names
-                .insert(type_url.clone(), c.names.iter().cloned().collect());
+                .insert(type_url.clone(), plan.names.iter().cloned().collect());
         }
         None => asked.wildcards.extend(ROOTS.map(str::to_owned)),
     }
@@ -503,7 +568,7 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
                 // timeout would not change it.
                 if !connected {
                     unreachable += 1;
-                    if unreachable >= c.server.len() {
+                    if unreachable >= c.server.len() + c.server_for.len() {
                         anyhow::bail!(reason);
                     }
                     last_problem = Some(reason);
@@ -556,6 +621,13 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
                 c.node
             );
         }
+    }
+    for (type_url, glob) in asked.empty_globs(&held) {
+        eprintln!(
+            "xdsd get: {} collection {glob:?} has no members on {}",
+            short_type(type_url),
+            c.server.join(",")
+        );
     }
     for (type_url, name) in &not_received {
         let referenced = if walk { ", which is referenced," } else { "" };
@@ -639,6 +711,7 @@ fn document(
         descriptors,
         format,
         &r.body.type_url,
+        &r.name,
         &r.body.value,
         constraints.as_deref(),
     )
@@ -742,7 +815,7 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
         anyhow::bail!("give a TYPE to watch");
     };
     let (client, mut events) = XdsClient::start(plan.options, plan.config, None)?;
-    subscribe(&client, &type_url, &c.names, &plan.params);
+    subscribe(&client, &type_url, &plan.names, &plan.params);
     let kind = short_type(&type_url).to_owned();
     loop {
         let event = tokio::select! {

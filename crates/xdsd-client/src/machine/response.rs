@@ -9,6 +9,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use prost::Message;
 
+use super::glob::collection_of;
 use super::wire::{decode_sotw, decode_wrapper, held_key, Received};
 use super::{Client, Event, Held, HeldKey, Resource, Update};
 use crate::types;
@@ -233,10 +234,18 @@ impl Client {
                 }
             }
             let gone_set: BTreeSet<&str> = gone.iter().map(String::as_str).collect();
+            // A glob collection with a member in the response is present too.
+            let collections: BTreeSet<String> = updates
+                .values()
+                .map(|r| r.name.as_str())
+                .chain(beating.iter().map(|(n, _)| n.as_str()))
+                .filter_map(collection_of)
+                .collect();
             let present: BTreeSet<&str> = updates
                 .values()
                 .map(|r| r.name.as_str())
                 .chain(beating.iter().map(|(n, _)| n.as_str()))
+                .chain(collections.iter().map(String::as_str))
                 .collect();
             // A name never received is concluded missing only when this response surely
             // follows the request that asked for it (spec, "Knowing When a Requested Resource
@@ -311,6 +320,10 @@ impl Client {
             // Its subscriptions, by its name or an alias.
             for name in resource.names() {
                 state.settle(name, false);
+            }
+            // The glob collection it is a member of, if subscribed.
+            if let Some(c) = collection_of(&resource.name) {
+                state.settle(&c, false);
             }
             let bytes = resource.body.value.len();
             // A TTL past what the clock can count never expires.

@@ -275,3 +275,80 @@ async fn sotw_fails_over_to_the_next_server_and_resends_nothing() {
 async fn delta_fails_over_to_the_next_server_and_resends_nothing() {
     fails_over_to_the_next_server_and_resends_nothing(Flavor::Delta).await;
 }
+
+/// Federation (xRFC TP1 authorities): two xdsd servers, each the control plane of one
+/// authority; each holds a decoy of the other's name. Every `xdstp://` name is taken from its
+/// authority's server, a glob collection's members too; other names from the default.
+async fn each_authoritys_names_come_from_its_own_server(flavor: Flavor) {
+    const T: &str = "envoy.config.cluster.v3.Cluster";
+    let a1 = format!("xdstp://a.test/{T}/c1");
+    let b2 = format!("xdstp://b.test/{T}/in/c2");
+    let b3 = format!("xdstp://b.test/{T}/in/c3");
+    let a = Server::start().await;
+    let b = Server::start().await;
+    a.set(cluster(&a1, "from-a"));
+    a.set(cluster("plain", "from-a"));
+    a.set(cluster(&b2, "decoy"));
+    b.set(cluster(&b2, "from-b"));
+    b.set(cluster(&b3, "from-b"));
+    b.set(cluster(&a1, "decoy"));
+    b.set(cluster("plain", "decoy"));
+    let options = Options::new(a.addr.to_string()).with_authority("b.test", [b.addr.to_string()]);
+    let (client, mut events) =
+        XdsClient::start(options, config(flavor, true), None).expect("started");
+    client.subscribe(
+        CLUSTER,
+        vec![
+            a1.clone(),
+            "plain".into(),
+            format!("xdstp://b.test/{T}/in/*"),
+        ],
+    );
+    let mut got = std::collections::BTreeMap::new();
+    while got.len() < 4 {
+        if let Event::Update(u) = next_news(&mut events).await {
+            for r in u.added.into_iter().chain(u.changed) {
+                got.insert(r.name.clone(), r.body.value.clone());
+            }
+        }
+    }
+    let want: std::collections::BTreeMap<String, Vec<u8>> = [
+        (a1.clone(), cluster_bytes(&a1, "from-a").to_vec()),
+        (
+            "plain".to_string(),
+            cluster_bytes("plain", "from-a").to_vec(),
+        ),
+        (b2.clone(), cluster_bytes(&b2, "from-b").to_vec()),
+        (b3.clone(), cluster_bytes(&b3, "from-b").to_vec()),
+    ]
+    .into();
+    assert_eq!(got, want, "{flavor:?}");
+    // A change on the authority's server is seen; the decoy's is not.
+    a.set(cluster(&b2, "decoy-2"));
+    b.set(cluster(&b2, "from-b-2"));
+    let changed = wait_for(&mut events, |e| match e {
+        Event::Update(u) => u
+            .changed
+            .first()
+            .map(|r| (r.name.clone(), r.body.value.clone())),
+        _ => None,
+    })
+    .await;
+    assert_eq!(
+        changed,
+        (b2.clone(), cluster_bytes(&b2, "from-b-2").to_vec())
+    );
+    drop(client);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_each_authoritys_names_come_from_its_own_server() {
+    each_authoritys_names_come_from_its_own_server(Flavor::Sotw).await;
+}
+
+#[tokio::test]
+async fn delta_each_authoritys_names_come_from_its_own_server() {
+    each_authoritys_names_come_from_its_own_server(Flavor::Delta).await;
+}

@@ -708,12 +708,16 @@ impl<M: Machine> Session<M> {
     }
 }
 
-/// Records the TTLs a response sent, and schedules their renewal.
+/// Records the TTLs a response sent, and schedules their renewal. A resource sent under the
+/// client's non-canonical spelling of an xdstp name is renewed by its canonical name, the one the
+/// machine subscribed it by (and sends again under the client's spelling).
 fn track_ttls<M>(state: &mut TypeState<M>, sent: &[Arc<Resource>], now: Instant) {
     for resource in sent {
+        let name = crate::xdstp::canonical(resource.name());
+        let name = name.as_ref().unwrap_or(resource.name());
         match resource.ttl() {
-            Some(ttl) => state.ttls.insert(resource.name().clone(), ttl),
-            None => state.ttls.remove(resource.name()),
+            Some(ttl) => state.ttls.insert(name.clone(), ttl),
+            None => state.ttls.remove(name),
         };
     }
     let Some(interval) = state.heartbeat_interval() else {

@@ -144,6 +144,14 @@ pub struct SotwMachine {
     /// changes; and what the client was last sent of each of their members.
     globs: Vec<Key>,
     members: crate::hash::HashMap<Key, SentMark>,
+    /// How many of `members` are subscribed by name too (counted once against the names
+    /// budget).
+    named_members: usize,
+    /// The names the client listed for each xdstp name it spelled non-canonically
+    /// (`?b=2&a=1`), by canonical name: subscribed canonically, sent under each of the client's
+    /// spellings (and the canonical one when the list or the wildcard has it too). Empty for
+    /// every other client: opaque and canonical names never look here.
+    spelled: crate::hash::HashMap<Arc<str>, Box<[Arc<str>]>>,
 }
 
 impl SotwMachine {
@@ -182,6 +190,30 @@ impl SotwMachine {
             .collect();
         let globs = &self.globs;
         self.members.retain(|(n, p), _| in_glob(globs, n, *p));
+        let names = &self.names;
+        self.named_members = self
+            .members
+            .keys()
+            .filter(|(n, p)| names.contains(n, *p))
+            .count();
+    }
+
+    /// Records that the client was sent `mark` of the member `key` of a glob; what it was sent
+    /// before, if anything.
+    fn member_sent(&mut self, key: Key, mark: SentMark) -> Option<SentMark> {
+        let named = self.names.contains(&key.0, key.1);
+        let before = self.members.insert(key, mark);
+        if before.is_none() && named {
+            self.named_members += 1;
+        }
+        before
+    }
+
+    /// Forgets the member `key` of a glob (gone from the store).
+    fn member_gone(&mut self, key: &Key) {
+        if self.members.remove(key).is_some() && self.names.contains(&key.0, key.1) {
+            self.named_members = self.named_members.saturating_sub(1);
+        }
     }
 
     /// The members of the glob keys forced or first owed, recorded as sent, into `out`.
@@ -193,8 +225,7 @@ impl SotwMachine {
     ) {
         for (glob, pid) in keys {
             for r in views.view(*pid).members(glob) {
-                self.members
-                    .insert((r.name().clone(), *pid), SentMark::of(r));
+                self.member_sent((r.name().clone(), *pid), SentMark::of(r));
                 out.push(r.clone());
             }
         }
@@ -211,13 +242,11 @@ impl SotwMachine {
         match views.get(name, pid) {
             Some(r) => {
                 let mark = SentMark::of(r);
-                if self.members.insert((name.clone(), pid), mark) != Some(mark) {
+                if self.member_sent((name.clone(), pid), mark) != Some(mark) {
                     out.push(r.clone());
                 }
             }
-            None => {
-                self.members.remove(&(name.clone(), pid));
-            }
+            None => self.member_gone(&(name.clone(), pid)),
         }
     }
 
@@ -351,6 +380,8 @@ impl Machine for SotwMachine {
             split: None,
             globs: Vec::new(),
             members: Default::default(),
+            named_members: 0,
+            spelled: Default::default(),
         }
     }
 
@@ -487,9 +518,11 @@ impl Machine for SotwMachine {
         self.resend(name)
     }
 
-    /// How many keys (name and parameter set) are subscribed.
+    /// How many keys (name and parameter set) are subscribed, each member of a glob collection
+    /// the client was sent counted as one (once, when it is subscribed by name too): a member
+    /// added after the subscription counts when it is sent.
     fn key_count(&self) -> usize {
-        self.names.len()
+        self.names.len() + self.members.len() - self.named_members.min(self.members.len())
     }
 
     /// Whether `poll_response` may have something to send.

@@ -115,6 +115,8 @@ enum Halt {
     Gone,
     /// The server is shutting down.
     ShuttingDown,
+    /// The subscription grew past a names budget (a glob collection's members added).
+    Limit(Status),
 }
 
 /// The status of a stream ended by the server's shutdown, or by its connection's max age.
@@ -392,6 +394,7 @@ pub(crate) fn run<V: Protocol>(
                 Ok(()) => {}
                 Err(Halt::Gone) => break Ok(()),
                 Err(Halt::ShuttingDown) => break Err(shutting_down(&ctx)),
+                Err(Halt::Limit(status)) => break Err(status),
             }
             // A limit broken by a change (a glob collection grown past the names budget).
             if let Some(error) = s.session.take_breach() {
@@ -586,6 +589,12 @@ impl<V: Protocol> Stream<V> {
             let Some((type_url, response)) = self.session.poll_response(&snapshot, now) else {
                 break;
             };
+            // A glob collection's members grown past the connection's or the server's names
+            // budget (`--max-names-per-connection`, `--max-names-total`): the response that
+            // would carry them is not sent, and the stream ends, as for a request past them.
+            self.names
+                .set(self.session.subscribed_names())
+                .map_err(Halt::Limit)?;
             let (version, resources, removed, nonce) = V::describe(&response);
             debug!(
                 stream = self.id,

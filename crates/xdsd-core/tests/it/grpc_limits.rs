@@ -636,13 +636,14 @@ async fn subscribed_names_are_bounded_per_connection_and_in_total() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_glob_member_added_past_the_names_limit_ends_the_delta_stream_with_resource_exhausted() {
-    // Three names a stream: the glob and two members fit; a third member added later does not.
-    const EP: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
-    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
-    let server = Server::start_with(ServerOptions::default().max_names_per_stream(3)).await;
-    server.set(EP, &format!("{c1}/e0"), b"e0");
+const EP: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+const C1: &str = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+
+/// A delta stream to a server with `options` subscribed to the glob `C1/*` of one member; a
+/// member added (sent), then another: the status the stream ends with.
+async fn delta_glob_grown(options: ServerOptions) -> tonic::Status {
+    let server = Server::start_with(options).await;
+    server.set(EP, &format!("{C1}/e0"), b"e0");
     let mut s = raw_stream::<DeltaDiscoveryResponse>(&server.channel, ADS_DELTA).await;
     async fn next(
         s: &mut crate::support::RawStream<DeltaDiscoveryResponse>,
@@ -657,7 +658,7 @@ async fn a_glob_member_added_past_the_names_limit_ends_the_delta_stream_with_res
         DeltaDiscoveryRequest {
             type_url: EP.into(),
             node: node("n", "c"),
-            resource_names_subscribe: vec![format!("{c1}/*")],
+            resource_names_subscribe: vec![format!("{C1}/*")],
             ..Default::default()
         }
         .encode_to_vec(),
@@ -674,18 +675,96 @@ async fn a_glob_member_added_past_the_names_limit_ends_the_delta_stream_with_res
             .encode_to_vec(),
         )
         .await;
-        server.set(EP, &format!("{c1}/{id}"), id.as_bytes());
+        server.set(EP, &format!("{C1}/{id}"), id.as_bytes());
         if id == "e1" {
             let r = next(&mut s).await;
-            assert_eq!(r.resources[0].name, format!("{c1}/e1"));
+            assert_eq!(r.resources[0].name, format!("{C1}/e1"));
             nonce = r.nonce;
         }
     }
     let status = s.recv_status().await;
+    server.stop().await;
+    status
+}
+
+/// The same over SotW: the glob's members are sent with every change of its own.
+async fn sotw_glob_grown(options: ServerOptions) -> tonic::Status {
+    let server = Server::start_with(options).await;
+    server.set(EP, &format!("{C1}/e0"), b"e0");
+    let mut s = raw_stream::<DiscoveryResponse>(&server.channel, ADS_SOTW).await;
+    async fn next(s: &mut crate::support::RawStream<DiscoveryResponse>) -> DiscoveryResponse {
+        tokio::time::timeout(WAIT, s.responses.message())
+            .await
+            .expect("a response in time")
+            .expect("a response, not an error")
+            .expect("an open stream")
+    }
+    let request = |nonce: &str, version: &str| DiscoveryRequest {
+        type_url: EP.into(),
+        node: node("n", "c"),
+        resource_names: vec![format!("{C1}/*")],
+        response_nonce: nonce.into(),
+        version_info: version.into(),
+        ..Default::default()
+    };
+    s.send(request("", "").encode_to_vec()).await;
+    let mut last = next(&mut s).await;
+    assert_eq!(last.resources.len(), 1);
+    for id in ["e1", "e2"] {
+        s.send(request(&last.nonce, &last.version_info).encode_to_vec())
+            .await;
+        server.set(EP, &format!("{C1}/{id}"), id.as_bytes());
+        if id == "e1" {
+            last = next(&mut s).await;
+            assert_eq!(last.resources.len(), 1, "the member added");
+        }
+    }
+    let status = s.recv_status().await;
+    server.stop().await;
+    status
+}
+
+#[tokio::test]
+async fn a_glob_member_added_past_the_names_limit_ends_the_delta_stream_with_resource_exhausted() {
+    // Three names a stream: the glob and two members fit; a third member added later does not.
+    let status = delta_glob_grown(ServerOptions::default().max_names_per_stream(3)).await;
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(
         status.message().contains("subscribed resource names"),
         "{status:?}"
     );
-    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_glob_member_added_past_the_names_limit_ends_the_sotw_stream_with_resource_exhausted() {
+    let status = sotw_glob_grown(ServerOptions::default().max_names_per_stream(3)).await;
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("subscribed resource names"),
+        "{status:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_glob_member_added_past_the_connection_names_limit_ends_the_stream_with_resource_exhausted(
+) {
+    // Three names a connection (and a hundred in all), delta and SotW alike.
+    for status in [
+        delta_glob_grown(ServerOptions::default().max_names(3, 100)).await,
+        sotw_glob_grown(ServerOptions::default().max_names(3, 100)).await,
+    ] {
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("this connection"), "{status:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_glob_member_added_past_the_total_names_limit_ends_the_stream_with_resource_exhausted() {
+    for status in [
+        delta_glob_grown(ServerOptions::default().max_names(100, 3)).await,
+        sotw_glob_grown(ServerOptions::default().max_names(100, 3)).await,
+    ] {
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("the server's"), "{status:?}");
+    }
 }

@@ -283,7 +283,10 @@ fn an_any_of_an_unknown_type_is_an_error_not_a_file() {
 fn resource_document_reads_back_as_the_same_resource() {
     let d = descriptors();
     let text = format!(
-        "{RESOURCES}\n---\n\"@type\": {LISTENER}\n\"@match\": {{ env: prod }}\nname: variant\n"
+        "{RESOURCES}\n---\n\"@type\": {LISTENER}\n\"@match\": {{ env: prod }}\nname: variant\n\
+         ---\n\"@type\": type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint\n\
+         \"@name\": xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/e1\n\
+         endpoint: {{ address: {{ socket_address: {{ address: 10.0.0.1, port_value: 80 }} }} }}\n"
     );
     let resources = parse_file(&d, Path::new("in.yaml"), &text).expect("the resources parse");
     assert!(resources.iter().any(|r| r.constraints.is_some()));
@@ -293,6 +296,7 @@ fn resource_document_reads_back_as_the_same_resource() {
                 &d,
                 format,
                 &r.type_url,
+                &r.name,
                 &r.value,
                 r.constraints.as_deref(),
             )

@@ -169,3 +169,21 @@ async fn watch_against_rust_control_plane_sees_a_change() {
     watch.line_with("connect_timeout: \"7s\"").await;
     watch.interrupt().await;
 }
+
+#[tokio::test]
+async fn watch_a_glob_collection_reports_its_members_added_and_removed() {
+    use crate::get::{lb_endpoint, LB, LB_C1};
+    let dir = serving(&[("e1.yaml", &lb_endpoint("e1", 8001))]);
+    let server = Xdsd::start(&dir.path()).await;
+    let glob = format!("{LB_C1}/*");
+    let mut watch = Watch::start(&server, &["--delta", LB, &glob]);
+    let (line, _) = watch.line_with("added=").await;
+    assert!(line.contains(&format!("added={LB_C1}/e1")), "{line}");
+    dir.write("e2.yaml", &lb_endpoint("e2", 8002));
+    let (line, _) = watch.line_with("added=").await;
+    assert!(line.contains(&format!("added={LB_C1}/e2")), "{line}");
+    dir.remove("e1.yaml");
+    let (line, _) = watch.line_with("removed=").await;
+    assert!(line.contains(&format!("removed={LB_C1}/e1")), "{line}");
+    watch.interrupt().await;
+}

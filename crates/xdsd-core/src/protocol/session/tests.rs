@@ -227,6 +227,66 @@ fn a_glob_member_added_after_the_subscription_counts_against_the_names_limit() {
 }
 
 #[test]
+fn sotw_glob_members_added_after_the_subscription_count_against_the_names_limit() {
+    const EP: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+    let glob = format!("{c1}/*");
+    let store = Store::new();
+    store
+        .replace_all((0..3).map(|i| input(EP, &format!("{c1}/e{i}"), "1")))
+        .unwrap();
+    let options = SessionOptions {
+        max_names: 5,
+        ..Default::default()
+    };
+    let mut s: Session<SotwMachine> = Session::with_options(None, options);
+    s.handle_request(
+        &sotw(EP, &[&glob], "", Some(&node("n", "c"))),
+        &store.snapshot(),
+    )
+    .unwrap();
+    let now = Instant::now();
+    let (_, first) = s
+        .poll_response(&store.snapshot(), now)
+        .expect("the members");
+    assert_eq!(first.len(), 3);
+    // The glob and its three members: four, within five.
+    assert_eq!(s.subscribed_names(), 4);
+    assert!(s.take_breach().is_none());
+    let ack = |s: &mut Session<SotwMachine>, r: &SotwResponse| {
+        s.handle_request(
+            &sotw(EP, &[&glob], r.nonce.as_str(), None),
+            &store.snapshot(),
+        )
+        .unwrap();
+    };
+    ack(&mut s, &first);
+    let add = |s: &mut Session<SotwMachine>, id: &str| {
+        let name = format!("{c1}/{id}");
+        store
+            .apply([crate::store::Change::Set(input(EP, &name, "1"))])
+            .unwrap();
+        s.handle_changes(
+            [(
+                Arc::from(EP),
+                [Arc::from(name.as_str())].into_iter().collect(),
+            )]
+            .into_iter()
+            .collect(),
+        );
+        s.poll_response(&store.snapshot(), now)
+    };
+    // A fourth member: five, sent.
+    let (_, fourth) = add(&mut s, "e3").expect("the fourth member");
+    assert!(s.take_breach().is_none());
+    ack(&mut s, &fourth);
+    // A fifth: six, past the limit: not sent, and the stream's error is a client one.
+    assert!(add(&mut s, "e4").is_none());
+    let err = s.take_breach().expect("the breach");
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+}
+
+#[test]
 fn node_identity_is_taken_from_the_first_request() {
     let mut s = ads();
     let handled = s
@@ -1333,6 +1393,69 @@ mod ttl {
         assert!(beat.removed_resources.is_empty());
         // And the next one is a third of the TTL later again.
         assert_eq!(s.poll_timeout(), Some(t1 + TTL / 3));
+    }
+
+    /// A runtime resource with an xdstp name (`?a=1&b=2`) and a TTL, and the client's other
+    /// spelling of it (`?b=2&a=1`).
+    const XDSTP_TTL: &str = "xdstp://a/envoy.service.runtime.v3.Runtime/fault?a=1&b=2";
+    const SPELLED: &str = "xdstp://a/envoy.service.runtime.v3.Runtime/fault?b=2&a=1";
+
+    fn xdstp_store() -> Store {
+        let store = Store::new();
+        store
+            .replace_all([with_ttl(XDSTP_TTL, "inject", Some(TTL))])
+            .unwrap();
+        store
+    }
+
+    #[test]
+    fn delta_ttl_of_a_resource_subscribed_by_a_non_canonical_spelling_is_renewed_under_it() {
+        let store = xdstp_store();
+        let (mut s, t0) = delta_session_for(&envoy(), &[SPELLED], &store);
+        let first = delta_next(&mut s, &store, t0).unwrap();
+        assert_eq!(first.resources[0].name, SPELLED);
+        s.handle_request(&delta_ack(&first.nonce).into(), &store.snapshot())
+            .unwrap();
+        let t1 = t0 + TTL / 3;
+        s.handle_timeout(t1);
+        let beat = delta_next(&mut s, &store, t1).expect("a heartbeat");
+        assert_eq!(beat.resources.len(), 1);
+        assert_eq!(
+            beat.resources[0].name, SPELLED,
+            "under the client's spelling"
+        );
+        assert!(
+            beat.resources[0].resource.is_none(),
+            "a heartbeat has no body"
+        );
+        assert_eq!(ttl_of(&beat.resources[0]), Some(TTL));
+    }
+
+    #[test]
+    fn sotw_ttl_of_a_resource_subscribed_by_a_non_canonical_spelling_is_renewed_under_it() {
+        let store = xdstp_store();
+        let mut s = sotw_session(&envoy(), &[SPELLED], &store);
+        let t0 = Instant::now();
+        let first = sotw_next(&mut s, &store, t0).unwrap();
+        let wrapped = |r: &DiscoveryResponse| -> Vec<Wrapped> {
+            r.resources
+                .iter()
+                .map(|a| Wrapped::decode(a.value.as_slice()).unwrap())
+                .collect()
+        };
+        assert_eq!(wrapped(&first)[0].name, SPELLED);
+        s.handle_request(
+            &sotw(RUNTIME, &[SPELLED], &first.nonce, Some(&envoy())),
+            &store.snapshot(),
+        )
+        .unwrap();
+        let t1 = t0 + TTL / 3;
+        s.handle_timeout(t1);
+        let beat = sotw_next(&mut s, &store, t1).expect("the resource sent again");
+        let beat = wrapped(&beat);
+        assert_eq!(beat.len(), 1);
+        assert_eq!(beat[0].name, SPELLED, "under the client's spelling");
+        assert_eq!(ttl_of(&beat[0]), Some(TTL));
     }
 
     #[test]

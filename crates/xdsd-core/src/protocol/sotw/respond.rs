@@ -111,6 +111,7 @@ impl SotwMachine {
         updated: ResourceList,
         oversized: Option<usize>,
     ) -> SotwResponse {
+        let (resources, updated) = self.spell(resources, updated);
         let nonce = nonces.next_nonce();
         let control_plane = self.core.sent(nonce, &version_info);
         SotwResponse {
@@ -123,6 +124,47 @@ impl SotwMachine {
             oversized,
             control_plane,
         }
+    }
+
+    /// The resources of a response (and its `updated`) with those the client spelled
+    /// non-canonically under each of its spellings. Nothing to do (no lookup) for every other
+    /// client.
+    fn spell(
+        &self,
+        resources: SotwResources,
+        updated: ResourceList,
+    ) -> (SotwResources, ResourceList) {
+        if self.spelled.is_empty() {
+            return (resources, updated);
+        }
+        let respell = |list: &mut dyn Iterator<Item = &Arc<Resource>>| -> Option<ResourceList> {
+            let mut out = Vec::new();
+            let mut renamed = false;
+            for r in list {
+                match self.spelled.get(r.name()) {
+                    Some(spellings) => {
+                        renamed = true;
+                        for s in spellings.iter() {
+                            if s == r.name() {
+                                out.push(r.clone());
+                            } else {
+                                out.push(Arc::new(r.renamed(s.clone())));
+                            }
+                        }
+                    }
+                    None => out.push(r.clone()),
+                }
+            }
+            renamed.then(|| shared(out))
+        };
+        let respelled = respell(&mut resources.iter());
+        let resources = match respelled {
+            Some(list) => SotwResources::Some(list),
+            None => resources,
+        };
+        let respelled = respell(&mut updated.iter());
+        let updated = respelled.unwrap_or(updated);
+        (resources, updated)
     }
 
     /// The bytes a response may give its resources.
@@ -262,6 +304,7 @@ impl SotwMachine {
         if !self.globs.is_empty() {
             // Every member of each glob collection (a full-state response holds them all).
             self.members.clear();
+            self.named_members = 0;
             let globs = self.globs.clone();
             self.owe_members(views, globs.iter(), &mut out);
         }

@@ -40,6 +40,7 @@ impl SotwMachine {
         }
         self.last_names = Some(digest);
         let (wildcard, names) = self.listed(requested, subscribe, current);
+        self.respell(requested, wildcard.pid().is_some());
         let mut change = SubscriptionChange::default();
         self.set_wildcard(wildcard, &mut change);
         self.set_keys(names, current, &mut change);
@@ -71,7 +72,7 @@ impl SotwMachine {
         let mut wildcard = None;
         let mut names = Subscribed::builder(subscribe.default, requested.len());
         let mut interner = Interner::new(current.map(|t| &**t));
-        for (name, pid) in request_keys(requested, subscribe.default, subscribe.locators, false) {
+        for (name, pid) in request_keys(requested, subscribe.default, subscribe.locators, true) {
             if name == WILDCARD {
                 wildcard = Some(pid);
                 continue;
@@ -83,6 +84,49 @@ impl SotwMachine {
         }
         let from = subscribe.locators.is_empty().then_some(requested);
         (Wildcard::listed(wildcard), names.finish(from))
+    }
+
+    /// Records the client's spellings of the xdstp names its list spells non-canonically (the
+    /// list is the whole subscription: what it no longer spells is forgotten). Names that are not
+    /// xdstp cost a comparison of six bytes; a list that spells nothing leaves no entry.
+    fn respell(&mut self, requested: &Names, wildcard: bool) {
+        let mut spelled: crate::hash::HashMap<Arc<str>, Vec<Arc<str>>> = Default::default();
+        for name in requested.iter() {
+            let Ok(name) = std::str::from_utf8(name) else {
+                continue;
+            };
+            if let Some(c) = crate::xdstp::canonical(name) {
+                let spellings = spelled.entry(c).or_default();
+                if !spellings.iter().any(|s| **s == *name) {
+                    spellings.push(Arc::from(name));
+                }
+            }
+        }
+        if !spelled.is_empty() {
+            // A name also listed as it is (or covered by the wildcard) goes out under its
+            // canonical name too.
+            for name in requested.iter() {
+                if let Some(spellings) = std::str::from_utf8(name)
+                    .ok()
+                    .and_then(|n| spelled.get_mut(n))
+                {
+                    if !spellings.iter().any(|s| s.as_bytes() == name) {
+                        spellings.push(Arc::from(String::from_utf8_lossy(name)));
+                    }
+                }
+            }
+            if wildcard {
+                for (c, spellings) in spelled.iter_mut() {
+                    if !spellings.contains(c) {
+                        spellings.push(c.clone());
+                    }
+                }
+            }
+        }
+        self.spelled = spelled
+            .into_iter()
+            .map(|(c, s)| (c, s.into_boxed_slice()))
+            .collect();
     }
 
     /// Takes the wildcard a request says: a wildcard turned on (or onto another parameter set)

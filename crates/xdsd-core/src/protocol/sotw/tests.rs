@@ -1112,4 +1112,67 @@ mod glob {
         h.notify(&[&n("e3?k=v&z=1")]);
         assert_eq!(h.expect().0, [n("e3?k=v&z=1")]);
     }
+
+    #[test]
+    fn sotw_singleton_spelled_non_canonically_is_answered_under_the_clients_spelling() {
+        // The store has `?a=1&b=2`; the client asks for `?b=2&a=1`: it is sent the resource
+        // under `?b=2&a=1`, and its changes too; an ACK repeating the list changes nothing.
+        let mut h = harness(&["e1?a=1&b=2"]);
+        let spelled = n("e1?b=2&a=1");
+        h.request(&[&spelled], "", "");
+        let (names, version, nonce) = h.expect();
+        assert_eq!(names, [spelled.as_str()]);
+        h.request(&[&spelled], &nonce, &version);
+        h.expect_none();
+        h.set(&n("e1?a=1&b=2"), "2");
+        h.notify(&[&n("e1?a=1&b=2")]);
+        assert_eq!(h.expect().0, [spelled.as_str()]);
+    }
+
+    #[test]
+    fn sotw_singleton_with_lower_case_percent_encoding_is_answered_under_the_clients_spelling() {
+        // `%3a` is `%3A`; `%7E` is `~` (unreserved, decoded): one resource.
+        let mut h = harness(&["e%3A1~"]);
+        let spelled = n("e%3a1%7E");
+        h.request(&[&spelled], "", "");
+        assert_eq!(h.expect().0, [spelled]);
+    }
+
+    #[test]
+    fn sotw_singleton_listed_under_two_spellings_is_sent_under_each() {
+        // The canonical name and another spelling in one list: the client waits for both.
+        let mut h = harness(&["e1?a=1&b=2"]);
+        let spelled = n("e1?b=2&a=1");
+        let canonical = n("e1?a=1&b=2");
+        h.request(&[&spelled, &canonical], "", "");
+        let mut names = h.expect().0;
+        names.sort();
+        assert_eq!(names, [canonical, spelled]);
+    }
+
+    #[test]
+    fn sotw_full_state_singleton_spelled_non_canonically_is_answered_under_the_clients_spelling() {
+        // Listeners: every response holds every subscribed resource, under the client's
+        // spelling; one removed is left out of the next.
+        let l1 = "xdstp://a/envoy.config.listener.v3.Listener/l1?a=1&b=2";
+        let l2 = "xdstp://a/envoy.config.listener.v3.Listener/l2";
+        let spelled = "xdstp://a/envoy.config.listener.v3.Listener/l1?b=2&a=1";
+        let mut h = Harness::new(LISTENER, &[(l1, "1"), (l2, "1")]);
+        h.request(&[spelled, l2], "", "");
+        let (mut names, version, nonce) = h.expect();
+        names.sort();
+        assert_eq!(names, [spelled, l2]);
+        h.request(&[spelled, l2], &nonce, &version);
+        h.remove(l2);
+        h.notify(&[l2]);
+        assert_eq!(h.expect().0, [spelled]);
+    }
+
+    #[test]
+    fn sotw_opaque_names_are_not_respelled() {
+        // A name that is not xdstp is bytes: `b?y=2&x=1` is not `b?x=1&y=2`.
+        let mut h = Harness::new(T, &[("b?x=1&y=2", "1")]);
+        h.request(&["b?y=2&x=1"], "", "");
+        assert!(h.poll().is_none_or(|r| r.is_empty()));
+    }
 }
