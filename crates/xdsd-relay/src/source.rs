@@ -15,13 +15,12 @@ use xdsd_client::{Config, Event, Flavor, XdsClient};
 use xdsd_core::ClientNode;
 use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent, Store};
 
-use crate::answered::Answered;
 use crate::cache::Cache;
-use crate::demand::{Action, Demand, Want, DEFAULT_LINGER};
 use crate::group::{upstream_node, AggregateBy, GroupKey, Params, Partition};
 use crate::metrics::RelayMetrics;
 use crate::observer::{Demanded, RelayObserver};
 use crate::stores::Stores;
+use crate::table::{Action, Table, Want, DEFAULT_LINGER};
 use crate::validate;
 
 /// How many names may be pending at once by default: a client subscribing 100,000 names by
@@ -124,7 +123,9 @@ fn cache_of<'a>(
 /// The relay's source. See the module documentation.
 pub struct RelaySource {
     options: RelayOptions,
-    demand: Demand,
+    /// Who wants what upstream and whether the upstream answered it (shared with the
+    /// observer, which declares in it).
+    table: Arc<Table>,
     /// What the relay holds, by partition of the nodes: each partition's is committed to the
     /// store its clients read (the shared partition's through the feed).
     parts: HashMap<Partition, Part>,
@@ -157,8 +158,6 @@ pub struct RelaySource {
     healthy: bool,
     /// Problems to report as a rejection.
     problems: Vec<String>,
-    /// What the upstream answered, shared with the observer.
-    answered: Arc<Answered>,
     /// Answered since the last change was taken.
     to_announce: Vec<Want>,
     /// Answered, in the change being committed.
@@ -172,14 +171,15 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
     let (events_tx, events) = mpsc::channel(1024);
     let metrics = RelayMetrics::new();
     let stores = Arc::new(Stores::new(options.aggregate_by, options.max_pending));
-    let answered = Arc::new(Answered::new(
+    let table = Arc::new(Table::new(
+        options.linger,
         options.first_wait,
         metrics.clone(),
         stores.clone(),
     ));
-    let observer = RelayObserver::new(options.aggregate_by, tx, answered.clone(), stores.clone());
+    let observer = RelayObserver::new(options.aggregate_by, tx, table.clone(), stores.clone());
     let source = RelaySource {
-        demand: Demand::new(options.linger),
+        table,
         options,
         parts: HashMap::new(),
         touched: BTreeSet::new(),
@@ -198,7 +198,6 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
         prefetch: Vec::new(),
         healthy: true,
         problems: Vec::new(),
-        answered,
         to_announce: Vec::new(),
         committing: Vec::new(),
     };
@@ -210,7 +209,7 @@ impl RelaySource {
     fn act(&mut self) -> Result<(), String> {
         // Plain names by group and type: subscribed upstream in one request each.
         let mut names: BTreeMap<(GroupKey, String), Vec<String>> = BTreeMap::new();
-        while let Some(action) = self.demand.poll_action() {
+        while let Some(action) = self.table.poll_action() {
             match action {
                 Action::Subscribe(want) => {
                     self.start_group(&want.group)?;
@@ -226,10 +225,10 @@ impl RelaySource {
                     // nothing again for it).
                     if !want.is_wildcard()
                         && self
-                            .answered
+                            .table
                             .is_answered(&Want::wildcard(want.group.clone(), &want.type_url))
                     {
-                        self.answered.announce([want]);
+                        self.table.announce([want]);
                     }
                 }
                 Action::Unsubscribe(want) => self.unsubscribe(want),
@@ -249,8 +248,7 @@ impl RelaySource {
         if let Some(group) = self.groups.get(&want.group) {
             group.client.unsubscribe(&want.type_url, &want.name);
         }
-        self.answered.forget(&want);
-        let demand = &self.demand;
+        let table = &self.table;
         let cache = cache_of(
             &mut self.parts,
             &mut self.touched,
@@ -259,12 +257,9 @@ impl RelaySource {
         );
         if want.is_wildcard() {
             cache.drop_type(&want.group, &want.type_url, |name| {
-                demand
-                    .wants_of(&want.group, &want.type_url, name)
-                    .next()
-                    .is_some()
+                table.holds(&Want::named(want.group.clone(), &want.type_url, name))
             });
-        } else if !demand.holds(&Want::wildcard(want.group.clone(), &want.type_url)) {
+        } else if !table.holds(&Want::wildcard(want.group.clone(), &want.type_url)) {
             // (Still held through the type's wildcard otherwise.) The group holds nothing of
             // the name any more.
             cache.remove(
@@ -277,18 +272,15 @@ impl RelaySource {
             for name in cache.aliased(&want.group, &want.type_url, &want.name) {
                 let mut names = cache.aliases_of(&want.group, &want.type_url, &name);
                 names.push(name.clone());
-                let named = names.iter().any(|n| {
-                    demand
-                        .wants_of(&want.group, &want.type_url, n)
-                        .next()
-                        .is_some()
-                });
+                let named = names
+                    .iter()
+                    .any(|n| table.holds(&Want::named(want.group.clone(), &want.type_url, n)));
                 if !named {
                     cache.remove(&want.group, &want.type_url, &[name]);
                 }
             }
         }
-        if !self.demand.group_used(&want.group) {
+        if !self.table.group_used(&want.group) {
             if let Some(group) = self.groups.remove(&want.group) {
                 self.ids.remove(&group.id);
                 if !group.connected {
@@ -355,7 +347,7 @@ impl RelaySource {
     /// What is to announce goes with the change about to be committed: resolved in the commit's
     /// swap, announced once committed.
     fn stage_for_commit(&mut self) {
-        self.answered.stage(&self.to_announce);
+        self.table.stage(&self.to_announce);
         self.committing.append(&mut self.to_announce);
     }
 
@@ -389,15 +381,15 @@ impl RelaySource {
             } => {
                 for want in wants {
                     self.remember_node(&want.group, node.clone());
-                    self.demand.acquire(stream, want);
+                    self.table.acquire(stream, want);
                 }
             }
             Demanded::Touch { want, node } => {
                 self.remember_node(&want.group, node);
-                self.demand.touch(want, now);
+                self.table.touch(want, now);
             }
-            Demanded::Drop { stream, want } => self.demand.drop_want(stream, &want, now),
-            Demanded::Release { stream } => self.demand.release(stream, now),
+            Demanded::Drop { stream, want } => self.table.drop_want(stream, &want, now),
+            Demanded::Release { stream } => self.table.release(stream, now),
         }
     }
 
@@ -453,7 +445,7 @@ impl RelaySource {
                 // The type's wildcard is answered only if it is what the group subscribes to:
                 // an answer to names says nothing of the names not asked yet.
                 let wildcard = Want::wildcard(key.clone(), update.type_url.clone());
-                if self.demand.holds(&wildcard) {
+                if self.table.holds(&wildcard) {
                     self.to_announce.push(wildcard);
                 }
                 for r in update.added.iter().chain(&update.changed) {
@@ -482,9 +474,12 @@ impl RelaySource {
                     .flat_map(|n| cache.aliases_of(&key, &type_url, n))
                     .collect();
                 cache.remove_variants(&key, &type_url, &variants);
+                // What the table holds of them: a name the upstream removed is answered.
                 for name in names.iter().chain(&aliases) {
-                    self.to_announce
-                        .extend(self.demand.wants_of(&key, &type_url, name).cloned());
+                    let want = Want::named(key.clone(), &type_url, name);
+                    if self.table.holds(&want) {
+                        self.to_announce.push(want);
+                    }
                 }
             }
             Event::DoesNotExist { type_url, name } => {
@@ -495,8 +490,6 @@ impl RelaySource {
                     &key.partition,
                 )
                 .remove(&key, &type_url, std::slice::from_ref(&name));
-                self.to_announce
-                    .extend(self.demand.wants_of(&key, &type_url, &name).cloned());
                 self.to_announce
                     .push(Want::named(key.clone(), type_url, name));
             }
@@ -518,11 +511,8 @@ impl RelaySource {
     }
 
     fn sizes(&self) {
-        self.metrics.set_sizes(
-            self.demand.subscriptions(),
-            self.groups.len(),
-            self.variants,
-        );
+        self.metrics
+            .set_sizes(self.table.subscriptions(), self.groups.len(), self.variants);
     }
 
     /// Ready once the upstream answered (every prefetched type; with nothing prefetched, its
@@ -568,7 +558,7 @@ impl RelaySource {
                 let store = self.parts.get(&partition).and_then(|p| p.store.clone());
                 if let Some(store) = store {
                     // Resolved in the commit's own swap, as the feed's commits are.
-                    self.answered.stage(&wants);
+                    self.table.stage(&wants);
                     match change.update.apply(&store) {
                         Ok(summary) => {
                             info!(upstream = %self.options.upstream.server, partition = ?partition, "{}", xdsd_core::source::what_changed(&summary));
@@ -580,7 +570,7 @@ impl RelaySource {
                     }
                 }
             }
-            self.answered.announce(wants);
+            self.table.announce(wants);
             if self
                 .parts
                 .get(&partition)
@@ -614,7 +604,7 @@ impl RelaySource {
             ))));
         }
         // Answers that changed nothing: the store has them already.
-        self.answered.announce(self.to_announce.drain(..));
+        self.table.announce(self.to_announce.drain(..));
         let healthy = self.health_now();
         if healthy != self.healthy {
             self.healthy = healthy;
@@ -649,7 +639,7 @@ impl Source for RelaySource {
             .map(|t| Want::wildcard(GroupKey::of(Partition::All, Params::new(), t), t))
             .collect();
         for want in &self.prefetch {
-            self.demand.pin(want.clone());
+            self.table.pin(want.clone());
         }
         self.act().map_err(|e| Rejection::new(vec![e]))?;
         let deadline = tokio::time::Instant::now() + self.options.first_wait;
@@ -686,12 +676,12 @@ impl Source for RelaySource {
     }
 
     fn pending(&mut self, pending: xdsd_core::store::PendingNames) {
-        self.answered.attach(pending, self.options.max_pending);
+        self.table.attach(pending, self.options.max_pending);
     }
 
     fn committed(&mut self, _ok: bool) {
         // Committed or refused, the clients waiting for these answers are answered now.
-        self.answered.announce(self.committing.drain(..));
+        self.table.announce(self.committing.drain(..));
     }
 
     async fn next(&mut self) -> Option<SourceEvent> {
@@ -704,7 +694,7 @@ impl Source for RelaySource {
                 return Some(event);
             }
             // The demand's linger, and the time a pending want is given up at.
-            let deadline = [self.demand.poll_timeout(), self.answered.next_expiry()]
+            let deadline = [self.table.poll_timeout(), self.table.next_expiry()]
                 .into_iter()
                 .flatten()
                 .min()
@@ -735,8 +725,8 @@ impl Source for RelaySource {
                 }
                 _ = timer => {
                     let now = Instant::now();
-                    self.demand.handle_timeout(now);
-                    self.answered.expire(now);
+                    self.table.handle_timeout(now);
+                    self.table.expire(now);
                 }
             }
         }
