@@ -15,7 +15,6 @@ use xdsd_client::{Config, Event, Flavor, XdsClient};
 use xdsd_core::ClientNode;
 use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent, Store};
 
-use crate::cache::Cache;
 use crate::group::{upstream_node, AggregateBy, GroupKey, Params, Partition};
 use crate::metrics::RelayMetrics;
 use crate::observer::{Demanded, RelayObserver};
@@ -91,51 +90,17 @@ impl Drop for Group {
     }
 }
 
-/// What the relay holds of one partition of the nodes (see [`crate::stores`]).
-#[derive(Default)]
-struct Part {
-    /// What its upstream streams were sent.
-    cache: Cache,
-    /// The store its clients read, held while it holds anything (`None` for the shared
-    /// partition: the server's store, which the feed commits to).
-    store: Option<Store>,
-}
-
-/// The cache of `partition` (made if there is none), marked as maybe changed.
-fn cache_of<'a>(
-    parts: &'a mut HashMap<Partition, Part>,
-    touched: &mut BTreeSet<Partition>,
-    stores: &Stores,
-    partition: &Partition,
-) -> &'a mut Cache {
-    if *partition != Partition::All {
-        touched.insert(partition.clone());
-    }
-    &mut parts
-        .entry(partition.clone())
-        .or_insert_with(|| Part {
-            cache: Cache::new(),
-            store: stores.store(partition),
-        })
-        .cache
-}
-
 /// The relay's source. See the module documentation.
 pub struct RelaySource {
     options: RelayOptions,
     /// Who wants what upstream and whether the upstream answered it (shared with the
     /// observer, which declares in it).
     table: Arc<Table>,
-    /// What the relay holds, by partition of the nodes: each partition's is committed to the
-    /// store its clients read (the shared partition's through the feed).
-    parts: HashMap<Partition, Part>,
-    /// The partitions (not the shared one) whose cache may have changed since their last
-    /// commit: committed without a scan of the others.
-    touched: BTreeSet<Partition>,
+    /// The store of each partition (not the shared one, whose is the server's, committed to
+    /// through the feed) whose cache in the table holds something: held while it does.
+    part_stores: HashMap<Partition, Store>,
     /// The partitions' stores, shared with the observer (the server's store picker).
     stores: Arc<Stores>,
-    /// The variants held in all the stores after the last changes taken.
-    variants: usize,
     metrics: RelayMetrics,
     demanded: mpsc::UnboundedReceiver<Demanded>,
     events_tx: mpsc::Sender<(u64, Vec<Event>)>,
@@ -181,10 +146,8 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
     let source = RelaySource {
         table,
         options,
-        parts: HashMap::new(),
-        touched: BTreeSet::new(),
+        part_stores: HashMap::new(),
         stores,
-        variants: 0,
         metrics: metrics.clone(),
         demanded,
         events_tx,
@@ -248,38 +211,7 @@ impl RelaySource {
         if let Some(group) = self.groups.get(&want.group) {
             group.client.unsubscribe(&want.type_url, &want.name);
         }
-        let table = &self.table;
-        let cache = cache_of(
-            &mut self.parts,
-            &mut self.touched,
-            &self.stores,
-            &want.group.partition,
-        );
-        if want.is_wildcard() {
-            cache.drop_type(&want.group, &want.type_url, |name| {
-                table.holds(&Want::named(want.group.clone(), &want.type_url, name))
-            });
-        } else if !table.holds(&Want::wildcard(want.group.clone(), &want.type_url)) {
-            // (Still held through the type's wildcard otherwise.) The group holds nothing of
-            // the name any more.
-            cache.remove(
-                &want.group,
-                &want.type_url,
-                std::slice::from_ref(&want.name),
-            );
-            // A name that was an alias (VHDS): what is held under it leaves with it, unless a
-            // subscription still names it or another of its aliases.
-            for name in cache.aliased(&want.group, &want.type_url, &want.name) {
-                let mut names = cache.aliases_of(&want.group, &want.type_url, &name);
-                names.push(name.clone());
-                let named = names
-                    .iter()
-                    .any(|n| table.holds(&Want::named(want.group.clone(), &want.type_url, n)));
-                if !named {
-                    cache.remove(&want.group, &want.type_url, &[name]);
-                }
-            }
-        }
+        // (What its group held only through it left the table's cache with it.)
         if !self.table.group_used(&want.group) {
             if let Some(group) = self.groups.remove(&want.group) {
                 self.ids.remove(&group.id);
@@ -436,20 +368,16 @@ impl RelaySource {
             }
             Event::Update(update) => {
                 group.answered.insert(update.type_url.clone());
-                let cache = cache_of(
-                    &mut self.parts,
-                    &mut self.touched,
-                    &self.stores,
-                    &key.partition,
-                );
                 // The type's wildcard is answered only if it is what the group subscribes to:
                 // an answer to names says nothing of the names not asked yet.
                 let wildcard = Want::wildcard(key.clone(), update.type_url.clone());
                 if self.table.holds(&wildcard) {
                     self.to_announce.push(wildcard);
                 }
-                for r in update.added.iter().chain(&update.changed) {
-                    cache.put(&key, r);
+                let received: Vec<&xdsd_client::Resource> =
+                    update.added.iter().chain(&update.changed).collect();
+                self.table.received(&key, &received);
+                for r in received {
                     // Its name and its aliases (VHDS: asked as `ROUTE_CONFIG/DOMAIN`).
                     for name in r.names() {
                         self.to_announce
@@ -463,33 +391,12 @@ impl RelaySource {
                 variants,
                 ..
             } => {
-                let cache = cache_of(
-                    &mut self.parts,
-                    &mut self.touched,
-                    &self.stores,
-                    &key.partition,
-                );
-                let aliases: Vec<String> = names
-                    .iter()
-                    .flat_map(|n| cache.aliases_of(&key, &type_url, n))
-                    .collect();
-                cache.remove_variants(&key, &type_url, &variants);
-                // What the table holds of them: a name the upstream removed is answered.
-                for name in names.iter().chain(&aliases) {
-                    let want = Want::named(key.clone(), &type_url, name);
-                    if self.table.holds(&want) {
-                        self.to_announce.push(want);
-                    }
-                }
+                // What the table holds of them (each name, each alias): answered.
+                let answered = self.table.removed(&key, &type_url, &names, &variants);
+                self.to_announce.extend(answered);
             }
             Event::DoesNotExist { type_url, name } => {
-                cache_of(
-                    &mut self.parts,
-                    &mut self.touched,
-                    &self.stores,
-                    &key.partition,
-                )
-                .remove(&key, &type_url, std::slice::from_ref(&name));
+                self.table.does_not_exist(&key, &type_url, &name);
                 self.to_announce
                     .push(Want::named(key.clone(), type_url, name));
             }
@@ -511,8 +418,11 @@ impl RelaySource {
     }
 
     fn sizes(&self) {
-        self.metrics
-            .set_sizes(self.table.subscriptions(), self.groups.len(), self.variants);
+        self.metrics.set_sizes(
+            self.table.subscriptions(),
+            self.groups.len(),
+            self.table.variants(),
+        );
     }
 
     /// Ready once the upstream answered (every prefetched type; with nothing prefetched, its
@@ -523,18 +433,15 @@ impl RelaySource {
 
     /// The change of `partition`'s cache since its last, if any.
     fn take_change(&mut self, partition: &Partition) -> Option<(ChangeSet, Vec<String>)> {
-        let part = self.parts.get_mut(partition)?;
-        let before = part.cache.variants();
-        let taken = part.cache.take_change();
-        self.variants = self.variants + part.cache.variants() - before;
-        taken
+        self.table.take_change(partition)
     }
 
     /// Commits what changed in the partitions other than the shared one to their own stores,
     /// each with the answers it brings (the shared partition's go through the feed); a
     /// partition that holds nothing any more lets go of its store.
     fn commit_partitions(&mut self) {
-        if self.touched.is_empty() && self.to_announce.is_empty() {
+        let touched = self.table.take_touched();
+        if touched.is_empty() && self.to_announce.is_empty() {
             return;
         }
         let mut answers: BTreeMap<Partition, Vec<Want>> = BTreeMap::new();
@@ -548,15 +455,21 @@ impl RelaySource {
                 .or_default()
                 .push(want);
         }
-        let touched = mem::take(&mut self.touched);
         let partitions: BTreeSet<Partition> =
             touched.into_iter().chain(answers.keys().cloned()).collect();
         for partition in partitions {
             let wants = answers.remove(&partition).unwrap_or_default();
             if let Some((change, problems)) = self.take_change(&partition) {
                 self.problems.extend(problems);
-                let store = self.parts.get(&partition).and_then(|p| p.store.clone());
+                let store = match self.part_stores.get(&partition) {
+                    Some(store) => Some(store.clone()),
+                    None => self.stores.store(&partition),
+                };
                 if let Some(store) = store {
+                    // Held while the partition's cache holds anything.
+                    self.part_stores
+                        .entry(partition.clone())
+                        .or_insert(store.clone());
                     // Resolved in the commit's own swap, as the feed's commits are.
                     self.table.stage(&wants);
                     match change.update.apply(&store) {
@@ -571,12 +484,8 @@ impl RelaySource {
                 }
             }
             self.table.announce(wants);
-            if self
-                .parts
-                .get(&partition)
-                .is_some_and(|p| p.cache.is_empty())
-            {
-                self.parts.remove(&partition);
+            if !self.table.holds_any(&partition) {
+                self.part_stores.remove(&partition);
             }
         }
         self.sizes();

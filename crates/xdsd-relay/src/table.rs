@@ -1,6 +1,6 @@
 //! The relay's one table of upstream subscriptions, sans-I/O but for the store it declares in:
 //! per (group, type, name or wildcard) — a [`Want`] — who wants it and until when, whether the
-//! upstream has answered it, and what it is pending as in the store. One owner decides what a
+//! upstream has answered it, and what it is pending as in the store; and the cached variants. One owner decides what a
 //! group wants and whether it was answered; the source tells it what the downstream streams
 //! ask and what the upstream sends, the observer asks it (under the same lock) whether a
 //! request must wait for the upstream.
@@ -23,6 +23,13 @@
 //! with the subscription (an answer nobody subscribed to is nothing to remember), so it never
 //! outlives it and never goes stale after a linger.
 //!
+//! **What is cached.** Each partition's cache ([`crate::cache`]: what its groups were sent, the
+//! variants with their constraints) is held here, beside the rows that decide what it keeps: a
+//! want's row leaving (its linger out) takes what its group held only through it — a name
+//! unless the type's wildcard still holds it, a wildcard's names but those still subscribed by
+//! name, an alias's resources unless another of their names is subscribed — in the same call,
+//! under the same lock. The source takes each partition's change from here.
+//!
 //! Bounded: a want the upstream does not answer within `--upstream-wait` is given up (the
 //! source expires it: the clients are served what the relay has, and the next ones do not wait
 //! again), and past the store's limit of pending names a want is not declared (logged: its
@@ -43,6 +50,10 @@ use xdsd_core::params::ParamSet;
 use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
 use xdsd_core::ClientNode;
 
+use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
+use xdsd_core::ChangeSet;
+
+use crate::cache::Cache;
 use crate::group::{GroupKey, Partition};
 use crate::metrics::RelayMetrics;
 use crate::stores::Stores;
@@ -126,6 +137,8 @@ struct State {
     lingering: BTreeSet<(Instant, Want)>,
     /// How many wants each group has subscribed.
     groups: HashMap<GroupKey, usize>,
+    /// How many wants are subscribed (the sum of `groups`, read without a scan).
+    subscribed: usize,
     /// What each stream holds.
     streams: HashMap<u64, BTreeSet<Want>>,
     actions: VecDeque<Action>,
@@ -140,9 +153,71 @@ struct State {
     partitions: HashMap<Partition, usize>,
     /// A refusal by the store's limit was logged (again only once the set had room).
     full_logged: bool,
+    /// What each partition's groups were sent: the cached variants with their constraints
+    /// (see [`crate::cache`]), kept and dropped by the rows' rules.
+    caches: HashMap<Partition, Cache>,
+    /// The partitions (not the shared one) whose cache may have changed since their last
+    /// change taken: committed without a scan of the others.
+    touched: BTreeSet<Partition>,
+    /// The variants held in all the caches after the last changes taken.
+    variants: usize,
 }
 
 impl State {
+    /// Whether `want` is subscribed.
+    fn holds(&self, want: &Want) -> bool {
+        self.wants.get(want).is_some_and(|e| e.subscribed)
+    }
+
+    /// The cache of `partition` (made if there is none), marked as maybe changed.
+    fn cache(&mut self, partition: &Partition) -> &mut Cache {
+        if *partition != Partition::All {
+            self.touched.insert(partition.clone());
+        }
+        self.caches.entry(partition.clone()).or_default()
+    }
+
+    /// `want` is no longer subscribed: what its group held only through it leaves the cache.
+    fn drop_unsubscribed(&mut self, want: &Want) {
+        let wildcard = Want::wildcard(want.group.clone(), &want.type_url);
+        if !want.is_wildcard() && self.holds(&wildcard) {
+            // Still held through the type's wildcard.
+            return;
+        }
+        if !self.caches.contains_key(&want.group.partition) {
+            return;
+        }
+        let group = &want.group;
+        let type_url = &want.type_url;
+        let named = |wants: &BTreeMap<Want, Entry>, name: &str| {
+            wants
+                .get(&Want::named(group.clone(), type_url, name))
+                .is_some_and(|e| e.subscribed)
+        };
+        if group.partition != Partition::All {
+            self.touched.insert(group.partition.clone());
+        }
+        let State { caches, wants, .. } = self;
+        let Some(cache) = caches.get_mut(&group.partition) else {
+            return;
+        };
+        if want.is_wildcard() {
+            // The names still subscribed by name stay.
+            cache.drop_type(group, type_url, |name| named(wants, name));
+            return;
+        }
+        cache.remove(group, type_url, std::slice::from_ref(&want.name));
+        // A name that was an alias (VHDS): what is held under it leaves with it, unless a
+        // subscription still names it or another of its aliases.
+        for name in cache.aliased(group, type_url, &want.name) {
+            let mut names = cache.aliases_of(group, type_url, &name);
+            names.push(name.clone());
+            if !names.iter().any(|n| named(wants, n)) {
+                cache.remove(group, type_url, &[name]);
+            }
+        }
+    }
+
     /// Sets when `want` (held) is unsubscribed, `None` for never.
     fn set_until(&mut self, want: &Want, until: Option<Instant>) {
         let Some(entry) = self.wants.get_mut(want) else {
@@ -167,6 +242,7 @@ impl State {
             entry.subscribed = true;
             self.actions.push_back(Action::Subscribe(want.clone()));
             *self.groups.entry(want.group.clone()).or_default() += 1;
+            self.subscribed += 1;
         }
         entry
     }
@@ -286,12 +362,16 @@ impl Table {
                 wants: BTreeMap::new(),
                 lingering: BTreeSet::new(),
                 groups: HashMap::new(),
+                subscribed: 0,
                 streams: HashMap::new(),
                 actions: VecDeque::new(),
                 declared: BTreeSet::new(),
                 by_pending: HashMap::new(),
                 partitions: HashMap::new(),
                 full_logged: false,
+                caches: HashMap::new(),
+                touched: BTreeSet::new(),
+                variants: 0,
             }),
             store: OnceLock::new(),
             stores,
@@ -377,13 +457,16 @@ impl Table {
             if let Some(name) = state.undeclare(&want) {
                 resolved.push((want.group.partition.clone(), name));
             }
-            state.wants.remove(&want);
+            if state.wants.remove(&want).is_some_and(|e| e.subscribed) {
+                state.subscribed -= 1;
+            }
             if let Some(count) = state.groups.get_mut(&want.group) {
                 *count -= 1;
                 if *count == 0 {
                     state.groups.remove(&want.group);
                 }
             }
+            state.drop_unsubscribed(&want);
             state.actions.push_back(Action::Unsubscribe(want));
         }
         if !resolved.is_empty() {
@@ -399,12 +482,12 @@ impl Table {
 
     /// The upstream subscriptions held.
     pub(crate) fn subscriptions(&self) -> usize {
-        self.state().groups.values().sum()
+        self.state().subscribed
     }
 
     /// Whether `want` is subscribed.
     pub(crate) fn holds(&self, want: &Want) -> bool {
-        self.state().wants.get(want).is_some_and(|e| e.subscribed)
+        self.state().holds(want)
     }
 
     /// Whether `group` still has any subscription.
@@ -581,6 +664,79 @@ impl Table {
         self.metrics.expired(gone.len());
         self.metrics.set_pending(state.declared.len());
         gone
+    }
+
+    // --- The cached variants ---------------------------------------------------------------
+
+    /// `group` was sent `resources` (added or changed).
+    pub(crate) fn received(&self, group: &GroupKey, resources: &[&xdsd_client::Resource]) {
+        let mut state = self.state();
+        let cache = state.cache(&group.partition);
+        for r in resources {
+            cache.put(group, r);
+        }
+    }
+
+    /// The upstream removed these variants of `names` of `type_url` from `group`: the wants
+    /// subscribed that this answers (each name, and each alias the group held them under).
+    pub(crate) fn removed(
+        &self,
+        group: &GroupKey,
+        type_url: &str,
+        names: &[String],
+        variants: &[(String, Option<DynamicParameterConstraints>)],
+    ) -> Vec<Want> {
+        let mut state = self.state();
+        let cache = state.cache(&group.partition);
+        let aliases: Vec<String> = names
+            .iter()
+            .flat_map(|n| cache.aliases_of(group, type_url, n))
+            .collect();
+        cache.remove_variants(group, type_url, variants);
+        names
+            .iter()
+            .chain(&aliases)
+            .map(|name| Want::named(group.clone(), type_url, name))
+            .filter(|want| state.holds(want))
+            .collect()
+    }
+
+    /// The upstream says `name` of `type_url` does not exist for `group`.
+    pub(crate) fn does_not_exist(&self, group: &GroupKey, type_url: &str, name: &str) {
+        let mut state = self.state();
+        state
+            .cache(&group.partition)
+            .remove(group, type_url, &[name.to_owned()]);
+    }
+
+    /// The partitions other than the shared one whose cache may have changed since asked last.
+    pub(crate) fn take_touched(&self) -> BTreeSet<Partition> {
+        std::mem::take(&mut self.state().touched)
+    }
+
+    /// The change of `partition`'s cache since its last, if any, with the variants the cache
+    /// could not give the store; a partition whose cache holds nothing any more is let go.
+    pub(crate) fn take_change(&self, partition: &Partition) -> Option<(ChangeSet, Vec<String>)> {
+        let mut state = self.state();
+        let cache = state.caches.get_mut(partition)?;
+        let before = cache.variants();
+        let taken = cache.take_change();
+        let after = cache.variants();
+        if cache.is_empty() && *partition != Partition::All {
+            state.caches.remove(partition);
+        }
+        state.variants = state.variants + after - before;
+        taken
+    }
+
+    /// Whether `partition`'s cache holds anything.
+    pub(crate) fn holds_any(&self, partition: &Partition) -> bool {
+        self.state().caches.contains_key(partition)
+    }
+
+    /// The variants held in all the caches after the last changes taken.
+    pub(crate) fn variants(&self) -> usize {
+        self.state().variants
     }
 
     /// The rows in the table (what it holds is bounded by this).
@@ -1088,5 +1244,141 @@ mod tests {
         assert!(store
             .pending_names()
             .is_pending(&PendingName::new(CDS, "a")));
+    }
+
+    // --- The cached variants: kept and dropped by the rows' rules
+
+    fn resource(name: &str, aliases: &[&str]) -> xdsd_client::Resource {
+        xdsd_client::Resource {
+            type_url: CDS.into(),
+            name: name.into(),
+            version: "1".into(),
+            body: envoy_types::pb::google::protobuf::Any {
+                type_url: CDS.into(),
+                value: b"x".to_vec(),
+            },
+            aliases: aliases.iter().map(|a| a.to_string()).collect(),
+            constraints: None,
+            ttl: None,
+        }
+    }
+
+    /// The names of the changed resources the partition's next change carries.
+    fn changed_names(table: &Table, partition: &Partition) -> Vec<String> {
+        table
+            .take_change(partition)
+            .map(|(change, _)| match change.update {
+                xdsd_core::source::Update::Names { names, .. } => {
+                    names.into_iter().map(|(_, n)| n).collect()
+                }
+                other => panic!("a change of names, not {other:?}"),
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_name_left_by_its_last_subscription_leaves_the_cache_unless_its_wildcard_holds_it() {
+        let table = table();
+        table.acquire(1, named("a"));
+        table.acquire(2, cds());
+        table.received(&GroupKey::shared(), &[&resource("a", &[])]);
+        assert_eq!(table.variants(), 0, "counted when taken");
+        changed_names(&table, &Partition::All);
+        assert_eq!(table.variants(), 1);
+        let t0 = Instant::now();
+        table.release(1, t0);
+        table.handle_timeout(t0 + LINGER);
+        assert!(
+            changed_names(&table, &Partition::All).is_empty(),
+            "a is held through the wildcard"
+        );
+        table.acquire(3, named("a"));
+        table.release(2, t0 + LINGER);
+        table.release(3, t0 + LINGER * 2);
+        table.handle_timeout(t0 + LINGER * 3);
+        assert_eq!(changed_names(&table, &Partition::All), vec!["a".to_owned()]);
+        assert_eq!(table.variants(), 0);
+    }
+
+    #[test]
+    fn a_wildcard_left_by_its_last_subscription_keeps_the_names_subscribed_by_name() {
+        let table = table();
+        table.acquire(1, cds());
+        table.acquire(2, named("a"));
+        table.received(
+            &GroupKey::shared(),
+            &[&resource("a", &[]), &resource("b", &[])],
+        );
+        changed_names(&table, &Partition::All);
+        let t0 = Instant::now();
+        table.release(1, t0);
+        table.handle_timeout(t0 + LINGER);
+        assert_eq!(changed_names(&table, &Partition::All), vec!["b".to_owned()]);
+        assert_eq!(table.variants(), 1);
+    }
+
+    #[test]
+    fn an_alias_left_takes_what_it_held_unless_another_of_its_names_is_subscribed() {
+        let table = table();
+        table.acquire(1, named("rc/one.example"));
+        table.acquire(2, named("rc/two.example"));
+        table.received(
+            &GroupKey::shared(),
+            &[&resource("vh", &["rc/one.example", "rc/two.example"])],
+        );
+        changed_names(&table, &Partition::All);
+        let t0 = Instant::now();
+        table.release(1, t0);
+        table.handle_timeout(t0 + LINGER);
+        assert!(
+            changed_names(&table, &Partition::All).is_empty(),
+            "two.example holds vh"
+        );
+        table.release(2, t0 + LINGER);
+        table.handle_timeout(t0 + LINGER * 2);
+        assert_eq!(
+            changed_names(&table, &Partition::All),
+            vec!["vh".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_removal_answers_the_subscriptions_of_its_name_and_of_its_aliases() {
+        let table = table();
+        table.acquire(1, named("rc/one.example"));
+        table.received(&GroupKey::shared(), &[&resource("vh", &["rc/one.example"])]);
+        let answered = table.removed(
+            &GroupKey::shared(),
+            CDS,
+            &["vh".to_owned()],
+            &[("vh".to_owned(), None)],
+        );
+        assert_eq!(
+            answered,
+            vec![named("rc/one.example")],
+            "vh itself is not subscribed"
+        );
+        assert_eq!(
+            changed_names(&table, &Partition::All),
+            vec!["vh".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_partition_whose_cache_holds_nothing_is_let_go_once_its_change_is_taken() {
+        let table = table();
+        let group = edge();
+        let want = Want::named(group.clone(), CDS, "a");
+        table.acquire(1, want.clone());
+        table.received(&group, &[&resource("a", &[])]);
+        assert_eq!(table.take_touched(), [group.partition.clone()].into());
+        changed_names(&table, &group.partition);
+        assert!(table.holds_any(&group.partition));
+        table.does_not_exist(&group, CDS, "a");
+        assert_eq!(
+            changed_names(&table, &group.partition),
+            vec!["a".to_owned()]
+        );
+        assert!(!table.holds_any(&group.partition));
     }
 }
