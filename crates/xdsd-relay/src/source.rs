@@ -3,7 +3,6 @@
 //! store that the relay's own server serves.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::mem;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -123,10 +122,6 @@ pub struct RelaySource {
     healthy: bool,
     /// Problems to report as a rejection.
     problems: Vec<String>,
-    /// Answered since the last change was taken.
-    to_announce: Vec<Want>,
-    /// Answered, in the change being committed.
-    committing: Vec<Want>,
 }
 
 /// A relay: its source (give it to a [`xdsd_core::Feed`]), the observer its server needs
@@ -161,8 +156,6 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
         prefetch: Vec::new(),
         healthy: true,
         problems: Vec::new(),
-        to_announce: Vec::new(),
-        committing: Vec::new(),
     };
     (source, observer, metrics)
 }
@@ -276,13 +269,6 @@ impl RelaySource {
         Ok(())
     }
 
-    /// What is to announce goes with the change about to be committed: resolved in the commit's
-    /// swap, announced once committed.
-    fn stage_for_commit(&mut self) {
-        self.table.stage(&self.to_announce);
-        self.committing.append(&mut self.to_announce);
-    }
-
     /// Takes in the events of group stream `id` that came together (one response's).
     fn upstream_batch(&mut self, id: u64, batch: Vec<Event>) {
         let answer = batch.iter().any(|e| matches!(e, Event::Update(_)));
@@ -368,22 +354,10 @@ impl RelaySource {
             }
             Event::Update(update) => {
                 group.answered.insert(update.type_url.clone());
-                // The type's wildcard is answered only if it is what the group subscribes to:
-                // an answer to names says nothing of the names not asked yet.
-                let wildcard = Want::wildcard(key.clone(), update.type_url.clone());
-                if self.table.holds(&wildcard) {
-                    self.to_announce.push(wildcard);
-                }
+                // Cached; what it answers is the table's to say.
                 let received: Vec<&xdsd_client::Resource> =
                     update.added.iter().chain(&update.changed).collect();
-                self.table.received(&key, &received);
-                for r in received {
-                    // Its name and its aliases (VHDS: asked as `ROUTE_CONFIG/DOMAIN`).
-                    for name in r.names() {
-                        self.to_announce
-                            .push(Want::named(key.clone(), &r.type_url, name));
-                    }
-                }
+                self.table.received(&key, &update.type_url, &received);
             }
             Event::Removed {
                 type_url,
@@ -391,14 +365,10 @@ impl RelaySource {
                 variants,
                 ..
             } => {
-                // What the table holds of them (each name, each alias): answered.
-                let answered = self.table.removed(&key, &type_url, &names, &variants);
-                self.to_announce.extend(answered);
+                self.table.removed(&key, &type_url, &names, &variants);
             }
             Event::DoesNotExist { type_url, name } => {
                 self.table.does_not_exist(&key, &type_url, &name);
-                self.to_announce
-                    .push(Want::named(key.clone(), type_url, name));
             }
             Event::Rejected {
                 type_url,
@@ -440,25 +410,11 @@ impl RelaySource {
     /// each with the answers it brings (the shared partition's go through the feed); a
     /// partition that holds nothing any more lets go of its store.
     fn commit_partitions(&mut self) {
-        let touched = self.table.take_touched();
-        if touched.is_empty() && self.to_announce.is_empty() {
+        let partitions = self.table.take_touched();
+        if partitions.is_empty() {
             return;
         }
-        let mut answers: BTreeMap<Partition, Vec<Want>> = BTreeMap::new();
-        let (shared, others): (Vec<Want>, Vec<Want>) = mem::take(&mut self.to_announce)
-            .into_iter()
-            .partition(|w| w.group.partition == Partition::All);
-        self.to_announce = shared;
-        for want in others {
-            answers
-                .entry(want.group.partition.clone())
-                .or_default()
-                .push(want);
-        }
-        let partitions: BTreeSet<Partition> =
-            touched.into_iter().chain(answers.keys().cloned()).collect();
         for partition in partitions {
-            let wants = answers.remove(&partition).unwrap_or_default();
             if let Some((change, problems)) = self.take_change(&partition) {
                 self.problems.extend(problems);
                 let store = match self.part_stores.get(&partition) {
@@ -471,7 +427,7 @@ impl RelaySource {
                         .entry(partition.clone())
                         .or_insert(store.clone());
                     // Resolved in the commit's own swap, as the feed's commits are.
-                    self.table.stage(&wants);
+                    self.table.stage_answers(&partition);
                     match change.update.apply(&store) {
                         Ok(summary) => {
                             info!(upstream = %self.options.upstream.server, partition = ?partition, "{}", xdsd_core::source::what_changed(&summary));
@@ -483,7 +439,7 @@ impl RelaySource {
                     }
                 }
             }
-            self.table.announce(wants);
+            self.table.announce_answers(&partition);
             if !self.table.holds_any(&partition) {
                 self.part_stores.remove(&partition);
             }
@@ -503,7 +459,7 @@ impl RelaySource {
             // Reported with the next event, with any of the partitions' own.
             self.problems.extend(problems);
             self.sizes();
-            self.stage_for_commit();
+            self.table.stage_shared();
             return Some(SourceEvent::Change(change));
         }
         if !self.problems.is_empty() {
@@ -513,7 +469,7 @@ impl RelaySource {
             ))));
         }
         // Answers that changed nothing: the store has them already.
-        self.table.announce(self.to_announce.drain(..));
+        self.table.announce_answers(&Partition::All);
         let healthy = self.health_now();
         if healthy != self.healthy {
             self.healthy = healthy;
@@ -574,7 +530,7 @@ impl Source for RelaySource {
             }
             None => ChangeSet::all(Vec::new()),
         };
-        self.stage_for_commit();
+        self.table.stage_shared();
         self.sizes();
         Ok(change)
     }
@@ -590,7 +546,7 @@ impl Source for RelaySource {
 
     fn committed(&mut self, _ok: bool) {
         // Committed or refused, the clients waiting for these answers are answered now.
-        self.table.announce(self.committing.drain(..));
+        self.table.announce_committed();
     }
 
     async fn next(&mut self) -> Option<SourceEvent> {

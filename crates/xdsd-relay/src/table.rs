@@ -17,9 +17,12 @@
 //! partition, its partition's own with `--aggregate-by cluster|node`, [`crate::stores`]): the
 //! server then holds back what would tell a client that its name does not exist until the
 //! upstream answers. Nothing waits here: the declaration is made in the observer's call, before
-//! the server answers the request, and the answer is resolved by the source once it is
-//! committed ([`Table::stage`], [`Table::announce`]), which wakes the streams that wait for it
-//! through the store's watch path. What was answered is a flag of the want's entry: it goes
+//! the server answers the request. What an upstream response answers is the table's to say as
+//! it takes the response in (each resource's name and aliases, a removal's subscribed names,
+//! a does-not-exist, the type's wildcard only if the group subscribes to it); those answers wait
+//! in the table for their partition's commit, are resolved in its swap
+//! ([`Table::stage_answers`], [`Table::stage_shared`]) and announced once it is committed,
+//! which wakes the streams that wait for them through the store's watch path. What was answered is a flag of the want's entry: it goes
 //! with the subscription (an answer nobody subscribed to is nothing to remember), so it never
 //! outlives it and never goes stale after a linger.
 //!
@@ -161,9 +164,20 @@ struct State {
     touched: BTreeSet<Partition>,
     /// The variants held in all the caches after the last changes taken.
     variants: usize,
+    /// What the upstream's responses taken in answer, by partition, until their change is
+    /// committed: resolved in the commit's own swap, then announced.
+    answering: BTreeMap<Partition, Vec<Want>>,
+    /// The shared partition's answers in the change handed to the feed, announced once it is
+    /// committed (or refused).
+    committing: Vec<Want>,
 }
 
 impl State {
+    /// What the responses taken in answer in `partition`, not committed yet.
+    fn answering(&mut self, partition: &Partition) -> &mut Vec<Want> {
+        self.answering.entry(partition.clone()).or_default()
+    }
+
     /// Whether `want` is subscribed.
     fn holds(&self, want: &Want) -> bool {
         self.wants.get(want).is_some_and(|e| e.subscribed)
@@ -372,6 +386,8 @@ impl Table {
                 caches: HashMap::new(),
                 touched: BTreeSet::new(),
                 variants: 0,
+                answering: BTreeMap::new(),
+                committing: Vec::new(),
             }),
             store: OnceLock::new(),
             stores,
@@ -486,6 +502,7 @@ impl Table {
     }
 
     /// Whether `want` is subscribed.
+    #[cfg(test)]
     pub(crate) fn holds(&self, want: &Want) -> bool {
         self.state().holds(want)
     }
@@ -579,8 +596,7 @@ impl Table {
     /// in the commit's own swap, so that a downstream stream reads the upstream's answer whole
     /// (its resources and the names it says do not exist) in one response. [`Table::announce`]
     /// once committed (or refused) settles the rest.
-    pub(crate) fn stage(&self, wants: &[Want]) {
-        let state = self.state();
+    fn stage_in(&self, state: &State, wants: &[Want]) {
         let answered: Vec<Want> = wants
             .iter()
             .flat_map(|want| state.answered_by(want))
@@ -599,7 +615,10 @@ impl Table {
     /// answer answers the names of its type in its group too), and answered while they are in
     /// the table (an answer nobody asked for is nothing to remember).
     pub(crate) fn announce(&self, wants: impl IntoIterator<Item = Want>) {
-        let mut state = self.state();
+        self.announce_in(&mut self.state(), wants);
+    }
+
+    fn announce_in(&self, state: &mut State, wants: impl IntoIterator<Item = Want>) {
         let mut resolved: Vec<(Partition, PendingName)> = Vec::new();
         for want in wants {
             for w in state.answered_by(&want) {
@@ -668,24 +687,43 @@ impl Table {
 
     // --- The cached variants ---------------------------------------------------------------
 
-    /// `group` was sent `resources` (added or changed).
-    pub(crate) fn received(&self, group: &GroupKey, resources: &[&xdsd_client::Resource]) {
+    /// `group` was sent `resources` of `type_url` (added or changed) in one response: cached,
+    /// and what they answer is answered once committed — each resource's name and aliases
+    /// (VHDS: asked as `ROUTE_CONFIG/DOMAIN`), and the type's wildcard only if it is what the
+    /// group subscribes to (an answer to names says nothing of the names not asked yet).
+    pub(crate) fn received(
+        &self,
+        group: &GroupKey,
+        type_url: &str,
+        resources: &[&xdsd_client::Resource],
+    ) {
         let mut state = self.state();
+        let wildcard = Want::wildcard(group.clone(), type_url);
+        let mut answers = Vec::new();
+        if state.holds(&wildcard) {
+            answers.push(wildcard);
+        }
         let cache = state.cache(&group.partition);
         for r in resources {
             cache.put(group, r);
+            answers.extend(
+                r.names()
+                    .map(|name| Want::named(group.clone(), &r.type_url, name)),
+            );
         }
+        state.answering(&group.partition).append(&mut answers);
     }
 
     /// The upstream removed these variants of `names` of `type_url` from `group`: the wants
-    /// subscribed that this answers (each name, and each alias the group held them under).
+    /// subscribed that this answers (each name, and each alias the group held them under) are
+    /// answered once committed.
     pub(crate) fn removed(
         &self,
         group: &GroupKey,
         type_url: &str,
         names: &[String],
         variants: &[(String, Option<DynamicParameterConstraints>)],
-    ) -> Vec<Want> {
+    ) {
         let mut state = self.state();
         let cache = state.cache(&group.partition);
         let aliases: Vec<String> = names
@@ -693,25 +731,73 @@ impl Table {
             .flat_map(|n| cache.aliases_of(group, type_url, n))
             .collect();
         cache.remove_variants(group, type_url, variants);
-        names
+        let answers: Vec<Want> = names
             .iter()
             .chain(&aliases)
             .map(|name| Want::named(group.clone(), type_url, name))
             .filter(|want| state.holds(want))
-            .collect()
+            .collect();
+        state.answering(&group.partition).extend(answers);
     }
 
-    /// The upstream says `name` of `type_url` does not exist for `group`.
+    /// The upstream says `name` of `type_url` does not exist for `group`: answered once
+    /// committed.
     pub(crate) fn does_not_exist(&self, group: &GroupKey, type_url: &str, name: &str) {
         let mut state = self.state();
         state
             .cache(&group.partition)
             .remove(group, type_url, &[name.to_owned()]);
+        state
+            .answering(&group.partition)
+            .push(Want::named(group.clone(), type_url, name));
     }
 
-    /// The partitions other than the shared one whose cache may have changed since asked last.
+    /// The partitions other than the shared one whose cache may have changed, or that have
+    /// answers to announce, since asked last.
     pub(crate) fn take_touched(&self) -> BTreeSet<Partition> {
-        std::mem::take(&mut self.state().touched)
+        let mut state = self.state();
+        let mut touched = std::mem::take(&mut state.touched);
+        touched.extend(
+            state
+                .answering
+                .keys()
+                .filter(|p| **p != Partition::All)
+                .cloned(),
+        );
+        touched
+    }
+
+    /// `partition`'s answers are in the change about to be committed to its store: resolved in
+    /// that commit's own swap (see [`Table::stage_in`]).
+    pub(crate) fn stage_answers(&self, partition: &Partition) {
+        let state = self.state();
+        if let Some(wants) = state.answering.get(partition) {
+            self.stage_in(&state, wants);
+        }
+    }
+
+    /// `partition`'s answers are committed (or refused, or changed nothing): announced.
+    pub(crate) fn announce_answers(&self, partition: &Partition) {
+        let mut state = self.state();
+        if let Some(wants) = state.answering.remove(partition) {
+            self.announce_in(&mut state, wants);
+        }
+    }
+
+    /// The shared partition's answers go with the change handed to the feed: resolved in its
+    /// commit's swap, announced by [`Table::announce_committed`].
+    pub(crate) fn stage_shared(&self) {
+        let mut state = self.state();
+        let wants = state.answering.remove(&Partition::All).unwrap_or_default();
+        self.stage_in(&state, &wants);
+        state.committing.extend(wants);
+    }
+
+    /// The feed committed (or refused) the shared partition's change: its answers announced.
+    pub(crate) fn announce_committed(&self) {
+        let mut state = self.state();
+        let wants = std::mem::take(&mut state.committing);
+        self.announce_in(&mut state, wants);
     }
 
     /// The change of `partition`'s cache since its last, if any, with the variants the cache
@@ -1281,7 +1367,7 @@ mod tests {
         let table = table();
         table.acquire(1, named("a"));
         table.acquire(2, cds());
-        table.received(&GroupKey::shared(), &[&resource("a", &[])]);
+        table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
         assert_eq!(table.variants(), 0, "counted when taken");
         changed_names(&table, &Partition::All);
         assert_eq!(table.variants(), 1);
@@ -1307,6 +1393,7 @@ mod tests {
         table.acquire(2, named("a"));
         table.received(
             &GroupKey::shared(),
+            CDS,
             &[&resource("a", &[]), &resource("b", &[])],
         );
         changed_names(&table, &Partition::All);
@@ -1324,6 +1411,7 @@ mod tests {
         table.acquire(2, named("rc/two.example"));
         table.received(
             &GroupKey::shared(),
+            CDS,
             &[&resource("vh", &["rc/one.example", "rc/two.example"])],
         );
         changed_names(&table, &Partition::All);
@@ -1346,15 +1434,20 @@ mod tests {
     fn a_removal_answers_the_subscriptions_of_its_name_and_of_its_aliases() {
         let table = table();
         table.acquire(1, named("rc/one.example"));
-        table.received(&GroupKey::shared(), &[&resource("vh", &["rc/one.example"])]);
-        let answered = table.removed(
+        table.received(
+            &GroupKey::shared(),
+            CDS,
+            &[&resource("vh", &["rc/one.example"])],
+        );
+        table.state().answering.clear();
+        table.removed(
             &GroupKey::shared(),
             CDS,
             &["vh".to_owned()],
             &[("vh".to_owned(), None)],
         );
         assert_eq!(
-            answered,
+            table.state().answering[&Partition::All],
             vec![named("rc/one.example")],
             "vh itself is not subscribed"
         );
@@ -1370,7 +1463,7 @@ mod tests {
         let group = edge();
         let want = Want::named(group.clone(), CDS, "a");
         table.acquire(1, want.clone());
-        table.received(&group, &[&resource("a", &[])]);
+        table.received(&group, CDS, &[&resource("a", &[])]);
         assert_eq!(table.take_touched(), [group.partition.clone()].into());
         changed_names(&table, &group.partition);
         assert!(table.holds_any(&group.partition));
@@ -1380,5 +1473,39 @@ mod tests {
             vec!["a".to_owned()]
         );
         assert!(!table.holds_any(&group.partition));
+    }
+
+    #[test]
+    fn an_answer_to_names_answers_the_types_wildcard_only_if_the_group_subscribes_to_it() {
+        let table = table();
+        table.acquire(1, named("a"));
+        table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+        assert_eq!(table.state().answering[&Partition::All], vec![named("a")]);
+        table.state().answering.clear();
+        table.acquire(2, cds());
+        table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+        assert_eq!(
+            table.state().answering[&Partition::All],
+            vec![cds(), named("a")]
+        );
+    }
+
+    #[test]
+    fn an_answer_waits_for_its_partitions_commit_and_is_announced_after_it() {
+        let store = Store::new();
+        let table = attached(&store);
+        table.ask(&named("a"), None, Instant::now());
+        table.acquire(1, named("a"));
+        table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+        assert!(!table.is_answered(&named("a")), "not committed yet");
+        table.stage_shared();
+        assert!(table.state().answering.is_empty());
+        assert!(
+            !table.is_answered(&named("a")),
+            "in the change handed to the feed"
+        );
+        table.announce_committed();
+        assert!(table.is_answered(&named("a")));
+        assert!(store.pending_names().is_empty());
     }
 }
