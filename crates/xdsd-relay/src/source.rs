@@ -2,7 +2,7 @@
 //! subscriptions over the xDS client, and what the upstream sends is cached and committed to the
 //! store that the relay's own server serves.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -78,8 +78,6 @@ struct Group {
     ever_connected: bool,
     /// Its loss was logged (once per loss, not per failed attempt).
     loss_logged: bool,
-    /// The types it was sent a response of.
-    answered: BTreeSet<String>,
 }
 
 impl Drop for Group {
@@ -261,7 +259,6 @@ impl RelaySource {
                 connected: false,
                 ever_connected: false,
                 loss_logged: false,
-                answered: BTreeSet::new(),
             },
         );
         self.disconnected += 1;
@@ -282,11 +279,7 @@ impl RelaySource {
 
     /// Whether the upstream answered every prefetched type.
     fn prefetch_answered(&self) -> bool {
-        self.prefetch.iter().all(|want| {
-            self.groups
-                .get(&want.group)
-                .is_some_and(|g| g.answered.contains(&want.type_url))
-        })
+        self.prefetch.iter().all(|want| self.table.responded(want))
     }
 
     fn demanded(&mut self, demanded: Demanded) {
@@ -353,7 +346,6 @@ impl RelaySource {
                 group.connected = false;
             }
             Event::Update(update) => {
-                group.answered.insert(update.type_url.clone());
                 // Cached; what it answers is the table's to say.
                 let received: Vec<&xdsd_client::Resource> =
                     update.added.iter().chain(&update.changed).collect();

@@ -126,6 +126,9 @@ struct Entry {
     subscribed: bool,
     /// The upstream answered it (or its wait was given up), and the answer is in the store.
     answered: bool,
+    /// For a wildcard: its group's upstream stream was sent a response of its type since it was
+    /// subscribed (taken in, maybe not committed yet; what readiness waits for).
+    responded: bool,
     /// Declared pending in the store, not resolved yet: the pending name it was declared as.
     pending: Option<PendingName>,
 }
@@ -636,6 +639,12 @@ impl Table {
         }
     }
 
+    /// Whether the wildcard `want`'s group was sent a response of its type since it was
+    /// subscribed (taken in, maybe not committed yet).
+    pub(crate) fn responded(&self, want: &Want) -> bool {
+        self.state().wants.get(want).is_some_and(|e| e.responded)
+    }
+
     /// Whether `want` is answered.
     pub(crate) fn is_answered(&self, want: &Want) -> bool {
         self.state().is_answered(want)
@@ -700,7 +709,8 @@ impl Table {
         let mut state = self.state();
         let wildcard = Want::wildcard(group.clone(), type_url);
         let mut answers = Vec::new();
-        if state.holds(&wildcard) {
+        if let Some(entry) = state.wants.get_mut(&wildcard).filter(|e| e.subscribed) {
+            entry.responded = true;
             answers.push(wildcard);
         }
         let cache = state.cache(&group.partition);
@@ -1507,5 +1517,15 @@ mod tests {
         table.announce_committed();
         assert!(table.is_answered(&named("a")));
         assert!(store.pending_names().is_empty());
+    }
+
+    #[test]
+    fn a_wildcard_has_a_response_once_its_group_is_sent_one_of_its_type_even_empty() {
+        let table = table();
+        table.pin(cds());
+        assert!(!table.responded(&cds()));
+        table.received(&GroupKey::shared(), CDS, &[]);
+        assert!(table.responded(&cds()), "taken in, not committed yet");
+        assert!(!table.is_answered(&cds()));
     }
 }
