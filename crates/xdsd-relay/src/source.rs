@@ -90,8 +90,8 @@ impl Drop for Group {
 /// The relay's source. See the module documentation.
 pub struct RelaySource {
     options: RelayOptions,
-    /// Who wants what upstream and whether the upstream answered it (shared with the
-    /// observer, which declares in it).
+    /// Who wants what upstream, whether the upstream answered it, and what each partition's
+    /// groups were sent (shared with the observer, which declares in it).
     table: Arc<Table>,
     /// The store of each partition (not the shared one, whose is the server's, committed to
     /// through the feed) whose cache in the table holds something: held while it does.
