@@ -61,6 +61,9 @@ use crate::group::{GroupKey, Partition};
 use crate::metrics::RelayMetrics;
 use crate::stores::Stores;
 
+/// How many resources of a response are cached per taking of the table's lock.
+const PUTS_PER_LOCK: usize = 1024;
+
 /// The default linger: how long an upstream subscription outlives its last downstream client.
 pub const DEFAULT_LINGER: Duration = Duration::from_secs(30);
 
@@ -706,20 +709,25 @@ impl Table {
         type_url: &str,
         resources: &[&xdsd_client::Resource],
     ) {
+        let mut answers = Vec::new();
+        // Taken in a slice at a time: the observer, which declares under the same lock, waits
+        // for a slice, not for a whole response (100,000 names).
+        for slice in resources.chunks(PUTS_PER_LOCK) {
+            let mut state = self.state();
+            let cache = state.cache(&group.partition);
+            for r in slice {
+                cache.put(group, r);
+                answers.extend(
+                    r.names()
+                        .map(|name| Want::named(group.clone(), &r.type_url, name)),
+                );
+            }
+        }
         let mut state = self.state();
         let wildcard = Want::wildcard(group.clone(), type_url);
-        let mut answers = Vec::new();
         if let Some(entry) = state.wants.get_mut(&wildcard).filter(|e| e.subscribed) {
             entry.responded = true;
             answers.push(wildcard);
-        }
-        let cache = state.cache(&group.partition);
-        for r in resources {
-            cache.put(group, r);
-            answers.extend(
-                r.names()
-                    .map(|name| Want::named(group.clone(), &r.type_url, name)),
-            );
         }
         state.answering(&group.partition).append(&mut answers);
     }
@@ -1496,7 +1504,7 @@ mod tests {
         table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
         assert_eq!(
             table.state().answering[&Partition::All],
-            vec![cds(), named("a")]
+            vec![named("a"), cds()]
         );
     }
 
