@@ -15,6 +15,9 @@
 //! that variant ([`Cache::remove_variants`]), when its name leaves the group
 //! ([`Cache::remove`]), or when no subscription of the group still wants it
 //! ([`Cache::retain`]).
+//!
+//! Each partition's cache is a part of the relay's one table ([`crate::table`]): when a name or
+//! a wildcard leaves a group is the table's rows' decision, not the cache's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

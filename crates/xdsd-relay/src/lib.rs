@@ -44,18 +44,17 @@
 
 #![warn(missing_docs)]
 
-mod answered;
 pub mod cache;
-pub mod demand;
 pub mod group;
 mod metrics;
 mod observer;
 mod source;
 mod stores;
+mod table;
 pub mod validate;
 
-pub use demand::DEFAULT_LINGER;
 pub use group::{AggregateBy, GroupKey};
 pub use metrics::RelayMetrics;
 pub use observer::RelayObserver;
 pub use source::{relay, RelayOptions, RelaySource, DEFAULT_MAX_PENDING};
+pub use table::DEFAULT_LINGER;

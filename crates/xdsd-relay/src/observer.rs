@@ -22,10 +22,9 @@ use tonic::Status;
 use xdsd_core::ClientNode;
 use xdsd_core::{Asked, PickStore, RequestSeen, Store, StreamClosed, StreamObserver};
 
-use crate::answered::Answered;
-use crate::demand::Want;
 use crate::group::{group_of, AggregateBy, GroupKey};
 use crate::stores::Stores;
+use crate::table::{Table, Want};
 
 /// What the observer tells the source.
 #[derive(Debug)]
@@ -196,8 +195,8 @@ pub struct RelayObserver {
     by: AggregateBy,
     /// The partitions' stores.
     stores: Arc<Stores>,
-    /// What the upstream answered: a want asked before its answer is pending in the store.
-    answered: Arc<Answered>,
+    /// The relay's table: a want asked before the upstream answered it is pending in the store.
+    table: Arc<Table>,
     tx: mpsc::UnboundedSender<Demanded>,
     /// What each stream asks, by type.
     seen: Box<[Mutex<Streams>]>,
@@ -215,13 +214,13 @@ impl RelayObserver {
     pub(crate) fn new(
         by: AggregateBy,
         tx: mpsc::UnboundedSender<Demanded>,
-        answered: Arc<Answered>,
+        table: Arc<Table>,
         stores: Arc<Stores>,
     ) -> RelayObserver {
         RelayObserver {
             by,
             stores,
-            answered,
+            table,
             tx,
             seen: (0..SHARDS).map(|_| Mutex::default()).collect(),
         }
@@ -238,10 +237,10 @@ impl RelayObserver {
     }
 
     /// Declares `wants` pending in the store unless the upstream answered them: the request is
-    /// answered by the server once the upstream answers (see `answered`), not told first that
+    /// answered by the server once the upstream answers (see [`crate::table`]), not told first that
     /// nothing exists. Nothing waits here.
     fn hold_for(&self, wants: &[Want], node: Option<&ClientNode>) {
-        self.answered.ask_all(wants, node, Instant::now());
+        self.table.ask_all(wants, node, Instant::now());
     }
 }
 

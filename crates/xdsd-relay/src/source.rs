@@ -2,8 +2,7 @@
 //! subscriptions over the xDS client, and what the upstream sends is cached and committed to the
 //! store that the relay's own server serves.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::mem;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,13 +14,11 @@ use xdsd_client::{Config, Event, Flavor, XdsClient};
 use xdsd_core::ClientNode;
 use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent, Store};
 
-use crate::answered::Answered;
-use crate::cache::Cache;
-use crate::demand::{Action, Demand, Want, DEFAULT_LINGER};
 use crate::group::{upstream_node, AggregateBy, GroupKey, Params, Partition};
 use crate::metrics::RelayMetrics;
 use crate::observer::{Demanded, RelayObserver};
 use crate::stores::Stores;
+use crate::table::{Action, Table, Want, DEFAULT_LINGER};
 use crate::validate;
 
 /// How many names may be pending at once by default: a client subscribing 100,000 names by
@@ -81,8 +78,6 @@ struct Group {
     ever_connected: bool,
     /// Its loss was logged (once per loss, not per failed attempt).
     loss_logged: bool,
-    /// The types it was sent a response of.
-    answered: BTreeSet<String>,
 }
 
 impl Drop for Group {
@@ -92,49 +87,17 @@ impl Drop for Group {
     }
 }
 
-/// What the relay holds of one partition of the nodes (see [`crate::stores`]).
-#[derive(Default)]
-struct Part {
-    /// What its upstream streams were sent.
-    cache: Cache,
-    /// The store its clients read, held while it holds anything (`None` for the shared
-    /// partition: the server's store, which the feed commits to).
-    store: Option<Store>,
-}
-
-/// The cache of `partition` (made if there is none), marked as maybe changed.
-fn cache_of<'a>(
-    parts: &'a mut HashMap<Partition, Part>,
-    touched: &mut BTreeSet<Partition>,
-    stores: &Stores,
-    partition: &Partition,
-) -> &'a mut Cache {
-    if *partition != Partition::All {
-        touched.insert(partition.clone());
-    }
-    &mut parts
-        .entry(partition.clone())
-        .or_insert_with(|| Part {
-            cache: Cache::new(),
-            store: stores.store(partition),
-        })
-        .cache
-}
-
 /// The relay's source. See the module documentation.
 pub struct RelaySource {
     options: RelayOptions,
-    demand: Demand,
-    /// What the relay holds, by partition of the nodes: each partition's is committed to the
-    /// store its clients read (the shared partition's through the feed).
-    parts: HashMap<Partition, Part>,
-    /// The partitions (not the shared one) whose cache may have changed since their last
-    /// commit: committed without a scan of the others.
-    touched: BTreeSet<Partition>,
+    /// Who wants what upstream, whether the upstream answered it, and what each partition's
+    /// groups were sent (shared with the observer, which declares in it).
+    table: Arc<Table>,
+    /// The store of each partition (not the shared one, whose is the server's, committed to
+    /// through the feed) whose cache in the table holds something: held while it does.
+    part_stores: HashMap<Partition, Store>,
     /// The partitions' stores, shared with the observer (the server's store picker).
     stores: Arc<Stores>,
-    /// The variants held in all the stores after the last changes taken.
-    variants: usize,
     metrics: RelayMetrics,
     demanded: mpsc::UnboundedReceiver<Demanded>,
     events_tx: mpsc::Sender<(u64, Vec<Event>)>,
@@ -157,12 +120,6 @@ pub struct RelaySource {
     healthy: bool,
     /// Problems to report as a rejection.
     problems: Vec<String>,
-    /// What the upstream answered, shared with the observer.
-    answered: Arc<Answered>,
-    /// Answered since the last change was taken.
-    to_announce: Vec<Want>,
-    /// Answered, in the change being committed.
-    committing: Vec<Want>,
 }
 
 /// A relay: its source (give it to a [`xdsd_core::Feed`]), the observer its server needs
@@ -172,19 +129,18 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
     let (events_tx, events) = mpsc::channel(1024);
     let metrics = RelayMetrics::new();
     let stores = Arc::new(Stores::new(options.aggregate_by, options.max_pending));
-    let answered = Arc::new(Answered::new(
+    let table = Arc::new(Table::new(
+        options.linger,
         options.first_wait,
         metrics.clone(),
         stores.clone(),
     ));
-    let observer = RelayObserver::new(options.aggregate_by, tx, answered.clone(), stores.clone());
+    let observer = RelayObserver::new(options.aggregate_by, tx, table.clone(), stores.clone());
     let source = RelaySource {
-        demand: Demand::new(options.linger),
+        table,
         options,
-        parts: HashMap::new(),
-        touched: BTreeSet::new(),
+        part_stores: HashMap::new(),
         stores,
-        variants: 0,
         metrics: metrics.clone(),
         demanded,
         events_tx,
@@ -198,9 +154,6 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
         prefetch: Vec::new(),
         healthy: true,
         problems: Vec::new(),
-        answered,
-        to_announce: Vec::new(),
-        committing: Vec::new(),
     };
     (source, observer, metrics)
 }
@@ -210,7 +163,7 @@ impl RelaySource {
     fn act(&mut self) -> Result<(), String> {
         // Plain names by group and type: subscribed upstream in one request each.
         let mut names: BTreeMap<(GroupKey, String), Vec<String>> = BTreeMap::new();
-        while let Some(action) = self.demand.poll_action() {
+        while let Some(action) = self.table.poll_action() {
             match action {
                 Action::Subscribe(want) => {
                     self.start_group(&want.group)?;
@@ -226,10 +179,10 @@ impl RelaySource {
                     // nothing again for it).
                     if !want.is_wildcard()
                         && self
-                            .answered
+                            .table
                             .is_answered(&Want::wildcard(want.group.clone(), &want.type_url))
                     {
-                        self.answered.announce([want]);
+                        self.table.announce([want]);
                     }
                 }
                 Action::Unsubscribe(want) => self.unsubscribe(want),
@@ -249,46 +202,8 @@ impl RelaySource {
         if let Some(group) = self.groups.get(&want.group) {
             group.client.unsubscribe(&want.type_url, &want.name);
         }
-        self.answered.forget(&want);
-        let demand = &self.demand;
-        let cache = cache_of(
-            &mut self.parts,
-            &mut self.touched,
-            &self.stores,
-            &want.group.partition,
-        );
-        if want.is_wildcard() {
-            cache.drop_type(&want.group, &want.type_url, |name| {
-                demand
-                    .wants_of(&want.group, &want.type_url, name)
-                    .next()
-                    .is_some()
-            });
-        } else if !demand.holds(&Want::wildcard(want.group.clone(), &want.type_url)) {
-            // (Still held through the type's wildcard otherwise.) The group holds nothing of
-            // the name any more.
-            cache.remove(
-                &want.group,
-                &want.type_url,
-                std::slice::from_ref(&want.name),
-            );
-            // A name that was an alias (VHDS): what is held under it leaves with it, unless a
-            // subscription still names it or another of its aliases.
-            for name in cache.aliased(&want.group, &want.type_url, &want.name) {
-                let mut names = cache.aliases_of(&want.group, &want.type_url, &name);
-                names.push(name.clone());
-                let named = names.iter().any(|n| {
-                    demand
-                        .wants_of(&want.group, &want.type_url, n)
-                        .next()
-                        .is_some()
-                });
-                if !named {
-                    cache.remove(&want.group, &want.type_url, &[name]);
-                }
-            }
-        }
-        if !self.demand.group_used(&want.group) {
+        // (What its group held only through it left the table's cache with it.)
+        if !self.table.group_used(&want.group) {
             if let Some(group) = self.groups.remove(&want.group) {
                 self.ids.remove(&group.id);
                 if !group.connected {
@@ -344,19 +259,11 @@ impl RelaySource {
                 connected: false,
                 ever_connected: false,
                 loss_logged: false,
-                answered: BTreeSet::new(),
             },
         );
         self.disconnected += 1;
         self.connected_gauge();
         Ok(())
-    }
-
-    /// What is to announce goes with the change about to be committed: resolved in the commit's
-    /// swap, announced once committed.
-    fn stage_for_commit(&mut self) {
-        self.answered.stage(&self.to_announce);
-        self.committing.append(&mut self.to_announce);
     }
 
     /// Takes in the events of group stream `id` that came together (one response's).
@@ -372,11 +279,7 @@ impl RelaySource {
 
     /// Whether the upstream answered every prefetched type.
     fn prefetch_answered(&self) -> bool {
-        self.prefetch.iter().all(|want| {
-            self.groups
-                .get(&want.group)
-                .is_some_and(|g| g.answered.contains(&want.type_url))
-        })
+        self.prefetch.iter().all(|want| self.table.responded(want))
     }
 
     fn demanded(&mut self, demanded: Demanded) {
@@ -389,15 +292,15 @@ impl RelaySource {
             } => {
                 for want in wants {
                     self.remember_node(&want.group, node.clone());
-                    self.demand.acquire(stream, want);
+                    self.table.acquire(stream, want);
                 }
             }
             Demanded::Touch { want, node } => {
                 self.remember_node(&want.group, node);
-                self.demand.touch(want, now);
+                self.table.touch(want, now);
             }
-            Demanded::Drop { stream, want } => self.demand.drop_want(stream, &want, now),
-            Demanded::Release { stream } => self.demand.release(stream, now),
+            Demanded::Drop { stream, want } => self.table.drop_want(stream, &want, now),
+            Demanded::Release { stream } => self.table.release(stream, now),
         }
     }
 
@@ -443,27 +346,10 @@ impl RelaySource {
                 group.connected = false;
             }
             Event::Update(update) => {
-                group.answered.insert(update.type_url.clone());
-                let cache = cache_of(
-                    &mut self.parts,
-                    &mut self.touched,
-                    &self.stores,
-                    &key.partition,
-                );
-                // The type's wildcard is answered only if it is what the group subscribes to:
-                // an answer to names says nothing of the names not asked yet.
-                let wildcard = Want::wildcard(key.clone(), update.type_url.clone());
-                if self.demand.holds(&wildcard) {
-                    self.to_announce.push(wildcard);
-                }
-                for r in update.added.iter().chain(&update.changed) {
-                    cache.put(&key, r);
-                    // Its name and its aliases (VHDS: asked as `ROUTE_CONFIG/DOMAIN`).
-                    for name in r.names() {
-                        self.to_announce
-                            .push(Want::named(key.clone(), &r.type_url, name));
-                    }
-                }
+                // Cached; what it answers is the table's to say.
+                let received: Vec<&xdsd_client::Resource> =
+                    update.added.iter().chain(&update.changed).collect();
+                self.table.received(&key, &update.type_url, &received);
             }
             Event::Removed {
                 type_url,
@@ -471,34 +357,10 @@ impl RelaySource {
                 variants,
                 ..
             } => {
-                let cache = cache_of(
-                    &mut self.parts,
-                    &mut self.touched,
-                    &self.stores,
-                    &key.partition,
-                );
-                let aliases: Vec<String> = names
-                    .iter()
-                    .flat_map(|n| cache.aliases_of(&key, &type_url, n))
-                    .collect();
-                cache.remove_variants(&key, &type_url, &variants);
-                for name in names.iter().chain(&aliases) {
-                    self.to_announce
-                        .extend(self.demand.wants_of(&key, &type_url, name).cloned());
-                }
+                self.table.removed(&key, &type_url, &names, &variants);
             }
             Event::DoesNotExist { type_url, name } => {
-                cache_of(
-                    &mut self.parts,
-                    &mut self.touched,
-                    &self.stores,
-                    &key.partition,
-                )
-                .remove(&key, &type_url, std::slice::from_ref(&name));
-                self.to_announce
-                    .extend(self.demand.wants_of(&key, &type_url, &name).cloned());
-                self.to_announce
-                    .push(Want::named(key.clone(), type_url, name));
+                self.table.does_not_exist(&key, &type_url, &name);
             }
             Event::Rejected {
                 type_url,
@@ -519,9 +381,9 @@ impl RelaySource {
 
     fn sizes(&self) {
         self.metrics.set_sizes(
-            self.demand.subscriptions(),
+            self.table.subscriptions(),
             self.groups.len(),
-            self.variants,
+            self.table.variants(),
         );
     }
 
@@ -533,42 +395,31 @@ impl RelaySource {
 
     /// The change of `partition`'s cache since its last, if any.
     fn take_change(&mut self, partition: &Partition) -> Option<(ChangeSet, Vec<String>)> {
-        let part = self.parts.get_mut(partition)?;
-        let before = part.cache.variants();
-        let taken = part.cache.take_change();
-        self.variants = self.variants + part.cache.variants() - before;
-        taken
+        self.table.take_change(partition)
     }
 
     /// Commits what changed in the partitions other than the shared one to their own stores,
     /// each with the answers it brings (the shared partition's go through the feed); a
     /// partition that holds nothing any more lets go of its store.
     fn commit_partitions(&mut self) {
-        if self.touched.is_empty() && self.to_announce.is_empty() {
+        let partitions = self.table.take_touched();
+        if partitions.is_empty() {
             return;
         }
-        let mut answers: BTreeMap<Partition, Vec<Want>> = BTreeMap::new();
-        let (shared, others): (Vec<Want>, Vec<Want>) = mem::take(&mut self.to_announce)
-            .into_iter()
-            .partition(|w| w.group.partition == Partition::All);
-        self.to_announce = shared;
-        for want in others {
-            answers
-                .entry(want.group.partition.clone())
-                .or_default()
-                .push(want);
-        }
-        let touched = mem::take(&mut self.touched);
-        let partitions: BTreeSet<Partition> =
-            touched.into_iter().chain(answers.keys().cloned()).collect();
         for partition in partitions {
-            let wants = answers.remove(&partition).unwrap_or_default();
             if let Some((change, problems)) = self.take_change(&partition) {
                 self.problems.extend(problems);
-                let store = self.parts.get(&partition).and_then(|p| p.store.clone());
+                let store = match self.part_stores.get(&partition) {
+                    Some(store) => Some(store.clone()),
+                    None => self.stores.store(&partition),
+                };
                 if let Some(store) = store {
+                    // Held while the partition's cache holds anything.
+                    self.part_stores
+                        .entry(partition.clone())
+                        .or_insert(store.clone());
                     // Resolved in the commit's own swap, as the feed's commits are.
-                    self.answered.stage(&wants);
+                    self.table.stage_answers(&partition);
                     match change.update.apply(&store) {
                         Ok(summary) => {
                             info!(upstream = %self.options.upstream.server, partition = ?partition, "{}", xdsd_core::source::what_changed(&summary));
@@ -580,13 +431,9 @@ impl RelaySource {
                     }
                 }
             }
-            self.answered.announce(wants);
-            if self
-                .parts
-                .get(&partition)
-                .is_some_and(|p| p.cache.is_empty())
-            {
-                self.parts.remove(&partition);
+            self.table.announce_answers(&partition);
+            if !self.table.holds_any(&partition) {
+                self.part_stores.remove(&partition);
             }
         }
         self.sizes();
@@ -604,7 +451,7 @@ impl RelaySource {
             // Reported with the next event, with any of the partitions' own.
             self.problems.extend(problems);
             self.sizes();
-            self.stage_for_commit();
+            self.table.stage_shared();
             return Some(SourceEvent::Change(change));
         }
         if !self.problems.is_empty() {
@@ -614,7 +461,7 @@ impl RelaySource {
             ))));
         }
         // Answers that changed nothing: the store has them already.
-        self.answered.announce(self.to_announce.drain(..));
+        self.table.announce_answers(&Partition::All);
         let healthy = self.health_now();
         if healthy != self.healthy {
             self.healthy = healthy;
@@ -649,7 +496,7 @@ impl Source for RelaySource {
             .map(|t| Want::wildcard(GroupKey::of(Partition::All, Params::new(), t), t))
             .collect();
         for want in &self.prefetch {
-            self.demand.pin(want.clone());
+            self.table.pin(want.clone());
         }
         self.act().map_err(|e| Rejection::new(vec![e]))?;
         let deadline = tokio::time::Instant::now() + self.options.first_wait;
@@ -675,7 +522,7 @@ impl Source for RelaySource {
             }
             None => ChangeSet::all(Vec::new()),
         };
-        self.stage_for_commit();
+        self.table.stage_shared();
         self.sizes();
         Ok(change)
     }
@@ -686,12 +533,12 @@ impl Source for RelaySource {
     }
 
     fn pending(&mut self, pending: xdsd_core::store::PendingNames) {
-        self.answered.attach(pending, self.options.max_pending);
+        self.table.attach(pending, self.options.max_pending);
     }
 
     fn committed(&mut self, _ok: bool) {
         // Committed or refused, the clients waiting for these answers are answered now.
-        self.answered.announce(self.committing.drain(..));
+        self.table.announce_committed();
     }
 
     async fn next(&mut self) -> Option<SourceEvent> {
@@ -704,7 +551,7 @@ impl Source for RelaySource {
                 return Some(event);
             }
             // The demand's linger, and the time a pending want is given up at.
-            let deadline = [self.demand.poll_timeout(), self.answered.next_expiry()]
+            let deadline = [self.table.poll_timeout(), self.table.next_expiry()]
                 .into_iter()
                 .flatten()
                 .min()
@@ -735,8 +582,8 @@ impl Source for RelaySource {
                 }
                 _ = timer => {
                     let now = Instant::now();
-                    self.demand.handle_timeout(now);
-                    self.answered.expire(now);
+                    self.table.handle_timeout(now);
+                    self.table.expire(now);
                 }
             }
         }

@@ -7,7 +7,7 @@
 //!
 //! The registry is the one owner of "which store does a partition read": the server's store
 //! picker ([`xdsd_core::PickStore`], [`Stores::pick`]) asks it at a stream's first request, the
-//! observer declares a name pending in it ([`crate::answered`]), the source commits into it.
+//! observer declares a name pending in it ([`crate::table`]), the source commits into it.
 //! It keeps each store weakly ([`xdsd_core::WeakStore`]): a partition's store lives while a
 //! downstream stream reads it or the source holds something of it, and is found again, the
 //! same store, by whoever asks meanwhile; once nothing holds it, the next ask makes a new one

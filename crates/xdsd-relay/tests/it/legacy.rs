@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -12,8 +13,12 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
+use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+    single_constraint::ConstraintType, SingleConstraint, Type,
+};
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    DynamicParameterConstraints, Resource as WireResource, ResourceName,
 };
 use envoy_types::pb::google::protobuf::{Any, Duration as PbDuration};
 use prost::Message;
@@ -23,13 +28,46 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use xdsd_client::types::CLUSTER;
 use xdsd_core::store::ReferencePolicy;
-use xdsd_core::{Feed, Store, XdsServer};
+use xdsd_core::{ChangeSet, Feed, Rejection, Source, SourceEvent, Store, XdsServer};
 use xdsd_relay::{relay, AggregateBy, RelayOptions};
 use xdsd_testsupport::server::WAIT;
 
 /// A SotW ADS server without TP2: it answers each first request of a stream with cluster `web`,
-/// whose connect timeout is 2 s for nodes of cluster `b` and 1 s for any other.
+/// whose connect timeout is 2 s for nodes of cluster `b` and 1 s for any other; to nodes of
+/// cluster `mixed` it sends two variants of `web`, one unconstrained and one for `env=prod`,
+/// which no store takes together.
 struct Legacy;
+
+/// `web`'s two variants that a store refuses together: plain, and constrained to `env=prod`.
+fn mixed_variants(web: &Cluster) -> Vec<Any> {
+    let prod = DynamicParameterConstraints {
+        r#type: Some(Type::Constraint(SingleConstraint {
+            key: "env".into(),
+            constraint_type: Some(ConstraintType::Value("prod".into())),
+        })),
+    };
+    [None, Some(prod)]
+        .into_iter()
+        .map(|constraints| Any {
+            type_url: RESOURCE_WRAPPER.into(),
+            value: WireResource {
+                resource_name: Some(ResourceName {
+                    name: web.name.clone(),
+                    dynamic_parameter_constraints: constraints,
+                }),
+                version: "1".into(),
+                resource: Some(Any {
+                    type_url: CLUSTER.into(),
+                    value: web.encode_to_vec(),
+                }),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        })
+        .collect()
+}
+
+const RESOURCE_WRAPPER: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
 
 type Responses =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<DeltaDiscoveryResponse, Status>> + Send>>;
@@ -64,14 +102,19 @@ impl AggregatedDiscoveryService for Legacy {
                     }),
                     ..Default::default()
                 };
+                let resources = if cluster == "mixed" {
+                    mixed_variants(&web)
+                } else {
+                    vec![Any {
+                        type_url: CLUSTER.into(),
+                        value: web.encode_to_vec(),
+                    }]
+                };
                 let response = DiscoveryResponse {
                     version_info: "1".into(),
                     type_url: CLUSTER.into(),
                     nonce: nonce.to_string(),
-                    resources: vec![Any {
-                        type_url: CLUSTER.into(),
-                        value: web.encode_to_vec(),
-                    }],
+                    resources,
                     ..Default::default()
                 };
                 if tx.send(Ok(response)).await.is_err() {
@@ -103,8 +146,58 @@ async fn start_legacy() -> SocketAddr {
     addr
 }
 
+/// Forwards a source, telling each rejection it reports (what the feed logs and counts).
+struct Reporting<S> {
+    inner: S,
+    rejected: mpsc::UnboundedSender<Vec<String>>,
+}
+
+impl<S: Source + Send> Source for Reporting<S> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    async fn load(&mut self) -> Result<ChangeSet, Rejection> {
+        self.inner.load().await
+    }
+
+    async fn next(&mut self) -> Option<SourceEvent> {
+        let event = self.inner.next().await;
+        if let Some(SourceEvent::Rejected(rejection)) = &event {
+            let _ = self.rejected.send(rejection.messages().to_vec());
+        }
+        event
+    }
+
+    fn committed(&mut self, ok: bool) {
+        self.inner.committed(ok);
+    }
+
+    fn metrics(&mut self, metrics: &xdsd_core::Metrics) {
+        self.inner.metrics(metrics);
+    }
+
+    fn pending(&mut self, pending: xdsd_core::store::PendingNames) {
+        self.inner.pending(pending);
+    }
+}
+
 /// A SotW relay of `upstream` grouping `by`, serving on 127.0.0.1: its address.
 async fn start_relay(upstream: SocketAddr, by: AggregateBy) -> SocketAddr {
+    start_reporting_relay(upstream, by, WAIT).await.0
+}
+
+/// [`start_relay`] with `first_wait` (how long a name stays pending), and the rejections its
+/// source reports to the feed.
+async fn start_reporting_relay(
+    upstream: SocketAddr,
+    by: AggregateBy,
+    first_wait: Duration,
+) -> (SocketAddr, mpsc::UnboundedReceiver<Vec<String>>) {
     let node = Node {
         id: "relay-legacy".into(),
         ..Default::default()
@@ -112,8 +205,13 @@ async fn start_relay(upstream: SocketAddr, by: AggregateBy) -> SocketAddr {
     let mut options = RelayOptions::new(xdsd_client::Options::new(upstream.to_string()), node);
     options.flavor = xdsd_client::Flavor::Sotw;
     options.aggregate_by = by;
-    options.first_wait = WAIT;
-    let (mut source, observer, _metrics) = relay(options);
+    options.first_wait = first_wait;
+    let (source, observer, _metrics) = relay(options);
+    let (rejected, rejections) = mpsc::unbounded_channel();
+    let mut source = Reporting {
+        inner: source,
+        rejected,
+    };
     let store = Store::with_reference_policy(ReferencePolicy::off());
     let feed = Feed::new(store.clone()).allow_empty(true);
     feed.first_load(&mut source).await.expect("first load");
@@ -129,11 +227,16 @@ async fn start_relay(upstream: SocketAddr, by: AggregateBy) -> SocketAddr {
         .expect("bind");
     let addr = listener.local_addr().expect("local address");
     tokio::spawn(server.serve(listener, std::future::pending()));
-    addr
+    (addr, rejections)
 }
 
-/// The connect timeout (seconds) of `web` as the relay first serves it to a node of `cluster`.
-async fn web_timeout(relay: SocketAddr, id: &str, cluster: &str) -> i64 {
+/// An ADS stream of a node of `cluster` to `relay` subscribing `web`: its request sender (the
+/// stream lives while it does) and its responses.
+async fn subscribe_web(
+    relay: SocketAddr,
+    id: &str,
+    cluster: &str,
+) -> (mpsc::Sender<DiscoveryRequest>, Streaming<DiscoveryResponse>) {
     let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{relay}"))
         .await
         .expect("connect to the relay");
@@ -150,11 +253,17 @@ async fn web_timeout(relay: SocketAddr, id: &str, cluster: &str) -> i64 {
     })
     .await
     .expect("queue the request");
-    let mut responses = client
+    let responses = client
         .stream_aggregated_resources(ReceiverStream::new(rx))
         .await
         .expect("an ADS stream")
         .into_inner();
+    (tx, responses)
+}
+
+/// The connect timeout (seconds) of `web` as the relay first serves it to a node of `cluster`.
+async fn web_timeout(relay: SocketAddr, id: &str, cluster: &str) -> i64 {
+    let (_tx, mut responses) = subscribe_web(relay, id, cluster).await;
     let r = timeout(WAIT, responses.message())
         .await
         .expect("an answer in time")
@@ -221,4 +330,29 @@ async fn with_aggregate_by_cluster_a_one_shot_fetch_gets_its_clusters_body_of_a_
         "a fetch of cluster b is answered with cluster a's body of web"
     );
     assert_eq!(fetched_web_timeout(relay, "n-a2", "a").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_store_refusing_a_change_is_reported_at_once() {
+    // Names stay pending for a minute: nothing else wakes the relay before the report is due.
+    let (relay, mut rejections) = start_reporting_relay(
+        start_legacy().await,
+        AggregateBy::Cluster,
+        Duration::from_secs(60),
+    )
+    .await;
+    // The upstream answered once: the relay is ready, and its readiness changes no more (an
+    // event of its own that would carry the report along).
+    assert_eq!(web_timeout(relay, "n-a", "a").await, 1);
+    let _stream = subscribe_web(relay, "n-m", "mixed").await;
+    let messages = timeout(WAIT, rejections.recv())
+        .await
+        .expect("cluster mixed's refused change reported without waiting for another event")
+        .expect("the source lives");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("mixed") && m.contains("\"web\"")),
+        "the report names the group and the name: {messages:?}"
+    );
 }

@@ -2,7 +2,8 @@
 //! server): the upstream gone and back, a resource the relay cannot decode; a name the upstream
 //! answers late, answered downstream once and never told missing; TP2 resource locators
 //! subscribed upstream as its plain name on the stream of its parameters; a legacy upstream that
-//! varies a name's body by node (its tests ignored until a group has a store of its own).
+//! varies a name's body by node, each group served its own, and a group store's refused change
+//! reported.
 
 mod legacy;
 mod locators;

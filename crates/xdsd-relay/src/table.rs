@@ -1,0 +1,1539 @@
+//! The relay's one table of upstream subscriptions, sans-I/O but for the store it declares in:
+//! per (group, type, name or wildcard) — a [`Want`] — who wants it and until when, whether the
+//! upstream has answered it, and what it is pending as in the store; and the cached variants. One owner decides what a
+//! group wants and whether it was answered; the source tells it what the downstream streams
+//! ask and what the upstream sends, the observer asks it (under the same lock) whether a
+//! request must wait for the upstream.
+//!
+//! **Who wants it.** Each downstream stream that asks for a want holds it; the first to ask
+//! subscribes it upstream ([`Action::Subscribe`]), and when the last holder leaves, it is
+//! unsubscribed after the linger (so that a client that reconnects, or flaps, does not churn
+//! the upstream). A one-shot request (a `Fetch*` call, a REST poll) holds its want for the
+//! linger only. Wants pinned at start (`--prefetch`) are never unsubscribed. Time is an input:
+//! [`Table::poll_timeout`] says when to call [`Table::handle_timeout`].
+//!
+//! **Whether it was answered.** A want asked for and not answered yet is declared *pending* in
+//! the store its clients read ([`xdsd_core::store::PendingNames`]; the server's for the shared
+//! partition, its partition's own with `--aggregate-by cluster|node`, [`crate::stores`]): the
+//! server then holds back what would tell a client that its name does not exist until the
+//! upstream answers. Nothing waits here: the declaration is made in the observer's call, before
+//! the server answers the request. What an upstream response answers is the table's to say as
+//! it takes the response in (each resource's name and aliases, a removal's subscribed names,
+//! a does-not-exist, the type's wildcard only if the group subscribes to it); those answers wait
+//! in the table for their partition's commit, are resolved in its swap
+//! ([`Table::stage_answers`], [`Table::stage_shared`]) and announced once it is committed,
+//! which wakes the streams that wait for them through the store's watch path. What was answered is a flag of the want's entry: it goes
+//! with the subscription (an answer nobody subscribed to is nothing to remember), so it never
+//! outlives it and never goes stale after a linger.
+//!
+//! **What is cached.** Each partition's cache ([`crate::cache`]: what its groups were sent, the
+//! variants with their constraints) is held here, beside the rows that decide what it keeps: a
+//! want's row leaving (its linger out) takes what its group held only through it — a name
+//! unless the type's wildcard still holds it, a wildcard's names but those still subscribed by
+//! name, an alias's resources unless another of their names is subscribed — in the same call,
+//! under the same lock. The source takes each partition's change from here.
+//!
+//! Bounded: a want the upstream does not answer within `--upstream-wait` is given up (the
+//! source expires it: the clients are served what the relay has, and the next ones do not wait
+//! again), and past the store's limit of pending names a want is not declared (logged: its
+//! clients are answered as if the relay had asked nothing). An entry exists while a stream or a
+//! one-shot's linger holds it, or while it is declared for a request whose demand the source has
+//! not taken in yet.
+//!
+//! Costs follow the change: a subscription, a stream's end, a linger running out and an answer
+//! cost the wants they touch (the lingering wants are ordered by deadline, the declared ones by
+//! want, so that a wildcard's answer finds the names of its type in its group as a range).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+use xdsd_core::params::ParamSet;
+use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
+use xdsd_core::ClientNode;
+
+use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
+use xdsd_core::ChangeSet;
+
+use crate::cache::Cache;
+use crate::group::{GroupKey, Partition};
+use crate::metrics::RelayMetrics;
+use crate::stores::Stores;
+
+/// How many resources of a response are cached per taking of the table's lock.
+const PUTS_PER_LOCK: usize = 1024;
+
+/// The default linger: how long an upstream subscription outlives its last downstream client.
+pub const DEFAULT_LINGER: Duration = Duration::from_secs(30);
+
+/// One upstream subscription: in a group's stream, a type and a name (`*`: the wildcard). A
+/// downstream resource locator is the plain name in the stream of the locator's parameters
+/// ([`GroupKey::with_params`]): upstream the relay subscribes names only.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Want {
+    /// The upstream stream (group) it is subscribed on.
+    pub group: GroupKey,
+    /// The type URL.
+    pub type_url: String,
+    /// The name, or `*` for every resource of the type.
+    pub name: String,
+}
+
+impl Want {
+    /// The resource `name` of `type_url` in `group`.
+    pub fn named(group: GroupKey, type_url: impl Into<String>, name: impl Into<String>) -> Want {
+        Want {
+            group,
+            type_url: type_url.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Whether it is a type's wildcard.
+    pub fn is_wildcard(&self) -> bool {
+        self.name == xdsd_client::WILDCARD
+    }
+
+    /// The wildcard of `type_url` in `group`.
+    pub fn wildcard(group: GroupKey, type_url: impl Into<String>) -> Want {
+        Want::named(group, type_url, xdsd_client::WILDCARD)
+    }
+}
+
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// What the relay must do upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Subscribe to it (first asked).
+    Subscribe(Want),
+    /// Unsubscribe from it (its last holder left a linger ago).
+    Unsubscribe(Want),
+}
+
+/// One want's row. See the module documentation.
+#[derive(Debug, Default)]
+struct Entry {
+    /// The downstream streams holding it.
+    holders: BTreeSet<u64>,
+    /// Held by nobody since then: unsubscribed at this time.
+    until: Option<Instant>,
+    /// Never unsubscribed.
+    pinned: bool,
+    /// Subscribed upstream (the source took in a demand for it).
+    subscribed: bool,
+    /// The upstream answered it (or its wait was given up), and the answer is in the store.
+    answered: bool,
+    /// For a wildcard: its group's upstream stream was sent a response of its type since it was
+    /// subscribed (taken in, maybe not committed yet; what readiness waits for).
+    responded: bool,
+    /// Declared pending in the store, not resolved yet: the pending name it was declared as.
+    pending: Option<PendingName>,
+}
+
+#[derive(Debug)]
+struct State {
+    linger: Duration,
+    /// The table.
+    wants: BTreeMap<Want, Entry>,
+    /// The wants held by nobody, by the time each is unsubscribed at: what is due next, found
+    /// without a scan of what is held.
+    lingering: BTreeSet<(Instant, Want)>,
+    /// How many wants each group has subscribed.
+    groups: HashMap<GroupKey, usize>,
+    /// How many wants are subscribed (the sum of `groups`, read without a scan).
+    subscribed: usize,
+    /// What each stream holds.
+    streams: HashMap<u64, BTreeSet<Want>>,
+    actions: VecDeque<Action>,
+    /// The wants declared pending (an index of the entries whose `pending` is set), ordered so
+    /// that a wildcard finds the names of its type in its group without a scan.
+    declared: BTreeSet<Want>,
+    /// Each declaration by its store's partition and pending name: what a store gives up is
+    /// found without a scan of the declarations.
+    by_pending: HashMap<(Partition, PendingName), Want>,
+    /// How many declarations each partition's store holds: only those stores are looked at for
+    /// what expires.
+    partitions: HashMap<Partition, usize>,
+    /// A refusal by the store's limit was logged (again only once the set had room).
+    full_logged: bool,
+    /// What each partition's groups were sent: the cached variants with their constraints
+    /// (see [`crate::cache`]), kept and dropped by the rows' rules.
+    caches: HashMap<Partition, Cache>,
+    /// The partitions (not the shared one) whose cache may have changed since their last
+    /// change taken: committed without a scan of the others.
+    touched: BTreeSet<Partition>,
+    /// The variants held in all the caches after the last changes taken.
+    variants: usize,
+    /// What the upstream's responses taken in answer, by partition, until their change is
+    /// committed: resolved in the commit's own swap, then announced.
+    answering: BTreeMap<Partition, Vec<Want>>,
+    /// The shared partition's answers in the change handed to the feed, announced once it is
+    /// committed (or refused).
+    committing: Vec<Want>,
+}
+
+impl State {
+    /// What the responses taken in answer in `partition`, not committed yet.
+    fn answering(&mut self, partition: &Partition) -> &mut Vec<Want> {
+        self.answering.entry(partition.clone()).or_default()
+    }
+
+    /// Whether `want` is subscribed.
+    fn holds(&self, want: &Want) -> bool {
+        self.wants.get(want).is_some_and(|e| e.subscribed)
+    }
+
+    /// The cache of `partition` (made if there is none), marked as maybe changed.
+    fn cache(&mut self, partition: &Partition) -> &mut Cache {
+        if *partition != Partition::All {
+            self.touched.insert(partition.clone());
+        }
+        self.caches.entry(partition.clone()).or_default()
+    }
+
+    /// `want` is no longer subscribed: what its group held only through it leaves the cache.
+    fn drop_unsubscribed(&mut self, want: &Want) {
+        let wildcard = Want::wildcard(want.group.clone(), &want.type_url);
+        if !want.is_wildcard() && self.holds(&wildcard) {
+            // Still held through the type's wildcard.
+            return;
+        }
+        if !self.caches.contains_key(&want.group.partition) {
+            return;
+        }
+        let group = &want.group;
+        let type_url = &want.type_url;
+        let named = |wants: &BTreeMap<Want, Entry>, name: &str| {
+            wants
+                .get(&Want::named(group.clone(), type_url, name))
+                .is_some_and(|e| e.subscribed)
+        };
+        if group.partition != Partition::All {
+            self.touched.insert(group.partition.clone());
+        }
+        let State { caches, wants, .. } = self;
+        let Some(cache) = caches.get_mut(&group.partition) else {
+            return;
+        };
+        if want.is_wildcard() {
+            // The names still subscribed by name stay.
+            cache.drop_type(group, type_url, |name| named(wants, name));
+            return;
+        }
+        cache.remove(group, type_url, std::slice::from_ref(&want.name));
+        // A name that was an alias (VHDS): what is held under it leaves with it, unless a
+        // subscription still names it or another of its aliases.
+        for name in cache.aliased(group, type_url, &want.name) {
+            let mut names = cache.aliases_of(group, type_url, &name);
+            names.push(name.clone());
+            if !names.iter().any(|n| named(wants, n)) {
+                cache.remove(group, type_url, &[name]);
+            }
+        }
+    }
+
+    /// Sets when `want` (held) is unsubscribed, `None` for never.
+    fn set_until(&mut self, want: &Want, until: Option<Instant>) {
+        let Some(entry) = self.wants.get_mut(want) else {
+            return;
+        };
+        if entry.until == until {
+            return;
+        }
+        if let Some(old) = entry.until.take() {
+            self.lingering.remove(&(old, want.clone()));
+        }
+        if let Some(new) = until {
+            self.lingering.insert((new, want.clone()));
+        }
+        entry.until = until;
+    }
+
+    /// The entry of `want`, subscribed upstream if it was not.
+    fn subscribed(&mut self, want: &Want) -> &mut Entry {
+        let entry = self.wants.entry(want.clone()).or_default();
+        if !entry.subscribed {
+            entry.subscribed = true;
+            self.actions.push_back(Action::Subscribe(want.clone()));
+            *self.groups.entry(want.group.clone()).or_default() += 1;
+            self.subscribed += 1;
+        }
+        entry
+    }
+
+    /// `stream` no longer holds `want` (as of `now`): it lingers if nobody else holds it.
+    fn let_go(&mut self, stream: u64, want: &Want, now: Instant) {
+        let linger = self.linger;
+        if let Some(entry) = self.wants.get_mut(want) {
+            entry.holders.remove(&stream);
+            if entry.holders.is_empty() && !entry.pinned {
+                self.set_until(want, Some(now + linger));
+            }
+        }
+    }
+
+    fn declare(&mut self, want: &Want, name: PendingName) {
+        let partition = want.group.partition.clone();
+        let entry = self.wants.entry(want.clone()).or_default();
+        if let Some(old) = entry.pending.replace(name.clone()) {
+            // (Not reached: a want is declared only while it is not.)
+            self.by_pending.remove(&(partition.clone(), old));
+        } else {
+            *self.partitions.entry(partition.clone()).or_default() += 1;
+        }
+        self.declared.insert(want.clone());
+        self.by_pending.insert((partition, name), want.clone());
+    }
+
+    /// `want` is no longer pending: the name it was declared as, if it was.
+    fn undeclare(&mut self, want: &Want) -> Option<PendingName> {
+        let name = self.wants.get_mut(want)?.pending.take()?;
+        self.declared.remove(want);
+        let partition = &want.group.partition;
+        self.by_pending.remove(&(partition.clone(), name.clone()));
+        if let Some(count) = self.partitions.get_mut(partition) {
+            *count -= 1;
+            if *count == 0 {
+                self.partitions.remove(partition);
+            }
+        }
+        Some(name)
+    }
+
+    /// Whether `want` is answered (its own answer, or for a name, its type's wildcard's in its
+    /// group: the upstream sent every resource of the type).
+    fn is_answered(&self, want: &Want) -> bool {
+        let answered = |w: &Want| self.wants.get(w).is_some_and(|e| e.answered);
+        answered(want)
+            || (!want.is_wildcard()
+                && answered(&Want::wildcard(want.group.clone(), &want.type_url)))
+    }
+
+    /// The wants declared that `want`'s answer answers: itself, and for a wildcard the names of
+    /// its type in its group (a range of the ordered declarations, not a scan).
+    fn answered_by(&self, want: &Want) -> Vec<Want> {
+        if !want.is_wildcard() {
+            return self.declared.get(want).cloned().into_iter().collect();
+        }
+        let from = Want::named(want.group.clone(), &want.type_url, "");
+        self.declared
+            .range(from..)
+            .take_while(|w| w.group == want.group && w.type_url == want.type_url)
+            .cloned()
+            .collect()
+    }
+}
+
+/// The clients a want is pending for, as the parameters their parameter set must hold (the
+/// store matches a pending name so: [`PendingName::with_params`]): the parameters its group
+/// presents upstream, which are those of every client whose demand goes to that group (a
+/// client's parameters for the type as the server derives them, or a resource locator's own).
+/// A group of a node cluster or a node id holds, too, the clients of other nodes with the same
+/// parameters, for as long as the upstream takes to answer: no parameter names a node id.
+fn scope(want: &Want, _node: Option<&ClientNode>) -> ParamSet {
+    want.group.param_set()
+}
+
+/// The pending name a want stands for: its type and name (its wildcard: the whole type), for
+/// the clients of `scope`.
+fn pending_name(want: &Want, scope: ParamSet) -> PendingName {
+    let name = if want.is_wildcard() {
+        WHOLE_TYPE
+    } else {
+        want.name.as_str()
+    };
+    PendingName::new(want.type_url.clone(), name).with_params(scope)
+}
+
+/// The table, shared by the source (its one writer of demand and answers) and the observer
+/// (which declares under the same lock). See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Table {
+    state: Mutex<State>,
+    /// The server's store's pending names (the shared partition's), once the feed handed them
+    /// to the source.
+    store: OnceLock<PendingNames>,
+    /// The other partitions' stores.
+    stores: Arc<Stores>,
+    /// How long a want waits for the upstream's answer (`--upstream-wait`).
+    wait: Duration,
+    /// Counts the wants pending and those given up.
+    metrics: RelayMetrics,
+}
+
+impl Table {
+    /// Nothing wanted; subscriptions outlive their last holder by `linger`; a want waits at
+    /// most `wait` for the upstream's answer; counted in `metrics`.
+    pub(crate) fn new(
+        linger: Duration,
+        wait: Duration,
+        metrics: RelayMetrics,
+        stores: Arc<Stores>,
+    ) -> Table {
+        Table {
+            state: Mutex::new(State {
+                linger,
+                wants: BTreeMap::new(),
+                lingering: BTreeSet::new(),
+                groups: HashMap::new(),
+                subscribed: 0,
+                streams: HashMap::new(),
+                actions: VecDeque::new(),
+                declared: BTreeSet::new(),
+                by_pending: HashMap::new(),
+                partitions: HashMap::new(),
+                full_logged: false,
+                caches: HashMap::new(),
+                touched: BTreeSet::new(),
+                variants: 0,
+                answering: BTreeMap::new(),
+                committing: Vec::new(),
+            }),
+            store: OnceLock::new(),
+            stores,
+            wait,
+            metrics,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // --- Who wants it -------------------------------------------------------------------
+
+    /// Subscribes `want` for good (never unsubscribed).
+    pub(crate) fn pin(&self, want: Want) {
+        let mut state = self.state();
+        state.subscribed(&want).pinned = true;
+        state.set_until(&want, None);
+    }
+
+    /// Downstream stream `stream` asks for `want`.
+    pub(crate) fn acquire(&self, stream: u64, want: Want) {
+        let mut state = self.state();
+        state
+            .streams
+            .entry(stream)
+            .or_default()
+            .insert(want.clone());
+        state.subscribed(&want).holders.insert(stream);
+        state.set_until(&want, None);
+    }
+
+    /// A one-shot request asked for `want` at `now`: held for the linger.
+    pub(crate) fn touch(&self, want: Want, now: Instant) {
+        let mut state = self.state();
+        let until = now + state.linger;
+        let entry = state.subscribed(&want);
+        if entry.holders.is_empty() && !entry.pinned {
+            let until = Some(entry.until.map_or(until, |u| u.max(until)));
+            state.set_until(&want, until);
+        }
+    }
+
+    /// Downstream stream `stream` no longer asks for `want` (as of `now`): it lingers if nobody
+    /// else holds it.
+    pub(crate) fn drop_want(&self, stream: u64, want: &Want, now: Instant) {
+        let mut state = self.state();
+        if let Some(held) = state.streams.get_mut(&stream) {
+            held.remove(want);
+        }
+        state.let_go(stream, want, now);
+    }
+
+    /// Downstream stream `stream` ended at `now`: what it held lingers if nobody else holds it.
+    pub(crate) fn release(&self, stream: u64, now: Instant) {
+        let mut state = self.state();
+        let Some(held) = state.streams.remove(&stream) else {
+            return;
+        };
+        for want in held {
+            state.let_go(stream, &want, now);
+        }
+    }
+
+    /// When [`Table::handle_timeout`] is next due.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.state().lingering.first().map(|(until, _)| *until)
+    }
+
+    /// Unsubscribes what nobody held for the linger, as of `now`: its row leaves the table,
+    /// its answer and its declaration with it (a later client waits for the upstream again).
+    pub(crate) fn handle_timeout(&self, now: Instant) {
+        let mut state = self.state();
+        let mut resolved: Vec<(Partition, PendingName)> = Vec::new();
+        while let Some((until, _)) = state.lingering.first() {
+            if *until > now {
+                break;
+            }
+            let Some((_, want)) = state.lingering.pop_first() else {
+                break;
+            };
+            if let Some(name) = state.undeclare(&want) {
+                resolved.push((want.group.partition.clone(), name));
+            }
+            if state.wants.remove(&want).is_some_and(|e| e.subscribed) {
+                state.subscribed -= 1;
+            }
+            if let Some(count) = state.groups.get_mut(&want.group) {
+                *count -= 1;
+                if *count == 0 {
+                    state.groups.remove(&want.group);
+                }
+            }
+            state.drop_unsubscribed(&want);
+            state.actions.push_back(Action::Unsubscribe(want));
+        }
+        if !resolved.is_empty() {
+            self.resolve(resolved.iter().map(|(p, n)| (p, n)).collect(), false);
+            self.metrics.set_pending(state.declared.len());
+        }
+    }
+
+    /// The next thing to do upstream.
+    pub(crate) fn poll_action(&self) -> Option<Action> {
+        self.state().actions.pop_front()
+    }
+
+    /// The upstream subscriptions held.
+    pub(crate) fn subscriptions(&self) -> usize {
+        self.state().subscribed
+    }
+
+    /// Whether `want` is subscribed.
+    #[cfg(test)]
+    pub(crate) fn holds(&self, want: &Want) -> bool {
+        self.state().holds(want)
+    }
+
+    /// Whether `group` still has any subscription.
+    pub(crate) fn group_used(&self, group: &GroupKey) -> bool {
+        self.state().groups.contains_key(group)
+    }
+
+    // --- Whether it was answered ----------------------------------------------------------
+
+    /// The store's pending names, where wants are declared from now on; at most `limit` at once.
+    pub(crate) fn attach(&self, pending: PendingNames, limit: usize) {
+        pending.set_limit(limit);
+        let _ = self.store.set(pending);
+    }
+
+    /// The pending names of the store `partition`'s clients read; with `make`, that store made
+    /// if nothing holds it (a client asking holds it already: the same store).
+    fn pending_of(&self, partition: &Partition, make: bool) -> Option<PendingNames> {
+        match partition {
+            Partition::All => self.store.get().cloned(),
+            _ if make => self.stores.store(partition).map(|s| s.pending_names()),
+            _ => self.stores.pending_if_held(partition),
+        }
+    }
+
+    /// Resolves `names`, each in its partition's store, now (`staged`: with that store's next
+    /// commit).
+    fn resolve(&self, names: Vec<(&Partition, &PendingName)>, staged: bool) {
+        let mut by: BTreeMap<&Partition, Vec<&PendingName>> = BTreeMap::new();
+        for (partition, name) in names {
+            by.entry(partition).or_default().push(name);
+        }
+        for (partition, names) in by {
+            if let Some(pending) = self.pending_of(partition, false) {
+                if staged {
+                    pending.resolve_with_next_commit(names);
+                } else {
+                    pending.resolve(names);
+                }
+            }
+        }
+    }
+
+    /// A downstream client (of `node`, when it sent one) asks for `want` at `now`: unless it is
+    /// answered, it is pending in the store for the clients of its group (see [`scope`]) until
+    /// the upstream answers or `wait` passes.
+    #[cfg(test)]
+    pub(crate) fn ask(&self, want: &Want, node: Option<&ClientNode>, now: Instant) {
+        self.ask_all(std::slice::from_ref(want), node, now);
+    }
+
+    /// [`Table::ask`] for each of `wants` (those of one request), declared in one swap of the
+    /// store's state: it costs what it declares.
+    pub(crate) fn ask_all(&self, wants: &[Want], node: Option<&ClientNode>, now: Instant) {
+        let mut state = self.state();
+        // By the store each want's clients read (one, but for a locator's partition: the same).
+        let mut by: BTreeMap<&Partition, Vec<(&Want, PendingName)>> = BTreeMap::new();
+        for want in wants {
+            if !state.is_answered(want) && !state.declared.contains(want) {
+                by.entry(&want.group.partition)
+                    .or_default()
+                    .push((want, pending_name(want, scope(want, node))));
+            }
+        }
+        for (partition, asked) in by {
+            let Some(store) = self.pending_of(partition, true) else {
+                continue;
+            };
+            let results =
+                store.declare_all(asked.iter().map(|(_, name)| name.clone()), now + self.wait);
+            for ((want, name), result) in asked.into_iter().zip(results) {
+                match result {
+                    Ok(_) => {
+                        state.declare(want, name);
+                        state.full_logged = false;
+                    }
+                    Err(e) => {
+                        if !std::mem::replace(&mut state.full_logged, true) {
+                            warn!(stream = %want.group, type_url = %want.type_url, name = %want.name, "not held for the upstream's answer: {e}");
+                        }
+                    }
+                }
+            }
+        }
+        self.metrics.set_pending(state.declared.len());
+    }
+
+    /// `wants` are answered by the change about to be committed: what they answer is resolved
+    /// in the commit's own swap, so that a downstream stream reads the upstream's answer whole
+    /// (its resources and the names it says do not exist) in one response. [`Table::announce`]
+    /// once committed (or refused) settles the rest.
+    fn stage_in(&self, state: &State, wants: &[Want]) {
+        let answered: Vec<Want> = wants
+            .iter()
+            .flat_map(|want| state.answered_by(want))
+            .collect();
+        let resolved: Vec<(&Partition, &PendingName)> = answered
+            .iter()
+            .filter_map(|w| {
+                let name = state.wants.get(w)?.pending.as_ref()?;
+                Some((&w.group.partition, name))
+            })
+            .collect();
+        self.resolve(resolved, true);
+    }
+
+    /// `wants` are answered and their answer is in the store: no longer pending (a wildcard's
+    /// answer answers the names of its type in its group too), and answered while they are in
+    /// the table (an answer nobody asked for is nothing to remember).
+    pub(crate) fn announce(&self, wants: impl IntoIterator<Item = Want>) {
+        self.announce_in(&mut self.state(), wants);
+    }
+
+    fn announce_in(&self, state: &mut State, wants: impl IntoIterator<Item = Want>) {
+        let mut resolved: Vec<(Partition, PendingName)> = Vec::new();
+        for want in wants {
+            for w in state.answered_by(&want) {
+                if let Some(name) = state.undeclare(&w) {
+                    resolved.push((w.group.partition, name));
+                }
+            }
+            if let Some(entry) = state.wants.get_mut(&want) {
+                entry.answered = true;
+            }
+        }
+        if !resolved.is_empty() {
+            self.resolve(resolved.iter().map(|(p, n)| (p, n)).collect(), false);
+            self.metrics.set_pending(state.declared.len());
+        }
+    }
+
+    /// Whether the wildcard `want`'s group was sent a response of its type since it was
+    /// subscribed (taken in, maybe not committed yet).
+    pub(crate) fn responded(&self, want: &Want) -> bool {
+        self.state().wants.get(want).is_some_and(|e| e.responded)
+    }
+
+    /// Whether `want` is answered.
+    pub(crate) fn is_answered(&self, want: &Want) -> bool {
+        self.state().is_answered(want)
+    }
+
+    /// When [`Table::expire`] is next due.
+    /// (The stores with declarations are looked at, not every partition's.)
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
+        let state = self.state();
+        state
+            .partitions
+            .keys()
+            .filter_map(|p| self.pending_of(p, false)?.next_expiry())
+            .min()
+    }
+
+    /// Gives up, as of `now`, the wants whose wait passed: the clients are served what the
+    /// relay has, and they count as answered (the next clients do not wait again: an upstream
+    /// that is down, or that sends nothing of a type); those wants.
+    pub(crate) fn expire(&self, now: Instant) -> Vec<Want> {
+        let mut state = self.state();
+        let partitions: Vec<Partition> = state.partitions.keys().cloned().collect();
+        let mut gone: Vec<Want> = Vec::new();
+        for partition in partitions {
+            let Some(store) = self.pending_of(&partition, false) else {
+                continue;
+            };
+            for name in store.expire(now) {
+                let want = state.by_pending.get(&(partition.clone(), name)).cloned();
+                if let Some(want) = want {
+                    state.undeclare(&want);
+                    gone.push(want);
+                }
+            }
+        }
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        for want in &gone {
+            if let Some(entry) = state.wants.get_mut(want) {
+                entry.answered = true;
+            }
+            info!(stream = %want.group, type_url = %want.type_url, name = %want.name, "the upstream did not answer within {:?}: answered with what the relay has", self.wait);
+        }
+        self.metrics.expired(gone.len());
+        self.metrics.set_pending(state.declared.len());
+        gone
+    }
+
+    // --- The cached variants ---------------------------------------------------------------
+
+    /// `group` was sent `resources` of `type_url` (added or changed) in one response: cached,
+    /// and what they answer is answered once committed — each resource's name and aliases
+    /// (VHDS: asked as `ROUTE_CONFIG/DOMAIN`), and the type's wildcard only if it is what the
+    /// group subscribes to (an answer to names says nothing of the names not asked yet).
+    pub(crate) fn received(
+        &self,
+        group: &GroupKey,
+        type_url: &str,
+        resources: &[&xdsd_client::Resource],
+    ) {
+        let mut answers = Vec::new();
+        // Taken in a slice at a time: the observer, which declares under the same lock, waits
+        // for a slice, not for a whole response (100,000 names).
+        for slice in resources.chunks(PUTS_PER_LOCK) {
+            let mut state = self.state();
+            let cache = state.cache(&group.partition);
+            for r in slice {
+                cache.put(group, r);
+                answers.extend(
+                    r.names()
+                        .map(|name| Want::named(group.clone(), &r.type_url, name)),
+                );
+            }
+        }
+        let mut state = self.state();
+        let wildcard = Want::wildcard(group.clone(), type_url);
+        if let Some(entry) = state.wants.get_mut(&wildcard).filter(|e| e.subscribed) {
+            entry.responded = true;
+            answers.push(wildcard);
+        }
+        state.answering(&group.partition).append(&mut answers);
+    }
+
+    /// The upstream removed these variants of `names` of `type_url` from `group`: the wants
+    /// subscribed that this answers (each name, and each alias the group held them under) are
+    /// answered once committed.
+    pub(crate) fn removed(
+        &self,
+        group: &GroupKey,
+        type_url: &str,
+        names: &[String],
+        variants: &[(String, Option<DynamicParameterConstraints>)],
+    ) {
+        let mut state = self.state();
+        let cache = state.cache(&group.partition);
+        let aliases: Vec<String> = names
+            .iter()
+            .flat_map(|n| cache.aliases_of(group, type_url, n))
+            .collect();
+        cache.remove_variants(group, type_url, variants);
+        let answers: Vec<Want> = names
+            .iter()
+            .chain(&aliases)
+            .map(|name| Want::named(group.clone(), type_url, name))
+            .filter(|want| state.holds(want))
+            .collect();
+        state.answering(&group.partition).extend(answers);
+    }
+
+    /// The upstream says `name` of `type_url` does not exist for `group`: answered once
+    /// committed.
+    pub(crate) fn does_not_exist(&self, group: &GroupKey, type_url: &str, name: &str) {
+        let mut state = self.state();
+        state
+            .cache(&group.partition)
+            .remove(group, type_url, &[name.to_owned()]);
+        state
+            .answering(&group.partition)
+            .push(Want::named(group.clone(), type_url, name));
+    }
+
+    /// The partitions other than the shared one whose cache may have changed, or that have
+    /// answers to announce, since asked last.
+    pub(crate) fn take_touched(&self) -> BTreeSet<Partition> {
+        let mut state = self.state();
+        let mut touched = std::mem::take(&mut state.touched);
+        touched.extend(
+            state
+                .answering
+                .keys()
+                .filter(|p| **p != Partition::All)
+                .cloned(),
+        );
+        touched
+    }
+
+    /// `partition`'s answers are in the change about to be committed to its store: resolved in
+    /// that commit's own swap (see [`Table::stage_in`]).
+    pub(crate) fn stage_answers(&self, partition: &Partition) {
+        let state = self.state();
+        if let Some(wants) = state.answering.get(partition) {
+            self.stage_in(&state, wants);
+        }
+    }
+
+    /// `partition`'s answers are committed (or refused, or changed nothing): announced.
+    pub(crate) fn announce_answers(&self, partition: &Partition) {
+        let mut state = self.state();
+        if let Some(wants) = state.answering.remove(partition) {
+            self.announce_in(&mut state, wants);
+        }
+    }
+
+    /// The shared partition's answers go with the change handed to the feed: resolved in its
+    /// commit's swap, announced by [`Table::announce_committed`].
+    pub(crate) fn stage_shared(&self) {
+        let mut state = self.state();
+        let wants = state.answering.remove(&Partition::All).unwrap_or_default();
+        self.stage_in(&state, &wants);
+        state.committing.extend(wants);
+    }
+
+    /// The feed committed (or refused) the shared partition's change: its answers announced.
+    pub(crate) fn announce_committed(&self) {
+        let mut state = self.state();
+        let wants = std::mem::take(&mut state.committing);
+        self.announce_in(&mut state, wants);
+    }
+
+    /// The change of `partition`'s cache since its last, if any, with the variants the cache
+    /// could not give the store; a partition whose cache holds nothing any more is let go.
+    pub(crate) fn take_change(&self, partition: &Partition) -> Option<(ChangeSet, Vec<String>)> {
+        let mut state = self.state();
+        let cache = state.caches.get_mut(partition)?;
+        let before = cache.variants();
+        let taken = cache.take_change();
+        let after = cache.variants();
+        if cache.is_empty() && *partition != Partition::All {
+            state.caches.remove(partition);
+        }
+        state.variants = state.variants + after - before;
+        taken
+    }
+
+    /// Whether `partition`'s cache holds anything.
+    pub(crate) fn holds_any(&self, partition: &Partition) -> bool {
+        self.state().caches.contains_key(partition)
+    }
+
+    /// The variants held in all the caches after the last changes taken.
+    pub(crate) fn variants(&self) -> usize {
+        self.state().variants
+    }
+
+    /// The rows in the table (what it holds is bounded by this).
+    #[cfg(test)]
+    fn rows(&self) -> usize {
+        self.state().wants.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xdsd_core::Store;
+
+    const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    const LINGER: Duration = Duration::from_secs(30);
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// A table of the shared partition only, its store not attached (demand only).
+    fn table() -> Table {
+        Table::new(LINGER, WAIT, RelayMetrics::new(), shared_stores())
+    }
+
+    fn attached(store: &Store) -> Table {
+        let table = table();
+        table.attach(store.pending_names(), 100);
+        table
+    }
+
+    fn shared_stores() -> Arc<Stores> {
+        Arc::new(Stores::new(crate::AggregateBy::None, 100))
+    }
+
+    fn named(name: &str) -> Want {
+        Want::named(GroupKey::shared(), CDS, name)
+    }
+
+    fn edge() -> GroupKey {
+        GroupKey::of(
+            crate::group::Partition::Cluster("edge".into()),
+            Default::default(),
+            CDS,
+        )
+    }
+
+    fn cds() -> Want {
+        Want::wildcard(GroupKey::shared(), CDS)
+    }
+
+    /// `want` subscribed, then left by its last stream a linger ago: unsubscribed.
+    fn linger_out(table: &Table, want: &Want) {
+        let t0 = Instant::now();
+        table.acquire(u64::MAX, want.clone());
+        table.release(u64::MAX, t0);
+        table.handle_timeout(t0 + LINGER);
+    }
+
+    fn actions(d: &Table) -> Vec<Action> {
+        std::iter::from_fn(|| d.poll_action()).collect()
+    }
+
+    // --- Who wants it
+
+    #[test]
+    fn a_want_first_asked_is_subscribed_upstream() {
+        let d = table();
+        d.acquire(1, cds());
+        assert_eq!(actions(&d), vec![Action::Subscribe(cds())]);
+        assert_eq!(d.subscriptions(), 1);
+    }
+
+    #[test]
+    fn a_name_no_longer_asked_by_its_last_stream_is_unsubscribed_after_the_linger() {
+        let d = table();
+        let t0 = Instant::now();
+        let a = Want::named(GroupKey::shared(), CDS, "a");
+        let b = Want::named(GroupKey::shared(), CDS, "b");
+        d.acquire(1, a.clone());
+        d.acquire(1, b.clone());
+        d.acquire(2, a.clone());
+        actions(&d);
+        d.drop_want(1, &a, t0);
+        d.drop_want(1, &b, t0);
+        assert_eq!(d.poll_timeout(), Some(t0 + LINGER), "b lingers, a is held");
+        d.handle_timeout(t0 + LINGER);
+        assert_eq!(actions(&d), vec![Action::Unsubscribe(b)]);
+        // Stream 1 ending later releases nothing more.
+        d.release(1, t0 + LINGER);
+        assert_eq!(d.poll_timeout(), None);
+        d.release(2, t0 + LINGER);
+        d.handle_timeout(t0 + LINGER * 2);
+        assert_eq!(actions(&d), vec![Action::Unsubscribe(a)]);
+    }
+
+    #[test]
+    fn a_want_asked_again_by_another_stream_is_not_subscribed_again() {
+        let d = table();
+        d.acquire(1, cds());
+        actions(&d);
+        d.acquire(2, cds());
+        d.acquire(1, cds());
+        assert_eq!(actions(&d), vec![]);
+    }
+
+    #[test]
+    fn the_last_stream_leaving_unsubscribes_after_the_linger() {
+        let d = table();
+        let t0 = Instant::now();
+        d.acquire(1, cds());
+        actions(&d);
+        d.release(1, t0);
+        assert_eq!(d.poll_timeout(), Some(t0 + LINGER));
+        d.handle_timeout(t0 + LINGER - Duration::from_millis(1));
+        assert_eq!(actions(&d), vec![]);
+        d.handle_timeout(t0 + LINGER);
+        assert_eq!(actions(&d), vec![Action::Unsubscribe(cds())]);
+        assert_eq!(d.subscriptions(), 0);
+        assert!(!d.group_used(&GroupKey::shared()));
+    }
+
+    #[test]
+    fn a_stream_asking_within_the_linger_keeps_the_subscription() {
+        let d = table();
+        let t0 = Instant::now();
+        d.acquire(1, cds());
+        d.release(1, t0);
+        d.acquire(2, cds());
+        assert_eq!(d.poll_timeout(), None);
+        d.handle_timeout(t0 + LINGER * 2);
+        assert_eq!(actions(&d), vec![Action::Subscribe(cds())]);
+    }
+
+    #[test]
+    fn a_want_held_by_another_stream_stays_when_one_leaves() {
+        let d = table();
+        let t0 = Instant::now();
+        d.acquire(1, cds());
+        d.acquire(2, cds());
+        d.release(1, t0);
+        assert_eq!(d.poll_timeout(), None);
+        d.release(2, t0 + LINGER);
+        assert_eq!(d.poll_timeout(), Some(t0 + LINGER * 2));
+    }
+
+    #[test]
+    fn a_pinned_want_is_never_unsubscribed() {
+        let d = table();
+        let t0 = Instant::now();
+        d.pin(cds());
+        d.acquire(1, cds());
+        d.release(1, t0);
+        assert_eq!(d.poll_timeout(), None);
+        d.handle_timeout(t0 + LINGER * 10);
+        assert_eq!(actions(&d), vec![Action::Subscribe(cds())]);
+    }
+
+    #[test]
+    fn a_one_shot_request_holds_its_want_for_the_linger_only() {
+        let d = table();
+        let t0 = Instant::now();
+        d.touch(cds(), t0);
+        assert_eq!(actions(&d), vec![Action::Subscribe(cds())]);
+        d.touch(cds(), t0 + Duration::from_secs(10));
+        assert_eq!(
+            d.poll_timeout(),
+            Some(t0 + Duration::from_secs(10) + LINGER)
+        );
+        d.handle_timeout(t0 + Duration::from_secs(10) + LINGER);
+        assert_eq!(actions(&d), vec![Action::Unsubscribe(cds())]);
+    }
+
+    #[test]
+    fn a_one_shot_request_does_not_shorten_a_streams_hold() {
+        let d = table();
+        let t0 = Instant::now();
+        d.acquire(1, cds());
+        d.touch(cds(), t0);
+        assert_eq!(d.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_locators_want_is_its_plain_name_in_the_stream_of_its_parameters() {
+        let d = table();
+        let params = |env: &str| [("env".to_owned(), env.to_owned())].into();
+        let prod = Want::named(GroupKey::shared().with_params(params("prod")), CDS, "a");
+        let test = Want::named(GroupKey::shared().with_params(params("test")), CDS, "a");
+        let plain = Want::named(GroupKey::shared(), CDS, "a");
+        d.acquire(1, prod.clone());
+        d.acquire(2, test.clone());
+        d.acquire(2, plain.clone());
+        assert_eq!(actions(&d).len(), 3, "each a subscription of its own");
+        assert!(d.holds(&prod) && !d.holds(&Want::named(GroupKey::shared(), CDS, "b")));
+        let t0 = Instant::now();
+        d.drop_want(2, &test, t0);
+        d.handle_timeout(t0 + LINGER);
+        assert_eq!(actions(&d), vec![Action::Unsubscribe(test)]);
+        assert!(d.holds(&prod));
+    }
+
+    #[test]
+    fn wants_of_different_groups_are_apart() {
+        let d = table();
+        let other = Want::wildcard(edge(), CDS);
+        d.acquire(1, cds());
+        d.acquire(2, other.clone());
+        assert_eq!(
+            actions(&d),
+            vec![Action::Subscribe(cds()), Action::Subscribe(other)]
+        );
+        d.release(2, Instant::now());
+        d.handle_timeout(Instant::now() + LINGER);
+        assert!(d.group_used(&GroupKey::shared()));
+        assert!(!d.group_used(&edge()));
+    }
+
+    // --- Whether it was answered
+
+    #[test]
+    fn a_want_asked_before_its_answer_is_pending_until_announced() {
+        let store = Store::new();
+        let answered = attached(&store);
+        answered.ask(&named("a"), None, Instant::now());
+        let pending = store.pending_names();
+        assert!(pending.is_pending(&PendingName::new(CDS, "a")));
+        answered.announce([named("a")]);
+        assert!(pending.is_empty());
+        answered.ask(&named("a"), None, Instant::now());
+        assert!(pending.is_empty(), "answered: not pending again");
+    }
+
+    #[test]
+    fn a_types_wildcard_is_pending_as_the_whole_type_and_its_answer_answers_its_names() {
+        let store = Store::new();
+        let answered = attached(&store);
+        let wildcard = Want::wildcard(GroupKey::shared(), CDS);
+        answered.ask(&wildcard, None, Instant::now());
+        answered.ask(&named("a"), None, Instant::now());
+        let pending = store.pending_names();
+        assert!(pending.is_pending(&PendingName::new(CDS, WHOLE_TYPE)));
+        answered.announce([wildcard]);
+        assert!(pending.is_empty(), "the name is answered with the type");
+        answered.ask(&named("b"), None, Instant::now());
+        assert!(pending.is_empty(), "a name of an answered wildcard");
+    }
+
+    #[test]
+    fn a_want_of_a_parameters_group_is_pending_for_its_parameters_only() {
+        let store = Store::new();
+        let answered = attached(&store);
+        let group = GroupKey::shared().with_params([("env".to_owned(), "prod".to_owned())].into());
+        answered.ask(&Want::named(group, CDS, "a"), None, Instant::now());
+        let pending = store.pending_names();
+        let prod: ParamSet = [("env", "prod")].into_iter().collect();
+        assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(prod)));
+        assert!(!pending.is_pending(&PendingName::new(CDS, "a")));
+    }
+
+    #[test]
+    fn a_want_the_upstream_does_not_answer_expires_and_is_not_waited_for_again() {
+        let store = Store::new();
+        let answered = attached(&store);
+        let t0 = Instant::now();
+        answered.ask(&named("a"), None, t0);
+        assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
+        assert!(answered.expire(t0 + WAIT / 2).is_empty());
+        assert_eq!(answered.metrics.pending(), 1);
+        assert_eq!(answered.expire(t0 + WAIT), vec![named("a")]);
+        assert!(answered.is_answered(&named("a")));
+        assert_eq!(
+            (
+                answered.metrics.pending(),
+                answered.metrics.pending_expired()
+            ),
+            (0, 1)
+        );
+        answered.ask(&named("a"), None, t0 + WAIT);
+        assert!(store.pending_names().is_empty());
+    }
+
+    #[test]
+    fn an_unsubscribed_want_is_no_longer_pending_and_is_waited_for_again() {
+        let store = Store::new();
+        let answered = attached(&store);
+        answered.ask(&named("a"), None, Instant::now());
+        linger_out(&answered, &named("a"));
+        assert!(store.pending_names().is_empty());
+        answered.acquire(1, named("b"));
+        answered.announce([named("b")]);
+        assert!(answered.is_answered(&named("b")));
+        answered.release(1, Instant::now());
+        answered.handle_timeout(Instant::now() + LINGER);
+        assert!(!answered.is_answered(&named("b")));
+        answered.ask(&named("b"), None, Instant::now());
+        assert_eq!(store.pending_names().len(), 1);
+    }
+
+    #[test]
+    fn an_answer_nobody_asked_for_is_not_kept() {
+        // A wildcard's resources are announced name by name; once the wildcard lingered out
+        // (forgotten), a later client of one of those names waits for the upstream's answer
+        // again rather than being told at once that it does not exist.
+        let store = Store::new();
+        let answered = attached(&store);
+        let wildcard = Want::wildcard(GroupKey::shared(), CDS);
+        answered.ask(&wildcard, None, Instant::now());
+        answered.announce([wildcard.clone(), named("a"), named("b")]);
+        linger_out(&answered, &wildcard);
+        assert_eq!(answered.rows(), 0, "nothing kept");
+        answered.ask(&named("a"), None, Instant::now());
+        assert!(store
+            .pending_names()
+            .is_pending(&PendingName::new(CDS, "a")));
+    }
+
+    #[test]
+    fn a_locator_is_not_answered_by_the_wildcard_of_its_clients_group() {
+        // The wildcard follows its group's parameters; a locator brings its own, so it is the
+        // name in the group of those, which that wildcard does not answer.
+        let store = Store::new();
+        let answered = attached(&store);
+        let wildcard = Want::wildcard(GroupKey::shared(), CDS);
+        answered.ask(&wildcard, None, Instant::now());
+        answered.announce([wildcard]);
+        let prod = GroupKey::shared().with_params([("env".to_owned(), "prod".to_owned())].into());
+        let locator = Want::named(prod, CDS, "a");
+        answered.ask(&locator, None, Instant::now());
+        assert!(!answered.is_answered(&locator));
+        let prod: ParamSet = [("env", "prod")].into_iter().collect();
+        assert!(store
+            .pending_names()
+            .is_pending(&PendingName::new(CDS, "a").with_params(prod)));
+    }
+
+    #[test]
+    fn past_the_limit_a_want_is_not_held() {
+        let store = Store::new();
+        let answered = Table::new(LINGER, WAIT, RelayMetrics::new(), shared_stores());
+        answered.attach(store.pending_names(), 1);
+        answered.ask(&named("a"), None, Instant::now());
+        answered.ask(&named("b"), None, Instant::now());
+        let pending = store.pending_names();
+        assert_eq!(pending.len(), 1);
+        assert!(!pending.is_pending(&PendingName::new(CDS, "b")));
+    }
+
+    fn client(id: &str, cluster: &str) -> ClientNode {
+        let node = envoy_types::pb::envoy::config::core::v3::Node {
+            id: id.into(),
+            cluster: cluster.into(),
+            ..Default::default()
+        };
+        ClientNode::from_node(&node).expect("a valid node")
+    }
+
+    fn group_of(by: crate::AggregateBy, node: &ClientNode) -> GroupKey {
+        crate::group::group_of(by, Some(node), CDS)
+    }
+
+    /// A `Table` of the server's `store` and the partitions' stores grouped `by`.
+    fn grouped(store: &Store, by: crate::AggregateBy) -> (Table, Arc<Stores>) {
+        let stores = Arc::new(Stores::new(by, 100));
+        let answered = Table::new(LINGER, WAIT, RelayMetrics::new(), stores.clone());
+        answered.attach(store.pending_names(), 100);
+        (answered, stores)
+    }
+
+    #[test]
+    fn a_want_of_a_cluster_group_is_pending_in_its_clusters_store_for_its_clients_only() {
+        let store = Store::new();
+        let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
+        let node = client("n1", "edge");
+        let want = Want::named(group_of(crate::AggregateBy::Cluster, &node), CDS, "a");
+        // The client's stream holds its store (the server's picker gave it).
+        let edge_store = stores
+            .store(&want.group.partition)
+            .expect("the cluster's store");
+        answered.ask(&want, Some(&node), Instant::now());
+        let edge: ParamSet = [(xdsd_core::NODE_CLUSTER_PARAM, "edge")]
+            .into_iter()
+            .collect();
+        let pending = edge_store.pending_names();
+        assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(edge)));
+        assert!(
+            !pending.is_pending(&PendingName::new(CDS, "a")),
+            "not for every client"
+        );
+        assert!(store.pending_names().is_empty(), "not in the shared store");
+        // Another client of the cluster: the same scope, declared once.
+        answered.ask(&want, Some(&client("n2", "edge")), Instant::now());
+        assert_eq!(pending.len(), 1);
+        answered.announce([want]);
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_want_of_a_node_group_is_pending_in_its_nodes_store_for_its_parameters() {
+        let store = Store::new();
+        let (answered, stores) = grouped(&store, crate::AggregateBy::Node);
+        let node = client("n1", "edge");
+        let want = Want::named(group_of(crate::AggregateBy::Node, &node), CDS, "a");
+        let own_store = stores
+            .store(&want.group.partition)
+            .expect("the node's store");
+        answered.ask(&want, Some(&node), Instant::now());
+        let pending = own_store.pending_names();
+        let own = node.params_for(CDS).clone();
+        assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(own)));
+        assert!(!pending.is_pending(&PendingName::new(CDS, "a")));
+        linger_out(&answered, &want);
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_want_of_a_partitions_store_expires_there() {
+        let store = Store::new();
+        let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
+        let node = client("n1", "edge");
+        let want = Want::named(group_of(crate::AggregateBy::Cluster, &node), CDS, "a");
+        let _held = stores.store(&want.group.partition);
+        let t0 = Instant::now();
+        answered.ask(&want, Some(&node), t0);
+        assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
+        assert_eq!(answered.expire(t0 + WAIT), vec![want.clone()]);
+        assert!(answered.is_answered(&want));
+    }
+
+    #[test]
+    fn a_want_expires_in_its_partitions_store_only_and_nothing_else_is_given_up() {
+        let store = Store::new();
+        let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
+        let (na, nb) = (client("n1", "a"), client("n2", "b"));
+        let wa = Want::named(group_of(crate::AggregateBy::Cluster, &na), CDS, "x");
+        let wb = Want::named(group_of(crate::AggregateBy::Cluster, &nb), CDS, "x");
+        let (sa, sb) = (
+            stores.store(&wa.group.partition).expect("a's store"),
+            stores.store(&wb.group.partition).expect("b's store"),
+        );
+        let t0 = Instant::now();
+        answered.ask(&wa, Some(&na), t0);
+        answered.ask(&wb, Some(&nb), t0 + WAIT / 2);
+        assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
+        assert_eq!(answered.expire(t0 + WAIT), vec![wa.clone()]);
+        assert!(sa.pending_names().is_empty());
+        assert_eq!(sb.pending_names().len(), 1, "b's still pending");
+        assert_eq!(answered.next_expiry(), Some(t0 + WAIT + WAIT / 2));
+        answered.announce([wb.clone()]);
+        assert_eq!(answered.next_expiry(), None, "nothing declared");
+        assert!(answered.state().by_pending.is_empty());
+        assert!(answered.state().partitions.is_empty());
+    }
+
+    #[test]
+    fn a_want_given_up_for_every_scope_it_was_declared_for_is_answered() {
+        let store = Store::new();
+        let answered = attached(&store);
+        let want = Want::named(GroupKey::shared(), CDS, "a");
+        let t0 = Instant::now();
+        answered.ask(&want, Some(&client("n1", "edge")), t0);
+        assert!(answered.expire(t0 + WAIT / 2).is_empty());
+        assert!(!answered.is_answered(&want));
+        assert_eq!(answered.expire(t0 + WAIT), vec![want.clone()]);
+        assert!(answered.is_answered(&want));
+    }
+
+    // --- One row: who wants it and whether it was answered, together
+
+    #[test]
+    fn an_answer_to_a_subscribed_want_is_kept_while_it_is_subscribed() {
+        // Answered though no client waited for it (the name asked while the type's wildcard
+        // was answered, or past the limit): a later client of it does not wait for an answer
+        // the upstream gave already.
+        let store = Store::new();
+        let table = attached(&store);
+        table.acquire(1, named("a"));
+        table.announce([named("a")]);
+        assert!(table.is_answered(&named("a")));
+        table.ask(&named("a"), None, Instant::now());
+        assert!(store.pending_names().is_empty());
+    }
+
+    #[test]
+    fn a_want_declared_before_its_demand_is_taken_in_is_subscribed_when_it_is() {
+        let store = Store::new();
+        let table = attached(&store);
+        table.ask(&named("a"), None, Instant::now());
+        assert_eq!(actions(&table), vec![], "declared only");
+        assert_eq!(table.subscriptions(), 0);
+        table.acquire(1, named("a"));
+        assert_eq!(actions(&table), vec![Action::Subscribe(named("a"))]);
+        assert_eq!(store.pending_names().len(), 1, "still pending");
+        table.announce([named("a")]);
+        assert!(store.pending_names().is_empty());
+        assert_eq!(table.rows(), 1);
+    }
+
+    #[test]
+    fn a_wildcard_lingering_out_takes_its_answer_with_it_and_its_names_wait_again() {
+        let store = Store::new();
+        let table = attached(&store);
+        table.acquire(u64::MAX, cds());
+        table.announce([cds()]);
+        assert!(table.is_answered(&named("a")), "answered by the wildcard");
+        linger_out(&table, &cds());
+        table.ask(&named("a"), None, Instant::now());
+        assert!(store
+            .pending_names()
+            .is_pending(&PendingName::new(CDS, "a")));
+    }
+
+    // --- The cached variants: kept and dropped by the rows' rules
+
+    fn resource(name: &str, aliases: &[&str]) -> xdsd_client::Resource {
+        xdsd_client::Resource {
+            type_url: CDS.into(),
+            name: name.into(),
+            version: "1".into(),
+            body: envoy_types::pb::google::protobuf::Any {
+                type_url: CDS.into(),
+                value: b"x".to_vec(),
+            },
+            aliases: aliases.iter().map(|a| a.to_string()).collect(),
+            constraints: None,
+            ttl: None,
+        }
+    }
+
+    /// The names of the changed resources the partition's next change carries.
+    fn changed_names(table: &Table, partition: &Partition) -> Vec<String> {
+        table
+            .take_change(partition)
+            .map(|(change, _)| match change.update {
+                xdsd_core::source::Update::Names { names, .. } => {
+                    names.into_iter().map(|(_, n)| n).collect()
+                }
+                other => panic!("a change of names, not {other:?}"),
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_name_left_by_its_last_subscription_leaves_the_cache_unless_its_wildcard_holds_it() {
+        let table = table();
+        table.acquire(1, named("a"));
+        table.acquire(2, cds());
+        table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+        assert_eq!(table.variants(), 0, "counted when taken");
+        changed_names(&table, &Partition::All);
+        assert_eq!(table.variants(), 1);
+        let t0 = Instant::now();
+        table.release(1, t0);
+        table.handle_timeout(t0 + LINGER);
+        assert!(
+            changed_names(&table, &Partition::All).is_empty(),
+            "a is held through the wildcard"
+        );
+        table.acquire(3, named("a"));
+        table.release(2, t0 + LINGER);
+        table.release(3, t0 + LINGER * 2);
+        table.handle_timeout(t0 + LINGER * 3);
+        assert_eq!(changed_names(&table, &Partition::All), vec!["a".to_owned()]);
+        assert_eq!(table.variants(), 0);
+    }
+
+    #[test]
+    fn a_wildcard_left_by_its_last_subscription_keeps_the_names_subscribed_by_name() {
+        let table = table();
+        table.acquire(1, cds());
+        table.acquire(2, named("a"));
+        table.received(
+            &GroupKey::shared(),
+            CDS,
+            &[&resource("a", &[]), &resource("b", &[])],
+        );
+        changed_names(&table, &Partition::All);
+        let t0 = Instant::now();
+        table.release(1, t0);
+        table.handle_timeout(t0 + LINGER);
+        assert_eq!(changed_names(&table, &Partition::All), vec!["b".to_owned()]);
+        assert_eq!(table.variants(), 1);
+    }
+
+    #[test]
+    fn an_alias_left_takes_what_it_held_unless_another_of_its_names_is_subscribed() {
+        let table = table();
+        table.acquire(1, named("rc/one.example"));
+        table.acquire(2, named("rc/two.example"));
+        table.received(
+            &GroupKey::shared(),
+            CDS,
+            &[&resource("vh", &["rc/one.example", "rc/two.example"])],
+        );
+        changed_names(&table, &Partition::All);
+        let t0 = Instant::now();
+        table.release(1, t0);
+        table.handle_timeout(t0 + LINGER);
+        assert!(
+            changed_names(&table, &Partition::All).is_empty(),
+            "two.example holds vh"
+        );
+        table.release(2, t0 + LINGER);
+        table.handle_timeout(t0 + LINGER * 2);
+        assert_eq!(
+            changed_names(&table, &Partition::All),
+            vec!["vh".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_removal_answers_the_subscriptions_of_its_name_and_of_its_aliases() {
+        let table = table();
+        table.acquire(1, named("rc/one.example"));
+        table.received(
+            &GroupKey::shared(),
+            CDS,
+            &[&resource("vh", &["rc/one.example"])],
+        );
+        table.state().answering.clear();
+        table.removed(
+            &GroupKey::shared(),
+            CDS,
+            &["vh".to_owned()],
+            &[("vh".to_owned(), None)],
+        );
+        assert_eq!(
+            table.state().answering[&Partition::All],
+            vec![named("rc/one.example")],
+            "vh itself is not subscribed"
+        );
+        assert_eq!(
+            changed_names(&table, &Partition::All),
+            vec!["vh".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_partition_whose_cache_holds_nothing_is_let_go_once_its_change_is_taken() {
+        let table = table();
+        let group = edge();
+        let want = Want::named(group.clone(), CDS, "a");
+        table.acquire(1, want.clone());
+        table.received(&group, CDS, &[&resource("a", &[])]);
+        assert_eq!(table.take_touched(), [group.partition.clone()].into());
+        changed_names(&table, &group.partition);
+        assert!(table.holds_any(&group.partition));
+        table.does_not_exist(&group, CDS, "a");
+        assert_eq!(
+            changed_names(&table, &group.partition),
+            vec!["a".to_owned()]
+        );
+        assert!(!table.holds_any(&group.partition));
+    }
+
+    #[test]
+    fn an_answer_to_names_answers_the_types_wildcard_only_if_the_group_subscribes_to_it() {
+        let table = table();
+        table.acquire(1, named("a"));
+        table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+        assert_eq!(table.state().answering[&Partition::All], vec![named("a")]);
+        table.state().answering.clear();
+        table.acquire(2, cds());
+        table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+        assert_eq!(
+            table.state().answering[&Partition::All],
+            vec![named("a"), cds()]
+        );
+    }
+
+    #[test]
+    fn an_answer_waits_for_its_partitions_commit_and_is_announced_after_it() {
+        let store = Store::new();
+        let table = attached(&store);
+        table.ask(&named("a"), None, Instant::now());
+        table.acquire(1, named("a"));
+        table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+        assert!(!table.is_answered(&named("a")), "not committed yet");
+        table.stage_shared();
+        assert!(table.state().answering.is_empty());
+        assert!(
+            !table.is_answered(&named("a")),
+            "in the change handed to the feed"
+        );
+        table.announce_committed();
+        assert!(table.is_answered(&named("a")));
+        assert!(store.pending_names().is_empty());
+    }
+
+    #[test]
+    fn a_wildcard_has_a_response_once_its_group_is_sent_one_of_its_type_even_empty() {
+        let table = table();
+        table.pin(cds());
+        assert!(!table.responded(&cds()));
+        table.received(&GroupKey::shared(), CDS, &[]);
+        assert!(table.responded(&cds()), "taken in, not committed yet");
+        assert!(!table.is_answered(&cds()));
+    }
+}
