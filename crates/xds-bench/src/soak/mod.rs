@@ -1,12 +1,14 @@
 //! The soak (`xds-bench --scenarios soak --soak-duration 10m`): the topology users run, from
 //! real processes — 3 etcd members, 2 `xdsd serve` replicas on them, 2 `xdsd relay`s in front of
-//! the replicas (each through a TCP proxy, the link the soak cuts) — and clients split across
+//! the replicas (each given both, `--upstream A,B` with its own first, each through a TCP proxy of
+//! its own: the links the soak cuts) — and clients split across
 //! replicas and relays, SotW and delta; churn all the time (clients leaving and joining, changes
 //! pushed with `xdsd push`, some refused on purpose, canary rollouts promoted and halted); faults
 //! on a schedule (a replica killed -9, the etcd leader killed, the relay's upstream link cut, a
 //! relay killed, an etcd member paused past the election timeout); and checks, continuously and
-//! at the end: convergence, nothing refused ever served, no stream ended but by a fault, no
-//! resend after a failover, no leak. See BENCHMARKS.md's soak section.
+//! at the end: convergence, nothing refused ever served, no stream ended but by its process
+//! killed, a relay whose link is cut on its other upstream, no resend after a failover, no leak.
+//! See BENCHMARKS.md's soak section.
 
 pub mod client;
 pub mod procs;
@@ -79,15 +81,26 @@ pub struct SoakOptions {
 }
 
 /// The relay's upstream list, from one place: relay `j` is given these addresses (comma-joined
-/// into `--upstream`). Today one: the proxy in front of replica `j`. Once `xdsd relay --upstream
-/// A,B` takes several, return every proxy, relay `j`'s own first (see BENCHMARKS.md).
-fn relay_upstreams(j: usize, proxies: &[Proxy]) -> Vec<String> {
-    vec![proxies[j].addr.clone()]
+/// into `--upstream`): its links to every replica (`links[k]` leads to replica `k`), the one to
+/// its own replica (`j`) first.
+fn relay_upstreams(j: usize, links: &[Proxy]) -> Vec<String> {
+    (0..links.len())
+        .map(|k| links[(j + k) % links.len()].addr.clone())
+        .collect()
 }
 
-/// The replica the proxy `j` (relay `j`'s link) leads to.
-fn proxy_target(j: usize) -> usize {
-    j
+/// The upstream streams a relay has on each of its links now, by replica (`links[k]` leads to
+/// replica `k`), from its `xdsd_relay_upstream{address="..."}` series.
+fn relay_on(metrics: &str, links: &[Proxy]) -> Vec<usize> {
+    links
+        .iter()
+        .map(|l| {
+            metric(
+                metrics,
+                &format!(r#"xdsd_relay_upstream{{address="{}"}}"#, l.addr),
+            ) as usize
+        })
+        .collect()
 }
 
 const CLUSTERS: usize = 8;
@@ -213,8 +226,15 @@ enum Action {
     RestartRelay(usize, usize),
     RestartEtcd(usize, usize),
     Resume(usize, usize),
-    Restore(usize, usize),
+    /// Restore relay `j`'s link to replica `k` (fault `f`): (j, k, f).
+    Restore(usize, usize, usize),
+    /// Check that relay `j` left replica `k` after its link was cut (fault `f`): (j, k, f).
+    CheckFailover(usize, usize, usize),
     Rebalance,
+    /// Send every relay back to its own replica.
+    RelaysHome,
+    /// Restore every link.
+    LinksBack,
 }
 
 struct Soak {
@@ -223,7 +243,9 @@ struct Soak {
     etcd: Etcd,
     replicas: Vec<Proc>,
     relays: Vec<Proc>,
-    proxies: Vec<Proxy>,
+    /// Per relay, its links (TCP proxies) to each replica: `links[j][k]` leads relay `j` to
+    /// replica `k`.
+    links: Vec<Vec<Proxy>>,
     clients: Vec<Arc<ClientState>>,
     by_id: HashMap<usize, Arc<ClientState>>,
     next_id: usize,
@@ -597,14 +619,17 @@ impl Soak {
                 )
             }
             FaultKind::LinkCut => {
+                // The link relay j is on now: it must fail over to its other upstream, its
+                // clients' streams kept (none is explained by this fault).
                 let j = round % RELAYS;
-                self.proxies[j].cut();
-                // The relay's own clients may see their stream end only if the relay ends
-                // them: allowed (their upstream path was cut), and counted.
-                explains.push((Via::Relay, j));
+                let k = self.relay_upstream(j).await.unwrap_or(j);
+                self.links[j][k].cut();
                 (
-                    format!("relay-{j} -> replica-{}", proxy_target(j)),
-                    vec![(Duration::from_secs(5), Action::Restore(j, idx))],
+                    format!("relay-{j} -> replica-{k}"),
+                    vec![
+                        (Duration::from_secs(5), Action::CheckFailover(j, k, idx)),
+                        (Duration::from_secs(6), Action::Restore(j, k, idx)),
+                    ],
                 )
             }
             FaultKind::RelayKill => {
@@ -654,9 +679,30 @@ impl Soak {
             Action::RestartRelay(j, f) => (f, self.restart(Role::Relay, j).await),
             Action::RestartEtcd(i, f) => (f, self.restart(Role::Etcd, i).await),
             Action::Resume(i, f) => (f, self.etcd.members[i].pause(false)),
-            Action::Restore(j, f) => {
-                self.proxies[j].restore();
+            Action::Restore(j, k, f) => {
+                self.links[j][k].restore();
                 (f, Ok(()))
+            }
+            Action::CheckFailover(j, k, f) => {
+                let on = self.relay_upstream(j).await;
+                if on.is_none_or(|on| on == k) {
+                    let now = Instant::now();
+                    let name = self.relays[j].name.clone();
+                    self.broken(
+                        now,
+                        "a relay fails over",
+                        name,
+                        String::new(),
+                        format!(
+                            "5 s after its link to replica-{k} was cut (fault {f}), its upstream is {}",
+                            match on {
+                                Some(on) => format!("still replica-{on}"),
+                                None => "none".to_owned(),
+                            }
+                        ),
+                    );
+                }
+                return None;
             }
             Action::Rebalance => {
                 for c in &self.clients {
@@ -664,6 +710,29 @@ impl Soak {
                     if on != 0 {
                         c.go_home.store(true, Ordering::Relaxed);
                     }
+                }
+                return None;
+            }
+            Action::RelaysHome => {
+                // A relay stays on the upstream it failed over to: one away from its own
+                // replica is sent home by a blink of the link it is on (it tries the next of
+                // its two upstreams, its own), so that each replica ends with the upstream
+                // streams it had after the warm-up.
+                let mut after = None;
+                for j in 0..RELAYS {
+                    if let Some(k) = self.relay_upstream(j).await {
+                        if k != j {
+                            eprintln!("[soak] relay-{j} is on replica-{k}: sent home");
+                            self.links[j][k].cut();
+                            after = Some((Duration::from_secs(2), Action::LinksBack));
+                        }
+                    }
+                }
+                return after;
+            }
+            Action::LinksBack => {
+                for l in self.links.iter().flatten() {
+                    l.restore();
                 }
                 return None;
             }
@@ -704,6 +773,14 @@ impl Soak {
         }
     }
 
+    /// The replica relay `j`'s upstream stream is on now (its `xdsd_relay_upstream`), if it is
+    /// on one.
+    async fn relay_upstream(&self, j: usize) -> Option<usize> {
+        let admin = self.relays[j].admin.as_ref()?;
+        let m = http_get(admin, "/metrics").await.ok()?;
+        relay_on(&m, &self.links[j]).iter().position(|n| *n > 0)
+    }
+
     /// The server's own counts against what is live: stream records (GET /clients) of each
     /// replica and relay, the relays' pending names. Retried for a while: a closed stream is
     /// noticed by the server when its connection goes.
@@ -713,12 +790,15 @@ impl Soak {
         loop {
             report.clear();
             let mut all_equal = true;
-            let mut relay_upstream = [0usize; RELAYS];
+            // Upstream streams of relay j on replica k: relay_upstream[j][k].
+            let mut relay_upstream = [[0usize; REPLICAS]; RELAYS];
             let mut relay_pending = [0f64; RELAYS];
             for (j, r) in self.relays.iter().enumerate() {
                 if let Some(admin) = &r.admin {
                     if let Ok(m) = http_get(admin, "/metrics").await {
-                        relay_upstream[j] = metric(&m, "xdsd_relay_upstream_streams") as usize;
+                        for (k, n) in relay_on(&m, &self.links[j]).into_iter().enumerate() {
+                            relay_upstream[j][k] = n;
+                        }
                         relay_pending[j] = metric(&m, "xdsd_relay_pending");
                     }
                 }
@@ -735,10 +815,7 @@ impl Soak {
                         })
                         .count();
                     if role == Via::Replica {
-                        live += (0..RELAYS)
-                            .filter(|j| proxy_target(*j) == i)
-                            .map(|j| relay_upstream[j])
-                            .sum::<usize>();
+                        live += relay_upstream.iter().map(|on| on[i]).sum::<usize>();
                     }
                     let records = match &p.admin {
                         Some(a) => http_get(a, "/clients")
@@ -1003,18 +1080,22 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
         replicas.push(p);
     }
     pusher.admins = replicas.iter().filter_map(|r| r.admin.clone()).collect();
-    let mut proxies = Vec::new();
-    for j in 0..RELAYS {
-        proxies.push(Proxy::start(&replicas[proxy_target(j)].addr()).await?);
+    let mut links = Vec::new();
+    for _ in 0..RELAYS {
+        let mut mine = Vec::new();
+        for r in &replicas {
+            mine.push(Proxy::start(&r.addr()).await?);
+        }
+        links.push(mine);
     }
     let mut relays = Vec::new();
-    for j in 0..RELAYS {
+    for (j, mine) in links.iter().enumerate() {
         let port = free_port()?;
         let admin = format!("127.0.0.1:{}", free_port()?);
         let args = vec![
             "relay".into(),
             "--upstream".into(),
-            relay_upstreams(j, &proxies).join(","),
+            relay_upstreams(j, mine).join(","),
             "--upstream-node-id".into(),
             format!("soak-relay-{j}"),
             "--listen".into(),
@@ -1049,7 +1130,7 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
         etcd,
         replicas,
         relays,
-        proxies,
+        links,
         clients: Vec::new(),
         by_id: HashMap::new(),
         next_id: 0,
@@ -1172,8 +1253,9 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
                     if !settled {
                         settled = true;
                         stop_pushing.store(true, Ordering::Relaxed);
-                        // Every client back home for the end's counts and leak figures.
+                        // Every client and relay back home for the end's counts and leak figures.
                         actions.push((now, Action::Rebalance));
+                        actions.push((now, Action::RelaysHome));
                     }
                 } else if now >= soak.warmup_end {
                     soak.churn(&mut credit, per_tick);
