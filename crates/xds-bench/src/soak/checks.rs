@@ -313,6 +313,18 @@ impl Soak {
         let warmup_s = self.secs(self.warmup_end);
         let changes_at: Vec<f64> = self.accepted.iter().map(|a| self.secs(a.at)).collect();
         let now = Instant::now();
+        // While a fault and its grace last, streams are away from home (clients and relays
+        // failed over): a warm-up value read then is not comparable with the end's.
+        let busy: Vec<(f64, f64)> = self
+            .faults
+            .iter()
+            .map(|f| {
+                (
+                    f.at_s,
+                    f.restored_s.unwrap_or(f64::MAX) + GRACE.as_secs_f64(),
+                )
+            })
+            .collect();
         for (name, role, starts) in names {
             let Some(samples) = self.samples.get(&name).cloned() else {
                 continue;
@@ -321,7 +333,11 @@ impl Soak {
             let Some(first) = mine.first() else {
                 continue;
             };
-            let base_at = warmup_s.max(first.0 + PROC_WARMUP.as_secs_f64());
+            let base_at = quiet_window(
+                warmup_s.max(first.0 + PROC_WARMUP.as_secs_f64()),
+                BASE_WINDOW_S,
+                &busy,
+            );
             // Each value is the median of a few samples (one every 2 s), so that a client
             // caught between its old and new connection does not count: over 10 s from the
             // warm-up's end, and over the settle's last 20 s (every client home, no churn).
@@ -335,7 +351,7 @@ impl Soak {
                 Some((at, 0u32, median(&w)))
             };
             let settle_s = self.secs(self.settle_start);
-            let base = window(base_at, base_at + 10.0);
+            let base = window(base_at, base_at + BASE_WINDOW_S);
             let end = window(settle_s + 10.0, f64::MAX).or_else(|| mine.last().map(|s| **s));
             let (Some(base), Some(end)) = (base, end) else {
                 out.insert(
@@ -400,6 +416,24 @@ impl Soak {
     }
 }
 
+/// How long the window a warm-up value is the median of lasts, in seconds.
+const BASE_WINDOW_S: f64 = 10.0;
+
+/// The earliest start at or after `from` of a window `len` long that meets none of the `busy`
+/// intervals (each fault from its start to its grace's end).
+fn quiet_window(from: f64, len: f64, busy: &[(f64, f64)]) -> f64 {
+    let mut at = from;
+    while let Some(end) = busy
+        .iter()
+        .filter(|(s, e)| *s < at + len && *e > at)
+        .map(|(_, e)| *e)
+        .reduce(f64::max)
+    {
+        at = end;
+    }
+    at
+}
+
 /// Each field's median over the samples.
 fn median(samples: &[&(f64, u32, Sample)]) -> Sample {
     let mid = |f: fn(&Sample) -> u64| {
@@ -442,6 +476,19 @@ pub(super) fn percentiles(v: &mut [f64]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warm_up_window_skips_the_faults_it_would_meet() {
+        let busy = [(20.0, 31.0), (35.0, 41.0), (60.0, 70.0)];
+        assert_eq!(quiet_window(5.0, 10.0, &busy), 5.0, "before every fault");
+        assert_eq!(
+            quiet_window(15.0, 10.0, &busy),
+            41.0,
+            "past two faults too close"
+        );
+        assert_eq!(quiet_window(45.0, 10.0, &busy), 45.0, "between two");
+        assert_eq!(quiet_window(55.0, 10.0, &[(60.0, f64::MAX)]), f64::MAX);
+    }
 
     #[test]
     fn slope_of_a_line_and_of_nothing() {
