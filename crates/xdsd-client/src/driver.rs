@@ -1,9 +1,10 @@
 //! The tokio driver: the machine over one tonic connection, reconnecting with exponential
 //! backoff and jitter, TLS and mutual TLS through rustls, events out as a stream.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher as _, Hasher as _};
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -62,6 +63,53 @@ pub struct Options {
     /// name (other authorities, names that are not xdstp, the wildcard) on `server`. Empty by
     /// default: one connection. See [`Options::with_authority`].
     pub authorities: std::collections::BTreeMap<String, Vec<String>>,
+    /// Which server each client started with these options (or a clone of them) is connected
+    /// to now: shared by the clones, read by whoever reports it (a relay's metrics).
+    pub connected: ServerConnections,
+}
+
+/// How many clients are connected to each server now (a client counts from the moment the
+/// server accepts its stream until that connection is lost). Cheap to clone: clones share the
+/// counts.
+#[derive(Debug, Clone, Default)]
+pub struct ServerConnections(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl ServerConnections {
+    /// The clients connected to `server` now.
+    pub fn on(&self, server: &str) -> u64 {
+        self.lock().get(server).copied().unwrap_or(0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts one client on `server` until the returned guard is dropped.
+    fn connect(&self, server: &str) -> OnServer {
+        *self.lock().entry(server.to_owned()).or_default() += 1;
+        OnServer {
+            counts: self.clone(),
+            server: server.to_owned(),
+        }
+    }
+}
+
+/// One client counted on a server (see [`ServerConnections`]) while it lives.
+struct OnServer {
+    counts: ServerConnections,
+    server: String,
+}
+
+impl Drop for OnServer {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock();
+        if let Some(n) = counts.get_mut(&self.server) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&self.server);
+            }
+        }
+    }
 }
 
 impl Options {
@@ -76,6 +124,7 @@ impl Options {
             max_backoff: Duration::from_secs(30),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             authorities: Default::default(),
+            connected: ServerConnections::default(),
         }
     }
 
@@ -449,7 +498,15 @@ async fn run(
         let exit = match endpoint.connect().await {
             Ok(channel) => {
                 client.stream_up();
-                let exit = connection(&options, channel, &mut client, &mut commands, &events).await;
+                let exit = connection(
+                    &options,
+                    server,
+                    channel,
+                    &mut client,
+                    &mut commands,
+                    &events,
+                )
+                .await;
                 if let Exit::Lost { reason, .. } = &exit {
                     client.disconnected(reason.clone());
                 }
@@ -545,6 +602,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 async fn connection(
     options: &Options,
+    server: &str,
     channel: Channel,
     client: &mut Client,
     commands: &mut mpsc::UnboundedReceiver<Command>,
@@ -554,7 +612,8 @@ async fn connection(
     let mut readers = JoinSet::new();
     let mut streams: HashMap<String, Outbound> = HashMap::new();
     let mut healthy = false;
-    let mut accepted = false;
+    // Counted on `server` once it accepts the stream, until this connection's end.
+    let mut accepted: Option<OnServer> = None;
     let mut commands_open = true;
     loop {
         while let Some(request) = client.poll_request(std::time::Instant::now()) {
@@ -606,8 +665,8 @@ async fn connection(
         tokio::select! {
             incoming = in_rx.recv() => match incoming {
                 Some(Incoming::Accepted) => {
-                    if !accepted {
-                        accepted = true;
+                    if accepted.is_none() {
+                        accepted = Some(options.connected.connect(server));
                         client.push_event(Event::Connected);
                     }
                 }

@@ -46,7 +46,9 @@ mod machine;
 pub mod types;
 
 pub use constraints::{matches, Params};
-pub use driver::{Events, Options, StartError, Tls, XdsClient, DEFAULT_MAX_RESPONSE_BYTES};
+pub use driver::{
+    Events, Options, ServerConnections, StartError, Tls, XdsClient, DEFAULT_MAX_RESPONSE_BYTES,
+};
 pub use machine::{
     Client, Config, Event, Flavor, Key, Limits, Request, Resource, SubscribeError, Update,
     Validator, DEFAULT_DOES_NOT_EXIST_TIMEOUT, FEATURE_RESOURCE_IN_SOTW, FEATURE_RESOURCE_TTL,

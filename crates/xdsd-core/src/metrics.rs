@@ -395,10 +395,12 @@ pub struct MetricSeries {
     value: Value,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Value {
     Gauge(i64),
     Counter(u64),
+    /// A gauge per value of one label.
+    Gauges(&'static str, Vec<(String, i64)>),
 }
 
 impl MetricSeries {
@@ -417,6 +419,21 @@ impl MetricSeries {
             name,
             help,
             value: Value::Counter(value),
+        }
+    }
+
+    /// A gauge per value of the label `label` (`name{label="value"} n`), under one name: an
+    /// empty `values` writes the name's help and type only.
+    pub fn gauges(
+        name: &'static str,
+        help: &'static str,
+        label: &'static str,
+        values: Vec<(String, i64)>,
+    ) -> MetricSeries {
+        MetricSeries {
+            name,
+            help,
+            value: Value::Gauges(label, values),
         }
     }
 }
@@ -453,6 +470,18 @@ impl Collector for Extra {
                         MetricType::Counter,
                     )?;
                     metric.encode(e)?;
+                }
+                Value::Gauges(label, values) => {
+                    let mut e = encoder.encode_descriptor(
+                        series.name,
+                        series.help,
+                        None,
+                        MetricType::Gauge,
+                    )?;
+                    for (value, n) in values {
+                        let labels = [(label, value)];
+                        ConstGauge::new(n).encode(e.encode_family(&labels)?)?;
+                    }
                 }
             }
         }
@@ -526,6 +555,12 @@ mod tests {
             vec![
                 MetricSeries::gauge("extra_up", "Whether it is up.", v),
                 MetricSeries::counter("extra_events", "Events.", 7),
+                MetricSeries::gauges(
+                    "extra_on",
+                    "Streams on each server.",
+                    "address",
+                    vec![("a:1".to_owned(), v), ("b:2".to_owned(), 1 - v)],
+                ),
             ]
         });
         let text = metrics.encode(&store.snapshot());
@@ -534,6 +569,9 @@ mod tests {
             "# HELP xdsd_extra_up Whether it is up.",
             "xdsd_extra_up 0",
             "xdsd_extra_events_total 7",
+            "# TYPE xdsd_extra_on gauge",
+            r#"xdsd_extra_on{address="a:1"} 0"#,
+            r#"xdsd_extra_on{address="b:2"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
         }
@@ -541,6 +579,16 @@ mod tests {
         value.store(1, std::sync::atomic::Ordering::Relaxed);
         let text = metrics.encode(&store.snapshot());
         assert!(text.lines().any(|l| l == "xdsd_extra_up 1"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l == r#"xdsd_extra_on{address="a:1"} 1"#),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("# TYPE xdsd_extra_on gauge").count(),
+            1,
+            "one family: {text}"
+        );
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The relay's own metrics: the upstream connection, its reconnects and NACKs, the upstream
-//! subscriptions, the cache's size and the names held pending for the upstream's answer, on the
-//! server's `/metrics` ([`RelayMetrics::series`]).
+//! subscriptions, the cache's size, the names held pending for the upstream's answer and which
+//! upstream (of `--upstream A,B`) its streams are on, on the server's `/metrics`
+//! ([`RelayMetrics::series`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use xdsd_core::MetricSeries;
 
@@ -23,6 +24,8 @@ struct Inner {
     entries: AtomicU64,
     pending: AtomicU64,
     expired: AtomicU64,
+    /// The upstreams in the order they are tried, and the streams connected to each.
+    upstreams: OnceLock<(Vec<String>, xdsd_client::ServerConnections)>,
 }
 
 impl RelayMetrics {
@@ -72,6 +75,29 @@ impl RelayMetrics {
         self.inner.expired.load(Ordering::Relaxed)
     }
 
+    /// Reports which of `upstream`'s servers the relay's upstream streams are on
+    /// (`xdsd_relay_upstream{address}`): give it the options the relay's upstream streams are
+    /// started with (their [`xdsd_client::Options::connected`] is shared by the clones). Once.
+    pub fn follow_upstream(&self, upstream: &xdsd_client::Options) {
+        let servers = upstream.servers().map(str::to_owned).collect();
+        let _ = self
+            .inner
+            .upstreams
+            .set((servers, upstream.connected.clone()));
+    }
+
+    /// The upstream streams connected to each upstream now, in the order they are tried
+    /// (empty until [`RelayMetrics::follow_upstream`]).
+    pub fn upstreams(&self) -> Vec<(String, u64)> {
+        match self.inner.upstreams.get() {
+            Some((servers, connected)) => servers
+                .iter()
+                .map(|s| (s.clone(), connected.on(s)))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
     pub(crate) fn set_pending(&self, pending: usize) {
         self.inner.pending.store(pending as u64, Ordering::Relaxed);
     }
@@ -107,7 +133,7 @@ impl RelayMetrics {
     /// them to the metrics its feed counts in, so the relay's `/metrics` shows them.
     pub fn series(&self) -> Vec<MetricSeries> {
         let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        vec![
+        let mut series = vec![
             MetricSeries::gauge(
                 "relay_upstream_connected",
                 "1 while every upstream stream is up, else 0 (the cache keeps being served).",
@@ -148,7 +174,19 @@ impl RelayMetrics {
                 "Names (or types) the upstream did not answer within --upstream-wait: answered with what the relay has.",
                 self.pending_expired(),
             ),
-        ]
+        ];
+        if self.inner.upstreams.get().is_some() {
+            series.push(MetricSeries::gauges(
+                "relay_upstream",
+                "Upstream streams connected to each upstream (--upstream, in the order tried): which one the relay is on.",
+                "address",
+                self.upstreams()
+                    .into_iter()
+                    .map(|(s, n)| (s, gauge(n)))
+                    .collect(),
+            ));
+        }
+        series
     }
 }
 
@@ -180,10 +218,34 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
         }
+        assert!(
+            !text.contains("xdsd_relay_upstream{"),
+            "no upstreams followed yet:\n{text}"
+        );
         m.set_connected(false);
         assert!(server
             .encode(&store.snapshot())
             .lines()
             .any(|l| l == "xdsd_relay_upstream_connected 0"));
+    }
+
+    #[test]
+    fn every_upstream_is_listed_with_the_streams_on_it() {
+        let m = RelayMetrics::new();
+        let server = xdsd_core::Metrics::new();
+        let read = m.clone();
+        server.add_series(move || read.series());
+        let upstream = xdsd_client::Options::with_servers(["a:1", "b:2"]).expect("two upstreams");
+        m.follow_upstream(&upstream);
+        let store = xdsd_core::Store::new();
+        let text = server.encode(&store.snapshot());
+        for line in [
+            "# TYPE xdsd_relay_upstream gauge",
+            r#"xdsd_relay_upstream{address="a:1"} 0"#,
+            r#"xdsd_relay_upstream{address="b:2"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+        }
+        assert_eq!(m.upstreams(), vec![("a:1".into(), 0), ("b:2".into(), 0)]);
     }
 }

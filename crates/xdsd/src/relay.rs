@@ -267,7 +267,10 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
     let feed = Feed::new(store.clone())
         .metrics(metrics.clone())
         .allow_empty(true);
+    let upstream = relay_options.upstream.clone();
     let (mut source, observer, relay_metrics) = relay(relay_options);
+    // Which of --upstream A,B the upstream streams are on: xdsd_relay_upstream{address}.
+    relay_metrics.follow_upstream(&upstream);
     feed.first_load(&mut source)
         .await
         .with_context(|| format!("cannot start the relay of {}", source.describe()))?;

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
 use envoy_types::pb::google::protobuf::{value::Kind as PbKind, Struct, Value as PbValue};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
@@ -196,9 +198,21 @@ pub async fn run(state: Arc<ClientState>, events: mpsc::UnboundedSender<Event>) 
         let mut client =
             AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(64 << 20);
         let outcome = if spec.delta {
-            delta_stream(&state, &mut client, &mut held, at, &events).await
+            let flavor = Delta {
+                node: node(spec),
+                clusters: &spec.clusters,
+                said: held.delta.clone(),
+                held: &mut held.delta,
+            };
+            stream(&state, &mut client, flavor, at, &events).await
         } else {
-            sotw_stream(&state, &mut client, &mut held, at, &events).await
+            let flavor = Sotw {
+                node: node(spec),
+                clusters: &spec.clusters,
+                said: held.sotw.clone(),
+                held: &mut held.sotw,
+            };
+            stream(&state, &mut client, flavor, at, &events).await
         };
         state.on.store(usize::MAX, Ordering::Relaxed);
         match outcome {
@@ -277,262 +291,313 @@ fn holds(state: &ClientState, marker: u32, events: &mpsc::UnboundedSender<Event>
     }
 }
 
-async fn sotw_stream(
-    state: &ClientState,
-    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
-    held: &mut Held,
-    at: usize,
-    events: &mpsc::UnboundedSender<Event>,
-) -> Outcome {
-    let spec = &state.spec;
-    let node = node(spec);
-    let (tx, rx) = mpsc::channel::<DiscoveryRequest>(16);
-    // What it said it holds: a response at the same version is a resend.
-    let mut said: HashMap<&'static str, String> = held.sotw.clone();
-    let request =
-        |type_url: &'static str, version: String, nonce: String, error: Option<String>| {
-            DiscoveryRequest {
-                node: Some(node.clone()),
-                type_url: type_url.into(),
-                version_info: version,
-                response_nonce: nonce,
-                resource_names: if type_url == CLUSTER {
-                    Vec::new()
-                } else {
-                    spec.clusters.clone()
-                },
-                error_detail: error.map(|m| RpcStatus {
-                    code: 3,
-                    message: m,
-                    details: Vec::new(),
-                }),
-                ..Default::default()
-            }
-        };
-    for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT] {
-        let v = held.sotw.get(t).cloned().unwrap_or_default();
-        let _ = tx.try_send(request(t, v, String::new(), None));
-    }
-    let mut stream = match client
-        .stream_aggregated_resources(ReceiverStream::new(rx))
-        .await
-    {
-        Ok(s) => s.into_inner(),
-        Err(e) => {
-            return Outcome::Ended {
-                answered: false,
-                error: e.to_string(),
-            }
-        }
-    };
-    let mut answered = false;
-    loop {
-        let msg = tokio::select! {
-            m = stream.message() => m,
-            _ = tokio::time::sleep(POLL) => {
-                if told_to_close(state) {
-                    return Outcome::Closed;
-                }
-                continue;
-            }
-        };
-        let resp = match msg {
-            Ok(Some(r)) => r,
-            Ok(None) => {
-                return Outcome::Ended {
-                    answered,
-                    error: "the server ended the stream".into(),
-                }
-            }
-            Err(e) => {
-                return Outcome::Ended {
-                    answered,
-                    error: e.to_string(),
-                }
-            }
-        };
-        answered = true;
-        let t: &'static str = if resp.type_url == CLUSTER {
-            CLUSTER
-        } else if resp.type_url == CLUSTER_LOAD_ASSIGNMENT {
-            CLUSTER_LOAD_ASSIGNMENT
-        } else {
-            continue;
-        };
-        if let Some(v) = said.remove(t) {
-            if !v.is_empty() && v == resp.version_info {
-                let _ = events.send(Event::Resent {
-                    client: spec.id,
-                    via: spec.via,
-                    target: spec.targets[at],
-                    at: Instant::now(),
-                    what: format!("{t} version {v} (SotW)"),
-                });
-            }
-        }
-        let mut nack = false;
-        let mut marker = None;
-        if t == CLUSTER_LOAD_ASSIGNMENT {
-            for r in &resp.resources {
-                if let Some((name, m)) = marker_of(&r.value) {
-                    if name == MARKER_CLUSTER {
-                        nack |= judge(state, m, at, events);
-                        marker = Some(m);
-                    }
-                }
-            }
-        }
-        let next = if nack {
-            // A NACK: what it holds is unchanged; nothing more is checked as a resend.
-            said.clear();
-            let old = held.sotw.get(t).cloned().unwrap_or_default();
-            request(
-                t,
-                old,
-                resp.nonce,
-                Some("soak: a canary rejects the poison".into()),
-            )
-        } else {
-            held.sotw.insert(t, resp.version_info.clone());
-            if let Some(m) = marker {
-                holds(state, m, events);
-            }
-            request(t, resp.version_info, resp.nonce, None)
-        };
-        if tx.send(next).await.is_err() {
-            return Outcome::Ended {
-                answered,
-                error: "request channel closed".into(),
-            };
+/// What differs between SotW and delta on one stream: the requests, the call that opens it, the
+/// resources a response carries and what the client keeps of it. The loop ([`stream`]) is one.
+trait Flavor {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+
+    /// The first requests of a stream: each type subscribed, saying what the client holds.
+    fn subscribe(&self) -> Vec<Self::Request>;
+
+    /// Opens the stream.
+    fn open(
+        client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        requests: ReceiverStream<Self::Request>,
+    ) -> impl std::future::Future<
+        Output = Result<tonic::Response<tonic::Streaming<Self::Response>>, tonic::Status>,
+    > + Send;
+
+    fn type_url(response: &Self::Response) -> &str;
+
+    /// What of `response` (of type `t`) was sent again at a version the client said it held
+    /// when it subscribed on this stream, each said once.
+    fn resent(&mut self, t: &'static str, response: &Self::Response) -> Vec<String>;
+
+    /// The ClusterLoadAssignments' bytes `response` carries.
+    fn bodies(response: &Self::Response) -> Vec<&[u8]>;
+
+    /// The reply to `response`: an ACK, which keeps what it carries, or (`nack`) a NACK, which
+    /// keeps what the client held and ends the resend checks.
+    fn reply(&mut self, t: &'static str, response: Self::Response, nack: bool) -> Self::Request;
+}
+
+struct Sotw<'a> {
+    node: Node,
+    clusters: &'a [String],
+    /// Per type, the accepted `version_info`, kept across streams.
+    held: &'a mut HashMap<&'static str, String>,
+    /// What it said it holds: a response at the same version is a resend.
+    said: HashMap<&'static str, String>,
+}
+
+impl Sotw<'_> {
+    fn request(
+        &self,
+        type_url: &'static str,
+        version: String,
+        nonce: String,
+        error: Option<String>,
+    ) -> DiscoveryRequest {
+        DiscoveryRequest {
+            node: Some(self.node.clone()),
+            type_url: type_url.into(),
+            version_info: version,
+            response_nonce: nonce,
+            resource_names: if type_url == CLUSTER {
+                Vec::new()
+            } else {
+                self.clusters.to_vec()
+            },
+            error_detail: error.map(|m| RpcStatus {
+                code: 3,
+                message: m,
+                details: Vec::new(),
+            }),
+            ..Default::default()
         }
     }
 }
 
-async fn delta_stream(
-    state: &ClientState,
-    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
-    held: &mut Held,
-    at: usize,
-    events: &mpsc::UnboundedSender<Event>,
-) -> Outcome {
-    let spec = &state.spec;
-    let node = node(spec);
-    let (tx, rx) = mpsc::channel::<DeltaDiscoveryRequest>(16);
-    // What it said it holds when it subscribed: checked for resends until it NACKs.
-    let mut said: HashMap<&'static str, HashMap<String, String>> = held.delta.clone();
-    for t in [CLUSTER, CLUSTER_LOAD_ASSIGNMENT] {
-        let names = if t == CLUSTER {
-            vec!["*".to_owned()]
-        } else {
-            spec.clusters.clone()
-        };
-        let _ = tx.try_send(DeltaDiscoveryRequest {
-            node: Some(node.clone()),
-            type_url: t.into(),
-            resource_names_subscribe: names,
-            initial_resource_versions: held.delta.get(t).cloned().unwrap_or_default(),
-            ..Default::default()
-        });
+impl Flavor for Sotw<'_> {
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+
+    fn subscribe(&self) -> Vec<DiscoveryRequest> {
+        [CLUSTER, CLUSTER_LOAD_ASSIGNMENT]
+            .into_iter()
+            .map(|t| {
+                let v = self.held.get(t).cloned().unwrap_or_default();
+                self.request(t, v, String::new(), None)
+            })
+            .collect()
     }
-    let mut stream = match client
-        .delta_aggregated_resources(ReceiverStream::new(rx))
-        .await
-    {
-        Ok(s) => s.into_inner(),
-        Err(e) => {
-            return Outcome::Ended {
-                answered: false,
-                error: e.to_string(),
+
+    fn open(
+        client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        requests: ReceiverStream<DiscoveryRequest>,
+    ) -> impl std::future::Future<
+        Output = Result<tonic::Response<tonic::Streaming<DiscoveryResponse>>, tonic::Status>,
+    > + Send {
+        client.stream_aggregated_resources(requests)
+    }
+
+    fn type_url(response: &DiscoveryResponse) -> &str {
+        &response.type_url
+    }
+
+    fn resent(&mut self, t: &'static str, response: &DiscoveryResponse) -> Vec<String> {
+        match self.said.remove(t) {
+            Some(v) if !v.is_empty() && v == response.version_info => {
+                vec![format!("{t} version {v} (SotW)")]
             }
+            _ => Vec::new(),
         }
-    };
-    let mut answered = false;
-    loop {
-        let msg = tokio::select! {
-            m = stream.message() => m,
-            _ = tokio::time::sleep(POLL) => {
-                if told_to_close(state) {
-                    return Outcome::Closed;
-                }
-                continue;
-            }
-        };
-        let resp = match msg {
-            Ok(Some(r)) => r,
-            Ok(None) => {
-                return Outcome::Ended {
-                    answered,
-                    error: "the server ended the stream".into(),
-                }
-            }
-            Err(e) => {
-                return Outcome::Ended {
-                    answered,
-                    error: e.to_string(),
-                }
-            }
-        };
-        answered = true;
-        let t: &'static str = if resp.type_url == CLUSTER {
-            CLUSTER
-        } else if resp.type_url == CLUSTER_LOAD_ASSIGNMENT {
-            CLUSTER_LOAD_ASSIGNMENT
+    }
+
+    fn bodies(response: &DiscoveryResponse) -> Vec<&[u8]> {
+        response.resources.iter().map(|r| &r.value[..]).collect()
+    }
+
+    fn reply(
+        &mut self,
+        t: &'static str,
+        response: DiscoveryResponse,
+        nack: bool,
+    ) -> DiscoveryRequest {
+        if nack {
+            self.said.clear();
+            let old = self.held.get(t).cloned().unwrap_or_default();
+            self.request(
+                t,
+                old,
+                response.nonce,
+                Some("soak: a canary rejects the poison".into()),
+            )
         } else {
-            continue;
+            self.held.insert(t, response.version_info.clone());
+            self.request(t, response.version_info, response.nonce, None)
+        }
+    }
+}
+
+struct Delta<'a> {
+    node: Node,
+    clusters: &'a [String],
+    /// Per type, each resource's version, kept across streams.
+    held: &'a mut HashMap<&'static str, HashMap<String, String>>,
+    /// What it said it holds when it subscribed: checked for resends until it NACKs.
+    said: HashMap<&'static str, HashMap<String, String>>,
+}
+
+impl Flavor for Delta<'_> {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaDiscoveryResponse;
+
+    fn subscribe(&self) -> Vec<DeltaDiscoveryRequest> {
+        [CLUSTER, CLUSTER_LOAD_ASSIGNMENT]
+            .into_iter()
+            .map(|t| DeltaDiscoveryRequest {
+                node: Some(self.node.clone()),
+                type_url: t.into(),
+                resource_names_subscribe: if t == CLUSTER {
+                    vec!["*".to_owned()]
+                } else {
+                    self.clusters.to_vec()
+                },
+                initial_resource_versions: self.held.get(t).cloned().unwrap_or_default(),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn open(
+        client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        requests: ReceiverStream<DeltaDiscoveryRequest>,
+    ) -> impl std::future::Future<
+        Output = Result<tonic::Response<tonic::Streaming<DeltaDiscoveryResponse>>, tonic::Status>,
+    > + Send {
+        client.delta_aggregated_resources(requests)
+    }
+
+    fn type_url(response: &DeltaDiscoveryResponse) -> &str {
+        &response.type_url
+    }
+
+    fn resent(&mut self, t: &'static str, response: &DeltaDiscoveryResponse) -> Vec<String> {
+        let Some(said) = self.said.get_mut(t) else {
+            return Vec::new();
         };
-        if let Some(said) = said.get_mut(t) {
-            for r in &resp.resources {
-                if said.remove(&r.name).is_some_and(|v| v == r.version) {
-                    let _ = events.send(Event::Resent {
-                        client: spec.id,
-                        via: spec.via,
-                        target: spec.targets[at],
-                        at: Instant::now(),
-                        what: format!("{t} {} version {} (delta)", r.name, r.version),
-                    });
-                }
-            }
-        }
-        let mut nack = false;
-        let mut marker = None;
-        if t == CLUSTER_LOAD_ASSIGNMENT {
-            for r in &resp.resources {
-                if let Some((name, m)) = r.resource.as_ref().and_then(|a| marker_of(&a.value)) {
-                    if name == MARKER_CLUSTER {
-                        nack |= judge(state, m, at, events);
-                        marker = Some(m);
-                    }
-                }
-            }
-        }
+        response
+            .resources
+            .iter()
+            .filter(|r| said.remove(&r.name).is_some_and(|v| v == r.version))
+            .map(|r| format!("{t} {} version {} (delta)", r.name, r.version))
+            .collect()
+    }
+
+    fn bodies(response: &DeltaDiscoveryResponse) -> Vec<&[u8]> {
+        response
+            .resources
+            .iter()
+            .filter_map(|r| r.resource.as_ref().map(|a| &a.value[..]))
+            .collect()
+    }
+
+    fn reply(
+        &mut self,
+        t: &'static str,
+        response: DeltaDiscoveryResponse,
+        nack: bool,
+    ) -> DeltaDiscoveryRequest {
         let error_detail = if nack {
-            said.clear();
+            self.said.clear();
             Some(RpcStatus {
                 code: 3,
                 message: "soak: a canary rejects the poison".into(),
                 details: Vec::new(),
             })
         } else {
-            let versions = held.delta.entry(t).or_default();
-            for r in &resp.resources {
+            let versions = self.held.entry(t).or_default();
+            for r in &response.resources {
                 versions.insert(r.name.clone(), r.version.clone());
             }
-            for n in &resp.removed_resources {
+            for n in &response.removed_resources {
                 versions.remove(n);
-            }
-            if let Some(m) = marker {
-                holds(state, m, events);
             }
             None
         };
-        let ack = DeltaDiscoveryRequest {
-            node: Some(node.clone()),
+        DeltaDiscoveryRequest {
+            node: Some(self.node.clone()),
             type_url: t.into(),
-            response_nonce: resp.nonce,
+            response_nonce: response.nonce,
             error_detail,
             ..Default::default()
+        }
+    }
+}
+
+/// One stream of either flavor: subscribes, then ACKs (or, a canary's poison, NACKs) each
+/// response, reporting resends, forbidden markers and the marker it holds, until it ends or the
+/// client is told to close it.
+async fn stream<F: Flavor>(
+    state: &ClientState,
+    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    mut flavor: F,
+    at: usize,
+    events: &mpsc::UnboundedSender<Event>,
+) -> Outcome {
+    let spec = &state.spec;
+    let (tx, rx) = mpsc::channel::<F::Request>(16);
+    for request in flavor.subscribe() {
+        let _ = tx.try_send(request);
+    }
+    let mut stream = match F::open(client, ReceiverStream::new(rx)).await {
+        Ok(s) => s.into_inner(),
+        Err(e) => {
+            return Outcome::Ended {
+                answered: false,
+                error: e.to_string(),
+            }
+        }
+    };
+    let mut answered = false;
+    loop {
+        let msg = tokio::select! {
+            m = stream.message() => m,
+            _ = tokio::time::sleep(POLL) => {
+                if told_to_close(state) {
+                    return Outcome::Closed;
+                }
+                continue;
+            }
         };
-        if tx.send(ack).await.is_err() {
+        let resp = match msg {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                return Outcome::Ended {
+                    answered,
+                    error: "the server ended the stream".into(),
+                }
+            }
+            Err(e) => {
+                return Outcome::Ended {
+                    answered,
+                    error: e.to_string(),
+                }
+            }
+        };
+        answered = true;
+        let t: &'static str = match F::type_url(&resp) {
+            u if u == CLUSTER => CLUSTER,
+            u if u == CLUSTER_LOAD_ASSIGNMENT => CLUSTER_LOAD_ASSIGNMENT,
+            _ => continue,
+        };
+        for what in flavor.resent(t, &resp) {
+            let _ = events.send(Event::Resent {
+                client: spec.id,
+                via: spec.via,
+                target: spec.targets[at],
+                at: Instant::now(),
+                what,
+            });
+        }
+        let mut nack = false;
+        let mut marker = None;
+        if t == CLUSTER_LOAD_ASSIGNMENT {
+            for (name, m) in F::bodies(&resp).into_iter().filter_map(marker_of) {
+                if name == MARKER_CLUSTER {
+                    nack |= judge(state, m, at, events);
+                    marker = Some(m);
+                }
+            }
+        }
+        if !nack {
+            if let Some(m) = marker {
+                holds(state, m, events);
+            }
+        }
+        if tx.send(flavor.reply(t, resp, nack)).await.is_err() {
             return Outcome::Ended {
                 answered,
                 error: "request channel closed".into(),

@@ -1,18 +1,24 @@
 //! The soak (`xds-bench --scenarios soak --soak-duration 10m`): the topology users run, from
 //! real processes — 3 etcd members, 2 `xdsd serve` replicas on them, 2 `xdsd relay`s in front of
-//! the replicas (each through a TCP proxy, the link the soak cuts) — and clients split across
-//! replicas and relays, SotW and delta; churn all the time (clients leaving and joining, changes
+//! the replicas (each given both, `--upstream A,B` with its own first, each through a TCP proxy
+//! of its own: the links the soak cuts; `topology.rs`) — and clients split across replicas and
+//! relays, SotW and delta (`client.rs`); churn all the time (clients leaving and joining, changes
 //! pushed with `xdsd push`, some refused on purpose, canary rollouts promoted and halted); faults
-//! on a schedule (a replica killed -9, the etcd leader killed, the relay's upstream link cut, a
-//! relay killed, an etcd member paused past the election timeout); and checks, continuously and
-//! at the end: convergence, nothing refused ever served, no stream ended but by a fault, no
-//! resend after a failover, no leak. See BENCHMARKS.md's soak section.
+//! on a schedule (a replica killed -9, the etcd leader killed, a relay's link to its replica cut,
+//! a relay killed, an etcd member paused past the election timeout; `schedule.rs`); and checks,
+//! continuously and at the end (`checks.rs`): convergence, nothing refused ever served, no stream
+//! ended but by its process killed, a relay whose link is cut on its other upstream, no resend
+//! after a failover, no leak. This file: the run's loop and its results. See BENCHMARKS.md's
+//! soak section.
 
+mod checks;
 pub mod client;
 pub mod procs;
 pub mod proxy;
 pub mod push;
 mod report;
+mod schedule;
+mod topology;
 
 pub use self::report::summary;
 
@@ -26,10 +32,12 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use self::checks::{percentiles, Violation};
 use self::client::{ClientSpec, ClientState, Event, Via};
-use self::procs::{free_port, sample, Etcd, Proc, Role, Sample};
+use self::procs::{sample, Etcd, Proc, Sample};
 use self::proxy::Proxy;
-use self::push::{PushKind, PushResult, Pusher, CYCLE, PREFIX};
+use self::push::{PushKind, PushResult, Pusher, CYCLE};
+use self::schedule::{Action, Fault, FAULTS};
 
 /// The cluster whose ClusterLoadAssignment carries the marker of the last change.
 pub const MARKER_CLUSTER: &str = "soak-00";
@@ -76,18 +84,6 @@ pub struct SoakOptions {
     pub xdsd_bin: PathBuf,
     pub out: PathBuf,
     pub seed: u64,
-}
-
-/// The relay's upstream list, from one place: relay `j` is given these addresses (comma-joined
-/// into `--upstream`). Today one: the proxy in front of replica `j`. Once `xdsd relay --upstream
-/// A,B` takes several, return every proxy, relay `j`'s own first (see BENCHMARKS.md).
-fn relay_upstreams(j: usize, proxies: &[Proxy]) -> Vec<String> {
-    vec![proxies[j].addr.clone()]
-}
-
-/// The replica the proxy `j` (relay `j`'s link) leads to.
-fn proxy_target(j: usize) -> usize {
-    j
 }
 
 const CLUSTERS: usize = 8;
@@ -154,67 +150,11 @@ impl Rng {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FaultKind {
-    ReplicaKill,
-    EtcdLeaderKill,
-    LinkCut,
-    RelayKill,
-    EtcdPause,
-}
-
-const FAULTS: [FaultKind; 5] = [
-    FaultKind::ReplicaKill,
-    FaultKind::EtcdLeaderKill,
-    FaultKind::LinkCut,
-    FaultKind::RelayKill,
-    FaultKind::EtcdPause,
-];
-
-#[derive(Debug, Clone, serde::Serialize)]
-struct Fault {
-    kind: FaultKind,
-    target: String,
-    /// Seconds since the start.
-    at_s: f64,
-    restored_s: Option<f64>,
-    #[serde(skip)]
-    started: Instant,
-    #[serde(skip)]
-    restored: Option<Instant>,
-    /// Streams whose end it explains: (via, process index).
-    #[serde(skip)]
-    explains: Vec<(Via, usize)>,
-    survived: bool,
-    note: String,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-struct Violation {
-    /// Seconds since the start.
-    at_s: f64,
-    invariant: &'static str,
-    process: String,
-    stream: String,
-    detail: String,
-}
-
 /// A change the replicas accepted (a good marker in etcd).
 struct Accepted {
     marker: u32,
     at: Instant,
     phase: String,
-}
-
-/// Pending actions of the fault schedule.
-enum Action {
-    RestartReplica(usize, usize),
-    RestartRelay(usize, usize),
-    RestartEtcd(usize, usize),
-    Resume(usize, usize),
-    Restore(usize, usize),
-    Rebalance,
 }
 
 struct Soak {
@@ -223,7 +163,9 @@ struct Soak {
     etcd: Etcd,
     replicas: Vec<Proc>,
     relays: Vec<Proc>,
-    proxies: Vec<Proxy>,
+    /// Per relay, its links (TCP proxies) to each replica: `links[j][k]` leads relay `j` to
+    /// replica `k`.
+    links: Vec<Vec<Proxy>>,
     clients: Vec<Arc<ClientState>>,
     by_id: HashMap<usize, Arc<ClientState>>,
     next_id: usize,
@@ -259,28 +201,6 @@ fn via_name(via: Via, i: usize) -> String {
 impl Soak {
     fn secs(&self, at: Instant) -> f64 {
         at.saturating_duration_since(self.t0).as_secs_f64()
-    }
-
-    fn broken(
-        &mut self,
-        at: Instant,
-        invariant: &'static str,
-        process: String,
-        stream: String,
-        detail: String,
-    ) {
-        let v = Violation {
-            at_s: self.secs(at),
-            invariant,
-            process,
-            stream,
-            detail,
-        };
-        eprintln!(
-            "[soak] INVARIANT BROKEN at {:.1}s: {} ({}; {}): {}",
-            v.at_s, v.invariant, v.process, v.stream, v.detail
-        );
-        self.violations.push(v);
     }
 
     fn spawn_client(&mut self, slot: usize, via: Via, home: usize, delta: bool, canary_md: bool) {
@@ -324,190 +244,6 @@ impl Soak {
             self.clients.push(state.clone());
         }
         tokio::spawn(client::run(state, self.events_tx.clone()));
-    }
-
-    /// The phase a moment belongs to.
-    fn phase_at(&self, at: Instant) -> String {
-        if at < self.warmup_end {
-            return "warm-up".into();
-        }
-        if at >= self.settle_start {
-            return "settle".into();
-        }
-        for f in self.faults.iter().rev() {
-            let end = f.restored.map(|r| r + GRACE);
-            if at >= f.started && end.is_none_or(|e| at < e) {
-                return format!(
-                    "fault: {}",
-                    serde_json::to_value(f.kind)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default()
-                );
-            }
-        }
-        "steady".into()
-    }
-
-    fn on_event(&mut self, e: Event) {
-        match e {
-            Event::Holds { client, marker, at } => {
-                let Some(c) = self.by_id.get(&client).cloned() else {
-                    return;
-                };
-                if Marker::of(marker) != Marker::Good {
-                    return;
-                }
-                let from = self.counted.get(&client).copied().unwrap_or(0);
-                if marker < from && !c.spec.canary {
-                    self.broken(
-                        at,
-                        "went back",
-                        via_name(
-                            c.spec.via,
-                            c.spec.targets
-                                [c.on.load(Ordering::Relaxed).min(c.spec.targets.len() - 1)],
-                        ),
-                        c.spec.node.clone(),
-                        format!("held change {from}, then was sent the older change {marker}"),
-                    );
-                }
-                if marker <= from {
-                    return;
-                }
-                for a in &self.accepted {
-                    if a.marker > from && a.marker <= marker && a.at >= c.joined {
-                        let ms = at.saturating_duration_since(a.at).as_secs_f64() * 1000.0;
-                        self.latencies.entry(a.phase.clone()).or_default().push(ms);
-                    }
-                }
-                self.counted.insert(client, marker);
-            }
-            Event::Ended {
-                client,
-                via,
-                target,
-                at,
-                error,
-            } => {
-                self.ends += 1;
-                let explained = self.faults.iter().any(|f| {
-                    f.explains.contains(&(via, target))
-                        && at + Duration::from_millis(500) >= f.started
-                        && f.restored.is_none_or(|r| at <= r + GRACE)
-                });
-                if !explained {
-                    let node = self
-                        .by_id
-                        .get(&client)
-                        .map(|c| c.spec.node.clone())
-                        .unwrap_or_default();
-                    self.broken(at, "stream ended", via_name(via, target), node, error);
-                }
-            }
-            Event::Resent {
-                client,
-                via,
-                target,
-                at,
-                what,
-            } => {
-                self.resends += 1;
-                let node = self
-                    .by_id
-                    .get(&client)
-                    .map(|c| c.spec.node.clone())
-                    .unwrap_or_default();
-                self.broken(
-                    at,
-                    "resent after a failover",
-                    via_name(via, target),
-                    node,
-                    format!("sent {what} again, which it said it held when it reconnected"),
-                );
-            }
-            Event::Forbidden {
-                client,
-                via,
-                target,
-                at,
-                marker,
-            } => {
-                let node = self
-                    .by_id
-                    .get(&client)
-                    .map(|c| c.spec.node.clone())
-                    .unwrap_or_default();
-                let what = match Marker::of(marker) {
-                    Marker::Poison => "a non-canary was sent a canary's poison (the rollout's gate let it through)",
-                    _ => "was sent a state the replicas must refuse",
-                };
-                self.broken(
-                    at,
-                    "refused state served",
-                    via_name(via, target),
-                    node,
-                    format!("{what}: marker {marker}"),
-                );
-            }
-            Event::Nacked => self.nacks += 1,
-            Event::Connected { via, target } => {
-                let t = self.secs(Instant::now());
-                self.opened
-                    .entry(via_name(via, target))
-                    .or_default()
-                    .push(t);
-            }
-        }
-    }
-
-    /// Every live client behind the last accepted change for longer than the bound.
-    fn check_stuck(&mut self, now: Instant) {
-        let Some(last) = self.accepted.last() else {
-            return;
-        };
-        let (want, since) = (last.marker, last.at);
-        let mut stuck = Vec::new();
-        for c in &self.clients {
-            if c.leave.load(Ordering::Relaxed) {
-                continue;
-            }
-            let held = c.marker.load(Ordering::Relaxed);
-            let from = since.max(c.joined);
-            if held < want
-                && now.saturating_duration_since(from) > self.opts.bound
-                && self.stuck.get(&c.spec.id) != Some(&want)
-            {
-                stuck.push((c.clone(), held));
-            }
-        }
-        for (c, held) in stuck {
-            self.stuck.insert(c.spec.id, want);
-            let on = c.on.load(Ordering::Relaxed);
-            let process = if on == usize::MAX {
-                format!(
-                    "{} (not connected)",
-                    via_name(c.spec.via, c.spec.targets[0])
-                )
-            } else {
-                via_name(c.spec.via, c.spec.targets[on])
-            };
-            let secs = now
-                .saturating_duration_since(since.max(c.joined))
-                .as_secs_f64();
-            self.broken(
-                now,
-                "converges",
-                process,
-                c.spec.node.clone(),
-                format!(
-                    "holds change {held}, {secs:.0} s after change {want} was accepted (bound {} s; {}, {})",
-                    self.opts.bound.as_secs(),
-                    if c.spec.delta { "delta" } else { "SotW" },
-                    if c.spec.canary { "canary" } else { "stable" },
-                ),
-            );
-        }
     }
 
     fn sample_all(&mut self) {
@@ -555,385 +291,6 @@ impl Soak {
             });
         }
     }
-
-    async fn restart(&mut self, role: Role, i: usize) -> anyhow::Result<()> {
-        let p = match role {
-            Role::Replica => &mut self.replicas[i],
-            Role::Relay => &mut self.relays[i],
-            Role::Etcd => &mut self.etcd.members[i],
-        };
-        p.spawn()?;
-        if role != Role::Etcd {
-            p.wait_listening(Duration::from_secs(30)).await?;
-        }
-        Ok(())
-    }
-
-    /// Starts fault number `n` of the schedule; returns the actions that end it.
-    async fn inject(&mut self, n: usize) -> anyhow::Result<Vec<(Duration, Action)>> {
-        let kind = FAULTS[n % FAULTS.len()];
-        let round = n / FAULTS.len();
-        let idx = self.faults.len();
-        let mut explains = Vec::new();
-        let (target, after) = match kind {
-            FaultKind::ReplicaKill => {
-                // Always replica-0: replica-1 lives the whole run, its leak figures over all of it.
-                let i = KILLED;
-                self.replicas[i].kill9().await?;
-                explains.push((Via::Replica, i));
-                (
-                    self.replicas[i].name.clone(),
-                    vec![(Duration::from_secs(2), Action::RestartReplica(i, idx))],
-                )
-            }
-            FaultKind::EtcdLeaderKill => {
-                let Some(i) = self.etcd.leader().await else {
-                    anyhow::bail!("no etcd leader to kill");
-                };
-                self.etcd.members[i].kill9().await?;
-                (
-                    self.etcd.members[i].name.clone(),
-                    vec![(Duration::from_secs(3), Action::RestartEtcd(i, idx))],
-                )
-            }
-            FaultKind::LinkCut => {
-                let j = round % RELAYS;
-                self.proxies[j].cut();
-                // The relay's own clients may see their stream end only if the relay ends
-                // them: allowed (their upstream path was cut), and counted.
-                explains.push((Via::Relay, j));
-                (
-                    format!("relay-{j} -> replica-{}", proxy_target(j)),
-                    vec![(Duration::from_secs(5), Action::Restore(j, idx))],
-                )
-            }
-            FaultKind::RelayKill => {
-                // Always relay-0: relay-1 lives the whole run (its link is cut in turn with relay-0's).
-                let j = KILLED;
-                self.relays[j].kill9().await?;
-                explains.push((Via::Relay, j));
-                (
-                    self.relays[j].name.clone(),
-                    vec![(Duration::from_secs(1), Action::RestartRelay(j, idx))],
-                )
-            }
-            FaultKind::EtcdPause => {
-                let i = self
-                    .etcd
-                    .leader()
-                    .await
-                    .unwrap_or(round % self.etcd.members.len());
-                self.etcd.members[i].pause(true)?;
-                (
-                    format!("{} (SIGSTOP, the leader)", self.etcd.members[i].name),
-                    vec![(Duration::from_secs(3), Action::Resume(i, idx))],
-                )
-            }
-        };
-        eprintln!(
-            "[soak] {:.1}s fault {n}: {kind:?} {target}",
-            self.secs(Instant::now())
-        );
-        self.faults.push(Fault {
-            kind,
-            target,
-            at_s: self.secs(Instant::now()),
-            restored_s: None,
-            started: Instant::now(),
-            restored: None,
-            explains,
-            survived: true,
-            note: String::new(),
-        });
-        Ok(after)
-    }
-
-    async fn act(&mut self, a: Action) -> Option<(Duration, Action)> {
-        let (fault, result) = match a {
-            Action::RestartReplica(i, f) => (f, self.restart(Role::Replica, i).await),
-            Action::RestartRelay(j, f) => (f, self.restart(Role::Relay, j).await),
-            Action::RestartEtcd(i, f) => (f, self.restart(Role::Etcd, i).await),
-            Action::Resume(i, f) => (f, self.etcd.members[i].pause(false)),
-            Action::Restore(j, f) => {
-                self.proxies[j].restore();
-                (f, Ok(()))
-            }
-            Action::Rebalance => {
-                for c in &self.clients {
-                    let on = c.on.load(Ordering::Relaxed);
-                    if on != 0 {
-                        c.go_home.store(true, Ordering::Relaxed);
-                    }
-                }
-                return None;
-            }
-        };
-        let now = Instant::now();
-        let secs = self.secs(now);
-        if let Some(f) = self.faults.get_mut(fault) {
-            f.restored = Some(now);
-            f.restored_s = Some(secs);
-            if let Err(e) = &result {
-                f.note = format!("could not restore: {e:#}");
-            }
-        }
-        if let Err(e) = result {
-            let name = self
-                .faults
-                .get(fault)
-                .map(|f| f.target.clone())
-                .unwrap_or_default();
-            self.broken(now, "fault restored", name, String::new(), format!("{e:#}"));
-        }
-        // Clients that failed over go back home (a load balancer's rebalance): each process
-        // then serves the same streams as before the fault, for the leak checks.
-        Some((Duration::from_secs(5), Action::Rebalance))
-    }
-
-    fn churn(&mut self, credit: &mut f64, per_tick: f64) {
-        *credit += per_tick;
-        while *credit >= 1.0 {
-            *credit -= 1.0;
-            let slot = self.rng.below(self.clients.len());
-            let old = self.clients[slot].clone();
-            old.leave.store(true, Ordering::Relaxed);
-            self.left += 1;
-            let s = &old.spec;
-            let home = s.targets[0];
-            self.spawn_client(slot, s.via, home, s.delta, s.canary_metadata);
-        }
-    }
-
-    /// The server's own counts against what is live: stream records (GET /clients) of each
-    /// replica and relay, the relays' pending names. Retried for a while: a closed stream is
-    /// noticed by the server when its connection goes.
-    async fn check_counts(&mut self) -> Value {
-        let mut report = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            report.clear();
-            let mut all_equal = true;
-            let mut relay_upstream = [0usize; RELAYS];
-            let mut relay_pending = [0f64; RELAYS];
-            for (j, r) in self.relays.iter().enumerate() {
-                if let Some(admin) = &r.admin {
-                    if let Ok(m) = http_get(admin, "/metrics").await {
-                        relay_upstream[j] = metric(&m, "xdsd_relay_upstream_streams") as usize;
-                        relay_pending[j] = metric(&m, "xdsd_relay_pending");
-                    }
-                }
-            }
-            for (role, procs) in [(Via::Replica, &self.replicas), (Via::Relay, &self.relays)] {
-                for (i, p) in procs.iter().enumerate() {
-                    let mut live = self
-                        .clients
-                        .iter()
-                        .filter(|c| c.spec.via == role && !c.leave.load(Ordering::Relaxed))
-                        .filter(|c| {
-                            let on = c.on.load(Ordering::Relaxed);
-                            on != usize::MAX && c.spec.targets[on] == i
-                        })
-                        .count();
-                    if role == Via::Replica {
-                        live += (0..RELAYS)
-                            .filter(|j| proxy_target(*j) == i)
-                            .map(|j| relay_upstream[j])
-                            .sum::<usize>();
-                    }
-                    let records = match &p.admin {
-                        Some(a) => http_get(a, "/clients")
-                            .await
-                            .ok()
-                            .and_then(|b| serde_json::from_str::<Value>(&b).ok())
-                            .and_then(|v| v.as_array().map(|a| a.len())),
-                        None => None,
-                    };
-                    let pending = if role == Via::Relay {
-                        relay_pending[i]
-                    } else {
-                        0.0
-                    };
-                    if records != Some(live) || pending != 0.0 {
-                        all_equal = false;
-                    }
-                    report.push((p.name.clone(), p.pid, records, live, pending));
-                }
-            }
-            if all_equal || Instant::now() > deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        let now = Instant::now();
-        let mut out = Vec::new();
-        for (name, pid, records, live, pending) in report {
-            if records != Some(live) {
-                self.broken(
-                    now,
-                    "server counts equal what is live",
-                    format!("{name} (pid {pid})"),
-                    String::new(),
-                    match records {
-                        Some(n) => format!(
-                            "holds {n} stream records (GET /clients), {live} streams are live"
-                        ),
-                        None => "GET /clients did not answer".into(),
-                    },
-                );
-            }
-            if pending != 0.0 {
-                self.broken(
-                    now,
-                    "server counts equal what is live",
-                    format!("{name} (pid {pid})"),
-                    String::new(),
-                    format!(
-                        "{pending} names pending (xdsd_relay_pending) with nothing being fetched"
-                    ),
-                );
-            }
-            out.push(json!({"process": name, "pid": pid, "stream_records": records, "live_streams": live, "pending": pending}));
-        }
-        Value::Array(out)
-    }
-
-    /// Leak figures per process: growth from its warm-up value to the end, and the slopes.
-    fn leaks(&mut self) -> Value {
-        let mut out = serde_json::Map::new();
-        let names: Vec<(String, Role, u32)> = self
-            .replicas
-            .iter()
-            .chain(&self.relays)
-            .chain(&self.etcd.members)
-            .map(|p| (p.name.clone(), p.role, p.starts))
-            .collect();
-        let warmup_s = self.secs(self.warmup_end);
-        let changes_at: Vec<f64> = self.accepted.iter().map(|a| self.secs(a.at)).collect();
-        let now = Instant::now();
-        for (name, role, starts) in names {
-            let Some(samples) = self.samples.get(&name).cloned() else {
-                continue;
-            };
-            let mine: Vec<&(f64, u32, Sample)> = samples.iter().filter(|s| s.1 == starts).collect();
-            let Some(first) = mine.first() else {
-                continue;
-            };
-            let base_at = warmup_s.max(first.0 + PROC_WARMUP.as_secs_f64());
-            // Each value is the median of a few samples (one every 2 s), so that a client
-            // caught between its old and new connection does not count: over 10 s from the
-            // warm-up's end, and over the settle's last 20 s (every client home, no churn).
-            let window = |from: f64, to: f64| {
-                let w: Vec<&(f64, u32, Sample)> = mine
-                    .iter()
-                    .copied()
-                    .filter(|s| s.0 >= from && s.0 < to)
-                    .collect();
-                let at = w.first().map(|s| s.0)?;
-                Some((at, 0u32, median(&w)))
-            };
-            let settle_s = self.secs(self.settle_start);
-            let base = window(base_at, base_at + 10.0);
-            let end = window(settle_s + 10.0, f64::MAX).or_else(|| mine.last().map(|s| **s));
-            let (Some(base), Some(end)) = (base, end) else {
-                out.insert(
-                    name.clone(),
-                    json!({"role": role, "note": "restarted too late for a warm-up of its own"}),
-                );
-                continue;
-            };
-            let growth = |a: u64, b: u64| (b as f64 - a as f64) / (a.max(1) as f64);
-            let rss_growth = growth(base.2.rss, end.2.rss);
-            let fd_growth = growth(base.2.fds, end.2.fds);
-            let thread_growth = growth(base.2.threads, end.2.threads);
-            // Slopes over the samples after the baseline: RSS against streams opened on the
-            // process, and against changes accepted.
-            let after: Vec<&&(f64, u32, Sample)> = mine.iter().filter(|s| s.0 >= base.0).collect();
-            let opened = self.opened.get(&name).cloned().unwrap_or_default();
-            let xs_open: Vec<f64> = after
-                .iter()
-                .map(|s| opened.iter().filter(|t| **t <= s.0).count() as f64)
-                .collect();
-            let xs_change: Vec<f64> = after
-                .iter()
-                .map(|s| changes_at.iter().filter(|t| **t <= s.0).count() as f64)
-                .collect();
-            let ys: Vec<f64> = after.iter().map(|s| s.2.rss as f64).collect();
-            let per_reconnect = slope(&xs_open, &ys);
-            let per_change = slope(&xs_change, &ys);
-            if role != Role::Etcd {
-                for (what, g, b, e) in [
-                    ("RSS", rss_growth, base.2.rss, end.2.rss),
-                    ("open fds", fd_growth, base.2.fds, end.2.fds),
-                    ("threads", thread_growth, base.2.threads, end.2.threads),
-                ] {
-                    if g > 0.05 {
-                        self.broken(
-                            now,
-                            "no leak",
-                            name.clone(),
-                            String::new(),
-                            format!("{what} grew {:.1} % from its warm-up value ({b} at {:.0} s) to the end ({e})", g * 100.0, base.0),
-                        );
-                    }
-                }
-            }
-            out.insert(
-                name.clone(),
-                json!({
-                    "role": role,
-                    "incarnation": starts,
-                    "warmup_at_s": base.0,
-                    "rss_warmup": base.2.rss, "rss_end": end.2.rss, "rss_growth": rss_growth,
-                    "fds_warmup": base.2.fds, "fds_end": end.2.fds, "fd_growth": fd_growth,
-                    "threads_warmup": base.2.threads, "threads_end": end.2.threads, "thread_growth": thread_growth,
-                    "rss_bytes_per_stream_opened": per_reconnect,
-                    "rss_bytes_per_change": per_change,
-                    "streams_opened": opened.iter().filter(|t| **t >= base.0).count(),
-                    "held_to_bounds": role != Role::Etcd,
-                }),
-            );
-        }
-        Value::Object(out)
-    }
-}
-
-/// Each field's median over the samples.
-fn median(samples: &[&(f64, u32, Sample)]) -> Sample {
-    let mid = |f: fn(&Sample) -> u64| {
-        let mut v: Vec<u64> = samples.iter().map(|s| f(&s.2)).collect();
-        v.sort_unstable();
-        v.get(v.len() / 2).copied().unwrap_or(0)
-    };
-    Sample {
-        rss: mid(|s| s.rss),
-        fds: mid(|s| s.fds),
-        threads: mid(|s| s.threads),
-    }
-}
-
-/// The least-squares slope of y against x (None without spread in x).
-fn slope(xs: &[f64], ys: &[f64]) -> Option<f64> {
-    let n = xs.len() as f64;
-    if xs.len() < 3 {
-        return None;
-    }
-    let mx = xs.iter().sum::<f64>() / n;
-    let my = ys.iter().sum::<f64>() / n;
-    let sxx: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
-    if sxx == 0.0 {
-        return None;
-    }
-    let sxy: f64 = xs.iter().zip(ys).map(|(x, y)| (x - mx) * (y - my)).sum();
-    Some(sxy / sxx)
-}
-
-fn percentiles(v: &mut [f64]) -> Value {
-    if v.is_empty() {
-        return Value::Null;
-    }
-    v.sort_by(f64::total_cmp);
-    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
-    json!({"n": v.len(), "p50_ms": p(0.5), "p90_ms": p(0.9), "p99_ms": p(0.99), "max_ms": p(1.0)})
 }
 
 /// Runs the soak; returns its section of results.json (`passed` false when an invariant broke)
@@ -964,79 +321,8 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
     let mut serial = 1u32;
     let first = pusher.change(serial, PushKind::Good).await;
     anyhow::ensure!(first.written, "the first push failed: {}", first.note);
-    // Replicas: fixed ports, so that a restart serves where its clients reconnect.
-    let mut replicas = Vec::new();
-    for i in 0..REPLICAS {
-        let port = free_port()?;
-        let admin = format!("127.0.0.1:{}", free_port()?);
-        let args = vec![
-            "serve".into(),
-            "--etcd-endpoints".into(),
-            etcd.endpoints(),
-            "--etcd-prefix".into(),
-            PREFIX.into(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--admin-listen".into(),
-            admin.clone(),
-            "--canary".into(),
-            format!("metadata.{}=canary", client::COHORT_KEY),
-            "--canary-soak".into(),
-            "1s".into(),
-            "--log-level".into(),
-            "info".into(),
-        ];
-        let mut p = Proc::new(
-            &format!("replica-{i}"),
-            Role::Replica,
-            &opts.xdsd_bin,
-            args,
-            &logs,
-            port,
-            Some(admin),
-        );
-        if opts.leak {
-            p.env(LEAK_VAR, "1");
-        }
-        p.spawn()?;
-        p.wait_listening(Duration::from_secs(60)).await?;
-        replicas.push(p);
-    }
+    let (replicas, links, relays) = topology::start(&opts, &etcd.endpoints(), &logs).await?;
     pusher.admins = replicas.iter().filter_map(|r| r.admin.clone()).collect();
-    let mut proxies = Vec::new();
-    for j in 0..RELAYS {
-        proxies.push(Proxy::start(&replicas[proxy_target(j)].addr()).await?);
-    }
-    let mut relays = Vec::new();
-    for j in 0..RELAYS {
-        let port = free_port()?;
-        let admin = format!("127.0.0.1:{}", free_port()?);
-        let args = vec![
-            "relay".into(),
-            "--upstream".into(),
-            relay_upstreams(j, &proxies).join(","),
-            "--upstream-node-id".into(),
-            format!("soak-relay-{j}"),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--admin-listen".into(),
-            admin.clone(),
-            "--log-level".into(),
-            "info".into(),
-        ];
-        let mut p = Proc::new(
-            &format!("relay-{j}"),
-            Role::Relay,
-            &opts.xdsd_bin,
-            args,
-            &logs,
-            port,
-            Some(admin),
-        );
-        p.spawn()?;
-        p.wait_listening(Duration::from_secs(60)).await?;
-        relays.push(p);
-    }
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let warmup = opts
         .duration
@@ -1049,7 +335,7 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
         etcd,
         replicas,
         relays,
-        proxies,
+        links,
         clients: Vec::new(),
         by_id: HashMap::new(),
         next_id: 0,
@@ -1172,7 +458,7 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
                     if !settled {
                         settled = true;
                         stop_pushing.store(true, Ordering::Relaxed);
-                        // Every client back home for the end's counts and leak figures.
+                        // Every client and relay back home for the end's counts and leak figures.
                         actions.push((now, Action::Rebalance));
                     }
                 } else if now >= soak.warmup_end {
@@ -1334,24 +620,6 @@ mod tests {
         assert_eq!(metric(text, "xdsd_relay_pending"), 2.0);
         assert_eq!(metric(text, "xdsd_relay_upstream_streams"), 3.0);
         assert_eq!(metric(text, "xdsd_nothing"), 0.0);
-    }
-
-    #[test]
-    fn slope_of_a_line_and_of_nothing() {
-        let xs = [0.0, 1.0, 2.0, 3.0];
-        let ys = [10.0, 12.0, 14.0, 16.0];
-        assert_eq!(slope(&xs, &ys), Some(2.0));
-        assert_eq!(slope(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0]), None);
-        assert_eq!(slope(&[1.0], &[1.0]), None);
-    }
-
-    #[test]
-    fn percentiles_of_latencies() {
-        let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
-        let p = percentiles(&mut v);
-        assert_eq!(p["n"], 100);
-        assert_eq!(p["max_ms"], 100.0);
-        assert!(percentiles(&mut []).is_null());
     }
 
     /// The link the soak cuts: connections through it are closed at the cut, refused while it is

@@ -9,7 +9,8 @@
 //! upstream sends; the last client leaving unsubscribes upstream after the linger; a Fetch and a
 //! REST poll are answered from the cache; Envoy over per-type gRPC through a relay; a relay is
 //! ready while it holds a cache and not while its upstream never answered (unreachable, or
-//! accepting the stream and silent).
+//! accepting the stream and silent); a relay of two upstreams says which it is on and moves to
+//! the second when the first dies, its clients' streams kept.
 
 use std::time::Duration;
 
@@ -816,4 +817,36 @@ async fn a_rest_poll_through_a_relay_is_answered_from_its_cache() {
         "{}",
         response.body
     );
+}
+
+#[tokio::test]
+async fn a_relay_of_two_upstreams_says_which_it_is_on_and_moves_when_the_first_dies() {
+    let dir = basic_resources(Transport::Ads, 9);
+    let mut first = Xdsd::start(&dir.path()).await;
+    first.expect_loaded_since(0).await;
+    let second = Xdsd::start(&dir.path()).await;
+    second.expect_loaded_since(0).await;
+    let (a, b) = (first.authority(), second.authority());
+    let relay = Relay::start(&format!("{a},{b}"), &["--prefetch", "none"]).await;
+    let on = |addr: &str| format!(r#"xdsd_relay_upstream{{address="{addr}"}}"#);
+    let mut client = AdsStream::open(&relay.url(), "kept", CLUSTER, &[])
+        .await
+        .expect("an ADS stream to the relay");
+    let got = client.recv().await.expect("CDS from the relay");
+    assert_eq!(names(&got), vec!["service"]);
+    client.request(CLUSTER, &[], Some(&got)).await.expect("ACK");
+    relay.wait_metric(&on(&a), 1.0).await;
+    assert_eq!(relay.metric(&on(&b)).await, Some(0.0), "on the first only");
+
+    first.kill9().await;
+    relay.wait_metric(&on(&b), 1.0).await;
+    assert_eq!(relay.metric(&on(&a)).await, Some(0.0), "off the dead one");
+    relay
+        .wait_metric("xdsd_relay_upstream_connected", 1.0)
+        .await;
+    // The downstream stream did not end, and nothing was resent to it.
+    match client.recv_within(Duration::from_secs(1)).await {
+        Err(e) if e.starts_with("no response within") => {}
+        other => panic!("the downstream stream saw the failover: {other:?}"),
+    }
 }
