@@ -1,0 +1,684 @@
+use super::*;
+use xdsd_core::Store;
+
+const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const LINGER: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A table of the shared partition only, its store not attached (demand only).
+fn table() -> Table {
+    Table::new(LINGER, WAIT, RelayMetrics::new(), shared_stores())
+}
+
+fn attached(store: &Store) -> Table {
+    let table = table();
+    table.attach(store.pending_names(), 100);
+    table
+}
+
+fn shared_stores() -> Arc<Stores> {
+    Arc::new(Stores::new(crate::AggregateBy::None, 100))
+}
+
+fn named(name: &str) -> Want {
+    Want::named(GroupKey::shared(), CDS, name)
+}
+
+fn edge() -> GroupKey {
+    GroupKey::of(
+        crate::group::Partition::Cluster("edge".into()),
+        Default::default(),
+        CDS,
+    )
+}
+
+fn cds() -> Want {
+    Want::wildcard(GroupKey::shared(), CDS)
+}
+
+/// `want` subscribed, then left by its last stream a linger ago: unsubscribed.
+fn linger_out(table: &Table, want: &Want) {
+    let t0 = Instant::now();
+    table.acquire(u64::MAX, want.clone());
+    table.release(u64::MAX, t0);
+    table.handle_timeout(t0 + LINGER);
+}
+
+fn actions(d: &Table) -> Vec<Action> {
+    std::iter::from_fn(|| d.poll_action()).collect()
+}
+
+// --- Who wants it
+
+#[test]
+fn a_want_first_asked_is_subscribed_upstream() {
+    let d = table();
+    d.acquire(1, cds());
+    assert_eq!(actions(&d), vec![Action::Subscribe(cds())]);
+    assert_eq!(d.subscriptions(), 1);
+}
+
+#[test]
+fn a_name_no_longer_asked_by_its_last_stream_is_unsubscribed_after_the_linger() {
+    let d = table();
+    let t0 = Instant::now();
+    let a = Want::named(GroupKey::shared(), CDS, "a");
+    let b = Want::named(GroupKey::shared(), CDS, "b");
+    d.acquire(1, a.clone());
+    d.acquire(1, b.clone());
+    d.acquire(2, a.clone());
+    actions(&d);
+    d.drop_want(1, &a, t0);
+    d.drop_want(1, &b, t0);
+    assert_eq!(d.poll_timeout(), Some(t0 + LINGER), "b lingers, a is held");
+    d.handle_timeout(t0 + LINGER);
+    assert_eq!(actions(&d), vec![Action::Unsubscribe(b)]);
+    // Stream 1 ending later releases nothing more.
+    d.release(1, t0 + LINGER);
+    assert_eq!(d.poll_timeout(), None);
+    d.release(2, t0 + LINGER);
+    d.handle_timeout(t0 + LINGER * 2);
+    assert_eq!(actions(&d), vec![Action::Unsubscribe(a)]);
+}
+
+#[test]
+fn a_want_asked_again_by_another_stream_is_not_subscribed_again() {
+    let d = table();
+    d.acquire(1, cds());
+    actions(&d);
+    d.acquire(2, cds());
+    d.acquire(1, cds());
+    assert_eq!(actions(&d), vec![]);
+}
+
+#[test]
+fn the_last_stream_leaving_unsubscribes_after_the_linger() {
+    let d = table();
+    let t0 = Instant::now();
+    d.acquire(1, cds());
+    actions(&d);
+    d.release(1, t0);
+    assert_eq!(d.poll_timeout(), Some(t0 + LINGER));
+    d.handle_timeout(t0 + LINGER - Duration::from_millis(1));
+    assert_eq!(actions(&d), vec![]);
+    d.handle_timeout(t0 + LINGER);
+    assert_eq!(actions(&d), vec![Action::Unsubscribe(cds())]);
+    assert_eq!(d.subscriptions(), 0);
+    assert!(!d.group_used(&GroupKey::shared()));
+}
+
+#[test]
+fn a_stream_asking_within_the_linger_keeps_the_subscription() {
+    let d = table();
+    let t0 = Instant::now();
+    d.acquire(1, cds());
+    d.release(1, t0);
+    d.acquire(2, cds());
+    assert_eq!(d.poll_timeout(), None);
+    d.handle_timeout(t0 + LINGER * 2);
+    assert_eq!(actions(&d), vec![Action::Subscribe(cds())]);
+}
+
+#[test]
+fn a_want_held_by_another_stream_stays_when_one_leaves() {
+    let d = table();
+    let t0 = Instant::now();
+    d.acquire(1, cds());
+    d.acquire(2, cds());
+    d.release(1, t0);
+    assert_eq!(d.poll_timeout(), None);
+    d.release(2, t0 + LINGER);
+    assert_eq!(d.poll_timeout(), Some(t0 + LINGER * 2));
+}
+
+#[test]
+fn a_pinned_want_is_never_unsubscribed() {
+    let d = table();
+    let t0 = Instant::now();
+    d.pin(cds());
+    d.acquire(1, cds());
+    d.release(1, t0);
+    assert_eq!(d.poll_timeout(), None);
+    d.handle_timeout(t0 + LINGER * 10);
+    assert_eq!(actions(&d), vec![Action::Subscribe(cds())]);
+}
+
+#[test]
+fn a_one_shot_request_holds_its_want_for_the_linger_only() {
+    let d = table();
+    let t0 = Instant::now();
+    d.touch(cds(), t0);
+    assert_eq!(actions(&d), vec![Action::Subscribe(cds())]);
+    d.touch(cds(), t0 + Duration::from_secs(10));
+    assert_eq!(
+        d.poll_timeout(),
+        Some(t0 + Duration::from_secs(10) + LINGER)
+    );
+    d.handle_timeout(t0 + Duration::from_secs(10) + LINGER);
+    assert_eq!(actions(&d), vec![Action::Unsubscribe(cds())]);
+}
+
+#[test]
+fn a_one_shot_request_does_not_shorten_a_streams_hold() {
+    let d = table();
+    let t0 = Instant::now();
+    d.acquire(1, cds());
+    d.touch(cds(), t0);
+    assert_eq!(d.poll_timeout(), None);
+}
+
+#[test]
+fn a_locators_want_is_its_plain_name_in_the_stream_of_its_parameters() {
+    let d = table();
+    let params = |env: &str| [("env".to_owned(), env.to_owned())].into();
+    let prod = Want::named(GroupKey::shared().with_params(params("prod")), CDS, "a");
+    let test = Want::named(GroupKey::shared().with_params(params("test")), CDS, "a");
+    let plain = Want::named(GroupKey::shared(), CDS, "a");
+    d.acquire(1, prod.clone());
+    d.acquire(2, test.clone());
+    d.acquire(2, plain.clone());
+    assert_eq!(actions(&d).len(), 3, "each a subscription of its own");
+    assert!(d.holds(&prod) && !d.holds(&Want::named(GroupKey::shared(), CDS, "b")));
+    let t0 = Instant::now();
+    d.drop_want(2, &test, t0);
+    d.handle_timeout(t0 + LINGER);
+    assert_eq!(actions(&d), vec![Action::Unsubscribe(test)]);
+    assert!(d.holds(&prod));
+}
+
+#[test]
+fn wants_of_different_groups_are_apart() {
+    let d = table();
+    let other = Want::wildcard(edge(), CDS);
+    d.acquire(1, cds());
+    d.acquire(2, other.clone());
+    assert_eq!(
+        actions(&d),
+        vec![Action::Subscribe(cds()), Action::Subscribe(other)]
+    );
+    d.release(2, Instant::now());
+    d.handle_timeout(Instant::now() + LINGER);
+    assert!(d.group_used(&GroupKey::shared()));
+    assert!(!d.group_used(&edge()));
+}
+
+// --- Whether it was answered
+
+#[test]
+fn a_want_asked_before_its_answer_is_pending_until_announced() {
+    let store = Store::new();
+    let answered = attached(&store);
+    answered.ask(&named("a"), None, Instant::now());
+    let pending = store.pending_names();
+    assert!(pending.is_pending(&PendingName::new(CDS, "a")));
+    answered.announce([named("a")]);
+    assert!(pending.is_empty());
+    answered.ask(&named("a"), None, Instant::now());
+    assert!(pending.is_empty(), "answered: not pending again");
+}
+
+#[test]
+fn a_types_wildcard_is_pending_as_the_whole_type_and_its_answer_answers_its_names() {
+    let store = Store::new();
+    let answered = attached(&store);
+    let wildcard = Want::wildcard(GroupKey::shared(), CDS);
+    answered.ask(&wildcard, None, Instant::now());
+    answered.ask(&named("a"), None, Instant::now());
+    let pending = store.pending_names();
+    assert!(pending.is_pending(&PendingName::new(CDS, WHOLE_TYPE)));
+    answered.announce([wildcard]);
+    assert!(pending.is_empty(), "the name is answered with the type");
+    answered.ask(&named("b"), None, Instant::now());
+    assert!(pending.is_empty(), "a name of an answered wildcard");
+}
+
+#[test]
+fn a_want_of_a_parameters_group_is_pending_for_its_parameters_only() {
+    let store = Store::new();
+    let answered = attached(&store);
+    let group = GroupKey::shared().with_params([("env".to_owned(), "prod".to_owned())].into());
+    answered.ask(&Want::named(group, CDS, "a"), None, Instant::now());
+    let pending = store.pending_names();
+    let prod: ParamSet = [("env", "prod")].into_iter().collect();
+    assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(prod)));
+    assert!(!pending.is_pending(&PendingName::new(CDS, "a")));
+}
+
+#[test]
+fn a_want_the_upstream_does_not_answer_expires_and_is_not_waited_for_again() {
+    let store = Store::new();
+    let answered = attached(&store);
+    let t0 = Instant::now();
+    answered.ask(&named("a"), None, t0);
+    assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
+    assert!(answered.expire(t0 + WAIT / 2).is_empty());
+    assert_eq!(answered.metrics.pending(), 1);
+    assert_eq!(answered.expire(t0 + WAIT), vec![named("a")]);
+    assert!(answered.is_answered(&named("a")));
+    assert_eq!(
+        (
+            answered.metrics.pending(),
+            answered.metrics.pending_expired()
+        ),
+        (0, 1)
+    );
+    answered.ask(&named("a"), None, t0 + WAIT);
+    assert!(store.pending_names().is_empty());
+}
+
+#[test]
+fn an_unsubscribed_want_is_no_longer_pending_and_is_waited_for_again() {
+    let store = Store::new();
+    let answered = attached(&store);
+    answered.ask(&named("a"), None, Instant::now());
+    linger_out(&answered, &named("a"));
+    assert!(store.pending_names().is_empty());
+    answered.acquire(1, named("b"));
+    answered.announce([named("b")]);
+    assert!(answered.is_answered(&named("b")));
+    answered.release(1, Instant::now());
+    answered.handle_timeout(Instant::now() + LINGER);
+    assert!(!answered.is_answered(&named("b")));
+    answered.ask(&named("b"), None, Instant::now());
+    assert_eq!(store.pending_names().len(), 1);
+}
+
+#[test]
+fn an_answer_nobody_asked_for_is_not_kept() {
+    // A wildcard's resources are announced name by name; once the wildcard lingered out
+    // (forgotten), a later client of one of those names waits for the upstream's answer
+    // again rather than being told at once that it does not exist.
+    let store = Store::new();
+    let answered = attached(&store);
+    let wildcard = Want::wildcard(GroupKey::shared(), CDS);
+    answered.ask(&wildcard, None, Instant::now());
+    answered.announce([wildcard.clone(), named("a"), named("b")]);
+    linger_out(&answered, &wildcard);
+    assert_eq!(answered.rows(), 0, "nothing kept");
+    answered.ask(&named("a"), None, Instant::now());
+    assert!(store
+        .pending_names()
+        .is_pending(&PendingName::new(CDS, "a")));
+}
+
+#[test]
+fn a_locator_is_not_answered_by_the_wildcard_of_its_clients_group() {
+    // The wildcard follows its group's parameters; a locator brings its own, so it is the
+    // name in the group of those, which that wildcard does not answer.
+    let store = Store::new();
+    let answered = attached(&store);
+    let wildcard = Want::wildcard(GroupKey::shared(), CDS);
+    answered.ask(&wildcard, None, Instant::now());
+    answered.announce([wildcard]);
+    let prod = GroupKey::shared().with_params([("env".to_owned(), "prod".to_owned())].into());
+    let locator = Want::named(prod, CDS, "a");
+    answered.ask(&locator, None, Instant::now());
+    assert!(!answered.is_answered(&locator));
+    let prod: ParamSet = [("env", "prod")].into_iter().collect();
+    assert!(store
+        .pending_names()
+        .is_pending(&PendingName::new(CDS, "a").with_params(prod)));
+}
+
+#[test]
+fn past_the_limit_a_want_is_not_held() {
+    let store = Store::new();
+    let answered = Table::new(LINGER, WAIT, RelayMetrics::new(), shared_stores());
+    answered.attach(store.pending_names(), 1);
+    answered.ask(&named("a"), None, Instant::now());
+    answered.ask(&named("b"), None, Instant::now());
+    let pending = store.pending_names();
+    assert_eq!(pending.len(), 1);
+    assert!(!pending.is_pending(&PendingName::new(CDS, "b")));
+}
+
+fn client(id: &str, cluster: &str) -> ClientNode {
+    let node = envoy_types::pb::envoy::config::core::v3::Node {
+        id: id.into(),
+        cluster: cluster.into(),
+        ..Default::default()
+    };
+    ClientNode::from_node(&node).expect("a valid node")
+}
+
+fn group_of(by: crate::AggregateBy, node: &ClientNode) -> GroupKey {
+    crate::group::group_of(by, Some(node), CDS)
+}
+
+/// A `Table` of the server's `store` and the partitions' stores grouped `by`.
+fn grouped(store: &Store, by: crate::AggregateBy) -> (Table, Arc<Stores>) {
+    let stores = Arc::new(Stores::new(by, 100));
+    let answered = Table::new(LINGER, WAIT, RelayMetrics::new(), stores.clone());
+    answered.attach(store.pending_names(), 100);
+    (answered, stores)
+}
+
+#[test]
+fn a_want_of_a_cluster_group_is_pending_in_its_clusters_store_for_its_clients_only() {
+    let store = Store::new();
+    let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
+    let node = client("n1", "edge");
+    let want = Want::named(group_of(crate::AggregateBy::Cluster, &node), CDS, "a");
+    // The client's stream holds its store (the server's picker gave it).
+    let edge_store = stores
+        .store(&want.group.partition)
+        .expect("the cluster's store");
+    answered.ask(&want, Some(&node), Instant::now());
+    let edge: ParamSet = [(xdsd_core::NODE_CLUSTER_PARAM, "edge")]
+        .into_iter()
+        .collect();
+    let pending = edge_store.pending_names();
+    assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(edge)));
+    assert!(
+        !pending.is_pending(&PendingName::new(CDS, "a")),
+        "not for every client"
+    );
+    assert!(store.pending_names().is_empty(), "not in the shared store");
+    // Another client of the cluster: the same scope, declared once.
+    answered.ask(&want, Some(&client("n2", "edge")), Instant::now());
+    assert_eq!(pending.len(), 1);
+    answered.announce([want]);
+    assert!(pending.is_empty());
+}
+
+#[test]
+fn a_want_of_a_node_group_is_pending_in_its_nodes_store_for_its_parameters() {
+    let store = Store::new();
+    let (answered, stores) = grouped(&store, crate::AggregateBy::Node);
+    let node = client("n1", "edge");
+    let want = Want::named(group_of(crate::AggregateBy::Node, &node), CDS, "a");
+    let own_store = stores
+        .store(&want.group.partition)
+        .expect("the node's store");
+    answered.ask(&want, Some(&node), Instant::now());
+    let pending = own_store.pending_names();
+    let own = node.params_for(CDS).clone();
+    assert!(pending.is_pending(&PendingName::new(CDS, "a").with_params(own)));
+    assert!(!pending.is_pending(&PendingName::new(CDS, "a")));
+    linger_out(&answered, &want);
+    assert!(pending.is_empty());
+}
+
+#[test]
+fn a_want_of_a_partitions_store_expires_there() {
+    let store = Store::new();
+    let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
+    let node = client("n1", "edge");
+    let want = Want::named(group_of(crate::AggregateBy::Cluster, &node), CDS, "a");
+    let _held = stores.store(&want.group.partition);
+    let t0 = Instant::now();
+    answered.ask(&want, Some(&node), t0);
+    assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
+    assert_eq!(answered.expire(t0 + WAIT), vec![want.clone()]);
+    assert!(answered.is_answered(&want));
+}
+
+#[test]
+fn a_want_expires_in_its_partitions_store_only_and_nothing_else_is_given_up() {
+    let store = Store::new();
+    let (answered, stores) = grouped(&store, crate::AggregateBy::Cluster);
+    let (na, nb) = (client("n1", "a"), client("n2", "b"));
+    let wa = Want::named(group_of(crate::AggregateBy::Cluster, &na), CDS, "x");
+    let wb = Want::named(group_of(crate::AggregateBy::Cluster, &nb), CDS, "x");
+    let (sa, sb) = (
+        stores.store(&wa.group.partition).expect("a's store"),
+        stores.store(&wb.group.partition).expect("b's store"),
+    );
+    let t0 = Instant::now();
+    answered.ask(&wa, Some(&na), t0);
+    answered.ask(&wb, Some(&nb), t0 + WAIT / 2);
+    assert_eq!(answered.next_expiry(), Some(t0 + WAIT));
+    assert_eq!(answered.expire(t0 + WAIT), vec![wa.clone()]);
+    assert!(sa.pending_names().is_empty());
+    assert_eq!(sb.pending_names().len(), 1, "b's still pending");
+    assert_eq!(answered.next_expiry(), Some(t0 + WAIT + WAIT / 2));
+    answered.announce([wb.clone()]);
+    assert_eq!(answered.next_expiry(), None, "nothing declared");
+    assert!(answered.state().by_pending.is_empty());
+    assert!(answered.state().partitions.is_empty());
+}
+
+#[test]
+fn a_want_given_up_for_every_scope_it_was_declared_for_is_answered() {
+    let store = Store::new();
+    let answered = attached(&store);
+    let want = Want::named(GroupKey::shared(), CDS, "a");
+    let t0 = Instant::now();
+    answered.ask(&want, Some(&client("n1", "edge")), t0);
+    assert!(answered.expire(t0 + WAIT / 2).is_empty());
+    assert!(!answered.is_answered(&want));
+    assert_eq!(answered.expire(t0 + WAIT), vec![want.clone()]);
+    assert!(answered.is_answered(&want));
+}
+
+// --- One row: who wants it and whether it was answered, together
+
+#[test]
+fn an_answer_to_a_subscribed_want_is_kept_while_it_is_subscribed() {
+    // Answered though no client waited for it (the name asked while the type's wildcard
+    // was answered, or past the limit): a later client of it does not wait for an answer
+    // the upstream gave already.
+    let store = Store::new();
+    let table = attached(&store);
+    table.acquire(1, named("a"));
+    table.announce([named("a")]);
+    assert!(table.is_answered(&named("a")));
+    table.ask(&named("a"), None, Instant::now());
+    assert!(store.pending_names().is_empty());
+}
+
+#[test]
+fn a_want_declared_before_its_demand_is_taken_in_is_subscribed_when_it_is() {
+    let store = Store::new();
+    let table = attached(&store);
+    table.ask(&named("a"), None, Instant::now());
+    assert_eq!(actions(&table), vec![], "declared only");
+    assert_eq!(table.subscriptions(), 0);
+    table.acquire(1, named("a"));
+    assert_eq!(actions(&table), vec![Action::Subscribe(named("a"))]);
+    assert_eq!(store.pending_names().len(), 1, "still pending");
+    table.announce([named("a")]);
+    assert!(store.pending_names().is_empty());
+    assert_eq!(table.rows(), 1);
+}
+
+#[test]
+fn a_wildcard_lingering_out_takes_its_answer_with_it_and_its_names_wait_again() {
+    let store = Store::new();
+    let table = attached(&store);
+    table.acquire(u64::MAX, cds());
+    table.announce([cds()]);
+    assert!(table.is_answered(&named("a")), "answered by the wildcard");
+    linger_out(&table, &cds());
+    table.ask(&named("a"), None, Instant::now());
+    assert!(store
+        .pending_names()
+        .is_pending(&PendingName::new(CDS, "a")));
+}
+
+// --- The cached variants: kept and dropped by the rows' rules
+
+fn resource(name: &str, aliases: &[&str]) -> xdsd_client::Resource {
+    xdsd_client::Resource {
+        type_url: CDS.into(),
+        name: name.into(),
+        version: "1".into(),
+        body: envoy_types::pb::google::protobuf::Any {
+            type_url: CDS.into(),
+            value: b"x".to_vec(),
+        },
+        aliases: aliases.iter().map(|a| a.to_string()).collect(),
+        constraints: None,
+        ttl: None,
+    }
+}
+
+/// The names of the changed resources the partition's next change carries.
+fn changed_names(table: &Table, partition: &Partition) -> Vec<String> {
+    table
+        .take_change(partition)
+        .map(|(change, _)| match change.update {
+            xdsd_core::source::Update::Names { names, .. } => {
+                names.into_iter().map(|(_, n)| n).collect()
+            }
+            other => panic!("a change of names, not {other:?}"),
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_name_left_by_its_last_subscription_leaves_the_cache_unless_its_wildcard_holds_it() {
+    let table = table();
+    table.acquire(1, named("a"));
+    table.acquire(2, cds());
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    assert_eq!(table.variants(), 0, "counted when taken");
+    changed_names(&table, &Partition::All);
+    assert_eq!(table.variants(), 1);
+    let t0 = Instant::now();
+    table.release(1, t0);
+    table.handle_timeout(t0 + LINGER);
+    assert!(
+        changed_names(&table, &Partition::All).is_empty(),
+        "a is held through the wildcard"
+    );
+    table.acquire(3, named("a"));
+    table.release(2, t0 + LINGER);
+    table.release(3, t0 + LINGER * 2);
+    table.handle_timeout(t0 + LINGER * 3);
+    assert_eq!(changed_names(&table, &Partition::All), vec!["a".to_owned()]);
+    assert_eq!(table.variants(), 0);
+}
+
+#[test]
+fn a_wildcard_left_by_its_last_subscription_keeps_the_names_subscribed_by_name() {
+    let table = table();
+    table.acquire(1, cds());
+    table.acquire(2, named("a"));
+    table.received(
+        &GroupKey::shared(),
+        CDS,
+        &[&resource("a", &[]), &resource("b", &[])],
+    );
+    changed_names(&table, &Partition::All);
+    let t0 = Instant::now();
+    table.release(1, t0);
+    table.handle_timeout(t0 + LINGER);
+    assert_eq!(changed_names(&table, &Partition::All), vec!["b".to_owned()]);
+    assert_eq!(table.variants(), 1);
+}
+
+#[test]
+fn an_alias_left_takes_what_it_held_unless_another_of_its_names_is_subscribed() {
+    let table = table();
+    table.acquire(1, named("rc/one.example"));
+    table.acquire(2, named("rc/two.example"));
+    table.received(
+        &GroupKey::shared(),
+        CDS,
+        &[&resource("vh", &["rc/one.example", "rc/two.example"])],
+    );
+    changed_names(&table, &Partition::All);
+    let t0 = Instant::now();
+    table.release(1, t0);
+    table.handle_timeout(t0 + LINGER);
+    assert!(
+        changed_names(&table, &Partition::All).is_empty(),
+        "two.example holds vh"
+    );
+    table.release(2, t0 + LINGER);
+    table.handle_timeout(t0 + LINGER * 2);
+    assert_eq!(
+        changed_names(&table, &Partition::All),
+        vec!["vh".to_owned()]
+    );
+}
+
+#[test]
+fn a_removal_answers_the_subscriptions_of_its_name_and_of_its_aliases() {
+    let table = table();
+    table.acquire(1, named("rc/one.example"));
+    table.received(
+        &GroupKey::shared(),
+        CDS,
+        &[&resource("vh", &["rc/one.example"])],
+    );
+    table.state().answering.clear();
+    table.removed(
+        &GroupKey::shared(),
+        CDS,
+        &["vh".to_owned()],
+        &[("vh".to_owned(), None)],
+    );
+    assert_eq!(
+        table.state().answering[&Partition::All],
+        vec![named("rc/one.example")],
+        "vh itself is not subscribed"
+    );
+    assert_eq!(
+        changed_names(&table, &Partition::All),
+        vec!["vh".to_owned()]
+    );
+}
+
+#[test]
+fn a_partition_whose_cache_holds_nothing_is_let_go_once_its_change_is_taken() {
+    let table = table();
+    let group = edge();
+    let want = Want::named(group.clone(), CDS, "a");
+    table.acquire(1, want.clone());
+    table.received(&group, CDS, &[&resource("a", &[])]);
+    assert_eq!(table.take_touched(), [group.partition.clone()].into());
+    changed_names(&table, &group.partition);
+    assert!(table.holds_any(&group.partition));
+    table.does_not_exist(&group, CDS, "a");
+    assert_eq!(
+        changed_names(&table, &group.partition),
+        vec!["a".to_owned()]
+    );
+    assert!(!table.holds_any(&group.partition));
+}
+
+#[test]
+fn an_answer_to_names_answers_the_types_wildcard_only_if_the_group_subscribes_to_it() {
+    let table = table();
+    table.acquire(1, named("a"));
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    assert_eq!(table.state().answering[&Partition::All], vec![named("a")]);
+    table.state().answering.clear();
+    table.acquire(2, cds());
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    assert_eq!(
+        table.state().answering[&Partition::All],
+        vec![named("a"), cds()]
+    );
+}
+
+#[test]
+fn an_answer_waits_for_its_partitions_commit_and_is_announced_after_it() {
+    let store = Store::new();
+    let table = attached(&store);
+    table.ask(&named("a"), None, Instant::now());
+    table.acquire(1, named("a"));
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    assert!(!table.is_answered(&named("a")), "not committed yet");
+    table.stage_shared();
+    assert!(table.state().answering.is_empty());
+    assert!(
+        !table.is_answered(&named("a")),
+        "in the change handed to the feed"
+    );
+    table.announce_committed();
+    assert!(table.is_answered(&named("a")));
+    assert!(store.pending_names().is_empty());
+}
+
+#[test]
+fn a_wildcard_has_a_response_once_its_group_is_sent_one_of_its_type_even_empty() {
+    let table = table();
+    table.pin(cds());
+    assert!(!table.responded(&cds()));
+    table.received(&GroupKey::shared(), CDS, &[]);
+    assert!(table.responded(&cds()), "taken in, not committed yet");
+    assert!(!table.is_answered(&cds()));
+}
