@@ -235,3 +235,33 @@ fn a_name_staged_for_a_commit_that_never_came_is_not_resolved_by_a_later_one() {
     set(&store, CLUSTER_LOAD_ASSIGNMENT, "b", "1");
     assert!(pending.is_pending(&a));
 }
+
+const LB: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+const GLOB: &str = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*";
+const E1: &str = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/e1";
+
+#[test]
+fn a_pending_glob_collection_is_not_answered_empty_in_delta() {
+    let store = Store::new();
+    let pending = declare(&store, LB, GLOB);
+    let (mut pair, sent) = subscribed::<DeltaMachine>(&store, LB, &[GLOB]);
+    assert!(sent.is_empty(), "not told first that it is empty: {sent:?}");
+    // Resolved with no member: empty, as TP1 answers an empty glob.
+    pending.resolve([&PendingName::new(LB, GLOB)]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].removed, [GLOB]);
+}
+
+#[test]
+fn a_pending_glob_collections_members_committed_with_it_are_sent_and_it_is_never_removed() {
+    let store = Store::new();
+    let pending = declare(&store, LB, GLOB);
+    let (mut pair, sent) = subscribed::<DeltaMachine>(&store, LB, &[GLOB]);
+    assert!(sent.is_empty(), "{sent:?}");
+    pending.resolve_with_next_commit([&PendingName::new(LB, GLOB)]);
+    set(&store, LB, E1, "1");
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!((names(&sent[0]), sent[0].removed.len()), (vec![E1], 0));
+}

@@ -358,10 +358,15 @@ impl DeltaMachine {
         for key in keys {
             if crate::xdstp::is_glob(&key.0) {
                 // A glob collection (xRFC TP1): its members, each under its own name; with
-                // none, the glob's own name in `removed_resources` (TP1, "Glob").
+                // none, the glob's own name in `removed_resources` (TP1, "Glob"), unless the
+                // glob is pending (a relay's upstream has not answered it): not known yet.
                 let mut members = views.view(key.1).members(&key.0).peekable();
                 if members.peek().is_none() {
-                    g.removed.insert(key.clone());
+                    if views.pending(&key.0, key.1) {
+                        g.waiting.push((key.clone(), true));
+                    } else {
+                        g.removed.insert(key.clone());
+                    }
                 }
                 for r in members {
                     g.send(Keys::One((r.name().clone(), key.1)), r);
