@@ -231,6 +231,27 @@ impl Cache {
         self.remove(group, type_url, &names);
     }
 
+    /// The names of the members of the glob collection `glob` (xRFC TP1, canonical) of
+    /// `type_url` that `group` holds: a walk of the names under the glob's path (an index kept
+    /// sorted), not of the cache.
+    pub fn members(&self, group: &GroupKey, type_url: &str, glob: &str) -> Vec<String> {
+        let Some((prefix, query)) = xdsd_core::xdstp::glob_parts(glob) else {
+            return Vec::new();
+        };
+        let Some(held) = self.by_group.get(&(group.clone(), type_url.to_owned())) else {
+            return Vec::new();
+        };
+        held.range::<str, _>((
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        ))
+        .map(|(name, _)| name)
+        .take_while(|name| name.starts_with(prefix))
+        .filter(|name| xdsd_core::xdstp::is_member(prefix, query, name))
+        .cloned()
+        .collect()
+    }
+
     /// Whether the cache holds any resource.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -12,6 +12,7 @@
 //! A resource locator (a name with dynamic parameters of its own, xRFC TP2) is asked upstream
 //! as its plain name on the stream of its parameters ([`crate::group::GroupKey::with_params`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -89,7 +90,12 @@ impl TypeWants {
         if let Some(on) = asked.wildcard() {
             self.wildcard = on;
         }
-        let names = || asked.names().filter(|n| *n != xdsd_client::WILDCARD);
+        let names = || {
+            asked
+                .names()
+                .filter(|n| *n != xdsd_client::WILDCARD)
+                .map(canonical)
+        };
         if asked.is_whole() {
             let digest = asked.digest();
             if self.last.replace(digest) == Some(digest) {
@@ -116,16 +122,17 @@ impl TypeWants {
             let mut count = 0;
             let same = names().all(|n| {
                 count += 1;
-                self.names.contains(n)
+                self.names.contains(n.as_ref())
             }) && count == self.names.len();
             if !same {
-                let new: BTreeSet<&str> = names().collect();
+                let new: BTreeSet<Cow<'_, str>> = names().collect();
                 for gone in self.names.iter().filter(|n| !new.contains(n.as_str())) {
                     dropped.push(Want::named(self.group.clone(), type_url, gone.clone()));
                 }
                 self.names.retain(|n| new.contains(n.as_str()));
                 for name in new {
-                    if self.names.insert(name.to_owned()) {
+                    if !self.names.contains(name.as_ref()) {
+                        self.names.insert(name.clone().into_owned());
                         added.push(Want::named(self.group.clone(), type_url, name));
                     }
                 }
@@ -142,13 +149,13 @@ impl TypeWants {
                 }
             }
             for name in names() {
-                if !self.names.contains(name) {
-                    self.names.insert(name.to_owned());
+                if !self.names.contains(name.as_ref()) {
+                    self.names.insert(name.clone().into_owned());
                     added.push(Want::named(self.group.clone(), type_url, name));
                 }
             }
-            for name in asked.unsubscribed_names() {
-                if self.names.remove(name) {
+            for name in asked.unsubscribed_names().map(canonical) {
+                if self.names.remove(name.as_ref()) {
                     dropped.push(Want::named(self.group.clone(), type_url, name));
                 }
             }
@@ -162,13 +169,24 @@ impl TypeWants {
     }
 }
 
+/// A name as the relay subscribes it upstream: an xdstp name (xRFC TP1) canonical (context
+/// parameters sorted, percent-encoding normalized), so that two spellings are one want and the
+/// upstream's members, sent canonical, are matched to their glob; every other name (and a
+/// malformed xdstp one, which the upstream answers as it will) as it is, with no copy.
+fn canonical(name: &str) -> Cow<'_, str> {
+    match xdsd_core::xdstp::canonical(name) {
+        Some(c) => Cow::Owned(c.to_string()),
+        None => Cow::Borrowed(name),
+    }
+}
+
 /// The wants of a one-shot request (a `Fetch*` call, a REST poll): its names and locators, or
 /// the wildcard.
 fn one_shot_wants(group: &GroupKey, type_url: &str, asked: &Asked<'_>) -> Vec<Want> {
     let mut wants: Vec<Want> = asked
         .names()
         .filter(|n| *n != xdsd_client::WILDCARD)
-        .map(|n| Want::named(group.clone(), type_url, n))
+        .map(|n| Want::named(group.clone(), type_url, canonical(n)))
         .collect();
     wants.extend(asked.locators().iter().map(|l| {
         let (name, params) = locator(l);

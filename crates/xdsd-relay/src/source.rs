@@ -174,14 +174,10 @@ impl RelaySource {
                             .or_default()
                             .push(want.name.clone());
                     }
-                    // A name of a type whose wildcard the group holds, answered and committed,
-                    // is answered already: there or not, the upstream said so (it may send
-                    // nothing again for it).
-                    if !want.is_wildcard()
-                        && self
-                            .table
-                            .is_answered(&Want::wildcard(want.group.clone(), &want.type_url))
-                    {
+                    // A name of a type whose wildcard (or of a glob collection the group
+                    // holds), answered and committed, is answered already: there or not, the
+                    // upstream said so (it may send nothing again for it).
+                    if self.table.answered_through(&want) {
                         self.table.announce([want]);
                     }
                 }

@@ -204,6 +204,10 @@ impl State {
             // Still held through the type's wildcard.
             return;
         }
+        if self.holds_through_glob(want) {
+            // Still held through its glob collection (xRFC TP1).
+            return;
+        }
         if !self.caches.contains_key(&want.group.partition) {
             return;
         }
@@ -224,6 +228,13 @@ impl State {
         if want.is_wildcard() {
             // The names still subscribed by name stay.
             cache.drop_type(group, type_url, |name| named(wants, name));
+            return;
+        }
+        if xdsd_core::xdstp::is_glob(&want.name) {
+            // A glob collection: its members leave, but those still subscribed by name.
+            let members = cache.members(group, type_url, &want.name);
+            let gone: Vec<String> = members.into_iter().filter(|m| !named(wants, m)).collect();
+            cache.remove(group, type_url, &gone);
             return;
         }
         cache.remove(group, type_url, std::slice::from_ref(&want.name));
@@ -307,12 +318,19 @@ impl State {
     }
 
     /// Whether `want` is answered (its own answer, or for a name, its type's wildcard's in its
-    /// group: the upstream sent every resource of the type).
+    /// group: the upstream sent every resource of the type; or its glob collection's: the
+    /// upstream sent every member of it).
     fn is_answered(&self, want: &Want) -> bool {
         let answered = |w: &Want| self.wants.get(w).is_some_and(|e| e.answered);
         answered(want)
             || (!want.is_wildcard()
                 && answered(&Want::wildcard(want.group.clone(), &want.type_url)))
+            || glob_of(want).is_some_and(|glob| answered(&glob))
+    }
+
+    /// Whether the name `want` is a member of a glob collection its group subscribes to.
+    fn holds_through_glob(&self, want: &Want) -> bool {
+        glob_of(want).is_some_and(|glob| self.holds(&glob))
     }
 
     /// The wants declared that `want`'s answer answers: itself, and for a wildcard the names of
@@ -328,6 +346,17 @@ impl State {
             .cloned()
             .collect()
     }
+}
+
+/// The glob collection (xRFC TP1) the name `want` is a member of, in its group: `None` for a
+/// name that is not an xdstp name (one comparison), a glob, or the wildcard. Names are
+/// canonical here (the observer subscribes them so, the upstream sends them so).
+fn glob_of(want: &Want) -> Option<Want> {
+    if !xdsd_core::xdstp::is_xdstp(&want.name) || xdsd_core::xdstp::is_glob(&want.name) {
+        return None;
+    }
+    let glob = xdsd_core::xdstp::collection_of(&want.name)?;
+    Some(Want::named(want.group.clone(), &want.type_url, glob))
 }
 
 /// The clients a want is pending for, as the parameters their parameter set must hold (the
@@ -649,8 +678,22 @@ impl Table {
     }
 
     /// Whether `want` is answered.
+    #[cfg(test)]
     pub(crate) fn is_answered(&self, want: &Want) -> bool {
         self.state().is_answered(want)
+    }
+
+    /// Whether the name `want` is answered by what its group holds besides it: its type's
+    /// wildcard's answer, or its glob collection's (there or not, the upstream said so, and may
+    /// send nothing again for it).
+    pub(crate) fn answered_through(&self, want: &Want) -> bool {
+        if want.is_wildcard() {
+            return false;
+        }
+        let state = self.state();
+        let answered = |w: &Want| state.wants.get(w).is_some_and(|e| e.answered);
+        answered(&Want::wildcard(want.group.clone(), &want.type_url))
+            || glob_of(want).is_some_and(|glob| answered(&glob))
     }
 
     /// When [`Table::expire`] is next due.
@@ -729,6 +772,20 @@ impl Table {
             entry.responded = true;
             answers.push(wildcard);
         }
+        // A member answers its glob collection if the group subscribes to it: the upstream
+        // sends a glob's members together (xRFC TP1). Only xdstp names pay (a lookup per
+        // collection, not per member).
+        let mut last: Option<Want> = None;
+        let globs: Vec<Want> = resources
+            .iter()
+            .filter_map(|r| glob_of(&Want::named(group.clone(), &r.type_url, r.name.as_str())))
+            .filter(|glob| {
+                let new = last.as_ref() != Some(glob);
+                last = Some(glob.clone());
+                new && state.holds(glob)
+            })
+            .collect();
+        answers.extend(globs);
         state.answering(&group.partition).append(&mut answers);
     }
 

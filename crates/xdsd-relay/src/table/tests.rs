@@ -682,3 +682,75 @@ fn a_wildcard_has_a_response_once_its_group_is_sent_one_of_its_type_even_empty()
     assert!(table.responded(&cds()), "taken in, not committed yet");
     assert!(!table.is_answered(&cds()));
 }
+
+// --- Glob collections (xRFC TP1)
+
+const GLOB: &str = "xdstp://a/envoy.config.cluster.v3.Cluster/c1/*";
+
+fn member(id: &str) -> String {
+    format!("xdstp://a/envoy.config.cluster.v3.Cluster/c1/{id}")
+}
+
+#[test]
+fn a_member_received_answers_its_glob_collection_if_the_group_subscribes_to_it() {
+    let table = table();
+    table.acquire(1, named(GLOB));
+    // A member of another collection answers nothing of this one.
+    let other = "xdstp://a/envoy.config.cluster.v3.Cluster/c2/e1";
+    table.received(&GroupKey::shared(), CDS, &[&resource(other, &[])]);
+    assert_eq!(table.state().answering[&Partition::All], vec![named(other)]);
+    table.state().answering.clear();
+    table.received(
+        &GroupKey::shared(),
+        CDS,
+        &[&resource(&member("e1"), &[]), &resource(&member("e2"), &[])],
+    );
+    assert_eq!(
+        table.state().answering[&Partition::All],
+        vec![named(&member("e1")), named(&member("e2")), named(GLOB)],
+        "the glob once, with its members"
+    );
+}
+
+#[test]
+fn a_glob_collection_answered_answers_the_names_of_its_members() {
+    let store = Store::new();
+    let table = attached(&store);
+    table.acquire(1, named(GLOB));
+    table.announce([named(GLOB)]);
+    // Subscribed by name later, a member (there or not) is answered by the glob's answer.
+    table.ask(&named(&member("e9")), None, Instant::now());
+    assert!(store.pending_names().is_empty());
+    assert!(table.answered_through(&named(&member("e9"))));
+    assert!(!table.answered_through(&named("plain")));
+}
+
+#[test]
+fn a_glob_collection_left_takes_its_members_but_those_subscribed_by_name() {
+    let table = table();
+    table.acquire(1, named(GLOB));
+    table.acquire(2, named(&member("e1")));
+    let below = "xdstp://a/envoy.config.cluster.v3.Cluster/c1/sub/e3";
+    table.acquire(3, named(below));
+    table.received(
+        &GroupKey::shared(),
+        CDS,
+        &[
+            &resource(&member("e1"), &[]),
+            &resource(&member("e2"), &[]),
+            &resource(below, &[]),
+        ],
+    );
+    changed_names(&table, &Partition::All);
+    let t0 = Instant::now();
+    // The name unsubscribed while the glob holds it: it stays.
+    table.release(2, t0);
+    table.handle_timeout(t0 + LINGER);
+    assert!(changed_names(&table, &Partition::All).is_empty());
+    table.acquire(4, named(&member("e1")));
+    // The glob left: e2 goes, e1 (by name) and the name below the glob's path stay.
+    table.release(1, t0 + LINGER);
+    table.handle_timeout(t0 + LINGER * 2);
+    assert_eq!(changed_names(&table, &Partition::All), vec![member("e2")]);
+    assert_eq!(table.variants(), 2);
+}

@@ -35,6 +35,7 @@ mod max_connection_age;
 mod missing_directory;
 mod references;
 mod relay;
+mod relay_xdstp;
 mod replicas;
 mod rest;
 mod serve_source;

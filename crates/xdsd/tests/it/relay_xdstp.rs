@@ -1,0 +1,168 @@
+//! xdstp names (xRFC TP1) through `xdsd relay`, every process on 127.0.0.1: a real delta gRPC
+//! client's glob collection is subscribed upstream as a glob and cached per member, its members
+//! added and removed upstream reach the client, an empty collection is answered as TP1 says,
+//! and the relay's table says when a glob is answered (nothing waits out `--upstream-wait`).
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse,
+};
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::get::{lb_endpoint, serving, LB, LB_C1};
+use crate::support::relay::Relay;
+use crate::support::{Xdsd, DEADLINE};
+
+/// A delta ADS stream of one type, as a client writes it by hand.
+struct DeltaStream {
+    tx: mpsc::Sender<DeltaDiscoveryRequest>,
+    responses: tonic::Streaming<DeltaDiscoveryResponse>,
+    type_url: String,
+}
+
+impl DeltaStream {
+    /// A stream to `url` that subscribes to `names` of `type_url` in its first request.
+    async fn open(url: &str, node_id: &str, type_url: &str, names: &[&str]) -> DeltaStream {
+        let (tx, rx) = mpsc::channel(8);
+        tx.send(DeltaDiscoveryRequest {
+            node: Some(Node {
+                id: node_id.into(),
+                ..Default::default()
+            }),
+            type_url: type_url.into(),
+            resource_names_subscribe: names.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("queue the first request");
+        let mut client = AggregatedDiscoveryServiceClient::connect(url.to_owned())
+            .await
+            .expect("connect");
+        let responses = client
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .expect("DeltaAggregatedResources")
+            .into_inner();
+        DeltaStream {
+            tx,
+            responses,
+            type_url: type_url.into(),
+        }
+    }
+
+    /// The next response, ACKed.
+    async fn recv(&mut self) -> DeltaDiscoveryResponse {
+        let response = match timeout(DEADLINE, self.responses.message()).await {
+            Ok(Ok(Some(r))) => r,
+            Ok(Ok(None)) => panic!("the stream ended"),
+            Ok(Err(s)) => panic!("the stream failed: {s}"),
+            Err(_) => panic!("no response within {DEADLINE:?}"),
+        };
+        self.tx
+            .send(DeltaDiscoveryRequest {
+                type_url: self.type_url.clone(),
+                response_nonce: response.nonce.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("ACK");
+        response
+    }
+
+    /// Subscribes to `names` more.
+    async fn subscribe(&self, names: &[&str]) {
+        self.tx
+            .send(DeltaDiscoveryRequest {
+                type_url: self.type_url.clone(),
+                resource_names_subscribe: names.iter().map(|n| n.to_string()).collect(),
+                ..Default::default()
+            })
+            .await
+            .expect("a subscription");
+    }
+}
+
+/// The names a delta response sends, sorted, and those it removes.
+fn sent(response: &DeltaDiscoveryResponse) -> (Vec<String>, Vec<String>) {
+    let mut names: Vec<String> = response.resources.iter().map(|r| r.name.clone()).collect();
+    names.sort();
+    (names, response.removed_resources.clone())
+}
+
+fn member(id: &str) -> String {
+    format!("{LB_C1}/{id}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_client_of_a_relay_follows_a_glob_collections_members_added_and_removed() {
+    // Two members of c1, one below it (no member: globs are not recursive).
+    let dir = serving(&[
+        ("e1.yaml", &lb_endpoint("e1", 8001)),
+        ("e2.yaml", &lb_endpoint("e2", 8002)),
+        ("e3.yaml", &lb_endpoint("sub/e3", 8003)),
+    ]);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &["--upstream-wait", "30s"]).await;
+    let glob = member("*");
+    let mut client = DeltaStream::open(&relay.url(), "through", LB, &[&glob]).await;
+
+    // The upstream's answer, not an empty collection first, and not after the wait.
+    let first = client.recv().await;
+    assert_eq!(sent(&first), (vec![member("e1"), member("e2")], vec![]));
+    assert_eq!(
+        relay.metric("xdsd_relay_pending_expired_total").await,
+        Some(0.0),
+        "the relay's table took the members as the glob's answer"
+    );
+    relay.wait_metric("xdsd_relay_pending", 0.0).await;
+    assert!(
+        relay
+            .log
+            .lines()
+            .iter()
+            .any(|l| l.contains("subscribing upstream") && l.contains(&glob)),
+        "the glob is subscribed upstream as a glob"
+    );
+
+    // A member added upstream is sent alone; one removed, removed.
+    let mark = xdsd.log.mark();
+    dir.write("e4.yaml", &lb_endpoint("e4", 8004));
+    xdsd.expect_loaded_since(mark).await;
+    assert_eq!(sent(&client.recv().await), (vec![member("e4")], vec![]));
+    let mark = xdsd.log.mark();
+    dir.write("e2.yaml", &lb_endpoint("e2", 9002));
+    xdsd.expect_loaded_since(mark).await;
+    let changed = client.recv().await;
+    assert_eq!(sent(&changed), (vec![member("e2")], vec![]));
+    let was = first.resources.iter().find(|r| r.name == member("e2"));
+    assert_ne!(
+        was.map(|r| &r.version),
+        Some(&changed.resources[0].version),
+        "a new body, a new version"
+    );
+    let mark = xdsd.log.mark();
+    dir.remove("e1.yaml");
+    xdsd.expect_loaded_since(mark).await;
+    assert_eq!(sent(&client.recv().await), (vec![], vec![member("e1")]));
+
+    // An empty collection: the glob's own name in removed_resources (TP1, "Glob"), once the
+    // upstream said so.
+    let empty = format!("{LB_C1}/none/*");
+    client.subscribe(&[&empty]).await;
+    assert_eq!(sent(&client.recv().await), (vec![], vec![empty.clone()]));
+    assert_eq!(
+        relay.metric("xdsd_relay_pending_expired_total").await,
+        Some(0.0)
+    );
+
+    // A second client of the relay is answered from its cache, members as they are now.
+    let mut second = DeltaStream::open(&relay.url(), "second", LB, &[&glob]).await;
+    assert_eq!(
+        sent(&second.recv().await),
+        (vec![member("e2"), member("e4")], vec![])
+    );
+}
