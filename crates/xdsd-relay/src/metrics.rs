@@ -79,7 +79,12 @@ impl RelayMetrics {
     /// (`xdsd_relay_upstream{address}`): give it the options the relay's upstream streams are
     /// started with (their [`xdsd_client::Options::connected`] is shared by the clones). Once.
     pub fn follow_upstream(&self, upstream: &xdsd_client::Options) {
-        let servers = upstream.servers().map(str::to_owned).collect();
+        // The default's servers, then each authority's (`--upstream-for`).
+        let servers = upstream
+            .servers()
+            .map(str::to_owned)
+            .chain(upstream.authorities.values().flatten().cloned())
+            .collect();
         let _ = self
             .inner
             .upstreams

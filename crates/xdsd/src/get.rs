@@ -211,7 +211,7 @@ const REACHED: [&str; 5] = [
     types::SECRET,
 ];
 
-fn key_value(text: &str) -> Result<(String, String), String> {
+pub(crate) fn key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => Err(format!("{text:?} is not KEY=VALUE")),

@@ -32,6 +32,21 @@ pub(crate) struct RelayArgs {
     )]
     upstream: Vec<String>,
 
+    /// Federation (xRFC TP1 authorities, gRFC A47): the names `xdstp://AUTHORITY/...` (and glob
+    /// collections) of AUTHORITY are subscribed upstream of ADDR, every other name (and the
+    /// wildcard) of --upstream, so that one relay serves its clients the resources of several
+    /// control planes. Repeatable, comma-separated in the variable; an AUTHORITY given several
+    /// ADDRs has them as replicas, tried in turn. AUTHORITY is compared as the canonical name
+    /// writes it. The --upstream-tls-* options apply to every upstream.
+    #[arg(
+        long = "upstream-for",
+        value_name = "AUTHORITY=ADDR",
+        value_parser = crate::get::key_value,
+        env = "XDSD_UPSTREAM_FOR",
+        value_delimiter = ','
+    )]
+    upstream_for: Vec<(String, String)>,
+
     /// PEM CA certificate(s) to verify the upstream's certificate with (TLS to the upstream).
     #[arg(long, value_name = "FILE", env = "XDSD_UPSTREAM_TLS_CA")]
     upstream_tls_ca: Option<PathBuf>,
@@ -161,6 +176,16 @@ impl RelayArgs {
     fn options(&self) -> anyhow::Result<RelayOptions> {
         let mut upstream = xdsd_client::Options::with_servers(self.upstream.iter().cloned())
             .context("--upstream names no server")?;
+        let mut authorities: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+        for (authority, addr) in &self.upstream_for {
+            authorities
+                .entry(authority.as_str())
+                .or_default()
+                .push(addr.clone());
+        }
+        for (authority, servers) in authorities {
+            upstream = upstream.with_authority(authority, servers);
+        }
         if self.upstream_tls_ca.is_some() || self.upstream_tls_cert.is_some() {
             let read = |p: &PathBuf, flag: &str| {
                 std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
@@ -399,6 +424,45 @@ mod tests {
             upstream.servers().collect::<Vec<_>>(),
             ["10.0.0.1:18000", "10.0.0.2:18000", "10.0.0.3:18000"]
         );
+    }
+
+    #[test]
+    fn relay_upstream_for_maps_each_authority_to_its_servers() {
+        let Ok(Command::Relay(relay)) = Cli::try_parse_from([
+            "xdsd",
+            "relay",
+            "--upstream",
+            "10.0.0.1:18000",
+            "--upstream-for",
+            "a.example=10.0.0.2:18000",
+            "--upstream-for",
+            "b.example=10.0.0.3:18000,a.example=10.0.0.4:18000",
+        ])
+        .map(|cli| cli.command) else {
+            panic!("parses as relay");
+        };
+        let upstream = relay.options().expect("options").upstream;
+        assert_eq!(upstream.servers().collect::<Vec<_>>(), ["10.0.0.1:18000"]);
+        assert_eq!(
+            upstream.authorities,
+            [
+                (
+                    "a.example".to_owned(),
+                    vec!["10.0.0.2:18000".to_owned(), "10.0.0.4:18000".to_owned()]
+                ),
+                ("b.example".to_owned(), vec!["10.0.0.3:18000".to_owned()]),
+            ]
+            .into()
+        );
+        assert!(Cli::try_parse_from([
+            "xdsd",
+            "relay",
+            "--upstream",
+            "10.0.0.1:18000",
+            "--upstream-for",
+            "10.0.0.2:18000",
+        ])
+        .is_err());
     }
 
     #[test]

@@ -92,6 +92,26 @@ fn sent(response: &DeltaDiscoveryResponse) -> (Vec<String>, Vec<String>) {
     (names, response.removed_resources.clone())
 }
 
+/// The port of an `LbEndpoint` a delta response sends.
+fn port(resource: &envoy_types::pb::envoy::service::discovery::v3::Resource) -> u32 {
+    use envoy_types::pb::envoy::config::core::v3::address::Address;
+    use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
+    use envoy_types::pb::envoy::config::endpoint::v3::{lb_endpoint::HostIdentifier, LbEndpoint};
+    let body = resource.resource.as_ref().expect("a body");
+    let endpoint =
+        <LbEndpoint as prost::Message>::decode(body.value.as_slice()).expect("an LbEndpoint");
+    let Some(HostIdentifier::Endpoint(endpoint)) = endpoint.host_identifier else {
+        panic!("an endpoint");
+    };
+    match endpoint.address.and_then(|a| a.address) {
+        Some(Address::SocketAddress(s)) => match s.port_specifier {
+            Some(PortSpecifier::PortValue(p)) => p,
+            other => panic!("a port value, not {other:?}"),
+        },
+        other => panic!("a socket address, not {other:?}"),
+    }
+}
+
 fn member(id: &str) -> String {
     format!("{LB_C1}/{id}")
 }
@@ -138,12 +158,7 @@ async fn a_delta_client_of_a_relay_follows_a_glob_collections_members_added_and_
     xdsd.expect_loaded_since(mark).await;
     let changed = client.recv().await;
     assert_eq!(sent(&changed), (vec![member("e2")], vec![]));
-    let was = first.resources.iter().find(|r| r.name == member("e2"));
-    assert_ne!(
-        was.map(|r| &r.version),
-        Some(&changed.resources[0].version),
-        "a new body, a new version"
-    );
+    assert_eq!(port(&changed.resources[0]), 9002, "its new body");
     let mark = xdsd.log.mark();
     dir.remove("e1.yaml");
     xdsd.expect_loaded_since(mark).await;
@@ -165,4 +180,96 @@ async fn a_delta_client_of_a_relay_follows_a_glob_collections_members_added_and_
         sent(&second.recv().await),
         (vec![member("e2"), member("e4")], vec![])
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_with_two_authorities_serves_each_name_from_its_authoritys_server() {
+    // Two xdsd servers, each the control plane of one authority, each with a decoy of the
+    // other's resources: through one relay, every name comes from its authority's server.
+    let endpoint = |id: &str, port: u16| lb_endpoint(id, port).replace("xdsd.test", "b.test");
+    let cluster = |name: &str, timeout: &str| {
+        format!(
+            "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: {name}\nconnect_timeout: {timeout}\n"
+        )
+    };
+    let a_cluster = "xdstp://a.test/envoy.config.cluster.v3.Cluster/c1";
+    let dir_a = serving(&[
+        ("c1.yaml", &cluster(a_cluster, "1s")),
+        ("plain.yaml", &cluster("plain", "1s")),
+        ("e1.yaml", &endpoint("e1", 9999)),
+    ]);
+    let dir_b = serving(&[
+        ("c1.yaml", &cluster(a_cluster, "9s")),
+        ("plain.yaml", &cluster("plain", "9s")),
+        ("e1.yaml", &endpoint("e1", 8001)),
+        ("e2.yaml", &endpoint("e2", 8002)),
+    ]);
+    let a = Xdsd::start(&dir_a.path()).await;
+    let b = Xdsd::start(&dir_b.path()).await;
+    a.expect_loaded_since(0).await;
+    b.expect_loaded_since(0).await;
+    let b_for = format!("b.test={}", b.authority());
+    let relay = Relay::start(
+        &a.authority(),
+        &["--upstream-for", &b_for, "--prefetch", "none"],
+    )
+    .await;
+
+    // b.test's glob collection from b (not a's decoy), followed there.
+    let glob = "xdstp://b.test/envoy.config.endpoint.v3.LbEndpoint/c1/*";
+    let b_member = |id: &str| format!("xdstp://b.test/envoy.config.endpoint.v3.LbEndpoint/c1/{id}");
+    let mut endpoints = DeltaStream::open(&relay.url(), "eds", LB, &[glob]).await;
+    let first = endpoints.recv().await;
+    assert_eq!(sent(&first), (vec![b_member("e1"), b_member("e2")], vec![]));
+    let mut ports: Vec<u32> = first.resources.iter().map(port).collect();
+    ports.sort();
+    assert_eq!(ports, [8001, 8002], "b's members, not a's decoy");
+    let mark = b.log.mark();
+    dir_b.write("e3.yaml", &endpoint("e3", 8003));
+    b.expect_loaded_since(mark).await;
+    assert_eq!(
+        sent(&endpoints.recv().await),
+        (vec![b_member("e3")], vec![])
+    );
+
+    // a.test's cluster and a plain name from a (--upstream), not b's decoys.
+    let mut clusters = DeltaStream::open(
+        &relay.url(),
+        "cds",
+        crate::support::CLUSTER,
+        &[a_cluster, "plain"],
+    )
+    .await;
+    let answer = clusters.recv().await;
+    assert_eq!(
+        sent(&answer),
+        (vec!["plain".to_owned(), a_cluster.to_owned()], vec![])
+    );
+    for r in &answer.resources {
+        let cluster =
+            <envoy_types::pb::envoy::config::cluster::v3::Cluster as prost::Message>::decode(
+                r.resource.as_ref().expect("a body").value.as_slice(),
+            )
+            .expect("a cluster");
+        assert_eq!(
+            cluster.connect_timeout.map(|d| d.seconds),
+            Some(1),
+            "{} from a, not b's decoy",
+            r.name
+        );
+    }
+
+    // The relay's metrics name both upstreams, each with its stream on it.
+    relay
+        .wait_metric(
+            &format!("xdsd_relay_upstream{{address=\"{}\"}}", a.authority()),
+            1.0,
+        )
+        .await;
+    relay
+        .wait_metric(
+            &format!("xdsd_relay_upstream{{address=\"{}\"}}", b.authority()),
+            1.0,
+        )
+        .await;
 }
