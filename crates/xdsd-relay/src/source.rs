@@ -122,6 +122,23 @@ pub struct RelaySource {
     problems: Vec<String>,
 }
 
+/// The server a name is subscribed upstream of, for the logs: its authority's first
+/// (`--upstream-for`, xRFC TP1), else the default's.
+fn upstream_of<'a>(upstream: &'a xdsd_client::Options, name: &str) -> &'a str {
+    if upstream.authorities.is_empty() || !xdsd_core::xdstp::is_xdstp(name) {
+        return &upstream.server;
+    }
+    let Some(rest) = name.get(xdsd_core::xdstp::SCHEME.len()..) else {
+        return &upstream.server;
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    upstream
+        .authorities
+        .get(authority)
+        .and_then(|servers| servers.first())
+        .map_or(&upstream.server, String::as_str)
+}
+
 /// A relay: its source (give it to a [`xdsd_core::Feed`]), the observer its server needs
 /// (give it to [`xdsd_core::XdsServerBuilder::observer`]) and its metrics.
 pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics) {
@@ -168,7 +185,7 @@ impl RelaySource {
                 Action::Subscribe(want) => {
                     self.start_group(&want.group)?;
                     if self.groups.contains_key(&want.group) {
-                        info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want, "subscribing upstream");
+                        info!(upstream = %upstream_of(&self.options.upstream, &want.name), stream = %want.group, type_url = %want.type_url, name = %want, "subscribing upstream");
                         names
                             .entry((want.group.clone(), want.type_url.clone()))
                             .or_default()
@@ -194,7 +211,7 @@ impl RelaySource {
     }
 
     fn unsubscribe(&mut self, want: Want) {
-        info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want, "no downstream client left: unsubscribing upstream");
+        info!(upstream = %upstream_of(&self.options.upstream, &want.name), stream = %want.group, type_url = %want.type_url, name = %want, "no downstream client left: unsubscribing upstream");
         if let Some(group) = self.groups.get(&want.group) {
             group.client.unsubscribe(&want.type_url, &want.name);
         }

@@ -2,6 +2,7 @@
 //! `GRPC_XDS_BOOTSTRAP`) gets listener → route → cluster → endpoints from xdsd over ADS and calls
 //! a Python gRPC server; when the endpoints file changes, new clients reach the other server.
 
+use crate::support::relay::Relay;
 use crate::support::{
     run_python_client, unique_name, PyClientOutput, PyGrpcServer, ResourceDir, Xdsd, CLUSTER,
     ENDPOINTS, LISTENER, ROUTE,
@@ -172,6 +173,18 @@ async fn grpcio_xds_resolver_reaches_the_server_named_by_xdsd() {
 /// order: xdsd serves it under the canonical name), and reaches the server they name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpcio_with_an_authority_takes_xdstp_names_from_xdsd() {
+    with_an_authority(false).await
+}
+
+/// The same through `xdsd relay --upstream-for xdsd.test=XDSD` whose `--upstream` is another
+/// xdsd (with a decoy listener of the same name, plain): grpcio's bootstrap names the relay
+/// only, and the relay federates, the authority's names from their own control plane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_with_an_authority_takes_xdstp_names_through_a_relay_that_federates() {
+    with_an_authority(true).await
+}
+
+async fn with_an_authority(through_relay: bool) {
     const AUTHORITY: &str = "xdsd.test";
     let listener = format!("xdstp://{AUTHORITY}/envoy.config.listener.v3.Listener/{TARGET_NAME}");
     let route =
@@ -230,10 +243,27 @@ endpoints:
     );
     let xdsd = Xdsd::start_with_args(&dir.path(), &["--log-level", "debug"]).await;
     xdsd.expect_loaded_since(0).await;
+    // Through a relay: the default upstream is another control plane, with a plain listener
+    // of the target's name (what a client without the authority would get).
+    let other_dir = ResourceDir::new();
+    resources(&other_dir, 9);
+    let (_other, relay) = if through_relay {
+        let other = Xdsd::start(&other_dir.path()).await;
+        other.expect_loaded_since(0).await;
+        let upstream_for = format!("{AUTHORITY}={}", xdsd.authority());
+        let relay = Relay::start(&other.authority(), &["--upstream-for", &upstream_for]).await;
+        (Some(other), Some(relay))
+    } else {
+        (None, None)
+    };
+    let (server_uri, log) = match &relay {
+        Some(relay) => (relay.authority(), &relay.log),
+        None => (xdsd.authority(), &xdsd.log),
+    };
 
     let scratch = tempfile::tempdir().expect("cannot create a temporary directory");
     let servers = serde_json::json!([{
-        "server_uri": xdsd.authority(),
+        "server_uri": server_uri,
         "channel_creds": [{ "type": "insecure" }],
         "server_features": ["xds_v3"],
     }]);
@@ -275,15 +305,36 @@ endpoints:
     // grpcio asks for the listener by its xdstp name only (the template's), and for the route
     // by the canonical name: xdsd pushed one resource of each of the four types.
     for type_url in [LISTENER, ROUTE, CLUSTER, ENDPOINTS] {
-        let pushed = xdsd.log.matching_since(0, |l| {
+        let pushed = log.matching_since(0, |l| {
             l.contains(" push ") && l.contains(type_url) && l.contains("resources=1")
         });
         assert!(
             !pushed.is_empty(),
             "xdsd pushed grpcio its {type_url}:\n{}",
-            xdsd.log.text()
+            log.text()
         );
     }
-    let nacks = xdsd.log.matching_since(0, |l| l.contains("NACK"));
+    let nacks = log.matching_since(0, |l| l.contains("NACK"));
     assert!(nacks.is_empty(), "grpcio NACKed: {nacks:#?}");
+    if let Some(relay) = &relay {
+        // Each xdstp name was subscribed upstream of the authority's server: the default
+        // upstream was asked for none of them.
+        relay
+            .wait_metric(
+                &format!("xdsd_relay_upstream{{address=\"{}\"}}", xdsd.authority()),
+                1.0,
+            )
+            .await;
+        let subscribed = relay.log.matching_since(0, |l| {
+            l.contains("subscribing upstream") && l.contains("xdstp://")
+        });
+        assert_eq!(subscribed.len(), 4, "{subscribed:#?}");
+        let theirs = format!("upstream={}", xdsd.authority());
+        assert!(
+            subscribed.iter().all(|l| l.contains(&theirs)),
+            "each of the authority's own server: {subscribed:#?}"
+        );
+        // (The default upstream has none of these names: grpcio reached its server through
+        // them, so none was answered by it.)
+    }
 }
