@@ -157,6 +157,9 @@ struct RunArgs {
     /// S13 endpoints of the cluster every stream holds.
     #[arg(long, default_value_t = 10_000)]
     s13_endpoints: usize,
+    /// S13 changes per side (one endpoint added each; convergence is their median).
+    #[arg(long, default_value_t = 5)]
+    s13_changes: usize,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]
     streams_per_connection: Option<usize>,
@@ -270,6 +273,7 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         s12_streams: a.s12_streams,
         s13_streams: a.s13_streams.unwrap_or(if q { 50 } else { 1000 }),
         s13_endpoints: a.s13_endpoints,
+        s13_changes: a.s13_changes.max(1),
         sync_timeout_s: if q { 30 } else { 180 },
         change_timeout_s: if q { 15 } else { 60 },
     })

@@ -136,6 +136,8 @@ pub struct Plan {
     /// S13 (LEDS): delta streams, and endpoints of the cluster.
     pub s13_streams: usize,
     pub s13_endpoints: usize,
+    /// S13: changes per side.
+    pub s13_changes: usize,
     pub sync_timeout_s: u64,
     pub change_timeout_s: u64,
 }
