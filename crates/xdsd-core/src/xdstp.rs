@@ -344,6 +344,42 @@ impl XdstpName {
 /// The glob collection of the canonical xdstp name `name` (see [`XdstpName::collection`]), read
 /// from its text without parsing it again: `None` when `name` is not an xdstp name with an id.
 pub fn collection_of(name: &str) -> Option<String> {
+    let mut out = String::with_capacity(name.len() + 2);
+    write_collection(name, &mut out).then_some(out)
+}
+
+/// [`collection_of`] into `out` (cleared first): whether `name` has a collection.
+fn write_collection(name: &str, out: &mut String) -> bool {
+    out.clear();
+    collection_parts(name).is_some_and(|(dir, query)| {
+        out.push_str(SCHEME);
+        out.push_str(dir);
+        out.push('*');
+        if let Some(q) = query.filter(|q| !q.is_empty()) {
+            out.push('?');
+            out.push_str(q);
+        }
+        true
+    })
+}
+
+/// Calls `f` with the glob collection of the canonical xdstp name `name` ([`collection_of`]),
+/// built in a buffer of the thread's, not a new string: a stream's look at a changed member
+/// ("is its collection subscribed?") allocates nothing. `None` when `name` has none. (Called
+/// again from `f`, it finds the buffer taken and builds a string.)
+pub fn with_collection_of<R>(name: &str, f: impl FnOnce(&str) -> R) -> Option<R> {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    BUFFER.with(|buffer| match buffer.try_borrow_mut() {
+        Ok(mut buffer) => write_collection(name, &mut buffer).then(|| f(&buffer)),
+        Err(_) => collection_of(name).map(|c| f(&c)),
+    })
+}
+
+/// The parts of `name`'s collection: its path up to its id's last segment (after the scheme),
+/// and its query.
+fn collection_parts(name: &str) -> Option<(&str, Option<&str>)> {
     let rest = name.strip_prefix(SCHEME)?;
     let (path, query) = match rest.split_once('?') {
         Some((p, q)) => (p, Some(q)),
@@ -355,15 +391,7 @@ pub fn collection_of(name: &str) -> Option<String> {
         return None;
     }
     let dir_len = path.len() - id.len() + id.rfind('/').map_or(0, |i| i + 1);
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push_str(SCHEME);
-    out.push_str(&path[..dir_len]);
-    out.push('*');
-    if let Some(q) = query.filter(|q| !q.is_empty()) {
-        out.push('?');
-        out.push_str(q);
-    }
-    Some(out)
+    Some((&path[..dir_len], query))
 }
 
 /// A glob collection's name read from its text: the path up to and with the `/` before `*`, and
@@ -389,9 +417,13 @@ pub fn is_glob(name: &str) -> bool {
 /// and `query` ([`glob_parts`]): directly under the glob's path (not below it, cncf/xds#91),
 /// with the same context parameters.
 pub fn is_member(prefix: &str, query: &str, name: &str) -> bool {
-    let Some(rest) = name.strip_prefix(prefix) else {
-        return false;
-    };
+    name.strip_prefix(prefix)
+        .is_some_and(|rest| is_member_rest(query, rest))
+}
+
+/// [`is_member`] for a name known to start with the glob's prefix: `rest` is what follows it.
+/// A walk of the names under a glob's path compares the prefix once per name, not twice.
+pub fn is_member_rest(query: &str, rest: &str) -> bool {
     let (id, params) = rest.split_once('?').unwrap_or((rest, ""));
     !id.is_empty() && !id.contains('/') && id != "*" && params == query
 }

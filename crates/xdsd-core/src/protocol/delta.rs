@@ -287,8 +287,8 @@ impl DeltaMachine {
             .map(|(prefix, query)| {
                 current
                     .entries_from(prefix)
-                    .take_while(|(name, _)| name.starts_with(prefix))
-                    .filter(|(name, _)| crate::xdstp::is_member(prefix, query, name))
+                    .map_while(|(name, _)| name.strip_prefix(prefix))
+                    .filter(|rest| crate::xdstp::is_member_rest(query, rest))
                     .count()
             })
             .sum()
@@ -299,8 +299,10 @@ impl DeltaMachine {
 /// Only xdstp names pay for the look.
 fn in_glob(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
     crate::xdstp::is_xdstp(name)
-        && crate::xdstp::collection_of(name)
-            .is_some_and(|c| c != name && names.contains(&(&*c, pid) as &dyn KeyLookup))
+        && crate::xdstp::with_collection_of(name, |c| {
+            c != name && names.contains(&(c, pid) as &dyn KeyLookup)
+        })
+        .unwrap_or(false)
 }
 
 /// Whether `key` is subscribed by a glob collection of `names` and not by its own name: a

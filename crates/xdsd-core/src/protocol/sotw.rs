@@ -322,8 +322,10 @@ impl SotwMachine {
 fn in_glob(globs: &[Key], name: &str, pid: ParamSetId) -> bool {
     !globs.is_empty()
         && crate::xdstp::is_xdstp(name)
-        && crate::xdstp::collection_of(name)
-            .is_some_and(|c| c != name && globs.iter().any(|(g, p)| *p == pid && **g == *c))
+        && crate::xdstp::with_collection_of(name, |c| {
+            c != name && globs.iter().any(|(g, p)| *p == pid && **g == *c)
+        })
+        .unwrap_or(false)
 }
 
 /// What a client was last sent of a key: the mark of that resource's version ([`SentMark`]), or

@@ -788,22 +788,28 @@ impl View {
     /// order: a walk of the names under its path, not of the view.
     pub fn members<'a>(&'a self, glob: &'a str) -> impl Iterator<Item = &'a Arc<Resource>> + 'a {
         let (prefix, query) = crate::xdstp::glob_parts(glob).unwrap_or(("\u{0}", ""));
+        // The names under the glob's path, each compared with the prefix once.
+        let member = move |name: &str| {
+            name.strip_prefix(prefix)
+                .map(|rest| crate::xdstp::is_member_rest(query, rest))
+        };
         let from: Box<dyn Iterator<Item = &'a Arc<Resource>> + 'a> = match &self.data {
             ViewData::Plain(t) => Box::new(
                 t.entries_from(prefix)
-                    .take_while(move |e| e.name.starts_with(prefix))
-                    .filter_map(|e| e.variants.first()),
+                    .map_while(move |e| Some((member(&e.name)?, e)))
+                    .filter_map(|(is, e)| is.then(|| e.variants.first()).flatten()),
             ),
             ViewData::Resolved { resources, .. } => {
                 let start = resources.partition_point(|r| &**r.name() < prefix);
                 Box::new(
                     resources[start..]
                         .iter()
-                        .take_while(move |r| r.name().starts_with(prefix)),
+                        .map_while(move |r| Some((member(r.name())?, r)))
+                        .filter_map(|(is, r)| is.then_some(r)),
                 )
             }
         };
-        from.filter(move |r| crate::xdstp::is_member(prefix, query, r.name()))
+        from
     }
 
     /// Resources in name order.

@@ -200,3 +200,37 @@ fn glob_members_are_direct_children_with_equal_parameters() {
     assert!(glob_parts("xdstp://a/T/c1/x*").is_none());
     assert!(glob_parts("c1/*").is_none());
 }
+
+#[test]
+fn a_collection_looked_at_in_the_threads_buffer_is_the_one_collection_of_builds() {
+    for name in [
+        "xdstp://a/T/c1/e1?k=v",
+        "xdstp://a/T/c1/sub/e1",
+        "xdstp://a/T/e1",
+        "xdstp://a/T/c1/*",
+        "xdstp://a/T",
+        "plain",
+    ] {
+        assert_eq!(
+            with_collection_of(name, str::to_owned),
+            collection_of(name),
+            "{name}"
+        );
+    }
+    // Called again while the buffer is taken: the same answers.
+    let nested = with_collection_of("xdstp://a/T/c1/e1", |outer| {
+        (
+            outer.to_owned(),
+            with_collection_of("xdstp://a/T/c2/e1?z=1", str::to_owned),
+        )
+    });
+    assert_eq!(
+        nested,
+        Some((
+            "xdstp://a/T/c1/*".to_owned(),
+            Some("xdstp://a/T/c2/*?z=1".to_owned())
+        ))
+    );
+    assert!(is_member_rest("", "e1") && !is_member_rest("", "sub/e1"));
+    assert!(is_member_rest("k=v", "e1?k=v") && !is_member_rest("", "e1?k=v"));
+}
