@@ -156,16 +156,18 @@ pub fn markdown(rows: &[Row]) -> String {
     }
     let s13: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S13").collect();
     if !s13.is_empty() {
-        out.push_str("### S13 LEDS: one endpoint added to a cluster every stream holds, as a glob collection (leds), as one ClusterLoadAssignment (eds) and as a one-endpoint ClusterLoadAssignment's change (eds-1)\n\nConvergence = from the commit to the last stream having it (ms); bytes what the streams received for the change; the ratios in leds's notes.\n\n");
-        out.push_str("| mode | streams | convergence ms | client p50 | client p99 | KiB sent | notes |\n|---|---|---|---|---|---|---|\n");
+        out.push_str("### S13 LEDS: one endpoint added to a cluster every stream holds, as a glob collection (leds), as one ClusterLoadAssignment (eds) and as a one-endpoint ClusterLoadAssignment's change (eds-1)\n\nConvergence = from the commit to the last stream having it (ms): the median and the max of the side's changes; CPU = the bench process's (server and clients) from each commit to its last stream, per change; bytes what the streams received per change; the ratios (of the medians) in leds's notes.\n\n");
+        out.push_str("| mode | streams | changes | convergence p50 ms | convergence max ms | client p50 | client p99 | CPU ms/change | KiB sent/change | notes |\n|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &s13 {
-            let [_, _, _, conv] = ms(&r.conv_ms);
+            let [conv50, _, _, conv] = ms(&r.conv_ms);
             let [p50, _, p99, _] = ms(&r.client_ms);
             let _ = writeln!(
                 out,
-                "| {} | {} | {conv} | {p50} | {p99} | {:.1} | {} |",
+                "| {} | {} | {} | {conv50} | {conv} | {p50} | {p99} | {:.1} | {:.1} | {} |",
                 r.mode,
                 r.streams,
+                r.changes,
+                r.change_cpu_s * 1e3 / r.changes.max(1) as f64,
                 r.bytes as f64 / 1024.0,
                 note(r)
             );

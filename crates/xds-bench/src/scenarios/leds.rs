@@ -177,7 +177,9 @@ async fn side(
         let mut lasts = Vec::with_capacity(count);
         let mut bytes = 0u64;
         let change_timeout = Duration::from_secs(ctx.plan.change_timeout_s);
+        let mut cpu = 0.0;
         for change in changes {
+            let cpu0 = crate::control::self_cpu_seconds();
             let start = Instant::now();
             store.apply([Change::Set(change)])?;
             let mut last = 0;
@@ -191,12 +193,14 @@ async fn side(
                 bytes += b as u64;
             }
             lasts.push(last);
+            cpu += crate::control::self_cpu_seconds() - cpu0;
             // The ACKs of this change land before the next.
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         row.conv_ms = pct(lasts);
         row.client_ms = pct(client_ns);
         row.changes = count;
+        row.change_cpu_s = cpu;
         row.bytes = bytes / count.max(1) as u64;
         row.responses = (streams * count) as u64;
         row.note = format!(
@@ -256,10 +260,12 @@ pub async fn s13(ctx: &mut Ctx) -> Vec<Row> {
     let conv = |r: &Row| r.conv_ms.as_ref().map(|p| p.p50);
     if let (Some(l), Some(e), Some(o)) = (conv(&leds), conv(&eds), conv(&one)) {
         leds.note = format!(
-            "{}; median convergence {:.2}x EDS's, {:.2}x a one-endpoint EDS change's; bytes {:.4}x EDS's, {:.2}x the one-endpoint change's",
+            "{}; median convergence {:.2}x EDS's, {:.2}x a one-endpoint EDS change's; CPU {:.2}x EDS's, {:.2}x the one-endpoint change's; bytes {:.4}x EDS's, {:.2}x the one-endpoint change's",
             leds.note,
             l / e.max(1e-9),
             l / o.max(1e-9),
+            leds.change_cpu_s / eds.change_cpu_s.max(1e-9),
+            leds.change_cpu_s / one.change_cpu_s.max(1e-9),
             leds.bytes as f64 / eds.bytes.max(1) as f64,
             leds.bytes as f64 / one.bytes.max(1) as f64,
         );
