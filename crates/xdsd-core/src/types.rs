@@ -28,6 +28,15 @@ pub const RUNTIME: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime"
 pub const TYPED_EXTENSION_CONFIG: &str =
     "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
 
+/// Whether resources of `type_url` carry their name in a field of their own (`name`,
+/// `cluster_name`): every type xdsd knows but `LbEndpoint` (LEDS's members, named only by their
+/// xdstp name), and every type it does not know (whose name it cannot read, and so takes as
+/// given). A SotW client learns the name of a resource without one only from a `Resource`
+/// wrapper.
+pub fn has_name_field(type_url: &str) -> bool {
+    type_url != LB_ENDPOINT
+}
+
 /// The well-known xDS types, in the order people read them (listeners, routes, virtual hosts,
 /// clusters, endpoints, secrets, runtime, extension configs): the order the admin API lists a
 /// client's types in, and the types a relay presents its dynamic parameters for.

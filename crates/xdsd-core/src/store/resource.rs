@@ -68,6 +68,9 @@ pub struct Resource {
     sotw_forms: [OnceLock<Bytes>; 4],
     delta_forms: [OnceLock<Bytes>; 4],
     heartbeat_forms: [OnceLock<Bytes>; 4],
+    /// Its type has no name field ([`crate::types::has_name_field`]): a SotW client learns its
+    /// name only from a `Resource` wrapper.
+    nameless: bool,
 }
 
 impl Resource {
@@ -147,6 +150,7 @@ impl Resource {
             version: version.into(),
             any: any.encode_to_vec().into(),
             delta: delta.encode_to_vec().into(),
+            nameless: !crate::types::has_name_field(type_url),
             sotw_forms: Default::default(),
             delta_forms: Default::default(),
             heartbeat_forms: Default::default(),
@@ -267,6 +271,17 @@ impl Resource {
     /// carrying a TTL).
     pub fn sotw_entry(&self, encoding: Encoding) -> &Bytes {
         match encoding.index(self) {
+            // A type without a name field (LEDS's `LbEndpoint`): wrapped with its name for a
+            // client that takes wrappers (SotW's `ttl`: it takes TTLs and `Resource`
+            // wrappers), which could not tell its name otherwise. (Form 0 is otherwise unused.)
+            0 if encoding.ttl && self.nameless => self.sotw_forms[0].get_or_init(|| {
+                Any {
+                    type_url: RESOURCE_WRAPPER.to_owned(),
+                    value: self.wrapper(encoding, true).encode_to_vec(),
+                }
+                .encode_to_vec()
+                .into()
+            }),
             0 => &self.any,
             i => self.sotw_forms[i].get_or_init(|| {
                 Any {
@@ -277,6 +292,11 @@ impl Resource {
                 .into()
             }),
         }
+    }
+
+    /// Whether its type has no name field (see [`Resource::sotw_entry`]).
+    pub fn is_nameless(&self) -> bool {
+        self.nameless
     }
 
     /// A `DeltaDiscoveryResponse.resources` element.

@@ -823,7 +823,9 @@ impl View {
     /// All resources encoded as consecutive `DiscoveryResponse.resources` (field 2) entries, in
     /// an encoding (see [`Resource::sotw_entry`]).
     pub fn sotw_body(&self, mut encoding: Encoding) -> Bytes {
-        encoding.ttl &= self.has_ttl();
+        // A type without a name field goes wrapped to clients that take wrappers (see
+        // `Resource::sotw_entry`), TTLs or not.
+        encoding.ttl &= self.has_ttl() || self.iter().next().is_some_and(|r| r.is_nameless());
         self.sotw_bodies[encoding_index(encoding)]
             .get_or_init(|| self.encode_all(encoding, Resource::sotw_entry, None))
             .clone()

@@ -618,10 +618,9 @@ async fn get_a_glob_collection_prints_its_members_each_named() {
     ]);
     let server = Xdsd::start(&dir.path()).await;
     let glob = format!("{LB_C1}/*");
-    // LbEndpoint has no name field: delta names it (SotW would need the Resource wrapper,
-    // docs/xdstp.md); SotW globs are shown with clusters below.
-    {
-        let flavor = ["--delta"];
+    // LbEndpoint has no name field: delta names it, and so does SotW, wrapping it in a
+    // `Resource` for a client that takes wrappers (xdsd get does; docs/xdstp.md).
+    for flavor in [&["--delta"][..], &[][..]] {
         let mut args = flavor.to_vec();
         args.extend([LB, glob.as_str()]);
         let out = get(&server, &args).await;

@@ -1055,6 +1055,68 @@ mod glob {
         Harness::new(T, &resources)
     }
 
+    /// The `DiscoveryResponse.resources` entry a client is sent of `resource`, decoded: its Any's
+    /// type URL, and the name it carries (a `Resource` wrapper's; none in the bare body).
+    fn entry_of(resource: &crate::store::Resource, encoding: Encoding) -> (String, String) {
+        use prost::Message;
+        let any =
+            envoy_types::pb::google::protobuf::Any::decode(resource.sotw_entry(encoding).clone())
+                .expect("an Any");
+        let name = if any.type_url == crate::store::RESOURCE_WRAPPER {
+            envoy_types::pb::envoy::service::discovery::v3::Resource::decode(any.value.as_slice())
+                .expect("a Resource")
+                .name
+        } else {
+            String::new()
+        };
+        (any.type_url, name)
+    }
+
+    #[test]
+    fn sotw_resource_of_a_type_without_a_name_field_goes_wrapped_with_its_name_to_a_client_that_takes_wrappers(
+    ) {
+        let mut h = harness(&["e1"]);
+        h.request(&[&n("*")], "", "");
+        let response = h.poll().expect("a response");
+        let sent = response
+            .resources
+            .iter()
+            .next()
+            .expect("the member")
+            .clone();
+        // A client that takes TTLs and wrappers (Envoy, xdsd-client): wrapped, named.
+        let wraps = Encoding {
+            ttl: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            entry_of(&sent, wraps),
+            (crate::store::RESOURCE_WRAPPER.to_owned(), n("e1"))
+        );
+        // One that does not: the bare body, as before.
+        assert_eq!(
+            entry_of(&sent, Encoding::default()),
+            (T.to_owned(), String::new())
+        );
+        // A type with a name field goes bare to both.
+        let store = store_with(CLUSTER, &[("c", "1")]);
+        let snap = store.snapshot();
+        let cluster = views(&snap, CLUSTER)
+            .view(0)
+            .iter()
+            .next()
+            .expect("c")
+            .clone();
+        assert_eq!(entry_of(&cluster, wraps).0, CLUSTER);
+        // A whole view's shared body is wrapped alike.
+        let snap = h.store.snapshot();
+        let body = views(&snap, T).view(0).sotw_body(wraps);
+        assert!(
+            body.windows(n("e1").len()).any(|w| w == n("e1").as_bytes()),
+            "the member's name is in the view's body"
+        );
+    }
+
     #[test]
     fn sotw_glob_sends_the_members_directly_under_its_path_with_equal_parameters() {
         let mut h = harness(&["e1", "e2", "sub/e3", "e4?k=v"]);
