@@ -273,3 +273,36 @@ async fn a_relay_with_two_authorities_serves_each_name_from_its_authoritys_serve
         )
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_glob_spelled_non_canonically_is_subscribed_upstream_canonically_through_a_relay() {
+    // A member with context parameters (a file may write them in any order: served canonical),
+    // and a glob a client spells with them out of order.
+    let dir = serving(&[
+        ("e1.yaml", &lb_endpoint("e1?zone=b&a=1", 8001)),
+        ("e2.yaml", &lb_endpoint("e2", 8002)),
+    ]);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), &["--upstream-wait", "30s"]).await;
+    let spelled = member("*?zone=b&a=1");
+    let mut client = DeltaStream::open(&relay.url(), "spelled", LB, &[&spelled]).await;
+    assert_eq!(
+        sent(&client.recv().await),
+        (vec![member("e1?a=1&zone=b")], vec![]),
+        "the member, under its own (canonical) name"
+    );
+    let canonical = member("*?a=1&zone=b");
+    let subscribed = relay
+        .log
+        .matching_since(0, |l| l.contains("subscribing upstream"));
+    assert!(
+        subscribed.iter().any(|l| l.contains(&canonical))
+            && !subscribed.iter().any(|l| l.contains(&spelled)),
+        "subscribed upstream canonically: {subscribed:#?}"
+    );
+    assert_eq!(
+        relay.metric("xdsd_relay_pending_expired_total").await,
+        Some(0.0)
+    );
+}
