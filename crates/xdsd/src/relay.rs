@@ -288,6 +288,7 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
     // upstream's business.
     let store = Store::with_reference_policy(ReferencePolicy::off());
     let metrics = Metrics::new();
+    crate::memory::add_metrics(&metrics);
     // An upstream that removes everything is followed: the relay mirrors it.
     let feed = Feed::new(store.clone())
         .metrics(metrics.clone())

@@ -169,6 +169,7 @@ pub(crate) async fn serve(args: ServeArgs, from: ResourcesFrom) -> anyhow::Resul
         None => None,
     };
     let metrics = Metrics::new();
+    memory::add_metrics(&metrics);
     let rollout = args.rollout.rollout(&store);
     let mut feed = match &rollout {
         Some(rollout) => Feed::new(rollout.clone()),

@@ -362,10 +362,16 @@ impl Soak {
             };
             let growth = |a: u64, b: u64| (b as f64 - a as f64) / (a.max(1) as f64);
             let rss_growth = growth(base.2.rss, end.2.rss);
+            let heap_growth = growth(base.2.heap, end.2.heap);
             let fd_growth = growth(base.2.fds, end.2.fds);
             let thread_growth = growth(base.2.threads, end.2.threads);
-            // Slopes over the samples after the baseline: RSS against streams opened on the
-            // process, and against changes accepted.
+            // What the process holds beyond its allocations (free pages the allocator keeps,
+            // code, stacks): how much more at the end than after the warm-up.
+            let held = |s: &Sample| s.rss.saturating_sub(s.heap) as i64;
+            let held_growth = held(&end.2) - held(&base.2);
+            let held_bound = allocator_slack(end.2.heap);
+            // Slopes over the samples after the baseline: RSS and heap in use against streams
+            // opened on the process, and against changes accepted.
             let after: Vec<&&(f64, u32, Sample)> = mine.iter().filter(|s| s.0 >= base.0).collect();
             let opened = self.opened.get(&name).cloned().unwrap_or_default();
             let xs_open: Vec<f64> = after
@@ -379,21 +385,35 @@ impl Soak {
             let ys: Vec<f64> = after.iter().map(|s| s.2.rss as f64).collect();
             let per_reconnect = slope(&xs_open, &ys);
             let per_change = slope(&xs_change, &ys);
+            let heaps: Vec<f64> = after.iter().map(|s| s.2.heap as f64).collect();
+            let heap_per_reconnect = slope(&xs_open, &heaps);
+            let heap_per_change = slope(&xs_change, &heaps);
+            let heap_known = base.2.heap > 0 && end.2.heap > 0;
             if role != Role::Etcd {
-                for (what, g, b, e) in [
-                    ("RSS", rss_growth, base.2.rss, end.2.rss),
-                    ("open fds", fd_growth, base.2.fds, end.2.fds),
-                    ("threads", thread_growth, base.2.threads, end.2.threads),
-                ] {
-                    if g > 0.05 {
-                        self.broken(
-                            now,
-                            "no leak",
-                            name.clone(),
-                            String::new(),
-                            format!("{what} grew {:.1} % from its warm-up value ({b} at {:.0} s) to the end ({e})", g * 100.0, base.0),
-                        );
-                    }
+                for (what, g, b, e) in leak_bounds(&base.2, &end.2) {
+                    self.broken(
+                        now,
+                        "no leak",
+                        name.clone(),
+                        String::new(),
+                        format!("{what} grew {:.1} % from its warm-up value ({b} at {:.0} s) to the end ({e})", g * 100.0, base.0),
+                    );
+                }
+                if heap_known && held_growth > held_bound as i64 {
+                    self.broken(
+                        now,
+                        "no leak",
+                        name.clone(),
+                        String::new(),
+                        format!(
+                            "resident memory beyond the heap in use grew {} KiB from its warm-up value ({} KiB at {:.0} s) to the end ({} KiB), more than the {} KiB --release-memory lets the allocator keep",
+                            held_growth / 1024,
+                            held(&base.2) / 1024,
+                            base.0,
+                            held(&end.2) / 1024,
+                            held_bound / 1024
+                        ),
+                    );
                 }
             }
             out.insert(
@@ -403,10 +423,16 @@ impl Soak {
                     "incarnation": starts,
                     "warmup_at_s": base.0,
                     "rss_warmup": base.2.rss, "rss_end": end.2.rss, "rss_growth": rss_growth,
+                    "heap_warmup": base.2.heap, "heap_end": end.2.heap,
+                    "heap_growth": if heap_known { json!(heap_growth) } else { Value::Null },
+                    "held_beyond_heap_growth_bytes": if heap_known { json!(held_growth) } else { Value::Null },
+                    "held_beyond_heap_bound_bytes": if heap_known { json!(held_bound) } else { Value::Null },
                     "fds_warmup": base.2.fds, "fds_end": end.2.fds, "fd_growth": fd_growth,
                     "threads_warmup": base.2.threads, "threads_end": end.2.threads, "thread_growth": thread_growth,
                     "rss_bytes_per_stream_opened": per_reconnect,
                     "rss_bytes_per_change": per_change,
+                    "heap_bytes_per_stream_opened": if heap_known { json!(heap_per_reconnect) } else { Value::Null },
+                    "heap_bytes_per_change": if heap_known { json!(heap_per_change) } else { Value::Null },
                     "streams_opened": opened.iter().filter(|t| **t >= base.0).count(),
                     "held_to_bounds": role != Role::Etcd,
                 }),
@@ -414,6 +440,34 @@ impl Soak {
         }
         Value::Object(out)
     }
+}
+
+/// What `--release-memory` lets the allocator keep beyond the allocations before it gives
+/// pages back (xdsd's `memory.rs`: 4 MiB, or an eighth of the heap in use when more).
+fn allocator_slack(heap: u64) -> u64 {
+    (4u64 << 20).max(heap / 8)
+}
+
+/// The leak bounds a replica's or relay's figures at the end break, against its warm-up
+/// values: (what, growth, warm-up value, end value) for each more than 5 % above. The heap in
+/// use (what its allocations hold: a leak shows there, the allocator's high-water mark does
+/// not) where the process reports it, else the resident size; open fds; threads.
+fn leak_bounds(base: &Sample, end: &Sample) -> Vec<(&'static str, f64, u64, u64)> {
+    let growth = |a: u64, b: u64| (b as f64 - a as f64) / (a.max(1) as f64);
+    let memory = if base.heap > 0 && end.heap > 0 {
+        ("heap in use", base.heap, end.heap)
+    } else {
+        ("RSS", base.rss, end.rss)
+    };
+    [
+        memory,
+        ("open fds", base.fds, end.fds),
+        ("threads", base.threads, end.threads),
+    ]
+    .into_iter()
+    .map(|(what, b, e)| (what, growth(b, e), b, e))
+    .filter(|(_, g, _, _)| *g > 0.05)
+    .collect()
 }
 
 /// How long the window a warm-up value is the median of lasts, in seconds.
@@ -445,6 +499,7 @@ fn median(samples: &[&(f64, u32, Sample)]) -> Sample {
         rss: mid(|s| s.rss),
         fds: mid(|s| s.fds),
         threads: mid(|s| s.threads),
+        heap: mid(|s| s.heap),
     }
 }
 
@@ -488,6 +543,40 @@ mod tests {
         );
         assert_eq!(quiet_window(45.0, 10.0, &busy), 45.0, "between two");
         assert_eq!(quiet_window(55.0, 10.0, &[(60.0, f64::MAX)]), f64::MAX);
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    fn at(rss_mib: u64, heap_mib: u64, fds: u64) -> Sample {
+        Sample {
+            rss: rss_mib * MIB,
+            fds,
+            threads: 7,
+            heap: heap_mib * MIB,
+        }
+    }
+
+    #[test]
+    fn the_leak_bound_holds_the_heap_in_use_not_the_allocators_high_water_mark() {
+        // RSS +7 % with the heap flat: the allocator kept freed pages, no leak.
+        assert!(leak_bounds(&at(54, 20, 50), &at(58, 20, 50)).is_empty());
+        // The heap +10 %, RSS flat (it had the pages already): a leak.
+        let broken = leak_bounds(&at(54, 20, 50), &at(54, 22, 50));
+        assert_eq!(broken.len(), 1, "{broken:?}");
+        assert_eq!(broken[0].0, "heap in use");
+        // fds are held as before.
+        assert_eq!(
+            leak_bounds(&at(54, 20, 50), &at(54, 20, 53))[0].0,
+            "open fds"
+        );
+        // A process that does not report its heap is held by its RSS.
+        assert_eq!(leak_bounds(&at(54, 0, 50), &at(58, 0, 50))[0].0, "RSS");
+    }
+
+    #[test]
+    fn the_allocator_may_keep_what_release_memory_lets_it() {
+        assert_eq!(allocator_slack(20 * MIB), 4 * MIB);
+        assert_eq!(allocator_slack(80 * MIB), 10 * MIB);
     }
 
     #[test]

@@ -246,7 +246,9 @@ impl Soak {
         tokio::spawn(client::run(state, self.events_tx.clone()));
     }
 
-    fn sample_all(&mut self) {
+    /// Samples every process from /proc, and each xdsd process's heap in use from its admin
+    /// API (after /proc, so that the admin connection is not counted among its fds).
+    async fn sample_all(&mut self) {
         let t = self.secs(Instant::now());
         let procs = self
             .replicas
@@ -256,10 +258,15 @@ impl Soak {
         let mut got = Vec::new();
         for p in procs {
             if let Some(s) = sample(p.pid) {
-                got.push((p.name.clone(), p.starts, s));
+                got.push((p.name.clone(), p.starts, p.admin.clone(), s));
             }
         }
-        for (name, starts, s) in got {
+        for (name, starts, admin, mut s) in got {
+            if let Some(admin) = admin {
+                if let Ok(text) = http_get(&admin, "/metrics").await {
+                    s.heap = metric(&text, "xdsd_heap_in_use_bytes") as u64;
+                }
+            }
             self.samples.entry(name).or_default().push((t, starts, s));
         }
     }
@@ -440,7 +447,7 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
                     break;
                 }
                 if now.duration_since(sampled) >= Duration::from_secs(2) {
-                    soak.sample_all();
+                    soak.sample_all().await;
                     sampled = now;
                 }
                 soak.check_stuck(now);
@@ -522,7 +529,7 @@ pub async fn run(opts: SoakOptions) -> anyhow::Result<Value> {
         }
     }
     let counts = soak.check_counts().await;
-    soak.sample_all();
+    soak.sample_all().await;
     let leaks = soak.leaks();
     for c in &soak.clients {
         c.leave.store(true, Ordering::Relaxed);

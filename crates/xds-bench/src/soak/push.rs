@@ -264,13 +264,9 @@ impl Pusher {
                         "no_such_field": true,
                         "policy": {"overprovisioning_factor": marker},
                     });
-                    tokio::time::timeout(
-                        Duration::from_secs(10),
-                        self.etcd.put(marker_key(), serde_json::to_vec(&doc)?, None),
-                    )
-                    .await
-                    .map_err(|_| anyhow::anyhow!("etcd put timed out"))??;
-                    Ok(())
+                    let value = serde_json::to_vec(&doc)?;
+                    let urls: Vec<String> = self.endpoints.split(',').map(str::to_owned).collect();
+                    on_any_member(&urls, 3, |url| put_on(url, value.clone())).await
                 }
             }
         }
@@ -291,5 +287,85 @@ impl Pusher {
             written,
             note,
         }
+    }
+}
+
+/// Runs `attempt` on each etcd member in turn (`urls`), for at most `rounds` rounds, until one
+/// succeeds: a write of the bench's own (a bad change on purpose) must not be lost because the
+/// member a client of all three picked is the one killed or paused. Its put is idempotent (the
+/// same key and value), so one that timed out but was written may be written again.
+async fn on_any_member<T, F, Fut>(
+    urls: &[String],
+    rounds: usize,
+    mut attempt: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut failed = Vec::new();
+    for round in 0..rounds {
+        for url in urls {
+            match attempt(url.clone()).await {
+                Ok(t) => return Ok(t),
+                Err(e) => failed.push(format!("{url}: {e:#}")),
+            }
+        }
+        if round + 1 < rounds {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    anyhow::bail!("no etcd member took the write: {}", failed.join("; "))
+}
+
+/// Puts the marker key straight into the etcd member at `url` (a client of that member alone).
+async fn put_on(url: String, value: Vec<u8>) -> anyhow::Result<()> {
+    let opts = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_millis(1000))
+        .with_timeout(Duration::from_secs(3));
+    let put = async {
+        let mut c = Client::connect([url.as_str()], Some(opts)).await?;
+        c.put(marker_key(), value, None).await?;
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(Duration::from_secs(5), put)
+        .await
+        .map_err(|_| anyhow::anyhow!("etcd put timed out"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_direct_write_goes_to_the_next_member_when_one_is_down() {
+        let urls: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let mut tried = Vec::new();
+        let got = on_any_member(&urls, 3, |url| {
+            tried.push(url.clone());
+            async move {
+                if url == "a" {
+                    anyhow::bail!("connection refused")
+                }
+                Ok(url)
+            }
+        })
+        .await;
+        assert_eq!(got.ok().as_deref(), Some("b"));
+        assert_eq!(tried, ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn a_direct_write_that_no_member_takes_fails_naming_each() {
+        let urls: Vec<String> = ["a", "b"].map(String::from).to_vec();
+        let mut calls = 0;
+        let got: anyhow::Result<()> = on_any_member(&urls, 2, |url| {
+            calls += 1;
+            async move { anyhow::bail!("{url} down") }
+        })
+        .await;
+        assert_eq!(calls, 4, "two rounds of two members");
+        let e = format!("{:#}", got.err().map(|e| e.to_string()).unwrap_or_default());
+        assert!(e.contains("a: a down") && e.contains("b: b down"), "{e}");
     }
 }

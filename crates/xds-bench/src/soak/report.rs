@@ -7,7 +7,7 @@ use super::procs::Sample;
 
 const COLORS: [&str; 4] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"];
 
-/// Two panels (RSS in MiB, open fds) against seconds since the start; one line per process
+/// Three panels (RSS and heap in use in MiB, open fds) against seconds since the start; one line per process
 /// (etcd's grey and dashed: reported, not held to the bounds), a red tick per fault, a dotted
 /// line at the end of the warm-up.
 pub fn svg(
@@ -18,7 +18,7 @@ pub fn svg(
     let mut names: Vec<&String> = samples.keys().collect();
     names.sort();
     let (w, panel_h, l, r, t, gap) = (900.0, 260.0, 70.0, 150.0, 30.0, 60.0);
-    let h = t + panel_h * 2.0 + gap + 40.0;
+    let h = t + panel_h * 3.0 + gap * 2.0 + 40.0;
     let xmax = samples
         .values()
         .flat_map(|v| v.iter().map(|s| s.0))
@@ -30,8 +30,11 @@ pub fn svg(
     );
     let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
     type Pick = fn(&Sample) -> f64;
-    let panels: [(&str, Pick); 2] = [
+    let panels: [(&str, Pick); 3] = [
         ("RSS (MiB)", |x: &Sample| x.rss as f64 / 1048576.0),
+        ("heap in use (MiB; xdsd processes)", |x: &Sample| {
+            x.heap as f64 / 1048576.0
+        }),
         ("open fds", |x: &Sample| x.fds as f64),
     ];
     for (p, (label, pick)) in panels.iter().enumerate() {
@@ -183,15 +186,18 @@ pub fn summary(v: &serde_json::Value) -> String {
     }
     let _ = writeln!(
         s,
-        "\n| process | RSS warm-up → end (MiB) | rss_growth | fds | fd_growth | threads | bytes/stream opened | bytes/change |"
+        "\n| process | RSS warm-up → end (MiB) | rss_growth | heap in use (MiB) | heap_growth | fds | fd_growth | threads | heap bytes/stream opened | heap bytes/change |"
     );
-    let _ = writeln!(s, "| --- | --- | ---: | --- | ---: | --- | ---: | ---: |");
+    let _ = writeln!(
+        s,
+        "| --- | --- | ---: | --- | ---: | --- | ---: | --- | ---: | ---: |"
+    );
     if let Some(m) = v["processes"].as_object() {
         for (name, p) in m {
             if p.get("note").is_some() {
                 let _ = writeln!(
                     s,
-                    "| {name} | {} | | | | | | |",
+                    "| {name} | {} | | | | | | | | |",
                     p["note"].as_str().unwrap_or("")
                 );
                 continue;
@@ -209,7 +215,7 @@ pub fn summary(v: &serde_json::Value) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {name}{} | {:.1} → {:.1} | {} | {} → {} | {} | {} → {} | {} | {} |",
+                "| {name}{} | {:.1} → {:.1} | {} | {:.1} → {:.1} | {} | {} → {} | {} | {} → {} | {} | {} |",
                 if p["held_to_bounds"].as_bool() == Some(false) {
                     " (reported)"
                 } else {
@@ -218,13 +224,16 @@ pub fn summary(v: &serde_json::Value) -> String {
                 mib("rss_warmup"),
                 mib("rss_end"),
                 pct("rss_growth"),
+                mib("heap_warmup"),
+                mib("heap_end"),
+                pct("heap_growth"),
                 p["fds_warmup"],
                 p["fds_end"],
                 pct("fd_growth"),
                 p["threads_warmup"],
                 p["threads_end"],
-                num("rss_bytes_per_stream_opened"),
-                num("rss_bytes_per_change"),
+                num("heap_bytes_per_stream_opened"),
+                num("heap_bytes_per_change"),
             );
         }
     }
