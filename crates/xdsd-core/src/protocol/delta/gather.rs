@@ -511,8 +511,8 @@ impl DeltaMachine {
             }
         }
         let encoding = self.core.encoding;
-        let overhead =
-            self.core.type_url.len() + self.version(views).len() + crate::protocol::PART_OVERHEAD;
+        let version = self.version(views);
+        let overhead = self.core.type_url.len() + version.len() + crate::protocol::PART_OVERHEAD;
         let (count, oversized) = crate::protocol::part_len(
             changed
                 .iter()
@@ -547,10 +547,10 @@ impl DeltaMachine {
             resources.push(r);
         }
         let oversized = self.core.warn_once(oversized);
-        let system_version_info = self.version(views);
+        let system_version_info = version;
         let nonce = nonces.next_nonce();
         let control_plane = self.core.sent(nonce, &system_version_info);
-        Some(Some(self.spell(super::DeltaResponse {
+        let response = super::DeltaResponse {
             type_url: self.core.type_url.clone(),
             system_version_info,
             nonce,
@@ -563,6 +563,11 @@ impl DeltaMachine {
             encoding,
             oversized,
             control_plane,
-        })))
+        };
+        // (Only clients that spelled an xdstp name their own way are answered under it.)
+        if self.spelled.is_empty() {
+            return Some(Some(response));
+        }
+        Some(Some(self.spell(response)))
     }
 }
