@@ -12,7 +12,6 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use futures::task::AtomicWaker;
-use tokio_stream::Stream as _;
 use tonic::body::Body as RequestBody;
 use tonic::Status;
 use tracing::{debug, info, warn};
@@ -26,7 +25,7 @@ use super::observer::{
     Acked, Asked, Flavor, Nacked, RequestSeen, ResponseSent, Sent, StreamClosed, StreamOpened,
 };
 use super::options::SHUTDOWN_GRACE;
-use super::requests::Requests;
+use super::requests::{Boxed, Requests};
 use super::status::{status_of, status_of_read_error};
 use super::wire::{Body, DeltaWire, Pieces, SotwWire};
 use crate::logsafe::shown;
@@ -147,7 +146,7 @@ enum Event<M> {
     /// The server shuts down, or the connection is past its max age.
     Down,
     /// The client's next request; `None` when it ended its side.
-    Request(Option<Result<M, Status>>),
+    Request(Option<Boxed<M>>),
     /// The store changed something the stream watches.
     Changed,
     /// The session's deadline (`Session::poll_timeout`) came.
@@ -346,7 +345,7 @@ pub(crate) fn run<V: Protocol>(
                         return Poll::Ready(Event::Down);
                     }
                     let mut read = |cx: &mut Context<'_>| {
-                        let polled = reading.poll(cx, |cx| Pin::new(&mut requests).poll_next(cx));
+                        let polled = reading.poll(cx, |cx| requests.poll_boxed(cx));
                         if polled.is_ready() {
                             // More may be there already: read again next time.
                             reading.open();
@@ -392,7 +391,7 @@ pub(crate) fn run<V: Protocol>(
             let mut taken = 1;
             while drain && taken < REQUESTS_PER_TURN {
                 let polled = std::future::poll_fn(|cx| {
-                    Poll::Ready(reading.poll(cx, |cx| Pin::new(&mut requests).poll_next(cx)))
+                    Poll::Ready(reading.poll(cx, |cx| requests.poll_boxed(cx)))
                 })
                 .await;
                 let Poll::Ready(request) = polled else {
