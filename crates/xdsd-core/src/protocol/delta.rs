@@ -536,6 +536,10 @@ impl Machine for DeltaMachine {
             // The wildcard's first answer waits while its whole type is pending.
             return None;
         }
+        // Nearly every push: only changed names owed, each sent whole.
+        if let Some(response) = self.poll_changed(views, nonces) {
+            return response;
+        }
         if !self.split.is_empty() && self.has_news() {
             self.fold_rest();
         }

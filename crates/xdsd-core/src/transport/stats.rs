@@ -293,6 +293,20 @@ impl OwnObserver for StreamRegistry {
     }
 
     fn request(&self, entry: &mut Arc<StreamEntry>, event: &RequestSeen<'_>) {
+        // An ACK or a NACK answers a response of a type its first request recorded, and tells
+        // the record nothing more (no node, nothing held): the entry's lock is not taken for
+        // it. What it answers is recorded by `acked` and `nacked`.
+        if !event.identified
+            && matches!(
+                event.kind,
+                crate::protocol::RequestKind::Ack { .. }
+                    | crate::protocol::RequestKind::Nack { .. }
+            )
+            && event.held_version.is_empty()
+            && event.held_resources == 0
+        {
+            return;
+        }
         let node = event.node.filter(|_| event.identified);
         let held = (!event.held_version.is_empty() || event.held_resources > 0).then(|| Held {
             version: event.held_version.into(),

@@ -12,7 +12,6 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use futures::task::AtomicWaker;
-use tokio_stream::Stream as _;
 use tonic::body::Body as RequestBody;
 use tonic::Status;
 use tracing::{debug, info, warn};
@@ -26,7 +25,7 @@ use super::observer::{
     Acked, Asked, Flavor, Nacked, RequestSeen, ResponseSent, Sent, StreamClosed, StreamOpened,
 };
 use super::options::SHUTDOWN_GRACE;
-use super::requests::Requests;
+use super::requests::{Boxed, Requests};
 use super::status::{status_of, status_of_read_error};
 use super::wire::{Body, DeltaWire, Pieces, SotwWire};
 use crate::logsafe::shown;
@@ -137,12 +136,17 @@ const FINAL_STATUS_WAIT: Duration = SHUTDOWN_GRACE;
 /// timer is polled only while the session has a deadline).
 const IDLE_TIMER: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// How many requests a stream's loop takes in one turn when they are there already, before it
+/// sends what they made owed: bounded, so that a client that keeps writing does not hold back
+/// the store's changes (the loop takes requests and changes in turns).
+const REQUESTS_PER_TURN: usize = 4;
+
 /// What woke a stream's loop.
 enum Event<M> {
     /// The server shuts down, or the connection is past its max age.
     Down,
     /// The client's next request; `None` when it ended its side.
-    Request(Option<Result<M, Status>>),
+    Request(Option<Boxed<M>>),
     /// The store changed something the stream watches.
     Changed,
     /// The session's deadline (`Session::poll_timeout`) came.
@@ -322,7 +326,7 @@ pub(crate) fn run<V: Protocol>(
         // its first branch): neither a client that keeps writing nor a store that keeps
         // changing holds the other back.
         let mut requests_first = false;
-        let ending: Result<(), Status> = loop {
+        let ending: Result<(), Status> = 'serve: loop {
             let deadline = s.session.poll_timeout().map(tokio::time::Instant::from_std);
             if let Some(at) = deadline {
                 // Moved only to an earlier deadline, or once it fired: each response moves the
@@ -341,7 +345,7 @@ pub(crate) fn run<V: Protocol>(
                         return Poll::Ready(Event::Down);
                     }
                     let mut read = |cx: &mut Context<'_>| {
-                        let polled = reading.poll(cx, |cx| Pin::new(&mut requests).poll_next(cx));
+                        let polled = reading.poll(cx, |cx| requests.poll_boxed(cx));
                         if polled.is_ready() {
                             // More may be there already: read again next time.
                             reading.open();
@@ -368,27 +372,43 @@ pub(crate) fn run<V: Protocol>(
                 })
                 .await
             };
+            let mut drain = false;
             match event {
                 Event::Down => break Err(shutting_down(&ctx)),
-                Event::Request(request) => match request {
-                    Some(Ok(request)) => {
-                        if let Err(status) = s.on_request(request) {
-                            break Err(status);
-                        }
+                Event::Request(Some(Ok(request))) => {
+                    if let Err(status) = s.on_request(&request) {
+                        break Err(status);
                     }
-                    Some(Err(error)) => {
-                        match status_of_read_error(&error, ctx.options.max_request_bytes) {
-                            Some(status) => break Err(status),
-                            None => {
-                                debug!(stream = s.id, node = %shown(s.session.node_id()), %error, "stream read failed");
-                                break Ok(());
-                            }
-                        }
-                    }
-                    None => break Ok(()),
-                },
+                    drain = true;
+                }
+                Event::Request(Some(Err(error))) => break s.read_failed(&error),
+                Event::Request(None) => break Ok(()),
                 Event::Changed => s.session.take_changes_from(&s.watcher),
                 Event::Timeout => s.session.handle_timeout_watched(Instant::now(), &s.watcher),
+            }
+            // Requests the connection has already read are taken in the same turn, a few at
+            // most (the ACK of each type a push sent): one flush and one mute for them all.
+            let mut taken = 1;
+            while drain && taken < REQUESTS_PER_TURN {
+                let polled = std::future::poll_fn(|cx| {
+                    Poll::Ready(reading.poll(cx, |cx| requests.poll_boxed(cx)))
+                })
+                .await;
+                let Poll::Ready(request) = polled else {
+                    break;
+                };
+                // More may be there already: read again next time.
+                reading.open();
+                match request {
+                    Some(Ok(request)) => {
+                        if let Err(status) = s.on_request(&request) {
+                            break 'serve Err(status);
+                        }
+                    }
+                    Some(Err(error)) => break 'serve s.read_failed(&error),
+                    None => break 'serve Ok(()),
+                }
+                taken += 1;
             }
             match s.flush(&mut tx, &mut down).await {
                 Ok(()) => {}
@@ -434,16 +454,28 @@ pub(crate) fn run<V: Protocol>(
 }
 
 impl<V: Protocol> Stream<V> {
-    fn on_request(&mut self, request: V::Message) -> Result<(), Status> {
+    /// How the stream ends after reading its client's requests failed: with the status the
+    /// error calls for, or without one (the client went away).
+    fn read_failed(&self, error: &Status) -> Result<(), Status> {
+        match status_of_read_error(error, self.ctx.options.max_request_bytes) {
+            Some(status) => Err(status),
+            None => {
+                debug!(stream = self.id, node = %shown(self.session.node_id()), %error, "stream read failed");
+                Ok(())
+            }
+        }
+    }
+
+    fn on_request(&mut self, request: &V::Message) -> Result<(), Status> {
         if self.session.node().is_none() {
-            self.pick_store(<V as Machine>::node(&request));
+            self.pick_store(<V as Machine>::node(request));
         }
         let snapshot = self.store.snapshot();
         // The watcher is told what the request watches before the next snapshot is read, so no
         // change can slip between the two (the contract is `protocol::watching`'s).
         let handled = self
             .session
-            .handle_request_watched(&request, &snapshot, &mut self.watcher)
+            .handle_request_watched(request, &snapshot, &mut self.watcher)
             .map_err(|e| status_of(&e))?;
         let seen = RequestSeen {
             stream: self.id,
@@ -453,7 +485,7 @@ impl<V: Protocol> Stream<V> {
             unknown_type: handled.unknown_type,
             kind: &handled.kind,
             held_version: match handled.kind {
-                RequestKind::Initial => V::held_version(&request),
+                RequestKind::Initial => V::held_version(request),
                 _ => "",
             },
             held_resources: match handled.kind {
@@ -462,7 +494,7 @@ impl<V: Protocol> Stream<V> {
             },
             asked: Asked {
                 repeats: handled.change.repeated,
-                ..V::asked(&request, handled.change.wildcard)
+                ..V::asked(request, handled.change.wildcard)
             },
         };
         self.ctx.observers.request(&mut self.observed, &seen)?;

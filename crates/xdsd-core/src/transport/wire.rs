@@ -212,6 +212,27 @@ impl Body for DeltaResponse {
     }
 
     fn body_len(&self) -> usize {
+        let fixed = string_len(&self.system_version_info)
+            + string_len(&self.type_url)
+            + bytes_len(self.nonce.as_bytes())
+            + control_plane_len(self.control_plane);
+        // Nearly every response: resources, nothing else (its length is taken twice, for the
+        // observers and for the gRPC header).
+        if self.heartbeats.is_empty()
+            && self.unresolved.is_empty()
+            && self.removed_variants.is_empty()
+            && self.removed.is_empty()
+        {
+            let entries: usize = match &self.whole {
+                Some(whole) => whole.len(),
+                None => self
+                    .resources
+                    .iter()
+                    .map(|r| field_len(r.delta_entry(self.encoding).len()))
+                    .sum(),
+            };
+            return fixed + entries;
+        }
         string_len(&self.system_version_info)
             + self.whole.as_ref().map_or(0, |w| w.len())
             + resource_entries(self)

@@ -447,3 +447,132 @@ fn owed_variant(owed: &Owed) -> Option<(&Arc<str>, &Arc<str>)> {
         _ => None,
     }
 }
+
+/// What the common response owes: the resources of names the store changed, nothing else
+/// (see [`DeltaMachine::poll_changed`]).
+type Changed = Vec<(Key, Arc<Resource>)>;
+
+impl DeltaMachine {
+    /// The response owed when only names the store changed are owed, and each changed key
+    /// resolves to a resource the client does not hold at its version: what `collect` and
+    /// `emit` make of it, without their lists of what else a response may owe (removals,
+    /// heartbeats, forced keys, a view's order, variants moved), which nearly every push to a
+    /// subscribed stream lacks. `None` when the response owes anything else (a changed key
+    /// the store no longer has, a resource several keys share, a response over the size
+    /// limit, a client that holds variants apart): nothing is changed then, and the response
+    /// is made the general way. `Some(None)`: nothing is owed (the client holds every change).
+    pub(super) fn poll_changed(
+        &mut self,
+        views: &Views,
+        nonces: &mut crate::protocol::NonceGen,
+    ) -> Option<Option<super::DeltaResponse>> {
+        let plain = !self.respond
+            && !self.check_all
+            && !self.forced_all
+            && self.pending_base.is_none()
+            && self.split.is_empty()
+            && !self.core.encoding.named
+            // (More forced keys may be sent in a view's order: `in_view_order`.)
+            && self.core.forced.len() <= 64
+            && self.recheck.is_empty()
+            && self.heartbeat.is_empty()
+            && !(self.core.dirty.is_empty() && self.core.forced.is_empty());
+        if !plain {
+            return None;
+        }
+        let mut changed: Changed =
+            Vec::with_capacity(self.core.forced.len() + self.core.dirty.len());
+        // Keys sent again whether the client holds them or not (the endpoints that warm a
+        // changed cluster).
+        for key in &self.core.forced {
+            if crate::xdstp::is_glob(&key.0) {
+                return None;
+            }
+            match views.get(&key.0, key.1) {
+                Some(r) => changed.push((key.clone(), r.clone())),
+                None => return None,
+            }
+        }
+        for name in &self.core.dirty {
+            for key in self.keys_of(name) {
+                match views.get(&key.0, key.1) {
+                    Some(r) if !self.holds(&key, r) => changed.push((key, r.clone())),
+                    Some(_) => {}
+                    // Removed, or waiting for a pending name: the general way.
+                    None if self.has.contains_key(&key) => return None,
+                    None => {}
+                }
+            }
+        }
+        // In the order `put_in_order` gives (by name and version); one resource for several
+        // keys is one entry of the general way's.
+        if changed.len() > 1 {
+            changed.sort_by(|(_, a), (_, b)| (a.name(), a.version()).cmp(&(b.name(), b.version())));
+            if changed
+                .windows(2)
+                .any(|w| w[0].1.name() == w[1].1.name() && w[0].1.version() == w[1].1.version())
+            {
+                return None;
+            }
+        }
+        let encoding = self.core.encoding;
+        let version = self.version(views);
+        let overhead = self.core.type_url.len() + version.len() + crate::protocol::PART_OVERHEAD;
+        let (count, oversized) = crate::protocol::part_len(
+            changed
+                .iter()
+                .map(|(_, r)| crate::store::field_len(r.delta_entry(encoding).len())),
+            self.core.max_response_bytes.saturating_sub(overhead),
+        );
+        if count != changed.len() {
+            // Goes out in parts.
+            return None;
+        }
+        // What `collect` leaves behind.
+        fn done<T>(set: &mut HashSet<T>) {
+            if !set.is_empty() || set.capacity() > 64 {
+                reset(set);
+            }
+        }
+        done(&mut self.core.dirty);
+        done(&mut self.core.forced);
+        done(&mut self.recheck);
+        done(&mut self.heartbeat);
+        if changed.is_empty() {
+            return Some(None);
+        }
+        // What `emit` records: each resource held by its key.
+        self.has.reserve(changed.len());
+        let mut resources = Vec::with_capacity(changed.len());
+        for (key, r) in changed {
+            if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
+                self.held_members += 1;
+            }
+            self.has.put(key, super::holdings::Held::of(&r));
+            resources.push(r);
+        }
+        let oversized = self.core.warn_once(oversized);
+        let system_version_info = version;
+        let nonce = nonces.next_nonce();
+        let control_plane = self.core.sent(nonce, &system_version_info);
+        let response = super::DeltaResponse {
+            type_url: self.core.type_url.clone(),
+            system_version_info,
+            nonce,
+            resources,
+            whole: None,
+            removed: Vec::new(),
+            removed_variants: Vec::new(),
+            heartbeats: Vec::new(),
+            unresolved: Vec::new(),
+            encoding,
+            oversized,
+            control_plane,
+        };
+        // (Only clients that spelled an xdstp name their own way are answered under it.)
+        if self.spelled.is_empty() {
+            return Some(Some(response));
+        }
+        Some(Some(self.spell(response)))
+    }
+}
