@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use xdsd_client::{Config, Event, Flavor, XdsClient};
 use xdsd_core::ClientNode;
 use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent, Store};
@@ -163,12 +163,15 @@ impl RelaySource {
     fn act(&mut self) -> Result<(), String> {
         // Plain names by group and type: subscribed upstream in one request each.
         let mut names: BTreeMap<(GroupKey, String), Vec<String>> = BTreeMap::new();
+        // Whether a group's wildcard of a type is answered, looked up once per group and type
+        // (nothing answers while the actions are taken).
+        let mut answered: HashMap<(GroupKey, String), bool> = HashMap::new();
         while let Some(action) = self.table.poll_action() {
             match action {
                 Action::Subscribe(want) => {
                     self.start_group(&want.group)?;
                     if self.groups.contains_key(&want.group) {
-                        info!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want, "subscribing upstream");
+                        debug!(upstream = %self.options.upstream.server, stream = %want.group, type_url = %want.type_url, name = %want, "subscribing upstream");
                         names
                             .entry((want.group.clone(), want.type_url.clone()))
                             .or_default()
@@ -178,9 +181,14 @@ impl RelaySource {
                     // is answered already: there or not, the upstream said so (it may send
                     // nothing again for it).
                     if !want.is_wildcard()
-                        && self
-                            .table
-                            .is_answered(&Want::wildcard(want.group.clone(), &want.type_url))
+                        && *answered
+                            .entry((want.group.clone(), want.type_url.clone()))
+                            .or_insert_with(|| {
+                                self.table.is_answered(&Want::wildcard(
+                                    want.group.clone(),
+                                    &want.type_url,
+                                ))
+                            })
                     {
                         self.table.announce([want]);
                     }
@@ -190,6 +198,12 @@ impl RelaySource {
         }
         for ((key, type_url), names) in names {
             if let Some(group) = self.groups.get(&key) {
+                // One line per request, not per name (a client may subscribe 100,000).
+                let more = match names.len() {
+                    1 => String::new(),
+                    n => format!(" and {} more", n - 1),
+                };
+                info!(upstream = %self.options.upstream.server, stream = %key, type_url = %type_url, "subscribing upstream: {}{more}", names[0]);
                 group.client.subscribe(&type_url, names);
             }
         }
@@ -290,10 +304,14 @@ impl RelaySource {
                 wants,
                 node,
             } => {
-                for want in wants {
-                    self.remember_node(&want.group, node.clone());
-                    self.table.acquire(stream, want);
+                let mut last: Option<&GroupKey> = None;
+                for want in &wants {
+                    if last != Some(&want.group) {
+                        self.remember_node(&want.group, node.clone());
+                        last = Some(&want.group);
+                    }
                 }
+                self.table.acquire_all(stream, wants);
             }
             Demanded::Touch { want, node } => {
                 self.remember_node(&want.group, node);
