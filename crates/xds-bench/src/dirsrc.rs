@@ -590,6 +590,12 @@ fn wrapped(var: &str, bin: &Path) -> tokio::process::Command {
     }
 }
 
+/// The `--log-level` of the relays and `xdsd serve`s started: `XDS_BENCH_LOG_LEVEL` (a level or
+/// filter directives, to see what a relay does per change), `info` by default.
+fn log_level() -> String {
+    std::env::var("XDS_BENCH_LOG_LEVEL").unwrap_or_else(|_| "info".to_owned())
+}
+
 /// Starts `xdsd relay --upstream UPSTREAM --listen 127.0.0.1:0` (its log forwarded to ours) and
 /// waits for its address: its process, address and pid.
 async fn start_relay(
@@ -599,7 +605,7 @@ async fn start_relay(
     let mut cmd = wrapped(RELAY_WRAPPER_VAR, xdsd_bin);
     cmd.args(["relay", "--upstream", upstream])
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "off"])
-        .args(["--log-level", "info"]);
+        .args(["--log-level", &log_level()]);
     let (child, pid, stderr) = spawn_logged(cmd, &format!("{} relay", xdsd_bin.display()))?;
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
     tokio::spawn(async move {
@@ -662,7 +668,7 @@ pub(crate) async fn start_xdsd(
     let mut cmd = wrapped(XDSD_WRAPPER_VAR, xdsd_bin);
     cmd.arg("serve")
         .args(source)
-        .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+        .args(["--listen", "127.0.0.1:0", "--log-level", &log_level()])
         // Replicas side by side: each admin API on a free port.
         .args(["--admin-listen", "127.0.0.1:0"])
         .args(

@@ -81,6 +81,9 @@ pub struct Row {
     /// Server CPU seconds during the initial sync and during the changes.
     pub sync_cpu_s: f64,
     pub change_cpu_s: f64,
+    /// S12: server CPU seconds from the last stream synced until the server was idle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail_cpu_s: Option<f64>,
     /// Load generator CPU seconds during the changes (it shares the machine).
     pub client_cpu_s: f64,
     /// Response payload bytes (gRPC messages with their 5-byte frame headers) the clients
@@ -199,6 +202,9 @@ struct Session {
     proc: Proc,
     fleet: Fleet,
     row: Row,
+    /// When the last stream synced, and the server's CPU seconds then (S12's sync tail).
+    synced_at: std::time::Instant,
+    synced_cpu_s: f64,
 }
 
 fn progress(msg: &str) {
@@ -236,6 +242,7 @@ async fn open(
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut row = row;
     row.rss_base_kib = proc.rss_kib().0;
+    proc.phase("sync-start").await;
     let cpu0 = proc.cpu_seconds();
     let streams = fleet.streams;
     let shared = Shared::new(fleet);
@@ -243,7 +250,10 @@ async fn open(
     let synced = fleet
         .wait_synced(Duration::from_secs(ctx.plan.sync_timeout_s))
         .await;
-    row.sync_cpu_s = proc.cpu_seconds() - cpu0;
+    let synced_at = std::time::Instant::now();
+    let synced_cpu_s = proc.cpu_seconds();
+    proc.phase("sync-end").await;
+    row.sync_cpu_s = synced_cpu_s - cpu0;
     row.synced = fleet.shared.synced.load(Ordering::Relaxed);
     row.sync_bytes = fleet.shared.bytes.load(Ordering::Relaxed);
     if !synced {
@@ -258,7 +268,13 @@ async fn open(
     row.rss_idle_kib = rss;
     row.rss_peak_kib = peak;
     row.rss_per_stream_kib = rss.saturating_sub(row.rss_base_kib) as f64 / streams.max(1) as f64;
-    Ok(Session { proc, fleet, row })
+    Ok(Session {
+        proc,
+        fleet,
+        row,
+        synced_at,
+        synced_cpu_s,
+    })
 }
 
 /// Stops the clients and the server; fills the sync figures and errors.
@@ -267,6 +283,7 @@ async fn close(s: Session) -> (Row, Vec<ClientResult>) {
         proc,
         fleet,
         mut row,
+        ..
     } = s;
     let started = fleet.started_ns;
     let shared = fleet.shared.clone();

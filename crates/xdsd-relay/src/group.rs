@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{Locality, Node};
 use envoy_types::pb::google::protobuf::Struct;
@@ -70,14 +71,74 @@ pub enum Partition {
 /// One upstream stream: the nodes it serves, the dynamic parameters it presents, and, for a
 /// type the relay does not know to present parameters for ahead of time (not one of
 /// [`types::WELL_KNOWN`]), that one type.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct GroupKey {
+///
+/// A shared handle: every want of a group carries one, and the relay's table compares and
+/// clones wants per name (a stream subscribing 100,000 names), so a clone is a reference count
+/// and a comparison of two handles of one group is a pointer's, else one comparison of a
+/// canonical encoding (not of the parameter map key by key). Read its parts as fields
+/// (`group.partition`, `group.params`, `group.type_url`).
+#[derive(Clone)]
+pub struct GroupKey(Arc<Group>);
+
+/// What a [`GroupKey`] names.
+#[derive(Debug)]
+pub struct Group {
     /// The nodes it serves.
     pub partition: Partition,
     /// The dynamic parameters it presents for every type it carries.
     pub params: Params,
     /// The one type it carries, when that is not a well-known type.
     pub type_url: Option<String>,
+    /// Its identity: the parts above encoded without ambiguity (each part's length before
+    /// it), what equality, order and hashing read.
+    id: Box<[u8]>,
+}
+
+impl std::ops::Deref for GroupKey {
+    type Target = Group;
+
+    fn deref(&self) -> &Group {
+        &self.0
+    }
+}
+
+impl fmt::Debug for GroupKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupKey")
+            .field("partition", &self.partition)
+            .field("params", &self.params)
+            .field("type_url", &self.type_url)
+            .finish()
+    }
+}
+
+impl PartialEq for GroupKey {
+    fn eq(&self, other: &GroupKey) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.id == other.id
+    }
+}
+
+impl Eq for GroupKey {}
+
+impl PartialOrd for GroupKey {
+    fn partial_cmp(&self, other: &GroupKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for GroupKey {
+    fn cmp(&self, other: &GroupKey) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.id.cmp(&other.id)
+    }
+}
+
+impl std::hash::Hash for GroupKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
 }
 
 impl GroupKey {
@@ -88,19 +149,40 @@ impl GroupKey {
 
     /// The stream of `partition` presenting `params` for `type_url`.
     pub fn of(partition: Partition, params: Params, type_url: &str) -> GroupKey {
-        GroupKey {
+        let type_url = (!types::WELL_KNOWN.contains(&type_url)).then(|| type_url.to_owned());
+        GroupKey::new(partition, params, type_url)
+    }
+
+    fn new(partition: Partition, params: Params, type_url: Option<String>) -> GroupKey {
+        let mut id = Vec::new();
+        let mut part = |tag: u8, text: &str| {
+            id.push(tag);
+            id.extend_from_slice(&(text.len() as u64).to_be_bytes());
+            id.extend_from_slice(text.as_bytes());
+        };
+        match &partition {
+            Partition::All => part(0, ""),
+            Partition::Cluster(c) => part(1, c),
+            Partition::Node(n) => part(2, n),
+        }
+        for (k, v) in &params {
+            part(3, k);
+            part(4, v);
+        }
+        if let Some(t) = &type_url {
+            part(5, t);
+        }
+        GroupKey(Arc::new(Group {
             partition,
             params,
-            type_url: (!types::WELL_KNOWN.contains(&type_url)).then(|| type_url.to_owned()),
-        }
+            type_url,
+            id: id.into(),
+        }))
     }
 
     /// The stream of the same nodes presenting `params` instead (a resource locator's).
     pub fn with_params(&self, params: Params) -> GroupKey {
-        GroupKey {
-            params,
-            ..self.clone()
-        }
+        GroupKey::new(self.partition.clone(), params, self.type_url.clone())
     }
 
     /// The parameters it presents, as the store's parameter set.
@@ -202,6 +284,47 @@ mod tests {
     use envoy_types::pb::xds::core::v3::ContextParams as DynamicParameters;
 
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+
+    fn key(partition: Partition, params: &[(&str, &str)], type_url: &str) -> GroupKey {
+        let params = params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        GroupKey::of(partition, params, type_url)
+    }
+
+    #[test]
+    fn group_keys_are_equal_exactly_when_their_parts_are() {
+        use std::collections::hash_map::DefaultHasher;
+        use std::hash::{Hash, Hasher};
+        let hash = |k: &GroupKey| {
+            let mut h = DefaultHasher::new();
+            k.hash(&mut h);
+            h.finish()
+        };
+        let a = key(Partition::All, &[("env", "prod")], CDS);
+        let b = key(Partition::All, &[("env", "prod")], CDS);
+        assert_eq!(a, b, "made apart, the same parts");
+        assert_eq!(a.cmp(&b), std::cmp::Ordering::Equal);
+        assert_eq!(hash(&a), hash(&b));
+        let different = [
+            key(Partition::All, &[("env", "prodx")], CDS),
+            key(Partition::All, &[("envp", "rod")], CDS),
+            key(Partition::All, &[("env", ""), ("prod", "")], CDS),
+            key(Partition::Cluster(String::new()), &[("env", "prod")], CDS),
+            key(Partition::Node(String::new()), &[("env", "prod")], CDS),
+            key(Partition::All, &[("env", "prod")], "type.example/Other"),
+        ];
+        for (i, d) in different.iter().enumerate() {
+            assert_ne!(&a, d, "{d}");
+            assert_ne!(a.cmp(d), std::cmp::Ordering::Equal, "{d}");
+            for e in &different[i + 1..] {
+                assert_ne!(d, e, "{d} vs {e}");
+            }
+        }
+        assert_eq!(a.clone(), a, "a clone is the same group");
+        assert_eq!(a.params.get("env").map(String::as_str), Some("prod"));
+    }
 
     fn client(id: &str, cluster: &str, params: &[(&str, &str)]) -> ClientNode {
         let mut node = Node {

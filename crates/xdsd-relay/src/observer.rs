@@ -273,6 +273,21 @@ impl StreamObserver for RelayObserver {
     fn request(&self, event: &RequestSeen<'_>) -> Result<(), Status> {
         let node = event.node;
         let type_url = event.type_url;
+        if node.is_none() && event.stream != 0 && self.by != AggregateBy::None {
+            // Which group's content a stream gets depends on its node, which the protocol
+            // asks of a stream's first request: without it the relay could only serve the
+            // shared partition's, which is no group's, and move the stream to its group's
+            // store later. (A one-shot without a node is answered as the relay's own node
+            // would be, from the shared partition.)
+            return Err(Status::invalid_argument(format!(
+                "this relay groups its clients by {} (--aggregate-by): a stream's first \
+                 request must carry the node (with an id or a cluster)",
+                match self.by {
+                    AggregateBy::Node => "node id",
+                    _ => "node cluster",
+                }
+            )));
+        }
         if event.stream == 0 {
             let group = group_of(self.by, node.map(|n| &**n), type_url);
             let wants = one_shot_wants(&group, type_url, &event.asked);

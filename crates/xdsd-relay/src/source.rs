@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use xdsd_client::{Config, Event, Flavor, XdsClient};
 use xdsd_core::ClientNode;
 use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent, Store};
@@ -180,12 +180,15 @@ impl RelaySource {
     fn act(&mut self) -> Result<(), String> {
         // Plain names by group and type: subscribed upstream in one request each.
         let mut names: BTreeMap<(GroupKey, String), Vec<String>> = BTreeMap::new();
+        // Whether a group's wildcard of a type is answered, looked up once per group and type
+        // (nothing answers while the actions are taken).
+        let mut answered: HashMap<(GroupKey, String), bool> = HashMap::new();
         while let Some(action) = self.table.poll_action() {
             match action {
                 Action::Subscribe(want) => {
                     self.start_group(&want.group)?;
                     if self.groups.contains_key(&want.group) {
-                        info!(upstream = %upstream_of(&self.options.upstream, &want.name), stream = %want.group, type_url = %want.type_url, name = %want, "subscribing upstream");
+                        debug!(upstream = %upstream_of(&self.options.upstream, &want.name), stream = %want.group, type_url = %want.type_url, name = %want, "subscribing upstream");
                         names
                             .entry((want.group.clone(), want.type_url.clone()))
                             .or_default()
@@ -194,7 +197,17 @@ impl RelaySource {
                     // A name of a type whose wildcard (or of a glob collection the group
                     // holds), answered and committed, is answered already: there or not, the
                     // upstream said so (it may send nothing again for it).
-                    if self.table.answered_through(&want) {
+                    if !want.is_wildcard()
+                        && (*answered
+                            .entry((want.group.clone(), want.type_url.clone()))
+                            .or_insert_with(|| {
+                                self.table.is_answered(&Want::wildcard(
+                                    want.group.clone(),
+                                    &want.type_url,
+                                ))
+                            })
+                            || self.table.answered_through_glob(&want))
+                    {
                         self.table.announce([want]);
                     }
                 }
@@ -203,6 +216,22 @@ impl RelaySource {
         }
         for ((key, type_url), names) in names {
             if let Some(group) = self.groups.get(&key) {
+                // One line per request and upstream, not per name (a client may subscribe
+                // 100,000); an authority's names go to its own server.
+                let mut by_upstream: BTreeMap<&str, (&str, usize)> = BTreeMap::new();
+                for name in &names {
+                    by_upstream
+                        .entry(upstream_of(&self.options.upstream, name))
+                        .or_insert((name, 0))
+                        .1 += 1;
+                }
+                for (upstream, (first, n)) in by_upstream {
+                    let more = match n {
+                        1 => String::new(),
+                        n => format!(" and {} more", n - 1),
+                    };
+                    info!(upstream = %upstream, stream = %key, type_url = %type_url, "subscribing upstream: {first}{more}");
+                }
                 group.client.subscribe(&type_url, names);
             }
         }
@@ -303,10 +332,14 @@ impl RelaySource {
                 wants,
                 node,
             } => {
-                for want in wants {
-                    self.remember_node(&want.group, node.clone());
-                    self.table.acquire(stream, want);
+                let mut last: Option<&GroupKey> = None;
+                for want in &wants {
+                    if last != Some(&want.group) {
+                        self.remember_node(&want.group, node.clone());
+                        last = Some(&want.group);
+                    }
                 }
+                self.table.acquire_all(stream, wants);
             }
             Demanded::Touch { want, node } => {
                 self.remember_node(&want.group, node);

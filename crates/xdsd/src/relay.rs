@@ -93,7 +93,8 @@ pub(crate) struct RelayArgs {
     /// node. cluster (or node): one per distinct node cluster (or node id) and parameter set,
     /// presenting the first such node seen (its cluster, metadata, locality), for an upstream
     /// that varies what it serves by node without TP2 constraints; each cluster (or node) is
-    /// then served from a store of its own, never another's content.
+    /// then served from a store of its own, never another's content, and a stream whose first
+    /// request carries no node is refused (INVALID_ARGUMENT).
     #[arg(
         long,
         value_name = "none|cluster|node",

@@ -2,10 +2,51 @@
 //! stream, `--s12-streams` (10) delta ADS streams behind it, each holding every name (CDS
 //! wildcard + EDS by name); against the same streams on the direct path (xdsd-dir), in the same
 //! run: the first sync, each one-resource change's convergence (the first change after the sync
-//! among them: rounds start as soon as every stream is synced), and the CPU per change of the
-//! relay against the direct xdsd's.
+//! among them), and the CPU per change of the relay against the direct xdsd's.
+//!
+//! Between the sync and the changes, the **sync's tail**: the server's CPU from the moment the
+//! last stream synced until it is idle (no more than [`IDLE_CPU`] in an [`IDLE_WINDOW`]), and
+//! how long that took, reported on its own; the changes start once the server is idle, so
+//! that work still done for the sync is never counted as the changes'.
 
 use super::*;
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// A server is idle once it used at most [`IDLE_CPU`] seconds of CPU over this window.
+const IDLE_WINDOW: Duration = Duration::from_millis(500);
+/// See [`IDLE_WINDOW`]: two clock ticks of `/proc`'s 10 ms.
+const IDLE_CPU: f64 = 0.02;
+/// How long S12 waits for the server to become idle after the sync at most.
+const IDLE_WAIT: Duration = Duration::from_secs(120);
+
+/// The sync's tail of session `s`: the server's CPU seconds from the last stream synced until
+/// it became idle, and the time that took (`None`: not idle within [`IDLE_WAIT`]).
+async fn sync_tail(s: &Session) -> (f64, Option<Duration>) {
+    let mut samples: VecDeque<(Instant, f64)> = VecDeque::new();
+    samples.push_back((s.synced_at, s.synced_cpu_s));
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = Instant::now();
+        let cpu = s.proc.cpu_seconds();
+        samples.push_back((now, cpu));
+        // The oldest sample still at least a window back: the window's start.
+        while samples.len() > 2 && now.duration_since(samples[1].0) >= IDLE_WINDOW {
+            samples.pop_front();
+        }
+        let (start, start_cpu) = samples[0];
+        if now.duration_since(start) >= IDLE_WINDOW && cpu - start_cpu <= IDLE_CPU {
+            return (
+                start_cpu - s.synced_cpu_s,
+                Some(start.duration_since(s.synced_at)),
+            );
+        }
+        if now.duration_since(s.synced_at) >= IDLE_WAIT {
+            return (cpu - s.synced_cpu_s, None);
+        }
+    }
+}
 
 /// One side of S12: the direct path (xdsd-dir) or through one relay (xdsd-relay).
 async fn side(ctx: &mut Ctx, server: Server, spec: &ConfigSpec, streams: usize) -> Row {
@@ -26,6 +67,24 @@ async fn side(ctx: &mut Ctx, server: Server, spec: &ConfigSpec, streams: usize) 
         Err(e) => return failed_row(row, &e),
     };
     let mut changes = Vec::new();
+    let mut tail = "none".to_owned();
+    if s.row.note.is_empty() {
+        let (cpu, took) = sync_tail(&s).await;
+        s.proc.phase("idle").await;
+        tail = match took {
+            Some(t) => format!(
+                "{:.0} ms of CPU over {:.0} ms",
+                cpu * 1e3,
+                t.as_secs_f64() * 1e3
+            ),
+            None => format!(
+                "{:.0} ms of CPU, not idle after {} s",
+                cpu * 1e3,
+                IDLE_WAIT.as_secs()
+            ),
+        };
+        s.row.tail_cpu_s = Some(cpu);
+    }
     if s.row.note.is_empty() {
         let mut marker = INITIAL_MARKER;
         let make = |i, m| config::load_assignment(spec, i, m);
@@ -47,7 +106,7 @@ async fn side(ctx: &mut Ctx, server: Server, spec: &ConfigSpec, streams: usize) 
         .map(|p| format!("{:.0} ms", p.max))
         .unwrap_or_else(|| "none".to_owned());
     let facts = format!(
-        "S12: synced (last stream) in {sync}, sync CPU {:.2} s; first change after the sync {first}",
+        "S12: synced (last stream) in {sync}, sync CPU {:.2} s; the sync's tail (from the last stream synced until idle) {tail}; first change after the sync (and its tail) {first}",
         row.sync_cpu_s
     );
     row.note = if row.note.is_empty() {
@@ -96,6 +155,13 @@ fn ratios(direct: &Row, relayed: &Row) -> String {
             ratio(r.p50, d.p50),
             ratio(r.max, d.max),
             r.max
+        ));
+    }
+    if let (Some(d), Some(r)) = (direct.tail_cpu_s, relayed.tail_cpu_s) {
+        out.push(format!(
+            "the sync's tail: relay CPU {:.0} ms against the direct xdsd's {:.0} ms",
+            r * 1e3,
+            d * 1e3
         ));
     }
     if direct.changes > 0 && relayed.changes > 0 {

@@ -214,7 +214,9 @@ async fn reconnect_with_initial_resource_versions_resends_only_what_changed(mode
         .unwrap();
     // The client comes back to a server that has the changes (with a relay, once it has them).
     for name in ["changes", "new", "goes"] {
-        server.relayed(CLUSTER, name).await;
+        server
+            .relayed_for(node("delta-test", "").as_ref(), CLUSTER, name)
+            .await;
     }
 
     let mut s = delta(&server).await;
@@ -406,16 +408,19 @@ async fn delta_streams_with_the_same_first_subscription_each_change_only_their_o
 }
 
 protocol_tests! {
-    through_a_relay: [
+    through_a_relay: [],
+    direct_only: [
+        // How the server's own transport treats a client that stops reading: the relay's
+        // downstream is that same server, and a relay coalesces the upstream's changes anyway.
+        a_client_that_never_reads_neither_stalls_others_nor_queues_without_bound,
+    ],
+    // The protocol's rules hold through a relay in either grouping.
+    relay_by_node: [],
+    through_both_relays: [
         delta_ads_subscribe_update_remove_and_missing_names,
         one_changed_cluster_of_10000_sends_one_resource_on_delta_and_all_on_sotw,
         reconnect_with_initial_resource_versions_resends_only_what_changed,
         delta_streams_with_the_same_first_subscription_each_change_only_their_own,
         vhds_delta_virtual_hosts_serves_a_virtual_host_by_domain_alias,
-    ],
-    direct_only: [
-        // How the server's own transport treats a client that stops reading: the relay's
-        // downstream is that same server, and a relay coalesces the upstream's changes anyway.
-        a_client_that_never_reads_neither_stalls_others_nor_queues_without_bound,
     ],
 }

@@ -198,7 +198,13 @@ async fn fetch_answers_the_state_of_the_moment(mode: Mode) {
 
     server.put(CLUSTER_LOAD_ASSIGNMENT, "a", "new-a");
     // The moment is that of the server the client asks: with a relay, once it has the change.
-    server.relayed(CLUSTER_LOAD_ASSIGNMENT, "a").await;
+    server
+        .relayed_for(
+            request(CLUSTER_LOAD_ASSIGNMENT, &["a"]).node.as_ref(),
+            CLUSTER_LOAD_ASSIGNMENT,
+            "a",
+        )
+        .await;
     let after = fetch(&server.channel, request(CLUSTER_LOAD_ASSIGNMENT, &["a"]))
         .await
         .unwrap();
@@ -304,7 +310,14 @@ async fn a_fetch_request_over_the_limit_is_resource_exhausted_like_on_a_stream(m
 }
 
 protocol_tests! {
-    through_a_relay: [
+    through_a_relay: [],
+    // One node id asking as a TP2 client and as a legacy client with metadata: a relay
+    // presents a legacy client's metadata upstream only per node (--aggregate-by node), and
+    // then as the node first seen. The locator half runs through a relay in grpc_variants.
+    direct_only: [fetch_with_dynamic_parameters_answers_the_matching_variant],
+    // The protocol's rules hold through a relay in either grouping.
+    relay_by_node: [],
+    through_both_relays: [
         fetch_answers_every_resource_like_a_stream_of_its_service,
         fetch_of_named_resources_answers_those_like_a_stream,
         fetch_of_unknown_names_answers_no_resources_at_the_current_version,
@@ -312,8 +325,4 @@ protocol_tests! {
         fetch_of_another_type_is_invalid_argument,
         a_fetch_request_over_the_limit_is_resource_exhausted_like_on_a_stream,
     ],
-    // One node id asking as a TP2 client and as a legacy client with metadata: a relay
-    // presents a legacy client's metadata upstream only per node (--aggregate-by node), and
-    // then as the node first seen. The locator half runs through a relay in grpc_variants.
-    direct_only: [fetch_with_dynamic_parameters_answers_the_matching_variant],
 }

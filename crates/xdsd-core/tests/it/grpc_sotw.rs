@@ -169,6 +169,33 @@ async fn a_different_node_mid_stream_ends_it_with_invalid_argument(mode: Mode) {
     server.stop().await;
 }
 
+/// With `--aggregate-by node` (or `cluster`) which content a client is served depends on its
+/// node, which the protocol asks a client to send on a stream's first request: a first
+/// request without one is refused with INVALID_ARGUMENT saying so, rather than served the
+/// shared partition's content (another group's, for an upstream that varies it by node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_relay_by_node_a_first_request_without_a_node_is_invalid_argument() {
+    let server = Server::start_in(Mode::RelayByNode).await;
+    server.put(CLUSTER, "c1", "c1");
+    let mut s = ads(&server).await;
+    s.tx.send(DiscoveryRequest {
+        type_url: CLUSTER.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let status = s.recv_status().await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("node"), "{status:?}");
+    // With its node, the same request is served.
+    let mut s = ads(&server).await;
+    s.send(CLUSTER, &[], "").await;
+    let r = s.recv().await;
+    assert_eq!(r.type_url, CLUSTER);
+    assert_eq!(r.resources.len(), 1);
+    server.stop().await;
+}
+
 async fn per_type_services_serve_their_type_and_reject_others(mode: Mode) {
     let server = Server::start_in(mode).await;
     server.put(CLUSTER, "c1", "c1");
@@ -352,7 +379,11 @@ async fn changes_wait_for_the_answer_to_the_last_response_and_go_out_together(mo
 }
 
 protocol_tests! {
-    through_a_relay: [
+    through_a_relay: [],
+    direct_only: [],
+    // The protocol's rules hold through a relay in either grouping.
+    relay_by_node: [],
+    through_both_relays: [
         ads_wildcard_cds_then_named_eds_and_pushes_on_change,
         empty_type_url_on_ads_ends_the_stream_with_invalid_argument,
         unknown_type_url_on_ads_is_an_empty_type_and_the_stream_stays_up,
@@ -363,5 +394,4 @@ protocol_tests! {
         streams_subscribed_to_the_same_names_each_keep_their_own_subscription_and_sends,
         changes_wait_for_the_answer_to_the_last_response_and_go_out_together,
     ],
-    direct_only: [],
 }

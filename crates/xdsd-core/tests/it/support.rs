@@ -22,7 +22,9 @@ use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 use tonic_prost::ProstCodec;
 use xdsd_core::store::{Change, ReferencePolicy, ResourceInput, Store};
-use xdsd_core::{Feed, ServerHandle, ServerOptions, StreamCounters, StreamStatus, XdsServer};
+use xdsd_core::{
+    Feed, PickStore, ServerHandle, ServerOptions, StreamCounters, StreamStatus, XdsServer,
+};
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -80,8 +82,12 @@ pub(crate) use protocol_tests;
 
 /// A relay's own parts while it serves (absent for [`Mode::Direct`]).
 struct Relayed {
-    /// The relay's store: what it serves downstream.
+    /// The relay's store: what it serves downstream (with `--aggregate-by`, to clients without
+    /// a node).
     store: Store,
+    /// The store the relay serves a node from (encoded): its partition's with
+    /// `--aggregate-by`, else none (the relay's store).
+    picker: Arc<dyn PickStore>,
     upstream_stop: Option<tokio::sync::oneshot::Sender<()>>,
     upstream_task: tokio::task::JoinHandle<()>,
     feed: tokio::task::JoinHandle<()>,
@@ -162,12 +168,13 @@ impl Server {
         let server = XdsServer::builder(relay_store.clone())
             .options(options)
             .observer(observer.clone())
-            .store_picker(observer)
+            .store_picker(observer.clone())
             .build()
             .expect("a server without TLS builds");
         let mut server = Server::serve(upstream_store, server).await;
         server.relayed = Some(Relayed {
             store: relay_store,
+            picker: observer,
             upstream_stop: Some(upstream_stop),
             upstream_task,
             feed,
@@ -198,9 +205,23 @@ impl Server {
     /// For a rule about the state of the moment (a one-shot answer), not for pushes, which the
     /// test waits for as they come.
     pub async fn relayed(&self, type_url: &str, name: &str) {
+        self.relayed_for(None, type_url, name).await;
+    }
+
+    /// [`Server::relayed`] in the store the relay serves `node` from (with `--aggregate-by`,
+    /// its partition's: made once the node's first request reached the relay).
+    pub async fn relayed_for(
+        &self,
+        node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
+        type_url: &str,
+        name: &str,
+    ) {
         let Some(relayed) = &self.relayed else {
             return;
         };
+        let store = node
+            .and_then(|n| relayed.picker.store_for(&prost::Message::encode_to_vec(n)))
+            .unwrap_or_else(|| relayed.store.clone());
         let held = |store: &Store| -> Vec<Bytes> {
             let snapshot = store.snapshot();
             let mut values: Vec<Bytes> = snapshot
@@ -213,7 +234,7 @@ impl Server {
         };
         // The store has no change notice for a caller outside a session: polled.
         let deadline = tokio::time::Instant::now() + WAIT;
-        while held(&relayed.store) != held(&self.store) {
+        while held(&store) != held(&self.store) {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "{type_url} {name:?} not relayed within {WAIT:?}"

@@ -1,7 +1,8 @@
 //! REST-JSON polling on xdsd's --listen address: answers, long polling (held until a change,
 //! else 304 Not Modified), bad input as 4xx with a JSON body, and a real Envoy 1.40 with
 //! `api_type: REST` for LDS, RDS, CDS and EDS. Each test runs against `xdsd serve` and again
-//! through an `xdsd relay` of it (`direct::` and `relay::`).
+//! through an `xdsd relay` of it, in the default grouping and with `--aggregate-by node`
+//! (`direct::`, `relay::` and `relay_by_node::`).
 
 use std::time::{Duration, Instant};
 
@@ -365,6 +366,7 @@ async fn envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_whi
 }
 
 direct_and_relayed!(
+    both_groupings:
     a_poll_is_answered_with_the_resources_as_proto3_json,
     a_current_poll_is_held_and_answered_304_when_nothing_it_asks_for_changes,
     a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes,

@@ -270,6 +270,12 @@ impl DeltaMachine {
         dropped: Vec<RemovedVariant>,
         unknown: Vec<Arc<str>>,
     ) -> Vec<RemovedVariant> {
+        if moved.is_empty() && dropped.is_empty() && unknown.is_empty() {
+            // Nothing to drop (nearly every response): what the client holds is not read (a
+            // set of every variant held, made per response, was a relay's upstream stream's
+            // cost of each one-resource change: 7 ms at 40,000 names).
+            return Vec::new();
+        }
         let held: HashSet<(&Arc<str>, Option<&Arc<Constraints>>)> = self
             .has
             .iter()

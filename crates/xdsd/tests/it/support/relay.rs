@@ -17,6 +17,9 @@ pub enum Mode {
     /// `xdsd relay` (defaults: everything it is asked pulled through one upstream stream, the
     /// usual types prefetched) in front of `xdsd serve`.
     Relay,
+    /// `xdsd relay --aggregate-by node` (an upstream stream and a store per node id, nothing
+    /// prefetched) in front of `xdsd serve`.
+    RelayByNode,
 }
 
 /// `xdsd serve` of a directory, reached directly or through an `xdsd relay` of it.
@@ -43,9 +46,14 @@ impl Served {
                     relay: None,
                 }
             }
-            Mode::Relay => {
+            Mode::Relay | Mode::RelayByNode => {
                 let xdsd = Xdsd::start(resources).await;
-                let relay = Relay::start(&format!("127.0.0.1:{}", xdsd.port), extra).await;
+                let by_node: &[&str] = match mode {
+                    Mode::RelayByNode => &["--aggregate-by", "node"],
+                    _ => &[],
+                };
+                let extra = [extra, by_node].concat();
+                let relay = Relay::start(&format!("127.0.0.1:{}", xdsd.port), &extra).await;
                 Served {
                     xdsd,
                     relay: Some(relay),
@@ -85,8 +93,19 @@ impl Served {
 }
 
 /// Each test `async fn name(mode: Mode)` named run against `xdsd serve` (`direct::name`) and
-/// through `xdsd relay` (`relay::name`): the same rules hold for a client of either.
+/// through `xdsd relay` (`relay::name`): the same rules hold for a client of either. Listed
+/// after `both_groupings:`, also through `xdsd relay --aggregate-by node`
+/// (`relay_by_node::name`).
 macro_rules! direct_and_relayed {
+    (both_groupings: $($name:ident),* $(,)?) => {
+        $crate::support::relay::direct_and_relayed!($($name),*);
+        mod relay_by_node {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name($crate::support::relay::Mode::RelayByNode).await
+            })*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         mod direct {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
