@@ -631,7 +631,9 @@ impl Table {
                             answered
                         }
                     }
-                });
+                })
+                // A member of a glob collection the group holds, answered.
+                || glob_of(want).is_some_and(|glob| state.wants.get(&glob).is_some_and(|e| e.answered));
             if !answered && !state.declared.contains(want) {
                 by.entry(&want.group.partition)
                     .or_default()

@@ -326,7 +326,8 @@ endpoints:
             )
             .await;
         let subscribed = relay.log.matching_since(0, |l| {
-            l.contains("subscribing upstream") && l.contains("xdstp://")
+            // The one line per request and upstream (the per-name one is at debug).
+            l.contains("subscribing upstream:") && l.contains("xdstp://")
         });
         assert_eq!(subscribed.len(), 4, "{subscribed:#?}");
         let theirs = format!("upstream={}", xdsd.authority());
