@@ -583,6 +583,42 @@ pub fn lb_endpoint(id: &str, port: u16) -> String {
     )
 }
 
+/// The cluster of authority a.test that [`two_authorities`]'s servers both hold.
+pub const A_CLUSTER: &str = "xdstp://a.test/envoy.config.cluster.v3.Cluster/c1";
+
+/// An `LbEndpoint` member of authority b.test's collection `c1`.
+pub fn b_endpoint(id: &str, port: u16) -> String {
+    lb_endpoint(id, port).replace("xdsd.test", "b.test")
+}
+
+/// Two xdsd servers, started and loaded, each the control plane of one authority and each with
+/// a decoy of the other's resources: a.test's cluster [`A_CLUSTER`] and a plain cluster `plain`
+/// (connect_timeout 1 s in a's, 9 s in b's), b.test's endpoints `e1` (port 8001 in b's, 9999 in
+/// a's) and `e2` (8002, b's only). The resource directories are kept with them.
+pub async fn two_authorities() -> ([ResourceDir; 2], Xdsd, Xdsd) {
+    let cluster = |name: &str, timeout: &str| {
+        format!(
+            "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: {name}\nconnect_timeout: {timeout}\n"
+        )
+    };
+    let dir_a = serving(&[
+        ("c1.yaml", &cluster(A_CLUSTER, "1s")),
+        ("plain.yaml", &cluster("plain", "1s")),
+        ("e1.yaml", &b_endpoint("e1", 9999)),
+    ]);
+    let dir_b = serving(&[
+        ("c1.yaml", &cluster(A_CLUSTER, "9s")),
+        ("plain.yaml", &cluster("plain", "9s")),
+        ("e1.yaml", &b_endpoint("e1", 8001)),
+        ("e2.yaml", &b_endpoint("e2", 8002)),
+    ]);
+    let a = Xdsd::start(&dir_a.path()).await;
+    let b = Xdsd::start(&dir_b.path()).await;
+    a.expect_loaded_since(0).await;
+    b.expect_loaded_since(0).await;
+    ([dir_a, dir_b], a, b)
+}
+
 /// Every `"@name":` at the start of a document's line, in order.
 fn at_names(stdout: &str) -> Vec<String> {
     stdout
@@ -673,32 +709,14 @@ async fn get_a_glob_collection_prints_its_members_each_named() {
 
 #[tokio::test]
 async fn get_server_for_asks_each_authoritys_names_of_its_own_server() {
-    // Two xdsd servers, each the control plane of one authority, each with a decoy of the
-    // other's resources: every name comes from its authority's server.
-    let endpoint = |id: &str, port: u16| lb_endpoint(id, port).replace("xdsd.test", "b.test");
-    let cluster = |name: &str, timeout: &str| {
-        format!(
-            "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: {name}\nconnect_timeout: {timeout}\n"
-        )
-    };
-    let a_cluster = "xdstp://a.test/envoy.config.cluster.v3.Cluster/c1";
-    let dir_a = serving(&[
-        ("c1.yaml", &cluster(a_cluster, "1s")),
-        ("plain.yaml", &cluster("plain", "1s")),
-        ("e1.yaml", &endpoint("e1", 9999)),
-    ]);
-    let dir_b = serving(&[
-        ("c1.yaml", &cluster(a_cluster, "9s")),
-        ("plain.yaml", &cluster("plain", "9s")),
-        ("e1.yaml", &endpoint("e1", 8001)),
-        ("e2.yaml", &endpoint("e2", 8002)),
-    ]);
-    let a = Xdsd::start(&dir_a.path()).await;
-    let b = Xdsd::start(&dir_b.path()).await;
+    let (_dirs, a, b) = two_authorities().await;
+    let a_cluster = A_CLUSTER;
     let b_addr = format!("b.test=127.0.0.1:{}", b.port);
     let glob = "xdstp://b.test/envoy.config.endpoint.v3.LbEndpoint/c1/*";
     for flavor in [&["--delta"][..], &[][..]] {
-        let out = get(&a, &["--delta", "--server-for", &b_addr, LB, glob]).await;
+        let mut args = flavor.to_vec();
+        args.extend(["--server-for", &b_addr, LB, glob]);
+        let out = get(&a, &args).await;
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{flavor:?}: {}", text(&out.stderr));
         let members = [

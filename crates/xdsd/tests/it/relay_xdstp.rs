@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::get::{lb_endpoint, serving, LB, LB_C1};
+use crate::get::{b_endpoint, lb_endpoint, serving, two_authorities, A_CLUSTER, LB, LB_C1};
 use crate::support::relay::Relay;
 use crate::support::{Xdsd, DEADLINE};
 
@@ -186,28 +186,8 @@ async fn a_delta_client_of_a_relay_follows_a_glob_collections_members_added_and_
 async fn a_relay_with_two_authorities_serves_each_name_from_its_authoritys_server() {
     // Two xdsd servers, each the control plane of one authority, each with a decoy of the
     // other's resources: through one relay, every name comes from its authority's server.
-    let endpoint = |id: &str, port: u16| lb_endpoint(id, port).replace("xdsd.test", "b.test");
-    let cluster = |name: &str, timeout: &str| {
-        format!(
-            "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: {name}\nconnect_timeout: {timeout}\n"
-        )
-    };
-    let a_cluster = "xdstp://a.test/envoy.config.cluster.v3.Cluster/c1";
-    let dir_a = serving(&[
-        ("c1.yaml", &cluster(a_cluster, "1s")),
-        ("plain.yaml", &cluster("plain", "1s")),
-        ("e1.yaml", &endpoint("e1", 9999)),
-    ]);
-    let dir_b = serving(&[
-        ("c1.yaml", &cluster(a_cluster, "9s")),
-        ("plain.yaml", &cluster("plain", "9s")),
-        ("e1.yaml", &endpoint("e1", 8001)),
-        ("e2.yaml", &endpoint("e2", 8002)),
-    ]);
-    let a = Xdsd::start(&dir_a.path()).await;
-    let b = Xdsd::start(&dir_b.path()).await;
-    a.expect_loaded_since(0).await;
-    b.expect_loaded_since(0).await;
+    let ([_dir_a, dir_b], a, b) = two_authorities().await;
+    let a_cluster = A_CLUSTER;
     let b_for = format!("b.test={}", b.authority());
     let relay = Relay::start(
         &a.authority(),
@@ -225,7 +205,7 @@ async fn a_relay_with_two_authorities_serves_each_name_from_its_authoritys_serve
     ports.sort();
     assert_eq!(ports, [8001, 8002], "b's members, not a's decoy");
     let mark = b.log.mark();
-    dir_b.write("e3.yaml", &endpoint("e3", 8003));
+    dir_b.write("e3.yaml", &b_endpoint("e3", 8003));
     b.expect_loaded_since(mark).await;
     assert_eq!(
         sent(&endpoints.recv().await),
