@@ -1,0 +1,315 @@
+//! A type's state in the client machine: its subscriptions, what it holds (with the indexes
+//! kept in step with it: aliases, names, bytes, deadlines, expiries) and what the next request
+//! owes.
+
+use super::*;
+
+/// The wildcard subscription of a type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wildcard {
+    Off,
+    /// Subscribed by naming nothing (the legacy form).
+    Legacy,
+    /// Subscribed as `*`.
+    Explicit,
+}
+
+/// What is known of one subscribed name.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Sub {
+    /// When it is reported as not existing unless received.
+    pub(super) deadline: Option<Instant>,
+    /// Reported as not existing since last received.
+    pub(super) missing: bool,
+    /// On this stream, how many responses of its type had arrived when a request first asked
+    /// for it; `Some(None)`: it was in the stream's first request, which every response follows.
+    pub(super) asked_at: Option<Option<u64>>,
+}
+
+/// A held resource: its key is the name and its encoded constraints.
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    pub(super) resource: Resource,
+    pub(super) expires: Option<Instant>,
+    pub(super) bytes: usize,
+}
+
+pub(super) type HeldKey = (String, Vec<u8>);
+
+/// One type's state on the stream: its subscriptions, what it holds with the indexes kept in
+/// step with it, and what the next request owes.
+#[derive(Default)]
+pub(super) struct TypeState {
+    pub(super) wildcard: Option<Wildcard>,
+    pub(super) subs: BTreeMap<Key, Sub>,
+    /// What is held. Changed only through [`TypeState::put_held`] and
+    /// [`TypeState::take_held`], which keep the indexes below in step with it.
+    pub(super) held: BTreeMap<HeldKey, Held>,
+    /// The held resources that carry each alias (only resources with aliases are here).
+    pub(super) aliased: BTreeMap<String, BTreeSet<HeldKey>>,
+    /// Distinct names held.
+    pub(super) held_names: usize,
+    /// Bytes of the bodies held.
+    pub(super) held_bytes: usize,
+    /// The subscriptions whose does-not-exist timer runs, by deadline (each `Sub::deadline`).
+    pub(super) deadlines: BTreeSet<(Instant, Key)>,
+    /// The held resources with a TTL, by expiry (each `Held::expires`).
+    pub(super) expiries: BTreeSet<(Instant, HeldKey)>,
+    /// The last accepted version.
+    pub(super) version: String,
+    /// The nonce of the last response on this stream.
+    pub(super) nonce: String,
+    /// The reason to NACK with in the next request.
+    pub(super) nack: Option<String>,
+    /// A request is owed.
+    pub(super) owed: bool,
+    /// The next request is the stream's first for this type.
+    pub(super) initial: bool,
+    /// Delta: subscriptions added and removed since the last request. (Both flavors: the
+    /// subscriptions added since the last request, whose does-not-exist timers it starts.)
+    pub(super) added: BTreeSet<Key>,
+    pub(super) removed: BTreeSet<Key>,
+    /// Delta: the wildcard changed since the last request.
+    pub(super) wildcard_changed: bool,
+    /// A response was accepted (the first is reported even when it holds nothing).
+    pub(super) answered: bool,
+    /// Responses received on this stream.
+    pub(super) responses: u64,
+}
+
+/// Whether a held resource answers a subscription to `name`: by its name or an alias, or a
+/// member of the glob collection `name`.
+pub(super) fn provided(
+    held: &BTreeMap<HeldKey, Held>,
+    aliased: &BTreeMap<String, BTreeSet<HeldKey>>,
+    name: &str,
+) -> bool {
+    holds_name(held, name)
+        || aliased.contains_key(name)
+        || members_held(held, name).next().is_some()
+}
+
+/// The held members of the glob collection `name` (none when `name` is not a glob): a walk of
+/// the names under its path, not of everything held.
+pub(super) fn members_held<'a>(
+    held: &'a BTreeMap<HeldKey, Held>,
+    name: &str,
+) -> impl Iterator<Item = &'a HeldKey> + 'a {
+    let parts = glob::glob_parts(name).map(|(p, q)| (p.to_owned(), q.to_owned()));
+    parts.into_iter().flat_map(move |(prefix, query)| {
+        let under = prefix.clone();
+        held.range((prefix.clone(), Vec::new())..)
+            .map(|(k, _)| k)
+            .take_while(move |(n, _)| n.starts_with(&under))
+            .filter(move |(n, _)| glob::is_member(&prefix, &query, n))
+    })
+}
+
+/// Whether `held` holds a variant of `name` (under its own name).
+pub(super) fn holds_name(held: &BTreeMap<HeldKey, Held>, name: &str) -> bool {
+    held.range((name.to_owned(), Vec::new())..)
+        .next()
+        .is_some_and(|((n, _), _)| n == name)
+}
+
+impl TypeState {
+    pub(super) fn wildcard(&self) -> Wildcard {
+        self.wildcard.unwrap_or(Wildcard::Off)
+    }
+
+    pub(super) fn interested(&self) -> bool {
+        self.wildcard() != Wildcard::Off || !self.subs.is_empty()
+    }
+
+    /// Whether a received resource is one the client asked for: by its name or by one of its
+    /// aliases.
+    pub(super) fn wants(&self, resource: &Resource) -> bool {
+        if self.wildcard() != Wildcard::Off {
+            return true;
+        }
+        let constraints = resource.constraints.as_ref();
+        let takes = |key: &Key| {
+            key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params))
+        };
+        resource.names().any(|name| self.subs_of(name).any(&takes))
+            || glob::collection_of(&resource.name).is_some_and(|c| self.subs_of(&c).any(takes))
+    }
+
+    pub(super) fn subs_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Key> + 'a {
+        self.subs
+            .range(Key::plain(name)..)
+            .map(|(k, _)| k)
+            .take_while(move |k| k.name == name)
+    }
+
+    /// Whether a variant of `name` is held under its own name.
+    pub(super) fn holds(&self, name: &str) -> bool {
+        holds_name(&self.held, name)
+    }
+
+    /// Whether a held resource answers a subscription to `name`: by its name or an alias, or a
+    /// member of the glob collection `name`.
+    #[cfg(test)]
+    pub(super) fn provides(&self, name: &str) -> bool {
+        provided(&self.held, &self.aliased, name)
+    }
+
+    /// The held resources a subscription to `name` may hold: of that name, or with that alias.
+    pub(super) fn held_for(&self, name: &str) -> Vec<HeldKey> {
+        let mut keys: Vec<HeldKey> = self
+            .held
+            .range((name.to_owned(), Vec::new())..)
+            .take_while(|((n, _), _)| n == name)
+            .map(|(k, _)| k.clone())
+            .collect();
+        if let Some(aliased) = self.aliased.get(name) {
+            keys.extend(aliased.iter().cloned());
+        }
+        keys.extend(members_held(&self.held, name).cloned());
+        keys
+    }
+
+    /// Holds `held` under `key`, in place of what was (returned).
+    pub(super) fn put_held(&mut self, key: HeldKey, held: Held) -> Option<Held> {
+        let old = self.take_held(&key);
+        if !self.holds(&key.0) {
+            self.held_names += 1;
+        }
+        self.held_bytes += held.bytes;
+        if let Some(e) = held.expires {
+            self.expiries.insert((e, key.clone()));
+        }
+        for alias in &held.resource.aliases {
+            self.aliased
+                .entry(alias.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.held.insert(key, held);
+        old
+    }
+
+    /// Drops what is held under `key`.
+    pub(super) fn take_held(&mut self, key: &HeldKey) -> Option<Held> {
+        let held = self.held.remove(key)?;
+        self.held_bytes -= held.bytes;
+        if let Some(e) = held.expires {
+            self.expiries.remove(&(e, key.clone()));
+        }
+        for alias in &held.resource.aliases {
+            if let Some(keys) = self.aliased.get_mut(alias) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.aliased.remove(alias);
+                }
+            }
+        }
+        if !self.holds(&key.0) {
+            self.held_names -= 1;
+        }
+        Some(held)
+    }
+
+    /// Sets when the resource held under `key` expires.
+    pub(super) fn set_expiry(&mut self, key: &HeldKey, expires: Option<Instant>) {
+        let Some(held) = self.held.get_mut(key) else {
+            return;
+        };
+        if let Some(e) = held.expires {
+            self.expiries.remove(&(e, key.clone()));
+        }
+        held.expires = expires;
+        if let Some(e) = expires {
+            self.expiries.insert((e, key.clone()));
+        }
+    }
+
+    /// Every subscription to `name` is settled: received (`missing` false) or known not to
+    /// exist (`missing` true), its timer stopped. Returns whether `name` is subscribed, and
+    /// whether a subscription to it was newly found missing.
+    pub(super) fn settle(&mut self, name: &str, missing: bool) -> (bool, bool) {
+        let (mut subscribed, mut newly) = (false, false);
+        for (key, sub) in self
+            .subs
+            .range_mut(Key::plain(name)..)
+            .take_while(|(k, _)| k.name == name)
+        {
+            subscribed = true;
+            newly |= missing && !sub.missing;
+            if let Some(d) = sub.deadline.take() {
+                self.deadlines.remove(&(d, key.clone()));
+            }
+            sub.missing = missing;
+        }
+        (subscribed, newly)
+    }
+
+    /// Ends subscription `key`: its timer too.
+    pub(super) fn remove_sub(&mut self, key: &Key) -> bool {
+        let Some(sub) = self.subs.remove(key) else {
+            return false;
+        };
+        if let Some(d) = sub.deadline {
+            self.deadlines.remove(&(d, key.clone()));
+        }
+        true
+    }
+
+    /// A request asked for the subscriptions `keys` (every one when `None`): each one neither
+    /// held nor known missing gets its does-not-exist timer, and the count of responses before
+    /// it is noted.
+    pub(super) fn asked(
+        &mut self,
+        keys: Option<Vec<Key>>,
+        deadline: Option<Instant>,
+        at: Option<u64>,
+    ) {
+        let TypeState {
+            subs,
+            deadlines,
+            held,
+            aliased,
+            ..
+        } = self;
+        let mut ask = |key: &Key, sub: &mut Sub| {
+            let provided = provided(held, aliased, &key.name);
+            if sub.deadline.is_none() && !sub.missing && !provided {
+                if let Some(d) = deadline {
+                    sub.deadline = Some(d);
+                    deadlines.insert((d, key.clone()));
+                }
+            }
+            sub.asked_at.get_or_insert(at);
+        };
+        match keys {
+            None => subs.iter_mut().for_each(|(k, s)| ask(k, s)),
+            Some(keys) => {
+                for key in keys {
+                    if let Some(sub) = subs.get_mut(&key) {
+                        ask(&key, sub);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next instant something is due: a timer or an expiry.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        let deadline = self.deadlines.first().map(|(d, _)| *d);
+        let expiry = self.expiries.first().map(|(e, _)| *e);
+        deadline.into_iter().chain(expiry).min()
+    }
+}
+
+/// Drops the resources of `candidates` no subscription wants any more.
+pub(super) fn drop_unwanted(state: &mut TypeState, candidates: Vec<HeldKey>) {
+    for key in candidates {
+        if state
+            .held
+            .get(&key)
+            .is_some_and(|h| !state.wants(&h.resource))
+        {
+            state.take_held(&key);
+        }
+    }
+}
