@@ -211,6 +211,23 @@ const REACHED: [&str; 5] = [
     types::SECRET,
 ];
 
+/// `options` with each authority of the AUTHORITY=ADDR `pairs` (`--server-for`, the relay's
+/// `--upstream-for`; an authority given several times has each of its addresses, in order)
+/// asked of its own servers.
+pub(crate) fn with_authorities(mut options: Options, pairs: &[(String, String)]) -> Options {
+    let mut authorities: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (authority, addr) in pairs {
+        authorities
+            .entry(authority.as_str())
+            .or_default()
+            .push(addr.clone());
+    }
+    for (authority, servers) in authorities {
+        options = options.with_authority(authority, servers);
+    }
+    options
+}
+
 pub(crate) fn key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
@@ -291,16 +308,7 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     config.does_not_exist_timeout = args.timeout;
     let mut options =
         Options::with_servers(args.server.iter().cloned()).context("--server names no server")?;
-    let mut authorities: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for (authority, addr) in &args.server_for {
-        authorities
-            .entry(authority.as_str())
-            .or_default()
-            .push(addr.clone());
-    }
-    for (authority, servers) in authorities {
-        options = options.with_authority(authority, servers);
-    }
+    options = with_authorities(options, &args.server_for);
     options.connect_timeout = args.timeout.min(Duration::from_secs(10));
     if args.tls_ca.is_some() || args.tls_cert.is_some() {
         let read = |flag: &str, path: &Path| {

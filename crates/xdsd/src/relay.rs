@@ -175,18 +175,11 @@ enum UpstreamProtocol {
 
 impl RelayArgs {
     fn options(&self) -> anyhow::Result<RelayOptions> {
-        let mut upstream = xdsd_client::Options::with_servers(self.upstream.iter().cloned())
-            .context("--upstream names no server")?;
-        let mut authorities: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
-        for (authority, addr) in &self.upstream_for {
-            authorities
-                .entry(authority.as_str())
-                .or_default()
-                .push(addr.clone());
-        }
-        for (authority, servers) in authorities {
-            upstream = upstream.with_authority(authority, servers);
-        }
+        let mut upstream = crate::get::with_authorities(
+            xdsd_client::Options::with_servers(self.upstream.iter().cloned())
+                .context("--upstream names no server")?,
+            &self.upstream_for,
+        );
         if self.upstream_tls_ca.is_some() || self.upstream_tls_cert.is_some() {
             let read = |p: &PathBuf, flag: &str| {
                 std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
