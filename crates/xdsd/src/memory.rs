@@ -137,22 +137,55 @@ pub fn start() {
     }
 }
 
+/// A reading of the allocator's figures for scrapes, paced by what it cost: a scrape within a
+/// hundred times as long as the last reading took is given that reading again, so that scrapes
+/// however frequent walk a fragmented heap's arenas (each under its lock) for at most about 1 %
+/// of the time; a reading that took microseconds is fresh for a millisecond.
+#[derive(Debug, Default)]
+struct Paced {
+    value: u64,
+    /// No new reading before this.
+    due: Option<Instant>,
+}
+
+impl Paced {
+    /// The reading for a scrape at `now`: `read`'s (what it gives and how long it took) when
+    /// the last one's pause is over, else the last one's.
+    fn get(&mut self, now: Instant, read: impl FnOnce() -> (u64, Duration)) -> u64 {
+        if self.due.is_some_and(|due| now < due) {
+            return self.value;
+        }
+        let (value, took) = read();
+        self.value = value;
+        self.due = Some(now + pause(Duration::ZERO, took));
+        value
+    }
+}
+
 /// Adds `xdsd_heap_in_use_bytes` to `metrics`: what the allocator has handed out and not taken
-/// back (glibc's `mallinfo2`, read on each scrape), the process's live allocations without the
-/// free pages the allocator keeps. Unlike the resident size, it does not move with the
-/// allocator's high-water mark nor with `--release-memory`'s releases, so that a leak (memory
-/// kept for every closed stream or every change) shows in it alone. None where the allocator
-/// cannot say (not glibc, or glibc older than 2.33).
+/// back (glibc's `mallinfo2`, read on a scrape and paced as [`Paced`] says), the process's live
+/// allocations without the free pages the allocator keeps. Unlike the resident size, it does not
+/// move with the allocator's high-water mark nor with `--release-memory`'s releases, so that a
+/// leak (memory kept for every closed stream or every change) shows in it alone. None where the
+/// allocator cannot say (not glibc, or glibc older than 2.33).
 pub(crate) fn add_metrics(metrics: &xdsd_core::Metrics) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    metrics.add_series(|| match glibc::in_use() {
-        0 => Vec::new(),
-        in_use => vec![xdsd_core::MetricSeries::gauge(
-            "heap_in_use_bytes",
-            "Bytes the allocator has handed out and not taken back (glibc mallinfo2: in \
+    let paced = std::sync::Mutex::new(Paced::default());
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    metrics.add_series(move || {
+        let in_use = match paced.lock() {
+            Ok(mut paced) => paced.get(Instant::now(), || timed(glibc::in_use)),
+            Err(_) => glibc::in_use(),
+        };
+        match in_use {
+            0 => Vec::new(),
+            in_use => vec![xdsd_core::MetricSeries::gauge(
+                "heap_in_use_bytes",
+                "Bytes the allocator has handed out and not taken back (glibc mallinfo2: in \
              arenas and mapped apart), free pages it keeps excluded.",
-            i64::try_from(in_use).unwrap_or(i64::MAX),
-        )],
+                i64::try_from(in_use).unwrap_or(i64::MAX),
+            )],
+        }
     });
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     let _ = metrics;
@@ -309,6 +342,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_scrape_reads_the_heap_again_only_after_a_hundred_times_what_the_last_reading_took() {
+        let t0 = Instant::now();
+        let mut paced = Paced::default();
+        let reading = |value, micros| move || (value, Duration::from_micros(micros));
+        // A slow walk (20 ms): the next 2 s of scrapes are given its reading.
+        assert_eq!(paced.get(t0, reading(7, 20_000)), 7);
+        let not_read = || -> (u64, Duration) { panic!("read within the pause") };
+        assert_eq!(paced.get(t0 + Duration::from_secs(1), not_read), 7);
+        assert_eq!(paced.get(t0 + Duration::from_millis(1999), not_read), 7);
+        // Its pause over: read again; a quick one (5 us) is fresh for half a millisecond.
+        let t1 = t0 + Duration::from_secs(2);
+        assert_eq!(paced.get(t1, reading(9, 5)), 9);
+        assert_eq!(paced.get(t1 + Duration::from_micros(499), not_read), 9);
+        assert_eq!(
+            paced.get(t1 + Duration::from_micros(500), reading(11, 5)),
+            11
+        );
+    }
+
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn the_heap_in_use_is_a_metric_that_follows_the_allocations() {
@@ -325,20 +378,29 @@ mod tests {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0)
         };
+        // A scrape may be given the last reading for a hundred times what it took (Paced):
+        // scrape until the figure shows what the test did, for up to 10 s.
+        let scrape_until = |what: &str, done: &dyn Fn(u64) -> bool| -> u64 {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let value = read(&metrics.encode(&snapshot));
+                if done(value) || Instant::now() >= deadline {
+                    assert!(done(value), "{what}: the metric stayed at {value}");
+                    return value;
+                }
+                std::thread::yield_now();
+            }
+        };
         let before = read(&metrics.encode(&snapshot));
         // 64 MiB, so that what other tests allocate meanwhile is lost in it.
         let held = std::hint::black_box(vec![1u8; 64 * MIB as usize]);
-        let during = read(&metrics.encode(&snapshot));
-        assert!(
-            during >= before + 48 * MIB,
-            "64 MiB held show: {before} -> {during}"
-        );
+        let during = scrape_until(&format!("64 MiB held show, from {before}"), &|v| {
+            v >= before + 48 * MIB
+        });
         drop(held);
-        let after = read(&metrics.encode(&snapshot));
-        assert!(
-            after + 48 * MIB <= during,
-            "64 MiB freed show: {during} -> {after}"
-        );
+        scrape_until(&format!("64 MiB freed show, from {during}"), &|v| {
+            v + 48 * MIB <= during
+        });
     }
 
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
