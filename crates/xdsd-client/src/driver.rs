@@ -164,6 +164,30 @@ impl Options {
         Some(options)
     }
 
+    /// The authority of [`Options::authorities`] whose servers serve `name`: the authority of
+    /// an `xdstp://AUTHORITY/...` name, compared canonically (xRFC TP1: `b%2Eexample` is
+    /// `b.example`), when it has servers here; `None` for every other name (other authorities,
+    /// names that are not xdstp, the wildcard), which `server` serves. The one rule of which
+    /// connection a name goes to: the driver routes by it, and a relay names its upstream by it.
+    pub fn authority_for(&self, name: &str) -> Option<&str> {
+        if self.authorities.is_empty() {
+            return None;
+        }
+        let authority = crate::authority::of(name)?;
+        self.authorities
+            .get_key_value(authority.as_ref())
+            .map(|(key, _)| key.as_str())
+    }
+
+    /// The server `name` is subscribed on first: its authority's first server
+    /// ([`Options::authority_for`]), or `server`.
+    pub fn server_for(&self, name: &str) -> &str {
+        self.authority_for(name)
+            .and_then(|a| self.authorities.get(a))
+            .and_then(|servers| servers.first())
+            .map_or(&self.server, String::as_str)
+    }
+
     /// Every server, in the order they are tried: `server`, then the fallbacks.
     pub fn servers(&self) -> impl Iterator<Item = &str> + '_ {
         std::iter::once(self.server.as_str())
@@ -191,6 +215,9 @@ type Command = Box<dyn FnOnce(&mut Client) + Send>;
 #[derive(Clone)]
 pub struct XdsClient {
     commands: mpsc::UnboundedSender<Command>,
+    /// The options started with: which authority each name goes to
+    /// ([`Options::authority_for`]).
+    options: std::sync::Arc<Options>,
     /// The connections of the authorities with servers of their own.
     authorities: std::sync::Arc<std::collections::BTreeMap<String, mpsc::UnboundedSender<Command>>>,
 }
@@ -318,6 +345,7 @@ impl XdsClient {
         Ok((
             XdsClient {
                 commands,
+                options: std::sync::Arc::new(options),
                 authorities: std::sync::Arc::new(authorities),
             },
             Events {
@@ -334,10 +362,8 @@ impl XdsClient {
 
     /// The connection that serves `name`: its authority's, or the default.
     fn route(&self, name: &str) -> &mpsc::UnboundedSender<Command> {
-        if self.authorities.is_empty() {
-            return &self.commands;
-        }
-        crate::authority::of(name)
+        self.options
+            .authority_for(name)
             .and_then(|a| self.authorities.get(a))
             .unwrap_or(&self.commands)
     }
