@@ -63,6 +63,14 @@ pub struct Options {
     /// name (other authorities, names that are not xdstp, the wildcard) on `server`. Empty by
     /// default: one connection. See [`Options::with_authority`].
     pub authorities: std::collections::BTreeMap<String, Vec<String>>,
+    /// xRFC TP2 "Client Configuration": the dynamic parameters of each authority, one set per
+    /// authority. An authority here has a connection of its own (to its servers in
+    /// `authorities`, else to `server` and its fallbacks, beside the default connection), whose
+    /// node presents this set as its `dynamic_parameters` for every type (every type
+    /// [`types::ALIASES`] names, LEDS's, and every type the node's own map names), in place of the
+    /// node's: its names' plain subscriptions are the variants of this set. Every other name
+    /// presents the node's set. Empty by default. See [`Options::with_authority_params`].
+    pub authority_params: std::collections::BTreeMap<String, Params>,
     /// Which server each client started with these options (or a clone of them) is connected
     /// to now: shared by the clones, read by whoever reports it (a relay's metrics).
     pub connected: ServerConnections,
@@ -124,6 +132,7 @@ impl Options {
             max_backoff: Duration::from_secs(30),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             authorities: Default::default(),
+            authority_params: Default::default(),
             connected: ServerConnections::default(),
         }
     }
@@ -146,13 +155,38 @@ impl Options {
         self
     }
 
-    /// The options of one authority's connection: these, with its servers.
-    fn for_servers(&self, servers: &[String]) -> Options {
+    /// These options with `authority`'s names presenting the TP2 dynamic parameters `params`
+    /// on a connection of their own: see [`Options::authority_params`].
+    pub fn with_authority_params(
+        mut self,
+        authority: impl Into<String>,
+        params: Params,
+    ) -> Options {
+        self.authority_params.insert(authority.into(), params);
+        self
+    }
+
+    /// The options of one authority's connection: these, with its servers (the default's when
+    /// it has none of its own).
+    fn for_authority(&self, authority: &str) -> Options {
         let mut options = self.clone();
-        options.server = servers[0].clone();
-        options.fallback_servers = servers[1..].to_vec();
+        if let Some(servers) = self.authorities.get(authority).filter(|s| !s.is_empty()) {
+            options.server = servers[0].clone();
+            options.fallback_servers = servers[1..].to_vec();
+        }
         options.authorities.clear();
+        options.authority_params.clear();
         options
+    }
+
+    /// The authorities with a connection of their own: those with servers or parameters.
+    fn own_connections(&self) -> std::collections::BTreeSet<&str> {
+        self.authorities
+            .iter()
+            .filter(|(_, servers)| !servers.is_empty())
+            .map(|(a, _)| a.as_str())
+            .chain(self.authority_params.keys().map(String::as_str))
+            .collect()
     }
 
     /// Plaintext to the first of `servers`, then each of the others in turn when a connection
@@ -170,13 +204,19 @@ impl Options {
     /// names that are not xdstp, the wildcard), which `server` serves. The one rule of which
     /// connection a name goes to: the driver routes by it, and a relay names its upstream by it.
     pub fn authority_for(&self, name: &str) -> Option<&str> {
-        if self.authorities.is_empty() {
+        if self.authorities.is_empty() && self.authority_params.is_empty() {
             return None;
         }
         let authority = crate::authority::of(name)?;
         self.authorities
             .get_key_value(authority.as_ref())
+            .filter(|(_, servers)| !servers.is_empty())
             .map(|(key, _)| key.as_str())
+            .or_else(|| {
+                self.authority_params
+                    .get_key_value(authority.as_ref())
+                    .map(|(key, _)| key.as_str())
+            })
     }
 
     /// The server `name` is subscribed on first: its authority's first server
@@ -292,17 +332,25 @@ impl XdsClient {
         validator: Option<Validator>,
     ) -> Result<(XdsClient, Events), StartError> {
         // Every connection's endpoints first: an address that is not one fails the start.
-        let mut connections = vec![(None, options.clone())];
-        for (authority, servers) in &options.authorities {
-            connections.push((Some(authority.clone()), options.for_servers(servers)));
+        let mut connections = vec![(None, options.clone(), config.clone())];
+        for authority in options.own_connections() {
+            let mut config = config.clone();
+            if let Some(params) = options.authority_params.get(authority) {
+                present(&mut config, params);
+            }
+            connections.push((
+                Some(authority.to_owned()),
+                options.for_authority(authority),
+                config,
+            ));
         }
         let mut planned = Vec::with_capacity(connections.len());
-        for (authority, options) in connections {
+        for (authority, options, config) in connections {
             let endpoints = options
                 .servers()
                 .map(|server| Ok((server.to_owned(), endpoint(&options, server)?)))
                 .collect::<Result<Vec<_>, StartError>>()?;
-            planned.push((authority, options, endpoints));
+            planned.push((authority, options, config, endpoints));
         }
         let (event_tx, inner) = mpsc::channel(1024);
         let mut commands = None;
@@ -315,8 +363,8 @@ impl XdsClient {
                 .map(|v| std::sync::Arc::new(std::sync::Mutex::new(v))),
             _ => None,
         };
-        for (authority, options, endpoints) in planned {
-            let mut client = Client::new(config.clone());
+        for (authority, options, config, endpoints) in planned {
+            let mut client = Client::new(config);
             if let Some(v) = validator.take() {
                 client.set_validator(v);
             } else if let Some(shared) = &shared {
@@ -427,6 +475,26 @@ impl XdsClient {
         let _ = route.send(Box::new(move |client: &mut Client| {
             client.unsubscribe_locator(&type_url, &name, params)
         }));
+    }
+}
+
+/// `config`'s node presenting the TP2 dynamic parameters `params` (an authority's,
+/// [`Options::authority_params`]) for every type the client knows (LEDS's `LbEndpoint` too) and
+/// every type the node names.
+fn present(config: &mut Config, params: &Params) {
+    let context = envoy_types::pb::xds::core::v3::ContextParams {
+        params: params.clone().into_iter().collect(),
+    };
+    let known = types::ALIASES
+        .iter()
+        .map(|(_, type_url)| *type_url)
+        .chain([types::LB_ENDPOINT]);
+    let named: Vec<String> = config.node.dynamic_parameters.keys().cloned().collect();
+    for type_url in known.map(str::to_owned).chain(named) {
+        config
+            .node
+            .dynamic_parameters
+            .insert(type_url, context.clone());
     }
 }
 
