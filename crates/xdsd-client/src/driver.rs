@@ -198,10 +198,11 @@ impl Options {
         Some(options)
     }
 
-    /// The authority of [`Options::authorities`] whose servers serve `name`: the authority of
-    /// an `xdstp://AUTHORITY/...` name, compared canonically (xRFC TP1: `b%2Eexample` is
-    /// `b.example`), when it has servers here; `None` for every other name (other authorities,
-    /// names that are not xdstp, the wildcard), which `server` serves. The one rule of which
+    /// The authority whose connection of its own serves `name`: the authority of an
+    /// `xdstp://AUTHORITY/...` name, compared canonically (xRFC TP1: `b%2Eexample` is
+    /// `b.example`), when it has servers ([`Options::authorities`]) or parameters
+    /// ([`Options::authority_params`]) here; `None` for every other name (other authorities,
+    /// names that are not xdstp, the wildcard), which the default connection serves. The one rule of which
     /// connection a name goes to: the driver routes by it, and a relay names its upstream by it.
     pub fn authority_for(&self, name: &str) -> Option<&str> {
         if self.authorities.is_empty() && self.authority_params.is_empty() {
@@ -249,8 +250,9 @@ pub enum StartError {
 type Command = Box<dyn FnOnce(&mut Client) + Send>;
 
 /// The handle of a running driver: changes its subscriptions; dropping it (and the
-/// [`Events`]) stops the driver. With [`Options::authorities`], one connection (and machine)
-/// per authority's servers besides the default's: each name is subscribed on its authority's,
+/// [`Events`]) stops the driver. With [`Options::authorities`] (or
+/// [`Options::authority_params`]), one connection (and machine) per such authority besides the
+/// default's: each name is subscribed on its authority's ([`Options::authority_for`]),
 /// and the events of all of them come out of the one [`Events`].
 #[derive(Clone)]
 pub struct XdsClient {
@@ -258,7 +260,7 @@ pub struct XdsClient {
     /// The options started with: which authority each name goes to
     /// ([`Options::authority_for`]).
     options: std::sync::Arc<Options>,
-    /// The connections of the authorities with servers of their own.
+    /// The connections of the authorities with servers or parameters of their own.
     authorities: std::sync::Arc<std::collections::BTreeMap<String, mpsc::UnboundedSender<Command>>>,
 }
 
