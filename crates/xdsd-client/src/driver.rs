@@ -63,6 +63,14 @@ pub struct Options {
     /// name (other authorities, names that are not xdstp, the wildcard) on `server`. Empty by
     /// default: one connection. See [`Options::with_authority`].
     pub authorities: std::collections::BTreeMap<String, Vec<String>>,
+    /// xRFC TP2 "Client Configuration": the dynamic parameters of each authority, one set per
+    /// authority. An authority here has a connection of its own (to its servers in
+    /// `authorities`, else to `server` and its fallbacks, beside the default connection), whose
+    /// node presents this set as its `dynamic_parameters` for every type (every type
+    /// [`types::ALIASES`] names, LEDS's, and every type the node's own map names), in place of the
+    /// node's: its names' plain subscriptions are the variants of this set. Every other name
+    /// presents the node's set. Empty by default. See [`Options::with_authority_params`].
+    pub authority_params: std::collections::BTreeMap<String, Params>,
     /// Which server each client started with these options (or a clone of them) is connected
     /// to now: shared by the clones, read by whoever reports it (a relay's metrics).
     pub connected: ServerConnections,
@@ -124,6 +132,7 @@ impl Options {
             max_backoff: Duration::from_secs(30),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             authorities: Default::default(),
+            authority_params: Default::default(),
             connected: ServerConnections::default(),
         }
     }
@@ -146,13 +155,38 @@ impl Options {
         self
     }
 
-    /// The options of one authority's connection: these, with its servers.
-    fn for_servers(&self, servers: &[String]) -> Options {
+    /// These options with `authority`'s names presenting the TP2 dynamic parameters `params`
+    /// on a connection of their own: see [`Options::authority_params`].
+    pub fn with_authority_params(
+        mut self,
+        authority: impl Into<String>,
+        params: Params,
+    ) -> Options {
+        self.authority_params.insert(authority.into(), params);
+        self
+    }
+
+    /// The options of one authority's connection: these, with its servers (the default's when
+    /// it has none of its own).
+    fn for_authority(&self, authority: &str) -> Options {
         let mut options = self.clone();
-        options.server = servers[0].clone();
-        options.fallback_servers = servers[1..].to_vec();
+        if let Some(servers) = self.authorities.get(authority).filter(|s| !s.is_empty()) {
+            options.server = servers[0].clone();
+            options.fallback_servers = servers[1..].to_vec();
+        }
         options.authorities.clear();
+        options.authority_params.clear();
         options
+    }
+
+    /// The authorities with a connection of their own: those with servers or parameters.
+    fn own_connections(&self) -> std::collections::BTreeSet<&str> {
+        self.authorities
+            .iter()
+            .filter(|(_, servers)| !servers.is_empty())
+            .map(|(a, _)| a.as_str())
+            .chain(self.authority_params.keys().map(String::as_str))
+            .collect()
     }
 
     /// Plaintext to the first of `servers`, then each of the others in turn when a connection
@@ -162,6 +196,37 @@ impl Options {
         let mut options = Options::new(servers.next()?);
         options.fallback_servers = servers.collect();
         Some(options)
+    }
+
+    /// The authority whose connection of its own serves `name`: the authority of an
+    /// `xdstp://AUTHORITY/...` name, compared canonically (xRFC TP1: `b%2Eexample` is
+    /// `b.example`), when it has servers ([`Options::authorities`]) or parameters
+    /// ([`Options::authority_params`]) here; `None` for every other name (other authorities,
+    /// names that are not xdstp, the wildcard), which the default connection serves. The one rule of which
+    /// connection a name goes to: the driver routes by it, and a relay names its upstream by it.
+    pub fn authority_for(&self, name: &str) -> Option<&str> {
+        if self.authorities.is_empty() && self.authority_params.is_empty() {
+            return None;
+        }
+        let authority = crate::authority::of(name)?;
+        self.authorities
+            .get_key_value(authority.as_ref())
+            .filter(|(_, servers)| !servers.is_empty())
+            .map(|(key, _)| key.as_str())
+            .or_else(|| {
+                self.authority_params
+                    .get_key_value(authority.as_ref())
+                    .map(|(key, _)| key.as_str())
+            })
+    }
+
+    /// The server `name` is subscribed on first: its authority's first server
+    /// ([`Options::authority_for`]), or `server`.
+    pub fn server_for(&self, name: &str) -> &str {
+        self.authority_for(name)
+            .and_then(|a| self.authorities.get(a))
+            .and_then(|servers| servers.first())
+            .map_or(&self.server, String::as_str)
     }
 
     /// Every server, in the order they are tried: `server`, then the fallbacks.
@@ -185,13 +250,17 @@ pub enum StartError {
 type Command = Box<dyn FnOnce(&mut Client) + Send>;
 
 /// The handle of a running driver: changes its subscriptions; dropping it (and the
-/// [`Events`]) stops the driver. With [`Options::authorities`], one connection (and machine)
-/// per authority's servers besides the default's: each name is subscribed on its authority's,
+/// [`Events`]) stops the driver. With [`Options::authorities`] (or
+/// [`Options::authority_params`]), one connection (and machine) per such authority besides the
+/// default's: each name is subscribed on its authority's ([`Options::authority_for`]),
 /// and the events of all of them come out of the one [`Events`].
 #[derive(Clone)]
 pub struct XdsClient {
     commands: mpsc::UnboundedSender<Command>,
-    /// The connections of the authorities with servers of their own.
+    /// The options started with: which authority each name goes to
+    /// ([`Options::authority_for`]).
+    options: std::sync::Arc<Options>,
+    /// The connections of the authorities with servers or parameters of their own.
     authorities: std::sync::Arc<std::collections::BTreeMap<String, mpsc::UnboundedSender<Command>>>,
 }
 
@@ -265,17 +334,25 @@ impl XdsClient {
         validator: Option<Validator>,
     ) -> Result<(XdsClient, Events), StartError> {
         // Every connection's endpoints first: an address that is not one fails the start.
-        let mut connections = vec![(None, options.clone())];
-        for (authority, servers) in &options.authorities {
-            connections.push((Some(authority.clone()), options.for_servers(servers)));
+        let mut connections = vec![(None, options.clone(), config.clone())];
+        for authority in options.own_connections() {
+            let mut config = config.clone();
+            if let Some(params) = options.authority_params.get(authority) {
+                present(&mut config, params);
+            }
+            connections.push((
+                Some(authority.to_owned()),
+                options.for_authority(authority),
+                config,
+            ));
         }
         let mut planned = Vec::with_capacity(connections.len());
-        for (authority, options) in connections {
+        for (authority, options, config) in connections {
             let endpoints = options
                 .servers()
                 .map(|server| Ok((server.to_owned(), endpoint(&options, server)?)))
                 .collect::<Result<Vec<_>, StartError>>()?;
-            planned.push((authority, options, endpoints));
+            planned.push((authority, options, config, endpoints));
         }
         let (event_tx, inner) = mpsc::channel(1024);
         let mut commands = None;
@@ -288,8 +365,8 @@ impl XdsClient {
                 .map(|v| std::sync::Arc::new(std::sync::Mutex::new(v))),
             _ => None,
         };
-        for (authority, options, endpoints) in planned {
-            let mut client = Client::new(config.clone());
+        for (authority, options, config, endpoints) in planned {
+            let mut client = Client::new(config);
             if let Some(v) = validator.take() {
                 client.set_validator(v);
             } else if let Some(shared) = &shared {
@@ -318,6 +395,7 @@ impl XdsClient {
         Ok((
             XdsClient {
                 commands,
+                options: std::sync::Arc::new(options),
                 authorities: std::sync::Arc::new(authorities),
             },
             Events {
@@ -334,10 +412,8 @@ impl XdsClient {
 
     /// The connection that serves `name`: its authority's, or the default.
     fn route(&self, name: &str) -> &mpsc::UnboundedSender<Command> {
-        if self.authorities.is_empty() {
-            return &self.commands;
-        }
-        crate::authority::of(name)
+        self.options
+            .authority_for(name)
             .and_then(|a| self.authorities.get(a))
             .unwrap_or(&self.commands)
     }
@@ -401,6 +477,26 @@ impl XdsClient {
         let _ = route.send(Box::new(move |client: &mut Client| {
             client.unsubscribe_locator(&type_url, &name, params)
         }));
+    }
+}
+
+/// `config`'s node presenting the TP2 dynamic parameters `params` (an authority's,
+/// [`Options::authority_params`]) for every type the client knows (LEDS's `LbEndpoint` too) and
+/// every type the node names.
+fn present(config: &mut Config, params: &Params) {
+    let context = envoy_types::pb::xds::core::v3::ContextParams {
+        params: params.clone().into_iter().collect(),
+    };
+    let known = types::ALIASES
+        .iter()
+        .map(|(_, type_url)| *type_url)
+        .chain([types::LB_ENDPOINT]);
+    let named: Vec<String> = config.node.dynamic_parameters.keys().cloned().collect();
+    for type_url in known.map(str::to_owned).chain(named) {
+        config
+            .node
+            .dynamic_parameters
+            .insert(type_url, context.clone());
     }
 }
 

@@ -18,7 +18,6 @@ use envoy_types::pb::google::protobuf::Any;
 use crate::constraints::{matches, Params};
 use crate::types;
 
-mod glob;
 mod response;
 mod state;
 mod wire;
@@ -266,6 +265,25 @@ impl Key {
     }
 }
 
+/// `name` as the client keeps it: an `xdstp://` name canonical (xRFC TP1 "Normalization":
+/// context parameters sorted, percent-encoding normalized, through [`xdsd_xdstp`]), so that
+/// `?b=2&a=1` is the subscription, the resource and the glob member `?a=1&b=2`; every other
+/// name (and a malformed xdstp one) as it is. Only names that start with `xdstp:` are looked at.
+pub(crate) fn canonical(name: &str) -> String {
+    match xdsd_xdstp::canonical(name) {
+        Some(c) => c.to_string(),
+        None => name.to_owned(),
+    }
+}
+
+/// [`canonical`] of an owned name, which is moved when it is canonical already.
+pub(crate) fn canonical_owned(name: String) -> String {
+    match xdsd_xdstp::canonical(&name) {
+        Some(c) => c.to_string(),
+        None => name,
+    }
+}
+
 /// The xDS client state machine. See the module documentation.
 pub struct Client {
     config: Config,
@@ -343,7 +361,8 @@ impl Client {
         Ok(self.types.get_mut(type_url).expect("inserted above"))
     }
 
-    /// Subscribes to `names` of `type_url` (plain names; `*` is the explicit wildcard).
+    /// Subscribes to `names` of `type_url` (plain names; `*` is the explicit wildcard). An
+    /// `xdstp://` name is subscribed, asked for and reported canonically (see docs/client.md).
     pub fn subscribe<S: AsRef<str>>(
         &mut self,
         type_url: &str,
@@ -354,7 +373,7 @@ impl Client {
             if name == WILDCARD {
                 self.subscribe_wildcard(type_url)?;
             } else {
-                self.subscribe_key(type_url, Key::plain(name))?;
+                self.subscribe_key(type_url, Key::plain(&canonical(name)))?;
             }
         }
         Ok(())
@@ -370,7 +389,7 @@ impl Client {
         self.subscribe_key(
             type_url,
             Key {
-                name: name.to_owned(),
+                name: canonical(name),
                 params,
             },
         )
@@ -424,7 +443,7 @@ impl Client {
         if name == WILDCARD {
             self.unsubscribe_wildcard(type_url);
         } else {
-            self.unsubscribe_key(type_url, Key::plain(name));
+            self.unsubscribe_key(type_url, Key::plain(&canonical(name)));
         }
     }
 
@@ -433,7 +452,7 @@ impl Client {
         self.unsubscribe_key(
             type_url,
             Key {
-                name: name.to_owned(),
+                name: canonical(name),
                 params,
             },
         );

@@ -1413,6 +1413,76 @@ mod glob {
     }
 
     #[test]
+    fn a_glob_spelled_non_canonically_is_asked_canonically_and_takes_its_members() {
+        let mut p = Pair::delta();
+        p.client.connected();
+        p.client
+            .subscribe(CLUSTER, [n("*?b=2&a=1")])
+            .expect("subscribed");
+        assert_eq!(
+            p.delta_request().resource_names_subscribe,
+            [n("*?a=1&b=2")],
+            "asked canonically"
+        );
+        // The server sends its members canonical (and one in another spelling of them).
+        p.delta_in(delta(
+            CLUSTER,
+            "n1",
+            vec![
+                member("c1?a=1&b=2", "1"),
+                member("c2?b=2&a=%31", "1"),
+                member("c3?a=1", "1"),
+            ],
+            &[],
+        ));
+        assert_eq!(
+            added_names(&p.news()),
+            [n("c1?a=1&b=2"), n("c2?a=1&b=2")],
+            "members matched canonically, each held under its canonical name"
+        );
+        p.advance(DEFAULT_DOES_NOT_EXIST_TIMEOUT * 2);
+        assert!(missing(&p.news()).is_empty(), "the glob is answered");
+        // A removal spelled otherwise removes the member.
+        p.delta_request();
+        p.delta_in(delta(CLUSTER, "n2", vec![], &[&n("c2?b=2&a=1")]));
+        assert_eq!(removed(&p.news()), [(vec![n("c2?a=1&b=2")], false)]);
+        // Unsubscribed in yet another spelling, the glob and its members go.
+        p.client.unsubscribe(CLUSTER, &n("*?%62=2&a=1"));
+        assert!(p.names(CLUSTER).is_empty());
+        assert_eq!(
+            p.delta_request().resource_names_unsubscribe,
+            [n("*?a=1&b=2")]
+        );
+        p.client.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn sotw_a_name_spelled_non_canonically_is_answered_by_the_resource_sent_canonically() {
+        let mut p = Pair::sotw();
+        p.client.connected();
+        p.client
+            .subscribe(CLUSTER, [n("c1?b=2&a=1"), n("c%32")])
+            .expect("subscribed");
+        assert_eq!(
+            p.sotw_request().resource_names,
+            [n("c1?a=1&b=2"), n("c2")],
+            "asked canonically"
+        );
+        p.sotw_in(sotw(
+            CLUSTER,
+            "v1",
+            "n1",
+            vec![cluster(&n("c1?a=1&b=2"), "1"), cluster(&n("c2"), "1")],
+        ));
+        let news = p.news();
+        assert_eq!(added_names(&news), [n("c1?a=1&b=2"), n("c2")]);
+        assert!(missing(&news).is_empty(), "both answered: {news:?}");
+        p.client.unsubscribe(CLUSTER, &n("c1?b=2&a=1"));
+        assert_eq!(p.names(CLUSTER), [n("c2")]);
+        p.client.check_invariants().unwrap();
+    }
+
+    #[test]
     fn unsubscribing_a_glob_drops_the_members_only_it_wanted() {
         let mut p = Pair::delta();
         p.client.connected();

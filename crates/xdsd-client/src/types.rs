@@ -24,6 +24,9 @@ pub const RUNTIME: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime"
 pub const TYPED_EXTENSION_CONFIG: &str =
     "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
 
+/// LEDS's type (xRFC TP1 glob collections of endpoints), which has no short name.
+pub const LB_ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+
 /// Short names people type, and the type URL each stands for.
 pub const ALIASES: &[(&str, &str)] = &[
     ("listener", LISTENER),

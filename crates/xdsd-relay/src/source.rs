@@ -125,18 +125,7 @@ pub struct RelaySource {
 /// The server a name is subscribed upstream of, for the logs: its authority's first
 /// (`--upstream-for`, xRFC TP1), else the default's.
 fn upstream_of<'a>(upstream: &'a xdsd_client::Options, name: &str) -> &'a str {
-    if upstream.authorities.is_empty() || !xdsd_core::xdstp::is_xdstp(name) {
-        return &upstream.server;
-    }
-    let Some(rest) = name.get(xdsd_core::xdstp::SCHEME.len()..) else {
-        return &upstream.server;
-    };
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    upstream
-        .authorities
-        .get(authority)
-        .and_then(|servers| servers.first())
-        .map_or(&upstream.server, String::as_str)
+    upstream.server_for(name)
 }
 
 /// A relay: its source (give it to a [`xdsd_core::Feed`]), the observer its server needs

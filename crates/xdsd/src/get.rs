@@ -50,7 +50,7 @@ pub(crate) struct ClientArgs {
     /// Federation (xRFC TP1 authorities): the names `xdstp://AUTHORITY/...` (and glob
     /// collections) of AUTHORITY are asked of ADDR, every other name (and the wildcard) of
     /// --server. Repeatable, comma-separated in the variable; an AUTHORITY given several ADDRs
-    /// has them as replicas, tried in turn. AUTHORITY is compared as the name writes it.
+    /// has them as replicas, tried in turn. AUTHORITY is compared canonically (xRFC TP1).
     #[arg(
         long = "server-for",
         value_name = "AUTHORITY=ADDR",
@@ -92,6 +92,20 @@ pub(crate) struct ClientArgs {
         env = "XDSD_GET_PARAM"
     )]
     params: Vec<(String, String)>,
+
+    /// xRFC TP2's per-authority parameters: a dynamic parameter of AUTHORITY's names (the
+    /// `xdstp://AUTHORITY/...` names and glob collections), in place of --param's for them.
+    /// AUTHORITY's names are asked on a connection of their own (to its --server-for ADDR, else
+    /// to --server) whose node presents AUTHORITY's parameters for every type, and each of its
+    /// NAMEs is a resource locator with them. Repeatable (the variable holds one); AUTHORITY
+    /// ends at the last `:` before KEY (`xds.example:443:env=prod`).
+    #[arg(
+        long = "param-for",
+        value_name = "AUTHORITY:KEY=VALUE",
+        value_parser = authority_key_value,
+        env = "XDSD_GET_PARAM_FOR"
+    )]
+    param_for: Vec<(String, (String, String))>,
 
     /// Speak incremental (delta) xDS rather than State of the World.
     #[arg(long, env = "XDSD_GET_DELTA")]
@@ -228,6 +242,33 @@ pub(crate) fn with_authorities(mut options: Options, pairs: &[(String, String)])
     options
 }
 
+/// `options` with each authority of the AUTHORITY:KEY=VALUE `params` (`--param-for`)
+/// presenting its own TP2 parameter set ([`Options::with_authority_params`]).
+fn with_authority_params(mut options: Options, params: &[(String, (String, String))]) -> Options {
+    let mut sets: BTreeMap<&str, Params> = BTreeMap::new();
+    for (authority, (key, value)) in params {
+        sets.entry(authority.as_str())
+            .or_default()
+            .insert(key.clone(), value.clone());
+    }
+    for (authority, set) in sets {
+        options = options.with_authority_params(authority, set);
+    }
+    options
+}
+
+/// `AUTHORITY:KEY=VALUE`: the value after the first `=`, the authority before the last `:`
+/// ahead of it (an authority may carry a port).
+fn authority_key_value(text: &str) -> Result<(String, (String, String)), String> {
+    let bad = || format!("{text:?} is not AUTHORITY:KEY=VALUE");
+    let (left, value) = text.split_once('=').ok_or_else(bad)?;
+    let (authority, key) = left.rsplit_once(':').ok_or_else(bad)?;
+    if key.is_empty() {
+        return Err(bad());
+    }
+    Ok((authority.to_owned(), (key.to_owned(), value.to_owned())))
+}
+
 pub(crate) fn key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
@@ -243,7 +284,24 @@ struct Plan {
     names: Vec<String>,
     options: Options,
     config: Config,
-    params: Params,
+    params: NameParams,
+}
+
+/// The TP2 parameters each name is asked with: its authority's (`--param-for`), else
+/// `--param`'s.
+struct NameParams {
+    global: Params,
+    /// The client's options, whose authorities say which name is whose.
+    options: Options,
+}
+
+impl NameParams {
+    fn of(&self, name: &str) -> &Params {
+        self.options
+            .authority_for(name)
+            .and_then(|a| self.options.authority_params.get(a))
+            .unwrap_or(&self.global)
+    }
 }
 
 fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
@@ -309,6 +367,7 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     let mut options =
         Options::with_servers(args.server.iter().cloned()).context("--server names no server")?;
     options = with_authorities(options, &args.server_for);
+    options = with_authority_params(options, &args.param_for);
     options.connect_timeout = args.timeout.min(Duration::from_secs(10));
     if args.tls_ca.is_some() || args.tls_cert.is_some() {
         let read = |flag: &str, path: &Path| {
@@ -327,9 +386,12 @@ fn plan(args: &ClientArgs) -> anyhow::Result<Plan> {
     Ok(Plan {
         type_url,
         names,
+        params: NameParams {
+            global: params,
+            options: options.clone(),
+        },
         options,
         config,
-        params,
     })
 }
 
@@ -348,17 +410,24 @@ fn canonical_name(type_url: Option<&str>, name: &str) -> anyhow::Result<String> 
     Ok(parsed.as_str().to_owned())
 }
 
-fn subscribe(client: &XdsClient, type_url: &str, names: &[String], params: &Params) {
+fn subscribe(client: &XdsClient, type_url: &str, names: &[String], params: &NameParams) {
     if names.is_empty() {
         // The legacy wildcard (naming nothing): every server knows it; some older ones (such
         // as rust-control-plane 0.1.2) take an explicit `*` for a name.
         client.subscribe_legacy_wildcard(type_url);
-    } else if params.is_empty() {
-        client.subscribe(type_url, names.to_vec());
-    } else {
-        for name in names {
+        return;
+    }
+    let mut plain = Vec::new();
+    for name in names {
+        let params = params.of(name);
+        if params.is_empty() {
+            plain.push(name.clone());
+        } else {
             client.subscribe_locator(type_url, name, params.clone());
         }
+    }
+    if !plain.is_empty() {
+        client.subscribe(type_url, plain);
     }
 }
 
@@ -941,6 +1010,54 @@ mod tests {
         assert_eq!(
             parse(&["all"]).expect("all").client.kind.as_deref(),
             Some(ALL)
+        );
+    }
+
+    #[test]
+    fn param_for_takes_an_authority_with_a_port_and_asks_its_names_with_its_own_set() {
+        let args = parse(&[
+            "cluster",
+            "xdstp://b.test/envoy.config.cluster.v3.Cluster/c1",
+            "plain",
+            "--param",
+            "env=prod",
+            "--param-for",
+            "b.test:env=test",
+            "--param-for",
+            "b.test:zone=z1",
+            "--param-for",
+            "xds.example:443:k=v=w",
+        ])
+        .expect("valid");
+        assert_eq!(
+            args.client.param_for,
+            vec![
+                ("b.test".into(), ("env".into(), "test".into())),
+                ("b.test".into(), ("zone".into(), "z1".into())),
+                ("xds.example:443".into(), ("k".into(), "v=w".into())),
+            ]
+        );
+        for bad in ["env=prod", "b.test:=x", "b.test:env"] {
+            assert!(parse(&["cluster", "--param-for", bad]).is_err(), "{bad}");
+        }
+        let plan = plan(&args.client).expect("planned");
+        let b: Params = [("env", "test"), ("zone", "z1")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into();
+        assert_eq!(
+            plan.params
+                .of("xdstp://b.test/envoy.config.cluster.v3.Cluster/c1"),
+            &b
+        );
+        assert_eq!(
+            plan.params.of("plain"),
+            &Params::from([("env".to_owned(), "prod".to_owned())])
+        );
+        assert_eq!(
+            plan.options
+                .authority_for("xdstp://b.test/envoy.config.cluster.v3.Cluster/c1"),
+            Some("b.test"),
+            "b.test's names have a connection of their own"
         );
     }
 

@@ -9,10 +9,11 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use prost::Message;
 
-use super::glob::collection_of;
+use super::canonical_owned;
 use super::wire::{decode_sotw, decode_wrapper, held_key, Received};
 use super::{Client, Event, Held, HeldKey, Resource, Update};
 use crate::types;
+use xdsd_xdstp::collection_of;
 
 impl Client {
     /// Takes in a SotW response.
@@ -85,15 +86,17 @@ impl Client {
                 }
             }
         }
-        let mut removed: Vec<(String, Option<Vec<u8>>)> =
-            removed_resources.into_iter().map(|n| (n, None)).collect();
+        let mut removed: Vec<(String, Option<Vec<u8>>)> = removed_resources
+            .into_iter()
+            .map(|n| (canonical_owned(n), None))
+            .collect();
         removed.extend(removed_resource_names.into_iter().map(|n| {
             let constraints = n
                 .dynamic_parameter_constraints
                 .as_ref()
                 .map(Message::encode_to_vec)
                 .unwrap_or_default();
-            (n.name, Some(constraints))
+            (canonical_owned(n.name), Some(constraints))
         }));
         let outcome = match problem {
             Some(reason) => Err(reason),

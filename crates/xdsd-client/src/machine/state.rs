@@ -95,13 +95,13 @@ pub(super) fn members_held<'a>(
     held: &'a BTreeMap<HeldKey, Held>,
     name: &str,
 ) -> impl Iterator<Item = &'a HeldKey> + 'a {
-    let parts = glob::glob_parts(name).map(|(p, q)| (p.to_owned(), q.to_owned()));
+    let parts = xdsd_xdstp::glob_parts(name).map(|(p, q)| (p.to_owned(), q.to_owned()));
     parts.into_iter().flat_map(move |(prefix, query)| {
         let under = prefix.clone();
         held.range((prefix.clone(), Vec::new())..)
             .map(|(k, _)| k)
             .take_while(move |(n, _)| n.starts_with(&under))
-            .filter(move |(n, _)| glob::is_member(&prefix, &query, n))
+            .filter(move |(n, _)| xdsd_xdstp::is_member(&prefix, &query, n))
     })
 }
 
@@ -132,7 +132,8 @@ impl TypeState {
             key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params))
         };
         resource.names().any(|name| self.subs_of(name).any(&takes))
-            || glob::collection_of(&resource.name).is_some_and(|c| self.subs_of(&c).any(takes))
+            || xdsd_xdstp::collection_of(&resource.name)
+                .is_some_and(|c| self.subs_of(&c).any(takes))
     }
 
     pub(super) fn subs_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Key> + 'a {

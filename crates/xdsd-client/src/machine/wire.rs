@@ -12,7 +12,9 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status;
 use prost::Message;
 
-use super::{HeldKey, Key, Resource, TypeState, Wildcard, RESOURCE_WRAPPER, WILDCARD};
+use super::{
+    canonical_owned, HeldKey, Key, Resource, TypeState, Wildcard, RESOURCE_WRAPPER, WILDCARD,
+};
 
 pub(super) fn held_key(resource: &Resource) -> HeldKey {
     (
@@ -68,7 +70,7 @@ pub(super) fn decode_sotw(type_url: &str, version: &str, any: Any) -> Result<Rec
     }
     Ok(Received::Resource(Resource {
         type_url: type_url.to_owned(),
-        name,
+        name: canonical_owned(name),
         aliases: Vec::new(),
         version: version.to_owned(),
         body: any,
@@ -91,6 +93,9 @@ pub(super) fn decode_wrapper(
         }) if !name.is_empty() => (name, dynamic_parameter_constraints),
         _ => (wire.name, None),
     };
+    // A server may spell an xdstp name otherwise than the client asked (xRFC TP1): the
+    // client's names are canonical, so are the names it takes.
+    let name = canonical_owned(name);
     let ttl = wire
         .ttl
         .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32));

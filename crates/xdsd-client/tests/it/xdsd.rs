@@ -352,3 +352,91 @@ async fn sotw_each_authoritys_names_come_from_its_own_server() {
 async fn delta_each_authoritys_names_come_from_its_own_server() {
     each_authoritys_names_come_from_its_own_server(Flavor::Delta).await;
 }
+
+/// xRFC TP2 "Client Configuration": a client sends one parameter set per authority,
+/// configurable per authority. Two xdsd servers, each serving variants: the default connection
+/// presents the node's set (`env=prod`), `b.test`'s connection its own (`env=test`), and
+/// `c.test`, which has parameters but no server of its own, a connection of its own to the
+/// default server presenting `env=canary`. Each name is the variant of its authority's set, a
+/// glob's members too.
+async fn each_authoritys_connection_presents_its_own_dynamic_parameters(flavor: Flavor) {
+    const T: &str = "envoy.config.cluster.v3.Cluster";
+    let a1 = format!("xdstp://a.test/{T}/c1");
+    let b2 = format!("xdstp://b.test/{T}/c2");
+    let b3 = format!("xdstp://b.test/{T}/in/c3");
+    let c4 = format!("xdstp://c.test/{T}/c4");
+    let a = Server::start().await;
+    let b = Server::start().await;
+    for name in [&a1, "plain", &c4] {
+        for env in ["prod", "test", "canary"] {
+            a.set(variant(cluster(name, &format!("a-{env}")), env_is(env)));
+        }
+    }
+    for name in [&b2, &b3] {
+        for env in ["prod", "test", "canary"] {
+            b.set(variant(cluster(name, &format!("b-{env}")), env_is(env)));
+        }
+    }
+    let params = |env: &str| Params::from([("env".to_owned(), env.to_owned())]);
+    let options = Options::new(a.addr.to_string())
+        .with_authority("b.test", [b.addr.to_string()])
+        .with_authority_params("b.test", params("test"))
+        .with_authority_params("c.test", params("canary"));
+    assert_eq!(options.server_for(&c4), a.addr.to_string());
+    assert_eq!(options.authority_for(&c4), Some("c.test"));
+    let mut config = config(flavor, true);
+    config
+        .node
+        .dynamic_parameters
+        .insert(CLUSTER.to_owned(), xds_context_params(params("prod")));
+    let (client, mut events) = XdsClient::start(options, config, None).expect("started");
+    client.subscribe(
+        CLUSTER,
+        vec![
+            a1.clone(),
+            "plain".into(),
+            b2.clone(),
+            format!("xdstp://b.test/{T}/in/*"),
+            c4.clone(),
+        ],
+    );
+    let mut got = std::collections::BTreeMap::new();
+    while got.len() < 5 {
+        if let Event::Update(u) = next_news(&mut events).await {
+            for r in u.added.into_iter().chain(u.changed) {
+                got.insert(r.name.clone(), r.body.value.clone());
+            }
+        }
+    }
+    let want: std::collections::BTreeMap<String, Vec<u8>> = [
+        (a1.clone(), cluster_bytes(&a1, "a-prod").to_vec()),
+        (
+            "plain".to_string(),
+            cluster_bytes("plain", "a-prod").to_vec(),
+        ),
+        (b2.clone(), cluster_bytes(&b2, "b-test").to_vec()),
+        (b3.clone(), cluster_bytes(&b3, "b-test").to_vec()),
+        (c4.clone(), cluster_bytes(&c4, "a-canary").to_vec()),
+    ]
+    .into();
+    assert_eq!(got, want, "{flavor:?}");
+    drop(client);
+    a.stop().await;
+    b.stop().await;
+}
+
+fn xds_context_params(params: Params) -> envoy_types::pb::xds::core::v3::ContextParams {
+    envoy_types::pb::xds::core::v3::ContextParams {
+        params: params.into_iter().collect(),
+    }
+}
+
+#[tokio::test]
+async fn sotw_each_authoritys_connection_presents_its_own_dynamic_parameters() {
+    each_authoritys_connection_presents_its_own_dynamic_parameters(Flavor::Sotw).await;
+}
+
+#[tokio::test]
+async fn delta_each_authoritys_connection_presents_its_own_dynamic_parameters() {
+    each_authoritys_connection_presents_its_own_dynamic_parameters(Flavor::Delta).await;
+}

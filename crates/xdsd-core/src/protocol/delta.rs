@@ -104,13 +104,11 @@ pub struct DeltaMachine {
     /// The rest of a response that went out in parts (to stay under the core's size limit),
     /// in order.
     split: VecDeque<Owed>,
-    /// The members the subscribed glob collections (xRFC TP1) had when the subscription last
-    /// changed: they count against the stream's names budget ([`Machine::key_count`]).
-    glob_members: usize,
-    /// The members of glob collections the client holds that no name of `names` subscribes to,
-    /// counted as they are sent and removed (a look only at xdstp names): with `glob_members`,
-    /// a member added to a collection after the subscription counts too, at the cost of that
-    /// change.
+    /// The members of glob collections (xRFC TP1) the client holds that no name of `names`
+    /// subscribes to, counted as they are sent and removed (a look only at xdstp names): they
+    /// count against the stream's names budget ([`Machine::key_count`]) from the response that
+    /// sends them, which the session does not send past the budget. A glob subscribed is walked
+    /// once, by the response that gathers its members, not a second time to count them.
     held_members: usize,
     /// The client's spelling of the xdstp names it subscribed to non-canonically (`?b=2&a=1`),
     /// by canonical name: they are subscribed canonically and answered under the client's
@@ -273,26 +271,6 @@ impl DeltaMachine {
         }
         response
     }
-
-    /// The members the store has of the glob collections subscribed (a walk of the names under
-    /// each glob's path), for the names budget. Made on a request that names something, which
-    /// already walks the subscribed names.
-    fn count_glob_members(&self, current: Option<&Arc<TypeSnapshot>>) -> usize {
-        let Some(current) = current else {
-            return 0;
-        };
-        self.names
-            .iter()
-            .filter_map(|(n, _)| crate::xdstp::glob_parts(n))
-            .map(|(prefix, query)| {
-                current
-                    .entries_from(prefix)
-                    .map_while(|(name, _)| name.strip_prefix(prefix))
-                    .filter(|rest| crate::xdstp::is_member_rest(query, rest))
-                    .count()
-            })
-            .sum()
-    }
 }
 
 /// Whether `name` is a member of a glob collection (xRFC TP1) `names` subscribes to with `pid`.
@@ -342,7 +320,6 @@ impl Machine for DeltaMachine {
             recheck: HashSet::default(),
             heartbeat: HashSet::default(),
             split: VecDeque::new(),
-            glob_members: 0,
             held_members: 0,
             spelled: HashMap::default(),
         }
@@ -460,14 +437,12 @@ impl Machine for DeltaMachine {
         }
         let unsubscribed = self.unsubscribe(unsubscribe_keys);
         self.update_pids(pids_added, unsubscribed);
-        if names_something {
-            self.glob_members = self.count_glob_members(current);
-            if self.glob_members > 0 || self.held_members > 0 {
-                // The subscription changed (a glob unsubscribed forgets its members): counted
-                // again from what the client holds, as the names were walked.
-                let (names, has) = (&self.names, &self.has);
-                self.held_members = has.iter().filter(|(k, _)| glob_only(names, k)).count();
-            }
+        if names_something && self.held_members > 0 {
+            // The subscription changed (a glob unsubscribed forgets its members, a member
+            // subscribed by name counts as a name): counted again from what the client holds,
+            // as the names were walked.
+            let (names, has) = (&self.names, &self.has);
+            self.held_members = has.iter().filter(|(k, _)| glob_only(names, k)).count();
         }
         let change = self.change(names_something, wildcard_before, names_before, current);
         (kind, change)
@@ -503,9 +478,9 @@ impl Machine for DeltaMachine {
     }
 
     /// How many keys (name and parameter set) are subscribed, each member of a glob collection
-    /// counted as one (as the collection was when the subscription last changed).
+    /// the client was sent counted as one.
     fn key_count(&self) -> usize {
-        self.names.len() + self.glob_members.max(self.held_members)
+        self.names.len() + self.held_members
     }
 
     /// Whether a response is owed.

@@ -265,3 +265,44 @@ fn a_pending_glob_collections_members_committed_with_it_are_sent_and_it_is_never
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!((names(&sent[0]), sent[0].removed.len()), (vec![E1], 0));
 }
+
+const CLUSTER_GLOB: &str = "xdstp://a/envoy.config.cluster.v3.Cluster/in/*";
+
+#[test]
+fn sotw_a_pending_glob_collection_of_a_full_state_type_resolved_empty_is_answered_without_members()
+{
+    let store = Store::new();
+    set(&store, CLUSTER, "other", "1");
+    let pending = declare(&store, CLUSTER, CLUSTER_GLOB);
+    let (mut pair, sent) = subscribed::<SotwMachine>(&store, CLUSTER, &[CLUSTER_GLOB, "other"]);
+    assert!(sent.is_empty(), "held while the glob is pending: {sent:?}");
+    // Resolved with no member: the full-state response, without a member (the client tells
+    // from it that the collection is empty).
+    pending.resolve([&PendingName::new(CLUSTER, CLUSTER_GLOB)]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(names(&sent[0]), ["other"]);
+}
+
+#[test]
+fn sotw_a_full_state_response_waits_for_a_pending_glob_collection_through_other_changes() {
+    let store = Store::new();
+    set(&store, CLUSTER, "other", "1");
+    let (mut pair, sent) = subscribed::<SotwMachine>(&store, CLUSTER, &["other"]);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let ack = pair.client.ack(CLUSTER);
+    pair.send(&ack).expect("an ACK");
+    let pending = declare(&store, CLUSTER, CLUSTER_GLOB);
+    let ask = pair.client.subscribe(CLUSTER, &[CLUSTER_GLOB]);
+    pair.send(&ask).expect("a subscription");
+    assert!(
+        flushed(&mut pair).is_empty(),
+        "held while the glob is pending"
+    );
+    set(&store, CLUSTER, "other", "2");
+    let sent = flushed(&mut pair);
+    assert!(sent.is_empty(), "still held: {sent:?}");
+    pending.resolve([&PendingName::new(CLUSTER, CLUSTER_GLOB)]);
+    let sent = flushed(&mut pair);
+    assert_eq!(sent.len(), 1, "the subscription's answer: {sent:?}");
+}

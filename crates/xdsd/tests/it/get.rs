@@ -707,6 +707,99 @@ async fn get_a_glob_collection_prints_its_members_each_named() {
     );
 }
 
+/// xRFC TP2 "Client Configuration": one parameter set per authority. Two xdsd servers serve
+/// variants by `env`; `--param env=prod` is every other name's set, `--param-for` gives b.test
+/// (served by b) `env=test` and a.test (served by the default server, on a connection of its
+/// own) `env=canary`: each name is its authority's variant, a glob's members too.
+#[tokio::test]
+async fn get_param_for_asks_each_authoritys_names_with_its_own_parameters() {
+    let constrained = |env: &str, doc: String| {
+        format!("\"@constraints\": {{ constraint: {{ key: env, value: {env} }} }}\n{doc}")
+    };
+    let cluster = |name: &str, timeout: &str| {
+        format!(
+            "\"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\nname: {name}\nconnect_timeout: {timeout}\n"
+        )
+    };
+    let dir_a = serving(&[
+        (
+            "c1-prod.yaml",
+            &constrained("prod", cluster(A_CLUSTER, "1s")),
+        ),
+        (
+            "c1-canary.yaml",
+            &constrained("canary", cluster(A_CLUSTER, "3s")),
+        ),
+        (
+            "plain-prod.yaml",
+            &constrained("prod", cluster("plain", "1s")),
+        ),
+        (
+            "plain-canary.yaml",
+            &constrained("canary", cluster("plain", "3s")),
+        ),
+    ]);
+    let dir_b = serving(&[
+        ("e1-test.yaml", &constrained("test", b_endpoint("e1", 8001))),
+        ("e1-prod.yaml", &constrained("prod", b_endpoint("e1", 9001))),
+    ]);
+    let a = Xdsd::start(&dir_a.path()).await;
+    let b = Xdsd::start(&dir_b.path()).await;
+    a.expect_loaded_since(0).await;
+    b.expect_loaded_since(0).await;
+    let b_addr = format!("b.test=127.0.0.1:{}", b.port);
+    let glob = "xdstp://b.test/envoy.config.endpoint.v3.LbEndpoint/c1/*";
+    let per_authority = [
+        "--server-for",
+        &b_addr,
+        "--param",
+        "env=prod",
+        "--param-for",
+        "b.test:env=test",
+        "--param-for",
+        "a.test:env=canary",
+    ];
+    for flavor in [&["--delta"][..], &[][..]] {
+        let mut args = flavor.to_vec();
+        args.extend(per_authority);
+        args.extend([LB, glob]);
+        let out = get(&a, &args).await;
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{flavor:?}: {}", text(&out.stderr));
+        assert_eq!(
+            at_names(&stdout),
+            ["xdstp://b.test/envoy.config.endpoint.v3.LbEndpoint/c1/e1"],
+            "{flavor:?}: {stdout}"
+        );
+        assert!(
+            stdout.contains("8001") && !stdout.contains("9001"),
+            "{flavor:?}: b.test's env=test variant: {stdout}"
+        );
+        let mut args = flavor.to_vec();
+        args.extend(per_authority);
+        args.extend(["cluster", A_CLUSTER, "plain"]);
+        let out = get(&a, &args).await;
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{flavor:?}: {}", text(&out.stderr));
+        let docs: Vec<&str> = stdout.split("\n---").collect();
+        assert_eq!(docs.len(), 2, "{flavor:?}: {stdout}");
+        let doc_of = |name: &str| {
+            docs.iter()
+                .find(|d| d.contains(&format!("name: \"{name}\"\n")))
+                .unwrap_or_else(|| panic!("{name} in {stdout}"))
+                .to_string()
+        };
+        assert!(
+            doc_of(A_CLUSTER).contains("\"3s\""),
+            "{flavor:?}: a.test's env=canary variant: {stdout}"
+        );
+        assert!(
+            doc_of("plain").contains("\"1s\""),
+            "{flavor:?}: --param's env=prod variant: {stdout}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn get_server_for_asks_each_authoritys_names_of_its_own_server() {
     let (_dirs, a, b) = two_authorities().await;

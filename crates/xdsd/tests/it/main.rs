@@ -36,6 +36,7 @@ mod missing_directory;
 mod references;
 mod relay;
 mod relay_xdstp;
+mod relay_xdstp_sotw;
 mod replicas;
 mod rest;
 mod serve_source;

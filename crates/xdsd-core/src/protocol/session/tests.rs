@@ -133,7 +133,7 @@ fn subscribing_to_more_names_than_the_limit_ends_the_stream_with_resource_exhaus
 }
 
 #[test]
-fn glob_collection_members_count_against_the_names_limit() {
+fn glob_collection_members_count_against_the_names_limit_from_the_response_that_sends_them() {
     use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     const EP: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
     let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
@@ -145,20 +145,36 @@ fn glob_collection_members_count_against_the_names_limit() {
         max_names: 5,
         ..Default::default()
     };
-    let mut s: Session<DeltaMachine> = Session::with_options(None, options);
     let subscribe = |names: &[&str]| DeltaDiscoveryRequest {
         type_url: EP.into(),
         node: Some(node("n", "c")),
         resource_names_subscribe: names.iter().map(|n| n.to_string()).collect(),
         ..Default::default()
     };
-    // The glob and its four members: five.
     let glob = format!("{c1}/*");
+    let now = Instant::now();
+    // The glob and its four members: five, sent; a sixth name is past the limit.
+    let mut s: Session<DeltaMachine> = Session::with_options(None, options.clone());
     s.handle_request(&subscribe(&[&glob]).into(), &store.snapshot())
         .unwrap();
+    let (_, members) = s
+        .poll_response(&store.snapshot(), now)
+        .expect("the members");
+    assert_eq!(members.resources.len(), 4);
+    assert!(s.take_breach().is_none());
+    assert_eq!(s.subscribed_names(), 5);
     let err = s
         .handle_request(&subscribe(&["other"]).into(), &store.snapshot())
         .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+    // The glob and another name subscribed at once: the members are counted by the walk that
+    // gathers them (one walk per glob subscription), and the response that would carry the
+    // sixth name is not sent: the stream's error is a client one.
+    let mut s: Session<DeltaMachine> = Session::with_options(None, options);
+    s.handle_request(&subscribe(&[&glob, "other"]).into(), &store.snapshot())
+        .unwrap();
+    assert!(s.poll_response(&store.snapshot(), now).is_none());
+    let err = s.take_breach().expect("the breach");
     assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
 }
 
