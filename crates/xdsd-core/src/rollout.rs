@@ -22,6 +22,13 @@
 //! ([`Gate::decided_elsewhere`]) is adopted here: promoted, halted or aborted the same way, at
 //! once when it is about the candidate, or once that revision's change arrives when it is about
 //! one not seen yet.
+//!
+//! A client outside the cohort that comes (back) holding, of a type the candidate changed, the
+//! candidate's versions ([`holds_candidate`]) was served the candidate by a replica that promoted
+//! it, before this one heard of the promotion. It is not promoted on that client's word (a client
+//! that knows or guesses the candidate's version would otherwise push an unvetted change to
+//! everyone): its answer waits, at most [`HOLD_BOUND`], while the shared record is read again;
+//! it is answered from the stable state then, which is the candidate if the record promoted it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -31,6 +38,8 @@ use sha2::{Digest, Sha256};
 
 use crate::protocol::identity::Glob;
 use crate::protocol::session::ClientNode;
+use crate::store::Snapshot;
+use crate::transport::picker::Held;
 
 /// A client of the gate: one stream (the caller's id for it).
 pub type ClientId = u64;
@@ -488,6 +497,40 @@ impl Gate {
         let generation = candidate.generation;
         self.candidate = None;
         self.promoted_to(generation)
+    }
+}
+
+/// The longest a client outside the cohort that holds the candidate's versions waits for its
+/// answer while the shared record is read again (see the module): then it is answered from the
+/// stable state as it is.
+pub const HOLD_BOUND: Duration = Duration::from_secs(2);
+
+/// Whether a client that says it holds `held` of `type_url` holds something of the candidate
+/// state (`candidate`) that the stable state (`stable`) does not have: SotW, the candidate's
+/// version of the type when it differs from the stable one's; delta, a resource at a version
+/// the candidate has and the stable state has not. Versions are content hashes, the same on
+/// every replica for the same content, so a client served the candidate by another replica
+/// holds exactly these. (SotW on a type with variants: the version of the whole type only.)
+pub(crate) fn holds_candidate(
+    candidate: &Snapshot,
+    stable: &Snapshot,
+    type_url: &str,
+    held: Held<'_>,
+) -> bool {
+    let Some(new) = candidate.get(type_url) else {
+        return false;
+    };
+    let old = stable.get(type_url);
+    match held {
+        Held::Version(version) => {
+            **new.version() == *version && old.is_none_or(|o| **o.version() != *version)
+        }
+        Held::Resources(versions) => versions.iter().any(|(name, version)| {
+            let has = |variants: &[std::sync::Arc<crate::store::Resource>]| {
+                variants.iter().any(|r| **r.version() == **version)
+            };
+            has(new.variants(name)) && !old.is_some_and(|o| has(o.variants(name)))
+        }),
     }
 }
 

@@ -10,13 +10,16 @@
 //!   one not written yet), in a transaction guarded by the record's mod revision and only when it
 //!   goes further than the record there ([`Record::supersedes`]): a stale replica does not
 //!   overwrite a newer decision. It watches the key and hands every record to
-//!   [`Rollout::adopt`].
+//!   [`Rollout::adopt`]; asked to ([`SharedState::refresh`]: a client holds a candidate another
+//!   replica may have promoted), it reads the key again at once, one read for all the asks that
+//!   come while one is under way.
 
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, WatchOptions};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use xdsd_core::rollout::{Record, Rollout, SharedState, RECORD_KEY};
 use xdsd_core::source::Update;
@@ -124,7 +127,12 @@ pub async fn resume(etcd: &Etcd, source: &EtcdSource) -> Result<(Option<Resume>,
 /// The shared state on etcd: see the module. Its tasks stop when it is dropped.
 pub struct SharedRollout {
     latest: watch::Sender<Option<Record>>,
-    tasks: [JoinHandle<()>; 2],
+    /// Asks for a read of the record now (one permit: asks while a read is under way make one
+    /// read after it).
+    refresh: Arc<Notify>,
+    /// How many reads were made on asks.
+    refreshed: Arc<AtomicU64>,
+    tasks: [JoinHandle<()>; 3],
 }
 
 impl std::fmt::Debug for SharedRollout {
@@ -139,17 +147,75 @@ impl SharedRollout {
     pub fn start(etcd: Etcd, rollout: Arc<Rollout>, after: i64) -> SharedRollout {
         let (latest, records) = watch::channel(None);
         let writer = tokio::spawn(write_records(etcd.clone(), records));
-        let follower = tokio::spawn(follow_records(etcd, rollout, after));
+        // The mod revision of the last record handed over, by the watch or a read on ask.
+        let followed = Arc::new(AtomicI64::new(0));
+        let follower = tokio::spawn(follow_records(
+            etcd.clone(),
+            rollout.clone(),
+            after,
+            followed.clone(),
+        ));
+        let refresh = Arc::new(Notify::new());
+        let refreshed = Arc::new(AtomicU64::new(0));
+        let reader = tokio::spawn(read_on_ask(
+            etcd,
+            rollout,
+            followed,
+            refresh.clone(),
+            refreshed.clone(),
+        ));
         SharedRollout {
             latest,
-            tasks: [writer, follower],
+            refresh,
+            refreshed,
+            tasks: [writer, follower, reader],
         }
+    }
+
+    /// How many times the record was read on asks ([`SharedState::refresh`]) so far.
+    pub fn reads_on_ask(&self) -> u64 {
+        self.refreshed.load(Ordering::Relaxed)
     }
 }
 
 impl SharedState for SharedRollout {
     fn publish(&self, record: Record) {
         self.latest.send_replace(Some(record));
+    }
+
+    fn refresh(&self) {
+        self.refresh.notify_one();
+    }
+}
+
+/// Whether the record of `mod_revision` is newer than any handed over yet (and is now).
+fn newer(followed: &AtomicI64, mod_revision: i64) -> bool {
+    followed.fetch_max(mod_revision, Ordering::AcqRel) < mod_revision
+}
+
+/// Reads the record when asked ([`SharedState::refresh`]) and hands it to `rollout` when the
+/// watch has not yet: one read at a time, the asks that come during one answered by the next.
+async fn read_on_ask(
+    etcd: Etcd,
+    rollout: Arc<Rollout>,
+    followed: Arc<AtomicI64>,
+    asked: Arc<Notify>,
+    reads: Arc<AtomicU64>,
+) {
+    loop {
+        asked.notified().await;
+        reads.fetch_add(1, Ordering::Relaxed);
+        match get(&etcd).await {
+            Ok((Some(stored), _)) => {
+                if newer(&followed, stored.mod_revision) {
+                    if let Some(record) = stored.record {
+                        rollout.adopt(record);
+                    }
+                }
+            }
+            Ok((None, _)) => {}
+            Err(e) => tracing::debug!("the rollout record could not be read again: {e}"),
+        }
     }
 }
 
@@ -241,9 +307,13 @@ pub async fn write(etcd: &Etcd, record: &Record) -> Result<bool, EtcdError> {
 
 /// Watches the record from after `after` and hands each to `rollout`; after a loss (or a
 /// compaction) reads it again and watches on.
-async fn follow_records(etcd: Etcd, rollout: Arc<Rollout>, mut after: i64) {
+async fn follow_records(
+    etcd: Etcd,
+    rollout: Arc<Rollout>,
+    mut after: i64,
+    followed: Arc<AtomicI64>,
+) {
     let key = record_key(&etcd);
-    let mut followed = 0;
     loop {
         let watch = WatchOptions::new().with_start_revision(after + 1);
         let mut client = etcd.inner.watch.clone();
@@ -259,10 +329,9 @@ async fn follow_records(etcd: Etcd, rollout: Arc<Rollout>, mut after: i64) {
                 for event in response.events() {
                     let Some(kv) = event.kv() else { continue };
                     after = after.max(kv.mod_revision());
-                    if kv.version() == 0 || kv.mod_revision() <= followed {
+                    if kv.version() == 0 || !newer(&followed, kv.mod_revision()) {
                         continue;
                     }
-                    followed = kv.mod_revision();
                     match Record::parse(kv.value()) {
                         Ok(record) => rollout.adopt(record),
                         Err(why) => {
@@ -276,8 +345,7 @@ async fn follow_records(etcd: Etcd, rollout: Arc<Rollout>, mut after: i64) {
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
             if let Ok((stored, revision)) = get(&etcd).await {
-                if let Some(stored) = stored.filter(|s| s.mod_revision > followed) {
-                    followed = stored.mod_revision;
+                if let Some(stored) = stored.filter(|s| newer(&followed, s.mod_revision)) {
                     if let Some(record) = stored.record {
                         rollout.adopt(record);
                     }

@@ -56,7 +56,7 @@ impl Soak {
                     return;
                 }
                 let from = self.counted.get(&client).copied().unwrap_or(0);
-                if marker < from && !c.spec.canary {
+                if let Some(detail) = went_back(from, marker, c.spec.canary) {
                     self.broken(
                         at,
                         "went back",
@@ -66,7 +66,7 @@ impl Soak {
                                 [c.on.load(Ordering::Relaxed).min(c.spec.targets.len() - 1)],
                         ),
                         c.spec.node.clone(),
-                        format!("held change {from}, then was sent the older change {marker}"),
+                        detail,
                     );
                 }
                 if marker <= from {
@@ -519,6 +519,15 @@ fn slope(xs: &[f64], ys: &[f64]) -> Option<f64> {
     Some(sxy / sxx)
 }
 
+/// A stream outside the cohort that held good change `held` (the newest it was sent) and is sent
+/// the older good change `sent` went back (e.g. a replica that had not heard of a promotion
+/// yet serving its stable state to a client that held the promoted change): what the violation
+/// says. A canary may go back (a halt rolls it back), so it is not held to it.
+fn went_back(held: u32, sent: u32, canary: bool) -> Option<String> {
+    (sent < held && !canary)
+        .then(|| format!("held change {held}, then was sent the older change {sent}"))
+}
+
 pub(super) fn percentiles(v: &mut [f64]) -> Value {
     if v.is_empty() {
         return Value::Null;
@@ -531,6 +540,22 @@ pub(super) fn percentiles(v: &mut [f64]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_outside_the_cohort_sent_an_older_change_than_it_held_went_back() {
+        assert_eq!(
+            went_back(197, 196, false).as_deref(),
+            Some("held change 197, then was sent the older change 196")
+        );
+        assert_eq!(went_back(197, 197, false), None, "the same change again");
+        assert_eq!(went_back(196, 197, false), None, "a newer change");
+        assert_eq!(went_back(0, 5, false), None, "its first change");
+        assert_eq!(
+            went_back(197, 196, true),
+            None,
+            "a canary rolled back by a halt"
+        );
+    }
 
     #[test]
     fn a_warm_up_window_skips_the_faults_it_would_meet() {

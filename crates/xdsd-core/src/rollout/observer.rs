@@ -9,6 +9,8 @@
 //! a stream as a canary by the same rule ([`Rollout::is_canary`]) when the node is identified.
 
 use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use super::{NackDetail, Rollout};
@@ -17,7 +19,7 @@ use crate::store::Store;
 use crate::transport::observer::{
     Acked, Nacked, OwnObserver, RequestSeen, ResponseSent, StreamClosed, StreamOpened,
 };
-use crate::transport::picker::{SentGenerations as CanarySent, StorePicker};
+use crate::transport::picker::{Hold, SentGenerations as CanarySent, StorePicker};
 
 /// The observer of a server's streams for its gated rollout.
 pub(crate) struct Canaries {
@@ -43,6 +45,10 @@ impl StorePicker for Canaries {
 
     fn store_for(&self, node: &[u8]) -> Store {
         self.rollout.store_for_raw(node).clone()
+    }
+
+    fn hold(&self, hold: Hold<'_>) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        self.rollout.hold(hold)
     }
 
     fn set_metrics(&self, metrics: Metrics) {

@@ -3,23 +3,27 @@
 //! out on the stores.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use prost::Message as _;
 use serde_json::{json, Value};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tracing::{error, info, warn};
 
 use super::observer::Canaries;
-use super::{Action, ClientId, Cohort, Gate, GateConfig, NackDetail, State};
+use super::HOLD_BOUND;
+use super::{holds_candidate, Action, ClientId, Cohort, Gate, GateConfig, NackDetail, State};
 use super::{Record, RecordState, SharedState};
 use crate::metrics::Metrics;
 use crate::protocol::session::ClientNode;
 use crate::source::{CommitTarget, Update};
 use crate::store::{ResourceInput, Snapshot, Store, StoreError, UpdateSummary};
 use crate::transport::grpc::{ServerHandle, XdsServerBuilder};
+use crate::transport::picker::Hold;
 
 /// A gated rollout: see the module [`crate::rollout`]. Shared by the feed of the source (which
 /// commits to [`Rollout::canary_store`] through [`Rollout::commit`]), the streams (which read
@@ -33,6 +37,9 @@ pub struct Rollout {
     wake: Notify,
     metrics: Mutex<Option<Metrics>>,
     shared: Mutex<Option<Arc<dyn SharedState>>>,
+    /// The candidate's generation (if any) and the generation last promoted, for the answers
+    /// held until the candidate is decided ([`Rollout::hold`]).
+    decided: watch::Sender<(Option<u64>, u64)>,
 }
 
 /// Who decided what the gate's actions carry out.
@@ -106,6 +113,7 @@ impl Rollout {
             wake: Notify::new(),
             metrics: Mutex::new(None),
             shared: Mutex::new(None),
+            decided: watch::Sender::new((None, 0)),
         })
     }
 
@@ -176,6 +184,82 @@ impl Rollout {
             Some(node) if self.is_canary(&node) => &self.canary,
             _ => &self.stable,
         }
+    }
+
+    /// Before the answer of a stream's request that says what its client holds (see
+    /// [`crate::rollout`]): with replicas sharing the rollout, a client outside the cohort
+    /// that holds, of a type the candidate changed, the candidate's versions waits (at most
+    /// [`HOLD_BOUND`]) until the candidate is decided here, while the shared record is read
+    /// again at once ([`SharedState::refresh`]). Nothing is promoted on the client's word: it is
+    /// answered from the stable state when the wait ends, promoted or not.
+    pub(crate) fn hold(&self, hold: Hold<'_>) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        let shared = self
+            .shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()?;
+        let store = match hold.node {
+            Some(node) => self.store_for_raw(node),
+            None => hold.store,
+        };
+        if !store.same_as(&self.stable) {
+            return None;
+        }
+        let (generation, revision) = {
+            let inner = self.lock();
+            let generation = inner.gate.candidate()?;
+            let revision = inner.gate.candidate_revision()?;
+            if !inner.gate.touched().any(|t| t == hold.type_url) {
+                return None;
+            }
+            (generation, revision)
+        };
+        let (candidate, stable) = (self.canary.snapshot(), self.stable.snapshot());
+        if !holds_candidate(&candidate, &stable, hold.type_url, hold.held) {
+            return None;
+        }
+        let mut decided = self.decided.subscribe();
+        let (stream, type_url) = (hold.stream, hold.type_url.to_owned());
+        info!(
+            stream,
+            type_url = %type_url,
+            candidate_revision = revision,
+            "rollout: a client outside the cohort holds the candidate's versions (another replica \
+             may have promoted it): its answer waits while the shared rollout record is read again \
+             (at most {HOLD_BOUND:?})"
+        );
+        shared.refresh();
+        Some(Box::pin(async move {
+            let waited = tokio::time::timeout(
+                HOLD_BOUND,
+                decided.wait_for(|(c, _)| *c != Some(generation)),
+            )
+            .await
+            .map(|now| now.is_ok_and(|now| now.1 >= generation));
+            match waited {
+                Ok(true) => info!(
+                    stream,
+                    type_url = %type_url,
+                    candidate_revision = revision,
+                    "rollout: the candidate the client holds is promoted here too: answered"
+                ),
+                Ok(false) => info!(
+                    stream,
+                    type_url = %type_url,
+                    candidate_revision = revision,
+                    "rollout: the candidate the client holds was not promoted (halted, aborted or \
+                     replaced): answered from the stable state"
+                ),
+                Err(_) => warn!(
+                    stream,
+                    type_url = %type_url,
+                    candidate_revision = revision,
+                    "rollout: the shared rollout record did not promote the candidate the client \
+                     holds within {HOLD_BOUND:?}: answered from the stable state (it may go back \
+                     until the promotion arrives)"
+                ),
+            }
+        }))
     }
 
     /// After the first load of the canary store: the stable store starts with the same state.
@@ -400,6 +484,7 @@ impl Rollout {
             let actions = inner.gate.tick(Instant::now());
             self.apply(&mut inner, actions, by);
             // (Not `after`: waking itself would spin.)
+            self.tell_decided(&inner);
             let state = inner.gate.state(Instant::now());
             self.count(|m| m.rollout_state(state.name()));
         }
@@ -500,9 +585,20 @@ impl Rollout {
 
     /// After any input: the state in metrics, the timer woken.
     fn after(&self, inner: &Inner) {
+        self.tell_decided(inner);
         let state = inner.gate.state(Instant::now());
         self.count(|m| m.rollout_state(state.name()));
         self.wake.notify_one();
+    }
+
+    /// Tells the held answers ([`Rollout::hold`]) where the candidate is.
+    fn tell_decided(&self, inner: &Inner) {
+        let now = (inner.gate.candidate(), inner.gate.promoted());
+        self.decided.send_if_modified(|was| {
+            let changed = *was != now;
+            *was = now;
+            changed
+        });
     }
 
     fn count(&self, f: impl FnOnce(&Metrics)) {

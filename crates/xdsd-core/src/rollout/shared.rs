@@ -181,6 +181,13 @@ pub trait SharedState: Send + Sync {
     /// ([`Record::supersedes`]). Must not block: the write happens in the background, the
     /// latest record replacing one not written yet.
     fn publish(&self, record: Record);
+
+    /// Reads the shared record again now rather than when a watch brings it (a client holds a
+    /// candidate another replica may have promoted: see [`super::Rollout`]'s held answers);
+    /// what it holds comes back through [`super::Rollout::adopt`]. Must not block, and must
+    /// coalesce: calls while a read is under way are answered by one read after it, so that
+    /// many clients make one read. (Nothing to read for a state that is not shared.)
+    fn refresh(&self) {}
 }
 
 impl Halt {

@@ -1,5 +1,6 @@
 //! One test per rule of the rollout gate, time passed in.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -446,4 +447,173 @@ fn a_record_reads_back_what_it_wrote_and_refuses_or_bounds_the_rest() {
     assert!(halt.node.len() <= MAX_NODE_BYTES + 3);
     assert!(halt.message.len() <= MAX_MESSAGE_BYTES + 3);
     assert!(halt.origins.len() <= crate::store::MAX_LISTED);
+}
+
+fn states(
+    stable: &[u8],
+    candidate: &[u8],
+) -> (Arc<crate::store::Snapshot>, Arc<crate::store::Snapshot>) {
+    let store = |content: &[u8]| {
+        let s = crate::store::Store::new();
+        s.replace_all([
+            crate::store::ResourceInput::new(CDS, "c", bytes::Bytes::copy_from_slice(content)),
+            crate::store::ResourceInput::new(LDS, "l", bytes::Bytes::from_static(b"same")),
+        ])
+        .unwrap();
+        s.snapshot()
+    };
+    (store(stable), store(candidate))
+}
+
+#[test]
+fn a_sotw_client_holding_the_candidates_version_of_a_type_it_changed_holds_the_candidate() {
+    let (stable, candidate) = states(b"1", b"2");
+    let version = |s: &crate::store::Snapshot, t: &str| s.get(t).unwrap().version().to_string();
+    let holds = |t: &str, v: &str| holds_candidate(&candidate, &stable, t, Held::Version(v));
+    assert!(holds(CDS, &version(&candidate, CDS)));
+    assert!(!holds(CDS, &version(&stable, CDS)), "the stable version");
+    assert!(!holds(CDS, "guessed"), "a version neither state has");
+    assert!(
+        !holds(LDS, &version(&candidate, LDS)),
+        "a type the candidate did not change: the same version in both"
+    );
+    assert!(
+        !holds("type.googleapis.com/none", "x"),
+        "a type neither has"
+    );
+}
+
+#[test]
+fn a_delta_client_holding_a_resource_at_a_version_only_the_candidate_has_holds_the_candidate() {
+    use std::collections::HashMap;
+    let (stable, candidate) = states(b"1", b"2");
+    let version = |s: &crate::store::Snapshot, t: &str, n: &str| {
+        s.get(t).unwrap().get(n).unwrap().version().to_string()
+    };
+    let held = |pairs: &[(&str, String)]| -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.clone()))
+            .collect()
+    };
+    let holds = |t: &str, h: &HashMap<String, String>| {
+        holds_candidate(&candidate, &stable, t, Held::Resources(h))
+    };
+    assert!(holds(CDS, &held(&[("c", version(&candidate, CDS, "c"))])));
+    assert!(
+        !holds(CDS, &held(&[("c", version(&stable, CDS, "c"))])),
+        "stable"
+    );
+    assert!(!holds(CDS, &held(&[("c", "guessed".into())])));
+    assert!(
+        !holds(CDS, &held(&[("other", version(&candidate, CDS, "c"))])),
+        "another name"
+    );
+    assert!(
+        !holds(LDS, &held(&[("l", version(&candidate, LDS, "l"))])),
+        "a resource the candidate did not change"
+    );
+}
+
+/// A fake shared state counting what is asked of it.
+#[derive(Default)]
+struct Counting {
+    refreshes: std::sync::atomic::AtomicUsize,
+}
+
+impl SharedState for Counting {
+    fn publish(&self, _: Record) {}
+
+    fn refresh(&self) {
+        self.refreshes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_client_outside_the_cohort_holding_the_candidate_waits_for_the_record_and_never_promotes_it(
+) {
+    use crate::store::{ResourceInput, Store};
+    use crate::transport::picker::Hold;
+    let cohort = Cohort::new(vec![Selector::parse("cluster=canary").unwrap()]);
+    let rollout = Rollout::unstarted(cohort, GateConfig::default(), Store::new());
+    let input = |c: &'static [u8]| ResourceInput::new(CDS, "c", bytes::Bytes::from_static(c));
+    rollout.canary_store().replace_all([input(b"1")]).unwrap();
+    rollout.start_at(Some(10)).unwrap();
+    rollout
+        .commit_at(Some(11), |s| s.replace_all([input(b"2")]))
+        .unwrap();
+    let candidate = rollout
+        .canary_store()
+        .snapshot()
+        .get(CDS)
+        .unwrap()
+        .version()
+        .to_string();
+    let encoded = |cluster: &str| {
+        use envoy_types::pb::envoy::config::core::v3::Node;
+        prost::Message::encode_to_vec(&Node {
+            id: "n".into(),
+            cluster: cluster.into(),
+            ..Default::default()
+        })
+    };
+    let (prod, canary) = (encoded("prod"), encoded("canary"));
+    let hold = |node: &[u8], version: &str| {
+        rollout.hold(Hold {
+            stream: 1,
+            store: rollout.stable_store(),
+            node: Some(node),
+            type_url: CDS,
+            held: Held::Version(version),
+        })
+    };
+    assert!(
+        hold(&prod, &candidate).is_none(),
+        "replicas not sharing: nothing to wait for"
+    );
+
+    let shared = Arc::new(Counting::default());
+    rollout.share(shared.clone());
+    assert!(
+        hold(&canary, &candidate).is_none(),
+        "a canary reads the candidate anyway"
+    );
+    let stable = rollout
+        .stable_store()
+        .snapshot()
+        .get(CDS)
+        .unwrap()
+        .version()
+        .to_string();
+    assert!(hold(&prod, &stable).is_none(), "holds the stable state");
+    let wait = hold(&prod, &candidate).expect("held");
+    assert_eq!(
+        shared.refreshes.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "read again"
+    );
+    let started = Instant::now();
+    wait.await;
+    assert!(
+        started.elapsed() >= HOLD_BOUND - Duration::from_millis(50),
+        "held for the bound"
+    );
+    assert_eq!(
+        rollout.status_json()["promotions"],
+        0,
+        "not promoted on a client's word"
+    );
+    assert!(
+        rollout.status_json()["candidate"].is_object(),
+        "still the candidate"
+    );
+
+    // Once the record promotes it, a held answer is let go at once.
+    let wait = hold(&prod, &candidate).expect("held");
+    rollout.adopt(Record::new(10, 11, RecordState::Promoted));
+    let started = Instant::now();
+    wait.await;
+    assert!(started.elapsed() < HOLD_BOUND, "let go when promoted");
+    assert_eq!(rollout.status_json()["promotions"], 1);
 }

@@ -5,6 +5,9 @@
 //! nothing else of it: this is the seam that keeps the transport below the rollout.
 
 use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use super::observer::{OwnObserver, StreamOpened};
@@ -23,6 +26,16 @@ pub(crate) trait StorePicker: OwnObserver<Stream = Option<SentGenerations>> + An
     /// The store a client with the encoded `node` reads.
     fn store_for(&self, node: &[u8]) -> Store;
 
+    /// Before a request that says what its client holds is handled: a wait the stream's answer
+    /// must wait out first, when what the client holds shows it may be behind no longer (a
+    /// gated rollout: a client outside the cohort holding the candidate's versions, which
+    /// another replica may have promoted). `store` is the store the stream reads; `node` the
+    /// request's encoded node while the stream has none yet (its store is picked next). The
+    /// wait is bounded by the picker. None: answer now (every picker but a rollout's).
+    fn hold(&self, _hold: Hold<'_>) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        None
+    }
+
     /// Counts into the server's `metrics`.
     fn set_metrics(&self, metrics: Metrics);
 
@@ -33,6 +46,29 @@ pub(crate) trait StorePicker: OwnObserver<Stream = Option<SentGenerations>> + An
     /// Itself, for the layer that made it to find it again (the rollout behind a server's
     /// handle).
     fn as_any(&self) -> &dyn Any;
+}
+
+/// A request that says what its client holds, as [`StorePicker::hold`] is asked about it.
+pub(crate) struct Hold<'a> {
+    /// The stream's id, for logs.
+    pub(crate) stream: u64,
+    /// The store the stream reads now.
+    pub(crate) store: &'a Store,
+    /// The request's encoded node, while the stream has none yet (its store is picked from it).
+    pub(crate) node: Option<&'a [u8]>,
+    /// The type the request is about.
+    pub(crate) type_url: &'a str,
+    /// What it holds of it.
+    pub(crate) held: Held<'a>,
+}
+
+/// What a client says it holds of a type when it (re)subscribes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Held<'a> {
+    /// SotW: the type's `version_info`.
+    Version(&'a str),
+    /// Delta: `initial_resource_versions`, name to version.
+    Resources(&'a HashMap<String, String>),
 }
 
 /// What a stream that reads a picked store was sent last, per type: the nonce, and the

@@ -25,6 +25,7 @@ use super::observer::{
     Acked, Asked, Flavor, Nacked, RequestSeen, ResponseSent, Sent, StreamClosed, StreamOpened,
 };
 use super::options::SHUTDOWN_GRACE;
+use super::picker::{Held, Hold};
 use super::requests::{Boxed, Requests};
 use super::status::{status_of, status_of_read_error};
 use super::wire::{Body, DeltaWire, Pieces, SotwWire};
@@ -58,6 +59,9 @@ pub(crate) trait Protocol:
     fn held_version(request: &Self::Message) -> &str;
     /// What a request asks, as observers are told it; `wildcard` as the session found it.
     fn asked(request: &Self::Message, wildcard: Option<bool>) -> Asked<'_>;
+    /// What a (re)subscribing request says its client holds of its type: SotW's `version_info`
+    /// of a request that answers no response, delta's `initial_resource_versions`.
+    fn held(request: &Self::Message) -> Option<Held<'_>>;
 }
 
 impl Protocol for SotwMachine {
@@ -81,6 +85,12 @@ impl Protocol for SotwMachine {
     fn asked(request: &crate::protocol::sotw::SotwRequest, wildcard: Option<bool>) -> Asked<'_> {
         Asked::sotw(request, wildcard)
     }
+
+    fn held(request: &crate::protocol::sotw::SotwRequest) -> Option<Held<'_>> {
+        let version = request.version_info.as_str();
+        (request.response_nonce.as_str().is_empty() && !version.is_empty())
+            .then_some(Held::Version(version))
+    }
 }
 
 impl Protocol for DeltaMachine {
@@ -103,6 +113,11 @@ impl Protocol for DeltaMachine {
 
     fn asked(request: &crate::protocol::delta::DeltaRequest, wildcard: Option<bool>) -> Asked<'_> {
         Asked::delta(request, wildcard)
+    }
+
+    fn held(request: &crate::protocol::delta::DeltaRequest) -> Option<Held<'_>> {
+        let versions = &request.initial_resource_versions;
+        (!versions.is_empty()).then_some(Held::Resources(versions))
     }
 }
 
@@ -250,6 +265,8 @@ struct Stream<V> {
     store: Store,
     /// Its connection (the watcher's group).
     connection: u64,
+    /// Its answer was held once already ([`Stream::hold`]): never again.
+    held: bool,
 }
 
 /// A stream's driver: the stream is opened (its session, watcher and record made) when this is
@@ -285,6 +302,7 @@ pub(crate) fn run<V: Protocol>(
         session: Session::with_options(fixed, ctx.options.session.clone()),
         store: ctx.store.clone(),
         connection: access.connection,
+        held: false,
         ctx,
     };
     access.apply(&mut s.session);
@@ -376,6 +394,15 @@ pub(crate) fn run<V: Protocol>(
             match event {
                 Event::Down => break Err(shutting_down(&ctx)),
                 Event::Request(Some(Ok(request))) => {
+                    if let Some(wait) = s.hold(&request) {
+                        let down_first = tokio::select! {
+                            () = wait => false,
+                            _ = &mut down => true,
+                        };
+                        if down_first {
+                            break Err(shutting_down(&ctx));
+                        }
+                    }
                     if let Err(status) = s.on_request(&request) {
                         break Err(status);
                     }
@@ -401,6 +428,15 @@ pub(crate) fn run<V: Protocol>(
                 reading.open();
                 match request {
                     Some(Ok(request)) => {
+                        if let Some(wait) = s.hold(&request) {
+                            let down_first = tokio::select! {
+                                () = wait => false,
+                                _ = &mut down => true,
+                            };
+                            if down_first {
+                                break 'serve Err(shutting_down(&ctx));
+                            }
+                        }
                         if let Err(status) = s.on_request(&request) {
                             break 'serve Err(status);
                         }
@@ -502,6 +538,30 @@ impl<V: Protocol> Stream<V> {
         self.log(&handled);
         self.tell_answer(&handled);
         Ok(())
+    }
+
+    /// Before a request that says what its client holds is handled: what the stream's answer
+    /// must wait for first, once per stream at most (a gated rollout's client outside the
+    /// cohort that holds the candidate's versions: see `rollout`; the wait is the picker's
+    /// to bound).
+    fn hold(&mut self, request: &V::Message) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        let picker = self.ctx.picker.as_ref()?;
+        if self.held {
+            return None;
+        }
+        let held = V::held(request)?;
+        let type_url = <V as Machine>::request_type_url(request).as_str();
+        let node = Some(<V as Machine>::node(request))
+            .filter(|n| self.session.node().is_none() && !n.is_empty());
+        let wait = picker.hold(Hold {
+            stream: self.id,
+            store: &self.store,
+            node,
+            type_url,
+            held,
+        })?;
+        self.held = true;
+        Some(wait)
     }
 
     /// Before the first request with a node is handled: a canary of a gated rollout reads the

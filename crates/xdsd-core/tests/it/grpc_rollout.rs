@@ -2,21 +2,24 @@
 //! stream the stable one; a change reaches the canary at once and the others once promoted;
 //! a canary's NACK rolls the canary back.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector};
+use xdsd_core::rollout::{Cohort, GateConfig, Record, Rollout, Selector, SharedState, HOLD_BOUND};
 use xdsd_core::store::{ResourceInput, Store, UpdateSummary};
 use xdsd_core::types::CLUSTER;
 use xdsd_core::XdsServer;
 
-use crate::support::{cds_answer, connect, input, Server, WAIT};
+use crate::support::{cds_answer, connect, input, node, Server, WAIT};
 use xdsd_testsupport::rollout::RolloutState;
 
 struct Client {
@@ -184,4 +187,279 @@ async fn after_an_empty_start_the_first_resources_reach_every_client_at_once() {
     wait_state(&rollout, RolloutState::Soaking).await;
     assert_eq!(rollout.status_json()["stable"]["generation"], 1);
     server.stop().await;
+}
+
+/// The rollout record two replicas share, kept by the test: replica A's decisions are on it at
+/// once; replica B hears of them only when it reads it again (`SharedState::refresh`), as a
+/// replica whose watch of the record is late.
+#[derive(Default)]
+struct Board {
+    latest: Mutex<Option<Record>>,
+    late: Mutex<Weak<Rollout>>,
+    refreshes: AtomicUsize,
+}
+
+struct OnBoard {
+    board: Arc<Board>,
+    /// B: reads the board when asked to refresh.
+    reads: bool,
+}
+
+impl SharedState for OnBoard {
+    fn publish(&self, record: Record) {
+        let mut latest = self.board.latest.lock().unwrap();
+        if latest.as_ref().is_none_or(|now| record.supersedes(now)) {
+            *latest = Some(record);
+        }
+    }
+
+    fn refresh(&self) {
+        if !self.reads {
+            return;
+        }
+        self.board.refreshes.fetch_add(1, Ordering::SeqCst);
+        let record = self.board.latest.lock().unwrap().clone();
+        let late = self.board.late.lock().unwrap().upgrade();
+        if let (Some(record), Some(late)) = (record, late) {
+            late.adopt(record);
+        }
+    }
+}
+
+/// A replica of a source at revision 10 holding `first`, gated like `gated`, sharing its
+/// rollout through `board` (`late`: it hears of the others' decisions only when it reads the
+/// board again).
+async fn replica(first: &[u8], board: &Arc<Board>, late: bool) -> (Arc<Rollout>, Server) {
+    let stable = Store::new();
+    let selector = Selector::parse("cluster=canary").unwrap();
+    let config = GateConfig::default().soak(Duration::from_secs(3600));
+    let rollout = Rollout::new(Cohort::new(vec![selector]), config, stable.clone());
+    rollout
+        .canary_store()
+        .replace_all([input(CLUSTER, "c", first)])
+        .unwrap();
+    rollout.start_at(Some(10)).unwrap();
+    rollout.share(Arc::new(OnBoard {
+        board: board.clone(),
+        reads: late,
+    }));
+    if late {
+        *board.late.lock().unwrap() = Arc::downgrade(&rollout);
+    }
+    let server = XdsServer::builder(stable.clone())
+        .rollout(rollout.clone())
+        .build()
+        .expect("a server without TLS builds");
+    (rollout, Server::serve(stable, server).await)
+}
+
+/// The source's change of `revision` to `content`, on a replica.
+fn change(rollout: &Rollout, revision: i64, content: &'static [u8]) {
+    rollout
+        .commit_at(
+            Some(revision),
+            |s: &Store| -> Result<UpdateSummary, xdsd_core::store::StoreError> {
+                s.replace_all([input(CLUSTER, "c", content)])
+            },
+        )
+        .unwrap();
+}
+
+async fn promotions(rollout: &Rollout, n: u64) {
+    while rollout.status_json()["promotions"] != n {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A SotW client outside the cohort opening a CDS stream on `addr` holding `version`.
+async fn reconnect_holding(addr: std::net::SocketAddr, version: &str) -> Client {
+    let client = Client::open_quiet(addr, "core-1", "prod").await;
+    client
+        .tx
+        .send(DiscoveryRequest {
+            node: Some(client.node.clone()),
+            type_url: CLUSTER.into(),
+            version_info: version.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    client
+}
+
+impl Client {
+    /// A stream opened, no request sent yet.
+    async fn open_quiet(addr: std::net::SocketAddr, id: &str, cluster: &str) -> Client {
+        let (tx, rx) = mpsc::channel(16);
+        let node = Node {
+            id: id.into(),
+            cluster: cluster.into(),
+            ..Default::default()
+        };
+        let responses = AggregatedDiscoveryServiceClient::new(connect(addr).await)
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        Client {
+            tx,
+            responses,
+            node,
+        }
+    }
+}
+
+/// Replica A promotes a candidate and its client outside the cohort gets it; the client moves
+/// to replica B, which has the candidate but has not heard of the promotion yet. B must not send
+/// it its stable state (it would go back): B reads the shared record again at once, promotes
+/// as the record says, and the client, which holds the promoted state, is sent nothing but the
+/// next change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_holding_a_candidate_promoted_on_another_replica_does_not_go_back_on_a_replica_that_hears_of_it_late(
+) {
+    let board = Arc::new(Board::default());
+    let (a, server_a) = replica(b"1", &board, false).await;
+    let (b, server_b) = replica(b"1", &board, true).await;
+    let mut prod_a = Client::open(server_a.addr, "core-1", "prod").await;
+    let p1 = prod_a.recv().await;
+    prod_a.send(Some(&p1), None).await;
+
+    // The change (revision 11) reaches both; A's operator promotes it; B is not told.
+    change(&a, 11, b"2");
+    change(&b, 11, b"2");
+    assert!(a.promote());
+    let p2 = prod_a.recv().await;
+    assert_eq!(
+        contents(&p2),
+        [b"2".to_vec()],
+        "A's client has the promotion"
+    );
+    prod_a.send(Some(&p2), None).await;
+    assert_eq!(RolloutState::of(&b.status_json()), RolloutState::Soaking);
+
+    // It comes to B holding it.
+    let mut moved = reconnect_holding(server_b.addr, &p2.version_info).await;
+    let first = tokio::select! {
+        r = moved.recv() => Some(r),
+        () = promotions(&b, 1) => None,
+    };
+    if let Some(r) = first {
+        assert_ne!(
+            contents(&r),
+            [b"1".to_vec()],
+            "went back: B sent its stable state to a client holding the promoted candidate"
+        );
+    }
+    assert_eq!(
+        board.refreshes.load(Ordering::SeqCst),
+        1,
+        "B read the record again, once"
+    );
+    // The next change, promoted on B: the moved client's next response (its first) is it.
+    change(&b, 12, b"3");
+    assert!(b.promote());
+    let next = moved.recv().await;
+    assert_eq!(
+        contents(&next),
+        [b"3".to_vec()],
+        "nothing before the next change: the client held the promoted state"
+    );
+    moved.send(Some(&next), None).await;
+
+    // A client that guesses the candidate's version (13, promoted nowhere) does not promote it:
+    // its answer waits for the record (which says nothing of 13), then it gets the stable state.
+    change(&b, 13, b"4");
+    let guessed = b.status_json()["candidate"]["versions"][CLUSTER]
+        .as_str()
+        .expect("the candidate's version")
+        .to_owned();
+    let asked = std::time::Instant::now();
+    let mut liar = reconnect_holding(server_b.addr, &guessed).await;
+    let answer = liar.recv().await;
+    assert_eq!(contents(&answer), [b"3".to_vec()], "the stable state");
+    assert!(
+        asked.elapsed() >= HOLD_BOUND - Duration::from_millis(100),
+        "held for the bound: {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(b.status_json()["promotions"], 2, "13 is not promoted");
+    assert_eq!(RolloutState::of(&b.status_json()), RolloutState::Soaking);
+    assert_eq!(board.refreshes.load(Ordering::SeqCst), 2);
+    server_a.stop().await;
+    server_b.stop().await;
+}
+
+/// The same over delta: the moved client says it holds the promoted resource
+/// (`initial_resource_versions`); B reads the record again and sends it nothing but the next
+/// change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_client_holding_a_candidate_promoted_on_another_replica_does_not_go_back() {
+    let board = Arc::new(Board::default());
+    let (a, server_a) = replica(b"1", &board, false).await;
+    let (b, server_b) = replica(b"1", &board, true).await;
+    change(&a, 11, b"2");
+    change(&b, 11, b"2");
+    assert!(a.promote());
+    let promoted = a.stable_store().snapshot();
+    let version = promoted
+        .get(CLUSTER)
+        .and_then(|t| t.get("c"))
+        .expect("c")
+        .version()
+        .to_string();
+
+    let (tx, rx) = mpsc::channel(16);
+    let mut responses = AggregatedDiscoveryServiceClient::new(connect(server_b.addr).await)
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(DeltaDiscoveryRequest {
+        node: node("core-1", "prod"),
+        type_url: CLUSTER.into(),
+        initial_resource_versions: [("c".to_string(), version)].into_iter().collect(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // An answer to the subscription, if any, says the client has everything (nothing sent,
+    // nothing removed); the first resource it is sent is the next change.
+    let nothing =
+        |r: &DeltaDiscoveryResponse| r.resources.is_empty() && r.removed_resources.is_empty();
+    let first = tokio::select! {
+        r = delta_recv(&mut responses) => Some(r),
+        () = promotions(&b, 1) => None,
+    };
+    if let Some(r) = &first {
+        let got: Vec<_> = r.resources.iter().map(|r| r.resource.clone()).collect();
+        assert!(
+            nothing(r),
+            "went back: B sent {got:?} (removed {:?}) to a client holding the promoted candidate",
+            r.removed_resources
+        );
+    }
+    promotions(&b, 1).await;
+    change(&b, 12, b"3");
+    assert!(b.promote());
+    let mut next = delta_recv(&mut responses).await;
+    if first.is_none() && nothing(&next) {
+        next = delta_recv(&mut responses).await;
+    }
+    let got: Vec<_> = next
+        .resources
+        .iter()
+        .map(|r| r.resource.as_ref().map(|a| a.value.clone()))
+        .collect();
+    assert_eq!(got, [Some(b"3".to_vec())], "only the next change");
+    assert_eq!(board.refreshes.load(Ordering::SeqCst), 1);
+    server_a.stop().await;
+    server_b.stop().await;
+}
+
+async fn delta_recv(responses: &mut Streaming<DeltaDiscoveryResponse>) -> DeltaDiscoveryResponse {
+    tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("a response in time")
+        .expect("no error")
+        .expect("a response")
 }

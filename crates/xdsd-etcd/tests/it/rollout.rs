@@ -101,3 +101,59 @@ async fn a_replica_starting_reads_the_stable_state_at_the_record_s_revision_unle
         "compacted: the current state is the stable one"
     );
 }
+
+/// A replica asked to read the record again (a client holds a candidate another replica may have
+/// promoted) reads it at once, not waiting for its watch: here the promotion was written before
+/// the replica's watch starts, so only the read can bring it. Many asks at once make one read
+/// (two at most: one may be under way when the others come).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_asked_to_read_the_record_again_adopts_it_at_once_one_read_for_many_asks() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use xdsd_core::rollout::{Cohort, GateConfig, Rollout, Selector, SharedState};
+    use xdsd_core::store::{ResourceInput, Store};
+    use xdsd_etcd::rollout::SharedRollout;
+
+    let etcd = Etcd::start().await;
+    let client = Client::connect(&options(&etcd.endpoint(), "/p/"))
+        .await
+        .expect("connect");
+    let cohort = Cohort::new(vec![Selector::parse("cluster=canary").unwrap()]);
+    let config = GateConfig::default().soak(Duration::from_secs(3600));
+    let rollout = Rollout::new(cohort, config, Store::new());
+    let input = |c: &'static [u8]| ResourceInput::new(CLUSTER, "c", bytes::Bytes::from_static(c));
+    rollout.canary_store().replace_all([input(b"1")]).unwrap();
+    rollout.start_at(Some(10)).unwrap();
+    rollout
+        .commit_at(Some(11), |s| s.replace_all([input(b"2")]))
+        .unwrap();
+    // Another replica promoted 11; this one's watch starts after that.
+    assert!(write(&client, &Record::new(10, 11, RecordState::Promoted))
+        .await
+        .expect("write"));
+    let mut raw = etcd.client().await;
+    let now = raw
+        .get("/p/.rollout", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("a header")
+        .revision();
+    let shared = Arc::new(SharedRollout::start(client, rollout.clone(), now));
+    rollout.share(shared.clone());
+    assert_eq!(rollout.status_json()["promotions"], 0, "not heard of yet");
+    for _ in 0..50 {
+        shared.refresh();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while rollout.status_json()["promotions"] != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never promoted: {:#}",
+            rollout.status_json()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let reads = shared.reads_on_ask();
+    assert!((1..=2).contains(&reads), "{reads} reads for 50 asks");
+}
