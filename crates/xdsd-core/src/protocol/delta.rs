@@ -47,6 +47,10 @@ pub struct DeltaResponse {
     /// that sends the view from its first name (a wildcard, or a client subscribed to every name
     /// up to the last it gets), whole or in parts; a slice of [`View::delta_run`].
     pub(crate) whole: Option<Bytes>,
+    /// Every field but the nonce and `control_plane` (the version, the resources, the type
+    /// URL), encoded once for every stream that sends the same push ([`crate::store::View::delta_push`]):
+    /// set only on a push of resources alone (no removals, heartbeats, aliases).
+    pub(crate) shared: Option<Bytes>,
     /// Names to drop (`removed_resources`), for clients that hold resources by name.
     pub removed: Vec<Arc<str>>,
     /// Variants to drop (`removed_resource_names`), for clients that hold them by
@@ -270,6 +274,7 @@ impl DeltaMachine {
         if renamed {
             // The run shared by other streams names the resources canonically.
             response.whole = None;
+            response.shared = None;
         }
         response
     }

@@ -516,7 +516,8 @@ impl DeltaMachine {
             }
         }
         let encoding = self.core.encoding;
-        let version = self.version(views);
+        let version_view = self.version_view(views);
+        let version = version_view.version().clone();
         let overhead = self.core.type_url.len() + version.len() + crate::protocol::PART_OVERHEAD;
         let (count, oversized) = crate::protocol::part_len(
             changed
@@ -552,6 +553,8 @@ impl DeltaMachine {
             resources.push(r);
         }
         let oversized = self.core.warn_once(oversized);
+        // The fields every stream that gets this change sends alike, encoded once for them all.
+        let shared = version_view.delta_push(&resources, encoding);
         let system_version_info = version;
         let nonce = nonces.next_nonce();
         let control_plane = self.core.sent(nonce, &system_version_info);
@@ -561,6 +564,7 @@ impl DeltaMachine {
             nonce,
             resources,
             whole: None,
+            shared: Some(shared),
             removed: Vec::new(),
             removed_variants: Vec::new(),
             heartbeats: Vec::new(),
