@@ -469,7 +469,6 @@ impl DeltaMachine {
         let plain = !self.respond
             && !self.check_all
             && !self.forced_all
-            && self.pending_base.is_none()
             && self.split.is_empty()
             && !self.core.encoding.named
             // (More forced keys may be sent in a view's order: `in_view_order`.)
@@ -480,6 +479,11 @@ impl DeltaMachine {
         if !plain {
             return None;
         }
+        // The view the last response recorded as its base is kept only while its parts go out,
+        // and none is left (`split` is empty): `collect` would set it again, to none for this
+        // response (no wildcard turned on, no first subscription). The first push after a
+        // wildcard's first response, or after one sent in a view's order, comes this way too.
+        self.pending_base = None;
         let mut changed: Changed =
             Vec::with_capacity(self.core.forced.len() + self.core.dirty.len());
         // Keys sent again whether the client holds them or not (the endpoints that warm a
