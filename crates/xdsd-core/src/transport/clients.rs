@@ -406,9 +406,13 @@ impl Track {
                         ack.at = at;
                     }
                     None => {
+                        // Room for any nonce xdsd sends (a number of up to 20 digits): written
+                        // over at every ACK, it is not grown as the nonces get longer.
+                        let mut held = String::with_capacity(nonce.len().max(20));
+                        held.push_str(nonce);
                         t.status.last_ack = Some(Ack {
                             version,
-                            nonce: nonce.to_owned(),
+                            nonce: held,
                             at,
                         })
                     }
