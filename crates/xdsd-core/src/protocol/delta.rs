@@ -47,6 +47,10 @@ pub struct DeltaResponse {
     /// that sends the view from its first name (a wildcard, or a client subscribed to every name
     /// up to the last it gets), whole or in parts; a slice of [`View::delta_run`].
     pub(crate) whole: Option<Bytes>,
+    /// Every field but the nonce and `control_plane` (the version, the resources, the type
+    /// URL), encoded once for every stream that sends the same push ([`crate::store::View::delta_push`]):
+    /// set only on a push of resources alone (no removals, heartbeats, aliases).
+    pub(crate) shared: Option<Bytes>,
     /// Names to drop (`removed_resources`), for clients that hold resources by name.
     pub removed: Vec<Arc<str>>,
     /// Variants to drop (`removed_resource_names`), for clients that hold them by
@@ -268,6 +272,7 @@ impl DeltaMachine {
         if renamed {
             // The run shared by other streams names the resources canonically.
             response.whole = None;
+            response.shared = None;
         }
         response
     }
@@ -512,7 +517,13 @@ impl Machine for DeltaMachine {
             return None;
         }
         // Nearly every push: only changed names owed, each sent whole.
-        if let Some(response) = self.poll_changed(views, nonces) {
+        #[cfg(test)]
+        let short = !changed_tests::GENERAL_ONLY.get();
+        #[cfg(not(test))]
+        let short = true;
+        if let Some(response) = short.then(|| self.poll_changed(views, nonces)).flatten() {
+            #[cfg(test)]
+            changed_tests::SHORT_WAY.set(changed_tests::SHORT_WAY.get() + 1);
             return response;
         }
         if !self.split.is_empty() && self.has_news() {
@@ -585,6 +596,8 @@ impl Machine for DeltaMachine {
     }
 }
 
+#[cfg(test)]
+mod changed_tests;
 mod emit;
 mod gather;
 mod holdings;

@@ -328,20 +328,19 @@ impl From<u64> for Nonce {
     fn from(n: u64) -> Nonce {
         // The digits written from the last (one per response: `fmt`'s machinery cost more than
         // the rest of the nonce's uses together). u64::MAX has 20 digits: they always fit.
-        let mut end = [0u8; 20];
-        let mut at = end.len();
-        let mut rest = n;
-        loop {
-            at -= 1;
-            end[at] = b'0' + (rest % 10) as u8;
+        // Counted first, then written in place from the last (no copy of a run of digits).
+        let mut len = 1;
+        let mut rest = n / 10;
+        while rest > 0 {
+            len += 1;
             rest /= 10;
-            if rest == 0 {
-                break;
-            }
         }
-        let len = end.len() - at;
         let mut digits = [0u8; 20];
-        digits[..len].copy_from_slice(&end[at..]);
+        let mut rest = n;
+        for at in (0..len).rev() {
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
         Nonce {
             digits,
             len: len as u8,

@@ -422,6 +422,7 @@ impl TypeSnapshot {
                 data: ViewData::Plain(table.clone()),
                 sotw_bodies: Default::default(),
                 delta_bodies: Default::default(),
+                last_push: Mutex::new(None),
             })
         });
         TypeSnapshot {
@@ -667,6 +668,17 @@ pub struct View {
     /// resources of a first delta response that sends the view whole or in parts (a client
     /// subscribed to every name, or a wildcard), shared by every stream that sends them.
     delta_bodies: [OnceLock<(Bytes, Box<[usize]>)>; 4],
+    /// The last delta push of resources alone made from this view, encoded (see
+    /// [`View::delta_push`]): every stream that gets the same change sends the same fields.
+    last_push: Mutex<Option<LastPush>>,
+}
+
+/// A delta push's fields, encoded once (see [`View::delta_push`]).
+#[derive(Debug)]
+struct LastPush {
+    encoding: Encoding,
+    resources: Box<[Arc<Resource>]>,
+    fields: Bytes,
 }
 
 #[derive(Debug)]
@@ -713,6 +725,7 @@ impl View {
             },
             sotw_bodies: Default::default(),
             delta_bodies: Default::default(),
+            last_push: Mutex::new(None),
         }
     }
 
@@ -848,6 +861,45 @@ impl View {
         };
         let to = *ends.get(end.checked_sub(1)?)?;
         (from <= to).then(|| body.slice(from..to))
+    }
+
+    /// The fields of a `DeltaDiscoveryResponse` that sends `resources` and nothing else, but
+    /// its nonce and `control_plane`: this view's version as `system_version_info`, each
+    /// resource's entry, the type URL. Encoded once for every stream that sends the same push
+    /// (the resources of a change, to every stream subscribed to them): the last push asked of
+    /// the view is kept, and a stream that asks for it again shares its bytes.
+    pub(crate) fn delta_push(&self, resources: &[Arc<Resource>], encoding: Encoding) -> Bytes {
+        let mut last = self.last_push.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(push) = last.as_ref().filter(|p| {
+            p.encoding == encoding
+                && p.resources.len() == resources.len()
+                && p.resources
+                    .iter()
+                    .zip(resources)
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
+        }) {
+            return push.fields.clone();
+        }
+        let len = string_len(&self.version)
+            + resources
+                .iter()
+                .map(|r| field_len(r.delta_entry(encoding).len()))
+                .sum::<usize>()
+            + string_len(&self.type_url);
+        let mut buf = BytesMut::with_capacity(len);
+        // `DeltaDiscoveryResponse` fields 1 (system_version_info), 2 (resources), 4 (type_url).
+        string_field(1, &self.version, &mut buf);
+        for r in resources {
+            put_length_delimited(&mut buf, 2, r.delta_entry(encoding));
+        }
+        string_field(4, &self.type_url, &mut buf);
+        let fields = buf.freeze();
+        *last = Some(LastPush {
+            encoding,
+            resources: resources.into(),
+            fields: fields.clone(),
+        });
+        fields
     }
 
     /// Every resource's `entry` as field 2, in name order; with where each ends in `ends`.

@@ -285,6 +285,7 @@ mod tests {
             resources: vec![resource("a", 10), resource("b", 5_000)],
             removed: vec![Arc::from("gone")],
             whole: None,
+            shared: None,
             removed_variants: Vec::new(),
             heartbeats: vec![resource("c", 1)],
             unresolved: vec![Arc::from("alias")],

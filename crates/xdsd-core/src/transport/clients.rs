@@ -160,8 +160,10 @@ impl SentResources {
     }
 }
 
-/// The resources a response carries, as the record of its client keeps them.
-pub(crate) fn carried(response: SentResponse<'_>) -> SentResources {
+/// The resources a response carries, as the record of its client keeps them; a delta
+/// response's list of several is shared through `lists` with the records of the other streams
+/// sent the same resources.
+pub(crate) fn carried(response: SentResponse<'_>, lists: &SharedLists) -> SentResources {
     match response {
         SentResponse::Sotw(r) => match &r.resources {
             SotwResources::All(view) => SentResources::View(view.clone()),
@@ -169,8 +171,33 @@ pub(crate) fn carried(response: SentResponse<'_>) -> SentResources {
         },
         SentResponse::Delta(r) => match &r.resources[..] {
             [one] => SentResources::One(one.clone()),
-            all => SentResources::list(all.iter()),
+            all => SentResources::List(lists.list(all)),
         },
+    }
+}
+
+/// The last list of resources a record kept of a delta response, shared by the records of every
+/// stream sent the same resources (a first response of a whole view goes to every stream
+/// subscribed to it): one list, not one per stream, made and later dropped (100 counts taken
+/// and given back on resources every stream shares).
+#[derive(Debug, Default)]
+pub(crate) struct SharedLists(std::sync::Mutex<Option<ResourceList>>);
+
+impl SharedLists {
+    /// The first [`MAX_TRACKED_RESOURCES`] of `resources`: the last list made, when it holds the
+    /// very same resources, else a new one (kept for the next).
+    pub(crate) fn list(&self, resources: &[Arc<Resource>]) -> ResourceList {
+        let kept = &resources[..resources.len().min(MAX_TRACKED_RESOURCES)];
+        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = last
+            .as_ref()
+            .filter(|l| l.len() == kept.len() && l.iter().zip(kept).all(|(a, b)| Arc::ptr_eq(a, b)))
+        {
+            return list.clone();
+        }
+        let list: ResourceList = kept.iter().cloned().collect();
+        *last = Some(list.clone());
+        list
     }
 }
 
@@ -379,9 +406,13 @@ impl Track {
                         ack.at = at;
                     }
                     None => {
+                        // Room for any nonce xdsd sends (a number of up to 20 digits): written
+                        // over at every ACK, it is not grown as the nonces get longer.
+                        let mut held = String::with_capacity(nonce.len().max(20));
+                        held.push_str(nonce);
                         t.status.last_ack = Some(Ack {
                             version,
-                            nonce: nonce.to_owned(),
+                            nonce: held,
                             at,
                         })
                     }
@@ -509,6 +540,33 @@ mod tests {
         };
         assert_eq!(kept.len(), MAX_TRACKED_RESOURCES);
         assert!(Arc::ptr_eq(&kept[0], &long[0]));
+    }
+
+    #[test]
+    fn records_of_the_same_delta_resources_share_one_list_of_the_first_ones() {
+        let lists = SharedLists::default();
+        let all: Vec<Arc<Resource>> = (0..MAX_TRACKED_RESOURCES + 5)
+            .map(|i| resource(&format!("r{i}"), "f"))
+            .collect();
+        let first = lists.list(&all);
+        assert_eq!(first.len(), MAX_TRACKED_RESOURCES);
+        assert!(first.iter().zip(&all).all(|(a, b)| Arc::ptr_eq(a, b)));
+        assert!(Arc::ptr_eq(&lists.list(&all), &first), "shared");
+        let other = lists.list(&all[1..]);
+        assert!(
+            !Arc::ptr_eq(&other, &first),
+            "other resources, another list"
+        );
+        assert!(Arc::ptr_eq(&other[0], &all[1]));
+        let changed: Vec<Arc<Resource>> = std::iter::once(resource("r0", "f"))
+            .chain(all[1..].iter().cloned())
+            .collect();
+        let third = lists.list(&changed);
+        assert!(
+            !Arc::ptr_eq(&third[0], &all[0]),
+            "the same names, a resource changed"
+        );
+        assert_eq!(lists.list(&all[..2]).len(), 2);
     }
 
     #[test]

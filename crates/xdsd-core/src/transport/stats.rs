@@ -83,6 +83,8 @@ pub(crate) struct StreamEntry {
     connected_at: SystemTime,
     counters: Counters,
     track: Mutex<Track>,
+    /// The lists the records of the server's streams share ([`clients::SharedLists`]).
+    lists: Arc<clients::SharedLists>,
 }
 
 impl StreamEntry {
@@ -117,7 +119,7 @@ impl StreamEntry {
             response.type_url,
             response.version,
             response.response.nonce(),
-            clients::carried(response.response),
+            clients::carried(response.response, &self.lists),
             response.resources,
             response.removed,
             clients::updated(response.response),
@@ -181,6 +183,8 @@ pub(crate) struct StreamRegistry {
     /// at (four per response and ACK of every stream).
     open: Mutex<Open>,
     pub(crate) metrics: Metrics,
+    /// The lists of resources the streams' records share.
+    lists: Arc<clients::SharedLists>,
     /// Test only: closed streams' records are kept, a leak on purpose ([`KEEP_CLOSED_VAR`]).
     keep_closed: bool,
 }
@@ -214,6 +218,7 @@ impl StreamRegistry {
             connected_at: SystemTime::now(),
             counters: Counters::default(),
             track: Mutex::new(Track::new(self.metrics.clone())),
+            lists: self.lists.clone(),
         });
         self.metrics.stream_opened(flavor, ads);
         self.lock().streams.insert(id, entry.clone());

@@ -188,6 +188,15 @@ fn removed_names(response: &DeltaResponse) -> impl Iterator<Item = Vec<u8>> + '_
 
 impl Body for DeltaResponse {
     fn encode_body(&self, buf: &mut impl BufMut) {
+        if let Some(shared) = &self.shared {
+            // The version, the resources and the type URL, encoded once for every stream.
+            buf.put_slice(shared);
+            string_field(DELTA_NONCE, &self.nonce, buf);
+            if self.control_plane {
+                put_length_delimited(buf, DELTA_CONTROL_PLANE, &CONTROL_PLANE);
+            }
+            return;
+        }
         string_field(SYSTEM_VERSION_INFO, &self.system_version_info, buf);
         if let Some(whole) = &self.whole {
             buf.put_slice(whole);
@@ -212,6 +221,11 @@ impl Body for DeltaResponse {
     }
 
     fn body_len(&self) -> usize {
+        if let Some(shared) = &self.shared {
+            return shared.len()
+                + bytes_len(self.nonce.as_bytes())
+                + control_plane_len(self.control_plane);
+        }
         let fixed = string_len(&self.system_version_info)
             + string_len(&self.type_url)
             + bytes_len(self.nonce.as_bytes())
@@ -271,6 +285,9 @@ pub(crate) enum Piece<'a> {
     Shared(u32, &'a Bytes),
     /// Whole fields, already encoded and shared (a view's SotW body).
     Raw(Bytes),
+    /// Whole fields, already encoded and shared, borrowed (a delta push's fields): copied when
+    /// small, cloned as a chunk of its own when large.
+    Fields(&'a Bytes),
 }
 
 /// A response as the pieces of its encoding, by index: what [`Chunks`] writes from the shared
@@ -306,6 +323,15 @@ impl Pieces for SotwResponse {
 
 impl Pieces for DeltaResponse {
     fn piece(&self, i: usize) -> Option<Piece<'_>> {
+        if let Some(shared) = &self.shared {
+            // The order of `encode_body`'s.
+            return match i {
+                0 => Some(Piece::Fields(shared)),
+                1 => Some(Piece::Str(DELTA_NONCE, self.nonce.as_bytes())),
+                2 if self.control_plane => Some(Piece::Field(DELTA_CONTROL_PLANE, &CONTROL_PLANE)),
+                _ => None,
+            };
+        }
         let encoding = self.encoding;
         let mut i = i;
         // Each part in turn: `i` is counted down past the parts before the one it falls in.
@@ -442,6 +468,11 @@ impl<R: Pieces> Chunks<R> {
                     self.shared = Some(value);
                     break;
                 }
+                Piece::Fields(value) if value.len() < COPY_BELOW => buf.put_slice(value),
+                Piece::Fields(value) => {
+                    self.shared = Some(value.clone());
+                    break;
+                }
             }
         }
         if buf.is_empty() {
@@ -527,6 +558,7 @@ mod tests {
             resources: vec![resource("a")],
             removed: vec![Arc::from("gone"), Arc::from("also-gone")],
             whole: None,
+            shared: None,
             removed_variants: Vec::new(),
             heartbeats: Vec::new(),
             unresolved: Vec::new(),
@@ -551,6 +583,84 @@ mod tests {
         assert_eq!(r.aliases, ["alias-of-a"]);
         assert_eq!(r.version, &**resource("a").version());
         assert_eq!(r.resource.as_ref().unwrap().value, b"value-of-a");
+    }
+
+    #[test]
+    fn a_delta_push_written_from_its_shared_fields_is_the_response_written_field_by_field() {
+        let (a, b) = (resource("a"), resource("b"));
+        let view = TypeSnapshot::new(
+            CLUSTER.into(),
+            [(a.name().clone(), a.clone()), (b.name().clone(), b.clone())]
+                .into_iter()
+                .collect(),
+        )
+        .view(&crate::params::ParamSet::new());
+        let list = vec![a.clone(), b.clone()];
+        let apart = DeltaResponse {
+            type_url: CLUSTER.into(),
+            system_version_info: view.version().clone(),
+            nonce: crate::protocol::Nonce::from(9),
+            resources: list.clone(),
+            whole: None,
+            shared: None,
+            removed: Vec::new(),
+            removed_variants: Vec::new(),
+            heartbeats: Vec::new(),
+            unresolved: Vec::new(),
+            encoding: Default::default(),
+            oversized: None,
+            control_plane: true,
+        };
+        let fields = view.delta_push(&list, Default::default());
+        assert_eq!(
+            view.delta_push(&list, Default::default()).as_ptr(),
+            fields.as_ptr(),
+            "the same push again shares the bytes"
+        );
+        assert_ne!(
+            view.delta_push(std::slice::from_ref(&b), Default::default()),
+            fields,
+            "another push has its own"
+        );
+        for control_plane in [true, false] {
+            let apart = DeltaResponse {
+                control_plane,
+                ..apart.clone()
+            };
+            let shared = DeltaResponse {
+                shared: Some(view.delta_push(&list, Default::default())),
+                ..apart.clone()
+            };
+            let written = |r: DeltaResponse| {
+                let mut chunks = Chunks::new(r).unwrap();
+                let mut bytes = Vec::new();
+                while let Some(chunk) = chunks.next_chunk() {
+                    bytes.extend_from_slice(&chunk);
+                }
+                bytes
+            };
+            let (wire_apart, wire_shared): (DeltaWire, DeltaWire) =
+                (apart.clone().into(), shared.clone().into());
+            let (bytes_apart, bytes_shared) =
+                (wire_apart.encode_to_vec(), wire_shared.encode_to_vec());
+            assert_eq!(bytes_shared.len(), wire_shared.encoded_len());
+            assert_eq!(
+                DeltaDiscoveryResponse::decode(bytes_shared.as_slice()).unwrap(),
+                DeltaDiscoveryResponse::decode(bytes_apart.as_slice()).unwrap()
+            );
+            let (chunks_apart, chunks_shared) = (written(apart), written(shared));
+            assert_eq!(
+                chunks_shared[5..],
+                bytes_shared[..],
+                "as the chunks write it"
+            );
+            assert_eq!(chunks_shared.len(), chunks_apart.len());
+            assert_eq!(
+                chunks_shared[..5],
+                chunks_apart[..5],
+                "the same gRPC header"
+            );
+        }
     }
 
     #[test]

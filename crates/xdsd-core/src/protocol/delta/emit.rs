@@ -125,6 +125,7 @@ impl DeltaMachine {
             nonce,
             resources: part.resources,
             whole,
+            shared: None,
             removed,
             removed_variants,
             heartbeats: part.heartbeats,
@@ -324,13 +325,19 @@ impl DeltaMachine {
 
     /// The version of the view this client reads (for debugging only, in delta).
     pub(super) fn version(&self, views: &Views) -> Arc<str> {
+        self.version_view(views).version().clone()
+    }
+
+    /// The view whose version a response carries (the wildcard's, else the first parameter
+    /// set's).
+    pub(super) fn version_view<'v>(&self, views: &'v Views) -> &'v Arc<crate::store::View> {
         let pid = self
             .core
             .wildcard
             .pid()
             .or(self.core.pids.first().copied())
             .unwrap_or(0);
-        views.view(pid).version().clone()
+        views.view(pid)
     }
 }
 

@@ -449,8 +449,41 @@ fn owed_variant(owed: &Owed) -> Option<(&Arc<str>, &Arc<str>)> {
 }
 
 /// What the common response owes: the resources of names the store changed, nothing else
-/// (see [`DeltaMachine::poll_changed`]).
-type Changed = Vec<(Key, Arc<Resource>)>;
+/// (see [`DeltaMachine::poll_changed`]). Held without an allocation while it is one (nearly
+/// every push: a changed cluster, or the endpoints that warm it).
+#[derive(Default)]
+struct Changed {
+    /// The only one, while there is only one.
+    one: Option<(Key, Arc<Resource>)>,
+    /// Every one, once there are two or more.
+    more: Vec<(Key, Arc<Resource>)>,
+}
+
+impl Changed {
+    fn push(&mut self, owed: (Key, Arc<Resource>)) {
+        if self.more.is_empty() {
+            match self.one.take() {
+                None => {
+                    self.one = Some(owed);
+                    return;
+                }
+                Some(first) => self.more.push(first),
+            }
+        }
+        self.more.push(owed);
+    }
+
+    fn as_slice(&self) -> &[(Key, Arc<Resource>)] {
+        match &self.one {
+            Some(one) => std::slice::from_ref(one),
+            None => &self.more,
+        }
+    }
+
+    fn into_iter(self) -> impl Iterator<Item = (Key, Arc<Resource>)> {
+        self.one.into_iter().chain(self.more)
+    }
+}
 
 impl DeltaMachine {
     /// The response owed when only names the store changed are owed, and each changed key
@@ -469,7 +502,6 @@ impl DeltaMachine {
         let plain = !self.respond
             && !self.check_all
             && !self.forced_all
-            && self.pending_base.is_none()
             && self.split.is_empty()
             && !self.core.encoding.named
             // (More forced keys may be sent in a view's order: `in_view_order`.)
@@ -480,8 +512,12 @@ impl DeltaMachine {
         if !plain {
             return None;
         }
-        let mut changed: Changed =
-            Vec::with_capacity(self.core.forced.len() + self.core.dirty.len());
+        // The view the last response recorded as its base is kept only while its parts go out,
+        // and none is left (`split` is empty): `collect` would set it again, to none for this
+        // response (no wildcard turned on, no first subscription). The first push after a
+        // wildcard's first response, or after one sent in a view's order, comes this way too.
+        self.pending_base = None;
+        let mut changed = Changed::default();
         // Keys sent again whether the client holds them or not (the endpoints that warm a
         // changed cluster).
         for key in &self.core.forced {
@@ -506,9 +542,10 @@ impl DeltaMachine {
         }
         // In the order `put_in_order` gives (by name and version); one resource for several
         // keys is one entry of the general way's.
-        if changed.len() > 1 {
-            changed.sort_by(|(_, a), (_, b)| (a.name(), a.version()).cmp(&(b.name(), b.version())));
-            if changed
+        if changed.more.len() > 1 {
+            let more = &mut changed.more;
+            more.sort_by(|(_, a), (_, b)| (a.name(), a.version()).cmp(&(b.name(), b.version())));
+            if more
                 .windows(2)
                 .any(|w| w[0].1.name() == w[1].1.name() && w[0].1.version() == w[1].1.version())
             {
@@ -516,19 +553,22 @@ impl DeltaMachine {
             }
         }
         let encoding = self.core.encoding;
-        let version = self.version(views);
+        let version_view = self.version_view(views);
+        let version = version_view.version().clone();
         let overhead = self.core.type_url.len() + version.len() + crate::protocol::PART_OVERHEAD;
+        let owed = changed.as_slice();
         let (count, oversized) = crate::protocol::part_len(
-            changed
-                .iter()
+            owed.iter()
                 .map(|(_, r)| crate::store::field_len(r.delta_entry(encoding).len())),
             self.core.max_response_bytes.saturating_sub(overhead),
         );
-        if count != changed.len() {
+        let len = owed.len();
+        if count != len {
             // Goes out in parts.
             return None;
         }
-        // What `collect` leaves behind.
+        // What `collect` leaves behind (`recheck` and `heartbeat` are empty: see `plain`).
+        #[inline]
         fn done<T>(set: &mut HashSet<T>) {
             if !set.is_empty() || set.capacity() > 64 {
                 reset(set);
@@ -536,15 +576,13 @@ impl DeltaMachine {
         }
         done(&mut self.core.dirty);
         done(&mut self.core.forced);
-        done(&mut self.recheck);
-        done(&mut self.heartbeat);
-        if changed.is_empty() {
+        if len == 0 {
             return Some(None);
         }
         // What `emit` records: each resource held by its key.
-        self.has.reserve(changed.len());
-        let mut resources = Vec::with_capacity(changed.len());
-        for (key, r) in changed {
+        self.has.reserve(len);
+        let mut resources = Vec::with_capacity(len);
+        for (key, r) in changed.into_iter() {
             if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
                 self.held_members += 1;
             }
@@ -552,6 +590,8 @@ impl DeltaMachine {
             resources.push(r);
         }
         let oversized = self.core.warn_once(oversized);
+        // The fields every stream that gets this change sends alike, encoded once for them all.
+        let shared = version_view.delta_push(&resources, encoding);
         let system_version_info = version;
         let nonce = nonces.next_nonce();
         let control_plane = self.core.sent(nonce, &system_version_info);
@@ -561,6 +601,7 @@ impl DeltaMachine {
             nonce,
             resources,
             whole: None,
+            shared: Some(shared),
             removed: Vec::new(),
             removed_variants: Vec::new(),
             heartbeats: Vec::new(),
