@@ -8,8 +8,10 @@
 //! **Who wants it.** Each downstream stream that asks for a want holds it; the first to ask
 //! subscribes it upstream ([`Action::Subscribe`]), and when the last holder leaves, it is
 //! unsubscribed after the linger (so that a client that reconnects, or flaps, does not churn
-//! the upstream). A one-shot request (a `Fetch*` call, a REST poll) holds its want for the
-//! linger only. Wants pinned at start (`--prefetch`) are never unsubscribed. Time is an input:
+//! the upstream). A one-shot request (a `Fetch*` call, a REST poll) holds its wants as a stream
+//! does, under its own id, while it is in hand (a REST poll held for a change, a request
+//! waiting for the upstream), then they linger (one without an id: [`Table::touch`], the
+//! linger only). Wants pinned at start (`--prefetch`) are never unsubscribed. Time is an input:
 //! [`Table::poll_timeout`] says when to call [`Table::handle_timeout`].
 //!
 //! **Whether it was answered.** A want asked for and not answered yet is declared *pending* in
@@ -36,8 +38,8 @@
 //! Bounded: a want the upstream does not answer within `--upstream-wait` is given up (the
 //! source expires it: the clients are served what the relay has, and the next ones do not wait
 //! again), and past the store's limit of pending names a want is not declared (logged: its
-//! clients are answered as if the relay had asked nothing). An entry exists while a stream or a
-//! one-shot's linger holds it, or while it is declared for a request whose demand the source has
+//! clients are answered as if the relay had asked nothing). An entry exists while a stream, a
+//! one-shot request or a linger holds it, or while it is declared for a request whose demand the source has
 //! not taken in yet.
 //!
 //! Costs follow the change: a subscription, a stream's end, a linger running out and an answer
