@@ -530,15 +530,34 @@ impl State {
         Some(name)
     }
 
-    /// Whether `want` is answered (its own answer, or for a name, its type's wildcard's in its
-    /// group: the upstream sent every resource of the type; or its glob collection's: the
-    /// upstream sent every member of it).
-    fn is_answered(&self, want: &Want) -> bool {
+    /// Whether `want` is answered: its own answer, or for a name, its type's wildcard's in its
+    /// group (the upstream sent every resource of the type) or its glob collection's (the
+    /// upstream sent every member of it) — the one rule, for the observer's declarations and
+    /// the source's subscriptions alike. The wildcard's answer is looked up once per group and
+    /// type over the calls that share `memo` (a request's wants share both), not once per name.
+    fn answered<'a>(&self, want: &'a Want, memo: &mut Option<(&'a Want, bool)>) -> bool {
         let answered = |w: &Want| self.wants.get(w).is_some_and(|e| e.answered);
-        answered(want)
-            || (!want.is_wildcard()
-                && answered(&Want::wildcard(want.group.clone(), &want.type_url)))
-            || glob_of(want).is_some_and(|glob| answered(&glob))
+        if answered(want) {
+            return true;
+        }
+        if !want.is_wildcard() {
+            let wildcard = match memo {
+                Some((last, answered))
+                    if last.group == want.group && last.type_url == want.type_url =>
+                {
+                    *answered
+                }
+                _ => {
+                    let wildcard = answered(&Want::wildcard(want.group.clone(), &want.type_url));
+                    *memo = Some((want, wildcard));
+                    wildcard
+                }
+            };
+            if wildcard {
+                return true;
+            }
+        }
+        glob_of(want).is_some_and(|glob| answered(&glob))
     }
 
     /// Whether the name `want` is a member of a glob collection its group subscribes to.
@@ -857,26 +876,9 @@ impl Table {
     ) {
         // By the store each want's clients read (one, but for a locator's partition: the same).
         let mut by: BTreeMap<&Partition, Vec<(&Want, PendingName)>> = BTreeMap::new();
-        // Whether the type's wildcard is answered in the group, looked up once per group and
-        // type (a request's wants share both), not once per name.
-        let mut wildcard: Option<(&GroupKey, &str, bool)> = None;
+        let mut memo = None;
         for &want in wants {
-            let answered = state.wants.get(want).is_some_and(|e| e.answered)
-                || (!want.is_wildcard() && {
-                    match wildcard {
-                        Some((g, t, answered)) if *g == want.group && t == want.type_url => {
-                            answered
-                        }
-                        _ => {
-                            let answered = state
-                                .is_answered(&Want::wildcard(want.group.clone(), &want.type_url));
-                            wildcard = Some((&want.group, &want.type_url, answered));
-                            answered
-                        }
-                    }
-                })
-                // A member of a glob collection the group holds, answered.
-                || glob_of(want).is_some_and(|glob| state.wants.get(&glob).is_some_and(|e| e.answered));
+            let answered = state.answered(want, &mut memo);
             if !answered && !state.declared.contains(want) {
                 by.entry(&want.group.partition)
                     .or_default()
@@ -957,15 +959,27 @@ impl Table {
     }
 
     /// Whether `want` is answered.
+    #[cfg(test)]
     pub(crate) fn is_answered(&self, want: &Want) -> bool {
-        self.state().is_answered(want)
+        self.state().answered(want, &mut None)
     }
 
-    /// Whether the name `want` is answered by its glob collection's answer (an `xdstp://` name
-    /// only: another costs no lookup). The caller that looks up the type's wildcard once for
-    /// many names (the source, per request) asks this per name.
-    pub(crate) fn answered_through_glob(&self, want: &Want) -> bool {
-        glob_of(want).is_some_and(|glob| self.is_answered(&glob))
+    /// The names of `wants` (subscribed upstream together) that are answered already: by their
+    /// own answer, their type's wildcard's or their glob collection's ([`State::answered`]),
+    /// under one lock.
+    pub(crate) fn answered_names(&self, wants: Vec<Want>) -> Vec<Want> {
+        let state = self.state();
+        let mut memo = None;
+        let answered: Vec<bool> = wants
+            .iter()
+            .map(|w| !w.is_wildcard() && state.answered(w, &mut memo))
+            .collect();
+        drop(state);
+        wants
+            .into_iter()
+            .zip(answered)
+            .filter_map(|(w, a)| a.then_some(w))
+            .collect()
     }
 
     /// When [`Table::expire`] is next due.
