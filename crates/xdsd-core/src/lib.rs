@@ -43,8 +43,8 @@ pub use source::{
 pub use store::{Change, ResourceInput, Store, UpdateSummary, WeakStore};
 pub use transport::grpc::{ServerHandle, ServerOptions, XdsServer, XdsServerBuilder};
 pub use transport::observer::{
-    Acked, Asked, Flavor, Nacked, RequestSeen, ResponseSent, StreamClosed, StreamObserver,
-    StreamOpened,
+    Acked, Asked, Flavor, Nacked, OneShotDone, RequestSeen, ResponseSent, StreamClosed,
+    StreamObserver, StreamOpened,
 };
 pub use transport::picker::PickStore;
 pub use transport::rest::JsonCodec;

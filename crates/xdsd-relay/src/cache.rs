@@ -61,6 +61,8 @@ pub struct Cache {
     /// The names each group holds of each type, with how many variants of each: a group's
     /// wildcard leaving costs the names it held, not a scan of the cache.
     by_group: BTreeMap<(GroupKey, String), BTreeMap<String, usize>>,
+    /// Names whose last variant left since [`Cache::take_emptied`] was called.
+    emptied: Vec<Name>,
     /// Names looked at by [`Cache::drop_type`] (what its cost is measured by in the tests).
     #[cfg(test)]
     looked_at: usize,
@@ -176,6 +178,7 @@ impl Cache {
         }
         if held.is_empty() {
             self.entries.remove(&key);
+            self.emptied.push(key.clone());
         }
         let at = (group.clone(), key.0.clone());
         if let Some(names) = self.by_group.get_mut(&at) {
@@ -250,6 +253,17 @@ impl Cache {
         .filter(|name| xdsd_core::xdstp::is_member(prefix, query, name))
         .cloned()
         .collect()
+    }
+
+    /// Whether any group holds a variant of `name` of `type_url`.
+    pub fn holds_name(&self, type_url: &str, name: &str) -> bool {
+        self.entries
+            .contains_key(&(type_url.to_owned(), name.to_owned()))
+    }
+
+    /// The names whose last variant left since asked last.
+    pub fn take_emptied(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.emptied)
     }
 
     /// Whether the cache holds any resource.

@@ -185,6 +185,25 @@ impl GroupKey {
         GroupKey::new(self.partition.clone(), params, self.type_url.clone())
     }
 
+    /// The stream of the same nodes presenting only its parameters of `keys` (the keys a
+    /// name's variants constrain), or `None` when it presents no other (nothing to narrow).
+    pub fn narrowed(&self, keys: &std::collections::BTreeSet<String>) -> Option<GroupKey> {
+        if self.params.keys().all(|k| keys.contains(k)) {
+            return None;
+        }
+        let params = self
+            .params
+            .iter()
+            .filter(|(k, _)| keys.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Some(GroupKey::new(
+            self.partition.clone(),
+            params,
+            self.type_url.clone(),
+        ))
+    }
+
     /// The parameters it presents, as the store's parameter set.
     pub fn param_set(&self) -> ParamSet {
         self.params

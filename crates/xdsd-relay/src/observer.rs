@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
 use tokio::sync::mpsc;
 use tonic::Status;
 use xdsd_core::ClientNode;
-use xdsd_core::{Asked, PickStore, RequestSeen, Store, StreamClosed, StreamObserver};
+use xdsd_core::{Asked, OneShotDone, PickStore, RequestSeen, Store, StreamClosed, StreamObserver};
 
 use crate::group::{group_of, AggregateBy, GroupKey};
 use crate::stores::Stores;
@@ -39,12 +39,12 @@ pub(crate) enum Demanded {
     },
     /// A stream no longer asks for a want.
     Drop { stream: u64, want: Want },
-    /// A one-shot request asked for a want.
+    /// A one-shot request without an id asked for a want: held for the linger.
     Touch {
         want: Want,
         node: Option<Arc<ClientNode>>,
     },
-    /// A stream ended.
+    /// A stream ended, or a one-shot request is over (its id in place of a stream's).
     Release { stream: u64 },
 }
 
@@ -291,13 +291,25 @@ impl StreamObserver for RelayObserver {
         if event.stream == 0 {
             let group = group_of(self.by, node.map(|n| &**n), type_url);
             let wants = one_shot_wants(&group, type_url, &event.asked);
-            for want in &wants {
+            self.hold_for(&wants, node.map(|n| &**n));
+            if event.one_shot != 0 {
+                // Held while the request is in hand (a REST poll held for a change, a request
+                // waiting for the upstream's answer), as a stream holds what it asks (one-shot
+                // and stream ids are one count), then for the linger: a poll held past the
+                // linger keeps its names subscribed and served.
+                self.send(Demanded::Acquire {
+                    stream: event.one_shot,
+                    wants,
+                    node: node.cloned(),
+                });
+                return Ok(());
+            }
+            for want in wants {
                 self.send(Demanded::Touch {
-                    want: want.clone(),
+                    want,
                     node: node.cloned(),
                 });
             }
-            self.hold_for(&wants, node.map(|n| &**n));
             return Ok(());
         }
         if event.asked.repeats() {
@@ -341,6 +353,13 @@ impl StreamObserver for RelayObserver {
             });
         }
         Ok(())
+    }
+
+    fn one_shot_done(&self, event: &OneShotDone) {
+        // (A one-shot the relay acquired nothing for is nobody's: the source passes it over.)
+        self.send(Demanded::Release {
+            stream: event.one_shot,
+        });
     }
 
     fn stream_closed(&self, event: &StreamClosed<'_>) {

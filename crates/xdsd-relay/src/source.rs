@@ -169,9 +169,7 @@ impl RelaySource {
     fn act(&mut self) -> Result<(), String> {
         // Plain names by group and type: subscribed upstream in one request each.
         let mut names: BTreeMap<(GroupKey, String), Vec<String>> = BTreeMap::new();
-        // Whether a group's wildcard of a type is answered, looked up once per group and type
-        // (nothing answers while the actions are taken).
-        let mut answered: HashMap<(GroupKey, String), bool> = HashMap::new();
+        let mut subscribed = Vec::new();
         while let Some(action) = self.table.poll_action() {
             match action {
                 Action::Subscribe(want) => {
@@ -183,24 +181,18 @@ impl RelaySource {
                             .or_default()
                             .push(want.name.clone());
                     }
-                    // A name of a type whose wildcard (or of a glob collection the group
-                    // holds), answered and committed, is answered already: there or not, the
-                    // upstream said so (it may send nothing again for it).
-                    if !want.is_wildcard()
-                        && (*answered
-                            .entry((want.group.clone(), want.type_url.clone()))
-                            .or_insert_with(|| {
-                                self.table.is_answered(&Want::wildcard(
-                                    want.group.clone(),
-                                    &want.type_url,
-                                ))
-                            })
-                            || self.table.answered_through_glob(&want))
-                    {
-                        self.table.announce([want]);
-                    }
+                    subscribed.push(want);
                 }
                 Action::Unsubscribe(want) => self.unsubscribe(want),
+            }
+        }
+        // A name of a type whose wildcard (or of a glob collection the group holds), answered
+        // and committed, is answered already: there or not, the upstream said so (it may send
+        // nothing again for it). Nothing answers while the actions are taken.
+        if !subscribed.is_empty() {
+            let answered = self.table.answered_names(subscribed);
+            if !answered.is_empty() {
+                self.table.announce(answered);
             }
         }
         for ((key, type_url), names) in names {

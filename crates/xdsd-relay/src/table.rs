@@ -8,8 +8,10 @@
 //! **Who wants it.** Each downstream stream that asks for a want holds it; the first to ask
 //! subscribes it upstream ([`Action::Subscribe`]), and when the last holder leaves, it is
 //! unsubscribed after the linger (so that a client that reconnects, or flaps, does not churn
-//! the upstream). A one-shot request (a `Fetch*` call, a REST poll) holds its want for the
-//! linger only. Wants pinned at start (`--prefetch`) are never unsubscribed. Time is an input:
+//! the upstream). A one-shot request (a `Fetch*` call, a REST poll) holds its wants as a stream
+//! does, under its own id, while it is in hand (a REST poll held for a change, a request
+//! waiting for the upstream), then they linger (one without an id: [`Table::touch`], the
+//! linger only). Wants pinned at start (`--prefetch`) are never unsubscribed. Time is an input:
 //! [`Table::poll_timeout`] says when to call [`Table::handle_timeout`].
 //!
 //! **Whether it was answered.** A want asked for and not answered yet is declared *pending* in
@@ -33,11 +35,27 @@
 //! name, an alias's resources unless another of their names is subscribed — in the same call,
 //! under the same lock. The source takes each partition's change from here.
 //!
+//! **Narrowed.** Every variant of a name constrains the same keys (xRFC TP2's best practice,
+//! which the store requires), so a client's variant is selected by its parameters of those keys
+//! only. In the shared partition, once a variant of a name was received (by any group) its keys
+//! are known, and a stream's want of the name in a group presenting other parameters too is
+//! held through that group narrowed to the keys ([`GroupKey::narrowed`]; a name whose variants
+//! constrain nothing, through the group of no parameters: the prefetched one): clients that
+//! differ in keys no constraint reads share one upstream subscription. Each narrowed want has a
+//! route (its full group, the group it goes to, the streams holding it so), which a stream's
+//! drop or end follows. A variant received with other keys moves the routes of its name; a
+//! removal (or does-not-exist) for a narrowed group sends the routes to it back to their full
+//! groups (whose parameters may select what the narrowed ones do not): either way the wants
+//! newly held are declared pending for their clients before the change is committed, so the
+//! old group's answer is never shown to them. The keys of a name leave with its last variant.
+//! Wildcards, globs and the other partitions (whose streams present their nodes) are never
+//! narrowed.
+//!
 //! Bounded: a want the upstream does not answer within `--upstream-wait` is given up (the
 //! source expires it: the clients are served what the relay has, and the next ones do not wait
 //! again), and past the store's limit of pending names a want is not declared (logged: its
-//! clients are answered as if the relay had asked nothing). An entry exists while a stream or a
-//! one-shot's linger holds it, or while it is declared for a request whose demand the source has
+//! clients are answered as if the relay had asked nothing). An entry exists while a stream, a
+//! one-shot request or a linger holds it, or while it is declared for a request whose demand the source has
 //! not taken in yet.
 //!
 //! Costs follow the change: a subscription, a stream's end, a linger running out and an answer
@@ -49,7 +67,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
-use xdsd_core::params::ParamSet;
+use xdsd_core::params::{Constraints, ParamSet};
 use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
 use xdsd_core::ClientNode;
 
@@ -116,11 +134,24 @@ pub enum Action {
     Unsubscribe(Want),
 }
 
+/// The keys a name's variants constrain (xRFC TP2: every variant of a name constrains the same
+/// keys, as the relay's store requires), shared by the names that have the same.
+type Keys = Arc<BTreeSet<String>>;
+
+/// A narrowed want's route: the group it is held through (its own parameters narrowed to the
+/// keys its name's variants constrain), and the streams holding it so.
+#[derive(Debug)]
+struct Route {
+    to: GroupKey,
+    streams: BTreeSet<u64>,
+}
+
 /// One want's row. See the module documentation.
 #[derive(Debug, Default)]
 struct Entry {
-    /// The downstream streams holding it.
-    holders: BTreeSet<u64>,
+    /// The downstream streams holding it, each with how many of its wants it holds it through
+    /// (a stream's plain name and a locator of it may be narrowed to one want).
+    holders: BTreeMap<u64, u32>,
     /// Held by nobody since then: unsubscribed at this time.
     until: Option<Instant>,
     /// Never unsubscribed.
@@ -176,7 +207,19 @@ struct State {
     /// The shared partition's answers in the change handed to the feed, announced once it is
     /// committed (or refused).
     committing: Vec<Want>,
+    /// The keys each name's variants constrain, by type and name, as last received in the
+    /// shared partition (while its cache holds a variant of the name): what a want of the name
+    /// is narrowed to (see the module documentation, "Narrowed").
+    keys: HashMap<String, HashMap<String, Keys>>,
+    /// The keys of an unconstrained variant (none), shared.
+    no_keys: Keys,
+    /// The wants narrowed, by type and name: each full group's route.
+    routes: HashMap<String, HashMap<String, BTreeMap<GroupKey, Route>>>,
 }
+
+/// A narrowing looked up last: a request's wants share their group, and most names the same
+/// keys (none), so a group is narrowed once per request rather than once per name.
+type Memo = Option<(GroupKey, Keys, Option<GroupKey>)>;
 
 impl State {
     /// What the responses taken in answer in `partition`, not committed yet.
@@ -282,11 +325,181 @@ impl State {
     fn let_go(&mut self, stream: u64, want: &Want, now: Instant) {
         let linger = self.linger;
         if let Some(entry) = self.wants.get_mut(want) {
-            entry.holders.remove(&stream);
+            if let Some(count) = entry.holders.get_mut(&stream) {
+                *count -= 1;
+                if *count == 0 {
+                    entry.holders.remove(&stream);
+                }
+            }
             if entry.holders.is_empty() && !entry.pinned {
                 self.set_until(want, Some(now + linger));
             }
         }
+    }
+
+    /// The narrower group the full want `want` is held through, if any: in the shared
+    /// partition, a name (not a wildcard, not a glob) whose variants' keys are known, of a
+    /// group presenting parameters beyond them. `memo` is the last narrowing looked up.
+    fn route(&self, want: &Want, memo: &mut Memo) -> Option<GroupKey> {
+        if want.group.partition != Partition::All
+            || want.group.params.is_empty()
+            || want.is_wildcard()
+            || xdsd_core::xdstp::is_glob(&want.name)
+        {
+            return None;
+        }
+        let keys = self.keys.get(&want.type_url)?.get(&want.name)?;
+        if let Some((group, known, to)) = memo {
+            if *group == want.group && (Arc::ptr_eq(known, keys) || known == keys) {
+                return to.clone();
+            }
+        }
+        let to = want.group.narrowed(keys);
+        *memo = Some((want.group.clone(), keys.clone(), to.clone()));
+        to
+    }
+
+    /// `stream` holds the full want `want` through the group `to` (`None`: its own); the want
+    /// held.
+    fn hold(&mut self, stream: u64, want: &Want, to: Option<GroupKey>) -> Want {
+        let held = match to {
+            None => want.clone(),
+            Some(to) => {
+                let route = self
+                    .routes
+                    .entry(want.type_url.clone())
+                    .or_default()
+                    .entry(want.name.clone())
+                    .or_default()
+                    .entry(want.group.clone())
+                    .or_insert_with(|| Route {
+                        to,
+                        streams: BTreeSet::new(),
+                    });
+                route.streams.insert(stream);
+                Want::named(route.to.clone(), &want.type_url, &want.name)
+            }
+        };
+        match self.wants.get_mut(&held) {
+            Some(entry) if entry.subscribed && entry.until.is_none() => {
+                *entry.holders.entry(stream).or_default() += 1;
+            }
+            _ => {
+                *self.subscribed(&held).holders.entry(stream).or_default() += 1;
+                self.set_until(&held, None);
+            }
+        }
+        held
+    }
+
+    /// The route of `name` of `type_url` from `full` taken out: the group it went to.
+    fn take_route(&mut self, type_url: &str, name: &str, full: &GroupKey) -> Option<GroupKey> {
+        let names = self.routes.get_mut(type_url)?;
+        let routes = names.get_mut(name)?;
+        let route = routes.remove(full);
+        if routes.is_empty() {
+            names.remove(name);
+            if names.is_empty() {
+                self.routes.remove(type_url);
+            }
+        }
+        route.map(|r| r.to)
+    }
+
+    /// `stream` no longer holds the full want `want` (as of `now`): what it held it through
+    /// lingers if nobody else holds it.
+    fn unhold(&mut self, stream: u64, want: &Want, now: Instant) {
+        let mut held = None;
+        if let Some(names) = self.routes.get_mut(&want.type_url) {
+            if let Some(routes) = names.get_mut(&want.name) {
+                if let Some(route) = routes.get_mut(&want.group) {
+                    route.streams.remove(&stream);
+                    held = Some(Want::named(route.to.clone(), &want.type_url, &want.name));
+                    if route.streams.is_empty() {
+                        routes.remove(&want.group);
+                    }
+                }
+                if routes.is_empty() {
+                    names.remove(&want.name);
+                }
+            }
+            if names.is_empty() {
+                self.routes.remove(&want.type_url);
+            }
+        }
+        self.let_go(stream, held.as_ref().unwrap_or(want), now);
+    }
+
+    /// The routes of `name` of `type_url` whose group is no longer the one `to` says (a full
+    /// group's new route, `None`: its own) move there, their streams with them (as of `now`):
+    /// the wants newly held.
+    fn reroute(
+        &mut self,
+        type_url: &str,
+        name: &str,
+        to: impl Fn(&GroupKey, &GroupKey) -> Option<Option<GroupKey>>,
+        now: Instant,
+    ) -> Vec<Want> {
+        let Some(routes) = self.routes.get(type_url).and_then(|n| n.get(name)) else {
+            return Vec::new();
+        };
+        let moves: Vec<(GroupKey, Option<GroupKey>, Vec<u64>)> = routes
+            .iter()
+            .filter_map(|(full, route)| {
+                let new = to(full, &route.to)?;
+                (new.as_ref() != Some(&route.to))
+                    .then(|| (full.clone(), new, route.streams.iter().copied().collect()))
+            })
+            .collect();
+        let mut held = Vec::new();
+        for (full, new, streams) in moves {
+            let Some(old) = self.take_route(type_url, name, &full) else {
+                continue;
+            };
+            let old = Want::named(old, type_url, name);
+            let want = Want::named(full, type_url, name);
+            for stream in streams {
+                self.let_go(stream, &old, now);
+                held.push(self.hold(stream, &want, new.clone()));
+            }
+        }
+        held.sort();
+        held.dedup();
+        held
+    }
+
+    /// The shared partition was sent the variant `r`: the keys its name's variants constrain
+    /// are its (a name's variants all constrain the same keys), and the wants narrowed by other
+    /// keys are routed by these (as of now): the wants newly held.
+    fn learn_keys(&mut self, r: &xdsd_client::Resource) -> Vec<Want> {
+        let keys = match r.constraints.as_ref().filter(|c| c.r#type.is_some()) {
+            None => self.no_keys.clone(),
+            // Constraints the store cannot take teach nothing (it says why).
+            Some(c) => match Constraints::new(c.clone()) {
+                Ok(c) => Arc::new(c.keys().clone()),
+                Err(_) => return Vec::new(),
+            },
+        };
+        let names = match self.keys.get_mut(&r.type_url) {
+            Some(names) => names,
+            None => self.keys.entry(r.type_url.clone()).or_default(),
+        };
+        match names.get_mut(&r.name) {
+            Some(known) if **known == *keys => return Vec::new(),
+            Some(known) => *known = keys.clone(),
+            None => {
+                names.insert(r.name.clone(), keys.clone());
+            }
+        }
+        if self.routes.is_empty() {
+            return Vec::new();
+        }
+        self.reroute(
+            &r.type_url,
+            &r.name,
+            |full, _| Some(full.narrowed(&keys)),
+            Instant::now(),
+        )
     }
 
     fn declare(&mut self, want: &Want, name: PendingName) {
@@ -317,15 +530,34 @@ impl State {
         Some(name)
     }
 
-    /// Whether `want` is answered (its own answer, or for a name, its type's wildcard's in its
-    /// group: the upstream sent every resource of the type; or its glob collection's: the
-    /// upstream sent every member of it).
-    fn is_answered(&self, want: &Want) -> bool {
+    /// Whether `want` is answered: its own answer, or for a name, its type's wildcard's in its
+    /// group (the upstream sent every resource of the type) or its glob collection's (the
+    /// upstream sent every member of it) — the one rule, for the observer's declarations and
+    /// the source's subscriptions alike. The wildcard's answer is looked up once per group and
+    /// type over the calls that share `memo` (a request's wants share both), not once per name.
+    fn answered<'a>(&self, want: &'a Want, memo: &mut Option<(&'a Want, bool)>) -> bool {
         let answered = |w: &Want| self.wants.get(w).is_some_and(|e| e.answered);
-        answered(want)
-            || (!want.is_wildcard()
-                && answered(&Want::wildcard(want.group.clone(), &want.type_url)))
-            || glob_of(want).is_some_and(|glob| answered(&glob))
+        if answered(want) {
+            return true;
+        }
+        if !want.is_wildcard() {
+            let wildcard = match memo {
+                Some((last, answered))
+                    if last.group == want.group && last.type_url == want.type_url =>
+                {
+                    *answered
+                }
+                _ => {
+                    let wildcard = answered(&Want::wildcard(want.group.clone(), &want.type_url));
+                    *memo = Some((want, wildcard));
+                    wildcard
+                }
+            };
+            if wildcard {
+                return true;
+            }
+        }
+        glob_of(want).is_some_and(|glob| answered(&glob))
     }
 
     /// Whether the name `want` is a member of a glob collection its group subscribes to.
@@ -423,6 +655,9 @@ impl Table {
                 variants: 0,
                 answering: BTreeMap::new(),
                 committing: Vec::new(),
+                keys: HashMap::new(),
+                no_keys: Keys::default(),
+                routes: HashMap::new(),
             }),
             store: OnceLock::new(),
             stores,
@@ -453,21 +688,20 @@ impl Table {
     /// Downstream stream `stream` asks for `wants` (those of one request): under one lock, and
     /// a want another stream holds already costs its lookups, nothing copied but the want
     /// itself into the stream's set (ten streams of 100,000 names each: the sync's tail).
+    ///
+    /// A name is held through its group narrowed to the keys its variants constrain, when they
+    /// are known (see the module documentation, "Narrowed").
     pub(crate) fn acquire_all(&self, stream: u64, wants: Vec<Want>) {
         let mut state = self.state();
         let mut held = state.streams.remove(&stream).unwrap_or_default();
+        let mut memo: Memo = None;
         for want in wants {
-            let done = match state.wants.get_mut(&want) {
-                Some(entry) if entry.subscribed && entry.until.is_none() => {
-                    entry.holders.insert(stream);
-                    true
-                }
-                _ => false,
-            };
-            if !done {
-                state.subscribed(&want).holders.insert(stream);
-                state.set_until(&want, None);
+            if held.contains(&want) {
+                // Held already (a REST poll read again): nothing to do.
+                continue;
             }
+            let to = state.route(&want, &mut memo);
+            state.hold(stream, &want, to);
             held.insert(want);
         }
         state.streams.insert(stream, held);
@@ -488,10 +722,15 @@ impl Table {
     /// else holds it.
     pub(crate) fn drop_want(&self, stream: u64, want: &Want, now: Instant) {
         let mut state = self.state();
-        if let Some(held) = state.streams.get_mut(&stream) {
-            held.remove(want);
+        let held = state
+            .streams
+            .get_mut(&stream)
+            .is_some_and(|held| held.remove(want));
+        if held {
+            state.unhold(stream, want, now);
+        } else {
+            state.let_go(stream, want, now);
         }
-        state.let_go(stream, want, now);
     }
 
     /// Downstream stream `stream` ended at `now`: what it held lingers if nobody else holds it.
@@ -501,7 +740,7 @@ impl Table {
             return;
         };
         for want in held {
-            state.let_go(stream, &want, now);
+            state.unhold(stream, &want, now);
         }
     }
 
@@ -612,28 +851,34 @@ impl Table {
     /// store's state: it costs what it declares.
     pub(crate) fn ask_all(&self, wants: &[Want], node: Option<&ClientNode>, now: Instant) {
         let mut state = self.state();
+        // Each asked as it will be held: through its narrowed group, if any (the same routing
+        // as `acquire_all`'s, which the source does next).
+        let mut memo: Memo = None;
+        let routed: Vec<std::borrow::Cow<'_, Want>> = wants
+            .iter()
+            .map(|w| match state.route(w, &mut memo) {
+                Some(to) => std::borrow::Cow::Owned(Want::named(to, &w.type_url, &w.name)),
+                None => std::borrow::Cow::Borrowed(w),
+            })
+            .collect();
+        let wants: Vec<&Want> = routed.iter().map(|w| w.as_ref()).collect();
+        self.declare_in(&mut state, &wants, node, now);
+    }
+
+    /// Declares pending each of `wants` not answered (nor declared already), in one swap of
+    /// its store's state.
+    fn declare_in(
+        &self,
+        state: &mut State,
+        wants: &[&Want],
+        node: Option<&ClientNode>,
+        now: Instant,
+    ) {
         // By the store each want's clients read (one, but for a locator's partition: the same).
         let mut by: BTreeMap<&Partition, Vec<(&Want, PendingName)>> = BTreeMap::new();
-        // Whether the type's wildcard is answered in the group, looked up once per group and
-        // type (a request's wants share both), not once per name.
-        let mut wildcard: Option<(&GroupKey, &str, bool)> = None;
-        for want in wants {
-            let answered = state.wants.get(want).is_some_and(|e| e.answered)
-                || (!want.is_wildcard() && {
-                    match wildcard {
-                        Some((g, t, answered)) if *g == want.group && t == want.type_url => {
-                            answered
-                        }
-                        _ => {
-                            let answered = state
-                                .is_answered(&Want::wildcard(want.group.clone(), &want.type_url));
-                            wildcard = Some((&want.group, &want.type_url, answered));
-                            answered
-                        }
-                    }
-                })
-                // A member of a glob collection the group holds, answered.
-                || glob_of(want).is_some_and(|glob| state.wants.get(&glob).is_some_and(|e| e.answered));
+        let mut memo = None;
+        for &want in wants {
+            let answered = state.answered(want, &mut memo);
             if !answered && !state.declared.contains(want) {
                 by.entry(&want.group.partition)
                     .or_default()
@@ -714,15 +959,27 @@ impl Table {
     }
 
     /// Whether `want` is answered.
+    #[cfg(test)]
     pub(crate) fn is_answered(&self, want: &Want) -> bool {
-        self.state().is_answered(want)
+        self.state().answered(want, &mut None)
     }
 
-    /// Whether the name `want` is answered by its glob collection's answer (an `xdstp://` name
-    /// only: another costs no lookup). The caller that looks up the type's wildcard once for
-    /// many names (the source, per request) asks this per name.
-    pub(crate) fn answered_through_glob(&self, want: &Want) -> bool {
-        glob_of(want).is_some_and(|glob| self.is_answered(&glob))
+    /// The names of `wants` (subscribed upstream together) that are answered already: by their
+    /// own answer, their type's wildcard's or their glob collection's ([`State::answered`]),
+    /// under one lock.
+    pub(crate) fn answered_names(&self, wants: Vec<Want>) -> Vec<Want> {
+        let state = self.state();
+        let mut memo = None;
+        let answered: Vec<bool> = wants
+            .iter()
+            .map(|w| !w.is_wildcard() && state.answered(w, &mut memo))
+            .collect();
+        drop(state);
+        wants
+            .into_iter()
+            .zip(answered)
+            .filter_map(|(w, a)| a.then_some(w))
+            .collect()
     }
 
     /// When [`Table::expire`] is next due.
@@ -784,6 +1041,7 @@ impl Table {
         let mut answers = Vec::new();
         // Taken in a slice at a time: the observer, which declares under the same lock, waits
         // for a slice, not for a whole response (100,000 names).
+        let mut rerouted = Vec::new();
         for slice in resources.chunks(PUTS_PER_LOCK) {
             let mut state = self.state();
             let cache = state.cache(&group.partition);
@@ -794,8 +1052,19 @@ impl Table {
                         .map(|name| Want::named(group.clone(), &r.type_url, name)),
                 );
             }
+            if group.partition == Partition::All {
+                for r in slice {
+                    rerouted.extend(state.learn_keys(r));
+                }
+            }
         }
         let mut state = self.state();
+        if !rerouted.is_empty() {
+            // Held through another group now: pending there (for those clients) until it
+            // answers, so that nothing the old group's answer says is shown them meanwhile.
+            let wants: Vec<&Want> = rerouted.iter().collect();
+            self.declare_in(&mut state, &wants, None, Instant::now());
+        }
         let wildcard = Want::wildcard(group.clone(), type_url);
         if let Some(entry) = state.wants.get_mut(&wildcard).filter(|e| e.subscribed) {
             entry.responded = true;
@@ -842,6 +1111,31 @@ impl Table {
             .filter(|want| state.holds(want))
             .collect();
         state.answering(&group.partition).extend(answers);
+        self.widen(&mut state, group, type_url, names);
+    }
+
+    /// `group` was told that `names` of `type_url` are gone (or do not exist) for its
+    /// parameters: the wants narrowed to it are held through their own groups again and
+    /// pending there, as of now (their own parameters may select a variant its do not: the
+    /// keys a name's variants constrain may have changed upstream).
+    fn widen(&self, state: &mut State, group: &GroupKey, type_url: &str, names: &[String]) {
+        if group.partition != Partition::All || state.routes.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut widened = Vec::new();
+        for name in names {
+            widened.extend(state.reroute(
+                type_url,
+                name,
+                |_, to| (to == group).then_some(None),
+                now,
+            ));
+        }
+        if !widened.is_empty() {
+            let wants: Vec<&Want> = widened.iter().collect();
+            self.declare_in(state, &wants, None, now);
+        }
     }
 
     /// The upstream says `name` of `type_url` does not exist for `group`: answered once
@@ -854,6 +1148,7 @@ impl Table {
         state
             .answering(&group.partition)
             .push(Want::named(group.clone(), type_url, name));
+        self.widen(&mut state, group, type_url, &[name.to_owned()]);
     }
 
     /// The partitions other than the shared one whose cache may have changed, or that have
@@ -912,10 +1207,29 @@ impl Table {
         let before = cache.variants();
         let taken = cache.take_change();
         let after = cache.variants();
+        let emptied = cache.take_emptied();
         if cache.is_empty() && *partition != Partition::All {
             state.caches.remove(partition);
         }
         state.variants = state.variants + after - before;
+        if *partition == Partition::All {
+            // The keys of a name no group holds are forgotten (known again from its next
+            // variant): what the table keeps per name goes with the name.
+            for (type_url, name) in emptied {
+                let held = state
+                    .caches
+                    .get(partition)
+                    .is_some_and(|c| c.holds_name(&type_url, &name));
+                if !held {
+                    if let Some(names) = state.keys.get_mut(&type_url) {
+                        names.remove(&name);
+                        if names.is_empty() {
+                            state.keys.remove(&type_url);
+                        }
+                    }
+                }
+            }
+        }
         taken
     }
 

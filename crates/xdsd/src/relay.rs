@@ -90,7 +90,9 @@ pub(crate) struct RelayArgs {
     /// the server derives it (their dynamic parameters for the type, else the top-level string
     /// fields of their metadata and their cluster), so that each client gets the variants its
     /// parameters select. none: one stream per distinct parameter set, presenting the relay's
-    /// node. cluster (or node): one per distinct node cluster (or node id) and parameter set,
+    /// node; a name whose variants' keys the relay knows is fetched with the client's parameters
+    /// of those keys only, so clients that differ in keys no constraint reads (a pod name in
+    /// the metadata) share a stream. cluster (or node): one per distinct node cluster (or node id) and parameter set,
     /// presenting the first such node seen (its cluster, metadata, locality), for an upstream
     /// that varies what it serves by node without TP2 constraints; each cluster (or node) is
     /// then served from a store of its own, never another's content, and a stream whose first
@@ -119,8 +121,10 @@ pub(crate) struct RelayArgs {
     /// listeners, clusters, routes, endpoints, secrets, runtime, or type URLs; comma-separated,
     /// or "none"): such a client's first request for them is answered from the cache, not while
     /// the relay waits for the upstream, and the relay is ready once the upstream answered them.
-    /// Other types, and clients with parameters, are subscribed when a client first asks. Only
-    /// with --aggregate-by none: the other groupings have no stream before their first client.
+    /// So is a client with parameters, for the names whose variants constrain none of its keys
+    /// (the relay narrows a name's parameters to those its variants constrain). Other types are
+    /// subscribed when a client first asks. Only with --aggregate-by none: the other groupings
+    /// have no stream before their first client.
     #[arg(
         long,
         value_name = "TYPES",

@@ -162,6 +162,7 @@ mod tests {
             &mut state,
             &RequestSeen {
                 stream,
+                one_shot: 0,
                 node: Some(&node),
                 identified: true,
                 type_url: &Arc::from(CLUSTER),

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 
 use super::conn::Access;
 use super::context::ServerContext;
-use super::observer::{Asked, RequestSeen, StreamObserver};
+use super::observer::{Asked, OneShotDone, RequestSeen, StreamObserver};
 use super::status::status_of;
 use crate::protocol::oneshot::{Answer, Pending};
 use crate::protocol::session::{Session, SessionError};
@@ -32,7 +32,8 @@ pub(crate) async fn fetch(
     request: &SotwRequest,
 ) -> Result<SotwResponse, Status> {
     let observers = ctx.observers.embedder();
-    let answer = settled_answer(ctx, type_url, access, request, observers).await;
+    let one_shot = OneShot::new(ctx, observers);
+    let answer = settled_answer(ctx, type_url, access, request, &one_shot).await;
     let answer = answer.map_err(|e| {
         let status = e.status();
         if status.code() == tonic::Code::PermissionDenied {
@@ -49,6 +50,33 @@ pub(crate) async fn fetch(
         "fetch"
     );
     Ok(answer.response)
+}
+
+/// A one-shot request (`Fetch*`, a REST poll) in hand: its id, and the observers it is told
+/// to. Dropped (answered, refused, or its caller gone, which drops the future that holds it),
+/// it tells them [`OneShotDone`].
+pub(crate) struct OneShot<'a> {
+    id: u64,
+    observers: &'a [Arc<dyn StreamObserver>],
+}
+
+impl<'a> OneShot<'a> {
+    /// A new one-shot request, told to `observers`.
+    pub(crate) fn new(ctx: &ServerContext, observers: &'a [Arc<dyn StreamObserver>]) -> Self {
+        OneShot {
+            id: ctx.next_stream_id(),
+            observers,
+        }
+    }
+}
+
+impl Drop for OneShot<'_> {
+    fn drop(&mut self) {
+        let done = OneShotDone { one_shot: self.id };
+        for observer in self.observers {
+            observer.one_shot_done(&done);
+        }
+    }
 }
 
 /// Why a one-shot request (`Fetch*`, a REST poll) is not answered.
@@ -83,7 +111,7 @@ pub(crate) fn answer(
     snapshot: &Snapshot,
     observers: &[Arc<dyn StreamObserver>],
 ) -> Result<Answer, Refusal> {
-    Ok(take(ctx, type_url, access, request, snapshot, observers)?.answer(snapshot))
+    Ok(take(ctx, type_url, access, request, snapshot, (0, observers))?.answer(snapshot))
 }
 
 /// [`answer`] from the store the client reads, once the names it asks for that the store has
@@ -96,9 +124,10 @@ pub(crate) async fn settled_answer(
     type_url: Arc<str>,
     access: &Access,
     request: &SotwRequest,
-    observers: &[Arc<dyn StreamObserver>],
+    one_shot: &OneShot<'_>,
 ) -> Result<Answer, Refusal> {
     let store = ctx.store_for(&request.node_raw);
+    let observers = (one_shot.id, one_shot.observers);
     let taken = take(ctx, type_url, access, request, &store.snapshot(), observers)?;
     let mut snapshot = store.snapshot();
     if taken.waits_until(&snapshot).is_none() {
@@ -128,14 +157,15 @@ pub(crate) async fn settled_answer(
 }
 
 /// A fresh per-type session's take of `request` (under the client's `access`), given the
-/// store's state `snapshot`, once `observers` were told it (and did not refuse it).
+/// store's state `snapshot`, once `observers` were told it as the one-shot request `one_shot`
+/// (and did not refuse it).
 fn take(
     ctx: &ServerContext,
     type_url: Arc<str>,
     access: &Access,
     request: &SotwRequest,
     snapshot: &Snapshot,
-    observers: &[Arc<dyn StreamObserver>],
+    (one_shot, observers): (u64, &[Arc<dyn StreamObserver>]),
 ) -> Result<Pending, Refusal> {
     let mut session: Session<SotwMachine> =
         Session::with_options(Some(type_url), ctx.options.session.clone());
@@ -143,6 +173,7 @@ fn take(
     let pending = Pending::new(session, request, snapshot).map_err(Refusal::Session)?;
     let seen = RequestSeen {
         stream: 0,
+        one_shot,
         node: pending.session().shared_node(),
         identified: pending.handled().identified,
         type_url: &pending.handled().type_url,

@@ -65,13 +65,18 @@ pub struct StreamOpened<'a> {
 }
 
 /// A request the stream's session accepted, before anything is sent for it. One-shot requests
-/// (a `Fetch*` call, a REST poll) are told too, as requests of stream 0 (they have no stream and
-/// no other event); a REST poll held for a change is told again each time it is re-read.
+/// (a `Fetch*` call, a REST poll) are told too, as requests of stream 0 with an id of their own
+/// ([`RequestSeen::one_shot`]; they have no stream, and no other event but [`OneShotDone`]); a
+/// REST poll held for a change is told again each time it is re-read.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct RequestSeen<'a> {
     /// The stream's id; 0 for a one-shot request.
     pub stream: u64,
+    /// A one-shot request's id (unique within the server: streams and one-shots are counted
+    /// together), the same each time a held REST poll is re-read; [`OneShotDone`] carries it
+    /// once the request is answered, refused or left. 0 for a stream's request.
+    pub one_shot: u64,
     /// The client's node (from the stream's first request that carried one), if any yet.
     pub node: Option<&'a Arc<ClientNode>>,
     /// This request is the first to carry the client's node: `node` is new.
@@ -317,6 +322,18 @@ pub struct StreamClosed<'a> {
     pub status: Option<&'a Status>,
 }
 
+/// A one-shot request ([`RequestSeen::one_shot`]) is over: answered, refused, or left by its
+/// caller (a REST poll's connection closed while it was held). Told once, after its last
+/// [`RequestSeen`] (also for one refused before any observer was told it): an observer that
+/// holds something for the request while it is in hand (a relay, what it asks subscribed
+/// upstream) lets it go here.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct OneShotDone {
+    /// The one-shot request's id.
+    pub one_shot: u64,
+}
+
 /// Observes the server's streams; every method does nothing by default.
 pub trait StreamObserver: Send + Sync + 'static {
     /// A stream opened (before its first request).
@@ -342,6 +359,9 @@ pub trait StreamObserver: Send + Sync + 'static {
 
     /// The stream ended (every opened stream ends once).
     fn stream_closed(&self, _event: &StreamClosed<'_>) {}
+
+    /// A one-shot request is over (told once for each).
+    fn one_shot_done(&self, _event: &OneShotDone) {}
 }
 
 /// One of the server's own observers (the record of each client, a gated rollout's canaries):

@@ -34,7 +34,7 @@ use tracing::{debug, warn};
 
 use super::conn::{Access, ConnInfo};
 use super::context::ServerContext;
-use super::fetch::settled_answer;
+use super::fetch::{settled_answer, OneShot};
 use super::status::http_status_of;
 use super::wire::SotwWire;
 
@@ -258,7 +258,9 @@ impl Rest {
         request: &SotwRequest,
     ) -> Result<Reply, RestError> {
         let started = Instant::now();
-        let mut current = self.current(&type_url, access, request).await?;
+        // What the observers hold for the poll, they hold while it is held.
+        let one_shot = OneShot::new(&self.ctx, self.ctx.observers.embedder());
+        let mut current = self.current(&type_url, access, request, &one_shot).await?;
         let hold = self.ctx.options.rest_hold;
         let permit = if rest_holds(&request.version_info, &current.1, hold) {
             self.held.try_acquire().ok()
@@ -271,7 +273,7 @@ impl Rest {
             current.0.watch(&mut watcher);
             let mut shutdown = self.ctx.shutdown.clone();
             // Read again now that changes are watched: none slips between the two.
-            current = self.current(&type_url, access, request).await?;
+            current = self.current(&type_url, access, request, &one_shot).await?;
             if !rest_modified(&request.version_info, &current.1) {
                 debug!(node = %crate::logsafe::shown(current.0.node_id()), type_url = %crate::logsafe::shown(&type_url), "REST poll held");
             }
@@ -287,7 +289,7 @@ impl Rest {
                     break;
                 }
                 watcher.take_changes();
-                current = self.current(&type_url, access, request).await?;
+                current = self.current(&type_url, access, request, &one_shot).await?;
             }
         }
         let (answer, version) = current;
@@ -324,16 +326,11 @@ impl Rest {
         type_url: &Arc<str>,
         access: &Access,
         request: &SotwRequest,
+        one_shot: &OneShot<'_>,
     ) -> Result<(Answer, String), RestError> {
-        let answer = settled_answer(
-            &self.ctx,
-            type_url.clone(),
-            access,
-            request,
-            self.ctx.observers.embedder(),
-        )
-        .await
-        .map_err(|e| rejected(&e.status()))?;
+        let answer = settled_answer(&self.ctx, type_url.clone(), access, request, one_shot)
+            .await
+            .map_err(|e| rejected(&e.status()))?;
         let version = rest_version(&answer.response);
         Ok((answer, version))
     }

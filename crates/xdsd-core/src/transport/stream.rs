@@ -515,6 +515,7 @@ impl<V: Protocol> Stream<V> {
             .map_err(|e| status_of(&e))?;
         let seen = RequestSeen {
             stream: self.id,
+            one_shot: 0,
             node: self.session.shared_node(),
             identified: handled.identified,
             type_url: &handled.type_url,

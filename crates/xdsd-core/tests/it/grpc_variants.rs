@@ -667,6 +667,147 @@ async fn a_locator_gets_its_variant_with_its_constraints(mode: Mode) {
     server.stop().await;
 }
 
+/// A SotW ADS stream of a metadata-only client asking RouteConfiguration `r1`: the stream and
+/// the label of the first `r1` it is sent.
+async fn r1_stream(
+    server: &Server,
+    id: &str,
+    metadata: &[(&str, &str)],
+) -> (
+    mpsc::Sender<DiscoveryRequest>,
+    tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse>,
+    String,
+) {
+    let (tx, rx) = mpsc::channel(4);
+    let mut responses = AggregatedDiscoveryServiceClient::new(server.channel.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(DiscoveryRequest {
+        node: metadata_node(id, metadata),
+        type_url: ROUTE_CONFIGURATION.into(),
+        resource_names: vec!["r1".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let label = next_r1(&mut responses, &tx).await;
+    (tx, responses, label)
+}
+
+/// The label of `r1` in the stream's next response, ACKed.
+async fn next_r1(
+    responses: &mut tonic::Streaming<
+        envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse,
+    >,
+    tx: &mpsc::Sender<DiscoveryRequest>,
+) -> String {
+    let r = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("answered in time")
+        .unwrap()
+        .expect("a response");
+    tx.send(DiscoveryRequest {
+        type_url: r.type_url.clone(),
+        version_info: r.version_info.clone(),
+        response_nonce: r.nonce.clone(),
+        resource_names: vec!["r1".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let seen: Vec<Seen> = r.resources.iter().map(seen_any).collect();
+    assert_eq!(seen.len(), 1, "r1 only: {seen:?}");
+    seen[0].label.clone()
+}
+
+/// Clients whose metadata carries a per-pod field (every Envoy's pod name) get the variant of
+/// their parameters, through a relay as directly; the relay, once it knows the keys `r1`'s
+/// variants constrain (`env`), fetches for them by those keys only, so more pods open no more
+/// upstream streams (#56, narrowing). A key the upstream starts constraining later (`zone`) is
+/// seen, and each pod gets its new variant.
+async fn per_pod_metadata_gets_its_variant_and_a_key_seen_later_is_followed(mode: Mode) {
+    let server = tp2_server(mode).await;
+    let pod = |env: &'static str, pod: &'static str, zone: &'static str| {
+        [("env", env), ("pod", pod), ("zone", zone)]
+    };
+    let first = r1_stream(&server, "p1", &pod("prod", "p1", "a")).await;
+    assert_eq!(first.2, "prod");
+    let after_first = server.upstream_streams();
+    let mut pods = Vec::new();
+    for (id, env, zone) in [
+        ("p2", "prod", "a"),
+        ("p3", "prod", "b"),
+        ("p4", "test", "a"),
+    ] {
+        let stream = r1_stream(&server, id, &pod(env, id, zone)).await;
+        assert_eq!(stream.2, env, "{id}");
+        pods.push((id, env, zone, stream));
+    }
+    let after_envs = server.upstream_streams();
+    for (id, env, zone) in [
+        ("p5", "prod", "b"),
+        ("p6", "test", "b"),
+        ("p7", "prod", "a"),
+    ] {
+        let stream = r1_stream(&server, id, &pod(env, id, zone)).await;
+        assert_eq!(stream.2, env, "{id}");
+        pods.push((id, env, zone, stream));
+    }
+    // (Grouped by node, each pod is a group of its own: nothing to count.)
+    if let (Mode::Relay, Some(first), Some(envs), Some(now)) =
+        (mode, after_first, after_envs, server.upstream_streams())
+    {
+        assert!(
+            envs <= first + 2,
+            "at most one upstream stream more per env, not one per pod: {first} then {envs}"
+        );
+        assert_eq!(
+            now, envs,
+            "more pods of known envs: no more upstream streams"
+        );
+    }
+    // r1's variants now constrain zone too (every variant the same keys).
+    let zone_a = || eq("zone", "a");
+    let mut inputs = vec![
+        route("r1", "prod-a", Some(and(vec![eq("env", "prod"), zone_a()]))),
+        route(
+            "r1",
+            "prod-other",
+            Some(and(vec![eq("env", "prod"), not(zone_a())])),
+        ),
+        route("r1", "test-a", Some(and(vec![eq("env", "test"), zone_a()]))),
+        route(
+            "r1",
+            "test-other",
+            Some(and(vec![eq("env", "test"), not(zone_a())])),
+        ),
+    ];
+    inputs.extend(
+        rt_variants()
+            .into_iter()
+            .map(|(l, c)| route("rt", l, Some(c))),
+    );
+    server.store.replace_all(inputs).unwrap();
+    for (id, env, zone, (tx, mut responses, _)) in pods {
+        let want = format!("{env}-{}", if zone == "a" { "a" } else { "other" });
+        let mut got = Vec::new();
+        loop {
+            let label = next_r1(&mut responses, &tx).await;
+            got.push(label.clone());
+            if label == want {
+                break;
+            }
+            assert!(
+                label == env,
+                "{id} is sent its old variant or its new one, never another: {got:?}"
+            );
+        }
+    }
+    server.stop().await;
+}
+
 protocol_tests! {
     through_a_relay: [
         sotw_locators_get_resources_wrapped_with_their_constraints,
@@ -683,5 +824,6 @@ protocol_tests! {
         each_parameter_set_gets_its_variant_of_the_four_variant_example,
         a_wildcard_gets_the_variant_of_each_name_for_its_parameters,
         a_locator_gets_its_variant_with_its_constraints,
+        per_pod_metadata_gets_its_variant_and_a_key_seen_later_is_followed,
     ],
 }

@@ -91,6 +91,8 @@ struct Relayed {
     upstream_stop: Option<tokio::sync::oneshot::Sender<()>>,
     upstream_task: tokio::task::JoinHandle<()>,
     feed: tokio::task::JoinHandle<()>,
+    /// The relay's upstream server.
+    upstream: ServerHandle,
 }
 
 pub struct Server {
@@ -142,6 +144,7 @@ impl Server {
         let upstream = XdsServer::builder(upstream_store.clone())
             .build()
             .expect("a server without TLS builds");
+        let upstream_handle = upstream.handle();
         let (upstream_addr, upstream_stop, upstream_task) = spawn_serve(upstream).await;
 
         let node = envoy_types::pb::envoy::config::core::v3::Node {
@@ -178,8 +181,15 @@ impl Server {
             upstream_stop: Some(upstream_stop),
             upstream_task,
             feed,
+            upstream: upstream_handle,
         });
         server
+    }
+
+    /// Through a relay, how many streams its upstream server has open (the relay's upstream
+    /// streams); `None` without a relay.
+    pub fn upstream_streams(&self) -> Option<usize> {
+        Some(self.relayed.as_ref()?.upstream.streams().len())
     }
 
     /// Serves `server` (built on `store`) on a loopback port the OS picks, until [`Server::stop`].

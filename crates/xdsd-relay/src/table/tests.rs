@@ -721,8 +721,10 @@ fn a_glob_collection_answered_answers_the_names_of_its_members() {
     // Subscribed by name later, a member (there or not) is answered by the glob's answer.
     table.ask(&named(&member("e9")), None, Instant::now());
     assert!(store.pending_names().is_empty());
-    assert!(table.answered_through_glob(&named(&member("e9"))));
-    assert!(!table.answered_through_glob(&named("plain")));
+    assert_eq!(
+        table.answered_names(vec![named(&member("e9")), named("plain")]),
+        vec![named(&member("e9"))]
+    );
 }
 
 #[test]
@@ -753,4 +755,201 @@ fn a_glob_collection_left_takes_its_members_but_those_subscribed_by_name() {
     table.handle_timeout(t0 + LINGER * 2);
     assert_eq!(changed_names(&table, &Partition::All), vec![member("e2")]);
     assert_eq!(table.variants(), 2);
+}
+
+// --- Narrowed: a name held through its group narrowed to the keys its variants constrain
+
+/// The shared partition's group presenting `params`.
+fn with(params: &[(&str, &str)]) -> GroupKey {
+    GroupKey::shared().with_params(
+        params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    )
+}
+
+/// A variant of `name` constrained to `key` = `value`.
+fn constrained(name: &str, key: &str, value: &str) -> xdsd_client::Resource {
+    use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+        single_constraint::ConstraintType, SingleConstraint, Type,
+    };
+    use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
+    xdsd_client::Resource {
+        constraints: Some(DynamicParameterConstraints {
+            r#type: Some(Type::Constraint(SingleConstraint {
+                key: key.into(),
+                constraint_type: Some(ConstraintType::Value(value.into())),
+            })),
+        }),
+        ..resource(name, &[])
+    }
+}
+
+fn subscribes(table: &Table) -> Vec<Want> {
+    actions(table)
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Subscribe(w) => Some(w),
+            Action::Unsubscribe(_) => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_name_whose_keys_are_not_known_is_held_through_the_clients_own_group() {
+    let table = table();
+    let pod = with(&[("env", "prod"), ("pod", "p1")]);
+    table.acquire(1, Want::named(pod.clone(), CDS, "a"));
+    assert_eq!(subscribes(&table), vec![Want::named(pod, CDS, "a")]);
+}
+
+#[test]
+fn a_name_whose_variants_constrain_no_key_is_held_through_the_group_of_no_parameters() {
+    let store = Store::new();
+    let table = attached(&store);
+    // The shared stream's wildcard (the prefetch) answered, its variant of a unconstrained.
+    table.pin(cds());
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    table.announce([cds()]);
+    actions(&table);
+    for (stream, pod) in [(1, "p1"), (2, "p2")] {
+        let want = Want::named(with(&[("env", "prod"), ("pod", pod)]), CDS, "a");
+        table.ask(&want, None, Instant::now());
+        table.acquire(stream, want);
+    }
+    assert!(
+        store.pending_names().is_empty(),
+        "answered by the shared stream's wildcard: nothing waits"
+    );
+    assert_eq!(
+        subscribes(&table),
+        vec![named("a")],
+        "one subscription, on the shared stream"
+    );
+    assert_eq!(table.subscriptions(), 2);
+}
+
+#[test]
+fn a_name_is_narrowed_to_the_keys_its_variants_constrain() {
+    let table = table();
+    let prod = with(&[("env", "prod")]);
+    table.acquire(1, Want::named(prod.clone(), CDS, "a"));
+    table.received(&prod, CDS, &[&constrained("a", "env", "prod")]);
+    actions(&table);
+    for (stream, pod) in [(2, "p1"), (3, "p2")] {
+        table.acquire(
+            stream,
+            Want::named(with(&[("env", "prod"), ("pod", pod)]), CDS, "a"),
+        );
+    }
+    table.acquire(
+        4,
+        Want::named(with(&[("env", "test"), ("pod", "p3")]), CDS, "a"),
+    );
+    assert_eq!(
+        subscribes(&table),
+        vec![Want::named(with(&[("env", "test")]), CDS, "a")],
+        "the pods of env=prod share its stream; env=test has its own"
+    );
+}
+
+#[test]
+fn a_stream_leaving_lets_go_of_what_it_held_through_its_narrowed_group() {
+    let table = table();
+    table.pin(cds());
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    let full = Want::named(with(&[("pod", "p1")]), CDS, "a");
+    table.acquire(1, full.clone());
+    table.acquire(2, full.clone());
+    actions(&table);
+    let t0 = Instant::now();
+    table.drop_want(1, &full, t0);
+    assert_eq!(table.poll_timeout(), None, "stream 2 holds it");
+    table.release(2, t0);
+    table.handle_timeout(t0 + LINGER);
+    assert_eq!(actions(&table), vec![Action::Unsubscribe(named("a"))]);
+    assert_eq!(table.state().routes.len(), 0, "no route kept");
+}
+
+#[test]
+fn a_key_seen_later_moves_the_wants_narrowed_without_it_and_they_wait_there() {
+    let store = Store::new();
+    let table = attached(&store);
+    table.pin(cds());
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    table.announce([cds()]);
+    let pod = with(&[("env", "prod"), ("pod", "p1")]);
+    table.acquire(1, Want::named(pod, CDS, "a"));
+    actions(&table);
+    // The upstream now constrains a by env: the shared stream is sent its variant for
+    // clients without env.
+    let t0 = Instant::now();
+    table.received(
+        &GroupKey::shared(),
+        CDS,
+        &[&constrained("a", "env", "none")],
+    );
+    let prod = Want::named(with(&[("env", "prod")]), CDS, "a");
+    assert_eq!(subscribes(&table), vec![prod.clone()]);
+    let scope: ParamSet = [("env", "prod")].into_iter().collect();
+    assert!(
+        store
+            .pending_names()
+            .is_pending(&PendingName::new(CDS, "a").with_params(scope)),
+        "pending for env=prod until its stream answers: the shared variant is not its"
+    );
+    // The name held by name on the shared stream is let go (its wildcard holds it still).
+    table.handle_timeout(t0 + LINGER * 2);
+    assert_eq!(actions(&table), vec![Action::Unsubscribe(named("a"))]);
+    assert!(table.holds(&prod));
+}
+
+#[test]
+fn a_name_removed_for_its_narrowed_group_is_held_through_the_clients_own_group_again() {
+    let store = Store::new();
+    let table = attached(&store);
+    let prod = with(&[("env", "prod")]);
+    table.acquire(1, Want::named(prod.clone(), CDS, "a"));
+    table.received(&prod, CDS, &[&constrained("a", "env", "prod")]);
+    table.announce([Want::named(prod.clone(), CDS, "a")]);
+    let pod = with(&[("env", "prod"), ("pod", "p1")]);
+    table.acquire(2, Want::named(pod.clone(), CDS, "a"));
+    actions(&table);
+    // The upstream's variants of a now constrain pod too: env=prod alone matches none.
+    table.removed(&prod, CDS, &["a".to_owned()], &[("a".to_owned(), None)]);
+    assert_eq!(subscribes(&table), vec![Want::named(pod.clone(), CDS, "a")]);
+    let scope: ParamSet = [("env", "prod"), ("pod", "p1")].into_iter().collect();
+    assert!(store
+        .pending_names()
+        .is_pending(&PendingName::new(CDS, "a").with_params(scope)));
+}
+
+#[test]
+fn the_keys_of_a_name_no_group_holds_are_forgotten() {
+    let table = table();
+    table.acquire(1, named("a"));
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    changed_names(&table, &Partition::All);
+    assert_eq!(table.state().keys.get(CDS).map(|n| n.len()), Some(1));
+    let t0 = Instant::now();
+    table.release(1, t0);
+    table.handle_timeout(t0 + LINGER);
+    changed_names(&table, &Partition::All);
+    assert!(table.state().keys.is_empty(), "nothing kept of a");
+}
+
+#[test]
+fn a_group_of_a_node_cluster_is_not_narrowed() {
+    let table = table();
+    let edge = GroupKey::of(
+        Partition::Cluster("edge".into()),
+        [("pod".to_owned(), "p1".to_owned())].into(),
+        CDS,
+    );
+    table.pin(Want::wildcard(edge.clone(), CDS));
+    table.received(&edge, CDS, &[&resource("a", &[])]);
+    actions(&table);
+    table.acquire(1, Want::named(edge.clone(), CDS, "a"));
+    assert_eq!(subscribes(&table), vec![Want::named(edge, CDS, "a")]);
 }

@@ -153,6 +153,75 @@ async fn a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes(mode: Mode)
     );
 }
 
+/// A poll held longer than the relay's linger (1 s, `Relay::start`) keeps what it asks
+/// subscribed upstream and served while it is held: the change it waits for reaches it, not a
+/// removal the relay made when the linger ran out (#56: Envoy's REST polls through
+/// `--aggregate-by node` were answered so between polls). Another poll, answered at once after
+/// the held one began, shows the linger passed: the relay unsubscribes its name.
+async fn a_poll_held_past_the_relays_linger_keeps_what_it_asks_subscribed(mode: Mode) {
+    let dir = endpoints_dir();
+    let served = Served::start(
+        &dir.path(),
+        &["--rest-hold", "60s", "--log-level", "info,xdsd_core=debug"],
+        mode,
+    )
+    .await;
+    let node = serde_json::json!({ "id": "poller", "cluster": "pollers" });
+    let ask = |name: &str, version: &str| serde_json::json!({ "node": node, "versionInfo": version, "resourceNames": [name] });
+    let first = poll(served.port(), "/v3/discovery:endpoints", ask("a", "")).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    let version = json(&first)["versionInfo"].as_str().unwrap().to_owned();
+    let mark = served.log().mark();
+    let port = served.port();
+    let held = {
+        let request = ask("a", &version);
+        tokio::spawn(async move { poll(port, "/v3/discovery:endpoints", request).await })
+    };
+    served
+        .log()
+        .expect_line_since(mark, &["REST poll held"], "the poll held")
+        .await;
+    // A poll of `b`, answered at once: once its linger is out, so is the held poll's.
+    let other = poll(served.port(), "/v3/discovery:endpoints", ask("b", "")).await;
+    assert_eq!(other.status, 200, "{other:?}");
+    if let Some(relay) = &served.relay {
+        relay
+            .log
+            .expect_line_since(
+                mark,
+                &[
+                    "no downstream client left: unsubscribing upstream",
+                    "name=b",
+                ],
+                "the relay to unsubscribe the answered poll's name after the linger",
+            )
+            .await;
+        let gone = relay.log.matching_since(mark, |l| {
+            l.contains("no downstream client left") && l.contains("name=a")
+        });
+        assert!(
+            gone.is_empty(),
+            "the held poll's name stays subscribed: {gone:#?}\n{}",
+            relay.log.text()
+        );
+    }
+    assert!(
+        !held.is_finished(),
+        "the poll is still held (nothing changed)"
+    );
+    dir.write("a.yaml", &endpoints_yaml("a", 3003));
+    let r = held.await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let body = json(&r);
+    assert_eq!(
+        body["resources"][0]["endpoints"][0]["lbEndpoints"][0]["endpoint"]["address"]
+            ["socketAddress"]["portValue"],
+        3003,
+        "the held poll is answered with the change: {body:#}\n{}",
+        served.log().text()
+    );
+}
+
 async fn bad_rest_input_is_a_4xx_with_a_json_error(mode: Mode) {
     let dir = endpoints_dir();
     let served = Served::start(&dir.path(), &["--max-request-bytes", "64KiB"], mode).await;
@@ -370,32 +439,17 @@ direct_and_relayed!(
     a_poll_is_answered_with_the_resources_as_proto3_json,
     a_current_poll_is_held_and_answered_304_when_nothing_it_asks_for_changes,
     a_held_poll_is_answered_as_soon_as_what_it_asks_for_changes,
+    a_poll_held_past_the_relays_linger_keeps_what_it_asks_subscribed,
     bad_rest_input_is_a_4xx_with_a_json_error,
     an_unknown_request_field_is_a_400_naming_it,
 );
 
-/// Envoy over REST, direct and through a relay; through `--aggregate-by node` it is ignored
-/// for now: there a REST poll held longer than the relay's linger (1 s here; Envoy's polls are
-/// held up to 5 s) does not keep what it asks for subscribed upstream, so the relay drops and
-/// re-adds the node's listener and endpoints between polls and Envoy's traffic test fails about
-/// one run in two (seen at the end of stop 62; the fix is in the relay: a held one-shot poll
-/// holds its wants while it is held).
+/// Envoy over REST, direct and through a relay in both groupings.
 mod envoy {
     use super::*;
 
     crate::support::relay::direct_and_relayed!(
+        both_groupings:
         envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_while_nothing_changes,
     );
-
-    mod relay_by_node {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        #[ignore = "a held REST poll does not hold its wants through the relay's linger under --aggregate-by node (stop 62)"]
-        async fn envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_while_nothing_changes(
-        ) {
-            super::envoy_over_rest_polling_routes_traffic_follows_a_change_and_is_held_while_nothing_changes(
-                crate::support::relay::Mode::RelayByNode,
-            )
-            .await
-        }
-    }
 }
