@@ -149,11 +149,17 @@ impl SharedRollout {
         let writer = tokio::spawn(write_records(etcd.clone(), records));
         // The mod revision of the last record handed over, by the watch or a read on ask.
         let followed = Arc::new(AtomicI64::new(0));
+        let delay = std::env::var(WATCH_DELAY_VAR)
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map(Duration::from_millis)
+            .unwrap_or_default();
         let follower = tokio::spawn(follow_records(
             etcd.clone(),
             rollout.clone(),
             after,
             followed.clone(),
+            delay,
         ));
         let refresh = Arc::new(Notify::new());
         let refreshed = Arc::new(AtomicU64::new(0));
@@ -226,6 +232,11 @@ impl Drop for SharedRollout {
         }
     }
 }
+
+/// Test only: with this variable set to a number of milliseconds, the records the watch brings
+/// are handed over that much later (a replica that hears of the others' decisions late), so
+/// that tests can show what a replica does before it hears of them. Never set it in production.
+pub const WATCH_DELAY_VAR: &str = "XDSD_TEST_ROLLOUT_WATCH_DELAY_MS";
 
 /// Attempts at one record before it is given up (logged at WARN), a second apart.
 const ATTEMPTS: usize = 10;
@@ -312,6 +323,7 @@ async fn follow_records(
     rollout: Arc<Rollout>,
     mut after: i64,
     followed: Arc<AtomicI64>,
+    delay: Duration,
 ) {
     let key = record_key(&etcd);
     loop {
@@ -329,6 +341,9 @@ async fn follow_records(
                 for event in response.events() {
                     let Some(kv) = event.kv() else { continue };
                     after = after.max(kv.mod_revision());
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
                     if kv.version() == 0 || !newer(&followed, kv.mod_revision()) {
                         continue;
                     }

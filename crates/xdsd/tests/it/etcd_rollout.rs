@@ -262,3 +262,91 @@ async fn replicas_on_etcd_halt_promote_and_start_as_the_shared_rollout_says() {
     let prod_e = Client::open(&e, "prod-e", "prod").await;
     assert_eq!(prod_e.has(), ["v6"], "the current state is the stable one");
 }
+
+/// The went-back defect the soak found, with real processes: replica A promotes a change and its
+/// client outside the cohort gets it; the client moves to replica B, which has the change as its
+/// candidate but hears of A's promotion late (its watch of the record is held back 10 minutes,
+/// a test-only switch). B must not send it the older stable state: it reads the record again at
+/// once, promotes as the record says, and the client's next response is the next change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_moving_to_a_replica_that_hears_of_a_promotion_late_does_not_go_back() {
+    use envoy_types::pb::envoy::config::core::v3::Node;
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use tokio_stream::wrappers::ReceiverStream;
+
+    let etcd = Etcd::start().await;
+    let key = format!("{PREFIX}c.yaml");
+    etcdctl_put(&etcd, &key, &static_cluster_yaml("v1", 1001)).await;
+    let a = Xdsd::start_etcd(&etcd.endpoint(), PREFIX, GATED).await;
+    let late = [(xdsd_etcd::rollout::WATCH_DELAY_VAR, "600000")];
+    let b = Xdsd::start_etcd_with_env(&etcd.endpoint(), PREFIX, GATED, &late).await;
+    let (admin_a, admin_b) = (a.admin_port().await, b.admin_port().await);
+    let mut prod_a = Client::open(&a, "prod-a", "prod").await;
+
+    etcdctl_put(&etcd, &key, &static_cluster_yaml("v2", 1002)).await;
+    wait_rollout(admin_a, "soaking", |r| is(r, RolloutState::Soaking)).await;
+    wait_rollout(admin_b, "soaking", |r| is(r, RolloutState::Soaking)).await;
+    let (status, body) = post(admin_a, "/rollout/promote").await;
+    assert_eq!(status, 200, "{body}");
+    prod_a.next_is("v2", "promoted on A").await;
+    wait_record(&etcd, "promoted", |r| r["state"] == "promoted").await;
+
+    // The client comes to B holding v2, which B has not heard is promoted.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(DiscoveryRequest {
+        node: Some(Node {
+            id: prod_a.id.clone(),
+            cluster: "prod".into(),
+            ..Default::default()
+        }),
+        type_url: CLUSTER.into(),
+        version_info: prod_a.last.version_info.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("queued");
+    let mut responses = AggregatedDiscoveryServiceClient::connect(b.url())
+        .await
+        .expect("connect to B")
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .expect("a stream on B")
+        .into_inner();
+    let mut recv = async || {
+        tokio::time::timeout(DEADLINE, responses.message())
+            .await
+            .expect("a response in time")
+            .expect("no error")
+            .expect("a response")
+    };
+    let promoted_on_b = wait_rollout(admin_b, "promoted", |r| r["promotions"] == 1);
+    let first = tokio::select! {
+        r = recv() => Some(r),
+        _ = promoted_on_b => None,
+    };
+    if let Some(r) = &first {
+        assert_ne!(
+            ads::names(r),
+            ["v1"],
+            "went back: B sent its stable state to a client holding the promoted change"
+        );
+    }
+    b.log
+        .expect_line_since(
+            0,
+            &["INFO", "holds the candidate's versions"],
+            "B to hold the client's answer while it reads the record again",
+        )
+        .await;
+    // The next change, promoted on B: the moved client's first response is it.
+    etcdctl_put(&etcd, &key, &static_cluster_yaml("v3", 1003)).await;
+    wait_rollout(admin_b, "soaking v3", |r| {
+        is(r, RolloutState::Soaking) && r["promotions"] == 1
+    })
+    .await;
+    let (status, body) = post(admin_b, "/rollout/promote").await;
+    assert_eq!(status, 200, "{body}");
+    let next = recv().await;
+    assert_eq!(ads::names(&next), ["v3"], "nothing before the next change");
+}

@@ -350,12 +350,22 @@ impl Xdsd {
         extra: &[&str],
     ) -> Result<Xdsd, String> {
         let source = [std::ffi::OsStr::new("--resources"), resources.as_os_str()];
-        Xdsd::try_start_from(&source, listen, extra).await
+        Xdsd::try_start_from(&source, listen, extra, &[]).await
     }
 
     /// Starts `xdsd serve --etcd-endpoints ENDPOINT --etcd-prefix PREFIX --listen 127.0.0.1:0
     /// --log-level debug EXTRA...` and waits for its "listening" line.
     pub async fn start_etcd(endpoint: &str, prefix: &str, extra: &[&str]) -> Xdsd {
+        Xdsd::start_etcd_with_env(endpoint, prefix, extra, &[]).await
+    }
+
+    /// [`Xdsd::start_etcd`] with these variables in its environment.
+    pub async fn start_etcd_with_env(
+        endpoint: &str,
+        prefix: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Xdsd {
         let source = [
             "--etcd-endpoints",
             endpoint,
@@ -365,7 +375,7 @@ impl Xdsd {
             "debug",
         ]
         .map(std::ffi::OsStr::new);
-        Xdsd::try_start_from(&source, "127.0.0.1:0", extra)
+        Xdsd::try_start_from(&source, "127.0.0.1:0", extra, envs)
             .await
             .unwrap_or_else(|why| panic!("{why}"))
     }
@@ -375,6 +385,7 @@ impl Xdsd {
         source: &[&std::ffi::OsStr],
         listen: &str,
         extra: &[&str],
+        envs: &[(&str, &str)],
     ) -> Result<Xdsd, String> {
         let bin = env!("CARGO_BIN_EXE_xdsd");
         let mut child = Command::new(bin)
@@ -386,6 +397,7 @@ impl Xdsd {
             // Tests run side by side: the admin API on a free port (unless `extra` says
             // otherwise).
             .env("XDSD_ADMIN_LISTEN", "127.0.0.1:0")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
