@@ -440,12 +440,22 @@ impl Machine for DeltaMachine {
         if initial {
             self.claim_wildcard_keys(request, current);
         }
+        let unsubscribed_xdstp = unsubscribe_keys
+            .iter()
+            .any(|(n, _)| crate::xdstp::is_xdstp(n));
         let unsubscribed = self.unsubscribe(unsubscribe_keys);
         self.update_pids(pids_added, unsubscribed);
-        if names_something && self.held_members > 0 {
+        // Only an xdstp name (a glob, or a member by name) changes which held keys are glob
+        // members only: a request of other names leaves the count as it is, with no scan.
+        let xdstp_named = || {
+            let xdstp = |n: &[u8]| std::str::from_utf8(n).is_ok_and(crate::xdstp::is_xdstp);
+            request.resource_names_subscribe.iter().any(xdstp)
+                || subscribe.locators.iter().any(|(n, _)| xdstp(n.as_bytes()))
+                || unsubscribed_xdstp
+        };
+        if names_something && self.held_members > 0 && xdstp_named() {
             // The subscription changed (a glob unsubscribed forgets its members, a member
-            // subscribed by name counts as a name): counted again from what the client holds,
-            // as the names were walked.
+            // subscribed by name counts as a name): counted again from what the client holds.
             let (names, has) = (&self.names, &self.has);
             self.held_members = has.iter().filter(|(k, _)| glob_only(names, k)).count();
         }

@@ -2335,3 +2335,48 @@ mod ack_wait {
         assert!(next(&mut s, &store, t0).is_some());
     }
 }
+
+#[test]
+fn a_reconnecting_clients_glob_members_count_against_the_names_limit_as_they_are_sent_again() {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    const EP: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+    let store = Store::new();
+    store
+        .replace_all((0..4).map(|i| input(EP, &format!("{c1}/e{i}"), "1")))
+        .unwrap();
+    let options = SessionOptions {
+        max_names: 5,
+        ..Default::default()
+    };
+    let mut s: Session<DeltaMachine> = Session::with_options(None, options);
+    // A client back after a reconnect: the glob, and the four members it holds.
+    let reconnect = DeltaDiscoveryRequest {
+        type_url: EP.into(),
+        node: Some(node("n", "c")),
+        resource_names_subscribe: vec![format!("{c1}/*")],
+        initial_resource_versions: (0..4)
+            .map(|i| (format!("{c1}/e{i}"), "1".to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+    s.handle_request(&reconnect.into(), &store.snapshot())
+        .unwrap();
+    // A glob's members are not claimed by name: they are sent again, and count as they are.
+    while s.poll_response(&store.snapshot(), Instant::now()).is_some() {}
+    assert!(s.take_breach().is_none());
+    assert_eq!(
+        s.subscribed_names(),
+        5,
+        "the glob and the four members held"
+    );
+    let other = DeltaDiscoveryRequest {
+        type_url: EP.into(),
+        resource_names_subscribe: vec!["other".into()],
+        ..Default::default()
+    };
+    let err = s
+        .handle_request(&other.into(), &store.snapshot())
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+}
