@@ -67,6 +67,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
+use xdsd_core::hash::HashMap as FastMap;
 use xdsd_core::params::{Constraints, ParamSet};
 use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
 use xdsd_core::ClientNode;
@@ -210,11 +211,11 @@ struct State {
     /// The keys each name's variants constrain, by type and name, as last received in the
     /// shared partition (while its cache holds a variant of the name): what a want of the name
     /// is narrowed to (see the module documentation, "Narrowed").
-    keys: HashMap<String, HashMap<String, Keys>>,
+    keys: FastMap<String, FastMap<String, Keys>>,
     /// The keys of an unconstrained variant (none), shared.
     no_keys: Keys,
     /// The wants narrowed, by type and name: each full group's route.
-    routes: HashMap<String, HashMap<String, BTreeMap<GroupKey, Route>>>,
+    routes: FastMap<String, FastMap<String, BTreeMap<GroupKey, Route>>>,
 }
 
 /// A narrowing looked up last: a request's wants share their group, and most names the same
@@ -344,7 +345,7 @@ impl State {
         if want.group.partition != Partition::All
             || want.group.params.is_empty()
             || want.is_wildcard()
-            || xdsd_core::xdstp::is_glob(&want.name)
+            || (xdsd_core::xdstp::is_xdstp(&want.name) && xdsd_core::xdstp::is_glob(&want.name))
         {
             return None;
         }
@@ -655,9 +656,9 @@ impl Table {
                 variants: 0,
                 answering: BTreeMap::new(),
                 committing: Vec::new(),
-                keys: HashMap::new(),
+                keys: FastMap::default(),
                 no_keys: Keys::default(),
-                routes: HashMap::new(),
+                routes: FastMap::default(),
             }),
             store: OnceLock::new(),
             stores,
