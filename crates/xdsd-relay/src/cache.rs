@@ -87,6 +87,16 @@ impl Cache {
         let variant = (group.clone(), encoded(&cached));
         let held = self.entries.entry(key.clone()).or_default();
         if held.get(&variant) != Some(&cached) {
+            // The store is given each distinct variant from the first group holding it: a
+            // group sent what an earlier one holds already (a parameter set's wildcard sent
+            // the unconstrained variants the shared stream has) changes nothing there.
+            let constraints = variant.1.clone();
+            let first = |held: &BTreeMap<Held, Cached>| {
+                held.iter()
+                    .find(|((_, c), _)| *c == constraints)
+                    .map(|((g, _), cached)| (g.clone(), cached.clone()))
+            };
+            let before = first(held);
             let aliases = cached.aliases.clone();
             match held.insert(variant, cached) {
                 Some(old) => self.unindex(group, &key, &old.aliases),
@@ -105,7 +115,13 @@ impl Cache {
                     .or_default()
                     .insert(key.1.clone());
             }
-            self.dirty.insert(key);
+            let changed = self
+                .entries
+                .get(&key)
+                .is_none_or(|held| first(held) != before);
+            if changed {
+                self.dirty.insert(key);
+            }
         }
     }
 
@@ -511,6 +527,33 @@ mod tests {
         cache.take_change();
         cache.put(&GroupKey::shared(), &resource("c", b"x", None));
         assert!(cache.take_change().is_none());
+    }
+
+    #[test]
+    fn a_variant_a_group_before_it_holds_already_is_no_change_to_the_store() {
+        let mut cache = Cache::new();
+        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
+        cache.take_change();
+        // A parameter set's wildcard is sent the unconstrained variant the shared stream has.
+        cache.put(&params("prod"), &resource("c", b"x", None));
+        assert!(
+            cache.take_change().is_none(),
+            "the store has it from the shared stream"
+        );
+        // The first group's own change is the store's.
+        cache.put(&GroupKey::shared(), &resource("c", b"y", None));
+        let (change, _) = cache.take_change().expect("a change");
+        assert_eq!(&inputs(&change).1[0].value[..], b"y");
+        // A variant no earlier group holds is.
+        cache.put(&params("prod"), &resource("d", b"p", Some("prod")));
+        let (change, _) = cache.take_change().expect("a change");
+        assert_eq!(inputs(&change).0, [(CDS.to_owned(), "d".to_owned())]);
+        // The first group letting go gives the store the next one's.
+        cache.remove(&GroupKey::shared(), CDS, &["c".into()]);
+        let (change, _) = cache.take_change().expect("a change");
+        let (_, resources) = inputs(&change);
+        let values: Vec<&[u8]> = resources.iter().map(|r| &r.value[..]).collect();
+        assert_eq!(values, [&b"x"[..]]);
     }
 
     #[test]

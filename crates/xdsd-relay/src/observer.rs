@@ -25,7 +25,7 @@ use xdsd_core::{Asked, OneShotDone, PickStore, RequestSeen, Store, StreamClosed,
 
 use crate::group::{group_of, AggregateBy, GroupKey};
 use crate::stores::Stores;
-use crate::table::{Table, Want};
+use crate::table::{Routed, Table, TypeKey, Want};
 
 /// What the observer tells the source.
 #[derive(Debug)]
@@ -35,6 +35,8 @@ pub(crate) enum Demanded {
     Acquire {
         stream: u64,
         wants: Vec<Want>,
+        /// Their narrowings, as the observer looked them up declaring them.
+        routed: Routed,
         node: Option<Arc<ClientNode>>,
     },
     /// A stream no longer asks for a want.
@@ -52,6 +54,8 @@ pub(crate) enum Demanded {
 #[derive(Debug)]
 struct TypeWants {
     group: GroupKey,
+    /// The type, keyed once for all its wants.
+    type_key: TypeKey,
     wildcard: bool,
     /// Resource locators held (delta: subscribed and not unsubscribed).
     locators: BTreeSet<Locator>,
@@ -79,12 +83,12 @@ impl TypeWants {
         self.wildcard
     }
 
-    fn locator_want(&self, type_url: &str, (name, params): Locator) -> Want {
-        Want::named(self.group.with_params(params), type_url, name)
+    fn locator_want(&self, (name, params): Locator) -> Want {
+        Want::named(self.group.with_params(params), &self.type_key, name)
     }
 
-    /// Takes in what a request asks of `type_url`: the wants it adds and those it drops.
-    fn update(&mut self, type_url: &str, asked: &Asked<'_>) -> (Vec<Want>, Vec<Want>) {
+    /// Takes in what a request asks of its type: the wants it adds and those it drops.
+    fn update(&mut self, asked: &Asked<'_>) -> (Vec<Want>, Vec<Want>) {
         let (mut added, mut dropped) = (Vec::new(), Vec::new());
         let had_wildcard = self.wants_wildcard();
         if let Some(on) = asked.wildcard() {
@@ -112,10 +116,10 @@ impl TypeWants {
             if !none && locators != self.locators {
                 let old = std::mem::replace(&mut self.locators, locators);
                 for gone in old.difference(&self.locators) {
-                    dropped.push(self.locator_want(type_url, gone.clone()));
+                    dropped.push(self.locator_want(gone.clone()));
                 }
                 for new in self.locators.difference(&old) {
-                    added.push(self.locator_want(type_url, new.clone()));
+                    added.push(self.locator_want(new.clone()));
                 }
             }
             // Unchanged (every ACK repeats the list): a lookup per name, nothing made.
@@ -127,42 +131,46 @@ impl TypeWants {
             if !same {
                 let new: BTreeSet<Cow<'_, str>> = names().collect();
                 for gone in self.names.iter().filter(|n| !new.contains(n.as_str())) {
-                    dropped.push(Want::named(self.group.clone(), type_url, gone.clone()));
+                    dropped.push(Want::named(
+                        self.group.clone(),
+                        &self.type_key,
+                        gone.clone(),
+                    ));
                 }
                 self.names.retain(|n| new.contains(n.as_str()));
                 for name in new {
                     if !self.names.contains(name.as_ref()) {
                         self.names.insert(name.clone().into_owned());
-                        added.push(Want::named(self.group.clone(), type_url, name));
+                        added.push(Want::named(self.group.clone(), &self.type_key, name));
                     }
                 }
             }
         } else {
             for l in asked.locators().iter().map(locator) {
                 if self.locators.insert(l.clone()) {
-                    added.push(self.locator_want(type_url, l));
+                    added.push(self.locator_want(l));
                 }
             }
             for l in asked.unsubscribed_locators().iter().map(locator) {
                 if self.locators.remove(&l) {
-                    dropped.push(self.locator_want(type_url, l));
+                    dropped.push(self.locator_want(l));
                 }
             }
             for name in names() {
                 if !self.names.contains(name.as_ref()) {
                     self.names.insert(name.clone().into_owned());
-                    added.push(Want::named(self.group.clone(), type_url, name));
+                    added.push(Want::named(self.group.clone(), &self.type_key, name));
                 }
             }
             for name in asked.unsubscribed_names().map(canonical) {
                 if self.names.remove(name.as_ref()) {
-                    dropped.push(Want::named(self.group.clone(), type_url, name));
+                    dropped.push(Want::named(self.group.clone(), &self.type_key, name));
                 }
             }
         }
         match (had_wildcard, self.wants_wildcard()) {
-            (false, true) => added.push(Want::wildcard(self.group.clone(), type_url)),
-            (true, false) => dropped.push(Want::wildcard(self.group.clone(), type_url)),
+            (false, true) => added.push(Want::wildcard(self.group.clone(), &self.type_key)),
+            (true, false) => dropped.push(Want::wildcard(self.group.clone(), &self.type_key)),
             _ => {}
         }
         (added, dropped)
@@ -183,6 +191,8 @@ fn canonical(name: &str) -> Cow<'_, str> {
 /// The wants of a one-shot request (a `Fetch*` call, a REST poll): its names and locators, or
 /// the wildcard.
 fn one_shot_wants(group: &GroupKey, type_url: &str, asked: &Asked<'_>) -> Vec<Want> {
+    let type_url = TypeKey::of(type_url);
+    let type_url = &type_url;
     let mut wants: Vec<Want> = asked
         .names()
         .filter(|n| *n != xdsd_client::WILDCARD)
@@ -257,8 +267,8 @@ impl RelayObserver {
     /// Declares `wants` pending in the store unless the upstream answered them: the request is
     /// answered by the server once the upstream answers (see [`crate::table`]), not told first that
     /// nothing exists. Nothing waits here.
-    fn hold_for(&self, wants: &[Want], node: Option<&ClientNode>) {
-        self.table.ask_all(wants, node, Instant::now());
+    fn hold_for(&self, wants: &[Want], node: Option<&ClientNode>) -> Routed {
+        self.table.ask_all(wants, node, Instant::now())
     }
 }
 
@@ -291,7 +301,7 @@ impl StreamObserver for RelayObserver {
         if event.stream == 0 {
             let group = group_of(self.by, node.map(|n| &**n), type_url);
             let wants = one_shot_wants(&group, type_url, &event.asked);
-            self.hold_for(&wants, node.map(|n| &**n));
+            let routed = self.hold_for(&wants, node.map(|n| &**n));
             if event.one_shot != 0 {
                 // Held while the request is in hand (a REST poll held for a change, a request
                 // waiting for the upstream's answer), as a stream holds what it asks (one-shot
@@ -300,6 +310,7 @@ impl StreamObserver for RelayObserver {
                 self.send(Demanded::Acquire {
                     stream: event.one_shot,
                     wants,
+                    routed,
                     node: node.cloned(),
                 });
                 return Ok(());
@@ -328,13 +339,14 @@ impl StreamObserver for RelayObserver {
                 Some(wants) => wants,
                 None => types.entry(type_url.clone()).or_insert_with(|| TypeWants {
                     group: group_of(self.by, node.map(|n| &**n), type_url),
+                    type_key: TypeKey::of(type_url),
                     wildcard: false,
                     locators: BTreeSet::new(),
                     names: BTreeSet::new(),
                     last: None,
                 }),
             };
-            wants.update(type_url, &event.asked)
+            wants.update(&event.asked)
         };
         for want in dropped {
             self.send(Demanded::Drop {
@@ -345,10 +357,11 @@ impl StreamObserver for RelayObserver {
         if !added.is_empty() {
             // Answered when the upstream answers, not told first that nothing exists: pending
             // before the server answers this request.
-            self.hold_for(&added, node.map(|n| &**n));
+            let routed = self.hold_for(&added, node.map(|n| &**n));
             self.send(Demanded::Acquire {
                 stream: event.stream,
                 wants: added,
+                routed,
                 node: node.cloned(),
             });
         }

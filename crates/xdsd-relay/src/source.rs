@@ -18,7 +18,7 @@ use crate::group::{upstream_node, AggregateBy, GroupKey, Params, Partition};
 use crate::metrics::RelayMetrics;
 use crate::observer::{Demanded, RelayObserver};
 use crate::stores::Stores;
-use crate::table::{Action, Table, Want, DEFAULT_LINGER};
+use crate::table::{Action, Table, TypeKey, Want, DEFAULT_LINGER};
 use crate::validate;
 
 /// How many names may be pending at once by default: a client subscribing 100,000 names by
@@ -168,7 +168,7 @@ impl RelaySource {
     /// Does what the demand says upstream.
     fn act(&mut self) -> Result<(), String> {
         // Plain names by group and type: subscribed upstream in one request each.
-        let mut names: BTreeMap<(GroupKey, String), Vec<String>> = BTreeMap::new();
+        let mut names: BTreeMap<(GroupKey, TypeKey), Vec<String>> = BTreeMap::new();
         let mut subscribed = Vec::new();
         while let Some(action) = self.table.poll_action() {
             match action {
@@ -311,6 +311,7 @@ impl RelaySource {
             Demanded::Acquire {
                 stream,
                 wants,
+                routed,
                 node,
             } => {
                 let mut last: Option<&GroupKey> = None;
@@ -320,7 +321,7 @@ impl RelaySource {
                         last = Some(&want.group);
                     }
                 }
-                self.table.acquire_all(stream, wants);
+                self.table.acquire_all(stream, wants, Some(routed));
             }
             Demanded::Touch { want, node } => {
                 self.remember_node(&want.group, node);

@@ -67,7 +67,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
-use xdsd_core::hash::HashMap as FastMap;
+use xdsd_core::hash::{HashMap as FastMap, HashSet as FastSet};
 use xdsd_core::params::{Constraints, ParamSet};
 use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
 use xdsd_core::ClientNode;
@@ -86,6 +86,77 @@ const PUTS_PER_LOCK: usize = 1024;
 /// The default linger: how long an upstream subscription outlives its last downstream client.
 pub const DEFAULT_LINGER: Duration = Duration::from_secs(30);
 
+/// A type URL as the table keys it: one of the well-known xDS types by its place in
+/// [`xdsd_core::types::WELL_KNOWN`] (compared, hashed and copied as a number), any other as its
+/// text, shared. Every want carries one: as an owned string it was copied into each want and
+/// compared byte by byte (68 bytes for EDS) at each level of the table's lookups.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TypeKey {
+    /// A well-known type, by its place.
+    Known(u8),
+    /// Any other type.
+    Other(Arc<str>),
+}
+
+impl TypeKey {
+    /// The key of `type_url`.
+    pub(crate) fn of(type_url: &str) -> TypeKey {
+        match xdsd_core::types::WELL_KNOWN
+            .iter()
+            .position(|t| t.len() == type_url.len() && *t == type_url)
+        {
+            Some(i) => TypeKey::Known(i as u8),
+            None => TypeKey::Other(type_url.into()),
+        }
+    }
+
+    /// The type URL.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            TypeKey::Known(i) => xdsd_core::types::WELL_KNOWN[*i as usize],
+            TypeKey::Other(t) => t,
+        }
+    }
+}
+
+impl std::ops::Deref for TypeKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for TypeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for TypeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&str> for TypeKey {
+    fn from(type_url: &str) -> TypeKey {
+        TypeKey::of(type_url)
+    }
+}
+
+impl From<&String> for TypeKey {
+    fn from(type_url: &String) -> TypeKey {
+        TypeKey::of(type_url)
+    }
+}
+
+impl From<&TypeKey> for TypeKey {
+    fn from(key: &TypeKey) -> TypeKey {
+        key.clone()
+    }
+}
+
 /// One upstream subscription: in a group's stream, a type and a name (`*`: the wildcard). A
 /// downstream resource locator is the plain name in the stream of the locator's parameters
 /// ([`GroupKey::with_params`]): upstream the relay subscribes names only.
@@ -94,14 +165,18 @@ pub struct Want {
     /// The upstream stream (group) it is subscribed on.
     pub group: GroupKey,
     /// The type URL.
-    pub type_url: String,
+    pub(crate) type_url: TypeKey,
     /// The name, or `*` for every resource of the type.
     pub name: String,
 }
 
 impl Want {
     /// The resource `name` of `type_url` in `group`.
-    pub fn named(group: GroupKey, type_url: impl Into<String>, name: impl Into<String>) -> Want {
+    pub(crate) fn named(
+        group: GroupKey,
+        type_url: impl Into<TypeKey>,
+        name: impl Into<String>,
+    ) -> Want {
         Want {
             group,
             type_url: type_url.into(),
@@ -115,7 +190,7 @@ impl Want {
     }
 
     /// The wildcard of `type_url` in `group`.
-    pub fn wildcard(group: GroupKey, type_url: impl Into<String>) -> Want {
+    pub(crate) fn wildcard(group: GroupKey, type_url: impl Into<TypeKey>) -> Want {
         Want::named(group, type_url, xdsd_client::WILDCARD)
     }
 }
@@ -171,8 +246,8 @@ struct Entry {
 #[derive(Debug)]
 struct State {
     linger: Duration,
-    /// The table.
-    wants: BTreeMap<Want, Entry>,
+    /// The table (hashed: nothing reads it in order).
+    wants: FastMap<Want, Entry>,
     /// The wants held by nobody, by the time each is unsubscribed at: what is due next, found
     /// without a scan of what is held.
     lingering: BTreeSet<(Instant, Want)>,
@@ -181,7 +256,7 @@ struct State {
     /// How many wants are subscribed (the sum of `groups`, read without a scan).
     subscribed: usize,
     /// What each stream holds.
-    streams: HashMap<u64, BTreeSet<Want>>,
+    streams: FastMap<u64, FastSet<Want>>,
     actions: VecDeque<Action>,
     /// The wants declared pending (an index of the entries whose `pending` is set), ordered so
     /// that a wildcard finds the names of its type in its group without a scan.
@@ -211,11 +286,24 @@ struct State {
     /// The keys each name's variants constrain, by type and name, as last received in the
     /// shared partition (while its cache holds a variant of the name): what a want of the name
     /// is narrowed to (see the module documentation, "Narrowed").
-    keys: FastMap<String, FastMap<String, Keys>>,
+    keys: FastMap<TypeKey, FastMap<String, Keys>>,
     /// The keys of an unconstrained variant (none), shared.
     no_keys: Keys,
+    /// Counts the changes of `keys`: a narrowing looked up at one count is looked up again at
+    /// another ([`Routed`]).
+    keys_epoch: u64,
     /// The wants narrowed, by type and name: each full group's route.
-    routes: FastMap<String, FastMap<String, BTreeMap<GroupKey, Route>>>,
+    routes: FastMap<TypeKey, FastMap<String, BTreeMap<GroupKey, Route>>>,
+}
+
+/// The narrowings of a request's wants as [`Table::ask_all`] looked them up (`None`: the
+/// want's own group), with the count of key changes they were looked up at: a name's wants are
+/// routed once per request, not once by the observer and again by the source, unless a name's
+/// keys changed in between.
+#[derive(Debug)]
+pub(crate) struct Routed {
+    epoch: u64,
+    to: Vec<Option<GroupKey>>,
 }
 
 /// A narrowing looked up last: a request's wants share their group, and most names the same
@@ -257,7 +345,7 @@ impl State {
         }
         let group = &want.group;
         let type_url = &want.type_url;
-        let named = |wants: &BTreeMap<Want, Entry>, name: &str| {
+        let named = |wants: &FastMap<Want, Entry>, name: &str| {
             wants
                 .get(&Want::named(group.clone(), type_url, name))
                 .is_some_and(|e| e.subscribed)
@@ -366,17 +454,19 @@ impl State {
         let held = match to {
             None => want.clone(),
             Some(to) => {
-                let route = self
-                    .routes
-                    .entry(want.type_url.clone())
-                    .or_default()
-                    .entry(want.name.clone())
-                    .or_default()
-                    .entry(want.group.clone())
-                    .or_insert_with(|| Route {
-                        to,
-                        streams: BTreeSet::new(),
-                    });
+                // Looked up before made: a name held by ten streams is copied once.
+                let names = match self.routes.get_mut(&want.type_url) {
+                    Some(names) => names,
+                    None => self.routes.entry(want.type_url.clone()).or_default(),
+                };
+                let routes = match names.get_mut(&want.name) {
+                    Some(routes) => routes,
+                    None => names.entry(want.name.clone()).or_default(),
+                };
+                let route = routes.entry(want.group.clone()).or_insert_with(|| Route {
+                    to,
+                    streams: BTreeSet::new(),
+                });
                 route.streams.insert(stream);
                 Want::named(route.to.clone(), &want.type_url, &want.name)
             }
@@ -394,7 +484,7 @@ impl State {
     }
 
     /// The route of `name` of `type_url` from `full` taken out: the group it went to.
-    fn take_route(&mut self, type_url: &str, name: &str, full: &GroupKey) -> Option<GroupKey> {
+    fn take_route(&mut self, type_url: &TypeKey, name: &str, full: &GroupKey) -> Option<GroupKey> {
         let names = self.routes.get_mut(type_url)?;
         let routes = names.get_mut(name)?;
         let route = routes.remove(full);
@@ -436,7 +526,7 @@ impl State {
     /// the wants newly held.
     fn reroute(
         &mut self,
-        type_url: &str,
+        type_url: &TypeKey,
         name: &str,
         to: impl Fn(&GroupKey, &GroupKey) -> Option<Option<GroupKey>>,
         now: Instant,
@@ -472,7 +562,7 @@ impl State {
     /// The shared partition was sent the variant `r`: the keys its name's variants constrain
     /// are its (a name's variants all constrain the same keys), and the wants narrowed by other
     /// keys are routed by these (as of now): the wants newly held.
-    fn learn_keys(&mut self, r: &xdsd_client::Resource) -> Vec<Want> {
+    fn learn_keys(&mut self, type_url: &TypeKey, r: &xdsd_client::Resource) -> Vec<Want> {
         let keys = match r.constraints.as_ref().filter(|c| c.r#type.is_some()) {
             None => self.no_keys.clone(),
             // Constraints the store cannot take teach nothing (it says why).
@@ -481,9 +571,9 @@ impl State {
                 Err(_) => return Vec::new(),
             },
         };
-        let names = match self.keys.get_mut(&r.type_url) {
+        let names = match self.keys.get_mut(type_url) {
             Some(names) => names,
-            None => self.keys.entry(r.type_url.clone()).or_default(),
+            None => self.keys.entry(type_url.clone()).or_default(),
         };
         match names.get_mut(&r.name) {
             Some(known) if **known == *keys => return Vec::new(),
@@ -492,11 +582,13 @@ impl State {
                 names.insert(r.name.clone(), keys.clone());
             }
         }
+        // A route looked up before this is looked up again.
+        self.keys_epoch += 1;
         if self.routes.is_empty() {
             return Vec::new();
         }
         self.reroute(
-            &r.type_url,
+            type_url,
             &r.name,
             |full, _| Some(full.narrowed(&keys)),
             Instant::now(),
@@ -610,7 +702,7 @@ fn pending_name(want: &Want, scope: ParamSet) -> PendingName {
     } else {
         want.name.as_str()
     };
-    PendingName::new(want.type_url.clone(), name).with_params(scope)
+    PendingName::new(want.type_url.as_str(), name).with_params(scope)
 }
 
 /// The table, shared by the source (its one writer of demand and answers) and the observer
@@ -641,11 +733,11 @@ impl Table {
         Table {
             state: Mutex::new(State {
                 linger,
-                wants: BTreeMap::new(),
+                wants: FastMap::default(),
                 lingering: BTreeSet::new(),
                 groups: HashMap::new(),
                 subscribed: 0,
-                streams: HashMap::new(),
+                streams: FastMap::default(),
                 actions: VecDeque::new(),
                 declared: BTreeSet::new(),
                 by_pending: HashMap::new(),
@@ -658,6 +750,7 @@ impl Table {
                 committing: Vec::new(),
                 keys: FastMap::default(),
                 no_keys: Keys::default(),
+                keys_epoch: 0,
                 routes: FastMap::default(),
             }),
             store: OnceLock::new(),
@@ -683,7 +776,7 @@ impl Table {
     /// Downstream stream `stream` asks for `want`.
     #[cfg(test)]
     pub(crate) fn acquire(&self, stream: u64, want: Want) {
-        self.acquire_all(stream, vec![want]);
+        self.acquire_all(stream, vec![want], None);
     }
 
     /// Downstream stream `stream` asks for `wants` (those of one request): under one lock, and
@@ -691,17 +784,26 @@ impl Table {
     /// itself into the stream's set (ten streams of 100,000 names each: the sync's tail).
     ///
     /// A name is held through its group narrowed to the keys its variants constrain, when they
-    /// are known (see the module documentation, "Narrowed").
-    pub(crate) fn acquire_all(&self, stream: u64, wants: Vec<Want>) {
+    /// are known (see the module documentation, "Narrowed"): as `routed` says (what
+    /// [`Table::ask_all`] looked up for these wants) unless a name's keys changed since, else
+    /// looked up here.
+    pub(crate) fn acquire_all(&self, stream: u64, wants: Vec<Want>, routed: Option<Routed>) {
         let mut state = self.state();
         let mut held = state.streams.remove(&stream).unwrap_or_default();
+        let epoch = state.keys_epoch;
+        let routed = routed
+            .filter(|r| r.epoch == epoch && r.to.len() == wants.len())
+            .map(|r| r.to);
         let mut memo: Memo = None;
-        for want in wants {
+        for (i, want) in wants.into_iter().enumerate() {
             if held.contains(&want) {
                 // Held already (a REST poll read again): nothing to do.
                 continue;
             }
-            let to = state.route(&want, &mut memo);
+            let to = match &routed {
+                Some(to) => to[i].clone(),
+                None => state.route(&want, &mut memo),
+            };
             state.hold(stream, &want, to);
             held.insert(want);
         }
@@ -849,21 +951,32 @@ impl Table {
     }
 
     /// [`Table::ask`] for each of `wants` (those of one request), declared in one swap of the
-    /// store's state: it costs what it declares.
-    pub(crate) fn ask_all(&self, wants: &[Want], node: Option<&ClientNode>, now: Instant) {
+    /// store's state: it costs what it declares. Each is asked as it will be held: through its
+    /// narrowed group, if any; those narrowings, for [`Table::acquire_all`] (which the source
+    /// does next) to hold them by without looking them up again.
+    pub(crate) fn ask_all(
+        &self,
+        wants: &[Want],
+        node: Option<&ClientNode>,
+        now: Instant,
+    ) -> Routed {
         let mut state = self.state();
-        // Each asked as it will be held: through its narrowed group, if any (the same routing
-        // as `acquire_all`'s, which the source does next).
         let mut memo: Memo = None;
+        let to: Vec<Option<GroupKey>> = wants.iter().map(|w| state.route(w, &mut memo)).collect();
         let routed: Vec<std::borrow::Cow<'_, Want>> = wants
             .iter()
-            .map(|w| match state.route(w, &mut memo) {
-                Some(to) => std::borrow::Cow::Owned(Want::named(to, &w.type_url, &w.name)),
+            .zip(&to)
+            .map(|(w, to)| match to {
+                Some(to) => std::borrow::Cow::Owned(Want::named(to.clone(), &w.type_url, &w.name)),
                 None => std::borrow::Cow::Borrowed(w),
             })
             .collect();
-        let wants: Vec<&Want> = routed.iter().map(|w| w.as_ref()).collect();
-        self.declare_in(&mut state, &wants, node, now);
+        let asked: Vec<&Want> = routed.iter().map(|w| w.as_ref()).collect();
+        self.declare_in(&mut state, &asked, node, now);
+        Routed {
+            epoch: state.keys_epoch,
+            to,
+        }
     }
 
     /// Declares pending each of `wants` not answered (nor declared already), in one swap of
@@ -1039,6 +1152,7 @@ impl Table {
         type_url: &str,
         resources: &[&xdsd_client::Resource],
     ) {
+        let type_key = TypeKey::of(type_url);
         let mut answers = Vec::new();
         // Taken in a slice at a time: the observer, which declares under the same lock, waits
         // for a slice, not for a whole response (100,000 names).
@@ -1050,12 +1164,12 @@ impl Table {
                 cache.put(group, r);
                 answers.extend(
                     r.names()
-                        .map(|name| Want::named(group.clone(), &r.type_url, name)),
+                        .map(|name| Want::named(group.clone(), &type_key, name)),
                 );
             }
             if group.partition == Partition::All {
                 for r in slice {
-                    rerouted.extend(state.learn_keys(r));
+                    rerouted.extend(state.learn_keys(&type_key, r));
                 }
             }
         }
@@ -1066,7 +1180,7 @@ impl Table {
             let wants: Vec<&Want> = rerouted.iter().collect();
             self.declare_in(&mut state, &wants, None, Instant::now());
         }
-        let wildcard = Want::wildcard(group.clone(), type_url);
+        let wildcard = Want::wildcard(group.clone(), &type_key);
         if let Some(entry) = state.wants.get_mut(&wildcard).filter(|e| e.subscribed) {
             entry.responded = true;
             answers.push(wildcard);
@@ -1077,7 +1191,7 @@ impl Table {
         let mut last: Option<Want> = None;
         let globs: Vec<Want> = resources
             .iter()
-            .filter_map(|r| glob_of(&Want::named(group.clone(), &r.type_url, r.name.as_str())))
+            .filter_map(|r| glob_of(&Want::named(group.clone(), &type_key, r.name.as_str())))
             .filter(|glob| {
                 let new = last.as_ref() != Some(glob);
                 last = Some(glob.clone());
@@ -1105,10 +1219,11 @@ impl Table {
             .flat_map(|n| cache.aliases_of(group, type_url, n))
             .collect();
         cache.remove_variants(group, type_url, variants);
+        let type_key = TypeKey::of(type_url);
         let answers: Vec<Want> = names
             .iter()
             .chain(&aliases)
-            .map(|name| Want::named(group.clone(), type_url, name))
+            .map(|name| Want::named(group.clone(), &type_key, name))
             .filter(|want| state.holds(want))
             .collect();
         state.answering(&group.partition).extend(answers);
@@ -1124,10 +1239,11 @@ impl Table {
             return;
         }
         let now = Instant::now();
+        let type_url = TypeKey::of(type_url);
         let mut widened = Vec::new();
         for name in names {
             widened.extend(state.reroute(
-                type_url,
+                &type_url,
                 name,
                 |_, to| (to == group).then_some(None),
                 now,
@@ -1222,10 +1338,14 @@ impl Table {
                     .get(partition)
                     .is_some_and(|c| c.holds_name(&type_url, &name));
                 if !held {
+                    let type_url = TypeKey::of(&type_url);
                     if let Some(names) = state.keys.get_mut(&type_url) {
-                        names.remove(&name);
+                        let forgot = names.remove(&name).is_some();
                         if names.is_empty() {
                             state.keys.remove(&type_url);
+                        }
+                        if forgot {
+                            state.keys_epoch += 1;
                         }
                     }
                 }

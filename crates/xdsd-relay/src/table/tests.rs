@@ -906,6 +906,44 @@ fn a_key_seen_later_moves_the_wants_narrowed_without_it_and_they_wait_there() {
 }
 
 #[test]
+fn a_narrowing_looked_up_before_a_key_was_seen_is_looked_up_again_when_held() {
+    let table = table();
+    table.pin(cds());
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    actions(&table);
+    // The observer routes the request's want: a constrains nothing yet, the shared stream.
+    let full = Want::named(with(&[("env", "prod"), ("pod", "p1")]), CDS, "a");
+    let routed = table.ask_all(std::slice::from_ref(&full), None, Instant::now());
+    // Before the source holds it, the upstream constrains a by env.
+    table.received(
+        &GroupKey::shared(),
+        CDS,
+        &[&constrained("a", "env", "none")],
+    );
+    table.acquire_all(1, vec![full], Some(routed));
+    assert_eq!(
+        subscribes(&table),
+        vec![Want::named(with(&[("env", "prod")]), CDS, "a")],
+        "held through env=prod's stream, not the shared one the observer looked up"
+    );
+}
+
+#[test]
+fn a_narrowing_looked_up_by_the_observer_is_not_looked_up_again() {
+    let table = table();
+    table.pin(cds());
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    actions(&table);
+    let full = Want::named(with(&[("pod", "p1")]), CDS, "a");
+    let mut routed = table.ask_all(std::slice::from_ref(&full), None, Instant::now());
+    // What the source is handed is what it holds by (a route made up here shows it).
+    let elsewhere = with(&[("zone", "z")]);
+    routed.to[0] = Some(elsewhere.clone());
+    table.acquire_all(1, vec![full], Some(routed));
+    assert_eq!(subscribes(&table), vec![Want::named(elsewhere, CDS, "a")]);
+}
+
+#[test]
 fn a_name_removed_for_its_narrowed_group_is_held_through_the_clients_own_group_again() {
     let store = Store::new();
     let table = attached(&store);
@@ -931,7 +969,10 @@ fn the_keys_of_a_name_no_group_holds_are_forgotten() {
     table.acquire(1, named("a"));
     table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
     changed_names(&table, &Partition::All);
-    assert_eq!(table.state().keys.get(CDS).map(|n| n.len()), Some(1));
+    assert_eq!(
+        table.state().keys.get(&TypeKey::of(CDS)).map(|n| n.len()),
+        Some(1)
+    );
     let t0 = Instant::now();
     table.release(1, t0);
     table.handle_timeout(t0 + LINGER);
