@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 use xdsd_core::hash::{HashMap as FastMap, HashSet as FastSet};
-use xdsd_core::params::{Constraints, ParamSet};
+use xdsd_core::params::ParamSet;
 use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
 use xdsd_core::ClientNode;
 
@@ -80,126 +80,18 @@ use crate::group::{GroupKey, Partition};
 use crate::metrics::RelayMetrics;
 use crate::stores::Stores;
 
+mod narrow;
+mod want;
+
+pub(crate) use narrow::Routed;
+use narrow::{Keys, Memo, Route};
+pub use want::{TypeKey, Want};
+
 /// How many resources of a response are cached per taking of the table's lock.
 const PUTS_PER_LOCK: usize = 1024;
 
 /// The default linger: how long an upstream subscription outlives its last downstream client.
 pub const DEFAULT_LINGER: Duration = Duration::from_secs(30);
-
-/// A type URL as the table keys it: one of the well-known xDS types by its place in
-/// [`xdsd_core::types::WELL_KNOWN`] (compared, hashed and copied as a number), any other as its
-/// text, shared. Every want carries one: as an owned string it was copied into each want and
-/// compared byte by byte (68 bytes for EDS) at each level of the table's lookups.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum TypeKey {
-    /// A well-known type, by its place.
-    Known(u8),
-    /// Any other type.
-    Other(Arc<str>),
-}
-
-impl TypeKey {
-    /// The key of `type_url`.
-    pub(crate) fn of(type_url: &str) -> TypeKey {
-        match xdsd_core::types::WELL_KNOWN
-            .iter()
-            .position(|t| t.len() == type_url.len() && *t == type_url)
-        {
-            Some(i) => TypeKey::Known(i as u8),
-            None => TypeKey::Other(type_url.into()),
-        }
-    }
-
-    /// The type URL.
-    pub(crate) fn as_str(&self) -> &str {
-        match self {
-            TypeKey::Known(i) => xdsd_core::types::WELL_KNOWN[*i as usize],
-            TypeKey::Other(t) => t,
-        }
-    }
-}
-
-impl std::ops::Deref for TypeKey {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl std::fmt::Debug for TypeKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl std::fmt::Display for TypeKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl From<&str> for TypeKey {
-    fn from(type_url: &str) -> TypeKey {
-        TypeKey::of(type_url)
-    }
-}
-
-impl From<&String> for TypeKey {
-    fn from(type_url: &String) -> TypeKey {
-        TypeKey::of(type_url)
-    }
-}
-
-impl From<&TypeKey> for TypeKey {
-    fn from(key: &TypeKey) -> TypeKey {
-        key.clone()
-    }
-}
-
-/// One upstream subscription: in a group's stream, a type and a name (`*`: the wildcard). A
-/// downstream resource locator is the plain name in the stream of the locator's parameters
-/// ([`GroupKey::with_params`]): upstream the relay subscribes names only.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Want {
-    /// The upstream stream (group) it is subscribed on.
-    pub group: GroupKey,
-    /// The type URL.
-    pub(crate) type_url: TypeKey,
-    /// The name, or `*` for every resource of the type.
-    pub name: String,
-}
-
-impl Want {
-    /// The resource `name` of `type_url` in `group`.
-    pub(crate) fn named(
-        group: GroupKey,
-        type_url: impl Into<TypeKey>,
-        name: impl Into<String>,
-    ) -> Want {
-        Want {
-            group,
-            type_url: type_url.into(),
-            name: name.into(),
-        }
-    }
-
-    /// Whether it is a type's wildcard.
-    pub fn is_wildcard(&self) -> bool {
-        self.name == xdsd_client::WILDCARD
-    }
-
-    /// The wildcard of `type_url` in `group`.
-    pub(crate) fn wildcard(group: GroupKey, type_url: impl Into<TypeKey>) -> Want {
-        Want::named(group, type_url, xdsd_client::WILDCARD)
-    }
-}
-
-impl std::fmt::Display for Want {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.name)
-    }
-}
 
 /// What the relay must do upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,18 +100,6 @@ pub enum Action {
     Subscribe(Want),
     /// Unsubscribe from it (its last holder left a linger ago).
     Unsubscribe(Want),
-}
-
-/// The keys a name's variants constrain (xRFC TP2: every variant of a name constrains the same
-/// keys, as the relay's store requires), shared by the names that have the same.
-type Keys = Arc<BTreeSet<String>>;
-
-/// A narrowed want's route: the group it is held through (its own parameters narrowed to the
-/// keys its name's variants constrain), and the streams holding it so.
-#[derive(Debug)]
-struct Route {
-    to: GroupKey,
-    streams: BTreeSet<u64>,
 }
 
 /// One want's row. See the module documentation.
@@ -295,20 +175,6 @@ struct State {
     /// The wants narrowed, by type and name: each full group's route.
     routes: FastMap<TypeKey, FastMap<String, BTreeMap<GroupKey, Route>>>,
 }
-
-/// The narrowings of a request's wants as [`Table::ask_all`] looked them up (`None`: the
-/// want's own group), with the count of key changes they were looked up at: a name's wants are
-/// routed once per request, not once by the observer and again by the source, unless a name's
-/// keys changed in between.
-#[derive(Debug)]
-pub(crate) struct Routed {
-    epoch: u64,
-    to: Vec<Option<GroupKey>>,
-}
-
-/// A narrowing looked up last: a request's wants share their group, and most names the same
-/// keys (none), so a group is narrowed once per request rather than once per name.
-type Memo = Option<(GroupKey, Keys, Option<GroupKey>)>;
 
 impl State {
     /// What the responses taken in answer in `partition`, not committed yet.
@@ -424,175 +290,6 @@ impl State {
                 self.set_until(want, Some(now + linger));
             }
         }
-    }
-
-    /// The narrower group the full want `want` is held through, if any: in the shared
-    /// partition, a name (not a wildcard, not a glob) whose variants' keys are known, of a
-    /// group presenting parameters beyond them. `memo` is the last narrowing looked up.
-    fn route(&self, want: &Want, memo: &mut Memo) -> Option<GroupKey> {
-        if want.group.partition != Partition::All
-            || want.group.params.is_empty()
-            || want.is_wildcard()
-            || (xdsd_core::xdstp::is_xdstp(&want.name) && xdsd_core::xdstp::is_glob(&want.name))
-        {
-            return None;
-        }
-        let keys = self.keys.get(&want.type_url)?.get(&want.name)?;
-        if let Some((group, known, to)) = memo {
-            if *group == want.group && (Arc::ptr_eq(known, keys) || known == keys) {
-                return to.clone();
-            }
-        }
-        let to = want.group.narrowed(keys);
-        *memo = Some((want.group.clone(), keys.clone(), to.clone()));
-        to
-    }
-
-    /// `stream` holds the full want `want` through the group `to` (`None`: its own); the want
-    /// held.
-    fn hold(&mut self, stream: u64, want: &Want, to: Option<GroupKey>) -> Want {
-        let held = match to {
-            None => want.clone(),
-            Some(to) => {
-                // Looked up before made: a name held by ten streams is copied once.
-                let names = match self.routes.get_mut(&want.type_url) {
-                    Some(names) => names,
-                    None => self.routes.entry(want.type_url.clone()).or_default(),
-                };
-                let routes = match names.get_mut(&want.name) {
-                    Some(routes) => routes,
-                    None => names.entry(want.name.clone()).or_default(),
-                };
-                let route = routes.entry(want.group.clone()).or_insert_with(|| Route {
-                    to,
-                    streams: BTreeSet::new(),
-                });
-                route.streams.insert(stream);
-                Want::named(route.to.clone(), &want.type_url, &want.name)
-            }
-        };
-        match self.wants.get_mut(&held) {
-            Some(entry) if entry.subscribed && entry.until.is_none() => {
-                *entry.holders.entry(stream).or_default() += 1;
-            }
-            _ => {
-                *self.subscribed(&held).holders.entry(stream).or_default() += 1;
-                self.set_until(&held, None);
-            }
-        }
-        held
-    }
-
-    /// The route of `name` of `type_url` from `full` taken out: the group it went to.
-    fn take_route(&mut self, type_url: &TypeKey, name: &str, full: &GroupKey) -> Option<GroupKey> {
-        let names = self.routes.get_mut(type_url)?;
-        let routes = names.get_mut(name)?;
-        let route = routes.remove(full);
-        if routes.is_empty() {
-            names.remove(name);
-            if names.is_empty() {
-                self.routes.remove(type_url);
-            }
-        }
-        route.map(|r| r.to)
-    }
-
-    /// `stream` no longer holds the full want `want` (as of `now`): what it held it through
-    /// lingers if nobody else holds it.
-    fn unhold(&mut self, stream: u64, want: &Want, now: Instant) {
-        let mut held = None;
-        if let Some(names) = self.routes.get_mut(&want.type_url) {
-            if let Some(routes) = names.get_mut(&want.name) {
-                if let Some(route) = routes.get_mut(&want.group) {
-                    route.streams.remove(&stream);
-                    held = Some(Want::named(route.to.clone(), &want.type_url, &want.name));
-                    if route.streams.is_empty() {
-                        routes.remove(&want.group);
-                    }
-                }
-                if routes.is_empty() {
-                    names.remove(&want.name);
-                }
-            }
-            if names.is_empty() {
-                self.routes.remove(&want.type_url);
-            }
-        }
-        self.let_go(stream, held.as_ref().unwrap_or(want), now);
-    }
-
-    /// The routes of `name` of `type_url` whose group is no longer the one `to` says (a full
-    /// group's new route, `None`: its own) move there, their streams with them (as of `now`):
-    /// the wants newly held.
-    fn reroute(
-        &mut self,
-        type_url: &TypeKey,
-        name: &str,
-        to: impl Fn(&GroupKey, &GroupKey) -> Option<Option<GroupKey>>,
-        now: Instant,
-    ) -> Vec<Want> {
-        let Some(routes) = self.routes.get(type_url).and_then(|n| n.get(name)) else {
-            return Vec::new();
-        };
-        let moves: Vec<(GroupKey, Option<GroupKey>, Vec<u64>)> = routes
-            .iter()
-            .filter_map(|(full, route)| {
-                let new = to(full, &route.to)?;
-                (new.as_ref() != Some(&route.to))
-                    .then(|| (full.clone(), new, route.streams.iter().copied().collect()))
-            })
-            .collect();
-        let mut held = Vec::new();
-        for (full, new, streams) in moves {
-            let Some(old) = self.take_route(type_url, name, &full) else {
-                continue;
-            };
-            let old = Want::named(old, type_url, name);
-            let want = Want::named(full, type_url, name);
-            for stream in streams {
-                self.let_go(stream, &old, now);
-                held.push(self.hold(stream, &want, new.clone()));
-            }
-        }
-        held.sort();
-        held.dedup();
-        held
-    }
-
-    /// The shared partition was sent the variant `r`: the keys its name's variants constrain
-    /// are its (a name's variants all constrain the same keys), and the wants narrowed by other
-    /// keys are routed by these (as of now): the wants newly held.
-    fn learn_keys(&mut self, type_url: &TypeKey, r: &xdsd_client::Resource) -> Vec<Want> {
-        let keys = match r.constraints.as_ref().filter(|c| c.r#type.is_some()) {
-            None => self.no_keys.clone(),
-            // Constraints the store cannot take teach nothing (it says why).
-            Some(c) => match Constraints::new(c.clone()) {
-                Ok(c) => Arc::new(c.keys().clone()),
-                Err(_) => return Vec::new(),
-            },
-        };
-        let names = match self.keys.get_mut(type_url) {
-            Some(names) => names,
-            None => self.keys.entry(type_url.clone()).or_default(),
-        };
-        match names.get_mut(&r.name) {
-            Some(known) if **known == *keys => return Vec::new(),
-            Some(known) => *known = keys.clone(),
-            None => {
-                names.insert(r.name.clone(), keys.clone());
-            }
-        }
-        // A route looked up before this is looked up again.
-        self.keys_epoch += 1;
-        if self.routes.is_empty() {
-            return Vec::new();
-        }
-        self.reroute(
-            type_url,
-            &r.name,
-            |full, _| Some(full.narrowed(&keys)),
-            Instant::now(),
-        )
     }
 
     fn declare(&mut self, want: &Want, name: PendingName) {
@@ -1228,31 +925,6 @@ impl Table {
             .collect();
         state.answering(&group.partition).extend(answers);
         self.widen(&mut state, group, type_url, names);
-    }
-
-    /// `group` was told that `names` of `type_url` are gone (or do not exist) for its
-    /// parameters: the wants narrowed to it are held through their own groups again and
-    /// pending there, as of now (their own parameters may select a variant its do not: the
-    /// keys a name's variants constrain may have changed upstream).
-    fn widen(&self, state: &mut State, group: &GroupKey, type_url: &str, names: &[String]) {
-        if group.partition != Partition::All || state.routes.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        let type_url = TypeKey::of(type_url);
-        let mut widened = Vec::new();
-        for name in names {
-            widened.extend(state.reroute(
-                &type_url,
-                name,
-                |_, to| (to == group).then_some(None),
-                now,
-            ));
-        }
-        if !widened.is_empty() {
-            let wants: Vec<&Want> = widened.iter().collect();
-            self.declare_in(state, &wants, None, now);
-        }
     }
 
     /// The upstream says `name` of `type_url` does not exist for `group`: answered once
