@@ -711,6 +711,74 @@ async fn a_relay_whose_upstream_accepts_the_stream_and_never_answers_is_not_read
     upstream.abort();
 }
 
+/// A Fetch held for the upstream's answer past the relay's linger (1 s, `Relay::start`) keeps
+/// what it asks subscribed upstream while it is held, and lets it go a linger after it is over:
+/// a one-shot request holds its wants under its id until it is answered, as a REST poll held for
+/// a change does (`rest::*::a_poll_held_past_the_relays_linger_keeps_what_it_asks_subscribed`).
+#[tokio::test]
+async fn a_fetch_held_for_the_upstream_past_the_linger_keeps_what_it_asks_subscribed() {
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_client::EndpointDiscoveryServiceClient;
+    // An upstream that never answers: the Fetch waits the whole `--upstream-wait`.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("an address");
+    let server = tonic::transport::Server::builder()
+        .add_service(AggregatedDiscoveryServiceServer::new(Silent(seen.clone())))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+    let upstream = tokio::spawn(server);
+    let relay = Relay::start(
+        &addr.to_string(),
+        &["--prefetch", "none", "--upstream-wait", "3s"],
+    )
+    .await;
+    let mark = relay.log.mark();
+    let mut client = EndpointDiscoveryServiceClient::connect(relay.url())
+        .await
+        .expect("connect");
+    let started = std::time::Instant::now();
+    client
+        .fetch_endpoints(DiscoveryRequest {
+            node: Some(Node {
+                id: "fetcher".into(),
+                ..Default::default()
+            }),
+            type_url: ENDPOINTS.into(),
+            resource_names: vec!["a".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("FetchEndpoints, answered once the wait is given up");
+    let held = started.elapsed();
+    assert!(
+        held >= Duration::from_secs(2),
+        "held for the upstream past the linger: {held:?}"
+    );
+    let gone = relay.log.matching_since(mark, |l| {
+        l.contains("no downstream client left") && l.contains("name=a")
+    });
+    assert!(
+        gone.is_empty(),
+        "the held Fetch's name stays subscribed while it is held: {gone:#?}\n{}",
+        relay.log.text()
+    );
+    relay
+        .log
+        .expect_line_since(
+            mark,
+            &[
+                "no downstream client left: unsubscribing upstream",
+                "name=a",
+            ],
+            "the relay to unsubscribe the Fetch's name a linger after it was answered",
+        )
+        .await;
+    upstream.abort();
+}
+
 #[tokio::test]
 async fn a_type_first_asked_is_answered_with_what_the_upstream_sends_not_first_as_empty() {
     let dir = basic_resources(Transport::Ads, 9);
