@@ -410,7 +410,7 @@ impl Machine for DeltaMachine {
             } else {
                 request_keys(
                     &request.resource_names_unsubscribe,
-                    subscribe.default,
+                    *subscribe,
                     unsubscribe_locators,
                     true,
                 )

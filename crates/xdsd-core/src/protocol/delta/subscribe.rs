@@ -52,7 +52,10 @@ impl DeltaMachine {
         // A subscription of plain names only, to keys made by such subscriptions alone: the
         // keys it makes are those of any other stream that subscribed with the same requests
         // (`SubscribedKeys`).
-        let plain = !reconnecting && self.recheck.is_empty() && subscribe.locators.is_empty();
+        let plain = !reconnecting
+            && self.recheck.is_empty()
+            && subscribe.locators.is_empty()
+            && subscribe.authorities.is_empty();
         let parent = plain.then(|| self.names.digest()).flatten();
         let shared = parent.and_then(|_| {
             self.names
@@ -87,7 +90,7 @@ impl DeltaMachine {
         let mut interner = Interner::new(current.map(|t| &**t));
         let keys = request_keys(
             &request.resource_names_subscribe,
-            subscribe.default,
+            *subscribe,
             subscribe.locators,
             true,
         );
@@ -119,7 +122,7 @@ impl DeltaMachine {
         // Not collected: a first request names 10,000.
         let keys = request_keys(
             &request.resource_names_subscribe,
-            subscribe.default,
+            *subscribe,
             subscribe.locators,
             true,
         );
@@ -294,7 +297,7 @@ impl DeltaMachine {
 
     /// Whether subscribing to `names` (and `subscribe.locators`) adds a key or the wildcard.
     fn adds_keys(&self, names: &crate::protocol::Names, subscribe: &Subscribe<'_>) -> bool {
-        request_keys(names, subscribe.default, subscribe.locators, true).any(|(name, pid)| {
+        request_keys(names, *subscribe, subscribe.locators, true).any(|(name, pid)| {
             name == WILDCARD || !self.names.contains(&(&*name, pid) as &dyn KeyLookup)
         })
     }

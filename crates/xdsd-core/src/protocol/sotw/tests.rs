@@ -986,6 +986,7 @@ fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
     let with = |locators| Subscribe {
         default: 0,
         locators,
+        authorities: &[],
     };
     let snap = h.store.snapshot();
     let current = snap.get(CLUSTER_LOAD_ASSIGNMENT);
