@@ -245,21 +245,29 @@ pub(crate) fn with_authorities(mut options: Options, pairs: &[(String, String)])
 /// `options` with each authority of the AUTHORITY:KEY=VALUE `params` (`--param-for`)
 /// presenting its own TP2 parameter set ([`Options::with_authority_params`]).
 fn with_authority_params(mut options: Options, params: &[(String, (String, String))]) -> Options {
-    let mut sets: BTreeMap<&str, Params> = BTreeMap::new();
-    for (authority, (key, value)) in params {
-        sets.entry(authority.as_str())
-            .or_default()
-            .insert(key.clone(), value.clone());
-    }
-    for (authority, set) in sets {
+    for (authority, set) in authority_param_sets(params) {
         options = options.with_authority_params(authority, set);
     }
     options
 }
 
+/// The parameter set of each authority of the AUTHORITY:KEY=VALUE `params` (`--param-for`,
+/// the relay's too).
+pub(crate) fn authority_param_sets(
+    params: &[(String, (String, String))],
+) -> BTreeMap<String, Params> {
+    let mut sets: BTreeMap<String, Params> = BTreeMap::new();
+    for (authority, (key, value)) in params {
+        sets.entry(authority.clone())
+            .or_default()
+            .insert(key.clone(), value.clone());
+    }
+    sets
+}
+
 /// `AUTHORITY:KEY=VALUE`: the value after the first `=`, the authority before the last `:`
 /// ahead of it (an authority may carry a port).
-fn authority_key_value(text: &str) -> Result<(String, (String, String)), String> {
+pub(crate) fn authority_key_value(text: &str) -> Result<(String, (String, String)), String> {
     let bad = || format!("{text:?} is not AUTHORITY:KEY=VALUE");
     let (left, value) = text.split_once('=').ok_or_else(bad)?;
     let (authority, key) = left.rsplit_once(':').ok_or_else(bad)?;

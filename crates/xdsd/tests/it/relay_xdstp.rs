@@ -12,7 +12,10 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::get::{b_endpoint, lb_endpoint, serving, two_authorities, A_CLUSTER, LB, LB_C1};
+use crate::get::{
+    authorities_with_variants, b_endpoint, expect_each_authoritys_variant, lb_endpoint, serving,
+    two_authorities, A_CLUSTER, LB, LB_C1,
+};
 use crate::support::relay::Relay;
 use crate::support::{Xdsd, DEADLINE};
 
@@ -252,6 +255,42 @@ async fn a_relay_with_two_authorities_serves_each_name_from_its_authoritys_serve
             1.0,
         )
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_with_param_for_fetches_and_serves_each_authoritys_names_with_its_own_parameters() {
+    // Two control planes whose variants are selected by `env`: through a relay given a set
+    // per authority (xRFC TP2 "Client Configuration"), a client that presents `env=prod` gets
+    // b.test's glob members of `env=test` and a.test's cluster of `env=canary`, as the relay's
+    // sets select them, and its plain name of its own `env=prod` (SotW and delta).
+    let ([_dir_a, _dir_b], a, b) = authorities_with_variants().await;
+    let b_for = format!("b.test={}", b.authority());
+    let relay = Relay::start(
+        &a.authority(),
+        &[
+            "--upstream-for",
+            &b_for,
+            "--param-for",
+            "b.test:env=test",
+            "--param-for",
+            "a.test:env=canary",
+            "--prefetch",
+            "none",
+        ],
+    )
+    .await;
+    // (By its metadata: a resource locator, as `--param` makes each name, keeps its own set.)
+    expect_each_authoritys_variant(&relay.authority(), &["--node-metadata", "env=prod"]).await;
+    // Each authority's names on the upstream stream of its own set.
+    let lines = relay.log.lines();
+    for set in ["env=test", "env=canary"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("subscribing upstream") && l.contains(set)),
+            "a stream presenting {set}: {lines:#?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
