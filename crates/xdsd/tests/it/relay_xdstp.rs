@@ -17,7 +17,7 @@ use crate::get::{
     two_authorities, A_CLUSTER, LB, LB_C1,
 };
 use crate::support::relay::Relay;
-use crate::support::{Xdsd, DEADLINE};
+use crate::support::{ResourceDir, Xdsd, DEADLINE};
 
 /// A delta ADS stream of one type, as a client writes it by hand.
 struct DeltaStream {
@@ -119,17 +119,31 @@ fn member(id: &str) -> String {
     format!("{LB_C1}/{id}")
 }
 
+/// An upstream `xdsd serve` of a directory of `files`, loaded, and an `xdsd relay` of it with
+/// `relay_args`: the set-up of this file's tests and of `relay_xdstp_sotw`'s.
+pub(crate) async fn relayed(
+    files: &[(&str, &str)],
+    relay_args: &[&str],
+) -> (ResourceDir, Xdsd, Relay) {
+    let dir = serving(files);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), relay_args).await;
+    (dir, xdsd, relay)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delta_client_of_a_relay_follows_a_glob_collections_members_added_and_removed() {
     // Two members of c1, one below it (no member: globs are not recursive).
-    let dir = serving(&[
-        ("e1.yaml", &lb_endpoint("e1", 8001)),
-        ("e2.yaml", &lb_endpoint("e2", 8002)),
-        ("e3.yaml", &lb_endpoint("sub/e3", 8003)),
-    ]);
-    let xdsd = Xdsd::start(&dir.path()).await;
-    xdsd.expect_loaded_since(0).await;
-    let relay = Relay::start(&xdsd.authority(), &["--upstream-wait", "30s"]).await;
+    let (dir, xdsd, relay) = relayed(
+        &[
+            ("e1.yaml", &lb_endpoint("e1", 8001)),
+            ("e2.yaml", &lb_endpoint("e2", 8002)),
+            ("e3.yaml", &lb_endpoint("sub/e3", 8003)),
+        ],
+        &["--upstream-wait", "30s"],
+    )
+    .await;
     let glob = member("*");
     let mut client = DeltaStream::open(&relay.url(), "through", LB, &[&glob]).await;
 
@@ -297,13 +311,14 @@ async fn a_relay_with_param_for_fetches_and_serves_each_authoritys_names_with_it
 async fn a_glob_spelled_non_canonically_is_subscribed_upstream_canonically_through_a_relay() {
     // A member with context parameters (a file may write them in any order: served canonical),
     // and a glob a client spells with them out of order.
-    let dir = serving(&[
-        ("e1.yaml", &lb_endpoint("e1?zone=b&a=1", 8001)),
-        ("e2.yaml", &lb_endpoint("e2", 8002)),
-    ]);
-    let xdsd = Xdsd::start(&dir.path()).await;
-    xdsd.expect_loaded_since(0).await;
-    let relay = Relay::start(&xdsd.authority(), &["--upstream-wait", "30s"]).await;
+    let (_dir, _xdsd, relay) = relayed(
+        &[
+            ("e1.yaml", &lb_endpoint("e1?zone=b&a=1", 8001)),
+            ("e2.yaml", &lb_endpoint("e2", 8002)),
+        ],
+        &["--upstream-wait", "30s"],
+    )
+    .await;
     let spelled = member("*?zone=b&a=1");
     let mut client = DeltaStream::open(&relay.url(), "spelled", LB, &[&spelled]).await;
     assert_eq!(
