@@ -186,8 +186,10 @@ impl SotwMachine {
         }
         self.core.pids = pids;
         self.names = names;
-        if !added.is_empty() || !removed.is_empty() {
-            self.find_globs();
+        if first_owed && dense {
+            self.find_all_globs();
+        } else if !added.is_empty() || !removed.is_empty() {
+            self.find_globs(&added, &removed);
         }
         if !added.is_empty() || !removed.is_empty() || change.wildcard.is_some() {
             // What is left of a split response is owed to the new subscription.
