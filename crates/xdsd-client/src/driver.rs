@@ -166,29 +166,6 @@ impl Options {
         self
     }
 
-    /// The options of one authority's connection: these, with its servers (the default's when
-    /// it has none of its own).
-    fn for_authority(&self, authority: &str) -> Options {
-        let mut options = self.clone();
-        if let Some(servers) = self.authorities.get(authority).filter(|s| !s.is_empty()) {
-            options.server = servers[0].clone();
-            options.fallback_servers = servers[1..].to_vec();
-        }
-        options.authorities.clear();
-        options.authority_params.clear();
-        options
-    }
-
-    /// The authorities with a connection of their own: those with servers or parameters.
-    fn own_connections(&self) -> std::collections::BTreeSet<&str> {
-        self.authorities
-            .iter()
-            .filter(|(_, servers)| !servers.is_empty())
-            .map(|(a, _)| a.as_str())
-            .chain(self.authority_params.keys().map(String::as_str))
-            .collect()
-    }
-
     /// Plaintext to the first of `servers`, then each of the others in turn when a connection
     /// is lost ([`Options::fallback_servers`]); `None` when `servers` is empty.
     pub fn with_servers<S: Into<String>>(servers: impl IntoIterator<Item = S>) -> Option<Options> {
@@ -247,6 +224,8 @@ pub enum StartError {
     Tls(String),
 }
 
+mod connections;
+
 type Command = Box<dyn FnOnce(&mut Client) + Send>;
 
 /// The handle of a running driver: changes its subscriptions; dropping it (and the
@@ -256,12 +235,8 @@ type Command = Box<dyn FnOnce(&mut Client) + Send>;
 /// and the events of all of them come out of the one [`Events`].
 #[derive(Clone)]
 pub struct XdsClient {
-    commands: mpsc::UnboundedSender<Command>,
-    /// The options started with: which authority each name goes to
-    /// ([`Options::authority_for`]).
-    options: std::sync::Arc<Options>,
-    /// The connections of the authorities with servers or parameters of their own.
-    authorities: std::sync::Arc<std::collections::BTreeMap<String, mpsc::UnboundedSender<Command>>>,
+    /// Each connection's commands, and which one a name goes to.
+    routes: connections::Routes,
 }
 
 impl std::fmt::Debug for XdsClient {
@@ -334,20 +309,14 @@ impl XdsClient {
         validator: Option<Validator>,
     ) -> Result<(XdsClient, Events), StartError> {
         // Every connection's endpoints first: an address that is not one fails the start.
-        let mut connections = vec![(None, options.clone(), config.clone())];
-        for authority in options.own_connections() {
-            let mut config = config.clone();
-            if let Some(params) = options.authority_params.get(authority) {
-                present(&mut config, params);
-            }
-            connections.push((
-                Some(authority.to_owned()),
-                options.for_authority(authority),
-                config,
-            ));
-        }
+        let connections = connections::plan(&options, &config);
         let mut planned = Vec::with_capacity(connections.len());
-        for (authority, options, config) in connections {
+        for connections::Planned {
+            authority,
+            options,
+            config,
+        } in connections
+        {
             let endpoints = options
                 .servers()
                 .map(|server| Ok((server.to_owned(), endpoint(&options, server)?)))
@@ -394,9 +363,7 @@ impl XdsClient {
         let commands = commands.expect("the default connection is planned first");
         Ok((
             XdsClient {
-                commands,
-                options: std::sync::Arc::new(options),
-                authorities: std::sync::Arc::new(authorities),
+                routes: connections::Routes::new(options, commands, authorities),
             },
             Events {
                 inner,
@@ -407,15 +374,12 @@ impl XdsClient {
 
     fn send(&self, command: Command) {
         // A stopped driver has nothing to change.
-        let _ = self.commands.send(command);
+        let _ = self.routes.default().send(command);
     }
 
     /// The connection that serves `name`: its authority's, or the default.
     fn route(&self, name: &str) -> &mpsc::UnboundedSender<Command> {
-        self.options
-            .authority_for(name)
-            .and_then(|a| self.authorities.get(a))
-            .unwrap_or(&self.commands)
+        self.routes.route(name)
     }
 
     /// Subscribes to `names` of `type_url` (`*`: the wildcard). Names past the client's limits
@@ -477,26 +441,6 @@ impl XdsClient {
         let _ = route.send(Box::new(move |client: &mut Client| {
             client.unsubscribe_locator(&type_url, &name, params)
         }));
-    }
-}
-
-/// `config`'s node presenting the TP2 dynamic parameters `params` (an authority's,
-/// [`Options::authority_params`]) for every type the client knows (LEDS's `LbEndpoint` too) and
-/// every type the node names.
-fn present(config: &mut Config, params: &Params) {
-    let context = envoy_types::pb::xds::core::v3::ContextParams {
-        params: params.clone().into_iter().collect(),
-    };
-    let known = types::ALIASES
-        .iter()
-        .map(|(_, type_url)| *type_url)
-        .chain([types::LB_ENDPOINT]);
-    let named: Vec<String> = config.node.dynamic_parameters.keys().cloned().collect();
-    for type_url in known.map(str::to_owned).chain(named) {
-        config
-            .node
-            .dynamic_parameters
-            .insert(type_url, context.clone());
     }
 }
 

@@ -10,7 +10,10 @@
 //! streams it admits.
 //!
 //! A resource locator (a name with dynamic parameters of its own, xRFC TP2) is asked upstream
-//! as its plain name on the stream of its parameters ([`crate::group::GroupKey::with_params`]).
+//! as its plain name on the stream of its parameters ([`crate::group::GroupKey::with_params`]);
+//! so is a plain `xdstp://AUTHORITY/...` name of an authority given a parameter set of its own
+//! ([`crate::RelayOptions::authority_params`], `--param-for`), on the stream of that set, which
+//! the server matches it with too ([`xdsd_core::protocol::session::SessionOptions::authority_params`]).
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -56,6 +59,8 @@ struct TypeWants {
     group: GroupKey,
     /// The type, keyed once for all its wants.
     type_key: TypeKey,
+    /// The parameter set of each authority that has one of its own (`--param-for`).
+    authorities: Authorities,
     wildcard: bool,
     /// Resource locators held (delta: subscribed and not unsubscribed).
     locators: BTreeSet<Locator>,
@@ -67,6 +72,25 @@ struct TypeWants {
 
 /// A resource locator: a name and its dynamic parameters.
 type Locator = (String, xdsd_client::Params);
+
+/// The parameter set of each authority that has one of its own (xRFC TP2 "Client
+/// Configuration", `xdsd relay --param-for`).
+pub(crate) type Authorities = Arc<std::collections::BTreeMap<String, xdsd_client::Params>>;
+
+/// The want of plain `name` (canonical) of a client of `group`: in `group`, or for an xdstp
+/// name of an authority with a parameter set of its own, in the group of the same nodes
+/// presenting that set (the set the server matches the name with). Names that are not xdstp
+/// cost a comparison of six bytes, and only when some authority has a set.
+fn name_want(group: &GroupKey, authorities: &Authorities, type_url: &TypeKey, name: &str) -> Want {
+    let own = (!authorities.is_empty() && xdsd_core::xdstp::is_xdstp(name))
+        .then(|| xdsd_core::xdstp::XdstpName::parse(name).ok())
+        .flatten()
+        .and_then(|n| authorities.get(n.authority()));
+    match own {
+        Some(params) => Want::named(group.with_params(params.clone()), type_url, name),
+        None => Want::named(group.clone(), type_url, name),
+    }
+}
 
 fn locator(l: &ResourceLocator) -> Locator {
     (
@@ -85,6 +109,10 @@ impl TypeWants {
 
     fn locator_want(&self, (name, params): Locator) -> Want {
         Want::named(self.group.with_params(params), &self.type_key, name)
+    }
+
+    fn name_want(&self, name: &str) -> Want {
+        name_want(&self.group, &self.authorities, &self.type_key, name)
     }
 
     /// Takes in what a request asks of its type: the wants it adds and those it drops.
@@ -131,17 +159,13 @@ impl TypeWants {
             if !same {
                 let new: BTreeSet<Cow<'_, str>> = names().collect();
                 for gone in self.names.iter().filter(|n| !new.contains(n.as_str())) {
-                    dropped.push(Want::named(
-                        self.group.clone(),
-                        &self.type_key,
-                        gone.clone(),
-                    ));
+                    dropped.push(self.name_want(gone));
                 }
                 self.names.retain(|n| new.contains(n.as_str()));
                 for name in new {
                     if !self.names.contains(name.as_ref()) {
                         self.names.insert(name.clone().into_owned());
-                        added.push(Want::named(self.group.clone(), &self.type_key, name));
+                        added.push(self.name_want(&name));
                     }
                 }
             }
@@ -159,12 +183,12 @@ impl TypeWants {
             for name in names() {
                 if !self.names.contains(name.as_ref()) {
                     self.names.insert(name.clone().into_owned());
-                    added.push(Want::named(self.group.clone(), &self.type_key, name));
+                    added.push(self.name_want(&name));
                 }
             }
             for name in asked.unsubscribed_names().map(canonical) {
                 if self.names.remove(name.as_ref()) {
-                    dropped.push(Want::named(self.group.clone(), &self.type_key, name));
+                    dropped.push(self.name_want(&name));
                 }
             }
         }
@@ -190,13 +214,18 @@ fn canonical(name: &str) -> Cow<'_, str> {
 
 /// The wants of a one-shot request (a `Fetch*` call, a REST poll): its names and locators, or
 /// the wildcard.
-fn one_shot_wants(group: &GroupKey, type_url: &str, asked: &Asked<'_>) -> Vec<Want> {
+fn one_shot_wants(
+    group: &GroupKey,
+    authorities: &Authorities,
+    type_url: &str,
+    asked: &Asked<'_>,
+) -> Vec<Want> {
     let type_url = TypeKey::of(type_url);
     let type_url = &type_url;
     let mut wants: Vec<Want> = asked
         .names()
         .filter(|n| *n != xdsd_client::WILDCARD)
-        .map(|n| Want::named(group.clone(), type_url, canonical(n)))
+        .map(|n| name_want(group, authorities, type_url, &canonical(n)))
         .collect();
     wants.extend(asked.locators().iter().map(|l| {
         let (name, params) = locator(l);
@@ -228,6 +257,8 @@ pub struct RelayObserver {
     tx: mpsc::UnboundedSender<Demanded>,
     /// What each stream asks, by type.
     seen: Box<[Mutex<Streams>]>,
+    /// The parameter set of each authority that has one of its own (`--param-for`).
+    authorities: Authorities,
 }
 
 impl std::fmt::Debug for RelayObserver {
@@ -244,9 +275,11 @@ impl RelayObserver {
         tx: mpsc::UnboundedSender<Demanded>,
         table: Arc<Table>,
         stores: Arc<Stores>,
+        authorities: Authorities,
     ) -> RelayObserver {
         RelayObserver {
             by,
+            authorities,
             stores,
             table,
             tx,
@@ -300,7 +333,7 @@ impl StreamObserver for RelayObserver {
         }
         if event.stream == 0 {
             let group = group_of(self.by, node.map(|n| &**n), type_url);
-            let wants = one_shot_wants(&group, type_url, &event.asked);
+            let wants = one_shot_wants(&group, &self.authorities, type_url, &event.asked);
             let routed = self.hold_for(&wants, node.map(|n| &**n));
             if event.one_shot != 0 {
                 // Held while the request is in hand (a REST poll held for a change, a request
@@ -340,6 +373,7 @@ impl StreamObserver for RelayObserver {
                 None => types.entry(type_url.clone()).or_insert_with(|| TypeWants {
                     group: group_of(self.by, node.map(|n| &**n), type_url),
                     type_key: TypeKey::of(type_url),
+                    authorities: self.authorities.clone(),
                     wildcard: false,
                     locators: BTreeSet::new(),
                     names: BTreeSet::new(),

@@ -49,6 +49,12 @@ pub struct RelayOptions {
     /// asked nothing; see [`xdsd_core::store::PendingNames`]); [`DEFAULT_MAX_PENDING`] by
     /// default.
     pub max_pending: usize,
+    /// xRFC TP2 "Client Configuration": the parameter set of each authority that has one of
+    /// its own (`xdsd relay --param-for`). A client's plain name `xdstp://AUTHORITY/...` of
+    /// such an authority is fetched on the upstream stream presenting that set (in place of
+    /// the client's parameters), and the relay's server must match it with the same set
+    /// ([`xdsd_core::ServerOptions::authority_params`]). Empty by default.
+    pub authority_params: std::collections::BTreeMap<String, xdsd_client::Params>,
 }
 
 impl RelayOptions {
@@ -64,6 +70,7 @@ impl RelayOptions {
             prefetch: Vec::new(),
             first_wait: Duration::from_secs(10),
             max_pending: DEFAULT_MAX_PENDING,
+            authority_params: Default::default(),
         }
     }
 }
@@ -141,7 +148,13 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
         metrics.clone(),
         stores.clone(),
     ));
-    let observer = RelayObserver::new(options.aggregate_by, tx, table.clone(), stores.clone());
+    let observer = RelayObserver::new(
+        options.aggregate_by,
+        tx,
+        table.clone(),
+        stores.clone(),
+        Arc::new(options.authority_params.clone()),
+    );
     let source = RelaySource {
         table,
         options,

@@ -47,6 +47,24 @@ pub(crate) struct RelayArgs {
     )]
     upstream_for: Vec<(String, String)>,
 
+    /// xRFC TP2's per-authority parameters ("Client Configuration"): a dynamic parameter of
+    /// AUTHORITY's names (`xdstp://AUTHORITY/...` names and glob collections). Each client's
+    /// plain name of AUTHORITY is fetched upstream on a stream presenting AUTHORITY's
+    /// parameters, in place of the client's own (its node's dynamic parameters, metadata,
+    /// cluster), and served to the client as the variant they select: every client of the relay
+    /// is given the same variant of AUTHORITY's names. A client's resource locator keeps its own
+    /// parameters; the names of other authorities, and names that are not xdstp, the client's.
+    /// Repeatable, comma-separated in the variable; AUTHORITY ends at the last `:` before KEY
+    /// (`xds.example:443:env=prod`) and is compared as the canonical name writes it.
+    #[arg(
+        long = "param-for",
+        value_name = "AUTHORITY:KEY=VALUE",
+        value_parser = crate::get::authority_key_value,
+        env = "XDSD_PARAM_FOR",
+        value_delimiter = ','
+    )]
+    param_for: Vec<(String, (String, String))>,
+
     /// PEM CA certificate(s) to verify the upstream's certificate with (TLS to the upstream).
     #[arg(long, value_name = "FILE", env = "XDSD_UPSTREAM_TLS_CA")]
     upstream_tls_ca: Option<PathBuf>,
@@ -241,8 +259,22 @@ impl RelayArgs {
         }
         options.first_wait = self.upstream_wait;
         options.max_pending = self.max_pending;
+        options.authority_params = crate::get::authority_param_sets(&self.param_for);
         Ok(options)
     }
+}
+
+/// `--param-for`'s sets as the server's parameter sets.
+fn server_authority_params(
+    param_for: &[(String, (String, String))],
+) -> std::collections::BTreeMap<String, xdsd_core::params::ParamSet> {
+    crate::get::authority_param_sets(param_for)
+        .into_iter()
+        .map(|(authority, set)| {
+            let set = set.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            (authority, set)
+        })
+        .collect()
 }
 
 /// This machine's name, for the default node id.
@@ -306,7 +338,11 @@ async fn run(args: RelayArgs) -> anyhow::Result<()> {
         .context("reading the bound address")?;
     info!(upstream = %args.upstream.join(","), "xDS gRPC relay listening on {addr}");
     args.downstream.tls.log(addr);
-    let options = args.downstream.server_options();
+    // The server matches an authority's names with the set the relay fetches them with.
+    let options = args
+        .downstream
+        .server_options()
+        .authority_params(server_authority_params(&args.param_for));
     let descriptors = Descriptors::envoy().context("loading the Envoy proto descriptors")?;
     // The observer also picks each client's store: with `--aggregate-by cluster|node`, its
     // group's own.
@@ -460,6 +496,56 @@ mod tests {
             "10.0.0.1:18000",
             "--upstream-for",
             "10.0.0.2:18000",
+        ])
+        .is_err());
+    }
+
+    #[test]
+    fn relay_param_for_gives_each_authority_its_set_for_the_relay_and_its_server() {
+        let Ok(Command::Relay(relay)) = Cli::try_parse_from([
+            "xdsd",
+            "relay",
+            "--upstream",
+            "10.0.0.1:18000",
+            "--param-for",
+            "a.example:env=prod",
+            "--param-for",
+            "b.example:443:zone=z1,a.example:tier=gold",
+        ])
+        .map(|cli| cli.command) else {
+            panic!("parses as relay");
+        };
+        let sets = relay.options().expect("options").authority_params;
+        let set = |pairs: &[(&str, &str)]| -> xdsd_client::Params {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            sets,
+            [
+                (
+                    "a.example".to_owned(),
+                    set(&[("env", "prod"), ("tier", "gold")])
+                ),
+                ("b.example:443".to_owned(), set(&[("zone", "z1")])),
+            ]
+            .into()
+        );
+        let server = super::server_authority_params(&relay.param_for);
+        assert_eq!(server.len(), 2);
+        assert_eq!(
+            server["a.example"],
+            [("env", "prod"), ("tier", "gold")].into_iter().collect()
+        );
+        assert!(Cli::try_parse_from([
+            "xdsd",
+            "relay",
+            "--upstream",
+            "10.0.0.1:18000",
+            "--param-for",
+            "env=prod",
         ])
         .is_err());
     }

@@ -109,11 +109,13 @@ pub struct DeltaMachine {
     /// in order.
     split: VecDeque<Owed>,
     /// The members of glob collections (xRFC TP1) the client holds that no name of `names`
-    /// subscribes to, counted as they are sent and removed (a look only at xdstp names): they
-    /// count against the stream's names budget ([`Machine::key_count`]) from the response that
-    /// sends them, which the session does not send past the budget. A glob subscribed is walked
-    /// once, by the response that gathers its members, not a second time to count them.
-    held_members: usize,
+    /// subscribes to, by glob, counted as they are sent and removed (a look only at xdstp
+    /// names): they count against the stream's names budget ([`Machine::key_count`]) from the
+    /// response that sends them, which the session does not send past the budget. A glob
+    /// subscribed is walked once, by the response that gathers its members, not a second time
+    /// to count them; a request that (un)subscribes an xdstp name changes the count by what it
+    /// changes ([`members`]).
+    glob_members: members::GlobMembers,
     /// The client's spelling of the xdstp names it subscribed to non-canonically (`?b=2&a=1`),
     /// by canonical name: they are subscribed canonically and answered under the client's
     /// spelling. Empty for every other client: opaque and canonical names never look here.
@@ -145,6 +147,57 @@ impl DeltaMachine {
     /// xdstp names pay for the look.
     fn in_glob(&self, name: &str, pid: ParamSetId) -> bool {
         in_glob(&self.names, name, pid)
+    }
+
+    /// The members of glob collections held that no name subscribes to, counted again from
+    /// everything the client holds: what [`DeltaMachine::glob_members`] must equal (tests).
+    #[cfg(test)]
+    pub(crate) fn recount_members(&self) -> usize {
+        let names = &self.names;
+        self.has.iter().filter(|(k, _)| glob_only(names, k)).count()
+    }
+
+    /// The count of held glob members after a request subscribed xdstp names or globs: a member
+    /// now subscribed by name counts as a name, not apart; the members of a glob now subscribed
+    /// that the client already holds (through the wildcard, or a name it unsubscribed) count
+    /// apart. Costs the request's xdstp names and the walk of each glob's names in the store.
+    fn count_subscribed_members(
+        &mut self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) {
+        let keys = request_keys(
+            &request.resource_names_subscribe,
+            *subscribe,
+            subscribe.locators,
+            true,
+        );
+        for (name, pid) in keys {
+            if !crate::xdstp::is_xdstp(&name) {
+                continue;
+            }
+            let Some((prefix, query)) = crate::xdstp::glob_parts(&name) else {
+                if self.glob_members.len() > 0 {
+                    self.glob_members.remove(&(Arc::from(&*name), pid));
+                }
+                continue;
+            };
+            if self.has.is_empty() {
+                continue;
+            }
+            let Some(current) = current else { continue };
+            for (member, _) in current
+                .entries_from(prefix)
+                .map_while(|e| e.0.strip_prefix(prefix).map(|rest| (e.0, rest)))
+                .filter(|(_, rest)| crate::xdstp::is_member_rest(query, rest))
+            {
+                let key = (member.clone(), pid);
+                if self.has.contains_key(&key) && !self.names.contains(&key) {
+                    self.glob_members.insert(&key);
+                }
+            }
+        }
     }
 
     /// The keys of a name: one per parameter set it is subscribed with (by name, or by a glob
@@ -325,7 +378,7 @@ impl Machine for DeltaMachine {
             recheck: HashSet::default(),
             heartbeat: HashSet::default(),
             split: VecDeque::new(),
-            held_members: 0,
+            glob_members: members::GlobMembers::default(),
             spelled: HashMap::default(),
         }
     }
@@ -410,7 +463,7 @@ impl Machine for DeltaMachine {
             } else {
                 request_keys(
                     &request.resource_names_unsubscribe,
-                    subscribe.default,
+                    *subscribe,
                     unsubscribe_locators,
                     true,
                 )
@@ -440,24 +493,16 @@ impl Machine for DeltaMachine {
         if initial {
             self.claim_wildcard_keys(request, current);
         }
-        let unsubscribed_xdstp = unsubscribe_keys
-            .iter()
-            .any(|(n, _)| crate::xdstp::is_xdstp(n));
         let unsubscribed = self.unsubscribe(unsubscribe_keys);
         self.update_pids(pids_added, unsubscribed);
         // Only an xdstp name (a glob, or a member by name) changes which held keys are glob
-        // members only: a request of other names leaves the count as it is, with no scan.
-        let xdstp_named = || {
-            let xdstp = |n: &[u8]| std::str::from_utf8(n).is_ok_and(crate::xdstp::is_xdstp);
-            request.resource_names_subscribe.iter().any(xdstp)
-                || subscribe.locators.iter().any(|(n, _)| xdstp(n.as_bytes()))
-                || unsubscribed_xdstp
-        };
-        if names_something && self.held_members > 0 && xdstp_named() {
-            // The subscription changed (a glob unsubscribed forgets its members, a member
-            // subscribed by name counts as a name): counted again from what the client holds.
-            let (names, has) = (&self.names, &self.has);
-            self.held_members = has.iter().filter(|(k, _)| glob_only(names, k)).count();
+        // members only: a request of other names leaves the count as it is, with no look. (A
+        // name or glob unsubscribed was counted by `unsubscribe`.)
+        let xdstp = |n: &[u8]| std::str::from_utf8(n).is_ok_and(crate::xdstp::is_xdstp);
+        if request.resource_names_subscribe.iter().any(xdstp)
+            || subscribe.locators.iter().any(|(n, _)| xdstp(n.as_bytes()))
+        {
+            self.count_subscribed_members(request, subscribe, current);
         }
         let change = self.change(names_something, wildcard_before, names_before, current);
         (kind, change)
@@ -495,7 +540,13 @@ impl Machine for DeltaMachine {
     /// How many keys (name and parameter set) are subscribed, each member of a glob collection
     /// the client was sent counted as one.
     fn key_count(&self) -> usize {
-        self.names.len() + self.held_members
+        #[cfg(test)]
+        debug_assert_eq!(
+            self.glob_members.len(),
+            self.recount_members(),
+            "the members counted as the requests and responses changed them, and a recount"
+        );
+        self.names.len() + self.glob_members.len()
     }
 
     /// Whether a response is owed.
@@ -612,6 +663,7 @@ mod emit;
 mod gather;
 mod holdings;
 mod keys;
+mod members;
 mod request;
 mod subscribe;
 #[cfg(test)]

@@ -408,6 +408,11 @@ pub struct Subscribe<'a> {
     pub default: ParamSetId,
     /// Resource locators (a name with its own parameter set).
     pub locators: &'a [(String, ParamSetId)],
+    /// The parameter set of the plain `xdstp://AUTHORITY/...` names of each authority that has
+    /// one of its own (xRFC TP2 "Client Configuration", [`SessionOptions::authority_params`](
+    /// crate::protocol::session::SessionOptions::authority_params)): such a name is subscribed
+    /// with its authority's set, not `default`. Empty but for a relay given `--param-for`.
+    pub authorities: &'a [(Box<str>, ParamSetId)],
 }
 
 impl Subscribe<'_> {
@@ -415,11 +420,28 @@ impl Subscribe<'_> {
     pub const PLAIN: Subscribe<'static> = Subscribe {
         default: 0,
         locators: &[],
+        authorities: &[],
     };
+
+    /// The parameter set a plain name is subscribed with: its authority's
+    /// ([`Subscribe::authorities`]), else `default`. Only xdstp names are looked at, and only
+    /// when some authority has a set of its own.
+    pub fn pid_of(&self, name: &str) -> ParamSetId {
+        if self.authorities.is_empty() || !crate::xdstp::is_xdstp(name) {
+            return self.default;
+        }
+        let Ok(parsed) = crate::xdstp::XdstpName::parse(name) else {
+            return self.default;
+        };
+        self.authorities
+            .iter()
+            .find(|(a, _)| **a == *parsed.authority())
+            .map_or(self.default, |(_, pid)| *pid)
+    }
 }
 
-/// The keys a request names: its plain `names` with parameter set `default`, then `locators`
-/// with their own. A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
+/// The keys a request names: its plain `names` with the parameter set `plain` gives them
+/// ([`Subscribe::pid_of`]: `default`, or their authority's), then `locators` with their own. A name that is not UTF-8 cannot name any resource; it is kept (lossily) only
 /// so that the subscription is what the client sent.
 ///
 /// With `singletons`, a plain name that is an xdstp name spelled non-canonically (`?b=2&a=1`)
@@ -427,7 +449,7 @@ impl Subscribe<'_> {
 /// `DeltaMachine::spelled`); without, only globs are.
 pub(crate) fn request_keys<'a, const KEY: u8>(
     names: &'a Names<KEY>,
-    default: ParamSetId,
+    plain: Subscribe<'a>,
     locators: &'a [(String, ParamSetId)],
     singletons: bool,
 ) -> impl Iterator<Item = (std::borrow::Cow<'a, str>, ParamSetId)> {
@@ -438,7 +460,8 @@ pub(crate) fn request_keys<'a, const KEY: u8>(
         } else {
             glob_key(name)
         };
-        (key, default)
+        let pid = plain.pid_of(&key);
+        (key, pid)
     });
     let located = locators
         .iter()

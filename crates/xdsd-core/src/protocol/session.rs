@@ -88,6 +88,13 @@ pub struct SessionOptions {
     /// state in between queued in the connection (see [`DEFAULT_ACK_WAIT`]). The rest of a
     /// response that goes out in parts does not wait.
     pub ack_wait: Duration,
+    /// xRFC TP2 "Client Configuration" (one parameter set per authority), for a relay that
+    /// presents each authority's set of its own upstream (`xdsd relay --param-for`): a plain
+    /// name `xdstp://AUTHORITY/...` (or glob collection) of an authority here is matched with
+    /// that authority's set, in place of the parameters the client's node gives the type, as
+    /// the relay fetches it. A resource locator keeps its own parameters; other names, the
+    /// node's. Empty by default (and for `xdsd serve`).
+    pub authority_params: Arc<std::collections::BTreeMap<String, ParamSet>>,
 }
 
 impl Default for SessionOptions {
@@ -97,6 +104,7 @@ impl Default for SessionOptions {
             make_before_break: true,
             max_names: DEFAULT_MAX_NAMES,
             ack_wait: DEFAULT_ACK_WAIT,
+            authority_params: Arc::default(),
         }
     }
 }
@@ -184,6 +192,9 @@ pub struct Session<M> {
     types: TypeMap<Box<TypeState<M>>>,
     /// The parameter sets this session uses, by [`ParamSetId`].
     params: Vec<ParamSet>,
+    /// The parameter set of each authority of [`SessionOptions::authority_params`] (made at the
+    /// first request; never reclaimed).
+    authority_pids: Vec<(Box<str>, ParamSetId)>,
     pids: HashMap<ParamSet, ParamSetId>,
     /// How many times a parameter set no machine used was reclaimed for another (its id given
     /// to the new set): the list changed without growing.
@@ -226,6 +237,7 @@ impl<M: Machine> Session<M> {
             types: TypeMap::default(),
             // Parameter set 0: the empty set, until the node says otherwise.
             params: vec![ParamSet::new()],
+            authority_pids: Vec::new(),
             pids: [(ParamSet::new(), 0)].into_iter().collect(),
             params_reused: 0,
             params_pinned: 0,
@@ -337,6 +349,9 @@ impl<M: Machine> Session<M> {
                 limit: MAX_TYPES,
             });
         }
+        if self.authority_pids.len() != self.options.authority_params.len() {
+            self.resolve_authorities()?;
+        }
         let (subscribe_locators, unsubscribe_locators) = M::locators(request);
         let subscribe = self.locate(subscribe_locators)?;
         let unsubscribe = self.locate(unsubscribe_locators)?;
@@ -385,6 +400,7 @@ impl<M: Machine> Session<M> {
             &Subscribe {
                 default,
                 locators: &subscribe,
+                authorities: &self.authority_pids,
             },
             &unsubscribe,
             current,
@@ -501,11 +517,24 @@ impl<M: Machine> Session<M> {
         Ok(pid)
     }
 
+    /// The parameter set of each authority with one of its own
+    /// ([`SessionOptions::authority_params`]), once.
+    fn resolve_authorities(&mut self) -> Result<(), SessionError> {
+        let options = self.options.authority_params.clone();
+        let mut pids = Vec::with_capacity(options.len());
+        for (authority, params) in options.iter() {
+            pids.push((Box::from(authority.as_str()), self.pid(params.clone())?));
+        }
+        self.authority_pids = pids;
+        Ok(())
+    }
+
     /// A parameter set (not set 0, the node's first) that no type uses: not its plain names'
-    /// set, and nothing its machine keeps is keyed by it.
+    /// set, nor an authority's, and nothing its machine keeps is keyed by it.
     fn unused_pid(&self) -> Option<ParamSetId> {
         (1..self.params.len() as ParamSetId).find(|pid| {
             self.params_pinned & (1 << *pid) == 0
+                && !self.authority_pids.iter().any(|(_, p)| p == pid)
                 && !self
                     .types
                     .values()

@@ -179,9 +179,10 @@ impl SotwMachine {
         in_glob(&self.globs, name, pid)
     }
 
-    /// The glob collections among the subscribed keys (after the subscription changed); the
-    /// members sent of the others are forgotten.
-    fn find_globs(&mut self) {
+    /// The glob collections among the subscribed keys, all counted again: for a first request
+    /// whose keys added are not listed (a subscription to most of the type), which lists every
+    /// name anyway.
+    fn find_all_globs(&mut self) {
         self.globs = self
             .names
             .keys()
@@ -196,6 +197,57 @@ impl SotwMachine {
             .keys()
             .filter(|(n, p)| names.contains(n, *p))
             .count();
+    }
+
+    /// The glob collections among the subscribed keys, after the subscription changed by
+    /// `added` and `removed` keys; the members sent of the globs removed are forgotten, and a
+    /// member added or removed by name counts once or apart again. Costs the keys changed (and,
+    /// when a glob is removed, a look at the members sent), not the subscription.
+    fn find_globs(&mut self, added: &[Key], removed: &[Key]) {
+        let glob = |k: &&Key| crate::xdstp::is_glob(&k.0);
+        let globs_removed: Vec<&Key> = removed.iter().filter(glob).collect();
+        self.globs.retain(|k| !globs_removed.contains(&k));
+        for key in added.iter().filter(glob) {
+            if !self.globs.contains(key) {
+                self.globs.push(key.clone());
+            }
+        }
+        if !self.members.is_empty() {
+            for key in added.iter().chain(removed) {
+                if crate::xdstp::is_xdstp(&key.0) && self.members.contains_key(key) {
+                    if self.names.contains(&key.0, key.1) {
+                        self.named_members += 1;
+                    } else {
+                        self.named_members = self.named_members.saturating_sub(1);
+                    }
+                }
+            }
+            if !globs_removed.is_empty() {
+                let (globs, names) = (&self.globs, &self.names);
+                let mut named_gone = 0;
+                self.members.retain(|(n, p), _| {
+                    let keep = in_glob(globs, n, *p);
+                    if !keep && names.contains(n, *p) {
+                        named_gone += 1;
+                    }
+                    keep
+                });
+                self.named_members = self.named_members.saturating_sub(named_gone);
+            }
+        }
+        #[cfg(test)]
+        {
+            let names = &self.names;
+            let named = self
+                .members
+                .keys()
+                .filter(|(n, p)| names.contains(n, *p))
+                .count();
+            debug_assert_eq!(
+                self.named_members, named,
+                "named members counted and recounted"
+            );
+        }
     }
 
     /// Records that the client was sent `mark` of the member `key` of a glob; what it was sent

@@ -267,6 +267,17 @@ impl ServerOptions {
         self.session.ack_wait = wait;
         self
     }
+
+    /// Sets [`SessionOptions::authority_params`]: the TP2 parameter set each authority's plain
+    /// xdstp names are matched with, in place of the client's node's (a relay's
+    /// `--param-for`).
+    pub fn authority_params(
+        mut self,
+        params: std::collections::BTreeMap<String, crate::params::ParamSet>,
+    ) -> Self {
+        self.session.authority_params = std::sync::Arc::new(params);
+        self
+    }
 }
 
 /// How long [`XdsServer::serve`](super::grpc::XdsServer::serve) lets connections end on their own after its shutdown signal,

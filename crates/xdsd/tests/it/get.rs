@@ -713,6 +713,27 @@ async fn get_a_glob_collection_prints_its_members_each_named() {
 /// own) `env=canary`: each name is its authority's variant, a glob's members too.
 #[tokio::test]
 async fn get_param_for_asks_each_authoritys_names_with_its_own_parameters() {
+    let ([_dir_a, _dir_b], a, b) = authorities_with_variants().await;
+    let b_addr = format!("b.test=127.0.0.1:{}", b.port);
+    let per_authority = [
+        "--server-for",
+        &b_addr,
+        "--param",
+        "env=prod",
+        "--param-for",
+        "b.test:env=test",
+        "--param-for",
+        "a.test:env=canary",
+    ];
+    let a_addr = format!("127.0.0.1:{}", a.port);
+    expect_each_authoritys_variant(&a_addr, &per_authority).await;
+}
+
+/// Two xdsd servers, each the control plane of one authority, serving variants by `env`: a's
+/// `A_CLUSTER` (`connect_timeout` 1s for `env=prod`, 3s for `env=canary`) and plain name `plain`
+/// (the same), b's glob collection `c1/*` (member `e1` on port 8001 for `env=test`, 9001 for
+/// `env=prod`).
+pub async fn authorities_with_variants() -> ([ResourceDir; 2], Xdsd, Xdsd) {
     let constrained = |env: &str, doc: String| {
         format!("\"@constraints\": {{ constraint: {{ key: env, value: {env} }} }}\n{doc}")
     };
@@ -747,23 +768,20 @@ async fn get_param_for_asks_each_authoritys_names_with_its_own_parameters() {
     let b = Xdsd::start(&dir_b.path()).await;
     a.expect_loaded_since(0).await;
     b.expect_loaded_since(0).await;
-    let b_addr = format!("b.test=127.0.0.1:{}", b.port);
+    ([dir_a, dir_b], a, b)
+}
+
+/// `xdsd get` of `server` (SotW and delta) with `extra` arguments, of the servers of
+/// [`authorities_with_variants`]: b.test's glob collection gives its `env=test` member (port
+/// 8001), a.test's cluster its `env=canary` variant (3s), `plain` its `env=prod` one (1s).
+pub async fn expect_each_authoritys_variant(server: &str, extra: &[&str]) {
     let glob = "xdstp://b.test/envoy.config.endpoint.v3.LbEndpoint/c1/*";
-    let per_authority = [
-        "--server-for",
-        &b_addr,
-        "--param",
-        "env=prod",
-        "--param-for",
-        "b.test:env=test",
-        "--param-for",
-        "a.test:env=canary",
-    ];
     for flavor in [&["--delta"][..], &[][..]] {
-        let mut args = flavor.to_vec();
-        args.extend(per_authority);
+        let mut args = vec!["get", "--server", server];
+        args.extend(flavor);
+        args.extend(extra);
         args.extend([LB, glob]);
-        let out = get(&a, &args).await;
+        let out = xdsd(&args).await;
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{flavor:?}: {}", text(&out.stderr));
         assert_eq!(
@@ -775,10 +793,11 @@ async fn get_param_for_asks_each_authoritys_names_with_its_own_parameters() {
             stdout.contains("8001") && !stdout.contains("9001"),
             "{flavor:?}: b.test's env=test variant: {stdout}"
         );
-        let mut args = flavor.to_vec();
-        args.extend(per_authority);
+        let mut args = vec!["get", "--server", server];
+        args.extend(flavor);
+        args.extend(extra);
         args.extend(["cluster", A_CLUSTER, "plain"]);
-        let out = get(&a, &args).await;
+        let out = xdsd(&args).await;
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{flavor:?}: {}", text(&out.stderr));
         let docs: Vec<&str> = stdout.split("\n---").collect();

@@ -12,9 +12,12 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::get::{b_endpoint, lb_endpoint, serving, two_authorities, A_CLUSTER, LB, LB_C1};
+use crate::get::{
+    authorities_with_variants, b_endpoint, expect_each_authoritys_variant, lb_endpoint, serving,
+    two_authorities, A_CLUSTER, LB, LB_C1,
+};
 use crate::support::relay::Relay;
-use crate::support::{Xdsd, DEADLINE};
+use crate::support::{ResourceDir, Xdsd, DEADLINE};
 
 /// A delta ADS stream of one type, as a client writes it by hand.
 struct DeltaStream {
@@ -116,17 +119,31 @@ fn member(id: &str) -> String {
     format!("{LB_C1}/{id}")
 }
 
+/// An upstream `xdsd serve` of a directory of `files`, loaded, and an `xdsd relay` of it with
+/// `relay_args`: the set-up of this file's tests and of `relay_xdstp_sotw`'s.
+pub(crate) async fn relayed(
+    files: &[(&str, &str)],
+    relay_args: &[&str],
+) -> (ResourceDir, Xdsd, Relay) {
+    let dir = serving(files);
+    let xdsd = Xdsd::start(&dir.path()).await;
+    xdsd.expect_loaded_since(0).await;
+    let relay = Relay::start(&xdsd.authority(), relay_args).await;
+    (dir, xdsd, relay)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delta_client_of_a_relay_follows_a_glob_collections_members_added_and_removed() {
     // Two members of c1, one below it (no member: globs are not recursive).
-    let dir = serving(&[
-        ("e1.yaml", &lb_endpoint("e1", 8001)),
-        ("e2.yaml", &lb_endpoint("e2", 8002)),
-        ("e3.yaml", &lb_endpoint("sub/e3", 8003)),
-    ]);
-    let xdsd = Xdsd::start(&dir.path()).await;
-    xdsd.expect_loaded_since(0).await;
-    let relay = Relay::start(&xdsd.authority(), &["--upstream-wait", "30s"]).await;
+    let (dir, xdsd, relay) = relayed(
+        &[
+            ("e1.yaml", &lb_endpoint("e1", 8001)),
+            ("e2.yaml", &lb_endpoint("e2", 8002)),
+            ("e3.yaml", &lb_endpoint("sub/e3", 8003)),
+        ],
+        &["--upstream-wait", "30s"],
+    )
+    .await;
     let glob = member("*");
     let mut client = DeltaStream::open(&relay.url(), "through", LB, &[&glob]).await;
 
@@ -255,16 +272,53 @@ async fn a_relay_with_two_authorities_serves_each_name_from_its_authoritys_serve
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_with_param_for_fetches_and_serves_each_authoritys_names_with_its_own_parameters() {
+    // Two control planes whose variants are selected by `env`: through a relay given a set
+    // per authority (xRFC TP2 "Client Configuration"), a client that presents `env=prod` gets
+    // b.test's glob members of `env=test` and a.test's cluster of `env=canary`, as the relay's
+    // sets select them, and its plain name of its own `env=prod` (SotW and delta).
+    let ([_dir_a, _dir_b], a, b) = authorities_with_variants().await;
+    let b_for = format!("b.test={}", b.authority());
+    let relay = Relay::start(
+        &a.authority(),
+        &[
+            "--upstream-for",
+            &b_for,
+            "--param-for",
+            "b.test:env=test",
+            "--param-for",
+            "a.test:env=canary",
+            "--prefetch",
+            "none",
+        ],
+    )
+    .await;
+    // (By its metadata: a resource locator, as `--param` makes each name, keeps its own set.)
+    expect_each_authoritys_variant(&relay.authority(), &["--node-metadata", "env=prod"]).await;
+    // Each authority's names on the upstream stream of its own set.
+    let lines = relay.log.lines();
+    for set in ["env=test", "env=canary"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("subscribing upstream") && l.contains(set)),
+            "a stream presenting {set}: {lines:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_glob_spelled_non_canonically_is_subscribed_upstream_canonically_through_a_relay() {
     // A member with context parameters (a file may write them in any order: served canonical),
     // and a glob a client spells with them out of order.
-    let dir = serving(&[
-        ("e1.yaml", &lb_endpoint("e1?zone=b&a=1", 8001)),
-        ("e2.yaml", &lb_endpoint("e2", 8002)),
-    ]);
-    let xdsd = Xdsd::start(&dir.path()).await;
-    xdsd.expect_loaded_since(0).await;
-    let relay = Relay::start(&xdsd.authority(), &["--upstream-wait", "30s"]).await;
+    let (_dir, _xdsd, relay) = relayed(
+        &[
+            ("e1.yaml", &lb_endpoint("e1?zone=b&a=1", 8001)),
+            ("e2.yaml", &lb_endpoint("e2", 8002)),
+        ],
+        &["--upstream-wait", "30s"],
+    )
+    .await;
     let spelled = member("*?zone=b&a=1");
     let mut client = DeltaStream::open(&relay.url(), "spelled", LB, &[&spelled]).await;
     assert_eq!(

@@ -11,9 +11,8 @@ use std::collections::BTreeSet;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use xdsd_client::{types::CLUSTER, Config, Event, Events, Flavor, Options, XdsClient};
 
-use crate::get::serving;
-use crate::support::relay::Relay;
-use crate::support::{Xdsd, DEADLINE};
+use crate::relay_xdstp::relayed;
+use crate::support::DEADLINE;
 
 const IN: &str = "xdstp://xdsd.test/envoy.config.cluster.v3.Cluster/in";
 
@@ -63,22 +62,19 @@ fn updated(event: Event, changed: bool) -> Option<BTreeSet<String>> {
 /// A glob collection of clusters through a relay, the downstream client speaking `downstream`,
 /// the relay's upstream `upstream` (`delta` or `sotw`).
 async fn a_glob_collection_through_a_relay(downstream: Flavor, upstream: &str) {
-    let dir = serving(&[
-        ("c1.yaml", &cluster("c1", "1s")),
-        ("c2.yaml", &cluster("c2", "1s")),
-        // Not members: below the path, other context parameters.
-        ("c3.yaml", &cluster("sub/c3", "1s")),
-        ("c5.yaml", &cluster("c5?k=v", "1s")),
-    ]);
-    let xdsd = Xdsd::start(&dir.path()).await;
-    xdsd.expect_loaded_since(0).await;
     // Over a SotW upstream, the relay's own client learns that an empty collection of a
     // full-state type does not exist as any SotW client does (the protocol's "Knowing When a
     // Requested Resource Does Not Exist"): from a response that surely follows its request, or
     // at its does-not-exist timeout, which is --upstream-wait. Over delta, at once.
     let upstream_wait = if upstream == "sotw" { "3s" } else { "60s" };
-    let relay = Relay::start(
-        &xdsd.authority(),
+    let (dir, xdsd, relay) = relayed(
+        &[
+            ("c1.yaml", &cluster("c1", "1s")),
+            ("c2.yaml", &cluster("c2", "1s")),
+            // Not members: below the path, other context parameters.
+            ("c3.yaml", &cluster("sub/c3", "1s")),
+            ("c5.yaml", &cluster("c5?k=v", "1s")),
+        ],
         &[
             "--upstream-wait",
             upstream_wait,

@@ -154,6 +154,12 @@ impl DeltaMachine {
                 Owed::Send(r, keys) => {
                     if let Keys::Own(pid) = keys {
                         if self.extends_base(pid, &r) {
+                            // Held through the base (a wildcard's first answer): a member of a
+                            // glob not named counts apart too.
+                            let key = (r.name().clone(), pid);
+                            if super::glob_only(&self.names, &key) {
+                                self.glob_members.insert(&key);
+                            }
                             part.base_last = Some(part.resources.len());
                             part.resources.push(r);
                             part.of_base += 1;
@@ -161,13 +167,13 @@ impl DeltaMachine {
                         }
                     }
                     for key in keys.into_keys(&r) {
+                        if super::glob_only(&self.names, &key) {
+                            self.glob_members.insert(&key);
+                        }
                         if self.extends_base(key.1, &r) {
                             debug_assert!(key.0 == *r.name());
                             part.base_last = Some(part.resources.len());
                             continue;
-                        }
-                        if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
-                            self.held_members += 1;
                         }
                         if !named {
                             self.has.put(key, Held::of(&r));
@@ -248,9 +254,7 @@ impl DeltaMachine {
         for key in removed {
             match self.has.remove(key) {
                 Some(before) => {
-                    if super::glob_only(&self.names, key) {
-                        self.held_members = self.held_members.saturating_sub(1);
-                    }
+                    self.glob_members.remove(key);
                     dropped.push((before.name().clone(), before.constraints().cloned()))
                 }
                 None => unknown.push(key.0.clone()),

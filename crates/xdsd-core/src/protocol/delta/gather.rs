@@ -583,8 +583,8 @@ impl DeltaMachine {
         self.has.reserve(len);
         let mut resources = Vec::with_capacity(len);
         for (key, r) in changed.into_iter() {
-            if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
-                self.held_members += 1;
+            if super::glob_only(&self.names, &key) {
+                self.glob_members.insert(&key);
             }
             self.has.put(key, super::holdings::Held::of(&r));
             resources.push(r);

@@ -52,7 +52,10 @@ impl DeltaMachine {
         // A subscription of plain names only, to keys made by such subscriptions alone: the
         // keys it makes are those of any other stream that subscribed with the same requests
         // (`SubscribedKeys`).
-        let plain = !reconnecting && self.recheck.is_empty() && subscribe.locators.is_empty();
+        let plain = !reconnecting
+            && self.recheck.is_empty()
+            && subscribe.locators.is_empty()
+            && subscribe.authorities.is_empty();
         let parent = plain.then(|| self.names.digest()).flatten();
         let shared = parent.and_then(|_| {
             self.names
@@ -87,7 +90,7 @@ impl DeltaMachine {
         let mut interner = Interner::new(current.map(|t| &**t));
         let keys = request_keys(
             &request.resource_names_subscribe,
-            subscribe.default,
+            *subscribe,
             subscribe.locators,
             true,
         );
@@ -119,7 +122,7 @@ impl DeltaMachine {
         // Not collected: a first request names 10,000.
         let keys = request_keys(
             &request.resource_names_subscribe,
-            subscribe.default,
+            *subscribe,
             subscribe.locators,
             true,
         );
@@ -185,6 +188,9 @@ impl DeltaMachine {
             let key = (intern(current.map(|t| &**t), name), w);
             let name_of = key.0.clone();
             if !self.has.contains_key(&key) {
+                if super::glob_only(&self.names, &key) {
+                    self.glob_members.insert(&key);
+                }
                 self.has.insert(key, held(&name_of, lookup(name), version));
             }
         }
@@ -211,20 +217,23 @@ impl DeltaMachine {
             unsubscribed = true;
             self.core.forced.remove(&key);
             if crate::xdstp::is_glob(&key.0) {
-                // The client drops the members only the glob gave it (as for the wildcard).
-                let (pid, names, wildcard) = (key.1, &self.names, self.core.wildcard.pid());
-                if let Some((prefix, query)) = crate::xdstp::glob_parts(&key.0) {
-                    self.has.retain(|k| {
-                        k.1 != pid
-                            || !crate::xdstp::is_member(prefix, query, &k.0)
-                            || names.contains(k)
-                            || wildcard == Some(pid)
-                    });
+                // The client drops the members only the glob gave it (as for the wildcard):
+                // those counted of it, not a look at everything it holds. Those the wildcard
+                // of the same parameter set gives it too, it keeps.
+                let members = self.glob_members.take_glob(&key);
+                if self.core.wildcard.pid() != Some(key.1) {
+                    for member in members {
+                        self.has.remove(&(member, key.1));
+                    }
                 }
             } else if self.core.wildcard.is_on() || self.in_glob(&key.0, key.1) {
                 // Still covered by the wildcard or a glob, or not: the client cannot tell,
                 // so it is owed the resource or its removal (the spec's rule for `*` with a
-                // name, "Unsubscribing", applied to a glob with one of its members).
+                // name, "Unsubscribing", applied to a glob with one of its members). Held
+                // through its glob, it counts apart again.
+                if self.has.contains_key(&key) && self.in_glob(&key.0, key.1) {
+                    self.glob_members.insert(&key);
+                }
                 self.recheck.insert(key);
             } else {
                 self.has.remove(&key);
@@ -294,7 +303,7 @@ impl DeltaMachine {
 
     /// Whether subscribing to `names` (and `subscribe.locators`) adds a key or the wildcard.
     fn adds_keys(&self, names: &crate::protocol::Names, subscribe: &Subscribe<'_>) -> bool {
-        request_keys(names, subscribe.default, subscribe.locators, true).any(|(name, pid)| {
+        request_keys(names, *subscribe, subscribe.locators, true).any(|(name, pid)| {
             name == WILDCARD || !self.names.contains(&(&*name, pid) as &dyn KeyLookup)
         })
     }
@@ -310,9 +319,10 @@ impl DeltaMachine {
         if to.is_on() {
             self.check_all = true;
         } else {
-            // The client drops what only the wildcard gave it.
-            let names = &self.names;
-            self.has.retain(|k| names.contains(k));
+            // The client drops what only the wildcard gave it (not a glob's members).
+            let (names, members) = (&self.names, &self.glob_members);
+            self.has
+                .retain(|k| names.contains(k) || members.contains(k));
             self.recheck.clear();
         }
     }

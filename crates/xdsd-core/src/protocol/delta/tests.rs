@@ -1725,6 +1725,139 @@ mod glob {
         assert_eq!(h.expect(), seen(&[&n("e2")], &[]));
     }
 
+    /// The members held apart (against the names budget), as the requests and responses
+    /// changed the count, checked against a recount of everything held.
+    fn counted(h: &Harness) -> usize {
+        let counted = h.sub.glob_members.len();
+        assert_eq!(counted, h.sub.recount_members(), "counted and recounted");
+        counted
+    }
+
+    fn subscribe(h: &mut Harness, names: &[&str]) {
+        h.request(Req {
+            subscribe: names,
+            ..Default::default()
+        });
+    }
+
+    fn unsubscribe(h: &mut Harness, names: &[&str]) {
+        h.request(Req {
+            unsubscribe: names,
+            ..Default::default()
+        });
+    }
+
+    #[test]
+    fn held_members_count_from_the_response_that_sends_them() {
+        let mut h = harness(&["e1", "e2"]);
+        subscribe(&mut h, &[&n("*")]);
+        assert_eq!(counted(&h), 0, "nothing sent yet");
+        assert_eq!(h.expect(), seen(&[&n("e1"), &n("e2")], &[]));
+        assert_eq!(counted(&h), 2);
+        assert_eq!(h.sub.key_count(), 3, "the glob and its two members");
+    }
+
+    #[test]
+    fn held_members_a_member_also_subscribed_by_name_counts_once() {
+        let mut h = harness(&["e1", "e2"]);
+        subscribe(&mut h, &[&n("*")]);
+        h.expect();
+        subscribe(&mut h, &[&n("e1")]);
+        assert_eq!(counted(&h), 1, "e1 counts as a name");
+        assert_eq!(h.sub.key_count(), 3);
+    }
+
+    #[test]
+    fn held_members_a_member_unsubscribed_by_name_while_its_glob_holds_it_counts_apart_again() {
+        let mut h = harness(&["e1", "e2"]);
+        subscribe(&mut h, &[&n("*"), &n("e1")]);
+        h.expect();
+        assert_eq!(counted(&h), 1);
+        unsubscribe(&mut h, &[&n("e1")]);
+        assert_eq!(counted(&h), 2);
+        assert_eq!(
+            h.expect(),
+            seen(&[&n("e1")], &[]),
+            "sent again (the wildcard rule)"
+        );
+        assert_eq!(counted(&h), 2);
+    }
+
+    #[test]
+    fn held_members_a_member_removed_in_the_source_counts_until_its_removal_is_sent() {
+        let mut h = harness(&["e1", "e2"]);
+        subscribe(&mut h, &[&n("*")]);
+        h.expect();
+        h.remove(&n("e2"));
+        assert_eq!(counted(&h), 2, "the client holds it until told");
+        assert_eq!(h.expect(), seen(&[], &[&n("e2")]));
+        assert_eq!(counted(&h), 1);
+        h.set(&n("e3"), "1");
+        assert_eq!(h.expect(), seen(&[&n("e3")], &[]));
+        assert_eq!(counted(&h), 2, "a member added counts when it is sent");
+    }
+
+    #[test]
+    fn held_members_a_glob_dropped_takes_its_members_and_a_named_one_stays() {
+        let mut h = harness(&["e1", "e2"]);
+        let other = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c2/*";
+        set(
+            &h.store,
+            T,
+            "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c2/x",
+            "1",
+        );
+        subscribe(&mut h, &[&n("*"), &n("e2"), other]);
+        h.expect();
+        assert_eq!(counted(&h), 2, "e1 and c2's x");
+        unsubscribe(&mut h, &[&n("*")]);
+        assert_eq!(counted(&h), 1, "c2's x, another glob's, stays");
+        assert_eq!(
+            h.sub.key_count(),
+            3,
+            "e2 by name, the other glob and its member"
+        );
+        h.expect_none();
+        h.set(&n("e2"), "2");
+        assert_eq!(h.expect(), seen(&[&n("e2")], &[]));
+    }
+
+    #[test]
+    fn held_members_a_glob_subscribed_while_the_wildcard_holds_its_members_counts_them_at_once() {
+        let mut h = harness(&["e1", "e2"]);
+        subscribe(&mut h, &["*"]);
+        h.expect();
+        assert_eq!(counted(&h), 0);
+        subscribe(&mut h, &[&n("*")]);
+        assert_eq!(counted(&h), 2);
+    }
+
+    #[test]
+    fn held_members_the_wildcard_dropped_keeps_a_globs_members() {
+        let mut h = harness(&["e1", "e2"]);
+        subscribe(&mut h, &["*", &n("*")]);
+        h.expect();
+        assert_eq!(counted(&h), 2);
+        unsubscribe(&mut h, &["*"]);
+        assert_eq!(counted(&h), 2, "still held through the glob");
+        h.expect_none();
+        h.set(&n("e1"), "2");
+        assert_eq!(h.expect(), seen(&[&n("e1")], &[]));
+        assert_eq!(counted(&h), 2);
+    }
+
+    #[test]
+    fn held_members_a_request_of_opaque_names_leaves_the_count_as_it_is() {
+        let mut h = harness(&["e1"]);
+        set(&h.store, T, "plain", "1");
+        subscribe(&mut h, &[&n("*")]);
+        h.expect();
+        subscribe(&mut h, &["plain"]);
+        assert_eq!(counted(&h), 1);
+        unsubscribe(&mut h, &["plain"]);
+        assert_eq!(counted(&h), 1);
+    }
+
     #[test]
     fn glob_and_singleton_overlap_follow_the_wildcard_rule() {
         // Subscribed by the glob and by name; the name unsubscribed: the client cannot tell

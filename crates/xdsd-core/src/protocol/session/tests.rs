@@ -812,6 +812,113 @@ mod tp2 {
         }
     }
 
+    const A_EPS: &str = "xdstp://a.test/envoy.config.endpoint.v3.ClusterLoadAssignment/e";
+    const B_EPS: &str = "xdstp://b.test/envoy.config.endpoint.v3.ClusterLoadAssignment/e";
+    const A_GLOB: &str = "xdstp://a.test/envoy.config.endpoint.v3.ClusterLoadAssignment/g/*";
+    const A_MEMBER: &str = "xdstp://a.test/envoy.config.endpoint.v3.ClusterLoadAssignment/g/m";
+
+    /// `e`, an xdstp name of each of `a.test` and `b.test`, and a member of a glob of `a.test`,
+    /// each in an `env=prod` and an `env=test` variant.
+    fn authorities_store() -> Store {
+        let mut inputs = Vec::new();
+        for name in ["e", A_EPS, B_EPS, A_MEMBER] {
+            for env in ["prod", "test"] {
+                inputs.push(variant(
+                    CLUSTER_LOAD_ASSIGNMENT,
+                    name,
+                    env,
+                    Some(eq("env", env)),
+                ));
+            }
+        }
+        store(inputs)
+    }
+
+    /// A session whose `a.test` names are matched with `env=test` (a relay's `--param-for`).
+    fn with_authority_params<M: Machine>() -> Session<M> {
+        let options = SessionOptions {
+            authority_params: Arc::new(
+                [("a.test".to_owned(), [("env", "test")].into_iter().collect())].into(),
+            ),
+            ..Default::default()
+        };
+        Session::with_options(None, options)
+    }
+
+    #[test]
+    fn an_authoritys_plain_names_are_matched_with_its_own_parameter_set_over_sotw() {
+        let store = authorities_store();
+        let mut s: Session<SotwMachine> = with_authority_params();
+        // The node's parameters select `prod`: the names of other authorities, and plain names,
+        // get it; `a.test`'s names get `test`, spelled as the client spells them.
+        let n = with_metadata(node("envoy", "c"), &[("env", "prod")]);
+        let names = ["e", A_EPS, B_EPS];
+        s.handle_request(
+            &sotw(CLUSTER_LOAD_ASSIGNMENT, &names, "", Some(&n)),
+            &store.snapshot(),
+        )
+        .unwrap();
+        let r = sotw_poll(&mut s, &store).unwrap();
+        let mut got: Vec<(String, String)> = sotw_seen(&r)
+            .into_iter()
+            .map(|(name, content, _)| (name, content))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("e".to_owned(), "prod".to_owned()),
+                (A_EPS.to_owned(), "test".to_owned()),
+                (B_EPS.to_owned(), "prod".to_owned()),
+            ]
+        );
+        // The same list again (an ACK) holds the same keys.
+        let keys = s.types.get(CLUSTER_LOAD_ASSIGNMENT).unwrap().keys;
+        s.handle_request(
+            &sotw(CLUSTER_LOAD_ASSIGNMENT, &names, r.nonce.as_str(), None),
+            &store.snapshot(),
+        )
+        .unwrap();
+        assert_eq!(s.types.get(CLUSTER_LOAD_ASSIGNMENT).unwrap().keys, keys);
+        assert!(sotw_poll(&mut s, &store).is_none(), "nothing owed again");
+    }
+
+    #[test]
+    fn an_authoritys_plain_names_are_matched_with_its_own_parameter_set_over_delta() {
+        let store = authorities_store();
+        let mut s: Session<DeltaMachine> = with_authority_params();
+        let n = node_with_parameters(&[("env", "prod")]);
+        let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, Some(&n));
+        req.resource_names_subscribe = vec!["e".into(), A_EPS.into(), B_EPS.into(), A_GLOB.into()];
+        s.handle_request(&(&req).into(), &store.snapshot()).unwrap();
+        let r = delta_poll(&mut s, &store).unwrap();
+        let mut got: Vec<(String, String)> = r
+            .resources
+            .iter()
+            .map(|x| {
+                let (name, content, _) = seen(x);
+                (name, content)
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("e".to_owned(), "prod".to_owned()),
+                (A_EPS.to_owned(), "test".to_owned()),
+                (A_MEMBER.to_owned(), "test".to_owned()),
+                (B_EPS.to_owned(), "prod".to_owned()),
+            ],
+            "a glob of the authority takes its members' variants of its set too"
+        );
+        // Unsubscribed by its plain name, the authority's key goes: a change of it is not sent.
+        let keys = s.types.get(CLUSTER_LOAD_ASSIGNMENT).unwrap().keys;
+        let mut req = delta_request(CLUSTER_LOAD_ASSIGNMENT, None);
+        req.resource_names_unsubscribe = vec![A_EPS.into()];
+        s.handle_request(&(&req).into(), &store.snapshot()).unwrap();
+        assert_eq!(s.types.get(CLUSTER_LOAD_ASSIGNMENT).unwrap().keys, keys - 1);
+    }
+
     #[test]
     fn tp2_exists_default_serves_clients_not_sending_the_new_key() {
         let store = store(vec![

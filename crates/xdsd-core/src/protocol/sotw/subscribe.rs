@@ -63,7 +63,10 @@ impl SotwMachine {
             // Legacy wildcard: no name ever sent means `*`.
             return (rule, Subscribed::default());
         }
-        if subscribe.locators.is_empty() && !requested.is_empty() {
+        if subscribe.locators.is_empty()
+            && subscribe.authorities.is_empty()
+            && !requested.is_empty()
+        {
             if let Some(names) = Subscribed::of_request(requested, subscribe.default, &self.names) {
                 // Names another stream subscribed to with the same list: no name looked up.
                 return (Wildcard::Off, names);
@@ -72,7 +75,7 @@ impl SotwMachine {
         let mut wildcard = None;
         let mut names = Subscribed::builder(subscribe.default, requested.len());
         let mut interner = Interner::new(current.map(|t| &**t));
-        for (name, pid) in request_keys(requested, subscribe.default, subscribe.locators, true) {
+        for (name, pid) in request_keys(requested, *subscribe, subscribe.locators, true) {
             if name == WILDCARD {
                 wildcard = Some(pid);
                 continue;
@@ -82,7 +85,8 @@ impl SotwMachine {
             let sent = self.names.get(&key.0, pid).copied().flatten();
             names.insert(key, sent);
         }
-        let from = subscribe.locators.is_empty().then_some(requested);
+        let from = (subscribe.locators.is_empty() && subscribe.authorities.is_empty())
+            .then_some(requested);
         (Wildcard::listed(wildcard), names.finish(from))
     }
 
@@ -182,8 +186,10 @@ impl SotwMachine {
         }
         self.core.pids = pids;
         self.names = names;
-        if !added.is_empty() || !removed.is_empty() {
-            self.find_globs();
+        if first_owed && dense {
+            self.find_all_globs();
+        } else if !added.is_empty() || !removed.is_empty() {
+            self.find_globs(&added, &removed);
         }
         if !added.is_empty() || !removed.is_empty() || change.wildcard.is_some() {
             // What is left of a split response is owed to the new subscription.

@@ -986,6 +986,7 @@ fn a_name_subscribed_with_a_parameter_set_of_its_own_is_a_key_of_its_own() {
     let with = |locators| Subscribe {
         default: 0,
         locators,
+        authorities: &[],
     };
     let snap = h.store.snapshot();
     let current = snap.get(CLUSTER_LOAD_ASSIGNMENT);
@@ -1115,6 +1116,47 @@ mod glob {
             body.windows(n("e1").len()).any(|w| w == n("e1").as_bytes()),
             "the member's name is in the view's body"
         );
+    }
+
+    /// The keys counted against the names budget, checked against a recount of the members
+    /// sent that are also subscribed by name.
+    fn counted(h: &Harness) -> usize {
+        let names = &h.sub.names;
+        let named = h
+            .sub
+            .members
+            .keys()
+            .filter(|(n, p)| names.contains(n, *p))
+            .count();
+        assert_eq!(h.sub.named_members, named, "counted and recounted");
+        h.sub.key_count()
+    }
+
+    #[test]
+    fn sotw_held_members_a_member_also_subscribed_by_name_counts_once_and_apart_again_when_unnamed()
+    {
+        let mut h = harness(&["e1", "e2"]);
+        let glob = n("*");
+        h.request(&[&glob], "", "");
+        let (_, version, nonce) = h.expect();
+        assert_eq!(counted(&h), 3, "the glob and its two members");
+        h.request(&[&glob, &n("e1")], &nonce, &version);
+        assert_eq!(counted(&h), 3, "e1 by name and as a member counts once");
+        let (_, version, nonce) = h.expect();
+        h.request(&[&glob], &nonce, &version);
+        assert_eq!(counted(&h), 3, "e1 a member only again");
+    }
+
+    #[test]
+    fn sotw_held_members_a_glob_dropped_forgets_its_members_and_a_named_one_counts_as_a_name() {
+        let mut h = harness(&["e1", "e2"]);
+        let glob = n("*");
+        h.request(&[&glob, &n("e2")], "", "");
+        let (_, version, nonce) = h.expect();
+        assert_eq!(counted(&h), 3);
+        h.request(&[&n("e2")], &nonce, &version);
+        assert_eq!(counted(&h), 1, "e2 by name only");
+        assert!(h.sub.members.is_empty(), "the glob's members forgotten");
     }
 
     #[test]
