@@ -869,6 +869,15 @@ impl Watcher {
     pub fn is_muting(&self) -> bool {
         !self.muted.is_empty()
     }
+
+    /// Whether [`Watcher::take_changes`] would take anything: changes handed over, or a commit
+    /// waiting in a whole type's log. Without one, a take would hand back nothing and leave
+    /// every flag as it is (`told` and `held` are only set with a change handed over, `logged`
+    /// only after `told`): nearly every ACK of a stream that mutes a type finds nothing.
+    pub fn has_changes(&self) -> bool {
+        let pending = self.signal.dirty();
+        pending.logged || !pending.changes.is_empty()
+    }
 }
 
 fn remove_name(index: &mut WatchIndex, type_url: &Arc<str>, name: &Arc<str>, id: u64) {
