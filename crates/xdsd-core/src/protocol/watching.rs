@@ -82,9 +82,9 @@ impl<M: Machine> Session<M> {
         watcher.mute(self.waiting_types());
     }
 
-    /// Takes the changes of the muted types, if any are muted (rule 2).
+    /// Takes the changes of the muted types, if any are muted and any were recorded (rule 2).
     fn take_muted_changes(&mut self, watcher: &Watcher) {
-        if watcher.is_muting() {
+        if watcher.is_muting() && watcher.has_changes() {
             self.handle_changes(watcher.take_changes());
         }
     }

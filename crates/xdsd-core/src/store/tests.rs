@@ -252,6 +252,47 @@ fn a_change_held_while_another_type_is_let_go_is_taken_then() {
 }
 
 #[test]
+fn a_watcher_has_changes_exactly_when_a_take_would_hand_some_over() {
+    let store = Store::new();
+    let (cluster, endpoints) = (arc(CLUSTER), arc(CLUSTER_LOAD_ASSIGNMENT));
+    let mut w = store.watcher();
+    // One type watched whole (the first commit after a take handed over, later ones in the
+    // type's log), one by name (marked), both muted.
+    w.set_wildcard(&cluster, true);
+    w.watch(&endpoints, [&arc("e")]);
+    w.mute([&cluster, &endpoints].into_iter());
+    assert!(!w.has_changes(), "nothing yet");
+    assert!(w.take_changes().is_empty());
+    let commit = |t: &str, n: &str, v: &[u8]| store.apply([Change::Set(input(t, n, v))]).unwrap();
+    // Each kind alone, then the whole type's second commit (in the log), then all of them.
+    let rounds: [&[(&str, &str)]; 4] = [
+        &[(CLUSTER_LOAD_ASSIGNMENT, "e")],
+        &[(CLUSTER, "c")],
+        &[(CLUSTER, "c"), (CLUSTER, "d")],
+        &[
+            (CLUSTER, "c"),
+            (CLUSTER_LOAD_ASSIGNMENT, "e"),
+            (CLUSTER, "d"),
+        ],
+    ];
+    for (round, changes) in rounds.iter().enumerate() {
+        for (i, (t, n)) in changes.iter().enumerate() {
+            commit(t, n, format!("{round}.{i}").as_bytes());
+            assert!(w.has_changes(), "round {round}: after {t} {n}");
+        }
+        let taken = w.take_changes();
+        assert!(!taken.is_empty(), "round {round}: the take hands them over");
+        assert_eq!(
+            taken.names(CLUSTER).count() + taken.names(CLUSTER_LOAD_ASSIGNMENT).count(),
+            changes.len(),
+            "round {round}"
+        );
+        assert!(!w.has_changes(), "round {round}: taken");
+        assert!(w.take_changes().is_empty(), "round {round}: nothing left");
+    }
+}
+
+#[test]
 fn a_commit_every_whole_type_watcher_took_is_let_go() {
     let store = Store::new();
     let cluster = arc(CLUSTER);

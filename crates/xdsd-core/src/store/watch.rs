@@ -139,7 +139,52 @@ pub struct Changes {
     /// Names marked one by one (streams watching them by name).
     names: HashMap<Arc<str>, HashSet<Arc<str>>>,
     /// Whole types' changes of commits (see [`TypeChange`]), in commit order.
-    shared: Vec<Arc<TypeChange>>,
+    shared: Commits,
+}
+
+/// Whole types' changes of commits, in commit order: nearly always one (a stream takes its
+/// changes at each commit), held then without a list (which the committing thread allocated and
+/// the stream's freed, per stream and change).
+#[derive(Debug, Default)]
+enum Commits {
+    #[default]
+    None,
+    One(Arc<TypeChange>),
+    Many(Vec<Arc<TypeChange>>),
+}
+
+impl Commits {
+    fn as_slice(&self) -> &[Arc<TypeChange>] {
+        match self {
+            Commits::None => &[],
+            Commits::One(change) => std::slice::from_ref(change),
+            Commits::Many(changes) => changes,
+        }
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Arc<TypeChange>> {
+        self.as_slice().iter()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.as_slice().is_empty()
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn push(&mut self, change: Arc<TypeChange>) {
+        *self = match std::mem::take(self) {
+            Commits::None => Commits::One(change),
+            Commits::One(first) => Commits::Many(vec![first, change]),
+            Commits::Many(mut changes) => {
+                changes.push(change);
+                Commits::Many(changes)
+            }
+        };
+    }
 }
 
 impl Changes {
@@ -150,9 +195,10 @@ impl Changes {
 
     /// The types with changed names, each once.
     pub fn types(&self) -> impl Iterator<Item = &Arc<str>> {
-        let shared = self.shared.iter().enumerate().filter_map(|(i, c)| {
+        let commits = self.shared.as_slice();
+        let shared = commits.iter().enumerate().filter_map(|(i, c)| {
             let seen = self.names.contains_key(&c.type_url)
-                || self.shared[..i].iter().any(|e| e.type_url == c.type_url);
+                || commits[..i].iter().any(|e| e.type_url == c.type_url);
             (!seen).then_some(&c.type_url)
         });
         self.names.keys().chain(shared)
@@ -209,8 +255,9 @@ impl Changes {
 
     /// Folds the shared changes into the names.
     fn fold(&mut self) {
-        for change in std::mem::take(&mut self.shared) {
-            self.insert_all(&change);
+        let commits = std::mem::take(&mut self.shared);
+        for change in commits.iter() {
+            self.insert_all(change);
         }
     }
 
@@ -225,7 +272,7 @@ impl FromIterator<(Arc<str>, HashSet<Arc<str>>)> for Changes {
     fn from_iter<I: IntoIterator<Item = (Arc<str>, HashSet<Arc<str>>)>>(iter: I) -> Changes {
         Changes {
             names: iter.into_iter().collect(),
-            shared: Vec::new(),
+            shared: Commits::None,
         }
     }
 }
@@ -786,7 +833,9 @@ impl Watcher {
         pending.held = false;
         pending.told = false;
         let mut changes = std::mem::take(&mut pending.changes);
-        changes.shared.append(&mut shared);
+        for change in shared {
+            changes.shared.push(change);
+        }
         changes
     }
 
@@ -819,6 +868,15 @@ impl Watcher {
     /// Whether some types are muted (`mute`).
     pub fn is_muting(&self) -> bool {
         !self.muted.is_empty()
+    }
+
+    /// Whether [`Watcher::take_changes`] would take anything: changes handed over, or a commit
+    /// waiting in a whole type's log. Without one, a take would hand back nothing and leave
+    /// every flag as it is (`told` and `held` are only set with a change handed over, `logged`
+    /// only after `told`): nearly every ACK of a stream that mutes a type finds nothing.
+    pub fn has_changes(&self) -> bool {
+        let pending = self.signal.dirty();
+        pending.logged || !pending.changes.is_empty()
     }
 }
 

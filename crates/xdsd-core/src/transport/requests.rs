@@ -27,6 +27,9 @@ pub(crate) struct Requests<B, M> {
     limit: usize,
     what: &'static str,
     ended: bool,
+    /// The box of the last request the stream's loop handled, emptied, for the next one
+    /// ([`Requests::recycle`]).
+    spare: Option<Box<M>>,
     message: PhantomData<fn() -> M>,
 }
 
@@ -39,6 +42,7 @@ impl<B, M> Requests<B, M> {
             limit,
             what,
             ended: false,
+            spare: None,
             message: PhantomData,
         }
     }
@@ -172,14 +176,27 @@ where
     B: http_body::Body<Data = Bytes, Error = Status> + Unpin,
     M: prost::Message + Default,
 {
-    /// The next request, decoded in its box (see [`Boxed`]).
+    /// The next request, decoded in its box (see [`Boxed`]): the one the last request came in,
+    /// when the loop gave it back ([`Requests::recycle`]), else a new one.
     pub(crate) fn poll_boxed(&mut self, cx: &mut Context<'_>) -> Poll<Option<Boxed<M>>> {
-        self.poll_message(cx, |message| {
-            let mut request = Box::<M>::default();
+        let mut spare = self.spare.take();
+        let polled = self.poll_message(cx, |message| {
+            let mut request = spare.take().unwrap_or_default();
             request.merge(message)?;
             Ok(request)
-        })
-        .map(|polled| polled.map(|read| read.map_err(Box::new)))
+        });
+        // Not taken: nothing was read.
+        self.spare = spare;
+        polled.map(|polled| polled.map(|read| read.map_err(Box::new)))
+    }
+
+    /// Gives back the box of a request the loop has handled, for the next request to be
+    /// decoded in: emptied now (nothing of the request is kept, not the received frame it was
+    /// read from), kept until then (one allocation and one free less per request, for one
+    /// empty request's room per stream).
+    pub(crate) fn recycle(&mut self, mut request: Box<M>) {
+        request.clear();
+        self.spare = Some(request);
     }
 }
 
@@ -345,6 +362,107 @@ mod tests {
         );
         frame.clear();
         assert!(requests.next().await.is_none());
+    }
+
+    /// The requests of `frames` as the stream's loop reads them: each decoded in its box,
+    /// given back once handled when `recycle`; and the address of each box.
+    async fn read_boxed<M: prost::Message + Default + Clone>(
+        frames: Vec<Bytes>,
+        recycle: bool,
+    ) -> Vec<(M, usize)> {
+        let frames = frames.into_iter().map(Ok).collect();
+        let mut requests = Requests::<_, M>::new(Frames(frames), "M", 1 << 20);
+        let mut read = Vec::new();
+        while let Some(request) = std::future::poll_fn(|cx| requests.poll_boxed(cx)).await {
+            let request = request.expect("a request");
+            let at = &*request as *const M as usize;
+            read.push(((*request).clone(), at));
+            if recycle {
+                requests.recycle(request);
+            }
+        }
+        read
+    }
+
+    #[tokio::test]
+    async fn a_request_decoded_in_the_box_of_the_last_one_is_the_request_decoded_afresh() {
+        use crate::protocol::delta::DeltaRequest;
+        use envoy_types::pb::envoy::config::core::v3::Node;
+        use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+        use envoy_types::pb::google::rpc::Status as RpcStatus;
+        // Each request sets fields the next lacks: nothing of one may show in the next.
+        let messages = [
+            DeltaDiscoveryRequest {
+                node: Some(Node {
+                    id: "n".into(),
+                    ..Default::default()
+                }),
+                type_url: "t".into(),
+                resource_names_subscribe: vec!["a".into(), "b".into()],
+                initial_resource_versions: [("a".to_string(), "1".to_string())].into(),
+                ..Default::default()
+            },
+            DeltaDiscoveryRequest {
+                type_url: "t".into(),
+                response_nonce: "1".into(),
+                resource_names_unsubscribe: vec!["b".into()],
+                error_detail: Some(RpcStatus {
+                    code: 3,
+                    message: "bad".into(),
+                    details: Vec::new(),
+                }),
+                ..Default::default()
+            },
+            DeltaDiscoveryRequest {
+                type_url: "t".into(),
+                response_nonce: "2".into(),
+                ..Default::default()
+            },
+            DeltaDiscoveryRequest::default(),
+        ];
+        let frames: Vec<Bytes> = messages
+            .iter()
+            .map(|m| {
+                let body = m.encode_to_vec();
+                let mut out = vec![0];
+                out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+                out.extend_from_slice(&body);
+                Bytes::from(out)
+            })
+            .collect();
+        let afresh = read_boxed::<DeltaRequest>(frames.clone(), false).await;
+        let recycled = read_boxed::<DeltaRequest>(frames.clone(), true).await;
+        assert_eq!(afresh.len(), messages.len());
+        for (i, ((fresh, _), (again, _))) in afresh.iter().zip(&recycled).enumerate() {
+            assert_eq!(again, fresh, "request {i}");
+            assert_eq!(*again, DeltaRequest::decode(&frames[i][HEADER..]).unwrap());
+        }
+        assert!(
+            recycled.windows(2).all(|w| w[0].1 == w[1].1),
+            "every request after the first was decoded in the first one's box"
+        );
+        // A box given back keeps nothing of its request: not the frame it was read from (the
+        // requests read above hold slices of the same frames).
+        drop((afresh, recycled));
+        let frame = frames.into_iter().next().expect("a frame");
+        let mut requests = Requests::<_, DeltaRequest>::new(
+            Frames(VecDeque::from([Ok(frame.clone())])),
+            "M",
+            1 << 20,
+        );
+        let first = std::future::poll_fn(|cx| requests.poll_boxed(cx))
+            .await
+            .expect("one")
+            .expect("a request");
+        requests.recycle(first);
+        assert_eq!(
+            requests.spare.as_deref(),
+            Some(&DeltaRequest::default()),
+            "emptied"
+        );
+        let mut frame = frame;
+        assert!(frame.is_unique(), "the frame is not held by the spare box");
+        frame.clear();
     }
 
     #[tokio::test]

@@ -406,6 +406,7 @@ pub(crate) fn run<V: Protocol>(
                     if let Err(status) = s.on_request(&request) {
                         break Err(status);
                     }
+                    requests.recycle(request);
                     drain = true;
                 }
                 Event::Request(Some(Err(error))) => break s.read_failed(&error),
@@ -440,6 +441,7 @@ pub(crate) fn run<V: Protocol>(
                         if let Err(status) = s.on_request(&request) {
                             break 'serve Err(status);
                         }
+                        requests.recycle(request);
                     }
                     Some(Err(error)) => break 'serve s.read_failed(&error),
                     None => break 'serve Ok(()),

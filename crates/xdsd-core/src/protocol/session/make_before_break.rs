@@ -79,7 +79,8 @@ impl<M: Machine> Session<M> {
             }
         }
         for type_url in found.into_iter().flatten() {
-            let changed = self.changed.remove(&type_url).unwrap_or_default();
+            // (Nearly always none: no empty set made for nothing.)
+            let changed = self.changed.remove(&type_url);
             let Some(new) = snapshot.get(&type_url).cloned() else {
                 self.lingering.remove(&type_url);
                 continue;
@@ -100,6 +101,7 @@ impl<M: Machine> Session<M> {
                 if let Some(old) = self.served.get(&type_url) {
                     let names: Vec<Arc<str>> = changed
                         .into_iter()
+                        .flatten()
                         .filter(|n| new.variants(n).is_empty() && !old.variants(n).is_empty())
                         .collect();
                     if !names.is_empty() {
@@ -118,7 +120,12 @@ impl<M: Machine> Session<M> {
                 }
             }
             if !self.lingering.contains_key(&type_url) {
-                self.served.insert(type_url, new);
+                // Nearly always the state it was at the last response, or the next one.
+                match self.served.get_mut(&type_url) {
+                    Some(served) if Arc::ptr_eq(served, &new) => {}
+                    Some(served) => *served = new,
+                    None => self.served.insert(type_url, new),
+                }
             }
         }
         if self.changed.is_empty() {
