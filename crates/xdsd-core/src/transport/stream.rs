@@ -394,14 +394,8 @@ pub(crate) fn run<V: Protocol>(
             match event {
                 Event::Down => break Err(shutting_down(&ctx)),
                 Event::Request(Some(Ok(request))) => {
-                    if let Some(wait) = s.hold(&request) {
-                        let down_first = tokio::select! {
-                            () = wait => false,
-                            _ = &mut down => true,
-                        };
-                        if down_first {
-                            break Err(shutting_down(&ctx));
-                        }
+                    if s.hold_until_ready(&request, &mut down).await {
+                        break Err(shutting_down(&ctx));
                     }
                     if let Err(status) = s.on_request(&request) {
                         break Err(status);
@@ -428,14 +422,8 @@ pub(crate) fn run<V: Protocol>(
                 reading.open();
                 match request {
                     Some(Ok(request)) => {
-                        if let Some(wait) = s.hold(&request) {
-                            let down_first = tokio::select! {
-                                () = wait => false,
-                                _ = &mut down => true,
-                            };
-                            if down_first {
-                                break 'serve Err(shutting_down(&ctx));
-                            }
+                        if s.hold_until_ready(&request, &mut down).await {
+                            break 'serve Err(shutting_down(&ctx));
                         }
                         if let Err(status) = s.on_request(&request) {
                             break 'serve Err(status);
@@ -539,6 +527,23 @@ impl<V: Protocol> Stream<V> {
         self.log(&handled);
         self.tell_answer(&handled);
         Ok(())
+    }
+
+    /// Before a request is handled: waits out its hold ([`Stream::hold`]), if it has one, or
+    /// the server's shutdown, whichever comes first. True if the shutdown came first (the
+    /// stream ends; the request is not handled).
+    async fn hold_until_ready(
+        &mut self,
+        request: &V::Message,
+        down: &mut (impl Future + Unpin),
+    ) -> bool {
+        let Some(wait) = self.hold(request) else {
+            return false;
+        };
+        tokio::select! {
+            () = wait => false,
+            _ = down => true,
+        }
     }
 
     /// Before a request that says what its client holds is handled: what the stream's answer
