@@ -556,13 +556,21 @@ impl<V: Protocol> Stream<V> {
             return None;
         }
         let held = V::held(request)?;
-        let type_url = <V as Machine>::request_type_url(request).as_str();
+        // A per-type service's request may leave the type out: it is the service's.
+        let type_url = match (
+            <V as Machine>::request_type_url(request).as_str(),
+            self.session.fixed_type(),
+        ) {
+            ("", Some(fixed)) => &**fixed,
+            (type_url, _) => type_url,
+        };
         let node = Some(<V as Machine>::node(request))
             .filter(|n| self.session.node().is_none() && !n.is_empty());
         let wait = picker.hold(Hold {
             stream: self.id,
             store: &self.store,
             node,
+            client: self.session.node(),
             type_url,
             held,
         })?;
