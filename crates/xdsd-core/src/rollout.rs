@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use crate::params::ParamSet;
 use crate::protocol::identity::Glob;
 use crate::protocol::session::ClientNode;
 use crate::store::Snapshot;
@@ -510,20 +511,36 @@ pub const HOLD_BOUND: Duration = Duration::from_secs(2);
 /// version of the type when it differs from the stable one's; delta, a resource at a version
 /// the candidate has and the stable state has not. Versions are content hashes, the same on
 /// every replica for the same content, so a client served the candidate by another replica
-/// holds exactly these. (SotW on a type with variants: the version of the whole type only.)
+/// holds exactly these.
+///
+/// SotW on a type with variants (in either state): a client's `version_info` is the version of
+/// its view of the type, the variants its parameters pick (`params`: its node's for the type),
+/// or, when its subscriptions use several parameter sets, their views' versions joined by `.`.
+/// It holds the candidate when one of them is the candidate's view for `params` and the stable
+/// view for `params` differs (the change touched what this client sees).
 pub(crate) fn holds_candidate(
     candidate: &Snapshot,
     stable: &Snapshot,
     type_url: &str,
     held: Held<'_>,
+    params: &ParamSet,
 ) -> bool {
     let Some(new) = candidate.get(type_url) else {
         return false;
     };
     let old = stable.get(type_url);
     match held {
+        Held::Version(version) if new.has_variants() || old.is_some_and(|o| o.has_variants()) => {
+            let seen = new.view(params);
+            let before = old.map(|o| o.view(params));
+            version.split('.').any(|v| **seen.version() == *v)
+                && before.is_none_or(|b| b.version() != seen.version())
+        }
         Held::Version(version) => {
             **new.version() == *version && old.is_none_or(|o| **o.version() != *version)
+        }
+        Held::Answer { version, of } => {
+            of(candidate).is_some_and(|v| v == version) && of(stable).is_none_or(|v| v != version)
         }
         Held::Resources(versions) => versions.iter().any(|(name, version)| {
             let has = |variants: &[std::sync::Arc<crate::store::Resource>]| {

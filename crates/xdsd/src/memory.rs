@@ -31,8 +31,19 @@ const PACE: u32 = 100;
 /// way).
 const GROWING: u64 = 1 << 20;
 /// A release is worth it when the resident memory beyond the allocations stands this much above
-/// what it was after the last release (or an eighth of the allocations, when more).
-const SLACK: u64 = 4 << 20;
+/// what it was after the last release (or a 32nd of the allocations, when more: [`slack`]).
+const SLACK: u64 = 1 << 20;
+
+/// How much more than after the last release the allocator may keep beyond the allocations
+/// (`in_use`) before it is asked to give it back: 1 MiB, or a 32nd of the allocations when
+/// more. The resident size is at least the allocations, so what is kept stays within about 3 %
+/// of it (5 % at the 1 MiB floor for a process of 20 MiB): a never-restarted process's resident
+/// size follows its allocations, not the high-water mark of its free pages. (An eighth, before,
+/// let a process of 35 MiB in use keep 4.4 MiB more: +6-7 % of its resident size in a soak of
+/// 40-100 minutes with its allocations flat.)
+fn slack(in_use: u64) -> u64 {
+    SLACK.max(in_use / 32)
+}
 
 /// When the next walk of the allocator may come, after one that took `took`.
 fn pause(least: Duration, took: Duration) -> Duration {
@@ -80,7 +91,7 @@ impl Rule {
         self.last_resident = now.resident;
         let held = now.held();
         self.floor = self.floor.min(held);
-        let above = held > self.floor.saturating_add(SLACK.max(now.in_use / 8));
+        let above = held > self.floor.saturating_add(slack(now.in_use));
         let rested = self.rested_at.is_none_or(|t| at >= t);
         !growing && above && rested
     }
@@ -301,14 +312,27 @@ mod tests {
     fn memory_within_the_slack_of_the_last_release_is_not_released() {
         let t0 = Instant::now();
         let mut rule = Rule::new(sizes(60, 24));
-        // 4 MiB of slack for 24 MiB in use (an eighth would be 3).
-        assert!(!rule.should_release(sizes(64, 24), t0 + PERIOD));
-        assert!(rule.should_release(sizes(65, 24), t0 + PERIOD * 2));
-        // At 80 MiB in use the slack is 10 MiB.
-        let mut rule = Rule::new(sizes(100, 80));
-        assert!(!rule.should_release(sizes(109, 80), t0 + PERIOD));
-        assert!(!rule.should_release(sizes(110, 80), t0 + PERIOD * 2));
-        assert!(rule.should_release(sizes(111, 80), t0 + PERIOD * 3));
+        // 1 MiB of slack for 24 MiB in use (a 32nd would be 0.75).
+        assert!(!rule.should_release(sizes(61, 24), t0 + PERIOD));
+        assert!(rule.should_release(sizes(62, 24), t0 + PERIOD * 2));
+        // At 96 MiB in use the slack is 3 MiB.
+        let mut rule = Rule::new(sizes(120, 96));
+        assert!(!rule.should_release(sizes(122, 96), t0 + PERIOD));
+        assert!(!rule.should_release(sizes(123, 96), t0 + PERIOD * 2));
+        assert!(rule.should_release(sizes(124, 96), t0 + PERIOD * 3));
+    }
+
+    #[test]
+    fn what_the_allocator_may_keep_is_within_five_percent_of_the_resident_size() {
+        // The resident size is at least the heap in use: a slack of a 32nd of the heap is
+        // under 5 % of it, and the 1 MiB floor is for processes of 20 MiB and more.
+        for in_use_mib in [20u64, 35, 80, 400] {
+            let in_use = in_use_mib * MIB;
+            assert!(
+                slack(in_use) * 20 <= in_use.max(20 * MIB),
+                "{in_use_mib} MiB"
+            );
+        }
     }
 
     #[test]

@@ -366,7 +366,10 @@ impl Soak {
             let fd_growth = growth(base.2.fds, end.2.fds);
             let thread_growth = growth(base.2.threads, end.2.threads);
             // What the process holds beyond its allocations (free pages the allocator keeps,
-            // code, stacks): how much more at the end than after the warm-up.
+            // code, stacks): how much more at the end than after the warm-up. Reported beside
+            // `--release-memory`'s slack, not held to it: the release thread measures from what
+            // it held after its last release, which may sit above the warm-up (pages it cannot
+            // return); the RSS bound holds what no allocation accounts for.
             let held = |s: &Sample| s.rss.saturating_sub(s.heap) as i64;
             let held_growth = held(&end.2) - held(&base.2);
             let held_bound = allocator_slack(end.2.heap);
@@ -399,22 +402,6 @@ impl Soak {
                         format!("{what} grew {:.1} % from its warm-up value ({b} at {:.0} s) to the end ({e})", g * 100.0, base.0),
                     );
                 }
-                if heap_known && held_growth > held_bound as i64 {
-                    self.broken(
-                        now,
-                        "no leak",
-                        name.clone(),
-                        String::new(),
-                        format!(
-                            "resident memory beyond the heap in use grew {} KiB from its warm-up value ({} KiB at {:.0} s) to the end ({} KiB), more than the {} KiB --release-memory lets the allocator keep",
-                            held_growth / 1024,
-                            held(&base.2) / 1024,
-                            base.0,
-                            held(&end.2) / 1024,
-                            held_bound / 1024
-                        ),
-                    );
-                }
             }
             out.insert(
                 name.clone(),
@@ -443,28 +430,26 @@ impl Soak {
 }
 
 /// What `--release-memory` lets the allocator keep beyond the allocations before it gives
-/// pages back (xdsd's `memory.rs`: 4 MiB, or an eighth of the heap in use when more).
+/// pages back (xdsd's `memory.rs`: 1 MiB, or a 32nd of the heap in use when more).
 fn allocator_slack(heap: u64) -> u64 {
-    (4u64 << 20).max(heap / 8)
+    (1u64 << 20).max(heap / 32)
 }
 
 /// The leak bounds a replica's or relay's figures at the end break, against its warm-up
-/// values: (what, growth, warm-up value, end value) for each more than 5 % above. The heap in
-/// use (what its allocations hold: a leak shows there, the allocator's high-water mark does
-/// not) where the process reports it, else the resident size; open fds; threads.
+/// values: (what, growth, warm-up value, end value) for each more than 5 % above: the resident
+/// size (the bound), and where the process reports it the heap in use (what its
+/// allocations hold: a leak shows there first, whatever the allocator keeps); open fds;
+/// threads.
 fn leak_bounds(base: &Sample, end: &Sample) -> Vec<(&'static str, f64, u64, u64)> {
     let growth = |a: u64, b: u64| (b as f64 - a as f64) / (a.max(1) as f64);
-    let memory = if base.heap > 0 && end.heap > 0 {
-        ("heap in use", base.heap, end.heap)
-    } else {
-        ("RSS", base.rss, end.rss)
-    };
+    let heap = (base.heap > 0 && end.heap > 0).then_some(("heap in use", base.heap, end.heap));
     [
-        memory,
+        ("RSS", base.rss, end.rss),
         ("open fds", base.fds, end.fds),
         ("threads", base.threads, end.threads),
     ]
     .into_iter()
+    .chain(heap)
     .map(|(what, b, e)| (what, growth(b, e), b, e))
     .filter(|(_, g, _, _)| *g > 0.05)
     .collect()
@@ -582,9 +567,14 @@ mod tests {
     }
 
     #[test]
-    fn the_leak_bound_holds_the_heap_in_use_not_the_allocators_high_water_mark() {
-        // RSS +7 % with the heap flat: the allocator kept freed pages, no leak.
-        assert!(leak_bounds(&at(54, 20, 50), &at(58, 20, 50)).is_empty());
+    fn the_leak_bound_holds_the_resident_size_and_the_heap_in_use() {
+        // RSS +7 % with the heap flat: the allocator kept freed pages that --release-memory
+        // should have given back: the bound is the RSS.
+        let broken = leak_bounds(&at(54, 20, 50), &at(58, 20, 50));
+        assert_eq!(broken.len(), 1, "{broken:?}");
+        assert_eq!(broken[0].0, "RSS");
+        // Within 5 %: nothing.
+        assert!(leak_bounds(&at(54, 20, 50), &at(56, 20, 50)).is_empty());
         // The heap +10 %, RSS flat (it had the pages already): a leak.
         let broken = leak_bounds(&at(54, 20, 50), &at(54, 22, 50));
         assert_eq!(broken.len(), 1, "{broken:?}");
@@ -600,8 +590,8 @@ mod tests {
 
     #[test]
     fn the_allocator_may_keep_what_release_memory_lets_it() {
-        assert_eq!(allocator_slack(20 * MIB), 4 * MIB);
-        assert_eq!(allocator_slack(80 * MIB), 10 * MIB);
+        assert_eq!(allocator_slack(20 * MIB), MIB);
+        assert_eq!(allocator_slack(96 * MIB), 3 * MIB);
     }
 
     #[test]

@@ -254,6 +254,12 @@ impl<M: Machine> Session<M> {
         self.node.as_deref()
     }
 
+    /// The type of its per-type service (what a request with an empty `type_url` is about);
+    /// None on an aggregated stream.
+    pub fn fixed_type(&self) -> Option<&Arc<str>> {
+        self.fixed.as_ref()
+    }
+
     /// The client's node as the session holds it, to be shared rather than copied.
     pub fn shared_node(&self) -> Option<&Arc<ClientNode>> {
         self.node.as_ref()

@@ -214,8 +214,21 @@ impl Rollout {
             }
             (generation, revision)
         };
+        // The client's parameters for the type (what its SotW view of a type with variants is).
+        let decoded = match hold.client {
+            Some(_) => None,
+            None => hold
+                .node
+                .and_then(|n| Node::decode(n).ok())
+                .and_then(|n| ClientNode::from_node(&n).ok()),
+        };
+        let params = hold
+            .client
+            .or(decoded.as_ref())
+            .map(|c| c.params_for(hold.type_url).clone())
+            .unwrap_or_default();
         let (candidate, stable) = (self.canary.snapshot(), self.stable.snapshot());
-        if !holds_candidate(&candidate, &stable, hold.type_url, hold.held) {
+        if !holds_candidate(&candidate, &stable, hold.type_url, hold.held, &params) {
             return None;
         }
         let mut decided = self.decided.subscribe();

@@ -469,7 +469,15 @@ fn states(
 fn a_sotw_client_holding_the_candidates_version_of_a_type_it_changed_holds_the_candidate() {
     let (stable, candidate) = states(b"1", b"2");
     let version = |s: &crate::store::Snapshot, t: &str| s.get(t).unwrap().version().to_string();
-    let holds = |t: &str, v: &str| holds_candidate(&candidate, &stable, t, Held::Version(v));
+    let holds = |t: &str, v: &str| {
+        holds_candidate(
+            &candidate,
+            &stable,
+            t,
+            Held::Version(v),
+            &ParamSet::default(),
+        )
+    };
     assert!(holds(CDS, &version(&candidate, CDS)));
     assert!(!holds(CDS, &version(&stable, CDS)), "the stable version");
     assert!(!holds(CDS, "guessed"), "a version neither state has");
@@ -497,7 +505,13 @@ fn a_delta_client_holding_a_resource_at_a_version_only_the_candidate_has_holds_t
             .collect()
     };
     let holds = |t: &str, h: &HashMap<String, String>| {
-        holds_candidate(&candidate, &stable, t, Held::Resources(h))
+        holds_candidate(
+            &candidate,
+            &stable,
+            t,
+            Held::Resources(h),
+            &ParamSet::default(),
+        )
     };
     assert!(holds(CDS, &held(&[("c", version(&candidate, CDS, "c"))])));
     assert!(
@@ -564,6 +578,7 @@ async fn a_client_outside_the_cohort_holding_the_candidate_waits_for_the_record_
             stream: 1,
             store: rollout.stable_store(),
             node: Some(node),
+            client: None,
             type_url: CDS,
             held: Held::Version(version),
         })

@@ -14,6 +14,7 @@ use tracing::{debug, warn};
 use super::conn::Access;
 use super::context::ServerContext;
 use super::observer::{Asked, OneShotDone, RequestSeen, StreamObserver};
+use super::picker::{Held, Hold};
 use super::status::status_of;
 use crate::protocol::oneshot::{Answer, Pending};
 use crate::protocol::session::{Session, SessionError};
@@ -33,6 +34,8 @@ pub(crate) async fn fetch(
 ) -> Result<SotwResponse, Status> {
     let observers = ctx.observers.embedder();
     let one_shot = OneShot::new(ctx, observers);
+    let version_of = |r: &SotwResponse| r.version_info.to_string();
+    hold(ctx, &type_url, access, request, &one_shot, &version_of).await;
     let answer = settled_answer(ctx, type_url, access, request, &one_shot).await;
     let answer = answer.map_err(|e| {
         let status = e.status();
@@ -154,6 +157,48 @@ pub(crate) async fn settled_answer(
         }
     }
     Ok(taken.answer(&snapshot))
+}
+
+/// Before a one-shot request (`Fetch*`, a REST poll) is answered: when its `version_info` is
+/// the version (`version_of` its answer) it would be given from a state the picker holds back
+/// from it (a gated rollout's candidate, which another replica may have promoted), the answer
+/// waits first, as a stream's does (`Stream::hold`), or until xdsd shuts down: else the client
+/// would be answered with an older state. The picker bounds the wait.
+pub(crate) async fn hold(
+    ctx: &ServerContext,
+    type_url: &Arc<str>,
+    access: &Access,
+    request: &SotwRequest,
+    one_shot: &OneShot<'_>,
+    version_of: &(dyn Fn(&SotwResponse) -> String + Sync),
+) {
+    let Some(picker) = ctx.picker.as_ref() else {
+        return;
+    };
+    let version = request.version_info.as_str();
+    if version.is_empty() {
+        return;
+    }
+    let of = |snapshot: &Snapshot| {
+        answer(ctx, type_url.clone(), access, request, snapshot, &[])
+            .ok()
+            .map(|a| version_of(&a.response))
+    };
+    let Some(wait) = picker.hold(Hold {
+        stream: one_shot.id,
+        store: &ctx.store_for(&request.node_raw),
+        node: Some(&request.node_raw[..]).filter(|n| !n.is_empty()),
+        client: None,
+        type_url,
+        held: Held::Answer { version, of: &of },
+    }) else {
+        return;
+    };
+    let mut shutdown = ctx.shutdown.clone();
+    tokio::select! {
+        () = wait => {}
+        _ = shutdown.wait_for(|down| *down) => {}
+    }
 }
 
 /// A fresh per-type session's take of `request` (under the client's `access`), given the

@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use super::observer::{OwnObserver, StreamOpened};
 use crate::metrics::Metrics;
+use crate::protocol::session::ClientNode;
 use crate::protocol::Nonce;
-use crate::store::Store;
+use crate::store::{Snapshot, Store};
 use crate::types::TypeMap;
 
 /// Picks the store each client reads (a gated rollout implements it), and observes the streams
@@ -56,6 +57,8 @@ pub(crate) struct Hold<'a> {
     pub(crate) store: &'a Store,
     /// The request's encoded node, while the stream has none yet (its store is picked from it).
     pub(crate) node: Option<&'a [u8]>,
+    /// The stream's client, once its node is known (else `node` is).
+    pub(crate) client: Option<&'a ClientNode>,
     /// The type the request is about.
     pub(crate) type_url: &'a str,
     /// What it holds of it.
@@ -63,12 +66,18 @@ pub(crate) struct Hold<'a> {
 }
 
 /// What a client says it holds of a type when it (re)subscribes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub(crate) enum Held<'a> {
     /// SotW: the type's `version_info`.
     Version(&'a str),
     /// Delta: `initial_resource_versions`, name to version.
     Resources(&'a HashMap<String, String>),
+    /// A one-shot request (`Fetch*`, a REST poll): its `version_info`, and the version its
+    /// answer would have from a given state (None: it would be refused).
+    Answer {
+        version: &'a str,
+        of: &'a (dyn Fn(&Snapshot) -> Option<String> + Sync),
+    },
 }
 
 /// What a stream that reads a picked store was sent last, per type: the nonce, and the

@@ -34,7 +34,7 @@ use tracing::{debug, warn};
 
 use super::conn::{Access, ConnInfo};
 use super::context::ServerContext;
-use super::fetch::{settled_answer, OneShot};
+use super::fetch::{hold, settled_answer, OneShot};
 use super::status::http_status_of;
 use super::wire::SotwWire;
 
@@ -260,6 +260,15 @@ impl Rest {
         let started = Instant::now();
         // What the observers hold for the poll, they hold while it is held.
         let one_shot = OneShot::new(&self.ctx, self.ctx.observers.embedder());
+        hold(
+            &self.ctx,
+            &type_url,
+            access,
+            request,
+            &one_shot,
+            &rest_version,
+        )
+        .await;
         let mut current = self.current(&type_url, access, request, &one_shot).await?;
         let hold = self.ctx.options.rest_hold;
         let permit = if rest_holds(&request.version_info, &current.1, hold) {

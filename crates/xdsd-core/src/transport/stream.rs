@@ -394,14 +394,8 @@ pub(crate) fn run<V: Protocol>(
             match event {
                 Event::Down => break Err(shutting_down(&ctx)),
                 Event::Request(Some(Ok(request))) => {
-                    if let Some(wait) = s.hold(&request) {
-                        let down_first = tokio::select! {
-                            () = wait => false,
-                            _ = &mut down => true,
-                        };
-                        if down_first {
-                            break Err(shutting_down(&ctx));
-                        }
+                    if s.hold_until_ready(&request, &mut down).await {
+                        break Err(shutting_down(&ctx));
                     }
                     if let Err(status) = s.on_request(&request) {
                         break Err(status);
@@ -429,14 +423,8 @@ pub(crate) fn run<V: Protocol>(
                 reading.open();
                 match request {
                     Some(Ok(request)) => {
-                        if let Some(wait) = s.hold(&request) {
-                            let down_first = tokio::select! {
-                                () = wait => false,
-                                _ = &mut down => true,
-                            };
-                            if down_first {
-                                break 'serve Err(shutting_down(&ctx));
-                            }
+                        if s.hold_until_ready(&request, &mut down).await {
+                            break 'serve Err(shutting_down(&ctx));
                         }
                         if let Err(status) = s.on_request(&request) {
                             break 'serve Err(status);
@@ -543,6 +531,23 @@ impl<V: Protocol> Stream<V> {
         Ok(())
     }
 
+    /// Before a request is handled: waits out its hold ([`Stream::hold`]), if it has one, or
+    /// the server's shutdown, whichever comes first. True if the shutdown came first (the
+    /// stream ends; the request is not handled).
+    async fn hold_until_ready(
+        &mut self,
+        request: &V::Message,
+        down: &mut (impl Future + Unpin),
+    ) -> bool {
+        let Some(wait) = self.hold(request) else {
+            return false;
+        };
+        tokio::select! {
+            () = wait => false,
+            _ = down => true,
+        }
+    }
+
     /// Before a request that says what its client holds is handled: what the stream's answer
     /// must wait for first, once per stream at most (a gated rollout's client outside the
     /// cohort that holds the candidate's versions: see `rollout`; the wait is the picker's
@@ -553,13 +558,21 @@ impl<V: Protocol> Stream<V> {
             return None;
         }
         let held = V::held(request)?;
-        let type_url = <V as Machine>::request_type_url(request).as_str();
+        // A per-type service's request may leave the type out: it is the service's.
+        let type_url = match (
+            <V as Machine>::request_type_url(request).as_str(),
+            self.session.fixed_type(),
+        ) {
+            ("", Some(fixed)) => &**fixed,
+            (type_url, _) => type_url,
+        };
         let node = Some(<V as Machine>::node(request))
             .filter(|n| self.session.node().is_none() && !n.is_empty());
         let wait = picker.hold(Hold {
             stream: self.id,
             store: &self.store,
             node,
+            client: self.session.node(),
             type_url,
             held,
         })?;

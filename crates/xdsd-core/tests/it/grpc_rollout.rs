@@ -17,7 +17,7 @@ use tonic::Streaming;
 use xdsd_core::rollout::{Cohort, GateConfig, Record, Rollout, Selector, SharedState, HOLD_BOUND};
 use xdsd_core::store::{ResourceInput, Store, UpdateSummary};
 use xdsd_core::types::CLUSTER;
-use xdsd_core::XdsServer;
+use xdsd_core::{JsonCodec, XdsServer};
 
 use crate::support::{cds_answer, connect, input, node, Server, WAIT};
 use xdsd_testsupport::rollout::RolloutState;
@@ -230,14 +230,20 @@ impl SharedState for OnBoard {
 /// rollout through `board` (`late`: it hears of the others' decisions only when it reads the
 /// board again).
 async fn replica(first: &[u8], board: &Arc<Board>, late: bool) -> (Arc<Rollout>, Server) {
+    replica_of(vec![input(CLUSTER, "c", first)], board, late).await
+}
+
+/// [`replica`] holding `first` (and serving REST polls, their bodies protobuf: [`Passthrough`]).
+async fn replica_of(
+    first: Vec<ResourceInput>,
+    board: &Arc<Board>,
+    late: bool,
+) -> (Arc<Rollout>, Server) {
     let stable = Store::new();
     let selector = Selector::parse("cluster=canary").unwrap();
     let config = GateConfig::default().soak(Duration::from_secs(3600));
     let rollout = Rollout::new(Cohort::new(vec![selector]), config, stable.clone());
-    rollout
-        .canary_store()
-        .replace_all([input(CLUSTER, "c", first)])
-        .unwrap();
+    rollout.canary_store().replace_all(first).unwrap();
     rollout.start_at(Some(10)).unwrap();
     rollout.share(Arc::new(OnBoard {
         board: board.clone(),
@@ -248,18 +254,37 @@ async fn replica(first: &[u8], board: &Arc<Board>, late: bool) -> (Arc<Rollout>,
     }
     let server = XdsServer::builder(stable.clone())
         .rollout(rollout.clone())
+        .rest_json(Arc::new(Passthrough))
         .build()
         .expect("a server without TLS builds");
     (rollout, Server::serve(stable, server).await)
 }
 
+/// A "JSON" codec that passes the protobuf encoding through: REST polls in tests send and
+/// read protobuf bodies.
+struct Passthrough;
+
+impl JsonCodec for Passthrough {
+    fn request_from_json(&self, json: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(json.to_vec())
+    }
+    fn response_to_json(&self, encoded: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(encoded.to_vec())
+    }
+}
+
 /// The source's change of `revision` to `content`, on a replica.
 fn change(rollout: &Rollout, revision: i64, content: &'static [u8]) {
+    change_to(rollout, revision, vec![input(CLUSTER, "c", content)]);
+}
+
+/// The source's change of `revision` to `inputs`, on a replica.
+fn change_to(rollout: &Rollout, revision: i64, inputs: Vec<ResourceInput>) {
     rollout
         .commit_at(
             Some(revision),
             |s: &Store| -> Result<UpdateSummary, xdsd_core::store::StoreError> {
-                s.replace_all([input(CLUSTER, "c", content)])
+                s.replace_all(inputs)
             },
         )
         .unwrap();
@@ -462,4 +487,275 @@ async fn delta_recv(responses: &mut Streaming<DeltaDiscoveryResponse>) -> DeltaD
         .expect("a response in time")
         .expect("no error")
         .expect("a response")
+}
+
+/// A's client outside the cohort, after A promoted revision 11 ("2") over "1" (B has it, not
+/// told): the promoted CDS response it holds. B reads the board when asked.
+async fn promoted_on_a(
+    board: &Arc<Board>,
+) -> (
+    Arc<Rollout>,
+    Server,
+    Arc<Rollout>,
+    Server,
+    DiscoveryResponse,
+) {
+    let (a, server_a) = replica(b"1", board, false).await;
+    let (b, server_b) = replica(b"1", board, true).await;
+    let mut prod_a = Client::open(server_a.addr, "core-1", "prod").await;
+    let p1 = prod_a.recv().await;
+    prod_a.send(Some(&p1), None).await;
+    change(&a, 11, b"2");
+    change(&b, 11, b"2");
+    assert!(a.promote());
+    let p2 = prod_a.recv().await;
+    assert_eq!(
+        contents(&p2),
+        [b"2".to_vec()],
+        "A's client has the promotion"
+    );
+    assert_eq!(RolloutState::of(&b.status_json()), RolloutState::Soaking);
+    (a, server_a, b, server_b, p2)
+}
+
+/// A per-type service's request may leave its `type_url` empty (the service's type): a client
+/// that moves to B on the CDS service holding the promoted candidate that way is held as on
+/// ADS, not sent B's stable state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_type_stream_holding_a_promoted_candidate_with_no_type_url_does_not_go_back() {
+    use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
+    let board = Arc::new(Board::default());
+    let (_a, server_a, b, server_b, p2) = promoted_on_a(&board).await;
+    let (tx, rx) = mpsc::channel(16);
+    let mut responses = ClusterDiscoveryServiceClient::new(connect(server_b.addr).await)
+        .stream_clusters(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(DiscoveryRequest {
+        node: node("core-1", "prod"),
+        version_info: p2.version_info.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let recv = async {
+        tokio::time::timeout(WAIT, responses.message())
+            .await
+            .expect("a response in time")
+            .expect("no error")
+            .expect("a response")
+    };
+    let first = tokio::select! {
+        r = recv => Some(r),
+        () = promotions(&b, 1) => None,
+    };
+    if let Some(r) = first {
+        assert_ne!(
+            contents(&r),
+            [b"1".to_vec()],
+            "went back: B sent its stable state to a client holding the promoted candidate"
+        );
+    }
+    assert_eq!(
+        board.refreshes.load(Ordering::SeqCst),
+        1,
+        "B read the record again"
+    );
+    server_a.stop().await;
+    server_b.stop().await;
+}
+
+/// On a type with variants a SotW client's `version_info` is its view's version (the variants
+/// its parameters pick), not the type's: a client whose variant the promoted change touched,
+/// moving to B holding that view, is held, not sent B's stable variant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sotw_client_holding_a_promoted_variant_does_not_go_back() {
+    use xdsd_core::params::Constraints;
+    let variants = |prod: &'static [u8]| {
+        [("prod", prod), ("test", &b"t"[..])]
+            .map(|(env, content)| {
+                input(CLUSTER, "c", content).with_constraints(Some(
+                    Constraints::new(crate::support::env_constraint(env)).unwrap(),
+                ))
+            })
+            .to_vec()
+    };
+    let board = Arc::new(Board::default());
+    let (a, server_a) = replica_of(variants(b"1"), &board, false).await;
+    let (b, server_b) = replica_of(variants(b"1"), &board, true).await;
+    let prod_node = crate::support::node_with_metadata("core-1", "prod", &[("env", "prod")]);
+    let mut prod_a = Client::open_quiet(server_a.addr, "core-1", "prod").await;
+    prod_a.node = prod_node.clone().unwrap();
+    prod_a.send(None, None).await;
+    let p1 = prod_a.recv().await;
+    assert_eq!(contents(&p1), [b"1".to_vec()], "the prod variant");
+    prod_a.send(Some(&p1), None).await;
+    change_to(&a, 11, variants(b"2"));
+    change_to(&b, 11, variants(b"2"));
+    assert!(a.promote());
+    let p2 = prod_a.recv().await;
+    assert_eq!(
+        contents(&p2),
+        [b"2".to_vec()],
+        "A's client has the promotion"
+    );
+    let type_version = a
+        .stable_store()
+        .snapshot()
+        .get(CLUSTER)
+        .unwrap()
+        .version()
+        .to_string();
+    assert_ne!(
+        p2.version_info, type_version,
+        "its view's version, not the type's"
+    );
+
+    let mut moved = Client::open_quiet(server_b.addr, "core-1", "prod").await;
+    moved.node = prod_node.unwrap();
+    moved
+        .tx
+        .send(DiscoveryRequest {
+            node: Some(moved.node.clone()),
+            type_url: CLUSTER.into(),
+            version_info: p2.version_info.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let first = tokio::select! {
+        r = moved.recv() => Some(r),
+        () = promotions(&b, 1) => None,
+    };
+    if let Some(r) = first {
+        assert_ne!(
+            contents(&r),
+            [b"1".to_vec()],
+            "went back: B sent its stable variant to a client holding the promoted one"
+        );
+    }
+    assert_eq!(
+        board.refreshes.load(Ordering::SeqCst),
+        1,
+        "B read the record again"
+    );
+    server_a.stop().await;
+    server_b.stop().await;
+}
+
+/// A `FetchClusters` call on B saying it holds the promoted candidate (its `version_info`) is
+/// answered once B heard of the promotion, with it, not with B's stable state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_holding_a_promoted_candidate_does_not_go_back() {
+    use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
+    let board = Arc::new(Board::default());
+    let (_a, server_a, b, server_b, p2) = promoted_on_a(&board).await;
+    let fetched = ClusterDiscoveryServiceClient::new(connect(server_b.addr).await)
+        .fetch_clusters(DiscoveryRequest {
+            node: node("core-1", "prod"),
+            version_info: p2.version_info.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("an answer")
+        .into_inner();
+    assert_eq!(
+        contents(&fetched),
+        [b"2".to_vec()],
+        "went back: B answered its stable state to a fetch holding the promoted candidate"
+    );
+    assert_eq!(fetched.version_info, p2.version_info);
+    assert_eq!(
+        b.status_json()["promotions"],
+        1,
+        "B promoted as the record says"
+    );
+    assert_eq!(
+        board.refreshes.load(Ordering::SeqCst),
+        1,
+        "B read the record again"
+    );
+    server_a.stop().await;
+    server_b.stop().await;
+}
+
+/// A REST poll to B holding what A answered after the promotion (a REST answer's version) is
+/// not answered with B's stable state: it waits for B to hear of the promotion, then is held as
+/// unchanged, and is answered by the next change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_poll_holding_a_promoted_candidate_does_not_go_back() {
+    let board = Arc::new(Board::default());
+    let (_a, server_a, b, server_b, _) = promoted_on_a(&board).await;
+    let poll = |version: String| DiscoveryRequest {
+        node: node("core-1", "prod"),
+        version_info: version,
+        ..Default::default()
+    };
+    let (status, on_a) = rest_poll(server_a.addr, poll(String::new())).await;
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(contents(&on_a), [b"2".to_vec()], "A answers the promotion");
+
+    let mut held = tokio::spawn(rest_poll(server_b.addr, poll(on_a.version_info.clone())));
+    let early = tokio::select! {
+        r = &mut held => Some(r.unwrap()),
+        () = promotions(&b, 1) => None,
+    };
+    if let Some((status, r)) = early {
+        panic!(
+            "went back: B answered {status} with {:?} before it heard of the promotion",
+            contents(&r)
+        );
+    }
+    change(&b, 12, b"3");
+    assert!(b.promote());
+    let (status, on_b) = held.await.unwrap();
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(
+        contents(&on_b),
+        [b"3".to_vec()],
+        "went back, or not held: B's first answer to a poll holding the promoted candidate"
+    );
+    assert_eq!(
+        board.refreshes.load(Ordering::SeqCst),
+        1,
+        "B read the record again"
+    );
+    server_a.stop().await;
+    server_b.stop().await;
+}
+
+/// One REST poll (`POST /v3/discovery:clusters`, protobuf bodies: [`Passthrough`]) over
+/// HTTP/1.1: the status line and the answer.
+async fn rest_poll(
+    addr: std::net::SocketAddr,
+    request: DiscoveryRequest,
+) -> (String, DiscoveryResponse) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connected");
+    let body = prost::Message::encode_to_vec(&request);
+    let head = format!(
+        "POST /v3/discovery:clusters HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.expect("sent");
+    tcp.write_all(&body).await.expect("sent");
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, tcp.read_to_end(&mut answer))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP answer");
+    let status = String::from_utf8_lossy(&answer[..split])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let response = prost::Message::decode(&answer[split + 4..]).unwrap_or_default();
+    (status, response)
 }
