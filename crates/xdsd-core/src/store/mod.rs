@@ -8,6 +8,7 @@ mod resource;
 mod revision;
 mod snapshot;
 mod vhds;
+mod view;
 mod warming;
 mod watch;
 
@@ -28,7 +29,8 @@ pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
 pub(crate) use snapshot::{
     bytes_field, bytes_len, field_len, intern, put_length_delimited, string_field, string_len,
 };
-pub use snapshot::{Interner, Snapshot, TypeSnapshot, View};
+pub use snapshot::{Interner, Snapshot, TypeSnapshot};
+pub use view::View;
 use watch::{lock_index, merge_names, ChangedNames, TypeChange, Wake, WatchIndex};
 
 use crate::params::{self, Constraints, VariantError};
