@@ -683,8 +683,13 @@ impl envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_servic
     }
 }
 
-#[tokio::test]
-async fn a_relay_whose_upstream_accepts_the_stream_and_never_answers_is_not_ready() {
+/// An upstream on 127.0.0.1 that accepts ADS streams and never answers ([`Silent`]): its
+/// address, how many requests it read, and its task (abort it to stop it).
+async fn silent_upstream() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+) {
     use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -695,6 +700,12 @@ async fn a_relay_whose_upstream_accepts_the_stream_and_never_answers_is_not_read
         .add_service(AggregatedDiscoveryServiceServer::new(Silent(seen.clone())))
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
     let upstream = tokio::spawn(server);
+    (addr, seen, upstream)
+}
+
+#[tokio::test]
+async fn a_relay_whose_upstream_accepts_the_stream_and_never_answers_is_not_ready() {
+    let (addr, seen, upstream) = silent_upstream().await;
     let relay = Relay::start(&addr.to_string(), &["--upstream-wait", "100ms"]).await;
     // The relay's stream is up and asked for the prefetched types: connected, not answered.
     relay
@@ -717,19 +728,10 @@ async fn a_relay_whose_upstream_accepts_the_stream_and_never_answers_is_not_read
 /// a change does (`rest::*::a_poll_held_past_the_relays_linger_keeps_what_it_asks_subscribed`).
 #[tokio::test]
 async fn a_fetch_held_for_the_upstream_past_the_linger_keeps_what_it_asks_subscribed() {
-    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
     use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
     use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_client::EndpointDiscoveryServiceClient;
     // An upstream that never answers: the Fetch waits the whole `--upstream-wait`.
-    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("an address");
-    let server = tonic::transport::Server::builder()
-        .add_service(AggregatedDiscoveryServiceServer::new(Silent(seen.clone())))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
-    let upstream = tokio::spawn(server);
+    let (addr, _seen, upstream) = silent_upstream().await;
     let relay = Relay::start(
         &addr.to_string(),
         &["--prefetch", "none", "--upstream-wait", "3s"],
