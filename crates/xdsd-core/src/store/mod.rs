@@ -7,11 +7,13 @@ mod refs;
 mod resource;
 mod revision;
 mod snapshot;
+mod table;
 mod update;
 mod vhds;
 mod view;
 mod warming;
 mod watch;
+mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,12 +29,13 @@ pub use refs::{
     nearest, references, Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED,
 };
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
-pub(crate) use snapshot::{
-    bytes_field, bytes_len, field_len, intern, put_length_delimited, string_field, string_len,
-};
+pub(crate) use snapshot::intern;
 pub use snapshot::{Interner, Snapshot, TypeSnapshot};
 pub use view::View;
 use watch::{lock_index, merge_names, ChangedNames, TypeChange, Wake, WatchIndex};
+pub(crate) use wire::{
+    bytes_field, bytes_len, field_len, put_length_delimited, string_field, string_len,
+};
 
 use crate::params::{self, Constraints, VariantError};
 use crate::types::{ROUTE_CONFIGURATION, VIRTUAL_HOST};

@@ -896,7 +896,7 @@ fn a_length_delimited_field_is_written_as_prost_writes_it() {
         for len in [0usize, 1, 127, 128, 300, 16_383, 16_384, 2_097_152] {
             let bytes = vec![7u8; len];
             let mut ours = Vec::new();
-            snapshot::put_length_delimited(&mut ours, tag, &bytes);
+            wire::put_length_delimited(&mut ours, tag, &bytes);
             let mut theirs = Vec::new();
             prost::encoding::bytes::encode(tag, &bytes, &mut theirs);
             assert_eq!(ours, theirs, "tag {tag}, {len} bytes");

@@ -5,9 +5,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 
-use super::snapshot::{
-    field_len, put_length_delimited, string_field, string_len, version_of, Entries, Table,
-};
+use super::table::{version_of, Entries, Table};
+use super::wire::{field_len, put_length_delimited, string_field, string_len};
 use super::{Encoding, Resource};
 use crate::hash::HashMap as FastMap;
 
