@@ -82,11 +82,11 @@ pub struct UpdateSummary {
     pub changed: usize,
     /// Resources (variants) the store holds after the update.
     pub total: usize,
-    /// In [`ReferenceMode::Warn`]: the references of the new state to resources that do not
+    /// In [`ReferenceMode::Warn`](super::ReferenceMode::Warn): the references of the new state to resources that do not
     /// exist (the update was applied anyway). Empty in the other modes, and when nothing changed.
     pub dangling: Vec<Dangling>,
     /// The names the update added, changed or removed (a name with variants once), in type and
-    /// name order: the first [`MAX_LISTED`] of them, for logs; `changed` counts them all.
+    /// name order: the first [`MAX_LISTED`](super::MAX_LISTED) of them, for logs; `changed` counts them all.
     pub names: Vec<NameChange>,
 }
 
