@@ -296,6 +296,32 @@ async fn promotions(rollout: &Rollout, n: u64) {
     }
 }
 
+/// What a client moved to B holding A's promoted candidate is sent first, if anything before B
+/// hears of the promotion, is never B's `stable` content; and B read the record again, once.
+async fn expect_no_going_back(
+    first: impl std::future::Future<Output = DiscoveryResponse>,
+    b: &Rollout,
+    board: &Board,
+    stable: &[u8],
+) {
+    let first = tokio::select! {
+        r = first => Some(r),
+        () = promotions(b, 1) => None,
+    };
+    if let Some(r) = first {
+        assert_ne!(
+            contents(&r),
+            [stable.to_vec()],
+            "went back: B sent its stable state to a client holding the promoted candidate"
+        );
+    }
+    assert_eq!(
+        board.refreshes.load(Ordering::SeqCst),
+        1,
+        "B read the record again, once"
+    );
+}
+
 /// A SotW client outside the cohort opening a CDS stream on `addr` holding `version`.
 async fn reconnect_holding(addr: std::net::SocketAddr, version: &str) -> Client {
     let client = Client::open_quiet(addr, "core-1", "prod").await;
@@ -364,22 +390,7 @@ async fn a_client_holding_a_candidate_promoted_on_another_replica_does_not_go_ba
 
     // It comes to B holding it.
     let mut moved = reconnect_holding(server_b.addr, &p2.version_info).await;
-    let first = tokio::select! {
-        r = moved.recv() => Some(r),
-        () = promotions(&b, 1) => None,
-    };
-    if let Some(r) = first {
-        assert_ne!(
-            contents(&r),
-            [b"1".to_vec()],
-            "went back: B sent its stable state to a client holding the promoted candidate"
-        );
-    }
-    assert_eq!(
-        board.refreshes.load(Ordering::SeqCst),
-        1,
-        "B read the record again, once"
-    );
+    expect_no_going_back(moved.recv(), &b, &board, b"1").await;
     // The next change, promoted on B: the moved client's next response (its first) is it.
     change(&b, 12, b"3");
     assert!(b.promote());
@@ -546,22 +557,7 @@ async fn a_per_type_stream_holding_a_promoted_candidate_with_no_type_url_does_no
             .expect("no error")
             .expect("a response")
     };
-    let first = tokio::select! {
-        r = recv => Some(r),
-        () = promotions(&b, 1) => None,
-    };
-    if let Some(r) = first {
-        assert_ne!(
-            contents(&r),
-            [b"1".to_vec()],
-            "went back: B sent its stable state to a client holding the promoted candidate"
-        );
-    }
-    assert_eq!(
-        board.refreshes.load(Ordering::SeqCst),
-        1,
-        "B read the record again"
-    );
+    expect_no_going_back(recv, &b, &board, b"1").await;
     server_a.stop().await;
     server_b.stop().await;
 }
@@ -624,22 +620,7 @@ async fn a_sotw_client_holding_a_promoted_variant_does_not_go_back() {
         })
         .await
         .unwrap();
-    let first = tokio::select! {
-        r = moved.recv() => Some(r),
-        () = promotions(&b, 1) => None,
-    };
-    if let Some(r) = first {
-        assert_ne!(
-            contents(&r),
-            [b"1".to_vec()],
-            "went back: B sent its stable variant to a client holding the promoted one"
-        );
-    }
-    assert_eq!(
-        board.refreshes.load(Ordering::SeqCst),
-        1,
-        "B read the record again"
-    );
+    expect_no_going_back(moved.recv(), &b, &board, b"1").await;
     server_a.stop().await;
     server_b.stop().await;
 }
