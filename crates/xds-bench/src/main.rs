@@ -114,9 +114,17 @@ struct RunArgs {
     /// S2 stream count.
     #[arg(long)]
     s2_streams: Option<usize>,
+    /// S2's modes, comma-separated, run in this order at each cluster count: sotw, delta.
+    #[arg(long, value_delimiter = ',', default_value = "sotw,delta")]
+    s2_modes: Vec<String>,
     /// S2 cluster counts, comma-separated.
     #[arg(long, value_delimiter = ',')]
     s2_clusters: Vec<usize>,
+    /// Changes per S2 measurement (default 5, 2 with --quick, or --rounds if fewer). A p50 of 5
+    /// changes of about 20 ms moved by 2x between runs on a quiet host (BENCHMARKS.md, stop 65):
+    /// comparisons of delta S2 across builds want 25 or more.
+    #[arg(long)]
+    s2_rounds: Option<usize>,
     /// S5 stream count.
     #[arg(long)]
     s5_streams: Option<usize>,
@@ -234,15 +242,7 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         streams_per_connection: a.streams_per_connection.unwrap_or(if q { 10 } else { 100 }),
         seed: a.seed,
         s1_streams: or(&a.s1_streams, &[20, 50], &[1000, 2500, 5000, 10_000]),
-        s1_delta: a
-            .s1_modes
-            .iter()
-            .map(|m| match m.as_str() {
-                "sotw" => Ok(false),
-                "delta" => Ok(true),
-                other => anyhow::bail!("unknown S1 mode {other:?} (sotw, delta)"),
-            })
-            .collect::<anyhow::Result<_>>()?,
+        s1_delta: modes("S1", &a.s1_modes)?,
         s1_config: ConfigSpec {
             clusters: if q { 10 } else { 100 },
             endpoints: if q { 2 } else { 4 },
@@ -253,7 +253,11 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         rounds: a.rounds.unwrap_or(if q { 3 } else { 30 }),
         s2_streams: a.s2_streams.unwrap_or(if q { 20 } else { 1000 }),
         s2_clusters: or(&a.s2_clusters, &[50, 200], &[1000, 10_000]),
-        s2_rounds: a.rounds.map(|r| r.min(5)).unwrap_or(if q { 2 } else { 5 }),
+        s2_delta: modes("S2", &a.s2_modes)?,
+        s2_rounds: a
+            .s2_rounds
+            .or(a.rounds.map(|r| r.min(5)))
+            .unwrap_or(if q { 2 } else { 5 }),
         s5_streams: a.s5_streams.unwrap_or(if q { 20 } else { 1000 }),
         s5_rates: if !a.s5_rates.is_empty() {
             a.s5_rates.clone()
@@ -429,6 +433,18 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Server { kind, .. }) => rt.block_on(server::run(kind)),
         None => rt.block_on(run(cli.run)),
     }
+}
+
+/// A scenario's modes from the command line: `sotw` is `false`, `delta` is `true`.
+fn modes(scenario: &str, names: &[String]) -> anyhow::Result<Vec<bool>> {
+    names
+        .iter()
+        .map(|m| match m.as_str() {
+            "sotw" => Ok(false),
+            "delta" => Ok(true),
+            other => anyhow::bail!("unknown {scenario} mode {other:?} (sotw, delta)"),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -121,6 +121,8 @@ pub struct Plan {
     pub rounds: usize,
     pub s2_streams: usize,
     pub s2_clusters: Vec<usize>,
+    /// S2's modes, in order: `false` SotW, `true` delta.
+    pub s2_delta: Vec<bool>,
     pub s2_rounds: usize,
     pub s5_streams: usize,
     pub s5_rates: Vec<u32>,
@@ -907,7 +909,7 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
     }
     if wants("s2") {
         for &c in &plan.s2_clusters {
-            for delta in [false, true] {
+            for &delta in &plan.s2_delta {
                 for &server in &plan.servers {
                     rows.push(s2(ctx, server, delta, c).await);
                 }
