@@ -50,6 +50,9 @@ struct Script {
     acked: Notify,
     /// The test lets the upstream send the whole type.
     go: Notify,
+    /// The upstream has cluster `a` only (SotW): its answer to the wildcard is `a` again,
+    /// unchanged, which cannot be told from its answer to `a`.
+    only_a: bool,
 }
 
 /// Clusters `a`, `b` and `c`, answered by name, and a wildcard answered first with `a` alone
@@ -98,8 +101,15 @@ impl AggregatedDiscoveryService for Scripted {
                 let names: BTreeSet<String> = r.resource_names.iter().cloned().collect();
                 let wildcard = names.contains("*");
                 // `a`'s body: changed (2 s) once the wildcard's request is on its way.
-                let a = if phase == 0 && !wildcard { 1 } else { 2 };
-                let send: Option<Vec<&str>> = if wildcard && phase == 0 {
+                let a = if (phase == 0 && !wildcard) || script.only_a {
+                    1
+                } else {
+                    2
+                };
+                let send: Option<Vec<&str>> = if wildcard && phase == 0 && script.only_a {
+                    phase = 2;
+                    Some(vec!["a"])
+                } else if wildcard && phase == 0 {
                     // A push of a change of `a`, sent as a server sends a response before it
                     // reads the request (which is stale then).
                     phase = 1;
@@ -222,13 +232,18 @@ async fn start_scripted(script: Arc<Script>) -> SocketAddr {
 /// A relay of `upstream` speaking `flavor` upstream, nothing prefetched, serving on 127.0.0.1.
 /// Names stay pending for a minute: only the upstream's answer ends a wait in these tests.
 async fn start_relay(upstream: SocketAddr, flavor: Flavor) -> SocketAddr {
+    start_relay_waiting(upstream, flavor, Duration::from_secs(60)).await
+}
+
+/// [`start_relay`], names pending (and a wildcard told from no answer) for `wait` at most.
+async fn start_relay_waiting(upstream: SocketAddr, flavor: Flavor, wait: Duration) -> SocketAddr {
     let node = Node {
         id: "relay-wildcard".into(),
         ..Default::default()
     };
     let mut options = RelayOptions::new(xdsd_client::Options::new(upstream.to_string()), node);
     options.flavor = flavor;
-    options.first_wait = Duration::from_secs(60);
+    options.first_wait = wait;
     let (mut source, observer, _metrics) = relay(options);
     let store = Store::with_reference_policy(ReferencePolicy::off());
     let feed = Feed::new(store.clone()).allow_empty(true);
@@ -418,4 +433,25 @@ async fn over_a_delta_upstream_a_delta_wildcard_client_is_never_sent_the_answer_
         Flavor::Delta,
     )
     .await;
+}
+
+/// Every cluster the upstream has is asked by name: its answer to the wildcard cannot be told
+/// from its answer to those names, and the wildcard client is answered with what the relay
+/// holds once `--upstream-wait` has passed (bounded; logged at WARN), not never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_whose_answer_cannot_be_told_from_the_names_is_answered_at_the_upstream_wait() {
+    let script = Arc::new(Script {
+        only_a: true,
+        ..Script::default()
+    });
+    let relay = start_relay_waiting(
+        start_scripted(script.clone()).await,
+        Flavor::Sotw,
+        Duration::from_millis(500),
+    )
+    .await;
+    let (_named, mut named) = downstream(relay, Flavor::Sotw, "named", &["a"]).await;
+    assert_eq!(next_names(&mut named, "the named client").await, ["a"]);
+    let (_wild, mut wild) = downstream(relay, Flavor::Sotw, "wild", &[]).await;
+    assert_eq!(next_names(&mut wild, "the wildcard client").await, ["a"]);
 }
