@@ -51,8 +51,8 @@ pub use driver::{
 };
 pub use machine::{
     Client, Config, Event, Flavor, Key, Limits, Request, Resource, SubscribeError, Update,
-    Validator, DEFAULT_DOES_NOT_EXIST_TIMEOUT, FEATURE_RESOURCE_IN_SOTW, FEATURE_RESOURCE_TTL,
-    RESOURCE_WRAPPER, WILDCARD,
+    Validator, WildcardAnswer, DEFAULT_DOES_NOT_EXIST_TIMEOUT, FEATURE_RESOURCE_IN_SOTW,
+    FEATURE_RESOURCE_TTL, RESOURCE_WRAPPER, WILDCARD,
 };
 
 #[cfg(test)]

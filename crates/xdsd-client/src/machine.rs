@@ -22,7 +22,7 @@ mod response;
 mod state;
 mod wire;
 
-use state::{drop_unwanted, Held, HeldKey, Sub, TypeState, Wildcard};
+use state::{drop_unwanted, Held, HeldKey, Sub, TypeState, Wildcard, WildcardWait};
 use wire::{delta_request, sotw_request};
 
 /// Type URL of `envoy.service.discovery.v3.Resource`, the wrapper a SotW response uses for a
@@ -193,6 +193,17 @@ pub enum Event {
         /// The name.
         name: String,
     },
+    /// What the client holds of a type is its server's answer to the type's wildcard
+    /// subscription, as far as the client can tell (see [`WildcardAnswer`]): once per stream,
+    /// after the events of the response that answers it (or at its timeout). Until then, a
+    /// response may answer names asked before the wildcard only — in SotW a full state of
+    /// listeners or clusters without the rest of the type.
+    WildcardAnswered {
+        /// The type.
+        type_url: String,
+        /// How the client knows.
+        by: WildcardAnswer,
+    },
     /// A response was rejected (NACKed): the resources held before it are kept.
     Rejected {
         /// The type.
@@ -202,6 +213,29 @@ pub enum Event {
         /// The reason sent to the server.
         reason: String,
     },
+}
+
+/// How the client knows that what it holds of a type answers the type's wildcard
+/// subscription on its stream ([`Event::WildcardAnswered`]). A response names no request: a
+/// response the server sent before it read the request that added the wildcard (in SotW that
+/// request is then stale, and the server answers the ACK that carries the wildcard again)
+/// answers only the names asked before. So a response counts as the wildcard's answer only when
+/// it must follow the server's reading of the wildcard; otherwise the wait is bounded by
+/// [`Config::does_not_exist_timeout`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WildcardAnswer {
+    /// The wildcard was in the stream's first request of its type, which every response of the
+    /// type follows: the first response accepted answers it.
+    FirstRequest,
+    /// The response carries a resource no subscription of the stream asks for by name (nor by
+    /// alias, glob collection or resource locator): the server sent it for the wildcard, so it
+    /// had read it.
+    Unasked,
+    /// No response was shown to answer it within [`Config::does_not_exist_timeout`] of the
+    /// request that asked for it (e.g. every resource the server has of the type is asked by
+    /// name too, so its answer looks like the answer to those names): what is held is taken as
+    /// its answer.
+    TimedOut,
 }
 
 /// A request for the driver to send: on the aggregated stream, or on the stream of its type.
@@ -483,6 +517,9 @@ impl Client {
         state.wildcard = Some(Wildcard::Off);
         state.wildcard_changed = true;
         state.owed = true;
+        // Asked again, it waits for its answer again.
+        state.wildcard_wait = None;
+        state.wildcard_answered = false;
         // What the wildcard held may be anything held.
         let candidates = state.held.keys().cloned().collect();
         drop_unwanted(state, candidates);
@@ -539,6 +576,8 @@ impl Client {
             state.wildcard_changed = false;
             state.owed = state.interested();
             state.responses = 0;
+            state.wildcard_wait = None;
+            state.wildcard_answered = false;
             for sub in state.subs.values_mut() {
                 sub.asked_at = None;
             }
@@ -559,6 +598,8 @@ impl Client {
                     sub.deadline = None;
                 }
             }
+            // The wildcard's wait too: the next stream's first request asks for it again.
+            state.wildcard_wait = None;
         }
         self.events.push_back(Event::Disconnected {
             reason: reason.into(),
@@ -599,6 +640,18 @@ impl Client {
             Flavor::Sotw => Request::Sotw(sotw_request(&type_url, state, node)),
             Flavor::Delta => Request::Delta(delta_request(&type_url, state, node)),
         };
+        // The wildcard, asked for the first time on this stream, waits for its answer: any
+        // response if this is the stream's first request of the type, else one shown to follow
+        // the server's reading of it, or its timeout (see `WildcardAnswer`).
+        if state.wildcard() != Wildcard::Off
+            && !state.wildcard_answered
+            && state.wildcard_wait.is_none()
+        {
+            state.wildcard_wait = Some(WildcardWait {
+                first: state.initial,
+                deadline: now.checked_add(timeout),
+            });
+        }
         // The timers of what it asks for start: every subscription on the stream's first
         // request of the type, else those added since the last one.
         let asked =
@@ -632,6 +685,17 @@ impl Client {
     /// resources whose TTL passed are dropped.
     pub fn handle_timeout(&mut self, now: Instant) {
         for (type_url, state) in self.types.iter_mut() {
+            if state
+                .wildcard_wait
+                .is_some_and(|w| w.deadline.is_some_and(|d| d <= now))
+            {
+                state.wildcard_wait = None;
+                state.wildcard_answered = true;
+                self.events.push_back(Event::WildcardAnswered {
+                    type_url: type_url.clone(),
+                    by: WildcardAnswer::TimedOut,
+                });
+            }
             let mut due = Vec::new();
             while let Some((d, _)) = state.deadlines.first() {
                 if *d > now {
@@ -778,6 +842,14 @@ impl Client {
                 if sub.deadline.is_some() && state.provides(&key.name) {
                     return Err(format!("{type_url}: {:?} has a timer while held", key.name));
                 }
+            }
+            if state.wildcard_wait.is_some()
+                && (state.wildcard() == Wildcard::Off || !self.connected || state.wildcard_answered)
+            {
+                return Err(format!(
+                    "{type_url}: the wildcard waits for an answer while off, answered or \
+                     disconnected"
+                ));
             }
             if !self.connected && !self.requests.is_empty() {
                 return Err("requests queued while disconnected".to_owned());

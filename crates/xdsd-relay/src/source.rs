@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
-use xdsd_client::{Config, Event, Flavor, XdsClient};
+use xdsd_client::{Config, Event, Flavor, WildcardAnswer, XdsClient};
 use xdsd_core::ClientNode;
 use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent, Store};
 
@@ -402,6 +402,14 @@ impl RelaySource {
             }
             Event::DoesNotExist { type_url, name } => {
                 self.table.does_not_exist(&key, &type_url, &name);
+            }
+            Event::WildcardAnswered { type_url, by } => {
+                let first = self.table.wildcard_answered(&key, &type_url);
+                if first && by == WildcardAnswer::TimedOut {
+                    warn!(upstream = %server, stream = %key, type_url, "no upstream response could be told to answer the wildcard within {:?} (every resource it sent is asked by name too, or it sent nothing): what the stream holds is taken as the whole type", self.options.first_wait);
+                } else {
+                    debug!(upstream = %server, stream = %key, type_url, by = ?by, "the upstream answered the wildcard");
+                }
             }
             Event::Rejected {
                 type_url,

@@ -21,7 +21,9 @@
 //! upstream answers. Nothing waits here: the declaration is made in the observer's call, before
 //! the server answers the request. What an upstream response answers is the table's to say as
 //! it takes the response in (each resource's name and aliases, a removal's subscribed names,
-//! a does-not-exist, the type's wildcard only if the group subscribes to it); those answers wait
+//! a does-not-exist; the type's wildcard, if the group subscribes to it, only once the group's
+//! stream says that what it holds answers it: a response may answer only names asked before
+//! the wildcard, `xdsd_client::WildcardAnswer`); those answers wait
 //! in the table for their partition's commit, are resolved in its swap
 //! ([`Table::stage_answers`], [`Table::stage_shared`]) and announced once it is committed,
 //! which wakes the streams that wait for them through the store's watch path. What was answered is a flag of the want's entry: it goes
@@ -841,8 +843,8 @@ impl Table {
 
     /// `group` was sent `resources` of `type_url` (added or changed) in one response: cached,
     /// and what they answer is answered once committed — each resource's name and aliases
-    /// (VHDS: asked as `ROUTE_CONFIG/DOMAIN`), and the type's wildcard only if it is what the
-    /// group subscribes to (an answer to names says nothing of the names not asked yet).
+    /// (VHDS: asked as `ROUTE_CONFIG/DOMAIN`) and the glob collections they are members of;
+    /// never the type's wildcard ([`Table::wildcard_answered`] says when).
     pub(crate) fn received(
         &self,
         group: &GroupKey,
@@ -877,10 +879,12 @@ impl Table {
             let wants: Vec<&Want> = rerouted.iter().collect();
             self.declare_in(&mut state, &wants, None, Instant::now());
         }
+        // A response of its type is not its wildcard's answer (it may answer names asked
+        // before the wildcard, sent before the upstream read it): the group's stream says
+        // which is ([`Table::wildcard_answered`]). It is a response, which readiness reads.
         let wildcard = Want::wildcard(group.clone(), &type_key);
         if let Some(entry) = state.wants.get_mut(&wildcard).filter(|e| e.subscribed) {
             entry.responded = true;
-            answers.push(wildcard);
         }
         // A member answers its glob collection if the group subscribes to it: the upstream
         // sends a glob's members together (xRFC TP1). Only xdstp names pay (a lookup per
@@ -897,6 +901,22 @@ impl Table {
             .collect();
         answers.extend(globs);
         state.answering(&group.partition).append(&mut answers);
+    }
+
+    /// `group`'s upstream stream holds its server's answer to the wildcard of `type_url`
+    /// (`xdsd_client::Event::WildcardAnswered`, after the events of the response that brought
+    /// it): the wildcard, if the group subscribes to it, is answered once committed, and with
+    /// it the names of its type in its group. Whether it was not answered before (a stream
+    /// that reconnected answers it again).
+    pub(crate) fn wildcard_answered(&self, group: &GroupKey, type_url: &str) -> bool {
+        let mut state = self.state();
+        let wildcard = Want::wildcard(group.clone(), type_url);
+        let Some(entry) = state.wants.get(&wildcard).filter(|e| e.subscribed) else {
+            return false;
+        };
+        let first = !entry.answered;
+        state.answering(&group.partition).push(wildcard);
+        first
     }
 
     /// The upstream removed these variants of `names` of `type_url` from `group`: the wants

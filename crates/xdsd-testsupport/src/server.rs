@@ -210,10 +210,11 @@ pub async fn wait_for<T>(events: &mut Events, mut pick: impl FnMut(&Event) -> Op
     found.expect("the event came in time")
 }
 
-/// The next event other than Connected, or a panic after WAIT.
+/// The next event other than Connected and WildcardAnswered (neither says what changed), or a
+/// panic after WAIT.
 pub async fn next_news(events: &mut Events) -> Event {
     wait_for(events, |e| {
-        (!matches!(e, Event::Connected)).then(|| e.clone())
+        (!matches!(e, Event::Connected | Event::WildcardAnswered { .. })).then(|| e.clone())
     })
     .await
 }

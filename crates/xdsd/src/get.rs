@@ -423,6 +423,8 @@ async fn run_get(args: &GetArgs) -> anyhow::Result<bool> {
                 last_problem = Some(reason);
             }
             Event::Connected => connected = true,
+            // A wildcard's answer is what its updates brought.
+            Event::WildcardAnswered { .. } => {}
         }
     };
     drop(client);
@@ -701,6 +703,8 @@ async fn run_watch(args: &WatchArgs) -> anyhow::Result<()> {
                 names.join(",")
             ),
             Event::DoesNotExist { name, .. } => format!("{kind} does-not-exist={name}"),
+            // Nothing changed: its updates are printed.
+            Event::WildcardAnswered { .. } => continue,
             Event::Rejected {
                 version, reason, ..
             } => format!("{kind} rejected version={version}: {reason}"),

@@ -156,7 +156,8 @@ pub(crate) struct RelayArgs {
     /// it serves what it has (not ready, /readyz 503, until the upstream answers); and how long a
     /// name or type a client asks for that the upstream has not answered yet is held pending,
     /// its clients not told that it does not exist, before they are answered with what the
-    /// relay has (the upstream streams' does-not-exist timer too).
+    /// relay has (the upstream streams' does-not-exist timer too, and the longest a wildcard
+    /// waits for an upstream response that can be told to answer it: docs/relay.md).
     #[arg(
         long,
         value_name = "DURATION",

@@ -11,7 +11,9 @@ use prost::Message;
 
 use super::canonical_owned;
 use super::wire::{decode_sotw, decode_wrapper, held_key, Received};
-use super::{Client, Event, Held, HeldKey, Resource, Update};
+use super::{
+    Client, Event, Held, HeldKey, Resource, Update, Wildcard, WildcardAnswer, WildcardWait,
+};
 use crate::types;
 use xdsd_xdstp::collection_of;
 
@@ -211,6 +213,16 @@ impl Client {
 
         // Accepted: apply.
         let state = self.types.get_mut(type_url).expect("checked by the caller");
+        // Whether it answers the type's wildcard (see `WildcardAnswer`): looked at only while
+        // the wildcard waits for its answer on this stream.
+        let wildcard_answer = match state.wildcard_wait {
+            Some(_) if state.wildcard() == Wildcard::Off => None,
+            Some(WildcardWait { first: true, .. }) => Some(WildcardAnswer::FirstRequest),
+            Some(_) if updates.values().any(|r| !state.asks_by_name(r)) => {
+                Some(WildcardAnswer::Unasked)
+            }
+            _ => None,
+        };
         let mut update = Update {
             type_url: type_url.to_owned(),
             version: version.to_owned(),
@@ -364,6 +376,14 @@ impl Client {
             self.events.push_back(Event::DoesNotExist {
                 type_url: type_url.to_owned(),
                 name,
+            });
+        }
+        if let Some(by) = wildcard_answer {
+            state.wildcard_wait = None;
+            state.wildcard_answered = true;
+            self.events.push_back(Event::WildcardAnswered {
+                type_url: type_url.to_owned(),
+                by,
             });
         }
         Ok(())

@@ -14,6 +14,15 @@ pub(super) enum Wildcard {
     Explicit,
 }
 
+/// The wildcard asked on this stream and not answered yet (see `WildcardAnswer`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WildcardWait {
+    /// It was in the stream's first request of its type: every response follows it.
+    pub(super) first: bool,
+    /// What is held is taken as its answer at this time, unless a response answers it before.
+    pub(super) deadline: Option<Instant>,
+}
+
 /// What is known of one subscribed name.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Sub {
@@ -75,6 +84,10 @@ pub(super) struct TypeState {
     pub(super) answered: bool,
     /// Responses received on this stream.
     pub(super) responses: u64,
+    /// The wildcard was asked on this stream and is not answered yet.
+    pub(super) wildcard_wait: Option<WildcardWait>,
+    /// The wildcard's answer on this stream was reported ([`Event::WildcardAnswered`]).
+    pub(super) wildcard_answered: bool,
 }
 
 /// Whether a held resource answers a subscription to `name`: by its name or an alias, or a
@@ -124,9 +137,13 @@ impl TypeState {
     /// Whether a received resource is one the client asked for: by its name or by one of its
     /// aliases.
     pub(super) fn wants(&self, resource: &Resource) -> bool {
-        if self.wildcard() != Wildcard::Off {
-            return true;
-        }
+        self.wildcard() != Wildcard::Off || self.asks_by_name(resource)
+    }
+
+    /// Whether a subscription other than the wildcard asks for a received resource: by its
+    /// name or one of its aliases (a locator's parameters matching its constraints), or as a
+    /// member of its glob collection.
+    pub(super) fn asks_by_name(&self, resource: &Resource) -> bool {
         let constraints = resource.constraints.as_ref();
         let takes = |key: &Key| {
             key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params))
@@ -294,11 +311,12 @@ impl TypeState {
         }
     }
 
-    /// The next instant something is due: a timer or an expiry.
+    /// The next instant something is due: a timer, the wildcard's or an expiry.
     pub(super) fn next_due(&self) -> Option<Instant> {
         let deadline = self.deadlines.first().map(|(d, _)| *d);
         let expiry = self.expiries.first().map(|(e, _)| *e);
-        deadline.into_iter().chain(expiry).min()
+        let wildcard = self.wildcard_wait.and_then(|w| w.deadline);
+        deadline.into_iter().chain(expiry).chain(wildcard).min()
     }
 }
 

@@ -640,18 +640,28 @@ fn a_partition_whose_cache_holds_nothing_is_let_go_once_its_change_is_taken() {
 }
 
 #[test]
-fn an_answer_to_names_answers_the_types_wildcard_only_if_the_group_subscribes_to_it() {
+fn a_response_of_its_type_does_not_answer_the_groups_wildcard() {
+    // An answer to `a`, asked before the wildcard, sent before the upstream read the wildcard:
+    // it says nothing of the names not asked (a SotW client's full state without them).
     let table = table();
     table.acquire(1, named("a"));
-    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
-    assert_eq!(table.state().answering[&Partition::All], vec![named("a")]);
-    table.state().answering.clear();
     table.acquire(2, cds());
     table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
-    assert_eq!(
-        table.state().answering[&Partition::All],
-        vec![named("a"), cds()]
+    assert_eq!(table.state().answering[&Partition::All], vec![named("a")]);
+    assert!(table.responded(&cds()), "a response, which readiness reads");
+}
+
+#[test]
+fn the_groups_wildcard_is_answered_when_its_stream_says_so_if_the_group_subscribes_to_it() {
+    let table = table();
+    table.wildcard_answered(&GroupKey::shared(), CDS);
+    assert!(
+        !table.state().answering.contains_key(&Partition::All),
+        "an answer nobody subscribed to is nothing to remember"
     );
+    table.acquire(2, cds());
+    table.wildcard_answered(&GroupKey::shared(), CDS);
+    assert_eq!(table.state().answering[&Partition::All], vec![cds()]);
 }
 
 #[test]
