@@ -5,54 +5,235 @@
 //! reading would then pin a copy of a response as large as the whole configuration.
 
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
-use futures::channel::mpsc;
-use futures::StreamExt as _;
 use http::{HeaderMap, HeaderValue};
 use http_body::Frame;
 use tonic::Status;
 
 use super::wire::{Chunks, Pieces};
 
-/// What a stream's driver hands to its body: a response, or the status the stream ends with.
-/// Boxed, so that the channel's node for the one in flight is small.
-pub(crate) type Item<R> = Box<Result<R, Status>>;
-/// The driver's end of the channel to its body. The channel holds two items (the driver hands
-/// over a third response once the body took the first); it is futures' rather than tokio's,
-/// whose idle channel keeps a block of 32 slots, about 800 bytes per stream against 250 (futures'
-/// keeps no slots: a node per item queued).
-pub(crate) type Sender<R> = mpsc::Sender<Item<R>>;
+/// How many computed responses wait for the body at most: a change that owes two responses (a
+/// Cluster, and the endpoints Envoy warms it with) hands both over in one turn of the driver
+/// (with one, the second waited for the body to take the first: one more wake-up of the stream
+/// per change). Beyond them the next response is computed only when one was taken, so a slow
+/// client holds at most the one being written and two computed responses plus its coalesced
+/// dirty names (and one response in flight per type waits for its ACK anyway).
+const ROOM: usize = 2;
 
-/// A channel from a stream's driver to its body, holding two items: a change that owes two
-/// responses (a Cluster, and the endpoints Envoy warms it with) hands both over in one turn of
-/// the driver (with one, the second waited for the body to take the first: one more wake-up of
-/// the stream per change). Beyond them the next response is computed only when one was taken,
-/// so a slow client holds at most the one being written and two computed responses plus its
-/// coalesced dirty names (and one response in flight per type waits for its ACK anyway).
-pub(crate) fn channel<R>() -> (Sender<R>, mpsc::Receiver<Item<R>>) {
-    // Room for `1 + the number of senders` (one) items.
-    mpsc::channel(1)
+/// The body is gone (the client reset the stream, or the body ended): nothing handed over will
+/// be written.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Gone;
+
+/// What a stream's driver and its body share: the responses waiting to be written, in two slots
+/// kept for the stream's life (no node allocated and freed per response, as a channel's queue
+/// would, nor a box per response), the status the driver ends with, and each side's waker.
+struct Shared<R> {
+    state: Mutex<State<R>>,
 }
 
-/// Hands `item` to the body once the channel has room; `Err` when the body is gone. Does not
-/// wait for the body to take `item` itself (a sink's `send` would, waking the driver once more
-/// per response).
-pub(crate) async fn send<R>(tx: &mut Sender<R>, item: Item<R>) -> Result<(), mpsc::SendError> {
-    std::future::poll_fn(|cx| tx.poll_ready(cx)).await?;
-    tx.start_send(item)
+struct State<R> {
+    /// The responses waiting, oldest first: `slots[head]`, then the other.
+    slots: [Option<R>; ROOM],
+    head: usize,
+    len: usize,
+    /// The status the driver ended the stream with, written once the responses before it were.
+    status: Option<Status>,
+    /// The driver handed over its status, or was dropped: nothing more comes.
+    ended: bool,
+    /// The body ended or was dropped: nothing handed over is written.
+    closed: bool,
+    /// The body, waiting for a response.
+    body: Option<Waker>,
+    /// The driver, waiting for room.
+    driver: Option<Waker>,
 }
 
-/// A stream's response body: the responses received on a channel, then the trailers.
+impl<R> Shared<R> {
+    fn state(&self) -> MutexGuard<'_, State<R>> {
+        // A poisoned lock only means a thread panicked holding it; the slots are still valid.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Registers `cx`'s waker in `slot`, unless the one there wakes the same task already.
+fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(waker) if waker.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
+}
+
+/// The driver's end, handing responses to its body ([`channel`]).
+pub(crate) struct Sender<R> {
+    shared: Arc<Shared<R>>,
+}
+
+/// The body's end ([`channel`]).
+pub(crate) struct Receiver<R> {
+    shared: Arc<Shared<R>>,
+}
+
+/// The hand-over from a stream's driver to its body: room for [`ROOM`] computed responses, then
+/// the status the stream ends with. The driver waits for room, never for the body to take what
+/// it handed over (that would wake the driver once more per response).
+pub(crate) fn channel<R>() -> (Sender<R>, Receiver<R>) {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            slots: [None, None],
+            head: 0,
+            len: 0,
+            status: None,
+            ended: false,
+            closed: false,
+            body: None,
+            driver: None,
+        }),
+    });
+    (
+        Sender {
+            shared: shared.clone(),
+        },
+        Receiver { shared },
+    )
+}
+
+impl<R> Sender<R> {
+    /// Hands `item` over once there is room for it (a response, or the ending status, each
+    /// takes one), under one lock; `Err` when the body is gone.
+    fn poll_hand(
+        &mut self,
+        cx: &mut Context<'_>,
+        item: &mut Option<Next<R>>,
+    ) -> Poll<Result<(), Gone>> {
+        let waker = {
+            let mut state = self.shared.state();
+            if state.closed {
+                return Poll::Ready(Err(Gone));
+            }
+            if state.len >= ROOM {
+                register(&mut state.driver, cx);
+                return Poll::Pending;
+            }
+            match item.take() {
+                Some(Next::Response(response)) => {
+                    let at = (state.head + state.len) % ROOM;
+                    state.slots[at] = Some(response);
+                    state.len += 1;
+                }
+                Some(Next::End(status)) => state.end(status),
+                None => {}
+            }
+            state.body.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Hands `response` to the body once there is room; `Err` when the body is gone.
+    pub(crate) async fn send(&mut self, response: R) -> Result<(), Gone> {
+        let mut item = Some(Next::Response(response));
+        std::future::poll_fn(|cx| self.poll_hand(cx, &mut item)).await
+    }
+
+    /// Ends the stream with `status`, written after the responses handed over before it, once
+    /// there is room for it as for a response; `Err` when the body is gone.
+    pub(crate) async fn end(&mut self, status: Status) -> Result<(), Gone> {
+        let mut item = Some(Next::End(Some(status)));
+        std::future::poll_fn(|cx| self.poll_hand(cx, &mut item)).await
+    }
+}
+
+impl<R> State<R> {
+    /// The driver ends the stream (with `status`, or OK): nothing more comes. The first end
+    /// counts.
+    fn end(&mut self, status: Option<Status>) {
+        if !self.ended {
+            self.ended = true;
+            self.status = status;
+        }
+    }
+}
+
+impl<R> Drop for Sender<R> {
+    /// A driver gone without a status ends the stream with OK, after what it handed over.
+    fn drop(&mut self) {
+        let waker = {
+            let mut state = self.shared.state();
+            state.end(None);
+            state.body.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// What the body takes next.
+enum Next<R> {
+    Response(R),
+    /// The driver ended the stream: with this status, or OK when it ended without one.
+    End(Option<Status>),
+}
+
+impl<R> Receiver<R> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Next<R>> {
+        let (next, waker) = {
+            let mut state = self.shared.state();
+            let head = state.head;
+            if let Some(response) = state.slots[head].take() {
+                state.head = (head + 1) % ROOM;
+                state.len -= 1;
+                (Next::Response(response), state.driver.take())
+            } else if state.ended {
+                (Next::End(state.status.take()), None)
+            } else {
+                register(&mut state.body, cx);
+                return Poll::Pending;
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Poll::Ready(next)
+    }
+
+    /// Nothing more is taken: the driver's next hand-over fails, and what waits is dropped.
+    fn close(&mut self) {
+        let (slots, waker) = {
+            let mut state = self.shared.state();
+            state.closed = true;
+            state.len = 0;
+            (std::mem::take(&mut state.slots), state.driver.take())
+        };
+        // Dropped outside the lock.
+        drop(slots);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl<R> Drop for Receiver<R> {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A stream's response body: the responses its driver hands over, then the trailers.
 pub(crate) struct ResponseBody<R> {
-    responses: mpsc::Receiver<Item<R>>,
+    responses: Receiver<R>,
     writing: Option<Chunks<R>>,
     ended: bool,
 }
 
 impl<R> ResponseBody<R> {
-    pub(crate) fn new(responses: mpsc::Receiver<Item<R>>) -> ResponseBody<R> {
+    pub(crate) fn new(responses: Receiver<R>) -> ResponseBody<R> {
         ResponseBody {
             responses,
             writing: None,
@@ -91,8 +272,8 @@ impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
             if this.ended {
                 return Poll::Ready(None);
             }
-            let status = match ready!(this.responses.poll_next_unpin(cx)).map(|item| *item) {
-                Some(Ok(response)) => match Chunks::new(response) {
+            let status = match ready!(this.responses.poll_next(cx)) {
+                Next::Response(response) => match Chunks::new(response) {
                     Ok(chunks) => {
                         this.writing = Some(chunks);
                         continue;
@@ -101,9 +282,9 @@ impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
                         "a response of {len} bytes is over gRPC's 4 GiB message limit"
                     )),
                 },
-                Some(Err(status)) => status,
+                Next::End(Some(status)) => status,
                 // The driver ended the stream without an error.
-                None => Status::ok(""),
+                Next::End(None) => Status::ok(""),
             };
             this.ended = true;
             this.responses.close();
@@ -130,11 +311,12 @@ pub(crate) fn response<R: Pieces + Send + Unpin + 'static>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use envoy_types::pb::envoy::service::discovery::v3::{
         DeltaDiscoveryResponse, DiscoveryResponse,
     };
+    use std::future::Future as _;
+
     use http_body_util::BodyExt;
     use prost::Message;
 
@@ -148,31 +330,35 @@ mod tests {
         Arc::new(Resource::new(CLUSTER, name, Bytes::from(vec![b'x'; len])))
     }
 
-    /// Collects a body: its data frames and its trailers.
+    /// Collects a body: its data frames and its trailers, `responses` (then `end`) handed over
+    /// as the body takes them.
     async fn collect<R: Pieces + Send + Unpin + 'static>(
         responses: Vec<R>,
         end: Option<Status>,
     ) -> (Vec<Bytes>, HeaderMap) {
-        use futures::SinkExt as _;
-        let (mut tx, rx) = mpsc::channel(responses.len() + 1);
-        for r in responses {
-            tx.send(Box::new(Ok(r))).await.unwrap();
-        }
-        if let Some(status) = end {
-            tx.send(Box::new(Err(status))).await.unwrap();
-        }
-        drop(tx);
-        let mut body = ResponseBody::new(rx);
-        let mut chunks = Vec::new();
-        let mut trailers = None;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.unwrap();
-            match frame.into_data() {
-                Ok(data) => chunks.push(data),
-                Err(frame) => trailers = frame.into_trailers().ok(),
+        let (mut tx, rx) = channel();
+        let driver = async move {
+            for r in responses {
+                tx.send(r).await.unwrap();
             }
-        }
-        (chunks, trailers.expect("trailers"))
+            if let Some(status) = end {
+                tx.end(status).await.unwrap();
+            }
+        };
+        let read = async move {
+            let mut body = ResponseBody::new(rx);
+            let mut chunks = Vec::new();
+            let mut trailers = None;
+            while let Some(frame) = body.frame().await {
+                let frame = frame.unwrap();
+                match frame.into_data() {
+                    Ok(data) => chunks.push(data),
+                    Err(frame) => trailers = frame.into_trailers().ok(),
+                }
+            }
+            (chunks, trailers.expect("trailers"))
+        };
+        futures::join!(driver, read).1
     }
 
     /// The gRPC messages in `bytes`.
@@ -201,20 +387,23 @@ mod tests {
         }
     }
 
+    fn empty(n: u64) -> SotwResponse {
+        sotw(SotwResources::Some(Default::default()), n)
+    }
+
     #[tokio::test]
     async fn the_driver_hands_over_two_responses_and_a_third_once_the_body_took_one() {
         use futures::FutureExt as _;
         let (mut tx, rx) = channel::<SotwResponse>();
-        let response = |n| Box::new(Ok(sotw(SotwResources::Some(Default::default()), n)));
         assert!(
-            send(&mut tx, response(1)).now_or_never().is_some(),
+            tx.send(empty(1)).now_or_never().is_some(),
             "the first goes at once"
         );
         assert!(
-            send(&mut tx, response(2)).now_or_never().is_some(),
+            tx.send(empty(2)).now_or_never().is_some(),
             "so does the second (a Cluster and the endpoints that warm it, in one turn)"
         );
-        let mut pending = Box::pin(send(&mut tx, response(3)));
+        let mut pending = Box::pin(tx.send(empty(3)));
         assert!(
             (&mut pending).now_or_never().is_none(),
             "the third waits for the body"
@@ -226,6 +415,123 @@ mod tests {
             pending.now_or_never().expect("taken").is_ok(),
             "then the third goes"
         );
+    }
+
+    /// The nonces of the gRPC messages in `chunks`, in order.
+    fn nonces(chunks: &[Bytes]) -> Vec<String> {
+        let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        messages(&bytes)
+            .into_iter()
+            .map(|m| DiscoveryResponse::decode(m).unwrap().nonce)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_ending_status_waits_for_room_and_goes_after_the_responses_before_it() {
+        use futures::FutureExt as _;
+        let (mut tx, rx) = channel::<SotwResponse>();
+        tx.send(empty(1)).now_or_never().unwrap().unwrap();
+        tx.send(empty(2)).now_or_never().unwrap().unwrap();
+        let mut end = Box::pin(tx.end(Status::permission_denied("no")));
+        assert!(
+            (&mut end).now_or_never().is_none(),
+            "the status takes room as a response does"
+        );
+        let mut body = ResponseBody::new(rx);
+        let mut chunks = vec![body.frame().await.unwrap().unwrap().into_data().unwrap()];
+        end.now_or_never().expect("room").unwrap();
+        let mut trailers = None;
+        while let Some(frame) = body.frame().await {
+            match frame.unwrap().into_data() {
+                Ok(data) => chunks.push(data),
+                Err(frame) => trailers = frame.into_trailers().ok(),
+            }
+        }
+        assert_eq!(nonces(&chunks), ["1", "2"], "both written, in order");
+        assert_eq!(trailers.unwrap().get("grpc-status").unwrap(), "7");
+        assert!(http_body::Body::is_end_stream(&body));
+        drop(body);
+        assert_eq!(
+            tx.send(empty(3)).now_or_never(),
+            Some(Err(Gone)),
+            "nothing goes after the end"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_driver_gone_without_a_status_ends_the_stream_ok_after_what_it_handed_over() {
+        use futures::FutureExt as _;
+        let (mut tx, rx) = channel::<SotwResponse>();
+        tx.send(empty(1)).now_or_never().unwrap().unwrap();
+        drop(tx);
+        let mut body = ResponseBody::new(rx);
+        let mut chunks = Vec::new();
+        let mut trailers = None;
+        while let Some(frame) = body.frame().await {
+            match frame.unwrap().into_data() {
+                Ok(data) => chunks.push(data),
+                Err(frame) => trailers = frame.into_trailers().ok(),
+            }
+        }
+        assert_eq!(nonces(&chunks), ["1"]);
+        assert_eq!(trailers.unwrap().get("grpc-status").unwrap(), "0");
+    }
+
+    #[tokio::test]
+    async fn a_body_gone_fails_the_driver_waiting_for_room_and_drops_what_waited() {
+        use futures::FutureExt as _;
+        let (mut tx, rx) = channel::<DeltaResponse>();
+        let held = resource("held", 10);
+        let response = |n| DeltaResponse {
+            type_url: CLUSTER.into(),
+            system_version_info: "v".into(),
+            nonce: crate::protocol::Nonce::from(n),
+            resources: vec![held.clone()],
+            whole: None,
+            shared: None,
+            removed: Vec::new(),
+            removed_variants: Vec::new(),
+            heartbeats: Vec::new(),
+            unresolved: Vec::new(),
+            encoding: Default::default(),
+            oversized: None,
+            control_plane: false,
+        };
+        tx.send(response(1)).now_or_never().unwrap().unwrap();
+        tx.send(response(2)).now_or_never().unwrap().unwrap();
+        assert_eq!(Arc::strong_count(&held), 3);
+        let task = Arc::new(Woken::default());
+        let waker = std::task::Waker::from(task.clone());
+        let mut pending = Box::pin(tx.send(response(3)));
+        assert!(pending
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        drop(rx);
+        assert!(
+            task.0.load(std::sync::atomic::Ordering::Relaxed),
+            "the waiting driver is woken"
+        );
+        assert_eq!(
+            pending.now_or_never(),
+            Some(Err(Gone)),
+            "and told the body is gone"
+        );
+        assert_eq!(
+            Arc::strong_count(&held),
+            1,
+            "the responses that waited are dropped"
+        );
+    }
+
+    /// A waker that records it was woken.
+    #[derive(Default)]
+    struct Woken(std::sync::atomic::AtomicBool);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     #[tokio::test]

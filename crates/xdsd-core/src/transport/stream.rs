@@ -459,12 +459,9 @@ pub(crate) fn run<V: Protocol>(
             } else {
                 warn!(stream = s.id, node = %shown(s.session.node_id()), code = ?status.code(), reason = %shown(status.message()), "ending stream");
             }
-            if tokio::time::timeout(
-                FINAL_STATUS_WAIT,
-                body::send(&mut tx, Box::new(Err(status.clone()))),
-            )
-            .await
-            .is_err()
+            if tokio::time::timeout(FINAL_STATUS_WAIT, tx.end(status.clone()))
+                .await
+                .is_err()
             {
                 debug!(stream = s.id, node = %shown(s.session.node_id()), "the client does not read: ending without a status");
             }
@@ -741,7 +738,7 @@ impl<V: Protocol> Stream<V> {
             tokio::select! {
                 biased;
                 _ = &mut *down => return Err(Halt::ShuttingDown),
-                sent = body::send(tx, Box::new(Ok(response))) => sent.map_err(|_| Halt::Gone)?,
+                sent = tx.send(response) => sent.map_err(|_| Halt::Gone)?,
             }
         }
         Ok(())
