@@ -9,11 +9,17 @@
 //! - `eds-1`: a one-endpoint ClusterLoadAssignment that changes (the floor of a change).
 //!
 //! The server is xdsd-core's `XdsServer` over its `Store` in this process (as `--servers xdsd`),
-//! the clients raw delta streams; each side makes `--s13-changes` changes (5) one after the
+//! the clients raw delta streams; each side makes `--s13-changes` changes (10) one after the
 //! other, 1 s after the sync; a change's convergence is from the store's commit to the last
 //! stream having it, the side's the median of its changes', bytes what every stream received
-//! per change (the encoded responses).
+//! per change (the encoded responses). A change's CPU is the process's (server and clients),
+//! read to the nanosecond, from its commit to 200 ms after its last stream had it (the ACKs
+//! taken); the ratios compare the sides' medians. The sync fails only when it stalls (no
+//! stream takes a resource for the sync deadline), not when it is slow: on a loaded host 10
+//! million members to 1,000 streams may take minutes.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::{address, socket_address, Address, SocketAddress};
@@ -71,13 +77,14 @@ fn assignment(name: &str, endpoints: std::ops::Range<usize>) -> ResourceInput {
 }
 
 /// One stream: subscribes, waits for its first `expect` resources (the sync, maybe in several
-/// responses), then reports (time, bytes) of each later response.
+/// responses, each counted in `taken`), then reports (time, bytes) of each later response.
 async fn stream(
     channel: tonic::transport::Channel,
     type_url: &'static str,
     name: String,
     expect: usize,
-    synced: mpsc::Sender<()>,
+    taken: Arc<AtomicUsize>,
+    synced: mpsc::Sender<Instant>,
     seen: mpsc::Sender<(Instant, usize)>,
 ) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::channel(4);
@@ -108,8 +115,9 @@ async fn stream(
         .await?;
         if held < expect {
             held += r.resources.len();
+            taken.fetch_add(r.resources.len(), Ordering::Relaxed);
             if held >= expect {
-                let _ = synced.send(()).await;
+                let _ = synced.send(at).await;
             }
         } else {
             let _ = seen.send((at, bytes)).await;
@@ -136,6 +144,7 @@ async fn side(
     row.mode = mode.into();
     progress(&format!("S13 {mode} streams={streams}"));
     let result: anyhow::Result<()> = async {
+        let rss0 = crate::control::status_kib(std::process::id(), "VmRSS:").unwrap_or(0);
         let store = Store::new();
         store.replace_all(load)?;
         let server = XdsServer::builder(store.clone()).build()?;
@@ -152,6 +161,9 @@ async fn side(
         let channels = crate::client::connect(&addr.to_string(), connections(ctx, streams)).await?;
         let (synced_tx, mut synced_rx) = mpsc::channel(streams);
         let (seen_tx, mut seen_rx) = mpsc::channel(streams);
+        let taken = Arc::new(AtomicUsize::new(0));
+        let sync_start = Instant::now();
+        let sync_cpu0 = crate::control::self_cpu_seconds_exact();
         let mut tasks = Vec::new();
         for i in 0..streams {
             tasks.push(tokio::spawn(stream(
@@ -159,16 +171,24 @@ async fn side(
                 type_url,
                 name.to_owned(),
                 expect,
+                taken.clone(),
                 synced_tx.clone(),
                 seen_tx.clone(),
             )));
         }
-        let timeout = Duration::from_secs(ctx.plan.sync_timeout_s);
-        for _ in 0..streams {
-            tokio::time::timeout(timeout, synced_rx.recv())
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("a stream ended before its first response"))?;
-        }
+        let sync_ms = sync(
+            streams,
+            &mut synced_rx,
+            &taken,
+            sync_start,
+            Duration::from_secs(ctx.plan.sync_timeout_s),
+        )
+        .await?;
+        row.synced = sync_ms.len();
+        row.sync_ms = pct(sync_ms);
+        row.sync_cpu_s = crate::control::self_cpu_seconds_exact() - sync_cpu0;
+        let rss = crate::control::status_kib(std::process::id(), "VmRSS:").unwrap_or(0);
+        let synced_in = sync_start.elapsed();
         // Let the sync's tail (the first responses' ACKs, what the clients still decode) pass:
         // a change measured in it counts the sync's work (10,000 members per stream for LEDS).
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -177,9 +197,9 @@ async fn side(
         let mut lasts = Vec::with_capacity(count);
         let mut bytes = 0u64;
         let change_timeout = Duration::from_secs(ctx.plan.change_timeout_s);
-        let mut cpu = 0.0;
+        let mut cpus = Vec::with_capacity(count);
         for change in changes {
-            let cpu0 = crate::control::self_cpu_seconds();
+            let cpu0 = crate::control::self_cpu_seconds_exact();
             let start = Instant::now();
             store.apply([Change::Set(change)])?;
             let mut last = 0;
@@ -193,10 +213,12 @@ async fn side(
                 bytes += b as u64;
             }
             lasts.push(last);
-            cpu += crate::control::self_cpu_seconds() - cpu0;
-            // The ACKs of this change land before the next.
+            // The ACKs of this change land before the next (and count in its CPU).
             tokio::time::sleep(Duration::from_millis(200)).await;
+            cpus.push(crate::control::self_cpu_seconds_exact() - cpu0);
         }
+        let cpu: f64 = cpus.iter().sum();
+        cpus.sort_by(f64::total_cmp);
         row.conv_ms = pct(lasts);
         row.client_ms = pct(client_ns);
         row.changes = count;
@@ -204,9 +226,15 @@ async fn side(
         row.bytes = bytes / count.max(1) as u64;
         row.responses = (streams * count) as u64;
         row.note = format!(
-            "{:.0} bytes per stream and change, {count} changes",
-            bytes as f64 / (streams * count).max(1) as f64
+            "{:.0} bytes per stream and change, {count} changes; CPU per change median {:.1} ms (min {:.1}, max {:.1}); synced in {:.1} s, RSS +{} MiB after the sync",
+            bytes as f64 / (streams * count).max(1) as f64,
+            median(&cpus) * 1e3,
+            cpus.first().copied().unwrap_or(0.0) * 1e3,
+            cpus.last().copied().unwrap_or(0.0) * 1e3,
+            synced_in.as_secs_f64(),
+            rss.saturating_sub(rss0) / 1024,
         );
+        row.change_cpu_median_s = Some(median(&cpus));
         for t in tasks {
             t.abort();
         }
@@ -219,6 +247,49 @@ async fn side(
         row = failed_row(row, &e);
     }
     row
+}
+
+/// Waits for `streams` streams to sync: the time each took from `start`. Fails when the sync
+/// stalls (no stream took a resource for `stall`) or a stream ends, not when it is slow: its
+/// work (streams x members) is the bench's to choose, and a loaded host stretches it.
+async fn sync(
+    streams: usize,
+    synced: &mut mpsc::Receiver<Instant>,
+    taken: &AtomicUsize,
+    start: Instant,
+    stall: Duration,
+) -> anyhow::Result<Vec<u64>> {
+    let mut times = Vec::with_capacity(streams);
+    let mut progress = (taken.load(Ordering::Relaxed), Instant::now());
+    let look = (stall / 4).min(Duration::from_secs(1));
+    while times.len() < streams {
+        match tokio::time::timeout(look, synced.recv()).await {
+            Ok(Some(at)) => times.push(at.saturating_duration_since(start).as_nanos() as u64),
+            Ok(None) => anyhow::bail!("a stream ended before its sync"),
+            Err(_) => {
+                let now = taken.load(Ordering::Relaxed);
+                if now != progress.0 {
+                    progress = (now, Instant::now());
+                } else if progress.1.elapsed() > stall {
+                    anyhow::bail!(
+                        "the sync stalled: no stream took a resource for {} s ({} of {streams} synced, {now} resources taken)",
+                        stall.as_secs(),
+                        times.len()
+                    );
+                }
+            }
+        }
+    }
+    Ok(times)
+}
+
+/// The median of sorted `xs`.
+fn median(xs: &[f64]) -> f64 {
+    match xs.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    }
 }
 
 /// S13's three sides, and the ratios of LEDS to the others in LEDS's note.
@@ -258,17 +329,62 @@ pub async fn s13(ctx: &mut Ctx) -> Vec<Row> {
     let mut leds = leds;
     // Each side's median change: one change is a single noisy figure.
     let conv = |r: &Row| r.conv_ms.as_ref().map(|p| p.p50);
+    let cpu = |r: &Row| r.change_cpu_median_s.unwrap_or(0.0);
     if let (Some(l), Some(e), Some(o)) = (conv(&leds), conv(&eds), conv(&one)) {
         leds.note = format!(
-            "{}; median convergence {:.2}x EDS's, {:.2}x a one-endpoint EDS change's; CPU {:.2}x EDS's, {:.2}x the one-endpoint change's; bytes {:.4}x EDS's, {:.2}x the one-endpoint change's",
+            "{}; median convergence {:.2}x EDS's, {:.2}x a one-endpoint EDS change's; median CPU per change {:.2}x EDS's, {:.2}x the one-endpoint change's; bytes {:.4}x EDS's, {:.2}x the one-endpoint change's",
             leds.note,
             l / e.max(1e-9),
             l / o.max(1e-9),
-            leds.change_cpu_s / eds.change_cpu_s.max(1e-9),
-            leds.change_cpu_s / one.change_cpu_s.max(1e-9),
+            cpu(&leds) / cpu(&eds).max(1e-9),
+            cpu(&leds) / cpu(&one).max(1e-9),
             leds.bytes as f64 / eds.bytes.max(1) as f64,
             leds.bytes as f64 / one.bytes.max(1) as f64,
         );
     }
     vec![leds, eds, one]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_sync_slower_than_the_stall_bound_that_keeps_taking_resources_is_waited_for() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let taken = Arc::new(AtomicUsize::new(0));
+        let feed = taken.clone();
+        tokio::spawn(async move {
+            for _ in 0..10 {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+                feed.fetch_add(1, Ordering::Relaxed);
+            }
+            let _ = tx.send(Instant::now()).await;
+        });
+        let start = Instant::now();
+        let times = sync(1, &mut rx, &taken, start, Duration::from_millis(200))
+            .await
+            .expect("a sync that progresses is waited for");
+        assert_eq!(times.len(), 1);
+        assert!(
+            start.elapsed() > Duration::from_millis(200),
+            "slower than the bound"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_sync_that_takes_nothing_for_the_stall_bound_fails_saying_so() {
+        let (_tx, mut rx) = mpsc::channel(1);
+        let taken = AtomicUsize::new(0);
+        let err = sync(
+            1,
+            &mut rx,
+            &taken,
+            Instant::now(),
+            Duration::from_millis(200),
+        )
+        .await
+        .expect_err("a stalled sync fails");
+        assert!(err.to_string().contains("stalled"), "{err}");
+    }
 }
