@@ -157,28 +157,36 @@ impl DeltaMachine {
         self.has.iter().filter(|(k, _)| glob_only(names, k)).count()
     }
 
-    /// The xdstp keys a request subscribes to, each with whether it was subscribed before and
-    /// (for a member) whether its glob was: what [`Self::count_subscribed_members`] reads once
-    /// the keys are added. Only a request that names an xdstp name makes one.
+    /// The xdstp keys a request subscribes to that may change the count of held glob members
+    /// once added: globs not subscribed before, and members not subscribed by name before whose
+    /// glob was (each marked `true`). What [`Self::count_subscribed_members`] reads once the
+    /// keys are added. Only a request that names an xdstp name makes one, of those keys alone.
     fn xdstp_keys_before(
         &self,
         request: &DeltaRequest,
         subscribe: &Subscribe<'_>,
-    ) -> Vec<(Key, bool, bool)> {
+    ) -> Vec<(Key, bool)> {
         let keys = request_keys(
             &request.resource_names_subscribe,
             *subscribe,
             subscribe.locators,
             true,
         );
-        keys.filter(|(name, _)| crate::xdstp::is_xdstp(name))
-            .map(|(name, pid)| {
-                let key: Key = (Arc::from(&*name), pid);
-                let named = self.names.contains(&key);
-                let glob = !crate::xdstp::is_glob(&key.0) && self.in_glob(&key.0, pid);
-                (key, named, glob)
+        let mut keys: Vec<(Key, bool)> = keys
+            .filter(|(name, pid)| {
+                crate::xdstp::is_xdstp(name)
+                    && !self.names.contains(&(&**name, *pid) as &dyn KeyLookup)
+                    && (crate::xdstp::is_glob(name) || self.in_glob(name, *pid))
             })
-            .collect()
+            .map(|(name, pid)| {
+                let member = !crate::xdstp::is_glob(&name);
+                ((Arc::from(&*name), pid), member)
+            })
+            .collect();
+        // A name listed twice changes the count once.
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 
     /// The count of held glob members after a request subscribed the xdstp keys `before`
@@ -190,17 +198,17 @@ impl DeltaMachine {
     /// as it is held.
     fn count_subscribed_members(
         &mut self,
-        before: Vec<(Key, bool, bool)>,
+        before: Vec<(Key, bool)>,
         current: Option<&Arc<TypeSnapshot>>,
     ) {
-        for (key, named, in_glob) in &before {
-            if *named || !self.names.contains(key) {
+        for (key, member) in &before {
+            if !self.names.contains(key) {
                 continue;
             }
-            if crate::xdstp::is_glob(&key.0) {
+            if !*member {
                 let held = self.held_members_of(key, current).len();
                 self.glob_members.set(key, held);
-            } else if *in_glob && self.has.contains_key(key) {
+            } else if self.has.contains_key(key) {
                 self.glob_members.sub(key);
             }
         }

@@ -100,6 +100,16 @@ fn a_member_named_then_its_glob_under_the_wildcard_counts_the_member_as_a_name()
 }
 
 #[test]
+fn a_member_named_twice_in_one_request_counts_once_as_a_name() {
+    let mut h = harness(&["e1", "e2"]);
+    subscribe(&mut h, &[&n("*")]);
+    h.expect();
+    assert_eq!(counted(&h), 2);
+    subscribe(&mut h, &[&n("e1"), &n("e1")]);
+    assert_eq!(counted(&h), 1, "e2 only");
+}
+
+#[test]
 fn a_glob_dropped_while_the_wildcard_holds_its_members_keeps_them_uncounted() {
     let mut h = harness(&["e1", "e2"]);
     subscribe(&mut h, &["*", &n("*")]);
