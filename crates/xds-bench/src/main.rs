@@ -165,8 +165,8 @@ struct RunArgs {
     /// S13 endpoints of the cluster every stream holds.
     #[arg(long, default_value_t = 10_000)]
     s13_endpoints: usize,
-    /// S13 changes per side (one endpoint added each; convergence is their median).
-    #[arg(long, default_value_t = 5)]
+    /// S13 changes per side (one endpoint added each; convergence and CPU are their medians).
+    #[arg(long, default_value_t = 10)]
     s13_changes: usize,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]

@@ -156,7 +156,7 @@ pub fn markdown(rows: &[Row]) -> String {
     }
     let s13: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S13").collect();
     if !s13.is_empty() {
-        out.push_str("### S13 LEDS: one endpoint added to a cluster every stream holds, as a glob collection (leds), as one ClusterLoadAssignment (eds) and as a one-endpoint ClusterLoadAssignment's change (eds-1)\n\nConvergence = from the commit to the last stream having it (ms): the median and the max of the side's changes; CPU = the bench process's (server and clients) from each commit to its last stream, per change; bytes what the streams received per change; the ratios (of the medians) in leds's notes.\n\n");
+        out.push_str("### S13 LEDS: one endpoint added to a cluster every stream holds, as a glob collection (leds), as one ClusterLoadAssignment (eds) and as a one-endpoint ClusterLoadAssignment's change (eds-1)\n\nConvergence = from the commit to the last stream having it (ms): the median and the max of the side's changes; CPU = the bench process's (server and clients, read to the nanosecond) from each commit to 200 ms after its last stream had it (its ACKs taken), the mean per change (the medians in the notes); bytes what the streams received per change; the ratios (of the medians) in leds's notes.\n\n");
         out.push_str("| mode | streams | changes | convergence p50 ms | convergence max ms | client p50 | client p99 | CPU ms/change | KiB sent/change | notes |\n|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &s13 {
             let [conv50, _, _, conv] = ms(&r.conv_ms);

@@ -81,6 +81,9 @@ pub struct Row {
     /// Server CPU seconds during the initial sync and during the changes.
     pub sync_cpu_s: f64,
     pub change_cpu_s: f64,
+    /// S13: the median change's CPU seconds (read to the nanosecond).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change_cpu_median_s: Option<f64>,
     /// S12: server CPU seconds from the last stream synced until the server was idle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tail_cpu_s: Option<f64>,

@@ -9,11 +9,18 @@
 //! - `eds-1`: a one-endpoint ClusterLoadAssignment that changes (the floor of a change).
 //!
 //! The server is xdsd-core's `XdsServer` over its `Store` in this process (as `--servers xdsd`),
-//! the clients raw delta streams; each side makes `--s13-changes` changes (5) one after the
-//! other, 1 s after the sync; a change's convergence is from the store's commit to the last
+//! the clients raw delta streams; the three sides are open at once and make `--s13-changes`
+//! changes (10) each, in turns (leds and eds-1 alternating which comes first, then eds), 1 s
+//! after the syncs; a change's convergence is from the store's commit to the last
 //! stream having it, the side's the median of its changes', bytes what every stream received
-//! per change (the encoded responses).
+//! per change (the encoded responses). A change's CPU is the process's (server and clients),
+//! read to the nanosecond, from its commit to 200 ms after its last stream had it (the ACKs
+//! taken); the ratios compare the sides' medians. The sync fails only when it stalls (no
+//! stream takes a resource for the sync deadline), not when it is slow: on a loaded host 10
+//! million members to 1,000 streams may take minutes.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::{address, socket_address, Address, SocketAddress};
@@ -71,13 +78,14 @@ fn assignment(name: &str, endpoints: std::ops::Range<usize>) -> ResourceInput {
 }
 
 /// One stream: subscribes, waits for its first `expect` resources (the sync, maybe in several
-/// responses), then reports (time, bytes) of each later response.
+/// responses, each counted in `taken`), then reports (time, bytes) of each later response.
 async fn stream(
     channel: tonic::transport::Channel,
     type_url: &'static str,
     name: String,
     expect: usize,
-    synced: mpsc::Sender<()>,
+    taken: Arc<AtomicUsize>,
+    synced: mpsc::Sender<Instant>,
     seen: mpsc::Sender<(Instant, usize)>,
 ) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::channel(4);
@@ -108,8 +116,9 @@ async fn stream(
         .await?;
         if held < expect {
             held += r.resources.len();
+            taken.fetch_add(r.resources.len(), Ordering::Relaxed);
             if held >= expect {
-                let _ = synced.send(()).await;
+                let _ = synced.send(at).await;
             }
         } else {
             let _ = seen.send((at, bytes)).await;
@@ -118,157 +127,334 @@ async fn stream(
     Ok(())
 }
 
-/// One side: the store set up by `load`, `streams` streams subscribed to `name` of `type_url`,
-/// then each of `changes` applied in turn, once every stream has the one before and a pause;
-/// a row with their convergence (each change's: its last stream's; the row's conv. the median
-/// and max of those) and the bytes per change.
-async fn side(
-    ctx: &Ctx,
-    mode: &str,
-    type_url: &'static str,
-    name: &str,
-    expect: usize,
-    load: Vec<ResourceInput>,
-    changes: Vec<ResourceInput>,
-) -> Row {
-    let streams = ctx.plan.s13_streams;
-    let mut row = new_row(ctx, "S13", Server::Xdsd, true, streams, 1);
-    row.mode = mode.into();
-    progress(&format!("S13 {mode} streams={streams}"));
-    let result: anyhow::Result<()> = async {
-        let store = Store::new();
-        store.replace_all(load)?;
-        let server = XdsServer::builder(store.clone()).build()?;
+/// One side, open: its store and server, its streams synced, and what its changes measured so
+/// far. The three sides are open at once and take their changes in turn (leds, eds, eds-1,
+/// leds, ...), so that a busier spell of the shared host falls on all three alike.
+struct Side {
+    row: Row,
+    streams: usize,
+    store: Store,
+    seen: mpsc::Receiver<(Instant, usize)>,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    serving: Option<tokio::task::JoinHandle<()>>,
+    change_timeout: Duration,
+    lasts: Vec<u64>,
+    client_ns: Vec<u64>,
+    bytes: u64,
+    cpus: Vec<f64>,
+    sync_note: String,
+    failed: Option<anyhow::Error>,
+}
+
+impl Side {
+    /// The store set up by `load`, `streams` streams subscribed to `name` of `type_url`, synced.
+    async fn open(
+        ctx: &Ctx,
+        mode: &str,
+        type_url: &'static str,
+        name: &str,
+        expect: usize,
+        load: Vec<ResourceInput>,
+    ) -> Side {
+        let streams = ctx.plan.s13_streams;
+        let mut row = new_row(ctx, "S13", Server::Xdsd, true, streams, 1);
+        row.mode = mode.into();
+        progress(&format!("S13 {mode} streams={streams}"));
+        let (_, seen) = mpsc::channel(1);
+        let mut side = Side {
+            row,
+            streams,
+            store: Store::new(),
+            seen,
+            tasks: Vec::new(),
+            stop: None,
+            serving: None,
+            change_timeout: Duration::from_secs(ctx.plan.change_timeout_s),
+            lasts: Vec::new(),
+            client_ns: Vec::new(),
+            bytes: 0,
+            cpus: Vec::new(),
+            sync_note: String::new(),
+            failed: None,
+        };
+        if let Err(e) = side.start(ctx, type_url, name, expect, load).await {
+            side.failed = Some(e);
+        }
+        side
+    }
+
+    async fn start(
+        &mut self,
+        ctx: &Ctx,
+        type_url: &'static str,
+        name: &str,
+        expect: usize,
+        load: Vec<ResourceInput>,
+    ) -> anyhow::Result<()> {
+        let streams = self.streams;
+        let rss0 = crate::control::status_kib(std::process::id(), "VmRSS:").unwrap_or(0);
+        self.store.replace_all(load)?;
+        let server = XdsServer::builder(self.store.clone()).build()?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(async move {
+        self.stop = Some(stop_tx);
+        self.serving = Some(tokio::spawn(async move {
             let _ = server
                 .serve(listener, async {
                     let _ = stop_rx.await;
                 })
                 .await;
-        });
+        }));
         let channels = crate::client::connect(&addr.to_string(), connections(ctx, streams)).await?;
         let (synced_tx, mut synced_rx) = mpsc::channel(streams);
-        let (seen_tx, mut seen_rx) = mpsc::channel(streams);
-        let mut tasks = Vec::new();
+        let (seen_tx, seen_rx) = mpsc::channel(streams);
+        self.seen = seen_rx;
+        let taken = Arc::new(AtomicUsize::new(0));
+        let sync_start = Instant::now();
+        let sync_cpu0 = crate::control::self_cpu_seconds_exact();
         for i in 0..streams {
-            tasks.push(tokio::spawn(stream(
+            self.tasks.push(tokio::spawn(stream(
                 channels[i % channels.len()].clone(),
                 type_url,
                 name.to_owned(),
                 expect,
+                taken.clone(),
                 synced_tx.clone(),
                 seen_tx.clone(),
             )));
         }
-        let timeout = Duration::from_secs(ctx.plan.sync_timeout_s);
-        for _ in 0..streams {
-            tokio::time::timeout(timeout, synced_rx.recv())
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("a stream ended before its first response"))?;
-        }
+        let sync_ms = sync(
+            streams,
+            &mut synced_rx,
+            &taken,
+            sync_start,
+            Duration::from_secs(ctx.plan.sync_timeout_s),
+        )
+        .await?;
+        self.row.synced = sync_ms.len();
+        self.row.sync_ms = pct(sync_ms);
+        self.row.sync_cpu_s = crate::control::self_cpu_seconds_exact() - sync_cpu0;
+        let rss = crate::control::status_kib(std::process::id(), "VmRSS:").unwrap_or(0);
+        self.sync_note = format!(
+            "synced in {:.1} s, RSS +{} MiB after the sync",
+            sync_start.elapsed().as_secs_f64(),
+            rss.saturating_sub(rss0) / 1024
+        );
         // Let the sync's tail (the first responses' ACKs, what the clients still decode) pass:
         // a change measured in it counts the sync's work (10,000 members per stream for LEDS).
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let count = changes.len();
-        let mut client_ns = Vec::with_capacity(streams * count);
-        let mut lasts = Vec::with_capacity(count);
-        let mut bytes = 0u64;
-        let change_timeout = Duration::from_secs(ctx.plan.change_timeout_s);
-        let mut cpu = 0.0;
-        for change in changes {
-            let cpu0 = crate::control::self_cpu_seconds();
-            let start = Instant::now();
-            store.apply([Change::Set(change)])?;
-            let mut last = 0;
-            for _ in 0..streams {
-                let (at, b) = tokio::time::timeout(change_timeout, seen_rx.recv())
-                    .await?
-                    .ok_or_else(|| anyhow::anyhow!("a stream ended before the change"))?;
-                let ns = at.saturating_duration_since(start).as_nanos() as u64;
-                last = last.max(ns);
-                client_ns.push(ns);
-                bytes += b as u64;
-            }
-            lasts.push(last);
-            cpu += crate::control::self_cpu_seconds() - cpu0;
-            // The ACKs of this change land before the next.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        row.conv_ms = pct(lasts);
-        row.client_ms = pct(client_ns);
-        row.changes = count;
-        row.change_cpu_s = cpu;
-        row.bytes = bytes / count.max(1) as u64;
-        row.responses = (streams * count) as u64;
-        row.note = format!(
-            "{:.0} bytes per stream and change, {count} changes",
-            bytes as f64 / (streams * count).max(1) as f64
-        );
-        for t in tasks {
-            t.abort();
-        }
-        let _ = stop_tx.send(());
-        let _ = serving.await;
         Ok(())
     }
-    .await;
-    if let Err(e) = result {
-        row = failed_row(row, &e);
+
+    /// Applies `change`, waits until every stream has it and its ACKs landed: its convergence
+    /// (its last stream's), its CPU, its bytes.
+    async fn change(&mut self, change: ResourceInput) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Err(e) = self.measure(change).await {
+            self.failed = Some(e);
+        }
     }
-    row
+
+    async fn measure(&mut self, change: ResourceInput) -> anyhow::Result<()> {
+        let cpu0 = crate::control::self_cpu_seconds_exact();
+        let start = Instant::now();
+        self.store.apply([Change::Set(change)])?;
+        let mut last = 0;
+        for _ in 0..self.streams {
+            let (at, b) = tokio::time::timeout(self.change_timeout, self.seen.recv())
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("a stream ended before the change"))?;
+            let ns = at.saturating_duration_since(start).as_nanos() as u64;
+            last = last.max(ns);
+            self.client_ns.push(ns);
+            self.bytes += b as u64;
+        }
+        self.lasts.push(last);
+        // The ACKs of this change land before the next (and count in its CPU).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.cpus
+            .push(crate::control::self_cpu_seconds_exact() - cpu0);
+        Ok(())
+    }
+
+    /// Stops the side: its row, with the convergence (the median and max of its changes') and
+    /// the CPU and bytes per change.
+    async fn close(mut self) -> Row {
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(serving) = self.serving.take() {
+            let _ = serving.await;
+        }
+        let mut row = self.row;
+        if let Some(e) = self.failed {
+            return failed_row(row, &e);
+        }
+        let (streams, count) = (self.streams, self.lasts.len());
+        let mut cpus = self.cpus;
+        let cpu: f64 = cpus.iter().sum();
+        cpus.sort_by(f64::total_cmp);
+        row.conv_ms = pct(self.lasts);
+        row.client_ms = pct(self.client_ns);
+        row.changes = count;
+        row.change_cpu_s = cpu;
+        row.bytes = self.bytes / count.max(1) as u64;
+        row.responses = (streams * count) as u64;
+        row.note = format!(
+            "{:.0} bytes per stream and change, {count} changes (the sides' changes alternated); CPU per change median {:.1} ms (min {:.1}, max {:.1}); {}",
+            self.bytes as f64 / (streams * count).max(1) as f64,
+            median(&cpus) * 1e3,
+            cpus.first().copied().unwrap_or(0.0) * 1e3,
+            cpus.last().copied().unwrap_or(0.0) * 1e3,
+            self.sync_note,
+        );
+        row.change_cpu_median_s = Some(median(&cpus));
+        row
+    }
 }
 
-/// S13's three sides, and the ratios of LEDS to the others in LEDS's note.
+/// Waits for `streams` streams to sync: the time each took from `start`. Fails when the sync
+/// stalls (no stream took a resource for `stall`) or a stream ends, not when it is slow: its
+/// work (streams x members) is the bench's to choose, and a loaded host stretches it.
+async fn sync(
+    streams: usize,
+    synced: &mut mpsc::Receiver<Instant>,
+    taken: &AtomicUsize,
+    start: Instant,
+    stall: Duration,
+) -> anyhow::Result<Vec<u64>> {
+    let mut times = Vec::with_capacity(streams);
+    let mut progress = (taken.load(Ordering::Relaxed), Instant::now());
+    let look = (stall / 4).min(Duration::from_secs(1));
+    while times.len() < streams {
+        match tokio::time::timeout(look, synced.recv()).await {
+            Ok(Some(at)) => times.push(at.saturating_duration_since(start).as_nanos() as u64),
+            Ok(None) => anyhow::bail!("a stream ended before its sync"),
+            Err(_) => {
+                let now = taken.load(Ordering::Relaxed);
+                if now != progress.0 {
+                    progress = (now, Instant::now());
+                } else if progress.1.elapsed() > stall {
+                    anyhow::bail!(
+                        "the sync stalled: no stream took a resource for {} s ({} of {streams} synced, {now} resources taken)",
+                        stall.as_secs(),
+                        times.len()
+                    );
+                }
+            }
+        }
+    }
+    Ok(times)
+}
+
+/// The median of sorted `xs`.
+fn median(xs: &[f64]) -> f64 {
+    match xs.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    }
+}
+
+/// S13's three sides, open at once, their changes alternated; the ratios of LEDS to the others
+/// in LEDS's note.
 pub async fn s13(ctx: &mut Ctx) -> Vec<Row> {
     let n = ctx.plan.s13_endpoints;
     let k = ctx.plan.s13_changes;
-    let leds = side(
-        ctx,
-        "leds",
-        LB_ENDPOINT,
-        GLOB,
-        n,
-        (0..n).map(member).collect(),
-        (n..n + k).map(member).collect(),
-    )
-    .await;
-    let eds = side(
-        ctx,
-        "eds",
-        CLA,
-        "big",
-        1,
-        vec![assignment("big", 0..n)],
-        (1..=k).map(|i| assignment("big", 0..n + i)).collect(),
-    )
-    .await;
-    let one = side(
-        ctx,
-        "eds-1",
-        CLA,
-        "one",
-        1,
-        vec![assignment("one", 0..1)],
-        (1..=k).map(|i| assignment("one", i..i + 1)).collect(),
-    )
-    .await;
+    let mut sides = [
+        Side::open(
+            ctx,
+            "leds",
+            LB_ENDPOINT,
+            GLOB,
+            n,
+            (0..n).map(member).collect(),
+        )
+        .await,
+        Side::open(ctx, "eds", CLA, "big", 1, vec![assignment("big", 0..n)]).await,
+        Side::open(ctx, "eds-1", CLA, "one", 1, vec![assignment("one", 0..1)]).await,
+    ];
+    // LEDS and the one-endpoint change take turns at coming first, each after the whole
+    // assignment's change (the heaviest) one round in two.
+    for i in 1..=k {
+        let [leds, eds, one] = &mut sides;
+        if i % 2 == 1 {
+            leds.change(member(n + i - 1)).await;
+            one.change(assignment("one", i..i + 1)).await;
+        } else {
+            one.change(assignment("one", i..i + 1)).await;
+            leds.change(member(n + i - 1)).await;
+        }
+        eds.change(assignment("big", 0..n + i)).await;
+    }
+    let [leds, eds, one] = sides;
+    let (leds, eds, one) = (leds.close().await, eds.close().await, one.close().await);
     let mut leds = leds;
     // Each side's median change: one change is a single noisy figure.
     let conv = |r: &Row| r.conv_ms.as_ref().map(|p| p.p50);
+    let cpu = |r: &Row| r.change_cpu_median_s.unwrap_or(0.0);
     if let (Some(l), Some(e), Some(o)) = (conv(&leds), conv(&eds), conv(&one)) {
         leds.note = format!(
-            "{}; median convergence {:.2}x EDS's, {:.2}x a one-endpoint EDS change's; CPU {:.2}x EDS's, {:.2}x the one-endpoint change's; bytes {:.4}x EDS's, {:.2}x the one-endpoint change's",
+            "{}; median convergence {:.2}x EDS's, {:.2}x a one-endpoint EDS change's; median CPU per change {:.2}x EDS's, {:.2}x the one-endpoint change's; bytes {:.4}x EDS's, {:.2}x the one-endpoint change's",
             leds.note,
             l / e.max(1e-9),
             l / o.max(1e-9),
-            leds.change_cpu_s / eds.change_cpu_s.max(1e-9),
-            leds.change_cpu_s / one.change_cpu_s.max(1e-9),
+            cpu(&leds) / cpu(&eds).max(1e-9),
+            cpu(&leds) / cpu(&one).max(1e-9),
             leds.bytes as f64 / eds.bytes.max(1) as f64,
             leds.bytes as f64 / one.bytes.max(1) as f64,
         );
     }
     vec![leds, eds, one]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_sync_slower_than_the_stall_bound_that_keeps_taking_resources_is_waited_for() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let taken = Arc::new(AtomicUsize::new(0));
+        let feed = taken.clone();
+        tokio::spawn(async move {
+            for _ in 0..10 {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+                feed.fetch_add(1, Ordering::Relaxed);
+            }
+            let _ = tx.send(Instant::now()).await;
+        });
+        let start = Instant::now();
+        let times = sync(1, &mut rx, &taken, start, Duration::from_millis(200))
+            .await
+            .expect("a sync that progresses is waited for");
+        assert_eq!(times.len(), 1);
+        assert!(
+            start.elapsed() > Duration::from_millis(200),
+            "slower than the bound"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_sync_that_takes_nothing_for_the_stall_bound_fails_saying_so() {
+        let (_tx, mut rx) = mpsc::channel(1);
+        let taken = AtomicUsize::new(0);
+        let err = sync(
+            1,
+            &mut rx,
+            &taken,
+            Instant::now(),
+            Duration::from_millis(200),
+        )
+        .await
+        .expect_err("a stalled sync fails");
+        assert!(err.to_string().contains("stalled"), "{err}");
+    }
 }

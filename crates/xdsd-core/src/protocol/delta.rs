@@ -157,47 +157,125 @@ impl DeltaMachine {
         self.has.iter().filter(|(k, _)| glob_only(names, k)).count()
     }
 
-    /// The count of held glob members after a request subscribed xdstp names or globs: a member
-    /// now subscribed by name counts as a name, not apart; the members of a glob now subscribed
-    /// that the client already holds (through the wildcard, or a name it unsubscribed) count
-    /// apart. Costs the request's xdstp names and the walk of each glob's names in the store.
-    fn count_subscribed_members(
-        &mut self,
+    /// The xdstp keys a request subscribes to that may change the count of held glob members
+    /// once added: globs not subscribed before, and members not subscribed by name before whose
+    /// glob was (each marked `true`). What [`Self::count_subscribed_members`] reads once the
+    /// keys are added. Only a request that names an xdstp name makes one, of those keys alone.
+    fn xdstp_keys_before(
+        &self,
         request: &DeltaRequest,
         subscribe: &Subscribe<'_>,
-        current: Option<&Arc<TypeSnapshot>>,
-    ) {
+    ) -> Vec<(Key, bool)> {
         let keys = request_keys(
             &request.resource_names_subscribe,
             *subscribe,
             subscribe.locators,
             true,
         );
-        for (name, pid) in keys {
-            if !crate::xdstp::is_xdstp(&name) {
+        let mut keys: Vec<(Key, bool)> = keys
+            .filter(|(name, pid)| {
+                crate::xdstp::is_xdstp(name)
+                    && !self.names.contains(&(&**name, *pid) as &dyn KeyLookup)
+                    && (crate::xdstp::is_glob(name) || self.in_glob(name, *pid))
+            })
+            .map(|(name, pid)| {
+                let member = !crate::xdstp::is_glob(&name);
+                ((Arc::from(&*name), pid), member)
+            })
+            .collect();
+        // A name listed twice changes the count once.
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// The count of held glob members after a request subscribed the xdstp keys `before`
+    /// ([`Self::xdstp_keys_before`]): a held member now subscribed by name whose glob was
+    /// subscribed counted apart and no longer does (one lookup); a glob now subscribed counts
+    /// its members held and not named ([`Self::held_members_of`]), set once whatever else the
+    /// request subscribed with it (a member named beside it, the wildcard). Runs before
+    /// anything else the request changes is held (a reconnecting client's claims), which counts
+    /// as it is held.
+    fn count_subscribed_members(
+        &mut self,
+        before: Vec<(Key, bool)>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) {
+        for (key, member) in &before {
+            if !self.names.contains(key) {
                 continue;
             }
-            let Some((prefix, query)) = crate::xdstp::glob_parts(&name) else {
-                if self.glob_members.len() > 0 {
-                    self.glob_members.remove(&(Arc::from(&*name), pid));
+            if !*member {
+                let held = self.held_members_of(key, current).len();
+                self.glob_members.set(key, held);
+            } else if self.has.contains_key(key) {
+                self.glob_members.sub(key);
+            }
+        }
+    }
+
+    /// The keys of the glob `glob`'s members the client holds and no name subscribes to: its
+    /// members in the store, and those it holds whose removal is still owed (changed, to
+    /// recheck, waiting, or in the rest of a split response). Costs the glob's members, not
+    /// what the client holds, but with a check of everything owed (the wildcard just turned
+    /// on, a first request), which walks everything held anyway. Not found: a member the
+    /// client holds through the wildcard of the glob's parameter set, removed in the store
+    /// and the stream not yet told when the glob is subscribed (the request reads the store's
+    /// newest snapshot): it counts one fewer until the glob is dropped (docs/xdstp.md).
+    fn held_members_of(&self, glob: &Key, current: Option<&Arc<TypeSnapshot>>) -> Vec<Key> {
+        let mut held = Vec::new();
+        let Some((prefix, query)) = crate::xdstp::glob_parts(&glob.0) else {
+            return held;
+        };
+        if self.has.is_empty() {
+            return held;
+        }
+        let pid = glob.1;
+        let names = &self.names;
+        let apart = |key: &Key| key.1 == pid && !names.contains(key);
+        let member = |name: &str| crate::xdstp::is_member(prefix, query, name);
+        if self.check_all {
+            for (key, _) in self.has.iter() {
+                if apart(&key) && member(&key.0) {
+                    held.push(key);
                 }
-                continue;
-            };
-            if self.has.is_empty() {
-                continue;
             }
-            let Some(current) = current else { continue };
-            for (member, _) in current
+            return held;
+        }
+        let in_store = |name: &str| current.is_some_and(|t| t.get(name).is_some());
+        if let Some(current) = current {
+            for (name, _) in current
                 .entries_from(prefix)
                 .map_while(|e| e.0.strip_prefix(prefix).map(|rest| (e.0, rest)))
                 .filter(|(_, rest)| crate::xdstp::is_member_rest(query, rest))
             {
-                let key = (member.clone(), pid);
-                if self.has.contains_key(&key) && !self.names.contains(&key) {
-                    self.glob_members.insert(&key);
+                let key = (name.clone(), pid);
+                if apart(&key) && self.has.contains_key(&key) {
+                    held.push(key);
                 }
             }
         }
+        // Held, gone from the store, the removal owed: found where it is owed (few).
+        let owed = self
+            .core
+            .dirty
+            .iter()
+            .chain(self.recheck.iter().map(|k| &k.0))
+            .chain(self.core.waiting.keys().map(|k| &k.0))
+            .chain(self.split.iter().filter_map(|o| match o {
+                Owed::Remove(k) => Some(&k.0),
+                _ => None,
+            }));
+        let mut gone: HashSet<&Arc<str>> = HashSet::default();
+        for name in owed {
+            if member(name) && !in_store(name) && gone.insert(name) {
+                let key = (name.clone(), pid);
+                if apart(&key) && self.has.contains_key(&key) {
+                    held.push(key);
+                }
+            }
+        }
+        held
     }
 
     /// The keys of a name: one per parameter set it is subscribed with (by name, or by a glob
@@ -489,21 +567,23 @@ impl Machine for DeltaMachine {
         if names_something {
             self.respell(request);
         }
+        // Only an xdstp name (a glob, or a member by name) changes which held keys are glob
+        // members held apart: a request of other names leaves the count as it is, with no
+        // look. (A name or glob unsubscribed is counted by `unsubscribe`, a key held or no
+        // longer held where it is recorded.)
+        let xdstp = |n: &[u8]| std::str::from_utf8(n).is_ok_and(crate::xdstp::is_xdstp);
+        let xdstp_before = (request.resource_names_subscribe.iter().any(xdstp)
+            || subscribe.locators.iter().any(|(n, _)| xdstp(n.as_bytes())))
+        .then(|| self.xdstp_keys_before(request, subscribe));
         let pids_added = self.subscribe(request, subscribe, reconnecting, current);
+        if let Some(before) = xdstp_before {
+            self.count_subscribed_members(before, current);
+        }
         if initial {
             self.claim_wildcard_keys(request, current);
         }
-        let unsubscribed = self.unsubscribe(unsubscribe_keys);
+        let unsubscribed = self.unsubscribe(unsubscribe_keys, current);
         self.update_pids(pids_added, unsubscribed);
-        // Only an xdstp name (a glob, or a member by name) changes which held keys are glob
-        // members only: a request of other names leaves the count as it is, with no look. (A
-        // name or glob unsubscribed was counted by `unsubscribe`.)
-        let xdstp = |n: &[u8]| std::str::from_utf8(n).is_ok_and(crate::xdstp::is_xdstp);
-        if request.resource_names_subscribe.iter().any(xdstp)
-            || subscribe.locators.iter().any(|(n, _)| xdstp(n.as_bytes()))
-        {
-            self.count_subscribed_members(request, subscribe, current);
-        }
         let change = self.change(names_something, wildcard_before, names_before, current);
         (kind, change)
     }

@@ -143,7 +143,7 @@ pub struct SotwMachine {
     /// The subscribed keys that are glob collections (xRFC TP1), found when the subscription
     /// changes; and what the client was last sent of each of their members.
     globs: Vec<Key>,
-    members: crate::hash::HashMap<Key, SentMark>,
+    members: members::MembersSent,
     /// How many of `members` are subscribed by name too (counted once against the names
     /// budget).
     named_members: usize,
@@ -190,7 +190,7 @@ impl SotwMachine {
             .map(|(n, p)| (n.clone(), p))
             .collect();
         let globs = &self.globs;
-        self.members.retain(|(n, p), _| in_glob(globs, n, *p));
+        self.members.retain_globs(|glob| globs.contains(glob));
         let names = &self.names;
         self.named_members = self
             .members
@@ -202,7 +202,7 @@ impl SotwMachine {
     /// The glob collections among the subscribed keys, after the subscription changed by
     /// `added` and `removed` keys; the members sent of the globs removed are forgotten, and a
     /// member added or removed by name counts once or apart again. Costs the keys changed (and,
-    /// when a glob is removed, a look at the members sent), not the subscription.
+    /// when a glob is removed, a look at its own members sent), not the subscription.
     fn find_globs(&mut self, added: &[Key], removed: &[Key]) {
         let glob = |k: &&Key| crate::xdstp::is_glob(&k.0);
         let globs_removed: Vec<&Key> = removed.iter().filter(glob).collect();
@@ -222,18 +222,14 @@ impl SotwMachine {
                     }
                 }
             }
-            if !globs_removed.is_empty() {
-                let (globs, names) = (&self.globs, &self.names);
-                let mut named_gone = 0;
-                self.members.retain(|(n, p), _| {
-                    let keep = in_glob(globs, n, *p);
-                    if !keep && names.contains(n, *p) {
-                        named_gone += 1;
-                    }
-                    keep
-                });
-                self.named_members = self.named_members.saturating_sub(named_gone);
+            let names = &self.names;
+            let mut named_gone = 0;
+            for glob in globs_removed {
+                if !self.globs.contains(glob) {
+                    named_gone += self.members.take_glob(glob, |n| names.contains(n, glob.1));
+                }
             }
+            self.named_members = self.named_members.saturating_sub(named_gone);
         }
         #[cfg(test)]
         {
@@ -415,7 +411,7 @@ impl Machine for SotwMachine {
     /// Its glob collections and their members sent (read only when the session is at its
     /// limit of parameter sets).
     fn holds_param_set(&self, pid: ParamSetId) -> bool {
-        self.globs.iter().any(|k| k.1 == pid) || self.members.keys().any(|k| k.1 == pid)
+        self.globs.iter().any(|k| k.1 == pid) || self.members.has_param_set(pid)
     }
 
     /// A machine for `type_url`, nothing subscribed yet.
@@ -680,6 +676,7 @@ impl Machine for SotwMachine {
     }
 }
 
+mod members;
 mod request;
 mod respond;
 mod subscribe;

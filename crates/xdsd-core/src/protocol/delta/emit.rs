@@ -155,10 +155,10 @@ impl DeltaMachine {
                     if let Keys::Own(pid) = keys {
                         if self.extends_base(pid, &r) {
                             // Held through the base (a wildcard's first answer): a member of a
-                            // glob not named counts apart too.
+                            // glob not named counts apart too, from when it is first held.
                             let key = (r.name().clone(), pid);
-                            if super::glob_only(&self.names, &key) {
-                                self.glob_members.insert(&key);
+                            if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
+                                self.glob_members.add(&key);
                             }
                             part.base_last = Some(part.resources.len());
                             part.resources.push(r);
@@ -166,9 +166,10 @@ impl DeltaMachine {
                             continue;
                         }
                     }
+                    // (Each key once: see `Keys::append`.)
                     for key in keys.into_keys(&r) {
-                        if super::glob_only(&self.names, &key) {
-                            self.glob_members.insert(&key);
+                        if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
+                            self.glob_members.add(&key);
                         }
                         if self.extends_base(key.1, &r) {
                             debug_assert!(key.0 == *r.name());
@@ -254,7 +255,9 @@ impl DeltaMachine {
         for key in removed {
             match self.has.remove(key) {
                 Some(before) => {
-                    self.glob_members.remove(key);
+                    if super::glob_only(&self.names, key) {
+                        self.glob_members.sub(key);
+                    }
                     dropped.push((before.name().clone(), before.constraints().cloned()))
                 }
                 None => unknown.push(key.0.clone()),

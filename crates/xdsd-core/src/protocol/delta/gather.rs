@@ -28,16 +28,19 @@ pub(super) enum Keys {
 }
 
 impl Keys {
-    /// Adds `other`'s keys; both are keys of `r`.
+    /// Adds `other`'s keys that it does not have; both are keys of `r`. Each key once: one
+    /// resource reached by two ways of one key (the wildcard and a glob of its parameter set)
+    /// is held, and counted, once.
     fn append(&mut self, r: &Arc<Resource>, other: Keys) {
-        if let Keys::Many(keys) = self {
-            keys.extend(other.into_keys(r));
-            return;
+        let mut all: Vec<Key> = match std::mem::replace(self, Keys::Many(Vec::new())) {
+            Keys::Many(keys) => keys,
+            one => one.into_keys(r).collect(),
+        };
+        for key in other.into_keys(r) {
+            if !all.contains(&key) {
+                all.push(key);
+            }
         }
-        let all: Vec<Key> = std::mem::replace(self, Keys::Many(Vec::new()))
-            .into_keys(r)
-            .chain(other.into_keys(r))
-            .collect();
         *self = Keys::Many(all);
     }
 
@@ -583,8 +586,8 @@ impl DeltaMachine {
         self.has.reserve(len);
         let mut resources = Vec::with_capacity(len);
         for (key, r) in changed.into_iter() {
-            if super::glob_only(&self.names, &key) {
-                self.glob_members.insert(&key);
+            if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
+                self.glob_members.add(&key);
             }
             self.has.put(key, super::holdings::Held::of(&r));
             resources.push(r);

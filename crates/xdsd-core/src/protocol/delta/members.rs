@@ -1,17 +1,20 @@
 //! The members of glob collections (xRFC TP1) a delta client holds that no name of its
 //! subscription names: each counts apart against the stream's names budget
-//! ([`Machine::key_count`](crate::protocol::machine::Machine::key_count)). Kept by glob, so
-//! that what a request changes costs what it changes — a member subscribed or unsubscribed by
-//! name is one lookup, a glob unsubscribed takes its own members — never a look at everything
-//! the client holds.
+//! ([`Machine::key_count`](crate::protocol::machine::Machine::key_count)). A number per glob,
+//! not a name per member: a stream that holds a glob of 10,000 members holds one count, and
+//! what the client holds (the machine's `has`) says which members they are.
+//!
+//! The count follows what changes it, each time a held key becomes or stops being a member held
+//! apart (held, an xdstp name, not subscribed by name, its glob subscribed): a key the client
+//! comes to hold or stops holding, a member subscribed or unsubscribed by name (one lookup), a
+//! glob subscribed (its members in the store counted once, with those held whose removal is
+//! still owed) or unsubscribed (its count dropped). Never a look at everything the client holds.
 
-use std::sync::Arc;
-
-use crate::hash::{HashMap, HashSet};
+use crate::hash::HashMap;
 use crate::protocol::{Key, ParamSetId};
 
-/// The members of one glob counted, by parameter set (nearly always one).
-type BySet = Vec<(ParamSetId, HashSet<Arc<str>>)>;
+/// The count of one glob, by parameter set (nearly always one).
+type BySet = Vec<(ParamSetId, usize)>;
 
 /// The held members counted apart, by glob collection (its canonical name, as the subscription
 /// keys it) and parameter set.
@@ -27,80 +30,81 @@ impl GlobMembers {
         self.len
     }
 
-    /// Counts the member `key` of its glob (read from its name); whether it was not counted.
-    pub(super) fn insert(&mut self, key: &Key) -> bool {
+    /// How many counts are kept (one per glob and parameter set with members held apart):
+    /// what the count costs the stream, whatever the number of members (tests).
+    #[cfg(test)]
+    pub(super) fn counts(&self) -> usize {
+        self.by_glob.values().map(Vec::len).sum()
+    }
+
+    /// Counts the member `key` of its glob (read from its name), which was not counted: the
+    /// caller knows it just became a member held apart.
+    pub(super) fn add(&mut self, key: &Key) {
         let added = crate::xdstp::with_collection_of(&key.0, |glob| {
             let sets = match self.by_glob.get_mut(glob) {
                 Some(sets) => sets,
                 None => self.by_glob.entry(Box::from(glob)).or_default(),
             };
-            let set = match sets.iter().position(|(pid, _)| *pid == key.1) {
-                Some(i) => &mut sets[i].1,
-                None => {
-                    sets.push((key.1, HashSet::default()));
-                    &mut sets.last_mut().expect("just pushed").1
-                }
-            };
-            set.insert(key.0.clone())
-        })
-        .unwrap_or(false);
-        self.len += usize::from(added);
-        added
+            match sets.iter_mut().find(|(pid, _)| *pid == key.1) {
+                Some((_, n)) => *n += 1,
+                None => sets.push((key.1, 1)),
+            }
+        });
+        self.len += usize::from(added.is_some());
     }
 
-    /// Stops counting the member `key`; whether it was counted. Names that are not xdstp (and
-    /// every name, while nothing is counted) are not looked at.
-    pub(super) fn remove(&mut self, key: &Key) -> bool {
-        if self.len == 0 || !crate::xdstp::is_xdstp(&key.0) {
-            return false;
-        }
-        let removed = crate::xdstp::with_collection_of(&key.0, |glob| {
+    /// Stops counting the member `key`, which was counted: the caller knows it was a member
+    /// held apart and no longer is. (A glob's count stops at nothing: see `held_members_of`
+    /// for the one way a member held apart may not have been counted.)
+    pub(super) fn sub(&mut self, key: &Key) {
+        let taken = crate::xdstp::with_collection_of(&key.0, |glob| {
             let Some(sets) = self.by_glob.get_mut(glob) else {
                 return false;
             };
             let Some(i) = sets.iter().position(|(pid, _)| *pid == key.1) else {
                 return false;
             };
-            let removed = sets[i].1.remove(&*key.0);
-            if sets[i].1.is_empty() {
+            sets[i].1 -= 1;
+            if sets[i].1 == 0 {
                 sets.swap_remove(i);
                 if sets.is_empty() {
                     self.by_glob.remove(glob);
                 }
             }
-            removed
+            true
         })
         .unwrap_or(false);
-        self.len -= usize::from(removed);
-        removed
+        self.len -= usize::from(taken);
     }
 
-    /// Whether the member `key` is counted.
-    pub(super) fn contains(&self, key: &Key) -> bool {
-        self.len > 0
-            && crate::xdstp::is_xdstp(&key.0)
-            && crate::xdstp::with_collection_of(&key.0, |glob| {
-                self.by_glob.get(glob).is_some_and(|sets| {
-                    sets.iter()
-                        .any(|(pid, set)| *pid == key.1 && set.contains(&*key.0))
-                })
-            })
-            .unwrap_or(false)
+    /// Sets the count of the glob `glob` (its key), just subscribed, to `n`: its members held
+    /// apart, counted once.
+    pub(super) fn set(&mut self, glob: &Key, n: usize) {
+        self.take(glob);
+        if n == 0 {
+            return;
+        }
+        self.by_glob
+            .entry(Box::from(&*glob.0))
+            .or_default()
+            .push((glob.1, n));
+        self.len += n;
     }
 
-    /// Takes the members counted of the glob `glob` (its key): no longer counted.
-    pub(super) fn take_glob(&mut self, glob: &Key) -> HashSet<Arc<str>> {
+    /// Drops the count of the glob `glob` (its key), no longer subscribed; how many members it
+    /// counted.
+    pub(super) fn take(&mut self, glob: &Key) -> usize {
         let Some(sets) = self.by_glob.get_mut(&*glob.0) else {
-            return HashSet::default();
+            return 0;
         };
         let Some(i) = sets.iter().position(|(pid, _)| *pid == glob.1) else {
-            return HashSet::default();
+            return 0;
         };
-        let (_, members) = sets.swap_remove(i);
+        let (_, n) = sets.swap_remove(i);
         if sets.is_empty() {
             self.by_glob.remove(&*glob.0);
         }
-        self.len -= members.len();
-        members
+        self.len -= n;
+        n
     }
 }

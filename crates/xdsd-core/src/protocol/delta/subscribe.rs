@@ -189,7 +189,7 @@ impl DeltaMachine {
             let name_of = key.0.clone();
             if !self.has.contains_key(&key) {
                 if super::glob_only(&self.names, &key) {
-                    self.glob_members.insert(&key);
+                    self.glob_members.add(&key);
                 }
                 self.has.insert(key, held(&name_of, lookup(name), version));
             }
@@ -198,7 +198,11 @@ impl DeltaMachine {
 
     /// Takes in the keys a request unsubscribes from (`*` turns the wildcard off): whether any
     /// was subscribed.
-    pub(super) fn unsubscribe(&mut self, keys: Vec<(Cow<'_, str>, ParamSetId)>) -> bool {
+    pub(super) fn unsubscribe(
+        &mut self,
+        keys: Vec<(Cow<'_, str>, ParamSetId)>,
+        current: Option<&Arc<TypeSnapshot>>,
+    ) -> bool {
         let mut unsubscribed = false;
         for (name, pid) in keys {
             if name == WILDCARD {
@@ -218,12 +222,13 @@ impl DeltaMachine {
             self.core.forced.remove(&key);
             if crate::xdstp::is_glob(&key.0) {
                 // The client drops the members only the glob gave it (as for the wildcard):
-                // those counted of it, not a look at everything it holds. Those the wildcard
-                // of the same parameter set gives it too, it keeps.
-                let members = self.glob_members.take_glob(&key);
-                if self.core.wildcard.pid() != Some(key.1) {
-                    for member in members {
-                        self.has.remove(&(member, key.1));
+                // the glob's own members, not a look at everything it holds. Those the
+                // wildcard of the same parameter set gives it too, it keeps. Either way they
+                // no longer count apart.
+                let counted = self.glob_members.take(&key);
+                if counted > 0 && self.core.wildcard.pid() != Some(key.1) {
+                    for member in self.held_members_of(&key, current) {
+                        self.has.remove(&member);
                     }
                 }
             } else if self.core.wildcard.is_on() || self.in_glob(&key.0, key.1) {
@@ -232,7 +237,7 @@ impl DeltaMachine {
                 // name, "Unsubscribing", applied to a glob with one of its members). Held
                 // through its glob, it counts apart again.
                 if self.has.contains_key(&key) && self.in_glob(&key.0, key.1) {
-                    self.glob_members.insert(&key);
+                    self.glob_members.add(&key);
                 }
                 self.recheck.insert(key);
             } else {
@@ -319,10 +324,10 @@ impl DeltaMachine {
         if to.is_on() {
             self.check_all = true;
         } else {
-            // The client drops what only the wildcard gave it (not a glob's members).
-            let (names, members) = (&self.names, &self.glob_members);
-            self.has
-                .retain(|k| names.contains(k) || members.contains(k));
+            // The client drops what only the wildcard gave it (not a glob's members: what it
+            // drops counted as no glob's member held apart).
+            let names = &self.names;
+            self.has.retain(|k| super::covers(names, &k.0, k.1));
             self.recheck.clear();
         }
     }

@@ -1615,6 +1615,9 @@ fn a_name_that_is_not_utf8_subscribes_to_nothing_and_is_reported_as_not_there() 
 }
 
 /// Glob collections (xRFC TP1), delta: the rules of #57.
+#[path = "members_tests.rs"]
+mod held_members;
+
 mod glob {
     use super::*;
 

@@ -270,7 +270,7 @@ impl SotwMachine {
                     let sent = match self.names.get(&k.0, k.1) {
                         Some(sent) => *sent,
                         // A member of a glob collection.
-                        None => self.members.get(&k).copied(),
+                        None => self.members.get(&k),
                     };
                     now != sent
                 }),

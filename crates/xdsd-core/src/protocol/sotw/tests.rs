@@ -1160,6 +1160,33 @@ mod glob {
     }
 
     #[test]
+    fn sotw_held_members_a_glob_dropped_looks_at_its_own_members_not_the_other_globs() {
+        // c1 with 200 members, c2 with 50 (e7 of c2 also by name): dropping c2 forgets its 50
+        // and looks at them alone, not at c1's 200.
+        let ids: Vec<String> = (0..200).map(|i| format!("e{i:03}")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let mut h = harness(&ids);
+        let c2 = |id: &str| format!("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c2/{id}");
+        for i in 0..50 {
+            set(&h.store, T, &c2(&format!("e{i}")), "1");
+        }
+        let (g1, g2, named) = (n("*"), c2("*"), c2("e7"));
+        h.request(&[&g1, &g2, &named], "", "");
+        let (_, version, nonce) = h.expect();
+        assert_eq!(
+            counted(&h),
+            2 + 200 + 50,
+            "the globs and their members, e7 once"
+        );
+        super::super::members::LOOKED_AT.with(|l| l.set(0));
+        h.request(&[&g1, &named], &nonce, &version);
+        let looked = super::super::members::LOOKED_AT.with(|l| l.replace(0));
+        assert_eq!(looked, 50, "c2's own members looked at, not c1's");
+        assert_eq!(counted(&h), 1 + 200 + 1, "c1 and its members, e7 by name");
+        assert_eq!(h.sub.members.len(), 200);
+    }
+
+    #[test]
     fn sotw_glob_sends_the_members_directly_under_its_path_with_equal_parameters() {
         let mut h = harness(&["e1", "e2", "sub/e3", "e4?k=v"]);
         let glob = n("*");
