@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -27,8 +26,7 @@ use tokio::time::timeout;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use xdsd_client::types::CLUSTER;
-use xdsd_core::store::ReferencePolicy;
-use xdsd_core::{ChangeSet, Feed, Rejection, Source, SourceEvent, Store, XdsServer};
+use xdsd_core::{ChangeSet, Rejection, Source, SourceEvent};
 use xdsd_relay::{relay, AggregateBy, RelayOptions};
 use xdsd_testsupport::server::WAIT;
 
@@ -208,25 +206,11 @@ async fn start_reporting_relay(
     options.first_wait = first_wait;
     let (source, observer, _metrics) = relay(options);
     let (rejected, rejections) = mpsc::unbounded_channel();
-    let mut source = Reporting {
+    let source = Reporting {
         inner: source,
         rejected,
     };
-    let store = Store::with_reference_policy(ReferencePolicy::off());
-    let feed = Feed::new(store.clone()).allow_empty(true);
-    feed.first_load(&mut source).await.expect("first load");
-    tokio::spawn(feed.follow(source));
-    let observer = Arc::new(observer);
-    let server = XdsServer::builder(store)
-        .observer(observer.clone())
-        .store_picker(observer)
-        .build()
-        .expect("a server without TLS builds");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("local address");
-    tokio::spawn(server.serve(listener, std::future::pending()));
+    let (_, addr) = crate::serve_relay(source, observer).await;
     (addr, rejections)
 }
 

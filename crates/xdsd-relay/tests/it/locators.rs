@@ -4,14 +4,12 @@
 //! the cache while the other stays and follows the upstream.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use xdsd_client::types::CLUSTER_LOAD_ASSIGNMENT;
 use xdsd_client::{Config, Event, Events, Flavor, Params, XdsClient};
-use xdsd_core::store::ReferencePolicy;
-use xdsd_core::{Feed, Store, XdsServer};
+use xdsd_core::Store;
 use xdsd_relay::{relay, RelayOptions};
 use xdsd_testsupport::server::{endpoints, env_is, variant, wait_for, Server, WAIT};
 
@@ -24,21 +22,8 @@ async fn start_relay(upstream: SocketAddr) -> (Store, SocketAddr) {
     let mut options = RelayOptions::new(xdsd_client::Options::new(upstream.to_string()), node);
     options.linger = Duration::from_millis(100);
     options.first_wait = WAIT;
-    let (mut source, observer, _metrics) = relay(options);
-    let store = Store::with_reference_policy(ReferencePolicy::off());
-    let feed = Feed::new(store.clone()).allow_empty(true);
-    feed.first_load(&mut source).await.expect("first load");
-    tokio::spawn(feed.follow(source));
-    let server = XdsServer::builder(store.clone())
-        .observer(Arc::new(observer))
-        .build()
-        .expect("a server without TLS builds");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("local address");
-    tokio::spawn(server.serve(listener, std::future::pending::<()>()));
-    (store, addr)
+    let (source, observer, _metrics) = relay(options);
+    crate::serve_relay(source, observer).await
 }
 
 fn env(value: &str) -> Params {

@@ -5,7 +5,6 @@
 //! gives it the resource.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -16,8 +15,7 @@ use prost::Message;
 use tokio::time::timeout;
 use tokio_stream::wrappers::ReceiverStream;
 use xdsd_client::types::CLUSTER;
-use xdsd_core::store::{PendingName, ReferencePolicy};
-use xdsd_core::{Feed, Store, XdsServer};
+use xdsd_core::store::PendingName;
 use xdsd_relay::{relay, RelayMetrics, RelayOptions};
 
 use xdsd_testsupport::server::{cluster, Server, WAIT};
@@ -38,20 +36,8 @@ async fn start_relay_waiting(
     };
     let mut options = RelayOptions::new(xdsd_client::Options::new(upstream.to_string()), node);
     options.first_wait = first_wait;
-    let (mut source, observer, metrics) = relay(options);
-    let store = Store::with_reference_policy(ReferencePolicy::off());
-    let feed = Feed::new(store.clone()).allow_empty(true);
-    feed.first_load(&mut source).await.expect("first load");
-    tokio::spawn(feed.follow(source));
-    let server = XdsServer::builder(store)
-        .observer(Arc::new(observer))
-        .build()
-        .expect("a server without TLS builds");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("local address");
-    tokio::spawn(server.serve(listener, std::future::pending()));
+    let (source, observer, metrics) = relay(options);
+    let (_, addr) = crate::serve_relay(source, observer).await;
     (addr, metrics)
 }
 

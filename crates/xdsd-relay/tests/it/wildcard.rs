@@ -32,8 +32,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use xdsd_client::types::CLUSTER;
 use xdsd_client::Flavor;
-use xdsd_core::store::ReferencePolicy;
-use xdsd_core::{Feed, Store, XdsServer};
 use xdsd_relay::{relay, RelayOptions};
 use xdsd_testsupport::server::WAIT;
 
@@ -244,21 +242,8 @@ async fn start_relay_waiting(upstream: SocketAddr, flavor: Flavor, wait: Duratio
     let mut options = RelayOptions::new(xdsd_client::Options::new(upstream.to_string()), node);
     options.flavor = flavor;
     options.first_wait = wait;
-    let (mut source, observer, _metrics) = relay(options);
-    let store = Store::with_reference_policy(ReferencePolicy::off());
-    let feed = Feed::new(store.clone()).allow_empty(true);
-    feed.first_load(&mut source).await.expect("first load");
-    tokio::spawn(feed.follow(source));
-    let server = XdsServer::builder(store)
-        .observer(Arc::new(observer))
-        .build()
-        .expect("a server without TLS builds");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("local address");
-    tokio::spawn(server.serve(listener, std::future::pending()));
-    addr
+    let (source, observer, _metrics) = relay(options);
+    crate::serve_relay(source, observer).await.1
 }
 
 fn node(id: &str) -> Option<Node> {
