@@ -33,6 +33,7 @@ pub(crate) use snapshot::intern;
 pub use snapshot::{Interner, Snapshot, TypeSnapshot};
 pub use view::View;
 use watch::{lock_index, merge_names, ChangedNames, TypeChange, Wake, WatchIndex};
+pub use wire::read_string_field;
 pub(crate) use wire::{
     bytes_field, bytes_len, field_len, put_length_delimited, string_field, string_len,
 };
@@ -804,13 +805,14 @@ fn build(
         .map(|r| r.name().clone())
         .unwrap_or_else(|| parts.name.into());
     Ok(Arc::new(
-        Resource::variant_with_ttl(
+        Resource::versioned(
             type_url,
             name,
             aliases,
             parts.constraints,
             parts.ttl,
             parts.value,
+            version,
         )
         .with_origin(parts.origin)
         .with_parent(parts.parent),

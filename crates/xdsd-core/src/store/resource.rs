@@ -11,6 +11,9 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 
 use super::refs::Reference;
+use super::wire::{
+    bytes_field, bytes_len, field_len, put_length_delimited, string_field, string_len,
+};
 use crate::params::Constraints;
 
 /// Type URL of `envoy.service.discovery.v3.Resource`, the wrapper SotW uses for resources that
@@ -52,8 +55,10 @@ pub struct Resource {
     ttl: Option<Duration>,
     /// Resources to send again to a client that receives a change of this one (see `warming`).
     dependents: Vec<(Arc<str>, Arc<str>)>,
-    /// The resources this one names (see `refs`).
-    references: Box<[Reference]>,
+    /// The resources this one names (see `refs`), read from its message on first use (a
+    /// make-before-break ordering, a reference check, the status page): most resources a
+    /// relay takes in are never asked.
+    references: OnceLock<Box<[Reference]>>,
     version: Arc<str>,
     /// A digest of the name and the version: what this variant adds to its type's version
     /// (see `snapshot::version_of`).
@@ -123,19 +128,26 @@ impl Resource {
         value: Bytes,
     ) -> Resource {
         let version = Resource::version_of(type_url, &aliases, constraints.as_deref(), ttl, &value);
-        let any = Any {
-            type_url: type_url.to_owned(),
-            value: value.to_vec(),
-        };
-        let delta = DeltaResource {
-            name: name.to_string(),
-            aliases: aliases.iter().map(|a| a.to_string()).collect(),
-            version: version.clone(),
-            resource: Some(any.clone()),
-            ..Default::default()
-        };
+        Resource::versioned(type_url, name, aliases, constraints, ttl, value, version)
+    }
+
+    /// A variant with constraints and a TTL whose `version` ([`Resource::version_of`]) its
+    /// store computed already (to find it unchanged): not hashed twice.
+    pub(crate) fn versioned(
+        type_url: &str,
+        name: Arc<str>,
+        aliases: Vec<Arc<str>>,
+        constraints: Option<Arc<Constraints>>,
+        ttl: Option<Duration>,
+        value: Bytes,
+        version: String,
+    ) -> Resource {
+        // The wire forms written from the bytes as they came (a relay's are the upstream's),
+        // field by field as prost would (fields by number, proto3's empty strings left out):
+        // the message is never decoded, nor copied more than once into each form.
+        let any = any_form(type_url, &value);
+        let delta = delta_form(&name, &aliases, &version, &any);
         let dependents = super::warming::dependents(type_url, &name, &value);
-        let references = super::refs::references(type_url, &value).into_boxed_slice();
         let digest = pair_digest(&name, &version);
         Resource {
             digest,
@@ -146,10 +158,10 @@ impl Resource {
             parent: None,
             ttl,
             dependents,
-            references,
+            references: OnceLock::new(),
             version: version.into(),
-            any: any.encode_to_vec().into(),
-            delta: delta.encode_to_vec().into(),
+            any,
+            delta,
             nameless: !crate::types::has_name_field(type_url),
             sotw_forms: Default::default(),
             delta_forms: Default::default(),
@@ -226,7 +238,11 @@ impl Resource {
     /// The resources this one refers to by name (type URL, name, field), each once: what must
     /// exist for a client to use it.
     pub fn references(&self) -> &[Reference] {
-        &self.references
+        self.references
+            .get_or_init(|| match Any::decode(self.any.clone()) {
+                Ok(any) => super::refs::references(&any.type_url, &any.value).into_boxed_slice(),
+                Err(_) => Box::default(),
+            })
     }
 
     /// Its aliases (VHDS).
@@ -372,6 +388,31 @@ impl Resource {
     }
 }
 
+/// `google.protobuf.Any { type_url, value }` as prost encodes it.
+fn any_form(type_url: &str, value: &[u8]) -> Bytes {
+    let mut buf = Vec::with_capacity(string_len(type_url) + bytes_len(value));
+    string_field(1, type_url, &mut buf);
+    bytes_field(2, value, &mut buf);
+    buf.into()
+}
+
+/// `envoy.service.discovery.v3.Resource { version, resource: any, name, aliases }` as prost
+/// encodes it (by field number: version 1, resource 2, name 3, aliases 4, each alias even empty).
+fn delta_form(name: &str, aliases: &[Arc<str>], version: &str, any: &[u8]) -> Bytes {
+    let len = string_len(version)
+        + field_len(any.len())
+        + string_len(name)
+        + aliases.iter().map(|a| field_len(a.len())).sum::<usize>();
+    let mut buf = Vec::with_capacity(len);
+    string_field(1, version, &mut buf);
+    put_length_delimited(&mut buf, 2, any);
+    string_field(3, name, &mut buf);
+    for alias in aliases {
+        put_length_delimited(&mut buf, 4, alias.as_bytes());
+    }
+    buf.into()
+}
+
 /// A `ResourceName` for `name` with `constraints` (an empty message when unconstrained).
 pub fn resource_name(name: &str, constraints: Option<&Constraints>) -> ResourceName {
     ResourceName {
@@ -410,5 +451,43 @@ impl fmt::Debug for Resource {
             d.field("constraints", &format_args!("{c}"));
         }
         d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_forms_written_from_the_bytes_are_prosts_encoding_byte_for_byte() {
+        let cases: [(&str, &[u8], &[&str]); 4] = [
+            ("type.example/T", b"\x0a\x01c", &[]),
+            ("type.example/T", b"", &[]),
+            ("type.example/T", b"\x0a\x01c", &["r/a", ""]),
+            ("", b"\x0a\x01c", &["x"]),
+        ];
+        for (type_url, value, aliases) in cases {
+            let aliases: Vec<Arc<str>> = aliases.iter().map(|a| Arc::from(*a)).collect();
+            let r = Resource::with_aliases(
+                type_url,
+                "n",
+                aliases.clone(),
+                Bytes::copy_from_slice(value),
+            );
+            let any = Any {
+                type_url: type_url.to_owned(),
+                value: value.to_vec(),
+            };
+            assert_eq!(&r.any_bytes()[..], &any.encode_to_vec()[..]);
+            let delta = DeltaResource {
+                name: "n".into(),
+                aliases: aliases.iter().map(|a| a.to_string()).collect(),
+                version: r.version().to_string(),
+                resource: Some(any),
+                ..Default::default()
+            };
+            assert_eq!(&r.delta_bytes()[..], &delta.encode_to_vec()[..]);
+            assert_eq!(&r.value()[..], value, "the body served as it came");
+        }
     }
 }

@@ -47,3 +47,50 @@ pub(crate) fn bytes_len(value: &[u8]) -> usize {
         field_len(value.len())
     }
 }
+
+/// Reads the top level of the encoded message `value` without decoding it: every field's key,
+/// length and bounds are checked (the fields of nested messages are not looked into), and the
+/// length-delimited field `tag` is returned as a string (its last occurrence, as protobuf
+/// merges; `None` when absent). What a relay reads of a resource it serves as it came: its name
+/// field, where the full decode would cost more than everything else it does with it.
+///
+/// `Err` says why the bytes are not a message: a key or a length that does not decode, a field
+/// that runs past the end, field `tag` not length-delimited or not UTF-8.
+pub fn read_string_field(value: &[u8], tag: u32) -> Result<Option<&str>, String> {
+    use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
+    let mut buf = value;
+    let mut found = None;
+    while !buf.is_empty() {
+        let at = value.len() - buf.len();
+        let (field, wire_type) =
+            decode_key(&mut buf).map_err(|e| format!("at byte {at}: a field's key: {e}"))?;
+        if field != tag {
+            skip_field(wire_type, field, &mut buf, DecodeContext::default())
+                .map_err(|e| format!("at byte {at}: field {field}: {e}"))?;
+            continue;
+        }
+        if wire_type != WireType::LengthDelimited {
+            return Err(format!(
+                "at byte {at}: field {tag} is {wire_type:?}, not a string"
+            ));
+        }
+        let len = decode_varint(&mut buf)
+            .map_err(|e| format!("at byte {at}: field {tag}'s length: {e}"))?;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|len| *len <= buf.len())
+            .ok_or_else(|| {
+                format!(
+                    "at byte {at}: field {tag} is {len} bytes long, {} remain",
+                    buf.len()
+                )
+            })?;
+        let (text, rest) = buf.split_at(len);
+        found = Some(
+            std::str::from_utf8(text)
+                .map_err(|e| format!("at byte {at}: field {tag} is not UTF-8: {e}"))?,
+        );
+        buf = rest;
+    }
+    Ok(found)
+}
