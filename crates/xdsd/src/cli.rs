@@ -258,7 +258,8 @@ pub(crate) enum Command {
     /// --prefetch types are subscribed from the start. What the upstream sends is cached with its TP2 dynamic parameter constraints
     /// and TTL, and served with them; versions are derived from content, so two relays of one
     /// upstream answer the same versions and a client moving between them is resent nothing.
-    /// A resource the relay cannot decode is NACKed upstream and the last good one kept.
+    /// A resource the relay cannot read (not of its type, its top level or name field malformed)
+    /// is NACKed upstream and the last good one kept; its bytes are otherwise served as they came.
     ///
     /// While the upstream is unreachable, the relay keeps serving its cache to existing and new
     /// clients (no downstream stream ends for it) and reconnects with backoff; it is ready
