@@ -10,7 +10,7 @@
 //! unsubscribes it after a linger ([`demand`]); until the upstream answers it, the name is
 //! pending in the store ([`xdsd_core::store::PendingNames`]), so that its clients are answered
 //! with the upstream's answer, never told first that it does not exist. What the upstream sends
-//! is checked ([`validate`]: a resource the relay cannot decode is NACKed upstream and the last
+//! is checked ([`validate`]: a resource the relay cannot read is NACKed upstream and the last
 //! good one kept), cached with its TP2 constraints and TTL ([`cache`]), and committed to the
 //! store, whose content-derived versions make two relays of one upstream answer alike. While the
 //! upstream is unreachable the cache keeps being served; [`RelayMetrics`] say so, on the

@@ -151,7 +151,7 @@ impl RelayMetrics {
             ),
             MetricSeries::counter(
                 "relay_upstream_rejected",
-                "Upstream responses NACKed (a resource the relay cannot decode).",
+                "Upstream responses NACKed (a resource the relay cannot read).",
                 self.upstream_rejected(),
             ),
             MetricSeries::gauge(

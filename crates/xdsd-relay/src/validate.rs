@@ -1,6 +1,7 @@
 //! What the relay checks of each resource the upstream sends before it caches it: a resource it
-//! cannot decode is NACKed upstream with the reason, and the last good one kept (the client
-//! keeps what it held before a rejected response).
+//! cannot read (not of its type, its top level or name field malformed) is NACKed upstream with
+//! the reason, and the last good one kept (the client keeps what it held before a rejected
+//! response).
 
 use xdsd_core::params::Constraints;
 use xdsd_core::store::read_string_field;
