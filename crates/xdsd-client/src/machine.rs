@@ -18,6 +18,7 @@ use envoy_types::pb::google::protobuf::Any;
 use crate::constraints::{matches, Params};
 use crate::types;
 
+mod lookup;
 mod response;
 mod state;
 mod wire;
@@ -543,9 +544,7 @@ impl Client {
     pub fn resource(&self, type_url: &str, name: &str, params: &Params) -> Option<&Resource> {
         let state = self.types.get(type_url)?;
         state
-            .held
-            .range((name.to_owned(), Vec::new())..)
-            .take_while(|((n, _), _)| n == name)
+            .variants_of(name)
             .map(|(_, h)| &h.resource)
             .find(|r| r.matches(params))
     }

@@ -1506,4 +1506,5 @@ mod glob {
     }
 }
 
+mod cost;
 mod wildcard;

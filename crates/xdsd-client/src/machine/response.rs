@@ -1,7 +1,7 @@
 //! Responses taken in: SotW and delta, each resource decoded and checked, the type's ACK or NACK
 //! queued, and what changed told as events.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -10,12 +10,13 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use prost::Message;
 
 use super::canonical_owned;
+use super::lookup::{Variant, VariantKey};
+use super::state::collection_of;
 use super::wire::{decode_sotw, decode_wrapper, held_key, Received};
 use super::{
     Client, Event, Held, HeldKey, Resource, Update, Wildcard, WildcardAnswer, WildcardWait,
 };
 use crate::types;
-use xdsd_xdstp::collection_of;
 
 impl Client {
     /// Takes in a SotW response.
@@ -147,7 +148,7 @@ impl Client {
         let limits = self.config.limits;
         let state = self.types.get(type_url).expect("checked by the caller");
         // What the response holds: updates and heartbeats, by key.
-        let mut updates: BTreeMap<HeldKey, Resource> = BTreeMap::new();
+        let mut updates: Vec<(HeldKey, Resource)> = Vec::new();
         let mut heartbeats: Vec<(HeldKey, String, Option<Duration>)> = Vec::new();
         let mut absent: Vec<String> = Vec::new();
         for r in received {
@@ -156,30 +157,41 @@ impl Client {
                     if !state.wants(&resource) {
                         continue;
                     }
-                    let key = held_key(&resource);
-                    if updates.contains_key(&key) {
-                        return Err(format!(
-                            "resource {:?} is in the response twice",
-                            resource.name
-                        ));
-                    }
-                    updates.insert(key, resource);
+                    updates.push((held_key(&resource), resource));
                 }
                 Received::Heartbeat { key, version, ttl } => heartbeats.push((key, version, ttl)),
                 Received::Absent { names } => absent.extend(names),
             }
         }
+        // In key order (a server's response is mostly in name order already, which the sort
+        // takes in one pass), a key twice side by side.
+        updates.sort_by(|(a, _), (b, _)| a.cmp(b));
+        if let Some(pair) = updates.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(format!(
+                "resource {:?} is in the response twice",
+                pair[0].1.name
+            ));
+        }
         if let Some(validator) = self.validator.as_mut() {
-            for resource in updates.values() {
+            for (_, resource) in &updates {
                 validator(resource).map_err(|e| format!("resource {:?}: {e}", resource.name))?;
             }
         }
         // The bounds, before anything changes: the names held after it (a full state replaces
-        // them), counted from what the response holds.
+        // them), counted from what the response holds; the bytes it replaces, from the same
+        // look-up of each key.
         let mut names = if full_state { 0 } else { state.held_names };
+        let mut replaced = 0;
         let mut last: Option<&str> = None;
-        for (name, _) in updates.keys() {
-            if last != Some(name.as_str()) && (full_state || !state.holds(name)) {
+        for ((name, constraints), _) in &updates {
+            let held = state
+                .held
+                .get(&Variant(name, constraints) as &dyn VariantKey);
+            if let Some(h) = held {
+                replaced += h.bytes;
+            }
+            let new_name = full_state || (held.is_none() && !state.holds(name));
+            if last != Some(name.as_str()) && new_name {
                 names += 1;
             }
             last = Some(name);
@@ -191,17 +203,12 @@ impl Client {
                 limits.max_names
             ));
         }
-        let replaced: usize = updates
-            .keys()
-            .filter_map(|k| state.held.get(k))
-            .map(|h| h.bytes)
-            .sum();
         let dropped: usize = if full_state {
             state.held_bytes - replaced
         } else {
             0
         };
-        let new_bytes: usize = updates.values().map(|r| r.body.value.len()).sum();
+        let new_bytes: usize = updates.iter().map(|(_, r)| r.body.value.len()).sum();
         let total = self.bytes() - replaced - dropped + new_bytes;
         if total > limits.max_bytes {
             return Err(format!(
@@ -218,7 +225,7 @@ impl Client {
         let wildcard_answer = match state.wildcard_wait {
             Some(_) if state.wildcard() == Wildcard::Off => None,
             Some(WildcardWait { first: true, .. }) => Some(WildcardAnswer::FirstRequest),
-            Some(_) if updates.values().any(|r| !state.asks_by_name(r)) => {
+            Some(_) if updates.iter().any(|(_, r)| !state.asks_by_name(r)) => {
                 Some(WildcardAnswer::Unasked)
             }
             _ => None,
@@ -239,7 +246,9 @@ impl Client {
             let leaving: Vec<HeldKey> = state
                 .held
                 .keys()
-                .filter(|k| !updates.contains_key(*k) && !beating.contains(k))
+                .filter(|k| {
+                    updates.binary_search_by(|(u, _)| u.cmp(k)).is_err() && !beating.contains(k)
+                })
                 .cloned()
                 .collect();
             for key in leaving {
@@ -251,14 +260,14 @@ impl Client {
             let gone_set: BTreeSet<&str> = gone.iter().map(String::as_str).collect();
             // A glob collection with a member in the response is present too.
             let collections: BTreeSet<String> = updates
-                .values()
-                .map(|r| r.name.as_str())
+                .iter()
+                .map(|(_, r)| r.name.as_str())
                 .chain(beating.iter().map(|(n, _)| n.as_str()))
                 .filter_map(collection_of)
                 .collect();
             let present: BTreeSet<&str> = updates
-                .values()
-                .map(|r| r.name.as_str())
+                .iter()
+                .map(|(_, r)| r.name.as_str())
                 .chain(beating.iter().map(|(n, _)| n.as_str()))
                 .chain(collections.iter().map(String::as_str))
                 .collect();
@@ -281,7 +290,7 @@ impl Client {
                 if was_held || follows {
                     sub.missing = true;
                     if let Some(d) = sub.deadline.take() {
-                        state.deadlines.remove(&(d, key.clone()));
+                        super::lookup::stop_timer(&mut state.deadlines, d, key);
                     }
                     if !was_held && missing_set.insert(key.name.clone()) {
                         missing.push(key.name.clone());
@@ -292,12 +301,7 @@ impl Client {
         for (name, constraints) in removed {
             let keys: Vec<HeldKey> = match constraints {
                 Some(c) => vec![(name.clone(), c)],
-                None => state
-                    .held
-                    .range((name.clone(), Vec::new())..)
-                    .take_while(|((n, _), _)| *n == name)
-                    .map(|(k, _)| k.clone())
-                    .collect(),
+                None => state.variants_of(&name).map(|(k, _)| k.clone()).collect(),
             };
             let mut was_held = false;
             for key in keys {
@@ -325,7 +329,7 @@ impl Client {
         for (key, hb_version, ttl) in heartbeats {
             if state
                 .held
-                .get(&key)
+                .get(&Variant(&key.0, &key.1) as &dyn VariantKey)
                 .is_some_and(|h| h.resource.version == hb_version)
             {
                 state.set_expiry(&key, ttl.and_then(|t| now.checked_add(t)));

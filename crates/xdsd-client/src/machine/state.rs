@@ -2,6 +2,7 @@
 //! kept in step with it: aliases, names, bytes, deadlines, expiries) and what the next request
 //! owes.
 
+use super::lookup::{from_name, from_variant, stop_timer, Plain, SubKey, Variant, VariantKey};
 use super::*;
 
 /// The wildcard subscription of a type.
@@ -120,7 +121,7 @@ pub(super) fn members_held<'a>(
 
 /// Whether `held` holds a variant of `name` (under its own name).
 pub(super) fn holds_name(held: &BTreeMap<HeldKey, Held>, name: &str) -> bool {
-    held.range((name.to_owned(), Vec::new())..)
+    held.range::<dyn VariantKey, _>(from_variant(&Variant(name, &[])))
         .next()
         .is_some_and(|((n, _), _)| n == name)
 }
@@ -149,15 +150,25 @@ impl TypeState {
             key.params.is_empty() || constraints.is_none_or(|c| matches(c, &key.params))
         };
         resource.names().any(|name| self.subs_of(name).any(&takes))
-            || xdsd_xdstp::collection_of(&resource.name)
-                .is_some_and(|c| self.subs_of(&c).any(takes))
+            || collection_of(&resource.name).is_some_and(|c| self.subs_of(&c).any(takes))
     }
 
+    /// The subscriptions to `name`: plain, then its locators.
     pub(super) fn subs_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Key> + 'a {
         self.subs
-            .range(Key::plain(name)..)
+            .range::<dyn SubKey, _>(from_name(&Plain(name)))
             .map(|(k, _)| k)
             .take_while(move |k| k.name == name)
+    }
+
+    /// The held variants of `name`, under its own name.
+    pub(super) fn variants_of<'a: 'b, 'b>(
+        &'a self,
+        name: &'b str,
+    ) -> impl Iterator<Item = (&'a HeldKey, &'a Held)> + 'b {
+        self.held
+            .range::<dyn VariantKey, _>(from_variant(&Variant(name, &[])))
+            .take_while(move |((n, _), _)| n == name)
     }
 
     /// Whether a variant of `name` is held under its own name.
@@ -174,12 +185,7 @@ impl TypeState {
 
     /// The held resources a subscription to `name` may hold: of that name, or with that alias.
     pub(super) fn held_for(&self, name: &str) -> Vec<HeldKey> {
-        let mut keys: Vec<HeldKey> = self
-            .held
-            .range((name.to_owned(), Vec::new())..)
-            .take_while(|((n, _), _)| n == name)
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mut keys: Vec<HeldKey> = self.variants_of(name).map(|(k, _)| k.clone()).collect();
         if let Some(aliased) = self.aliased.get(name) {
             keys.extend(aliased.iter().cloned());
         }
@@ -187,9 +193,38 @@ impl TypeState {
         keys
     }
 
-    /// Holds `held` under `key`, in place of what was (returned).
+    /// Holds `held` under `key`, in place of what was (returned): a key held already is
+    /// looked up once, and its entry written in place.
     pub(super) fn put_held(&mut self, key: HeldKey, held: Held) -> Option<Held> {
-        let old = self.take_held(&key);
+        let probe = Variant(&key.0, &key.1);
+        if let Some(slot) = self.held.get_mut(&probe as &dyn VariantKey) {
+            let old = std::mem::replace(slot, held);
+            let new = &slot.resource;
+            self.held_bytes = self.held_bytes - old.bytes + slot.bytes;
+            if old.expires != slot.expires {
+                if let Some(e) = old.expires {
+                    self.expiries.remove(&(e, key.clone()));
+                }
+                if let Some(e) = slot.expires {
+                    self.expiries.insert((e, key.clone()));
+                }
+            }
+            if old.resource.aliases != new.aliases {
+                let (old_aliases, new_aliases) = (&old.resource.aliases, new.aliases.clone());
+                for alias in old_aliases {
+                    if let Some(keys) = self.aliased.get_mut(alias) {
+                        keys.remove(&key);
+                        if keys.is_empty() {
+                            self.aliased.remove(alias);
+                        }
+                    }
+                }
+                for alias in new_aliases {
+                    self.aliased.entry(alias).or_default().insert(key.clone());
+                }
+            }
+            return Some(old);
+        }
         if !self.holds(&key.0) {
             self.held_names += 1;
         }
@@ -204,7 +239,7 @@ impl TypeState {
                 .insert(key.clone());
         }
         self.held.insert(key, held);
-        old
+        None
     }
 
     /// Drops what is held under `key`.
@@ -249,13 +284,13 @@ impl TypeState {
         let (mut subscribed, mut newly) = (false, false);
         for (key, sub) in self
             .subs
-            .range_mut(Key::plain(name)..)
+            .range_mut::<dyn SubKey, _>(from_name(&Plain(name)))
             .take_while(|(k, _)| k.name == name)
         {
             subscribed = true;
             newly |= missing && !sub.missing;
             if let Some(d) = sub.deadline.take() {
-                self.deadlines.remove(&(d, key.clone()));
+                stop_timer(&mut self.deadlines, d, key);
             }
             sub.missing = missing;
         }
@@ -268,7 +303,7 @@ impl TypeState {
             return false;
         };
         if let Some(d) = sub.deadline {
-            self.deadlines.remove(&(d, key.clone()));
+            stop_timer(&mut self.deadlines, d, key);
         }
         true
     }
@@ -318,6 +353,14 @@ impl TypeState {
         let wildcard = self.wildcard_wait.and_then(|w| w.deadline);
         deadline.into_iter().chain(expiry).chain(wildcard).min()
     }
+}
+
+/// The glob collection `name` is a member of, if any: only an xdstp name can be one (the look
+/// at any other name allocates nothing).
+pub(super) fn collection_of(name: &str) -> Option<String> {
+    xdsd_xdstp::is_xdstp(name)
+        .then(|| xdsd_xdstp::collection_of(name))
+        .flatten()
 }
 
 /// Drops the resources of `candidates` no subscription wants any more.
