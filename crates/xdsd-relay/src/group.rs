@@ -90,8 +90,11 @@ pub struct Group {
     /// The one type it carries, when that is not a well-known type.
     pub type_url: Option<String>,
     /// Its identity: the parts above encoded without ambiguity (each part's length before
-    /// it), what equality, order and hashing read.
+    /// it), what equality and order read.
     id: Box<[u8]>,
+    /// A digest of `id`, made once: what hashing reads (every want is hashed with its group's,
+    /// several times per name a stream subscribes).
+    digest: u64,
 }
 
 impl std::ops::Deref for GroupKey {
@@ -114,7 +117,7 @@ impl fmt::Debug for GroupKey {
 
 impl PartialEq for GroupKey {
     fn eq(&self, other: &GroupKey) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.id == other.id
+        Arc::ptr_eq(&self.0, &other.0) || (self.digest == other.digest && self.id == other.id)
     }
 }
 
@@ -137,7 +140,7 @@ impl Ord for GroupKey {
 
 impl std::hash::Hash for GroupKey {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.id.hash(state);
+        state.write_u64(self.digest);
     }
 }
 
@@ -172,11 +175,18 @@ impl GroupKey {
         if let Some(t) = &type_url {
             part(5, t);
         }
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            id.hash(&mut h);
+            h.finish()
+        };
         GroupKey(Arc::new(Group {
             partition,
             params,
             type_url,
             id: id.into(),
+            digest,
         }))
     }
 

@@ -28,7 +28,8 @@ use xdsd_core::{Asked, OneShotDone, PickStore, RequestSeen, Store, StreamClosed,
 
 use crate::group::{group_of, AggregateBy, GroupKey};
 use crate::stores::Stores;
-use crate::table::{Routed, Table, TypeKey, Want};
+use crate::table::{Name, Routed, Table, TypeKey, Want};
+use xdsd_core::hash::HashSet as FastSet;
 
 /// What the observer tells the source.
 #[derive(Debug)]
@@ -64,7 +65,9 @@ struct TypeWants {
     wildcard: bool,
     /// Resource locators held (delta: subscribed and not unsubscribed).
     locators: BTreeSet<Locator>,
-    names: BTreeSet<String>,
+    /// The names held, hashed (a request of N names costs N lookups, not N descents of a
+    /// B-tree comparing names), each shared with its want.
+    names: FastSet<Name>,
     /// The digest of the last request that stated the whole subscription (SotW): a request
     /// with the same one (every ACK) changes nothing and is not read name by name.
     last: Option<u64>,
@@ -81,9 +84,9 @@ pub(crate) type Authorities = Arc<std::collections::BTreeMap<String, xdsd_client
 /// name of an authority with a parameter set of its own, in the group of the same nodes
 /// presenting that set (the set the server matches the name with). Names that are not xdstp
 /// cost a comparison of six bytes, and only when some authority has a set.
-fn name_want(group: &GroupKey, authorities: &Authorities, type_url: &TypeKey, name: &str) -> Want {
-    let own = (!authorities.is_empty() && xdsd_core::xdstp::is_xdstp(name))
-        .then(|| xdsd_core::xdstp::XdstpName::parse(name).ok())
+fn name_want(group: &GroupKey, authorities: &Authorities, type_url: &TypeKey, name: Name) -> Want {
+    let own = (!authorities.is_empty() && xdsd_core::xdstp::is_xdstp(&name))
+        .then(|| xdsd_core::xdstp::XdstpName::parse(&name).ok())
         .flatten()
         .and_then(|n| authorities.get(n.authority()));
     match own {
@@ -111,8 +114,8 @@ impl TypeWants {
         Want::named(self.group.with_params(params), &self.type_key, name)
     }
 
-    fn name_want(&self, name: &str) -> Want {
-        name_want(&self.group, &self.authorities, &self.type_key, name)
+    fn name_want(&self, name: &Name) -> Want {
+        name_want(&self.group, &self.authorities, &self.type_key, name.clone())
     }
 
     /// Takes in what a request asks of its type: the wants it adds and those it drops.
@@ -158,13 +161,14 @@ impl TypeWants {
             }) && count == self.names.len();
             if !same {
                 let new: BTreeSet<Cow<'_, str>> = names().collect();
-                for gone in self.names.iter().filter(|n| !new.contains(n.as_str())) {
+                for gone in self.names.iter().filter(|n| !new.contains(&***n)) {
                     dropped.push(self.name_want(gone));
                 }
-                self.names.retain(|n| new.contains(n.as_str()));
+                self.names.retain(|n| new.contains(&**n));
                 for name in new {
                     if !self.names.contains(name.as_ref()) {
-                        self.names.insert(name.clone().into_owned());
+                        let name = Name::from(name);
+                        self.names.insert(name.clone());
                         added.push(self.name_want(&name));
                     }
                 }
@@ -182,12 +186,13 @@ impl TypeWants {
             }
             for name in names() {
                 if !self.names.contains(name.as_ref()) {
-                    self.names.insert(name.clone().into_owned());
+                    let name = Name::from(name);
+                    self.names.insert(name.clone());
                     added.push(self.name_want(&name));
                 }
             }
             for name in asked.unsubscribed_names().map(canonical) {
-                if self.names.remove(name.as_ref()) {
+                if let Some(name) = self.names.take(name.as_ref()) {
                     dropped.push(self.name_want(&name));
                 }
             }
@@ -225,7 +230,7 @@ fn one_shot_wants(
     let mut wants: Vec<Want> = asked
         .names()
         .filter(|n| *n != xdsd_client::WILDCARD)
-        .map(|n| name_want(group, authorities, type_url, &canonical(n)))
+        .map(|n| name_want(group, authorities, type_url, canonical(n).into()))
         .collect();
     wants.extend(asked.locators().iter().map(|l| {
         let (name, params) = locator(l);
@@ -376,7 +381,7 @@ impl StreamObserver for RelayObserver {
                     authorities: self.authorities.clone(),
                     wildcard: false,
                     locators: BTreeSet::new(),
-                    names: BTreeSet::new(),
+                    names: FastSet::default(),
                     last: None,
                 }),
             };

@@ -183,7 +183,7 @@ impl RelaySource {
         // Plain names by group and type: subscribed upstream in one request each.
         let mut names: BTreeMap<(GroupKey, TypeKey), Vec<String>> = BTreeMap::new();
         let mut subscribed = Vec::new();
-        while let Some(action) = self.table.poll_action() {
+        for action in self.table.take_actions() {
             match action {
                 Action::Subscribe(want) => {
                     self.start_group(&want.group)?;
@@ -192,7 +192,7 @@ impl RelaySource {
                         names
                             .entry((want.group.clone(), want.type_url.clone()))
                             .or_default()
-                            .push(want.name.clone());
+                            .push(want.name.to_string());
                     }
                     subscribed.push(want);
                 }

@@ -9,18 +9,20 @@ use std::time::Instant;
 
 use xdsd_core::params::Constraints;
 
-use super::{State, Table, TypeKey, Want};
+use super::{Holder, Name, State, Table, TypeKey, Want};
 use crate::group::{GroupKey, Partition};
 
 /// The keys a name's variants constrain (xRFC TP2: every variant of a name constrains the same
 /// keys, as the relay's store requires), shared by the names that have the same.
 pub(super) type Keys = Arc<BTreeSet<String>>;
 
-/// A narrowed want's route: the group it is held through (its own parameters narrowed to the
-/// keys its name's variants constrain), and the streams holding it so.
+/// A narrowed want's route: the want it is held through (its name in its group narrowed to the
+/// keys its name's variants constrain), and the streams holding it so. The route holds that
+/// want once for all its streams ([`super::Entry::routes`]): a stream joining a route costs a
+/// lookup of its full want, not a hold of the narrowed one.
 #[derive(Debug)]
 pub(super) struct Route {
-    pub(super) to: GroupKey,
+    pub(super) held: Want,
     pub(super) streams: BTreeSet<u64>,
 }
 
@@ -50,7 +52,7 @@ impl State {
         {
             return None;
         }
-        let keys = self.keys.get(&want.type_url)?.get(&want.name)?;
+        let keys = self.keys.get(&want.type_url)?.get(&*want.name)?;
         if let Some((group, known, to)) = memo {
             if *group == want.group && (Arc::ptr_eq(known, keys) || known == keys) {
                 return to.clone();
@@ -62,81 +64,93 @@ impl State {
     }
 
     /// `stream` holds the full want `want` through the group `to` (`None`: its own); the want
-    /// held.
+    /// held. A want already routed there costs one lookup (ten streams of one parameter set
+    /// holding a name: the route made once, by the first).
     pub(super) fn hold(&mut self, stream: u64, want: &Want, to: Option<GroupKey>) -> Want {
-        let held = match to {
-            None => want.clone(),
-            Some(to) => {
-                // Looked up before made: a name held by ten streams is copied once.
-                let names = match self.routes.get_mut(&want.type_url) {
-                    Some(names) => names,
-                    None => self.routes.entry(want.type_url.clone()).or_default(),
-                };
-                let routes = match names.get_mut(&want.name) {
-                    Some(routes) => routes,
-                    None => names.entry(want.name.clone()).or_default(),
-                };
-                let route = routes.entry(want.group.clone()).or_insert_with(|| Route {
-                    to,
-                    streams: BTreeSet::new(),
-                });
-                route.streams.insert(stream);
-                Want::named(route.to.clone(), &want.type_url, &want.name)
-            }
+        let Some(to) = to else {
+            self.hold_for(Holder::Stream(stream), want);
+            return want.clone();
         };
-        match self.wants.get_mut(&held) {
-            Some(entry) if entry.subscribed && entry.until.is_none() => {
-                *entry.holders.entry(stream).or_default() += 1;
+        if let Some(route) = self.routes.get_mut(want) {
+            if route.held.group == to {
+                route.streams.insert(stream);
+                return route.held.clone();
             }
-            _ => {
-                *self.subscribed(&held).holders.entry(stream).or_default() += 1;
-                self.set_until(&held, None);
+            // (Routed elsewhere since: its streams move with it.)
+            self.reroute_one(want, Some(to.clone()), Instant::now());
+            if let Some(route) = self.routes.get_mut(want) {
+                route.streams.insert(stream);
+                return route.held.clone();
             }
         }
+        let held = Want::named(to, &want.type_url, want.name.clone());
+        self.routes.insert(
+            want.clone(),
+            Route {
+                held: held.clone(),
+                streams: BTreeSet::from([stream]),
+            },
+        );
+        let groups = match self.routed.get_mut(&want.type_url) {
+            Some(names) => names,
+            None => self.routed.entry(want.type_url.clone()).or_default(),
+        };
+        groups
+            .entry(want.name.clone())
+            .or_default()
+            .insert(want.group.clone());
+        self.hold_for(Holder::Route, &held);
         held
     }
 
-    /// The route of `name` of `type_url` from `full` taken out: the group it went to.
-    pub(super) fn take_route(
-        &mut self,
-        type_url: &TypeKey,
-        name: &str,
-        full: &GroupKey,
-    ) -> Option<GroupKey> {
-        let names = self.routes.get_mut(type_url)?;
-        let routes = names.get_mut(name)?;
-        let route = routes.remove(full);
-        if routes.is_empty() {
-            names.remove(name);
+    /// The route of the full want `want` taken out (what it held no longer held by it, as of
+    /// `now`): its streams.
+    fn take_route(&mut self, want: &Want, now: Instant) -> Option<BTreeSet<u64>> {
+        let route = self.routes.remove(want)?;
+        if let Some(names) = self.routed.get_mut(&want.type_url) {
+            if let Some(groups) = names.get_mut(&want.name) {
+                groups.remove(&want.group);
+                if groups.is_empty() {
+                    names.remove(&want.name);
+                }
+            }
             if names.is_empty() {
-                self.routes.remove(type_url);
+                self.routed.remove(&want.type_url);
             }
         }
-        route.map(|r| r.to)
+        self.let_go_of(Holder::Route, &route.held, now);
+        Some(route.streams)
     }
 
     /// `stream` no longer holds the full want `want` (as of `now`): what it held it through
     /// lingers if nobody else holds it.
     pub(super) fn unhold(&mut self, stream: u64, want: &Want, now: Instant) {
-        let mut held = None;
-        if let Some(names) = self.routes.get_mut(&want.type_url) {
-            if let Some(routes) = names.get_mut(&want.name) {
-                if let Some(route) = routes.get_mut(&want.group) {
-                    route.streams.remove(&stream);
-                    held = Some(Want::named(route.to.clone(), &want.type_url, &want.name));
-                    if route.streams.is_empty() {
-                        routes.remove(&want.group);
-                    }
+        if let Some(route) = self.routes.get_mut(want) {
+            if route.streams.remove(&stream) {
+                if route.streams.is_empty() {
+                    self.take_route(want, now);
                 }
-                if routes.is_empty() {
-                    names.remove(&want.name);
-                }
-            }
-            if names.is_empty() {
-                self.routes.remove(&want.type_url);
+                return;
             }
         }
-        self.let_go(stream, held.as_ref().unwrap_or(want), now);
+        // Held through its own group (a name whose keys were not known when it was asked).
+        self.let_go(stream, want, now);
+    }
+
+    /// The route of the full want `want` moved to `to` (`None`: its own group), its streams
+    /// with it, as of `now`: the wants newly held.
+    fn reroute_one(&mut self, want: &Want, to: Option<GroupKey>, now: Instant) -> Vec<Want> {
+        let Some(streams) = self.take_route(want, now) else {
+            return Vec::new();
+        };
+        let mut held = Vec::new();
+        for stream in streams {
+            let h = self.hold(stream, want, to.clone());
+            if held.last() != Some(&h) {
+                held.push(h);
+            }
+        }
+        held
     }
 
     /// The routes of `name` of `type_url` whose group is no longer the one `to` says (a full
@@ -149,28 +163,22 @@ impl State {
         to: impl Fn(&GroupKey, &GroupKey) -> Option<Option<GroupKey>>,
         now: Instant,
     ) -> Vec<Want> {
-        let Some(routes) = self.routes.get(type_url).and_then(|n| n.get(name)) else {
+        let Some(groups) = self.routed.get(type_url).and_then(|n| n.get(name)) else {
             return Vec::new();
         };
-        let moves: Vec<(GroupKey, Option<GroupKey>, Vec<u64>)> = routes
+        let name: Name = name.into();
+        let moves: Vec<(Want, Option<GroupKey>)> = groups
             .iter()
-            .filter_map(|(full, route)| {
-                let new = to(full, &route.to)?;
-                (new.as_ref() != Some(&route.to))
-                    .then(|| (full.clone(), new, route.streams.iter().copied().collect()))
+            .filter_map(|full| {
+                let want = Want::named(full.clone(), type_url, name.clone());
+                let route = self.routes.get(&want)?;
+                let new = to(full, &route.held.group)?;
+                (new.as_ref() != Some(&route.held.group)).then_some((want, new))
             })
             .collect();
         let mut held = Vec::new();
-        for (full, new, streams) in moves {
-            let Some(old) = self.take_route(type_url, name, &full) else {
-                continue;
-            };
-            let old = Want::named(old, type_url, name);
-            let want = Want::named(full, type_url, name);
-            for stream in streams {
-                self.let_go(stream, &old, now);
-                held.push(self.hold(stream, &want, new.clone()));
-            }
+        for (want, new) in moves {
+            held.extend(self.reroute_one(&want, new, now));
         }
         held.sort();
         held.dedup();

@@ -883,6 +883,31 @@ fn a_stream_leaving_lets_go_of_what_it_held_through_its_narrowed_group() {
 }
 
 #[test]
+fn a_stream_that_held_a_name_through_its_own_group_lets_go_of_it_there_once_others_are_narrowed() {
+    let table = table();
+    table.pin(cds());
+    let full = Want::named(with(&[("pod", "p1")]), CDS, "a");
+    // Its keys not known yet: held through the stream's own group.
+    table.acquire(1, full.clone());
+    // Then known (a constrains nothing): a second stream of the group is narrowed.
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    table.acquire(2, full.clone());
+    assert_eq!(subscribes(&table), vec![cds(), full.clone(), named("a")]);
+    let t0 = Instant::now();
+    table.release(1, t0);
+    table.release(2, t0);
+    table.handle_timeout(t0 + LINGER);
+    let mut gone = actions(&table);
+    gone.sort_by_key(|a| format!("{a:?}"));
+    assert_eq!(
+        gone,
+        vec![Action::Unsubscribe(full), Action::Unsubscribe(named("a"))],
+        "each left by the stream that held it"
+    );
+    assert_eq!(table.rows(), 1, "only the pinned wildcard");
+}
+
+#[test]
 fn a_key_seen_later_moves_the_wants_narrowed_without_it_and_they_wait_there() {
     let store = Store::new();
     let table = attached(&store);

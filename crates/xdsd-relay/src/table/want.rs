@@ -85,16 +85,21 @@ pub struct Want {
     pub group: GroupKey,
     /// The type URL.
     pub(crate) type_url: TypeKey,
-    /// The name, or `*` for every resource of the type.
-    pub name: String,
+    /// The name, or `*` for every resource of the type: shared, so that the observer's copy
+    /// of a stream's name, the want, the table's row and route and the upstream action are one
+    /// allocation (a stream subscribing 100,000 names made each name five times over).
+    pub name: Name,
 }
+
+/// A want's name, shared.
+pub type Name = Arc<str>;
 
 impl Want {
     /// The resource `name` of `type_url` in `group`.
     pub(crate) fn named(
         group: GroupKey,
         type_url: impl Into<TypeKey>,
-        name: impl Into<String>,
+        name: impl Into<Name>,
     ) -> Want {
         Want {
             group,
@@ -105,7 +110,7 @@ impl Want {
 
     /// Whether it is a type's wildcard.
     pub fn is_wildcard(&self) -> bool {
-        self.name == xdsd_client::WILDCARD
+        &*self.name == xdsd_client::WILDCARD
     }
 
     /// The wildcard of `type_url` in `group`.
