@@ -466,6 +466,120 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_sotw_request_decoded_in_the_box_of_the_last_one_is_the_request_decoded_afresh() {
+        use crate::protocol::sotw::SotwRequest;
+        use envoy_types::pb::envoy::config::core::v3::Node;
+        use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, ResourceLocator};
+        use envoy_types::pb::google::rpc::Status as RpcStatus;
+        // Each request sets fields the next lacks: nothing of one may show in the next.
+        let messages = [
+            DiscoveryRequest {
+                version_info: "3".into(),
+                node: Some(Node {
+                    id: "n".into(),
+                    ..Default::default()
+                }),
+                resource_names: vec!["a".into(), "b".into()],
+                resource_locators: vec![ResourceLocator {
+                    name: "c".into(),
+                    dynamic_parameters: [("env".to_string(), "prod".to_string())].into(),
+                }],
+                type_url: "t".into(),
+                ..Default::default()
+            },
+            DiscoveryRequest {
+                type_url: "t".into(),
+                response_nonce: "1".into(),
+                resource_names: vec!["a".into()],
+                error_detail: Some(RpcStatus {
+                    code: 3,
+                    message: "bad".into(),
+                    details: Vec::new(),
+                }),
+                ..Default::default()
+            },
+            DiscoveryRequest {
+                version_info: "4".into(),
+                type_url: "t".into(),
+                response_nonce: "2".into(),
+                ..Default::default()
+            },
+            DiscoveryRequest::default(),
+        ];
+        let frames: Vec<Bytes> = messages
+            .iter()
+            .map(|m| {
+                let body = m.encode_to_vec();
+                let mut out = vec![0];
+                out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+                out.extend_from_slice(&body);
+                Bytes::from(out)
+            })
+            .collect();
+        let afresh = read_boxed::<SotwRequest>(frames.clone(), false).await;
+        let recycled = read_boxed::<SotwRequest>(frames.clone(), true).await;
+        assert_eq!(afresh.len(), messages.len());
+        for (i, ((fresh, _), (again, _))) in afresh.iter().zip(&recycled).enumerate() {
+            assert_eq!(again, fresh, "request {i}");
+            assert_eq!(*again, SotwRequest::decode(&frames[i][HEADER..]).unwrap());
+        }
+        assert!(
+            recycled.windows(2).all(|w| w[0].1 == w[1].1),
+            "every request after the first was decoded in the first one's box"
+        );
+        // A box given back keeps nothing of its request: not the frame it was read from, not
+        // the room of its locators.
+        drop((afresh, recycled));
+        let frame = frames.into_iter().next().expect("a frame");
+        let mut requests = Requests::<_, SotwRequest>::new(
+            Frames(VecDeque::from([Ok(frame.clone())])),
+            "M",
+            1 << 20,
+        );
+        let first = std::future::poll_fn(|cx| requests.poll_boxed(cx))
+            .await
+            .expect("one")
+            .expect("a request");
+        requests.recycle(first);
+        let spare = requests.spare.as_deref().expect("kept");
+        assert_eq!(spare, &SotwRequest::default(), "emptied");
+        assert_eq!(spare.resource_locators.capacity(), 0, "no room kept");
+        let mut frame = frame;
+        assert!(frame.is_unique(), "the frame is not held by the spare box");
+        frame.clear();
+    }
+
+    #[test]
+    fn a_delta_request_emptied_is_a_default_one_with_no_room_of_what_it_held() {
+        use crate::protocol::delta::DeltaRequest;
+        use envoy_types::pb::envoy::service::discovery::v3::{
+            DeltaDiscoveryRequest, ResourceLocator,
+        };
+        let versions: std::collections::HashMap<String, String> = (0..100)
+            .map(|i| (format!("n{i}"), "1".to_string()))
+            .collect();
+        let locator = ResourceLocator {
+            name: "c".into(),
+            dynamic_parameters: [("env".to_string(), "prod".to_string())].into(),
+        };
+        let mut request = DeltaRequest::from(DeltaDiscoveryRequest {
+            type_url: "t".into(),
+            resource_names_subscribe: vec!["a".into()],
+            resource_names_unsubscribe: vec!["b".into()],
+            initial_resource_versions: versions,
+            response_nonce: "1".into(),
+            resource_locators_subscribe: vec![locator.clone()],
+            resource_locators_unsubscribe: vec![locator],
+            ..Default::default()
+        });
+        request.clear();
+        assert_eq!(request, DeltaRequest::default());
+        assert_eq!(request.initial_resource_versions.capacity(), 0);
+        assert_eq!(request.resource_locators_subscribe.capacity(), 0);
+        assert_eq!(request.resource_locators_unsubscribe.capacity(), 0);
+    }
+
+    #[tokio::test]
     async fn a_body_error_is_passed_on_and_ends_the_stream() {
         let frames = VecDeque::from([Err(Status::unavailable("reset")), Ok(Bytes::new())]);
         let read: Vec<_> =

@@ -121,8 +121,18 @@ impl prost::Message for SotwRequest {
             + message::encoded_len_repeated(REQ_RESOURCE_LOCATORS, &self.resource_locators)
     }
 
+    /// Empties the request field by field (see `DeltaRequest`'s `clear`): equal to a default
+    /// one afterwards, holding nothing of the frame it was read from.
     fn clear(&mut self) {
-        *self = SotwRequest::default();
+        self.version_info = Text::default();
+        self.node_raw = Bytes::new();
+        self.resource_names = Names::default();
+        if self.resource_locators.capacity() > 0 {
+            self.resource_locators = Vec::new();
+        }
+        self.type_url = Text::default();
+        self.response_nonce = Text::default();
+        self.error_detail = None;
     }
 }
 
