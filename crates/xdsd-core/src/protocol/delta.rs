@@ -206,7 +206,10 @@ impl DeltaMachine {
                 continue;
             }
             if !*member {
-                let held = self.held_members_of(key, current).len();
+                // Held through the wildcard of the glob's parameter set, a member may be gone
+                // from the store and the stream not told yet: looked for in what it holds.
+                let untold = self.core.wildcard.pid() == Some(key.1);
+                let held = self.held_members_of(key, current, untold).len();
                 self.glob_members.set(key, held);
             } else if self.has.contains_key(key) {
                 self.glob_members.sub(key);
@@ -218,11 +221,18 @@ impl DeltaMachine {
     /// members in the store, and those it holds whose removal is still owed (changed, to
     /// recheck, waiting, or in the rest of a split response). Costs the glob's members, not
     /// what the client holds, but with a check of everything owed (the wildcard just turned
-    /// on, a first request), which walks everything held anyway. Not found: a member the
-    /// client holds through the wildcard of the glob's parameter set, removed in the store
-    /// and the stream not yet told when the glob is subscribed (the request reads the store's
-    /// newest snapshot): it counts one fewer until the glob is dropped (docs/xdstp.md).
-    fn held_members_of(&self, glob: &Key, current: Option<&Arc<TypeSnapshot>>) -> Vec<Key> {
+    /// on, a first request), which walks everything held anyway. With `untold`, also those
+    /// held that the store no longer has and whose removal the stream was not told yet (the
+    /// request reads the store's newest snapshot, the stream learns of a removal after), found
+    /// in what the client holds ([`Holdings::members_of`]): asked when the wildcard of the
+    /// glob's parameter set may hold such a member as the glob is subscribed, or when a glob
+    /// dropped found fewer members than it counted.
+    fn held_members_of(
+        &self,
+        glob: &Key,
+        current: Option<&Arc<TypeSnapshot>>,
+        untold: bool,
+    ) -> Vec<Key> {
         let mut held = Vec::new();
         let Some((prefix, query)) = crate::xdstp::glob_parts(&glob.0) else {
             return held;
@@ -271,6 +281,13 @@ impl DeltaMachine {
             if member(name) && !in_store(name) && gone.insert(name) {
                 let key = (name.clone(), pid);
                 if apart(&key) && self.has.contains_key(&key) {
+                    held.push(key);
+                }
+            }
+        }
+        if untold {
+            for key in self.has.members_of(&glob.0, pid) {
+                if !in_store(&key.0) && !gone.contains(&key.0) && apart(&key) {
                     held.push(key);
                 }
             }

@@ -54,8 +54,7 @@ impl GlobMembers {
     }
 
     /// Stops counting the member `key`, which was counted: the caller knows it was a member
-    /// held apart and no longer is. (A glob's count stops at nothing: see `held_members_of`
-    /// for the one way a member held apart may not have been counted.)
+    /// held apart and no longer is. (A glob's count stops at nothing.)
     pub(super) fn sub(&mut self, key: &Key) {
         let taken = crate::xdstp::with_collection_of(&key.0, |glob| {
             let Some(sets) = self.by_glob.get_mut(glob) else {
