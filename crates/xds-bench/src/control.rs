@@ -258,23 +258,7 @@ impl Proc {
     /// a scenario's changes, so that a profile counts the changes alone (BENCHMARKS.md, stop 37).
     /// A hook that fails is reported, and the run goes on.
     pub async fn phase(&self, phase: &str) {
-        let Ok(hook) = std::env::var("XDS_BENCH_PHASE_HOOK") else {
-            return;
-        };
-        let mut words = hook.split_whitespace();
-        let Some(program) = words.next() else {
-            return;
-        };
-        let status = Command::new(program)
-            .args(words)
-            .arg(phase)
-            .arg(self.pid.to_string())
-            .stdin(Stdio::null())
-            .status()
-            .await;
-        if !matches!(&status, Ok(s) if s.success()) {
-            eprintln!("[xds-bench] phase hook {hook:?} {phase}: {status:?}");
-        }
+        phase_hook(phase, self.pid).await;
     }
 
     /// CPU seconds (user + system) the server process used so far.
@@ -412,5 +396,28 @@ pub fn machine() -> Machine {
             .unwrap_or_default()
             .trim()
             .to_owned(),
+    }
+}
+
+/// Runs the command of `XDS_BENCH_PHASE_HOOK`, if set, with `phase` and `pid` as its last two
+/// arguments, and waits for it (see [`Proc::phase`]; S13, whose server runs in the bench's
+/// process, gives its own pid: its changes' counts alone, under callgrind).
+pub async fn phase_hook(phase: &str, pid: u32) {
+    let Ok(hook) = std::env::var("XDS_BENCH_PHASE_HOOK") else {
+        return;
+    };
+    let mut words = hook.split_whitespace();
+    let Some(program) = words.next() else {
+        return;
+    };
+    let status = Command::new(program)
+        .args(words)
+        .arg(phase)
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .status()
+        .await;
+    if !matches!(&status, Ok(s) if s.success()) {
+        eprintln!("[xds-bench] phase hook {hook:?} {phase}: {status:?}");
     }
 }

@@ -260,6 +260,10 @@ impl Side {
     }
 
     async fn measure(&mut self, change: ResourceInput) -> anyhow::Result<()> {
+        // Outside the CPU read: under callgrind, a hook that dumps the counts here and after
+        // the change counts each side's changes alone.
+        let pid = std::process::id();
+        crate::control::phase_hook(&format!("s13-{}-start", self.row.mode), pid).await;
         let cpu0 = crate::control::self_cpu_seconds_exact();
         let start = Instant::now();
         self.store.apply([Change::Set(change)])?;
@@ -278,6 +282,7 @@ impl Side {
         tokio::time::sleep(Duration::from_millis(200)).await;
         self.cpus
             .push(crate::control::self_cpu_seconds_exact() - cpu0);
+        crate::control::phase_hook(&format!("s13-{}-end", self.row.mode), pid).await;
         Ok(())
     }
 

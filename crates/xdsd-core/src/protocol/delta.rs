@@ -149,6 +149,27 @@ impl DeltaMachine {
         in_glob(&self.names, name, pid)
     }
 
+    /// Counts `key`, just sent `r`, as a glob member held apart if it is one and the client did
+    /// not hold it: its glob as the resource says it (worked out once, when the store built
+    /// it), unless `r` was sent for an alias.
+    fn count_sent_member(&mut self, r: &Resource, key: &Key) {
+        if !(Arc::ptr_eq(r.name(), &key.0) || **r.name() == *key.0) {
+            if glob_only(&self.names, key) && !self.has.contains_key(key) {
+                self.glob_members.add(key);
+            }
+            return;
+        }
+        let Some(glob) = r.collection() else {
+            return;
+        };
+        if !self.names.contains(key)
+            && in_glob_of(&self.names, glob, &key.0, key.1)
+            && !self.has.contains_key(key)
+        {
+            self.glob_members.add_to(glob, key.1);
+        }
+    }
+
     /// The members of glob collections held that no name subscribes to, counted again from
     /// everything the client holds: what [`DeltaMachine::glob_members`] must equal (tests).
     #[cfg(test)]
@@ -206,7 +227,10 @@ impl DeltaMachine {
                 continue;
             }
             if !*member {
-                let held = self.held_members_of(key, current).len();
+                // Held through the wildcard of the glob's parameter set, a member may be gone
+                // from the store and the stream not told yet: looked for in what it holds.
+                let untold = self.core.wildcard.pid() == Some(key.1);
+                let held = self.held_members_of(key, current, untold).len();
                 self.glob_members.set(key, held);
             } else if self.has.contains_key(key) {
                 self.glob_members.sub(key);
@@ -218,11 +242,18 @@ impl DeltaMachine {
     /// members in the store, and those it holds whose removal is still owed (changed, to
     /// recheck, waiting, or in the rest of a split response). Costs the glob's members, not
     /// what the client holds, but with a check of everything owed (the wildcard just turned
-    /// on, a first request), which walks everything held anyway. Not found: a member the
-    /// client holds through the wildcard of the glob's parameter set, removed in the store
-    /// and the stream not yet told when the glob is subscribed (the request reads the store's
-    /// newest snapshot): it counts one fewer until the glob is dropped (docs/xdstp.md).
-    fn held_members_of(&self, glob: &Key, current: Option<&Arc<TypeSnapshot>>) -> Vec<Key> {
+    /// on, a first request), which walks everything held anyway. With `untold`, also those
+    /// held that the store no longer has and whose removal the stream was not told yet (the
+    /// request reads the store's newest snapshot, the stream learns of a removal after), found
+    /// in what the client holds ([`Holdings::members_of`]): asked when the wildcard of the
+    /// glob's parameter set may hold such a member as the glob is subscribed, or when a glob
+    /// dropped found fewer members than it counted.
+    fn held_members_of(
+        &self,
+        glob: &Key,
+        current: Option<&Arc<TypeSnapshot>>,
+        untold: bool,
+    ) -> Vec<Key> {
         let mut held = Vec::new();
         let Some((prefix, query)) = crate::xdstp::glob_parts(&glob.0) else {
             return held;
@@ -271,6 +302,13 @@ impl DeltaMachine {
             if member(name) && !in_store(name) && gone.insert(name) {
                 let key = (name.clone(), pid);
                 if apart(&key) && self.has.contains_key(&key) {
+                    held.push(key);
+                }
+            }
+        }
+        if untold {
+            for key in self.has.members_of(&glob.0, pid) {
+                if !in_store(&key.0) && !gone.contains(&key.0) && apart(&key) {
                     held.push(key);
                 }
             }
@@ -417,6 +455,24 @@ fn in_glob(names: &SubscribedKeys, name: &str, pid: ParamSetId) -> bool {
             c != name && names.contains(&(c, pid) as &dyn KeyLookup)
         })
         .unwrap_or(false)
+}
+
+/// Whether `name`, a member of the glob collection `collection`, is subscribed by that glob
+/// with `pid`: one lookup.
+fn in_glob_of(names: &SubscribedKeys, collection: &str, name: &str, pid: ParamSetId) -> bool {
+    collection != name && names.contains(&(collection, pid) as &dyn KeyLookup)
+}
+
+/// Whether `r`, found for `name`, is a member of a glob collection `names` subscribes to with
+/// `pid` ([`in_glob`]): the collection as the resource says it (`Resource::collection`, worked
+/// out once when the store built it, not by each stream), unless `r` was found by an alias.
+fn in_glob_by(names: &SubscribedKeys, r: &Resource, name: &Arc<str>, pid: ParamSetId) -> bool {
+    if Arc::ptr_eq(r.name(), name) || **r.name() == **name {
+        r.collection()
+            .is_some_and(|c| in_glob_of(names, c, name, pid))
+    } else {
+        in_glob(names, name, pid)
+    }
 }
 
 /// Whether `key` is subscribed by a glob collection of `names` and not by its own name: a
@@ -591,8 +647,20 @@ impl Machine for DeltaMachine {
     /// Records names the store changed (added, modified or removed).
     fn mark_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a Arc<str>>) {
         let subscribed = &self.names;
-        self.core
-            .mark_changed(names, |name, pid| covers(subscribed, name, pid));
+        if !self.core.waiting.is_empty() {
+            // (Keys that waited are owed again only if subscribed: looked at closely.)
+            self.core
+                .mark_changed(names, |name, pid| covers(subscribed, name, pid));
+            return;
+        }
+        // A changed xdstp name is marked without working out its glob collection: the stream is
+        // told of one it watches by name or by its collection (or of every name of a type it
+        // watches whole), and the response tells which keys it has from the collection its
+        // resource carries, worked out once for every stream when the store built it
+        // (`poll_changed`). A name no key turns out to have is dropped there.
+        self.core.mark_changed(names, |name, pid| {
+            subscribed.contains(&(&**name, pid) as &dyn KeyLookup) || crate::xdstp::is_xdstp(name)
+        });
     }
 
     /// Sends `name` again with the next response, changed or not, if it is subscribed.

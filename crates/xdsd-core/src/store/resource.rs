@@ -76,6 +76,9 @@ pub struct Resource {
     /// Its type has no name field ([`crate::types::has_name_field`]): a SotW client learns its
     /// name only from a `Resource` wrapper.
     nameless: bool,
+    /// The glob collection (xRFC TP1) its xdstp name is a member of ([`crate::xdstp::collection_of`]),
+    /// worked out once when it is built (its commit), not by every stream that looks at it.
+    collection: Option<Arc<str>>,
 }
 
 impl Resource {
@@ -149,7 +152,12 @@ impl Resource {
         let delta = delta_form(&name, &aliases, &version, &any);
         let dependents = super::warming::dependents(type_url, &name, &value);
         let digest = pair_digest(&name, &version);
+        let collection = crate::xdstp::is_xdstp(&name)
+            .then(|| crate::xdstp::collection_of(&name))
+            .flatten()
+            .map(Arc::from);
         Resource {
+            collection,
             digest,
             name,
             aliases,
@@ -376,6 +384,20 @@ impl Resource {
         )
         .with_origin(self.origin.clone())
         .with_parent(self.parent.clone())
+        .with_collection(self.collection.clone())
+    }
+
+    /// The glob collection its name is a member of, as its canonical name has it (a copy
+    /// renamed to a client's spelling keeps it).
+    fn with_collection(mut self, collection: Option<Arc<str>>) -> Resource {
+        self.collection = collection;
+        self
+    }
+
+    /// The glob collection (xRFC TP1) its name is a member of: `None` for a name that is not
+    /// xdstp (or has no id). Worked out when the resource was built.
+    pub(crate) fn collection(&self) -> Option<&str> {
+        self.collection.as_deref()
     }
 
     /// The encoded message itself (the `value` of the Any), decoded back from the Any on demand:

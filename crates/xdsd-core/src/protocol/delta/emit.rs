@@ -157,9 +157,7 @@ impl DeltaMachine {
                             // Held through the base (a wildcard's first answer): a member of a
                             // glob not named counts apart too, from when it is first held.
                             let key = (r.name().clone(), pid);
-                            if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
-                                self.glob_members.add(&key);
-                            }
+                            self.count_sent_member(&r, &key);
                             part.base_last = Some(part.resources.len());
                             part.resources.push(r);
                             part.of_base += 1;
@@ -168,9 +166,7 @@ impl DeltaMachine {
                     }
                     // (Each key once: see `Keys::append`.)
                     for key in keys.into_keys(&r) {
-                        if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
-                            self.glob_members.add(&key);
-                        }
+                        self.count_sent_member(&r, &key);
                         if self.extends_base(key.1, &r) {
                             debug_assert!(key.0 == *r.name());
                             part.base_last = Some(part.resources.len());

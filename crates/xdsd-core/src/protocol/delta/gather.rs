@@ -532,12 +532,26 @@ impl DeltaMachine {
                 None => return None,
             }
         }
+        // The keys of each changed name (`keys_of`), each parameter set's variant looked up
+        // first: the resource says the name's glob collection (worked out once, when the store
+        // built it), so that a member's glob is one lookup, nothing of the name worked out per
+        // stream.
+        let w = self.core.wildcard.pid();
+        let wildcard_apart = w.filter(|w| !self.core.pids.contains(w));
         for name in &self.core.dirty {
-            for key in self.keys_of(name) {
-                match views.get(&key.0, key.1) {
-                    Some(r) if !self.holds(&key, r) => changed.push((key, r.clone())),
-                    Some(_) => {}
-                    // Removed, or waiting for a pending name: the general way.
+            for pid in self.core.pids.iter().copied().chain(wildcard_apart) {
+                let key = (name.clone(), pid);
+                match views.get(name, pid) {
+                    Some(r) => {
+                        let subscribed = w == Some(pid)
+                            || self.names.contains(&key)
+                            || super::in_glob_by(&self.names, r, name, pid);
+                        if subscribed && !self.holds(&key, r) {
+                            changed.push((key, r.clone()));
+                        }
+                    }
+                    // Removed, or waiting for a pending name: the general way (which tells
+                    // whether a key still has it).
                     None if self.has.contains_key(&key) => return None,
                     None => {}
                 }
@@ -586,9 +600,7 @@ impl DeltaMachine {
         self.has.reserve(len);
         let mut resources = Vec::with_capacity(len);
         for (key, r) in changed.into_iter() {
-            if super::glob_only(&self.names, &key) && !self.has.contains_key(&key) {
-                self.glob_members.add(&key);
-            }
+            self.count_sent_member(&r, &key);
             self.has.put(key, super::holdings::Held::of(&r));
             resources.push(r);
         }

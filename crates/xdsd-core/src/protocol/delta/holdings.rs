@@ -191,6 +191,35 @@ impl Holdings {
         over.chain(base)
     }
 
+    /// The keys held of the members of the glob collection `glob` with parameter set `pid`,
+    /// whatever the store holds now: in the view the base recorded, a walk of the names under
+    /// the glob's path; among the keys held since (`over`), a look at each. Only for what the
+    /// store can no longer say (a member removed there whose removal the stream was not told
+    /// yet): the base is nearly everything a wildcard client holds, `over` what changed since.
+    pub(super) fn members_of(&self, glob: &str, pid: ParamSetId) -> Vec<Key> {
+        let mut keys = Vec::new();
+        let Some((prefix, query)) = crate::xdstp::glob_parts(glob) else {
+            return keys;
+        };
+        for (key, held) in &self.over {
+            if held.is_some() && key.1 == pid && crate::xdstp::is_member(prefix, query, &key.0) {
+                keys.push(key.clone());
+            }
+        }
+        if let Some(base) = self.base.as_ref().filter(|b| b.pid == pid) {
+            for r in base.view.members(glob) {
+                if **r.name() > *base.last {
+                    break;
+                }
+                let key = (r.name().clone(), pid);
+                if !self.over.contains_key(&key) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys
+    }
+
     /// Keeps only the keys `keep` says, each held as an entry of its own.
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&Key) -> bool) {
         if let Some(base) = self.base.take() {

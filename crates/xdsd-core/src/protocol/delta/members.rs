@@ -40,22 +40,24 @@ impl GlobMembers {
     /// Counts the member `key` of its glob (read from its name), which was not counted: the
     /// caller knows it just became a member held apart.
     pub(super) fn add(&mut self, key: &Key) {
-        let added = crate::xdstp::with_collection_of(&key.0, |glob| {
-            let sets = match self.by_glob.get_mut(glob) {
-                Some(sets) => sets,
-                None => self.by_glob.entry(Box::from(glob)).or_default(),
-            };
-            match sets.iter_mut().find(|(pid, _)| *pid == key.1) {
-                Some((_, n)) => *n += 1,
-                None => sets.push((key.1, 1)),
-            }
-        });
-        self.len += usize::from(added.is_some());
+        crate::xdstp::with_collection_of(&key.0, |glob| self.add_to(glob, key.1));
+    }
+
+    /// [`Self::add`] for a member of `glob` (its resource says which) with `pid`.
+    pub(super) fn add_to(&mut self, glob: &str, pid: ParamSetId) {
+        let sets = match self.by_glob.get_mut(glob) {
+            Some(sets) => sets,
+            None => self.by_glob.entry(Box::from(glob)).or_default(),
+        };
+        match sets.iter_mut().find(|(p, _)| *p == pid) {
+            Some((_, n)) => *n += 1,
+            None => sets.push((pid, 1)),
+        }
+        self.len += 1;
     }
 
     /// Stops counting the member `key`, which was counted: the caller knows it was a member
-    /// held apart and no longer is. (A glob's count stops at nothing: see `held_members_of`
-    /// for the one way a member held apart may not have been counted.)
+    /// held apart and no longer is. (A glob's count stops at nothing.)
     pub(super) fn sub(&mut self, key: &Key) {
         let taken = crate::xdstp::with_collection_of(&key.0, |glob| {
             let Some(sets) = self.by_glob.get_mut(glob) else {

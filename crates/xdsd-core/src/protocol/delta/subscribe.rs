@@ -227,7 +227,12 @@ impl DeltaMachine {
                 // no longer count apart.
                 let counted = self.glob_members.take(&key);
                 if counted > 0 && self.core.wildcard.pid() != Some(key.1) {
-                    for member in self.held_members_of(&key, current) {
+                    let mut members = self.held_members_of(&key, current, false);
+                    if members.len() < counted {
+                        // One it counted is gone from the store, the stream not told yet.
+                        members = self.held_members_of(&key, current, true);
+                    }
+                    for member in members {
                         self.has.remove(&member);
                     }
                 }
