@@ -248,7 +248,7 @@ mod tests {
         }
     }
 
-    fn framed(m: &DiscoveryRequest) -> Vec<u8> {
+    fn framed(m: &impl Message) -> Vec<u8> {
         let body = m.encode_to_vec();
         let mut out = vec![0];
         out.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -384,6 +384,44 @@ mod tests {
         read
     }
 
+    /// `messages` framed, read afresh and through one recycled box: the same requests, each
+    /// after the first decoded in the first one's box. Then a box given back keeps nothing of
+    /// its request: emptied (`spare` checks what else it must not keep), not holding the frame
+    /// it was read from (the requests read first hold slices of the same frames).
+    async fn a_recycled_box_reads_as_afresh<P, M>(messages: &[P], spare: impl FnOnce(&M))
+    where
+        P: Message,
+        M: Message + Default + Clone + PartialEq + std::fmt::Debug,
+    {
+        let frames: Vec<Bytes> = messages.iter().map(|m| Bytes::from(framed(m))).collect();
+        let afresh = read_boxed::<M>(frames.clone(), false).await;
+        let recycled = read_boxed::<M>(frames.clone(), true).await;
+        assert_eq!(afresh.len(), messages.len());
+        for (i, ((fresh, _), (again, _))) in afresh.iter().zip(&recycled).enumerate() {
+            assert_eq!(again, fresh, "request {i}");
+            assert_eq!(*again, M::decode(&frames[i][HEADER..]).unwrap());
+        }
+        assert!(
+            recycled.windows(2).all(|w| w[0].1 == w[1].1),
+            "every request after the first was decoded in the first one's box"
+        );
+        drop((afresh, recycled));
+        let frame = frames.into_iter().next().expect("a frame");
+        let mut requests =
+            Requests::<_, M>::new(Frames(VecDeque::from([Ok(frame.clone())])), "M", 1 << 20);
+        let first = std::future::poll_fn(|cx| requests.poll_boxed(cx))
+            .await
+            .expect("one")
+            .expect("a request");
+        requests.recycle(first);
+        let kept = requests.spare.as_deref().expect("kept");
+        assert_eq!(kept, &M::default(), "emptied");
+        spare(kept);
+        let mut frame = frame;
+        assert!(frame.is_unique(), "the frame is not held by the spare box");
+        frame.clear();
+    }
+
     #[tokio::test]
     async fn a_request_decoded_in_the_box_of_the_last_one_is_the_request_decoded_afresh() {
         use crate::protocol::delta::DeltaRequest;
@@ -420,49 +458,7 @@ mod tests {
             },
             DeltaDiscoveryRequest::default(),
         ];
-        let frames: Vec<Bytes> = messages
-            .iter()
-            .map(|m| {
-                let body = m.encode_to_vec();
-                let mut out = vec![0];
-                out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-                out.extend_from_slice(&body);
-                Bytes::from(out)
-            })
-            .collect();
-        let afresh = read_boxed::<DeltaRequest>(frames.clone(), false).await;
-        let recycled = read_boxed::<DeltaRequest>(frames.clone(), true).await;
-        assert_eq!(afresh.len(), messages.len());
-        for (i, ((fresh, _), (again, _))) in afresh.iter().zip(&recycled).enumerate() {
-            assert_eq!(again, fresh, "request {i}");
-            assert_eq!(*again, DeltaRequest::decode(&frames[i][HEADER..]).unwrap());
-        }
-        assert!(
-            recycled.windows(2).all(|w| w[0].1 == w[1].1),
-            "every request after the first was decoded in the first one's box"
-        );
-        // A box given back keeps nothing of its request: not the frame it was read from (the
-        // requests read above hold slices of the same frames).
-        drop((afresh, recycled));
-        let frame = frames.into_iter().next().expect("a frame");
-        let mut requests = Requests::<_, DeltaRequest>::new(
-            Frames(VecDeque::from([Ok(frame.clone())])),
-            "M",
-            1 << 20,
-        );
-        let first = std::future::poll_fn(|cx| requests.poll_boxed(cx))
-            .await
-            .expect("one")
-            .expect("a request");
-        requests.recycle(first);
-        assert_eq!(
-            requests.spare.as_deref(),
-            Some(&DeltaRequest::default()),
-            "emptied"
-        );
-        let mut frame = frame;
-        assert!(frame.is_unique(), "the frame is not held by the spare box");
-        frame.clear();
+        a_recycled_box_reads_as_afresh::<_, DeltaRequest>(&messages, |_| ()).await;
     }
 
     #[tokio::test]
@@ -506,47 +502,11 @@ mod tests {
             },
             DiscoveryRequest::default(),
         ];
-        let frames: Vec<Bytes> = messages
-            .iter()
-            .map(|m| {
-                let body = m.encode_to_vec();
-                let mut out = vec![0];
-                out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-                out.extend_from_slice(&body);
-                Bytes::from(out)
-            })
-            .collect();
-        let afresh = read_boxed::<SotwRequest>(frames.clone(), false).await;
-        let recycled = read_boxed::<SotwRequest>(frames.clone(), true).await;
-        assert_eq!(afresh.len(), messages.len());
-        for (i, ((fresh, _), (again, _))) in afresh.iter().zip(&recycled).enumerate() {
-            assert_eq!(again, fresh, "request {i}");
-            assert_eq!(*again, SotwRequest::decode(&frames[i][HEADER..]).unwrap());
-        }
-        assert!(
-            recycled.windows(2).all(|w| w[0].1 == w[1].1),
-            "every request after the first was decoded in the first one's box"
-        );
-        // A box given back keeps nothing of its request: not the frame it was read from, not
-        // the room of its locators.
-        drop((afresh, recycled));
-        let frame = frames.into_iter().next().expect("a frame");
-        let mut requests = Requests::<_, SotwRequest>::new(
-            Frames(VecDeque::from([Ok(frame.clone())])),
-            "M",
-            1 << 20,
-        );
-        let first = std::future::poll_fn(|cx| requests.poll_boxed(cx))
-            .await
-            .expect("one")
-            .expect("a request");
-        requests.recycle(first);
-        let spare = requests.spare.as_deref().expect("kept");
-        assert_eq!(spare, &SotwRequest::default(), "emptied");
-        assert_eq!(spare.resource_locators.capacity(), 0, "no room kept");
-        let mut frame = frame;
-        assert!(frame.is_unique(), "the frame is not held by the spare box");
-        frame.clear();
+        // Nor the room of its locators.
+        a_recycled_box_reads_as_afresh::<_, SotwRequest>(&messages, |spare| {
+            assert_eq!(spare.resource_locators.capacity(), 0, "no room kept")
+        })
+        .await;
     }
 
     #[test]
