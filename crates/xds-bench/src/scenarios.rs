@@ -245,6 +245,19 @@ async fn open(
         proc.promote().await?;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // S12: the clients come to a server that holds the load (a relay its prefetch of it).
+    if row.scenario == "S12" {
+        let (cpu, took) =
+            relay_scale::idle(&proc, std::time::Instant::now(), proc.cpu_seconds()).await;
+        if took.is_none() {
+            progress(&format!(
+                "S12 {}: not idle before the sync ({:.0} ms of CPU in {} s)",
+                server.name(),
+                cpu * 1e3,
+                relay_scale::IDLE_WAIT.as_secs()
+            ));
+        }
+    }
     let mut row = row;
     row.rss_base_kib = proc.rss_kib().0;
     proc.phase("sync-start").await;

@@ -4,10 +4,16 @@
 //! run: the first sync, each one-resource change's convergence (the first change after the sync
 //! among them), and the CPU per change of the relay against the direct xdsd's.
 //!
+//! Before the sync, each side's server is **idle holding the load**: the direct xdsd once it
+//! read the files, the relay once it took in its prefetch of the upstream's load (no more than
+//! [`IDLE_CPU`] in an [`IDLE_WINDOW`]), so that the first sync of either side is the clients'
+//! alone: "a relay holding N names", as the direct xdsd holds them (until stop 67 the clients
+//! came 200 ms after the upstream had the files, while the relay was still taking them in).
+//!
 //! Between the sync and the changes, the **sync's tail**: the server's CPU from the moment the
-//! last stream synced until it is idle (no more than [`IDLE_CPU`] in an [`IDLE_WINDOW`]), and
-//! how long that took, reported on its own; the changes start once the server is idle, so
-//! that work still done for the sync is never counted as the changes'.
+//! last stream synced until it is idle, and how long that took, reported on its own; the
+//! changes start once the server is idle, so that work still done for the sync is never
+//! counted as the changes'.
 
 use super::*;
 
@@ -18,32 +24,36 @@ use std::time::Instant;
 const IDLE_WINDOW: Duration = Duration::from_millis(500);
 /// See [`IDLE_WINDOW`]: two clock ticks of `/proc`'s 10 ms.
 const IDLE_CPU: f64 = 0.02;
-/// How long S12 waits for the server to become idle after the sync at most.
-const IDLE_WAIT: Duration = Duration::from_secs(120);
+/// How long S12 waits for the server to become idle (before the sync, after it) at most.
+pub(super) const IDLE_WAIT: Duration = Duration::from_secs(120);
 
 /// The sync's tail of session `s`: the server's CPU seconds from the last stream synced until
 /// it became idle, and the time that took (`None`: not idle within [`IDLE_WAIT`]).
 async fn sync_tail(s: &Session) -> (f64, Option<Duration>) {
+    idle(&s.proc, s.synced_at, s.synced_cpu_s).await
+}
+
+/// Waits until the server of `proc` is idle from `(since, cpu)` on (its clock and CPU then):
+/// the CPU seconds it used until then and how long that took (`None`: not idle within
+/// [`IDLE_WAIT`], and the CPU until then).
+pub(super) async fn idle(proc: &Proc, since: Instant, cpu: f64) -> (f64, Option<Duration>) {
     let mut samples: VecDeque<(Instant, f64)> = VecDeque::new();
-    samples.push_back((s.synced_at, s.synced_cpu_s));
+    samples.push_back((since, cpu));
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let now = Instant::now();
-        let cpu = s.proc.cpu_seconds();
-        samples.push_back((now, cpu));
+        let used = proc.cpu_seconds();
+        samples.push_back((now, used));
         // The oldest sample still at least a window back: the window's start.
         while samples.len() > 2 && now.duration_since(samples[1].0) >= IDLE_WINDOW {
             samples.pop_front();
         }
         let (start, start_cpu) = samples[0];
-        if now.duration_since(start) >= IDLE_WINDOW && cpu - start_cpu <= IDLE_CPU {
-            return (
-                start_cpu - s.synced_cpu_s,
-                Some(start.duration_since(s.synced_at)),
-            );
+        if now.duration_since(start) >= IDLE_WINDOW && used - start_cpu <= IDLE_CPU {
+            return (start_cpu - cpu, Some(start.duration_since(since)));
         }
-        if now.duration_since(s.synced_at) >= IDLE_WAIT {
-            return (cpu - s.synced_cpu_s, None);
+        if now.duration_since(since) >= IDLE_WAIT {
+            return (used - cpu, None);
         }
     }
 }
