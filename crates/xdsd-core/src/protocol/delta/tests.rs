@@ -1708,6 +1708,30 @@ mod glob {
     }
 
     #[test]
+    fn glob_members_changed_and_added_are_sent_with_no_look_at_their_names() {
+        // A changed member's collection is the one the store worked out when it built its
+        // resource: a stream works nothing of the member's name out.
+        let mut h = harness(&["e1"]);
+        let glob = n("*");
+        h.request(Req {
+            subscribe: &[&glob],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e1")], &[]));
+        let changed: Vec<Arc<str>> = [n("e1"), n("e2"), n("sub/e9")]
+            .iter()
+            .map(|m| Arc::from(m.as_str()))
+            .collect();
+        set(&h.store, T, &changed[0], "2");
+        set(&h.store, T, &changed[1], "1");
+        set(&h.store, T, &changed[2], "1");
+        crate::xdstp::WORKED_OUT.with(|w| w.set(0));
+        h.sub.mark_changed(changed.iter());
+        assert_eq!(h.expect(), seen(&[&n("e1"), &n("e2")], &[]));
+        assert_eq!(crate::xdstp::WORKED_OUT.with(|w| w.get()), 0);
+    }
+
+    #[test]
     fn unsubscribing_a_glob_forgets_its_members() {
         let mut h = harness(&["e1", "e2"]);
         let glob = n("*");
