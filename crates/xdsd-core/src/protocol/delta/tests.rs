@@ -1621,14 +1621,14 @@ mod held_members;
 mod glob {
     use super::*;
 
-    const T: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    pub(super) const T: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
     const C1: &str = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
 
-    fn n(id: &str) -> String {
+    pub(super) fn n(id: &str) -> String {
         format!("{C1}/{id}")
     }
 
-    fn harness(members: &[&str]) -> Harness {
+    pub(super) fn harness(members: &[&str]) -> Harness {
         let names: Vec<String> = members.iter().map(|m| n(m)).collect();
         let resources: Vec<(&str, &str)> = names.iter().map(|m| (m.as_str(), "1")).collect();
         Harness::new(T, &resources)
@@ -1754,20 +1754,20 @@ mod glob {
 
     /// The members held apart (against the names budget), as the requests and responses
     /// changed the count, checked against a recount of everything held.
-    fn counted(h: &Harness) -> usize {
+    pub(super) fn counted(h: &Harness) -> usize {
         let counted = h.sub.glob_members.len();
         assert_eq!(counted, h.sub.recount_members(), "counted and recounted");
         counted
     }
 
-    fn subscribe(h: &mut Harness, names: &[&str]) {
+    pub(super) fn subscribe(h: &mut Harness, names: &[&str]) {
         h.request(Req {
             subscribe: names,
             ..Default::default()
         });
     }
 
-    fn unsubscribe(h: &mut Harness, names: &[&str]) {
+    pub(super) fn unsubscribe(h: &mut Harness, names: &[&str]) {
         h.request(Req {
             unsubscribe: names,
             ..Default::default()
