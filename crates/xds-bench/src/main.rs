@@ -165,8 +165,9 @@ struct RunArgs {
     /// S13 endpoints of the cluster every stream holds.
     #[arg(long, default_value_t = 10_000)]
     s13_endpoints: usize,
-    /// S13 changes per side (one endpoint added each; convergence and CPU are their medians).
-    #[arg(long, default_value_t = 10)]
+    /// S13 changes per side (one endpoint added each), the sides' changes interleaved; LEDS's
+    /// ratios to the others are read on each side's CPU and convergence summed over them.
+    #[arg(long, default_value_t = 40)]
     s13_changes: usize,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]

@@ -84,6 +84,11 @@ pub struct Row {
     /// S13: the median change's CPU seconds (read to the nanosecond).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change_cpu_median_s: Option<f64>,
+    /// S13: each change's CPU seconds and convergence (ms), in the order they were made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change_cpus_s: Option<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change_conv_ms: Option<Vec<f64>>,
     /// S12: server CPU seconds from the last stream synced until the server was idle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tail_cpu_s: Option<f64>,

@@ -246,11 +246,15 @@ impl SotwMachine {
         }
     }
 
-    /// Records that the client was sent `mark` of the member `key` of a glob; what it was sent
-    /// before, if anything.
-    fn member_sent(&mut self, key: Key, mark: SentMark) -> Option<SentMark> {
+    /// Records that the client was sent `mark` of the member `key` of a glob (`glob`, when its
+    /// resource says which; else worked out from the name); what it was sent before, if
+    /// anything.
+    fn member_sent(&mut self, key: Key, mark: SentMark, glob: Option<&str>) -> Option<SentMark> {
         let named = self.names.contains(&key.0, key.1);
-        let before = self.members.insert(key, mark);
+        let before = match glob {
+            Some(glob) => self.members.insert_in(glob, key, mark),
+            None => self.members.insert(key, mark),
+        };
         if before.is_none() && named {
             self.named_members += 1;
         }
@@ -273,28 +277,24 @@ impl SotwMachine {
     ) {
         for (glob, pid) in keys {
             for r in views.view(*pid).members(glob) {
-                self.member_sent((r.name().clone(), *pid), SentMark::of(r));
+                self.member_sent((r.name().clone(), *pid), SentMark::of(r), r.collection());
                 out.push(r.clone());
             }
         }
     }
 
-    /// A changed member of a subscribed glob: into `out` unless the client was sent it as it is.
-    fn owe_member(
-        &mut self,
-        views: &Views,
-        name: &Arc<str>,
-        pid: ParamSetId,
-        out: &mut Vec<Arc<Resource>>,
-    ) {
-        match views.get(name, pid) {
+    /// A changed member of a subscribed glob, found as `found` (`None`: gone from the store):
+    /// into `out` unless the client was sent it as it is.
+    fn owe_member(&mut self, key: Key, found: Option<Arc<Resource>>, out: &mut Vec<Arc<Resource>>) {
+        match found {
             Some(r) => {
-                let mark = SentMark::of(r);
-                if self.member_sent((name.clone(), pid), mark) != Some(mark) {
-                    out.push(r.clone());
+                let mark = SentMark::of(&r);
+                let glob = is_own(&r, &key.0).then(|| r.collection()).flatten();
+                if self.member_sent(key, mark, glob) != Some(mark) {
+                    out.push(r);
                 }
             }
-            None => self.member_gone(&(name.clone(), pid)),
+            None => self.member_gone(&key),
         }
     }
 
@@ -364,6 +364,19 @@ impl SotwMachine {
             || !self.core.dirty.is_empty()
             || self.check_all
     }
+}
+
+/// Whether `r`, found for `name`, is the resource of that name (not found by an alias): its
+/// glob collection, as the store worked it out when it built it (`Resource::collection`), is the
+/// name's.
+fn is_own(r: &Resource, name: &Arc<str>) -> bool {
+    Arc::ptr_eq(r.name(), name) || **r.name() == **name
+}
+
+/// Whether `name`, a member of the glob collection `collection`, is subscribed by that glob
+/// with `pid`: no look at the name.
+fn in_glob_of(globs: &[Key], collection: &str, name: &str, pid: ParamSetId) -> bool {
+    collection != name && globs.iter().any(|(g, p)| *p == pid && **g == *collection)
 }
 
 /// Whether `name` is a member of one of the glob collections `globs` with `pid`.
@@ -527,8 +540,20 @@ impl Machine for SotwMachine {
         } = self;
         let names = names.into_iter().inspect(|_| *offered += 1);
         let globs = &self.globs;
+        if !core.waiting.is_empty() || globs.is_empty() {
+            // (Keys that waited are owed again only if subscribed: looked at closely.)
+            core.mark_changed(names, |name, pid| {
+                subscribed.contains(name, pid) || in_glob(globs, name, pid)
+            });
+            return;
+        }
+        // A changed xdstp name is marked without working out its glob collection: the stream is
+        // told of one it watches by name or by its collection (or of every name of a type it
+        // watches whole), and the response tells which keys it has from the collection its
+        // resource carries, worked out once for every stream when the store built it
+        // (`owe_glob_changes`). A name no key turns out to have is dropped there.
         core.mark_changed(names, |name, pid| {
-            subscribed.contains(name, pid) || in_glob(globs, name, pid)
+            subscribed.contains(name, pid) || crate::xdstp::is_xdstp(name)
         });
     }
 

@@ -492,6 +492,8 @@ impl Store {
             // watch any of them. Each with whom to wake: the streams whose parameters match a
             // variant that was added, changed or removed (all of them if one is unconstrained).
             let mut names: ChangedNames = Vec::new();
+            // The glob collections of the changed xdstp names, as their resources carry them.
+            let mut collections: Vec<(Arc<str>, Arc<str>)> = Vec::new();
             // Whether a name (or an alias) may have gone with this commit.
             let mut removes = false;
             // (An alias leads to the name, whose variant is resolved by the stream's parameters:
@@ -499,6 +501,9 @@ impl Store {
             let mut mark = |all: &mut dyn Iterator<Item = &Arc<Resource>>, wake: Wake| {
                 for r in all {
                     names.push((r.name().clone(), wake.clone()));
+                    if let Some(c) = r.collection_shared() {
+                        collections.push((r.name().clone(), c.clone()));
+                    }
                     names.extend(r.aliases().iter().map(|a| (a.clone(), wake.clone())));
                 }
             };
@@ -581,7 +586,8 @@ impl Store {
                 types.insert(type_url.clone(), Arc::new(snapshot));
             }
             if !names.is_empty() {
-                changed.push(Arc::new(TypeChange::new(type_url, names, removes)));
+                let change = TypeChange::new(type_url, names, removes);
+                changed.push(Arc::new(change.with_collections(collections)));
             }
         }
         let total = types.values().map(|t| t.resource_count()).sum();

@@ -400,6 +400,11 @@ impl Resource {
         self.collection.as_deref()
     }
 
+    /// [`Self::collection`], shared (the store's change list keeps it for the watch index).
+    pub(crate) fn collection_shared(&self) -> Option<&Arc<str>> {
+        self.collection.as_ref()
+    }
+
     /// The encoded message itself (the `value` of the Any), decoded back from the Any on demand:
     /// only tools and tests need it, so it is not kept twice.
     pub fn value(&self) -> Bytes {

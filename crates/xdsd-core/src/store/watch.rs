@@ -81,6 +81,9 @@ pub(crate) struct TypeChange {
     wakes_all: bool,
     /// Whether a name may have gone: one of them has no variant left, or one had aliases.
     removes: bool,
+    /// The glob collection (xRFC TP1) of each changed xdstp name the commit built or dropped a
+    /// resource of, as the resource carries it, by name: what `notify` reads, not the name.
+    collections: Box<[(Arc<str>, Arc<str>)]>,
 }
 
 impl TypeChange {
@@ -91,7 +94,26 @@ impl TypeChange {
             names,
             wakes_all,
             removes,
+            collections: Box::default(),
         }
+    }
+
+    /// This change with the glob collections of its xdstp names (name, collection), as their
+    /// resources carry them.
+    pub(crate) fn with_collections(mut self, mut collections: Vec<(Arc<str>, Arc<str>)>) -> Self {
+        collections.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        collections.dedup_by(|a, b| a.0 == b.0);
+        self.collections = collections.into();
+        self
+    }
+
+    /// The glob collection of the changed name `name`, if its resource said it.
+    fn collection(&self, name: &str) -> Option<&Arc<str>> {
+        let i = self
+            .collections
+            .binary_search_by(|(n, _)| (**n).cmp(name))
+            .ok()?;
+        Some(&self.collections[i].1)
     }
 
     /// The type URL.
@@ -105,7 +127,9 @@ impl TypeChange {
         let mut names = self.names.clone();
         names.extend(more);
         merge_names(&mut names);
-        TypeChange::new(self.type_url.clone(), names, self.removes)
+        let mut change = TypeChange::new(self.type_url.clone(), names, self.removes);
+        change.collections = self.collections.clone();
+        change
     }
 }
 
@@ -482,11 +506,16 @@ impl WatchIndex {
                 for (name, wake) in names {
                     // A member of a glob collection (xRFC TP1) also wakes the watchers of its
                     // collection, told the member's name: one lookup more per changed xdstp
-                    // name, no scan.
-                    let collection = crate::xdstp::is_xdstp(name)
-                        .then(|| crate::xdstp::collection_of(name))
-                        .flatten()
-                        .and_then(|c| by_name.get(c.as_str()));
+                    // name, no scan. Its collection as its resource carries it (worked out when
+                    // the store built it); a name no resource of the commit gave (a pending
+                    // name resolved, an alias), from the name.
+                    let collection = if !crate::xdstp::is_xdstp(name) {
+                        None
+                    } else if let Some(c) = change.collection(name) {
+                        by_name.get(&**c)
+                    } else {
+                        crate::xdstp::with_collection_of(name, |c| by_name.get(c)).flatten()
+                    };
                     let watchers = by_name.get(name).into_iter().chain(collection);
                     for (id, signal) in watchers.flatten() {
                         if wake.wakes(params.get(id).map(|p| &**p)) {

@@ -4,39 +4,8 @@
 
 use super::*;
 
-const T: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
-const C1: &str = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
-
-fn n(id: &str) -> String {
-    format!("{C1}/{id}")
-}
-
-fn harness(members: &[&str]) -> Harness {
-    let names: Vec<String> = members.iter().map(|m| n(m)).collect();
-    let resources: Vec<(&str, &str)> = names.iter().map(|m| (m.as_str(), "1")).collect();
-    Harness::new(T, &resources)
-}
-
-/// The members counted apart, checked against a recount of everything held.
-fn counted(h: &Harness) -> usize {
-    let counted = h.sub.glob_members.len();
-    assert_eq!(counted, h.sub.recount_members(), "counted and recounted");
-    counted
-}
-
-fn subscribe(h: &mut Harness, names: &[&str]) {
-    h.request(Req {
-        subscribe: names,
-        ..Default::default()
-    });
-}
-
-fn unsubscribe(h: &mut Harness, names: &[&str]) {
-    h.request(Req {
-        unsubscribe: names,
-        ..Default::default()
-    });
-}
+// The glob tests' set-up: the same type, collection, store and checks.
+use super::glob::{counted, harness, n, subscribe, unsubscribe, T};
 
 fn holds(h: &Harness, name: &str) -> bool {
     h.sub.client_version(name).is_some()

@@ -1621,14 +1621,14 @@ mod held_members;
 mod glob {
     use super::*;
 
-    const T: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
+    pub(super) const T: &str = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint";
     const C1: &str = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
 
-    fn n(id: &str) -> String {
+    pub(super) fn n(id: &str) -> String {
         format!("{C1}/{id}")
     }
 
-    fn harness(members: &[&str]) -> Harness {
+    pub(super) fn harness(members: &[&str]) -> Harness {
         let names: Vec<String> = members.iter().map(|m| n(m)).collect();
         let resources: Vec<(&str, &str)> = names.iter().map(|m| (m.as_str(), "1")).collect();
         Harness::new(T, &resources)
@@ -1708,6 +1708,30 @@ mod glob {
     }
 
     #[test]
+    fn glob_members_changed_and_added_are_sent_with_no_look_at_their_names() {
+        // A changed member's collection is the one the store worked out when it built its
+        // resource: a stream works nothing of the member's name out.
+        let mut h = harness(&["e1"]);
+        let glob = n("*");
+        h.request(Req {
+            subscribe: &[&glob],
+            ..Default::default()
+        });
+        assert_eq!(h.expect(), seen(&[&n("e1")], &[]));
+        let changed: Vec<Arc<str>> = [n("e1"), n("e2"), n("sub/e9")]
+            .iter()
+            .map(|m| Arc::from(m.as_str()))
+            .collect();
+        set(&h.store, T, &changed[0], "2");
+        set(&h.store, T, &changed[1], "1");
+        set(&h.store, T, &changed[2], "1");
+        crate::xdstp::WORKED_OUT.with(|w| w.set(0));
+        h.sub.mark_changed(changed.iter());
+        assert_eq!(h.expect(), seen(&[&n("e1"), &n("e2")], &[]));
+        assert_eq!(crate::xdstp::WORKED_OUT.with(|w| w.get()), 0);
+    }
+
+    #[test]
     fn unsubscribing_a_glob_forgets_its_members() {
         let mut h = harness(&["e1", "e2"]);
         let glob = n("*");
@@ -1730,20 +1754,20 @@ mod glob {
 
     /// The members held apart (against the names budget), as the requests and responses
     /// changed the count, checked against a recount of everything held.
-    fn counted(h: &Harness) -> usize {
+    pub(super) fn counted(h: &Harness) -> usize {
         let counted = h.sub.glob_members.len();
         assert_eq!(counted, h.sub.recount_members(), "counted and recounted");
         counted
     }
 
-    fn subscribe(h: &mut Harness, names: &[&str]) {
+    pub(super) fn subscribe(h: &mut Harness, names: &[&str]) {
         h.request(Req {
             subscribe: names,
             ..Default::default()
         });
     }
 
-    fn unsubscribe(h: &mut Harness, names: &[&str]) {
+    pub(super) fn unsubscribe(h: &mut Harness, names: &[&str]) {
         h.request(Req {
             unsubscribe: names,
             ..Default::default()

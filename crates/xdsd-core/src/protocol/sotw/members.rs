@@ -57,18 +57,22 @@ impl MembersSent {
 
     /// Records that the client was sent `mark` of the member `key`; what it was sent before.
     pub(super) fn insert(&mut self, key: Key, mark: SentMark) -> Option<SentMark> {
-        let by_glob = &mut self.by_glob;
-        let (name, pid) = key;
-        let before = crate::xdstp::with_collection_of(&name.clone(), |glob| {
-            let sent = match by_glob.get_mut(&(glob, pid) as &dyn KeyLookup) {
-                Some(sent) => sent,
-                None => by_glob.entry((Arc::from(glob), pid)).or_default(),
-            };
-            sent.insert(name, mark)
-        });
         // (`None`: a name with no collection, not recorded.)
-        self.len += usize::from(before == Some(None));
-        before.flatten()
+        crate::xdstp::with_collection_of(&key.0.clone(), |glob| self.insert_in(glob, key, mark))
+            .flatten()
+    }
+
+    /// [`Self::insert`] for a member of `glob` (its resource says which): nothing of its name
+    /// worked out.
+    pub(super) fn insert_in(&mut self, glob: &str, key: Key, mark: SentMark) -> Option<SentMark> {
+        let (name, pid) = key;
+        let sent = match self.by_glob.get_mut(&(glob, pid) as &dyn KeyLookup) {
+            Some(sent) => sent,
+            None => self.by_glob.entry((Arc::from(glob), pid)).or_default(),
+        };
+        let before = sent.insert(name, mark);
+        self.len += usize::from(before.is_none());
+        before
     }
 
     /// Forgets the member `key`; what the client was sent of it.

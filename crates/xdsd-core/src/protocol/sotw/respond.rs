@@ -356,20 +356,28 @@ impl SotwMachine {
             .cloned()
             .collect();
         self.owe_members(views, forced.iter(), out);
-        let changed: Vec<Key> = self
-            .core
-            .dirty
-            .iter()
-            .flat_map(|n| {
-                self.core
-                    .pids
-                    .iter()
-                    .filter(|p| self.in_glob(n, **p))
-                    .map(move |p| (n.clone(), *p))
-            })
-            .collect();
-        for (name, pid) in changed {
-            self.owe_member(views, &name, pid, out);
+        // Each changed member's keys: its glob as its resource says it (worked out once, when
+        // the store built it), or, gone or found by an alias, worked out from its name.
+        let mut changed: Vec<(Key, Option<Arc<Resource>>)> = Vec::new();
+        for name in self.core.dirty.iter() {
+            if !crate::xdstp::is_xdstp(name) {
+                continue;
+            }
+            for &pid in &self.core.pids {
+                let found = views.get(name, pid);
+                let member = match found {
+                    Some(r) if super::is_own(r, name) => r
+                        .collection()
+                        .is_some_and(|glob| super::in_glob_of(&self.globs, glob, name, pid)),
+                    _ => self.in_glob(name, pid),
+                };
+                if member {
+                    changed.push(((name.clone(), pid), found.cloned()));
+                }
+            }
+        }
+        for (key, found) in changed {
+            self.owe_member(key, found, out);
         }
     }
 

@@ -1215,6 +1215,26 @@ mod glob {
     }
 
     #[test]
+    fn sotw_glob_members_changed_and_added_are_sent_with_no_look_at_their_names() {
+        // A changed member's collection is the one the store worked out when it built its
+        // resource: a stream works nothing of the member's name out (it did three times per
+        // member and change: marking it changed, finding its key, recording what was sent).
+        let mut h = harness(&["e1"]);
+        let glob = n("*");
+        h.request(&[&glob], "", "");
+        let (_, version, nonce) = h.expect();
+        h.request(&[&glob], &nonce, &version);
+        h.set(&n("e1"), "2");
+        h.set(&n("e2"), "1");
+        h.set(&n("sub/e9"), "1");
+        crate::xdstp::WORKED_OUT.with(|w| w.set(0));
+        h.notify(&[&n("e1"), &n("e2"), &n("sub/e9")]);
+        assert_eq!(h.expect().0, [n("e1"), n("e2")], "not sub/e9: not a member");
+        assert_eq!(crate::xdstp::WORKED_OUT.with(|w| w.get()), 0);
+        assert_eq!(counted(&h), 3, "the glob and its two members");
+    }
+
+    #[test]
     fn sotw_full_state_glob_response_holds_every_member_and_drops_a_removed_one() {
         let l1 = "xdstp://a/envoy.config.listener.v3.Listener/in/l1";
         let l2 = "xdstp://a/envoy.config.listener.v3.Listener/in/l2";

@@ -96,3 +96,43 @@ fn a_member_change_wakes_the_watchers_of_its_collection_with_its_name() {
         .unwrap();
     assert!(glob.take_changes().into_sets().is_empty());
 }
+
+#[test]
+fn a_member_change_reaches_its_collections_watchers_through_the_collection_its_resource_carries() {
+    // The commit works the member's collection out once, when it builds its resource; the
+    // watch index reads it there, not out of the name again.
+    let store = Store::new();
+    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+    store
+        .replace_all([input(EP, &format!("{c1}/e1"), b"1")])
+        .unwrap();
+    let ep = arc(EP);
+    let mut glob = store.watcher();
+    glob.watch(&ep, [&arc(&format!("{c1}/*"))]);
+    crate::xdstp::WORKED_OUT.with(|w| w.set(0));
+    store
+        .apply([Change::Set(input(EP, &format!("{c1}/e2"), b"1"))])
+        .unwrap();
+    assert_eq!(
+        crate::xdstp::WORKED_OUT.with(|w| w.get()),
+        1,
+        "once, building its resource"
+    );
+    let changes = glob.take_changes().into_sets();
+    assert_eq!(
+        changes[&ep]
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>(),
+        [format!("{c1}/e2")]
+    );
+    // Removed: its collection as its old resource carried it.
+    store
+        .apply([Change::Remove {
+            type_url: EP.into(),
+            name: format!("{c1}/e2"),
+        }])
+        .unwrap();
+    let changes = glob.take_changes().into_sets();
+    assert_eq!(changes[&ep].len(), 1);
+}
