@@ -602,27 +602,28 @@ impl<M: Machine> Session<M> {
 
     /// The next moment the session has something to do (`handle_timeout`), if any.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        // One pass over the types (the stream driver asks at every turn of its loop). The
-        // earliest start of each kind of wait is found first, and its length added once: the
-        // waits of one kind are all as long.
-        fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-            match (a, b) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
+        // One pass over the types (the stream driver asks at every turn of its loop).
+        let mut next: Option<Instant> = None;
+        let mut at = |t: Instant| {
+            if next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        };
+        for s in self.types.values() {
+            if let Some(due) = s.next_heartbeat {
+                at(due);
+            }
+            if let Some(since) = s.held_since {
+                at(since + HOLD_TIMEOUT);
+            }
+            if let Some(since) = s.waiting_since {
+                at(since + self.options.ack_wait);
             }
         }
-        let (mut heartbeat, mut held, mut waiting) = (None, None, None);
-        for s in self.types.values() {
-            heartbeat = earliest(heartbeat, s.next_heartbeat);
-            held = earliest(held, s.held_since);
-            waiting = earliest(waiting, s.waiting_since);
-        }
         for l in self.lingering.values() {
-            held = earliest(held, Some(l.since));
+            at(l.since + HOLD_TIMEOUT);
         }
-        let held = held.map(|since| since + HOLD_TIMEOUT);
-        let waiting = waiting.map(|since| since + self.options.ack_wait);
-        earliest(earliest(heartbeat, held), waiting)
+        next
     }
 
     /// Takes in the time: renews the TTLs due by `now` (heartbeats, spec "TTL"). Every resource
