@@ -222,6 +222,7 @@ mod tests {
             node_id: "",
             type_url: &Arc::from(CLUSTER),
             nonce,
+            at: Instant::now(),
         };
         observer.acked(state, &acked);
     }

@@ -252,6 +252,34 @@ fn a_change_held_while_another_type_is_let_go_is_taken_then() {
 }
 
 #[test]
+fn a_type_still_muted_once_another_is_let_go_does_not_wake_the_watcher() {
+    let store = Store::new();
+    let (cluster, endpoints) = (arc(CLUSTER), arc(CLUSTER_LOAD_ASSIGNMENT));
+    let mut w = store.watcher();
+    w.set_wildcard(&cluster, true);
+    w.watch(&endpoints, [&arc("e")]);
+    w.mute([&cluster, &endpoints].into_iter());
+    w.mute([&endpoints].into_iter());
+    w.mute([&endpoints].into_iter());
+    assert!(w.is_muting());
+    let set = |t: &str, n: &str| Change::Set(input(t, n, b"1"));
+    assert!(
+        wake_order(
+            &store,
+            std::slice::from_ref(&w),
+            set(CLUSTER_LOAD_ASSIGNMENT, "e")
+        )
+        .is_empty(),
+        "the endpoints are still muted"
+    );
+    assert_eq!(
+        wake_order(&store, std::slice::from_ref(&w), set(CLUSTER, "c")),
+        [0],
+        "the clusters were let go"
+    );
+}
+
+#[test]
 fn a_watcher_has_changes_exactly_when_a_take_would_hand_some_over() {
     let store = Store::new();
     let (cluster, endpoints) = (arc(CLUSTER), arc(CLUSTER_LOAD_ASSIGNMENT));

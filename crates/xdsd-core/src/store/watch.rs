@@ -661,8 +661,8 @@ pub struct Watcher {
     params: Option<usize>,
     /// Its stream's parameter sets replaced by others as of the last `set_params`.
     params_reused: u64,
-    /// The types last muted (`mute`).
-    muted: Vec<Arc<str>>,
+    /// Some types are muted (`mute`): the list is the signal's alone (`Pending::muted`).
+    muting: bool,
 }
 
 impl Watcher {
@@ -677,7 +677,7 @@ impl Watcher {
             registered: TypeMap::default(),
             params: None,
             params_reused: 0,
-            muted: Vec::new(),
+            muting: false,
         }
     }
 
@@ -872,20 +872,25 @@ impl Watcher {
     /// they are recorded all the same, and `take_changes` takes them with the others. For a
     /// stream that cannot answer them before something else happens (its response of the type
     /// waits for the client's ACK): under churn a change a millisecond would otherwise wake
-    /// each such stream for nothing. Takes a lock only when the list differs from the last.
-    /// A type let go while a change of a muted type waits wakes the stream.
+    /// each such stream for nothing. Takes no lock when none was muted and none is. A type let
+    /// go while a change of a muted type waits wakes the stream.
     pub fn mute<'a>(&mut self, types: impl Iterator<Item = &'a Arc<str>> + Clone) {
-        // The list is nearly always what it was: compared first, no allocation then.
-        if types.clone().eq(self.muted.iter()) {
+        let none = types.clone().next().is_none();
+        if none && !self.muting {
             return;
         }
-        // The lists are refilled in place: their room is kept from one change to the next (a
-        // stream mutes and lets go of a type or two at every change).
-        let let_go = self.muted.iter().any(|t| !types.clone().any(|n| n == t));
-        self.muted.clear();
-        self.muted.extend(types.cloned());
+        // One list, the signal's (the store reads it as it records a change): a stream mutes
+        // and lets go of a type or two at every change, and a second list kept beside it was
+        // refilled as often, with its counts on the type URLs taken and given back.
         let mut pending = self.signal.dirty();
-        pending.muted.clone_from(&self.muted);
+        if types.clone().eq(pending.muted.iter()) {
+            return;
+        }
+        let let_go = pending.muted.iter().any(|t| !types.clone().any(|n| n == t));
+        // Refilled in place: its room is kept from one change to the next.
+        pending.muted.clear();
+        pending.muted.extend(types.cloned());
+        self.muting = !none;
         // (Taken with the others, held changes end the hold.)
         let wake = let_go && pending.held;
         drop(pending);
@@ -896,7 +901,7 @@ impl Watcher {
 
     /// Whether some types are muted (`mute`).
     pub fn is_muting(&self) -> bool {
-        !self.muted.is_empty()
+        self.muting
     }
 
     /// Whether [`Watcher::take_changes`] would take anything: changes handed over, or a commit

@@ -135,10 +135,19 @@ impl<R> Sender<R> {
         Poll::Ready(Ok(()))
     }
 
-    /// Hands `response` to the body once there is room; `Err` when the body is gone.
-    pub(crate) async fn send(&mut self, response: R) -> Result<(), Gone> {
+    /// Hands `response` to the body once there is room; `Err` when the body is gone. `Ok(true)`
+    /// when it had to wait for room (the driver's time of its turn is past, see
+    /// `stream::TurnClock`), `Ok(false)` when it went at once.
+    pub(crate) async fn send(&mut self, response: R) -> Result<bool, Gone> {
         let mut item = Some(Next::Response(response));
-        std::future::poll_fn(|cx| self.poll_hand(cx, &mut item)).await
+        let mut waited = false;
+        let handed = std::future::poll_fn(|cx| {
+            let polled = self.poll_hand(cx, &mut item);
+            waited |= polled.is_pending();
+            polled
+        })
+        .await;
+        handed.map(|()| waited)
     }
 
     /// Ends the stream with `status`, written after the responses handed over before it, once
@@ -395,12 +404,14 @@ mod tests {
     async fn the_driver_hands_over_two_responses_and_a_third_once_the_body_took_one() {
         use futures::FutureExt as _;
         let (mut tx, rx) = channel::<SotwResponse>();
-        assert!(
-            tx.send(empty(1)).now_or_never().is_some(),
-            "the first goes at once"
+        assert_eq!(
+            tx.send(empty(1)).now_or_never(),
+            Some(Ok(false)),
+            "the first goes at once, without a wait"
         );
-        assert!(
-            tx.send(empty(2)).now_or_never().is_some(),
+        assert_eq!(
+            tx.send(empty(2)).now_or_never(),
+            Some(Ok(false)),
             "so does the second (a Cluster and the endpoints that warm it, in one turn)"
         );
         let mut pending = Box::pin(tx.send(empty(3)));
@@ -411,9 +422,10 @@ mod tests {
         let mut body = ResponseBody::new(rx);
         let frame = body.frame().await.expect("a frame").expect("data");
         assert!(frame.is_data(), "the first response is written");
-        assert!(
-            pending.now_or_never().expect("taken").is_ok(),
-            "then the third goes"
+        assert_eq!(
+            pending.now_or_never(),
+            Some(Ok(true)),
+            "then the third goes, and says it waited"
         );
     }
 

@@ -276,7 +276,11 @@ struct TypeTrack {
     /// known nor in the store when the client first asked for it (a client can name any type
     /// URL).
     metrics: TypeMetrics,
+    /// When the last response went out, and when the last ACK came: the records' wall-clock
+    /// times (`Sent::at`, `Ack::at`) are worked out from these when read ([`Track::types`]),
+    /// not read from the clock at every response and ACK.
     sent_instant: Option<Instant>,
+    ack_instant: Option<Instant>,
     /// The new or changed resources of the last response (capped; the response's own list
     /// when short enough); `None`: the resources it carried, as `last_sent` keeps them.
     updated: Option<ResourceList>,
@@ -333,6 +337,7 @@ impl Track {
                 status: TypeStatus::new(type_url.clone()),
                 metrics: metrics.for_type(label(type_url, in_store)),
                 sent_instant: None,
+                ack_instant: None,
                 updated: None,
             })
         })
@@ -357,7 +362,8 @@ impl Track {
         t.status.last_sent = Some(Sent {
             version: version.clone(),
             nonce,
-            at: SystemTime::now(),
+            // Worked out when read, from `sent_instant`.
+            at: SystemTime::UNIX_EPOCH,
             resource_count,
             removed,
             resources,
@@ -390,7 +396,6 @@ impl Track {
             t.status.pending = false;
         }
         t.metrics.answered(nack.is_none(), latency);
-        let at = SystemTime::now();
         match nack {
             None => {
                 let version = latest
@@ -403,7 +408,6 @@ impl Track {
                         ack.version = version;
                         ack.nonce.clear();
                         ack.nonce.push_str(nonce);
-                        ack.at = at;
                     }
                     None => {
                         // Room for any nonce xdsd sends (a number of up to 20 digits): written
@@ -413,10 +417,12 @@ impl Track {
                         t.status.last_ack = Some(Ack {
                             version,
                             nonce: held,
-                            at,
+                            // Worked out when read, from `ack_instant`.
+                            at: SystemTime::UNIX_EPOCH,
                         })
                     }
                 }
+                t.ack_instant = Some(now);
                 t.status.nacked = false;
             }
             Some((version, message)) => {
@@ -435,7 +441,7 @@ impl Track {
                     nonce: nonce.to_owned(),
                     version,
                     message: cut(message, MAX_NACK_MESSAGE_BYTES).to_owned(),
-                    at,
+                    at: SystemTime::now(),
                     origins,
                 }));
                 t.status.nacked = true;
@@ -445,7 +451,27 @@ impl Track {
     }
 
     pub(crate) fn types(&self) -> Vec<TypeStatus> {
-        let mut types: Vec<TypeStatus> = self.types.values().map(|t| t.status.clone()).collect();
+        // The wall-clock times of the last response and ACK, from their instants and one
+        // reading of both clocks.
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let at = |instant: Instant| {
+            wall.checked_sub(now.saturating_duration_since(instant))
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
+        let mut types: Vec<TypeStatus> = self
+            .types
+            .values()
+            .map(|t| {
+                let mut status = t.status.clone();
+                if let (Some(sent), Some(instant)) = (&mut status.last_sent, t.sent_instant) {
+                    sent.at = at(instant);
+                }
+                if let (Some(ack), Some(instant)) = (&mut status.last_ack, t.ack_instant) {
+                    ack.at = at(instant);
+                }
+                status
+            })
+            .collect();
         types.sort_by(|a, b| a.type_url.cmp(&b.type_url));
         types
     }
@@ -615,6 +641,58 @@ mod tests {
         assert!(!status.nacked && !status.pending);
         assert_eq!(&*status.last_ack.as_ref().expect("an ACK").version, "v2");
         assert!(status.last_nack.is_some(), "the last NACK stays on record");
+    }
+
+    #[test]
+    fn a_record_s_times_are_its_response_s_and_ack_s_and_the_latency_the_time_between() {
+        let metrics = Metrics::new();
+        let mut track = Track::new(metrics.clone());
+        let t: Arc<str> = crate::types::CLUSTER.into();
+        track.requested(&t, true, None);
+        let ago = Duration::from_secs(30);
+        let sent_at = Instant::now().checked_sub(ago).expect("a clock past 30 s");
+        let acked_at = sent_at + Duration::from_millis(250);
+        let before = SystemTime::now();
+        track.sent(
+            &t,
+            &Arc::from("v1"),
+            Nonce::from(1),
+            SentResources::list(std::iter::empty()),
+            0,
+            0,
+            None,
+            10,
+            sent_at,
+        );
+        let latency = track.answered(&t, "1", None, acked_at);
+        assert_eq!(latency, Some(Duration::from_millis(250)));
+        let status = &track.types()[0];
+        let after = SystemTime::now();
+        let sent = status.last_sent.as_ref().expect("a response").at;
+        let acked = status.last_ack.as_ref().expect("an ACK").at;
+        assert!(
+            sent >= before - ago - Duration::from_secs(1) && sent <= after - ago,
+            "the response's time is when it went out, 30 s ago: {sent:?} ({before:?}..{after:?})"
+        );
+        assert_eq!(
+            acked.duration_since(sent).ok(),
+            Some(Duration::from_millis(250)),
+            "the ACK's, 250 ms later"
+        );
+        // The histogram took the latency of the one answer.
+        let store = crate::store::Store::new();
+        let text = metrics.encode(&store.snapshot());
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix) && l.contains(crate::types::CLUSTER))
+                .unwrap_or_else(|| panic!("no {prefix} in:\n{text}"))
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .expect("a value")
+        };
+        assert_eq!(line("xdsd_push_ack_latency_seconds_count"), 1.0);
+        assert!((line("xdsd_push_ack_latency_seconds_sum") - 0.25).abs() < 1e-9);
     }
 
     #[test]

@@ -290,6 +290,8 @@ pub struct Acked<'a> {
     pub type_url: &'a Arc<str>,
     /// The nonce of the response accepted.
     pub nonce: &'a str,
+    /// When it came (the time of the stream's turn that read it).
+    pub at: Instant,
 }
 
 /// A NACK: the client rejected a response.
@@ -308,6 +310,8 @@ pub struct Nacked<'a> {
     pub nonce: &'a str,
     /// The client's error message.
     pub message: &'a str,
+    /// When it came (the time of the stream's turn that read it).
+    pub at: Instant,
 }
 
 /// A stream that ended.

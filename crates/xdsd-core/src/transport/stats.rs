@@ -325,7 +325,7 @@ impl OwnObserver for StreamRegistry {
     }
 
     fn acked(&self, entry: &mut Arc<StreamEntry>, event: &Acked<'_>) {
-        entry.answered(event.type_url, event.nonce, None, Instant::now());
+        entry.answered(event.type_url, event.nonce, None, event.at);
     }
 
     fn nacked(&self, entry: &mut Arc<StreamEntry>, event: &Nacked<'_>) {
@@ -333,7 +333,7 @@ impl OwnObserver for StreamRegistry {
             event.type_url,
             event.nonce,
             Some((event.version.cloned(), event.message)),
-            Instant::now(),
+            event.at,
         );
     }
 

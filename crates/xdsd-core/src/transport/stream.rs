@@ -252,6 +252,25 @@ impl<F: Future + Unpin> Future for Gated<F> {
     }
 }
 
+/// The time of one turn of a stream's loop: read when first asked, and shared by every ACK and
+/// response of the turn (a turn takes a change or a few requests and sends what they owe, some
+/// microseconds of work); read again after anything that waited. Every ACK read the clock twice
+/// and every response once or twice, for times a turn apart at most.
+#[derive(Debug, Default)]
+struct TurnClock(Option<Instant>);
+
+impl TurnClock {
+    /// The turn's time: the clock read now if it was not yet this turn.
+    fn now(&mut self) -> Instant {
+        *self.0.get_or_insert_with(Instant::now)
+    }
+
+    /// A new turn, or a wait: the next `now` reads the clock.
+    fn reset(&mut self) {
+        self.0 = None;
+    }
+}
+
 struct Stream<V> {
     id: u64,
     /// Its subscribed names, charged to its connection and the server.
@@ -267,6 +286,8 @@ struct Stream<V> {
     connection: u64,
     /// Its answer was held once already ([`Stream::hold`]): never again.
     held: bool,
+    /// The time of the loop's turn.
+    clock: TurnClock,
 }
 
 /// A stream's driver: the stream is opened (its session, watcher and record made) when this is
@@ -303,6 +324,7 @@ pub(crate) fn run<V: Protocol>(
         store: ctx.store.clone(),
         connection: access.connection,
         held: false,
+        clock: TurnClock::default(),
         ctx,
     };
     access.apply(&mut s.session);
@@ -391,6 +413,7 @@ pub(crate) fn run<V: Protocol>(
                 .await
             };
             let mut drain = false;
+            s.clock.reset();
             match event {
                 Event::Down => break Err(shutting_down(&ctx)),
                 Event::Request(Some(Ok(request))) => {
@@ -406,7 +429,10 @@ pub(crate) fn run<V: Protocol>(
                 Event::Request(Some(Err(error))) => break s.read_failed(&error),
                 Event::Request(None) => break Ok(()),
                 Event::Changed => s.session.take_changes_from(&s.watcher),
-                Event::Timeout => s.session.handle_timeout_watched(Instant::now(), &s.watcher),
+                Event::Timeout => {
+                    let now = s.clock.now();
+                    s.session.handle_timeout_watched(now, &s.watcher)
+                }
             }
             // Requests the connection has already read are taken in the same turn, a few at
             // most (the ACK of each type a push sent): one flush and one mute for them all.
@@ -539,6 +565,7 @@ impl<V: Protocol> Stream<V> {
         let Some(wait) = self.hold(request) else {
             return false;
         };
+        self.clock.reset();
         tokio::select! {
             () = wait => false,
             _ = down => true,
@@ -656,6 +683,7 @@ impl<V: Protocol> Stream<V> {
                     node_id,
                     type_url,
                     nonce,
+                    at: self.clock.now(),
                 };
                 self.ctx.observers.acked(&mut self.observed, &acked);
             }
@@ -671,6 +699,7 @@ impl<V: Protocol> Stream<V> {
                     version: rejected_version.as_ref(),
                     nonce,
                     message,
+                    at: self.clock.now(),
                 };
                 self.ctx.observers.nacked(&mut self.observed, &nacked);
             }
@@ -690,7 +719,7 @@ impl<V: Protocol> Stream<V> {
         }
         let snapshot = self.store.snapshot();
         loop {
-            let now = Instant::now();
+            let now = self.clock.now();
             let Some((type_url, response)) = self.session.poll_response(&snapshot, now) else {
                 break;
             };
@@ -735,10 +764,14 @@ impl<V: Protocol> Stream<V> {
                 at: now,
             };
             self.ctx.observers.response_sent(&mut self.observed, &sent);
-            tokio::select! {
+            let waited = tokio::select! {
                 biased;
                 _ = &mut *down => return Err(Halt::ShuttingDown),
                 sent = tx.send(response) => sent.map_err(|_| Halt::Gone)?,
+            };
+            if waited {
+                // The client read slowly: the next response's time is read again.
+                self.clock.reset();
             }
         }
         Ok(())

@@ -2299,6 +2299,33 @@ mod ack_wait {
     }
 
     #[test]
+    fn the_session_s_deadline_is_the_end_of_the_earliest_of_its_types_waits() {
+        use crate::types::SECRET;
+        let (store, mut s, t0, first) = started(&["a"]);
+        // A second type, subscribed and sent later: it waits from then on.
+        store.apply([Change::Set(input(SECRET, "k", "1"))]).unwrap();
+        answer(&mut s, &store, SECRET, &["k"], "", false);
+        let t1 = t0 + WAIT / 2;
+        let (_, secrets) = next(&mut s, &store, t1).expect("the secret");
+        assert_eq!(
+            s.poll_timeout(),
+            Some(t0 + WAIT),
+            "the first type's ends first"
+        );
+        answer(&mut s, &store, RUNTIME, &["a"], first.nonce.as_str(), false);
+        assert_eq!(s.poll_timeout(), Some(t1 + WAIT), "then the second's");
+        answer(
+            &mut s,
+            &store,
+            SECRET,
+            &["k"],
+            secrets.nonce.as_str(),
+            false,
+        );
+        assert_eq!(s.poll_timeout(), None, "none waits");
+    }
+
+    #[test]
     fn a_types_next_response_waits_for_the_ack_of_the_last_and_carries_what_changed_meanwhile() {
         let (store, mut s, t0, first) = started(&["a", "b"]);
         change(&mut s, &store, RUNTIME, "a");
