@@ -63,36 +63,43 @@ fn a_malformed_xdstp_name_is_refused_with_what_is_wrong() {
         .unwrap();
 }
 
-#[test]
-fn a_member_change_wakes_the_watchers_of_its_collection_with_its_name() {
+/// The collection of the member tests below.
+const C1: &str = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
+
+/// A store holding the member `C1/e1`, the endpoints' type URL, and a watcher of `C1/*`.
+fn a_member_and_its_globs_watcher() -> (Store, Arc<str>, Watcher) {
     let store = Store::new();
-    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
     store
-        .replace_all([input(EP, &format!("{c1}/e1"), b"1")])
+        .replace_all([input(EP, &format!("{C1}/e1"), b"1")])
         .unwrap();
     let ep = arc(EP);
     let mut glob = store.watcher();
-    glob.watch(&ep, [&arc(&format!("{c1}/*"))]);
+    glob.watch(&ep, [&arc(&format!("{C1}/*"))]);
+    (store, ep, glob)
+}
+
+/// The names of type `ep` that changed for `w` since it last took its changes.
+fn changed_names(w: &mut Watcher, ep: &Arc<str>) -> Vec<String> {
+    let changes = w.take_changes().into_sets();
+    changes[ep].iter().map(|n| n.to_string()).collect()
+}
+
+#[test]
+fn a_member_change_wakes_the_watchers_of_its_collection_with_its_name() {
+    let (store, ep, mut glob) = a_member_and_its_globs_watcher();
     let mut other = store.watcher();
     other.watch(
         &ep,
         [&arc("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c2/*")],
     );
     store
-        .apply([Change::Set(input(EP, &format!("{c1}/e2"), b"1"))])
+        .apply([Change::Set(input(EP, &format!("{C1}/e2"), b"1"))])
         .unwrap();
-    let changes = glob.take_changes().into_sets();
-    assert_eq!(
-        changes[&ep]
-            .iter()
-            .map(|n| n.to_string())
-            .collect::<Vec<_>>(),
-        [format!("{c1}/e2")]
-    );
+    assert_eq!(changed_names(&mut glob, &ep), [format!("{C1}/e2")]);
     assert!(other.take_changes().into_sets().is_empty());
     // Below the glob's path: not a member.
     store
-        .apply([Change::Set(input(EP, &format!("{c1}/sub/e3"), b"1"))])
+        .apply([Change::Set(input(EP, &format!("{C1}/sub/e3"), b"1"))])
         .unwrap();
     assert!(glob.take_changes().into_sets().is_empty());
 }
@@ -101,36 +108,22 @@ fn a_member_change_wakes_the_watchers_of_its_collection_with_its_name() {
 fn a_member_change_reaches_its_collections_watchers_through_the_collection_its_resource_carries() {
     // The commit works the member's collection out once, when it builds its resource; the
     // watch index reads it there, not out of the name again.
-    let store = Store::new();
-    let c1 = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1";
-    store
-        .replace_all([input(EP, &format!("{c1}/e1"), b"1")])
-        .unwrap();
-    let ep = arc(EP);
-    let mut glob = store.watcher();
-    glob.watch(&ep, [&arc(&format!("{c1}/*"))]);
+    let (store, ep, mut glob) = a_member_and_its_globs_watcher();
     crate::xdstp::WORKED_OUT.with(|w| w.set(0));
     store
-        .apply([Change::Set(input(EP, &format!("{c1}/e2"), b"1"))])
+        .apply([Change::Set(input(EP, &format!("{C1}/e2"), b"1"))])
         .unwrap();
     assert_eq!(
         crate::xdstp::WORKED_OUT.with(|w| w.get()),
         1,
         "once, building its resource"
     );
-    let changes = glob.take_changes().into_sets();
-    assert_eq!(
-        changes[&ep]
-            .iter()
-            .map(|n| n.to_string())
-            .collect::<Vec<_>>(),
-        [format!("{c1}/e2")]
-    );
+    assert_eq!(changed_names(&mut glob, &ep), [format!("{C1}/e2")]);
     // Removed: its collection as its old resource carried it.
     store
         .apply([Change::Remove {
             type_url: EP.into(),
-            name: format!("{c1}/e2"),
+            name: format!("{C1}/e2"),
         }])
         .unwrap();
     let changes = glob.take_changes().into_sets();
