@@ -106,12 +106,26 @@ impl SubscribedKeys {
 
     /// Offers these keys to the streams whose keys had digest `parent` (see
     /// [`SubscribedKeys::digest`]) and that subscribe to `names` with `pid` next: these must be
-    /// exactly the parent's keys and those of `names`.
+    /// exactly the parent's keys and those of `names`. If another stream shelved the same keys
+    /// while these were built (two streams handed the same request at once, on two threads:
+    /// a relay's streams all answered by one upstream response), these are that stream's from
+    /// now on, so that what is found of them once (which names of a view they hold) is found
+    /// once for both.
     pub(super) fn share(&mut self, parent: u64, names: &Names, pid: ParamSetId) {
+        let digest = digest(parent, names, pid);
+        let same = SETS.find(digest, |s| {
+            s.source.as_ref().is_some_and(|src| {
+                src.parent == parent && src.pid == pid && *src.bytes == *names.encoded()
+            })
+        });
+        if let Some(same) = same {
+            // (Ours, built meanwhile, goes: the same keys.)
+            self.set = same;
+            return;
+        }
         let Some(set) = Arc::get_mut(&mut self.set) else {
             return;
         };
-        let digest = digest(parent, names, pid);
         set.source = Some(Source {
             parent,
             bytes: names.encoded().into(),
@@ -227,5 +241,35 @@ mod tests {
             .with(&first_list, 0)
             .expect("still shared by the second");
         assert!(Arc::ptr_eq(&second.set, &third.set));
+    }
+
+    #[test]
+    fn a_stream_that_built_the_keys_another_shelved_meanwhile_takes_that_streams_set() {
+        let list = names(&["race-a", "race-b"]);
+        let empty = SubscribedKeys::default();
+        // Both streams find nothing shelved, and build their own.
+        assert!(empty.with(&list, 0).is_none());
+        let build = || {
+            let mut keys = SubscribedKeys::default();
+            keys.keys_mut().insert((Arc::from("race-a"), 0));
+            keys.keys_mut().insert((Arc::from("race-b"), 0));
+            keys
+        };
+        let (mut first, mut second) = (build(), build());
+        first.share(0, &list, 0);
+        second.share(0, &list, 0);
+        assert!(
+            second.is_shared_with(&first),
+            "one set for both: what is found of it is found once"
+        );
+        assert_eq!(second.len(), 2);
+        assert!(empty
+            .with(&list, 0)
+            .is_some_and(|k| k.is_shared_with(&first)));
+        // Another list's keys are not taken.
+        let other = names(&["race-a", "race-c"]);
+        let mut third = build();
+        third.share(0, &other, 0);
+        assert!(!third.is_shared_with(&first));
     }
 }
