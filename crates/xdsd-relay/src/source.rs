@@ -197,6 +197,9 @@ impl RelaySource {
                     subscribed.push(want);
                 }
                 Action::Unsubscribe(want) => self.unsubscribe(want),
+                Action::Forget(want) => {
+                    info!(stream = %want.group, type_url = %want.type_url, name = %want, "no downstream client left: no longer held (its stream's pinned wildcard brings it: nothing to unsubscribe upstream)");
+                }
             }
         }
         // A name of a type whose wildcard (or of a glob collection the group holds), answered

@@ -102,6 +102,9 @@ pub enum Action {
     Subscribe(Want),
     /// Unsubscribe from it (its last holder left a linger ago).
     Unsubscribe(Want),
+    /// Its last holder left a linger ago, and it was never asked by name: its stream's pinned
+    /// wildcard brings it ([`State::covered`]), so there is nothing to unsubscribe.
+    Forget(Want),
 }
 
 /// Who holds a want: a downstream stream (or a one-shot request), or a route of other
@@ -127,6 +130,9 @@ struct Entry {
     pinned: bool,
     /// Subscribed upstream (the source took in a demand for it).
     subscribed: bool,
+    /// Subscribed upstream by its own name ([`Action::Subscribe`] sent): not a plain name its
+    /// group's pinned wildcard of its type brings already (see [`State::covered`]).
+    by_name: bool,
     /// The upstream answered it (or its wait was given up), and the answer is in the store.
     answered: bool,
     /// For a wildcard: its group's upstream stream was sent a response of its type since it was
@@ -203,7 +209,30 @@ struct State {
     routes: FastMap<Want, Route>,
     /// The full groups with a route, by type and name: what a name's keys changing moves.
     routed: FastMap<TypeKey, FastMap<Name, BTreeSet<GroupKey>>>,
+    /// Counts the rows removed (a linger run out): an answer found before one is looked up
+    /// again after it (a row's answer leaves with it).
+    removals: u64,
+    /// The last large request asked ([`Table::ask_all`]) and its narrowings, while what they
+    /// were found from is unchanged.
+    last_asked: Option<LastAsked>,
 }
+
+/// A request's wants as [`Table::ask_all`] found them: their narrowings, every one answered
+/// or declared, at a count of key changes and of rows removed. The streams of a fleet ask the
+/// same names in the same requests (ten streams, 40,000 names each): asked again while neither
+/// count moved, the same wants are routed the same way, and none can need declaring (an answer
+/// is lost only with its row, a declaration only to its answer or its expiry, which answers
+/// it), so the second stream's request costs a comparison of the lists, not the look-ups.
+#[derive(Debug)]
+struct LastAsked {
+    wants: Vec<Want>,
+    epoch: u64,
+    removals: u64,
+    to: Vec<Option<GroupKey>>,
+}
+
+/// Requests of fewer wants than this are looked up whole, never kept as [`LastAsked`].
+const LAST_ASKED_FROM: usize = 64;
 
 impl State {
     /// What the responses taken in answer in `partition`, not committed yet.
@@ -293,12 +322,34 @@ impl State {
         entry.until = until;
     }
 
-    /// The entry of `want`, subscribed upstream if it was not.
+    /// Whether `want` is a plain name its group's pinned wildcard of its type brings (the
+    /// `--prefetch` stream's): subscribed by name too, it costs the upstream and the relay a
+    /// second answer of every such name (xdsd sends a name subscribed anew whatever the stream
+    /// holds: ten streams of 40,000 names each, every name sent twice over the sync), and a
+    /// pinned wildcard is never let go of, so nothing is lost by not asking. Not for xdstp
+    /// names (an authority's may go to another server, a glob is not a name) nor for VHDS
+    /// (asked by alias, on demand: no wildcard brings it).
+    fn covered(&self, want: &Want) -> bool {
+        !want.is_wildcard()
+            && !xdsd_core::xdstp::is_xdstp(&want.name)
+            && *want.type_url != *xdsd_core::types::VIRTUAL_HOST
+            && self
+                .wants
+                .get(&Want::wildcard(want.group.clone(), &want.type_url))
+                .is_some_and(|w| w.pinned)
+    }
+
+    /// The entry of `want`, subscribed upstream if it was not (by its own name unless its
+    /// group's pinned wildcard brings it, [`State::covered`]).
     fn subscribed(&mut self, want: &Want) -> &mut Entry {
+        let covered = !self.wants.get(want).is_some_and(|e| e.subscribed) && self.covered(want);
         let entry = self.wants.entry(want.clone()).or_default();
         if !entry.subscribed {
             entry.subscribed = true;
-            self.actions.push_back(Action::Subscribe(want.clone()));
+            entry.by_name = !covered;
+            if !covered {
+                self.actions.push_back(Action::Subscribe(want.clone()));
+            }
             *self.groups.entry(want.group.clone()).or_default() += 1;
             self.subscribed += 1;
         }
@@ -506,6 +557,8 @@ impl Table {
                 keys_epoch: 0,
                 routes: FastMap::default(),
                 routed: FastMap::default(),
+                removals: 0,
+                last_asked: None,
             }),
             store: OnceLock::new(),
             stores,
@@ -620,7 +673,12 @@ impl Table {
             if let Some(name) = state.undeclare(&want) {
                 resolved.push((want.group.partition.clone(), name));
             }
-            if state.wants.remove(&want).is_some_and(|e| e.subscribed) {
+            state.removals += 1;
+            let (subscribed, by_name) = state
+                .wants
+                .remove(&want)
+                .map_or((false, false), |e| (e.subscribed, e.by_name));
+            if subscribed {
                 state.subscribed -= 1;
             }
             if let Some(count) = state.groups.get_mut(&want.group) {
@@ -630,7 +688,11 @@ impl Table {
                 }
             }
             state.drop_unsubscribed(&want);
-            state.actions.push_back(Action::Unsubscribe(want));
+            state.actions.push_back(if by_name {
+                Action::Unsubscribe(want)
+            } else {
+                Action::Forget(want)
+            });
         }
         if !resolved.is_empty() {
             self.resolve(resolved.iter().map(|(p, n)| (p, n)).collect(), false);
@@ -721,6 +783,19 @@ impl Table {
         now: Instant,
     ) -> Routed {
         let mut state = self.state();
+        if let Some(last) = state.last_asked.as_ref().filter(|l| {
+            l.epoch == state.keys_epoch
+                && l.removals == state.removals
+                && l.wants.len() == wants.len()
+                && l.wants.iter().zip(wants).all(|(a, b)| {
+                    a.name == b.name && a.type_url == b.type_url && a.group == b.group
+                })
+        }) {
+            return Routed {
+                epoch: last.epoch,
+                to: last.to.clone(),
+            };
+        }
         let mut memo: Memo = None;
         let to: Vec<Option<GroupKey>> = wants.iter().map(|w| state.route(w, &mut memo)).collect();
         let routed: Vec<std::borrow::Cow<'_, Want>> = wants
@@ -734,7 +809,15 @@ impl Table {
             })
             .collect();
         let asked: Vec<&Want> = routed.iter().map(|w| w.as_ref()).collect();
-        self.declare_in(&mut state, &asked, node, now);
+        let all = self.declare_in(&mut state, &asked, node, now);
+        if all && wants.len() >= LAST_ASKED_FROM {
+            state.last_asked = Some(LastAsked {
+                wants: wants.to_vec(),
+                epoch: state.keys_epoch,
+                removals: state.removals,
+                to: to.clone(),
+            });
+        }
         Routed {
             epoch: state.keys_epoch,
             to,
@@ -742,14 +825,15 @@ impl Table {
     }
 
     /// Declares pending each of `wants` not answered (nor declared already), in one swap of
-    /// its store's state.
+    /// its store's state: whether every one is (answered, declared, or its store held).
     fn declare_in(
         &self,
         state: &mut State,
         wants: &[&Want],
         node: Option<&ClientNode>,
         now: Instant,
-    ) {
+    ) -> bool {
+        let mut all = true;
         // By the store each want's clients read (one, but for a locator's partition: the same).
         let mut by: BTreeMap<&Partition, Vec<(&Want, PendingName)>> = BTreeMap::new();
         let mut memo = None;
@@ -764,6 +848,7 @@ impl Table {
         }
         for (partition, asked) in by {
             let Some(store) = self.pending_of(partition, true) else {
+                all = false;
                 continue;
             };
             let results =
@@ -775,6 +860,7 @@ impl Table {
                         state.full_logged = false;
                     }
                     Err(e) => {
+                        all = false;
                         if !std::mem::replace(&mut state.full_logged, true) {
                             warn!(stream = %want.group, type_url = %want.type_url, name = %want.name, "not held for the upstream's answer: {e}");
                         }
@@ -783,6 +869,7 @@ impl Table {
             }
         }
         self.metrics.set_pending(state.declared.len());
+        all
     }
 
     /// `wants` are answered by the change about to be committed: what they answer is resolved

@@ -801,7 +801,7 @@ fn subscribes(table: &Table) -> Vec<Want> {
         .into_iter()
         .filter_map(|a| match a {
             Action::Subscribe(w) => Some(w),
-            Action::Unsubscribe(_) => None,
+            Action::Unsubscribe(_) | Action::Forget(_) => None,
         })
         .collect()
 }
@@ -834,9 +834,10 @@ fn a_name_whose_variants_constrain_no_key_is_held_through_the_group_of_no_parame
     );
     assert_eq!(
         subscribes(&table),
-        vec![named("a")],
-        "one subscription, on the shared stream"
+        vec![],
+        "held on the shared stream, whose pinned wildcard brings it: not asked by name"
     );
+    assert!(table.holds(&named("a")));
     assert_eq!(table.subscriptions(), 2);
 }
 
@@ -878,7 +879,12 @@ fn a_stream_leaving_lets_go_of_what_it_held_through_its_narrowed_group() {
     assert_eq!(table.poll_timeout(), None, "stream 2 holds it");
     table.release(2, t0);
     table.handle_timeout(t0 + LINGER);
-    assert_eq!(actions(&table), vec![Action::Unsubscribe(named("a"))]);
+    assert!(!table.holds(&named("a")));
+    assert_eq!(
+        actions(&table),
+        vec![Action::Forget(named("a"))],
+        "never asked by name: its shared stream's pinned wildcard brings it"
+    );
     assert_eq!(table.state().routes.len(), 0, "no route kept");
 }
 
@@ -892,7 +898,11 @@ fn a_stream_that_held_a_name_through_its_own_group_lets_go_of_it_there_once_othe
     // Then known (a constrains nothing): a second stream of the group is narrowed.
     table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
     table.acquire(2, full.clone());
-    assert_eq!(subscribes(&table), vec![cds(), full.clone(), named("a")]);
+    assert_eq!(subscribes(&table), vec![cds(), full.clone()]);
+    assert!(
+        table.holds(&named("a")),
+        "on the shared stream, by its wildcard"
+    );
     let t0 = Instant::now();
     table.release(1, t0);
     table.release(2, t0);
@@ -901,9 +911,10 @@ fn a_stream_that_held_a_name_through_its_own_group_lets_go_of_it_there_once_othe
     gone.sort_by_key(|a| format!("{a:?}"));
     assert_eq!(
         gone,
-        vec![Action::Unsubscribe(full), Action::Unsubscribe(named("a"))],
+        vec![Action::Forget(named("a")), Action::Unsubscribe(full)],
         "each left by the stream that held it"
     );
+    assert!(!table.holds(&named("a")));
     assert_eq!(table.rows(), 1, "only the pinned wildcard");
 }
 
@@ -934,9 +945,14 @@ fn a_key_seen_later_moves_the_wants_narrowed_without_it_and_they_wait_there() {
             .is_pending(&PendingName::new(CDS, "a").with_params(scope)),
         "pending for env=prod until its stream answers: the shared variant is not its"
     );
-    // The name held by name on the shared stream is let go (its wildcard holds it still).
+    // The name held on the shared stream is let go (its wildcard holds it still).
     table.handle_timeout(t0 + LINGER * 2);
-    assert_eq!(actions(&table), vec![Action::Unsubscribe(named("a"))]);
+    assert!(!table.holds(&named("a")));
+    assert_eq!(
+        actions(&table),
+        vec![Action::Forget(named("a"))],
+        "never asked by name there"
+    );
     assert!(table.holds(&prod));
 }
 
@@ -1027,5 +1043,92 @@ fn a_group_of_a_node_cluster_is_not_narrowed() {
     table.received(&edge, CDS, &[&resource("a", &[])]);
     actions(&table);
     table.acquire(1, Want::named(edge.clone(), CDS, "a"));
-    assert_eq!(subscribes(&table), vec![Want::named(edge, CDS, "a")]);
+    assert!(table.holds(&Want::named(edge, CDS, "a")));
+    assert!(
+        table.state().routes.is_empty(),
+        "held through its own group"
+    );
+}
+
+#[test]
+fn a_plain_name_its_groups_pinned_wildcard_brings_is_not_subscribed_upstream_by_name() {
+    let table = table();
+    table.pin(cds());
+    actions(&table);
+    let t0 = Instant::now();
+    // A plain name of the pinned wildcard's group and type: held, never asked by name.
+    table.acquire(1, named("a"));
+    assert!(table.holds(&named("a")));
+    assert_eq!(subscribes(&table), vec![]);
+    // An xdstp name (its authority's server may be another) and a name of another type are.
+    let xdstp = named("xdstp://a/envoy.config.cluster.v3.Cluster/c1/e1");
+    table.acquire(1, xdstp.clone());
+    let eds = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+    let endpoints = Want::named(GroupKey::shared(), eds, "a");
+    table.acquire(1, endpoints.clone());
+    assert_eq!(subscribes(&table), vec![xdstp.clone(), endpoints.clone()]);
+    // Let go of: only what was asked by name is unsubscribed by name.
+    table.release(1, t0);
+    table.handle_timeout(t0 + LINGER);
+    let mut gone = actions(&table);
+    gone.sort_by_key(|a| format!("{a:?}"));
+    let mut want = vec![
+        Action::Unsubscribe(xdstp),
+        Action::Unsubscribe(endpoints),
+        Action::Forget(named("a")),
+    ];
+    want.sort_by_key(|a| format!("{a:?}"));
+    assert_eq!(gone, want);
+    assert!(!table.holds(&named("a")));
+    assert_eq!(table.rows(), 1, "only the pinned wildcard");
+}
+
+#[test]
+fn a_plain_name_under_a_wildcard_a_stream_holds_is_subscribed_by_name() {
+    // A stream's wildcard is let go of once nobody holds it: the names asked by name must
+    // stay subscribed then.
+    let table = table();
+    table.acquire(1, cds());
+    table.acquire(2, named("a"));
+    assert_eq!(subscribes(&table), vec![cds(), named("a")]);
+}
+
+#[test]
+fn a_large_request_asked_again_while_nothing_it_reads_changed_is_routed_as_it_was_without_a_look_up(
+) {
+    let store = Store::new();
+    let table = attached(&store);
+    table.pin(cds());
+    let names: Vec<String> = (0..LAST_ASKED_FROM).map(|i| format!("n{i}")).collect();
+    let resources: Vec<xdsd_client::Resource> = names.iter().map(|n| resource(n, &[])).collect();
+    let refs: Vec<&xdsd_client::Resource> = resources.iter().collect();
+    table.received(&GroupKey::shared(), CDS, &refs);
+    table.announce([cds()]);
+    let pod = with(&[("pod", "p1")]);
+    let wants: Vec<Want> = names
+        .iter()
+        .map(|n| Want::named(pod.clone(), CDS, n.as_str()))
+        .collect();
+    let first = table.ask_all(&wants, None, Instant::now());
+    assert!(
+        first.to.iter().all(Option::is_some),
+        "each narrowed to the stream of no parameters"
+    );
+    // The keys forgotten behind the table's back (no count moved): a look-up would not narrow.
+    table.state().keys.clear();
+    // Another stream's request of the same names (its own copies of them).
+    let same: Vec<Want> = names
+        .iter()
+        .map(|n| Want::named(with(&[("pod", "p1")]), CDS, n.as_str()))
+        .collect();
+    let again = table.ask_all(&same, None, Instant::now());
+    assert_eq!(again.to, first.to, "the same request: routed as it was");
+    // A shorter request is looked up.
+    let fewer = table.ask_all(&same[1..], None, Instant::now());
+    assert!(fewer.to.iter().all(Option::is_none), "looked up");
+    // A row removed (its answer with it): the same request is looked up again.
+    table.ask_all(&wants, None, Instant::now());
+    linger_out(&table, &named("other"));
+    let after = table.ask_all(&wants, None, Instant::now());
+    assert!(after.to.iter().all(Option::is_none), "looked up again");
 }
