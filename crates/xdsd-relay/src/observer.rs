@@ -43,6 +43,14 @@ pub(crate) enum Demanded {
         routed: Routed,
         node: Option<Arc<ClientNode>>,
     },
+    /// A stream asks for the wants of a list that other streams may have asked alike (one
+    /// `Arc` for them all: [`Lists`]), held once for them ([`Table::acquire_list`]).
+    AcquireList {
+        stream: u64,
+        list: Arc<[Want]>,
+        routed: Routed,
+        node: Option<Arc<ClientNode>>,
+    },
     /// A stream no longer asks for a want.
     Drop { stream: u64, want: Want },
     /// A one-shot request without an id asked for a want: held for the linger.
@@ -245,6 +253,45 @@ fn one_shot_wants(
 /// What each stream asks, by type.
 type Streams = HashMap<u64, HashMap<Arc<str>, TypeWants>>;
 
+/// Requests that add fewer wants than this are held want by want ([`Demanded::Acquire`]).
+const LIST_FROM: usize = 64;
+/// How many of the latest lists [`Lists`] finds again.
+const LISTS_KEPT: usize = 16;
+
+/// The latest lists of wants the streams asked, by digest, so that streams that ask alike
+/// (a fleet's, request for request) hand the table one list ([`Demanded::AcquireList`]): the
+/// table holds a list once for them all. Kept weakly: a list lives while the table holds it.
+#[derive(Debug, Default)]
+pub(crate) struct Lists {
+    hasher: std::hash::RandomState,
+    recent: std::collections::VecDeque<(u64, std::sync::Weak<[Want]>)>,
+}
+
+impl Lists {
+    /// The list of `wants`: one asked alike lately, else `wants` made one.
+    pub(crate) fn intern(&mut self, wants: Vec<Want>) -> Arc<[Want]> {
+        use std::hash::BuildHasher;
+        let digest = self.hasher.hash_one(&wants[..]);
+        let found = self
+            .recent
+            .iter()
+            .filter(|(d, _)| *d == digest)
+            .filter_map(|(_, list)| list.upgrade())
+            .find(|list| list[..] == wants[..]);
+        if let Some(list) = found {
+            return list;
+        }
+        let list: Arc<[Want]> = wants.into();
+        // A list gone keeps its room while a weak reference to it lives: let go of those.
+        self.recent.retain(|(_, list)| list.strong_count() > 0);
+        if self.recent.len() == LISTS_KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((digest, Arc::downgrade(&list)));
+        list
+    }
+}
+
 /// How many locks the streams' subscriptions are split under: every request of every stream
 /// takes one, and a single lock for all was the relay's most contended (S10, 10,000 streams).
 const SHARDS: usize = 16;
@@ -264,6 +311,8 @@ pub struct RelayObserver {
     seen: Box<[Mutex<Streams>]>,
     /// The parameter set of each authority that has one of its own (`--param-for`).
     authorities: Authorities,
+    /// The latest lists asked, found again for the streams that ask alike.
+    lists: Mutex<Lists>,
 }
 
 impl std::fmt::Debug for RelayObserver {
@@ -289,6 +338,7 @@ impl RelayObserver {
             table,
             tx,
             seen: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            lists: Mutex::default(),
         }
     }
 
@@ -393,7 +443,21 @@ impl StreamObserver for RelayObserver {
                 want,
             });
         }
-        if !added.is_empty() {
+        if added.len() >= LIST_FROM {
+            // Asked alike by other streams, likely: one list for them all.
+            let list = self
+                .lists
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .intern(added);
+            let routed = self.hold_for(&list, node.map(|n| &**n));
+            self.send(Demanded::AcquireList {
+                stream: event.stream,
+                list,
+                routed,
+                node: node.cloned(),
+            });
+        } else if !added.is_empty() {
             // Answered when the upstream answers, not told first that nothing exists: pending
             // before the server answers this request.
             let routed = self.hold_for(&added, node.map(|n| &**n));
@@ -427,5 +491,52 @@ impl StreamObserver for RelayObserver {
                 stream: event.stream,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wants(names: &[&str]) -> Vec<Want> {
+        names
+            .iter()
+            .map(|n| Want::named(GroupKey::shared(), "t", *n))
+            .collect()
+    }
+
+    #[test]
+    fn streams_that_ask_alike_are_handed_one_list_and_the_others_their_own() {
+        let mut lists = Lists::default();
+        let first = lists.intern(wants(&["a", "b"]));
+        let again = lists.intern(wants(&["a", "b"]));
+        assert!(Arc::ptr_eq(&first, &again), "asked alike: one list");
+        let other = lists.intern(wants(&["a", "c"]));
+        assert!(!Arc::ptr_eq(&first, &other), "another list");
+        let reordered = lists.intern(wants(&["b", "a"]));
+        assert!(!Arc::ptr_eq(&first, &reordered), "another request");
+        drop((first, again));
+        let later = lists.intern(wants(&["a", "b"]));
+        assert_eq!(
+            &later[..],
+            &wants(&["a", "b"])[..],
+            "a list gone is made anew"
+        );
+    }
+
+    #[test]
+    fn only_the_latest_lists_are_found_again() {
+        let mut lists = Lists::default();
+        let kept: Vec<Arc<[Want]>> = (0..=LISTS_KEPT)
+            .map(|i| lists.intern(wants(&[&format!("n{i}")])))
+            .collect();
+        assert!(Arc::ptr_eq(
+            &kept[LISTS_KEPT],
+            &lists.intern(wants(&[&format!("n{LISTS_KEPT}")]))
+        ));
+        assert!(
+            !Arc::ptr_eq(&kept[0], &lists.intern(wants(&["n0"]))),
+            "the oldest one is no longer looked for"
+        );
     }
 }

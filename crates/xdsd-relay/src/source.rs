@@ -330,14 +330,17 @@ impl RelaySource {
                 routed,
                 node,
             } => {
-                let mut last: Option<&GroupKey> = None;
-                for want in &wants {
-                    if last != Some(&want.group) {
-                        self.remember_node(&want.group, node.clone());
-                        last = Some(&want.group);
-                    }
-                }
+                self.remember_nodes(&wants, node);
                 self.table.acquire_all(stream, wants, Some(routed));
+            }
+            Demanded::AcquireList {
+                stream,
+                list,
+                routed,
+                node,
+            } => {
+                self.remember_nodes(&list, node);
+                self.table.acquire_list(stream, list, Some(routed));
             }
             Demanded::Touch { want, node } => {
                 self.remember_node(&want.group, node);
@@ -345,6 +348,18 @@ impl RelaySource {
             }
             Demanded::Drop { stream, want } => self.table.drop_want(stream, &want, now),
             Demanded::Release { stream } => self.table.release(stream, now),
+        }
+    }
+
+    /// The node of the client that asked `wants`, for each of their groups (a request's share
+    /// one: looked at once per run of a group).
+    fn remember_nodes(&mut self, wants: &[Want], node: Option<Arc<ClientNode>>) {
+        let mut last: Option<&GroupKey> = None;
+        for want in wants {
+            if last != Some(&want.group) {
+                self.remember_node(&want.group, node.clone());
+                last = Some(&want.group);
+            }
         }
     }
 

@@ -60,6 +60,12 @@
 //! one-shot request or a linger holds it, or while it is declared for a request whose demand the source has
 //! not taken in yet.
 //!
+//! **Lists held once** ([`Table::acquire_list`], `lists.rs`): the wants of a large request that
+//! streams asked alike (the observer hands them one list) are held by the list, under a holder
+//! of its own, and each stream holds the list: the second stream of a fleet costs a lookup, not
+//! a hold of each want. A stream that lets go of one of a shared list's wants holds the rest
+//! itself from then on.
+//!
 //! Costs follow the change: a subscription, a stream's end, a linger running out and an answer
 //! cost the wants they touch (the lingering wants are ordered by deadline, the declared ones by
 //! want, so that a wildcard's answer finds the names of its type in its group as a range).
@@ -82,6 +88,7 @@ use crate::group::{GroupKey, Partition};
 use crate::metrics::RelayMetrics;
 use crate::stores::Stores;
 
+mod lists;
 mod narrow;
 mod want;
 
@@ -215,6 +222,13 @@ struct State {
     /// The last large request asked ([`Table::ask_all`]) and its narrowings, while what they
     /// were found from is unchanged.
     last_asked: Option<LastAsked>,
+    /// The lists of wants held once for every stream that asked the same (see
+    /// [`Table::acquire_list`]), by the list's address.
+    lists: FastMap<usize, lists::ListHold>,
+    /// The lists each stream holds, by address.
+    stream_lists: FastMap<u64, Vec<usize>>,
+    /// Counts the lists held so far: each list holds its wants under a holder of its own.
+    next_list: u64,
 }
 
 /// A request's wants as [`Table::ask_all`] found them: their narrowings, every one answered
@@ -364,6 +378,39 @@ impl State {
                 self.subscribed(want).add(holder);
                 self.set_until(want, None);
             }
+        }
+    }
+
+    /// [`Table::acquire_all`] under the lock.
+    fn acquire_all(&mut self, stream: u64, wants: Vec<Want>, routed: Option<Routed>) {
+        let mut held = self.streams.remove(&stream).unwrap_or_default();
+        let epoch = self.keys_epoch;
+        let routed = routed
+            .filter(|r| r.epoch == epoch && r.to.len() == wants.len())
+            .map(|r| r.to);
+        let mut memo: Memo = None;
+        for (i, want) in wants.into_iter().enumerate() {
+            if !held.insert(want.clone()) {
+                // Held already (a REST poll read again): nothing to do.
+                continue;
+            }
+            let to = match &routed {
+                Some(to) => to[i].clone(),
+                None => self.route(&want, &mut memo),
+            };
+            self.hold(stream, &want, to);
+        }
+        self.streams.insert(stream, held);
+    }
+
+    /// [`Table::release`] under the lock: the stream's own wants and the lists it holds.
+    fn release(&mut self, stream: u64, now: Instant) {
+        self.leave_lists(stream, now);
+        let Some(held) = self.streams.remove(&stream) else {
+            return;
+        };
+        for want in held {
+            self.unhold(stream, &want, now);
         }
     }
 
@@ -559,6 +606,9 @@ impl Table {
                 routed: FastMap::default(),
                 removals: 0,
                 last_asked: None,
+                lists: FastMap::default(),
+                stream_lists: FastMap::default(),
+                next_list: 0,
             }),
             store: OnceLock::new(),
             stores,
@@ -595,25 +645,7 @@ impl Table {
     /// [`Table::ask_all`] looked up for these wants) unless a name's keys changed since, else
     /// looked up here.
     pub(crate) fn acquire_all(&self, stream: u64, wants: Vec<Want>, routed: Option<Routed>) {
-        let mut state = self.state();
-        let mut held = state.streams.remove(&stream).unwrap_or_default();
-        let epoch = state.keys_epoch;
-        let routed = routed
-            .filter(|r| r.epoch == epoch && r.to.len() == wants.len())
-            .map(|r| r.to);
-        let mut memo: Memo = None;
-        for (i, want) in wants.into_iter().enumerate() {
-            if !held.insert(want.clone()) {
-                // Held already (a REST poll read again): nothing to do.
-                continue;
-            }
-            let to = match &routed {
-                Some(to) => to[i].clone(),
-                None => state.route(&want, &mut memo),
-            };
-            state.hold(stream, &want, to);
-        }
-        state.streams.insert(stream, held);
+        self.state().acquire_all(stream, wants, routed);
     }
 
     /// A one-shot request asked for `want` at `now`: held for the linger.
@@ -637,20 +669,14 @@ impl Table {
             .is_some_and(|held| held.remove(want));
         if held {
             state.unhold(stream, want, now);
-        } else {
+        } else if !state.drop_from_list(stream, want, now) {
             state.let_go(stream, want, now);
         }
     }
 
     /// Downstream stream `stream` ended at `now`: what it held lingers if nobody else holds it.
     pub(crate) fn release(&self, stream: u64, now: Instant) {
-        let mut state = self.state();
-        let Some(held) = state.streams.remove(&stream) else {
-            return;
-        };
-        for want in held {
-            state.unhold(stream, &want, now);
-        }
+        self.state().release(stream, now);
     }
 
     /// When [`Table::handle_timeout`] is next due.

@@ -1132,3 +1132,92 @@ fn a_large_request_asked_again_while_nothing_it_reads_changed_is_routed_as_it_wa
     let after = table.ask_all(&wants, None, Instant::now());
     assert!(after.to.iter().all(Option::is_none), "looked up again");
 }
+
+// --- Lists held once
+
+fn list(names: &[&str]) -> Arc<[Want]> {
+    names.iter().map(|n| named(n)).collect::<Vec<_>>().into()
+}
+
+#[test]
+fn streams_that_ask_the_same_list_hold_it_once_and_the_last_to_leave_lets_go_of_it() {
+    let d = table();
+    let t0 = Instant::now();
+    let l = list(&["a", "b"]);
+    d.acquire_list(1, l.clone(), None);
+    d.acquire_list(2, l.clone(), None);
+    assert_eq!(subscribes(&d), vec![named("a"), named("b")]);
+    assert_eq!(
+        d.state().wants[&named("a")].holders.len(),
+        1,
+        "held once, by the list"
+    );
+    d.release(1, t0);
+    assert_eq!(d.poll_timeout(), None, "stream 2 holds the list");
+    d.release(2, t0);
+    assert_eq!(d.poll_timeout(), Some(t0 + LINGER));
+    assert!(d.state().lists.is_empty());
+    assert!(d.state().stream_lists.is_empty());
+}
+
+#[test]
+fn a_stream_that_lets_go_of_a_want_of_a_shared_list_holds_the_rest_itself() {
+    let d = table();
+    let t0 = Instant::now();
+    let l = list(&["a", "b"]);
+    d.acquire_list(1, l.clone(), None);
+    d.acquire_list(2, l.clone(), None);
+    actions(&d);
+    d.drop_want(1, &named("a"), t0);
+    assert_eq!(
+        d.poll_timeout(),
+        None,
+        "a: stream 2 still asks for it through the list"
+    );
+    d.release(2, t0);
+    assert_eq!(d.poll_timeout(), Some(t0 + LINGER), "a: asked by nobody");
+    d.handle_timeout(t0 + LINGER);
+    assert_eq!(actions(&d), vec![Action::Unsubscribe(named("a"))]);
+    assert!(d.holds(&named("b")), "stream 1 holds b itself");
+    d.release(1, t0 + LINGER);
+    d.handle_timeout(t0 + LINGER * 2);
+    assert_eq!(actions(&d), vec![Action::Unsubscribe(named("b"))]);
+    assert_eq!(d.rows(), 0);
+}
+
+#[test]
+fn a_stream_alone_on_a_list_that_lets_go_of_a_want_keeps_the_rest() {
+    let d = table();
+    let t0 = Instant::now();
+    d.acquire_list(1, list(&["a", "b"]), None);
+    actions(&d);
+    d.drop_want(1, &named("b"), t0);
+    assert_eq!(d.poll_timeout(), Some(t0 + LINGER), "b lingers");
+    d.handle_timeout(t0 + LINGER);
+    assert_eq!(actions(&d), vec![Action::Unsubscribe(named("b"))]);
+    assert!(d.holds(&named("a")));
+    assert!(
+        d.state().lists.is_empty(),
+        "the list left with its last stream"
+    );
+}
+
+#[test]
+fn a_want_of_a_list_is_narrowed_as_a_streams_want_is() {
+    let table = table();
+    table.pin(cds());
+    table.received(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    actions(&table);
+    let full = Want::named(with(&[("pod", "p1")]), CDS, "a");
+    let l: Arc<[Want]> = vec![full.clone()].into();
+    table.acquire_list(1, l.clone(), None);
+    table.acquire_list(2, l, None);
+    assert!(table.holds(&named("a")), "held on the shared stream");
+    assert_eq!(table.state().routes.len(), 1, "one route, for the list");
+    let t0 = Instant::now();
+    table.release(1, t0);
+    table.release(2, t0);
+    table.handle_timeout(t0 + LINGER);
+    assert!(!table.holds(&named("a")));
+    assert_eq!(table.state().routes.len(), 0);
+}
