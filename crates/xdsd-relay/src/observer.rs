@@ -258,36 +258,38 @@ const LIST_FROM: usize = 64;
 /// How many of the latest lists [`Lists`] finds again.
 const LISTS_KEPT: usize = 16;
 
-/// The latest lists of wants the streams asked, by digest, so that streams that ask alike
-/// (a fleet's, request for request) hand the table one list ([`Demanded::AcquireList`]): the
-/// table holds a list once for them all. Kept weakly: a list lives while the table holds it.
+/// The latest lists of wants the streams asked, so that streams that ask alike (a fleet's,
+/// request for request) hand the table one list ([`Demanded::AcquireList`]): the table holds a
+/// list once for them all. Kept weakly: a list lives while the table holds it. A list is found
+/// by its length and its ends, then compared whole (no digest: hashing every want of a request
+/// cost more than the comparison of the few lists of that length and ends).
 #[derive(Debug, Default)]
 pub(crate) struct Lists {
-    hasher: std::hash::RandomState,
-    recent: std::collections::VecDeque<(u64, std::sync::Weak<[Want]>)>,
+    recent: std::collections::VecDeque<std::sync::Weak<[Want]>>,
 }
 
 impl Lists {
     /// The list of `wants`: one asked alike lately, else `wants` made one.
     pub(crate) fn intern(&mut self, wants: Vec<Want>) -> Arc<[Want]> {
-        use std::hash::BuildHasher;
-        let digest = self.hasher.hash_one(&wants[..]);
+        let ends = |list: &[Want]| (list.len(), list.first().cloned(), list.last().cloned());
+        let (len, first, last) = ends(&wants);
         let found = self
             .recent
             .iter()
-            .filter(|(d, _)| *d == digest)
-            .filter_map(|(_, list)| list.upgrade())
+            .filter_map(|list| list.upgrade())
+            .filter(|list| list.len() == len && list.first() == first.as_ref())
+            .filter(|list| list.last() == last.as_ref())
             .find(|list| list[..] == wants[..]);
         if let Some(list) = found {
             return list;
         }
         let list: Arc<[Want]> = wants.into();
         // A list gone keeps its room while a weak reference to it lives: let go of those.
-        self.recent.retain(|(_, list)| list.strong_count() > 0);
+        self.recent.retain(|list| list.strong_count() > 0);
         if self.recent.len() == LISTS_KEPT {
             self.recent.pop_front();
         }
-        self.recent.push_back((digest, Arc::downgrade(&list)));
+        self.recent.push_back(Arc::downgrade(&list));
         list
     }
 }
