@@ -271,14 +271,12 @@ pub(crate) struct Lists {
 impl Lists {
     /// The list of `wants`: one asked alike lately, else `wants` made one.
     pub(crate) fn intern(&mut self, wants: Vec<Want>) -> Arc<[Want]> {
-        let ends = |list: &[Want]| (list.len(), list.first().cloned(), list.last().cloned());
-        let (len, first, last) = ends(&wants);
         let found = self
             .recent
             .iter()
             .filter_map(|list| list.upgrade())
-            .filter(|list| list.len() == len && list.first() == first.as_ref())
-            .filter(|list| list.last() == last.as_ref())
+            .filter(|list| list.len() == wants.len() && list.first() == wants.first())
+            .filter(|list| list.last() == wants.last())
             .find(|list| list[..] == wants[..]);
         if let Some(list) = found {
             return list;

@@ -57,6 +57,15 @@ impl InView {
     }
 }
 
+impl KeySet {
+    /// Whether it was built of the keys with digest `parent` and `names` with `pid`.
+    fn made_of(&self, parent: u64, names: &Names, pid: ParamSetId) -> bool {
+        self.source.as_ref().is_some_and(|src| {
+            src.parent == parent && src.pid == pid && *src.bytes == *names.encoded()
+        })
+    }
+}
+
 /// A copy is a stream's own: it was not built from requests alone.
 impl Clone for KeySet {
     fn clone(&self) -> KeySet {
@@ -97,9 +106,7 @@ impl SubscribedKeys {
     pub(super) fn with(&self, names: &Names, pid: ParamSetId) -> Option<SubscribedKeys> {
         let parent = self.digest()?;
         let set = SETS.find(digest(parent, names, pid), |s| {
-            s.source.as_ref().is_some_and(|src| {
-                src.parent == parent && src.pid == pid && *src.bytes == *names.encoded()
-            })
+            s.made_of(parent, names, pid)
         })?;
         Some(SubscribedKeys { set })
     }
@@ -113,11 +120,7 @@ impl SubscribedKeys {
     /// once for both.
     pub(super) fn share(&mut self, parent: u64, names: &Names, pid: ParamSetId) {
         let digest = digest(parent, names, pid);
-        let same = SETS.find(digest, |s| {
-            s.source.as_ref().is_some_and(|src| {
-                src.parent == parent && src.pid == pid && *src.bytes == *names.encoded()
-            })
-        });
+        let same = SETS.find(digest, |s| s.made_of(parent, names, pid));
         if let Some(same) = same {
             // (Ours, built meanwhile, goes: the same keys.)
             self.set = same;
