@@ -17,7 +17,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use envoy_types::pb::envoy::service::discovery::v3::ResourceLocator;
@@ -74,8 +74,9 @@ struct TypeWants {
     /// Resource locators held (delta: subscribed and not unsubscribed).
     locators: BTreeSet<Locator>,
     /// The names held, hashed (a request of N names costs N lookups, not N descents of a
-    /// B-tree comparing names), each shared with its want.
-    names: FastSet<Name>,
+    /// B-tree comparing names), each shared with its want; one set for the streams that asked
+    /// the same list of names first ([`Lists`]), a stream's own once it changes it.
+    names: Arc<FastSet<Name>>,
     /// The digest of the last request that stated the whole subscription (SotW): a request
     /// with the same one (every ACK) changes nothing and is not read name by name.
     last: Option<u64>,
@@ -113,9 +114,50 @@ fn locator(l: &ResourceLocator) -> Locator {
     )
 }
 
+/// What a request changes of a stream's wants of a type ([`TypeWants::update`]).
+#[derive(Debug, Default)]
+struct Changed {
+    added: Vec<Want>,
+    dropped: Vec<Want>,
+    /// The list of names another stream asked alike, taken whole (its wants are added).
+    list: Option<Arc<[Want]>>,
+    /// Whether the stream's names are now the names of `added`, no more (its first request of
+    /// the type named them, and nothing else): the set can be shared with its list.
+    fresh: bool,
+}
+
 impl TypeWants {
     fn wants_wildcard(&self) -> bool {
         self.wildcard
+    }
+
+    /// The list another stream asked alike, and that stream's set of its names, when this
+    /// stream holds no name yet and `asked` names at least [`LIST_FROM`] plain names and nothing
+    /// else (no locators, nothing unsubscribed, no authority of its own parameter set): a
+    /// fleet's streams take one list and one set, and the request costs a comparison of its
+    /// names with the list's, not a set and a want made per name.
+    fn asked_alike(&self, asked: &Asked<'_>, lists: &Mutex<Lists>) -> Option<Listed> {
+        if !self.names.is_empty()
+            || !self.locators.is_empty()
+            || !self.authorities.is_empty()
+            || !asked.locators().is_empty()
+            || !asked.unsubscribed_locators().is_empty()
+            || asked.unsubscribed_names().next().is_some()
+        {
+            return None;
+        }
+        let names: Vec<Cow<'_, str>> = asked
+            .names()
+            .filter(|n| *n != xdsd_client::WILDCARD)
+            .map(canonical)
+            .collect();
+        if names.len() < LIST_FROM {
+            return None;
+        }
+        lists
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .find(&self.group, &self.type_key, &names)
     }
 
     fn locator_want(&self, (name, params): Locator) -> Want {
@@ -127,12 +169,41 @@ impl TypeWants {
     }
 
     /// Takes in what a request asks of its type: the wants it adds and those it drops.
-    fn update(&mut self, asked: &Asked<'_>) -> (Vec<Want>, Vec<Want>) {
-        let (mut added, mut dropped) = (Vec::new(), Vec::new());
+    fn update(&mut self, asked: &Asked<'_>, lists: &Mutex<Lists>) -> Changed {
+        let mut changed = Changed::default();
         let had_wildcard = self.wants_wildcard();
         if let Some(on) = asked.wildcard() {
             self.wildcard = on;
         }
+        if asked.is_whole() {
+            let digest = asked.digest();
+            if self.last.replace(digest) == Some(digest) {
+                return changed;
+            }
+        }
+        let was_empty = self.names.is_empty() && self.locators.is_empty();
+        if let Some((list, names)) = self.asked_alike(asked, lists) {
+            self.names = names;
+            changed.list = Some(list);
+        } else {
+            self.names_asked(asked, &mut changed);
+        }
+        let Changed { added, dropped, .. } = &mut changed;
+        match (had_wildcard, self.wants_wildcard()) {
+            (false, true) => added.push(Want::wildcard(self.group.clone(), &self.type_key)),
+            (true, false) => dropped.push(Want::wildcard(self.group.clone(), &self.type_key)),
+            _ => {}
+        }
+        changed.fresh = was_empty
+            && self.locators.is_empty()
+            && self.authorities.is_empty()
+            && changed.added.len() == self.names.len();
+        changed
+    }
+
+    /// Takes in the names and locators `asked` adds and drops, one by one.
+    fn names_asked(&mut self, asked: &Asked<'_>, changed: &mut Changed) {
+        let Changed { added, dropped, .. } = changed;
         let names = || {
             asked
                 .names()
@@ -140,10 +211,6 @@ impl TypeWants {
                 .map(canonical)
         };
         if asked.is_whole() {
-            let digest = asked.digest();
-            if self.last.replace(digest) == Some(digest) {
-                return (added, dropped);
-            }
             // No locators before or now (the common case): nothing made. Otherwise the set
             // compared, as the request's own decoding already made its locators.
             let none = asked.locators().is_empty() && self.locators.is_empty();
@@ -172,11 +239,11 @@ impl TypeWants {
                 for gone in self.names.iter().filter(|n| !new.contains(&***n)) {
                     dropped.push(self.name_want(gone));
                 }
-                self.names.retain(|n| new.contains(&**n));
+                Arc::make_mut(&mut self.names).retain(|n| new.contains(&**n));
                 for name in new {
                     if !self.names.contains(name.as_ref()) {
                         let name = Name::from(name);
-                        self.names.insert(name.clone());
+                        Arc::make_mut(&mut self.names).insert(name.clone());
                         added.push(self.name_want(&name));
                     }
                 }
@@ -195,22 +262,19 @@ impl TypeWants {
             for name in names() {
                 if !self.names.contains(name.as_ref()) {
                     let name = Name::from(name);
-                    self.names.insert(name.clone());
+                    Arc::make_mut(&mut self.names).insert(name.clone());
                     added.push(self.name_want(&name));
                 }
             }
             for name in asked.unsubscribed_names().map(canonical) {
-                if let Some(name) = self.names.take(name.as_ref()) {
+                if !self.names.contains(name.as_ref()) {
+                    continue;
+                }
+                if let Some(name) = Arc::make_mut(&mut self.names).take(name.as_ref()) {
                     dropped.push(self.name_want(&name));
                 }
             }
         }
-        match (had_wildcard, self.wants_wildcard()) {
-            (false, true) => added.push(Want::wildcard(self.group.clone(), &self.type_key)),
-            (true, false) => dropped.push(Want::wildcard(self.group.clone(), &self.type_key)),
-            _ => {}
-        }
-        (added, dropped)
     }
 }
 
@@ -263,32 +327,73 @@ const LISTS_KEPT: usize = 16;
 /// list once for them all. Kept weakly: a list lives while the table holds it. A list is found
 /// by its length and its ends, then compared whole (no digest: hashing every want of a request
 /// cost more than the comparison of the few lists of that length and ends).
+///
+/// With a list, the set of its names that the stream which made it holds, while that stream
+/// holds them and no more (weakly too: a stream that changes its names makes the set its own,
+/// [`Arc::make_mut`], and the list is left without one): a stream whose first request names a
+/// list's names takes both ([`Lists::find`]), and makes neither a want nor a set entry per name.
 #[derive(Debug, Default)]
 pub(crate) struct Lists {
-    recent: std::collections::VecDeque<std::sync::Weak<[Want]>>,
+    recent: std::collections::VecDeque<(Weak<[Want]>, Weak<FastSet<Name>>)>,
 }
 
+/// A list of wants and the set of their names, as [`Lists::find`] finds them.
+type Listed = (Arc<[Want]>, Arc<FastSet<Name>>);
+
 impl Lists {
-    /// The list of `wants`: one asked alike lately, else `wants` made one.
-    pub(crate) fn intern(&mut self, wants: Vec<Want>) -> Arc<[Want]> {
-        let found = self
-            .recent
-            .iter()
-            .filter_map(|list| list.upgrade())
-            .filter(|list| list.len() == wants.len() && list.first() == wants.first())
-            .filter(|list| list.last() == wants.last())
-            .find(|list| list[..] == wants[..]);
-        if let Some(list) = found {
+    /// The list of `wants`: one asked alike lately, else `wants` made one. `names`: the set of
+    /// the wants' names the asking stream holds, when it holds those and no more.
+    pub(crate) fn intern(
+        &mut self,
+        wants: Vec<Want>,
+        names: Option<&Arc<FastSet<Name>>>,
+    ) -> Arc<[Want]> {
+        let found = self.recent.iter_mut().find_map(|(list, set)| {
+            let list = list.upgrade()?;
+            let alike = list.len() == wants.len()
+                && list.first() == wants.first()
+                && list.last() == wants.last()
+                && list[..] == wants[..];
+            alike.then_some((list, set))
+        });
+        if let Some((list, set)) = found {
+            if let (Some(names), 0) = (names, set.strong_count()) {
+                *set = Arc::downgrade(names);
+            }
             return list;
         }
         let list: Arc<[Want]> = wants.into();
         // A list gone keeps its room while a weak reference to it lives: let go of those.
-        self.recent.retain(|list| list.strong_count() > 0);
+        self.recent.retain(|(list, _)| list.strong_count() > 0);
         if self.recent.len() == LISTS_KEPT {
             self.recent.pop_front();
         }
-        self.recent.push_back(Arc::downgrade(&list));
+        let set = names.map(Arc::downgrade).unwrap_or_default();
+        self.recent.push_back((Arc::downgrade(&list), set));
         list
+    }
+
+    /// The list of the wants of `names` (canonical, in order) of `type_key` in `group`, and the
+    /// set of those names, when a stream asked that list lately and one holds that set.
+    fn find(&self, group: &GroupKey, type_key: &TypeKey, names: &[Cow<'_, str>]) -> Option<Listed> {
+        let same = |want: &Want, name: &Cow<'_, str>| *want.name == **name;
+        self.recent.iter().rev().find_map(|(list, set)| {
+            let list = list.upgrade()?;
+            let (first, last) = (list.first()?, list.last()?);
+            let alike = list.len() == names.len()
+                && first.group == *group
+                && first.type_url == *type_key
+                && same(first, &names[0])
+                && same(last, &names[names.len() - 1])
+                && list.iter().zip(names).all(|(w, n)| same(w, n))
+                && list
+                    .iter()
+                    .all(|w| w.group == first.group && w.type_url == first.type_url);
+            if !alike {
+                return None;
+            }
+            Some((list, set.upgrade()?))
+        })
     }
 }
 
@@ -417,7 +522,7 @@ impl StreamObserver for RelayObserver {
             // costliest work of its own per change, a request per stream).
             return Ok(());
         }
-        let (added, dropped) = {
+        let changed = {
             let mut seen = self
                 .shard(event.stream)
                 .lock()
@@ -431,16 +536,37 @@ impl StreamObserver for RelayObserver {
                     authorities: self.authorities.clone(),
                     wildcard: false,
                     locators: BTreeSet::new(),
-                    names: FastSet::default(),
+                    names: Arc::default(),
                     last: None,
                 }),
             };
-            wants.update(&event.asked)
+            let changed = wants.update(&event.asked, &self.lists);
+            let fresh = changed.fresh.then(|| wants.names.clone());
+            (changed, fresh)
         };
+        let (
+            Changed {
+                added,
+                dropped,
+                list,
+                ..
+            },
+            fresh,
+        ) = changed;
         for want in dropped {
             self.send(Demanded::Drop {
                 stream: event.stream,
                 want,
+            });
+        }
+        if let Some(list) = list {
+            // Asked alike by another stream: its list.
+            let routed = self.hold_for(&list, node.map(|n| &**n));
+            self.send(Demanded::AcquireList {
+                stream: event.stream,
+                list,
+                routed,
+                node: node.cloned(),
             });
         }
         if added.len() >= LIST_FROM {
@@ -449,7 +575,7 @@ impl StreamObserver for RelayObserver {
                 .lists
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .intern(added);
+                .intern(added, fresh.as_ref());
             let routed = self.hold_for(&list, node.map(|n| &**n));
             self.send(Demanded::AcquireList {
                 stream: event.stream,
@@ -508,15 +634,15 @@ mod tests {
     #[test]
     fn streams_that_ask_alike_are_handed_one_list_and_the_others_their_own() {
         let mut lists = Lists::default();
-        let first = lists.intern(wants(&["a", "b"]));
-        let again = lists.intern(wants(&["a", "b"]));
+        let first = lists.intern(wants(&["a", "b"]), None);
+        let again = lists.intern(wants(&["a", "b"]), None);
         assert!(Arc::ptr_eq(&first, &again), "asked alike: one list");
-        let other = lists.intern(wants(&["a", "c"]));
+        let other = lists.intern(wants(&["a", "c"]), None);
         assert!(!Arc::ptr_eq(&first, &other), "another list");
-        let reordered = lists.intern(wants(&["b", "a"]));
+        let reordered = lists.intern(wants(&["b", "a"]), None);
         assert!(!Arc::ptr_eq(&first, &reordered), "another request");
         drop((first, again));
-        let later = lists.intern(wants(&["a", "b"]));
+        let later = lists.intern(wants(&["a", "b"]), None);
         assert_eq!(
             &later[..],
             &wants(&["a", "b"])[..],
@@ -528,15 +654,77 @@ mod tests {
     fn only_the_latest_lists_are_found_again() {
         let mut lists = Lists::default();
         let kept: Vec<Arc<[Want]>> = (0..=LISTS_KEPT)
-            .map(|i| lists.intern(wants(&[&format!("n{i}")])))
+            .map(|i| lists.intern(wants(&[&format!("n{i}")]), None))
             .collect();
         assert!(Arc::ptr_eq(
             &kept[LISTS_KEPT],
-            &lists.intern(wants(&[&format!("n{LISTS_KEPT}")]))
+            &lists.intern(wants(&[&format!("n{LISTS_KEPT}")]), None)
         ));
         assert!(
-            !Arc::ptr_eq(&kept[0], &lists.intern(wants(&["n0"]))),
+            !Arc::ptr_eq(&kept[0], &lists.intern(wants(&["n0"]), None)),
             "the oldest one is no longer looked for"
+        );
+    }
+
+    fn names(list: &[Want]) -> Arc<FastSet<Name>> {
+        Arc::new(list.iter().map(|w| w.name.clone()).collect())
+    }
+
+    fn asked(names: &[&str]) -> Vec<Cow<'static, str>> {
+        names.iter().map(|n| Cow::Owned(n.to_string())).collect()
+    }
+
+    #[test]
+    fn a_stream_that_asks_a_listed_list_first_takes_the_list_and_the_set_of_its_names() {
+        let mut lists = Lists::default();
+        let (group, t) = (GroupKey::shared(), TypeKey::of("t"));
+        let made = wants(&["a", "b", "c"]);
+        let set = names(&made);
+        let list = lists.intern(made, Some(&set));
+        let (found, found_set) = lists
+            .find(&group, &t, &asked(&["a", "b", "c"]))
+            .expect("asked alike");
+        assert!(Arc::ptr_eq(&list, &found) && Arc::ptr_eq(&set, &found_set));
+        for other in [&["a", "b"][..], &["a", "c", "b"], &["a", "b", "d"]] {
+            assert!(lists.find(&group, &t, &asked(other)).is_none(), "{other:?}");
+        }
+        assert!(
+            lists
+                .find(&group, &TypeKey::of("u"), &asked(&["a", "b", "c"]))
+                .is_none(),
+            "another type"
+        );
+        let other_group = group.with_params([("k".to_owned(), "v".to_owned())].into());
+        assert!(
+            lists
+                .find(&other_group, &t, &asked(&["a", "b", "c"]))
+                .is_none(),
+            "another group"
+        );
+    }
+
+    #[test]
+    fn a_list_whose_set_was_changed_or_let_go_is_not_found_by_names_until_a_stream_holds_it_again()
+    {
+        let mut lists = Lists::default();
+        let (group, t) = (GroupKey::shared(), TypeKey::of("t"));
+        let made = wants(&["a", "b"]);
+        let mut set = names(&made);
+        let list = lists.intern(made.clone(), Some(&set));
+        // The stream that made it unsubscribes a name: the set is its own from then on.
+        Arc::make_mut(&mut set).remove("a");
+        assert!(lists.find(&group, &t, &asked(&["a", "b"])).is_none());
+        // Another stream asks the list one by one, holding its names and no more: its set.
+        let again = names(&made);
+        assert!(Arc::ptr_eq(&list, &lists.intern(made, Some(&again))));
+        let (_, found) = lists
+            .find(&group, &t, &asked(&["a", "b"]))
+            .expect("held again");
+        assert!(Arc::ptr_eq(&again, &found));
+        drop((again, found));
+        assert!(
+            lists.find(&group, &t, &asked(&["a", "b"])).is_none(),
+            "let go"
         );
     }
 }

@@ -391,18 +391,12 @@ impl DeltaMachine {
     /// forgets those it unsubscribes from. Only names that start with `xdstp:` are looked at
     /// past six bytes; a request names only what it changes.
     fn respell(&mut self, request: &DeltaRequest) {
-        for name in request.resource_names_unsubscribe.iter() {
-            if let Some(c) = std::str::from_utf8(name)
-                .ok()
-                .and_then(crate::xdstp::canonical)
-            {
+        for name in request.resource_names_unsubscribe.strs() {
+            if let Some(c) = crate::xdstp::canonical(name) {
                 self.spelled.remove(&c);
             }
         }
-        for name in request.resource_names_subscribe.iter() {
-            let Ok(name) = std::str::from_utf8(name) else {
-                continue;
-            };
+        for name in request.resource_names_subscribe.strs() {
             if let Some(c) = crate::xdstp::canonical(name) {
                 self.spelled.insert(c, Arc::from(name));
             } else if !self.spelled.is_empty() && crate::xdstp::is_xdstp(name) {
@@ -627,9 +621,14 @@ impl Machine for DeltaMachine {
         // members held apart: a request of other names leaves the count as it is, with no
         // look. (A name or glob unsubscribed is counted by `unsubscribe`, a key held or no
         // longer held where it is recorded.)
-        let xdstp = |n: &[u8]| std::str::from_utf8(n).is_ok_and(crate::xdstp::is_xdstp);
-        let xdstp_before = (request.resource_names_subscribe.iter().any(xdstp)
-            || subscribe.locators.iter().any(|(n, _)| xdstp(n.as_bytes())))
+        let xdstp_before = (request
+            .resource_names_subscribe
+            .strs()
+            .any(crate::xdstp::is_xdstp)
+            || subscribe
+                .locators
+                .iter()
+                .any(|(n, _)| crate::xdstp::is_xdstp(n)))
         .then(|| self.xdstp_keys_before(request, subscribe));
         let pids_added = self.subscribe(request, subscribe, reconnecting, current);
         if let Some(before) = xdstp_before {

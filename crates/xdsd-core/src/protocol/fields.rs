@@ -60,6 +60,21 @@ impl<const KEY: u8> Names<KEY> {
         })
     }
 
+    /// The names that are UTF-8 (a name that is not is passed over), as text. The run is
+    /// checked whole first, in one pass: when it is text (every run of names under 128 bytes
+    /// each: a longer name's length is not), each name is a slice of it, not checked again on
+    /// its own; checking 100,000 names one by one cost more than reading them (S12).
+    pub fn strs(&self) -> impl Iterator<Item = &str> {
+        let whole = std::str::from_utf8(&self.encoded).ok();
+        let base = self.encoded.as_ptr() as usize;
+        self.iter().filter_map(move |name| {
+            let at = name.as_ptr() as usize - base;
+            whole
+                .and_then(|w| w.get(at..at + name.len()))
+                .or_else(|| std::str::from_utf8(name).ok())
+        })
+    }
+
     /// Appends `name`.
     pub fn push(&mut self, name: &[u8]) {
         let mut encoded = Vec::from(std::mem::take(&mut self.encoded));
@@ -254,4 +269,34 @@ pub(crate) fn node_bytes(node: Option<&Node>) -> Bytes {
 #[allow(deprecated)]
 pub(crate) fn decode_error(message: &'static str) -> DecodeError {
     DecodeError::new(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Names::strs`: the names that are UTF-8, each once and in order, whether the run is text
+    /// as a whole (short names), or not (a name of 128 bytes or more, whose length takes two
+    /// bytes; a name that is not UTF-8, passed over; text of several bytes per character).
+    #[test]
+    fn names_as_text_are_the_utf8_names_in_order_whether_or_not_the_run_is_text() {
+        let long = "l".repeat(200);
+        let cases: Vec<Vec<&[u8]>> = vec![
+            vec![b"a", b"bb", "caf\u{e9}".as_bytes()],
+            vec![b"a", long.as_bytes(), "\u{1f600}".as_bytes()],
+            vec![b"a", b"\xff\xfe", b"c"],
+            vec![],
+        ];
+        for case in cases {
+            let mut names: Names = Names::default();
+            for name in &case {
+                names.push(name);
+            }
+            let expected: Vec<&str> = case
+                .iter()
+                .filter_map(|n| std::str::from_utf8(n).ok())
+                .collect();
+            assert_eq!(names.strs().collect::<Vec<_>>(), expected, "{case:?}");
+        }
+    }
 }

@@ -124,19 +124,13 @@ impl<'a> Asked<'a> {
     /// The plain names asked for (`*`, the explicit wildcard, as the client sent it).
     pub fn names(&self) -> impl Iterator<Item = &'a str> + 'a {
         let names = self.subscribe;
-        names
-            .into_iter()
-            .flat_map(|n| n.iter())
-            .filter_map(|n| std::str::from_utf8(n).ok())
+        names.into_iter().flat_map(|n| n.strs())
     }
 
     /// The plain names a delta request unsubscribes from.
     pub fn unsubscribed_names(&self) -> impl Iterator<Item = &'a str> + 'a {
         let names = self.unsubscribe;
-        names
-            .into_iter()
-            .flat_map(|n| n.iter())
-            .filter_map(|n| std::str::from_utf8(n).ok())
+        names.into_iter().flat_map(|n| n.strs())
     }
 
     /// The resource locators asked for: names with their own dynamic parameters (xRFC TP2).

@@ -95,10 +95,7 @@ impl SotwMachine {
     /// xdstp cost a comparison of six bytes; a list that spells nothing leaves no entry.
     fn respell(&mut self, requested: &Names, wildcard: bool) {
         let mut spelled: crate::hash::HashMap<Arc<str>, Vec<Arc<str>>> = Default::default();
-        for name in requested.iter() {
-            let Ok(name) = std::str::from_utf8(name) else {
-                continue;
-            };
+        for name in requested.strs() {
             if let Some(c) = crate::xdstp::canonical(name) {
                 let spellings = spelled.entry(c).or_default();
                 if !spellings.iter().any(|s| **s == *name) {
