@@ -29,6 +29,8 @@ use xdsd_core::params::Constraints;
 use xdsd_core::{ChangeSet, ResourceInput};
 
 use crate::group::GroupKey;
+use crate::table::TypeKey;
+use xdsd_core::hash::HashMap;
 
 /// One variant as received.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,15 +42,22 @@ struct Cached {
     aliases: Vec<String>,
 }
 
-type Name = (String, String);
+/// A name of a type: the type by its key (compared as a number for the well-known types, not
+/// as 68 bytes of URL at each step of a look-up), then the name.
+type Name = (TypeKey, String);
 
 /// A variant held by a group: the group, and the variant's encoded constraints (empty: none).
 type Held = (GroupKey, Vec<u8>);
 
+/// The variants held of one name, by group and constraints.
+type Variants = BTreeMap<Held, Cached>;
+
 /// The cache. See the module documentation.
 #[derive(Debug, Default)]
 pub struct Cache {
-    entries: BTreeMap<Name, BTreeMap<Held, Cached>>,
+    /// By type, then name (hashed: a response of N resources costs N look-ups of a name, not
+    /// N descents of a B-tree comparing names).
+    entries: BTreeMap<TypeKey, HashMap<String, Variants>>,
     /// Names changed since the last [`Cache::take_change`].
     dirty: BTreeSet<Name>,
     /// Variants in the store after the last change taken.
@@ -57,10 +66,10 @@ pub struct Cache {
     /// `variants` sums), so that a change recounts only the names it changes.
     counted: BTreeMap<Name, usize>,
     /// The names each group holds under each alias of a type (VHDS): found without a scan.
-    aliased: BTreeMap<(GroupKey, String, String), BTreeSet<String>>,
+    aliased: BTreeMap<(GroupKey, TypeKey, String), BTreeSet<String>>,
     /// The names each group holds of each type, with how many variants of each: a group's
     /// wildcard leaving costs the names it held, not a scan of the cache.
-    by_group: BTreeMap<(GroupKey, String), BTreeMap<String, usize>>,
+    by_group: BTreeMap<(GroupKey, TypeKey), BTreeMap<String, usize>>,
     /// Names whose last variant left since [`Cache::take_emptied`] was called.
     emptied: Vec<Name>,
     /// Names looked at by [`Cache::drop_type`] (what its cost is measured by in the tests).
@@ -74,9 +83,12 @@ impl Cache {
         Cache::default()
     }
 
-    /// `group` was sent `resource` (added or changed).
+    /// `group` was sent `resource` (added or changed). Costs a look-up of its name and of its
+    /// group's variants of it: a group sent a variant another group holds already (a parameter
+    /// set's wildcard sent the unconstrained variants the shared stream has) neither copies nor
+    /// compares what the other group holds, unless it becomes the variant's first holder.
     pub fn put(&mut self, group: &GroupKey, resource: &xdsd_client::Resource) {
-        let key = (resource.type_url.clone(), resource.name.clone());
+        let type_key = TypeKey::of(&resource.type_url);
         let cached = Cached {
             value: Bytes::from(resource.body.value.clone()),
             // A TP2 server names an unconstrained variant with empty constraints: none.
@@ -85,43 +97,52 @@ impl Cache {
             aliases: resource.aliases.clone(),
         };
         let variant = (group.clone(), encoded(&cached));
-        let held = self.entries.entry(key.clone()).or_default();
-        if held.get(&variant) != Some(&cached) {
-            // The store is given each distinct variant from the first group holding it: a
-            // group sent what an earlier one holds already (a parameter set's wildcard sent
-            // the unconstrained variants the shared stream has) changes nothing there.
-            let constraints = variant.1.clone();
-            let first = |held: &BTreeMap<Held, Cached>| {
-                held.iter()
-                    .find(|((_, c), _)| *c == constraints)
-                    .map(|((g, _), cached)| (g.clone(), cached.clone()))
-            };
-            let before = first(held);
-            let aliases = cached.aliases.clone();
-            match held.insert(variant, cached) {
-                Some(old) => self.unindex(group, &key, &old.aliases),
-                None => {
-                    *self
-                        .by_group
-                        .entry((group.clone(), key.0.clone()))
-                        .or_default()
-                        .entry(key.1.clone())
-                        .or_default() += 1;
+        let names = self.entries.entry(type_key.clone()).or_default();
+        let held = match names.get_mut(resource.name.as_str()) {
+            Some(held) => held,
+            None => names.entry(resource.name.clone()).or_default(),
+        };
+        if held.get(&variant) == Some(&cached) {
+            return;
+        }
+        // The store is given each distinct variant from the first group holding it: the store's
+        // variant changes when this group holds it first (a group before it in order holds
+        // none), and holds another body than the group that was first.
+        let first = held.iter().find(|((_, c), _)| *c == variant.1);
+        let changed = match first {
+            None => true,
+            Some(((g, _), c)) => match group.cmp(g) {
+                std::cmp::Ordering::Less => *c != cached,
+                std::cmp::Ordering::Equal => true,
+                std::cmp::Ordering::Greater => false,
+            },
+        };
+        let aliases = cached.aliases.clone();
+        let old = held.insert(variant, cached);
+        let key = (type_key, resource.name.clone());
+        match old {
+            Some(old) => self.unindex(group, &key, &old.aliases),
+            None => {
+                let names = self
+                    .by_group
+                    .entry((group.clone(), key.0.clone()))
+                    .or_default();
+                match names.get_mut(key.1.as_str()) {
+                    Some(count) => *count += 1,
+                    None => {
+                        names.insert(key.1.clone(), 1);
+                    }
                 }
             }
-            for alias in aliases {
-                self.aliased
-                    .entry((group.clone(), key.0.clone(), alias))
-                    .or_default()
-                    .insert(key.1.clone());
-            }
-            let changed = self
-                .entries
-                .get(&key)
-                .is_none_or(|held| first(held) != before);
-            if changed {
-                self.dirty.insert(key);
-            }
+        }
+        for alias in aliases {
+            self.aliased
+                .entry((group.clone(), key.0.clone(), alias))
+                .or_default()
+                .insert(key.1.clone());
+        }
+        if changed {
+            self.dirty.insert(key);
         }
     }
 
@@ -141,8 +162,9 @@ impl Cache {
     /// `group` no longer holds `names` of `type_url`, any variant (removed upstream, expired, or
     /// not there).
     pub fn remove(&mut self, group: &GroupKey, type_url: &str, names: &[String]) {
+        let type_key = TypeKey::of(type_url);
         for name in names {
-            self.retain(group, type_url, name, |_| false);
+            self.retain_of(group, &type_key, name, |_| false);
         }
     }
 
@@ -154,12 +176,13 @@ impl Cache {
         type_url: &str,
         variants: &[(String, Option<DynamicParameterConstraints>)],
     ) {
+        let type_key = TypeKey::of(type_url);
         for (name, constraints) in variants {
             let gone = constraints
                 .as_ref()
                 .map(|c| c.encode_to_vec())
                 .unwrap_or_default();
-            self.retain(group, type_url, name, |c| {
+            self.retain_of(group, &type_key, name, |c| {
                 c.map(|c| c.encode_to_vec()).unwrap_or_default() != gone
             });
         }
@@ -174,8 +197,21 @@ impl Cache {
         name: &str,
         keep: impl Fn(Option<&DynamicParameterConstraints>) -> bool,
     ) {
-        let key = (type_url.to_owned(), name.to_owned());
-        let Some(held) = self.entries.get_mut(&key) else {
+        self.retain_of(group, &TypeKey::of(type_url), name, keep)
+    }
+
+    /// [`Cache::retain`] of a type by its key.
+    fn retain_of(
+        &mut self,
+        group: &GroupKey,
+        type_key: &TypeKey,
+        name: &str,
+        keep: impl Fn(Option<&DynamicParameterConstraints>) -> bool,
+    ) {
+        let Some(names) = self.entries.get_mut(type_key) else {
+            return;
+        };
+        let Some(held) = names.get_mut(name) else {
             return;
         };
         let gone: Vec<Held> = held
@@ -192,8 +228,12 @@ impl Cache {
                 aliases.extend(cached.aliases);
             }
         }
+        let key = (type_key.clone(), name.to_owned());
         if held.is_empty() {
-            self.entries.remove(&key);
+            names.remove(name);
+            if names.is_empty() {
+                self.entries.remove(type_key);
+            }
             self.emptied.push(key.clone());
         }
         let at = (group.clone(), key.0.clone());
@@ -215,17 +255,17 @@ impl Cache {
     /// The names of the resources of `type_url` that `group` holds under the alias `alias`.
     pub fn aliased(&self, group: &GroupKey, type_url: &str, alias: &str) -> Vec<String> {
         self.aliased
-            .get(&(group.clone(), type_url.to_owned(), alias.to_owned()))
+            .get(&(group.clone(), TypeKey::of(type_url), alias.to_owned()))
             .map(|names| names.iter().cloned().collect())
             .unwrap_or_default()
     }
 
     /// The aliases `group` holds resource `name` of `type_url` under.
     pub fn aliases_of(&self, group: &GroupKey, type_url: &str, name: &str) -> Vec<String> {
-        let key = (type_url.to_owned(), name.to_owned());
         let mut out: Vec<String> = self
             .entries
-            .get(&key)
+            .get(&TypeKey::of(type_url))
+            .and_then(|names| names.get(name))
             .into_iter()
             .flat_map(|held| held.iter().filter(|((g, _), _)| g == group))
             .flat_map(|(_, c)| c.aliases.iter().cloned())
@@ -239,7 +279,7 @@ impl Cache {
     /// subscription ended; those names are still subscribed).
     /// Costs the names the group holds of the type (an index), not a scan of the cache.
     pub fn drop_type(&mut self, group: &GroupKey, type_url: &str, keep: impl Fn(&str) -> bool) {
-        let Some(held) = self.by_group.get(&(group.clone(), type_url.to_owned())) else {
+        let Some(held) = self.by_group.get(&(group.clone(), TypeKey::of(type_url))) else {
             return;
         };
         #[cfg(test)]
@@ -257,7 +297,7 @@ impl Cache {
         let Some((prefix, query)) = xdsd_core::xdstp::glob_parts(glob) else {
             return Vec::new();
         };
-        let Some(held) = self.by_group.get(&(group.clone(), type_url.to_owned())) else {
+        let Some(held) = self.by_group.get(&(group.clone(), TypeKey::of(type_url))) else {
             return Vec::new();
         };
         held.range::<str, _>((
@@ -274,12 +314,16 @@ impl Cache {
     /// Whether any group holds a variant of `name` of `type_url`.
     pub fn holds_name(&self, type_url: &str, name: &str) -> bool {
         self.entries
-            .contains_key(&(type_url.to_owned(), name.to_owned()))
+            .get(&TypeKey::of(type_url))
+            .is_some_and(|names| names.contains_key(name))
     }
 
     /// The names whose last variant left since asked last.
     pub fn take_emptied(&mut self) -> Vec<(String, String)> {
         std::mem::take(&mut self.emptied)
+            .into_iter()
+            .map(|(t, n)| (t.as_str().to_owned(), n))
+            .collect()
     }
 
     /// Whether the cache holds any resource.
@@ -307,7 +351,7 @@ impl Cache {
                 resources.push(input);
             }
             // Recounted for the names changed only.
-            let now = self.entries.get(key).map_or(0, |held| {
+            let now = self.held(key).map_or(0, |held| {
                 held.values().map(encoded).collect::<BTreeSet<_>>().len()
             });
             let before = if now == 0 {
@@ -317,12 +361,21 @@ impl Cache {
             };
             self.variants = self.variants + now - before;
         }
-        let change = ChangeSet::names(dirty.into_iter().collect(), resources, self.variants);
+        let names = dirty
+            .into_iter()
+            .map(|(t, n)| (t.as_str().to_owned(), n))
+            .collect();
+        let change = ChangeSet::names(names, resources, self.variants);
         Some((change, problems))
     }
 
+    /// The variants held of `key`.
+    fn held(&self, (type_key, name): &Name) -> Option<&Variants> {
+        self.entries.get(type_key)?.get(name)
+    }
+
     fn variants_of(&self, key: &Name, problems: &mut Vec<String>) -> Vec<ResourceInput> {
-        let Some(held) = self.entries.get(key) else {
+        let Some(held) = self.held(key) else {
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -343,7 +396,7 @@ impl Cache {
                 },
             };
             out.push(
-                ResourceInput::new(key.0.clone(), key.1.clone(), cached.value.clone())
+                ResourceInput::new(key.0.as_str(), key.1.clone(), cached.value.clone())
                     .with_constraints(constraints)
                     .with_ttl(cached.ttl)
                     .with_aliases(cached.aliases.clone())
@@ -454,7 +507,7 @@ mod tests {
         cache.drop_type(&params("prod"), CDS, |_| false);
         assert!(!cache
             .by_group
-            .contains_key(&(params("prod"), CDS.to_owned())));
+            .contains_key(&(params("prod"), TypeKey::of(CDS))));
     }
 
     #[test]
@@ -554,6 +607,31 @@ mod tests {
         let (_, resources) = inputs(&change);
         let values: Vec<&[u8]> = resources.iter().map(|r| &r.value[..]).collect();
         assert_eq!(values, [&b"x"[..]]);
+    }
+
+    #[test]
+    fn a_group_before_the_variants_first_holder_changes_the_store_only_with_another_body() {
+        let (mut early, mut late) = (params("a"), params("b"));
+        if late < early {
+            std::mem::swap(&mut early, &mut late);
+        }
+        let mut cache = Cache::new();
+        cache.put(&late, &resource("c", b"x", None));
+        cache.take_change();
+        // The same body from a group before it: the store's variant is the same.
+        cache.put(&early, &resource("c", b"x", None));
+        assert!(cache.take_change().is_none());
+        // Another body from the group now first: the store's variant is that group's.
+        cache.put(&early, &resource("c", b"y", None));
+        let (change, _) = cache.take_change().expect("a change");
+        assert_eq!(&inputs(&change).1[0].value[..], b"y");
+        // Another body from the group after it: not the store's.
+        cache.put(&late, &resource("c", b"z", None));
+        assert!(cache.take_change().is_none());
+        // The first letting go: the next one's body.
+        cache.remove(&early, CDS, &["c".into()]);
+        let (change, _) = cache.take_change().expect("a change");
+        assert_eq!(&inputs(&change).1[0].value[..], b"z");
     }
 
     #[test]
