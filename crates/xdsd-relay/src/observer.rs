@@ -334,8 +334,11 @@ const LISTS_KEPT: usize = 16;
 /// list's names takes both ([`Lists::find`]), and makes neither a want nor a set entry per name.
 #[derive(Debug, Default)]
 pub(crate) struct Lists {
-    recent: std::collections::VecDeque<(Weak<[Want]>, Weak<FastSet<Name>>)>,
+    recent: std::collections::VecDeque<Kept>,
 }
+
+/// A list [`Lists`] keeps, and the set of its names a stream holds (see there).
+type Kept = (Weak<[Want]>, Weak<FastSet<Name>>);
 
 /// A list of wants and the set of their names, as [`Lists::find`] finds them.
 type Listed = (Arc<[Want]>, Arc<FastSet<Name>>);
