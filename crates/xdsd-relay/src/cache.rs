@@ -52,6 +52,41 @@ type Held = (GroupKey, Vec<u8>);
 /// The variants held of one name, by group and constraints.
 type Variants = BTreeMap<Held, Cached>;
 
+/// The names a group holds of a type, with how many variants of each: hashed (a response of N
+/// new names costs N hashed insertions, not N descents of a B-tree of names), and the xdstp
+/// ones also in order, what a glob collection's members are found in ([`Cache::members`]).
+#[derive(Debug, Default)]
+struct GroupNames {
+    counts: HashMap<String, usize>,
+    xdstp: BTreeSet<String>,
+}
+
+impl GroupNames {
+    /// One more variant of `name`.
+    fn add(&mut self, name: &str) {
+        match self.counts.get_mut(name) {
+            Some(count) => *count += 1,
+            None => {
+                self.counts.insert(name.to_owned(), 1);
+                if xdsd_core::xdstp::is_xdstp(name) {
+                    self.xdstp.insert(name.to_owned());
+                }
+            }
+        }
+    }
+
+    /// `n` fewer variants of `name`.
+    fn sub(&mut self, name: &str, n: usize) {
+        if let Some(count) = self.counts.get_mut(name) {
+            *count = count.saturating_sub(n);
+            if *count == 0 {
+                self.counts.remove(name);
+                self.xdstp.remove(name);
+            }
+        }
+    }
+}
+
 /// The cache. See the module documentation.
 #[derive(Debug, Default)]
 pub struct Cache {
@@ -69,7 +104,7 @@ pub struct Cache {
     aliased: BTreeMap<(GroupKey, TypeKey, String), BTreeSet<String>>,
     /// The names each group holds of each type, with how many variants of each: a group's
     /// wildcard leaving costs the names it held, not a scan of the cache.
-    by_group: BTreeMap<(GroupKey, TypeKey), BTreeMap<String, usize>>,
+    by_group: BTreeMap<(GroupKey, TypeKey), GroupNames>,
     /// Names whose last variant left since [`Cache::take_emptied`] was called.
     emptied: Vec<Name>,
     /// Names looked at by [`Cache::drop_type`] (what its cost is measured by in the tests).
@@ -122,18 +157,11 @@ impl Cache {
         let key = (type_key, resource.name.clone());
         match old {
             Some(old) => self.unindex(group, &key, &old.aliases),
-            None => {
-                let names = self
-                    .by_group
-                    .entry((group.clone(), key.0.clone()))
-                    .or_default();
-                match names.get_mut(key.1.as_str()) {
-                    Some(count) => *count += 1,
-                    None => {
-                        names.insert(key.1.clone(), 1);
-                    }
-                }
-            }
+            None => self
+                .by_group
+                .entry((group.clone(), key.0.clone()))
+                .or_default()
+                .add(&key.1),
         }
         for alias in aliases {
             self.aliased
@@ -238,13 +266,8 @@ impl Cache {
         }
         let at = (group.clone(), key.0.clone());
         if let Some(names) = self.by_group.get_mut(&at) {
-            if let Some(count) = names.get_mut(&key.1) {
-                *count = count.saturating_sub(gone.len());
-                if *count == 0 {
-                    names.remove(&key.1);
-                }
-            }
-            if names.is_empty() {
+            names.sub(&key.1, gone.len());
+            if names.counts.is_empty() {
                 self.by_group.remove(&at);
             }
         }
@@ -284,9 +307,11 @@ impl Cache {
         };
         #[cfg(test)]
         {
-            self.looked_at += held.len();
+            self.looked_at += held.counts.len();
         }
-        let names: Vec<String> = held.keys().filter(|n| !keep(n)).cloned().collect();
+        let mut names: Vec<String> = held.counts.keys().filter(|n| !keep(n)).cloned().collect();
+        // In order, as the names leave the store.
+        names.sort_unstable();
         self.remove(group, type_url, &names);
     }
 
@@ -300,15 +325,15 @@ impl Cache {
         let Some(held) = self.by_group.get(&(group.clone(), TypeKey::of(type_url))) else {
             return Vec::new();
         };
-        held.range::<str, _>((
-            std::ops::Bound::Included(prefix),
-            std::ops::Bound::Unbounded,
-        ))
-        .map(|(name, _)| name)
-        .take_while(|name| name.starts_with(prefix))
-        .filter(|name| xdsd_core::xdstp::is_member(prefix, query, name))
-        .cloned()
-        .collect()
+        held.xdstp
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|name| name.starts_with(prefix))
+            .filter(|name| xdsd_core::xdstp::is_member(prefix, query, name))
+            .cloned()
+            .collect()
     }
 
     /// Whether any group holds a variant of `name` of `type_url`.
