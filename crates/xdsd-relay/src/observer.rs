@@ -564,7 +564,9 @@ impl StreamObserver for RelayObserver {
         }
         if let Some(list) = list {
             // Asked alike by another stream: its list.
-            let routed = self.hold_for(&list, node.map(|n| &**n));
+            let routed = self
+                .table
+                .ask_list(&list, node.map(|n| &**n), Instant::now());
             self.send(Demanded::AcquireList {
                 stream: event.stream,
                 list,
@@ -579,7 +581,9 @@ impl StreamObserver for RelayObserver {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .intern(added, fresh.as_ref());
-            let routed = self.hold_for(&list, node.map(|n| &**n));
+            let routed = self
+                .table
+                .ask_list(&list, node.map(|n| &**n), Instant::now());
             self.send(Demanded::AcquireList {
                 stream: event.stream,
                 list,

@@ -239,10 +239,11 @@ struct State {
 /// it), so the second stream's request costs a comparison of the lists, not the look-ups.
 #[derive(Debug)]
 struct LastAsked {
-    wants: Vec<Want>,
+    /// The wants (a list streams share, [`Table::ask_list`]: found again by its address).
+    wants: Arc<[Want]>,
     epoch: u64,
     removals: u64,
-    to: Vec<Option<GroupKey>>,
+    to: Arc<[Option<GroupKey>]>,
 }
 
 /// Requests of fewer wants than this are looked up whole, never kept as [`LastAsked`].
@@ -808,14 +809,37 @@ impl Table {
         node: Option<&ClientNode>,
         now: Instant,
     ) -> Routed {
+        self.ask_wants(wants, None, node, now)
+    }
+
+    /// [`Table::ask_all`] of a list streams share ([`crate::observer::Lists`]): the same list
+    /// asked again is known by its address, not compared want by want.
+    pub(crate) fn ask_list(
+        &self,
+        list: &Arc<[Want]>,
+        node: Option<&ClientNode>,
+        now: Instant,
+    ) -> Routed {
+        self.ask_wants(list, Some(list), node, now)
+    }
+
+    /// [`Table::ask_all`] of `wants`, which are `list`'s if given.
+    fn ask_wants(
+        &self,
+        wants: &[Want],
+        list: Option<&Arc<[Want]>>,
+        node: Option<&ClientNode>,
+        now: Instant,
+    ) -> Routed {
         let mut state = self.state();
         if let Some(last) = state.last_asked.as_ref().filter(|l| {
             l.epoch == state.keys_epoch
                 && l.removals == state.removals
                 && l.wants.len() == wants.len()
-                && l.wants.iter().zip(wants).all(|(a, b)| {
-                    a.name == b.name && a.type_url == b.type_url && a.group == b.group
-                })
+                && (std::ptr::eq(l.wants.as_ptr(), wants.as_ptr())
+                    || l.wants.iter().zip(wants).all(|(a, b)| {
+                        a.name == b.name && a.type_url == b.type_url && a.group == b.group
+                    }))
         }) {
             return Routed {
                 epoch: last.epoch,
@@ -823,10 +847,10 @@ impl Table {
             };
         }
         let mut memo: Memo = None;
-        let to: Vec<Option<GroupKey>> = wants.iter().map(|w| state.route(w, &mut memo)).collect();
+        let to: Arc<[Option<GroupKey>]> = wants.iter().map(|w| state.route(w, &mut memo)).collect();
         let routed: Vec<std::borrow::Cow<'_, Want>> = wants
             .iter()
-            .zip(&to)
+            .zip(to.iter())
             .map(|(w, to)| match to {
                 Some(to) => {
                     std::borrow::Cow::Owned(Want::named(to.clone(), &w.type_url, w.name.clone()))
@@ -838,7 +862,7 @@ impl Table {
         let all = self.declare_in(&mut state, &asked, node, now);
         if all && wants.len() >= LAST_ASKED_FROM {
             state.last_asked = Some(LastAsked {
-                wants: wants.to_vec(),
+                wants: list.cloned().unwrap_or_else(|| wants.into()),
                 epoch: state.keys_epoch,
                 removals: state.removals,
                 to: to.clone(),

@@ -33,7 +33,7 @@ pub(super) struct Route {
 #[derive(Debug)]
 pub(crate) struct Routed {
     pub(super) epoch: u64,
-    pub(super) to: Vec<Option<GroupKey>>,
+    pub(super) to: Arc<[Option<GroupKey>]>,
 }
 
 /// A narrowing looked up last: a request's wants share their group, and most names the same

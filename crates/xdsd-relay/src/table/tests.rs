@@ -989,7 +989,7 @@ fn a_narrowing_looked_up_by_the_observer_is_not_looked_up_again() {
     let mut routed = table.ask_all(std::slice::from_ref(&full), None, Instant::now());
     // What the source is handed is what it holds by (a route made up here shows it).
     let elsewhere = with(&[("zone", "z")]);
-    routed.to[0] = Some(elsewhere.clone());
+    routed.to = Arc::from([Some(elsewhere.clone())]);
     table.acquire_all(1, vec![full], Some(routed));
     assert_eq!(subscribes(&table), vec![Want::named(elsewhere, CDS, "a")]);
 }
@@ -1131,6 +1131,34 @@ fn a_large_request_asked_again_while_nothing_it_reads_changed_is_routed_as_it_wa
     linger_out(&table, &named("other"));
     let after = table.ask_all(&wants, None, Instant::now());
     assert!(after.to.iter().all(Option::is_none), "looked up again");
+}
+
+#[test]
+fn a_shared_list_asked_again_is_routed_as_it_was_and_its_routes_are_shared() {
+    let store = Store::new();
+    let table = attached(&store);
+    table.pin(cds());
+    let names: Vec<String> = (0..LAST_ASKED_FROM).map(|i| format!("n{i}")).collect();
+    let resources: Vec<xdsd_client::Resource> = names.iter().map(|n| resource(n, &[])).collect();
+    let refs: Vec<&xdsd_client::Resource> = resources.iter().collect();
+    table.received(&GroupKey::shared(), CDS, &refs);
+    table.announce([cds()]);
+    let pod = with(&[("pod", "p1")]);
+    let list: Arc<[Want]> = names
+        .iter()
+        .map(|n| Want::named(pod.clone(), CDS, n.as_str()))
+        .collect();
+    let first = table.ask_list(&list, None, Instant::now());
+    assert!(first.to.iter().all(Option::is_some), "narrowed");
+    let again = table.ask_list(&list, None, Instant::now());
+    assert!(
+        Arc::ptr_eq(&first.to, &again.to),
+        "routed as it was, shared"
+    );
+    // A row removed: looked up again.
+    linger_out(&table, &named("other"));
+    let after = table.ask_list(&list, None, Instant::now());
+    assert!(!Arc::ptr_eq(&first.to, &after.to), "looked up again");
 }
 
 // --- Lists held once
