@@ -146,18 +146,22 @@ impl TypeWants {
         {
             return None;
         }
-        let names: Vec<Cow<'_, str>> = asked
-            .names()
-            .filter(|n| *n != xdsd_client::WILDCARD)
-            .map(canonical)
-            .collect();
-        if names.len() < LIST_FROM {
+        let names = || {
+            asked
+                .names()
+                .filter(|n| *n != xdsd_client::WILDCARD)
+                .map(canonical)
+        };
+        let count = names().count();
+        if count < LIST_FROM {
             return None;
         }
-        lists
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .find(&self.group, &self.type_key, &names)
+        lists.lock().unwrap_or_else(|p| p.into_inner()).find(
+            &self.group,
+            &self.type_key,
+            count,
+            names,
+        )
     }
 
     fn locator_want(&self, (name, params): Locator) -> Want {
@@ -376,22 +380,25 @@ impl Lists {
         list
     }
 
-    /// The list of the wants of `names` (canonical, in order) of `type_key` in `group`, and the
-    /// set of those names, when a stream asked that list lately and one holds that set.
-    fn find(&self, group: &GroupKey, type_key: &TypeKey, names: &[Cow<'_, str>]) -> Option<Listed> {
-        let same = |want: &Want, name: &Cow<'_, str>| *want.name == **name;
+    /// The list of the wants of the `count` names `names` gives (canonical, in order; read
+    /// only for a list of that length) of `type_key` in `group`, and the set of those names,
+    /// when a stream asked that list lately and one holds that set.
+    fn find<'a, I: Iterator<Item = Cow<'a, str>>>(
+        &self,
+        group: &GroupKey,
+        type_key: &TypeKey,
+        count: usize,
+        names: impl Fn() -> I,
+    ) -> Option<Listed> {
         self.recent.iter().rev().find_map(|(list, set)| {
             let list = list.upgrade()?;
-            let (first, last) = (list.first()?, list.last()?);
-            let alike = list.len() == names.len()
+            let first = list.first()?;
+            let alike = list.len() == count
                 && first.group == *group
                 && first.type_url == *type_key
-                && same(first, &names[0])
-                && same(last, &names[names.len() - 1])
-                && list.iter().zip(names).all(|(w, n)| same(w, n))
-                && list
-                    .iter()
-                    .all(|w| w.group == first.group && w.type_url == first.type_url);
+                && list.iter().zip(names()).all(|(w, n)| {
+                    *w.name == *n && w.group == first.group && w.type_url == first.type_url
+                });
             if !alike {
                 return None;
             }
@@ -677,8 +684,11 @@ mod tests {
         Arc::new(list.iter().map(|w| w.name.clone()).collect())
     }
 
-    fn asked(names: &[&str]) -> Vec<Cow<'static, str>> {
-        names.iter().map(|n| Cow::Owned(n.to_string())).collect()
+    /// [`Lists::find`] of `names` of `type_key` in `group`.
+    fn find(lists: &Lists, group: &GroupKey, type_key: &TypeKey, names: &[&str]) -> Option<Listed> {
+        lists.find(group, type_key, names.len(), || {
+            names.iter().map(|n| Cow::Borrowed(*n))
+        })
     }
 
     #[test]
@@ -688,24 +698,18 @@ mod tests {
         let made = wants(&["a", "b", "c"]);
         let set = names(&made);
         let list = lists.intern(made, Some(&set));
-        let (found, found_set) = lists
-            .find(&group, &t, &asked(&["a", "b", "c"]))
-            .expect("asked alike");
+        let (found, found_set) = find(&lists, &group, &t, &["a", "b", "c"]).expect("asked alike");
         assert!(Arc::ptr_eq(&list, &found) && Arc::ptr_eq(&set, &found_set));
         for other in [&["a", "b"][..], &["a", "c", "b"], &["a", "b", "d"]] {
-            assert!(lists.find(&group, &t, &asked(other)).is_none(), "{other:?}");
+            assert!(find(&lists, &group, &t, other).is_none(), "{other:?}");
         }
         assert!(
-            lists
-                .find(&group, &TypeKey::of("u"), &asked(&["a", "b", "c"]))
-                .is_none(),
+            find(&lists, &group, &TypeKey::of("u"), &["a", "b", "c"]).is_none(),
             "another type"
         );
         let other_group = group.with_params([("k".to_owned(), "v".to_owned())].into());
         assert!(
-            lists
-                .find(&other_group, &t, &asked(&["a", "b", "c"]))
-                .is_none(),
+            find(&lists, &other_group, &t, &["a", "b", "c"]).is_none(),
             "another group"
         );
     }
@@ -720,18 +724,13 @@ mod tests {
         let list = lists.intern(made.clone(), Some(&set));
         // The stream that made it unsubscribes a name: the set is its own from then on.
         Arc::make_mut(&mut set).remove("a");
-        assert!(lists.find(&group, &t, &asked(&["a", "b"])).is_none());
+        assert!(find(&lists, &group, &t, &["a", "b"]).is_none());
         // Another stream asks the list one by one, holding its names and no more: its set.
         let again = names(&made);
         assert!(Arc::ptr_eq(&list, &lists.intern(made, Some(&again))));
-        let (_, found) = lists
-            .find(&group, &t, &asked(&["a", "b"]))
-            .expect("held again");
+        let (_, found) = find(&lists, &group, &t, &["a", "b"]).expect("held again");
         assert!(Arc::ptr_eq(&again, &found));
         drop((again, found));
-        assert!(
-            lists.find(&group, &t, &asked(&["a", "b"])).is_none(),
-            "let go"
-        );
+        assert!(find(&lists, &group, &t, &["a", "b"]).is_none(), "let go");
     }
 }
