@@ -152,16 +152,10 @@ impl TypeWants {
                 .filter(|n| *n != xdsd_client::WILDCARD)
                 .map(canonical)
         };
-        let count = names().count();
-        if count < LIST_FROM {
-            return None;
-        }
-        lists.lock().unwrap_or_else(|p| p.into_inner()).find(
-            &self.group,
-            &self.type_key,
-            count,
-            names,
-        )
+        lists
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .find(&self.group, &self.type_key, names)
     }
 
     fn locator_want(&self, (name, params): Locator) -> Want {
@@ -380,25 +374,28 @@ impl Lists {
         list
     }
 
-    /// The list of the wants of the `count` names `names` gives (canonical, in order; read
-    /// only for a list of that length) of `type_key` in `group`, and the set of those names,
-    /// when a stream asked that list lately and one holds that set.
+    /// The list of the wants of the names `names` gives (canonical, in order; read as far as
+    /// they are a kept list's) of `type_key` in `group`, and the set of those names, when a
+    /// stream asked that list lately and one holds that set. Lists kept are of at least
+    /// [`LIST_FROM`] wants: so is a request found here.
     fn find<'a, I: Iterator<Item = Cow<'a, str>>>(
         &self,
         group: &GroupKey,
         type_key: &TypeKey,
-        count: usize,
         names: impl Fn() -> I,
     ) -> Option<Listed> {
         self.recent.iter().rev().find_map(|(list, set)| {
             let list = list.upgrade()?;
             let first = list.first()?;
-            let alike = list.len() == count
-                && first.group == *group
+            let mut asked = names();
+            let alike = first.group == *group
                 && first.type_url == *type_key
-                && list.iter().zip(names()).all(|(w, n)| {
-                    *w.name == *n && w.group == first.group && w.type_url == first.type_url
-                });
+                && list.iter().all(|w| {
+                    asked.next().is_some_and(|n| {
+                        *w.name == *n && w.group == first.group && w.type_url == first.type_url
+                    })
+                })
+                && asked.next().is_none();
             if !alike {
                 return None;
             }
@@ -686,9 +683,7 @@ mod tests {
 
     /// [`Lists::find`] of `names` of `type_key` in `group`.
     fn find(lists: &Lists, group: &GroupKey, type_key: &TypeKey, names: &[&str]) -> Option<Listed> {
-        lists.find(group, type_key, names.len(), || {
-            names.iter().map(|n| Cow::Borrowed(*n))
-        })
+        lists.find(group, type_key, || names.iter().map(|n| Cow::Borrowed(*n)))
     }
 
     #[test]
@@ -700,7 +695,12 @@ mod tests {
         let list = lists.intern(made, Some(&set));
         let (found, found_set) = find(&lists, &group, &t, &["a", "b", "c"]).expect("asked alike");
         assert!(Arc::ptr_eq(&list, &found) && Arc::ptr_eq(&set, &found_set));
-        for other in [&["a", "b"][..], &["a", "c", "b"], &["a", "b", "d"]] {
+        for other in [
+            &["a", "b"][..],
+            &["a", "c", "b"],
+            &["a", "b", "d"],
+            &["a", "b", "c", "d"],
+        ] {
             assert!(find(&lists, &group, &t, other).is_none(), "{other:?}");
         }
         assert!(

@@ -52,8 +52,15 @@ impl<const KEY: u8> Names<KEY> {
             if !std::mem::take(&mut first) {
                 rest = rest.strip_prefix(&[KEY])?;
             }
-            // Every entry was checked whole when it was read or pushed.
-            let len = usize::try_from(decode_varint(&mut rest).ok()?).ok()?;
+            // Every entry was checked whole when it was read or pushed. A length under 128 is
+            // its one byte (every name a client sends, nearly), read without the varint's loop.
+            let len = match rest.split_first() {
+                Some((&len, after)) if len < 0x80 => {
+                    rest = after;
+                    usize::from(len)
+                }
+                _ => usize::try_from(decode_varint(&mut rest).ok()?).ok()?,
+            };
             let (name, after) = rest.split_at_checked(len)?;
             rest = after;
             Some(name)
