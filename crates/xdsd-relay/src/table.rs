@@ -172,7 +172,7 @@ struct State {
     /// without a scan of what is held.
     lingering: BTreeSet<(Instant, Want)>,
     /// How many wants each group has subscribed.
-    groups: HashMap<GroupKey, usize>,
+    groups: FastMap<GroupKey, usize>,
     /// How many wants are subscribed (the sum of `groups`, read without a scan).
     subscribed: usize,
     /// What each stream holds.
@@ -183,7 +183,7 @@ struct State {
     declared: BTreeSet<Want>,
     /// Each declaration by its store's partition and pending name: what a store gives up is
     /// found without a scan of the declarations.
-    by_pending: HashMap<(Partition, PendingName), Want>,
+    by_pending: FastMap<(Partition, PendingName), Want>,
     /// How many declarations each partition's store holds: only those stores are looked at for
     /// what expires.
     partitions: HashMap<Partition, usize>,
@@ -587,12 +587,12 @@ impl Table {
                 linger,
                 wants: FastMap::default(),
                 lingering: BTreeSet::new(),
-                groups: HashMap::new(),
+                groups: FastMap::default(),
                 subscribed: 0,
                 streams: FastMap::default(),
                 actions: VecDeque::new(),
                 declared: BTreeSet::new(),
-                by_pending: HashMap::new(),
+                by_pending: FastMap::default(),
                 partitions: HashMap::new(),
                 full_logged: false,
                 caches: HashMap::new(),

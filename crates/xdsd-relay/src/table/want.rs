@@ -113,9 +113,12 @@ impl Want {
         &*self.name == xdsd_client::WILDCARD
     }
 
-    /// The wildcard of `type_url` in `group`.
+    /// The wildcard of `type_url` in `group`: its name one allocation for every wildcard (a
+    /// plain name's want looks its group's wildcard up, [`super::State::covered`]).
     pub(crate) fn wildcard(group: GroupKey, type_url: impl Into<TypeKey>) -> Want {
-        Want::named(group, type_url, xdsd_client::WILDCARD)
+        static WILDCARD: std::sync::LazyLock<Name> =
+            std::sync::LazyLock::new(|| Name::from(xdsd_client::WILDCARD));
+        Want::named(group, type_url, WILDCARD.clone())
     }
 }
 
