@@ -19,7 +19,7 @@
 //! partition, its partition's own with `--aggregate-by cluster|node`, [`crate::stores`]): the
 //! server then holds back what would tell a client that its name does not exist until the
 //! upstream answers. Nothing waits here: the declaration is made in the observer's call, before
-//! the server answers the request. What an upstream response answers is the table's to say as
+//! the server answers the request ([`Table::ask_all`], `ask.rs`). What an upstream response answers is the table's to say as
 //! it takes the response in (each resource's name and aliases, a removal's subscribed names,
 //! a does-not-exist; the type's wildcard, if the group subscribes to it, only once the group's
 //! stream says that what it holds answers it: a response may answer only names asked before
@@ -74,7 +74,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::info;
 use xdsd_core::hash::{HashMap as FastMap, HashSet as FastSet};
 use xdsd_core::params::ParamSet;
 use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
@@ -88,10 +88,14 @@ use crate::group::{GroupKey, Partition};
 use crate::metrics::RelayMetrics;
 use crate::stores::Stores;
 
+mod ask;
 mod lists;
 mod narrow;
 mod want;
 
+use ask::LastAsked;
+#[cfg(test)]
+use ask::LAST_ASKED_FROM;
 pub(crate) use narrow::Routed;
 use narrow::{Keys, Memo, Route};
 pub use want::{Name, TypeKey, Want};
@@ -230,24 +234,6 @@ struct State {
     /// Counts the lists held so far: each list holds its wants under a holder of its own.
     next_list: u64,
 }
-
-/// A request's wants as [`Table::ask_all`] found them: their narrowings, every one answered
-/// or declared, at a count of key changes and of rows removed. The streams of a fleet ask the
-/// same names in the same requests (ten streams, 40,000 names each): asked again while neither
-/// count moved, the same wants are routed the same way, and none can need declaring (an answer
-/// is lost only with its row, a declaration only to its answer or its expiry, which answers
-/// it), so the second stream's request costs a comparison of the lists, not the look-ups.
-#[derive(Debug)]
-struct LastAsked {
-    /// The wants (a list streams share, [`Table::ask_list`]: found again by its address).
-    wants: Arc<[Want]>,
-    epoch: u64,
-    removals: u64,
-    to: Arc<[Option<GroupKey>]>,
-}
-
-/// Requests of fewer wants than this are looked up whole, never kept as [`LastAsked`].
-const LAST_ASKED_FROM: usize = 64;
 
 impl State {
     /// What the responses taken in answer in `partition`, not committed yet.
@@ -789,137 +775,6 @@ impl Table {
                 }
             }
         }
-    }
-
-    /// A downstream client (of `node`, when it sent one) asks for `want` at `now`: unless it is
-    /// answered, it is pending in the store for the clients of its group (see [`scope`]) until
-    /// the upstream answers or `wait` passes.
-    #[cfg(test)]
-    pub(crate) fn ask(&self, want: &Want, node: Option<&ClientNode>, now: Instant) {
-        self.ask_all(std::slice::from_ref(want), node, now);
-    }
-
-    /// [`Table::ask`] for each of `wants` (those of one request), declared in one swap of the
-    /// store's state: it costs what it declares. Each is asked as it will be held: through its
-    /// narrowed group, if any; those narrowings, for [`Table::acquire_all`] (which the source
-    /// does next) to hold them by without looking them up again.
-    pub(crate) fn ask_all(
-        &self,
-        wants: &[Want],
-        node: Option<&ClientNode>,
-        now: Instant,
-    ) -> Routed {
-        self.ask_wants(wants, None, node, now)
-    }
-
-    /// [`Table::ask_all`] of a list streams share ([`crate::observer::Lists`]): the same list
-    /// asked again is known by its address, not compared want by want.
-    pub(crate) fn ask_list(
-        &self,
-        list: &Arc<[Want]>,
-        node: Option<&ClientNode>,
-        now: Instant,
-    ) -> Routed {
-        self.ask_wants(list, Some(list), node, now)
-    }
-
-    /// [`Table::ask_all`] of `wants`, which are `list`'s if given.
-    fn ask_wants(
-        &self,
-        wants: &[Want],
-        list: Option<&Arc<[Want]>>,
-        node: Option<&ClientNode>,
-        now: Instant,
-    ) -> Routed {
-        let mut state = self.state();
-        if let Some(last) = state.last_asked.as_ref().filter(|l| {
-            l.epoch == state.keys_epoch
-                && l.removals == state.removals
-                && l.wants.len() == wants.len()
-                && (std::ptr::eq(l.wants.as_ptr(), wants.as_ptr())
-                    || l.wants.iter().zip(wants).all(|(a, b)| {
-                        a.name == b.name && a.type_url == b.type_url && a.group == b.group
-                    }))
-        }) {
-            return Routed {
-                epoch: last.epoch,
-                to: last.to.clone(),
-            };
-        }
-        let mut memo: Memo = None;
-        let to: Arc<[Option<GroupKey>]> = wants.iter().map(|w| state.route(w, &mut memo)).collect();
-        let routed: Vec<std::borrow::Cow<'_, Want>> = wants
-            .iter()
-            .zip(to.iter())
-            .map(|(w, to)| match to {
-                Some(to) => {
-                    std::borrow::Cow::Owned(Want::named(to.clone(), &w.type_url, w.name.clone()))
-                }
-                None => std::borrow::Cow::Borrowed(w),
-            })
-            .collect();
-        let asked: Vec<&Want> = routed.iter().map(|w| w.as_ref()).collect();
-        let all = self.declare_in(&mut state, &asked, node, now);
-        if all && wants.len() >= LAST_ASKED_FROM {
-            state.last_asked = Some(LastAsked {
-                wants: list.cloned().unwrap_or_else(|| wants.into()),
-                epoch: state.keys_epoch,
-                removals: state.removals,
-                to: to.clone(),
-            });
-        }
-        Routed {
-            epoch: state.keys_epoch,
-            to,
-        }
-    }
-
-    /// Declares pending each of `wants` not answered (nor declared already), in one swap of
-    /// its store's state: whether every one is (answered, declared, or its store held).
-    fn declare_in(
-        &self,
-        state: &mut State,
-        wants: &[&Want],
-        node: Option<&ClientNode>,
-        now: Instant,
-    ) -> bool {
-        let mut all = true;
-        // By the store each want's clients read (one, but for a locator's partition: the same).
-        let mut by: BTreeMap<&Partition, Vec<(&Want, PendingName)>> = BTreeMap::new();
-        let mut memo = None;
-        for &want in wants {
-            let answered = state.answered(want, &mut memo);
-            let declared = || state.wants.get(want).is_some_and(|e| e.pending.is_some());
-            if !answered && !declared() {
-                by.entry(&want.group.partition)
-                    .or_default()
-                    .push((want, pending_name(want, scope(want, node))));
-            }
-        }
-        for (partition, asked) in by {
-            let Some(store) = self.pending_of(partition, true) else {
-                all = false;
-                continue;
-            };
-            let results =
-                store.declare_all(asked.iter().map(|(_, name)| name.clone()), now + self.wait);
-            for ((want, name), result) in asked.into_iter().zip(results) {
-                match result {
-                    Ok(_) => {
-                        state.declare(want, name);
-                        state.full_logged = false;
-                    }
-                    Err(e) => {
-                        all = false;
-                        if !std::mem::replace(&mut state.full_logged, true) {
-                            warn!(stream = %want.group, type_url = %want.type_url, name = %want.name, "not held for the upstream's answer: {e}");
-                        }
-                    }
-                }
-            }
-        }
-        self.metrics.set_pending(state.declared.len());
-        all
     }
 
     /// `wants` are answered by the change about to be committed: what they answer is resolved
