@@ -781,6 +781,13 @@ impl Client {
             if state.subs.len() > limits.max_names {
                 return Err(format!("{type_url}: {} subscriptions", state.subs.len()));
             }
+            let constrained = state.held.keys().filter(|(_, c)| !c.is_empty()).count();
+            if constrained != state.constrained {
+                return Err(format!(
+                    "{type_url}: {constrained} constrained keys held, counted {}",
+                    state.constrained
+                ));
+            }
             let bytes: usize = state.held.values().map(|h| h.bytes).sum();
             if bytes != state.held_bytes {
                 return Err(format!(

@@ -10,7 +10,6 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use prost::Message;
 
 use super::canonical_owned;
-use super::lookup::{Variant, VariantKey};
 use super::state::collection_of;
 use super::wire::{decode_sotw, decode_wrapper, held_key, Received};
 use super::{
@@ -147,8 +146,9 @@ impl Client {
     ) -> Result<(), String> {
         let limits = self.config.limits;
         let state = self.types.get(type_url).expect("checked by the caller");
-        // What the response holds: updates and heartbeats, by key.
-        let mut updates: Vec<(HeldKey, Resource)> = Vec::new();
+        // What the response holds: updates (each with what the bounds below find of its key)
+        // and heartbeats, by key.
+        let mut updates: Vec<(HeldKey, Resource, Found)> = Vec::with_capacity(received.len());
         let mut heartbeats: Vec<(HeldKey, String, Option<Duration>)> = Vec::new();
         let mut absent: Vec<String> = Vec::new();
         for r in received {
@@ -157,7 +157,7 @@ impl Client {
                     if !state.wants(&resource) {
                         continue;
                     }
-                    updates.push((held_key(&resource), resource));
+                    updates.push((held_key(&resource), resource, Found::default()));
                 }
                 Received::Heartbeat { key, version, ttl } => heartbeats.push((key, version, ttl)),
                 Received::Absent { names } => absent.extend(names),
@@ -165,7 +165,7 @@ impl Client {
         }
         // In key order (a server's response is mostly in name order already, which the sort
         // takes in one pass), a key twice side by side.
-        updates.sort_by(|(a, _), (b, _)| a.cmp(b));
+        updates.sort_by(|(a, _, _), (b, _, _)| a.cmp(b));
         if let Some(pair) = updates.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(format!(
                 "resource {:?} is in the response twice",
@@ -173,28 +173,31 @@ impl Client {
             ));
         }
         if let Some(validator) = self.validator.as_mut() {
-            for (_, resource) in &updates {
+            for (_, resource, _) in &updates {
                 validator(resource).map_err(|e| format!("resource {:?}: {e}", resource.name))?;
             }
         }
         // The bounds, before anything changes: the names held after it (a full state replaces
         // them), counted from what the response holds; the bytes it replaces, from the same
-        // look-up of each key.
+        // look-up of each key, whose finding (the key held; its name held) is kept for the
+        // apply below.
         let mut names = if full_state { 0 } else { state.held_names };
         let mut replaced = 0;
         let mut last: Option<&str> = None;
-        for ((name, constraints), _) in &updates {
-            let held = state
-                .held
-                .get(&Variant(name, constraints) as &dyn VariantKey);
+        for (key, _, found) in &mut updates {
+            let (held, name_held) = state.find(key);
             if let Some(h) = held {
                 replaced += h.bytes;
             }
-            let new_name = full_state || (held.is_none() && !state.holds(name));
-            if last != Some(name.as_str()) && new_name {
+            let new_name = full_state || !name_held;
+            if last != Some(key.0.as_str()) && new_name {
                 names += 1;
             }
-            last = Some(name);
+            last = Some(&key.0);
+            *found = Found {
+                held: held.is_some(),
+                name_held,
+            };
         }
         if names > limits.max_names {
             return Err(format!(
@@ -208,7 +211,7 @@ impl Client {
         } else {
             0
         };
-        let new_bytes: usize = updates.iter().map(|(_, r)| r.body.value.len()).sum();
+        let new_bytes: usize = updates.iter().map(|(_, r, _)| r.body.value.len()).sum();
         let total = self.bytes() - replaced - dropped + new_bytes;
         if total > limits.max_bytes {
             return Err(format!(
@@ -225,7 +228,7 @@ impl Client {
         let wildcard_answer = match state.wildcard_wait {
             Some(_) if state.wildcard() == Wildcard::Off => None,
             Some(WildcardWait { first: true, .. }) => Some(WildcardAnswer::FirstRequest),
-            Some(_) if updates.iter().any(|(_, r)| !state.asks_by_name(r)) => {
+            Some(_) if updates.iter().any(|(_, r, _)| !state.asks_by_name(r)) => {
                 Some(WildcardAnswer::Unasked)
             }
             _ => None,
@@ -247,7 +250,7 @@ impl Client {
                 .held
                 .keys()
                 .filter(|k| {
-                    updates.binary_search_by(|(u, _)| u.cmp(k)).is_err() && !beating.contains(k)
+                    updates.binary_search_by(|(u, _, _)| u.cmp(k)).is_err() && !beating.contains(k)
                 })
                 .cloned()
                 .collect();
@@ -261,13 +264,13 @@ impl Client {
             // A glob collection with a member in the response is present too.
             let collections: BTreeSet<String> = updates
                 .iter()
-                .map(|(_, r)| r.name.as_str())
+                .map(|(_, r, _)| r.name.as_str())
                 .chain(beating.iter().map(|(n, _)| n.as_str()))
                 .filter_map(collection_of)
                 .collect();
             let present: BTreeSet<&str> = updates
                 .iter()
-                .map(|(_, r)| r.name.as_str())
+                .map(|(_, r, _)| r.name.as_str())
                 .chain(beating.iter().map(|(n, _)| n.as_str()))
                 .chain(collections.iter().map(String::as_str))
                 .collect();
@@ -329,13 +332,20 @@ impl Client {
         for (key, hb_version, ttl) in heartbeats {
             if state
                 .held
-                .get(&Variant(&key.0, &key.1) as &dyn VariantKey)
+                .get(&key)
                 .is_some_and(|h| h.resource.version == hb_version)
             {
                 state.set_expiry(&key, ttl.and_then(|t| now.checked_add(t)));
             }
         }
-        for (key, resource) in updates {
+        // What the bounds found of each key holds unless something was dropped since (a full
+        // state's leaving, a removal): then each is looked up again.
+        let unchanged = gone_variants.is_empty();
+        let new = updates.iter().filter(|(_, _, found)| !found.held).count();
+        update.added.reserve(new);
+        let mut fresh: Vec<(HeldKey, Held)> = Vec::with_capacity(new);
+        let mut fresh_names = 0;
+        for (key, resource, found) in updates {
             // Its subscriptions, by its name or an alias.
             for name in resource.names() {
                 state.settle(name, false);
@@ -352,16 +362,36 @@ impl Client {
                 expires,
                 bytes,
             };
-            match state.put_held(key, held) {
+            let Found {
+                held: key_held,
+                name_held,
+            } = if unchanged {
+                found
+            } else {
+                let (h, name_held) = state.find(&key);
+                Found {
+                    held: h.is_some(),
+                    name_held,
+                }
+            };
+            if key_held {
                 // A SotW resource's version is its response's: only a new body is a change.
-                Some(old) => {
+                if let Some(old) = state.replace_held(&key, held) {
                     if old.resource.body != resource.body {
                         update.changed.push(resource);
                     }
                 }
-                None => update.added.push(resource),
+                continue;
             }
+            // New: its name is new unless held, or new with the one put just before (a name's
+            // variants are side by side in key order, and all new when its name is).
+            if !name_held && fresh.last().is_none_or(|(k, _)| k.0 != key.0) {
+                fresh_names += 1;
+            }
+            fresh.push((key, held));
+            update.added.push(resource);
         }
+        state.hold_new(fresh, fresh_names);
         if !update.added.is_empty() || !update.changed.is_empty() || !state.answered {
             self.events.push_back(Event::Update(update));
         }
@@ -392,4 +422,14 @@ impl Client {
         }
         Ok(())
     }
+}
+
+/// What the bounds found of a resource's key, kept for the apply (while nothing held is
+/// dropped in between, it still holds, and the key is not looked up again).
+#[derive(Debug, Clone, Copy, Default)]
+struct Found {
+    /// The key is held.
+    held: bool,
+    /// A variant of the key's name is held (under its own name).
+    name_held: bool,
 }

@@ -52,13 +52,17 @@ pub(super) type HeldKey = (String, Vec<u8>);
 pub(super) struct TypeState {
     pub(super) wildcard: Option<Wildcard>,
     pub(super) subs: BTreeMap<Key, Sub>,
-    /// What is held. Changed only through [`TypeState::put_held`] and
-    /// [`TypeState::take_held`], which keep the indexes below in step with it.
+    /// What is held. Changed only through [`TypeState::replace_held`],
+    /// [`TypeState::hold_new`] and [`TypeState::take_held`], which keep the indexes below in
+    /// step with it.
     pub(super) held: BTreeMap<HeldKey, Held>,
     /// The held resources that carry each alias (only resources with aliases are here).
     pub(super) aliased: BTreeMap<String, BTreeSet<HeldKey>>,
     /// Distinct names held.
     pub(super) held_names: usize,
+    /// Keys held with constraints (TP2 variants): while none is, a name is held exactly when
+    /// its unconstrained key is (see [`TypeState::find`]).
+    pub(super) constrained: usize,
     /// Bytes of the bodies held.
     pub(super) held_bytes: usize,
     /// The subscriptions whose does-not-exist timer runs, by deadline (each `Sub::deadline`).
@@ -193,59 +197,98 @@ impl TypeState {
         keys
     }
 
-    /// Holds `held` under `key`, in place of what was (returned): a key held already is
-    /// looked up once, and its entry written in place.
-    pub(super) fn put_held(&mut self, key: HeldKey, held: Held) -> Option<Held> {
-        let probe = Variant(&key.0, &key.1);
-        if let Some(slot) = self.held.get_mut(&probe as &dyn VariantKey) {
-            let old = std::mem::replace(slot, held);
-            let new = &slot.resource;
-            self.held_bytes = self.held_bytes - old.bytes + slot.bytes;
-            if old.expires != slot.expires {
-                if let Some(e) = old.expires {
-                    self.expiries.remove(&(e, key.clone()));
-                }
-                if let Some(e) = slot.expires {
-                    self.expiries.insert((e, key.clone()));
-                }
+    /// What is held under `key`, and whether a variant of its name is held (under its own
+    /// name): a resource taken in needs both, for the bounds and to be put. For an
+    /// unconstrained key, one walk down the tree tells both while nothing constrained is held
+    /// (every key held is then unconstrained, its name's only one); else a key not held looks
+    /// at its neighbours, a name's variants being side by side.
+    pub(super) fn find(&self, key: &HeldKey) -> (Option<&Held>, bool) {
+        if let Some(held) = self.held.get(key) {
+            return (Some(held), true);
+        }
+        if key.1.is_empty() && self.constrained == 0 {
+            return (None, false);
+        }
+        let of_name = |(k, _): (&HeldKey, &Held)| k.0 == key.0;
+        let after = self
+            .held
+            .range::<HeldKey, _>(key..)
+            .next()
+            .is_some_and(of_name);
+        let before = || {
+            self.held
+                .range::<HeldKey, _>(..key)
+                .next_back()
+                .is_some_and(of_name)
+        };
+        (None, after || before())
+    }
+
+    /// Holds `held` under `key`, a key held already, in place of what was (returned; `None`,
+    /// and nothing changed, when `key` is not held): its entry is written in place.
+    pub(super) fn replace_held(&mut self, key: &HeldKey, held: Held) -> Option<Held> {
+        let slot = self.held.get_mut(key)?;
+        let old = std::mem::replace(slot, held);
+        let new = &slot.resource;
+        self.held_bytes = self.held_bytes - old.bytes + slot.bytes;
+        if old.expires != slot.expires {
+            if let Some(e) = old.expires {
+                self.expiries.remove(&(e, key.clone()));
             }
-            if old.resource.aliases != new.aliases {
-                let (old_aliases, new_aliases) = (&old.resource.aliases, new.aliases.clone());
-                for alias in old_aliases {
-                    if let Some(keys) = self.aliased.get_mut(alias) {
-                        keys.remove(&key);
-                        if keys.is_empty() {
-                            self.aliased.remove(alias);
-                        }
+            if let Some(e) = slot.expires {
+                self.expiries.insert((e, key.clone()));
+            }
+        }
+        if old.resource.aliases != new.aliases {
+            let (old_aliases, new_aliases) = (&old.resource.aliases, new.aliases.clone());
+            for alias in old_aliases {
+                if let Some(keys) = self.aliased.get_mut(alias) {
+                    keys.remove(key);
+                    if keys.is_empty() {
+                        self.aliased.remove(alias);
                     }
                 }
-                for alias in new_aliases {
-                    self.aliased.entry(alias).or_default().insert(key.clone());
-                }
             }
-            return Some(old);
+            for alias in new_aliases {
+                self.aliased.entry(alias).or_default().insert(key.clone());
+            }
         }
-        if !self.holds(&key.0) {
-            self.held_names += 1;
+        Some(old)
+    }
+
+    /// Holds `fresh`, resources under keys not held, in key order, each key once; `names` of
+    /// their names were not held before (the caller knows it from its look-up of each, see
+    /// [`TypeState::find`]). As many as are held already or more (a load, a reconnection's
+    /// state) are built into a tree from their order and merged with what is held, one pass
+    /// over both, rather than each walked down to its place.
+    pub(super) fn hold_new(&mut self, fresh: Vec<(HeldKey, Held)>, names: usize) {
+        self.held_names += names;
+        for (key, held) in &fresh {
+            self.held_bytes += held.bytes;
+            self.constrained += usize::from(!key.1.is_empty());
+            if let Some(e) = held.expires {
+                self.expiries.insert((e, key.clone()));
+            }
+            for alias in &held.resource.aliases {
+                self.aliased
+                    .entry(alias.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
         }
-        self.held_bytes += held.bytes;
-        if let Some(e) = held.expires {
-            self.expiries.insert((e, key.clone()));
+        if fresh.len() >= self.held.len() {
+            let mut batch: BTreeMap<HeldKey, Held> = fresh.into_iter().collect();
+            self.held.append(&mut batch);
+        } else {
+            self.held.extend(fresh);
         }
-        for alias in &held.resource.aliases {
-            self.aliased
-                .entry(alias.clone())
-                .or_default()
-                .insert(key.clone());
-        }
-        self.held.insert(key, held);
-        None
     }
 
     /// Drops what is held under `key`.
     pub(super) fn take_held(&mut self, key: &HeldKey) -> Option<Held> {
         let held = self.held.remove(key)?;
         self.held_bytes -= held.bytes;
+        self.constrained -= usize::from(!key.1.is_empty());
         if let Some(e) = held.expires {
             self.expiries.remove(&(e, key.clone()));
         }
@@ -372,6 +415,80 @@ pub(super) fn drop_unwanted(state: &mut TypeState, candidates: Vec<HeldKey>) {
             .is_some_and(|h| !state.wants(&h.resource))
         {
             state.take_held(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(name: &str) -> Held {
+        Held {
+            resource: Resource {
+                type_url: "t".to_owned(),
+                name: name.to_owned(),
+                aliases: Vec::new(),
+                version: "1".to_owned(),
+                body: Any::default(),
+                constraints: None,
+                ttl: None,
+            },
+            expires: None,
+            bytes: 0,
+        }
+    }
+
+    /// `find` against a scan of everything held: the key's entry, and whether a key of its
+    /// name is held, for every key of a few names, with and without constrained keys held
+    /// (its shortcut, and its look at both neighbours), whatever `hold_new` merged or inserted.
+    #[test]
+    fn find_tells_the_key_and_its_name_as_a_scan_does() {
+        let names = ["a", "b", "c"];
+        let constraints: [&[u8]; 3] = [b"", b"\x01", b"\x02"];
+        let keys: Vec<HeldKey> = names
+            .iter()
+            .flat_map(|n| constraints.iter().map(|c| (n.to_string(), c.to_vec())))
+            .collect();
+        // Every subset of the keys, held in three batches: the first merged into nothing, the
+        // second (larger) merged with it, the third (smaller than what is held) inserted.
+        for set in 0u32..1 << keys.len() {
+            let chosen: Vec<&HeldKey> = keys
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| set & (1 << i) != 0)
+                .map(|(_, k)| k)
+                .collect();
+            let mut state = TypeState::default();
+            let (one, two) = (chosen.len() / 4, chosen.len() * 3 / 4);
+            for batch in [&chosen[..one], &chosen[one..two], &chosen[two..]] {
+                let fresh: Vec<(HeldKey, Held)> =
+                    batch.iter().map(|&k| (k.clone(), held(&k.0))).collect();
+                let new_names: BTreeSet<&str> = batch
+                    .iter()
+                    .map(|k| k.0.as_str())
+                    .filter(|n| !state.holds(n))
+                    .collect();
+                state.hold_new(fresh, new_names.len());
+            }
+            let held_names: BTreeSet<&str> = chosen.iter().map(|k| k.0.as_str()).collect();
+            assert_eq!(state.held.len(), chosen.len(), "{chosen:?}");
+            assert_eq!(state.held_names, held_names.len(), "{chosen:?}");
+            let constrained = chosen.iter().filter(|k| !k.1.is_empty()).count();
+            assert_eq!(state.constrained, constrained, "{chosen:?}");
+            for key in &keys {
+                let (found, name_held) = state.find(key);
+                assert_eq!(
+                    found.is_some(),
+                    chosen.contains(&key),
+                    "{key:?} in {chosen:?}"
+                );
+                assert_eq!(
+                    name_held,
+                    held_names.contains(key.0.as_str()),
+                    "{key:?} in {chosen:?}"
+                );
+            }
         }
     }
 }
