@@ -23,7 +23,7 @@ mod response;
 mod state;
 mod wire;
 
-use state::{drop_unwanted, Held, HeldKey, Sub, TypeState, Wildcard, WildcardWait};
+use state::{drop_unwanted, Held, HeldKey, TypeState, Wildcard, WildcardWait};
 use wire::{delta_request, sotw_request};
 
 /// Type URL of `envoy.service.discovery.v3.Resource`, the wrapper a SotW response uses for a
@@ -442,7 +442,7 @@ impl Client {
                 limit: max,
             });
         }
-        state.subs.insert(key.clone(), Sub::default());
+        state.add_sub(key.clone());
         state.removed.remove(&key);
         state.added.insert(key);
         state.owed = true;
@@ -780,6 +780,13 @@ impl Client {
             }
             if state.subs.len() > limits.max_names {
                 return Err(format!("{type_url}: {} subscriptions", state.subs.len()));
+            }
+            let located = state.subs.keys().filter(|k| !k.params.is_empty()).count();
+            if located != state.located {
+                return Err(format!(
+                    "{type_url}: {located} locators subscribed, counted {}",
+                    state.located
+                ));
             }
             let constrained = state.held.keys().filter(|(_, c)| !c.is_empty()).count();
             if constrained != state.constrained {

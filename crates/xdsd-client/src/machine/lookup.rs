@@ -136,12 +136,13 @@ impl TimerKey for (Instant, Key) {
     }
 }
 
-/// A timer's entry, borrowed.
-pub(super) struct Timer<'a>(pub(super) Instant, pub(super) &'a Key);
+/// A timer's entry, borrowed: its subscription's key may be borrowed too (a [`Plain`] name).
+pub(super) struct Timer<'a>(pub(super) Instant, pub(super) &'a dyn SubKey);
 
 impl TimerKey for Timer<'_> {
     fn parts(&self) -> (Instant, &str, &Params) {
-        (self.0, &self.1.name, &self.1.params)
+        let (name, params) = self.1.parts();
+        (self.0, name, params)
     }
 }
 
@@ -175,7 +176,7 @@ impl Ord for dyn TimerKey + '_ {
 pub(super) fn stop_timer(
     deadlines: &mut std::collections::BTreeSet<(Instant, Key)>,
     deadline: Instant,
-    key: &Key,
+    key: &dyn SubKey,
 ) {
     deadlines.remove(&Timer(deadline, key) as &dyn TimerKey);
 }

@@ -51,7 +51,12 @@ pub(super) type HeldKey = (String, Vec<u8>);
 #[derive(Default)]
 pub(super) struct TypeState {
     pub(super) wildcard: Option<Wildcard>,
+    /// The subscriptions. Added and ended only through [`TypeState::add_sub`] and
+    /// [`TypeState::remove_sub`], which keep `located` in step with them.
     pub(super) subs: BTreeMap<Key, Sub>,
+    /// Subscriptions with parameters (resource locators): while none is, a name's only
+    /// subscription is its plain one (see [`TypeState::subs_of`]).
+    pub(super) located: usize,
     /// What is held. Changed only through [`TypeState::replace_held`],
     /// [`TypeState::hold_new`] and [`TypeState::take_held`], which keep the indexes below in
     /// step with it.
@@ -157,12 +162,22 @@ impl TypeState {
             || collection_of(&resource.name).is_some_and(|c| self.subs_of(&c).any(takes))
     }
 
-    /// The subscriptions to `name`: plain, then its locators.
+    /// The subscriptions to `name`: plain, then its locators. While no locator is subscribed,
+    /// its plain one is its only one: found by one look-up, cheaper than a range's walk down
+    /// to both of its ends (every resource taken in asks, by its name and aliases).
     pub(super) fn subs_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Key> + 'a {
-        self.subs
-            .range::<dyn SubKey, _>(from_name(&Plain(name)))
-            .map(|(k, _)| k)
-            .take_while(move |k| k.name == name)
+        let (plain, named) = if self.located == 0 {
+            let plain = self.subs.get_key_value(&Plain(name) as &dyn SubKey);
+            (plain.map(|(k, _)| k), None)
+        } else {
+            let named = self
+                .subs
+                .range::<dyn SubKey, _>(from_name(&Plain(name)))
+                .map(|(k, _)| k)
+                .take_while(move |k| k.name == name);
+            (None, Some(named))
+        };
+        plain.into_iter().chain(named.into_iter().flatten())
     }
 
     /// The held variants of `name`, under its own name.
@@ -324,20 +339,39 @@ impl TypeState {
     /// exist (`missing` true), its timer stopped. Returns whether `name` is subscribed, and
     /// whether a subscription to it was newly found missing.
     pub(super) fn settle(&mut self, name: &str, missing: bool) -> (bool, bool) {
+        let deadlines = &mut self.deadlines;
+        let mut settle = |key: &dyn SubKey, sub: &mut Sub| {
+            let newly = missing && !sub.missing;
+            if let Some(d) = sub.deadline.take() {
+                stop_timer(deadlines, d, key);
+            }
+            sub.missing = missing;
+            newly
+        };
+        // As in `subs_of`: without locators, one look-up.
+        let plain = Plain(name);
+        if self.located == 0 {
+            let Some(sub) = self.subs.get_mut(&plain as &dyn SubKey) else {
+                return (false, false);
+            };
+            return (true, settle(&plain, sub));
+        }
         let (mut subscribed, mut newly) = (false, false);
         for (key, sub) in self
             .subs
-            .range_mut::<dyn SubKey, _>(from_name(&Plain(name)))
+            .range_mut::<dyn SubKey, _>(from_name(&plain))
             .take_while(|(k, _)| k.name == name)
         {
             subscribed = true;
-            newly |= missing && !sub.missing;
-            if let Some(d) = sub.deadline.take() {
-                stop_timer(&mut self.deadlines, d, key);
-            }
-            sub.missing = missing;
+            newly |= settle(key, sub);
         }
         (subscribed, newly)
+    }
+
+    /// Adds subscription `key` (not subscribed yet).
+    pub(super) fn add_sub(&mut self, key: Key) {
+        self.located += usize::from(!key.params.is_empty());
+        self.subs.insert(key, Sub::default());
     }
 
     /// Ends subscription `key`: its timer too.
@@ -345,6 +379,7 @@ impl TypeState {
         let Some(sub) = self.subs.remove(key) else {
             return false;
         };
+        self.located -= usize::from(!key.params.is_empty());
         if let Some(d) = sub.deadline {
             stop_timer(&mut self.deadlines, d, key);
         }
@@ -489,6 +524,51 @@ mod tests {
                     "{key:?} in {chosen:?}"
                 );
             }
+        }
+    }
+
+    /// `subs_of` and `settle` against a scan of the subscriptions, for every name of a few,
+    /// without locators subscribed (their one look-up) and with (their range): the same keys,
+    /// each settled with its timer stopped.
+    #[test]
+    fn subs_of_and_settle_find_a_names_subscriptions_as_a_scan_does() {
+        let now = Instant::now();
+        let params = Params::from([("k".to_owned(), "v".to_owned())]);
+        let plain = |n: &str| Key::plain(n);
+        let locator = |n: &str| Key {
+            name: n.to_owned(),
+            params: params.clone(),
+        };
+        let sets = [
+            vec![plain("a"), plain("c")],
+            vec![plain("a"), locator("a"), locator("b"), plain("c")],
+            vec![locator("b")],
+        ];
+        for set in sets {
+            let mut state = TypeState::default();
+            for key in &set {
+                state.add_sub(key.clone());
+                state.asked(Some(vec![key.clone()]), Some(now), None);
+            }
+            assert_eq!(state.deadlines.len(), set.len(), "{set:?}");
+            for name in ["a", "aa", "b", "c", ""] {
+                let scan: Vec<&Key> = set.iter().filter(|k| k.name == name).collect();
+                let found: Vec<&Key> = state.subs_of(name).collect();
+                assert_eq!(found, scan, "{name:?} in {set:?}");
+                let timers = state.deadlines.len();
+                assert_eq!(
+                    state.settle(name, true),
+                    (!scan.is_empty(), !scan.is_empty()),
+                    "{name:?} in {set:?}"
+                );
+                assert_eq!(state.deadlines.len(), timers - scan.len(), "{name:?}");
+                assert!(scan.iter().all(|k| state.subs[*k].missing), "{name:?}");
+            }
+            assert!(state.deadlines.is_empty(), "{set:?}");
+            for key in &set {
+                assert!(state.remove_sub(key), "{key:?}");
+            }
+            assert_eq!(state.located, 0, "{set:?}");
         }
     }
 }
