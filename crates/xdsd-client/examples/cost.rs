@@ -4,7 +4,8 @@
 //! `CLOCK_THREAD_CPUTIME_ID`) per resource. BENCHMARKS.md, "Stop 66".
 //!
 //! `cargo run --release -p xdsd-client --example cost -- [--names 10000,40000,100000]
-//! [--flavor sotw|delta|both] [--updates 2000]`
+//! [--flavor sotw|delta|both] [--updates 2000] [--wildcard]`; `--wildcard` subscribes `*` rather
+//! than the N names (as a relay does), so that the response's resources settle no subscription.
 //!
 //! Instruction counts, load-independent: run it under callgrind with the steps as the only
 //! functions collected, e.g. `valgrind --tool=callgrind --collect-atstart=no
@@ -189,7 +190,7 @@ struct Row {
     subscribe_one_ns: f64,
 }
 
-fn run(flavor: Flavor, n: usize, updates: usize) -> Row {
+fn run(flavor: Flavor, n: usize, updates: usize, wildcard: bool) -> Row {
     let now = Instant::now();
     let mut config = Config::new(Node {
         id: "cost".into(),
@@ -199,7 +200,11 @@ fn run(flavor: Flavor, n: usize, updates: usize) -> Row {
     let mut client = Client::new(config);
     client.connected();
     while client.poll_event().is_some() {}
-    let names: Vec<String> = (0..n).map(name).collect();
+    let names: Vec<String> = if wildcard {
+        vec!["*".to_owned()]
+    } else {
+        (0..n).map(name).collect()
+    };
 
     let t = cpu_ns();
     step_subscribe(&mut client, &names);
@@ -263,8 +268,13 @@ fn main() {
     let mut sizes = vec![10_000, 40_000, 100_000];
     let mut flavors = vec![Flavor::Delta, Flavor::Sotw];
     let mut updates = 2_000;
+    let mut wildcard = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
+        if arg == "--wildcard" {
+            wildcard = true;
+            continue;
+        }
         let value = args.next().unwrap_or_default();
         match arg.as_str() {
             "--names" => {
@@ -290,7 +300,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|");
     for &flavor in &flavors {
         for &n in &sizes {
-            let r = run(flavor, n, updates.min(n));
+            let r = run(flavor, n, updates.min(n), wildcard);
             println!(
                 "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
                 r.flavor,
