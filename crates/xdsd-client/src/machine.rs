@@ -522,7 +522,7 @@ impl Client {
         state.wildcard_wait = None;
         state.wildcard_answered = false;
         // What the wildcard held may be anything held.
-        let candidates = state.held.keys().cloned().collect();
+        let candidates = state.held.iter().map(Held::key).collect();
         drop_unwanted(state, candidates);
     }
 
@@ -536,7 +536,7 @@ impl Client {
         self.types
             .get(type_url)
             .into_iter()
-            .flat_map(|s| s.held.values().map(|h| &h.resource))
+            .flat_map(|s| s.held.iter().map(|h| &h.resource))
     }
 
     /// The variant of `name` of `type_url` held for `params` (TP2 variants are matched by their
@@ -545,7 +545,7 @@ impl Client {
         let state = self.types.get(type_url)?;
         state
             .variants_of(name)
-            .map(|(_, h)| &h.resource)
+            .map(|h| &h.resource)
             .find(|r| r.matches(params))
     }
 
@@ -767,7 +767,11 @@ impl Client {
             return Err(format!("{} bytes held", self.bytes()));
         }
         for (type_url, state) in &self.types {
-            let names: BTreeSet<&str> = state.held.keys().map(|(n, _)| n.as_str()).collect();
+            let names: BTreeSet<&str> = state
+                .held
+                .iter()
+                .map(|h| h.resource.name.as_str())
+                .collect();
             if names.len() != state.held_names {
                 return Err(format!(
                     "{type_url}: {} names held, counted {}",
@@ -788,14 +792,18 @@ impl Client {
                     state.located
                 ));
             }
-            let constrained = state.held.keys().filter(|(_, c)| !c.is_empty()).count();
+            let constrained = state
+                .held
+                .iter()
+                .filter(|h| !h.constraints.is_empty())
+                .count();
             if constrained != state.constrained {
                 return Err(format!(
                     "{type_url}: {constrained} constrained keys held, counted {}",
                     state.constrained
                 ));
             }
-            let bytes: usize = state.held.values().map(|h| h.bytes).sum();
+            let bytes: usize = state.held.iter().map(|h| h.bytes).sum();
             if bytes != state.held_bytes {
                 return Err(format!(
                     "{type_url}: {bytes} bytes held, counted {}",
@@ -804,9 +812,10 @@ impl Client {
             }
             let mut aliased: BTreeMap<String, BTreeSet<HeldKey>> = BTreeMap::new();
             let mut expiries = BTreeSet::new();
-            for (key, held) in &state.held {
-                let r = &held.resource;
-                if *key != wire::held_key(r) {
+            for held in &state.held {
+                let (key, r) = (held.key(), &held.resource);
+                let constraints = r.constraints.as_ref().map(prost::Message::encode_to_vec);
+                if held.constraints != constraints.unwrap_or_default() {
                     return Err(format!("{type_url}: {key:?} holds {:?}", r.name));
                 }
                 if r.type_url != *type_url || r.body.type_url != *type_url {

@@ -10,11 +10,10 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use prost::Message;
 
 use super::canonical_owned;
+use super::lookup::VariantKey;
 use super::state::collection_of;
-use super::wire::{decode_sotw, decode_wrapper, held_key, Received};
-use super::{
-    Client, Event, Held, HeldKey, Resource, Update, Wildcard, WildcardAnswer, WildcardWait,
-};
+use super::wire::{decode_sotw, decode_wrapper, Received};
+use super::{Client, Event, Held, HeldKey, Update, Wildcard, WildcardAnswer, WildcardWait};
 use crate::types;
 
 impl Client {
@@ -148,7 +147,7 @@ impl Client {
         let state = self.types.get(type_url).expect("checked by the caller");
         // What the response holds: updates (each with what the bounds below find of its key)
         // and heartbeats, by key.
-        let mut updates: Vec<(HeldKey, Resource, Found)> = Vec::with_capacity(received.len());
+        let mut updates: Vec<(Held, Found)> = Vec::with_capacity(received.len());
         let mut heartbeats: Vec<(HeldKey, String, Option<Duration>)> = Vec::new();
         let mut absent: Vec<String> = Vec::new();
         for r in received {
@@ -157,7 +156,7 @@ impl Client {
                     if !state.wants(&resource) {
                         continue;
                     }
-                    updates.push((held_key(&resource), resource, Found::default()));
+                    updates.push((Held::new(resource, now), Found::default()));
                 }
                 Received::Heartbeat { key, version, ttl } => heartbeats.push((key, version, ttl)),
                 Received::Absent { names } => absent.extend(names),
@@ -165,15 +164,16 @@ impl Client {
         }
         // In key order (a server's response is mostly in name order already, which the sort
         // takes in one pass), a key twice side by side.
-        updates.sort_by(|(a, _, _), (b, _, _)| a.cmp(b));
+        updates.sort_by(|(a, _), (b, _)| a.cmp(b));
         if let Some(pair) = updates.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(format!(
                 "resource {:?} is in the response twice",
-                pair[0].1.name
+                pair[0].0.resource.name
             ));
         }
         if let Some(validator) = self.validator.as_mut() {
-            for (_, resource, _) in &updates {
+            for (held, _) in &updates {
+                let resource = &held.resource;
                 validator(resource).map_err(|e| format!("resource {:?}: {e}", resource.name))?;
             }
         }
@@ -184,16 +184,17 @@ impl Client {
         let mut names = if full_state { 0 } else { state.held_names };
         let mut replaced = 0;
         let mut last: Option<&str> = None;
-        for (key, _, found) in &mut updates {
-            let (held, name_held) = state.find(key);
+        for (update, found) in &mut updates {
+            let name = update.resource.name.as_str();
+            let (held, name_held) = state.find(update);
             if let Some(h) = held {
                 replaced += h.bytes;
             }
             let new_name = full_state || !name_held;
-            if last != Some(key.0.as_str()) && new_name {
+            if last != Some(name) && new_name {
                 names += 1;
             }
-            last = Some(&key.0);
+            last = Some(name);
             *found = Found {
                 held: held.is_some(),
                 name_held,
@@ -211,7 +212,7 @@ impl Client {
         } else {
             0
         };
-        let new_bytes: usize = updates.iter().map(|(_, r, _)| r.body.value.len()).sum();
+        let new_bytes: usize = updates.iter().map(|(h, _)| h.bytes).sum();
         let total = self.bytes() - replaced - dropped + new_bytes;
         if total > limits.max_bytes {
             return Err(format!(
@@ -228,7 +229,11 @@ impl Client {
         let wildcard_answer = match state.wildcard_wait {
             Some(_) if state.wildcard() == Wildcard::Off => None,
             Some(WildcardWait { first: true, .. }) => Some(WildcardAnswer::FirstRequest),
-            Some(_) if updates.iter().any(|(_, r, _)| !state.asks_by_name(r)) => {
+            Some(_)
+                if updates
+                    .iter()
+                    .any(|(h, _)| !state.asks_by_name(&h.resource)) =>
+            {
                 Some(WildcardAnswer::Unasked)
             }
             _ => None,
@@ -245,14 +250,18 @@ impl Client {
         let mut missing_set: BTreeSet<String> = BTreeSet::new();
         if full_state {
             // A heartbeat keeps its resource, as the resource itself would.
-            let beating: BTreeSet<&HeldKey> = heartbeats.iter().map(|(k, _, _)| k).collect();
+            let beating: BTreeSet<(&str, &[u8])> = heartbeats
+                .iter()
+                .map(|((n, c), _, _)| (n.as_str(), c.as_slice()))
+                .collect();
             let leaving: Vec<HeldKey> = state
                 .held
-                .keys()
-                .filter(|k| {
-                    updates.binary_search_by(|(u, _, _)| u.cmp(k)).is_err() && !beating.contains(k)
+                .iter()
+                .filter(|&h| {
+                    updates.binary_search_by(|(u, _)| u.cmp(h)).is_err()
+                        && !beating.contains(&h.parts())
                 })
-                .cloned()
+                .map(Held::key)
                 .collect();
             for key in leaving {
                 if let Some(h) = state.take_held(&key) {
@@ -264,14 +273,14 @@ impl Client {
             // A glob collection with a member in the response is present too.
             let collections: BTreeSet<String> = updates
                 .iter()
-                .map(|(_, r, _)| r.name.as_str())
-                .chain(beating.iter().map(|(n, _)| n.as_str()))
+                .map(|(h, _)| h.resource.name.as_str())
+                .chain(beating.iter().map(|(n, _)| *n))
                 .filter_map(collection_of)
                 .collect();
             let present: BTreeSet<&str> = updates
                 .iter()
-                .map(|(_, r, _)| r.name.as_str())
-                .chain(beating.iter().map(|(n, _)| n.as_str()))
+                .map(|(h, _)| h.resource.name.as_str())
+                .chain(beating.iter().map(|(n, _)| *n))
                 .chain(collections.iter().map(String::as_str))
                 .collect();
             // A name never received is concluded missing only when this response surely
@@ -304,7 +313,7 @@ impl Client {
         for (name, constraints) in removed {
             let keys: Vec<HeldKey> = match constraints {
                 Some(c) => vec![(name.clone(), c)],
-                None => state.variants_of(&name).map(|(k, _)| k.clone()).collect(),
+                None => state.variants_of(&name).map(Held::key).collect(),
             };
             let mut was_held = false;
             for key in keys {
@@ -331,8 +340,7 @@ impl Client {
         }
         for (key, hb_version, ttl) in heartbeats {
             if state
-                .held
-                .get(&key)
+                .held_at(&key)
                 .is_some_and(|h| h.resource.version == hb_version)
             {
                 state.set_expiry(&key, ttl.and_then(|t| now.checked_add(t)));
@@ -341,54 +349,56 @@ impl Client {
         // What the bounds found of each key holds unless something was dropped since (a full
         // state's leaving, a removal): then each is looked up again.
         let unchanged = gone_variants.is_empty();
-        let new = updates.iter().filter(|(_, _, found)| !found.held).count();
+        let new = updates.iter().filter(|(_, found)| !found.held).count();
         update.added.reserve(new);
-        let mut fresh: Vec<(HeldKey, Held)> = Vec::with_capacity(new);
+        let mut fresh: Vec<Held> = Vec::with_capacity(new);
         let mut fresh_names = 0;
-        for (key, resource, found) in updates {
+        for (held, found) in updates {
             // Its subscriptions, by its name or an alias.
-            for name in resource.names() {
+            for name in held.resource.names() {
                 state.settle(name, false);
             }
             // The glob collection it is a member of, if subscribed.
-            if let Some(c) = collection_of(&resource.name) {
+            if let Some(c) = collection_of(&held.resource.name) {
                 state.settle(&c, false);
             }
-            let bytes = resource.body.value.len();
-            // A TTL past what the clock can count never expires.
-            let expires = resource.ttl.and_then(|t| now.checked_add(t));
-            let held = Held {
-                resource: resource.clone(),
-                expires,
-                bytes,
-            };
             let Found {
                 held: key_held,
                 name_held,
             } = if unchanged {
                 found
             } else {
-                let (h, name_held) = state.find(&key);
+                let (h, name_held) = state.find(&held);
                 Found {
                     held: h.is_some(),
                     name_held,
                 }
             };
+            // The one copy of it: what is held, and what the event hands out.
+            let resource = held.resource.clone();
             if key_held {
-                // A SotW resource's version is its response's: only a new body is a change.
-                if let Some(old) = state.replace_held(&key, held) {
-                    if old.resource.body != resource.body {
-                        update.changed.push(resource);
+                match state.put_held(held, name_held) {
+                    // A SotW resource's version is its response's: only a new body is a
+                    // change.
+                    Some(old) => {
+                        if old.resource.body != resource.body {
+                            update.changed.push(resource);
+                        }
                     }
+                    None => update.added.push(resource),
                 }
                 continue;
             }
             // New: its name is new unless held, or new with the one put just before (a name's
             // variants are side by side in key order, and all new when its name is).
-            if !name_held && fresh.last().is_none_or(|(k, _)| k.0 != key.0) {
+            if !name_held
+                && fresh
+                    .last()
+                    .is_none_or(|h| h.resource.name != held.resource.name)
+            {
                 fresh_names += 1;
             }
-            fresh.push((key, held));
+            fresh.push(held);
             update.added.push(resource);
         }
         state.hold_new(fresh, fresh_names);

@@ -2,6 +2,10 @@
 //! kept in step with it: aliases, names, bytes, deadlines, expiries) and what the next request
 //! owes.
 
+use std::borrow::Borrow;
+
+use prost::Message;
+
 use super::lookup::{from_name, from_variant, stop_timer, Plain, SubKey, Variant, VariantKey};
 use super::*;
 
@@ -36,15 +40,82 @@ pub(super) struct Sub {
     pub(super) asked_at: Option<Option<u64>>,
 }
 
-/// A held resource: its key is the name and its encoded constraints.
+/// A held resource. Its key is its name and its encoded constraints, which it holds itself:
+/// held resources are a set, ordered and told apart by their keys (see [`VariantKey`]), so that
+/// no copy of a name is made for a key.
 #[derive(Debug, Clone)]
 pub(super) struct Held {
     pub(super) resource: Resource,
+    /// Its constraints, encoded (empty for none).
+    pub(super) constraints: Vec<u8>,
     pub(super) expires: Option<Instant>,
     pub(super) bytes: usize,
 }
 
+impl Held {
+    /// `resource` as held from `now`: its key's constraints encoded, its expiry from its TTL.
+    pub(super) fn new(resource: Resource, now: Instant) -> Held {
+        let constraints = resource
+            .constraints
+            .as_ref()
+            .map(Message::encode_to_vec)
+            .unwrap_or_default();
+        // A TTL past what the clock can count never expires.
+        let expires = resource.ttl.and_then(|t| now.checked_add(t));
+        Held {
+            bytes: resource.body.value.len(),
+            resource,
+            constraints,
+            expires,
+        }
+    }
+
+    /// Its key, copied (for the indexes that name held resources).
+    pub(super) fn key(&self) -> HeldKey {
+        (self.resource.name.clone(), self.constraints.clone())
+    }
+}
+
+impl VariantKey for Held {
+    fn parts(&self) -> (&str, &[u8]) {
+        (&self.resource.name, &self.constraints)
+    }
+}
+
+impl<'a> Borrow<dyn VariantKey + 'a> for Held {
+    fn borrow(&self) -> &(dyn VariantKey + 'a) {
+        self
+    }
+}
+
+/// By key, as the set of them is.
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+/// A held resource's key, owned: what the indexes beside the held resources name them by.
 pub(super) type HeldKey = (String, Vec<u8>);
+
+/// `key` as a probe of the held resources.
+fn probe(key: &HeldKey) -> Variant<'_> {
+    Variant(&key.0, &key.1)
+}
 
 /// One type's state on the stream: its subscriptions, what it holds with the indexes kept in
 /// step with it, and what the next request owes.
@@ -57,10 +128,10 @@ pub(super) struct TypeState {
     /// Subscriptions with parameters (resource locators): while none is, a name's only
     /// subscription is its plain one (see [`TypeState::subs_of`]).
     pub(super) located: usize,
-    /// What is held. Changed only through [`TypeState::replace_held`],
-    /// [`TypeState::hold_new`] and [`TypeState::take_held`], which keep the indexes below in
+    /// What is held. Changed only through [`TypeState::put_held`], [`TypeState::hold_new`],
+    /// [`TypeState::take_held`] and [`TypeState::set_expiry`], which keep the indexes below in
     /// step with it.
-    pub(super) held: BTreeMap<HeldKey, Held>,
+    pub(super) held: BTreeSet<Held>,
     /// The held resources that carry each alias (only resources with aliases are here).
     pub(super) aliased: BTreeMap<String, BTreeSet<HeldKey>>,
     /// Distinct names held.
@@ -103,7 +174,7 @@ pub(super) struct TypeState {
 /// Whether a held resource answers a subscription to `name`: by its name or an alias, or a
 /// member of the glob collection `name`.
 pub(super) fn provided(
-    held: &BTreeMap<HeldKey, Held>,
+    held: &BTreeSet<Held>,
     aliased: &BTreeMap<String, BTreeSet<HeldKey>>,
     name: &str,
 ) -> bool {
@@ -115,24 +186,23 @@ pub(super) fn provided(
 /// The held members of the glob collection `name` (none when `name` is not a glob): a walk of
 /// the names under its path, not of everything held.
 pub(super) fn members_held<'a>(
-    held: &'a BTreeMap<HeldKey, Held>,
+    held: &'a BTreeSet<Held>,
     name: &str,
-) -> impl Iterator<Item = &'a HeldKey> + 'a {
+) -> impl Iterator<Item = &'a Held> + 'a {
     let parts = xdsd_xdstp::glob_parts(name).map(|(p, q)| (p.to_owned(), q.to_owned()));
     parts.into_iter().flat_map(move |(prefix, query)| {
         let under = prefix.clone();
-        held.range((prefix.clone(), Vec::new())..)
-            .map(|(k, _)| k)
-            .take_while(move |(n, _)| n.starts_with(&under))
-            .filter(move |(n, _)| xdsd_xdstp::is_member(&prefix, &query, n))
+        held.range::<dyn VariantKey, _>(from_variant(&Variant(&prefix, &[])))
+            .take_while(move |h| h.resource.name.starts_with(&under))
+            .filter(move |h| xdsd_xdstp::is_member(&prefix, &query, &h.resource.name))
     })
 }
 
 /// Whether `held` holds a variant of `name` (under its own name).
-pub(super) fn holds_name(held: &BTreeMap<HeldKey, Held>, name: &str) -> bool {
+pub(super) fn holds_name(held: &BTreeSet<Held>, name: &str) -> bool {
     held.range::<dyn VariantKey, _>(from_variant(&Variant(name, &[])))
         .next()
-        .is_some_and(|((n, _), _)| n == name)
+        .is_some_and(|h| h.resource.name == name)
 }
 
 impl TypeState {
@@ -184,10 +254,15 @@ impl TypeState {
     pub(super) fn variants_of<'a: 'b, 'b>(
         &'a self,
         name: &'b str,
-    ) -> impl Iterator<Item = (&'a HeldKey, &'a Held)> + 'b {
+    ) -> impl Iterator<Item = &'a Held> + 'b {
         self.held
             .range::<dyn VariantKey, _>(from_variant(&Variant(name, &[])))
-            .take_while(move |((n, _), _)| n == name)
+            .take_while(move |h| h.resource.name == name)
+    }
+
+    /// What is held under `key`.
+    pub(super) fn held_at(&self, key: &HeldKey) -> Option<&Held> {
+        self.held.get(&probe(key) as &dyn VariantKey)
     }
 
     /// Whether a variant of `name` is held under its own name.
@@ -204,71 +279,93 @@ impl TypeState {
 
     /// The held resources a subscription to `name` may hold: of that name, or with that alias.
     pub(super) fn held_for(&self, name: &str) -> Vec<HeldKey> {
-        let mut keys: Vec<HeldKey> = self.variants_of(name).map(|(k, _)| k.clone()).collect();
+        let mut keys: Vec<HeldKey> = self.variants_of(name).map(Held::key).collect();
         if let Some(aliased) = self.aliased.get(name) {
             keys.extend(aliased.iter().cloned());
         }
-        keys.extend(members_held(&self.held, name).cloned());
+        keys.extend(members_held(&self.held, name).map(Held::key));
         keys
     }
 
-    /// What is held under `key`, and whether a variant of its name is held (under its own
-    /// name): a resource taken in needs both, for the bounds and to be put. For an
-    /// unconstrained key, one walk down the tree tells both while nothing constrained is held
-    /// (every key held is then unconstrained, its name's only one); else a key not held looks
-    /// at its neighbours, a name's variants being side by side.
-    pub(super) fn find(&self, key: &HeldKey) -> (Option<&Held>, bool) {
-        if let Some(held) = self.held.get(key) {
+    /// What is held under the key of `taken` (a resource taken in, not held itself), and
+    /// whether a variant of its name is held (under its own name): a resource taken in needs
+    /// both, for the bounds and to be put. For an unconstrained key, one walk down the tree
+    /// tells both while nothing constrained is held (every key held is then unconstrained, its
+    /// name's only one); else a key not held looks at its neighbours, a name's variants being
+    /// side by side. `taken` is the probe: held resources compared with one another, with no
+    /// trait object between.
+    pub(super) fn find(&self, taken: &Held) -> (Option<&Held>, bool) {
+        if let Some(held) = self.held.get(taken) {
             return (Some(held), true);
         }
-        if key.1.is_empty() && self.constrained == 0 {
+        if taken.constraints.is_empty() && self.constrained == 0 {
             return (None, false);
         }
-        let of_name = |(k, _): (&HeldKey, &Held)| k.0 == key.0;
+        let of_name = |h: &Held| h.resource.name == taken.resource.name;
         let after = self
             .held
-            .range::<HeldKey, _>(key..)
+            .range::<Held, _>(taken..)
             .next()
             .is_some_and(of_name);
         let before = || {
             self.held
-                .range::<HeldKey, _>(..key)
+                .range::<Held, _>(..taken)
                 .next_back()
                 .is_some_and(of_name)
         };
         (None, after || before())
     }
 
-    /// Holds `held` under `key`, a key held already, in place of what was (returned; `None`,
-    /// and nothing changed, when `key` is not held): its entry is written in place.
-    pub(super) fn replace_held(&mut self, key: &HeldKey, held: Held) -> Option<Held> {
-        let slot = self.held.get_mut(key)?;
-        let old = std::mem::replace(slot, held);
-        let new = &slot.resource;
-        self.held_bytes = self.held_bytes - old.bytes + slot.bytes;
-        if old.expires != slot.expires {
-            if let Some(e) = old.expires {
+    /// Holds `held` in place of what is held under its key (returned). `name_held`: whether a
+    /// variant of its name is held, which counts for a key not held (see
+    /// [`TypeState::find`]). Its key is copied only for the indexes that name it (an expiry,
+    /// aliases), when they change.
+    pub(super) fn put_held(&mut self, held: Held, name_held: bool) -> Option<Held> {
+        let indexed = held.expires.is_some() || !held.resource.aliases.is_empty();
+        let key = indexed.then(|| held.key());
+        let (bytes, expires) = (held.bytes, held.expires);
+        let constrained = !held.constraints.is_empty();
+        let aliases = held.resource.aliases.clone();
+        let old = self.held.replace(held);
+        match &old {
+            Some(old) => self.held_bytes = self.held_bytes - old.bytes + bytes,
+            None => {
+                self.held_names += usize::from(!name_held);
+                self.held_bytes += bytes;
+                self.constrained += usize::from(constrained);
+            }
+        }
+        let old_expires = old.as_ref().and_then(|o| o.expires);
+        let old_aliases: &[String] = old.as_ref().map_or(&[], |o| &o.resource.aliases);
+        if old_expires == expires && old_aliases == aliases.as_slice() {
+            return old;
+        }
+        // Either has an expiry or aliases: the new one's key is copied, or the old one's.
+        let Some(key) = key.or_else(|| old.as_ref().map(Held::key)) else {
+            return old;
+        };
+        if old_expires != expires {
+            if let Some(e) = old_expires {
                 self.expiries.remove(&(e, key.clone()));
             }
-            if let Some(e) = slot.expires {
+            if let Some(e) = expires {
                 self.expiries.insert((e, key.clone()));
             }
         }
-        if old.resource.aliases != new.aliases {
-            let (old_aliases, new_aliases) = (&old.resource.aliases, new.aliases.clone());
+        if old_aliases != aliases.as_slice() {
             for alias in old_aliases {
                 if let Some(keys) = self.aliased.get_mut(alias) {
-                    keys.remove(key);
+                    keys.remove(&key);
                     if keys.is_empty() {
                         self.aliased.remove(alias);
                     }
                 }
             }
-            for alias in new_aliases {
+            for alias in aliases {
                 self.aliased.entry(alias).or_default().insert(key.clone());
             }
         }
-        Some(old)
+        old
     }
 
     /// Holds `fresh`, resources under keys not held, in key order, each key once; `names` of
@@ -276,11 +373,15 @@ impl TypeState {
     /// [`TypeState::find`]). As many as are held already or more (a load, a reconnection's
     /// state) are built into a tree from their order and merged with what is held, one pass
     /// over both, rather than each walked down to its place.
-    pub(super) fn hold_new(&mut self, fresh: Vec<(HeldKey, Held)>, names: usize) {
+    pub(super) fn hold_new(&mut self, fresh: Vec<Held>, names: usize) {
         self.held_names += names;
-        for (key, held) in &fresh {
+        for held in &fresh {
             self.held_bytes += held.bytes;
-            self.constrained += usize::from(!key.1.is_empty());
+            self.constrained += usize::from(!held.constraints.is_empty());
+            if held.expires.is_none() && held.resource.aliases.is_empty() {
+                continue;
+            }
+            let key = held.key();
             if let Some(e) = held.expires {
                 self.expiries.insert((e, key.clone()));
             }
@@ -292,7 +393,7 @@ impl TypeState {
             }
         }
         if fresh.len() >= self.held.len() {
-            let mut batch: BTreeMap<HeldKey, Held> = fresh.into_iter().collect();
+            let mut batch: BTreeSet<Held> = fresh.into_iter().collect();
             self.held.append(&mut batch);
         } else {
             self.held.extend(fresh);
@@ -301,7 +402,7 @@ impl TypeState {
 
     /// Drops what is held under `key`.
     pub(super) fn take_held(&mut self, key: &HeldKey) -> Option<Held> {
-        let held = self.held.remove(key)?;
+        let held = self.held.take(&probe(key) as &dyn VariantKey)?;
         self.held_bytes -= held.bytes;
         self.constrained -= usize::from(!key.1.is_empty());
         if let Some(e) = held.expires {
@@ -323,7 +424,8 @@ impl TypeState {
 
     /// Sets when the resource held under `key` expires.
     pub(super) fn set_expiry(&mut self, key: &HeldKey, expires: Option<Instant>) {
-        let Some(held) = self.held.get_mut(key) else {
+        // A set's members are not changed in place: taken out, and put back.
+        let Some(mut held) = self.held.take(&probe(key) as &dyn VariantKey) else {
             return;
         };
         if let Some(e) = held.expires {
@@ -333,6 +435,7 @@ impl TypeState {
         if let Some(e) = expires {
             self.expiries.insert((e, key.clone()));
         }
+        self.held.insert(held);
     }
 
     /// Every subscription to `name` is settled: received (`missing` false) or known not to
@@ -445,8 +548,7 @@ pub(super) fn collection_of(name: &str) -> Option<String> {
 pub(super) fn drop_unwanted(state: &mut TypeState, candidates: Vec<HeldKey>) {
     for key in candidates {
         if state
-            .held
-            .get(&key)
+            .held_at(&key)
             .is_some_and(|h| !state.wants(&h.resource))
         {
             state.take_held(&key);
@@ -458,7 +560,7 @@ pub(super) fn drop_unwanted(state: &mut TypeState, candidates: Vec<HeldKey>) {
 mod tests {
     use super::*;
 
-    fn held(name: &str) -> Held {
+    fn held((name, constraints): &HeldKey) -> Held {
         Held {
             resource: Resource {
                 type_url: "t".to_owned(),
@@ -469,6 +571,7 @@ mod tests {
                 constraints: None,
                 ttl: None,
             },
+            constraints: constraints.clone(),
             expires: None,
             bytes: 0,
         }
@@ -476,7 +579,8 @@ mod tests {
 
     /// `find` against a scan of everything held: the key's entry, and whether a key of its
     /// name is held, for every key of a few names, with and without constrained keys held
-    /// (its shortcut, and its look at both neighbours), whatever `hold_new` merged or inserted.
+    /// (its shortcut, and its look at both neighbours), whatever `hold_new` merged or inserted;
+    /// and what it finds, given to `put_held`, counts each key and name once.
     #[test]
     fn find_tells_the_key_and_its_name_as_a_scan_does() {
         let names = ["a", "b", "c"];
@@ -497,8 +601,7 @@ mod tests {
             let mut state = TypeState::default();
             let (one, two) = (chosen.len() / 4, chosen.len() * 3 / 4);
             for batch in [&chosen[..one], &chosen[one..two], &chosen[two..]] {
-                let fresh: Vec<(HeldKey, Held)> =
-                    batch.iter().map(|&k| (k.clone(), held(&k.0))).collect();
+                let fresh: Vec<Held> = batch.iter().map(|&k| held(k)).collect();
                 let new_names: BTreeSet<&str> = batch
                     .iter()
                     .map(|k| k.0.as_str())
@@ -512,7 +615,7 @@ mod tests {
             let constrained = chosen.iter().filter(|k| !k.1.is_empty()).count();
             assert_eq!(state.constrained, constrained, "{chosen:?}");
             for key in &keys {
-                let (found, name_held) = state.find(key);
+                let (found, name_held) = state.find(&held(key));
                 assert_eq!(
                     found.is_some(),
                     chosen.contains(&key),
@@ -524,6 +627,16 @@ mod tests {
                     "{key:?} in {chosen:?}"
                 );
             }
+            // Each key put, held or not: every key and name held once.
+            for key in &keys {
+                let (found, name_held) = state.find(&held(key));
+                let found = found.is_some();
+                let old = state.put_held(held(key), name_held);
+                assert_eq!(old.is_some(), found, "{key:?} in {chosen:?}");
+            }
+            assert_eq!(state.held.len(), keys.len(), "{chosen:?}");
+            assert_eq!(state.held_names, names.len(), "{chosen:?}");
+            assert_eq!(state.constrained, 2 * names.len(), "{chosen:?}");
         }
     }
 

@@ -16,17 +16,6 @@ use super::{
     canonical_owned, HeldKey, Key, Resource, TypeState, Wildcard, RESOURCE_WRAPPER, WILDCARD,
 };
 
-pub(super) fn held_key(resource: &Resource) -> HeldKey {
-    (
-        resource.name.clone(),
-        resource
-            .constraints
-            .as_ref()
-            .map(Message::encode_to_vec)
-            .unwrap_or_default(),
-    )
-}
-
 /// A resource, or a heartbeat of one (no body: renews the TTL of the version named), or the
 /// answer to names asked by alias that no resource has (no body, the aliases set: on-demand
 /// VHDS's "not found", which Envoy waits for).
@@ -233,7 +222,7 @@ pub(super) fn delta_request(
         request.resource_locators_subscribe = locators;
         request.initial_resource_versions = state
             .held
-            .values()
+            .iter()
             .map(|h| (h.resource.name.clone(), h.resource.version.clone()))
             .collect();
     } else {
