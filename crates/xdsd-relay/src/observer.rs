@@ -119,11 +119,20 @@ fn locator(l: &ResourceLocator) -> Locator {
 struct Changed {
     added: Vec<Want>,
     dropped: Vec<Want>,
-    /// The list of names another stream asked alike, taken whole (its wants are added).
+    /// The list of names the stream's first request names (its wants are added): another
+    /// stream's, taken whole, or made by this one for those that ask alike.
     list: Option<Arc<[Want]>>,
-    /// Whether the stream's names are now the names of `added`, no more (its first request of
-    /// the type named them, and nothing else): the set can be shared with its list.
-    fresh: bool,
+}
+
+/// What [`TypeWants::asked_alike`] found.
+enum Alike<'a> {
+    /// The list and its set of names.
+    Found(Listed),
+    /// None: the lists, locked while this stream makes the list, so that a stream asking alike
+    /// meanwhile (a fleet's streams ask at once) waits for it rather than making its own.
+    First(std::sync::MutexGuard<'a, Lists>),
+    /// The request is not a first request of a list's length.
+    No,
 }
 
 impl TypeWants {
@@ -136,26 +145,28 @@ impl TypeWants {
     /// else (no locators, nothing unsubscribed, no authority of its own parameter set): a
     /// fleet's streams take one list and one set, and the request costs a comparison of its
     /// names with the list's, not a set and a want made per name.
-    fn asked_alike(&self, asked: &Asked<'_>, lists: &Mutex<Lists>) -> Option<Listed> {
-        if !self.names.is_empty()
-            || !self.locators.is_empty()
-            || !self.authorities.is_empty()
-            || !asked.locators().is_empty()
-            || !asked.unsubscribed_locators().is_empty()
-            || asked.unsubscribed_names().next().is_some()
-        {
-            return None;
-        }
+    fn asked_alike<'l>(&self, asked: &Asked<'_>, lists: &'l Mutex<Lists>) -> Alike<'l> {
         let names = || {
             asked
                 .names()
                 .filter(|n| *n != xdsd_client::WILDCARD)
                 .map(canonical)
         };
-        lists
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .find(&self.group, &self.type_key, names)
+        if !self.names.is_empty()
+            || !self.locators.is_empty()
+            || !self.authorities.is_empty()
+            || !asked.locators().is_empty()
+            || !asked.unsubscribed_locators().is_empty()
+            || asked.unsubscribed_names().next().is_some()
+            || names().take(LIST_FROM).count() < LIST_FROM
+        {
+            return Alike::No;
+        }
+        let lists = lists.lock().unwrap_or_else(|p| p.into_inner());
+        match lists.find(&self.group, &self.type_key, names) {
+            Some(listed) => Alike::Found(listed),
+            None => Alike::First(lists),
+        }
     }
 
     fn locator_want(&self, (name, params): Locator) -> Want {
@@ -179,12 +190,19 @@ impl TypeWants {
                 return changed;
             }
         }
-        let was_empty = self.names.is_empty() && self.locators.is_empty();
-        if let Some((list, names)) = self.asked_alike(asked, lists) {
-            self.names = names;
-            changed.list = Some(list);
-        } else {
-            self.names_asked(asked, &mut changed);
+        match self.asked_alike(asked, lists) {
+            Alike::Found((list, names)) => {
+                self.names = names;
+                changed.list = Some(list);
+            }
+            Alike::First(mut lists) => {
+                // The stream's names are the list's and no more (its first request names
+                // them, nothing else): the list is kept with the stream's set of them.
+                self.names_asked(asked, &mut changed);
+                let wants = std::mem::take(&mut changed.added);
+                changed.list = Some(lists.intern(wants, Some(&self.names)));
+            }
+            Alike::No => self.names_asked(asked, &mut changed),
         }
         let Changed { added, dropped, .. } = &mut changed;
         match (had_wildcard, self.wants_wildcard()) {
@@ -192,10 +210,6 @@ impl TypeWants {
             (true, false) => dropped.push(Want::wildcard(self.group.clone(), &self.type_key)),
             _ => {}
         }
-        changed.fresh = was_empty
-            && self.locators.is_empty()
-            && self.authorities.is_empty()
-            && changed.added.len() == self.names.len();
         changed
     }
 
@@ -547,19 +561,13 @@ impl StreamObserver for RelayObserver {
                     last: None,
                 }),
             };
-            let changed = wants.update(&event.asked, &self.lists);
-            let fresh = changed.fresh.then(|| wants.names.clone());
-            (changed, fresh)
+            wants.update(&event.asked, &self.lists)
         };
-        let (
-            Changed {
-                added,
-                dropped,
-                list,
-                ..
-            },
-            fresh,
-        ) = changed;
+        let Changed {
+            added,
+            dropped,
+            list,
+        } = changed;
         for want in dropped {
             self.send(Demanded::Drop {
                 stream: event.stream,
@@ -567,7 +575,7 @@ impl StreamObserver for RelayObserver {
             });
         }
         if let Some(list) = list {
-            // Asked alike by another stream: its list.
+            // A stream's first list: asked alike by the streams of a fleet, held once.
             let routed = self
                 .table
                 .ask_list(&list, node.map(|n| &**n), Instant::now());
@@ -584,7 +592,7 @@ impl StreamObserver for RelayObserver {
                 .lists
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .intern(added, fresh.as_ref());
+                .intern(added, None);
             let routed = self
                 .table
                 .ask_list(&list, node.map(|n| &**n), Instant::now());
