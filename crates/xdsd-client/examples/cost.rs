@@ -1,6 +1,6 @@
 //! What the sans-I/O machine costs per resource, with no server, socket or other process: a
-//! response of N endpoint resources (ClusterLoadAssignment, by name), then one-resource
-//! updates, then ACKs, then subscriptions, each step's CPU time (this thread's,
+//! response of N endpoint resources (ClusterLoadAssignment, by name), the same again unchanged,
+//! then one-resource updates, then ACKs, then subscriptions, each step's CPU time (this thread's,
 //! `CLOCK_THREAD_CPUTIME_ID`) per resource. BENCHMARKS.md, "Stop 66".
 //!
 //! `cargo run --release -p xdsd-client --example cost -- [--names 10000,40000,100000]
@@ -170,6 +170,12 @@ fn step_update(client: &mut Client, now: Instant, r: Response) -> usize {
 }
 
 #[inline(never)]
+fn step_resend(client: &mut Client, now: Instant, r: Response) -> usize {
+    std::hint::black_box(5);
+    take(client, now, r)
+}
+
+#[inline(never)]
 fn step_subscribe_one(client: &mut Client, now: Instant, name: &str) {
     client
         .subscribe(CLUSTER_LOAD_ASSIGNMENT, [name])
@@ -185,6 +191,7 @@ struct Row {
     first_request_ns: f64,
     load_ns: f64,
     load_ack_ns: f64,
+    resend_ns: f64,
     update_ns: f64,
     ack_ns: f64,
     subscribe_one_ns: f64,
@@ -222,6 +229,15 @@ fn run(flavor: Flavor, n: usize, updates: usize, wildcard: bool) -> Row {
     step_ack(&mut client, now);
     let load_ack_ns = (cpu_ns() - t) as f64;
 
+    // The load sent again, unchanged (as a full-state SotW response resends what did not
+    // change): nothing reported.
+    let again = response(flavor, updates + 1, (0..n).map(|i| (i, 1)));
+    let t = cpu_ns();
+    let got = step_resend(&mut client, now, again);
+    let resend_ns = (cpu_ns() - t) as f64 / n as f64;
+    assert_eq!(got, 0, "nothing reported");
+    step_ack(&mut client, now);
+
     // One-resource updates, each followed by its ACK; built beforehand.
     let batch: Vec<Response> = (0..updates)
         .map(|u| {
@@ -258,6 +274,7 @@ fn run(flavor: Flavor, n: usize, updates: usize, wildcard: bool) -> Row {
         first_request_ns,
         load_ns,
         load_ack_ns,
+        resend_ns,
         update_ns: update_cpu as f64 / updates as f64,
         ack_ns: ack_cpu as f64 / updates as f64,
         subscribe_one_ns,
@@ -295,20 +312,21 @@ fn main() {
         }
     }
     println!(
-        "| flavor | names | subscribe (ns/name) | first request (ns/name) | response of N (ns/resource) | its ACK (µs) | one-resource update (ns) | its ACK (ns) | subscribe one + request (ns) |"
+        "| flavor | names | subscribe (ns/name) | first request (ns/name) | response of N (ns/resource) | its ACK (µs) | N again, unchanged (ns/resource) | one-resource update (ns) | its ACK (ns) | subscribe one + request (ns) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &flavor in &flavors {
         for &n in &sizes {
             let r = run(flavor, n, updates.min(n), wildcard);
             println!(
-                "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
                 r.flavor,
                 r.n,
                 r.subscribe_ns,
                 r.first_request_ns,
                 r.load_ns,
                 r.load_ack_ns / 1000.0,
+                r.resend_ns,
                 r.update_ns,
                 r.ack_ns,
                 r.subscribe_one_ns

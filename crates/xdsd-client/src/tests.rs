@@ -366,6 +366,9 @@ fn update_reports_what_was_added_and_what_changed() {
         }
         other => panic!("one update: {other:?}"),
     }
+    // Unchanged, so not reported, but held as of the response that sent it again.
+    let b = p.client.resource(CLUSTER, "b", &Params::new());
+    assert_eq!(b.map(|r| r.version.as_str()), Some("v2"));
 }
 
 #[test]

@@ -195,10 +195,7 @@ impl Client {
                 names += 1;
             }
             last = Some(name);
-            *found = Found {
-                held: held.is_some(),
-                name_held,
-            };
+            *found = Found::of(held, name_held, update);
         }
         if names > limits.max_names {
             return Err(format!(
@@ -365,30 +362,25 @@ impl Client {
             let Found {
                 held: key_held,
                 name_held,
+                same_body,
             } = if unchanged {
                 found
             } else {
                 let (h, name_held) = state.find(&held);
-                Found {
-                    held: h.is_some(),
-                    name_held,
-                }
+                Found::of(h, name_held, &held)
             };
-            // The one copy of it: what is held, and what the event hands out.
-            let resource = held.resource.clone();
             if key_held {
-                match state.put_held(held, name_held) {
-                    // A SotW resource's version is its response's: only a new body is a
-                    // change.
-                    Some(old) => {
-                        if old.resource.body != resource.body {
-                            update.changed.push(resource);
-                        }
-                    }
-                    None => update.added.push(resource),
-                }
+                // A SotW resource's version is its response's: only a new body is a change,
+                // and only a change is copied for the event (a full state resends every
+                // resource, most of them unchanged).
+                let changed = (!same_body).then(|| held.resource.clone());
+                let old = state.put_held(held, name_held);
+                debug_assert!(old.is_some(), "found held, and nothing dropped since");
+                update.changed.extend(changed);
                 continue;
             }
+            // The one copy of it: what is held, and what the event hands out.
+            let resource = held.resource.clone();
             // New: its name is new unless held, or new with the one put just before (a name's
             // variants are side by side in key order, and all new when its name is).
             if !name_held
@@ -442,4 +434,18 @@ struct Found {
     held: bool,
     /// A variant of the key's name is held (under its own name).
     name_held: bool,
+    /// The key is held with the same body.
+    same_body: bool,
+}
+
+impl Found {
+    /// What [`TypeState::find`](super::state::TypeState::find) found of `taken`'s key:
+    /// `held`, and `name_held`.
+    fn of(held: Option<&Held>, name_held: bool, taken: &Held) -> Found {
+        Found {
+            held: held.is_some(),
+            name_held,
+            same_body: held.is_some_and(|h| h.resource.body == taken.resource.body),
+        }
+    }
 }
