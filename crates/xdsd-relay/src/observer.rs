@@ -140,11 +140,14 @@ impl TypeWants {
         self.wildcard
     }
 
-    /// The list another stream asked alike, and that stream's set of its names, when this
-    /// stream holds no name yet and `asked` names at least [`LIST_FROM`] plain names and nothing
-    /// else (no locators, nothing unsubscribed, no authority of its own parameter set): a
-    /// fleet's streams take one list and one set, and the request costs a comparison of its
-    /// names with the list's, not a set and a want made per name.
+    /// The list another stream asked alike (and that stream's set of its names, if it holds
+    /// those and no more), when `asked` names at least [`LIST_FROM`] plain names and nothing
+    /// else (no locators, nothing unsubscribed, no authority of its own parameter set), and is
+    /// the stream's first request of the type or a delta request (which adds what it names): a
+    /// fleet's streams take one list (and, first, one set), and the request costs a comparison
+    /// of its names with the list's, not a want made per name. A delta stream's later requests
+    /// are lists too: a server sends a large type in parts (xdsd: of 1 MiB), and a client
+    /// subscribes to what each part names (the EDS names of each part of CDS).
     fn asked_alike<'l>(&self, asked: &Asked<'_>, lists: &'l Mutex<Lists>) -> Alike<'l> {
         let names = || {
             asked
@@ -152,7 +155,7 @@ impl TypeWants {
                 .filter(|n| *n != xdsd_client::WILDCARD)
                 .map(canonical)
         };
-        if !self.names.is_empty()
+        if (asked.is_whole() && !self.names.is_empty())
             || !self.locators.is_empty()
             || !self.authorities.is_empty()
             || !asked.locators().is_empty()
@@ -191,16 +194,28 @@ impl TypeWants {
             }
         }
         match self.asked_alike(asked, lists) {
-            Alike::Found((list, names)) => {
+            Alike::Found((list, Some(names))) if self.names.is_empty() => {
                 self.names = names;
                 changed.list = Some(list);
             }
+            Alike::Found((list, _)) if list.iter().all(|w| !self.names.contains(&*w.name)) => {
+                // None of the list's names held yet: the list's wants are what it adds.
+                let own = Arc::make_mut(&mut self.names);
+                own.reserve(list.len());
+                own.extend(list.iter().map(|w| w.name.clone()));
+                changed.list = Some(list);
+            }
+            Alike::Found(_) => self.names_asked(asked, &mut changed),
             Alike::First(mut lists) => {
-                // The stream's names are the list's and no more (its first request names
-                // them, nothing else): the list is kept with the stream's set of them.
+                // Kept for the streams that ask alike, with the stream's set of its names if
+                // those are the list's and no more (its first request named them).
+                let fresh = self.names.is_empty();
                 self.names_asked(asked, &mut changed);
-                let wants = std::mem::take(&mut changed.added);
-                changed.list = Some(lists.intern(wants, Some(&self.names)));
+                if changed.added.len() >= LIST_FROM {
+                    let wants = std::mem::take(&mut changed.added);
+                    let names = fresh.then_some(&self.names);
+                    changed.list = Some(lists.intern(wants, names));
+                }
             }
             Alike::No => self.names_asked(asked, &mut changed),
         }
@@ -332,7 +347,7 @@ type Streams = HashMap<u64, HashMap<Arc<str>, TypeWants>>;
 /// Requests that add fewer wants than this are held want by want ([`Demanded::Acquire`]).
 const LIST_FROM: usize = 64;
 /// How many of the latest lists [`Lists`] finds again.
-const LISTS_KEPT: usize = 16;
+const LISTS_KEPT: usize = 64;
 
 /// The latest lists of wants the streams asked, so that streams that ask alike (a fleet's,
 /// request for request) hand the table one list ([`Demanded::AcquireList`]): the table holds a
@@ -352,8 +367,9 @@ pub(crate) struct Lists {
 /// A list [`Lists`] keeps, and the set of its names a stream holds (see there).
 type Kept = (Weak<[Want]>, Weak<FastSet<Name>>);
 
-/// A list of wants and the set of their names, as [`Lists::find`] finds them.
-type Listed = (Arc<[Want]>, Arc<FastSet<Name>>);
+/// A list of wants and the set of their names (if a stream holds it), as [`Lists::find`]
+/// finds them.
+type Listed = (Arc<[Want]>, Option<Arc<FastSet<Name>>>);
 
 impl Lists {
     /// The list of `wants`: one asked alike lately, else `wants` made one. `names`: the set of
@@ -389,8 +405,8 @@ impl Lists {
     }
 
     /// The list of the wants of the names `names` gives (canonical, in order; read as far as
-    /// they are a kept list's) of `type_key` in `group`, and the set of those names, when a
-    /// stream asked that list lately and one holds that set. Lists kept are of at least
+    /// they are a kept list's) of `type_key` in `group`, when a stream asked that list lately,
+    /// and the set of those names if a stream holds it. Lists kept are of at least
     /// [`LIST_FROM`] wants: so is a request found here.
     fn find<'a, I: Iterator<Item = Cow<'a, str>>>(
         &self,
@@ -410,10 +426,7 @@ impl Lists {
                     })
                 })
                 && asked.next().is_none();
-            if !alike {
-                return None;
-            }
-            Some((list, set.upgrade()?))
+            alike.then(|| (list, set.upgrade()))
         })
     }
 }
@@ -702,7 +715,8 @@ mod tests {
         let set = names(&made);
         let list = lists.intern(made, Some(&set));
         let (found, found_set) = find(&lists, &group, &t, &["a", "b", "c"]).expect("asked alike");
-        assert!(Arc::ptr_eq(&list, &found) && Arc::ptr_eq(&set, &found_set));
+        assert!(Arc::ptr_eq(&list, &found));
+        assert!(found_set.is_some_and(|found| Arc::ptr_eq(&set, &found)));
         for other in [
             &["a", "b"][..],
             &["a", "c", "b"],
@@ -723,8 +737,7 @@ mod tests {
     }
 
     #[test]
-    fn a_list_whose_set_was_changed_or_let_go_is_not_found_by_names_until_a_stream_holds_it_again()
-    {
+    fn a_list_whose_set_was_changed_or_let_go_is_found_without_a_set_until_a_stream_holds_one() {
         let mut lists = Lists::default();
         let (group, t) = (GroupKey::shared(), TypeKey::of("t"));
         let made = wants(&["a", "b"]);
@@ -732,13 +745,23 @@ mod tests {
         let list = lists.intern(made.clone(), Some(&set));
         // The stream that made it unsubscribes a name: the set is its own from then on.
         Arc::make_mut(&mut set).remove("a");
-        assert!(find(&lists, &group, &t, &["a", "b"]).is_none());
+        let (found, none) = find(&lists, &group, &t, &["a", "b"]).expect("the list");
+        assert!(Arc::ptr_eq(&list, &found) && none.is_none());
         // Another stream asks the list one by one, holding its names and no more: its set.
         let again = names(&made);
-        assert!(Arc::ptr_eq(&list, &lists.intern(made, Some(&again))));
+        assert!(Arc::ptr_eq(
+            &list,
+            &lists.intern(made.clone(), Some(&again))
+        ));
         let (_, found) = find(&lists, &group, &t, &["a", "b"]).expect("held again");
-        assert!(Arc::ptr_eq(&again, &found));
-        drop((again, found));
-        assert!(find(&lists, &group, &t, &["a", "b"]).is_none(), "let go");
+        assert!(found.is_some_and(|found| Arc::ptr_eq(&again, &found)));
+        drop(again);
+        let (_, none) = find(&lists, &group, &t, &["a", "b"]).expect("the list");
+        assert!(none.is_none(), "let go");
+        // A list made by a request of a stream that held names already: kept without a set.
+        let later = wants(&["c", "d"]);
+        let kept = lists.intern(later, None);
+        let (found, none) = find(&lists, &group, &t, &["c", "d"]).expect("kept");
+        assert!(Arc::ptr_eq(&kept, &found) && none.is_none());
     }
 }
