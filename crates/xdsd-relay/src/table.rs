@@ -223,9 +223,9 @@ struct State {
     /// Counts the rows removed (a linger run out): an answer found before one is looked up
     /// again after it (a row's answer leaves with it).
     removals: u64,
-    /// The last large request asked ([`Table::ask_all`]) and its narrowings, while what they
-    /// were found from is unchanged.
-    last_asked: Option<LastAsked>,
+    /// The latest large requests asked ([`Table::ask_all`]) and their narrowings, while what
+    /// they were found from is unchanged.
+    last_asked: VecDeque<LastAsked>,
     /// The lists of wants held once for every stream that asked the same (see
     /// [`Table::acquire_list`]), by the list's address.
     lists: FastMap<usize, lists::ListHold>,
@@ -592,7 +592,7 @@ impl Table {
                 routes: FastMap::default(),
                 routed: FastMap::default(),
                 removals: 0,
-                last_asked: None,
+                last_asked: VecDeque::new(),
                 lists: FastMap::default(),
                 stream_lists: FastMap::default(),
                 next_list: 0,

@@ -3,8 +3,8 @@
 //! it — looked up once per request under the table's lock; a fleet's same request asked again
 //! ([`LastAsked`]) is routed as it was.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use tracing::warn;
@@ -19,17 +19,59 @@ use super::{pending_name, scope, GroupKey, Memo, Partition, Routed, State, Table
 /// count moved, the same wants are routed the same way, and none can need declaring (an answer
 /// is lost only with its row, a declaration only to its answer or its expiry, which answers
 /// it), so the second stream's request costs a comparison of the lists, not the look-ups.
+/// Kept for the latest [`ASKED_KEPT`] lists (a fleet's streams ask a large type's parts in
+/// turn: each stream its parts one after the other) and the latest other request.
 #[derive(Debug)]
 pub(super) struct LastAsked {
-    /// The wants (a list streams share, [`Table::ask_list`]: found again by its address).
-    wants: Arc<[Want]>,
+    wants: AskedWants,
     epoch: u64,
     removals: u64,
     to: Arc<[Option<GroupKey>]>,
 }
 
+/// The wants of a [`LastAsked`].
+#[derive(Debug)]
+enum AskedWants {
+    /// A list streams share ([`Table::ask_list`]), found again by its address: weakly (its
+    /// address is not another list's while the reference lives), so that a list no stream
+    /// holds is not kept for this.
+    List(Weak<[Want]>),
+    /// Another request's, copied.
+    Copy(Arc<[Want]>),
+}
+
 /// Requests of fewer wants than this are looked up whole, never kept as [`LastAsked`].
 pub(super) const LAST_ASKED_FROM: usize = 64;
+
+/// How many requests [`LastAsked`] keeps.
+const ASKED_KEPT: usize = 64;
+
+/// The [`LastAsked`] of `wants` (`list`'s, if given) at `epoch` and `removals`, if kept.
+fn asked_again<'a>(
+    kept: &'a VecDeque<LastAsked>,
+    wants: &[Want],
+    list: Option<&Arc<[Want]>>,
+    (epoch, removals): (u64, u64),
+) -> Option<&'a LastAsked> {
+    let now = |l: &&LastAsked| l.epoch == epoch && l.removals == removals;
+    let by_address = list.and_then(|list| {
+        kept.iter().filter(now).find(|l| match &l.wants {
+            AskedWants::List(w) => std::ptr::eq(w.as_ptr() as *const Want, list.as_ptr()),
+            AskedWants::Copy(_) => false,
+        })
+    });
+    by_address.or_else(|| {
+        kept.iter().filter(now).find(|l| match &l.wants {
+            AskedWants::Copy(c) => {
+                c.len() == wants.len()
+                    && c.iter().zip(wants).all(|(a, b)| {
+                        a.name == b.name && a.type_url == b.type_url && a.group == b.group
+                    })
+            }
+            AskedWants::List(_) => false,
+        })
+    })
+}
 
 impl Table {
     /// A downstream client (of `node`, when it sent one) asks for `want` at `now`: unless it is
@@ -73,15 +115,8 @@ impl Table {
         now: Instant,
     ) -> Routed {
         let mut state = self.state();
-        if let Some(last) = state.last_asked.as_ref().filter(|l| {
-            l.epoch == state.keys_epoch
-                && l.removals == state.removals
-                && l.wants.len() == wants.len()
-                && (std::ptr::eq(l.wants.as_ptr(), wants.as_ptr())
-                    || l.wants.iter().zip(wants).all(|(a, b)| {
-                        a.name == b.name && a.type_url == b.type_url && a.group == b.group
-                    }))
-        }) {
+        let at = (state.keys_epoch, state.removals);
+        if let Some(last) = asked_again(&state.last_asked, wants, list, at) {
             return Routed {
                 epoch: last.epoch,
                 to: last.to.clone(),
@@ -102,10 +137,29 @@ impl Table {
         let asked: Vec<&Want> = routed.iter().map(|w| w.as_ref()).collect();
         let all = self.declare_in(&mut state, &asked, node, now);
         if all && wants.len() >= LAST_ASKED_FROM {
-            state.last_asked = Some(LastAsked {
-                wants: list.cloned().unwrap_or_else(|| wants.into()),
-                epoch: state.keys_epoch,
-                removals: state.removals,
+            let wants = match list {
+                Some(list) => AskedWants::List(Arc::downgrade(list)),
+                None => AskedWants::Copy(wants.into()),
+            };
+            let at = (state.keys_epoch, state.removals);
+            let kept = &mut state.last_asked;
+            // Those of another time are never found again; one copy at most.
+            kept.retain(|l| {
+                l.epoch == at.0
+                    && l.removals == at.1
+                    && !matches!(
+                        (&l.wants, &wants),
+                        (AskedWants::Copy(_), AskedWants::Copy(_))
+                    )
+                    && !matches!(&l.wants, AskedWants::List(w) if w.strong_count() == 0)
+            });
+            if kept.len() == ASKED_KEPT {
+                kept.pop_front();
+            }
+            kept.push_back(LastAsked {
+                wants,
+                epoch: at.0,
+                removals: at.1,
                 to: to.clone(),
             });
         }

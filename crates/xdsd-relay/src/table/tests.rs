@@ -1161,6 +1161,35 @@ fn a_shared_list_asked_again_is_routed_as_it_was_and_its_routes_are_shared() {
     assert!(!Arc::ptr_eq(&first.to, &after.to), "looked up again");
 }
 
+#[test]
+fn lists_asked_in_turn_are_each_routed_as_they_were() {
+    let store = Store::new();
+    let table = attached(&store);
+    table.pin(cds());
+    let names: Vec<String> = (0..2 * LAST_ASKED_FROM).map(|i| format!("n{i}")).collect();
+    let resources: Vec<xdsd_client::Resource> = names.iter().map(|n| resource(n, &[])).collect();
+    let refs: Vec<&xdsd_client::Resource> = resources.iter().collect();
+    table.received(&GroupKey::shared(), CDS, &refs);
+    table.announce([cds()]);
+    let pod = with(&[("pod", "p1")]);
+    let part = |names: &[String]| -> Arc<[Want]> {
+        names
+            .iter()
+            .map(|n| Want::named(pod.clone(), CDS, n.as_str()))
+            .collect()
+    };
+    // Two parts of a large type, asked by one stream, then by another.
+    let (first, second) = (
+        part(&names[..LAST_ASKED_FROM]),
+        part(&names[LAST_ASKED_FROM..]),
+    );
+    let a = table.ask_list(&first, None, Instant::now());
+    let b = table.ask_list(&second, None, Instant::now());
+    let a_again = table.ask_list(&first, None, Instant::now());
+    let b_again = table.ask_list(&second, None, Instant::now());
+    assert!(Arc::ptr_eq(&a.to, &a_again.to) && Arc::ptr_eq(&b.to, &b_again.to));
+}
+
 // --- Lists held once
 
 fn list(names: &[&str]) -> Arc<[Want]> {
