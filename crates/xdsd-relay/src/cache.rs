@@ -29,7 +29,7 @@ use xdsd_core::params::Constraints;
 use xdsd_core::{ChangeSet, ResourceInput};
 
 use crate::group::GroupKey;
-use crate::table::TypeKey;
+use crate::want::TypeKey;
 use xdsd_core::hash::HashMap;
 
 /// One variant as received.

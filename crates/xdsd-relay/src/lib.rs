@@ -52,6 +52,7 @@ mod source;
 mod stores;
 mod table;
 pub mod validate;
+mod want;
 
 pub use group::{AggregateBy, GroupKey};
 pub use metrics::RelayMetrics;

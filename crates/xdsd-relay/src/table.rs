@@ -91,14 +91,13 @@ use crate::stores::Stores;
 mod ask;
 mod lists;
 mod narrow;
-mod want;
 
+pub use crate::want::{Name, TypeKey, Want};
 use ask::LastAsked;
 #[cfg(test)]
 use ask::LAST_ASKED_FROM;
 pub(crate) use narrow::Routed;
 use narrow::{Keys, Memo, Route};
-pub use want::{Name, TypeKey, Want};
 
 /// How many resources of a response are cached per taking of the table's lock.
 const PUTS_PER_LOCK: usize = 1024;

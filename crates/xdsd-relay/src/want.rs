@@ -114,7 +114,7 @@ impl Want {
     }
 
     /// The wildcard of `type_url` in `group`: its name one allocation for every wildcard (a
-    /// plain name's want looks its group's wildcard up, [`super::State::covered`]).
+    /// plain name's want looks its group's wildcard up: the table's `State::covered`).
     pub(crate) fn wildcard(group: GroupKey, type_url: impl Into<TypeKey>) -> Want {
         static WILDCARD: std::sync::LazyLock<Name> =
             std::sync::LazyLock::new(|| Name::from(xdsd_client::WILDCARD));
