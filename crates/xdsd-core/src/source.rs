@@ -244,6 +244,13 @@ pub trait Source: Send {
     fn pending(&mut self, pending: PendingNames) {
         let _ = pending;
     }
+
+    /// Whether it is healthy now, after its first load and before its first event: a server
+    /// that starts serving it reports not ready from the start when it is not (a relay whose
+    /// upstream has not answered), rather than until its first [`SourceEvent::Health`] arrives.
+    fn healthy(&self) -> bool {
+        true
+    }
 }
 
 /// A future a [`DynSource`] hands out.
@@ -269,6 +276,8 @@ pub trait DynSource: Send {
     fn metrics(&mut self, metrics: &Metrics);
     /// [`Source::pending`].
     fn pending(&mut self, pending: PendingNames);
+    /// [`Source::healthy`].
+    fn healthy(&self) -> bool;
 }
 
 impl<S: Source> DynSource for S {
@@ -299,6 +308,10 @@ impl<S: Source> DynSource for S {
     fn pending(&mut self, pending: PendingNames) {
         Source::pending(self, pending)
     }
+
+    fn healthy(&self) -> bool {
+        Source::healthy(self)
+    }
 }
 
 impl Source for Box<dyn DynSource> {
@@ -328,6 +341,10 @@ impl Source for Box<dyn DynSource> {
 
     fn pending(&mut self, pending: PendingNames) {
         (**self).pending(pending)
+    }
+
+    fn healthy(&self) -> bool {
+        (**self).healthy()
     }
 }
 

@@ -603,6 +603,10 @@ impl Source for RelaySource {
         self.table.attach(pending, self.options.max_pending);
     }
 
+    fn healthy(&self) -> bool {
+        self.health_now()
+    }
+
     fn committed(&mut self, _ok: bool) {
         // Committed or refused, the clients waiting for these answers are answered now.
         self.table.announce_committed();

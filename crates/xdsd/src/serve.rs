@@ -291,7 +291,14 @@ pub(crate) async fn serve_downstream(
     let server = server.build().context("cannot set up TLS")?;
     let handle = server.handle();
     let described = source.describe();
-    tokio::spawn(feed.ready(handle.readiness()).follow(source));
+    // Not ready from the start when the source is not healthy after its first load (a relay
+    // whose upstream has not answered): the feed's first report may come after the first
+    // /readyz.
+    let readiness = handle.readiness();
+    if !xdsd_core::DynSource::healthy(&*source) {
+        readiness.set(false);
+    }
+    tokio::spawn(feed.ready(readiness).follow(source));
     let admin_tls = match (downstream.admin_tls, tls.options()) {
         (true, Some(options)) => Some(options),
         _ => None,
