@@ -497,6 +497,20 @@ impl RelayObserver {
     fn hold_for(&self, wants: &[Want], node: Option<&ClientNode>) -> Routed {
         self.table.ask_all(wants, node, Instant::now())
     }
+
+    /// `stream` holds `list`: asked of the table (pending where not answered), then handed to
+    /// the source to hold.
+    fn acquire_list(&self, stream: u64, list: Arc<[Want]>, node: Option<&Arc<ClientNode>>) {
+        let routed = self
+            .table
+            .ask_list(&list, node.map(|n| &**n), Instant::now());
+        self.send(Demanded::AcquireList {
+            stream,
+            list,
+            routed,
+            node: node.cloned(),
+        });
+    }
 }
 
 /// The store a client reads: its partition's (`None`: the server's, the shared partition's).
@@ -589,15 +603,7 @@ impl StreamObserver for RelayObserver {
         }
         if let Some(list) = list {
             // A stream's first list: asked alike by the streams of a fleet, held once.
-            let routed = self
-                .table
-                .ask_list(&list, node.map(|n| &**n), Instant::now());
-            self.send(Demanded::AcquireList {
-                stream: event.stream,
-                list,
-                routed,
-                node: node.cloned(),
-            });
+            self.acquire_list(event.stream, list, node);
         }
         if added.len() >= LIST_FROM {
             // Asked alike by other streams, likely: one list for them all.
@@ -606,15 +612,7 @@ impl StreamObserver for RelayObserver {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .intern(added, None);
-            let routed = self
-                .table
-                .ask_list(&list, node.map(|n| &**n), Instant::now());
-            self.send(Demanded::AcquireList {
-                stream: event.stream,
-                list,
-                routed,
-                node: node.cloned(),
-            });
+            self.acquire_list(event.stream, list, node);
         } else if !added.is_empty() {
             // Answered when the upstream answers, not told first that nothing exists: pending
             // before the server answers this request.

@@ -1093,17 +1093,24 @@ fn a_plain_name_under_a_wildcard_a_stream_holds_is_subscribed_by_name() {
     assert_eq!(subscribes(&table), vec![cds(), named("a")]);
 }
 
+/// `table` with the CDS wildcard pinned and answered with `n` clusters `n0`, `n1`, ...: their
+/// names.
+fn pinned_cds_answered(table: &Table, n: usize) -> Vec<String> {
+    table.pin(cds());
+    let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
+    let resources: Vec<xdsd_client::Resource> = names.iter().map(|n| resource(n, &[])).collect();
+    let refs: Vec<&xdsd_client::Resource> = resources.iter().collect();
+    table.received(&GroupKey::shared(), CDS, &refs);
+    table.announce([cds()]);
+    names
+}
+
 #[test]
 fn a_large_request_asked_again_while_nothing_it_reads_changed_is_routed_as_it_was_without_a_look_up(
 ) {
     let store = Store::new();
     let table = attached(&store);
-    table.pin(cds());
-    let names: Vec<String> = (0..LAST_ASKED_FROM).map(|i| format!("n{i}")).collect();
-    let resources: Vec<xdsd_client::Resource> = names.iter().map(|n| resource(n, &[])).collect();
-    let refs: Vec<&xdsd_client::Resource> = resources.iter().collect();
-    table.received(&GroupKey::shared(), CDS, &refs);
-    table.announce([cds()]);
+    let names = pinned_cds_answered(&table, LAST_ASKED_FROM);
     let pod = with(&[("pod", "p1")]);
     let wants: Vec<Want> = names
         .iter()
@@ -1137,12 +1144,7 @@ fn a_large_request_asked_again_while_nothing_it_reads_changed_is_routed_as_it_wa
 fn a_shared_list_asked_again_is_routed_as_it_was_and_its_routes_are_shared() {
     let store = Store::new();
     let table = attached(&store);
-    table.pin(cds());
-    let names: Vec<String> = (0..LAST_ASKED_FROM).map(|i| format!("n{i}")).collect();
-    let resources: Vec<xdsd_client::Resource> = names.iter().map(|n| resource(n, &[])).collect();
-    let refs: Vec<&xdsd_client::Resource> = resources.iter().collect();
-    table.received(&GroupKey::shared(), CDS, &refs);
-    table.announce([cds()]);
+    let names = pinned_cds_answered(&table, LAST_ASKED_FROM);
     let pod = with(&[("pod", "p1")]);
     let list: Arc<[Want]> = names
         .iter()
@@ -1165,12 +1167,7 @@ fn a_shared_list_asked_again_is_routed_as_it_was_and_its_routes_are_shared() {
 fn lists_asked_in_turn_are_each_routed_as_they_were() {
     let store = Store::new();
     let table = attached(&store);
-    table.pin(cds());
-    let names: Vec<String> = (0..2 * LAST_ASKED_FROM).map(|i| format!("n{i}")).collect();
-    let resources: Vec<xdsd_client::Resource> = names.iter().map(|n| resource(n, &[])).collect();
-    let refs: Vec<&xdsd_client::Resource> = resources.iter().collect();
-    table.received(&GroupKey::shared(), CDS, &refs);
-    table.announce([cds()]);
+    let names = pinned_cds_answered(&table, 2 * LAST_ASKED_FROM);
     let pod = with(&[("pod", "p1")]);
     let part = |names: &[String]| -> Arc<[Want]> {
         names
