@@ -122,10 +122,11 @@ impl Cache {
     /// group's variants of it: a group sent a variant another group holds already (a parameter
     /// set's wildcard sent the unconstrained variants the shared stream has) neither copies nor
     /// compares what the other group holds, unless it becomes the variant's first holder.
-    pub fn put(&mut self, group: &GroupKey, resource: &xdsd_client::Resource) {
+    /// The body is taken out of `resource` (its bytes become the cache's, not copied).
+    pub fn put(&mut self, group: &GroupKey, resource: &mut xdsd_client::Resource) {
         let type_key = TypeKey::of(&resource.type_url);
         let cached = Cached {
-            value: Bytes::from(resource.body.value.clone()),
+            value: Bytes::from(std::mem::take(&mut resource.body.value)),
             // A TP2 server names an unconstrained variant with empty constraints: none.
             constraints: resource.constraints.clone().filter(|c| c.r#type.is_some()),
             ttl: resource.ttl,
@@ -488,7 +489,7 @@ mod tests {
         let mut cache = Cache::new();
         let mut r = resource("c", b"\x0a\x01c", Some("prod"));
         r.ttl = Some(Duration::from_secs(5));
-        cache.put(&params("prod"), &r);
+        cache.put(&params("prod"), &mut r);
         let (change, problems) = cache.take_change().expect("a change");
         assert!(problems.is_empty());
         let (names, resources) = inputs(&change);
@@ -503,8 +504,8 @@ mod tests {
     #[test]
     fn the_variants_of_two_groups_are_both_stored() {
         let mut cache = Cache::new();
-        cache.put(&params("prod"), &resource("c", b"p", Some("prod")));
-        cache.put(&params("dev"), &resource("c", b"d", Some("dev")));
+        cache.put(&params("prod"), &mut resource("c", b"p", Some("prod")));
+        cache.put(&params("dev"), &mut resource("c", b"d", Some("dev")));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 2);
         assert_eq!(cache.variants(), 2);
@@ -514,11 +515,14 @@ mod tests {
     fn a_groups_wildcard_leaving_costs_the_names_that_group_holds_of_the_type() {
         let mut cache = Cache::new();
         for i in 0..100 {
-            cache.put(&GroupKey::shared(), &resource(&format!("c{i}"), b"x", None));
+            cache.put(
+                &GroupKey::shared(),
+                &mut resource(&format!("c{i}"), b"x", None),
+            );
         }
-        cache.put(&params("prod"), &resource("p1", b"x", Some("prod")));
-        cache.put(&params("prod"), &resource("p2", b"y", Some("prod")));
-        cache.put(&params("prod"), &resource("c0", b"x", Some("prod")));
+        cache.put(&params("prod"), &mut resource("p1", b"x", Some("prod")));
+        cache.put(&params("prod"), &mut resource("p2", b"y", Some("prod")));
+        cache.put(&params("prod"), &mut resource("c0", b"x", Some("prod")));
         cache.take_change();
         cache.drop_type(&params("prod"), CDS, |n| n == "p2");
         assert_eq!(
@@ -538,8 +542,8 @@ mod tests {
     #[test]
     fn a_variant_held_by_two_groups_is_stored_once_and_stays_until_both_drop_it() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
-        cache.put(&params("prod"), &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &mut resource("c", b"x", None));
+        cache.put(&params("prod"), &mut resource("c", b"x", None));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 1);
         cache.remove(&GroupKey::shared(), CDS, &["c".into()]);
@@ -559,8 +563,8 @@ mod tests {
     #[test]
     fn one_group_holds_a_variant_per_constraints_and_loses_only_the_one_removed() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::shared(), &resource("c", b"p", Some("prod")));
-        cache.put(&GroupKey::shared(), &resource("c", b"t", Some("test")));
+        cache.put(&GroupKey::shared(), &mut resource("c", b"p", Some("prod")));
+        cache.put(&GroupKey::shared(), &mut resource("c", b"t", Some("test")));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).1.len(), 2, "both locators' variants");
         let test = resource("c", b"t", Some("test")).constraints;
@@ -574,16 +578,16 @@ mod tests {
     #[test]
     fn the_variants_counted_follow_each_change() {
         let mut cache = Cache::new();
-        cache.put(&params("prod"), &resource("c", b"p", Some("prod")));
-        cache.put(&params("dev"), &resource("c", b"d", Some("dev")));
-        cache.put(&GroupKey::shared(), &resource("d", b"x", None));
+        cache.put(&params("prod"), &mut resource("c", b"p", Some("prod")));
+        cache.put(&params("dev"), &mut resource("c", b"d", Some("dev")));
+        cache.put(&GroupKey::shared(), &mut resource("d", b"x", None));
         cache.take_change();
         assert_eq!(cache.variants(), 3);
         cache.remove(&params("dev"), CDS, &["c".into()]);
         cache.take_change();
         assert_eq!(cache.variants(), 2);
         cache.remove(&GroupKey::shared(), CDS, &["d".into()]);
-        cache.put(&params("prod"), &resource("c", b"p2", Some("prod")));
+        cache.put(&params("prod"), &mut resource("c", b"p2", Some("prod")));
         cache.take_change();
         assert_eq!(cache.variants(), 1);
     }
@@ -593,7 +597,7 @@ mod tests {
         let mut cache = Cache::new();
         let mut r = resource("c", b"x", None);
         r.constraints = Some(DynamicParameterConstraints::default());
-        cache.put(&GroupKey::shared(), &r);
+        cache.put(&GroupKey::shared(), &mut r);
         let (change, _) = cache.take_change().expect("a change");
         assert!(inputs(&change).1[0].constraints.is_none());
     }
@@ -601,29 +605,29 @@ mod tests {
     #[test]
     fn a_resource_sent_again_unchanged_is_no_change() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &mut resource("c", b"x", None));
         cache.take_change();
-        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &mut resource("c", b"x", None));
         assert!(cache.take_change().is_none());
     }
 
     #[test]
     fn a_variant_a_group_before_it_holds_already_is_no_change_to_the_store() {
         let mut cache = Cache::new();
-        cache.put(&GroupKey::shared(), &resource("c", b"x", None));
+        cache.put(&GroupKey::shared(), &mut resource("c", b"x", None));
         cache.take_change();
         // A parameter set's wildcard is sent the unconstrained variant the shared stream has.
-        cache.put(&params("prod"), &resource("c", b"x", None));
+        cache.put(&params("prod"), &mut resource("c", b"x", None));
         assert!(
             cache.take_change().is_none(),
             "the store has it from the shared stream"
         );
         // The first group's own change is the store's.
-        cache.put(&GroupKey::shared(), &resource("c", b"y", None));
+        cache.put(&GroupKey::shared(), &mut resource("c", b"y", None));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(&inputs(&change).1[0].value[..], b"y");
         // A variant no earlier group holds is.
-        cache.put(&params("prod"), &resource("d", b"p", Some("prod")));
+        cache.put(&params("prod"), &mut resource("d", b"p", Some("prod")));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(inputs(&change).0, [(CDS.to_owned(), "d".to_owned())]);
         // The first group letting go gives the store the next one's.
@@ -641,17 +645,17 @@ mod tests {
             std::mem::swap(&mut early, &mut late);
         }
         let mut cache = Cache::new();
-        cache.put(&late, &resource("c", b"x", None));
+        cache.put(&late, &mut resource("c", b"x", None));
         cache.take_change();
         // The same body from a group before it: the store's variant is the same.
-        cache.put(&early, &resource("c", b"x", None));
+        cache.put(&early, &mut resource("c", b"x", None));
         assert!(cache.take_change().is_none());
         // Another body from the group now first: the store's variant is that group's.
-        cache.put(&early, &resource("c", b"y", None));
+        cache.put(&early, &mut resource("c", b"y", None));
         let (change, _) = cache.take_change().expect("a change");
         assert_eq!(&inputs(&change).1[0].value[..], b"y");
         // Another body from the group after it: not the store's.
-        cache.put(&late, &resource("c", b"z", None));
+        cache.put(&late, &mut resource("c", b"z", None));
         assert!(cache.take_change().is_none());
         // The first letting go: the next one's body.
         cache.remove(&early, CDS, &["c".into()]);
@@ -666,7 +670,7 @@ mod tests {
         let mut r = resource("rc/backend", b"\x0a\x0arc/backend", None);
         r.type_url = VHDS.into();
         r.aliases = vec!["rc/backend.example".into()];
-        cache.put(&GroupKey::shared(), &r);
+        cache.put(&GroupKey::shared(), &mut r);
         let (change, _) = cache.take_change().expect("a change");
         let (_, resources) = inputs(&change);
         assert_eq!(resources[0].aliases, ["rc/backend.example"]);
@@ -683,7 +687,7 @@ mod tests {
             .is_empty());
         // Sent again without the alias, then removed: no longer found by it.
         r.aliases = vec!["rc/other.example".into()];
-        cache.put(&GroupKey::shared(), &r);
+        cache.put(&GroupKey::shared(), &mut r);
         assert!(cache
             .aliased(&GroupKey::shared(), VHDS, "rc/backend.example")
             .is_empty());

@@ -404,11 +404,11 @@ impl RelaySource {
                 }
                 group.connected = false;
             }
-            Event::Update(update) => {
-                // Cached; what it answers is the table's to say.
-                let received: Vec<&xdsd_client::Resource> =
-                    update.added.iter().chain(&update.changed).collect();
-                self.table.received(&key, &update.type_url, &received);
+            Event::Update(mut update) => {
+                // Cached (the bodies taken, not copied); what it answers is the table's to say.
+                let mut received: Vec<&mut xdsd_client::Resource> =
+                    update.added.iter_mut().chain(&mut update.changed).collect();
+                self.table.received(&key, &update.type_url, &mut received);
             }
             Event::Removed {
                 type_url,

@@ -370,6 +370,8 @@ impl State {
     /// [`Table::acquire_all`] under the lock.
     fn acquire_all(&mut self, stream: u64, wants: Vec<Want>, routed: Option<Routed>) {
         let mut held = self.streams.remove(&stream).unwrap_or_default();
+        // Room for what the stream holds, made at once (see `declare_in`).
+        held.reserve(wants.len());
         let epoch = self.keys_epoch;
         let routed = routed
             .filter(|r| r.epoch == epoch && r.to.len() == wants.len())
@@ -904,17 +906,17 @@ impl Table {
         &self,
         group: &GroupKey,
         type_url: &str,
-        resources: &[&xdsd_client::Resource],
+        resources: &mut [&mut xdsd_client::Resource],
     ) {
         let type_key = TypeKey::of(type_url);
         let mut answers = Vec::new();
         // Taken in a slice at a time: the observer, which declares under the same lock, waits
         // for a slice, not for a whole response (100,000 names).
         let mut rerouted = Vec::new();
-        for slice in resources.chunks(PUTS_PER_LOCK) {
+        for slice in resources.chunks_mut(PUTS_PER_LOCK) {
             let mut state = self.state();
             let cache = state.cache(&group.partition);
-            for r in slice {
+            for r in slice.iter_mut() {
                 cache.put(group, r);
                 answers.extend(
                     r.names()
@@ -956,6 +958,19 @@ impl Table {
             .collect();
         answers.extend(globs);
         state.answering(&group.partition).append(&mut answers);
+    }
+
+    /// [`Table::received`] of copies of `resources` (the tests' resources are shared).
+    #[cfg(test)]
+    pub(crate) fn received_copies(
+        &self,
+        group: &GroupKey,
+        type_url: &str,
+        resources: &[&xdsd_client::Resource],
+    ) {
+        let mut copies: Vec<xdsd_client::Resource> =
+            resources.iter().map(|r| (*r).clone()).collect();
+        self.received(group, type_url, &mut copies.iter_mut().collect::<Vec<_>>());
     }
 
     /// `group`'s upstream stream holds its server's answer to the wildcard of `type_url`

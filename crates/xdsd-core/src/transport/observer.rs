@@ -127,6 +127,19 @@ impl<'a> Asked<'a> {
         names.into_iter().flat_map(|n| n.strs())
     }
 
+    /// How many plain names were sent ([`Asked::names`] yields those that are text): room to
+    /// make for them at once.
+    pub fn names_sent(&self) -> usize {
+        self.subscribe.map_or(0, |n| n.len())
+    }
+
+    /// The plain names as the request encodes them: two requests that name the same names in
+    /// the same order have the same bytes (an observer that keeps what a large request named
+    /// finds it again by one comparison, not name by name).
+    pub fn names_encoded(&self) -> &'a [u8] {
+        self.subscribe.map_or(&[], |n| n.encoded())
+    }
+
     /// The plain names a delta request unsubscribes from.
     pub fn unsubscribed_names(&self) -> impl Iterator<Item = &'a str> + 'a {
         let names = self.unsubscribe;

@@ -191,6 +191,11 @@ impl Table {
                     .push((want, pending_name(want, scope(want, node))));
             }
         }
+        // Room for the rows and indexes of what is declared, made at once (a first request of
+        // 100,000 names grew each map by doubling, every doubling fresh pages).
+        let new: usize = by.values().map(Vec::len).sum();
+        state.wants.reserve(new);
+        state.by_pending.reserve(new);
         for (partition, asked) in by {
             let Some(store) = self.pending_of(partition, true) else {
                 all = false;
