@@ -949,6 +949,7 @@ impl Table {
         let mut last: Option<Want> = None;
         let globs: Vec<Want> = resources
             .iter()
+            .filter(|r| xdsd_core::xdstp::is_xdstp(&r.name))
             .filter_map(|r| glob_of(&Want::named(group.clone(), &type_key, r.name.as_str())))
             .filter(|glob| {
                 let new = last.as_ref() != Some(glob);
