@@ -14,7 +14,7 @@
 //! linger only). Wants pinned at start (`--prefetch`) are never unsubscribed. Time is an input:
 //! [`Table::poll_timeout`] says when to call [`Table::handle_timeout`].
 //!
-//! **Whether it was answered.** A want asked for and not answered yet is declared *pending* in
+//! **Whether it was answered** (`answered.rs`). A want asked for and not answered yet is declared *pending* in
 //! the store its clients read ([`xdsd_core::store::PendingNames`]; the server's for the shared
 //! partition, its partition's own with `--aggregate-by cluster|node`, [`crate::stores`]): the
 //! server then holds back what would tell a client that its name does not exist until the
@@ -30,7 +30,7 @@
 //! with the subscription (an answer nobody subscribed to is nothing to remember), so it never
 //! outlives it and never goes stale after a linger.
 //!
-//! **What is cached.** Each partition's cache ([`crate::cache`]: what its groups were sent, the
+//! **What is cached** (`received.rs`: what the upstream sends). Each partition's cache ([`crate::cache`]: what its groups were sent, the
 //! variants with their constraints) is held here, beside the rows that decide what it keeps: a
 //! want's row leaving (its linger out) takes what its group held only through it — a name
 //! unless the type's wildcard still holds it, a wildcard's names but those still subscribed by
@@ -74,23 +74,21 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use tracing::info;
 use xdsd_core::hash::{HashMap as FastMap, HashSet as FastSet};
 use xdsd_core::params::ParamSet;
 use xdsd_core::store::{PendingName, PendingNames, WHOLE_TYPE};
 use xdsd_core::ClientNode;
-
-use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
-use xdsd_core::ChangeSet;
 
 use crate::cache::Cache;
 use crate::group::{GroupKey, Partition};
 use crate::metrics::RelayMetrics;
 use crate::stores::Stores;
 
+mod answered;
 mod ask;
 mod lists;
 mod narrow;
+mod received;
 
 pub use crate::want::{Name, TypeKey, Want};
 use ask::LastAsked;
@@ -740,391 +738,6 @@ impl Table {
     /// Whether `group` still has any subscription.
     pub(crate) fn group_used(&self, group: &GroupKey) -> bool {
         self.state().groups.contains_key(group)
-    }
-
-    // --- Whether it was answered ----------------------------------------------------------
-
-    /// The store's pending names, where wants are declared from now on; at most `limit` at once.
-    pub(crate) fn attach(&self, pending: PendingNames, limit: usize) {
-        pending.set_limit(limit);
-        let _ = self.store.set(pending);
-    }
-
-    /// The pending names of the store `partition`'s clients read; with `make`, that store made
-    /// if nothing holds it (a client asking holds it already: the same store).
-    fn pending_of(&self, partition: &Partition, make: bool) -> Option<PendingNames> {
-        match partition {
-            Partition::All => self.store.get().cloned(),
-            _ if make => self.stores.store(partition).map(|s| s.pending_names()),
-            _ => self.stores.pending_if_held(partition),
-        }
-    }
-
-    /// Resolves `names`, each in its partition's store, now (`staged`: with that store's next
-    /// commit).
-    fn resolve(&self, names: Vec<(&Partition, &PendingName)>, staged: bool) {
-        let mut by: BTreeMap<&Partition, Vec<&PendingName>> = BTreeMap::new();
-        for (partition, name) in names {
-            by.entry(partition).or_default().push(name);
-        }
-        for (partition, names) in by {
-            if let Some(pending) = self.pending_of(partition, false) {
-                if staged {
-                    pending.resolve_with_next_commit(names);
-                } else {
-                    pending.resolve(names);
-                }
-            }
-        }
-    }
-
-    /// `wants` are answered by the change about to be committed: what they answer is resolved
-    /// in the commit's own swap, so that a downstream stream reads the upstream's answer whole
-    /// (its resources and the names it says do not exist) in one response. [`Table::announce`]
-    /// once committed (or refused) settles the rest.
-    fn stage_in(&self, state: &State, wants: &[Want]) {
-        let answered: Vec<Want> = wants
-            .iter()
-            .flat_map(|want| state.answered_by(want))
-            .collect();
-        let resolved: Vec<(&Partition, &PendingName)> = answered
-            .iter()
-            .filter_map(|w| {
-                let name = state.wants.get(w)?.pending.as_ref()?;
-                Some((&w.group.partition, name))
-            })
-            .collect();
-        self.resolve(resolved, true);
-    }
-
-    /// `wants` are answered and their answer is in the store: no longer pending (a wildcard's
-    /// answer answers the names of its type in its group too), and answered while they are in
-    /// the table (an answer nobody asked for is nothing to remember).
-    pub(crate) fn announce(&self, wants: impl IntoIterator<Item = Want>) {
-        self.announce_in(&mut self.state(), wants);
-    }
-
-    fn announce_in(&self, state: &mut State, wants: impl IntoIterator<Item = Want>) {
-        let mut resolved: Vec<(Partition, PendingName)> = Vec::new();
-        for want in wants {
-            for w in state.answered_by(&want) {
-                if let Some(name) = state.undeclare(&w) {
-                    resolved.push((w.group.partition.clone(), name));
-                }
-            }
-            if let Some(entry) = state.wants.get_mut(&want) {
-                entry.answered = true;
-            }
-        }
-        if !resolved.is_empty() {
-            self.resolve(resolved.iter().map(|(p, n)| (p, n)).collect(), false);
-            self.metrics.set_pending(state.declared.len());
-        }
-    }
-
-    /// Whether the wildcard `want`'s group was sent a response of its type since it was
-    /// subscribed (taken in, maybe not committed yet).
-    pub(crate) fn responded(&self, want: &Want) -> bool {
-        self.state().wants.get(want).is_some_and(|e| e.responded)
-    }
-
-    /// Whether `want` is answered.
-    #[cfg(test)]
-    pub(crate) fn is_answered(&self, want: &Want) -> bool {
-        self.state().answered(want, &mut None)
-    }
-
-    /// The names of `wants` (subscribed upstream together) that are answered already: by their
-    /// own answer, their type's wildcard's or their glob collection's ([`State::answered`]),
-    /// under one lock.
-    pub(crate) fn answered_names(&self, wants: Vec<Want>) -> Vec<Want> {
-        let state = self.state();
-        let mut memo = None;
-        let answered: Vec<bool> = wants
-            .iter()
-            .map(|w| !w.is_wildcard() && state.answered(w, &mut memo))
-            .collect();
-        drop(state);
-        wants
-            .into_iter()
-            .zip(answered)
-            .filter_map(|(w, a)| a.then_some(w))
-            .collect()
-    }
-
-    /// When [`Table::expire`] is next due.
-    /// (The stores with declarations are looked at, not every partition's.)
-    pub(crate) fn next_expiry(&self) -> Option<Instant> {
-        let state = self.state();
-        state
-            .partitions
-            .keys()
-            .filter_map(|p| self.pending_of(p, false)?.next_expiry())
-            .min()
-    }
-
-    /// Gives up, as of `now`, the wants whose wait passed: the clients are served what the
-    /// relay has, and they count as answered (the next clients do not wait again: an upstream
-    /// that is down, or that sends nothing of a type); those wants.
-    pub(crate) fn expire(&self, now: Instant) -> Vec<Want> {
-        let mut state = self.state();
-        let partitions: Vec<Partition> = state.partitions.keys().cloned().collect();
-        let mut gone: Vec<Want> = Vec::new();
-        for partition in partitions {
-            let Some(store) = self.pending_of(&partition, false) else {
-                continue;
-            };
-            for name in store.expire(now) {
-                let want = state.by_pending.get(&(partition.clone(), name)).cloned();
-                if let Some(want) = want {
-                    state.undeclare(&want);
-                    gone.push(want);
-                }
-            }
-        }
-        if gone.is_empty() {
-            return Vec::new();
-        }
-        for want in &gone {
-            if let Some(entry) = state.wants.get_mut(want) {
-                entry.answered = true;
-            }
-            info!(stream = %want.group, type_url = %want.type_url, name = %want.name, "the upstream did not answer within {:?}: answered with what the relay has", self.wait);
-        }
-        self.metrics.expired(gone.len());
-        self.metrics.set_pending(state.declared.len());
-        gone
-    }
-
-    // --- The cached variants ---------------------------------------------------------------
-
-    /// `group` was sent `resources` of `type_url` (added or changed) in one response: cached,
-    /// and what they answer is answered once committed — each resource's name and aliases
-    /// (VHDS: asked as `ROUTE_CONFIG/DOMAIN`) and the glob collections they are members of;
-    /// never the type's wildcard ([`Table::wildcard_answered`] says when).
-    pub(crate) fn received(
-        &self,
-        group: &GroupKey,
-        type_url: &str,
-        resources: &mut [&mut xdsd_client::Resource],
-    ) {
-        let type_key = TypeKey::of(type_url);
-        let mut answers = Vec::new();
-        // Taken in a slice at a time: the observer, which declares under the same lock, waits
-        // for a slice, not for a whole response (100,000 names).
-        let mut rerouted = Vec::new();
-        for slice in resources.chunks_mut(PUTS_PER_LOCK) {
-            let mut state = self.state();
-            let cache = state.cache(&group.partition);
-            for r in slice.iter_mut() {
-                cache.put(group, r);
-                answers.extend(
-                    r.names()
-                        .map(|name| Want::named(group.clone(), &type_key, name)),
-                );
-            }
-            if group.partition == Partition::All {
-                for r in slice {
-                    rerouted.extend(state.learn_keys(&type_key, r));
-                }
-            }
-        }
-        let mut state = self.state();
-        if !rerouted.is_empty() {
-            // Held through another group now: pending there (for those clients) until it
-            // answers, so that nothing the old group's answer says is shown them meanwhile.
-            let wants: Vec<&Want> = rerouted.iter().collect();
-            self.declare_in(&mut state, &wants, None, Instant::now());
-        }
-        // A response of its type is not its wildcard's answer (it may answer names asked
-        // before the wildcard, sent before the upstream read it): the group's stream says
-        // which is ([`Table::wildcard_answered`]). It is a response, which readiness reads.
-        let wildcard = Want::wildcard(group.clone(), &type_key);
-        if let Some(entry) = state.wants.get_mut(&wildcard).filter(|e| e.subscribed) {
-            entry.responded = true;
-        }
-        // A member answers its glob collection if the group subscribes to it: the upstream
-        // sends a glob's members together (xRFC TP1). Only xdstp names pay (a lookup per
-        // collection, not per member).
-        let mut last: Option<Want> = None;
-        let globs: Vec<Want> = resources
-            .iter()
-            .filter(|r| xdsd_core::xdstp::is_xdstp(&r.name))
-            .filter_map(|r| glob_of(&Want::named(group.clone(), &type_key, r.name.as_str())))
-            .filter(|glob| {
-                let new = last.as_ref() != Some(glob);
-                last = Some(glob.clone());
-                new && state.holds(glob)
-            })
-            .collect();
-        answers.extend(globs);
-        state.answering(&group.partition).append(&mut answers);
-    }
-
-    /// [`Table::received`] of copies of `resources` (the tests' resources are shared).
-    #[cfg(test)]
-    pub(crate) fn received_copies(
-        &self,
-        group: &GroupKey,
-        type_url: &str,
-        resources: &[&xdsd_client::Resource],
-    ) {
-        let mut copies: Vec<xdsd_client::Resource> =
-            resources.iter().map(|r| (*r).clone()).collect();
-        self.received(group, type_url, &mut copies.iter_mut().collect::<Vec<_>>());
-    }
-
-    /// `group`'s upstream stream holds its server's answer to the wildcard of `type_url`
-    /// (`xdsd_client::Event::WildcardAnswered`, after the events of the response that brought
-    /// it): the wildcard, if the group subscribes to it, is answered once committed, and with
-    /// it the names of its type in its group. Whether it was not answered before (a stream
-    /// that reconnected answers it again).
-    pub(crate) fn wildcard_answered(&self, group: &GroupKey, type_url: &str) -> bool {
-        let mut state = self.state();
-        let wildcard = Want::wildcard(group.clone(), type_url);
-        let Some(entry) = state.wants.get(&wildcard).filter(|e| e.subscribed) else {
-            return false;
-        };
-        let first = !entry.answered;
-        state.answering(&group.partition).push(wildcard);
-        first
-    }
-
-    /// The upstream removed these variants of `names` of `type_url` from `group`: the wants
-    /// subscribed that this answers (each name, and each alias the group held them under) are
-    /// answered once committed.
-    pub(crate) fn removed(
-        &self,
-        group: &GroupKey,
-        type_url: &str,
-        names: &[String],
-        variants: &[(String, Option<DynamicParameterConstraints>)],
-    ) {
-        let mut state = self.state();
-        let cache = state.cache(&group.partition);
-        let aliases: Vec<String> = names
-            .iter()
-            .flat_map(|n| cache.aliases_of(group, type_url, n))
-            .collect();
-        cache.remove_variants(group, type_url, variants);
-        let type_key = TypeKey::of(type_url);
-        let answers: Vec<Want> = names
-            .iter()
-            .chain(&aliases)
-            .map(|name| Want::named(group.clone(), &type_key, name.as_str()))
-            .filter(|want| state.holds(want))
-            .collect();
-        state.answering(&group.partition).extend(answers);
-        self.widen(&mut state, group, type_url, names);
-    }
-
-    /// The upstream says `name` of `type_url` does not exist for `group`: answered once
-    /// committed.
-    pub(crate) fn does_not_exist(&self, group: &GroupKey, type_url: &str, name: &str) {
-        let mut state = self.state();
-        state
-            .cache(&group.partition)
-            .remove(group, type_url, &[name.to_owned()]);
-        state
-            .answering(&group.partition)
-            .push(Want::named(group.clone(), type_url, name));
-        self.widen(&mut state, group, type_url, &[name.to_owned()]);
-    }
-
-    /// The partitions other than the shared one whose cache may have changed, or that have
-    /// answers to announce, since asked last.
-    pub(crate) fn take_touched(&self) -> BTreeSet<Partition> {
-        let mut state = self.state();
-        let mut touched = std::mem::take(&mut state.touched);
-        touched.extend(
-            state
-                .answering
-                .keys()
-                .filter(|p| **p != Partition::All)
-                .cloned(),
-        );
-        touched
-    }
-
-    /// `partition`'s answers are in the change about to be committed to its store: resolved in
-    /// that commit's own swap (see [`Table::stage_in`]).
-    pub(crate) fn stage_answers(&self, partition: &Partition) {
-        let state = self.state();
-        if let Some(wants) = state.answering.get(partition) {
-            self.stage_in(&state, wants);
-        }
-    }
-
-    /// `partition`'s answers are committed (or refused, or changed nothing): announced.
-    pub(crate) fn announce_answers(&self, partition: &Partition) {
-        let mut state = self.state();
-        if let Some(wants) = state.answering.remove(partition) {
-            self.announce_in(&mut state, wants);
-        }
-    }
-
-    /// The shared partition's answers go with the change handed to the feed: resolved in its
-    /// commit's swap, announced by [`Table::announce_committed`].
-    pub(crate) fn stage_shared(&self) {
-        let mut state = self.state();
-        let wants = state.answering.remove(&Partition::All).unwrap_or_default();
-        self.stage_in(&state, &wants);
-        state.committing.extend(wants);
-    }
-
-    /// The feed committed (or refused) the shared partition's change: its answers announced.
-    pub(crate) fn announce_committed(&self) {
-        let mut state = self.state();
-        let wants = std::mem::take(&mut state.committing);
-        self.announce_in(&mut state, wants);
-    }
-
-    /// The change of `partition`'s cache since its last, if any, with the variants the cache
-    /// could not give the store; a partition whose cache holds nothing any more is let go.
-    pub(crate) fn take_change(&self, partition: &Partition) -> Option<(ChangeSet, Vec<String>)> {
-        let mut state = self.state();
-        let cache = state.caches.get_mut(partition)?;
-        let before = cache.variants();
-        let taken = cache.take_change();
-        let after = cache.variants();
-        let emptied = cache.take_emptied();
-        if cache.is_empty() && *partition != Partition::All {
-            state.caches.remove(partition);
-        }
-        state.variants = state.variants + after - before;
-        if *partition == Partition::All {
-            // The keys of a name no group holds are forgotten (known again from its next
-            // variant): what the table keeps per name goes with the name.
-            for (type_url, name) in emptied {
-                let held = state
-                    .caches
-                    .get(partition)
-                    .is_some_and(|c| c.holds_name(&type_url, &name));
-                if !held {
-                    let type_url = TypeKey::of(&type_url);
-                    if let Some(names) = state.keys.get_mut(&type_url) {
-                        let forgot = names.remove(&name).is_some();
-                        if names.is_empty() {
-                            state.keys.remove(&type_url);
-                        }
-                        if forgot {
-                            state.keys_epoch += 1;
-                        }
-                    }
-                }
-            }
-        }
-        taken
-    }
-
-    /// Whether `partition`'s cache holds anything.
-    pub(crate) fn holds_any(&self, partition: &Partition) -> bool {
-        self.state().caches.contains_key(partition)
-    }
-
-    /// The variants held in all the caches after the last changes taken.
-    pub(crate) fn variants(&self) -> usize {
-        self.state().variants
     }
 
     /// The rows in the table (what it holds is bounded by this).
