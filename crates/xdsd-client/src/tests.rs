@@ -1511,3 +1511,106 @@ mod glob {
 
 mod cost;
 mod wildcard;
+
+/// A resource as the client holds it: `name` at `version`, a cluster body tagged `tag`.
+fn held(name: &str, version: &str, tag: &str) -> Resource {
+    Resource {
+        type_url: CLUSTER.into(),
+        name: name.into(),
+        aliases: Vec::new(),
+        version: version.into(),
+        body: cluster(name, tag),
+        constraints: None,
+        ttl: None,
+    }
+}
+
+#[test]
+fn preloaded_resources_are_named_in_the_first_request_and_told_of_only_when_the_server_changes_them(
+) {
+    let mut p = Pair::delta();
+    p.client.connected();
+    let preloaded = vec![
+        held("a", "7", "1"),
+        held("b", "3", "1"),
+        held("a", "7", "1"),
+    ];
+    assert_eq!(
+        p.client.preload(CLUSTER, preloaded, p.now),
+        Ok(2),
+        "a key once"
+    );
+    assert!(p.news().is_empty(), "no event of a preload");
+    assert_eq!(p.names(CLUSTER), vec!["a", "b"], "held");
+    p.client.subscribe(CLUSTER, ["*"]).expect("subscribed");
+    let first = p.delta_request();
+    assert_eq!(first.resource_names_subscribe, vec!["*"]);
+    assert_eq!(first.initial_resource_versions.len(), 2);
+    assert_eq!(first.initial_resource_versions["a"], "7");
+    assert_eq!(first.initial_resource_versions["b"], "3");
+    // The server sends what differs (b), one more (c), and removes what this stream should
+    // not hold (a): the first response answers the wildcard.
+    p.delta_in(delta(
+        CLUSTER,
+        "n1",
+        vec![
+            wire("b", "4", Some(cluster("b", "2"))),
+            wire("c", "1", Some(cluster("c", "1"))),
+        ],
+        &["a"],
+    ));
+    let events = p.news();
+    match events.as_slice() {
+        [Event::Update(u), Event::Removed { names, .. }, Event::WildcardAnswered { .. }] => {
+            let added: Vec<&str> = u.added.iter().map(|r| r.name.as_str()).collect();
+            let changed: Vec<&str> = u.changed.iter().map(|r| r.name.as_str()).collect();
+            assert_eq!((added, changed), (vec!["c"], vec!["b"]));
+            assert_eq!(names, &vec!["a".to_owned()]);
+        }
+        other => panic!("b changed, c added, a removed, the wildcard answered: {other:?}"),
+    }
+    assert_eq!(p.names(CLUSTER), vec!["b", "c"]);
+}
+
+#[test]
+fn a_server_that_resends_a_preloaded_resource_unchanged_changes_nothing() {
+    let mut p = Pair::delta();
+    p.client.connected();
+    assert_eq!(
+        p.client.preload(CLUSTER, vec![held("a", "7", "1")], p.now),
+        Ok(1)
+    );
+    p.client.subscribe(CLUSTER, ["*"]).expect("subscribed");
+    p.delta_request();
+    p.delta_in(delta(
+        CLUSTER,
+        "n1",
+        vec![wire("a", "7", Some(cluster("a", "1")))],
+        &[],
+    ));
+    match p.news().as_slice() {
+        [Event::Update(u), Event::WildcardAnswered { .. }] => {
+            assert!(u.added.is_empty() && u.changed.is_empty(), "{u:?}")
+        }
+        other => panic!("the first response, empty, and the wildcard's answer: {other:?}"),
+    }
+}
+
+#[test]
+fn a_preload_holds_nothing_once_the_type_is_subscribed_or_past_the_limits() {
+    let mut p = Pair::delta();
+    p.client.connected();
+    p.client.subscribe(CLUSTER, ["*"]).expect("subscribed");
+    assert_eq!(
+        p.client.preload(CLUSTER, vec![held("a", "7", "1")], p.now),
+        Ok(0)
+    );
+    assert!(p.names(CLUSTER).is_empty());
+    let mut p = Pair::delta().with_limits(Limits {
+        max_names: 1,
+        ..Limits::default()
+    });
+    let two = vec![held("a", "7", "1"), held("b", "3", "1")];
+    assert!(p.client.preload(CLUSTER, two, p.now).is_err());
+    assert!(p.names(CLUSTER).is_empty(), "refused whole");
+}
