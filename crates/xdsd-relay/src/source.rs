@@ -229,6 +229,19 @@ impl RelaySource {
                     };
                     info!(upstream = %upstream, stream = %key, type_url = %type_url, "subscribing upstream: {first}{more}");
                 }
+                // A parameter set's wildcard: lent what the shared stream holds that every
+                // parameter set is sent, so that the upstream sends it only what differs (a
+                // delta stream names what it holds; SotW cannot).
+                if self.options.flavor == Flavor::Delta
+                    && names.iter().any(|n| n == xdsd_client::WILDCARD)
+                {
+                    let lent = self.table.lend(&key, &type_url);
+                    if !lent.is_empty() {
+                        info!(upstream = %self.options.upstream.server, stream = %key, type_url = %type_url, lent = lent.len(), "lent what the shared stream holds unconstrained: the upstream is asked for what differs");
+                        self.metrics.lent(lent.len());
+                        group.client.preload(&type_url, lent);
+                    }
+                }
                 group.client.subscribe(&type_url, names);
             }
         }
@@ -408,6 +421,7 @@ impl RelaySource {
                 // Cached (the bodies taken, not copied); what it answers is the table's to say.
                 let mut received: Vec<&mut xdsd_client::Resource> =
                     update.added.iter_mut().chain(&mut update.changed).collect();
+                self.metrics.received(received.len());
                 self.table.received(&key, &update.type_url, &mut received);
             }
             Event::Removed {

@@ -7,6 +7,7 @@
 //! wildcard.
 
 mod legacy;
+mod lend;
 mod locators;
 mod pending;
 mod upstream;
