@@ -212,24 +212,34 @@ impl Cache {
         to: &GroupKey,
         type_key: &TypeKey,
     ) -> Vec<xdsd_client::Resource> {
-        let Some(names) = self.by_group.get(&(from.clone(), type_key.clone())) else {
+        let Cache {
+            entries,
+            by_group,
+            aliased,
+            ..
+        } = self;
+        let (Some(names), Some(by_name)) = (
+            by_group.get(&(from.clone(), type_key.clone())),
+            entries.get_mut(type_key),
+        ) else {
             return Vec::new();
         };
+        // In name order, the order the stream keeps them in: its preload sorts nothing.
+        let mut order: Vec<&String> = names.counts.keys().collect();
+        order.sort_unstable();
         let unconstrained = (from.clone(), Vec::new());
-        let lent: Vec<(String, Cached)> = names
-            .counts
-            .keys()
-            .filter_map(|name| {
-                let variants = self.entries.get(type_key)?.get(name.as_str())?;
-                if variants.keys().any(|(g, _)| g == to) {
-                    return None;
-                }
-                Some((name.clone(), variants.get(&unconstrained)?.clone()))
-            })
-            .collect();
         let type_url = type_key.to_string();
-        let mut resources = Vec::with_capacity(lent.len());
-        for (name, cached) in lent {
+        let mut resources = Vec::new();
+        for name in order {
+            let Some(variants) = by_name.get_mut(name.as_str()) else {
+                continue;
+            };
+            if variants.keys().any(|(g, _)| g == to) {
+                continue;
+            }
+            let Some(cached) = variants.get(&unconstrained).cloned() else {
+                continue;
+            };
             resources.push(xdsd_client::Resource {
                 type_url: type_url.clone(),
                 name: name.clone(),
@@ -242,7 +252,20 @@ impl Cache {
                 constraints: None,
                 ttl: cached.ttl,
             });
-            self.hold(to, type_key.clone(), &name, cached);
+            for alias in &cached.aliases {
+                aliased
+                    .entry((to.clone(), type_key.clone(), alias.clone()))
+                    .or_default()
+                    .insert(name.clone());
+            }
+            // The store's variant is unchanged: the same body as the group that held it,
+            // whichever of the two comes first ([`Cache::put`]).
+            variants.insert((to.clone(), Vec::new()), cached);
+        }
+        let held = by_group.entry((to.clone(), type_key.clone())).or_default();
+        held.counts.reserve(resources.len());
+        for r in &resources {
+            held.add(&r.name);
         }
         resources
     }
