@@ -408,9 +408,19 @@ impl XdsClient {
     /// subscribed (on the default connection, the wildcard's). Refused past the client's
     /// limits (logged): the server then sends them as it would have.
     pub fn preload(&self, type_url: &str, resources: Vec<Resource>) {
+        self.preload_with(type_url, move || resources);
+    }
+
+    /// [`XdsClient::preload`] of the resources `make` makes, on the connection's own task (a
+    /// large preload's making is not the caller's time), before any later command.
+    pub fn preload_with(
+        &self,
+        type_url: &str,
+        make: impl FnOnce() -> Vec<Resource> + Send + 'static,
+    ) {
         let type_url = type_url.to_owned();
         self.send(Box::new(move |client: &mut Client| {
-            match client.preload(&type_url, resources, std::time::Instant::now()) {
+            match client.preload(&type_url, make(), std::time::Instant::now()) {
                 Ok(held) => tracing::debug!(type_url, held, "preloaded"),
                 Err(e) => tracing::warn!(type_url, "not preloaded: {e}"),
             }

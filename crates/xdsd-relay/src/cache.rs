@@ -57,6 +57,32 @@ impl PartialEq for Cached {
     }
 }
 
+/// A variant lent to a group's upstream stream ([`Cache::lend`]): made into the resource the
+/// stream holds by [`Lent::resource`], off the table's lock.
+#[derive(Debug)]
+pub struct Lent {
+    name: String,
+    cached: Cached,
+}
+
+impl Lent {
+    /// The resource of `type_url` it is, as an upstream stream holds it.
+    pub fn resource(self, type_url: &str) -> xdsd_client::Resource {
+        xdsd_client::Resource {
+            type_url: type_url.to_owned(),
+            name: self.name,
+            aliases: self.cached.aliases,
+            version: self.cached.version,
+            body: Any {
+                type_url: type_url.to_owned(),
+                value: self.cached.value.to_vec(),
+            },
+            constraints: None,
+            ttl: self.cached.ttl,
+        }
+    }
+}
+
 /// A name of a type: the type by its key (compared as a number for the well-known types, not
 /// as 68 bytes of URL at each step of a look-up), then the name.
 type Name = (TypeKey, String);
@@ -197,40 +223,45 @@ impl Cache {
         }
     }
 
-    /// The unconstrained variants of `type_key` that `from` holds, held by `to` too when it
-    /// holds no variant of their name (the same bytes, not copied): what `to`'s upstream stream
-    /// is lent before it subscribes to the type's wildcard (`xdsd_client::Client::preload`),
-    /// as the resources that stream is to hold. An unconstrained variant is what every
-    /// parameter set is sent of its name (a name's variants constrain the same keys), so a
-    /// server that honours the stream's `initial_resource_versions` sends it only what differs
-    /// (a parameter set's wildcard on the relay's shared stream's upstream: 100,000 clusters
-    /// sent, decoded and cached again otherwise); what `to` should not hold, the server
-    /// removes.
+    /// The names of `type_key` that `group` holds (what [`Cache::lend`] is asked in slices).
+    pub fn names_of(&self, group: &GroupKey, type_key: &TypeKey) -> Vec<String> {
+        self.by_group
+            .get(&(group.clone(), type_key.clone()))
+            .map(|names| names.counts.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Of `names`, the unconstrained variants of `type_key` that `from` holds, held by `to`
+    /// too when it holds no variant of their name (the same bytes, not copied; the store's
+    /// variants unchanged: the same body as the group that held it, whichever of the two comes
+    /// first, [`Cache::put`]): what `to`'s upstream stream is lent before it subscribes to the
+    /// type's wildcard (`xdsd_client::Client::preload`), the resources that stream is to hold,
+    /// added to `lent`. An unconstrained variant is what every parameter set is sent of its
+    /// name (a name's variants constrain the same keys), so a server that honours the stream's
+    /// `initial_resource_versions` sends it only what differs (a parameter set's wildcard on
+    /// the relay's: 100,000 clusters sent, decoded and cached again otherwise); what `to`
+    /// should not hold, the server removes.
     pub fn lend(
         &mut self,
         from: &GroupKey,
         to: &GroupKey,
         type_key: &TypeKey,
-    ) -> Vec<xdsd_client::Resource> {
+        names: &[String],
+        lent: &mut Vec<Lent>,
+    ) {
         let Cache {
             entries,
             by_group,
             aliased,
             ..
         } = self;
-        let (Some(names), Some(by_name)) = (
-            by_group.get(&(from.clone(), type_key.clone())),
-            entries.get_mut(type_key),
-        ) else {
-            return Vec::new();
+        let Some(by_name) = entries.get_mut(type_key) else {
+            return;
         };
-        // In name order, the order the stream keeps them in: its preload sorts nothing.
-        let mut order: Vec<&String> = names.counts.keys().collect();
-        order.sort_unstable();
         let unconstrained = (from.clone(), Vec::new());
-        let type_url = type_key.to_string();
-        let mut resources = Vec::new();
-        for name in order {
+        let held = by_group.entry((to.clone(), type_key.clone())).or_default();
+        held.counts.reserve(names.len());
+        for name in names {
             let Some(variants) = by_name.get_mut(name.as_str()) else {
                 continue;
             };
@@ -240,34 +271,19 @@ impl Cache {
             let Some(cached) = variants.get(&unconstrained).cloned() else {
                 continue;
             };
-            resources.push(xdsd_client::Resource {
-                type_url: type_url.clone(),
-                name: name.clone(),
-                aliases: cached.aliases.clone(),
-                version: cached.version.clone(),
-                body: Any {
-                    type_url: type_url.clone(),
-                    value: cached.value.to_vec(),
-                },
-                constraints: None,
-                ttl: cached.ttl,
-            });
             for alias in &cached.aliases {
                 aliased
                     .entry((to.clone(), type_key.clone(), alias.clone()))
                     .or_default()
                     .insert(name.clone());
             }
-            // The store's variant is unchanged: the same body as the group that held it,
-            // whichever of the two comes first ([`Cache::put`]).
-            variants.insert((to.clone(), Vec::new()), cached);
+            held.add(name);
+            variants.insert((to.clone(), Vec::new()), cached.clone());
+            lent.push(Lent {
+                name: name.clone(),
+                cached,
+            });
         }
-        let held = by_group.entry((to.clone(), type_key.clone())).or_default();
-        held.counts.reserve(resources.len());
-        for r in &resources {
-            held.add(&r.name);
-        }
-        resources
     }
 
     /// `group` no longer holds `key` under `aliases`.
@@ -733,6 +749,17 @@ mod tests {
         assert_eq!(values, [&b"x"[..]]);
     }
 
+    /// What `to` is lent of `from`'s clusters, as resources in name order.
+    fn lend(cache: &mut Cache, from: &GroupKey, to: &GroupKey) -> Vec<xdsd_client::Resource> {
+        let type_key = TypeKey::of(CDS);
+        let names = cache.names_of(from, &type_key);
+        let mut lent = Vec::new();
+        cache.lend(from, to, &type_key, &names, &mut lent);
+        let mut resources: Vec<_> = lent.into_iter().map(|l| l.resource(CDS)).collect();
+        resources.sort_by(|a, b| a.name.cmp(&b.name));
+        resources
+    }
+
     #[test]
     fn a_group_is_lent_the_unconstrained_variants_of_names_it_holds_none_of_and_the_store_is_unchanged(
     ) {
@@ -746,7 +773,7 @@ mod tests {
         cache.put(&shared, &mut resource("p", b"z", Some("prod")));
         cache.put(&edge, &mut resource("b", b"y2", None));
         cache.take_change();
-        let lent = cache.lend(&shared, &edge, &TypeKey::of(CDS));
+        let lent = lend(&mut cache, &shared, &edge);
         let names: Vec<(&str, &str, &[u8])> = lent
             .iter()
             .map(|r| (r.name.as_str(), r.version.as_str(), &r.body.value[..]))
@@ -766,14 +793,14 @@ mod tests {
             assert_eq!(resources.len(), 1, "still held by the group lent it");
             assert_eq!(&resources[0].value[..], b"x");
         }
-        assert!(cache.lend(&shared, &edge, &TypeKey::of(CDS)).is_empty());
+        assert!(lend(&mut cache, &shared, &edge).is_empty());
         // A body received again under another version is the same variant, its version kept.
         let mut again = resource("b", b"y", None);
         again.version = "9".into();
         cache.put(&shared, &mut again);
         assert!(cache.take_change().is_none());
         let other = params("other");
-        let lent = cache.lend(&shared, &other, &TypeKey::of(CDS));
+        let lent = lend(&mut cache, &shared, &other);
         assert_eq!(lent.len(), 1);
         assert_eq!(
             (lent[0].name.as_str(), lent[0].version.as_str()),

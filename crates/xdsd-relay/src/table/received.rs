@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
 use xdsd_core::ChangeSet;
 
 use super::{glob_of, GroupKey, Partition, Table, TypeKey, Want, PUTS_PER_LOCK};
+use crate::cache::Lent;
 use crate::group::Params;
 
 impl Table {
@@ -94,14 +95,23 @@ impl Table {
     /// unconstrained variants the group of no parameters (the shared stream) holds, which the
     /// group then holds too. Nothing for the group of no parameters itself, nor in another
     /// partition (whose streams present their nodes: an upstream may vary content by node).
-    pub(crate) fn lend(&self, group: &GroupKey, type_key: &TypeKey) -> Vec<xdsd_client::Resource> {
+    /// Taken a slice at a time under the lock (100,000 names), as responses are.
+    pub(crate) fn lend(&self, group: &GroupKey, type_key: &TypeKey) -> Vec<Lent> {
         if group.partition != Partition::All || group.params.is_empty() {
             return Vec::new();
         }
         let from = group.with_params(Params::new());
-        self.state()
-            .cache(&group.partition)
-            .lend(&from, group, type_key)
+        let names = match self.state().caches.get(&group.partition) {
+            Some(cache) => cache.names_of(&from, type_key),
+            None => return Vec::new(),
+        };
+        let mut lent = Vec::with_capacity(names.len());
+        for slice in names.chunks(PUTS_PER_LOCK) {
+            self.state()
+                .cache(&group.partition)
+                .lend(&from, group, type_key, slice, &mut lent);
+        }
+        lent
     }
 
     /// `group`'s upstream stream holds its server's answer to the wildcard of `type_url`
