@@ -239,14 +239,11 @@ impl RelaySource {
                     if !lent.is_empty() {
                         info!(upstream = %self.options.upstream.server, stream = %key, type_url = %type_url, lent = lent.len(), "lent what the shared stream holds unconstrained: the upstream is asked for what differs");
                         self.metrics.lent(lent.len());
-                        // Made into resources on the stream's own task, in the order it
-                        // holds them (the preload then sorts nothing).
+                        // Made into resources on the stream's own task (lent in name order,
+                        // the order it holds them in: its preload sorts nothing).
                         let type_url = type_url.to_string();
                         group.client.preload_with(&type_url.clone(), move || {
-                            let mut resources: Vec<xdsd_client::Resource> =
-                                lent.into_iter().map(|l| l.resource(&type_url)).collect();
-                            resources.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-                            resources
+                            lent.into_iter().map(|l| l.resource(&type_url)).collect()
                         });
                     }
                 }
