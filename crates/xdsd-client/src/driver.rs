@@ -18,7 +18,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::constraints::Params;
-use crate::machine::{Client, Config, Event, Flavor, Request, Resource, SubscribeError, Validator};
+use crate::machine::{Client, Config, Event, Flavor, Request, SubscribeError, Validator};
 use crate::types;
 
 /// The largest response read by default (a big fleet's clusters fit).
@@ -402,29 +402,6 @@ impl XdsClient {
                 refused(client, &type_url, result);
             }));
         }
-    }
-
-    /// [`Client::preload`]: `resources` of `type_url` held as if received, before the type is
-    /// subscribed (on the default connection, the wildcard's). Refused past the client's
-    /// limits (logged): the server then sends them as it would have.
-    pub fn preload(&self, type_url: &str, resources: Vec<Resource>) {
-        self.preload_with(type_url, move || resources);
-    }
-
-    /// [`XdsClient::preload`] of the resources `make` makes, on the connection's own task (a
-    /// large preload's making is not the caller's time), before any later command.
-    pub fn preload_with(
-        &self,
-        type_url: &str,
-        make: impl FnOnce() -> Vec<Resource> + Send + 'static,
-    ) {
-        let type_url = type_url.to_owned();
-        self.send(Box::new(move |client: &mut Client| {
-            match client.preload(&type_url, make(), std::time::Instant::now()) {
-                Ok(held) => tracing::debug!(type_url, held, "preloaded"),
-                Err(e) => tracing::warn!(type_url, "not preloaded: {e}"),
-            }
-        }));
     }
 
     /// Subscribes to every resource of `type_url` the legacy way (naming nothing).

@@ -460,60 +460,6 @@ impl Client {
         Ok(())
     }
 
-    /// Holds `resources` of `type_url` as if this stream had received them, before the type is
-    /// subscribed or holds anything: resources the caller holds from another stream of the same
-    /// server (a relay's parameter set's wildcard: the unconstrained variants its shared stream
-    /// holds, which every parameter set is sent). A delta stream's first request of the type
-    /// names them in `initial_resource_versions`, as after a reconnect: a server that honours it
-    /// sends only what differs and removes what this stream should not hold; one that does not
-    /// sends them again, each then a change only if its body differs. No event tells of them
-    /// and they answer nothing: the type's first response still does. (SotW names no
-    /// per-resource versions: its server sends everything again.) How many are held: none when
-    /// the type is subscribed or holds something already, or for a resource of another type;
-    /// a key given twice is held once. Refused whole past the client's limits.
-    pub fn preload(
-        &mut self,
-        type_url: &str,
-        resources: Vec<Resource>,
-        now: Instant,
-    ) -> Result<usize, SubscribeError> {
-        let limits = self.config.limits;
-        let bytes = self.bytes();
-        let state = self.state(type_url)?;
-        if !state.subs.is_empty() || state.wildcard() != Wildcard::Off || !state.held.is_empty() {
-            return Ok(0);
-        }
-        let mut fresh: Vec<Held> = resources
-            .into_iter()
-            .filter(|r| r.type_url == type_url)
-            .map(|r| Held::new(r, now))
-            .collect();
-        fresh.sort();
-        fresh.dedup();
-        let mut names = 0;
-        for (i, held) in fresh.iter().enumerate() {
-            if i == 0 || fresh[i - 1].resource.name != held.resource.name {
-                names += 1;
-            }
-        }
-        if names > limits.max_names {
-            return Err(SubscribeError::Limit {
-                what: "names held",
-                limit: limits.max_names,
-            });
-        }
-        let new_bytes: usize = fresh.iter().map(|h| h.bytes).sum();
-        if bytes + new_bytes > limits.max_bytes {
-            return Err(SubscribeError::Limit {
-                what: "bytes of resources held",
-                limit: limits.max_bytes,
-            });
-        }
-        let count = fresh.len();
-        state.hold_new(fresh, names);
-        Ok(count)
-    }
-
     /// Subscribes to every resource of `type_url` the legacy way: by naming nothing. Once a
     /// name is subscribed as well, the wildcard is sent as `*`.
     pub fn subscribe_legacy_wildcard(&mut self, type_url: &str) -> Result<(), SubscribeError> {

@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
-use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use xdsd_core::params::Constraints;
 use xdsd_core::{ChangeSet, ResourceInput};
@@ -34,53 +33,13 @@ use crate::want::TypeKey;
 use xdsd_core::hash::HashMap;
 
 /// One variant as received.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct Cached {
     value: Bytes,
     constraints: Option<DynamicParameterConstraints>,
     ttl: Option<Duration>,
     /// Its aliases (VHDS: the `ROUTE_CONFIG/DOMAIN`s of a virtual host), stored with it.
     aliases: Vec<String>,
-    /// The upstream's version of it, as last received: what a stream that is lent it names
-    /// ([`Cache::lend`]). Not part of what it is: a SotW upstream versions each resource with
-    /// its response, and the same body under another version is the same variant.
-    version: String,
-}
-
-/// What the variant is: its body, constraints, TTL and aliases (not its version).
-impl PartialEq for Cached {
-    fn eq(&self, other: &Cached) -> bool {
-        self.value == other.value
-            && self.constraints == other.constraints
-            && self.ttl == other.ttl
-            && self.aliases == other.aliases
-    }
-}
-
-/// A variant lent to a group's upstream stream ([`Cache::lend`]): made into the resource the
-/// stream holds by [`Lent::resource`], off the table's lock.
-#[derive(Debug)]
-pub struct Lent {
-    name: String,
-    cached: Cached,
-}
-
-impl Lent {
-    /// The resource of `type_url` it is, as an upstream stream holds it.
-    pub fn resource(self, type_url: &str) -> xdsd_client::Resource {
-        xdsd_client::Resource {
-            type_url: type_url.to_owned(),
-            name: self.name,
-            aliases: self.cached.aliases,
-            version: self.cached.version,
-            body: Any {
-                type_url: type_url.to_owned(),
-                value: self.cached.value.to_vec(),
-            },
-            constraints: None,
-            ttl: self.cached.ttl,
-        }
-    }
 }
 
 /// A name of a type: the type by its key (compared as a number for the well-known types, not
@@ -172,21 +131,14 @@ impl Cache {
             constraints: resource.constraints.clone().filter(|c| c.r#type.is_some()),
             ttl: resource.ttl,
             aliases: resource.aliases.clone(),
-            version: std::mem::take(&mut resource.version),
         };
-        self.hold(group, type_key, &resource.name, cached);
-    }
-
-    /// `group` holds `cached` as its variant of `name` (see [`Cache::put`]).
-    fn hold(&mut self, group: &GroupKey, type_key: TypeKey, name: &str, cached: Cached) {
         let variant = (group.clone(), encoded(&cached));
         let names = self.entries.entry(type_key.clone()).or_default();
-        let held = match names.get_mut(name) {
+        let held = match names.get_mut(resource.name.as_str()) {
             Some(held) => held,
-            None => names.entry(name.to_owned()).or_default(),
+            None => names.entry(resource.name.clone()).or_default(),
         };
-        if let Some(same) = held.get_mut(&variant).filter(|c| **c == cached) {
-            same.version = cached.version;
+        if held.get(&variant) == Some(&cached) {
             return;
         }
         // The store is given each distinct variant from the first group holding it: the store's
@@ -203,7 +155,7 @@ impl Cache {
         };
         let aliases = cached.aliases.clone();
         let old = held.insert(variant, cached);
-        let key = (type_key, name.to_owned());
+        let key = (type_key, resource.name.clone());
         match old {
             Some(old) => self.unindex(group, &key, &old.aliases),
             None => self
@@ -220,69 +172,6 @@ impl Cache {
         }
         if changed {
             self.dirty.insert(key);
-        }
-    }
-
-    /// The names of `type_key` that `group` holds (what [`Cache::lend`] is asked in slices).
-    pub fn names_of(&self, group: &GroupKey, type_key: &TypeKey) -> Vec<String> {
-        self.by_group
-            .get(&(group.clone(), type_key.clone()))
-            .map(|names| names.counts.keys().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// Of `names`, the unconstrained variants of `type_key` that `from` holds, held by `to`
-    /// too when it holds no variant of their name (the same bytes, not copied; the store's
-    /// variants unchanged: the same body as the group that held it, whichever of the two comes
-    /// first, [`Cache::put`]): what `to`'s upstream stream is lent before it subscribes to the
-    /// type's wildcard (`xdsd_client::Client::preload`), the resources that stream is to hold,
-    /// added to `lent`. An unconstrained variant is what every parameter set is sent of its
-    /// name (a name's variants constrain the same keys), so a server that honours the stream's
-    /// `initial_resource_versions` sends it only what differs (a parameter set's wildcard on
-    /// the relay's: 100,000 clusters sent, decoded and cached again otherwise); what `to`
-    /// should not hold, the server removes.
-    pub fn lend(
-        &mut self,
-        from: &GroupKey,
-        to: &GroupKey,
-        type_key: &TypeKey,
-        names: &[String],
-        lent: &mut Vec<Lent>,
-    ) {
-        let Cache {
-            entries,
-            by_group,
-            aliased,
-            ..
-        } = self;
-        let Some(by_name) = entries.get_mut(type_key) else {
-            return;
-        };
-        let unconstrained = (from.clone(), Vec::new());
-        let held = by_group.entry((to.clone(), type_key.clone())).or_default();
-        held.counts.reserve(names.len());
-        for name in names {
-            let Some(variants) = by_name.get_mut(name.as_str()) else {
-                continue;
-            };
-            if variants.keys().any(|(g, _)| g == to) {
-                continue;
-            }
-            let Some(cached) = variants.get(&unconstrained).cloned() else {
-                continue;
-            };
-            for alias in &cached.aliases {
-                aliased
-                    .entry((to.clone(), type_key.clone(), alias.clone()))
-                    .or_default()
-                    .insert(name.clone());
-            }
-            held.add(name);
-            variants.insert((to.clone(), Vec::new()), cached.clone());
-            lent.push(Lent {
-                name: name.clone(),
-                cached,
-            });
         }
     }
 
@@ -747,65 +636,6 @@ mod tests {
         let (_, resources) = inputs(&change);
         let values: Vec<&[u8]> = resources.iter().map(|r| &r.value[..]).collect();
         assert_eq!(values, [&b"x"[..]]);
-    }
-
-    /// What `to` is lent of `from`'s clusters, as resources in name order.
-    fn lend(cache: &mut Cache, from: &GroupKey, to: &GroupKey) -> Vec<xdsd_client::Resource> {
-        let type_key = TypeKey::of(CDS);
-        let names = cache.names_of(from, &type_key);
-        let mut lent = Vec::new();
-        cache.lend(from, to, &type_key, &names, &mut lent);
-        let mut resources: Vec<_> = lent.into_iter().map(|l| l.resource(CDS)).collect();
-        resources.sort_by(|a, b| a.name.cmp(&b.name));
-        resources
-    }
-
-    #[test]
-    fn a_group_is_lent_the_unconstrained_variants_of_names_it_holds_none_of_and_the_store_is_unchanged(
-    ) {
-        let shared = GroupKey::shared();
-        let edge = params("edge");
-        let mut cache = Cache::new();
-        let mut a = resource("a", b"x", None);
-        a.version = "7".into();
-        cache.put(&shared, &mut a);
-        cache.put(&shared, &mut resource("b", b"y", None));
-        cache.put(&shared, &mut resource("p", b"z", Some("prod")));
-        cache.put(&edge, &mut resource("b", b"y2", None));
-        cache.take_change();
-        let lent = lend(&mut cache, &shared, &edge);
-        let names: Vec<(&str, &str, &[u8])> = lent
-            .iter()
-            .map(|r| (r.name.as_str(), r.version.as_str(), &r.body.value[..]))
-            .collect();
-        // Not b (the group holds a variant of it), not p (constrained).
-        assert_eq!(names, vec![("a", "7", &b"x"[..])]);
-        assert_eq!(lent[0].body.type_url, CDS);
-        assert!(lent[0].constraints.is_none());
-        assert!(
-            cache.take_change().is_none(),
-            "the store's variants are the same"
-        );
-        // The group holds it: its leaving the shared group keeps it in the store.
-        cache.remove(&shared, CDS, &["a".into()]);
-        if let Some((change, _)) = cache.take_change() {
-            let (_, resources) = inputs(&change);
-            assert_eq!(resources.len(), 1, "still held by the group lent it");
-            assert_eq!(&resources[0].value[..], b"x");
-        }
-        assert!(lend(&mut cache, &shared, &edge).is_empty());
-        // A body received again under another version is the same variant, its version kept.
-        let mut again = resource("b", b"y", None);
-        again.version = "9".into();
-        cache.put(&shared, &mut again);
-        assert!(cache.take_change().is_none());
-        let other = params("other");
-        let lent = lend(&mut cache, &shared, &other);
-        assert_eq!(lent.len(), 1);
-        assert_eq!(
-            (lent[0].name.as_str(), lent[0].version.as_str()),
-            ("b", "9")
-        );
     }
 
     #[test]

@@ -24,8 +24,6 @@ struct Inner {
     entries: AtomicU64,
     pending: AtomicU64,
     expired: AtomicU64,
-    received: AtomicU64,
-    lent: AtomicU64,
     /// The upstreams in the order they are tried, and the streams connected to each.
     upstreams: OnceLock<(Vec<String>, xdsd_client::ServerConnections)>,
 }
@@ -54,17 +52,6 @@ impl RelayMetrics {
     /// Upstream streams open or being opened (`xdsd_relay_upstream_streams`).
     pub fn upstream_streams(&self) -> u64 {
         self.inner.streams.load(Ordering::Relaxed)
-    }
-
-    /// Resources the upstream sent, new or changed (`xdsd_relay_upstream_resources_total`).
-    pub fn upstream_resources(&self) -> u64 {
-        self.inner.received.load(Ordering::Relaxed)
-    }
-
-    /// Resources lent to a parameter set's upstream stream from what the shared stream holds,
-    /// rather than sent by the upstream again (`xdsd_relay_upstream_lent_total`).
-    pub fn upstream_lent(&self) -> u64 {
-        self.inner.lent.load(Ordering::Relaxed)
     }
 
     /// Resource variants cached (`xdsd_relay_cache_entries`).
@@ -134,16 +121,6 @@ impl RelayMetrics {
         self.inner.reconnects.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn received(&self, count: usize) {
-        self.inner
-            .received
-            .fetch_add(count as u64, Ordering::Relaxed);
-    }
-
-    pub(crate) fn lent(&self, count: usize) {
-        self.inner.lent.fetch_add(count as u64, Ordering::Relaxed);
-    }
-
     pub(crate) fn rejected(&self) {
         self.inner.rejected.fetch_add(1, Ordering::Relaxed);
     }
@@ -176,16 +153,6 @@ impl RelayMetrics {
                 "relay_upstream_rejected",
                 "Upstream responses NACKed (a resource the relay cannot read).",
                 self.upstream_rejected(),
-            ),
-            MetricSeries::counter(
-                "relay_upstream_resources",
-                "Resources the upstream sent (new or changed).",
-                self.upstream_resources(),
-            ),
-            MetricSeries::counter(
-                "relay_upstream_lent",
-                "Resources a parameter set's upstream stream was lent from what the shared stream holds (unconstrained), named in its first request rather than sent again.",
-                self.upstream_lent(),
             ),
             MetricSeries::gauge(
                 "relay_upstream_subscriptions",
@@ -253,8 +220,6 @@ mod tests {
             "xdsd_relay_upstream_rejected_total 0",
             "xdsd_relay_pending 0",
             "xdsd_relay_pending_expired_total 0",
-            "xdsd_relay_upstream_resources_total 0",
-            "xdsd_relay_upstream_lent_total 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
         }

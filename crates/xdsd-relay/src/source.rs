@@ -229,24 +229,6 @@ impl RelaySource {
                     };
                     info!(upstream = %upstream, stream = %key, type_url = %type_url, "subscribing upstream: {first}{more}");
                 }
-                // A parameter set's wildcard: lent what the shared stream holds that every
-                // parameter set is sent, so that the upstream sends it only what differs (a
-                // delta stream names what it holds; SotW cannot).
-                if self.options.flavor == Flavor::Delta
-                    && names.iter().any(|n| n == xdsd_client::WILDCARD)
-                {
-                    let lent = self.table.lend(&key, &type_url);
-                    if !lent.is_empty() {
-                        info!(upstream = %self.options.upstream.server, stream = %key, type_url = %type_url, lent = lent.len(), "lent what the shared stream holds unconstrained: the upstream is asked for what differs");
-                        self.metrics.lent(lent.len());
-                        // Made into resources on the stream's own task (lent in name order,
-                        // the order it holds them in: its preload sorts nothing).
-                        let type_url = type_url.to_string();
-                        group.client.preload_with(&type_url.clone(), move || {
-                            lent.into_iter().map(|l| l.resource(&type_url)).collect()
-                        });
-                    }
-                }
                 group.client.subscribe(&type_url, names);
             }
         }
@@ -426,7 +408,6 @@ impl RelaySource {
                 // Cached (the bodies taken, not copied); what it answers is the table's to say.
                 let mut received: Vec<&mut xdsd_client::Resource> =
                     update.added.iter_mut().chain(&mut update.changed).collect();
-                self.metrics.received(received.len());
                 self.table.received(&key, &update.type_url, &mut received);
             }
             Event::Removed {

@@ -10,8 +10,6 @@ use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
 use xdsd_core::ChangeSet;
 
 use super::{glob_of, GroupKey, Partition, Table, TypeKey, Want, PUTS_PER_LOCK};
-use crate::cache::Lent;
-use crate::group::Params;
 
 impl Table {
     /// `group` was sent `resources` of `type_url` (added or changed) in one response: cached,
@@ -88,33 +86,6 @@ impl Table {
         let mut copies: Vec<xdsd_client::Resource> =
             resources.iter().map(|r| (*r).clone()).collect();
         self.received(group, type_url, &mut copies.iter_mut().collect::<Vec<_>>());
-    }
-
-    /// What `group`'s upstream stream is lent of `type_key` before it subscribes to the type's
-    /// wildcard ([`Cache::lend`](crate::cache::Cache::lend)): in the shared partition, the
-    /// unconstrained variants the group of no parameters (the shared stream) holds, which the
-    /// group then holds too. Nothing for the group of no parameters itself, nor in another
-    /// partition (whose streams present their nodes: an upstream may vary content by node).
-    /// Taken a slice at a time under the lock (100,000 names), as responses are.
-    pub(crate) fn lend(&self, group: &GroupKey, type_key: &TypeKey) -> Vec<Lent> {
-        if group.partition != Partition::All || group.params.is_empty() {
-            return Vec::new();
-        }
-        let from = group.with_params(Params::new());
-        let mut names = match self.state().caches.get(&group.partition) {
-            Some(cache) => cache.names_of(&from, type_key),
-            None => return Vec::new(),
-        };
-        // In name order, the order the stream holds them in: sorted here as names, not as
-        // resources later (moving 100,000 resources about cost more than the names).
-        names.sort_unstable();
-        let mut lent = Vec::with_capacity(names.len());
-        for slice in names.chunks(PUTS_PER_LOCK) {
-            self.state()
-                .cache(&group.partition)
-                .lend(&from, group, type_key, slice, &mut lent);
-        }
-        lent
     }
 
     /// `group`'s upstream stream holds its server's answer to the wildcard of `type_url`

@@ -7,7 +7,6 @@
 //! wildcard.
 
 mod legacy;
-mod lend;
 mod locators;
 mod pending;
 mod upstream;
