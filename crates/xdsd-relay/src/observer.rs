@@ -457,9 +457,9 @@ impl Lists {
         }
         let asked_first = names().next()?;
         self.recent.iter().rev().find_map(|Kept { list, set, .. }| {
-            let list = list.upgrade()?;
+            let list = list.upgrade().filter(of)?;
             let first = list.first()?;
-            if first.group != *group || first.type_url != *type_key || *first.name != *asked_first {
+            if *first.name != *asked_first {
                 return None;
             }
             let mut asked = names();

@@ -14,8 +14,8 @@
 //! linger only). Wants pinned at start (`--prefetch`) are never unsubscribed. Time is an input:
 //! [`Table::poll_timeout`] says when to call [`Table::handle_timeout`].
 //!
-//! **Whether it was answered** (`answered.rs`). A want asked for and not answered yet is declared *pending* in
-//! the store its clients read ([`xdsd_core::store::PendingNames`]; the server's for the shared
+//! **Whether it was answered** (`answered.rs`). A want asked for and not answered yet is
+//! declared *pending* in the store its clients read ([`xdsd_core::store::PendingNames`]; the server's for the shared
 //! partition, its partition's own with `--aggregate-by cluster|node`, [`crate::stores`]): the
 //! server then holds back what would tell a client that its name does not exist until the
 //! upstream answers. Nothing waits here: the declaration is made in the observer's call, before
@@ -30,8 +30,8 @@
 //! with the subscription (an answer nobody subscribed to is nothing to remember), so it never
 //! outlives it and never goes stale after a linger.
 //!
-//! **What is cached** (`received.rs`: what the upstream sends). Each partition's cache ([`crate::cache`]: what its groups were sent, the
-//! variants with their constraints) is held here, beside the rows that decide what it keeps: a
+//! **What is cached** (`received.rs`: what the upstream sends). Each partition's cache
+//! ([`crate::cache`]: what its groups were sent, the variants with their constraints) is held here, beside the rows that decide what it keeps: a
 //! want's row leaving (its linger out) takes what its group held only through it — a name
 //! unless the type's wildcard still holds it, a wildcard's names but those still subscribed by
 //! name, an alias's resources unless another of their names is subscribed — in the same call,
