@@ -754,8 +754,7 @@ mod tests {
         let mut out = Vec::new();
         for (i, name) in names.iter().enumerate() {
             if i > 0 {
-                // Field 3, length-delimited.
-                out.push(3 << 3 | 2);
+                out.push(xdsd_core::session::names_key(3));
             }
             out.push(name.len() as u8);
             out.extend_from_slice(name.as_bytes());
