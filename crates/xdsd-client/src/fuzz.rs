@@ -295,6 +295,11 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
 
 /// A client with small bounds, so that hostile responses reach them.
 fn client(flavor: Flavor, ads: bool) -> Client {
+    client_keeping(flavor, ads, true)
+}
+
+/// [`client`], keeping the bodies it received or only their digests (`Config::keep_bodies`).
+fn client_keeping(flavor: Flavor, ads: bool, keep_bodies: bool) -> Client {
     let mut config = Config::new(Node {
         id: "fuzz".into(),
         ..Default::default()
@@ -306,6 +311,7 @@ fn client(flavor: Flavor, ads: bool) -> Client {
         max_names: 4,
         max_bytes: 80,
     };
+    config.keep_bodies = keep_bodies;
     Client::new(config)
 }
 
@@ -328,8 +334,8 @@ fn snapshot(client: &Client, type_url: &str) -> Vec<(String, Vec<u8>, String, An
 }
 
 /// Runs `steps`; panics (with the step) where a rule breaks.
-fn run(flavor: Flavor, ads: bool, steps: &[Step]) -> Result<(), TestCaseError> {
-    let mut c = client(flavor, ads);
+fn run(flavor: Flavor, ads: bool, keep: bool, steps: &[Step]) -> Result<(), TestCaseError> {
+    let mut c = client_keeping(flavor, ads, keep);
     let mut now = Instant::now();
     let mut fresh = 0u64;
     // The last nonce received of each type on this stream: each request carries it.
@@ -504,12 +510,12 @@ proptest! {
     }
 
     #[test]
-    fn hostile_response_sequences_keep_the_sotw_client_sound(steps in steps(), ads in any::<bool>()) {
-        run(Flavor::Sotw, ads, &steps)?;
+    fn hostile_response_sequences_keep_the_sotw_client_sound(steps in steps(), ads in any::<bool>(), keep in any::<bool>()) {
+        run(Flavor::Sotw, ads, keep, &steps)?;
     }
 
     #[test]
-    fn hostile_response_sequences_keep_the_delta_client_sound(steps in steps(), ads in any::<bool>()) {
-        run(Flavor::Delta, ads, &steps)?;
+    fn hostile_response_sequences_keep_the_delta_client_sound(steps in steps(), ads in any::<bool>(), keep in any::<bool>()) {
+        run(Flavor::Delta, ads, keep, &steps)?;
     }
 }

@@ -116,6 +116,19 @@ impl Pair {
         self.client.handle_timeout(self.now);
     }
 
+    /// A delta client that subscribed to cluster `a` and received it (version 1, nonce n1).
+    fn delta_holding_a(&mut self) {
+        self.client.connected();
+        self.client.subscribe(CLUSTER, ["a"]).expect("subscribed");
+        self.delta_request();
+        self.delta_in(delta(
+            CLUSTER,
+            "n1",
+            vec![wire("a", "1", Some(cluster("a", "1")))],
+            &[],
+        ));
+    }
+
     fn names(&self, type_url: &str) -> Vec<String> {
         self.client
             .resources(type_url)
@@ -371,6 +384,68 @@ fn update_reports_what_was_added_and_what_changed() {
     assert_eq!(b.map(|r| r.version.as_str()), Some("v2"));
 }
 
+/// A client that keeps no bodies (`Config::keep_bodies` off), as `Pair::new` makes it.
+fn without_bodies(mut p: Pair) -> Pair {
+    let mut config = p.client.config().clone();
+    config.keep_bodies = false;
+    p.client = Client::new(config);
+    p
+}
+
+#[test]
+fn a_client_that_keeps_no_bodies_hands_each_body_to_its_event_and_holds_none() {
+    let mut p = without_bodies(Pair::delta());
+    p.delta_holding_a();
+    match p.news().as_slice() {
+        [Event::Update(u)] => {
+            assert_eq!(u.added.len(), 1);
+            assert_eq!(
+                u.added[0].body,
+                cluster("a", "1"),
+                "the event carries the body"
+            );
+        }
+        other => panic!("one update: {other:?}"),
+    }
+    let held = p
+        .client
+        .resource(CLUSTER, "a", &Params::new())
+        .expect("held");
+    assert_eq!(held.version, "1");
+    assert!(held.body.value.is_empty(), "the body is not kept");
+    assert_eq!(held.body.type_url, CLUSTER);
+    p.client.check_invariants().expect("sound");
+}
+
+#[test]
+fn a_client_that_keeps_no_bodies_tells_a_resend_from_a_change_by_the_bodys_digest() {
+    let mut p = without_bodies(Pair::sotw());
+    p.client.connected();
+    p.client.subscribe(CLUSTER, ["*"]).expect("subscribed");
+    p.sotw_request();
+    let (a1, b1) = (cluster("a", "1"), cluster("b", "1"));
+    p.sotw_in(sotw(CLUSTER, "v1", "n1", vec![a1.clone(), b1.clone()]));
+    assert_eq!(added_names(&p.news()), vec!["a", "b"]);
+    p.sotw_request();
+    // `a` sent again as it was, `b` changed (same size: only the digest tells them apart).
+    let b2 = cluster("b", "2");
+    assert_eq!(b1.value.len(), b2.value.len());
+    p.sotw_in(sotw(CLUSTER, "v2", "n2", vec![a1, b2.clone()]));
+    match p.news().as_slice() {
+        [Event::Update(u)] => {
+            assert!(u.added.is_empty());
+            let changed: Vec<(&str, &Any)> = u
+                .changed
+                .iter()
+                .map(|r| (r.name.as_str(), &r.body))
+                .collect();
+            assert_eq!(changed, vec![("b", &b2)]);
+        }
+        other => panic!("one update: {other:?}"),
+    }
+    p.client.check_invariants().expect("sound");
+}
+
 #[test]
 fn nack_carries_the_validators_reason_and_keeps_the_last_good_resource() {
     let mut p = Pair::sotw();
@@ -417,15 +492,7 @@ fn delta_nack_keeps_the_last_good_resource() {
             .then_some(())
             .ok_or("version bad".to_string())
     }));
-    p.client.connected();
-    p.client.subscribe(CLUSTER, ["a"]).expect("subscribed");
-    p.delta_request();
-    p.delta_in(delta(
-        CLUSTER,
-        "n1",
-        vec![wire("a", "1", Some(cluster("a", "1")))],
-        &[],
-    ));
+    p.delta_holding_a();
     let ack = p.delta_request();
     assert_eq!(ack.response_nonce, "n1");
     assert!(ack.error_detail.is_none() && ack.resource_names_subscribe.is_empty());

@@ -271,6 +271,9 @@ impl RelaySource {
         // (15 s by default) would otherwise tell the relay's clients that a name does not exist
         // while the upstream is still sending a large answer (100,000 names by name).
         config.does_not_exist_timeout = self.options.first_wait;
+        // The cache keeps what the events bring; the client keeps each body's digest, not a
+        // second copy of it.
+        config.keep_bodies = false;
         let (client, mut events) = XdsClient::start(
             self.options.upstream.clone(),
             config,

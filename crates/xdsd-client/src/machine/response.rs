@@ -350,7 +350,8 @@ impl Client {
         update.added.reserve(new);
         let mut fresh: Vec<Held> = Vec::with_capacity(new);
         let mut fresh_names = 0;
-        for (held, found) in updates {
+        let keep = self.config.keep_bodies;
+        for (mut held, found) in updates {
             // Its subscriptions, by its name or an alias.
             for name in held.resource.names() {
                 state.settle(name, false);
@@ -373,14 +374,23 @@ impl Client {
                 // A SotW resource's version is its response's: only a new body is a change,
                 // and only a change is copied for the event (a full state resends every
                 // resource, most of them unchanged).
-                let changed = (!same_body).then(|| held.resource.clone());
+                let changed = if same_body {
+                    // Unchanged: held as it was (its body, or its digest, is the same).
+                    if !keep {
+                        held.shed_body();
+                    }
+                    None
+                } else {
+                    Some(held.for_event(keep))
+                };
                 let old = state.put_held(held, name_held);
                 debug_assert!(old.is_some(), "found held, and nothing dropped since");
                 update.changed.extend(changed);
                 continue;
             }
-            // The one copy of it: what is held, and what the event hands out.
-            let resource = held.resource.clone();
+            // The one copy of it: what is held, and what the event hands out (with the body,
+            // which it keeps only when asked to).
+            let resource = held.for_event(keep);
             // New: its name is new unless held, or new with the one put just before (a name's
             // variants are side by side in key order, and all new when its name is).
             if !name_held
@@ -445,7 +455,7 @@ impl Found {
         Found {
             held: held.is_some(),
             name_held,
-            same_body: held.is_some_and(|h| h.resource.body == taken.resource.body),
+            same_body: held.is_some_and(|h| h.same_body(taken)),
         }
     }
 }

@@ -46,6 +46,9 @@ pub(super) struct Sub {
 #[derive(Debug, Clone)]
 pub(super) struct Held {
     pub(super) resource: Resource,
+    /// A digest of its body when the body itself is not kept (`Config::keep_bodies` off):
+    /// `resource.body.value` is then empty, and `bytes` its size.
+    pub(super) digest: Option<u64>,
     /// Its constraints, encoded (empty for none).
     pub(super) constraints: Vec<u8>,
     pub(super) expires: Option<Instant>,
@@ -65,9 +68,48 @@ impl Held {
         Held {
             bytes: resource.body.value.len(),
             resource,
+            digest: None,
             constraints,
             expires,
         }
+    }
+
+    /// A digest of `body` (see [`Held::digest`]).
+    pub(super) fn digest_of(body: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::with_seed(0).hash_one(body)
+    }
+
+    /// Whether it holds `other`'s body: the same bytes, or, when its own are not kept, the same
+    /// size and digest.
+    pub(super) fn same_body(&self, other: &Held) -> bool {
+        match self.digest {
+            None => self.resource.body == other.resource.body,
+            Some(d) => {
+                self.bytes == other.bytes
+                    && self.resource.body.type_url == other.resource.body.type_url
+                    && d == Held::digest_of(&other.resource.body.value)
+            }
+        }
+    }
+
+    /// Its body, taken out: it keeps the body's digest instead.
+    pub(super) fn shed_body(&mut self) -> Vec<u8> {
+        let value = std::mem::take(&mut self.resource.body.value);
+        self.digest = Some(Held::digest_of(&value));
+        value
+    }
+
+    /// A copy of it for an event, with its body; when `keep` is off the body moves to the copy
+    /// and it keeps the body's digest instead.
+    pub(super) fn for_event(&mut self, keep: bool) -> Resource {
+        if keep {
+            return self.resource.clone();
+        }
+        let value = self.shed_body();
+        let mut resource = self.resource.clone();
+        resource.body.value = value;
+        resource
     }
 
     /// Its key, copied (for the indexes that name held resources).
@@ -571,6 +613,7 @@ mod tests {
                 constraints: None,
                 ttl: None,
             },
+            digest: None,
             constraints: constraints.clone(),
             expires: None,
             bytes: 0,

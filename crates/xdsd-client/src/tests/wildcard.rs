@@ -34,15 +34,7 @@ fn sotw_a_then_wildcard() -> Pair {
 /// The same over delta.
 fn delta_a_then_wildcard() -> Pair {
     let mut p = Pair::delta();
-    p.client.connected();
-    p.client.subscribe(CLUSTER, ["a"]).expect("subscribed");
-    p.delta_request();
-    p.delta_in(delta(
-        CLUSTER,
-        "n1",
-        vec![wire("a", "1", Some(cluster("a", "1")))],
-        &[],
-    ));
+    p.delta_holding_a();
     p.delta_request();
     p.news();
     p.client.subscribe(CLUSTER, ["*"]).expect("subscribed");
