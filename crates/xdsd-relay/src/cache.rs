@@ -49,8 +49,55 @@ type Name = (TypeKey, String);
 /// A variant held by a group: the group, and the variant's encoded constraints (empty: none).
 type Held = (GroupKey, Vec<u8>);
 
-/// The variants held of one name, by group and constraints.
-type Variants = BTreeMap<Held, Cached>;
+/// The variants held of one name, by group and constraints, in that order: a sorted vector,
+/// sized to what it holds. Most names have one variant held by one group, and a `BTreeMap`
+/// allocates a whole node for its first entry (about 1.7 KB here: the relay's largest
+/// allocation, a third of its heap at 20,000 names, BENCHMARKS.md stop 71).
+#[derive(Debug, Default)]
+struct Variants(Vec<(Held, Cached)>);
+
+impl Variants {
+    fn find(&self, key: &Held) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.cmp(key))
+    }
+
+    fn get(&self, key: &Held) -> Option<&Cached> {
+        self.find(key).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Puts `value` under `key`: the value it replaces, if any.
+    fn insert(&mut self, key: Held, value: Cached) -> Option<Cached> {
+        match self.find(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Err(i) => {
+                // Room for one more, not the four a vector's first growth makes.
+                self.0.reserve_exact(1);
+                self.0.insert(i, (key, value));
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &Held) -> Option<Cached> {
+        let i = self.find(key).ok()?;
+        let (_, value) = self.0.remove(i);
+        self.0.shrink_to_fit();
+        Some(value)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// In key order.
+    fn iter(&self) -> impl Iterator<Item = (&Held, &Cached)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Cached> {
+        self.0.iter().map(|(_, v)| v)
+    }
+}
 
 /// The names a group holds of a type, with how many variants of each: hashed (a response of N
 /// new names costs N hashed insertions, not N descents of a B-tree of names), and the xdstp
@@ -406,7 +453,7 @@ impl Cache {
         };
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
-        for ((group, _), cached) in held {
+        for ((group, _), cached) in held.iter() {
             // Each distinct variant once, from the first group holding it.
             if !seen.insert(encoded(cached)) {
                 continue;
