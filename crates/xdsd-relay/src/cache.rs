@@ -531,6 +531,66 @@ mod tests {
         GroupKey::shared().with_params([("env".to_owned(), env.to_owned())].into())
     }
 
+    fn cached(value: &'static [u8]) -> Cached {
+        Cached {
+            value: Bytes::from_static(value),
+            constraints: None,
+            ttl: None,
+            aliases: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_names_variants_are_kept_in_group_and_constraint_order_whatever_order_they_came_in() {
+        let mut v = Variants::default();
+        let keys = [
+            (params("prod"), b"x".to_vec()),
+            (GroupKey::shared(), Vec::new()),
+            (params("dev"), Vec::new()),
+            (params("prod"), Vec::new()),
+        ];
+        const BODIES: &[u8] = b"0000";
+        for (i, key) in keys.iter().enumerate() {
+            assert!(v.insert(key.clone(), cached(&BODIES[..=i])).is_none());
+        }
+        let order: Vec<&Held> = v.iter().map(|(k, _)| k).collect();
+        let mut sorted: Vec<&Held> = keys.iter().collect();
+        sorted.sort();
+        assert_eq!(order, sorted);
+        assert_eq!(v.get(&keys[0]).map(|c| c.value.len()), Some(1));
+        assert_eq!(v.get(&(params("test"), Vec::new())), None);
+    }
+
+    #[test]
+    fn a_variant_put_again_replaces_its_value_and_hands_back_the_old() {
+        let mut v = Variants::default();
+        let key = (GroupKey::shared(), Vec::new());
+        assert!(v.insert(key.clone(), cached(b"a")).is_none());
+        let old = v.insert(key.clone(), cached(b"b")).expect("replaced");
+        assert_eq!(&old.value[..], b"a");
+        assert_eq!(v.values().count(), 1);
+        assert_eq!(v.get(&key).map(|c| &c.value[..]), Some(&b"b"[..]));
+    }
+
+    #[test]
+    fn a_names_variants_hold_no_room_beyond_what_they_hold() {
+        let mut v = Variants::default();
+        let a = (params("dev"), Vec::new());
+        let b = (params("prod"), Vec::new());
+        v.insert(a.clone(), cached(b"a"));
+        assert_eq!(v.0.capacity(), 1, "one variant, room for one");
+        v.insert(b.clone(), cached(b"b"));
+        assert_eq!(v.0.capacity(), 2);
+        assert_eq!(
+            v.remove(&a).map(|c| c.value),
+            Some(Bytes::from_static(b"a"))
+        );
+        assert_eq!(v.0.capacity(), 1, "room given back on removal");
+        assert!(v.remove(&a).is_none(), "removed once");
+        assert!(v.remove(&b).is_some());
+        assert!(v.is_empty());
+    }
+
     #[test]
     fn a_variant_is_stored_with_its_constraints_and_ttl() {
         let mut cache = Cache::new();

@@ -762,14 +762,21 @@ mod tests {
         out
     }
 
+    /// Lists holding one list of `asked` (shared group, type `t`), made with the set of its
+    /// names and, if given, the names as sent: the lists, the list and the set.
+    fn listed(asked: &[&str], bytes: Option<&[u8]>) -> (Lists, Arc<[Want]>, Arc<FastSet<Name>>) {
+        let mut lists = Lists::default();
+        let made = wants(asked);
+        let set = names(&made);
+        let list = lists.intern(made, Some(&set), bytes);
+        (lists, list, set)
+    }
+
     #[test]
     fn a_request_whose_names_are_sent_as_a_lists_maker_sent_them_is_found_without_reading_them() {
-        let mut lists = Lists::default();
         let (group, t) = (GroupKey::shared(), TypeKey::of("t"));
-        let made = wants(&["a", "b", "c"]);
-        let set = names(&made);
         let bytes = sent(&["a", "b", "c"]);
-        let list = lists.intern(made, Some(&set), Some(&bytes));
+        let (lists, list, set) = listed(&["a", "b", "c"], Some(bytes.as_slice()));
         let unread =
             || -> std::iter::Empty<Cow<'static, str>> { panic!("the names were read one by one") };
         let (found, found_set) = lists.find(&group, &t, &bytes, unread).expect("found");
@@ -799,11 +806,8 @@ mod tests {
 
     #[test]
     fn a_stream_that_asks_a_listed_list_first_takes_the_list_and_the_set_of_its_names() {
-        let mut lists = Lists::default();
         let (group, t) = (GroupKey::shared(), TypeKey::of("t"));
-        let made = wants(&["a", "b", "c"]);
-        let set = names(&made);
-        let list = lists.intern(made, Some(&set), None);
+        let (lists, list, set) = listed(&["a", "b", "c"], None);
         let (found, found_set) = find(&lists, &group, &t, &["a", "b", "c"]).expect("asked alike");
         assert!(Arc::ptr_eq(&list, &found));
         assert!(found_set.is_some_and(|found| Arc::ptr_eq(&set, &found)));

@@ -177,12 +177,41 @@ fn ratios(direct: &Row, relayed: &Row) -> String {
     if direct.changes > 0 && relayed.changes > 0 {
         let d = direct.change_cpu_s / direct.changes as f64;
         let r = relayed.change_cpu_s / relayed.changes as f64;
-        out.push(format!(
-            "relay CPU per change {:.2} ms, {:.2}x the direct xdsd's ({:.2} ms)",
-            r * 1e3,
-            ratio(r, d),
-            d * 1e3
-        ));
+        out.push(cpu_per_change(r, d));
     }
     out.join("; ")
+}
+
+/// The relay's CPU per change against the direct xdsd's (seconds each). A process's CPU is
+/// read in clock ticks (10 ms), so over a few changes the direct xdsd's may read as none: the
+/// ratio is then said to be undefined, not printed as a quotient of a rounding.
+fn cpu_per_change(relay: f64, direct: f64) -> String {
+    let against = if direct * 1e3 < 0.005 {
+        "the direct xdsd's read as 0.00 ms (below the CPU clock's tick over these changes: no ratio)"
+            .to_owned()
+    } else {
+        format!(
+            "{:.2}x the direct xdsd's ({:.2} ms)",
+            relay / direct,
+            direct * 1e3
+        )
+    };
+    format!("relay CPU per change {:.2} ms, {against}", relay * 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_direct_cpu_per_change_read_as_none_gives_no_ratio() {
+        let none = cpu_per_change(0.010, 0.0);
+        assert!(none.contains("no ratio"), "{none}");
+        assert!(!none.contains("x the"), "{none}");
+        let some = cpu_per_change(0.010, 0.005);
+        assert_eq!(
+            some,
+            "relay CPU per change 10.00 ms, 2.00x the direct xdsd's (5.00 ms)"
+        );
+    }
 }

@@ -364,6 +364,7 @@ impl Client {
                 held: key_held,
                 name_held,
                 same_body,
+                digest,
             } = if unchanged {
                 found
             } else {
@@ -377,7 +378,7 @@ impl Client {
                 let changed = if same_body {
                     // Unchanged: held as it was (its body, or its digest, is the same).
                     if !keep {
-                        held.shed_body();
+                        held.shed_body_known(digest);
                     }
                     None
                 } else {
@@ -446,16 +447,21 @@ struct Found {
     name_held: bool,
     /// The key is held with the same body.
     same_body: bool,
+    /// The held one's body digest (`Config::keep_bodies` off) when the body is the same: the
+    /// new body's, not hashed again when it is shed.
+    digest: Option<u64>,
 }
 
 impl Found {
     /// What [`TypeState::find`](super::state::TypeState::find) found of `taken`'s key:
     /// `held`, and `name_held`.
     fn of(held: Option<&Held>, name_held: bool, taken: &Held) -> Found {
+        let same_body = held.is_some_and(|h| h.same_body(taken));
         Found {
             held: held.is_some(),
             name_held,
-            same_body: held.is_some_and(|h| h.same_body(taken)),
+            same_body,
+            digest: held.and_then(|h| h.digest).filter(|_| same_body),
         }
     }
 }

@@ -95,8 +95,14 @@ impl Held {
 
     /// Its body, taken out: it keeps the body's digest instead.
     pub(super) fn shed_body(&mut self) -> Vec<u8> {
+        self.shed_body_known(None)
+    }
+
+    /// [`Held::shed_body`] with the body's digest, if already worked out (`known`: a held
+    /// resource's found the same body), so that a body is hashed once.
+    pub(super) fn shed_body_known(&mut self, known: Option<u64>) -> Vec<u8> {
         let value = std::mem::take(&mut self.resource.body.value);
-        self.digest = Some(Held::digest_of(&value));
+        self.digest = Some(known.unwrap_or_else(|| Held::digest_of(&value)));
         value
     }
 

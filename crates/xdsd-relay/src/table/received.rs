@@ -75,19 +75,6 @@ impl Table {
         state.answering(&group.partition).append(&mut answers);
     }
 
-    /// [`Table::received`] of copies of `resources` (the tests' resources are shared).
-    #[cfg(test)]
-    pub(crate) fn received_copies(
-        &self,
-        group: &GroupKey,
-        type_url: &str,
-        resources: &[&xdsd_client::Resource],
-    ) {
-        let mut copies: Vec<xdsd_client::Resource> =
-            resources.iter().map(|r| (*r).clone()).collect();
-        self.received(group, type_url, &mut copies.iter_mut().collect::<Vec<_>>());
-    }
-
     /// `group`'s upstream stream holds its server's answer to the wildcard of `type_url`
     /// (`xdsd_client::Event::WildcardAnswered`, after the events of the response that brought
     /// it): the wildcard, if the group subscribes to it, is answered once committed, and with

@@ -37,6 +37,17 @@ fn cds() -> Want {
 }
 
 /// `want` subscribed, then left by its last stream a linger ago: unsubscribed.
+/// [`Table::received`] of copies of `resources` (the tests' resources are shared).
+fn received_copies(
+    table: &Table,
+    group: &GroupKey,
+    type_url: &str,
+    resources: &[&xdsd_client::Resource],
+) {
+    let mut copies: Vec<xdsd_client::Resource> = resources.iter().map(|r| (*r).clone()).collect();
+    table.received(group, type_url, &mut copies.iter_mut().collect::<Vec<_>>());
+}
+
 fn linger_out(table: &Table, want: &Want) {
     let t0 = Instant::now();
     table.acquire(u64::MAX, want.clone());
@@ -531,7 +542,7 @@ fn a_name_left_by_its_last_subscription_leaves_the_cache_unless_its_wildcard_hol
     let table = table();
     table.acquire(1, named("a"));
     table.acquire(2, cds());
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     assert_eq!(table.variants(), 0, "counted when taken");
     changed_names(&table, &Partition::All);
     assert_eq!(table.variants(), 1);
@@ -555,7 +566,8 @@ fn a_wildcard_left_by_its_last_subscription_keeps_the_names_subscribed_by_name()
     let table = table();
     table.acquire(1, cds());
     table.acquire(2, named("a"));
-    table.received_copies(
+    received_copies(
+        &table,
         &GroupKey::shared(),
         CDS,
         &[&resource("a", &[]), &resource("b", &[])],
@@ -573,7 +585,8 @@ fn an_alias_left_takes_what_it_held_unless_another_of_its_names_is_subscribed() 
     let table = table();
     table.acquire(1, named("rc/one.example"));
     table.acquire(2, named("rc/two.example"));
-    table.received_copies(
+    received_copies(
+        &table,
         &GroupKey::shared(),
         CDS,
         &[&resource("vh", &["rc/one.example", "rc/two.example"])],
@@ -598,7 +611,8 @@ fn an_alias_left_takes_what_it_held_unless_another_of_its_names_is_subscribed() 
 fn a_removal_answers_the_subscriptions_of_its_name_and_of_its_aliases() {
     let table = table();
     table.acquire(1, named("rc/one.example"));
-    table.received_copies(
+    received_copies(
+        &table,
         &GroupKey::shared(),
         CDS,
         &[&resource("vh", &["rc/one.example"])],
@@ -627,7 +641,7 @@ fn a_partition_whose_cache_holds_nothing_is_let_go_once_its_change_is_taken() {
     let group = edge();
     let want = Want::named(group.clone(), CDS, "a");
     table.acquire(1, want.clone());
-    table.received_copies(&group, CDS, &[&resource("a", &[])]);
+    received_copies(&table, &group, CDS, &[&resource("a", &[])]);
     assert_eq!(table.take_touched(), [group.partition.clone()].into());
     changed_names(&table, &group.partition);
     assert!(table.holds_any(&group.partition));
@@ -646,7 +660,7 @@ fn a_response_of_its_type_does_not_answer_the_groups_wildcard() {
     let table = table();
     table.acquire(1, named("a"));
     table.acquire(2, cds());
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     assert_eq!(table.state().answering[&Partition::All], vec![named("a")]);
     assert!(table.responded(&cds()), "a response, which readiness reads");
 }
@@ -670,7 +684,7 @@ fn an_answer_waits_for_its_partitions_commit_and_is_announced_after_it() {
     let table = attached(&store);
     table.ask(&named("a"), None, Instant::now());
     table.acquire(1, named("a"));
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     assert!(!table.is_answered(&named("a")), "not committed yet");
     table.stage_shared();
     assert!(table.state().answering.is_empty());
@@ -688,7 +702,7 @@ fn a_wildcard_has_a_response_once_its_group_is_sent_one_of_its_type_even_empty()
     let table = table();
     table.pin(cds());
     assert!(!table.responded(&cds()));
-    table.received_copies(&GroupKey::shared(), CDS, &[]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[]);
     assert!(table.responded(&cds()), "taken in, not committed yet");
     assert!(!table.is_answered(&cds()));
 }
@@ -707,10 +721,11 @@ fn a_member_received_answers_its_glob_collection_if_the_group_subscribes_to_it()
     table.acquire(1, named(GLOB));
     // A member of another collection answers nothing of this one.
     let other = "xdstp://a/envoy.config.cluster.v3.Cluster/c2/e1";
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource(other, &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource(other, &[])]);
     assert_eq!(table.state().answering[&Partition::All], vec![named(other)]);
     table.state().answering.clear();
-    table.received_copies(
+    received_copies(
+        &table,
         &GroupKey::shared(),
         CDS,
         &[&resource(&member("e1"), &[]), &resource(&member("e2"), &[])],
@@ -744,7 +759,8 @@ fn a_glob_collection_left_takes_its_members_but_those_subscribed_by_name() {
     table.acquire(2, named(&member("e1")));
     let below = "xdstp://a/envoy.config.cluster.v3.Cluster/c1/sub/e3";
     table.acquire(3, named(below));
-    table.received_copies(
+    received_copies(
+        &table,
         &GroupKey::shared(),
         CDS,
         &[
@@ -820,7 +836,7 @@ fn a_name_whose_variants_constrain_no_key_is_held_through_the_group_of_no_parame
     let table = attached(&store);
     // The shared stream's wildcard (the prefetch) answered, its variant of a unconstrained.
     table.pin(cds());
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     table.announce([cds()]);
     actions(&table);
     for (stream, pod) in [(1, "p1"), (2, "p2")] {
@@ -846,7 +862,7 @@ fn a_name_is_narrowed_to_the_keys_its_variants_constrain() {
     let table = table();
     let prod = with(&[("env", "prod")]);
     table.acquire(1, Want::named(prod.clone(), CDS, "a"));
-    table.received_copies(&prod, CDS, &[&constrained("a", "env", "prod")]);
+    received_copies(&table, &prod, CDS, &[&constrained("a", "env", "prod")]);
     actions(&table);
     for (stream, pod) in [(2, "p1"), (3, "p2")] {
         table.acquire(
@@ -869,7 +885,7 @@ fn a_name_is_narrowed_to_the_keys_its_variants_constrain() {
 fn a_stream_leaving_lets_go_of_what_it_held_through_its_narrowed_group() {
     let table = table();
     table.pin(cds());
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     let full = Want::named(with(&[("pod", "p1")]), CDS, "a");
     table.acquire(1, full.clone());
     table.acquire(2, full.clone());
@@ -896,7 +912,7 @@ fn a_stream_that_held_a_name_through_its_own_group_lets_go_of_it_there_once_othe
     // Its keys not known yet: held through the stream's own group.
     table.acquire(1, full.clone());
     // Then known (a constrains nothing): a second stream of the group is narrowed.
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     table.acquire(2, full.clone());
     assert_eq!(subscribes(&table), vec![cds(), full.clone()]);
     assert!(
@@ -923,7 +939,7 @@ fn a_key_seen_later_moves_the_wants_narrowed_without_it_and_they_wait_there() {
     let store = Store::new();
     let table = attached(&store);
     table.pin(cds());
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     table.announce([cds()]);
     let pod = with(&[("env", "prod"), ("pod", "p1")]);
     table.acquire(1, Want::named(pod, CDS, "a"));
@@ -931,7 +947,8 @@ fn a_key_seen_later_moves_the_wants_narrowed_without_it_and_they_wait_there() {
     // The upstream now constrains a by env: the shared stream is sent its variant for
     // clients without env.
     let t0 = Instant::now();
-    table.received_copies(
+    received_copies(
+        &table,
         &GroupKey::shared(),
         CDS,
         &[&constrained("a", "env", "none")],
@@ -960,13 +977,14 @@ fn a_key_seen_later_moves_the_wants_narrowed_without_it_and_they_wait_there() {
 fn a_narrowing_looked_up_before_a_key_was_seen_is_looked_up_again_when_held() {
     let table = table();
     table.pin(cds());
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     actions(&table);
     // The observer routes the request's want: a constrains nothing yet, the shared stream.
     let full = Want::named(with(&[("env", "prod"), ("pod", "p1")]), CDS, "a");
     let routed = table.ask_all(std::slice::from_ref(&full), None, Instant::now());
     // Before the source holds it, the upstream constrains a by env.
-    table.received_copies(
+    received_copies(
+        &table,
         &GroupKey::shared(),
         CDS,
         &[&constrained("a", "env", "none")],
@@ -983,7 +1001,7 @@ fn a_narrowing_looked_up_before_a_key_was_seen_is_looked_up_again_when_held() {
 fn a_narrowing_looked_up_by_the_observer_is_not_looked_up_again() {
     let table = table();
     table.pin(cds());
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     actions(&table);
     let full = Want::named(with(&[("pod", "p1")]), CDS, "a");
     let mut routed = table.ask_all(std::slice::from_ref(&full), None, Instant::now());
@@ -1000,7 +1018,7 @@ fn a_name_removed_for_its_narrowed_group_is_held_through_the_clients_own_group_a
     let table = attached(&store);
     let prod = with(&[("env", "prod")]);
     table.acquire(1, Want::named(prod.clone(), CDS, "a"));
-    table.received_copies(&prod, CDS, &[&constrained("a", "env", "prod")]);
+    received_copies(&table, &prod, CDS, &[&constrained("a", "env", "prod")]);
     table.announce([Want::named(prod.clone(), CDS, "a")]);
     let pod = with(&[("env", "prod"), ("pod", "p1")]);
     table.acquire(2, Want::named(pod.clone(), CDS, "a"));
@@ -1018,7 +1036,7 @@ fn a_name_removed_for_its_narrowed_group_is_held_through_the_clients_own_group_a
 fn the_keys_of_a_name_no_group_holds_are_forgotten() {
     let table = table();
     table.acquire(1, named("a"));
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     changed_names(&table, &Partition::All);
     assert_eq!(
         table.state().keys.get(&TypeKey::of(CDS)).map(|n| n.len()),
@@ -1040,7 +1058,7 @@ fn a_group_of_a_node_cluster_is_not_narrowed() {
         CDS,
     );
     table.pin(Want::wildcard(edge.clone(), CDS));
-    table.received_copies(&edge, CDS, &[&resource("a", &[])]);
+    received_copies(&table, &edge, CDS, &[&resource("a", &[])]);
     actions(&table);
     table.acquire(1, Want::named(edge.clone(), CDS, "a"));
     assert!(table.holds(&Want::named(edge, CDS, "a")));
@@ -1100,7 +1118,7 @@ fn pinned_cds_answered(table: &Table, n: usize) -> Vec<String> {
     let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
     let resources: Vec<xdsd_client::Resource> = names.iter().map(|n| resource(n, &[])).collect();
     let refs: Vec<&xdsd_client::Resource> = resources.iter().collect();
-    table.received_copies(&GroupKey::shared(), CDS, &refs);
+    received_copies(table, &GroupKey::shared(), CDS, &refs);
     table.announce([cds()]);
     names
 }
@@ -1260,7 +1278,7 @@ fn a_stream_alone_on_a_list_that_lets_go_of_a_want_keeps_the_rest() {
 fn a_want_of_a_list_is_narrowed_as_a_streams_want_is() {
     let table = table();
     table.pin(cds());
-    table.received_copies(&GroupKey::shared(), CDS, &[&resource("a", &[])]);
+    received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     actions(&table);
     let full = Want::named(with(&[("pod", "p1")]), CDS, "a");
     let l: Arc<[Want]> = vec![full.clone()].into();
