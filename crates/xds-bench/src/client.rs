@@ -146,7 +146,14 @@ pub struct Shared {
     pub group_responses: Vec<AtomicU64>,
     /// Pre-encoded `resource_names` blocks of SotW requests, shared by clients with equal lists.
     name_blocks: Mutex<HashMap<Kind, NamesBlock>>,
+    /// The clients' `node.cluster` ([`NODE_CLUSTER_VAR`]).
+    node_cluster: String,
 }
+
+/// The clients' `node.cluster`, `xds-bench` unless this is set (an empty value presents none:
+/// through a relay, no parameter set then, every want answered from the shared stream's
+/// prefetch; BENCHMARKS.md stop 72).
+pub const NODE_CLUSTER_VAR: &str = "XDS_BENCH_NODE_CLUSTER";
 
 impl Shared {
     pub fn new(spec: FleetSpec) -> Arc<Shared> {
@@ -173,6 +180,7 @@ impl Shared {
             requests: AtomicU64::new(0),
             group_responses: (0..spec.groups).map(|_| AtomicU64::new(0)).collect(),
             name_blocks: Mutex::default(),
+            node_cluster: std::env::var(NODE_CLUSTER_VAR).unwrap_or_else(|_| "xds-bench".into()),
             spec,
         })
     }
@@ -476,7 +484,7 @@ impl Client {
         });
         let node = Node {
             id: format!("{NODE_PREFIX}{index}"),
-            cluster: "xds-bench".into(),
+            cluster: shared.node_cluster.clone(),
             user_agent_name: "xds-bench".into(),
             metadata,
             ..Default::default()
