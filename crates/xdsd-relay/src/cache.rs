@@ -192,6 +192,15 @@ impl Cache {
         // variant changes when this group holds it first (a group before it in order holds
         // none), and holds another body than the group that was first.
         let first = held.iter().find(|((_, c), _)| *c == variant.1);
+        // A body equal to the first holder's is kept once, shared: a parameter set's stream,
+        // sent what the shared stream holds (its wildcard: every unconstrained variant), holds
+        // no second copy of each body, and the copy decoded is given back at once.
+        let mut cached = cached;
+        if let Some((_, c)) = first {
+            if c.value == cached.value {
+                cached.value = c.value.clone();
+            }
+        }
         let changed = match first {
             None => true,
             Some(((g, _), c)) => match group.cmp(g) {
@@ -589,6 +598,31 @@ mod tests {
         assert!(v.remove(&a).is_none(), "removed once");
         assert!(v.remove(&b).is_some());
         assert!(v.is_empty());
+    }
+
+    #[test]
+    fn a_body_equal_to_another_groups_variant_is_kept_once() {
+        let mut cache = Cache::new();
+        let set = params("prod");
+        cache.put(&GroupKey::shared(), &mut resource("c", b"same", None));
+        cache.put(&set, &mut resource("c", b"same", None));
+        cache.put(&set, &mut resource("d", b"own", None));
+        cache.put(&GroupKey::shared(), &mut resource("d", b"other", None));
+        let variants = |name: &str| -> Vec<Bytes> {
+            cache.entries[&TypeKey::of(CDS)][name]
+                .values()
+                .map(|c| c.value.clone())
+                .collect()
+        };
+        let c = variants("c");
+        assert_eq!(c.len(), 2, "both groups hold it");
+        assert_eq!(c[0].as_ptr(), c[1].as_ptr(), "one body, shared");
+        let d = variants("d");
+        assert_eq!(d.len(), 2);
+        assert_ne!(d[0], d[1], "another body is its own");
+        // The store is given the shared group's variant once either way.
+        let (change, _) = cache.take_change().expect("a change");
+        assert_eq!(inputs(&change).1.len(), 2);
     }
 
     #[test]
