@@ -52,6 +52,7 @@ mod source;
 mod stores;
 mod table;
 pub mod validate;
+mod vecset;
 mod want;
 
 pub use group::{AggregateBy, GroupKey};

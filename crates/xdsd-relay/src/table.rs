@@ -83,6 +83,7 @@ use crate::cache::Cache;
 use crate::group::{GroupKey, Partition};
 use crate::metrics::RelayMetrics;
 use crate::stores::Stores;
+use crate::vecset::VecSet;
 
 mod answered;
 mod ask;
@@ -216,7 +217,7 @@ struct State {
     /// The wants narrowed, by the full want (a stream's, in its own group): each one's route.
     routes: FastMap<Want, Route>,
     /// The full groups with a route, by type and name: what a name's keys changing moves.
-    routed: FastMap<TypeKey, FastMap<Name, BTreeSet<GroupKey>>>,
+    routed: FastMap<TypeKey, FastMap<Name, VecSet<GroupKey>>>,
     /// Counts the rows removed (a linger run out): an answer found before one is looked up
     /// again after it (a row's answer leaves with it).
     removals: u64,

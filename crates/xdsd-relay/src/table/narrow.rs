@@ -11,6 +11,7 @@ use xdsd_core::params::Constraints;
 
 use super::{Holder, Name, State, Table, TypeKey, Want};
 use crate::group::{GroupKey, Partition};
+use crate::vecset::VecSet;
 
 /// The keys a name's variants constrain (xRFC TP2: every variant of a name constrains the same
 /// keys, as the relay's store requires), shared by the names that have the same.
@@ -23,7 +24,7 @@ pub(super) type Keys = Arc<BTreeSet<String>>;
 #[derive(Debug)]
 pub(super) struct Route {
     pub(super) held: Want,
-    pub(super) streams: BTreeSet<u64>,
+    pub(super) streams: VecSet<u64>,
 }
 
 /// The narrowings of a request's wants as [`Table::ask_all`] looked them up (`None`: the
@@ -88,7 +89,7 @@ impl State {
             want.clone(),
             Route {
                 held: held.clone(),
-                streams: BTreeSet::from([stream]),
+                streams: VecSet::one(stream),
             },
         );
         let groups = match self.routed.get_mut(&want.type_url) {
@@ -105,7 +106,7 @@ impl State {
 
     /// The route of the full want `want` taken out (what it held no longer held by it, as of
     /// `now`): its streams.
-    fn take_route(&mut self, want: &Want, now: Instant) -> Option<BTreeSet<u64>> {
+    fn take_route(&mut self, want: &Want, now: Instant) -> Option<VecSet<u64>> {
         let route = self.routes.remove(want)?;
         if let Some(names) = self.routed.get_mut(&want.type_url) {
             if let Some(groups) = names.get_mut(&want.name) {
