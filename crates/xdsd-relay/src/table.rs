@@ -128,8 +128,9 @@ enum Holder {
 #[derive(Debug, Default)]
 struct Entry {
     /// The downstream streams holding it, each with how many of its wants it holds it through
-    /// (a stream's plain name and a locator of it may be narrowed to one want).
-    holders: BTreeMap<u64, u32>,
+    /// (a stream's plain name and a locator of it may be narrowed to one want), by stream: a
+    /// sorted vector, as most wants have one holder (see [`VecSet`]).
+    holders: Vec<(u64, u32)>,
     /// The routes holding it (the narrowed wants of streams of other groups, see
     /// [`narrow::Route`]): each holds it once for all its streams.
     routes: u32,
@@ -154,8 +155,26 @@ struct Entry {
 impl Entry {
     fn add(&mut self, holder: Holder) {
         match holder {
-            Holder::Stream(stream) => *self.holders.entry(stream).or_default() += 1,
+            Holder::Stream(stream) => match self.holder(stream) {
+                Ok(i) => self.holders[i].1 += 1,
+                Err(i) => self.holders.insert(i, (stream, 1)),
+            },
             Holder::Route => self.routes += 1,
+        }
+    }
+
+    /// Where `stream` is among the holders (`Err`: where it would be).
+    fn holder(&self, stream: u64) -> Result<usize, usize> {
+        self.holders.binary_search_by_key(&stream, |(s, _)| *s)
+    }
+
+    /// `stream` holds it through one want fewer.
+    fn drop_holder(&mut self, stream: u64) {
+        if let Ok(i) = self.holder(stream) {
+            self.holders[i].1 -= 1;
+            if self.holders[i].1 == 0 {
+                self.holders.remove(i);
+            }
         }
     }
 
@@ -411,14 +430,7 @@ impl State {
         let linger = self.linger;
         if let Some(entry) = self.wants.get_mut(want) {
             match holder {
-                Holder::Stream(stream) => {
-                    if let Some(count) = entry.holders.get_mut(&stream) {
-                        *count -= 1;
-                        if *count == 0 {
-                            entry.holders.remove(&stream);
-                        }
-                    }
-                }
+                Holder::Stream(stream) => entry.drop_holder(stream),
                 Holder::Route => entry.routes = entry.routes.saturating_sub(1),
             }
             if entry.held_by_nobody() && !entry.pinned {

@@ -1293,3 +1293,32 @@ fn a_want_of_a_list_is_narrowed_as_a_streams_want_is() {
     assert!(!table.holds(&named("a")));
     assert_eq!(table.state().routes.len(), 0);
 }
+
+#[test]
+fn a_row_counts_each_streams_holds_and_is_held_by_nobody_once_every_hold_is_let_go() {
+    let mut entry = Entry::default();
+    entry.add(Holder::Stream(7));
+    entry.add(Holder::Stream(3));
+    // Stream 7 holds it through two wants (a plain name and a locator narrowed to one).
+    entry.add(Holder::Stream(7));
+    assert_eq!(
+        entry.holders,
+        vec![(3, 1), (7, 2)],
+        "by stream, with counts"
+    );
+    entry.drop_holder(7);
+    entry.drop_holder(3);
+    assert_eq!(entry.holders, vec![(7, 1)]);
+    assert!(!entry.held_by_nobody());
+    entry.drop_holder(3);
+    assert_eq!(
+        entry.holders,
+        vec![(7, 1)],
+        "a stream not holding it changes nothing"
+    );
+    entry.add(Holder::Route);
+    entry.drop_holder(7);
+    assert!(!entry.held_by_nobody(), "a route holds it");
+    entry.routes -= 1;
+    assert!(entry.held_by_nobody());
+}
