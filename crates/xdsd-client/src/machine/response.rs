@@ -378,11 +378,11 @@ impl Client {
                 let changed = if same_body {
                     // Unchanged: held as it was (its body, or its digest, is the same).
                     if !keep {
-                        held.shed_body_known(digest);
+                        held.shed_body(digest);
                     }
                     None
                 } else {
-                    Some(held.for_event(keep))
+                    Some(held.for_event(keep, digest))
                 };
                 let old = state.put_held(held, name_held);
                 debug_assert!(old.is_some(), "found held, and nothing dropped since");
@@ -391,7 +391,7 @@ impl Client {
             }
             // The one copy of it: what is held, and what the event hands out (with the body,
             // which it keeps only when asked to).
-            let resource = held.for_event(keep);
+            let resource = held.for_event(keep, None);
             // New: its name is new unless held, or new with the one put just before (a name's
             // variants are side by side in key order, and all new when its name is).
             if !name_held
@@ -447,8 +447,8 @@ struct Found {
     name_held: bool,
     /// The key is held with the same body.
     same_body: bool,
-    /// The held one's body digest (`Config::keep_bodies` off) when the body is the same: the
-    /// new body's, not hashed again when it is shed.
+    /// The new body's digest, when comparing it with the held one's (`Config::keep_bodies`
+    /// off) worked it out: not hashed again when the body is shed.
     digest: Option<u64>,
 }
 
@@ -456,12 +456,12 @@ impl Found {
     /// What [`TypeState::find`](super::state::TypeState::find) found of `taken`'s key:
     /// `held`, and `name_held`.
     fn of(held: Option<&Held>, name_held: bool, taken: &Held) -> Found {
-        let same_body = held.is_some_and(|h| h.same_body(taken));
+        let (same_body, digest) = held.map_or((false, None), |h| h.same_body(taken));
         Found {
             held: held.is_some(),
             name_held,
             same_body,
-            digest: held.and_then(|h| h.digest).filter(|_| same_body),
+            digest,
         }
     }
 }

@@ -81,38 +81,37 @@ impl Held {
     }
 
     /// Whether it holds `other`'s body: the same bytes, or, when its own are not kept, the same
-    /// size and digest.
-    pub(super) fn same_body(&self, other: &Held) -> bool {
+    /// size and digest; with the digest of `other`'s body when it was worked out for that.
+    pub(super) fn same_body(&self, other: &Held) -> (bool, Option<u64>) {
         match self.digest {
-            None => self.resource.body == other.resource.body,
+            None => (self.resource.body == other.resource.body, None),
             Some(d) => {
-                self.bytes == other.bytes
-                    && self.resource.body.type_url == other.resource.body.type_url
-                    && d == Held::digest_of(&other.resource.body.value)
+                if self.bytes != other.bytes
+                    || self.resource.body.type_url != other.resource.body.type_url
+                {
+                    return (false, None);
+                }
+                let theirs = Held::digest_of(&other.resource.body.value);
+                (d == theirs, Some(theirs))
             }
         }
     }
 
-    /// Its body, taken out: it keeps the body's digest instead.
-    pub(super) fn shed_body(&mut self) -> Vec<u8> {
-        self.shed_body_known(None)
-    }
-
-    /// [`Held::shed_body`] with the body's digest, if already worked out (`known`: a held
-    /// resource's found the same body), so that a body is hashed once.
-    pub(super) fn shed_body_known(&mut self, known: Option<u64>) -> Vec<u8> {
+    /// Its body, taken out: it keeps the body's digest instead (`known`, if already worked
+    /// out, so that a body is hashed once).
+    pub(super) fn shed_body(&mut self, known: Option<u64>) -> Vec<u8> {
         let value = std::mem::take(&mut self.resource.body.value);
         self.digest = Some(known.unwrap_or_else(|| Held::digest_of(&value)));
         value
     }
 
     /// A copy of it for an event, with its body; when `keep` is off the body moves to the copy
-    /// and it keeps the body's digest instead.
-    pub(super) fn for_event(&mut self, keep: bool) -> Resource {
+    /// and it keeps the body's digest instead (`known`, as for [`Held::shed_body`]).
+    pub(super) fn for_event(&mut self, keep: bool, known: Option<u64>) -> Resource {
         if keep {
             return self.resource.clone();
         }
-        let value = self.shed_body();
+        let value = self.shed_body(known);
         let mut resource = self.resource.clone();
         resource.body.value = value;
         resource
