@@ -18,6 +18,7 @@ use envoy_types::pb::google::protobuf::Any;
 use crate::constraints::{matches, Params};
 use crate::types;
 
+mod held;
 mod lookup;
 mod response;
 mod state;
@@ -544,7 +545,7 @@ impl Client {
         self.types
             .get(type_url)
             .into_iter()
-            .flat_map(|s| s.held.iter().map(|h| &h.resource))
+            .flat_map(|s| s.held.sorted().into_iter().map(|h| &h.resource))
     }
 
     /// The variant of `name` of `type_url` held for `params` (TP2 variants are matched by their
@@ -820,7 +821,8 @@ impl Client {
             }
             let mut aliased: BTreeMap<String, BTreeSet<HeldKey>> = BTreeMap::new();
             let mut expiries = BTreeSet::new();
-            for held in &state.held {
+            state.held.check().map_err(|e| format!("{type_url}: {e}"))?;
+            for held in state.held.iter() {
                 let (key, r) = (held.key(), &held.resource);
                 let constraints = r.constraints.as_ref().map(prost::Message::encode_to_vec);
                 if held.constraints != constraints.unwrap_or_default() {

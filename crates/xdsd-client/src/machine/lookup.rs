@@ -7,6 +7,7 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
+use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::time::Instant;
 
@@ -102,6 +103,14 @@ impl PartialEq for dyn VariantKey + '_ {
 
 impl Eq for dyn VariantKey + '_ {}
 
+/// By name only: a name's variants hash alike (and are told apart by their constraints), as a
+/// held resource hashes ([`super::held::HeldSet`]).
+impl Hash for dyn VariantKey + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.parts().0.hash(state);
+    }
+}
+
 impl PartialOrd for dyn VariantKey + '_ {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
@@ -112,17 +121,6 @@ impl Ord for dyn VariantKey + '_ {
     fn cmp(&self, other: &Self) -> Ordering {
         self.parts().cmp(&other.parts())
     }
-}
-
-/// The variants of `name` held and after (the first of a name's is unconstrained's, empty
-/// constraints), as a range's bounds.
-pub(super) fn from_variant<'a>(
-    probe: &'a Variant<'a>,
-) -> (
-    Bound<&'a (dyn VariantKey + 'a)>,
-    Bound<&'a (dyn VariantKey + 'a)>,
-) {
-    (Bound::Included(probe as &dyn VariantKey), Bound::Unbounded)
 }
 
 /// A does-not-exist timer's entry, by its parts: its deadline and its subscription.

@@ -251,7 +251,7 @@ impl Client {
                 .iter()
                 .map(|((n, c), _, _)| (n.as_str(), c.as_slice()))
                 .collect();
-            let leaving: Vec<HeldKey> = state
+            let mut leaving: Vec<HeldKey> = state
                 .held
                 .iter()
                 .filter(|&h| {
@@ -260,6 +260,8 @@ impl Client {
                 })
                 .map(Held::key)
                 .collect();
+            // Told in key order (the set is hashed).
+            leaving.sort_unstable();
             for key in leaving {
                 if let Some(h) = state.take_held(&key) {
                     gone_variants.push((key.0.clone(), h.resource.constraints));

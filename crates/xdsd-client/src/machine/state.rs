@@ -6,7 +6,8 @@ use std::borrow::Borrow;
 
 use prost::Message;
 
-use super::lookup::{from_name, from_variant, stop_timer, Plain, SubKey, Variant, VariantKey};
+use super::held::HeldSet;
+use super::lookup::{from_name, stop_timer, Plain, SubKey, Variant, VariantKey};
 use super::*;
 
 /// The wildcard subscription of a type.
@@ -156,6 +157,13 @@ impl Ord for Held {
     }
 }
 
+/// By name only, as its key borrowed hashes (see [`HeldSet`]).
+impl std::hash::Hash for Held {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.resource.name.hash(state);
+    }
+}
+
 /// A held resource's key, owned: what the indexes beside the held resources name them by.
 pub(super) type HeldKey = (String, Vec<u8>);
 
@@ -178,7 +186,7 @@ pub(super) struct TypeState {
     /// What is held. Changed only through [`TypeState::put_held`], [`TypeState::hold_new`],
     /// [`TypeState::take_held`] and [`TypeState::set_expiry`], which keep the indexes below in
     /// step with it.
-    pub(super) held: BTreeSet<Held>,
+    pub(super) held: HeldSet,
     /// The held resources that carry each alias (only resources with aliases are here).
     pub(super) aliased: BTreeMap<String, BTreeSet<HeldKey>>,
     /// Distinct names held.
@@ -221,35 +229,28 @@ pub(super) struct TypeState {
 /// Whether a held resource answers a subscription to `name`: by its name or an alias, or a
 /// member of the glob collection `name`.
 pub(super) fn provided(
-    held: &BTreeSet<Held>,
+    held: &HeldSet,
     aliased: &BTreeMap<String, BTreeSet<HeldKey>>,
     name: &str,
 ) -> bool {
-    holds_name(held, name)
-        || aliased.contains_key(name)
-        || members_held(held, name).next().is_some()
+    held.holds_name(name) || aliased.contains_key(name) || members_held(held, name).next().is_some()
 }
 
 /// The held members of the glob collection `name` (none when `name` is not a glob): a walk of
 /// the names under its path, not of everything held.
 pub(super) fn members_held<'a>(
-    held: &'a BTreeSet<Held>,
+    held: &'a HeldSet,
     name: &str,
 ) -> impl Iterator<Item = &'a Held> + 'a {
     let parts = xdsd_xdstp::glob_parts(name).map(|(p, q)| (p.to_owned(), q.to_owned()));
     parts.into_iter().flat_map(move |(prefix, query)| {
-        let under = prefix.clone();
-        held.range::<dyn VariantKey, _>(from_variant(&Variant(&prefix, &[])))
-            .take_while(move |h| h.resource.name.starts_with(&under))
-            .filter(move |h| xdsd_xdstp::is_member(&prefix, &query, &h.resource.name))
+        let members: Vec<&'a str> = held
+            .xdstp_names_from(&prefix)
+            .take_while(|n| n.starts_with(&prefix))
+            .filter(|n| xdsd_xdstp::is_member(&prefix, &query, n))
+            .collect();
+        members.into_iter().flat_map(|n| held.variants_of(n))
     })
-}
-
-/// Whether `held` holds a variant of `name` (under its own name).
-pub(super) fn holds_name(held: &BTreeSet<Held>, name: &str) -> bool {
-    held.range::<dyn VariantKey, _>(from_variant(&Variant(name, &[])))
-        .next()
-        .is_some_and(|h| h.resource.name == name)
 }
 
 impl TypeState {
@@ -302,19 +303,17 @@ impl TypeState {
         &'a self,
         name: &'b str,
     ) -> impl Iterator<Item = &'a Held> + 'b {
-        self.held
-            .range::<dyn VariantKey, _>(from_variant(&Variant(name, &[])))
-            .take_while(move |h| h.resource.name == name)
+        self.held.variants_of(name)
     }
 
     /// What is held under `key`.
     pub(super) fn held_at(&self, key: &HeldKey) -> Option<&Held> {
-        self.held.get(&probe(key) as &dyn VariantKey)
+        self.held.get(&probe(key))
     }
 
     /// Whether a variant of `name` is held under its own name.
     pub(super) fn holds(&self, name: &str) -> bool {
-        holds_name(&self.held, name)
+        self.held.holds_name(name)
     }
 
     /// Whether a held resource answers a subscription to `name`: by its name or an alias, or a
@@ -348,19 +347,7 @@ impl TypeState {
         if taken.constraints.is_empty() && self.constrained == 0 {
             return (None, false);
         }
-        let of_name = |h: &Held| h.resource.name == taken.resource.name;
-        let after = self
-            .held
-            .range::<Held, _>(taken..)
-            .next()
-            .is_some_and(of_name);
-        let before = || {
-            self.held
-                .range::<Held, _>(..taken)
-                .next_back()
-                .is_some_and(of_name)
-        };
-        (None, after || before())
+        (None, self.held.holds_name(&taken.resource.name))
     }
 
     /// Holds `held` in place of what is held under its key (returned). `name_held`: whether a
@@ -439,17 +426,12 @@ impl TypeState {
                     .insert(key.clone());
             }
         }
-        if fresh.len() >= self.held.len() {
-            let mut batch: BTreeSet<Held> = fresh.into_iter().collect();
-            self.held.append(&mut batch);
-        } else {
-            self.held.extend(fresh);
-        }
+        self.held.extend(fresh);
     }
 
     /// Drops what is held under `key`.
     pub(super) fn take_held(&mut self, key: &HeldKey) -> Option<Held> {
-        let held = self.held.take(&probe(key) as &dyn VariantKey)?;
+        let held = self.held.take(&probe(key))?;
         self.held_bytes -= held.bytes;
         self.constrained -= usize::from(!key.1.is_empty());
         if let Some(e) = held.expires {
@@ -472,7 +454,7 @@ impl TypeState {
     /// Sets when the resource held under `key` expires.
     pub(super) fn set_expiry(&mut self, key: &HeldKey, expires: Option<Instant>) {
         // A set's members are not changed in place: taken out, and put back.
-        let Some(mut held) = self.held.take(&probe(key) as &dyn VariantKey) else {
+        let Some(mut held) = self.held.take(&probe(key)) else {
             return;
         };
         if let Some(e) = held.expires {
@@ -482,7 +464,7 @@ impl TypeState {
         if let Some(e) = expires {
             self.expiries.insert((e, key.clone()));
         }
-        self.held.insert(held);
+        self.held.replace(held);
     }
 
     /// Every subscription to `name` is settled: received (`missing` false) or known not to
@@ -627,8 +609,8 @@ mod tests {
 
     /// `find` against a scan of everything held: the key's entry, and whether a key of its
     /// name is held, for every key of a few names, with and without constrained keys held
-    /// (its shortcut, and its look at both neighbours), whatever `hold_new` merged or inserted;
-    /// and what it finds, given to `put_held`, counts each key and name once.
+    /// (its shortcut, and its look at the name's constrained variants), whatever `hold_new`
+    /// held in one batch or several; and what it finds, given to `put_held`, counts each key and name once.
     #[test]
     fn find_tells_the_key_and_its_name_as_a_scan_does() {
         let names = ["a", "b", "c"];
@@ -637,8 +619,7 @@ mod tests {
             .iter()
             .flat_map(|n| constraints.iter().map(|c| (n.to_string(), c.to_vec())))
             .collect();
-        // Every subset of the keys, held in three batches: the first merged into nothing, the
-        // second (larger) merged with it, the third (smaller than what is held) inserted.
+        // Every subset of the keys, held in three batches.
         for set in 0u32..1 << keys.len() {
             let chosen: Vec<&HeldKey> = keys
                 .iter()
