@@ -27,7 +27,8 @@ pub fn check(resource: &xdsd_client::Resource) -> Result<(), String> {
         read_string_field(&resource.body.value, 1)
             .map_err(|e| format!("{} does not decode: {e}", what()))?;
     }
-    if let Some(c) = &resource.constraints {
+    // A TP2 server names an unconstrained variant with empty constraints: nothing to check.
+    if let Some(c) = resource.constraints.as_ref().filter(|c| c.r#type.is_some()) {
         Constraints::new(c.clone())
             .map_err(|e| format!("{}: its dynamic parameter constraints: {e}", what()))?;
     }
@@ -135,5 +136,31 @@ mod tests {
         // A type the relay does not know is taken as it is.
         let r = resource("type.example/Other", "type.example/Other", vec![0xff]);
         assert_eq!(check(&r), Ok(()));
+    }
+
+    #[test]
+    fn empty_constraints_are_taken_and_constraints_the_store_cannot_match_are_refused() {
+        use envoy_types::pb::envoy::service::discovery::v3::dynamic_parameter_constraints::{
+            single_constraint::ConstraintType, SingleConstraint, Type,
+        };
+        use envoy_types::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
+        let body = Cluster {
+            name: "c".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut r = resource(types::CLUSTER, types::CLUSTER, body);
+        // What a TP2 server names an unconstrained variant with.
+        r.constraints = Some(DynamicParameterConstraints::default());
+        assert_eq!(check(&r), Ok(()));
+        // A constraint on the empty key.
+        r.constraints = Some(DynamicParameterConstraints {
+            r#type: Some(Type::Constraint(SingleConstraint {
+                key: String::new(),
+                constraint_type: Some(ConstraintType::Value("v".into())),
+            })),
+        });
+        let reason = check(&r).expect_err("refused");
+        assert!(reason.contains("constraints"), "{reason}");
     }
 }
