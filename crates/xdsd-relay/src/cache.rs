@@ -49,6 +49,24 @@ type Name = (TypeKey, String);
 /// A variant held by a group: the group, and the variant's encoded constraints (empty: none).
 type Held = (GroupKey, Vec<u8>);
 
+/// `group` no longer holds `key` under `aliases`, in the index of the names held by alias.
+fn unindex(
+    aliased: &mut BTreeMap<(GroupKey, TypeKey, String), BTreeSet<String>>,
+    group: &GroupKey,
+    key: &Name,
+    aliases: &[String],
+) {
+    for alias in aliases {
+        let at = (group.clone(), key.0.clone(), alias.clone());
+        if let Some(names) = aliased.get_mut(&at) {
+            names.remove(&key.1);
+            if names.is_empty() {
+                aliased.remove(&at);
+            }
+        }
+    }
+}
+
 /// The variants held of one name, by group and constraints, in that order: a sorted vector,
 /// sized to what it holds. Most names have one variant held by one group, and a `BTreeMap`
 /// allocates a whole node for its first entry (about 1.7 KB here: the relay's largest
@@ -61,13 +79,22 @@ impl Variants {
         self.0.binary_search_by(|(k, _)| k.cmp(key))
     }
 
+    #[cfg(test)]
     fn get(&self, key: &Held) -> Option<&Cached> {
         self.find(key).ok().map(|i| &self.0[i].1)
     }
 
     /// Puts `value` under `key`: the value it replaces, if any.
+    #[cfg(test)]
     fn insert(&mut self, key: Held, value: Cached) -> Option<Cached> {
-        match self.find(&key) {
+        let at = self.find(&key);
+        self.insert_at(at, key, value)
+    }
+
+    /// Puts `value` under `key`, found at `at` ([`Variants::find`] of `key`, nothing changed
+    /// since): the value it replaces, if any.
+    fn insert_at(&mut self, at: Result<usize, usize>, key: Held, value: Cached) -> Option<Cached> {
+        match at {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
             Err(i) => {
                 // Room for one more, not the four a vector's first growth makes.
@@ -165,83 +192,98 @@ impl Cache {
         Cache::default()
     }
 
-    /// `group` was sent `resource` (added or changed). Costs a look-up of its name and of its
-    /// group's variants of it: a group sent a variant another group holds already (a parameter
-    /// set's wildcard sent the unconstrained variants the shared stream has) neither copies nor
-    /// compares what the other group holds, unless it becomes the variant's first holder.
-    /// The body is taken out of `resource` (its bytes become the cache's, not copied).
+    /// `group` was sent `resource` (added or changed): [`Cache::put_all`] of one.
     pub fn put(&mut self, group: &GroupKey, resource: &mut xdsd_client::Resource) {
         let type_key = TypeKey::of(&resource.type_url);
-        let cached = Cached {
-            value: Bytes::from(std::mem::take(&mut resource.body.value)),
-            // A TP2 server names an unconstrained variant with empty constraints: none.
-            constraints: resource.constraints.clone().filter(|c| c.r#type.is_some()),
-            ttl: resource.ttl,
-            aliases: resource.aliases.clone(),
-        };
-        let variant = (group.clone(), encoded(&cached));
+        self.put_all(group, &type_key, &mut [resource]);
+    }
+
+    /// `group` was sent `resources` of the type `type_key` (added or changed). The type's maps
+    /// are looked up once for all of them; each costs a look-up of its name and of its group's
+    /// variants of it: a group sent a variant another group holds already (a parameter set's
+    /// wildcard sent the unconstrained variants the shared stream has) neither copies nor
+    /// compares what the other group holds, unless it becomes the variant's first holder, and
+    /// its name is copied only for the indexes that do not have it yet. Each body is taken out
+    /// of its resource (its bytes become the cache's, not copied).
+    pub fn put_all(
+        &mut self,
+        group: &GroupKey,
+        type_key: &TypeKey,
+        resources: &mut [&mut xdsd_client::Resource],
+    ) {
         let names = self.entries.entry(type_key.clone()).or_default();
-        let held = match names.get_mut(resource.name.as_str()) {
-            Some(held) => held,
-            None => names.entry(resource.name.clone()).or_default(),
-        };
-        if held.get(&variant) == Some(&cached) {
-            return;
-        }
-        // The store is given each distinct variant from the first group holding it: the store's
-        // variant changes when this group holds it first (a group before it in order holds
-        // none), and holds another body than the group that was first.
-        let first = held.iter().find(|((_, c), _)| *c == variant.1);
-        // A body equal to the first holder's is kept once, shared: a parameter set's stream,
-        // sent what the shared stream holds (its wildcard: every unconstrained variant), holds
-        // no second copy of each body, and the copy decoded is given back at once.
-        let mut cached = cached;
-        if let Some((_, c)) = first {
-            if c.value == cached.value {
-                cached.value = c.value.clone();
+        let group_names = self
+            .by_group
+            .entry((group.clone(), type_key.clone()))
+            .or_default();
+        for resource in resources.iter_mut() {
+            let cached = Cached {
+                value: Bytes::from(std::mem::take(&mut resource.body.value)),
+                // A TP2 server names an unconstrained variant with empty constraints: none.
+                constraints: resource.constraints.clone().filter(|c| c.r#type.is_some()),
+                ttl: resource.ttl,
+                aliases: resource.aliases.clone(),
+            };
+            let name = resource.name.as_str();
+            let held = match names.get_mut(name) {
+                Some(held) => held,
+                None => names.entry(name.to_owned()).or_default(),
+            };
+            let variant = (group.clone(), encoded(&cached));
+            let at = held.find(&variant);
+            if let Ok(i) = at {
+                if held.0[i].1 == cached {
+                    continue;
+                }
             }
-        }
-        let changed = match first {
-            None => true,
-            Some(((g, _), c)) => match group.cmp(g) {
-                std::cmp::Ordering::Less => *c != cached,
-                std::cmp::Ordering::Equal => true,
-                std::cmp::Ordering::Greater => false,
-            },
-        };
-        let aliases = cached.aliases.clone();
-        let old = held.insert(variant, cached);
-        let key = (type_key, resource.name.clone());
-        match old {
-            Some(old) => self.unindex(group, &key, &old.aliases),
-            None => self
-                .by_group
-                .entry((group.clone(), key.0.clone()))
-                .or_default()
-                .add(&key.1),
-        }
-        for alias in aliases {
-            self.aliased
-                .entry((group.clone(), key.0.clone(), alias))
-                .or_default()
-                .insert(key.1.clone());
-        }
-        if changed {
-            self.dirty.insert(key);
+            // The store is given each distinct variant from the first group holding it: the
+            // store's variant changes when this group holds it first (a group before it in
+            // order holds none), and holds another body than the group that was first.
+            let first = held.iter().find(|((_, c), _)| *c == variant.1);
+            // A body equal to the first holder's is kept once, shared: a parameter set's
+            // stream, sent what the shared stream holds (its wildcard: every unconstrained
+            // variant), holds no second copy of each body, and the copy decoded is given back
+            // at once.
+            let mut cached = cached;
+            if let Some((_, c)) = first {
+                if c.value == cached.value {
+                    cached.value = c.value.clone();
+                }
+            }
+            let changed = match first {
+                None => true,
+                Some(((g, _), c)) => match group.cmp(g) {
+                    std::cmp::Ordering::Less => *c != cached,
+                    std::cmp::Ordering::Equal => true,
+                    std::cmp::Ordering::Greater => false,
+                },
+            };
+            let aliases = (!cached.aliases.is_empty()).then(|| cached.aliases.clone());
+            let old = held.insert_at(at, variant, cached);
+            match old {
+                Some(old) => {
+                    if !old.aliases.is_empty() {
+                        let key = (type_key.clone(), name.to_owned());
+                        unindex(&mut self.aliased, group, &key, &old.aliases);
+                    }
+                }
+                None => group_names.add(name),
+            }
+            for alias in aliases.into_iter().flatten() {
+                self.aliased
+                    .entry((group.clone(), type_key.clone(), alias))
+                    .or_default()
+                    .insert(name.to_owned());
+            }
+            if changed {
+                self.dirty.insert((type_key.clone(), name.to_owned()));
+            }
         }
     }
 
     /// `group` no longer holds `key` under `aliases`.
     fn unindex(&mut self, group: &GroupKey, key: &Name, aliases: &[String]) {
-        for alias in aliases {
-            let at = (group.clone(), key.0.clone(), alias.clone());
-            if let Some(names) = self.aliased.get_mut(&at) {
-                names.remove(&key.1);
-                if names.is_empty() {
-                    self.aliased.remove(&at);
-                }
-            }
-        }
+        unindex(&mut self.aliased, group, key, aliases);
     }
 
     /// `group` no longer holds `names` of `type_url`, any variant (removed upstream, expired, or

@@ -30,8 +30,8 @@ impl Table {
         for slice in resources.chunks_mut(PUTS_PER_LOCK) {
             let mut state = self.state();
             let cache = state.cache(&group.partition);
-            for r in slice.iter_mut() {
-                cache.put(group, r);
+            cache.put_all(group, &type_key, slice);
+            for r in slice.iter() {
                 answers.extend(
                     r.names()
                         .map(|name| Want::named(group.clone(), &type_key, name)),
