@@ -828,7 +828,9 @@ impl Client {
                 if held.constraints != constraints.unwrap_or_default() {
                     return Err(format!("{type_url}: {key:?} holds {:?}", r.name));
                 }
-                if r.type_url != *type_url || r.body.type_url != *type_url {
+                // A body not kept is held as none: no type URL either.
+                let body_type = if held.digest.is_some() { "" } else { type_url };
+                if r.type_url != *type_url || r.body.type_url != body_type {
                     return Err(format!(
                         "{type_url}: {:?} is of {}",
                         r.name, r.body.type_url

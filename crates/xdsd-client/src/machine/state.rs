@@ -48,7 +48,7 @@ pub(super) struct Sub {
 pub(super) struct Held {
     pub(super) resource: Resource,
     /// A digest of its body when the body itself is not kept (`Config::keep_bodies` off):
-    /// `resource.body.value` is then empty, and `bytes` its size.
+    /// `resource.body` is then empty (no bytes, no type URL), and `bytes` its size.
     pub(super) digest: Option<u64>,
     /// Its constraints, encoded (empty for none).
     pub(super) constraints: Vec<u8>,
@@ -82,14 +82,13 @@ impl Held {
     }
 
     /// Whether it holds `other`'s body: the same bytes, or, when its own are not kept, the same
-    /// size and digest; with the digest of `other`'s body when it was worked out for that.
+    /// size and digest (the type URLs are the type's: both were checked when taken in); with
+    /// the digest of `other`'s body when it was worked out for that.
     pub(super) fn same_body(&self, other: &Held) -> (bool, Option<u64>) {
         match self.digest {
             None => (self.resource.body == other.resource.body, None),
             Some(d) => {
-                if self.bytes != other.bytes
-                    || self.resource.body.type_url != other.resource.body.type_url
-                {
+                if self.bytes != other.bytes {
                     return (false, None);
                 }
                 let theirs = Held::digest_of(&other.resource.body.value);
@@ -98,12 +97,13 @@ impl Held {
         }
     }
 
-    /// Its body, taken out: it keeps the body's digest instead (`known`, if already worked
+    /// Its body, taken out whole (the `Any`: its type URL is the resource's type, checked
+    /// when it was taken in): it keeps the body's digest instead (`known`, if already worked
     /// out, so that a body is hashed once).
-    pub(super) fn shed_body(&mut self, known: Option<u64>) -> Vec<u8> {
-        let value = std::mem::take(&mut self.resource.body.value);
-        self.digest = Some(known.unwrap_or_else(|| Held::digest_of(&value)));
-        value
+    pub(super) fn shed_body(&mut self, known: Option<u64>) -> Any {
+        let body = std::mem::take(&mut self.resource.body);
+        self.digest = Some(known.unwrap_or_else(|| Held::digest_of(&body.value)));
+        body
     }
 
     /// A copy of it for an event, with its body; when `keep` is off the body moves to the copy
@@ -112,9 +112,9 @@ impl Held {
         if keep {
             return self.resource.clone();
         }
-        let value = self.shed_body(known);
+        let body = self.shed_body(known);
         let mut resource = self.resource.clone();
-        resource.body.value = value;
+        resource.body = body;
         resource
     }
 
