@@ -413,7 +413,11 @@ fn a_client_that_keeps_no_bodies_hands_each_body_to_its_event_and_holds_none() {
         .expect("held");
     assert_eq!(held.version, "1");
     assert_eq!(held.type_url, CLUSTER);
-    assert_eq!(held.body, Any::default(), "the body is not kept, nor its type URL");
+    assert_eq!(
+        held.body,
+        Any::default(),
+        "the body is not kept, nor its type URL"
+    );
     p.client.check_invariants().expect("sound");
 }
 

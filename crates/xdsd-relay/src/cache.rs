@@ -20,6 +20,7 @@
 //! a wildcard leaves a group is the table's rows' decision, not the cache's.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -70,9 +71,12 @@ fn unindex(
 /// The variants held of one name, by group and constraints, in that order: a sorted vector,
 /// sized to what it holds. Most names have one variant held by one group, and a `BTreeMap`
 /// allocates a whole node for its first entry (about 1.7 KB here: the relay's largest
-/// allocation, a third of its heap at 20,000 names, BENCHMARKS.md stop 71).
+/// allocation, a third of its heap at 20,000 names, BENCHMARKS.md stop 71). A variant is
+/// shared: a group sent what another holds (a parameter set's wildcard is sent every
+/// unconstrained variant the shared stream has) holds the same one, not a copy, and a second
+/// holder grows the vector by a pointer, not by a whole variant.
 #[derive(Debug, Default)]
-struct Variants(Vec<(Held, Cached)>);
+struct Variants(Vec<(Held, Arc<Cached>)>);
 
 impl Variants {
     fn find(&self, key: &Held) -> Result<usize, usize> {
@@ -81,19 +85,25 @@ impl Variants {
 
     #[cfg(test)]
     fn get(&self, key: &Held) -> Option<&Cached> {
-        self.find(key).ok().map(|i| &self.0[i].1)
+        self.find(key).ok().map(|i| &*self.0[i].1)
     }
 
     /// Puts `value` under `key`: the value it replaces, if any.
     #[cfg(test)]
     fn insert(&mut self, key: Held, value: Cached) -> Option<Cached> {
         let at = self.find(&key);
-        self.insert_at(at, key, value)
+        self.insert_at(at, key, Arc::new(value))
+            .map(Arc::unwrap_or_clone)
     }
 
     /// Puts `value` under `key`, found at `at` ([`Variants::find`] of `key`, nothing changed
     /// since): the value it replaces, if any.
-    fn insert_at(&mut self, at: Result<usize, usize>, key: Held, value: Cached) -> Option<Cached> {
+    fn insert_at(
+        &mut self,
+        at: Result<usize, usize>,
+        key: Held,
+        value: Arc<Cached>,
+    ) -> Option<Arc<Cached>> {
         match at {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
             Err(i) => {
@@ -105,7 +115,7 @@ impl Variants {
         }
     }
 
-    fn remove(&mut self, key: &Held) -> Option<Cached> {
+    fn remove(&mut self, key: &Held) -> Option<Arc<Cached>> {
         let i = self.find(key).ok()?;
         let (_, value) = self.0.remove(i);
         self.0.shrink_to_fit();
@@ -118,11 +128,11 @@ impl Variants {
 
     /// In key order.
     fn iter(&self) -> impl Iterator<Item = (&Held, &Cached)> {
-        self.0.iter().map(|(k, v)| (k, v))
+        self.0.iter().map(|(k, v)| (k, &**v))
     }
 
     fn values(&self) -> impl Iterator<Item = &Cached> {
-        self.0.iter().map(|(_, v)| v)
+        self.0.iter().map(|(_, v)| &**v)
     }
 }
 
@@ -232,31 +242,38 @@ impl Cache {
             let variant = (group.clone(), encoded(&cached));
             let at = held.find(&variant);
             if let Ok(i) = at {
-                if held.0[i].1 == cached {
+                if *held.0[i].1 == cached {
                     continue;
                 }
             }
             // The store is given each distinct variant from the first group holding it: the
             // store's variant changes when this group holds it first (a group before it in
             // order holds none), and holds another body than the group that was first.
-            let first = held.iter().find(|((_, c), _)| *c == variant.1);
-            // A body equal to the first holder's is kept once, shared: a parameter set's
-            // stream, sent what the shared stream holds (its wildcard: every unconstrained
-            // variant), holds no second copy of each body, and the copy decoded is given back
-            // at once.
-            let mut cached = cached;
-            if let Some((_, c)) = first {
-                if c.value == cached.value {
-                    cached.value = c.value.clone();
-                }
-            }
+            let first = held
+                .0
+                .iter()
+                .find(|((_, c), _)| *c == variant.1)
+                .map(|((g, _), c)| (g, c));
+            let same = first.is_some_and(|(_, c)| **c == cached);
             let changed = match first {
                 None => true,
-                Some(((g, _), c)) => match group.cmp(g) {
-                    std::cmp::Ordering::Less => *c != cached,
+                Some((g, _)) => match group.cmp(g) {
+                    std::cmp::Ordering::Less => !same,
                     std::cmp::Ordering::Equal => true,
                     std::cmp::Ordering::Greater => false,
                 },
+            };
+            // A variant equal to the first holder's is that one, shared; a body equal to its
+            // is kept once: a parameter set's stream, sent what the shared stream holds (its
+            // wildcard: every unconstrained variant), holds no second copy of each, and the
+            // copy decoded is given back at once.
+            let cached = match first {
+                Some((_, c)) if same => Arc::clone(c),
+                Some((_, c)) if c.value == cached.value => Arc::new(Cached {
+                    value: c.value.clone(),
+                    ..cached
+                }),
+                _ => Arc::new(cached),
             };
             let aliases = (!cached.aliases.is_empty()).then(|| cached.aliases.clone());
             let old = held.insert_at(at, variant, cached);
@@ -352,7 +369,7 @@ impl Cache {
         let mut aliases = Vec::new();
         for variant in &gone {
             if let Some(cached) = held.remove(variant) {
-                aliases.extend(cached.aliases);
+                aliases.extend(cached.aliases.iter().cloned());
             }
         }
         let key = (type_key.clone(), name.to_owned());
@@ -633,7 +650,7 @@ mod tests {
         v.insert(b.clone(), cached(b"b"));
         assert_eq!(v.0.capacity(), 2);
         assert_eq!(
-            v.remove(&a).map(|c| c.value),
+            v.remove(&a).map(|c| c.value.clone()),
             Some(Bytes::from_static(b"a"))
         );
         assert_eq!(v.0.capacity(), 1, "room given back on removal");
@@ -659,6 +676,11 @@ mod tests {
         let c = variants("c");
         assert_eq!(c.len(), 2, "both groups hold it");
         assert_eq!(c[0].as_ptr(), c[1].as_ptr(), "one body, shared");
+        let held = &cache.entries[&TypeKey::of(CDS)]["c"];
+        assert!(
+            Arc::ptr_eq(&held.0[0].1, &held.0[1].1),
+            "one variant, shared whole"
+        );
         let d = variants("d");
         assert_eq!(d.len(), 2);
         assert_ne!(d[0], d[1], "another body is its own");
