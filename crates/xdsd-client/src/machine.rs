@@ -24,7 +24,8 @@ mod response;
 mod state;
 mod wire;
 
-use state::{drop_unwanted, Held, HeldKey, TypeState, Wildcard, WildcardWait};
+use held::{Held, HeldKey};
+use state::{drop_unwanted, TypeState, Wildcard, WildcardWait};
 use wire::{delta_request, sotw_request};
 
 /// Type URL of `envoy.service.discovery.v3.Resource`, the wrapper a SotW response uses for a

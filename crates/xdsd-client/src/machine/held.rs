@@ -1,5 +1,6 @@
-//! What a type's state holds: its resources in a set hashed by name, with the two indexes a
-//! name's look-ups need beside it: the constraints of each name's constrained variants (TP2),
+//! What a type's state holds: each resource as held (`Held`: the resource, its key, its body's
+//! digest when the body is not kept), in a set hashed by name, with the two indexes a name's
+//! look-ups need beside it: the constraints of each name's constrained variants (TP2),
 //! and the xdstp names in order (a glob collection's members are a range of them).
 //!
 //! Every resource a response brings is looked up by its key and then held: hashed, that costs a
@@ -8,13 +9,142 @@
 //! every name its shared stream holds, BENCHMARKS.md stop 73). The indexes cost only the names
 //! that have constrained variants, or are xdstp names.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 
+use envoy_types::pb::google::protobuf::Any;
 use foldhash::fast::RandomState;
+use prost::Message;
 
 use super::lookup::{Variant, VariantKey};
-use super::state::Held;
+use super::{Instant, Resource};
+
+/// A held resource. Its key is its name and its encoded constraints, which it holds itself:
+/// held resources are a set, ordered and told apart by their keys (see [`VariantKey`]), so that
+/// no copy of a name is made for a key.
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    pub(super) resource: Resource,
+    /// A digest of its body when the body itself is not kept (`Config::keep_bodies` off):
+    /// `resource.body` is then empty (no bytes, no type URL), and `bytes` its size.
+    pub(super) digest: Option<u64>,
+    /// Its constraints, encoded (empty for none).
+    pub(super) constraints: Vec<u8>,
+    pub(super) expires: Option<Instant>,
+    pub(super) bytes: usize,
+}
+
+impl Held {
+    /// `resource` as held from `now`: its key's constraints encoded, its expiry from its TTL.
+    pub(super) fn new(resource: Resource, now: Instant) -> Held {
+        let constraints = resource
+            .constraints
+            .as_ref()
+            .map(Message::encode_to_vec)
+            .unwrap_or_default();
+        // A TTL past what the clock can count never expires.
+        let expires = resource.ttl.and_then(|t| now.checked_add(t));
+        Held {
+            bytes: resource.body.value.len(),
+            resource,
+            digest: None,
+            constraints,
+            expires,
+        }
+    }
+
+    /// A digest of `body` (see [`Held::digest`]).
+    pub(super) fn digest_of(body: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::with_seed(0).hash_one(body)
+    }
+
+    /// Whether it holds `other`'s body: the same bytes, or, when its own are not kept, the same
+    /// size and digest (the type URLs are the type's: both were checked when taken in); with
+    /// the digest of `other`'s body when it was worked out for that.
+    pub(super) fn same_body(&self, other: &Held) -> (bool, Option<u64>) {
+        match self.digest {
+            None => (self.resource.body == other.resource.body, None),
+            Some(d) => {
+                if self.bytes != other.bytes {
+                    return (false, None);
+                }
+                let theirs = Held::digest_of(&other.resource.body.value);
+                (d == theirs, Some(theirs))
+            }
+        }
+    }
+
+    /// Its body, taken out whole (the `Any`: its type URL is the resource's type, checked
+    /// when it was taken in): it keeps the body's digest instead (`known`, if already worked
+    /// out, so that a body is hashed once).
+    pub(super) fn shed_body(&mut self, known: Option<u64>) -> Any {
+        let body = std::mem::take(&mut self.resource.body);
+        self.digest = Some(known.unwrap_or_else(|| Held::digest_of(&body.value)));
+        body
+    }
+
+    /// A copy of it for an event, with its body; when `keep` is off the body moves to the copy
+    /// and it keeps the body's digest instead (`known`, as for [`Held::shed_body`]).
+    pub(super) fn for_event(&mut self, keep: bool, known: Option<u64>) -> Resource {
+        if keep {
+            return self.resource.clone();
+        }
+        let body = self.shed_body(known);
+        let mut resource = self.resource.clone();
+        resource.body = body;
+        resource
+    }
+
+    /// Its key, copied (for the indexes that name held resources).
+    pub(super) fn key(&self) -> HeldKey {
+        (self.resource.name.clone(), self.constraints.clone())
+    }
+}
+
+impl VariantKey for Held {
+    fn parts(&self) -> (&str, &[u8]) {
+        (&self.resource.name, &self.constraints)
+    }
+}
+
+impl<'a> Borrow<dyn VariantKey + 'a> for Held {
+    fn borrow(&self) -> &(dyn VariantKey + 'a) {
+        self
+    }
+}
+
+/// By key, as the set of them is.
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+/// By name only, as its key borrowed hashes (see [`HeldSet`]).
+impl std::hash::Hash for Held {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.resource.name.hash(state);
+    }
+}
+
+/// A held resource's key, owned: what the indexes beside the held resources name them by.
+pub(super) type HeldKey = (String, Vec<u8>);
 
 /// The resources held of a type. See the module documentation.
 #[derive(Default)]

@@ -2,12 +2,8 @@
 //! kept in step with it: aliases, names, bytes, deadlines, expiries) and what the next request
 //! owes.
 
-use std::borrow::Borrow;
-
-use prost::Message;
-
-use super::held::HeldSet;
-use super::lookup::{from_name, stop_timer, Plain, SubKey, Variant, VariantKey};
+use super::held::{Held, HeldKey, HeldSet};
+use super::lookup::{from_name, stop_timer, Plain, SubKey, Variant};
 use super::*;
 
 /// The wildcard subscription of a type.
@@ -40,132 +36,6 @@ pub(super) struct Sub {
     /// for it; `Some(None)`: it was in the stream's first request, which every response follows.
     pub(super) asked_at: Option<Option<u64>>,
 }
-
-/// A held resource. Its key is its name and its encoded constraints, which it holds itself:
-/// held resources are a set, ordered and told apart by their keys (see [`VariantKey`]), so that
-/// no copy of a name is made for a key.
-#[derive(Debug, Clone)]
-pub(super) struct Held {
-    pub(super) resource: Resource,
-    /// A digest of its body when the body itself is not kept (`Config::keep_bodies` off):
-    /// `resource.body` is then empty (no bytes, no type URL), and `bytes` its size.
-    pub(super) digest: Option<u64>,
-    /// Its constraints, encoded (empty for none).
-    pub(super) constraints: Vec<u8>,
-    pub(super) expires: Option<Instant>,
-    pub(super) bytes: usize,
-}
-
-impl Held {
-    /// `resource` as held from `now`: its key's constraints encoded, its expiry from its TTL.
-    pub(super) fn new(resource: Resource, now: Instant) -> Held {
-        let constraints = resource
-            .constraints
-            .as_ref()
-            .map(Message::encode_to_vec)
-            .unwrap_or_default();
-        // A TTL past what the clock can count never expires.
-        let expires = resource.ttl.and_then(|t| now.checked_add(t));
-        Held {
-            bytes: resource.body.value.len(),
-            resource,
-            digest: None,
-            constraints,
-            expires,
-        }
-    }
-
-    /// A digest of `body` (see [`Held::digest`]).
-    pub(super) fn digest_of(body: &[u8]) -> u64 {
-        use std::hash::BuildHasher;
-        foldhash::fast::FixedState::with_seed(0).hash_one(body)
-    }
-
-    /// Whether it holds `other`'s body: the same bytes, or, when its own are not kept, the same
-    /// size and digest (the type URLs are the type's: both were checked when taken in); with
-    /// the digest of `other`'s body when it was worked out for that.
-    pub(super) fn same_body(&self, other: &Held) -> (bool, Option<u64>) {
-        match self.digest {
-            None => (self.resource.body == other.resource.body, None),
-            Some(d) => {
-                if self.bytes != other.bytes {
-                    return (false, None);
-                }
-                let theirs = Held::digest_of(&other.resource.body.value);
-                (d == theirs, Some(theirs))
-            }
-        }
-    }
-
-    /// Its body, taken out whole (the `Any`: its type URL is the resource's type, checked
-    /// when it was taken in): it keeps the body's digest instead (`known`, if already worked
-    /// out, so that a body is hashed once).
-    pub(super) fn shed_body(&mut self, known: Option<u64>) -> Any {
-        let body = std::mem::take(&mut self.resource.body);
-        self.digest = Some(known.unwrap_or_else(|| Held::digest_of(&body.value)));
-        body
-    }
-
-    /// A copy of it for an event, with its body; when `keep` is off the body moves to the copy
-    /// and it keeps the body's digest instead (`known`, as for [`Held::shed_body`]).
-    pub(super) fn for_event(&mut self, keep: bool, known: Option<u64>) -> Resource {
-        if keep {
-            return self.resource.clone();
-        }
-        let body = self.shed_body(known);
-        let mut resource = self.resource.clone();
-        resource.body = body;
-        resource
-    }
-
-    /// Its key, copied (for the indexes that name held resources).
-    pub(super) fn key(&self) -> HeldKey {
-        (self.resource.name.clone(), self.constraints.clone())
-    }
-}
-
-impl VariantKey for Held {
-    fn parts(&self) -> (&str, &[u8]) {
-        (&self.resource.name, &self.constraints)
-    }
-}
-
-impl<'a> Borrow<dyn VariantKey + 'a> for Held {
-    fn borrow(&self) -> &(dyn VariantKey + 'a) {
-        self
-    }
-}
-
-/// By key, as the set of them is.
-impl PartialEq for Held {
-    fn eq(&self, other: &Self) -> bool {
-        self.parts() == other.parts()
-    }
-}
-
-impl Eq for Held {}
-
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Held {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.parts().cmp(&other.parts())
-    }
-}
-
-/// By name only, as its key borrowed hashes (see [`HeldSet`]).
-impl std::hash::Hash for Held {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.resource.name.hash(state);
-    }
-}
-
-/// A held resource's key, owned: what the indexes beside the held resources name them by.
-pub(super) type HeldKey = (String, Vec<u8>);
 
 /// `key` as a probe of the held resources.
 fn probe(key: &HeldKey) -> Variant<'_> {
