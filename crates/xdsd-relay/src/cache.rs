@@ -222,10 +222,8 @@ impl Cache {
         resources: &mut [&mut xdsd_client::Resource],
     ) {
         let names = self.entries.entry(type_key.clone()).or_default();
-        let group_names = self
-            .by_group
-            .entry((group.clone(), type_key.clone()))
-            .or_default();
+        let by_group = (group.clone(), type_key.clone());
+        let group_names = self.by_group.entry(by_group.clone()).or_default();
         for resource in resources.iter_mut() {
             let cached = Cached {
                 value: Bytes::from(std::mem::take(&mut resource.body.value)),
@@ -263,10 +261,10 @@ impl Cache {
                     std::cmp::Ordering::Greater => false,
                 },
             };
-            // A variant equal to the first holder's is that one, shared; a body equal to its
-            // is kept once: a parameter set's stream, sent what the shared stream holds (its
-            // wildcard: every unconstrained variant), holds no second copy of each, and the
-            // copy decoded is given back at once.
+            // A variant equal to the first holder's is that one, shared, and a body equal to
+            // the first holder's is kept once: a parameter set's stream, sent what the shared
+            // stream holds (its wildcard: every unconstrained variant), holds no second copy
+            // of either, and the copy decoded is given back at once.
             let cached = match first {
                 Some((_, c)) if same => Arc::clone(c),
                 Some((_, c)) if c.value == cached.value => Arc::new(Cached {
@@ -295,6 +293,10 @@ impl Cache {
             if changed {
                 self.dirty.insert((type_key.clone(), name.to_owned()));
             }
+        }
+        // Looked up before knowing whether anything would be new: not kept empty.
+        if group_names.counts.is_empty() {
+            self.by_group.remove(&by_group);
         }
     }
 
@@ -657,6 +659,16 @@ mod tests {
         assert!(v.remove(&a).is_none(), "removed once");
         assert!(v.remove(&b).is_some());
         assert!(v.is_empty());
+    }
+
+    #[test]
+    fn a_group_sent_nothing_new_keeps_no_empty_index_of_its_names() {
+        let mut cache = Cache::new();
+        let set = params("prod");
+        cache.put_all(&set, &TypeKey::of(CDS), &mut []);
+        assert!(cache.by_group.is_empty(), "{:?}", cache.by_group);
+        cache.put(&set, &mut resource("c", b"same", None));
+        assert_eq!(cache.by_group.len(), 1);
     }
 
     #[test]
