@@ -21,8 +21,9 @@ use super::lookup::{Variant, VariantKey};
 use super::{Instant, Resource};
 
 /// A held resource. Its key is its name and its encoded constraints, which it holds itself:
-/// held resources are a set, ordered and told apart by their keys (see [`VariantKey`]), so that
-/// no copy of a name is made for a key.
+/// held resources are a set ([`HeldSet`]), hashed by their names and told apart by their keys
+/// (see [`VariantKey`]), so that no copy of a name is made for a key; their order (by key) is
+/// what [`HeldSet::sorted`] gives.
 #[derive(Debug, Clone)]
 pub(super) struct Held {
     pub(super) resource: Resource,
@@ -115,7 +116,7 @@ impl<'a> Borrow<dyn VariantKey + 'a> for Held {
     }
 }
 
-/// By key, as the set of them is.
+/// By key: what tells held resources apart, and their order.
 impl PartialEq for Held {
     fn eq(&self, other: &Self) -> bool {
         self.parts() == other.parts()
