@@ -807,10 +807,10 @@ impl Client {
                 .iter()
                 .filter(|h| !h.constraints.is_empty())
                 .count();
-            if constrained != state.constrained {
+            if constrained != state.held.constrained_keys() {
                 return Err(format!(
-                    "{type_url}: {constrained} constrained keys held, counted {}",
-                    state.constrained
+                    "{type_url}: {constrained} constrained keys held, indexed {}",
+                    state.held.constrained_keys()
                 ));
             }
             let bytes: usize = state.held.iter().map(|h| h.bytes).sum();

@@ -104,6 +104,29 @@ impl Held {
     }
 }
 
+#[cfg(test)]
+impl Held {
+    /// A held resource of `name` under `constraints` (encoded), with nothing else to it: what
+    /// the tests of the held set and of the state hold.
+    pub(super) fn bare(name: &str, constraints: &[u8]) -> Held {
+        Held {
+            resource: Resource {
+                type_url: "t".to_owned(),
+                name: name.to_owned(),
+                aliases: Vec::new(),
+                version: "1".to_owned(),
+                body: Any::default(),
+                constraints: None,
+                ttl: None,
+            },
+            digest: None,
+            constraints: constraints.to_vec(),
+            expires: None,
+            bytes: 0,
+        }
+    }
+}
+
 impl VariantKey for Held {
     fn parts(&self) -> (&str, &[u8]) {
         (&self.resource.name, &self.constraints)
@@ -173,7 +196,18 @@ impl HeldSet {
 
     /// Whether a variant of `name` is held (under its own name).
     pub(super) fn holds_name(&self, name: &str) -> bool {
-        self.constrained.contains_key(name) || self.get(&Variant(name, &[])).is_some()
+        self.has_constrained(name) || self.get(&Variant(name, &[])).is_some()
+    }
+
+    /// Whether a constrained variant of `name` is held (no look-up while none is).
+    pub(super) fn has_constrained(&self, name: &str) -> bool {
+        !self.constrained.is_empty() && self.constrained.contains_key(name)
+    }
+
+    /// How many constrained variants are held.
+    #[cfg(test)]
+    pub(super) fn constrained_keys(&self) -> usize {
+        self.constrained.values().map(Vec::len).sum()
     }
 
     /// The variants of `name` held: the unconstrained one first, then in the order of their
@@ -303,25 +337,9 @@ impl HeldSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machine::Resource;
-    use envoy_types::pb::google::protobuf::Any;
 
     fn held(name: &str, constraints: &[u8]) -> Held {
-        Held {
-            resource: Resource {
-                type_url: "t".to_owned(),
-                name: name.to_owned(),
-                aliases: Vec::new(),
-                version: "1".to_owned(),
-                body: Any::default(),
-                constraints: None,
-                ttl: None,
-            },
-            digest: None,
-            constraints: constraints.to_vec(),
-            expires: None,
-            bytes: 0,
-        }
+        Held::bare(name, constraints)
     }
 
     fn keys<'a>(it: impl Iterator<Item = &'a Held>) -> Vec<(&'a str, &'a [u8])> {

@@ -61,9 +61,6 @@ pub(super) struct TypeState {
     pub(super) aliased: BTreeMap<String, BTreeSet<HeldKey>>,
     /// Distinct names held.
     pub(super) held_names: usize,
-    /// Keys held with constraints (TP2 variants): while none is, a name is held exactly when
-    /// its unconstrained key is (see [`TypeState::find`]).
-    pub(super) constrained: usize,
     /// Bytes of the bodies held.
     pub(super) held_bytes: usize,
     /// The subscriptions whose does-not-exist timer runs, by deadline (each `Sub::deadline`).
@@ -205,19 +202,17 @@ impl TypeState {
 
     /// What is held under the key of `taken` (a resource taken in, not held itself), and
     /// whether a variant of its name is held (under its own name): a resource taken in needs
-    /// both, for the bounds and to be put. For an unconstrained key, one walk down the tree
-    /// tells both while nothing constrained is held (every key held is then unconstrained, its
-    /// name's only one); else a key not held looks at its neighbours, a name's variants being
-    /// side by side. `taken` is the probe: held resources compared with one another, with no
-    /// trait object between.
+    /// both, for the bounds and to be put. One look-up of its key tells both when it is held;
+    /// else its name is held if a constrained variant of it is (nothing to look up while none
+    /// is held), or, for a constrained key, its unconstrained one.
     pub(super) fn find(&self, taken: &Held) -> (Option<&Held>, bool) {
         if let Some(held) = self.held.get(taken) {
             return (Some(held), true);
         }
-        if taken.constraints.is_empty() && self.constrained == 0 {
-            return (None, false);
-        }
-        (None, self.held.holds_name(&taken.resource.name))
+        let name = taken.resource.name.as_str();
+        let name_held = self.held.has_constrained(name)
+            || (!taken.constraints.is_empty() && self.held.get(&Variant(name, &[])).is_some());
+        (None, name_held)
     }
 
     /// Holds `held` in place of what is held under its key (returned). `name_held`: whether a
@@ -228,7 +223,6 @@ impl TypeState {
         let indexed = held.expires.is_some() || !held.resource.aliases.is_empty();
         let key = indexed.then(|| held.key());
         let (bytes, expires) = (held.bytes, held.expires);
-        let constrained = !held.constraints.is_empty();
         let aliases = held.resource.aliases.clone();
         let old = self.held.replace(held);
         match &old {
@@ -236,7 +230,6 @@ impl TypeState {
             None => {
                 self.held_names += usize::from(!name_held);
                 self.held_bytes += bytes;
-                self.constrained += usize::from(constrained);
             }
         }
         let old_expires = old.as_ref().and_then(|o| o.expires);
@@ -274,14 +267,11 @@ impl TypeState {
 
     /// Holds `fresh`, resources under keys not held, in key order, each key once; `names` of
     /// their names were not held before (the caller knows it from its look-up of each, see
-    /// [`TypeState::find`]). As many as are held already or more (a load, a reconnection's
-    /// state) are built into a tree from their order and merged with what is held, one pass
-    /// over both, rather than each walked down to its place.
+    /// [`TypeState::find`]).
     pub(super) fn hold_new(&mut self, fresh: Vec<Held>, names: usize) {
         self.held_names += names;
         for held in &fresh {
             self.held_bytes += held.bytes;
-            self.constrained += usize::from(!held.constraints.is_empty());
             if held.expires.is_none() && held.resource.aliases.is_empty() {
                 continue;
             }
@@ -303,7 +293,6 @@ impl TypeState {
     pub(super) fn take_held(&mut self, key: &HeldKey) -> Option<Held> {
         let held = self.held.take(&probe(key))?;
         self.held_bytes -= held.bytes;
-        self.constrained -= usize::from(!key.1.is_empty());
         if let Some(e) = held.expires {
             self.expiries.remove(&(e, key.clone()));
         }
@@ -460,21 +449,7 @@ mod tests {
     use super::*;
 
     fn held((name, constraints): &HeldKey) -> Held {
-        Held {
-            resource: Resource {
-                type_url: "t".to_owned(),
-                name: name.to_owned(),
-                aliases: Vec::new(),
-                version: "1".to_owned(),
-                body: Any::default(),
-                constraints: None,
-                ttl: None,
-            },
-            digest: None,
-            constraints: constraints.clone(),
-            expires: None,
-            bytes: 0,
-        }
+        Held::bare(name, constraints)
     }
 
     /// `find` against a scan of everything held: the key's entry, and whether a key of its
@@ -512,7 +487,7 @@ mod tests {
             assert_eq!(state.held.len(), chosen.len(), "{chosen:?}");
             assert_eq!(state.held_names, held_names.len(), "{chosen:?}");
             let constrained = chosen.iter().filter(|k| !k.1.is_empty()).count();
-            assert_eq!(state.constrained, constrained, "{chosen:?}");
+            assert_eq!(state.held.constrained_keys(), constrained, "{chosen:?}");
             for key in &keys {
                 let (found, name_held) = state.find(&held(key));
                 assert_eq!(
@@ -535,7 +510,7 @@ mod tests {
             }
             assert_eq!(state.held.len(), keys.len(), "{chosen:?}");
             assert_eq!(state.held_names, names.len(), "{chosen:?}");
-            assert_eq!(state.constrained, 2 * names.len(), "{chosen:?}");
+            assert_eq!(state.held.constrained_keys(), 2 * names.len(), "{chosen:?}");
         }
     }
 
