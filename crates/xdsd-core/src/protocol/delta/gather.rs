@@ -105,11 +105,9 @@ impl Gathered {
     /// leads to it, unless they were all read in a view's order (`only_dense`: then each comes
     /// once, sorted); drops the heartbeats of the variants sent.
     fn put_in_order(&mut self, only_dense: bool) {
-        let by_variant = |a: &Owed, b: &Owed| owed_variant(a).cmp(&owed_variant(b));
         let sends = &mut self.sends;
         if !only_dense && !sends.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
-            // Stable: of two variants with one name and version, the first found is sent.
-            sends.sort_by(by_variant);
+            sort_by_variant(sends);
         }
         if !only_dense {
             sends.dedup_by(|later, kept| match (later, kept) {
@@ -451,6 +449,86 @@ fn owed_variant(owed: &Owed) -> Option<(&Arc<str>, &Arc<str>)> {
     }
 }
 
+/// Two things owed by (name, version) (see [`owed_variant`]).
+fn by_variant(a: &Owed, b: &Owed) -> std::cmp::Ordering {
+    owed_variant(a).cmp(&owed_variant(b))
+}
+
+/// The bytes of the name of a resource owed (empty for anything else, which sorts first).
+fn owed_name(owed: &Owed) -> &[u8] {
+    owed_variant(owed).map_or(&[], |(name, _)| name.as_bytes())
+}
+
+/// Below this many, a gather is sorted as it is (a key per resource would cost more).
+const SORT_BY_KEY: usize = 64;
+
+/// Sorts `owed` by (name, version), stably (of two variants with one name and version, the
+/// first found is sent). A large gather (the keys of a changed part of a view, found in a
+/// hashed set's order) is sorted by an integer per resource: the eight bytes of its name past
+/// the prefix every name of the gather shares, then its place in the gather (so that the sort
+/// needs not be stable, and compares integers only, rather than two pointers followed and the
+/// bytes compared: half the sync's sorting was that); a run of names equal in those bytes is
+/// then put in order by comparing them whole. The resources are then moved to their places in
+/// the vector, each swapped once.
+fn sort_by_variant(owed: &mut [Owed]) {
+    if owed.len() < SORT_BY_KEY || owed.len() > u32::MAX as usize {
+        owed.sort_by(by_variant);
+        return;
+    }
+    let first = owed_name(&owed[0]);
+    let shared = owed.iter().fold(first.len(), |shared, o| {
+        let n = owed_name(o);
+        first[..shared]
+            .iter()
+            .zip(n)
+            .position(|(a, b)| a != b)
+            .unwrap_or(shared.min(n.len()))
+    });
+    let mut keys: Vec<u128> = (0u32..)
+        .zip(owed.iter())
+        .map(|(i, o)| (u128::from(name_key(owed_name(o), shared)) << 64) | u128::from(i))
+        .collect();
+    keys.sort_unstable();
+    // Runs of one key: names alike in their eight bytes, in the order found (by place), put in
+    // order whole (stably: a variant found twice keeps the first first).
+    let mut at = 0;
+    while at < keys.len() {
+        let key = keys[at] >> 64;
+        let run = keys[at..].iter().take_while(|k| *k >> 64 == key).count();
+        if run > 1 {
+            keys[at..at + run].sort_by(|a, b| by_variant(&owed[place(*a)], &owed[place(*b)]));
+        }
+        at += run;
+    }
+    // Each place gets the resource the sort put there: the one at `keys[i]`'s place, or, if
+    // that one moved already (a place before `i`), where it moved to.
+    let mut from: Vec<usize> = keys.iter().map(|k| place(*k)).collect();
+    for i in 0..from.len() {
+        let mut j = from[i];
+        while j < i {
+            j = from[j];
+        }
+        from[i] = j;
+        owed.swap(i, j);
+    }
+}
+
+/// The place in the gather a sort key ([`sort_by_variant`]) names.
+fn place(key: u128) -> usize {
+    (key as u32) as usize
+}
+
+/// The eight bytes of `name` from `from` on, padded with zeros, as a big-endian integer: of two
+/// names that share their first `from` bytes, the one with the smaller integer comes first (a
+/// shorter name's padding is below any byte, as the name is below its extensions).
+fn name_key(name: &[u8], from: usize) -> u64 {
+    let mut bytes = [0u8; 8];
+    let rest = name.get(from..).unwrap_or_default();
+    let n = rest.len().min(8);
+    bytes[..n].copy_from_slice(&rest[..n]);
+    u64::from_be_bytes(bytes)
+}
+
 /// What the common response owes: the resources of names the store changed, nothing else
 /// (see [`DeltaMachine::poll_changed`]). Held without an allocation while it is one (nearly
 /// every push: a changed cluster, or the endpoints that warm it).
@@ -630,5 +708,70 @@ impl DeltaMachine {
             return Some(Some(response));
         }
         Some(Some(self.spell(response)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+
+    /// A large gather, found in no order, comes out as a plain stable sort by (name, version)
+    /// puts it: names that share a long prefix, that differ past the key's eight bytes, that
+    /// are prefixes of one another or hold zero bytes, several versions of a name, and one
+    /// variant found twice (the first found first).
+    #[test]
+    fn a_large_gather_is_put_in_name_and_version_order_as_a_plain_sort_puts_it() {
+        let mut names: Vec<String> = (0..300)
+            .map(|i: u64| format!("cluster-{:05}", (i * 7919) % 1000))
+            .collect();
+        names.extend([
+            "cluster-0".into(),
+            "cluster-".into(),
+            "cluster-00000\0".into(),
+            "cluster-00000".into(),
+            "cluster-000000000000-b".into(),
+            "cluster-000000000000-a".into(),
+            "cluster-000000000000".into(),
+            "cluster-00001-long-tail-past-the-key".into(),
+            "cluster-00001-long-tail-past-the-kex".into(),
+        ]);
+        let mut owed: Vec<Owed> = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            // Three bodies, so three versions a name may have; a name met again with the same
+            // body is the same variant found twice (another `Arc`).
+            let body = bytes::Bytes::from(vec![u8::try_from(i % 3).unwrap_or(0)]);
+            let r = Arc::new(Resource::new(T, name.as_str(), body));
+            owed.push(Owed::Send(r, Keys::Own(0)));
+        }
+        assert!(owed.len() >= SORT_BY_KEY);
+        let expected: Vec<*const Resource> = {
+            let mut plain: Vec<&Owed> = owed.iter().collect();
+            plain.sort_by(|a, b| by_variant(a, b));
+            plain.iter().map(|o| sent(o)).collect()
+        };
+        sort_by_variant(&mut owed);
+        let got: Vec<*const Resource> = owed.iter().map(sent).collect();
+        assert_eq!(got, expected);
+    }
+
+    fn sent(owed: &Owed) -> *const Resource {
+        match owed {
+            Owed::Send(r, _) => Arc::as_ptr(r),
+            _ => std::ptr::null(),
+        }
+    }
+
+    /// The key orders names as their bytes do, a shorter name below its extensions.
+    #[test]
+    fn a_names_key_orders_as_its_bytes_past_the_shared_prefix() {
+        let from = "cluster-".len();
+        let key = |n: &str| name_key(n.as_bytes(), from);
+        assert!(key("cluster-") < key("cluster-\0\0x"));
+        assert!(key("cluster-a") < key("cluster-b"));
+        assert!(key("cluster-ab") < key("cluster-abc"));
+        assert_eq!(key("cluster-12345678x"), key("cluster-12345678y"));
+        assert!(key("cluster-12345677z") < key("cluster-12345678"));
     }
 }
