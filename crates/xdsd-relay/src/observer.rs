@@ -75,8 +75,8 @@ struct TypeWants {
     locators: BTreeSet<Locator>,
     /// The names held, hashed (a request of N names costs N lookups, not N descents of a
     /// B-tree comparing names), each shared with its want; one set for the streams that asked
-    /// the same list of names first ([`Lists`]), a stream's own once it changes it.
-    names: Arc<FastSet<Name>>,
+    /// the same lists of names ([`Lists`]), a stream's own once it changes it otherwise.
+    names: Arc<NameSet>,
     /// The digest of the last request that stated the whole subscription (SotW): a request
     /// with the same one (every ACK) changes nothing and is not read name by name.
     last: Option<u64>,
@@ -84,6 +84,49 @@ struct TypeWants {
 
 /// A resource locator: a name and its dynamic parameters.
 type Locator = (String, xdsd_client::Params);
+
+/// A stream's names of a type, with a mark of what it holds: every change of a set gives it a
+/// new mark ([`NameSet::edit`]), so that two sets with one mark hold the same names (the empty
+/// sets all have mark 0). [`Lists`] keeps, by the mark of a set and a list, the set another
+/// stream made of the two ([`Union`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NameSet {
+    mark: u64,
+    names: FastSet<Name>,
+}
+
+impl std::ops::Deref for NameSet {
+    type Target = FastSet<Name>;
+
+    fn deref(&self) -> &FastSet<Name> {
+        &self.names
+    }
+}
+
+impl FromIterator<Name> for NameSet {
+    fn from_iter<I: IntoIterator<Item = Name>>(names: I) -> Self {
+        NameSet {
+            mark: next_mark(),
+            names: names.into_iter().collect(),
+        }
+    }
+}
+
+impl NameSet {
+    /// The names of `set` to change: its own (copied if other streams hold it too), with a
+    /// new mark.
+    fn edit(set: &mut Arc<NameSet>) -> &mut FastSet<Name> {
+        let own = Arc::make_mut(set);
+        own.mark = next_mark();
+        &mut own.names
+    }
+}
+
+/// A mark no set had.
+fn next_mark() -> u64 {
+    static MARKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    MARKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
 
 /// The parameter set of each authority that has one of its own (xRFC TP2 "Client
 /// Configuration", `xdsd relay --param-for`).
@@ -198,14 +241,7 @@ impl TypeWants {
                 self.names = names;
                 changed.list = Some(list);
             }
-            Alike::Found((list, _)) if list.iter().all(|w| !self.names.contains(&*w.name)) => {
-                // None of the list's names held yet: the list's wants are what it adds.
-                let own = Arc::make_mut(&mut self.names);
-                own.reserve(list.len());
-                own.extend(list.iter().map(|w| w.name.clone()));
-                changed.list = Some(list);
-            }
-            Alike::Found(_) => self.names_asked(asked, &mut changed),
+            Alike::Found((list, _)) => self.add_list(list, asked, lists, &mut changed),
             Alike::First(mut lists) => {
                 // Kept for the streams that ask alike, with the stream's set of its names if
                 // those are the list's and no more (its first request named them).
@@ -228,6 +264,38 @@ impl TypeWants {
             _ => {}
         }
         changed
+    }
+
+    /// Takes in `list`, which `asked` names and no more: the list's wants are what it adds when
+    /// the stream holds none of its names yet, and the stream's names become those with the
+    /// list's. The streams of a fleet ask the same lists in turn (a delta stream subscribes to
+    /// what each part of CDS names): a stream that held what another held before taking the
+    /// list takes the set that one made ([`Lists::union`]), with no name looked up or copied
+    /// (ten streams of 100,000 names each made their own set, part by part). Otherwise the
+    /// names are taken in one by one.
+    fn add_list(
+        &mut self,
+        list: Arc<[Want]>,
+        asked: &Asked<'_>,
+        lists: &Mutex<Lists>,
+        changed: &mut Changed,
+    ) {
+        let lock = || lists.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(set) = lock().union(&list, self.names.mark) {
+            self.names = set;
+            changed.list = Some(list);
+            return;
+        }
+        if !list.iter().all(|w| !self.names.contains(&*w.name)) {
+            self.names_asked(asked, changed);
+            return;
+        }
+        let before = self.names.mark;
+        let own = NameSet::edit(&mut self.names);
+        own.reserve(list.len());
+        own.extend(list.iter().map(|w| w.name.clone()));
+        lock().add_union(&list, before, &self.names);
+        changed.list = Some(list);
     }
 
     /// Takes in the names and locators `asked` adds and drops, one by one.
@@ -268,11 +336,11 @@ impl TypeWants {
                 for gone in self.names.iter().filter(|n| !new.contains(&***n)) {
                     dropped.push(self.name_want(gone));
                 }
-                Arc::make_mut(&mut self.names).retain(|n| new.contains(&**n));
+                NameSet::edit(&mut self.names).retain(|n| new.contains(&**n));
                 for name in new {
                     if !self.names.contains(name.as_ref()) {
                         let name = Name::from(name);
-                        Arc::make_mut(&mut self.names).insert(name.clone());
+                        NameSet::edit(&mut self.names).insert(name.clone());
                         added.push(self.name_want(&name));
                     }
                 }
@@ -294,7 +362,7 @@ impl TypeWants {
             for name in names() {
                 if !self.names.contains(name.as_ref()) {
                     let name = Name::from(name);
-                    let own = Arc::make_mut(&mut self.names);
+                    let own = NameSet::edit(&mut self.names);
                     own.reserve(std::mem::take(&mut room));
                     own.insert(name.clone());
                     added.push(self.name_want(&name));
@@ -304,7 +372,7 @@ impl TypeWants {
                 if !self.names.contains(name.as_ref()) {
                     continue;
                 }
-                if let Some(name) = Arc::make_mut(&mut self.names).take(name.as_ref()) {
+                if let Some(name) = NameSet::edit(&mut self.names).take(name.as_ref()) {
                     dropped.push(self.name_want(&name));
                 }
             }
@@ -376,14 +444,29 @@ pub(crate) struct Lists {
 #[derive(Debug)]
 struct Kept {
     list: Weak<[Want]>,
-    set: Weak<FastSet<Name>>,
+    set: Weak<NameSet>,
+    /// The sets streams made of theirs with the list's names, latest last (at most
+    /// [`UNIONS_KEPT`]).
+    unions: Vec<Union>,
     /// The names of a request that named the list's names and no more, as it encoded them.
     sent: Option<Box<[u8]>>,
 }
 
+/// The set a stream made of the names it held (mark `before`) and a list's (none of which it
+/// held), while a stream holds it unchanged (mark `after`).
+#[derive(Debug)]
+struct Union {
+    before: u64,
+    after: u64,
+    set: Weak<NameSet>,
+}
+
+/// How many of the sets made with one list [`Lists`] keeps.
+const UNIONS_KEPT: usize = 8;
+
 /// A list of wants and the set of their names (if a stream holds it), as [`Lists::find`]
 /// finds them.
-type Listed = (Arc<[Want]>, Option<Arc<FastSet<Name>>>);
+type Listed = (Arc<[Want]>, Option<Arc<NameSet>>);
 
 impl Lists {
     /// The list of `wants`: one asked alike lately, else `wants` made one. `names`: the set of
@@ -393,7 +476,7 @@ impl Lists {
     pub(crate) fn intern(
         &mut self,
         wants: Vec<Want>,
-        names: Option<&Arc<FastSet<Name>>>,
+        names: Option<&Arc<NameSet>>,
         sent: Option<&[u8]>,
     ) -> Arc<[Want]> {
         let found = self.recent.iter_mut().find_map(|kept| {
@@ -422,9 +505,48 @@ impl Lists {
         self.recent.push_back(Kept {
             list: Arc::downgrade(&list),
             set: names.map(Arc::downgrade).unwrap_or_default(),
+            unions: Vec::new(),
             sent: sent.map(Box::from),
         });
         list
+    }
+
+    /// The kept entry of `list`.
+    fn kept_mut(&mut self, list: &Arc<[Want]>) -> Option<&mut Kept> {
+        let at = Arc::as_ptr(list);
+        self.recent
+            .iter_mut()
+            .rev()
+            .find(|kept| std::ptr::addr_eq(kept.list.as_ptr(), at))
+    }
+
+    /// The set a stream made of names it held, marked `before`, and `list`'s, if a stream
+    /// still holds it unchanged.
+    fn union(&mut self, list: &Arc<[Want]>, before: u64) -> Option<Arc<NameSet>> {
+        let kept = self.kept_mut(list)?;
+        kept.unions
+            .iter()
+            .rev()
+            .filter(|u| u.before == before)
+            .find_map(|u| u.set.upgrade().filter(|s| s.mark == u.after))
+    }
+
+    /// `set` is what a stream made of the names it held, marked `before`, and `list`'s: kept
+    /// for the streams that take `list` holding the same ([`Lists::union`]).
+    fn add_union(&mut self, list: &Arc<[Want]>, before: u64, set: &Arc<NameSet>) {
+        let Some(kept) = self.kept_mut(list) else {
+            return;
+        };
+        kept.unions
+            .retain(|u| u.set.upgrade().is_some_and(|s| s.mark == u.after));
+        if kept.unions.len() >= UNIONS_KEPT {
+            kept.unions.remove(0);
+        }
+        kept.unions.push(Union {
+            before,
+            after: set.mark,
+            set: Arc::downgrade(set),
+        });
     }
 
     /// The list of the wants of the names `names` gives (canonical, in order; read as far as
@@ -738,7 +860,7 @@ mod tests {
         );
     }
 
-    fn names(list: &[Want]) -> Arc<FastSet<Name>> {
+    fn names(list: &[Want]) -> Arc<NameSet> {
         Arc::new(list.iter().map(|w| w.name.clone()).collect())
     }
 
@@ -764,7 +886,7 @@ mod tests {
 
     /// Lists holding one list of `asked` (shared group, type `t`), made with the set of its
     /// names and, if given, the names as sent: the lists, the list and the set.
-    fn listed(asked: &[&str], bytes: Option<&[u8]>) -> (Lists, Arc<[Want]>, Arc<FastSet<Name>>) {
+    fn listed(asked: &[&str], bytes: Option<&[u8]>) -> (Lists, Arc<[Want]>, Arc<NameSet>) {
         let mut lists = Lists::default();
         let made = wants(asked);
         let set = names(&made);
@@ -830,6 +952,42 @@ mod tests {
         );
     }
 
+    /// The set a stream made of what it held and a list is found by the mark of what it held
+    /// and the list, while a stream holds it unchanged: not for another list, not for a set
+    /// holding other names, not once changed or let go.
+    #[test]
+    fn a_stream_holding_what_another_held_takes_the_set_that_one_made_with_the_list() {
+        let mut lists = Lists::default();
+        let first = lists.intern(wants(&["a", "b"]), None, None);
+        let next = lists.intern(wants(&["c", "d"]), None, None);
+        let held = names(&first);
+        assert!(lists.union(&next, held.mark).is_none(), "none made yet");
+        // One stream takes `next` holding `first`'s names.
+        let mut made = held.clone();
+        NameSet::edit(&mut made).extend(next.iter().map(|w| w.name.clone()));
+        lists.add_union(&next, held.mark, &made);
+        let found = lists.union(&next, held.mark).expect("made");
+        assert!(Arc::ptr_eq(&found, &made), "the one set");
+        let mut all: Vec<&str> = found.iter().map(|n| &**n).collect();
+        all.sort_unstable();
+        assert_eq!(all, ["a", "b", "c", "d"]);
+        assert!(lists.union(&first, held.mark).is_none(), "another list");
+        let other = names(&first);
+        assert!(lists.union(&next, other.mark).is_none(), "another set");
+        assert!(lists.union(&next, 0).is_none(), "an empty set");
+        // Changed by the stream holding it alone: no longer what was made.
+        drop(found);
+        NameSet::edit(&mut made).remove("a");
+        assert!(lists.union(&next, held.mark).is_none(), "changed");
+        // Made again, then let go.
+        let mut again = held.clone();
+        NameSet::edit(&mut again).extend(next.iter().map(|w| w.name.clone()));
+        lists.add_union(&next, held.mark, &again);
+        assert!(lists.union(&next, held.mark).is_some());
+        drop(again);
+        assert!(lists.union(&next, held.mark).is_none(), "let go");
+    }
+
     #[test]
     fn a_list_whose_set_was_changed_or_let_go_is_found_without_a_set_until_a_stream_holds_one() {
         let mut lists = Lists::default();
@@ -838,7 +996,7 @@ mod tests {
         let mut set = names(&made);
         let list = lists.intern(made.clone(), Some(&set), None);
         // The stream that made it unsubscribes a name: the set is its own from then on.
-        Arc::make_mut(&mut set).remove("a");
+        NameSet::edit(&mut set).remove("a");
         let (found, none) = find(&lists, &group, &t, &["a", "b"]).expect("the list");
         assert!(Arc::ptr_eq(&list, &found) && none.is_none());
         // Another stream asks the list one by one, holding its names and no more: its set.
