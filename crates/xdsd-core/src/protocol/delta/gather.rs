@@ -106,10 +106,12 @@ impl Gathered {
     /// once, sorted); drops the heartbeats of the variants sent.
     fn put_in_order(&mut self, only_dense: bool) {
         let sends = &mut self.sends;
+        // Whether no two resources have one name, as the sort found.
+        let mut distinct = false;
         if !only_dense && !sends.is_sorted_by(|a, b| by_variant(a, b).is_le()) {
-            sort_by_variant(sends);
+            distinct = sort_by_variant(sends);
         }
-        if !only_dense {
+        if !only_dense && !distinct {
             sends.dedup_by(|later, kept| match (later, kept) {
                 (Owed::Send(r, keys), Owed::Send(first, held))
                     if first.name() == r.name() && first.version() == r.version() =>
@@ -469,11 +471,12 @@ const SORT_BY_KEY: usize = 64;
 /// needs not be stable, and compares integers only, rather than two pointers followed and the
 /// bytes compared: half the sync's sorting was that); a run of names equal in those bytes is
 /// then put in order by comparing them whole. The resources are then moved to their places in
-/// the vector, each swapped once.
-fn sort_by_variant(owed: &mut [Owed]) {
+/// the vector, each swapped once. Whether the sort found no two names alike in those bytes
+/// (then no two resources have one name: nothing to merge).
+fn sort_by_variant(owed: &mut [Owed]) -> bool {
     if owed.len() < SORT_BY_KEY || owed.len() > u32::MAX as usize {
         owed.sort_by(by_variant);
-        return;
+        return false;
     }
     let first = owed_name(&owed[0]);
     let shared = owed.iter().fold(first.len(), |shared, o| {
@@ -491,12 +494,13 @@ fn sort_by_variant(owed: &mut [Owed]) {
     keys.sort_unstable();
     // Runs of one key: names alike in their eight bytes, in the order found (by place), put in
     // order whole (stably: a variant found twice keeps the first first).
-    let mut at = 0;
+    let (mut at, mut distinct) = (0, true);
     while at < keys.len() {
         let key = keys[at] >> 64;
         let run = keys[at..].iter().take_while(|k| *k >> 64 == key).count();
         if run > 1 {
             keys[at..at + run].sort_by(|a, b| by_variant(&owed[place(*a)], &owed[place(*b)]));
+            distinct = false;
         }
         at += run;
     }
@@ -511,6 +515,7 @@ fn sort_by_variant(owed: &mut [Owed]) {
         from[i] = j;
         owed.swap(i, j);
     }
+    distinct
 }
 
 /// The place in the gather a sort key ([`sort_by_variant`]) names.
@@ -751,7 +756,7 @@ mod tests {
             plain.sort_by(|a, b| by_variant(a, b));
             plain.iter().map(|o| sent(o)).collect()
         };
-        sort_by_variant(&mut owed);
+        assert!(!sort_by_variant(&mut owed), "names alike: not distinct");
         let got: Vec<*const Resource> = owed.iter().map(sent).collect();
         assert_eq!(got, expected);
     }
@@ -761,6 +766,44 @@ mod tests {
             Owed::Send(r, _) => Arc::as_ptr(r),
             _ => std::ptr::null(),
         }
+    }
+
+    /// A large gather of names that differ within the key's bytes is said distinct, sorted;
+    /// one where a resource is reached by two keys is sent once, for both (not distinct).
+    #[test]
+    fn a_large_gather_merges_a_resource_reached_twice_and_only_then_looks_for_it() {
+        let resources: Vec<Arc<Resource>> = (0..200u32)
+            .map(|i| {
+                let name = format!("ep-{:04}", (i * 37) % 200);
+                Arc::new(Resource::new(T, name, bytes::Bytes::from_static(b"x")))
+            })
+            .collect();
+        let mut owed: Vec<Owed> = resources
+            .iter()
+            .map(|r| Owed::Send(r.clone(), Keys::Own(0)))
+            .collect();
+        assert!(sort_by_variant(&mut owed), "every name apart");
+        assert!(owed.is_sorted_by(|a, b| by_variant(a, b).is_le()));
+        // The same, one resource reached again by another key.
+        let mut g = Gathered::default();
+        for r in &resources {
+            g.send(Keys::Own(0), r);
+        }
+        let again = resources[7].clone();
+        g.send(Keys::One((again.name().clone(), 1)), &again);
+        g.put_in_order(false);
+        assert_eq!(g.sends.len(), resources.len(), "sent once");
+        let keys: Vec<Key> = g
+            .sends
+            .iter()
+            .find_map(|o| match o {
+                Owed::Send(r, keys) if Arc::ptr_eq(r, &again) => {
+                    Some(keys.iter(r).map(|k| k.into_owned()).collect())
+                }
+                _ => None,
+            })
+            .expect("sent");
+        assert_eq!(keys.len(), 2, "for both keys: {keys:?}");
     }
 
     /// The key orders names as their bytes do, a shorter name below its extensions.
