@@ -16,6 +16,10 @@ use std::time::Instant;
 
 use super::{Routed, State, Table, Want};
 
+/// How many of a list's wants are held under one taking of the table's lock (see
+/// [`Table::acquire_list`]).
+pub(super) const LIST_PART: usize = 1024;
+
 /// A list's holder is this bit and the list's count: no downstream stream or one-shot request
 /// has such an id (the server counts them from 1).
 const LIST_HOLDER: u64 = 1 << 63;
@@ -37,27 +41,28 @@ fn key(list: &Arc<[Want]>) -> usize {
 }
 
 impl State {
-    /// `stream` holds `list` (see [`Table::acquire_list`]).
-    fn acquire_list(&mut self, stream: u64, list: Arc<[Want]>, routed: Option<Routed>) {
-        let key = key(&list);
+    /// `stream` holds `list` (see [`Table::acquire_list`]): the holder its wants are to be
+    /// held under if it is the list's first stream (`None`: the list is held already).
+    fn join_list(&mut self, stream: u64, list: &Arc<[Want]>) -> Option<u64> {
+        let key = key(list);
         if let Some(hold) = self.lists.get_mut(&key) {
             if hold.streams.insert(stream) {
                 self.stream_lists.entry(stream).or_default().push(key);
             }
-            return;
+            return None;
         }
         self.next_list += 1;
         let holder = LIST_HOLDER | self.next_list;
-        self.acquire_all(holder, list.to_vec(), routed);
         self.lists.insert(
             key,
             ListHold {
-                list,
+                list: list.clone(),
                 holder,
                 streams: BTreeSet::from([stream]),
             },
         );
         self.stream_lists.entry(stream).or_default().push(key);
+        Some(holder)
     }
 
     /// `stream` leaves the list `key` (as of `now`): the last to leave lets go of its wants.
@@ -115,7 +120,26 @@ impl Table {
     /// once for every stream that asks the same list (the same `Arc`: the observer hands the
     /// streams that asked alike one list): the first holds its wants as
     /// [`Table::acquire_all`] does, under the list's own holder; the others cost a lookup.
+    ///
+    /// The first stream's list is held [`LIST_PART`] wants at a time, the table's lock let go
+    /// between the parts: a stream's request asks the table under that lock from the stream's
+    /// own task ([`Table::ask_list`], through the observer), and waited while the source held
+    /// a part of CDS's 8,000 EDS names one by one (5-23 ms each, once 117 ms: S12 at 100,000
+    /// names, BENCHMARKS.md stop 74). Nothing but such asks comes between the parts (every
+    /// other change of the table is the source's own): a want asked for before the list
+    /// holds it is as a want asked for before the source took the request in.
     pub(crate) fn acquire_list(&self, stream: u64, list: Arc<[Want]>, routed: Option<Routed>) {
-        self.state().acquire_list(stream, list, routed);
+        let Some(holder) = self.state().join_list(stream, &list) else {
+            return;
+        };
+        let routed = routed.filter(|r| r.to.len() == list.len());
+        for (part, wants) in list.chunks(LIST_PART).enumerate() {
+            let from = part * LIST_PART;
+            let routed = routed.as_ref().map(|r| Routed {
+                epoch: r.epoch,
+                to: r.to[from..from + wants.len()].into(),
+            });
+            self.state().acquire_all(holder, wants.to_vec(), routed);
+        }
     }
 }

@@ -1232,6 +1232,34 @@ fn streams_that_ask_the_same_list_hold_it_once_and_the_last_to_leave_lets_go_of_
     assert!(d.state().stream_lists.is_empty());
 }
 
+/// A list longer than a part of it held under one taking of the lock is held whole, under
+/// its one holder, its routes as the observer looked them up part by part.
+#[test]
+fn a_list_held_in_parts_is_held_whole_by_its_one_holder() {
+    let d = table();
+    let t0 = Instant::now();
+    let names: Vec<String> = (0..super::lists::LIST_PART * 2 + 7)
+        .map(|i| format!("n{i:05}"))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let l = list(&names);
+    let routed = d.ask_list(&l, None, t0);
+    d.acquire_list(1, l.clone(), Some(routed));
+    d.acquire_list(2, l.clone(), None);
+    let subscribed = subscribes(&d);
+    assert_eq!(subscribed.len(), names.len(), "each want subscribed once");
+    for n in &names {
+        let entry = &d.state().wants[&named(n)];
+        assert_eq!(entry.holders.len(), 1, "{n}: held once, by the list");
+    }
+    assert_eq!(d.state().lists.len(), 1);
+    d.release(1, t0);
+    d.release(2, t0);
+    assert_eq!(d.poll_timeout(), Some(t0 + LINGER), "let go of whole");
+    d.handle_timeout(t0 + LINGER);
+    assert_eq!(d.rows(), 0);
+}
+
 #[test]
 fn a_stream_that_lets_go_of_a_want_of_a_shared_list_holds_the_rest_itself() {
     let d = table();
