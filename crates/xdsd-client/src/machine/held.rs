@@ -139,6 +139,13 @@ impl<'a> Borrow<dyn VariantKey + 'a> for Held {
     }
 }
 
+/// Boxed in the set (see [`HeldSet`]), looked up by its key as unboxed.
+impl<'a> Borrow<dyn VariantKey + 'a> for Box<Held> {
+    fn borrow(&self) -> &(dyn VariantKey + 'a) {
+        &**self
+    }
+}
+
 /// By key: what tells held resources apart, and their order.
 impl PartialEq for Held {
     fn eq(&self, other: &Self) -> bool {
@@ -173,8 +180,11 @@ pub(super) type HeldKey = (String, Vec<u8>);
 /// The resources held of a type. See the module documentation.
 #[derive(Default)]
 pub(super) struct HeldSet {
-    /// Each held resource, hashed by its name, told apart by its name and constraints.
-    set: HashSet<Held, RandomState>,
+    /// Each held resource, hashed by its name, told apart by its name and constraints. Boxed:
+    /// a held resource is some 300 bytes, which the set's growth moved and copied whole (a
+    /// relay's parameter set taking in 100,000 clusters: a tenth of the relay's cache misses
+    /// over S12's sync, BENCHMARKS.md stop 75); a pointer moves instead.
+    set: HashSet<Box<Held>, RandomState>,
     /// For each name with a constrained variant held, the encoded constraints of each of them,
     /// sorted: a name's variants are its unconstrained one, if held, then these.
     constrained: HashMap<String, Vec<Vec<u8>>, RandomState>,
@@ -191,7 +201,7 @@ impl HeldSet {
 
     /// What is held under `key`.
     pub(super) fn get(&self, key: &dyn VariantKey) -> Option<&Held> {
-        self.set.get(key)
+        self.set.get(key).map(|h| &**h)
     }
 
     /// Whether a variant of `name` is held (under its own name).
@@ -222,7 +232,8 @@ impl HeldSet {
             .get(name)
             .into_iter()
             .flatten()
-            .filter_map(move |c| self.set.get(&Variant(name, c) as &dyn VariantKey));
+            .filter_map(move |c| self.set.get(&Variant(name, c) as &dyn VariantKey))
+            .map(|h| &**h);
         plain.into_iter().chain(others)
     }
 
@@ -235,12 +246,12 @@ impl HeldSet {
 
     /// Everything held, in no order.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Held> {
-        self.set.iter()
+        self.set.iter().map(|h| &**h)
     }
 
     /// Everything held, in key order (a name's variants together, its unconstrained one first).
     pub(super) fn sorted(&self) -> Vec<&Held> {
-        let mut all: Vec<&Held> = self.set.iter().collect();
+        let mut all: Vec<&Held> = self.iter().collect();
         all.sort_unstable();
         all
     }
@@ -249,7 +260,7 @@ impl HeldSet {
     pub(super) fn replace(&mut self, held: Held) -> Option<Held> {
         let indexed = !held.constraints.is_empty() || xdsd_xdstp::is_xdstp(&held.resource.name);
         let key = indexed.then(|| held.key());
-        let old = self.set.replace(held);
+        let old = self.set.replace(Box::new(held)).map(|h| *h);
         if let (None, Some((name, constraints))) = (&old, key) {
             self.index(name, constraints);
         }
@@ -267,7 +278,7 @@ impl HeldSet {
 
     /// Drops what is held under `key`.
     pub(super) fn take(&mut self, key: &dyn VariantKey) -> Option<Held> {
-        let held = self.set.take(key)?;
+        let held = *self.set.take(key)?;
         let (name, constraints) = key.parts();
         if !constraints.is_empty() {
             if let Some(list) = self.constrained.get_mut(name) {

@@ -165,12 +165,13 @@ fn a_response_of_n_resources_costs_o_n() {
 #[test]
 fn a_resource_taken_in_is_copied_once_for_the_machine() {
     // Its type URL (the `Resource`'s own), and the copy the machine holds beside the one the
-    // update hands out (type URL, name, version, the body and its type URL): 6, and the tree's
-    // nodes and the update's vector, amortized. The key it is held under is its own name,
-    // not a copy.
+    // update hands out (type URL, name, version, the body and its type URL): 6; the box the
+    // held set keeps it in (a pointer moved as the set grows, not the resource): 7; and the
+    // set's table and the update's vector, amortized. The key it is held under is its own
+    // name, not a copy.
     let per = load(8_000) as f64 / 8_000.0;
     eprintln!("{per:.2} allocations per resource taken in");
-    assert!(per < 6.5, "{per:.2} allocations per resource taken in");
+    assert!(per < 7.5, "{per:.2} allocations per resource taken in");
 }
 
 #[test]
