@@ -223,8 +223,9 @@ impl DeltaMachine {
         let forced_len = main.len() + extra.len();
         // With the wildcard's view read whole (its first answer, or the wildcard turned on),
         // room for all of it: grown push by push, the vector of a 100,000-name view was copied
-        // some 17 times over per stream (a relay's heap, where a large block is not remapped but
-        // copied, took 8 % of its cache misses over S12's sync there, BENCHMARKS.md stop 75).
+        // some 17 times over per stream (in a relay's heap, where a large block is copied rather
+        // than remapped, 5 % of its last-level write misses over S12's sync, BENCHMARKS.md stop
+        // 75).
         let whole = self
             .core
             .wildcard
