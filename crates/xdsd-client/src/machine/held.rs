@@ -182,8 +182,8 @@ pub(super) type HeldKey = (String, Vec<u8>);
 pub(super) struct HeldSet {
     /// Each held resource, hashed by its name, told apart by its name and constraints. Boxed:
     /// a held resource is some 300 bytes, which the set's growth moved and copied whole (a
-    /// relay's parameter set taking in 100,000 clusters: a tenth of the relay's cache misses
-    /// over S12's sync, BENCHMARKS.md stop 75); a pointer moves instead.
+    /// relay's parameter set taking in 40,000 clusters: 470,000 of the relay's 8.6 million
+    /// last-level misses over S12's sync, BENCHMARKS.md stop 75); a pointer moves instead.
     set: HashSet<Box<Held>, RandomState>,
     /// For each name with a constrained variant held, the encoded constraints of each of them,
     /// sorted: a name's variants are its unconstrained one, if held, then these.
