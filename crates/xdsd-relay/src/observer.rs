@@ -246,7 +246,7 @@ impl TypeWants {
             changed.list = Some(list);
             return;
         }
-        if !list.iter().all(|w| !self.names.contains(&*w.name)) {
+        if list.iter().any(|w| self.names.contains(&*w.name)) {
             self.names_asked(asked, changed);
             return;
         }
