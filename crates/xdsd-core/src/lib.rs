@@ -95,7 +95,8 @@ pub mod csds {
 /// fuzz target or a model test can drive it without a server (see `testing`).
 pub mod session {
     pub use crate::protocol::delta::{
-        unresolved_entry, DeltaMachine, DeltaRequest, DeltaResponse, UNSUBSCRIBE_KEY,
+        unresolved_entry, DeltaMachine, DeltaRequest, DeltaResponse, InitialVersions,
+        UNSUBSCRIBE_KEY,
     };
     pub use crate::protocol::session::{
         ErrorKind, Handled, Machine, Session, SessionError, SessionOptions,

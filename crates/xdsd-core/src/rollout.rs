@@ -543,8 +543,9 @@ pub(crate) fn holds_candidate(
             of(candidate).is_some_and(|v| v == version) && of(stable).is_none_or(|v| v != version)
         }
         Held::Resources(versions) => versions.iter().any(|(name, version)| {
+            let (name, version) = (name.as_str(), version.as_str());
             let has = |variants: &[std::sync::Arc<crate::store::Resource>]| {
-                variants.iter().any(|r| **r.version() == **version)
+                variants.iter().any(|r| **r.version() == *version)
             };
             has(new.variants(name)) && !old.is_some_and(|o| has(o.variants(name)))
         }),

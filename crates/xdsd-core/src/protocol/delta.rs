@@ -817,4 +817,4 @@ mod subscribe;
 mod tests;
 
 pub use emit::unresolved_entry;
-pub use request::{DeltaRequest, UNSUBSCRIBE_KEY};
+pub use request::{DeltaRequest, InitialVersions, UNSUBSCRIBE_KEY};

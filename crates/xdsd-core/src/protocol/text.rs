@@ -1,12 +1,22 @@
 //! [`Text`]: a string field of a request, kept as a slice of the bytes it was read from.
 
+use std::borrow::Borrow;
+
 use bytes::Bytes;
 
 /// UTF-8 text held in [`Bytes`]. A request's version, type URL and nonce read from a frame are
 /// slices of that frame (no allocation); every client sends them with every ACK, and as
-/// `String`s they were three allocations per request.
+/// `String`s they were three allocations per request. Hashed and compared as its bytes are, so
+/// that a map keyed by text is looked up by a name's bytes ([`Borrow`]) without checking them
+/// as UTF-8 again (what `as_str` does at each call).
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Text(Bytes);
+
+impl Borrow<[u8]> for Text {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
 
 impl Text {
     /// The text in `bytes`, if it is UTF-8.

@@ -493,18 +493,19 @@ fn a_sotw_client_holding_the_candidates_version_of_a_type_it_changed_holds_the_c
 
 #[test]
 fn a_delta_client_holding_a_resource_at_a_version_only_the_candidate_has_holds_the_candidate() {
-    use std::collections::HashMap;
+    use crate::protocol::delta::InitialVersions;
+    use crate::protocol::Text;
     let (stable, candidate) = states(b"1", b"2");
     let version = |s: &crate::store::Snapshot, t: &str, n: &str| {
         s.get(t).unwrap().get(n).unwrap().version().to_string()
     };
-    let held = |pairs: &[(&str, String)]| -> HashMap<String, String> {
+    let held = |pairs: &[(&str, String)]| -> InitialVersions {
         pairs
             .iter()
-            .map(|(n, v)| (n.to_string(), v.clone()))
+            .map(|(n, v)| (Text::from(*n), Text::from(v)))
             .collect()
     };
-    let holds = |t: &str, h: &HashMap<String, String>| {
+    let holds = |t: &str, h: &InitialVersions| {
         holds_candidate(
             &candidate,
             &stable,

@@ -5,7 +5,6 @@
 //! nothing else of it: this is the seam that keeps the transport below the rollout.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -71,7 +70,7 @@ pub(crate) enum Held<'a> {
     /// SotW: the type's `version_info`.
     Version(&'a str),
     /// Delta: `initial_resource_versions`, name to version.
-    Resources(&'a HashMap<String, String>),
+    Resources(&'a crate::protocol::delta::InitialVersions),
     /// A one-shot request (`Fetch*`, a REST poll): its `version_info`, and the version its
     /// answer would have from a given state (None: it would be refused).
     Answer {
