@@ -14,9 +14,10 @@ use crate::protocol::Text;
 use crate::store::{field_len, put_length_delimited, string_field, string_len};
 
 /// What a reconnecting delta client holds, name to version (`initial_resource_versions`): each
-/// name and version a slice of the request it came in, looked up by a name's bytes. A client reconnecting with 100,000 resources sends a map of 100,000 entries; read
-/// as `String`s into a map of std's hasher, they were 200,000 allocations and copies and 45 %
-/// of the server's instructions for that request (BENCHMARKS.md, stop 76).
+/// name and version a slice of the request it came in, looked up by a name's bytes. A client
+/// resuming 100,000 resources sends a map of 100,000 entries; read as `String`s into a map of
+/// std's hasher, they were 200,000 allocations and copies and 45 % of the server's instructions
+/// for that request (BENCHMARKS.md, stop 76).
 pub type InitialVersions = HashMap<Text, Text>;
 
 /// A `DeltaDiscoveryRequest` as the server reads it. A first request may subscribe to 10,000
