@@ -29,7 +29,7 @@ pub use refs::{
     nearest, references, Dangling, Reference, ReferenceMode, ReferencePolicy, MAX_LISTED,
 };
 pub use resource::{resource_name, Encoding, Resource, RESOURCE_WRAPPER};
-pub(crate) use snapshot::intern;
+pub(crate) use snapshot::{intern, intern_with_variants};
 pub use snapshot::{Interner, Snapshot, TypeSnapshot};
 pub use view::View;
 use watch::{lock_index, merge_names, ChangedNames, TypeChange, Wake, WatchIndex};

@@ -274,6 +274,19 @@ pub(crate) fn intern(snapshot: Option<&TypeSnapshot>, name: &str) -> Arc<str> {
         .unwrap_or_else(|| name.into())
 }
 
+/// [`intern`] and [`TypeSnapshot::variants`] of `name` in one look-up: the type's own copy of
+/// the name (or of the alias; `name` copied if it is neither) and its variants (none for an
+/// alias or an unknown name).
+pub(crate) fn intern_with_variants<'a>(
+    snapshot: Option<&'a TypeSnapshot>,
+    name: &str,
+) -> (Arc<str>, &'a [Arc<Resource>]) {
+    match snapshot.and_then(|t| t.table.get(name)) {
+        Some((key, variants)) => (key.clone(), &**variants),
+        None => (intern(snapshot, name), &[]),
+    }
+}
+
 /// Interns names one after the other: a name that follows the one before in the type's order is
 /// found without hashing, any other by hash.
 pub struct Interner<'a> {

@@ -14,7 +14,7 @@ use crate::protocol::{
     intern_key, request_keys, Key, KeyLookup, ParamSetId, RequestKind, Subscribe,
     SubscriptionChange,
 };
-use crate::store::{intern, Interner, TypeSnapshot};
+use crate::store::{intern_with_variants, Interner, TypeSnapshot};
 
 impl DeltaMachine {
     /// Takes in a request for this type, subscribed by plain names with parameter set 0.
@@ -183,19 +183,19 @@ impl DeltaMachine {
         let Some(w) = self.core.wildcard.pid() else {
             return;
         };
-        let lookup = |name: &str| current.map(|t| t.variants(name)).unwrap_or(&[]);
         // Room for them at once: a client reconnecting with 100,000 grew the set 17 times.
         self.has.reserve(request.initial_resource_versions.len());
         for (name, version) in &request.initial_resource_versions {
-            // Each read as text once (a check of its bytes at each call).
-            let (name, version) = (name.as_str(), version.as_str());
-            let key = (intern(current.map(|t| &**t), name), w);
-            let name_of = key.0.clone();
+            // Its name read as text once (a check of its bytes at each call) and looked up in
+            // the store once, for its interned name and its variants.
+            let name = name.as_str();
+            let (name_of, variants) = intern_with_variants(current.map(|t| &**t), name);
+            let key = (name_of.clone(), w);
             if !self.has.contains_key(&key) {
                 if super::glob_only(&self.names, &key) {
                     self.glob_members.add(&key);
                 }
-                self.has.insert(key, held(&name_of, lookup(name), version));
+                self.has.insert(key, held(&name_of, variants, version));
             }
         }
     }
