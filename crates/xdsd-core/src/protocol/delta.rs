@@ -159,9 +159,24 @@ impl DeltaMachine {
             }
             return;
         }
-        let Some(glob) = r.collection() else {
-            return;
-        };
+        if let Some(glob) = r.collection() {
+            self.count_member_of(glob, key);
+        }
+    }
+
+    /// [`DeltaMachine::count_sent_member`] of `r` sent under its own name with parameter set
+    /// `pid`: the key is made only for a member of a collection (a name's count, shared with
+    /// every stream sending it, taken and given back per resource of a wildcard's first answer).
+    fn count_sent_own(&mut self, r: &Resource, pid: ParamSetId) {
+        if let Some(glob) = r.collection() {
+            let key = (r.name().clone(), pid);
+            self.count_member_of(glob, &key);
+        }
+    }
+
+    /// `key`, sent under its own name, a member of collection `glob` held now: counted apart
+    /// when only a glob of it subscribes to it and it was not held before.
+    fn count_member_of(&mut self, glob: &str, key: &Key) {
         if !self.names.contains(key)
             && in_glob_of(&self.names, glob, &key.0, key.1)
             && !self.has.contains_key(key)

@@ -155,14 +155,8 @@ impl DeltaMachine {
                     if let Keys::Own(pid) = keys {
                         if self.extends_base(pid, &r) {
                             // Held through the base (a wildcard's first answer): a member of a
-                            // glob not named counts apart too, from when it is first held. Sent
-                            // under its own name, a resource of no collection is no member: no
-                            // key made for it (a name's count taken and given back per resource,
-                            // shared with every stream sending it at once).
-                            if r.collection().is_some() {
-                                let key = (r.name().clone(), pid);
-                                self.count_sent_member(&r, &key);
-                            }
+                            // glob not named counts apart too, from when it is first held.
+                            self.count_sent_own(&r, pid);
                             part.base_last = Some(part.resources.len());
                             part.resources.push(r);
                             part.of_base += 1;
