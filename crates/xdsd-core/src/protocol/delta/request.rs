@@ -3,7 +3,9 @@
 use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, ResourceLocator};
 use envoy_types::pb::google::rpc::Status;
-use prost::encoding::{decode_key, message, skip_field, DecodeContext, WireType};
+use prost::encoding::{
+    decode_key, encode_key, encode_varint, message, skip_field, DecodeContext, WireType,
+};
 use prost::DecodeError;
 
 use crate::hash::HashMap;
@@ -11,7 +13,7 @@ use crate::protocol::fields::{
     encode_node, length_delimited, merge_node, merge_text, names_key, node_bytes, node_len, Names,
 };
 use crate::protocol::Text;
-use crate::store::{field_len, put_length_delimited, string_field, string_len};
+use crate::store::{field_len, string_field, string_len};
 
 /// What a reconnecting delta client holds, name to version (`initial_resource_versions`): each
 /// name and version a slice of the request it came in, looked up by a name's bytes. A client
@@ -68,10 +70,10 @@ impl prost::Message for DeltaRequest {
         self.resource_names_subscribe.encode(buf);
         self.resource_names_unsubscribe.encode(buf);
         for (name, version) in &self.initial_resource_versions {
-            let mut entry = Vec::with_capacity(entry_len(name, version));
-            string_field(1, name, &mut entry);
-            string_field(2, version, &mut entry);
-            put_length_delimited(buf, INITIAL_VERSIONS, &entry);
+            encode_key(INITIAL_VERSIONS, WireType::LengthDelimited, buf);
+            encode_varint(entry_len(name, version) as u64, buf);
+            string_field(1, name, buf);
+            string_field(2, version, buf);
         }
         string_field(RESPONSE_NONCE, &self.response_nonce, buf);
         if let Some(status) = &self.error_detail {
