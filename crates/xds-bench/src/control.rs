@@ -71,6 +71,16 @@ pub fn set_relays(n: usize) {
     RELAYS.store(n.max(1), Ordering::Relaxed);
 }
 
+/// Extra `xdsd relay` arguments for the next xdsd-relay server's relays (S12: what its
+/// upstream's constraints read), unless the bench's environment sets
+/// [`crate::dirsrc::RELAY_ARGS_VAR`] itself (even empty), which then reaches the relays as it is.
+static RELAY_ARGS: std::sync::Mutex<&'static str> = std::sync::Mutex::new("");
+
+/// Sets the extra arguments of the next xdsd-relay server's relays (see [`RELAY_ARGS`]).
+pub fn set_relay_args(args: &'static str) {
+    *RELAY_ARGS.lock().unwrap_or_else(|p| p.into_inner()) = args;
+}
+
 pub struct Proc {
     child: Child,
     pub pid: u32,
@@ -118,6 +128,10 @@ impl Proc {
                         crate::dirsrc::RELAYS_VAR,
                         RELAYS.load(Ordering::Relaxed).to_string(),
                     );
+                    if std::env::var_os(crate::dirsrc::RELAY_ARGS_VAR).is_none() {
+                        let args = *RELAY_ARGS.lock().unwrap_or_else(|p| p.into_inner());
+                        c.env(crate::dirsrc::RELAY_ARGS_VAR, args);
+                    }
                 }
                 c
             }

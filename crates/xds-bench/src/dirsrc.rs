@@ -368,6 +368,10 @@ impl Binary for Adapter {
 /// `--reload full`).
 pub const XDSD_ARGS_VAR: &str = "XDS_BENCH_XDSD_ARGS";
 
+/// Extra arguments of `xdsd relay`, space-separated (e.g. S12's `--upstream-keys=`, which
+/// the harness sets).
+pub const RELAY_ARGS_VAR: &str = "XDS_BENCH_RELAY_ARGS";
+
 /// How many relays the xdsd-relay kind starts (set by the harness, `control::set_relays`).
 pub const RELAYS_VAR: &str = "XDS_BENCH_RELAYS";
 
@@ -596,8 +600,9 @@ fn log_level() -> String {
     std::env::var("XDS_BENCH_LOG_LEVEL").unwrap_or_else(|_| "info".to_owned())
 }
 
-/// Starts `xdsd relay --upstream UPSTREAM --listen 127.0.0.1:0` (its log forwarded to ours) and
-/// waits for its address: its process, address and pid.
+/// Starts `xdsd relay --upstream UPSTREAM --listen 127.0.0.1:0` (and the extra arguments of
+/// [`RELAY_ARGS_VAR`]; its log forwarded to ours) and waits for its address: its process,
+/// address and pid.
 async fn start_relay(
     xdsd_bin: &Path,
     upstream: &str,
@@ -605,7 +610,12 @@ async fn start_relay(
     let mut cmd = wrapped(RELAY_WRAPPER_VAR, xdsd_bin);
     cmd.args(["relay", "--upstream", upstream])
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "off"])
-        .args(["--log-level", &log_level()]);
+        .args(["--log-level", &log_level()])
+        .args(
+            std::env::var(RELAY_ARGS_VAR)
+                .unwrap_or_default()
+                .split_whitespace(),
+        );
     let (child, pid, stderr) = spawn_logged(cmd, &format!("{} relay", xdsd_bin.display()))?;
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
     tokio::spawn(async move {

@@ -55,6 +55,14 @@ pub struct RelayOptions {
     /// the client's parameters), and the relay's server must match it with the same set
     /// ([`xdsd_core::ServerOptions::authority_params`]). Empty by default.
     pub authority_params: std::collections::BTreeMap<String, xdsd_client::Params>,
+    /// Every key the upstream's xRFC TP2 constraints read, for every type, when the operator
+    /// knows them (`xdsd relay --upstream-keys`; `None`, the default: not known). In the
+    /// default grouping a client's wildcard, glob collection and names not received yet are
+    /// then fetched with its parameters of these keys only, so clients that differ in other
+    /// parameters (every Envoy's node cluster) share one upstream stream; a key received
+    /// outside them is logged. A key left out makes the relay fetch without it: its clients
+    /// may be sent a variant that is not theirs.
+    pub upstream_keys: Option<std::collections::BTreeSet<String>>,
 }
 
 impl RelayOptions {
@@ -71,6 +79,7 @@ impl RelayOptions {
             first_wait: Duration::from_secs(10),
             max_pending: DEFAULT_MAX_PENDING,
             authority_params: Default::default(),
+            upstream_keys: None,
         }
     }
 }
@@ -148,6 +157,7 @@ pub fn relay(options: RelayOptions) -> (RelaySource, RelayObserver, RelayMetrics
         metrics.clone(),
         stores.clone(),
     ));
+    table.declare_upstream_keys(options.upstream_keys.clone());
     let observer = RelayObserver::new(
         options.aggregate_by,
         tx,

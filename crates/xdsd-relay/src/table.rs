@@ -51,7 +51,17 @@
 //! newly held are declared pending for their clients before the change is committed, so the
 //! old group's answer is never shown to them. The keys of a name leave with its last variant.
 //! Wildcards, globs and the other partitions (whose streams present their nodes) are never
-//! narrowed.
+//! narrowed by what was received.
+//!
+//! **Declared keys.** A wildcard's answer is a set of names each with keys of its own, and a
+//! name of a variant that matches only some parameters is sent only to the streams presenting
+//! them, so nothing received says which keys a type's wildcard is selected by: the clients'
+//! whole parameter set goes upstream (a stream per node cluster, each sent the whole type). An
+//! operator who knows every key the upstream's constraints read declares them
+//! ([`Table::declare_upstream_keys`], `--upstream-keys`): a wildcard, a glob collection and a
+//! name whose keys are not known yet are then narrowed to those keys, in the shared partition,
+//! as a name is to its own (a name's keys, once received, still narrow it). A key received
+//! outside them is logged (ERROR, once per type and key).
 //!
 //! Bounded: a want the upstream does not answer within `--upstream-wait` is given up (the
 //! source expires it: the clients are served what the relay has, and the next ones do not wait
@@ -230,6 +240,12 @@ struct State {
     keys: FastMap<TypeKey, FastMap<String, Keys>>,
     /// The keys of an unconstrained variant (none), shared.
     no_keys: Keys,
+    /// Every key the upstream's constraints read, as the operator declared them
+    /// (`--upstream-keys`), if declared: what a wildcard, a glob collection and a name whose
+    /// keys are not known yet are narrowed to (see the module documentation, "Declared keys").
+    upstream_keys: Option<Keys>,
+    /// The keys received outside `upstream_keys`, by type: each logged once.
+    undeclared_logged: BTreeSet<(TypeKey, String)>,
     /// Counts the changes of `keys`: a narrowing looked up at one count is looked up again at
     /// another ([`Routed`]).
     keys_epoch: u64,
@@ -600,6 +616,8 @@ impl Table {
                 committing: Vec::new(),
                 keys: FastMap::default(),
                 no_keys: Keys::default(),
+                upstream_keys: None,
+                undeclared_logged: BTreeSet::new(),
                 keys_epoch: 0,
                 routes: FastMap::default(),
                 routed: FastMap::default(),
@@ -614,6 +632,16 @@ impl Table {
             wait,
             metrics,
         }
+    }
+
+    /// Declares `keys` every key the upstream's constraints read, for every type (`None`: not
+    /// known, the default): a wildcard, a glob collection and a name whose keys are not known
+    /// yet are then held through their group narrowed to them, not through the clients' whole
+    /// parameter set (see the module documentation, "Declared keys").
+    pub(crate) fn declare_upstream_keys(&self, keys: Option<BTreeSet<String>>) {
+        let mut state = self.state();
+        state.upstream_keys = keys.map(Arc::new);
+        state.keys_epoch += 1;
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

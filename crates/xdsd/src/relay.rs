@@ -123,6 +123,19 @@ pub(crate) struct RelayArgs {
     )]
     aggregate_by: AggregateBy,
 
+    /// Every key the upstream's TP2 constraints read, comma-separated, when you know them (an
+    /// upstream under your control): "" (an empty value) says it reads none. With
+    /// --aggregate-by none a client's wildcards, glob collections and names the relay has not
+    /// received yet are then fetched with its parameters of these keys only, so clients that
+    /// differ in other parameters (each Envoy's node cluster, a pod name in the metadata)
+    /// share one upstream stream and are answered from what it holds; unset (the default), a
+    /// client's wildcard is fetched with its whole parameter set, on a stream of its own
+    /// (docs/relay.md, "Declared keys"). A key the upstream's constraints read left out
+    /// makes the relay fetch without it, and its clients may be sent a variant that is not
+    /// theirs: a variant received constraining such a key is logged (ERROR).
+    #[arg(long, value_name = "KEYS", env = "XDSD_UPSTREAM_KEYS")]
+    upstream_keys: Option<String>,
+
     /// How long an upstream subscription outlives its last downstream client (e.g. 30s, 5m),
     /// so that a client that reconnects or flaps does not churn the upstream.
     #[arg(
@@ -140,7 +153,8 @@ pub(crate) struct RelayArgs {
     /// or "none"): such a client's first request for them is answered from the cache, not while
     /// the relay waits for the upstream, and the relay is ready once the upstream answered them.
     /// So is a client with parameters, for the names whose variants constrain none of its keys
-    /// (the relay narrows a name's parameters to those its variants constrain). Other types are
+    /// (the relay narrows a name's parameters to those its variants constrain), and for its
+    /// wildcards when --upstream-keys names none of its keys. Other types are
     /// subscribed when a client first asks. Only with --aggregate-by none: the other groupings
     /// have no stream before their first client.
     #[arg(
@@ -261,8 +275,31 @@ impl RelayArgs {
         options.first_wait = self.upstream_wait;
         options.max_pending = self.max_pending;
         options.authority_params = crate::get::authority_param_sets(&self.param_for);
+        if let Some(keys) = &self.upstream_keys {
+            if self.aggregate_by != AggregateBy::None {
+                anyhow::bail!(
+                    "--upstream-keys applies to --aggregate-by none only (the other groupings present each node upstream and narrow nothing)"
+                );
+            }
+            options.upstream_keys = Some(upstream_keys(keys)?);
+        }
         Ok(options)
     }
+}
+
+/// `--upstream-keys`' keys: comma-separated, none for an empty value.
+fn upstream_keys(text: &str) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let mut keys = std::collections::BTreeSet::new();
+    for key in text.split(',').map(str::trim) {
+        if key.is_empty() {
+            if text.trim().is_empty() {
+                continue;
+            }
+            anyhow::bail!("--upstream-keys {text:?}: an empty key");
+        }
+        keys.insert(key.to_owned());
+    }
+    Ok(keys)
 }
 
 /// `--param-for`'s sets as the server's parameter sets.
@@ -459,6 +496,39 @@ mod tests {
         assert_eq!(
             upstream.servers().collect::<Vec<_>>(),
             ["10.0.0.1:18000", "10.0.0.2:18000", "10.0.0.3:18000"]
+        );
+    }
+
+    /// `xdsd relay` with `extra` after `--upstream`: its options, or why not.
+    fn relay_options(extra: &[&str]) -> anyhow::Result<xdsd_relay::RelayOptions> {
+        let mut argv = vec!["xdsd", "relay", "--upstream", "10.0.0.1:18000"];
+        argv.extend_from_slice(extra);
+        let Ok(Command::Relay(relay)) = Cli::try_parse_from(argv).map(|cli| cli.command) else {
+            panic!("parses as relay");
+        };
+        relay.options()
+    }
+
+    #[test]
+    fn relay_upstream_keys_are_declared_none_when_empty_and_refused_with_a_grouping_by_node() {
+        let keys = |extra: &[&str]| relay_options(extra).map(|o| o.upstream_keys);
+        assert_eq!(keys(&[]).expect("options"), None, "not declared by default");
+        assert_eq!(
+            keys(&["--upstream-keys="]).expect("options"),
+            Some(Default::default()),
+            "an empty value: the upstream reads no key"
+        );
+        assert_eq!(
+            keys(&["--upstream-keys", "env, version,env"]).expect("options"),
+            Some(["env".to_owned(), "version".to_owned()].into())
+        );
+        let empty = keys(&["--upstream-keys", "env,,version"]).expect_err("an empty key");
+        assert!(format!("{empty:#}").contains("an empty key"), "{empty:#}");
+        let by_node = keys(&["--upstream-keys", "env", "--aggregate-by", "node"])
+            .expect_err("refused with --aggregate-by node");
+        assert!(
+            format!("{by_node:#}").contains("--aggregate-by none only"),
+            "{by_node:#}"
         );
     }
 

@@ -58,6 +58,14 @@ pub(super) async fn idle(proc: &Proc, since: Instant, cpu: f64) -> (f64, Option<
     }
 }
 
+/// The relay's extra arguments in S12: its upstream constrains nothing, and the relay is told
+/// so (`--upstream-keys=`, as an operator who runs that upstream would), so the clients' node
+/// cluster (`xds-bench`, as every Envoy presents one) opens no upstream stream of its own for
+/// their wildcards: one upstream stream, the scenario's. `XDS_BENCH_RELAY_ARGS` set in the
+/// bench's environment replaces it (`XDS_BENCH_RELAY_ARGS=' '`: a relay not told, whose
+/// clients' CDS and LDS wildcards are fetched on their parameter set's stream).
+const S12_RELAY_ARGS: &str = "--upstream-keys=";
+
 /// One side of S12: the direct path (xdsd-dir) or through one relay (xdsd-relay).
 async fn side(ctx: &mut Ctx, server: Server, spec: &ConfigSpec, streams: usize) -> Row {
     let row = new_row(ctx, "S12", server, true, streams, spec.clusters);
@@ -67,6 +75,7 @@ async fn side(ctx: &mut Ctx, server: Server, spec: &ConfigSpec, streams: usize) 
         spec.clusters
     ));
     crate::control::set_relays(1);
+    crate::control::set_relay_args(S12_RELAY_ARGS);
     let n = ctx.plan.rounds;
     let tracked = (0..n.min(spec.clusters))
         .map(config::cluster_name)
@@ -74,7 +83,10 @@ async fn side(ctx: &mut Ctx, server: Server, spec: &ConfigSpec, streams: usize) 
     let fleet = fleet_for(&row, spec, true, Kind::Eds, tracked);
     let mut s = match open(ctx, server, spec, fleet, row.clone()).await {
         Ok(s) => s,
-        Err(e) => return failed_row(row, &e),
+        Err(e) => {
+            crate::control::set_relay_args("");
+            return failed_row(row, &e);
+        }
     };
     let mut changes = Vec::new();
     let mut tail = "none".to_owned();
@@ -104,6 +116,7 @@ async fn side(ctx: &mut Ctx, server: Server, spec: &ConfigSpec, streams: usize) 
         }
     }
     let (mut row, results) = close(s).await;
+    crate::control::set_relay_args("");
     fill_latencies(&mut row, &changes, &results);
     let (last, _, _) = latencies(&changes, &results);
     let first = match last.first() {

@@ -197,7 +197,7 @@ async fn csds_follows_a_client_through_ack_nack_and_fix(mode: Mode) {
     assert!(error.details.contains("c1: no way"), "{error:?}");
     let origin = match mode {
         Mode::Direct => ORIGIN,
-        Mode::Relay | Mode::RelayByNode => "upstream",
+        Mode::Relay | Mode::RelayByNode | Mode::RelayDeclaredKeys => "upstream",
     };
     assert!(error.details.contains(origin), "{error:?}");
     assert!(error.last_update_attempt.is_some());

@@ -575,23 +575,8 @@ async fn each_parameter_set_gets_its_variant_of_the_four_variant_example(mode: M
 /// each one's variant for them, the unconstrained ones.
 async fn a_wildcard_gets_the_variant_of_each_name_for_its_parameters(mode: Mode) {
     let server = tp2_server(mode).await;
-    let got = sotw_first(
-        &server,
-        DiscoveryRequest {
-            node: metadata_node("wildcard-prod", &[("env", "prod")]),
-            type_url: CLUSTER.into(),
-            ..Default::default()
-        },
-    )
-    .await;
-    assert_eq!(
-        got,
-        vec![
-            plain("only-prod", "prod"),
-            plain("shared", "shared"),
-            plain("svc", "prod")
-        ]
-    );
+    let node = metadata_node("wildcard-prod", &[("env", "prod")]).expect("a node");
+    assert_eq!(sotw_clusters(&server, node).await, prod_clusters());
     let (got, removed) = delta_first(
         &server,
         DeltaDiscoveryRequest {
@@ -624,6 +609,58 @@ async fn a_wildcard_gets_the_variant_of_each_name_for_its_parameters(mode: Mode)
     )
     .await;
     assert_eq!(got, vec![plain("shared", "shared")]);
+    server.stop().await;
+}
+
+/// What a SotW CDS wildcard of `node` is first sent.
+async fn sotw_clusters(server: &Server, node: Node) -> Vec<Seen> {
+    sotw_first(
+        server,
+        DiscoveryRequest {
+            node: Some(node),
+            type_url: CLUSTER.into(),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// The clusters of [`tp2_server`] for `env=prod`.
+fn prod_clusters() -> Vec<Seen> {
+    vec![
+        plain("only-prod", "prod"),
+        plain("shared", "shared"),
+        plain("svc", "prod"),
+    ]
+}
+
+/// Envoys of several node clusters (every Envoy presents one) with the same `env` each get
+/// their wildcard's variants, through a relay as directly; a relay told the keys the upstream's
+/// constraints read fetches them on one upstream stream, not one per node cluster (#56,
+/// declared keys).
+async fn node_clusters_of_one_env_get_their_wildcard_and_share_a_stream_by_the_declared_keys(
+    mode: Mode,
+) {
+    let server = tp2_server(mode).await;
+    let before = server.upstream_streams();
+    for cluster in ["web", "api", "db"] {
+        let mut node =
+            metadata_node(&format!("wildcard-{cluster}"), &[("env", "prod")]).expect("a node");
+        node.cluster = cluster.into();
+        assert_eq!(
+            sotw_clusters(&server, node).await,
+            prod_clusters(),
+            "{cluster}"
+        );
+    }
+    if let (Mode::RelayDeclaredKeys, Some(before), Some(after)) =
+        (mode, before, server.upstream_streams())
+    {
+        assert!(
+            after <= before + 1,
+            "one upstream stream for env=prod, not one per node cluster: {before} then {after}"
+        );
+    }
     server.stop().await;
 }
 
@@ -825,5 +862,20 @@ protocol_tests! {
         a_wildcard_gets_the_variant_of_each_name_for_its_parameters,
         a_locator_gets_its_variant_with_its_constraints,
         per_pod_metadata_gets_its_variant_and_a_key_seen_later_is_followed,
+        node_clusters_of_one_env_get_their_wildcard_and_share_a_stream_by_the_declared_keys,
+    ],
+    // The same through a relay told the keys the upstream reads (`--upstream-keys`): wildcards
+    // and names not received yet fetched by those keys only; a key the upstream constrains
+    // later (`zone`, undeclared) followed by name.
+    relay_declared_keys: [
+        sotw_locators_get_resources_wrapped_with_their_constraints,
+        delta_locators_get_resource_names_and_removed_resource_names,
+        sotw_legacy_client_gets_the_plain_variant_of_its_metadata,
+        a_metadata_only_client_gets_the_variant_of_its_metadata,
+        each_parameter_set_gets_its_variant_of_the_four_variant_example,
+        a_wildcard_gets_the_variant_of_each_name_for_its_parameters,
+        a_locator_gets_its_variant_with_its_constraints,
+        per_pod_metadata_gets_its_variant_and_a_key_seen_later_is_followed,
+        node_clusters_of_one_env_get_their_wildcard_and_share_a_stream_by_the_declared_keys,
     ],
 }

@@ -40,21 +40,30 @@ pub enum Mode {
     /// As [`Mode::Relay`] with `--aggregate-by node`: an upstream stream per downstream node,
     /// presenting that node (its metadata, for an upstream that selects by it).
     RelayByNode,
+    /// As [`Mode::Relay`] with `--upstream-keys env,version` (the keys the TP2 suites'
+    /// constraints read): wildcards and names not received yet fetched by those keys only.
+    RelayDeclaredKeys,
 }
+
+/// The keys [`Mode::RelayDeclaredKeys`] declares.
+pub const DECLARED_KEYS: [&str; 2] = ["env", "version"];
 
 /// Runs protocol tests written as `async fn name(mode: Mode)`, one `#[tokio::test]` each
 /// (multi-threaded: a relay's first request may wait in place for its upstream's answer), in
 /// modules named after the mode: `direct::name` for every test; `relay::name` for those listed
 /// `through_a_relay` or `through_both_relays` (so `cargo test -p xdsd-core --test it relay`
 /// runs every suite through a relay); `relay_by_node::name` for those listed `relay_by_node` or
-/// `through_both_relays` (a relay with `--aggregate-by node`, which must be as transparent). A
-/// test left out of `relay` says why where it is listed.
+/// `through_both_relays` (a relay with `--aggregate-by node`, which must be as transparent);
+/// `relay_declared_keys::name` for those listed `relay_declared_keys` (a relay told the keys the
+/// upstream's constraints read, [`Mode::RelayDeclaredKeys`]). A test left out of `relay` says
+/// why where it is listed.
 macro_rules! protocol_tests {
     (
         through_a_relay: [$($both:ident),* $(,)?],
         direct_only: [$($direct:ident),* $(,)?]
         $(, relay_by_node: [$($by_node:ident),* $(,)?])?
-        $(, through_both_relays: [$($all:ident),* $(,)?])? $(,)?
+        $(, through_both_relays: [$($all:ident),* $(,)?])?
+        $(, relay_declared_keys: [$($declared:ident),* $(,)?])? $(,)?
     ) => {
         mod direct {
             $($crate::support::protocol_tests!(@test Direct $both);)*
@@ -69,6 +78,9 @@ macro_rules! protocol_tests {
         mod relay_by_node {
             $($($crate::support::protocol_tests!(@test RelayByNode $by_node);)*)?
             $($($crate::support::protocol_tests!(@test RelayByNode $all);)*)?
+        }
+        mod relay_declared_keys {
+            $($($crate::support::protocol_tests!(@test RelayDeclaredKeys $declared);)*)?
         }
     };
     (@test $mode:ident $name:ident) => {
@@ -137,7 +149,7 @@ impl Server {
     pub async fn start_with_in(options: ServerOptions, mode: Mode) -> Server {
         let by = match mode {
             Mode::Direct => return Server::start_with(options).await,
-            Mode::Relay => xdsd_relay::AggregateBy::None,
+            Mode::Relay | Mode::RelayDeclaredKeys => xdsd_relay::AggregateBy::None,
             Mode::RelayByNode => xdsd_relay::AggregateBy::Node,
         };
         let upstream_store = Store::new();
@@ -156,6 +168,9 @@ impl Server {
             node,
         );
         relay.aggregate_by = by;
+        if mode == Mode::RelayDeclaredKeys {
+            relay.upstream_keys = Some(DECLARED_KEYS.iter().map(|k| k.to_string()).collect());
+        }
         relay.first_wait = RELAY_UPSTREAM_WAIT;
         relay.upstream.initial_backoff = Duration::from_millis(50);
         relay.upstream.max_backoff = Duration::from_millis(500);

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tracing::error;
 use xdsd_core::params::Constraints;
 
 use super::{Holder, Name, State, Table, TypeKey, Want};
@@ -44,16 +45,25 @@ pub(super) type Memo = Option<(GroupKey, Keys, Option<GroupKey>)>;
 impl State {
     /// The narrower group the full want `want` is held through, if any: in the shared
     /// partition, a name (not a wildcard, not a glob) whose variants' keys are known, of a
-    /// group presenting parameters beyond them. `memo` is the last narrowing looked up.
+    /// group presenting parameters beyond them; with declared keys
+    /// ([`Table::declare_upstream_keys`]), any other want of such a group, by those. `memo` is
+    /// the last narrowing looked up.
     pub(super) fn route(&self, want: &Want, memo: &mut Memo) -> Option<GroupKey> {
-        if want.group.partition != Partition::All
-            || want.group.params.is_empty()
-            || want.is_wildcard()
-            || (xdsd_core::xdstp::is_xdstp(&want.name) && xdsd_core::xdstp::is_glob(&want.name))
-        {
+        if want.group.partition != Partition::All || want.group.params.is_empty() {
             return None;
         }
-        let keys = self.keys.get(&want.type_url)?.get(&*want.name)?;
+        let set = want.is_wildcard()
+            || (xdsd_core::xdstp::is_xdstp(&want.name) && xdsd_core::xdstp::is_glob(&want.name));
+        // A name's own keys once known; else (and for a wildcard or a glob collection, a set
+        // of names with keys of their own) the keys declared to be all the upstream reads.
+        let learnt = if set {
+            None
+        } else {
+            self.keys
+                .get(&want.type_url)
+                .and_then(|names| names.get(&*want.name))
+        };
+        let keys = learnt.or(self.upstream_keys.as_ref())?;
         if let Some((group, known, to)) = memo {
             if *group == want.group && (Arc::ptr_eq(known, keys) || known == keys) {
                 return to.clone();
@@ -206,6 +216,16 @@ impl State {
             Some(names) => names,
             None => self.keys.entry(type_url.clone()).or_default(),
         };
+        if let Some(declared) = &self.upstream_keys {
+            for key in keys.iter().filter(|k| !declared.contains(*k)) {
+                if self
+                    .undeclared_logged
+                    .insert((type_url.clone(), key.clone()))
+                {
+                    error!(type_url = %type_url, name = %r.name, key = %key, "the upstream constrains a key --upstream-keys does not name: a wildcard, a glob collection or a name not received yet is fetched without it, and may be sent a variant that is not its clients' (name every key the upstream's constraints read)");
+                }
+            }
+        }
         match names.get_mut(&r.name) {
             Some(known) if **known == *keys => return Vec::new(),
             Some(known) => *known = keys.clone(),
@@ -231,7 +251,9 @@ impl Table {
     /// `group` was told that `names` of `type_url` are gone (or do not exist) for its
     /// parameters: the wants narrowed to it are held through their own groups again and
     /// pending there, as of now (their own parameters may select a variant its do not: the
-    /// keys a name's variants constrain may have changed upstream).
+    /// keys a name's variants constrain may have changed upstream) — with declared keys,
+    /// through their groups narrowed to those, the widest the declaration lets a name be
+    /// asked by (a want narrowed to them stays: that group's answer is its clients').
     pub(super) fn widen(
         &self,
         state: &mut State,
@@ -245,11 +267,13 @@ impl Table {
         let now = Instant::now();
         let type_url = TypeKey::of(type_url);
         let mut widened = Vec::new();
+        let declared = state.upstream_keys.clone();
+        let widest = |full: &GroupKey| declared.as_ref().and_then(|keys| full.narrowed(keys));
         for name in names {
             widened.extend(state.reroute(
                 &type_url,
                 name,
-                |_, to| (to == group).then_some(None),
+                |full, to| (to == group).then(|| widest(full)),
                 now,
             ));
         }

@@ -830,15 +830,21 @@ fn a_name_whose_keys_are_not_known_is_held_through_the_clients_own_group() {
     assert_eq!(subscribes(&table), vec![Want::named(pod, CDS, "a")]);
 }
 
-#[test]
-fn a_name_whose_variants_constrain_no_key_is_held_through_the_group_of_no_parameters() {
-    let store = Store::new();
-    let table = attached(&store);
-    // The shared stream's wildcard (the prefetch) answered, its variant of a unconstrained.
+/// A table attached to `store` whose shared stream's wildcard (the prefetch) is answered, its
+/// variant of `a` unconstrained.
+fn prefetched(store: &Store) -> Table {
+    let table = attached(store);
     table.pin(cds());
     received_copies(&table, &GroupKey::shared(), CDS, &[&resource("a", &[])]);
     table.announce([cds()]);
     actions(&table);
+    table
+}
+
+#[test]
+fn a_name_whose_variants_constrain_no_key_is_held_through_the_group_of_no_parameters() {
+    let store = Store::new();
+    let table = prefetched(&store);
     for (stream, pod) in [(1, "p1"), (2, "p2")] {
         let want = Want::named(with(&[("env", "prod"), ("pod", pod)]), CDS, "a");
         table.ask(&want, None, Instant::now());
@@ -855,6 +861,117 @@ fn a_name_whose_variants_constrain_no_key_is_held_through_the_group_of_no_parame
     );
     assert!(table.holds(&named("a")));
     assert_eq!(table.subscriptions(), 2);
+}
+
+fn declared(keys: &[&str]) -> Option<BTreeSet<String>> {
+    Some(keys.iter().map(|k| k.to_string()).collect())
+}
+
+#[test]
+fn without_declared_keys_a_wildcard_is_fetched_with_the_clients_whole_parameter_set() {
+    let store = Store::new();
+    let table = prefetched(&store);
+    let full = with(&[("xds.node.cluster", "web")]);
+    let want = Want::wildcard(full.clone(), CDS);
+    table.ask(&want, None, Instant::now());
+    table.acquire(1, want.clone());
+    assert_eq!(subscribes(&table), vec![want], "its own stream, asked");
+    assert_eq!(
+        store.pending_names().len(),
+        1,
+        "its whole type waits for it"
+    );
+}
+
+#[test]
+fn a_wildcard_is_narrowed_to_the_declared_keys() {
+    let store = Store::new();
+    let table = prefetched(&store);
+    table.declare_upstream_keys(declared(&["env"]));
+    // Two node clusters, no env: the shared stream's pinned wildcard, answered.
+    for (stream, cluster) in [(1, "web"), (2, "api")] {
+        let want = Want::wildcard(with(&[("xds.node.cluster", cluster)]), CDS);
+        table.ask(&want, None, Instant::now());
+        table.acquire(stream, want);
+    }
+    assert_eq!(subscribes(&table), vec![], "held through the shared stream");
+    assert!(
+        store.pending_names().is_empty(),
+        "answered by the shared stream's wildcard: nothing waits"
+    );
+    // Two of env=prod: one stream presenting env=prod only.
+    for (stream, cluster) in [(3, "web"), (4, "api")] {
+        let want = Want::wildcard(with(&[("env", "prod"), ("xds.node.cluster", cluster)]), CDS);
+        table.ask(&want, None, Instant::now());
+        table.acquire(stream, want);
+    }
+    assert_eq!(
+        subscribes(&table),
+        vec![Want::wildcard(with(&[("env", "prod")]), CDS)],
+        "one stream for env=prod, whatever the node cluster"
+    );
+}
+
+#[test]
+fn a_name_not_received_yet_is_narrowed_to_the_declared_keys_and_then_to_its_own() {
+    let table = table();
+    table.declare_upstream_keys(declared(&["env", "version"]));
+    let full = |pod: &str| with(&[("env", "prod"), ("pod", pod), ("version", "v1")]);
+    table.acquire(1, Want::named(full("p1"), CDS, "a"));
+    table.acquire(2, Want::named(full("p2"), CDS, "a"));
+    let by_declared = Want::named(with(&[("env", "prod"), ("version", "v1")]), CDS, "a");
+    assert_eq!(
+        subscribes(&table),
+        vec![by_declared.clone()],
+        "the pods share the stream of the declared keys"
+    );
+    // Its variants constrain env only: a later pod is held through env=prod.
+    received_copies(
+        &table,
+        &by_declared.group,
+        CDS,
+        &[&constrained("a", "env", "prod")],
+    );
+    let by_env = Want::named(with(&[("env", "prod")]), CDS, "a");
+    assert_eq!(
+        subscribes(&table),
+        vec![by_env.clone()],
+        "a name's own keys, once received, narrow it further"
+    );
+    table.acquire(3, Want::named(full("p3"), CDS, "a"));
+    assert_eq!(subscribes(&table), vec![], "a later pod: the same stream");
+    assert!(table.holds(&by_env));
+}
+
+#[test]
+fn a_name_whose_variants_constrain_an_undeclared_key_is_held_through_its_own_keys() {
+    let table = table();
+    table.declare_upstream_keys(declared(&[]));
+    let full = with(&[("env", "prod"), ("pod", "p1")]);
+    table.acquire(1, Want::named(full.clone(), CDS, "a"));
+    assert_eq!(
+        subscribes(&table),
+        vec![named("a")],
+        "no key declared: the shared stream"
+    );
+    // The upstream's variant constrains env after all (logged): the name follows its keys.
+    received_copies(
+        &table,
+        &GroupKey::shared(),
+        CDS,
+        &[&constrained("a", "env", "prod")],
+    );
+    let by_env = Want::named(with(&[("env", "prod")]), CDS, "a");
+    assert!(
+        subscribes(&table).contains(&by_env),
+        "held through env=prod, as its variants' keys say"
+    );
+    table.acquire(
+        2,
+        Want::named(with(&[("env", "prod"), ("pod", "p2")]), CDS, "a"),
+    );
+    assert_eq!(subscribes(&table), vec![], "a later pod: the same stream");
+    assert!(table.holds(&by_env));
 }
 
 #[test]
@@ -1030,6 +1147,40 @@ fn a_name_removed_for_its_narrowed_group_is_held_through_the_clients_own_group_a
     assert!(store
         .pending_names()
         .is_pending(&PendingName::new(CDS, "a").with_params(scope)));
+}
+
+#[test]
+fn with_declared_keys_a_name_removed_for_its_narrowed_group_is_held_through_the_declared_ones() {
+    let store = Store::new();
+    let table = attached(&store);
+    table.declare_upstream_keys(declared(&["env", "zone"]));
+    let prod = with(&[("env", "prod")]);
+    table.acquire(1, Want::named(prod.clone(), CDS, "a"));
+    received_copies(&table, &prod, CDS, &[&constrained("a", "env", "prod")]);
+    table.announce([Want::named(prod.clone(), CDS, "a")]);
+    let pod = with(&[("env", "prod"), ("pod", "p1"), ("zone", "z1")]);
+    table.acquire(2, Want::named(pod.clone(), CDS, "a"));
+    actions(&table);
+    // The upstream's variants of a now constrain zone too: env=prod alone matches none.
+    table.removed(&prod, CDS, &["a".to_owned()], &[("a".to_owned(), None)]);
+    let by_declared = with(&[("env", "prod"), ("zone", "z1")]);
+    assert_eq!(
+        subscribes(&table),
+        vec![Want::named(by_declared.clone(), CDS, "a")],
+        "the declared keys' group, not the pod's own"
+    );
+    let scope: ParamSet = [("env", "prod"), ("zone", "z1")].into_iter().collect();
+    assert!(store
+        .pending_names()
+        .is_pending(&PendingName::new(CDS, "a").with_params(scope)));
+    // Gone for that group too: its answer stands (the declaration says no other key selects).
+    table.removed(
+        &by_declared,
+        CDS,
+        &["a".to_owned()],
+        &[("a".to_owned(), None)],
+    );
+    assert_eq!(subscribes(&table), vec![], "nothing wider to ask");
 }
 
 #[test]
