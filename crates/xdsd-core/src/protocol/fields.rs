@@ -52,6 +52,11 @@ impl<const KEY: u8> Names<KEY> {
             if !std::mem::take(&mut first) {
                 rest = rest.strip_prefix(&[KEY])?;
             }
+            // No names (an ACK's list): done without a varint read of nothing, whose error is
+            // an allocation (prost's `DecodeError`), made and dropped per request.
+            if rest.is_empty() {
+                return None;
+            }
             // Every entry was checked whole when it was read or pushed. A length under 128 is
             // its one byte (every name a client sends, nearly), read without the varint's loop.
             let len = match rest.split_first() {

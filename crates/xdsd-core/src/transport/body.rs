@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll, Waker};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue};
 use http_body::Frame;
 use tonic::Status;
@@ -238,6 +238,8 @@ impl<R> Drop for Receiver<R> {
 pub(crate) struct ResponseBody<R> {
     responses: Receiver<R>,
     writing: Option<Chunks<R>>,
+    /// The room small chunks are written in ([`super::wire::SCRATCH_BYTES`]).
+    scratch: BytesMut,
     ended: bool,
 }
 
@@ -246,6 +248,7 @@ impl<R> ResponseBody<R> {
         ResponseBody {
             responses,
             writing: None,
+            scratch: BytesMut::new(),
             ended: false,
         }
     }
@@ -273,7 +276,7 @@ impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
         let this = self.get_mut();
         loop {
             if let Some(writing) = &mut this.writing {
-                if let Some(chunk) = writing.next_chunk() {
+                if let Some(chunk) = writing.next_chunk(&mut this.scratch) {
                     return Poll::Ready(Some(Ok(Frame::data(chunk))));
                 }
                 this.writing = None;
