@@ -31,6 +31,75 @@ use keys::SubscribedKeys;
 /// A variant removed from a client that holds variants by `resource_name`.
 pub type RemovedVariant = (Arc<str>, Option<Arc<Constraints>>);
 
+/// The resources of a delta response, read as a slice: nearly every push sends one (a changed
+/// cluster, then its endpoints), held without a vector's allocation and free per stream and
+/// response (#59).
+#[derive(Debug, Clone, Default)]
+pub struct Resources(Slots);
+
+#[derive(Debug, Clone)]
+enum Slots {
+    One(Arc<Resource>),
+    Many(Vec<Arc<Resource>>),
+}
+
+impl Default for Slots {
+    fn default() -> Slots {
+        Slots::Many(Vec::new())
+    }
+}
+
+impl Resources {
+    /// The resources, as a vector.
+    pub fn into_vec(self) -> Vec<Arc<Resource>> {
+        match self.0 {
+            Slots::One(r) => vec![r],
+            Slots::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::Deref for Resources {
+    type Target = [Arc<Resource>];
+
+    fn deref(&self) -> &[Arc<Resource>] {
+        match &self.0 {
+            Slots::One(r) => std::slice::from_ref(r),
+            Slots::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Resources {
+    fn deref_mut(&mut self) -> &mut [Arc<Resource>] {
+        match &mut self.0 {
+            Slots::One(r) => std::slice::from_mut(r),
+            Slots::Many(v) => v,
+        }
+    }
+}
+
+impl From<Vec<Arc<Resource>>> for Resources {
+    fn from(v: Vec<Arc<Resource>>) -> Resources {
+        Resources(Slots::Many(v))
+    }
+}
+
+impl From<Arc<Resource>> for Resources {
+    fn from(r: Arc<Resource>) -> Resources {
+        Resources(Slots::One(r))
+    }
+}
+
+impl<'a> IntoIterator for &'a Resources {
+    type Item = &'a Arc<Resource>;
+    type IntoIter = std::slice::Iter<'a, Arc<Resource>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 /// One response to send.
 #[derive(Debug, Clone)]
 pub struct DeltaResponse {
@@ -41,7 +110,7 @@ pub struct DeltaResponse {
     /// The nonce the client answers with.
     pub nonce: Nonce,
     /// The resources new or changed for the client.
-    pub resources: Vec<Arc<Resource>>,
+    pub resources: Resources,
     /// `resources` already encoded as `resources` entries, one run shared by every stream that
     /// sends it: set when they are the next run of a view in its order, in a first response
     /// that sends the view from its first name (a wildcard, or a client subscribed to every name

@@ -227,3 +227,33 @@ fn the_common_push_to_a_wildcard_client_sends_what_the_general_way_sends() {
     p.remove("a");
     assert_eq!(p.poll(&names).1, 0, "a removal goes the general way");
 }
+
+#[test]
+fn the_common_push_of_one_resource_holds_it_without_a_vector() {
+    let mut p = Pair::new(CLUSTER, &[("a", "1"), ("b", "1")]);
+    p.request(&["a", "b"], &[], "");
+    let (nonces, _) = p.poll(&["a", "b"]);
+    p.request(&[], &[], &nonces[0]);
+    let one = |p: &mut Pair| {
+        let snap = p.store.snapshot();
+        let views = views(&snap, p.type_url);
+        let (m, n) = &mut p.short;
+        m.poll_response(&views, n).expect("a push")
+    };
+    p.set("a", "2");
+    let r = one(&mut p);
+    assert!(
+        matches!(r.resources.0, super::Slots::One(_)),
+        "one, held so"
+    );
+    assert_eq!(r.resources.len(), 1);
+    assert_eq!(&**r.resources[0].name(), "a");
+    p.set("a", "3");
+    p.set("b", "2");
+    let mut r = one(&mut p);
+    assert!(matches!(r.resources.0, super::Slots::Many(_)));
+    let names: Vec<&str> = r.resources.iter().map(|x| &**x.name()).collect();
+    assert_eq!(names, ["a", "b"]);
+    r.resources[1] = r.resources[0].clone();
+    assert_eq!(r.resources.into_vec().len(), 2);
+}

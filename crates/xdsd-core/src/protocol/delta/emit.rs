@@ -123,7 +123,7 @@ impl DeltaMachine {
             type_url: self.core.type_url.clone(),
             system_version_info,
             nonce,
-            resources: part.resources,
+            resources: part.resources.into(),
             whole,
             shared: None,
             removed,

@@ -692,12 +692,16 @@ impl DeltaMachine {
         }
         // What `emit` records: each resource held by its key.
         self.has.reserve(len);
-        let mut resources = Vec::with_capacity(len);
-        for (key, r) in changed.into_iter() {
+        let mut record = |(key, r): (Key, Arc<Resource>)| {
             self.count_sent_member(&r, &key);
             self.has.put(key, super::holdings::Held::of(&r));
-            resources.push(r);
-        }
+            r
+        };
+        // (One resource, nearly every push: no vector.)
+        let resources = match changed {
+            Changed { one: Some(one), .. } => super::Resources::from(record(one)),
+            changed => super::Resources::from(changed.into_iter().map(record).collect::<Vec<_>>()),
+        };
         let oversized = self.core.warn_once(oversized);
         // The fields every stream that gets this change sends alike, encoded once for them all.
         let shared = version_view.delta_push(&resources, encoding);
