@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderValue};
 use http_body::Frame;
 use tonic::Status;
 
-use super::wire::{Chunks, Pieces};
+use super::wire::{Chunks, Pieces, CHUNK_BYTES, MERGE_BELOW};
 
 /// How many computed responses wait for the body at most: a change that owes two responses (a
 /// Cluster, and the endpoints Envoy warms it with) hands both over in one turn of the driver
@@ -238,8 +238,9 @@ impl<R> Drop for Receiver<R> {
 pub(crate) struct ResponseBody<R> {
     responses: Receiver<R>,
     writing: Option<Chunks<R>>,
-    /// The room small chunks are written in ([`super::wire::SCRATCH_BYTES`]).
-    scratch: BytesMut,
+    /// The status that ends the stream, met while small messages were gathered into a chunk:
+    /// written after it.
+    owed_end: Option<Status>,
     ended: bool,
 }
 
@@ -248,7 +249,7 @@ impl<R> ResponseBody<R> {
         ResponseBody {
             responses,
             writing: None,
-            scratch: BytesMut::new(),
+            owed_end: None,
             ended: false,
         }
     }
@@ -265,6 +266,52 @@ fn trailers(status: &Status) -> HeaderMap {
     map
 }
 
+/// The room a chunk of gathered messages starts with (freed once HTTP/2 wrote it).
+const GATHER_ROOM: usize = 1024;
+
+/// The status that ends a stream whose response of `len` bytes cannot be a gRPC message.
+fn too_large(len: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "a response of {len} bytes is over gRPC's 4 GiB message limit"
+    ))
+}
+
+impl<R: Pieces> ResponseBody<R> {
+    /// One chunk of `first`, a small message, and the small messages handed over after it (a
+    /// changed Cluster and the endpoints that warm it), up to a chunk's bytes
+    /// ([`super::wire::MERGE_BELOW`]): one HTTP/2 DATA frame and one allocation for them all.
+    /// A larger message, or the end, met on the way is kept for the next poll.
+    fn gather(&mut self, first: Chunks<R>, cx: &mut Context<'_>) -> Bytes {
+        let mut buf = BytesMut::with_capacity(first.message_len().max(GATHER_ROOM));
+        first.write_whole(&mut buf);
+        while let Poll::Ready(next) = self.responses.poll_next(cx) {
+            match next {
+                Next::Response(response) => match Chunks::new(response) {
+                    Ok(chunks)
+                        if chunks.message_len() < MERGE_BELOW
+                            && buf.len() + chunks.message_len() <= CHUNK_BYTES =>
+                    {
+                        chunks.write_whole(&mut buf);
+                    }
+                    Ok(chunks) => {
+                        self.writing = Some(chunks);
+                        break;
+                    }
+                    Err(len) => {
+                        self.owed_end = Some(too_large(len));
+                        break;
+                    }
+                },
+                Next::End(status) => {
+                    self.owed_end = Some(status.unwrap_or_else(|| Status::ok("")));
+                    break;
+                }
+            }
+        }
+        buf.freeze()
+    }
+}
+
 impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
     type Data = Bytes;
     type Error = Status;
@@ -276,7 +323,7 @@ impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
         let this = self.get_mut();
         loop {
             if let Some(writing) = &mut this.writing {
-                if let Some(chunk) = writing.next_chunk(&mut this.scratch) {
+                if let Some(chunk) = writing.next_chunk() {
                     return Poll::Ready(Some(Ok(Frame::data(chunk))));
                 }
                 this.writing = None;
@@ -284,19 +331,22 @@ impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
             if this.ended {
                 return Poll::Ready(None);
             }
-            let status = match ready!(this.responses.poll_next(cx)) {
-                Next::Response(response) => match Chunks::new(response) {
-                    Ok(chunks) => {
-                        this.writing = Some(chunks);
-                        continue;
-                    }
-                    Err(len) => Status::resource_exhausted(format!(
-                        "a response of {len} bytes is over gRPC's 4 GiB message limit"
-                    )),
+            let status = match this.owed_end.take() {
+                Some(status) => status,
+                None => match ready!(this.responses.poll_next(cx)) {
+                    Next::Response(response) => match Chunks::new(response) {
+                        Ok(chunks) if chunks.message_len() < MERGE_BELOW => {
+                            let chunk = this.gather(chunks, cx);
+                            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                        }
+                        Ok(chunks) => {
+                            this.writing = Some(chunks);
+                            continue;
+                        }
+                        Err(len) => too_large(len),
+                    },
+                    Next::End(status) => status.unwrap_or_else(|| Status::ok("")),
                 },
-                Next::End(Some(status)) => status,
-                // The driver ended the stream without an error.
-                Next::End(None) => Status::ok(""),
             };
             this.ended = true;
             this.responses.close();
@@ -471,6 +521,52 @@ mod tests {
             Some(Err(Gone)),
             "nothing goes after the end"
         );
+    }
+
+    #[tokio::test]
+    async fn small_messages_handed_over_together_go_out_as_one_chunk_a_large_one_apart() {
+        use futures::FutureExt as _;
+        let (mut tx, rx) = channel::<SotwResponse>();
+        tx.send(empty(1)).now_or_never().unwrap().unwrap();
+        tx.send(empty(2)).now_or_never().unwrap().unwrap();
+        let mut body = ResponseBody::new(rx);
+        let data =
+            |frame: Option<Result<Frame<Bytes>, Status>>| match frame.unwrap().unwrap().into_data()
+            {
+                Ok(data) => data,
+                Err(_) => panic!("data"),
+            };
+        let first = data(body.frame().await);
+        assert_eq!(
+            nonces(std::slice::from_ref(&first)),
+            ["1", "2"],
+            "one chunk, both messages, in order"
+        );
+        // A small one, then one too large to gather: the small one's chunk, then the large
+        // one's own chunks, then the status.
+        let large = resource("large", MERGE_BELOW);
+        tx.send(empty(3)).now_or_never().unwrap().unwrap();
+        tx.send(sotw(SotwResources::Some(vec![large].into()), 4))
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        let third = data(body.frame().await);
+        assert_eq!(nonces(std::slice::from_ref(&third)), ["3"]);
+        tx.end(Status::permission_denied("no"))
+            .now_or_never()
+            .expect("room")
+            .unwrap();
+        let mut rest = Vec::new();
+        let mut trailers = None;
+        while let Some(frame) = body.frame().await {
+            match frame.unwrap().into_data() {
+                Ok(data) => rest.push(data),
+                Err(frame) => trailers = frame.into_trailers().ok(),
+            }
+        }
+        assert!(rest.len() >= 2, "the large one in chunks of its own");
+        assert_eq!(nonces(&rest), ["4"]);
+        assert_eq!(trailers.unwrap().get("grpc-status").unwrap(), "7");
     }
 
     #[tokio::test]

@@ -395,13 +395,12 @@ const COPY_BELOW: usize = 4 * 1024;
 /// The most copied bytes one chunk holds.
 pub(crate) const CHUNK_BYTES: usize = 16 * 1024;
 
-/// A stream's own room for small chunks: a chunk of at most half of it (a push of a changed
-/// resource or two, an empty response) is written there and split off it, and once the
-/// transport dropped the chunks written in it, the room is taken back whole: no allocation and
-/// no free per response (S2 delta's were some 300 instructions of its 1,800 a response, #59).
-/// A stream so keeps this much between responses (tonic keeps 8 KiB per stream); a larger
-/// chunk has room of its own, freed once written.
-pub(crate) const SCRATCH_BYTES: usize = 1024;
+/// A message shorter than this (a push of a changed resource or two, an ACK's empty answer) is
+/// written whole into the chunk of the messages handed over with it, when they are small too:
+/// a changed Cluster and the endpoints that warm it go out as one chunk, one HTTP/2 DATA frame
+/// and one allocation, not one each (as tonic's encoder gathers the messages ready at once).
+/// No piece of such a message goes out on its own (each is shorter than [`COPY_BELOW`]).
+pub(crate) const MERGE_BELOW: usize = COPY_BELOW;
 
 /// A response written as gRPC message chunks: the 5-byte message header, then its pieces, the
 /// small ones copied into chunks of at most [`CHUNK_BYTES`], the store's shared bytes as chunks
@@ -437,10 +436,8 @@ impl<R: Pieces> Chunks<R> {
         })
     }
 
-    /// The next chunk, `None` once the response is written. A small chunk is written in
-    /// `scratch`, the stream's own room, and split off it (see [`SCRATCH_BYTES`]); a larger
-    /// one in room of its own.
-    pub(crate) fn next_chunk(&mut self, scratch: &mut BytesMut) -> Option<Bytes> {
+    /// The next chunk, `None` once the response is written.
+    pub(crate) fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(shared) = self.shared.take() {
             self.written += shared.len();
             return Some(shared);
@@ -448,31 +445,37 @@ impl<R: Pieces> Chunks<R> {
         // Room for what is left, up to a chunk (and the piece that may end it): one allocation,
         // not a buffer grown by doubling.
         let left = (self.len + 5).saturating_sub(self.written);
-        let room = left.min(CHUNK_BYTES + COPY_BELOW);
-        if room <= SCRATCH_BYTES / 2 {
-            if scratch.capacity() < room {
-                // The room taken back once its chunks were dropped, else new room: two pushes
-                // in a row (a cluster, then its endpoints) go out of one room.
-                scratch.reserve(SCRATCH_BYTES);
-            }
-            self.fill(scratch);
-            return self.handed(scratch.split().freeze());
-        }
-        let mut buf = BytesMut::with_capacity(room);
+        let mut buf = BytesMut::with_capacity(left.min(CHUNK_BYTES + COPY_BELOW));
         self.fill(&mut buf);
         self.handed(buf.freeze())
+    }
+
+    /// The message's length with its gRPC header.
+    pub(crate) fn message_len(&self) -> usize {
+        self.len + 5
+    }
+
+    /// Writes the whole message, not begun yet and shorter than [`MERGE_BELOW`] (so that no
+    /// piece of it goes out on its own), at the end of `buf`: a chunk that carries it after
+    /// other such messages.
+    pub(crate) fn write_whole(mut self, buf: &mut BytesMut) {
+        debug_assert!(self.written == 0 && self.message_len() < MERGE_BELOW);
+        let start = buf.len();
+        self.fill(buf);
+        debug_assert!(self.shared.is_none() && buf.len() - start == self.message_len());
     }
 
     /// Writes into `buf` the message's header (first) and pieces, up to a chunk's bytes or a
     /// shared piece that goes out on its own.
     fn fill(&mut self, buf: &mut BytesMut) {
+        let start = buf.len();
         if !self.header {
             self.header = true;
             // Not compressed; the length was checked in `new`.
             buf.put_u8(0);
             buf.put_u32(self.len as u32);
         }
-        while buf.len() < CHUNK_BYTES {
+        while buf.len() - start < CHUNK_BYTES {
             let Some(piece) = self.response.piece(self.next) else {
                 break;
             };
@@ -664,9 +667,8 @@ mod tests {
             };
             let written = |r: DeltaResponse| {
                 let mut chunks = Chunks::new(r).unwrap();
-                let mut scratch = BytesMut::new();
                 let mut bytes = Vec::new();
-                while let Some(chunk) = chunks.next_chunk(&mut scratch) {
+                while let Some(chunk) = chunks.next_chunk() {
                     bytes.extend_from_slice(&chunk);
                 }
                 bytes
@@ -693,91 +695,6 @@ mod tests {
                 "the same gRPC header"
             );
         }
-    }
-
-    /// A delta push of `resources` (nonce `nonce`).
-    fn push(resources: Vec<Arc<Resource>>, nonce: u64) -> DeltaResponse {
-        DeltaResponse {
-            type_url: CLUSTER.into(),
-            system_version_info: "v1".into(),
-            nonce: crate::protocol::Nonce::from(nonce),
-            resources: resources.into(),
-            whole: None,
-            shared: None,
-            removed: Vec::new(),
-            removed_variants: Vec::new(),
-            heartbeats: Vec::new(),
-            unresolved: Vec::new(),
-            encoding: Default::default(),
-            oversized: None,
-            control_plane: false,
-        }
-    }
-
-    /// The chunks `r` is written as, in `scratch`.
-    fn chunks_of(r: DeltaResponse, scratch: &mut BytesMut) -> Vec<Bytes> {
-        let mut chunks = Chunks::new(r).unwrap();
-        std::iter::from_fn(|| chunks.next_chunk(scratch)).collect()
-    }
-
-    #[test]
-    fn small_chunks_are_written_in_the_stream_s_room_taken_back_once_they_were_dropped() {
-        let mut scratch = BytesMut::new();
-        let mut nonce = 0;
-        let mut next = |scratch: &mut BytesMut| {
-            nonce += 1;
-            let mut chunks = chunks_of(push(vec![resource("a")], nonce), scratch);
-            assert_eq!(chunks.len(), 1, "one chunk");
-            let chunk = chunks.remove(0);
-            let decoded = DeltaDiscoveryResponse::decode(&chunk[5..]).unwrap();
-            assert_eq!(decoded.nonce, nonce.to_string(), "each its own bytes");
-            chunk
-        };
-        // Pushes in a row go out of one room, each after the last, while it has room.
-        let mut held = vec![next(&mut scratch)];
-        let room = held[0].as_ptr() as usize;
-        let len = held[0].len();
-        assert!(len <= SCRATCH_BYTES / 2);
-        while scratch.capacity() >= len {
-            let chunk = next(&mut scratch);
-            let last = held.last().map_or(0, |c| c.as_ptr() as usize + c.len());
-            assert_eq!(chunk.as_ptr() as usize, last, "written after the last");
-            held.push(chunk);
-        }
-        assert!(held.len() >= 2);
-        assert!(held.iter().map(|c| c.len()).sum::<usize>() <= SCRATCH_BYTES);
-        // Full, and its chunks dropped (the transport wrote them): taken back whole.
-        held.clear();
-        let again = next(&mut scratch);
-        assert_eq!(again.as_ptr() as usize, room, "the room taken back");
-        // Full again, one of its chunks still held (a client that does not read): new room.
-        let mut held = vec![again];
-        while scratch.capacity() >= len {
-            held.push(next(&mut scratch));
-        }
-        held.truncate(1);
-        let other = next(&mut scratch);
-        let at = other.as_ptr() as usize;
-        assert!(
-            !(room..room + SCRATCH_BYTES).contains(&at),
-            "room of its own while a chunk holds the old one"
-        );
-        // A large chunk is not written there: the stream keeps no more than its room.
-        let large = Arc::new(Resource::new(
-            CLUSTER,
-            "large",
-            Bytes::from(vec![b'x'; SCRATCH_BYTES]),
-        ));
-        let before = (scratch.capacity(), scratch.len());
-        let written = chunks_of(push(vec![large], 99), &mut scratch);
-        assert!(written[0].len() > SCRATCH_BYTES / 2);
-        assert_eq!(
-            (scratch.capacity(), scratch.len()),
-            before,
-            "the room untouched"
-        );
-        assert!(scratch.capacity() <= SCRATCH_BYTES);
-        drop((held, other));
     }
 
     #[test]
