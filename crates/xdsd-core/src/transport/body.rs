@@ -1,8 +1,9 @@
 //! The HTTP body of a stream's responses, written from the store's shared bytes: each response
 //! the stream driver hands over becomes gRPC message chunks ([`Chunks`]), made one at a time as
-//! HTTP/2 asks for them, and the stream ends with its status in the trailers. tonic's own
-//! encoder would copy each whole response into a buffer per stream first: a client that stops
-//! reading would then pin a copy of a response as large as the whole configuration.
+//! HTTP/2 asks for them (small ones handed over together gathered into one chunk), and the
+//! stream ends with its status in the trailers. tonic's own encoder would copy each whole
+//! response into a buffer per stream first: a client that stops reading would then pin a copy
+//! of a response as large as the whole configuration.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -277,10 +278,10 @@ fn too_large(len: usize) -> Status {
 }
 
 impl<R: Pieces> ResponseBody<R> {
-    /// One chunk of `first`, a small message, and the small messages handed over after it (a
-    /// changed Cluster and the endpoints that warm it), up to a chunk's bytes
-    /// ([`super::wire::MERGE_BELOW`]): one HTTP/2 DATA frame and one allocation for them all.
-    /// A larger message, or the end, met on the way is kept for the next poll.
+    /// One chunk of `first`, a small message, and the small messages (each under
+    /// [`MERGE_BELOW`]) handed over after it (a changed Cluster and the endpoints that warm
+    /// it), up to [`CHUNK_BYTES`]: one HTTP/2 DATA frame and one allocation for them all. A
+    /// larger message, or the end, met on the way is kept for the next poll.
     fn gather(&mut self, first: Chunks<R>, cx: &mut Context<'_>) -> Bytes {
         let mut buf = BytesMut::with_capacity(first.message_len().max(GATHER_ROOM));
         first.write_whole(&mut buf);
