@@ -1,5 +1,9 @@
 //! A real etcd for the tests: started on 127.0.0.1 with ports from the OS and its own temporary
 //! data directory, killed when dropped; its output is printed when a test fails.
+//!
+//! A port the OS called free may be taken before etcd binds it (by any connection's local port:
+//! they come from the same range), so a start that etcd refuses with "address already in use"
+//! is tried again on other ports (a restart, on the same ones a moment later).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -29,6 +33,12 @@ pub fn etcd_binary() -> PathBuf {
          and sets XDSD_ETCD), or set XDSD_ETCD to an etcd 3.4+ binary"
     )
 }
+
+/// How many times a start refused for a port in use is tried.
+const STARTS: usize = 5;
+
+/// Why etcd did not come up: a port it was given was taken meanwhile.
+struct PortTaken;
 
 /// A port on 127.0.0.1 that was free a moment ago.
 fn free_port() -> u16 {
@@ -84,8 +94,25 @@ impl Etcd {
             log: Arc::default(),
             mark: 0,
         };
-        etcd.spawn(etcd.client_port).await;
+        for attempt in 1..=STARTS {
+            match etcd.spawn(etcd.client_port).await {
+                Ok(()) => break,
+                Err(PortTaken) if attempt < STARTS => {
+                    etcd.client_port = free_port();
+                    etcd.peer_port = free_port();
+                }
+                Err(PortTaken) => etcd.refused(),
+            }
+        }
         etcd
+    }
+
+    /// Fails the test: etcd refused every start for a port in use.
+    fn refused(&self) -> ! {
+        panic!(
+            "etcd found its ports taken {STARTS} times. Log:\n{}",
+            self.log_text()
+        )
     }
 
     fn scheme(&self) -> &'static str {
@@ -101,7 +128,9 @@ impl Etcd {
         format!("{}://127.0.0.1:{}", self.scheme(), self.client_port)
     }
 
-    async fn spawn(&mut self, client_port: u16) {
+    /// Starts etcd on `client_port` and waits until it serves; `PortTaken` when it exits saying
+    /// a port is in use.
+    async fn spawn(&mut self, client_port: u16) -> Result<(), PortTaken> {
         let client = format!("{}://127.0.0.1:{client_port}", self.scheme());
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let mut command = Command::new(etcd_binary());
@@ -136,26 +165,44 @@ impl Etcd {
             drain(err, self.log.clone());
         }
         self.child = Some(child);
-        self.wait_listening(client_port).await;
+        self.wait_listening(client_port).await
     }
 
-    /// Waits until etcd accepts connections on `port` and says it serves clients.
-    async fn wait_listening(&self, port: u16) {
+    /// Whether a line etcd printed in this run (after the mark) says `what`.
+    fn said(&self, what: &[&str]) -> bool {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .skip(self.mark)
+            .any(|l| what.iter().any(|w| l.contains(w)))
+    }
+
+    /// Waits until etcd accepts connections on `port` and says it serves clients; `PortTaken`
+    /// when it exited saying a port is in use (its output read to the end, the mark moved past
+    /// it).
+    async fn wait_listening(&mut self, port: u16) -> Result<(), PortTaken> {
         let deadline = Instant::now() + DEADLINE;
         loop {
-            let ready = self
-                .log
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .skip(self.mark)
-                .any(|l| l.contains("serving client") || l.contains("ready to serve client"));
-            if ready
+            if self.said(&["serving client", "ready to serve client"])
                 && tokio::net::TcpStream::connect(("127.0.0.1", port))
                     .await
                     .is_ok()
             {
-                return;
+                return Ok(());
+            }
+            let exited = match self.child.as_mut() {
+                Some(child) => matches!(child.try_wait(), Ok(Some(_))),
+                None => false,
+            };
+            if exited {
+                // Its last lines may still be on their way through the pipes.
+                sleep(Duration::from_millis(100)).await;
+                if self.said(&["address already in use"]) {
+                    self.kill().await;
+                    return Err(PortTaken);
+                }
+                panic!("etcd exited while starting. Log:\n{}", self.log_text());
             }
             if Instant::now() >= deadline {
                 panic!(
@@ -177,17 +224,28 @@ impl Etcd {
         self.mark = self.log.lock().unwrap_or_else(|p| p.into_inner()).len();
     }
 
-    /// Starts the killed etcd again on the same ports and data directory.
+    /// Starts the killed etcd again on the same ports and data directory (tried again a moment
+    /// later while a port is taken).
     pub async fn restart(&mut self) {
-        self.spawn(self.client_port).await;
+        for _ in 0..STARTS {
+            if self.spawn(self.client_port).await.is_ok() {
+                return;
+            }
+            sleep(Duration::from_millis(500)).await;
+        }
+        self.refused()
     }
 
     /// Starts the killed etcd again on the same data directory but another client port (so that
     /// a watcher of the usual one cannot reach it); returns that port's URL.
     pub async fn restart_elsewhere(&mut self) -> String {
-        let port = free_port();
-        self.spawn(port).await;
-        format!("{}://127.0.0.1:{port}", self.scheme())
+        for _ in 0..STARTS {
+            let port = free_port();
+            if self.spawn(port).await.is_ok() {
+                return format!("{}://127.0.0.1:{port}", self.scheme());
+            }
+        }
+        self.refused()
     }
 
     /// A client of its usual endpoint.

@@ -2,6 +2,7 @@
 //! started per test on 127.0.0.1 with OS-picked ports and its own data directory.
 
 mod auth;
+mod harness;
 mod history;
 mod load;
 mod push;
