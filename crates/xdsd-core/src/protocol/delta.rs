@@ -49,16 +49,6 @@ impl Default for Slots {
     }
 }
 
-impl Resources {
-    /// The resources, as a vector.
-    pub fn into_vec(self) -> Vec<Arc<Resource>> {
-        match self.0 {
-            Slots::One(r) => vec![r],
-            Slots::Many(v) => v,
-        }
-    }
-}
-
 impl std::ops::Deref for Resources {
     type Target = [Arc<Resource>];
 

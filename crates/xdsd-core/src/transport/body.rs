@@ -270,6 +270,11 @@ fn trailers(status: &Status) -> HeaderMap {
 /// The room a chunk of gathered messages starts with (freed once HTTP/2 wrote it).
 const GATHER_ROOM: usize = 1024;
 
+/// The status that ends a stream whose driver ended it with `status`, or was gone without one.
+fn ended_by(status: Option<Status>) -> Status {
+    status.unwrap_or_else(|| Status::ok(""))
+}
+
 /// The status that ends a stream whose response of `len` bytes cannot be a gRPC message.
 fn too_large(len: usize) -> Status {
     Status::resource_exhausted(format!(
@@ -304,7 +309,7 @@ impl<R: Pieces> ResponseBody<R> {
                     }
                 },
                 Next::End(status) => {
-                    self.owed_end = Some(status.unwrap_or_else(|| Status::ok("")));
+                    self.owed_end = Some(ended_by(status));
                     break;
                 }
             }
@@ -346,7 +351,7 @@ impl<R: Pieces + Send + Unpin + 'static> http_body::Body for ResponseBody<R> {
                         }
                         Err(len) => too_large(len),
                     },
-                    Next::End(status) => status.unwrap_or_else(|| Status::ok("")),
+                    Next::End(status) => ended_by(status),
                 },
             };
             this.ended = true;
@@ -408,20 +413,23 @@ mod tests {
                 tx.end(status).await.unwrap();
             }
         };
-        let read = async move {
-            let mut body = ResponseBody::new(rx);
-            let mut chunks = Vec::new();
-            let mut trailers = None;
-            while let Some(frame) = body.frame().await {
-                let frame = frame.unwrap();
-                match frame.into_data() {
-                    Ok(data) => chunks.push(data),
-                    Err(frame) => trailers = frame.into_trailers().ok(),
-                }
-            }
-            (chunks, trailers.expect("trailers"))
-        };
+        let read = async move { read_rest(&mut ResponseBody::new(rx)).await };
         futures::join!(driver, read).1
+    }
+
+    /// The rest of `body`: its data chunks, then its trailers.
+    async fn read_rest<R: Pieces + Send + Unpin + 'static>(
+        body: &mut ResponseBody<R>,
+    ) -> (Vec<Bytes>, HeaderMap) {
+        let mut chunks = Vec::new();
+        let mut trailers = None;
+        while let Some(frame) = body.frame().await {
+            match frame.unwrap().into_data() {
+                Ok(data) => chunks.push(data),
+                Err(frame) => trailers = frame.into_trailers().ok(),
+            }
+        }
+        (chunks, trailers.expect("trailers"))
     }
 
     /// The gRPC messages in `bytes`.
@@ -506,15 +514,10 @@ mod tests {
         let mut body = ResponseBody::new(rx);
         let mut chunks = vec![body.frame().await.unwrap().unwrap().into_data().unwrap()];
         end.now_or_never().expect("room").unwrap();
-        let mut trailers = None;
-        while let Some(frame) = body.frame().await {
-            match frame.unwrap().into_data() {
-                Ok(data) => chunks.push(data),
-                Err(frame) => trailers = frame.into_trailers().ok(),
-            }
-        }
+        let (rest, trailers) = read_rest(&mut body).await;
+        chunks.extend(rest);
         assert_eq!(nonces(&chunks), ["1", "2"], "both written, in order");
-        assert_eq!(trailers.unwrap().get("grpc-status").unwrap(), "7");
+        assert_eq!(trailers.get("grpc-status").unwrap(), "7");
         assert!(http_body::Body::is_end_stream(&body));
         drop(body);
         assert_eq!(
@@ -557,17 +560,10 @@ mod tests {
             .now_or_never()
             .expect("room")
             .unwrap();
-        let mut rest = Vec::new();
-        let mut trailers = None;
-        while let Some(frame) = body.frame().await {
-            match frame.unwrap().into_data() {
-                Ok(data) => rest.push(data),
-                Err(frame) => trailers = frame.into_trailers().ok(),
-            }
-        }
+        let (rest, trailers) = read_rest(&mut body).await;
         assert!(rest.len() >= 2, "the large one in chunks of its own");
         assert_eq!(nonces(&rest), ["4"]);
-        assert_eq!(trailers.unwrap().get("grpc-status").unwrap(), "7");
+        assert_eq!(trailers.get("grpc-status").unwrap(), "7");
     }
 
     #[tokio::test]
@@ -576,17 +572,9 @@ mod tests {
         let (mut tx, rx) = channel::<SotwResponse>();
         tx.send(empty(1)).now_or_never().unwrap().unwrap();
         drop(tx);
-        let mut body = ResponseBody::new(rx);
-        let mut chunks = Vec::new();
-        let mut trailers = None;
-        while let Some(frame) = body.frame().await {
-            match frame.unwrap().into_data() {
-                Ok(data) => chunks.push(data),
-                Err(frame) => trailers = frame.into_trailers().ok(),
-            }
-        }
+        let (chunks, trailers) = read_rest(&mut ResponseBody::new(rx)).await;
         assert_eq!(nonces(&chunks), ["1"]);
-        assert_eq!(trailers.unwrap().get("grpc-status").unwrap(), "0");
+        assert_eq!(trailers.get("grpc-status").unwrap(), "0");
     }
 
     #[tokio::test]

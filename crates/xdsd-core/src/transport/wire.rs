@@ -447,7 +447,14 @@ impl<R: Pieces> Chunks<R> {
         let left = (self.len + 5).saturating_sub(self.written);
         let mut buf = BytesMut::with_capacity(left.min(CHUNK_BYTES + COPY_BELOW));
         self.fill(&mut buf);
-        self.handed(buf.freeze())
+        // An empty chunk: the shared piece that follows, if any.
+        let chunk = if buf.is_empty() {
+            self.shared.take()?
+        } else {
+            buf.freeze()
+        };
+        self.written += chunk.len();
+        Some(chunk)
     }
 
     /// The message's length with its gRPC header.
@@ -505,17 +512,6 @@ impl<R: Pieces> Chunks<R> {
                 }
             }
         }
-    }
-
-    /// The chunk `written` hands out (an empty one: the shared piece that follows, if any).
-    fn handed(&mut self, written: Bytes) -> Option<Bytes> {
-        let chunk = if written.is_empty() {
-            self.shared.take()?
-        } else {
-            written
-        };
-        self.written += chunk.len();
-        Some(chunk)
     }
 }
 
