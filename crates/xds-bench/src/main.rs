@@ -159,6 +159,11 @@ struct RunArgs {
     /// S12 delta streams behind the relay (and on the direct path).
     #[arg(long, default_value_t = 10)]
     s12_streams: usize,
+    /// S12 pairs of a direct side and a relayed one, alternating which runs first; with more
+    /// than one, the median of their first-sync ratios is given too (default: 3; 1 with
+    /// --quick).
+    #[arg(long)]
+    s12_pairs: Option<usize>,
     /// S13 (LEDS) delta streams (default: 1000; 50 with --quick).
     #[arg(long)]
     s13_streams: Option<usize>,
@@ -276,6 +281,7 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         s11_streams: a.s11_streams.unwrap_or(if q { 10 } else { 1000 }),
         s12_names: or(&a.s12_names, &[2000], &[100_000]),
         s12_streams: a.s12_streams,
+        s12_pairs: a.s12_pairs.unwrap_or(if q { 1 } else { 3 }).max(1),
         s13_streams: a.s13_streams.unwrap_or(if q { 50 } else { 1000 }),
         s13_endpoints: a.s13_endpoints,
         s13_changes: a.s13_changes.max(1),

@@ -146,6 +146,8 @@ pub struct Plan {
     /// S12: names the relay holds, and the streams behind it.
     pub s12_names: Vec<usize>,
     pub s12_streams: usize,
+    /// S12: pairs of a direct side and a relayed one, alternating which runs first.
+    pub s12_pairs: usize,
     /// S13 (LEDS): delta streams, and endpoints of the cluster.
     pub s13_streams: usize,
     pub s13_endpoints: usize,

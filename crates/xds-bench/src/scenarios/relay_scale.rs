@@ -140,7 +140,12 @@ async fn side(ctx: &mut Ctx, server: Server, spec: &ConfigSpec, streams: usize) 
     row
 }
 
-/// S12 at `names` names: the direct row, then the relayed one with its ratios to the direct.
+/// S12 at `names` names, `--s12-pairs` times: each pair's direct row, then its relayed one with
+/// its ratios to the direct; the pairs alternate which side runs first (a host that slows down
+/// or speeds up over a run weighs on both sides alike), and with more than one pair the last
+/// relayed row also gives the median of the pairs' first-sync ratios (one pair's ratio moves
+/// with the host as much as with the relay: stop 77 measured the direct path's own sync
+/// between 1,579 and 2,790 ms from run to run).
 pub async fn s12(ctx: &mut Ctx, names: usize) -> Vec<Row> {
     let spec = ConfigSpec {
         clusters: names,
@@ -150,14 +155,80 @@ pub async fn s12(ctx: &mut Ctx, names: usize) -> Vec<Row> {
         seed: ctx.plan.seed,
     };
     let streams = ctx.plan.s12_streams;
+    let pairs = ctx.plan.s12_pairs.max(1);
     let mut rows = Vec::new();
-    for server in [Server::XdsdDir, Server::XdsdRelay] {
-        rows.push(side(ctx, server, &spec, streams).await);
+    let mut syncs = Vec::new();
+    for pair in 0..pairs {
+        let order = if pair % 2 == 0 {
+            [Server::XdsdDir, Server::XdsdRelay]
+        } else {
+            [Server::XdsdRelay, Server::XdsdDir]
+        };
+        let mut direct = None;
+        let mut relayed = None;
+        for server in order {
+            let row = side(ctx, server, &spec, streams).await;
+            match server {
+                Server::XdsdDir => direct = Some(row),
+                _ => relayed = Some(row),
+            }
+        }
+        let (Some(direct), Some(mut relayed)) = (direct, relayed) else {
+            continue;
+        };
+        relayed.note = format!("{}; {}", relayed.note, ratios(&direct, &relayed));
+        if pairs > 1 {
+            let first = if pair % 2 == 0 { "direct" } else { "relay" };
+            relayed.note = format!(
+                "{}; pair {} of {pairs} ({first} first)",
+                relayed.note,
+                pair + 1
+            );
+        }
+        syncs.push(first_sync_ratio(&direct, &relayed));
+        rows.push(direct);
+        rows.push(relayed);
     }
-    if let [direct, relayed] = &mut rows[..] {
-        relayed.note = format!("{}; {}", relayed.note, ratios(direct, relayed));
+    if pairs > 1 {
+        if let Some(last) = rows.last_mut() {
+            last.note = format!("{}; {}", last.note, median_of_pairs(&syncs));
+        }
     }
     rows
+}
+
+/// The relayed row's first sync over the direct one's (`None`: either did not sync).
+fn first_sync_ratio(direct: &Row, relayed: &Row) -> Option<f64> {
+    let (d, r) = (direct.sync_ms?, relayed.sync_ms?);
+    Some(r.max / d.max.max(f64::MIN_POSITIVE))
+}
+
+/// What the pairs' first-sync ratios say together: their median, and each in order.
+fn median_of_pairs(ratios: &[Option<f64>]) -> String {
+    let each: Vec<String> = ratios
+        .iter()
+        .map(|r| r.map_or_else(|| "none".to_owned(), |r| format!("{r:.2}x")))
+        .collect();
+    let mut synced: Vec<f64> = ratios.iter().flatten().copied().collect();
+    if synced.len() < ratios.len() || synced.is_empty() {
+        return format!(
+            "first sync over {} alternated pairs: no median, a pair did not sync ({})",
+            ratios.len(),
+            each.join(", ")
+        );
+    }
+    synced.sort_by(f64::total_cmp);
+    let mid = synced.len() / 2;
+    let median = if synced.len() % 2 == 1 {
+        synced[mid]
+    } else {
+        (synced[mid - 1] + synced[mid]) / 2.0
+    };
+    format!(
+        "first sync over {} alternated pairs: median {median:.2}x the direct path's ({})",
+        ratios.len(),
+        each.join(", ")
+    )
 }
 
 /// The relayed row against the direct one: first sync, convergence (p50 and max, and the
@@ -215,6 +286,20 @@ fn cpu_per_change(relay: f64, direct: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_of_the_pairs_first_syncs_is_the_middle_one_or_none_if_a_pair_did_not_sync() {
+        assert_eq!(
+            median_of_pairs(&[Some(1.55), Some(0.71), Some(1.08)]),
+            "first sync over 3 alternated pairs: median 1.08x the direct path's (1.55x, 0.71x, 1.08x)"
+        );
+        assert!(median_of_pairs(&[Some(1.0), Some(2.0)]).contains("median 1.50x"));
+        let none = median_of_pairs(&[Some(1.2), None, Some(1.1)]);
+        assert!(
+            none.contains("no median") && none.contains("none"),
+            "{none}"
+        );
+    }
 
     #[test]
     fn a_direct_cpu_per_change_read_as_none_gives_no_ratio() {
