@@ -673,11 +673,12 @@ impl Machine for DeltaMachine {
             };
         let names_something = request.resource_names_subscribe.len() + subscribe.locators.len() > 0
             || !unsubscribe_keys.is_empty();
-        // The names subscribed before, to tell what to (un)watch: only for a request that names
-        // something. Most requests are ACKs, and a stream may hold 100,000 names.
-        // While the subscription is most of the type (watched as a whole), no names are needed.
-        let names_before: Option<HashSet<Arc<str>>> = (names_something && !self.core.dense)
-            .then(|| self.names.iter().map(|(n, _)| n.clone()).collect());
+        // The names the request (un)subscribes, each as it was held before, to tell what to
+        // (un)watch: only for a request that names something (most are ACKs), and a look at
+        // those names alone, not at the 100,000 a stream may hold. While the subscription is
+        // most of the type (watched as a whole), no names are needed.
+        let touched = (names_something && !self.core.dense)
+            .then(|| self.touched(request, subscribe, &unsubscribe_keys));
         // Any name in either list ends the legacy rule: after an unsubscription from `*`, the
         // empty requests that follow (ACKs) must not bring the wildcard back. The legacy
         // wildcard follows the default parameter set (node parameters may change mid-stream).
@@ -713,7 +714,7 @@ impl Machine for DeltaMachine {
         }
         let unsubscribed = self.unsubscribe(unsubscribe_keys, current);
         self.update_pids(pids_added, unsubscribed);
-        let change = self.change(names_something, wildcard_before, names_before, current);
+        let change = self.change(names_something, wildcard_before, touched, current);
         (kind, change)
     }
 

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use super::holdings::held;
 use super::{DeltaMachine, DeltaRequest};
-use crate::hash::HashSet;
 use crate::protocol::machine::Machine;
 use crate::protocol::subscription::{Wildcard, WILDCARD};
 use crate::protocol::{
@@ -15,6 +14,10 @@ use crate::protocol::{
     SubscriptionChange,
 };
 use crate::store::{intern_with_variants, Interner, TypeSnapshot};
+
+/// The names a request named, once each, with the name each was held under before it (`None`:
+/// not held): [`DeltaMachine::touched`].
+pub(super) type Touched = Vec<(Box<str>, Option<Arc<str>>)>;
 
 impl DeltaMachine {
     /// Takes in a request for this type, subscribed by plain names with parameter set 0.
@@ -259,6 +262,21 @@ impl DeltaMachine {
     /// The distinct parameter sets of the keys, after `added` were added, or counted again when
     /// some key was `unsubscribed`.
     pub(super) fn update_pids(&mut self, added: Vec<ParamSetId>, unsubscribed: bool) {
+        let one = |pids: &[ParamSetId]| match pids {
+            [pid] => Some(*pid),
+            _ => None,
+        };
+        if let (true, Some(pid)) = (unsubscribed, one(&self.core.pids)) {
+            if added.iter().all(|p| *p == pid) {
+                // Every key held had the one parameter set, and every key added: the keys left
+                // have it too, if any are left (no look at them all: a stream of 100,000 names
+                // unsubscribing one).
+                if self.names.is_empty() {
+                    self.core.pids.clear();
+                }
+                return;
+            }
+        }
         if unsubscribed {
             let mut pids: Vec<ParamSetId> = Vec::new();
             for (_, p) in self.names.iter() {
@@ -278,14 +296,59 @@ impl DeltaMachine {
         }
     }
 
-    /// What a request changed of what the stream watches (`names_before`: the names subscribed
-    /// before it, when it named something and the keys were not dense); what is left of a
-    /// split response is computed again with the change.
+    /// The name a key of `name` is held under, with any parameter set the stream holds keys
+    /// of (the same name under two parameter sets is one name to watch).
+    fn held_name(&self, name: &str) -> Option<Arc<str>> {
+        self.core
+            .pids
+            .iter()
+            .find_map(|pid| self.names.get(&(name, *pid) as &dyn KeyLookup))
+            .map(|key| key.0.clone())
+    }
+
+    /// The names a request subscribes and unsubscribes (not the wildcard), once each, with
+    /// the name each was held under before it (`None`: not held): what [`DeltaMachine::change`]
+    /// compares with what they are after it. Only these can change: keys are added by a
+    /// request's subscriptions and taken by its unsubscriptions alone (keys shared from a
+    /// stream that made the same requests are these keys and the request's).
+    pub(super) fn touched(
+        &self,
+        request: &DeltaRequest,
+        subscribe: &Subscribe<'_>,
+        unsubscribe: &[(Cow<'_, str>, ParamSetId)],
+    ) -> Touched {
+        let subscribed = request_keys(
+            &request.resource_names_subscribe,
+            *subscribe,
+            subscribe.locators,
+            true,
+        );
+        let mut names: Vec<Box<str>> = subscribed
+            .map(|(name, _)| name)
+            .chain(unsubscribe.iter().map(|(name, _)| name.clone()))
+            .filter(|name| name != WILDCARD)
+            .map(|name| name.into_owned().into_boxed_str())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+            .into_iter()
+            .map(|name| {
+                let before = self.held_name(&name);
+                (name, before)
+            })
+            .collect()
+    }
+
+    /// What a request changed of what the stream watches (`touched`: the names it named, as
+    /// they were held before it, when the keys were not dense: [`DeltaMachine::touched`]);
+    /// what is left of a split response is computed again with the change. It costs the names
+    /// the request named.
     pub(super) fn change(
         &mut self,
         names_something: bool,
         wildcard_before: bool,
-        names_before: Option<HashSet<Arc<str>>>,
+        touched: Option<Touched>,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> SubscriptionChange {
         let mut change = SubscriptionChange::default();
@@ -298,13 +361,15 @@ impl DeltaMachine {
         if names_something {
             let total = current.map_or(0, |t| t.len());
             let dense = crate::protocol::dense(self.core.dense, self.names.len(), total);
-            if let (Some(names_before), false) = (names_before, dense) {
-                let names_after: HashSet<Arc<str>> =
-                    self.names.iter().map(|(n, _)| n.clone()).collect();
-                change.added = names_after.difference(&names_before).cloned().collect();
-                change.removed = names_before.difference(&names_after).cloned().collect();
-                change.added.sort();
-                change.removed.sort();
+            if let (Some(touched), false) = (touched, dense) {
+                // In the names' order (`touched` is sorted).
+                for (name, before) in touched {
+                    match (before, self.held_name(&name)) {
+                        (None, Some(after)) => change.added.push(after),
+                        (Some(before), None) => change.removed.push(before),
+                        _ => {}
+                    }
+                }
             }
             change.set_dense(
                 &mut self.core.dense,

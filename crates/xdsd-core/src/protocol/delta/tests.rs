@@ -345,6 +345,86 @@ fn phantom_unsubscribe_is_ignored() {
     assert_eq!(h.sub.names().count(), 1);
 }
 
+/// A request's `SubscriptionChange` (what the transport and the observers watch anew or no
+/// longer) from the request's own names, as the stream held them before it.
+fn change_of(
+    h: &mut Harness,
+    subscribe: &[&str],
+    unsubscribe: &[&str],
+    pid: ParamSetId,
+) -> SubscriptionChange {
+    use crate::protocol::machine::Machine as _;
+    let req = DeltaDiscoveryRequest {
+        resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
+        resource_names_unsubscribe: unsubscribe.iter().map(|n| n.to_string()).collect(),
+        ..Default::default()
+    };
+    let with = Subscribe {
+        default: pid,
+        locators: &[],
+        authorities: &[],
+    };
+    let snap = h.store.snapshot();
+    h.sub
+        .handle(&(&req).into(), &with, &[], snap.get(h.sub.type_url()))
+        .1
+}
+
+#[test]
+fn a_subscription_change_names_only_what_the_request_added_or_removed() {
+    let mut h = Harness::new(
+        CLUSTER_LOAD_ASSIGNMENT,
+        &[("a", "1"), ("b", "1"), ("c", "1"), ("d", "1")],
+    );
+    let first = change_of(&mut h, &["c", "a", "b"], &[], 0);
+    assert_eq!(
+        first.added,
+        [Arc::from("a"), "b".into(), "c".into()],
+        "in order"
+    );
+    // `c` held already, `d` new (named twice), `a` held and let go of, `never` never held.
+    let change = change_of(&mut h, &["d", "c", "d"], &["a", "never"], 0);
+    assert_eq!(change.added, [Arc::from("d")]);
+    assert_eq!(change.removed, [Arc::from("a")]);
+    let names: Vec<&str> = h
+        .sub
+        .names()
+        .map(|n| &**n)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(names, ["b", "c", "d"]);
+    // Subscribed and unsubscribed in one request (the subscriptions are taken first): held
+    // neither before nor after it, so no change.
+    let both = change_of(&mut h, &["e"], &["e"], 0);
+    assert!(both.added.is_empty() && both.removed.is_empty(), "{both:?}");
+}
+
+#[test]
+fn a_name_held_under_two_parameter_sets_is_removed_with_the_last() {
+    let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1"), ("b", "1")]);
+    assert_eq!(
+        change_of(&mut h, &["a", "b"], &[], 0).added,
+        [Arc::from("a"), "b".into()]
+    );
+    let again = change_of(&mut h, &["a"], &[], 1);
+    assert!(
+        again.added.is_empty(),
+        "the name was watched already: {again:?}"
+    );
+    let one = change_of(&mut h, &[], &["a"], 0);
+    assert!(
+        one.removed.is_empty(),
+        "still held under the other set: {one:?}"
+    );
+    assert_eq!(change_of(&mut h, &[], &["a"], 1).removed, [Arc::from("a")]);
+    assert_eq!(change_of(&mut h, &[], &["b"], 0).removed, [Arc::from("b")]);
+    assert_eq!(h.sub.names().count(), 0);
+    assert!(h.sub.core.pids.is_empty(), "no parameter set held");
+    assert_eq!(change_of(&mut h, &["b"], &[], 1).added, [Arc::from("b")]);
+    assert_eq!(h.sub.core.pids, [1]);
+}
+
 #[test]
 fn subscribe_to_a_name_the_client_has_is_still_answered() {
     let mut h = Harness::new(CLUSTER_LOAD_ASSIGNMENT, &[("a", "1")]);
