@@ -90,7 +90,9 @@ struct RunArgs {
     /// it, against the direct path; needs --xdsd-bin; not by default), s13 (LEDS: a cluster of
     /// --s13-endpoints endpoints held by --s13-streams delta streams, one endpoint added, as a
     /// glob collection against one ClusterLoadAssignment and a one-endpoint one's change; xdsd
-    /// in process; not by default), soak (3 etcd, 2
+    /// in process; not by default), s14 (a request letting go of one name and subscribing one
+    /// on a delta stream holding --s14-names names, against one holding 1,000: a subscription
+    /// costs what it changes; xdsd in process; not by default), soak (3 etcd, 2
     /// replicas, 2 relays, churn and faults for --soak-duration, checked all along; needs
     /// --xdsd-bin and etcd; exits 1 when an invariant broke; not by default).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s5,s6,s7")]
@@ -174,6 +176,13 @@ struct RunArgs {
     /// ratios to the others are read on each side's CPU and convergence summed over them.
     #[arg(long, default_value_t = 40)]
     s13_changes: usize,
+    /// S14: the names the larger of its two delta streams holds (default: 100000; 2000 with
+    /// --quick; the other holds 1000).
+    #[arg(long)]
+    s14_names: Option<usize>,
+    /// S14: requests on each stream (one name let go of, one subscribed, each).
+    #[arg(long, default_value_t = 200)]
+    s14_requests: usize,
     /// ADS streams per HTTP/2 connection.
     #[arg(long)]
     streams_per_connection: Option<usize>,
@@ -285,6 +294,8 @@ fn plan(a: &RunArgs) -> anyhow::Result<Plan> {
         s13_streams: a.s13_streams.unwrap_or(if q { 50 } else { 1000 }),
         s13_endpoints: a.s13_endpoints,
         s13_changes: a.s13_changes.max(1),
+        s14_names: a.s14_names.unwrap_or(if q { 2000 } else { 100_000 }),
+        s14_requests: a.s14_requests.max(1),
         sync_timeout_s: if q { 30 } else { 180 },
         change_timeout_s: if q { 15 } else { 60 },
     })

@@ -174,6 +174,24 @@ pub fn markdown(rows: &[Row]) -> String {
         }
         out.push('\n');
     }
+    let s14: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S14").collect();
+    if !s14.is_empty() {
+        out.push_str("### S14 a subscription costs what it changes: one name let go of and one subscribed, on a delta stream holding N names and on one holding 1,000\n\nThe two streams' requests take turns. Time = from a request's send to the response bringing its new name (ms); CPU = the bench process's (server and client, read to the nanosecond) over the same span, the mean per request; in the larger stream's notes its ratios to the smaller one's, summed over the requests (~1x when a request costs what it names).\n\n");
+        out.push_str("| mode | requests | sync ms | p50 ms | p90 ms | max ms | CPU us/request | notes |\n|---|---|---|---|---|---|---|---|\n");
+        for r in &s14 {
+            let [p50, p90, _, max] = ms(&r.conv_ms);
+            let [sync, _, _, _] = ms(&r.sync_ms);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {sync} | {p50} | {p90} | {max} | {:.1} | {} |",
+                r.mode,
+                r.changes,
+                r.change_cpu_s * 1e6 / r.changes.max(1) as f64,
+                note(r)
+            );
+        }
+        out.push('\n');
+    }
     let s2: Vec<&Row> = rows.iter().filter(|r| r.scenario == "S2").collect();
     if !s2.is_empty() {
         out.push_str("### S2 large state: one Cluster changes; SotW resends every cluster, delta only the changed one\n\n");

@@ -18,12 +18,14 @@ mod gated;
 mod leds;
 mod relay;
 mod relay_scale;
+mod subscribe;
 #[cfg(test)]
 use gated::in_cohort;
 pub use gated::{s8, s9};
 pub use leds::s13;
 pub use relay::{s10, s11};
 pub use relay_scale::s12;
+pub use subscribe::s14;
 
 /// Percentiles in milliseconds.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -151,6 +153,9 @@ pub struct Plan {
     /// S13 (LEDS): delta streams, and endpoints of the cluster.
     pub s13_streams: usize,
     pub s13_endpoints: usize,
+    /// S14: the names the larger stream holds, and the requests on each stream.
+    pub s14_names: usize,
+    pub s14_requests: usize,
     /// S13: changes per side.
     pub s13_changes: usize,
     pub sync_timeout_s: u64,
@@ -967,6 +972,9 @@ pub async fn run_all(ctx: &mut Ctx) -> Vec<Row> {
     }
     if wants("s13") {
         rows.extend(s13(ctx).await);
+    }
+    if wants("s14") {
+        rows.extend(s14(ctx).await);
     }
     if wants("s7") && plan.servers.contains(&Server::XdsdDir) {
         for &files in &plan.s7_files {
