@@ -1,6 +1,8 @@
 //! S14: a subscription costs what it changes (#56). Two delta ADS streams against xdsd-core's
 //! `XdsServer` over its `Store` in this process (as `--servers xdsd`): one holding 1,000
-//! ClusterLoadAssignments by name, one holding `--s14-names` (100,000; 2,000 with --quick).
+//! ClusterLoadAssignments by name, one holding `--s14-names` (100,000; 2,000 with --quick), of
+//! a store of three times as many (so that neither holds most of the type, which the server
+//! watches as a whole).
 //! Then `--s14-requests` requests on each (200), the two streams taking turns (which goes first
 //! alternating), each request letting go of the name the stream's last request subscribed and
 //! subscribing a new one, as Envoy's EDS subscription follows its clusters. A request's time is
@@ -29,6 +31,9 @@ const CLA: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssig
 
 /// The smaller stream's names: the baseline.
 const SMALL: usize = 1_000;
+
+/// The store holds this many times the names the larger stream holds.
+const TYPE_TIMES: usize = 3;
 
 fn name(i: usize) -> String {
     format!("s14-{i:07}")
@@ -176,8 +181,11 @@ async fn run(ctx: &Ctx, large: usize, requests: usize) -> anyhow::Result<Vec<Row
         }
         .encode_to_vec()
     };
+    // Three times the names the larger stream holds: a stream holding most of a type is
+    // watched as a whole (`protocol::dense`), one holding a third of it name by name, as an
+    // Envoy holds the endpoints of its own clusters among a fleet's.
     store.replace_all(
-        (0..large + requests)
+        (0..TYPE_TIMES * large + requests)
             .map(|i| xdsd_core::store::ResourceInput::new(CLA, name(i), body(i).into())),
     )?;
     let server = XdsServer::builder(store.clone()).build()?;
