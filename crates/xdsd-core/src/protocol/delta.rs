@@ -677,8 +677,13 @@ impl Machine for DeltaMachine {
         // (un)watch: only for a request that names something (most are ACKs), and a look at
         // those names alone, not at the 100,000 a stream may hold. While the subscription is
         // most of the type (watched as a whole), no names are needed.
-        let touched = (names_something && !self.core.dense)
-            .then(|| self.touched(request, subscribe, &unsubscribe_keys));
+        let before = (names_something && !self.core.dense)
+            .then(|| self.held_before(request, subscribe, &unsubscribe_keys));
+        // The unsubscriptions' names, read again by `change` (the keys go to `unsubscribe`).
+        let unsubscribe_names: Vec<Cow<'_, str>> = match &before {
+            Some(_) => unsubscribe_keys.iter().map(|(n, _)| n.clone()).collect(),
+            None => Vec::new(),
+        };
         // Any name in either list ends the legacy rule: after an unsubscription from `*`, the
         // empty requests that follow (ACKs) must not bring the wildcard back. The legacy
         // wildcard follows the default parameter set (node parameters may change mid-stream).
@@ -714,7 +719,15 @@ impl Machine for DeltaMachine {
         }
         let unsubscribed = self.unsubscribe(unsubscribe_keys, current);
         self.update_pids(pids_added, unsubscribed);
-        let change = self.change(names_something, wildcard_before, touched, current);
+        let named = request_keys(
+            &request.resource_names_subscribe,
+            *subscribe,
+            subscribe.locators,
+            true,
+        )
+        .map(|(name, _)| name)
+        .chain(unsubscribe_names);
+        let change = self.change(names_something, wildcard_before, before, named, current);
         (kind, change)
     }
 

@@ -15,9 +15,10 @@ use crate::protocol::{
 };
 use crate::store::{intern_with_variants, Interner, TypeSnapshot};
 
-/// The names a request named, once each, with the name each was held under before it (`None`:
-/// not held): [`DeltaMachine::touched`].
-pub(super) type Touched = Vec<(Box<str>, Option<Arc<str>>)>;
+/// The name each key a request names was held under before it (`None`: not held), in the
+/// request's order — its subscriptions' keys, then its unsubscriptions', the wildcard left
+/// out — or `None` for a stream that held nothing: [`DeltaMachine::held_before`].
+pub(super) type HeldBefore = Option<Vec<Option<Arc<str>>>>;
 
 impl DeltaMachine {
     /// Takes in a request for this type, subscribed by plain names with parameter set 0.
@@ -306,49 +307,46 @@ impl DeltaMachine {
             .map(|key| key.0.clone())
     }
 
-    /// The names a request subscribes and unsubscribes (not the wildcard), once each, with
-    /// the name each was held under before it (`None`: not held): what [`DeltaMachine::change`]
-    /// compares with what they are after it. Only these can change: keys are added by a
-    /// request's subscriptions and taken by its unsubscriptions alone (keys shared from a
-    /// stream that made the same requests are these keys and the request's).
-    pub(super) fn touched(
+    /// What the keys a request names were held under before it ([`HeldBefore`]): what
+    /// [`DeltaMachine::change`] compares with what they are after it. Only those can change:
+    /// keys are added by a request's subscriptions and taken by its unsubscriptions alone (keys
+    /// shared from a stream that made the same requests are these keys and the request's). A
+    /// look at each name the request names, none for a stream that held nothing.
+    pub(super) fn held_before(
         &self,
         request: &DeltaRequest,
         subscribe: &Subscribe<'_>,
         unsubscribe: &[(Cow<'_, str>, ParamSetId)],
-    ) -> Touched {
+    ) -> HeldBefore {
+        if self.names.is_empty() {
+            return None;
+        }
         let subscribed = request_keys(
             &request.resource_names_subscribe,
             *subscribe,
             subscribe.locators,
             true,
         );
-        let mut names: Vec<Box<str>> = subscribed
-            .map(|(name, _)| name)
-            .chain(unsubscribe.iter().map(|(name, _)| name.clone()))
-            .filter(|name| name != WILDCARD)
-            .map(|name| name.into_owned().into_boxed_str())
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        names
-            .into_iter()
-            .map(|name| {
-                let before = self.held_name(&name);
-                (name, before)
-            })
-            .collect()
+        let named = subscribed.map(|(name, _)| name);
+        let named = named.chain(unsubscribe.iter().map(|(name, _)| name.clone()));
+        Some(
+            named
+                .filter(|name| name != WILDCARD)
+                .map(|name| self.held_name(&name))
+                .collect(),
+        )
     }
 
-    /// What a request changed of what the stream watches (`touched`: the names it named, as
-    /// they were held before it, when the keys were not dense: [`DeltaMachine::touched`]);
-    /// what is left of a split response is computed again with the change. It costs the names
-    /// the request named.
-    pub(super) fn change(
+    /// What a request changed of what the stream watches (`before`: how the keys it named,
+    /// `named` in the same order, were held before it, when the keys were not dense); what is
+    /// left of a split response is computed again with the change. It costs the names the
+    /// request named, and nothing of them when the stream now watches the type as a whole.
+    pub(super) fn change<'n>(
         &mut self,
         names_something: bool,
         wildcard_before: bool,
-        touched: Option<Touched>,
+        before: Option<HeldBefore>,
+        named: impl Iterator<Item = Cow<'n, str>>,
         current: Option<&Arc<TypeSnapshot>>,
     ) -> SubscriptionChange {
         let mut change = SubscriptionChange::default();
@@ -361,14 +359,20 @@ impl DeltaMachine {
         if names_something {
             let total = current.map_or(0, |t| t.len());
             let dense = crate::protocol::dense(self.core.dense, self.names.len(), total);
-            if let (Some(touched), false) = (touched, dense) {
-                // In the names' order (`touched` is sorted).
-                for (name, before) in touched {
-                    match (before, self.held_name(&name)) {
-                        (None, Some(after)) => change.added.push(after),
-                        (Some(before), None) => change.removed.push(before),
+            if let (Some(before), false) = (before, dense) {
+                let mut before = before.map(Vec::into_iter);
+                for name in named.filter(|name| name != WILDCARD) {
+                    let was = before.as_mut().and_then(Iterator::next).flatten();
+                    match (was, self.held_name(&name)) {
+                        (None, Some(now)) => change.added.push(now),
+                        (Some(was), None) => change.removed.push(was),
                         _ => {}
                     }
+                }
+                // In the names' order, once each (a request may name one twice).
+                for names in [&mut change.added, &mut change.removed] {
+                    names.sort_unstable();
+                    names.dedup();
                 }
             }
             change.set_dense(
