@@ -368,15 +368,6 @@ async fn sync(
     Ok(times)
 }
 
-/// The median of sorted `xs`.
-fn median(xs: &[f64]) -> f64 {
-    match xs.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => xs[n / 2],
-        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
-    }
-}
-
 /// How one side's changes compare with another's, from their per-change figures (CPU or
 /// convergence) taken in the same rounds, in order.
 #[derive(Debug, Clone, Copy, PartialEq)]

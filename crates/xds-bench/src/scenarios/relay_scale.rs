@@ -218,15 +218,10 @@ fn median_of_pairs(ratios: &[Option<f64>]) -> String {
         );
     }
     synced.sort_by(f64::total_cmp);
-    let mid = synced.len() / 2;
-    let median = if synced.len() % 2 == 1 {
-        synced[mid]
-    } else {
-        (synced[mid - 1] + synced[mid]) / 2.0
-    };
     format!(
-        "first sync over {} alternated pairs: median {median:.2}x the direct path's ({})",
+        "first sync over {} alternated pairs: median {:.2}x the direct path's ({})",
         ratios.len(),
+        median(&synced),
         each.join(", ")
     )
 }
@@ -236,11 +231,8 @@ fn median_of_pairs(ratios: &[Option<f64>]) -> String {
 fn ratios(direct: &Row, relayed: &Row) -> String {
     let ratio = |r: f64, d: f64| r / d.max(f64::MIN_POSITIVE);
     let mut out = Vec::new();
-    if let (Some(d), Some(r)) = (direct.sync_ms, relayed.sync_ms) {
-        out.push(format!(
-            "first sync {:.2}x the direct path's",
-            ratio(r.max, d.max)
-        ));
+    if let Some(first) = first_sync_ratio(direct, relayed) {
+        out.push(format!("first sync {first:.2}x the direct path's"));
     }
     if let (Some(d), Some(r)) = (direct.conv_ms, relayed.conv_ms) {
         let bound = (d.max * 1.5).max(d.max + 10.0);
